@@ -1,0 +1,35 @@
+r"""bea: variational backward error analysis.
+
+Derive modified and inverse modified Lagrangians for any variational integrator, dimension and
+truncation order; print them as SymPy or LaTeX; compile them to differentiable torch functions.
+
+>>> import bea
+>>> bea.modified_lagrangian("midpoint", 4, dim=1)
+"""
+
+from . import schemes
+from ._version import __version__
+from .api import compile_torch, inverse_modified_lagrangian, modified_equation, modified_lagrangian
+from .autodiff import acceleration, energy, momentum
+from .schemes import CustomScheme, GeneralisedMidpoint, Midpoint, Scheme, Trapezoidal, exact, get_scheme
+from .series import Series
+
+__all__ = [
+    "__version__",
+    "schemes",
+    "Scheme",
+    "Midpoint",
+    "Trapezoidal",
+    "GeneralisedMidpoint",
+    "CustomScheme",
+    "exact",
+    "get_scheme",
+    "modified_equation",
+    "modified_lagrangian",
+    "inverse_modified_lagrangian",
+    "compile_torch",
+    "energy",
+    "momentum",
+    "acceleration",
+    "Series",
+]

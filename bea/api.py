@@ -1,0 +1,131 @@
+r"""Public entry points: derive series for a scheme, a dimension and an order.
+
+Each derivation accepts either a *generic* Lagrangian (``dim=n``: an undefined function
+``L(q_1..q_n, v_1..v_n)``) or a concrete SymPy Lagrangian with its coordinate and velocity
+symbols (``lagrangian=L, q=[...], v=[...]``, constants in ``params=[...]``).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence, Union
+
+from . import cache as _cache
+from ._version import __version__
+from .derive import KINDS, Derivation, Raw, derive_raw
+from .schemes import Scheme, get_scheme
+from .series import Series
+from .symbolic import Frame, validate_concrete
+
+SchemeLike = Union[str, Scheme]
+
+
+def _check_order(order, scheme: Scheme) -> None:
+    if isinstance(order, bool) or not isinstance(order, int):
+        raise TypeError(f"order must be an integer (the highest power of h kept), got {order!r}")
+    if order < 0:
+        raise ValueError(f"order must be >= 0 (the highest power of h kept), got {order}")
+    if scheme.symmetric and order % 2:
+        raise ValueError(
+            f"{scheme!r} is symmetric: its series contain only even powers of h, so order={order} is "
+            f"ambiguous; use order={order - 1} or order={order + 1}"
+        )
+
+
+def _check_dim(dim) -> int:
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise TypeError(f"dim must be a positive integer, got {dim!r}")
+    if dim < 1:
+        raise ValueError(f"dim must be >= 1, got {dim}")
+    return dim
+
+
+def _cache_key(kind: str, scheme: Scheme, order: int, dim: int):
+    skey = scheme.cache_key()
+    if skey is None:
+        return None
+    return {"kind": kind, "scheme": skey, "order": order, "dim": dim, "engine": __version__}
+
+
+def generic_raw(kind: str, scheme: SchemeLike, order: int, dim: int, cache: bool = True) -> Raw:
+    """Coefficients in jet variables for the generic Lagrangian (from the cache when possible)."""
+    sch = get_scheme(scheme)
+    _check_order(order, sch)
+    _check_dim(dim)
+    key = _cache_key(kind, sch, order, dim) if cache else None
+    if key is not None:
+        body = _cache.load(key)
+        if body is not None:
+            try:
+                jets, coeffs = _cache.decode_coeffs(dim, body["raw"])
+                return Raw(kind, jets, order, coeffs, bool(body["symmetric"]))
+            except (KeyError, ValueError, TypeError):
+                pass  # unusable entry: fall through and regenerate
+    raw = derive_raw(sch, kind, order, dim, Derivation(sch, dim))
+    if not sch.symmetric and raw.symmetric and order % 2:
+        raise ValueError(f"{sch!r} turned out symmetric (only even powers of h); use an even order")
+    if key is not None:
+        body = {"raw": _cache.encode_coeffs(raw.jets, raw.coeffs), "symmetric": raw.symmetric}
+        _cache.save(key, body)
+    return raw
+
+
+def _derive(kind: str, scheme: SchemeLike, order: int, dim: Optional[int], lagrangian, q, v, params, cache: bool) -> Series:
+    sch = get_scheme(scheme)
+    if lagrangian is None:
+        if q is not None or v is not None:
+            raise ValueError("q and v are only meaningful with a concrete lagrangian=...")
+        n = _check_dim(1 if dim is None else dim)
+        raw = generic_raw(kind, sch, order, n, cache)
+        return Series(raw, sch, Frame.generic_frame(n))
+    frame = validate_concrete(lagrangian, q, v, params)
+    if dim is not None and _check_dim(dim) != frame.n:
+        raise ValueError(f"dim={dim} does not match the {frame.n} coordinates given in q")
+    frame.minv()  # regularity check before any work
+    raw = generic_raw(kind, sch, order, frame.n, cache)
+    return Series(raw, sch, frame)
+
+
+def modified_equation(scheme: SchemeLike, order: int, dim: Optional[int] = None, *, lagrangian=None, q: Optional[Sequence] = None,
+                      v: Optional[Sequence] = None, params: Sequence = (), cache: bool = True) -> Series:
+    r"""Modified equation :math:`\ddot q = F_h(q, \dot q) = \sum_{k \le N} h^k A_k` of ``scheme``:
+    the discrete solution interpolates, to :math:`O(h^{N+1})`, a solution of this ODE."""
+    return _derive("modified_equation", scheme, order, dim, lagrangian, q, v, params, cache)
+
+
+def modified_lagrangian(scheme: SchemeLike, order: int, dim: Optional[int] = None, *, lagrangian=None, q: Optional[Sequence] = None,
+                        v: Optional[Sequence] = None, params: Sequence = (), cache: bool = True) -> Series:
+    r"""Modified Lagrangian :math:`L_{mod} = L + \sum_{k \le N} h^k L_k`: its Euler--Lagrange
+    equations are the modified equation of ``scheme`` applied to ``L`` (Vermeeren 2017)."""
+    return _derive("modified_lagrangian", scheme, order, dim, lagrangian, q, v, params, cache)
+
+
+def inverse_modified_lagrangian(scheme: SchemeLike, order: int, dim: Optional[int] = None, *, lagrangian=None, q: Optional[Sequence] = None,
+                                v: Optional[Sequence] = None, params: Sequence = (), cache: bool = True) -> Series:
+    r"""Inverse modified Lagrangian :math:`L_{inv}` with :math:`\mathrm{mod}(L_{inv}) = L`: the
+    scheme applied to :math:`L_{inv}` reproduces the exact flow of ``L`` to :math:`O(h^{N+1})`."""
+    return _derive("inverse_modified_lagrangian", scheme, order, dim, lagrangian, q, v, params, cache)
+
+
+def compile_torch(kind: str, scheme: SchemeLike, order: int, dim: int = 1, cache: bool = True) -> Callable:
+    """``f(L, q, v, h)`` for a generic series, loading the generated code from the cache when it is
+    there (no derivation, no SymPy), else deriving, generating and caching it."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown kind {kind!r}; one of {', '.join(KINDS)}")
+    sch = get_scheme(scheme)
+    _check_order(order, sch)
+    _check_dim(dim)
+    key = _cache_key(kind, sch, order, dim) if cache else None
+    if key is not None:
+        body = _cache.load(key)
+        if body is not None and isinstance(body.get("source"), str):
+            from .codegen import load_source
+
+            return load_source(body["source"], "generated")
+    raw = generic_raw(kind, sch, order, dim, cache)
+    series = Series(raw, sch, Frame.generic_frame(dim))
+    fn = series.to_torch()
+    if key is not None:
+        body = _cache.load(key) or {"raw": _cache.encode_coeffs(raw.jets, raw.coeffs), "symmetric": raw.symmetric}
+        body["source"] = series.source
+        _cache.save(key, body)
+    return fn

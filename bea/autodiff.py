@@ -1,0 +1,154 @@
+r"""Torch runtime for generated formulas: derivatives of a Lagrangian by autograd, :math:`M^{-1}`,
+momenta and energy.
+
+A *torch Lagrangian* is any callable ``L(q, v) -> Tensor`` with ``q, v`` of shape ``(..., n)``
+and a result of shape ``(...)``, computed pointwise over the leading (batch) dimensions. All
+derivatives are taken with ``create_graph=True``, so everything here is differentiable again
+(with respect to ``q``, ``v`` and the parameters of ``L``).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, Iterable, List, Sequence, Tuple
+
+import torch
+
+TorchLagrangian = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+#: relative size of the smallest singular value of M below which L counts as not regular
+REGULARITY_TOL = 1e-12
+
+
+def check_state(q: torch.Tensor, v: torch.Tensor, n: int | None = None) -> None:
+    """Validate a batch of states ``(q, v)``."""
+    if not isinstance(q, torch.Tensor) or not isinstance(v, torch.Tensor):
+        raise TypeError(f"q and v must be torch tensors, got {type(q).__name__} and {type(v).__name__}")
+    if q.shape != v.shape:
+        raise ValueError(f"q and v must have the same shape (..., n); got {tuple(q.shape)} and {tuple(v.shape)}")
+    if q.dim() < 1:
+        raise ValueError("q and v must have shape (..., n) with a last dimension n >= 1")
+    if n is not None and q.shape[-1] != n:
+        raise ValueError(f"this formula was derived for dimension n={n}, but q has last dimension {q.shape[-1]}")
+    if not q.is_floating_point() or not v.is_floating_point():
+        raise TypeError("q and v must be floating-point tensors (float64 recommended)")
+
+
+def _as_leaf(x: torch.Tensor) -> torch.Tensor:
+    # keep x in the graph if the caller differentiates through it; otherwise a fresh leaf
+    return x if x.requires_grad else x.detach().requires_grad_(True)
+
+
+def _evaluate(L: TorchLagrangian, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    out = L(q, v)
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"the Lagrangian must return a tensor, got {type(out).__name__}")
+    if out.shape != q.shape[:-1]:
+        raise ValueError(
+            f"the Lagrangian must return shape {tuple(q.shape[:-1])} for q of shape {tuple(q.shape)} "
+            f"(one value per state), got {tuple(out.shape)}"
+        )
+    return out
+
+
+def lagrangian_jet(L: TorchLagrangian, q: torch.Tensor, v: torch.Tensor, needed: Iterable[Tuple[int, ...]]) -> Dict[Tuple[int, ...], torch.Tensor]:
+    r"""Partial derivatives :math:`\partial^m L(q, v)` for the multi-indices ``needed``.
+
+    A multi-index is a sorted tuple of slots (slot ``i < n`` is :math:`q_i`, slot ``n+i`` is
+    :math:`v_i`). Each derivative costs one autograd call per distinct parent multi-index.
+    """
+    n = q.shape[-1]
+    needed = {tuple(sorted(m)) for m in needed}
+    closure = set()
+    for m in needed:
+        for r in range(len(m) + 1):
+            closure.add(m[:r])
+    q, v = _as_leaf(q), _as_leaf(v)
+    out: Dict[Tuple[int, ...], torch.Tensor] = {(): _evaluate(L, q, v)}
+    for m in sorted(closure, key=lambda t: (len(t), t)):
+        if not m or m in out:
+            continue
+        parent = m[:-1]
+        children = [c for c in closure if len(c) == len(m) and c[:-1] == parent]
+        val = out[parent]
+        if val.requires_grad:
+            gq, gv = torch.autograd.grad(val.sum(), (q, v), create_graph=True, allow_unused=True)
+        else:
+            gq = gv = None
+        for c in children:
+            s = c[-1]
+            g = gq if s < n else gv
+            comp = g[..., s % n] if g is not None else None
+            out[c] = comp if comp is not None else torch.zeros_like(val)
+    return out
+
+
+def inverse_mass(d: Dict[Tuple[int, ...], torch.Tensor], n: int) -> List[List[torch.Tensor]]:
+    r""":math:`M^{-1}` from the second velocity derivatives in ``d``; raises if :math:`M` is singular.
+
+    Regularity is tested with the smallest singular value relative to the largest
+    (tolerance :data:`REGULARITY_TOL`), pointwise over the batch.
+    """
+    M = torch.stack([torch.stack([d[tuple(sorted((n + i, n + j)))] for j in range(n)], -1) for i in range(n)], -2)
+    with torch.no_grad():
+        if n == 1:
+            bad = ~(M[..., 0, 0].abs() > 0) | ~torch.isfinite(M[..., 0, 0])
+        else:
+            s = torch.linalg.svdvals(M)
+            bad = ~(s[..., -1] > REGULARITY_TOL * s[..., 0]) | ~torch.isfinite(s[..., 0])
+    if bool(bad.any()):
+        count = int(bad.sum())
+        idx = tuple(int(i) for i in torch.nonzero(bad)[0]) if bad.dim() else ()
+        raise ValueError(
+            f"the Lagrangian is not regular at {count} of {bad.numel()} points (first at batch index {idx}): "
+            "its Hessian d^2L/dv^2 is singular there, so the Euler-Lagrange equations do not determine the "
+            "acceleration. Formulas of backward error analysis need a regular Lagrangian."
+        )
+    Minv = 1 / M if n == 1 else torch.linalg.inv(M)
+    return [[Minv[..., i, j] for j in range(n)] for i in range(n)]
+
+
+def momentum(L: TorchLagrangian) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    r""":math:`p(q, v) = \partial L/\partial v` as a differentiable torch callable."""
+
+    def p(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        check_state(q, v)
+        q, v = _as_leaf(q), _as_leaf(v)
+        (gv,) = torch.autograd.grad(_evaluate(L, q, v).sum(), (v,), create_graph=True)
+        return gv
+
+    return p
+
+
+def energy(L: TorchLagrangian) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    r"""The energy :math:`H(q, v) = p \cdot v - L(q, v)`, :math:`p = \partial L/\partial v`, of any
+    torch Lagrangian, as a differentiable torch callable with the same batching as ``L``."""
+    if not callable(L):
+        raise TypeError("energy() needs a callable Lagrangian L(q, v)")
+
+    def H(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        check_state(q, v)
+        q, v = _as_leaf(q), _as_leaf(v)
+        val = _evaluate(L, q, v)
+        (gv,) = torch.autograd.grad(val.sum(), (v,), create_graph=True)
+        return (gv * v).sum(-1) - val
+
+    return H
+
+
+def acceleration(L: TorchLagrangian) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    r"""Euler--Lagrange acceleration :math:`A = M^{-1}(\partial_q L - L_{vq} v)` by autograd."""
+
+    def A(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        check_state(q, v)
+        n = q.shape[-1]
+        needed = [(i,) for i in range(n)] + [tuple(sorted((n + i, s))) for i in range(n) for s in range(2 * n)]
+        d = lagrangian_jet(L, q, v, needed)
+        W = inverse_mass(d, n)
+        b = [d[(i,)] - sum(d[tuple(sorted((j, n + i)))] * v[..., j] for j in range(n)) for i in range(n)]
+        return torch.stack([sum(W[i][j] * b[j] for j in range(n)) for i in range(n)], -1)
+
+    return A
+
+
+def slot_names(n: int) -> Sequence[str]:
+    return [f"q{i}" for i in range(n)] + [f"v{i}" for i in range(n)]

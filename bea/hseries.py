@@ -1,0 +1,413 @@
+r"""Truncated power series in ``h`` with sparse polynomial coefficients.
+
+This is the arithmetic kernel of the derivations. SymPy expressions are far too slow for the
+expansions behind an ``h^8`` modified Lagrangian, so the engine works with
+
+* **polynomials** over :math:`\mathbb{Q}`: a ``dict`` mapping a *monomial* to its coefficient,
+  where a monomial is a sorted tuple of variable indices with repetition
+  (``(3, 3, 7)`` is :math:`x_3^2 x_7`);
+* **h-series** :class:`HSeries`: a list of such polynomials, entry ``k`` being the coefficient of
+  :math:`h^k`, together with the highest power that is *known* (``order``). Operations track that
+  order exactly, so a scheme that divides by ``h`` loses one power of precision visibly instead of
+  silently producing wrong high-order terms.
+
+Every series carries :class:`Rules` that put monomials in normal form:
+
+* variables with an index below ``rules.nil`` are first-order infinitesimals (a monomial with two
+  of them vanishes); they carry the variation :math:`q_j \to q_j + h\varepsilon` used to read
+  off discrete Euler--Lagrange equations;
+* ``rules.cancel = (w, m)`` declares :math:`w \cdot m = 1` (in one dimension
+  :math:`M^{-1} \cdot L_{vv} = 1`), which keeps expressions free of identically-zero garbage.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Tuple
+
+try:  # gmpy2's rationals are about 10x faster than fractions.Fraction
+    from gmpy2 import mpq as Q
+except ImportError:  # pragma: no cover - exercised only without gmpy2
+    Q = Fraction  # type: ignore[misc,assignment]
+
+Monomial = Tuple[int, ...]
+Poly = Dict[Monomial, object]
+
+ONE: Monomial = ()
+
+
+def to_rational(x: object):
+    """Exact rational from an int, Fraction, gmpy2 rational, SymPy Rational or :class:`Exact`."""
+    exact = getattr(x, "exact", None)
+    if exact is not None:
+        return Q(exact.numerator, exact.denominator)
+    if isinstance(x, bool):
+        raise TypeError("a boolean is not a coefficient")
+    if isinstance(x, int):
+        return Q(x)
+    if isinstance(x, float):
+        # exact binary value of the float: correct, if not pretty. Use Fraction or
+        # bea.schemes.exact() for decimal constants such as 0.3.
+        return Q(*x.as_integer_ratio())
+    if isinstance(x, Fraction):
+        return Q(x.numerator, x.denominator)
+    if type(x) is type(Q(0)):
+        return x
+    p, q = getattr(x, "p", None), getattr(x, "q", None)  # sympy.Rational
+    if isinstance(p, int) and isinstance(q, int):
+        return Q(p, q)
+    raise TypeError(f"cannot use {x!r} (type {type(x).__name__}) as an exact coefficient")
+
+
+# --------------------------------------------------------------------------- polynomials
+
+
+def padd(p: Poly, q: Poly, scale=1) -> Poly:
+    """``p + scale*q`` (new dict)."""
+    out = dict(p)
+    for m, c in q.items():
+        v = out.get(m, 0) + scale * c
+        if v:
+            out[m] = v
+        else:
+            out.pop(m, None)
+    return out
+
+
+def pscale(p: Poly, c) -> Poly:
+    if not c:
+        return {}
+    return {m: c * a for m, a in p.items()}
+
+
+class Rules:
+    """Normal-form rules for monomials (see module docstring). Immutable."""
+
+    __slots__ = ("nil", "cancel")
+
+    def __init__(self, nil: int = 0, cancel: Optional[Tuple[int, int]] = None):
+        self.nil = nil
+        self.cancel = cancel
+
+    def __repr__(self) -> str:
+        return f"Rules(nil={self.nil}, cancel={self.cancel})"
+
+
+PLAIN = Rules()
+
+
+def normal(m: Monomial, rules: Rules) -> Optional[Monomial]:
+    """Normal form of a sorted monomial, or ``None`` if it vanishes."""
+    nil = rules.nil
+    if nil and len(m) > 1 and m[1] < nil:
+        return None
+    cancel = rules.cancel
+    if cancel is not None:
+        w, x = cancel
+        if w in m and x in m:
+            k = min(m.count(w), m.count(x))
+            lst = list(m)
+            for _ in range(k):
+                lst.remove(w)
+                lst.remove(x)
+            return tuple(lst)
+    return m
+
+
+def merge(a: Monomial, b: Monomial) -> Monomial:
+    if not a:
+        return b
+    if not b:
+        return a
+    return tuple(sorted(a + b))
+
+
+def pmul(p: Poly, q: Poly, rules: Rules = PLAIN, out: Optional[Poly] = None) -> Poly:
+    """Product of two polynomials, in normal form under ``rules``; accumulated into ``out`` if given."""
+    if len(p) > len(q):
+        p, q = q, p
+    accumulate = out is not None
+    if out is None:
+        out = {}
+    get = out.get
+    plain = rules.nil == 0 and rules.cancel is None
+    for m1, c1 in p.items():
+        for m2, c2 in q.items():
+            m = merge(m1, m2)
+            if not plain:
+                m = normal(m, rules)
+                if m is None:
+                    continue
+            out[m] = get(m, 0) + c1 * c2
+    return out if accumulate else {m: c for m, c in out.items() if c}
+
+
+def pmul_var(p: Poly, var: int, rules: Rules = PLAIN) -> Poly:
+    """``var * p``."""
+    out: Poly = {}
+    for m, c in p.items():
+        mm = normal(tuple(sorted(m + (var,))), rules)
+        if mm is not None:
+            out[mm] = out.get(mm, 0) + c
+    return {m: c for m, c in out.items() if c}
+
+
+def pdiff(p: Poly, var: int) -> Poly:
+    """Partial derivative with respect to variable ``var``."""
+    out: Poly = {}
+    for m, c in p.items():
+        k = m.count(var)
+        if k:
+            i = m.index(var)
+            mm = m[:i] + m[i + 1 :]
+            out[mm] = out.get(mm, 0) + k * c
+    return {m: c for m, c in out.items() if c}
+
+
+def pvars(p: Poly) -> set:
+    return {x for m in p for x in m}
+
+
+# --------------------------------------------------------------------------- h-series
+
+
+EXACT = 10**6  # "order" of an exact series (a constant, h, h^2/2): known to every power
+
+
+class HSeries:
+    r"""Truncated series :math:`\sum_{k=0}^{\text{order}} h^k c_k` with polynomial ``c_k``.
+
+    ``order`` is the highest power of ``h`` that is known; arithmetic propagates it exactly.
+    ``c`` may be shorter than ``order + 1``: missing coefficients are zero (so exact series such as
+    ``h`` itself are cheap). ``nil`` holds the normal-form :class:`Rules` (see module docstring).
+    """
+
+    __slots__ = ("c", "order", "nil")
+
+    def __init__(self, coeffs: List[Poly], order: int, nil: Rules = PLAIN):
+        c = list(coeffs[: order + 1])
+        while c and not c[-1]:
+            c.pop()
+        self.c = c
+        self.order = order
+        self.nil = nil
+
+    # -- constructors
+    @classmethod
+    def const(cls, value, order: int = EXACT, nil: Rules = PLAIN) -> "HSeries":
+        r = to_rational(value)
+        return cls([{ONE: r}] if r else [], order, nil)
+
+    @classmethod
+    def var(cls, index: int, order: int = EXACT, nil: Rules = PLAIN) -> "HSeries":
+        return cls([{(index,): Q(1)}], order, nil)
+
+    @classmethod
+    def h_power(cls, k: int, coeff=1, order: int = EXACT, nil: Rules = PLAIN) -> "HSeries":
+        coeffs: List[Poly] = [{} for _ in range(k)] + [{ONE: to_rational(coeff)}]
+        return cls(coeffs, order, nil)
+
+    # -- queries
+    def __getitem__(self, k: int) -> Poly:
+        """Coefficient of ``h^k`` (zero beyond the stored list; error beyond ``order``)."""
+        if k > self.order:
+            raise ValueError(f"series known only to h^{self.order}; h^{k} was asked for")
+        return self.c[k] if k < len(self.c) else {}
+
+    def valuation(self) -> int:
+        for k, p in enumerate(self.c):
+            if p:
+                return k
+        return EXACT
+
+    def is_zero(self) -> bool:
+        return not self.c
+
+    def truncate(self, order: int) -> "HSeries":
+        """Keep powers up to ``h^order``; ``order`` may not exceed what is known."""
+        if order > self.order:
+            raise ValueError(f"series known only to h^{self.order}, cannot extend to h^{order}")
+        return HSeries(self.c, order, self.nil)
+
+    def truncate_soft(self, order: int) -> "HSeries":
+        """Truncate to ``min(order, self.order)``."""
+        return self if self.order <= order and len(self.c) <= order + 1 else HSeries(self.c, min(order, self.order), self.nil)
+
+    def variables(self) -> set:
+        s: set = set()
+        for p in self.c:
+            s |= pvars(p)
+        return s
+
+    # -- arithmetic
+    def _coerce(self, other) -> "HSeries":
+        if isinstance(other, HSeries):
+            return other
+        return HSeries.const(other, EXACT, self.nil)
+
+    def __add__(self, other):
+        try:
+            o = self._coerce(other)
+        except TypeError:
+            return NotImplemented
+        order = min(self.order, o.order)
+        n = min(order + 1, max(len(self.c), len(o.c)))
+        out = [padd(self[k] if k < len(self.c) else {}, o.c[k] if k < len(o.c) else {}) for k in range(n)]
+        return HSeries(out, order, self.nil if self.nil is not PLAIN else o.nil)
+
+    __radd__ = __add__
+
+    def __neg__(self):
+        return HSeries([pscale(p, -1) for p in self.c], self.order, self.nil)
+
+    def __sub__(self, other):
+        try:
+            return self + (-self._coerce(other))
+        except TypeError:
+            return NotImplemented
+
+    def __rsub__(self, other):
+        try:
+            return self._coerce(other) + (-self)
+        except TypeError:
+            return NotImplemented
+
+    def __mul__(self, other):
+        if not isinstance(other, HSeries):
+            try:
+                r = to_rational(other)
+            except TypeError:
+                return NotImplemented
+            return HSeries([pscale(p, r) for p in self.c], self.order, self.nil)
+        return mul(self, other)
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, other):
+        if isinstance(other, HSeries):
+            return self._div_series(other)
+        try:
+            r = to_rational(other)
+        except TypeError:
+            return NotImplemented
+        if not r:
+            raise ZeroDivisionError("division of a series by zero")
+        return self * (1 / r)
+
+    def __pow__(self, k: int):
+        if not isinstance(k, int) or k < 0:
+            raise TypeError("only non-negative integer powers of series are supported")
+        out = HSeries.const(1, EXACT, self.nil)
+        for _ in range(k):
+            out = out * self
+        return out
+
+    def _div_series(self, d: "HSeries") -> "HSeries":
+        """Division by ``c h^k`` (the only case schemes need, as in ``(b - a)/h``)."""
+        k = d.valuation()
+        if k == EXACT:
+            raise ZeroDivisionError("division by a series that is zero")
+        lead = d.c[k]
+        if list(lead) != [ONE] or len(d.c) > k + 1:
+            raise ValueError("a series can only be divided by a constant times a power of h")
+        if self.valuation() < k:
+            raise ValueError(
+                f"cannot divide by h^{k}: the dividend has a term of lower order in h "
+                "(is the discrete Lagrangian consistent?)"
+            )
+        inv = 1 / lead[ONE]
+        # d is known to h^{d.order}: relative error O(h^{d.order-k+1}) -> result order below
+        order = min(self.order - k, d.order - 2 * k + min(self.valuation(), EXACT))
+        return HSeries([pscale(p, inv) for p in self.c[k:]], order, self.nil)
+
+    def __repr__(self) -> str:
+        terms = [f"h^{k}:{len(p)}" for k, p in enumerate(self.c) if p]
+        return f"HSeries(order={self.order}; terms {', '.join(terms) or '0'})"
+
+
+def mul(a: HSeries, b: HSeries) -> HSeries:
+    va, vb = a.valuation(), b.valuation()
+    order = min(a.order + vb, b.order + va, EXACT)
+    nil = a.nil if a.nil is not PLAIN else b.nil
+    if va == EXACT or vb == EXACT:
+        return HSeries([], order if order < EXACT else EXACT, nil)
+    n = min(order + 1, len(a.c) + len(b.c) - 1)
+    out: List[Poly] = [{} for _ in range(max(n, 0))]
+    for i in range(va, min(len(a.c), n)):
+        pa = a.c[i]
+        if not pa:
+            continue
+        for j in range(vb, min(len(b.c), n - i)):
+            pb = b.c[j]
+            if pb:
+                pmul(pa, pb, nil, out[i + j])
+    return HSeries([{m: c for m, c in p.items() if c} for p in out], order, nil)
+
+
+def mul_var(a: HSeries, var: int) -> HSeries:
+    return HSeries([pmul_var(p, var, a.nil) for p in a.c], a.order, a.nil)
+
+
+def diff(a: HSeries, var: int) -> HSeries:
+    return HSeries([pdiff(p, var) for p in a.c], a.order, a.nil)
+
+
+def add_all(items: Iterable[HSeries], order: int = EXACT, nil: Rules = PLAIN) -> HSeries:
+    out = HSeries([], order, nil)
+    for it in items:
+        out = out + it
+    return out
+
+
+def substitute(a: HSeries, values: Mapping[int, HSeries], order: int) -> HSeries:
+    """Replace each variable in ``values`` by a series, truncating at ``h^order``.
+
+    Variables not in ``values`` are kept. Powers of the substituted series are cached, because the
+    same factor (e.g. :math:`\\ddot q`) occurs in many monomials. The result is known to the lowest
+    order that any contributing term is known to.
+    """
+    nil = a.nil
+    powers: Dict[Tuple[int, int], HSeries] = {}
+
+    def power(var: int, k: int) -> HSeries:
+        key = (var, k)
+        if key not in powers:
+            powers[key] = (
+                values[var].truncate_soft(order) if k == 1 else mul(power(var, k - 1), values[var]).truncate_soft(order)
+            )
+        return powers[key]
+
+    known = min(a.order, order)
+    out: List[Poly] = [{} for _ in range(known + 1)]
+    for hk in range(min(len(a.c), known + 1)):
+        for mono, coef in a.c[hk].items():
+            kept: List[int] = []
+            factors: List[HSeries] = []
+            i = 0
+            while i < len(mono):
+                x = mono[i]
+                j = i
+                while j < len(mono) and mono[j] == x:
+                    j += 1
+                if x in values:
+                    factors.append(power(x, j - i))
+                else:
+                    kept.extend(mono[i:j])
+                i = j
+            term = HSeries([{} for _ in range(hk)] + [{tuple(kept): coef}], EXACT, nil)
+            for f in factors:
+                term = mul(term, f).truncate_soft(known)
+                if term.is_zero():
+                    break
+            if term.is_zero():
+                continue
+            known = min(known, term.order)
+            for k in range(term.valuation(), min(len(term.c), known + 1)):
+                acc = out[k]
+                for m, c in term.c[k].items():
+                    acc[m] = acc.get(m, 0) + c
+    return HSeries([{m: c for m, c in p.items() if c} for p in out], known, nil)
+
+
+def map_polys(a: HSeries, f: Callable[[Poly], Poly]) -> HSeries:
+    return HSeries([f(p) for p in a.c], a.order, a.nil)

@@ -1,0 +1,277 @@
+r"""Jet space of a generic Lagrangian: variables, Taylor expansion and total derivatives.
+
+A *generic* Lagrangian :math:`L(q, v)`, :math:`q, v \in \mathbb{R}^n`, is represented through
+its partial derivatives at the base point :math:`(q(t), \dot q(t))`:
+
+* ``L(m)`` -- the symbol :math:`\partial^m L`, ``m`` a sorted tuple of *slots* (slot ``i < n`` is
+  :math:`q_i`, slot ``n + i`` is :math:`v_i`), so ``L((0, n))`` is :math:`L_{q_1 v_1}`;
+* ``jet(i, k)`` -- :math:`q_i^{(k)}(t)`; ``jet(i, 1)`` doubles as the velocity variable
+  :math:`v_i`. Generic expressions never contain :math:`q_i` itself: position dependence is
+  carried by the derivative symbols;
+* ``W(i, j)`` -- an entry of :math:`M^{-1}`, :math:`M = \partial^2 L/\partial v^2`, the only
+  non-polynomial object the derivations need. Its derivatives follow from
+  :math:`\partial W = -W (\partial M) W`;
+* ``eps(i)`` -- nilpotent variations (see :mod:`bea.hseries`).
+
+:class:`Jets` allocates these variables lazily and implements the three operations that every
+derivation is built from: the Taylor expansion of ``L`` at shifted arguments (so that a scheme's
+discrete Lagrangian, written once with ordinary arithmetic, can be evaluated on series), the
+total time derivative :math:`D`, and partial derivatives.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .hseries import EXACT, ONE, HSeries, Poly, Q, Rules, add_all, diff, mul, mul_var, padd, pmul, pscale
+
+Slots = Tuple[int, ...]
+
+
+class Jets:
+    """Variable registry for one derivation in dimension ``n`` (no global state)."""
+
+    def __init__(self, n: int):
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"dimension must be a positive integer, got {n!r}")
+        self.n = n
+        self.kind: List[tuple] = []
+        self._index: Dict[tuple, int] = {}
+        for i in range(n):  # nilpotent variables must have the smallest indices
+            self._new(("eps", i))
+        for i in range(n):
+            for j in range(i, n):
+                self._new(("W", i, j))
+        # in one dimension W * L_vv = 1 is a monomial rule; in n-D it is a contraction and stays implicit
+        cancel = (self.W(0, 0), self.L((1, 1))) if n == 1 else None
+        self.rules = Rules(nil=n, cancel=cancel)
+
+    # ----------------------------------------------------------------- variables
+    def _new(self, key: tuple) -> int:
+        idx = len(self.kind)
+        self.kind.append(key)
+        self._index[key] = idx
+        return idx
+
+    def _get(self, key: tuple) -> int:
+        idx = self._index.get(key)
+        return self._new(key) if idx is None else idx
+
+    @property
+    def nil(self) -> Rules:
+        return self.rules
+
+    def eps(self, i: int) -> int:
+        return self._index[("eps", i)]
+
+    def W(self, i: int, j: int) -> int:
+        return self._index[("W", min(i, j), max(i, j))]
+
+    def jet(self, i: int, k: int) -> int:
+        return self._get(("jet", i, k))
+
+    def vel(self, i: int) -> int:
+        return self.jet(i, 1)
+
+    def L(self, m: Slots) -> int:
+        return self._get(("L", tuple(sorted(m))))
+
+    def mass_slots(self, k: int, l: int) -> Slots:
+        return tuple(sorted((self.n + k, self.n + l)))
+
+    # ----------------------------------------------------------------- helpers
+    def series(self, var: int) -> HSeries:
+        return HSeries.var(var, EXACT, self.nil)
+
+    def zero(self, order: int = EXACT) -> HSeries:
+        return HSeries([], order, self.nil)
+
+    def shifted_position(self, i: int, c, order: int) -> HSeries:
+        r""":math:`q_i(t + c h) = \sum_{k \le \text{order}} q_i^{(k)} (c h)^k / k!`, known to ``h^order``."""
+        coeffs: List[Poly] = []
+        fact = Q(1)
+        cq = Q(c)
+        for k in range(order + 1):
+            if k:
+                fact *= k
+            coeffs.append({(self.jet(i, k),): cq**k / fact})
+        return HSeries(coeffs, order, self.nil)
+
+    # ----------------------------------------------------------------- Taylor expansion
+    def lagrangian_at(self, x: Sequence[HSeries], y: Sequence[HSeries]) -> HSeries:
+        r"""Series of :math:`L(x, y)` for argument series :math:`x, y` near :math:`(q, \dot q)`.
+
+        :math:`L(q + \delta q, \dot q + \delta v) = \sum_m \partial^m L \, \delta^m / m!` over
+        multi-indices ``m``; the sum terminates because every :math:`\delta` is :math:`O(h)` up to
+        a single nilpotent term.
+        """
+        n = self.n
+        args = [a if isinstance(a, HSeries) else HSeries.const(a, EXACT, self.nil) for a in (*x, *y)]
+        if len(args) != 2 * n:
+            raise ValueError(f"the Lagrangian takes q and v of length {n}; got {len(x)} and {len(y)}")
+        deltas: List[HSeries] = []
+        for s, a in enumerate(args):
+            i, k = (s, 0) if s < n else (s - n, 1)
+            want = {(self.jet(i, k),): Q(1)}
+            base = {m: c for m, c in a[0].items() if not (m and m[0] < self.n)}
+            if base != want:
+                name = f"q_{i + 1}" if k == 0 else f"v_{i + 1}"
+                raise ValueError(
+                    f"inconsistent scheme: the {name} argument of L does not tend to "
+                    f"{'q(t)' if k == 0 else 'the velocity'} as h -> 0 (discrete Lagrangians must "
+                    "approximate the action over one step)"
+                )
+            deltas.append(a - HSeries([want], EXACT, self.nil))
+        order = min(a.order for a in args)
+        terms: List[HSeries] = [HSeries([{(self.L(()),): Q(1)}], order, self.nil)]
+
+        def rec(start: int, prefix: HSeries, m: Slots, run: int, coef) -> None:
+            for s in range(start, 2 * n):
+                if deltas[s].is_zero():
+                    continue
+                r = run + 1 if (m and m[-1] == s) else 1
+                prod = mul(prefix, deltas[s]).truncate_soft(order)
+                if prod.is_zero():
+                    continue
+                c = coef / r
+                mm = m + (s,)
+                terms.append(mul_var(prod, self.L(mm)) * c)
+                rec(s, prod, mm, r, c)
+
+        rec(0, HSeries.const(1, EXACT, self.nil), (), 0, Q(1))
+        return add_all(terms, order, self.nil)
+
+    def generic_lagrangian(self):
+        """A callable ``L(x, y)`` on arrays of series: the generic Lagrangian, Taylor-expanded."""
+
+        def L(x, y):
+            return self.lagrangian_at(list(np.asarray(x, dtype=object).ravel()), list(np.asarray(y, dtype=object).ravel()))
+
+        return L
+
+    # ----------------------------------------------------------------- derivatives
+    def _dvar(self, var: int, acc: Optional[Sequence[HSeries]], cache: Dict[int, HSeries]) -> HSeries:
+        """Total derivative of one variable. ``acc=None``: on jet space (:math:`\\ddot q` free);
+        else along :math:`(\\dot q, \\ddot q = \\text{acc})`."""
+        if var in cache:
+            return cache[var]
+        n = self.n
+        key = self.kind[var]
+        if key[0] == "eps":
+            out = self.zero()
+        elif key[0] == "jet":
+            _, i, k = key
+            if acc is None:
+                out = self.series(self.jet(i, k + 1))
+            elif k == 0:
+                out = self.series(self.vel(i))
+            elif k == 1:
+                out = acc[i]
+            else:
+                raise ValueError("internal: higher jets must be eliminated before differentiating along F")
+        elif key[0] == "L":
+            m = key[1]
+            parts = []
+            for i in range(n):
+                parts.append(mul_var(self.series(self.L(m + (i,))), self.vel(i)))
+                a_i = self.series(self.jet(i, 2)) if acc is None else acc[i]
+                parts.append(mul(self.series(self.L(m + (n + i,))), a_i))
+            out = add_all(parts, EXACT, self.nil)
+        else:  # W entry: D W = -W (D M) W
+            _, i, j = key
+            dM = [[self._dvar(self.L(self.mass_slots(k, l)), acc, cache) for l in range(n)] for k in range(n)]
+            out = self._w_sandwich(i, j, dM)
+        cache[var] = out
+        return out
+
+    def _w_sandwich(self, i: int, j: int, dM: List[List[HSeries]]) -> HSeries:
+        """:math:`-(W\\, dM\\, W)_{ij}`."""
+        n = self.n
+        parts = []
+        for k in range(n):
+            for l in range(n):
+                if dM[k][l].is_zero():
+                    continue
+                w = HSeries([pmul({(self.W(i, k),): Q(1)}, {(self.W(l, j),): Q(-1)}, self.nil)], EXACT, self.nil)
+                parts.append(mul(w, dM[k][l]))
+        return add_all(parts, EXACT, self.nil)
+
+    def total_derivative(self, p: HSeries, acc: Optional[Sequence[HSeries]] = None, order: Optional[int] = None) -> HSeries:
+        r"""Total time derivative :math:`D p = \sum_x (\partial p/\partial x)\, D x`.
+
+        With ``acc=None`` this is the derivative on jet space; with ``acc = F`` it is the
+        derivative along solutions of :math:`\ddot q = F`, for expressions in :math:`(v, \partial^m L, W)`.
+        """
+        order = p.order if order is None else min(order, p.order)
+        cache: Dict[int, HSeries] = {}
+        parts = []
+        for var in sorted(p.variables()):
+            dp = diff(p, var)
+            if dp.is_zero():
+                continue
+            dv = self._dvar(var, acc, cache)
+            if dv.is_zero():
+                continue
+            parts.append(mul(dp, dv).truncate_soft(order))
+        return add_all(parts, order, self.nil)
+
+    def partial(self, p: HSeries, slot: int) -> HSeries:
+        r"""Partial derivative of an expression in :math:`(v, \partial^m L, W)` with respect to
+        slot ``slot`` (:math:`q_i` for ``slot = i``, :math:`v_i` for ``slot = n + i``)."""
+        n = self.n
+        parts = []
+        for var in sorted(p.variables()):
+            key = self.kind[var]
+            if key[0] == "L":
+                dv = self.series(self.L(key[1] + (slot,)))
+            elif key[0] == "jet":
+                _, i, k = key
+                hit = (k == 0 and slot == i) or (k == 1 and slot == n + i)
+                if k > 1:
+                    raise ValueError("internal: partial derivative of an expression with higher jets")
+                if not hit:
+                    continue
+                dv = HSeries.const(1, EXACT, self.nil)
+            elif key[0] == "W":
+                _, i, j = key
+                dM = [[self.series(self.L(self.mass_slots(k, l) + (slot,))) for l in range(n)] for k in range(n)]
+                dv = self._w_sandwich(i, j, dM)
+            else:
+                continue
+            parts.append(mul(diff(p, var), dv))
+        return add_all(parts, p.order, self.nil)
+
+    def eps_coefficient(self, s: HSeries, i: int) -> HSeries:
+        """Coefficient of the nilpotent variable ``eps(i)`` in ``s``."""
+        e = self.eps(i)
+        out = []
+        for p in s.c:
+            q: Poly = {}
+            for m, c in p.items():
+                if m and m[0] == e:
+                    q[m[1:]] = c
+            out.append(q)
+        return HSeries(out, s.order, self.nil)
+
+    def strip_eps(self, s: HSeries) -> HSeries:
+        return HSeries([{m: c for m, c in p.items() if not (m and m[0] < self.n)} for p in s.c], s.order, self.nil)
+
+    def apply_W(self, r: Sequence[Poly]) -> List[Poly]:
+        """:math:`W r` for a vector of polynomials."""
+        out = []
+        for i in range(self.n):
+            acc: Poly = {}
+            for j in range(self.n):
+                acc = padd(acc, pmul({(self.W(i, j),): Q(1)}, r[j], self.nil))
+            out.append(acc)
+        return out
+
+
+def poly_vector_to_series(polys: Sequence[Poly], k: int, nil: int) -> List[HSeries]:
+    """``h^k * p`` for each polynomial ``p`` (exact series)."""
+    return [HSeries([{} for _ in range(k)] + [p], EXACT, nil) for p in polys]
+
+
+__all__ = ["Jets", "poly_vector_to_series", "ONE", "pscale"]

@@ -1,0 +1,272 @@
+r"""Variational integrators, each defined once by its discrete Lagrangian.
+
+A scheme maps a Lagrangian :math:`L(q, v)` to a discrete Lagrangian
+:math:`L_\Delta(a, b) \approx \int_{t}^{t+h} L(q, \dot q)\,dt` for the exact path from ``a`` to
+``b``. :meth:`Scheme.discrete_lagrangian` is written with ordinary arithmetic only
+(``+ - * /`` by numbers and by ``h``, and calls of ``L``), so the same code runs on
+
+* torch tensors ``a, b`` of shape ``(..., n)`` (integrators, learning losses),
+* SymPy matrices (a concrete, inspectable discrete Lagrangian),
+* the truncated series of :mod:`bea.hseries` (all symbolic derivations).
+
+To add a scheme, subclass :class:`Scheme` and implement ``discrete_lagrangian``, or wrap a
+function with :class:`CustomScheme`. Every derivation in :mod:`bea` then works unchanged.
+
+Constants inside a scheme should be exact: integers, :class:`fractions.Fraction`, or
+:func:`exact` (a float that also remembers its exact rational value, so it multiplies tensors
+and still gives exact symbolic formulas).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+from fractions import Fraction
+from typing import Any, Callable, Dict, Optional, Union
+
+__all__ = [
+    "Scheme",
+    "Midpoint",
+    "Trapezoidal",
+    "GeneralisedMidpoint",
+    "CustomScheme",
+    "exact",
+    "get_scheme",
+    "available_schemes",
+]
+
+
+class Exact(float):
+    """A float that carries its exact rational value (``.exact``).
+
+    Arithmetic with ints, Fractions and other :class:`Exact` stays exact; with anything else
+    (tensors, arrays) it behaves as the plain float. SymPy sees the exact ``Rational``.
+    """
+
+    exact: Fraction
+
+    def __new__(cls, value: Union[int, float, str, Fraction]) -> "Exact":
+        if isinstance(value, Exact):
+            frac = value.exact
+        elif isinstance(value, float):
+            frac = Fraction(repr(value))  # the decimal the user typed: 0.3 -> 3/10
+        else:
+            frac = Fraction(value)
+        obj = super().__new__(cls, float(frac))
+        obj.exact = frac
+        return obj
+
+    def _sympy_(self):
+        import sympy
+
+        return sympy.Rational(self.exact.numerator, self.exact.denominator)
+
+    @staticmethod
+    def _frac(other: Any) -> Optional[Fraction]:
+        if isinstance(other, Exact):
+            return other.exact
+        if isinstance(other, (int, Fraction)) and not isinstance(other, bool):
+            return Fraction(other)
+        return None
+
+    def _binary(self, other: Any, op: Callable[[Fraction, Fraction], Fraction], fop: str) -> Any:
+        o = self._frac(other)
+        if o is None:
+            return getattr(float, fop)(self, other)
+        return Exact(op(self.exact, o))
+
+    def __add__(self, o):
+        return self._binary(o, lambda a, b: a + b, "__add__")
+
+    def __radd__(self, o):
+        return self._binary(o, lambda a, b: b + a, "__radd__")
+
+    def __sub__(self, o):
+        return self._binary(o, lambda a, b: a - b, "__sub__")
+
+    def __rsub__(self, o):
+        return self._binary(o, lambda a, b: b - a, "__rsub__")
+
+    def __mul__(self, o):
+        return self._binary(o, lambda a, b: a * b, "__mul__")
+
+    def __rmul__(self, o):
+        return self._binary(o, lambda a, b: b * a, "__rmul__")
+
+    def __truediv__(self, o):
+        return self._binary(o, lambda a, b: a / b, "__truediv__")
+
+    def __rtruediv__(self, o):
+        return self._binary(o, lambda a, b: b / a, "__rtruediv__")
+
+    def __neg__(self):
+        return Exact(-self.exact)
+
+    def __repr__(self) -> str:
+        return str(self.exact)
+
+
+def exact(value: Union[int, float, str, Fraction]) -> Exact:
+    """An exact constant usable in schemes on both SymPy/series and torch (``exact(0.3)`` is 3/10)."""
+    return Exact(value)
+
+
+class Scheme:
+    r"""Base class: a one-step variational integrator given by :math:`L_\Delta(L, a, b, h)`.
+
+    Attributes
+    ----------
+    name : str
+        Identifier used by :func:`get_scheme`, the CLI and the cache key.
+    symmetric : bool or None
+        ``True`` if :math:`L_\Delta(b, a, -h) = -L_\Delta(a, b, h)`; then all series contain only
+        even powers of ``h``. ``None`` means "unknown": derivations detect it from the expansion.
+    """
+
+    name: str = "scheme"
+    symmetric: Optional[bool] = None
+
+    def discrete_lagrangian(self, L: Callable, a: Any, b: Any, h: Any) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
+    def __call__(self, L: Callable, a: Any, b: Any, h: Any) -> Any:
+        return self.discrete_lagrangian(L, a, b, h)
+
+    def params(self) -> Dict[str, Any]:
+        """Parameters that distinguish instances (part of the cache key)."""
+        return {}
+
+    def cache_key(self) -> Optional[str]:
+        """A string that identifies the scheme's mathematics, or ``None`` (then nothing is cached).
+
+        Built-in schemes use their name and parameters. Subclasses outside :mod:`bea` add a hash of
+        their source, so that editing a user-defined scheme invalidates its cache entries.
+        """
+        params = ",".join(f"{k}={v}" for k, v in sorted(self.params().items()))
+        key = f"{type(self).__module__}.{type(self).__qualname__}({params})"
+        if type(self).__module__ != __name__:
+            try:
+                src = inspect.getsource(type(self))
+            except (OSError, TypeError):
+                return None
+            key += ":" + hashlib.sha256(src.encode()).hexdigest()[:16]
+        return key
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v}" for k, v in self.params().items())
+        return f"{type(self).__name__}({params})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.params() == self.params()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((type(self).__qualname__, tuple(sorted(self.params().items()))))
+
+
+class Midpoint(Scheme):
+    r"""Midpoint rule :math:`L_\Delta(a, b) = h\, L\big(\tfrac{a+b}{2}, \tfrac{b-a}{h}\big)`."""
+
+    name = "midpoint"
+    symmetric = True
+
+    def discrete_lagrangian(self, L, a, b, h):
+        return h * L((a + b) / 2, (b - a) / h)
+
+
+class Trapezoidal(Scheme):
+    r"""Trapezoidal rule :math:`L_\Delta(a, b) = \tfrac h2 \big[L(a, \tfrac{b-a}{h}) + L(b, \tfrac{b-a}{h})\big]`."""
+
+    name = "trapezoidal"
+    symmetric = True
+
+    def discrete_lagrangian(self, L, a, b, h):
+        v = (b - a) / h
+        return h / 2 * (L(a, v) + L(b, v))
+
+
+class GeneralisedMidpoint(Scheme):
+    r"""Generalised midpoint :math:`L_\Delta(a, b) = h\, L\big((1-\alpha) a + \alpha b, \tfrac{b-a}{h}\big)`.
+
+    Symmetric only for :math:`\alpha = 1/2`; otherwise odd powers of ``h`` appear and the method is
+    of order 1 (order 2 for separable Lagrangians, whose :math:`h^1` term is a total derivative).
+    """
+
+    name = "generalised_midpoint"
+
+    def __init__(self, alpha: Union[int, float, str, Fraction] = Fraction(1, 2)):
+        try:
+            self.alpha = exact(alpha)
+        except (ValueError, TypeError, ZeroDivisionError) as err:
+            raise ValueError(f"alpha must be a number in [0, 1], got {alpha!r}") from err
+        if not 0 <= self.alpha.exact <= 1:
+            raise ValueError(f"alpha must lie in [0, 1], got {alpha!r}")
+        self.symmetric = self.alpha.exact == Fraction(1, 2)
+
+    def params(self) -> Dict[str, Any]:
+        return {"alpha": str(self.alpha.exact)}
+
+    def discrete_lagrangian(self, L, a, b, h):
+        return h * L((1 - self.alpha) * a + self.alpha * b, (b - a) / h)
+
+
+class CustomScheme(Scheme):
+    """A scheme from a plain function ``fn(L, a, b, h)`` returning :math:`L_\\Delta`.
+
+    ``name`` identifies it in caches and messages; pass ``symmetric=True`` if you know it is.
+    """
+
+    def __init__(self, fn: Callable, name: str, symmetric: Optional[bool] = None):
+        if not callable(fn):
+            raise TypeError("CustomScheme needs a callable fn(L, a, b, h)")
+        self.fn = fn
+        self.name = name
+        self.symmetric = symmetric
+
+    def discrete_lagrangian(self, L, a, b, h):
+        return self.fn(L, a, b, h)
+
+    def params(self) -> Dict[str, Any]:
+        return {"name": self.name}
+
+    def cache_key(self) -> Optional[str]:
+        try:
+            src = inspect.getsource(self.fn)
+        except (OSError, TypeError):
+            return None
+        return f"custom:{self.name}:" + hashlib.sha256(src.encode()).hexdigest()[:16]
+
+
+_REGISTRY: Dict[str, Callable[[], Scheme]] = {
+    "midpoint": Midpoint,
+    "trapezoidal": Trapezoidal,
+    "generalised_midpoint": GeneralisedMidpoint,
+}
+
+
+def available_schemes() -> list:
+    return sorted(_REGISTRY)
+
+
+def get_scheme(scheme: Union[str, Scheme]) -> Scheme:
+    """Return a scheme object from a scheme or its name.
+
+    Names: ``"midpoint"``, ``"trapezoidal"``, ``"generalised_midpoint"`` (α = ½) and
+    ``"generalised_midpoint(alpha=0.3)"`` / ``"generalised_midpoint:0.3"``.
+    """
+    if isinstance(scheme, Scheme):
+        return scheme
+    if not isinstance(scheme, str):
+        raise TypeError(f"scheme must be a bea.schemes.Scheme or its name, got {type(scheme).__name__}")
+    key = scheme.strip().lower().replace("-", "_").replace(" ", "")
+    alpha: Optional[str] = None
+    if key.startswith("generalised_midpoint") or key.startswith("generalized_midpoint"):
+        rest = key.split("midpoint", 1)[1]
+        key = "generalised_midpoint"
+        if rest:
+            rest = rest.strip("():").replace("alpha=", "")
+            alpha = rest or None
+    if key not in _REGISTRY:
+        raise ValueError(f"unknown scheme {scheme!r}; choose one of {', '.join(available_schemes())} or pass a Scheme object")
+    if alpha is not None:
+        return GeneralisedMidpoint(alpha)
+    return _REGISTRY[key]()

@@ -1,0 +1,178 @@
+r"""Conversion of derivation results to SymPy, for generic and for concrete Lagrangians.
+
+Generic results are expressed through an undefined function ``L(q_1..q_n, v_1..v_n)``: the
+symbol :math:`\partial^m L` becomes ``Derivative(L(q, v), ...)``. In one dimension
+:math:`M^{-1} = 1/L_{vv}` is written out; for ``n > 1`` the entries of :math:`M^{-1}` are the
+symbols ``Minv_ij`` (symmetric), and :func:`inverse_mass_definition` gives their meaning.
+
+Concrete results substitute the derivatives of a given SymPy Lagrangian into the same formula.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence
+
+import sympy
+
+from .hseries import Poly
+from .jets import Jets
+
+
+def default_symbols(n: int):
+    """Coordinate and velocity symbols: ``q, v`` in 1-D, ``q_1..q_n, v_1..v_n`` otherwise."""
+    if n == 1:
+        return [sympy.Symbol("q", real=True)], [sympy.Symbol("v", real=True)]
+    q = [sympy.Symbol(f"q_{i + 1}", real=True) for i in range(n)]
+    v = [sympy.Symbol(f"v_{i + 1}", real=True) for i in range(n)]
+    return q, v
+
+
+def minv_symbols(n: int) -> List[List[sympy.Symbol]]:
+    """Symbols for the entries of :math:`M^{-1}` (``n > 1``); symmetric by construction."""
+    S = [[None] * n for _ in range(n)]
+    for i in range(n):
+        for j in range(i, n):
+            S[i][j] = S[j][i] = sympy.Symbol(f"Minv_{i + 1}{j + 1}", real=True)
+    return S  # type: ignore[return-value]
+
+
+def rational(c) -> sympy.Rational:
+    return sympy.Rational(int(c.numerator), int(c.denominator))
+
+
+def poly_to_sympy(p: Poly, value: Callable[[int], sympy.Expr]) -> sympy.Expr:
+    """Sum of monomials, each variable replaced by ``value(index)``."""
+    terms = []
+    for mono, c in p.items():
+        factors = [rational(c)]
+        i = 0
+        while i < len(mono):
+            j = i
+            while j < len(mono) and mono[j] == mono[i]:
+                j += 1
+            base = value(mono[i])
+            factors.append(base if j - i == 1 else base ** (j - i))
+            i = j
+        terms.append(sympy.Mul(*factors))
+    return sympy.Add(*terms)
+
+
+@dataclass
+class Frame:
+    """How the jet variables of a derivation map to SymPy objects."""
+
+    n: int
+    q: List[sympy.Symbol]
+    v: List[sympy.Symbol]
+    L: sympy.Expr  # the Lagrangian (an undefined function application, or a concrete expression)
+    generic: bool
+    params: List[sympy.Symbol] = field(default_factory=list)
+    _minv: Optional[List[List[sympy.Expr]]] = None
+    _cache: Dict[tuple, sympy.Expr] = field(default_factory=dict)
+
+    @classmethod
+    def generic_frame(cls, n: int) -> "Frame":
+        q, v = default_symbols(n)
+        return cls(n=n, q=q, v=v, L=sympy.Function("L")(*q, *v), generic=True)
+
+    def slot_symbol(self, s: int) -> sympy.Symbol:
+        return self.q[s] if s < self.n else self.v[s - self.n]
+
+    def derivative(self, m: tuple) -> sympy.Expr:
+        if m not in self._cache:
+            if not m:
+                out = self.L
+            elif self.generic:
+                counts: Dict[int, int] = {}
+                for s in m:
+                    counts[s] = counts.get(s, 0) + 1
+                out = sympy.Derivative(self.L, *[(self.slot_symbol(s), k) for s, k in sorted(counts.items())])
+            else:
+                out = sympy.diff(self.derivative(m[:-1]), self.slot_symbol(m[-1]))
+            self._cache[m] = out
+        return self._cache[m]
+
+    def mass(self) -> sympy.Matrix:
+        n = self.n
+        return sympy.Matrix(n, n, lambda i, j: self.derivative(tuple(sorted((n + i, n + j)))))
+
+    def minv(self) -> List[List[sympy.Expr]]:
+        if self._minv is None:
+            n = self.n
+            if self.generic and n > 1:
+                self._minv = minv_symbols(n)
+            else:
+                M = self.mass()
+                if n == 1:
+                    inv = sympy.Matrix([[1 / M[0, 0]]]) if M[0, 0] != 0 else None
+                else:
+                    det = sympy.simplify(M.det())
+                    inv = None if det == 0 else M.adjugate() / det
+                if inv is None:
+                    raise ValueError(
+                        "the Lagrangian is not regular: its Hessian d^2L/dv^2 is singular, so the Euler-Lagrange "
+                        "equations do not determine the acceleration"
+                    )
+                self._minv = [[sympy.simplify(inv[i, j]) if not self.generic else inv[i, j] for j in range(n)] for i in range(n)]
+        return self._minv
+
+    def value(self, jets: Jets) -> Callable[[int], sympy.Expr]:
+        def val(idx: int) -> sympy.Expr:
+            key = jets.kind[idx]
+            if key[0] == "L":
+                return self.derivative(key[1])
+            if key[0] == "W":
+                return self.minv()[key[1]][key[2]]
+            if key[0] == "jet":
+                _, i, k = key
+                if k == 1:
+                    return self.v[i]
+                if k == 0:
+                    return self.q[i]
+            raise ValueError(f"internal: unexpected variable {key} in a result")
+
+        return val
+
+
+def inverse_mass_definition(n: int) -> Dict[sympy.Symbol, sympy.Expr]:
+    """``{Minv_ij: (M^{-1})_ij}`` for the generic Lagrangian in ``n > 1`` dimensions."""
+    frame = Frame.generic_frame(n)
+    M = frame.mass()
+    inv = M.inv()
+    S = minv_symbols(n)
+    return {S[i][j]: inv[i, j] for i in range(n) for j in range(i, n)}
+
+
+def validate_concrete(lagrangian, q: Sequence, v: Sequence, params: Sequence = ()) -> Frame:
+    """Check a concrete SymPy Lagrangian and its declared symbols; return its :class:`Frame`."""
+    try:
+        L = sympy.sympify(lagrangian)
+    except (sympy.SympifyError, TypeError) as err:
+        raise TypeError(f"lagrangian must be a SymPy expression, got {type(lagrangian).__name__}") from err
+    if isinstance(q, sympy.Symbol):
+        q = [q]
+    if isinstance(v, sympy.Symbol):
+        v = [v]
+    if q is None or v is None:
+        raise ValueError("a concrete lagrangian needs its coordinate symbols q=[...] and velocity symbols v=[...]")
+    q, v = list(q), list(v)
+    if len(q) != len(v):
+        raise ValueError(f"q and v must have the same length (one velocity per coordinate); got {len(q)} and {len(v)}")
+    if not q:
+        raise ValueError("q and v must contain at least one symbol each")
+    for s in (*q, *v, *params):
+        if not isinstance(s, sympy.Symbol):
+            raise TypeError(f"q, v and params must be SymPy symbols; got {s!r}")
+    if len(set(q) | set(v)) != 2 * len(q):
+        raise ValueError("q and v must be distinct symbols")
+    if not isinstance(L, sympy.Expr) or L.has(sympy.Derivative) or any(isinstance(f, sympy.core.function.AppliedUndef) for f in L.atoms(sympy.Function)):
+        raise TypeError("the lagrangian must be an explicit SymPy expression of q and v (no undefined functions)")
+    extra = L.free_symbols - set(q) - set(v) - set(params)
+    if extra:
+        names = ", ".join(sorted(str(s) for s in extra))
+        raise ValueError(
+            f"the lagrangian contains symbols not declared as q or v: {names}. Declare constants with params=[...] "
+            "or substitute numbers for them"
+        )
+    return Frame(n=len(q), q=q, v=v, L=L, generic=False, params=list(params))
