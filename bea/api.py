@@ -11,7 +11,9 @@ from typing import Callable, Optional, Sequence, Union
 
 from . import cache as _cache
 from ._version import __version__
+from .concrete import PolynomialLagrangian
 from .derive import KINDS, Derivation, Raw, derive_raw
+from .jets import Jets
 from .schemes import Scheme, get_scheme
 from .series import Series
 from .symbolic import Frame, validate_concrete
@@ -69,7 +71,9 @@ def generic_raw(kind: str, scheme: SchemeLike, order: int, dim: int, cache: bool
     return raw
 
 
-def _derive(kind: str, scheme: SchemeLike, order: int, dim: Optional[int], lagrangian, q, v, params, cache: bool) -> Series:
+def _derive(kind: str, scheme: SchemeLike, order: int, dim: Optional[int], lagrangian, q, v, params, cache: bool, fast: bool = True) -> Series:
+    """``fast``: derive polynomial Lagrangians with constant mass directly (see :mod:`bea.concrete`)
+    instead of substituting into the generic formula."""
     sch = get_scheme(scheme)
     if lagrangian is None:
         if q is not None or v is not None:
@@ -81,29 +85,36 @@ def _derive(kind: str, scheme: SchemeLike, order: int, dim: Optional[int], lagra
     if dim is not None and _check_dim(dim) != frame.n:
         raise ValueError(f"dim={dim} does not match the {frame.n} coordinates given in q")
     frame.minv()  # regularity check before any work
+    if fast:
+        jets = Jets(frame.n)
+        poly = PolynomialLagrangian.from_frame(jets, frame)
+        if poly is not None:
+            _check_order(order, sch)
+            raw = derive_raw(sch, kind, order, frame.n, Derivation(sch, frame.n, jets=jets, concrete=poly))
+            return Series(raw, sch, frame)
     raw = generic_raw(kind, sch, order, frame.n, cache)
     return Series(raw, sch, frame)
 
 
 def modified_equation(scheme: SchemeLike, order: int, dim: Optional[int] = None, *, lagrangian=None, q: Optional[Sequence] = None,
-                      v: Optional[Sequence] = None, params: Sequence = (), cache: bool = True) -> Series:
+                      v: Optional[Sequence] = None, params: Sequence = (), cache: bool = True, fast: bool = True) -> Series:
     r"""Modified equation :math:`\ddot q = F_h(q, \dot q) = \sum_{k \le N} h^k A_k` of ``scheme``:
     the discrete solution interpolates, to :math:`O(h^{N+1})`, a solution of this ODE."""
-    return _derive("modified_equation", scheme, order, dim, lagrangian, q, v, params, cache)
+    return _derive("modified_equation", scheme, order, dim, lagrangian, q, v, params, cache, fast)
 
 
 def modified_lagrangian(scheme: SchemeLike, order: int, dim: Optional[int] = None, *, lagrangian=None, q: Optional[Sequence] = None,
-                        v: Optional[Sequence] = None, params: Sequence = (), cache: bool = True) -> Series:
+                        v: Optional[Sequence] = None, params: Sequence = (), cache: bool = True, fast: bool = True) -> Series:
     r"""Modified Lagrangian :math:`L_{mod} = L + \sum_{k \le N} h^k L_k`: its Euler--Lagrange
     equations are the modified equation of ``scheme`` applied to ``L`` (Vermeeren 2017)."""
-    return _derive("modified_lagrangian", scheme, order, dim, lagrangian, q, v, params, cache)
+    return _derive("modified_lagrangian", scheme, order, dim, lagrangian, q, v, params, cache, fast)
 
 
 def inverse_modified_lagrangian(scheme: SchemeLike, order: int, dim: Optional[int] = None, *, lagrangian=None, q: Optional[Sequence] = None,
-                                v: Optional[Sequence] = None, params: Sequence = (), cache: bool = True) -> Series:
+                                v: Optional[Sequence] = None, params: Sequence = (), cache: bool = True, fast: bool = True) -> Series:
     r"""Inverse modified Lagrangian :math:`L_{inv}` with :math:`\mathrm{mod}(L_{inv}) = L`: the
     scheme applied to :math:`L_{inv}` reproduces the exact flow of ``L`` to :math:`O(h^{N+1})`."""
-    return _derive("inverse_modified_lagrangian", scheme, order, dim, lagrangian, q, v, params, cache)
+    return _derive("inverse_modified_lagrangian", scheme, order, dim, lagrangian, q, v, params, cache, fast)
 
 
 def compile_torch(kind: str, scheme: SchemeLike, order: int, dim: int = 1, cache: bool = True) -> Callable:

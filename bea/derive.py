@@ -26,10 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-import numpy as np
 import sympy
 
-from .hseries import EXACT, HSeries, Poly, Q, mul, padd, pdiff, substitute
+from .hseries import EXACT, HSeries, Poly, Q, SeriesVector, dot, mul, pdiff, substitute
 from .jets import Jets
 from .schemes import Scheme
 
@@ -63,20 +62,33 @@ def _mesh_weights(order: int) -> List[Q]:
 class Derivation:
     """All derivations of one scheme in one dimension, sharing a variable registry and results."""
 
-    def __init__(self, scheme: Scheme, n: int):
+    def __init__(self, scheme: Scheme, n: int, jets: Optional[Jets] = None, concrete=None):
         self.scheme = scheme
         self.n = n
-        self.jets = Jets(n)
+        self.jets = jets or Jets(n)
+        self.concrete = concrete  # a bea.concrete.PolynomialLagrangian, or None for the generic L
         self._F: Dict[int, List[HSeries]] = {}
         self._lmod: Dict[int, HSeries] = {}
         self._symmetric: Optional[bool] = scheme.symmetric
 
     # ------------------------------------------------------------------ helpers
+    def _solve(self, r: List[Poly], k: int) -> List[HSeries]:
+        """:math:`h^k M^{-1} r` as series (symbolic ``W`` for the generic Lagrangian)."""
+        J = self.jets
+        if self.concrete is None:
+            return [HSeries([{} for _ in range(k)] + [p], EXACT, J.nil) for p in J.apply_W(r)]
+        # the h^k equation is -M_0 A_k + (known) = 0: only the h-independent inverse mass enters
+        return [HSeries([{} for _ in range(k)] + [p], EXACT, J.nil) for p in J.apply_W(r, self.concrete.W0)]
     def _h(self) -> HSeries:
         return HSeries.h_power(1, 1, EXACT, self.jets.nil)
 
     def _eval_scheme(self, a, b) -> HSeries:
-        L = self.jets.generic_lagrangian()
+        J = self.jets
+        values = None if self.concrete is None else self.concrete.derivative
+
+        def L(x, y):
+            return J.lagrangian_at(list(x), list(y), values)
+
         try:
             out = self.scheme.discrete_lagrangian(L, a, b, self._h())
         except (TypeError, AttributeError) as err:
@@ -88,13 +100,10 @@ class Derivation:
             raise TypeError(f"scheme {self.scheme!r} returned {type(out).__name__}, not an expression in L")
         return out
 
-    def _vec(self, items) -> np.ndarray:
-        arr = np.empty(self.n, dtype=object)
-        for i, it in enumerate(items):
-            arr[i] = it
-        return arr
+    def _vec(self, items) -> SeriesVector:
+        return SeriesVector(items)
 
-    def _positions(self, c, order: int, eps_scale: bool = False) -> np.ndarray:
+    def _positions(self, c, order: int, eps_scale: bool = False) -> SeriesVector:
         J = self.jets
         out = [J.shifted_position(i, c, order) for i in range(self.n)]
         if eps_scale:  # q_j + h eps
@@ -123,7 +132,11 @@ class Derivation:
         # consistency: R_0 = L_q - L_qv v - M qddot
         for i in range(self.n):
             for j in range(self.n):
-                want = {(J.L(J.mass_slots(i, j)),): Q(-1)}
+                want = (
+                    {(J.L(J.mass_slots(i, j)),): Q(-1)}
+                    if self.concrete is None
+                    else {m: -c for m, c in self.concrete.derivative(J.mass_slots(i, j))[0].items()}
+                )
                 got = pdiff(res[i][0], J.jet(j, 2))
                 if got != want:
                     raise ValueError(
@@ -142,7 +155,7 @@ class Derivation:
         acc_jets = [J.jet(i, 2) for i in range(self.n)]
         # A_0: the q-ddot-free part of R_0, times W
         r0 = [{m: c for m, c in R[i][0].items() if not any(x in m for x in acc_jets)} for i in range(self.n)]
-        F = [HSeries([p], EXACT, J.nil) for p in J.apply_W(r0)]
+        F = self._solve(r0, 0)
         # R = b - M qddot + sum_{j>=1} h^j R_j. With b = M A_0, the h^k equation reads
         # -M A_k + [sum_{j>=1} h^j R_j(F_{<k})]_k = 0: R_0 is never substituted, so no M W
         # products (identically I, but not formally) enter the result.
@@ -157,8 +170,7 @@ class Derivation:
                 s = substitute(targets[i], values, k)
                 rk.append(s[k])
             if any(rk):
-                for i, p in enumerate(J.apply_W(rk)):
-                    F[i] = F[i] + HSeries([{} for _ in range(k)] + [p], EXACT, J.nil)
+                F = [f + a for f, a in zip(F, self._solve(rk, k))]
         F = [f.truncate(order) for f in F]
         self._F[order] = F
         return F
@@ -213,7 +225,8 @@ class Derivation:
         if lam.order < order:
             raise ValueError(f"scheme {self.scheme!r} loses too many powers of h")
         lam = lam.truncate(order)
-        if lam[0] != {(J.L(()),): Q(1)}:
+        lead = {(J.L(()),): Q(1)} if self.concrete is None else self.concrete.derivative(())[0]
+        if lam[0] != lead:
             raise ValueError(
                 f"inconsistent scheme {self.scheme!r}: L_Delta(q(t-h/2), q(t+h/2))/h must tend to L(q, v)"
             )
@@ -288,8 +301,8 @@ class Derivation:
             v = min(dM[k][l].valuation() for k in range(n) for l in range(n))
             r = 1
             while v < EXACT and r * v <= w_prec:  # W_X = sum_r (-W dM)^r W
-                WdM = [[_dot(Wm[i], [dM[k][l] for k in range(n)], w_prec) for l in range(n)] for i in range(n)]
-                term = [[-_dot(WdM[i], [term[k][j] for k in range(n)], w_prec) for j in range(n)] for i in range(n)]
+                WdM = [[dot(Wm[i], [dM[k][l] for k in range(n)], w_prec) for l in range(n)] for i in range(n)]
+                term = [[-dot(WdM[i], [term[k][j] for k in range(n)], w_prec) for j in range(n)] for i in range(n)]
                 total = [[total[i][j] + term[i][j] for j in range(n)] for i in range(n)]
                 r += 1
             for i in range(n):
@@ -304,6 +317,8 @@ class Derivation:
         return out.truncate_soft(order)
 
     def inverse_modified_lagrangian(self, order: int) -> HSeries:
+        if self.concrete is not None:
+            return self._inverse_concrete(order)
         J = self.jets
         L = HSeries.var(J.L(()), EXACT, J.nil)
         X = L
@@ -319,14 +334,23 @@ class Derivation:
         return X.truncate(order) if X.order >= order else X
 
 
-def _dot(a: List[HSeries], b: List[HSeries], order: int) -> HSeries:
-    out = None
-    for x, y in zip(a, b):
-        if x.is_zero() or y.is_zero():
-            continue
-        t = mul(x, y).truncate_soft(order)
-        out = t if out is None else out + t
-    return out if out is not None else HSeries([], EXACT, a[0].nil if a else 0)
+    def _inverse_concrete(self, order: int) -> HSeries:
+        """Inverse iteration for a concrete polynomial Lagrangian: each step runs the whole
+        derivation on the current candidate :math:`L_{inv}` (a polynomial in q, v and h)."""
+        J = self.jets
+        X = self.concrete.series
+        symmetric = self.symmetric
+        for k in range(1, order + 1):
+            if symmetric and k % 2:
+                continue
+            sub = Derivation(self.scheme, self.n, jets=J, concrete=self.concrete.with_series(X, k))
+            sub._symmetric = symmetric
+            Y = sub.modified_lagrangian(k)
+            if Y[0] != X[0] or any(Y[j] for j in range(1, k)):
+                raise ArithmeticError(f"internal: inverse iteration inconsistent below h^{k}")
+            if Y[k]:
+                X = X - HSeries([{} for _ in range(k)] + [Y[k]], EXACT, J.nil)
+        return X.truncate_soft(order) if X.order >= order else X
 
 
 def derive_raw(scheme: Scheme, kind: str, order: int, n: int, derivation: Optional[Derivation] = None) -> Raw:

@@ -352,6 +352,15 @@ def diff(a: HSeries, var: int) -> HSeries:
     return HSeries([pdiff(p, var) for p in a.c], a.order, a.nil)
 
 
+def dot(a: List["HSeries"], b: List["HSeries"], order: int = EXACT) -> "HSeries":
+    """:math:`\sum_i a_i b_i`, truncated at ``h^order``."""
+    out = HSeries([], EXACT, a[0].nil if a else PLAIN)
+    for x, y in zip(a, b):
+        if not x.is_zero() and not y.is_zero():
+            out = out + mul(x, y).truncate_soft(order)
+    return out
+
+
 def add_all(items: Iterable[HSeries], order: int = EXACT, nil: Rules = PLAIN) -> HSeries:
     out = HSeries([], order, nil)
     for it in items:
@@ -411,3 +420,57 @@ def substitute(a: HSeries, values: Mapping[int, HSeries], order: int) -> HSeries
 
 def map_polys(a: HSeries, f: Callable[[Poly], Poly]) -> HSeries:
     return HSeries([f(p) for p in a.c], a.order, a.nil)
+
+
+class SeriesVector:
+    """A vector of :class:`HSeries` with elementwise arithmetic, so that schemes written for
+    tensors of shape ``(..., n)`` run unchanged on series (numpy object arrays would turn exact
+    constants into float64)."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items):
+        self.items = list(items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __iter__(self):
+        return iter(self.items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+    def _zip(self, other, op):
+        if isinstance(other, SeriesVector):
+            if len(other) != len(self):
+                raise ValueError(f"vector length mismatch: {len(self)} and {len(other)}")
+            return SeriesVector(op(a, b) for a, b in zip(self.items, other.items))
+        return SeriesVector(op(a, other) for a in self.items)
+
+    def __add__(self, o):
+        return self._zip(o, lambda a, b: a + b)
+
+    def __radd__(self, o):
+        return self._zip(o, lambda a, b: b + a)
+
+    def __sub__(self, o):
+        return self._zip(o, lambda a, b: a - b)
+
+    def __rsub__(self, o):
+        return self._zip(o, lambda a, b: b - a)
+
+    def __mul__(self, o):
+        return self._zip(o, lambda a, b: a * b)
+
+    def __rmul__(self, o):
+        return self._zip(o, lambda a, b: b * a)
+
+    def __truediv__(self, o):
+        return self._zip(o, lambda a, b: a / b)
+
+    def __neg__(self):
+        return SeriesVector(-a for a in self.items)
+
+    def __repr__(self) -> str:
+        return f"SeriesVector({self.items!r})"

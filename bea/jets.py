@@ -23,8 +23,6 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
-
 from .hseries import EXACT, ONE, HSeries, Poly, Q, Rules, add_all, diff, mul, mul_var, padd, pmul, pscale
 
 Slots = Tuple[int, ...]
@@ -100,12 +98,13 @@ class Jets:
         return HSeries(coeffs, order, self.nil)
 
     # ----------------------------------------------------------------- Taylor expansion
-    def lagrangian_at(self, x: Sequence[HSeries], y: Sequence[HSeries]) -> HSeries:
+    def lagrangian_at(self, x: Sequence[HSeries], y: Sequence[HSeries], values=None) -> HSeries:
         r"""Series of :math:`L(x, y)` for argument series :math:`x, y` near :math:`(q, \dot q)`.
 
         :math:`L(q + \delta q, \dot q + \delta v) = \sum_m \partial^m L \, \delta^m / m!` over
         multi-indices ``m``; the sum terminates because every :math:`\delta` is :math:`O(h)` up to
-        a single nilpotent term.
+        a single nilpotent term. ``values(m)``, if given, supplies :math:`\partial^m L` as a series
+        (a concrete polynomial Lagrangian) instead of the generic symbol.
         """
         n = self.n
         args = [a if isinstance(a, HSeries) else HSeries.const(a, EXACT, self.nil) for a in (*x, *y)]
@@ -125,7 +124,10 @@ class Jets:
                 )
             deltas.append(a - HSeries([want], EXACT, self.nil))
         order = min(a.order for a in args)
-        terms: List[HSeries] = [HSeries([{(self.L(()),): Q(1)}], order, self.nil)]
+        def deriv(m: Slots) -> HSeries:
+            return self.series(self.L(m)) if values is None else values(m)
+
+        terms: List[HSeries] = [deriv(()).truncate_soft(order)]
 
         def rec(start: int, prefix: HSeries, m: Slots, run: int, coef) -> None:
             for s in range(start, 2 * n):
@@ -137,7 +139,9 @@ class Jets:
                     continue
                 c = coef / r
                 mm = m + (s,)
-                terms.append(mul_var(prod, self.L(mm)) * c)
+                dm = deriv(mm)
+                if not dm.is_zero():
+                    terms.append(mul(prod, dm).truncate_soft(order) * c)
                 rec(s, prod, mm, r, c)
 
         rec(0, HSeries.const(1, EXACT, self.nil), (), 0, Q(1))
@@ -147,7 +151,7 @@ class Jets:
         """A callable ``L(x, y)`` on arrays of series: the generic Lagrangian, Taylor-expanded."""
 
         def L(x, y):
-            return self.lagrangian_at(list(np.asarray(x, dtype=object).ravel()), list(np.asarray(y, dtype=object).ravel()))
+            return self.lagrangian_at(list(x), list(y))
 
         return L
 
@@ -159,7 +163,7 @@ class Jets:
             return cache[var]
         n = self.n
         key = self.kind[var]
-        if key[0] == "eps":
+        if key[0] in ("eps", "param"):
             out = self.zero()
         elif key[0] == "jet":
             _, i, k = key
@@ -258,15 +262,20 @@ class Jets:
     def strip_eps(self, s: HSeries) -> HSeries:
         return HSeries([{m: c for m, c in p.items() if not (m and m[0] < self.n)} for p in s.c], s.order, self.nil)
 
-    def apply_W(self, r: Sequence[Poly]) -> List[Poly]:
-        """:math:`W r` for a vector of polynomials."""
+    def apply_W(self, r: Sequence[Poly], W=None) -> List[Poly]:
+        """:math:`W r` for a vector of polynomials (``W``: explicit matrix of polynomials, else symbols)."""
         out = []
         for i in range(self.n):
             acc: Poly = {}
             for j in range(self.n):
-                acc = padd(acc, pmul({(self.W(i, j),): Q(1)}, r[j], self.nil))
+                w = {(self.W(i, j),): Q(1)} if W is None else W[i][j]
+                acc = padd(acc, pmul(w, r[j], self.nil))
             out.append(acc)
         return out
+
+    def param(self, k: int) -> int:
+        """A constant parameter of a concrete Lagrangian (total derivative zero)."""
+        return self._get(("param", k))
 
 
 def poly_vector_to_series(polys: Sequence[Poly], k: int, nil: int) -> List[HSeries]:

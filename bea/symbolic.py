@@ -130,6 +130,8 @@ class Frame:
                     return self.v[i]
                 if k == 0:
                     return self.q[i]
+            if key[0] == "param":
+                return self.params[key[1]]
             raise ValueError(f"internal: unexpected variable {key} in a result")
 
         return val
