@@ -84,7 +84,7 @@ def _derive(kind: str, scheme: SchemeLike, order: int, dim: Optional[int], lagra
     frame = validate_concrete(lagrangian, q, v, params)
     if dim is not None and _check_dim(dim) != frame.n:
         raise ValueError(f"dim={dim} does not match the {frame.n} coordinates given in q")
-    frame.minv()  # regularity check before any work
+    frame.check_regular()  # before any work
     if fast:
         jets = Jets(frame.n)
         poly = PolynomialLagrangian.from_frame(jets, frame)

@@ -82,13 +82,33 @@ def lagrangian_jet(L: TorchLagrangian, q: torch.Tensor, v: torch.Tensor, needed:
     return out
 
 
+def _mass(d: Dict[Tuple[int, ...], torch.Tensor], n: int) -> torch.Tensor:
+    rows = [torch.stack([d[tuple(sorted((n + i, n + j)))] for j in range(n)], -1) for i in range(n)]
+    return torch.stack(rows, -2)
+
+
+def inverse_det(d: Dict[Tuple[int, ...], torch.Tensor], n: int) -> torch.Tensor:
+    r""":math:`1/\det M` from the second velocity derivatives in ``d`` (regularity checked)."""
+    M = _mass(d, n)
+    check_regular(M)
+    return 1 / torch.linalg.det(M) if n > 1 else 1 / M[..., 0, 0]
+
+
 def inverse_mass(d: Dict[Tuple[int, ...], torch.Tensor], n: int) -> List[List[torch.Tensor]]:
     r""":math:`M^{-1}` from the second velocity derivatives in ``d``; raises if :math:`M` is singular.
 
     Regularity is tested with the smallest singular value relative to the largest
     (tolerance :data:`REGULARITY_TOL`), pointwise over the batch.
     """
-    M = torch.stack([torch.stack([d[tuple(sorted((n + i, n + j)))] for j in range(n)], -1) for i in range(n)], -2)
+    M = _mass(d, n)
+    check_regular(M)
+    Minv = 1 / M if n == 1 else torch.linalg.inv(M)
+    return [[Minv[..., i, j] for j in range(n)] for i in range(n)]
+
+
+def check_regular(M: torch.Tensor) -> None:
+    """Raise a ``ValueError`` naming the points where the mass matrix ``M`` (..., n, n) is singular."""
+    n = M.shape[-1]
     with torch.no_grad():
         if n == 1:
             bad = ~(M[..., 0, 0].abs() > 0) | ~torch.isfinite(M[..., 0, 0])
@@ -103,8 +123,6 @@ def inverse_mass(d: Dict[Tuple[int, ...], torch.Tensor], n: int) -> List[List[to
             "its Hessian d^2L/dv^2 is singular there, so the Euler-Lagrange equations do not determine the "
             "acceleration. Formulas of backward error analysis need a regular Lagrangian."
         )
-    Minv = 1 / M if n == 1 else torch.linalg.inv(M)
-    return [[Minv[..., i, j] for j in range(n)] for i in range(n)]
 
 
 def momentum(L: TorchLagrangian) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:

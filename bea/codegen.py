@@ -23,8 +23,8 @@ def _var_name(jets: Jets, idx: int) -> str:
     key = jets.kind[idx]
     if key[0] == "L":
         return "L_" + ("".join(f"{s}_" for s in key[1]) or "_")
-    if key[0] == "W":
-        return f"W_{key[1]}{key[2]}"
+    if key[0] == "idet":
+        return "idet"
     if key[0] == "jet" and key[2] == 1:
         return f"v_{key[1]}"
     if key[0] == "jet" and key[2] == 0:
@@ -87,7 +87,7 @@ def generate_source(jets: Jets, kind: str, coeffs: Dict[int, object], func_name:
             for m in p:
                 used.update(m)
     derivs = sorted({jets.kind[i][1] for i in used if jets.kind[i][0] == "L"}, key=lambda t: (len(t), t))
-    uses_w = any(jets.kind[i][0] == "W" for i in used)
+    uses_w = any(jets.kind[i][0] == "idet" for i in used)
     mass = [tuple(sorted((n + i, n + j))) for i in range(n) for j in range(i, n)] if uses_w else []
     needed = sorted(set(derivs) | set(mass), key=lambda t: (len(t), t))
     name = lambda i: _var_name(jets, i)  # noqa: E731
@@ -95,7 +95,7 @@ def generate_source(jets: Jets, kind: str, coeffs: Dict[int, object], func_name:
     lines += [f"# {k}: {v}" for k, v in meta.items()]
     lines += [
         "import torch",
-        "from bea.autodiff import check_state, inverse_mass, lagrangian_jet",
+        "from bea.autodiff import check_state, inverse_det, lagrangian_jet",
         "",
         f"NEEDED = {needed!r}",
         "",
@@ -111,10 +111,7 @@ def generate_source(jets: Jets, kind: str, coeffs: Dict[int, object], func_name:
     for m in derivs:
         lines.append(f"    {_var_name(jets, jets._index[('L', m)])} = d[{m!r}]")
     if uses_w:
-        lines.append(f"    W = inverse_mass(d, {n})")
-        for i in range(n):
-            for j in range(i, n):
-                lines.append(f"    W_{i}{j} = W[{i}][{j}]")
+        lines.append(f"    idet = inverse_det(d, {n})  # 1/det(d2L/dv2); raises where L is not regular")
     for i in range(n):
         lines.append(f"    v_{i} = v[..., {i}]")
         lines.append(f"    q_{i} = q[..., {i}]")

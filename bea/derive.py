@@ -268,7 +268,7 @@ class Derivation:
         variables (e.g. a candidate inverse modified Lagrangian), to ``h^order``.
 
         Every derivative symbol :math:`\partial^m L` of the generic formula is replaced by
-        :math:`\partial^m X`, and :math:`W` by :math:`(\partial_{vv} X)^{-1}` as a Neumann series.
+        :math:`\partial^m X`, and :math:`1/\det M` by :math:`1/\det \partial_{vv} X` as a series.
         A symbol first occurring at :math:`h^d` is needed only to :math:`h^{order-d}`.
         """
         J = self.jets
@@ -290,24 +290,23 @@ class Derivation:
             if m:
                 derivs[m] = self.jets.partial(derivs[m[:-1]], m[-1]).truncate_soft(prec[m])
         values: Dict[int, HSeries] = {J.L(m): derivs[m] for m in prec if J.L(m) in first}
-        w_prec = max((order - first[J.W(i, j)] for i in range(n) for j in range(i, n) if J.W(i, j) in first), default=-1)
-        if w_prec >= 0:
-            base = HSeries.var(J.L(()), EXACT, J.nil)
-            delta = (X - base).truncate_soft(w_prec)
-            dM = [[self._partial_chain(delta, J.mass_slots(k, l), w_prec) for l in range(n)] for k in range(n)]
-            Wm = [[HSeries.var(J.W(i, j), EXACT, J.nil) for j in range(n)] for i in range(n)]
-            term = Wm
-            total = [row[:] for row in Wm]
-            v = min(dM[k][l].valuation() for k in range(n) for l in range(n))
+        if J.idet in first:
+            # 1/det(M_X) = idet * sum_r (-idet * ddet)^r with ddet = det(M_X) - det(M) = O(h)
+            p_idet = order - first[J.idet]
+            mass_vars = {x for m in J.det_poly for x in m}
+            mvals = {x: self._partial_chain(X, J.kind[x][1], p_idet) for x in mass_vars}
+            det = HSeries([J.det_poly], EXACT, J.nil)
+            ddet = (substitute(det, mvals, p_idet) - det).truncate_soft(p_idet)
+            idet = HSeries.var(J.idet, EXACT, J.nil)
+            step = mul(-idet, ddet).truncate_soft(p_idet)
+            total, term = idet, idet
+            v = ddet.valuation()
             r = 1
-            while v < EXACT and r * v <= w_prec:  # W_X = sum_r (-W dM)^r W
-                WdM = [[dot(Wm[i], [dM[k][l] for k in range(n)], w_prec) for l in range(n)] for i in range(n)]
-                term = [[-dot(WdM[i], [term[k][j] for k in range(n)], w_prec) for j in range(n)] for i in range(n)]
-                total = [[total[i][j] + term[i][j] for j in range(n)] for i in range(n)]
+            while v < EXACT and r * v <= p_idet:
+                term = mul(term, step).truncate_soft(p_idet)
+                total = total + term
                 r += 1
-            for i in range(n):
-                for j in range(i, n):
-                    values[J.W(i, j)] = total[i][j].truncate_soft(w_prec)
+            values[J.idet] = total.truncate_soft(p_idet)
         return substitute(P, values, order)
 
     def _partial_chain(self, X: HSeries, slots, order: int) -> HSeries:

@@ -16,8 +16,11 @@ Every series carries :class:`Rules` that put monomials in normal form:
 * variables with an index below ``rules.nil`` are first-order infinitesimals (a monomial with two
   of them vanishes); they carry the variation :math:`q_j \to q_j + h\varepsilon` used to read
   off discrete Euler--Lagrange equations;
-* ``rules.cancel = (w, m)`` declares :math:`w \cdot m = 1` (in one dimension
-  :math:`M^{-1} \cdot L_{vv} = 1`), which keeps expressions free of identically-zero garbage.
+* ``rules.reduce = (lead, replacement)`` rewrites any monomial divisible by the monomial ``lead``
+  by substituting the polynomial ``replacement`` for ``lead``. The engine uses it for
+  :math:`\det(M)\cdot\delta = 1` (:math:`\delta = 1/\det M`) with ``lead`` the product of the
+  diagonal of :math:`M` and :math:`\delta`: a single relation is its own Gröbner basis, so this
+  gives a canonical normal form and keeps expressions free of identically-zero terms.
 """
 
 from __future__ import annotations
@@ -83,35 +86,48 @@ def pscale(p: Poly, c) -> Poly:
 class Rules:
     """Normal-form rules for monomials (see module docstring). Immutable."""
 
-    __slots__ = ("nil", "cancel")
+    __slots__ = ("nil", "lead", "replacement", "_lead_set")
 
-    def __init__(self, nil: int = 0, cancel: Optional[Tuple[int, int]] = None):
+    def __init__(self, nil: int = 0, reduce: Optional[Tuple[Monomial, "Poly"]] = None):
         self.nil = nil
-        self.cancel = cancel
+        self.lead, self.replacement = reduce if reduce is not None else (None, None)
+        self._lead_set = set(self.lead) if self.lead else None
 
     def __repr__(self) -> str:
-        return f"Rules(nil={self.nil}, cancel={self.cancel})"
+        return f"Rules(nil={self.nil}, lead={self.lead})"
 
 
 PLAIN = Rules()
 
 
-def normal(m: Monomial, rules: Rules) -> Optional[Monomial]:
-    """Normal form of a sorted monomial, or ``None`` if it vanishes."""
+def _divides(lead: Monomial, m: Monomial) -> bool:
+    for x in set(lead):
+        if m.count(x) < lead.count(x):
+            return False
+    return True
+
+
+def _remove(m: Monomial, lead: Monomial) -> Monomial:
+    lst = list(m)
+    for x in lead:
+        lst.remove(x)
+    return tuple(lst)
+
+
+def reduce_monomial(m: Monomial, rules: Rules) -> List[Tuple[Monomial, object]]:
+    """Normal form of one monomial as ``[(monomial, coefficient), ...]``."""
     nil = rules.nil
     if nil and len(m) > 1 and m[1] < nil:
-        return None
-    cancel = rules.cancel
-    if cancel is not None:
-        w, x = cancel
-        if w in m and x in m:
-            k = min(m.count(w), m.count(x))
-            lst = list(m)
-            for _ in range(k):
-                lst.remove(w)
-                lst.remove(x)
-            return tuple(lst)
-    return m
+        return []
+    lead = rules.lead
+    if lead is None or not rules._lead_set.issubset(m) or not _divides(lead, m):
+        return [(m, 1)]
+    rest = _remove(m, lead)
+    out: Dict[Monomial, object] = {}
+    for rm, rc in rules.replacement.items():
+        for mm, cc in reduce_monomial(merge(rest, rm), rules):
+            out[mm] = out.get(mm, 0) + rc * cc
+    return [(mm, c) for mm, c in out.items() if c]
 
 
 def merge(a: Monomial, b: Monomial) -> Monomial:
@@ -130,14 +146,17 @@ def pmul(p: Poly, q: Poly, rules: Rules = PLAIN, out: Optional[Poly] = None) -> 
     if out is None:
         out = {}
     get = out.get
-    plain = rules.nil == 0 and rules.cancel is None
+    nil = rules.nil
+    lead_set = rules._lead_set
     for m1, c1 in p.items():
         for m2, c2 in q.items():
             m = merge(m1, m2)
-            if not plain:
-                m = normal(m, rules)
-                if m is None:
-                    continue
+            if nil and len(m) > 1 and m[1] < nil:
+                continue
+            if lead_set is not None and lead_set.issubset(m):
+                for mm, cc in reduce_monomial(m, rules):
+                    out[mm] = get(mm, 0) + c1 * c2 * cc
+                continue
             out[m] = get(m, 0) + c1 * c2
     return out if accumulate else {m: c for m, c in out.items() if c}
 
@@ -146,9 +165,8 @@ def pmul_var(p: Poly, var: int, rules: Rules = PLAIN) -> Poly:
     """``var * p``."""
     out: Poly = {}
     for m, c in p.items():
-        mm = normal(tuple(sorted(m + (var,))), rules)
-        if mm is not None:
-            out[mm] = out.get(mm, 0) + c
+        for mm, cc in reduce_monomial(tuple(sorted(m + (var,))), rules):
+            out[mm] = out.get(mm, 0) + c * cc
     return {m: c for m, c in out.items() if c}
 
 
@@ -353,7 +371,7 @@ def diff(a: HSeries, var: int) -> HSeries:
 
 
 def dot(a: List["HSeries"], b: List["HSeries"], order: int = EXACT) -> "HSeries":
-    """:math:`\sum_i a_i b_i`, truncated at ``h^order``."""
+    r""":math:`\sum_i a_i b_i`, truncated at ``h^order``."""
     out = HSeries([], EXACT, a[0].nil if a else PLAIN)
     for x, y in zip(a, b):
         if not x.is_zero() and not y.is_zero():

@@ -8,9 +8,10 @@ its partial derivatives at the base point :math:`(q(t), \dot q(t))`:
 * ``jet(i, k)`` -- :math:`q_i^{(k)}(t)`; ``jet(i, 1)`` doubles as the velocity variable
   :math:`v_i`. Generic expressions never contain :math:`q_i` itself: position dependence is
   carried by the derivative symbols;
-* ``W(i, j)`` -- an entry of :math:`M^{-1}`, :math:`M = \partial^2 L/\partial v^2`, the only
-  non-polynomial object the derivations need. Its derivatives follow from
-  :math:`\partial W = -W (\partial M) W`;
+* ``idet`` -- :math:`\delta = 1/\det M`, :math:`M = \partial^2 L/\partial v^2`, the only
+  non-polynomial object the derivations need: :math:`M^{-1} = \operatorname{adj}(M)\,\delta`, and
+  :math:`\partial\delta = -\delta^2\,\partial \det M`. The relation :math:`\det M \cdot \delta = 1`
+  is applied as a normal-form rule (see :mod:`bea.hseries`), so results are canonical;
 * ``eps(i)`` -- nilpotent variations (see :mod:`bea.hseries`).
 
 :class:`Jets` allocates these variables lazily and implements the three operations that every
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .hseries import EXACT, ONE, HSeries, Poly, Q, Rules, add_all, diff, mul, mul_var, padd, pmul, pscale
+from .hseries import EXACT, ONE, HSeries, Poly, Q, Rules, add_all, diff, mul, mul_var, padd, pdiff, pmul, pscale
 
 Slots = Tuple[int, ...]
 
@@ -39,12 +40,8 @@ class Jets:
         self._index: Dict[tuple, int] = {}
         for i in range(n):  # nilpotent variables must have the smallest indices
             self._new(("eps", i))
-        for i in range(n):
-            for j in range(i, n):
-                self._new(("W", i, j))
-        # in one dimension W * L_vv = 1 is a monomial rule; in n-D it is a contraction and stays implicit
-        cancel = (self.W(0, 0), self.L((1, 1))) if n == 1 else None
-        self.rules = Rules(nil=n, cancel=cancel)
+        self.idet = self._new(("idet",))
+        self._mass_algebra()
 
     # ----------------------------------------------------------------- variables
     def _new(self, key: tuple) -> int:
@@ -64,8 +61,43 @@ class Jets:
     def eps(self, i: int) -> int:
         return self._index[("eps", i)]
 
-    def W(self, i: int, j: int) -> int:
-        return self._index[("W", min(i, j), max(i, j))]
+    def _mass_algebra(self) -> None:
+        """det(M) and adj(M) as polynomials in the mass symbols, and the normal-form rule."""
+        import sympy
+
+        n = self.n
+        syms = [[sympy.Symbol(f"m{min(i, j)}_{max(i, j)}") for j in range(n)] for i in range(n)]
+        var = {syms[i][j]: self.L(self.mass_slots(i, j)) for i in range(n) for j in range(n)}
+        M = sympy.Matrix(syms)
+
+        def to_poly(expr) -> Poly:
+            P = sympy.Poly(sympy.expand(expr), *var.keys()) if expr != 0 else None
+            out: Poly = {}
+            if P is None:
+                return out
+            gens = list(var.values())
+            for exps, c in P.terms():
+                mono = tuple(sorted(g for g, e in zip(gens, exps) for _ in range(e)))
+                out[mono] = out.get(mono, 0) + Q(int(c.p), int(c.q))
+            return out
+
+        det = to_poly(M.det(method="berkowitz")) if n > 1 else {(var[syms[0][0]],): Q(1)}
+        adj = M.adjugate() if n > 1 else sympy.Matrix([[1]])
+        self.det_poly = det
+        diag = tuple(sorted(var[syms[i][i]] for i in range(n)))
+        lead = tuple(sorted(diag + (self.idet,)))
+        # det * idet = 1  <=>  diag * idet -> 1 - (det - diag) * idet
+        replacement: Poly = {(): Q(1)}
+        for m, c in det.items():
+            if m != diag:
+                mm = tuple(sorted(m + (self.idet,)))
+                replacement[mm] = replacement.get(mm, 0) - c
+        self.rules = Rules(nil=n, reduce=(lead, replacement))
+        self.adj_poly = [[to_poly(adj[i, j]) for j in range(n)] for i in range(n)]
+
+    def W_poly(self, i: int, j: int) -> Poly:
+        r""":math:`(M^{-1})_{ij} = \operatorname{adj}(M)_{ij}\,\delta` as a polynomial."""
+        return pmul(self.adj_poly[i][j], {(self.idet,): Q(1)}, self.rules)
 
     def jet(self, i: int, k: int) -> int:
         return self._get(("jet", i, k))
@@ -183,24 +215,21 @@ class Jets:
                 a_i = self.series(self.jet(i, 2)) if acc is None else acc[i]
                 parts.append(mul(self.series(self.L(m + (n + i,))), a_i))
             out = add_all(parts, EXACT, self.nil)
-        else:  # W entry: D W = -W (D M) W
-            _, i, j = key
-            dM = [[self._dvar(self.L(self.mass_slots(k, l)), acc, cache) for l in range(n)] for k in range(n)]
-            out = self._w_sandwich(i, j, dM)
+        elif key[0] == "idet":  # D(1/det) = -idet^2 D(det)
+            parts = []
+            for x in sorted({y for m in self.det_poly for y in m}):
+                ddet = HSeries([pdiff(self.det_poly, x)], EXACT, self.nil)
+                parts.append(mul(ddet, self._dvar(x, acc, cache)))
+            out = self._idet_chain(add_all(parts, EXACT, self.nil))
+        else:
+            raise ValueError(f"internal: unknown variable {key}")
         cache[var] = out
         return out
 
-    def _w_sandwich(self, i: int, j: int, dM: List[List[HSeries]]) -> HSeries:
-        """:math:`-(W\\, dM\\, W)_{ij}`."""
-        n = self.n
-        parts = []
-        for k in range(n):
-            for l in range(n):
-                if dM[k][l].is_zero():
-                    continue
-                w = HSeries([pmul({(self.W(i, k),): Q(1)}, {(self.W(l, j),): Q(-1)}, self.nil)], EXACT, self.nil)
-                parts.append(mul(w, dM[k][l]))
-        return add_all(parts, EXACT, self.nil)
+    def _idet_chain(self, ddet: HSeries) -> HSeries:
+        r""":math:`-\delta^2\, d(\det M)`."""
+        sq = HSeries([{(self.idet, self.idet): Q(-1)}], EXACT, self.nil)
+        return mul(sq, ddet)
 
     def total_derivative(self, p: HSeries, acc: Optional[Sequence[HSeries]] = None, order: Optional[int] = None) -> HSeries:
         r"""Total time derivative :math:`D p = \sum_x (\partial p/\partial x)\, D x`.
@@ -238,10 +267,12 @@ class Jets:
                 if not hit:
                     continue
                 dv = HSeries.const(1, EXACT, self.nil)
-            elif key[0] == "W":
-                _, i, j = key
-                dM = [[self.series(self.L(self.mass_slots(k, l) + (slot,))) for l in range(n)] for k in range(n)]
-                dv = self._w_sandwich(i, j, dM)
+            elif key[0] == "idet":
+                dparts = []
+                for x in sorted({y for m in self.det_poly for y in m}):
+                    ddet = HSeries([pdiff(self.det_poly, x)], EXACT, self.nil)
+                    dparts.append(mul(ddet, self.series(self.L(self.kind[x][1] + (slot,)))))
+                dv = self._idet_chain(add_all(dparts, EXACT, self.nil))
             else:
                 continue
             parts.append(mul(diff(p, var), dv))
@@ -268,7 +299,7 @@ class Jets:
         for i in range(self.n):
             acc: Poly = {}
             for j in range(self.n):
-                w = {(self.W(i, j),): Q(1)} if W is None else W[i][j]
+                w = self.W_poly(i, j) if W is None else W[i][j]
                 acc = padd(acc, pmul(w, r[j], self.nil))
             out.append(acc)
         return out

@@ -15,7 +15,7 @@ import sympy
 
 from .codegen import generate_source, load_source
 from .derive import Raw
-from .symbolic import Frame, inverse_mass_definition, poly_to_sympy
+from .symbolic import Frame, poly_to_sympy
 
 H = sympy.Symbol("h", positive=True)
 
@@ -102,15 +102,6 @@ class Series:
         raw = Raw(self.kind, self._raw.jets, order, {k: c for k, c in self._raw.coeffs.items() if k <= order}, self.symmetric)
         return Series(raw, self.scheme, self._frame)
 
-    def inverse_mass_definition(self) -> Dict[sympy.Symbol, sympy.Expr]:
-        """For generic series with ``n > 1``: the meaning of the symbols ``Minv_ij``."""
-        return inverse_mass_definition(self.dim) if (self.generic and self.dim > 1) else {}
-
-    def explicit(self) -> Dict[int, object]:
-        """Coefficients with ``Minv_ij`` replaced by the entries of :math:`(\\partial^2L/\\partial v^2)^{-1}`."""
-        sub = self.inverse_mass_definition()
-        return {k: (c.xreplace(sub) if sub else c) for k, c in self.coefficients.items()}
-
     # ------------------------------------------------------------------ display
     def _display_expr(self, e):
         """Replace ``Derivative(L(q, v), ...)`` by readable symbols."""
@@ -136,10 +127,6 @@ class Series:
         Lsym = sympy.Symbol("_L")
         subs[self.lagrangian] = Lsym
         names[Lsym] = "L"
-        for i in range(n):
-            for j in range(n):
-                s = sympy.Symbol(f"Minv_{i + 1}{j + 1}", real=True)
-                names[s] = f"(M^{{-1}})_{{{i + 1}{j + 1}}}"
         return e.xreplace(subs), names
 
     def latex(self) -> str:
@@ -168,8 +155,6 @@ class Series:
         lines = [repr(self)]
         for k, c in self.coefficients.items():
             lines.append(f"  h^{k}: {c}")
-        if self.inverse_mass_definition():
-            lines.append("  where Minv_ij = entries of (d^2L/dv^2)^-1")
         return "\n".join(lines)
 
     # ------------------------------------------------------------------ torch

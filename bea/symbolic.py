@@ -1,9 +1,8 @@
 r"""Conversion of derivation results to SymPy, for generic and for concrete Lagrangians.
 
 Generic results are expressed through an undefined function ``L(q_1..q_n, v_1..v_n)``: the
-symbol :math:`\partial^m L` becomes ``Derivative(L(q, v), ...)``. In one dimension
-:math:`M^{-1} = 1/L_{vv}` is written out; for ``n > 1`` the entries of :math:`M^{-1}` are the
-symbols ``Minv_ij`` (symmetric), and :func:`inverse_mass_definition` gives their meaning.
+symbol :math:`\partial^m L` becomes ``Derivative(L(q, v), ...)`` and :math:`M^{-1}` enters as
+:math:`\operatorname{adj}(M)/\det M`, written out, so every expression is self-contained.
 
 Concrete results substitute the derivatives of a given SymPy Lagrangian into the same formula.
 """
@@ -26,15 +25,6 @@ def default_symbols(n: int):
     q = [sympy.Symbol(f"q_{i + 1}", real=True) for i in range(n)]
     v = [sympy.Symbol(f"v_{i + 1}", real=True) for i in range(n)]
     return q, v
-
-
-def minv_symbols(n: int) -> List[List[sympy.Symbol]]:
-    """Symbols for the entries of :math:`M^{-1}` (``n > 1``); symmetric by construction."""
-    S = [[None] * n for _ in range(n)]
-    for i in range(n):
-        for j in range(i, n):
-            S[i][j] = S[j][i] = sympy.Symbol(f"Minv_{i + 1}{j + 1}", real=True)
-    return S  # type: ignore[return-value]
 
 
 def rational(c) -> sympy.Rational:
@@ -68,8 +58,7 @@ class Frame:
     L: sympy.Expr  # the Lagrangian (an undefined function application, or a concrete expression)
     generic: bool
     params: List[sympy.Symbol] = field(default_factory=list)
-    _minv: Optional[List[List[sympy.Expr]]] = None
-    _cache: Dict[tuple, sympy.Expr] = field(default_factory=dict)
+    _cache: Dict[object, sympy.Expr] = field(default_factory=dict)
 
     @classmethod
     def generic_frame(cls, n: int) -> "Frame":
@@ -97,33 +86,28 @@ class Frame:
         n = self.n
         return sympy.Matrix(n, n, lambda i, j: self.derivative(tuple(sorted((n + i, n + j)))))
 
-    def minv(self) -> List[List[sympy.Expr]]:
-        if self._minv is None:
-            n = self.n
-            if self.generic and n > 1:
-                self._minv = minv_symbols(n)
-            else:
-                M = self.mass()
-                if n == 1:
-                    inv = sympy.Matrix([[1 / M[0, 0]]]) if M[0, 0] != 0 else None
-                else:
-                    det = sympy.simplify(M.det())
-                    inv = None if det == 0 else M.adjugate() / det
-                if inv is None:
-                    raise ValueError(
-                        "the Lagrangian is not regular: its Hessian d^2L/dv^2 is singular, so the Euler-Lagrange "
-                        "equations do not determine the acceleration"
-                    )
-                self._minv = [[sympy.simplify(inv[i, j]) if not self.generic else inv[i, j] for j in range(n)] for i in range(n)]
-        return self._minv
+    def check_regular(self) -> None:
+        r"""Raise if :math:`\partial^2 L/\partial v^2` is identically singular (concrete ``L``)."""
+        if self.generic:
+            return
+        if sympy.simplify(self.mass().det()) == 0:
+            raise ValueError(
+                "the Lagrangian is not regular: its Hessian d^2L/dv^2 is singular, so the Euler-Lagrange "
+                "equations do not determine the acceleration"
+            )
+
+    def inverse_det(self) -> sympy.Expr:
+        if "idet" not in self._cache:
+            self._cache["idet"] = 1 / self.mass().det()
+        return self._cache["idet"]
 
     def value(self, jets: Jets) -> Callable[[int], sympy.Expr]:
         def val(idx: int) -> sympy.Expr:
             key = jets.kind[idx]
             if key[0] == "L":
                 return self.derivative(key[1])
-            if key[0] == "W":
-                return self.minv()[key[1]][key[2]]
+            if key[0] == "idet":
+                return self.inverse_det()
             if key[0] == "jet":
                 _, i, k = key
                 if k == 1:
@@ -135,15 +119,6 @@ class Frame:
             raise ValueError(f"internal: unexpected variable {key} in a result")
 
         return val
-
-
-def inverse_mass_definition(n: int) -> Dict[sympy.Symbol, sympy.Expr]:
-    """``{Minv_ij: (M^{-1})_ij}`` for the generic Lagrangian in ``n > 1`` dimensions."""
-    frame = Frame.generic_frame(n)
-    M = frame.mass()
-    inv = M.inv()
-    S = minv_symbols(n)
-    return {S[i][j]: inv[i, j] for i in range(n) for j in range(i, n)}
 
 
 def validate_concrete(lagrangian, q: Sequence, v: Sequence, params: Sequence = ()) -> Frame:
