@@ -72,6 +72,9 @@ class Exact(float):
     def _binary(self, other: Any, op: Callable[[Fraction, Fraction], Fraction], fop: str) -> Any:
         o = self._frac(other)
         if o is None:
+            if type(other).__module__.startswith("sympy"):
+                # SymPy converts float subclasses to Float before looking at _sympy_
+                return op(self._sympy_(), other)
             return getattr(float, fop)(self, other)
         return Exact(op(self.exact, o))
 

@@ -82,7 +82,8 @@ class Series:
     @property
     def expr(self):
         """The truncated series as one SymPy expression in ``h``."""
-        return sum((H**k * c for k, c in self.coefficients.items()), sympy.S.Zero)
+        zero = sympy.zeros(self.dim, 1) if self.kind == "modified_equation" else sympy.S.Zero
+        return sum((H**k * c for k, c in self.coefficients.items()), zero)
 
     def coefficient(self, k: int):
         """Coefficient of ``h^k`` (zero if absent); ``k`` may not exceed :attr:`order`."""
