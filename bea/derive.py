@@ -240,7 +240,7 @@ class Derivation:
         d = lam
         for k in range(1, order // 2 + 1):
             d = J.total_derivative(J.total_derivative(d, order=order - 2 * k), order=order - 2 * k)
-            term = mul(HSeries.h_power(2 * k, weights[k], EXACT, J.nil), d).truncate_soft(order)
+            term = mul(HSeries.h_power(2 * k, weights[k], EXACT, J.nil), d, order)
             out = out + term
         return out.truncate(order)
 
@@ -298,12 +298,12 @@ class Derivation:
             det = HSeries([J.det_poly], EXACT, J.nil)
             ddet = (substitute(det, mvals, p_idet) - det).truncate_soft(p_idet)
             idet = HSeries.var(J.idet, EXACT, J.nil)
-            step = mul(-idet, ddet).truncate_soft(p_idet)
+            step = mul(-idet, ddet, p_idet)
             total, term = idet, idet
             v = ddet.valuation()
             r = 1
             while v < EXACT and r * v <= p_idet:
-                term = mul(term, step).truncate_soft(p_idet)
+                term = mul(term, step, p_idet)
                 total = total + term
                 r += 1
             values[J.idet] = total.truncate_soft(p_idet)

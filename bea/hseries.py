@@ -343,9 +343,10 @@ class HSeries:
         return f"HSeries(order={self.order}; terms {', '.join(terms) or '0'})"
 
 
-def mul(a: HSeries, b: HSeries) -> HSeries:
+def mul(a: HSeries, b: HSeries, limit: int = EXACT) -> HSeries:
+    """Product, known to the exact order that the factors allow, and computed only to ``h^limit``."""
     va, vb = a.valuation(), b.valuation()
-    order = min(a.order + vb, b.order + va, EXACT)
+    order = min(a.order + vb, b.order + va, EXACT, limit)
     nil = a.nil if a.nil is not PLAIN else b.nil
     if va == EXACT or vb == EXACT:
         return HSeries([], order if order < EXACT else EXACT, nil)
@@ -375,7 +376,7 @@ def dot(a: List["HSeries"], b: List["HSeries"], order: int = EXACT) -> "HSeries"
     out = HSeries([], EXACT, a[0].nil if a else PLAIN)
     for x, y in zip(a, b):
         if not x.is_zero() and not y.is_zero():
-            out = out + mul(x, y).truncate_soft(order)
+            out = out + mul(x, y, order)
     return out
 
 
@@ -394,14 +395,28 @@ def substitute(a: HSeries, values: Mapping[int, HSeries], order: int) -> HSeries
     order that any contributing term is known to.
     """
     nil = a.nil
+    # precision each power var^k needs: order minus the lowest h-degree of a monomial using it
+    need: Dict[Tuple[int, int], int] = {}
+    for hk in range(min(len(a.c), order + 1)):
+        for mono in a.c[hk]:
+            prev = None
+            for x in mono:
+                if x in values and x != prev:
+                    key = (x, mono.count(x))
+                    if need.get(key, -1) < order - hk:
+                        need[key] = order - hk
+                prev = x
+    for (x, k), p in list(need.items()):  # var^k is built from var^(k-1)
+        for j in range(1, k):
+            if need.get((x, j), -1) < p:
+                need[(x, j)] = p
     powers: Dict[Tuple[int, int], HSeries] = {}
 
     def power(var: int, k: int) -> HSeries:
         key = (var, k)
         if key not in powers:
-            powers[key] = (
-                values[var].truncate_soft(order) if k == 1 else mul(power(var, k - 1), values[var]).truncate_soft(order)
-            )
+            p = need.get(key, order)
+            powers[key] = values[var].truncate_soft(p) if k == 1 else mul(power(var, k - 1), values[var], p)
         return powers[key]
 
     known = min(a.order, order)
@@ -423,7 +438,7 @@ def substitute(a: HSeries, values: Mapping[int, HSeries], order: int) -> HSeries
                 i = j
             term = HSeries([{} for _ in range(hk)] + [{tuple(kept): coef}], EXACT, nil)
             for f in factors:
-                term = mul(term, f).truncate_soft(known)
+                term = mul(term, f, known)
                 if term.is_zero():
                     break
             if term.is_zero():

@@ -166,14 +166,14 @@ class Jets:
                 if deltas[s].is_zero():
                     continue
                 r = run + 1 if (m and m[-1] == s) else 1
-                prod = mul(prefix, deltas[s]).truncate_soft(order)
+                prod = mul(prefix, deltas[s], order)
                 if prod.is_zero():
                     continue
                 c = coef / r
                 mm = m + (s,)
                 dm = deriv(mm)
                 if not dm.is_zero():
-                    terms.append(mul(prod, dm).truncate_soft(order) * c)
+                    terms.append(mul(prod, dm, order) * c)
                 rec(s, prod, mm, r, c)
 
         rec(0, HSeries.const(1, EXACT, self.nil), (), 0, Q(1))
@@ -247,7 +247,7 @@ class Jets:
             dv = self._dvar(var, acc, cache)
             if dv.is_zero():
                 continue
-            parts.append(mul(dp, dv).truncate_soft(order))
+            parts.append(mul(dp, dv, order))
         return add_all(parts, order, self.nil)
 
     def partial(self, p: HSeries, slot: int) -> HSeries:
