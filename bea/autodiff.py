@@ -9,7 +9,7 @@ derivatives are taken with ``create_graph=True``, so everything here is differen
 
 from __future__ import annotations
 
-from typing import Callable, Dict, Iterable, List, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Tuple
 
 import torch
 
@@ -166,7 +166,3 @@ def acceleration(L: TorchLagrangian) -> Callable[[torch.Tensor, torch.Tensor], t
         return torch.stack([sum(W[i][j] * b[j] for j in range(n)) for i in range(n)], -1)
 
     return A
-
-
-def slot_names(n: int) -> Sequence[str]:
-    return [f"q{i}" for i in range(n)] + [f"v{i}" for i in range(n)]

@@ -28,7 +28,7 @@ from typing import Dict, List, Optional
 
 import sympy
 
-from .hseries import EXACT, HSeries, Poly, Q, SeriesVector, dot, mul, pdiff, substitute
+from .hseries import EXACT, HSeries, Poly, Q, SeriesVector, mul, pdiff, substitute
 from .jets import Jets
 from .schemes import Scheme
 
@@ -272,7 +272,6 @@ class Derivation:
         A symbol first occurring at :math:`h^d` is needed only to :math:`h^{order-d}`.
         """
         J = self.jets
-        n = self.n
         P = self.modified_lagrangian(order)
         first: Dict[int, int] = {}
         for deg, p in enumerate(P.c):

@@ -26,7 +26,7 @@ Every series carries :class:`Rules` that put monomials in normal form:
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 try:  # gmpy2's rationals are about 10x faster than fractions.Fraction
     from gmpy2 import mpq as Q
@@ -449,10 +449,6 @@ def substitute(a: HSeries, values: Mapping[int, HSeries], order: int) -> HSeries
                 for m, c in term.c[k].items():
                     acc[m] = acc.get(m, 0) + c
     return HSeries([{m: c for m, c in p.items() if c} for p in out], known, nil)
-
-
-def map_polys(a: HSeries, f: Callable[[Poly], Poly]) -> HSeries:
-    return HSeries([f(p) for p in a.c], a.order, a.nil)
 
 
 class SeriesVector:

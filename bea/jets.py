@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .hseries import EXACT, ONE, HSeries, Poly, Q, Rules, add_all, diff, mul, mul_var, padd, pdiff, pmul, pscale
+from .hseries import EXACT, HSeries, Poly, Q, Rules, add_all, diff, mul, mul_var, padd, pdiff, pmul
 
 Slots = Tuple[int, ...]
 
@@ -179,14 +179,6 @@ class Jets:
         rec(0, HSeries.const(1, EXACT, self.nil), (), 0, Q(1))
         return add_all(terms, order, self.nil)
 
-    def generic_lagrangian(self):
-        """A callable ``L(x, y)`` on arrays of series: the generic Lagrangian, Taylor-expanded."""
-
-        def L(x, y):
-            return self.lagrangian_at(list(x), list(y))
-
-        return L
-
     # ----------------------------------------------------------------- derivatives
     def _dvar(self, var: int, acc: Optional[Sequence[HSeries]], cache: Dict[int, HSeries]) -> HSeries:
         """Total derivative of one variable. ``acc=None``: on jet space (:math:`\\ddot q` free);
@@ -290,9 +282,6 @@ class Jets:
             out.append(q)
         return HSeries(out, s.order, self.nil)
 
-    def strip_eps(self, s: HSeries) -> HSeries:
-        return HSeries([{m: c for m, c in p.items() if not (m and m[0] < self.n)} for p in s.c], s.order, self.nil)
-
     def apply_W(self, r: Sequence[Poly], W=None) -> List[Poly]:
         """:math:`W r` for a vector of polynomials (``W``: explicit matrix of polynomials, else symbols)."""
         out = []
@@ -309,9 +298,4 @@ class Jets:
         return self._get(("param", k))
 
 
-def poly_vector_to_series(polys: Sequence[Poly], k: int, nil: int) -> List[HSeries]:
-    """``h^k * p`` for each polynomial ``p`` (exact series)."""
-    return [HSeries([{} for _ in range(k)] + [p], EXACT, nil) for p in polys]
-
-
-__all__ = ["Jets", "poly_vector_to_series", "ONE", "pscale"]
+__all__ = ["Jets"]

@@ -10,7 +10,7 @@ Concrete results substitute the derivatives of a given SymPy Lagrangian into the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Sequence
 
 import sympy
 
