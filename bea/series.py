@@ -105,7 +105,8 @@ class Series:
 
     # ------------------------------------------------------------------ display
     def _display_expr(self, e):
-        """Replace ``Derivative(L(q, v), ...)`` by readable symbols."""
+        """Replace ``Derivative(L(q, v), ...)`` by readable symbols: returns the expression with
+        plain-text names (``L_qv``, ``L_q1v2``) and a map from those symbols to LaTeX names."""
         if not self.generic:
             return e, {}
         n = self.dim
@@ -116,16 +117,19 @@ class Series:
             if n == 1:
                 i, j = counts.get(self.q[0], 0), counts.get(self.v[0], 0)
                 label = f"L^{{({i},{j})}}"
+                text = "L_" + "q" * i + "v" * j
             else:
-                parts = []
+                parts, tparts = [], []
                 for s in (*self.q, *self.v):
                     k = counts.get(s, 0)
                     parts.extend([sympy.latex(s)] * k)
+                    tparts.extend([str(s).replace("_", "")] * k)
                 label = "L_{" + " ".join(parts) + "}"
-            sym = sympy.Symbol(f"_D{len(subs)}")
+                text = "L_" + "".join(tparts)
+            sym = sympy.Symbol(text)
             subs[d] = sym
             names[sym] = label
-        Lsym = sympy.Symbol("_L")
+        Lsym = sympy.Symbol("L")
         subs[self.lagrangian] = Lsym
         names[Lsym] = "L"
         return e.xreplace(subs), names
@@ -154,8 +158,11 @@ class Series:
 
     def __str__(self) -> str:
         lines = [repr(self)]
+        if self.generic:
+            lines.append("  (L_qv = d^2 L / dq dv, ...; all derivatives at (q, v))")
         for k, c in self.coefficients.items():
-            lines.append(f"  h^{k}: {c}")
+            disp, _ = self._display_expr(c)
+            lines.append(f"  h^{k}: {disp}")
         return "\n".join(lines)
 
     # ------------------------------------------------------------------ torch
