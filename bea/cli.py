@@ -42,6 +42,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (ValueError, TypeError) as err:
         print(f"bea: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into head & co.
+        sys.stderr.close()
+        return 0
     return 0
 
 
