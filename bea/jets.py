@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .hseries import EXACT, HSeries, Poly, Q, Rules, add_all, diff, mul, mul_var, padd, pdiff, pmul
+from .hseries import EXACT, HSeries, Poly, Q, Rules, add_all, diff, mul, padd, pdiff, pmul
 
 Slots = Tuple[int, ...]
 
@@ -180,43 +180,45 @@ class Jets:
         return add_all(terms, order, self.nil)
 
     # ----------------------------------------------------------------- derivatives
-    def _dvar(self, var: int, acc: Optional[Sequence[HSeries]], cache: Dict[int, HSeries]) -> HSeries:
-        """Total derivative of one variable. ``acc=None``: on jet space (:math:`\\ddot q` free);
-        else along :math:`(\\dot q, \\ddot q = \\text{acc})`."""
+    def _dsplit(self, var: int, jet_space: bool, cache: Dict[int, tuple]) -> tuple:
+        """Total derivative of one variable split as ``(D0, [C_1..C_n])`` with
+        :math:`Dx = D_0 + \sum_i C_i \ddot q_i`; ``D0`` and ``C_i`` are small polynomials.
+
+        ``jet_space``: derivative on jet space (:math:`\ddot q` a free variable, higher jets allowed);
+        otherwise along :math:`\ddot q = F` for expressions in :math:`(q, v, \partial^m L, \delta)`.
+        """
         if var in cache:
             return cache[var]
         n = self.n
         key = self.kind[var]
-        if key[0] in ("eps", "param"):
-            out = self.zero()
-        elif key[0] == "jet":
+        D0: Poly = {}
+        C: List[Poly] = [{} for _ in range(n)]
+        if key[0] == "jet":
             _, i, k = key
-            if acc is None:
-                out = self.series(self.jet(i, k + 1))
-            elif k == 0:
-                out = self.series(self.vel(i))
+            if k == 0:
+                D0 = {(self.vel(i),): Q(1)}
             elif k == 1:
-                out = acc[i]
+                C[i] = {(): Q(1)}
+            elif jet_space:
+                D0 = {(self.jet(i, k + 1),): Q(1)}
             else:
                 raise ValueError("internal: higher jets must be eliminated before differentiating along F")
         elif key[0] == "L":
             m = key[1]
-            parts = []
             for i in range(n):
-                parts.append(mul_var(self.series(self.L(m + (i,))), self.vel(i)))
-                a_i = self.series(self.jet(i, 2)) if acc is None else acc[i]
-                parts.append(mul(self.series(self.L(m + (n + i,))), a_i))
-            out = add_all(parts, EXACT, self.nil)
+                D0 = padd(D0, pmul({(self.L(m + (i,)),): Q(1)}, {(self.vel(i),): Q(1)}, self.rules))
+                C[i] = {(self.L(m + (n + i,)),): Q(1)}
         elif key[0] == "idet":  # D(1/det) = -idet^2 D(det)
-            parts = []
+            sq = {(self.idet, self.idet): Q(-1)}
             for x in sorted({y for m in self.det_poly for y in m}):
-                ddet = HSeries([pdiff(self.det_poly, x)], EXACT, self.nil)
-                parts.append(mul(ddet, self._dvar(x, acc, cache)))
-            out = self._idet_chain(add_all(parts, EXACT, self.nil))
-        else:
+                w = pmul(sq, pdiff(self.det_poly, x), self.rules)
+                x0, xc = self._dsplit(x, jet_space, cache)
+                D0 = padd(D0, pmul(w, x0, self.rules))
+                C = [padd(C[i], pmul(w, xc[i], self.rules)) for i in range(n)]
+        elif key[0] not in ("eps", "param"):
             raise ValueError(f"internal: unknown variable {key}")
-        cache[var] = out
-        return out
+        cache[var] = (D0, C)
+        return cache[var]
 
     def _idet_chain(self, ddet: HSeries) -> HSeries:
         r""":math:`-\delta^2\, d(\det M)`."""
@@ -227,20 +229,39 @@ class Jets:
         r"""Total time derivative :math:`D p = \sum_x (\partial p/\partial x)\, D x`.
 
         With ``acc=None`` this is the derivative on jet space; with ``acc = F`` it is the
-        derivative along solutions of :math:`\ddot q = F`, for expressions in :math:`(v, \partial^m L, W)`.
+        derivative along solutions of :math:`\ddot q = F`. Writing :math:`Dx = D_0x + \sum_i
+        C_i(x) \ddot q_i`, the coefficients of each :math:`\ddot q_i` are collected first, so the
+        (large) series ``F_i`` is multiplied once per component rather than once per variable.
         """
         order = p.order if order is None else min(order, p.order)
-        cache: Dict[int, HSeries] = {}
-        parts = []
+        n = self.n
+        cache: Dict[int, tuple] = {}
+        top = min(order, len(p.c) - 1)  # D never raises the power of h
+        plain: List[Poly] = [{} for _ in range(top + 1)]
+        coef: List[List[Poly]] = [[{} for _ in range(top + 1)] for _ in range(n)]
         for var in sorted(p.variables()):
             dp = diff(p, var)
             if dp.is_zero():
                 continue
-            dv = self._dvar(var, acc, cache)
-            if dv.is_zero():
+            D0, C = self._dsplit(var, acc is None, cache)
+            for k in range(min(len(dp.c), top + 1)):
+                pk = dp.c[k]
+                if not pk:
+                    continue
+                if D0:
+                    pmul(pk, D0, self.rules, plain[k])
+                for i in range(n):
+                    if C[i]:
+                        pmul(pk, C[i], self.rules, coef[i][k])
+        clean = lambda ps: [{m: c for m, c in q.items() if c} for q in ps]  # noqa: E731
+        out = HSeries(clean(plain), order, self.nil)
+        for i in range(n):
+            ci = HSeries(clean(coef[i]), order, self.nil)
+            if ci.is_zero():
                 continue
-            parts.append(mul(dp, dv, order))
-        return add_all(parts, order, self.nil)
+            a_i = self.series(self.jet(i, 2)) if acc is None else acc[i]
+            out = out + mul(ci, a_i, order)
+        return out
 
     def partial(self, p: HSeries, slot: int) -> HSeries:
         r"""Partial derivative of an expression in :math:`(v, \partial^m L, W)` with respect to
