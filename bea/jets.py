@@ -181,7 +181,7 @@ class Jets:
 
     # ----------------------------------------------------------------- derivatives
     def _dsplit(self, var: int, jet_space: bool, cache: Dict[int, tuple]) -> tuple:
-        """Total derivative of one variable split as ``(D0, [C_1..C_n])`` with
+        r"""Total derivative of one variable split as ``(D0, [C_1..C_n])`` with
         :math:`Dx = D_0 + \sum_i C_i \ddot q_i`; ``D0`` and ``C_i`` are small polynomials.
 
         ``jet_space``: derivative on jet space (:math:`\ddot q` a free variable, higher jets allowed);
