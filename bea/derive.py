@@ -73,12 +73,13 @@ class Derivation:
 
     # ------------------------------------------------------------------ helpers
     def _solve(self, r: List[Poly], k: int) -> List[HSeries]:
-        """:math:`h^k M^{-1} r` as series (symbolic ``W`` for the generic Lagrangian)."""
+        """:math:`h^k M^{-1} r` as series (:math:`M^{-1} = \operatorname{adj}(M)/\det M` for the generic Lagrangian)."""
         J = self.jets
         if self.concrete is None:
             return [HSeries([{} for _ in range(k)] + [p], EXACT, J.nil) for p in J.apply_W(r)]
         # the h^k equation is -M_0 A_k + (known) = 0: only the h-independent inverse mass enters
         return [HSeries([{} for _ in range(k)] + [p], EXACT, J.nil) for p in J.apply_W(r, self.concrete.W0)]
+
     def _h(self) -> HSeries:
         return HSeries.h_power(1, 1, EXACT, self.jets.nil)
 
@@ -100,15 +101,12 @@ class Derivation:
             raise TypeError(f"scheme {self.scheme!r} returned {type(out).__name__}, not an expression in L")
         return out
 
-    def _vec(self, items) -> SeriesVector:
-        return SeriesVector(items)
-
     def _positions(self, c, order: int, eps_scale: bool = False) -> SeriesVector:
         J = self.jets
         out = [J.shifted_position(i, c, order) for i in range(self.n)]
         if eps_scale:  # q_j + h eps
             out = [o + HSeries([{}, {(J.eps(i),): Q(1)}], EXACT, J.nil) for i, o in enumerate(out)]
-        return self._vec(out)
+        return SeriesVector(out)
 
     # ------------------------------------------------------------------ step 1
     def _del_residual(self, order: int) -> List[HSeries]:
