@@ -1,4 +1,30 @@
 """integrators: batched variational integrators in torch, reference flows and snapshot data.
 
-Filled by the integrators issue; depends on :mod:`bea` for schemes and series.
+* :class:`VariationalIntegrator` -- any torch Lagrangian, any :mod:`bea` scheme, thousands of
+  trajectories at once (:mod:`integrators.variational`, Newton in :mod:`integrators.newton`).
+* :func:`reference_flow` -- accurate Euler--Lagrange flows with SciPy (:mod:`integrators.reference`).
+* :mod:`integrators.systems` -- example systems, each a SymPy Lagrangian usable as torch.
+* :mod:`integrators.data` -- position-only snapshot data: generate, save, load and validate.
+* :mod:`integrators.convergence` -- errors against exact and modified flows, observed orders.
+
+Depends on :mod:`bea` (schemes and series); :mod:`bea` never imports this package.
 """
+
+from . import convergence, data, systems
+from .newton import ConvergenceError, NewtonOptions
+from .reference import reference_flow
+from .symbolic import SymbolicLagrangian
+from .systems import System
+from .variational import VariationalIntegrator
+
+__all__ = [
+    "VariationalIntegrator",
+    "ConvergenceError",
+    "NewtonOptions",
+    "reference_flow",
+    "SymbolicLagrangian",
+    "System",
+    "systems",
+    "data",
+    "convergence",
+]

@@ -1,0 +1,168 @@
+r"""Convergence studies: global errors against exact and modified flows, and observed orders.
+
+The experiments of THEORY.md §5, for any :class:`~integrators.systems.System` and :mod:`bea` scheme.
+Each returns one error per step size; :func:`observed_order` fits the slope of
+:math:`\log(\text{error})` against :math:`\log h` by least squares.
+
+* :func:`discrete_vs_exact` -- the scheme on ``L`` from :math:`(q_0, \dot q_0)` against the exact
+  flow of ``L``: order 2 for symmetric schemes (1 for :math:`\alpha \neq \tfrac12`).
+* :func:`discrete_vs_modified_flow` -- the scheme on ``L`` against the exact flow of
+  :math:`EL(L_{mod}[N])`, the discrete solution started on that flow, :math:`q_0 = q_{mod}(0)`,
+  :math:`q_1 = q_{mod}(h)`: error :math:`O(h^{N+1})`, i.e. :math:`O(h^{N+2})` for symmetric schemes
+  (only even ``N`` there).
+* :func:`inverse_modified_vs_exact` -- the scheme on :math:`L_{inv}[N]` against the exact flow of
+  ``L``, started on it (from two exact positions, or from :math:`(q_0, \dot q_0)` with the initial
+  momentum of ``L``): same orders.
+* :func:`modified_energy_oscillation` -- :math:`H_{mod}[N]` along the discrete solution of ``L``
+  (velocities from the momenta of :math:`L_{mod}[N]`): oscillation amplitude :math:`O(h^{N+2})`
+  (symmetric schemes).
+
+Errors are the maximum over all grid times in ``[0, T]``, all trajectories and all coordinates of
+:math:`|q_k - q(t_k)|`.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, List, Sequence
+
+import numpy as np
+import torch
+
+import bea
+
+from .reference import reference_flow
+from .symbolic import SymbolicLagrangian
+from .variational import VariationalIntegrator
+
+__all__ = [
+    "observed_order",
+    "series_lagrangian",
+    "torch_series",
+    "discrete_vs_exact",
+    "discrete_vs_modified_flow",
+    "inverse_modified_vs_exact",
+    "modified_energy_oscillation",
+]
+
+KINDS = ("modified_lagrangian", "inverse_modified_lagrangian")
+
+
+def observed_order(hs: Sequence[float], errors: Sequence[float]) -> float:
+    r"""Least-squares slope of :math:`\log(\text{error})` against :math:`\log h`."""
+    hs, errors = np.asarray(hs, dtype=float), np.asarray(errors, dtype=float)
+    if hs.shape != errors.shape or hs.ndim != 1 or hs.size < 2:
+        raise ValueError(f"need at least two step sizes and one error per step size, got {hs.shape} and {errors.shape}")
+    if np.any(hs <= 0) or np.any(~(errors > 0)) or not np.all(np.isfinite(errors)):
+        raise ValueError(f"step sizes and errors must be positive and finite to fit a slope; errors = {errors}")
+    return float(np.polyfit(np.log(hs), np.log(errors), 1)[0])
+
+
+def series_lagrangian(system: SymbolicLagrangian, scheme, N: int, kind: str = "modified_lagrangian") -> SymbolicLagrangian:
+    r""":math:`L_{mod}[N]` or :math:`L_{inv}[N]` of a symbolic Lagrangian as a
+    :class:`~integrators.symbolic.SymbolicLagrangian` with the parameter ``h`` (bind it with
+    ``.bind(h=...)``), from :mod:`bea`'s concrete derivation."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    if not isinstance(system, SymbolicLagrangian):
+        raise TypeError("series_lagrangian needs a symbolic Lagrangian (a System or SymbolicLagrangian)")
+    series = getattr(bea, kind)(scheme, N, lagrangian=system.expr, q=list(system.q), v=list(system.v))
+    return SymbolicLagrangian(series.expr, system.q, system.v, params=(series.h,), name=f"{kind}[{N}]({system.name})")
+
+
+def torch_series(system: Callable, scheme, N: int, kind: str, h: float, formula: str = "generic") -> Callable:
+    r"""A torch Lagrangian for :math:`L_{mod}[N]` or :math:`L_{inv}[N]` at step ``h``.
+
+    ``formula="generic"``: :mod:`bea`'s generic formula applied to the torch Lagrangian ``system``
+    (derivatives by autograd -- the route a learned Lagrangian takes); ``"concrete"``: the SymPy
+    derivation for ``system`` (a :class:`~integrators.symbolic.SymbolicLagrangian`), compiled."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    if formula == "concrete":
+        return series_lagrangian(system, scheme, N, kind).bind(h=h)
+    if formula != "generic":
+        raise ValueError(f"formula must be 'generic' or 'concrete', got {formula!r}")
+    n = system.n if isinstance(system, SymbolicLagrangian) else None
+    if n is None:
+        raise ValueError("the generic formula needs the dimension: pass a System / SymbolicLagrangian")
+    f = bea.compile_torch(kind, scheme, N, n)
+
+    def L(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return f(system, q, v, h)
+
+    return L
+
+
+def _steps(T: float, h: float) -> int:
+    steps = int(round(T / h))
+    if steps < 2 or abs(steps * h - T) > 1e-9 * T:
+        raise ValueError(f"T={T} must be a multiple (>= 2) of every step size h; h={h} is not")
+    return steps
+
+
+def _err(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max())
+
+
+def discrete_vs_exact(system, scheme, hs: Sequence[float], T: float, q0, qdot0, **integrator_options) -> List[float]:
+    """Global error of the scheme on ``system`` from ``(q0, qdot0)`` against the exact flow of ``system``."""
+    errors = []
+    for h in hs:
+        steps = _steps(T, h)
+        qs = VariationalIntegrator(system, h, scheme, **integrator_options).solve(q0, qdot0, steps)
+        qe, _ = reference_flow(system, q0, qdot0, h * np.arange(steps + 1))
+        errors.append(_err(qs, qe))
+    return errors
+
+
+def discrete_vs_modified_flow(system: SymbolicLagrangian, scheme, N: int, hs: Sequence[float], T: float, q0, qdot0,
+                              **integrator_options) -> List[float]:
+    r"""Global error of the scheme on ``system`` against the exact flow of :math:`EL(L_{mod}[N])` from
+    ``(q0, qdot0)``; the discrete solution starts from the first two positions of that flow."""
+    Lmod = series_lagrangian(system, scheme, N, "modified_lagrangian")
+    errors = []
+    for h in hs:
+        steps = _steps(T, h)
+        qm, _ = reference_flow(Lmod.bind(h=h), q0, qdot0, h * np.arange(steps + 1))
+        qs = VariationalIntegrator(system, h, scheme, **integrator_options).solve_from_positions(qm[0], qm[1], steps)
+        errors.append(_err(qs, qm))
+    return errors
+
+
+def inverse_modified_vs_exact(system: SymbolicLagrangian, scheme, N: int, hs: Sequence[float], T: float, q0, qdot0,
+                              formula: str = "generic", start: str = "positions", **integrator_options) -> List[float]:
+    r"""Global error of the scheme on :math:`L_{inv}[N]` against the exact flow of ``system`` from
+    ``(q0, qdot0)``. ``start="positions"``: from the exact :math:`q(0), q(h)`; ``start="momentum"``:
+    from :math:`(q_0, \dot q_0)` with :math:`p_0 = \partial L/\partial v(q_0, \dot q_0)` of the true
+    ``L`` (``legendre=``), as when predicting with a learned :math:`L_{inv}`."""
+    if start not in ("positions", "momentum"):
+        raise ValueError(f"start must be 'positions' or 'momentum', got {start!r}")
+    errors = []
+    for h in hs:
+        steps = _steps(T, h)
+        qe, _ = reference_flow(system, q0, qdot0, h * np.arange(steps + 1))
+        Linv = torch_series(system, scheme, N, "inverse_modified_lagrangian", h, formula)
+        vi = VariationalIntegrator(Linv, h, scheme, **integrator_options)
+        if start == "positions":
+            qs = vi.solve_from_positions(qe[0], qe[1], steps)
+        else:
+            qs = vi.solve(q0, qdot0, steps, legendre=system)
+        errors.append(_err(qs, qe))
+    return errors
+
+
+def modified_energy_oscillation(system: SymbolicLagrangian, scheme, N: int, hs: Sequence[float], T: float, q0, qdot0,
+                                **integrator_options) -> List[float]:
+    r"""Oscillation amplitude (max - min over the run, max over trajectories) of
+    :math:`H_{mod}[N]` along the discrete solution of ``system`` from ``(q0, qdot0)``; the
+    velocities solve :math:`\partial L_{mod}/\partial v(q_j, \dot q_j) = p_j` with the discrete momenta."""
+    Lmod = series_lagrangian(system, scheme, N, "modified_lagrangian")
+    amplitudes = []
+    for h in hs:
+        steps = _steps(T, h)
+        Lh = Lmod.bind(h=h)
+        vi = VariationalIntegrator(system, h, scheme, **integrator_options)
+        qs = vi.solve(q0, qdot0, steps)
+        v = vi.velocities(qs, lagrangian=Lh)
+        H = Lh.energy(qs, v)
+        amplitudes.append(float((H.amax(0) - H.amin(0)).max()))
+    return amplitudes

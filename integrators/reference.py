@@ -1,0 +1,133 @@
+r"""Reference ("exact") flows of Euler--Lagrange equations.
+
+:math:`\ddot q = A(q, \dot q) = M^{-1}\big(\partial L/\partial q - L_{vq}\,\dot q\big)`,
+:math:`M = \partial^2 L/\partial v^2`, integrated with SciPy's ``solve_ivp`` (DOP853, an explicit
+Runge--Kutta method of order 8 with step-size control) at tolerances near ``1e-13``.
+
+The acceleration comes from
+
+* SymPy, when the Lagrangian is symbolic (a :class:`~integrators.systems.System`, a
+  :class:`~integrators.symbolic.SymbolicLagrangian` or a SymPy expression with ``q=``, ``v=``): ``M``
+  and the right-hand side are differentiated symbolically, compiled with NumPy, and ``M`` is solved
+  pointwise;
+* autograd (:func:`bea.acceleration`), for any torch Lagrangian ``L(q, v)``.
+
+A whole batch of initial conditions is integrated as one ODE system (one vectorised right-hand side
+per stage). Its error control uses the RMS norm over all components, so the per-trajectory error
+can exceed the tolerance by up to about the square root of the batch size; pass
+``each=True`` to integrate each trajectory separately when that matters.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence, Tuple
+
+import numpy as np
+import sympy
+import torch
+from scipy.integrate import solve_ivp
+
+import bea
+
+from ._threads import threads_for
+from ._checks import as_float64, check_finite, check_pair
+from .symbolic import SymbolicLagrangian
+
+__all__ = ["reference_flow", "acceleration_function"]
+
+Acceleration = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+def acceleration_function(lagrangian, q: Optional[Sequence] = None, v: Optional[Sequence] = None) -> Tuple[Acceleration, Optional[int]]:
+    r"""A NumPy function ``A(q, v)`` (arrays ``(B, n)`` to ``(B, n)``) giving :math:`M^{-1}(\partial_q L -
+    L_{vq} v)`, and the dimension ``n`` if known (``None`` for torch callables)."""
+    if isinstance(lagrangian, SymbolicLagrangian):
+        return lagrangian.acceleration_numpy(), lagrangian.n
+    if isinstance(lagrangian, sympy.Basic):
+        if q is None or v is None:
+            raise ValueError("a SymPy Lagrangian needs its coordinate and velocity symbols: reference_flow(expr, ..., q=[...], v=[...])")
+        sl = SymbolicLagrangian(lagrangian, q, v)
+        return sl.acceleration_numpy(), sl.n
+    if q is not None or v is not None:
+        raise ValueError("q= and v= (symbols) are only meaningful for a SymPy Lagrangian")
+    if not callable(lagrangian):
+        raise TypeError(f"lagrangian must be a torch callable L(q, v), a System/SymbolicLagrangian or a SymPy expression, "
+                        f"got {type(lagrangian).__name__}")
+    acc = bea.acceleration(lagrangian)
+
+    def A(qn: np.ndarray, vn: np.ndarray) -> np.ndarray:
+        out = acc(torch.from_numpy(qn), torch.from_numpy(vn))
+        return out.detach().numpy()
+
+    return A, None
+
+
+def reference_flow(lagrangian, q0, qdot0, times, *, q: Optional[Sequence] = None, v: Optional[Sequence] = None,
+                   t0: Optional[float] = None, rtol: float = 1e-13, atol: float = 1e-13, method: str = "DOP853",
+                   each: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+    r"""Integrate the Euler--Lagrange equations of ``lagrangian`` from ``(q0, qdot0)`` at time ``t0``
+    (default ``times[0]``) and return ``(q, qdot)`` at ``times``, each of shape
+    ``(len(times), batch..., n)`` (float64 torch tensors).
+
+    ``q0, qdot0``: shape ``(batch..., n)``. ``times``: strictly monotonic 1-D sequence. Raises
+    ``ValueError`` if the integration fails (e.g. a singular mass matrix or a collision) or produces
+    non-finite values.
+    """
+    q0 = as_float64(q0, "q0")
+    qdot0 = as_float64(qdot0, "qdot0")
+    check_pair(q0, qdot0, ("q0", "qdot0"))
+    check_finite(q0, "q0")
+    check_finite(qdot0, "qdot0")
+    ts = np.asarray(as_float64(times, "times").cpu().numpy(), dtype=np.float64)
+    if ts.ndim != 1 or ts.size == 0:
+        raise ValueError(f"times must be a non-empty 1-D sequence, got shape {ts.shape}")
+    if not np.all(np.isfinite(ts)):
+        raise ValueError("times contains non-finite values")
+    if ts.size > 1:
+        dt = np.diff(ts)
+        if not (np.all(dt > 0) or np.all(dt < 0)):
+            raise ValueError("times must be strictly increasing (or strictly decreasing)")
+    start = float(ts[0]) if t0 is None else float(t0)
+    for name, tol in (("rtol", rtol), ("atol", atol)):
+        if not tol > 0:
+            raise ValueError(f"{name} must be positive, got {tol}")
+    A, n_sym = acceleration_function(lagrangian, q, v)
+    batch, n = q0.shape[:-1], q0.shape[-1]
+    if n_sym is not None and n != n_sym:
+        raise ValueError(f"q0 has {n} coordinates in its last dimension, but the Lagrangian has n={n_sym}")
+    y0 = torch.cat([q0.reshape(-1, n), qdot0.reshape(-1, n)], -1).cpu().numpy()  # (B, 2n)
+    groups = [np.arange(y0.shape[0])] if not each else [np.array([b]) for b in range(y0.shape[0])]
+    out = np.empty((ts.size, y0.shape[0], 2 * n))
+    with threads_for(y0.size):
+        for g in groups:
+            out[:, g] = _integrate(A, y0[g], n, start, ts, rtol, atol, method)
+    qs = torch.from_numpy(out[..., :n].copy()).reshape(ts.size, *batch, n)
+    vs = torch.from_numpy(out[..., n:].copy()).reshape(ts.size, *batch, n)
+    return qs, vs
+
+
+def _integrate(A: Acceleration, y0: np.ndarray, n: int, t0: float, ts: np.ndarray, rtol: float, atol: float, method: str) -> np.ndarray:
+    B = y0.shape[0]
+
+    def rhs(t, y):
+        s = y.reshape(B, 2 * n)
+        acc = A(np.ascontiguousarray(s[:, :n]), np.ascontiguousarray(s[:, n:]))
+        return np.concatenate([s[:, n:], acc], -1).reshape(-1)
+
+    # solve_ivp needs t_eval inside [t0, t_end]; outputs at t0 itself are the initial data
+    at_start = ts == t0
+    t_eval = ts[~at_start]
+    res = np.empty((ts.size, B, 2 * n))
+    res[at_start] = y0
+    if t_eval.size:
+        t_end = float(t_eval[-1])
+        if np.any((t_eval - t0) * (t_end - t0) < 0):
+            raise ValueError(f"times must all lie on one side of t0={t0}")
+        sol = solve_ivp(rhs, (t0, t_end), y0.reshape(-1), method=method, t_eval=t_eval, rtol=rtol, atol=atol)
+        if not sol.success:
+            raise ValueError(f"the reference integration failed: {sol.message} (at t={sol.t[-1] if sol.t.size else t0})")
+        ys = sol.y.T.reshape(t_eval.size, B, 2 * n)
+        if not np.all(np.isfinite(ys)):
+            raise ValueError("the reference integration produced non-finite values (a singularity on the way?)")
+        res[~at_start] = ys
+    return res

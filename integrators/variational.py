@@ -1,0 +1,337 @@
+r"""Batched variational integrators for any torch Lagrangian and any :mod:`bea` scheme.
+
+A scheme turns the Lagrangian :math:`L` into a discrete Lagrangian :math:`L_\Delta(a, b)`
+(THEORY.md §2). With the discrete momenta
+
+.. math::  p_j = D_2 L_\Delta(q_{j-1}, q_j) = -D_1 L_\Delta(q_j, q_{j+1}),
+
+the discrete Euler--Lagrange equations :math:`D_2L_\Delta(q_{j-1}, q_j) + D_1L_\Delta(q_j, q_{j+1}) = 0`
+become one position--momentum step: given :math:`(q_j, p_j)`, solve
+
+.. math::  D_1 L_\Delta(q_j, q_{j+1}) + p_j = 0 \quad\text{for } q_{j+1}, \qquad
+           p_{j+1} = D_2 L_\Delta(q_j, q_{j+1}).
+
+The same step starts the initial value problem from :math:`(q_0, \dot q_0)` with
+:math:`p_0 = \partial L/\partial v(q_0, \dot q_0)` (or the momentum of another Lagrangian, ``legendre=``).
+:math:`D_1L_\Delta, D_2L_\Delta` and the Newton Jacobian :math:`D_{12}L_\Delta` all come from
+automatic differentiation of the scheme's discrete Lagrangian: nothing here is scheme-specific.
+
+All trajectories of a batch advance together: one vectorised Newton solve per time step
+(:mod:`integrators.newton`), each trajectory with its own convergence test.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Tuple, Union
+
+import torch
+from tqdm import tqdm
+
+import bea
+
+from ._threads import threads_for
+from ._checks import as_float64, check_finite, check_lagrangian_output, check_pair, check_step_size, check_steps
+from .newton import ConvergenceError, NewtonOptions, NewtonResult, autograd_system, describe_failure, newton, vmap_system
+
+__all__ = ["VariationalIntegrator", "ConvergenceError"]
+
+TorchLagrangian = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+#: the progress bar appears (on a terminal) for runs of at least this many steps when progress=None
+PROGRESS_MIN_STEPS = 2000
+
+
+class VariationalIntegrator:
+    r"""The variational integrator of ``scheme`` for the Lagrangian ``lagrangian`` with step ``h``.
+
+    Parameters
+    ----------
+    lagrangian : callable ``L(q, v) -> Tensor``, ``q, v`` of shape ``(..., n)``, result ``(...)``,
+        computed pointwise over the leading dimensions (an exact Lagrangian, a
+        :class:`~integrators.systems.System`, a :mod:`bea` series applied to a Lagrangian, a GP or a
+        network).
+    h : step size, > 0.
+    scheme : a :class:`bea.Scheme` or its name (``"midpoint"``, ``"trapezoidal"``,
+        ``"generalised_midpoint(alpha=0.3)"``, ...).
+    xtol, ftol, maxiter : Newton tolerances (:class:`~integrators.newton.NewtonOptions`): a trajectory's
+        step is accepted when the predicted correction is below ``xtol * (1 + |q|)`` or the residual
+        below ``ftol``.
+    jacobian : ``"autograd"`` (batched reverse mode; works with any pointwise torch code, including
+        :mod:`bea` series) or ``"vmap"`` (:func:`torch.func.jacrev` under :func:`torch.func.vmap`; the
+        Lagrangian must be functorch-compatible).
+    progress : show a ``tqdm`` bar: ``True``, ``False``, or ``None`` (runs of at least
+        :data:`PROGRESS_MIN_STEPS` steps, on a terminal).
+    """
+
+    def __init__(self, lagrangian: TorchLagrangian, h: float, scheme: Union[str, bea.Scheme] = "midpoint", *,
+                 xtol: float = 1e-15, ftol: float = 0.0, maxiter: int = 20, jacobian: str = "autograd",
+                 progress: Optional[bool] = None):
+        if not callable(lagrangian):
+            raise TypeError(f"lagrangian must be a callable L(q, v) returning a tensor, got {type(lagrangian).__name__}")
+        self.lagrangian = lagrangian
+        # Schemes may pass the same tensor as a position and, through v = (b - a)/h, inside the
+        # velocity (trapezoidal: L(a, (b - a)/h)). A Lagrangian that differentiates with respect to
+        # its own inputs (a bea series: dL/dq by autograd) must see them as separate graph nodes,
+        # or dL/dq picks up the path through v. A view is such a node and costs nothing.
+        self._L = lambda q, v: lagrangian(q.view_as(q), v.view_as(v))
+        self.h = check_step_size(h)
+        self.scheme = bea.get_scheme(scheme)
+        self.options = NewtonOptions(xtol=xtol, ftol=ftol, maxiter=maxiter)
+        if jacobian not in ("autograd", "vmap"):
+            raise ValueError(f"jacobian must be 'autograd' or 'vmap', got {jacobian!r}")
+        self.jacobian = jacobian
+        self.progress = progress
+        self._step_eval = self._make_step_evaluator()
+
+    def __repr__(self) -> str:
+        return f"VariationalIntegrator({getattr(self.lagrangian, 'name', self.lagrangian)!r}, h={self.h}, scheme={self.scheme!r})"
+
+    # ------------------------------------------------------------------ discrete Lagrangian
+    def discrete_lagrangian(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        r""":math:`L_\Delta(a, b)` for ``a, b`` of shape ``(..., n)``."""
+        return self.scheme(self._L, a, b, self.h)
+
+    def _slot_derivatives(self, a: torch.Tensor, b: torch.Tensor, create_graph: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+        r""":math:`(D_1L_\Delta(a, b), D_2L_\Delta(a, b))` by autograd (per sample under ``vmap`` in that mode)."""
+        if self.jacobian == "vmap" and not create_graph:
+            n = a.shape[-1]
+            g = torch.func.vmap(torch.func.grad(lambda a_, b_: self.discrete_lagrangian(a_, b_), argnums=(0, 1)))
+            d1, d2 = g(a.reshape(-1, n).detach(), b.reshape(-1, n).detach())
+            return d1.reshape(a.shape), d2.reshape(b.shape)
+        with torch.enable_grad():
+            a = a.detach().requires_grad_(True) if not a.requires_grad else a
+            b = b.detach().requires_grad_(True) if not b.requires_grad else b
+            Ld = check_lagrangian_output(self.discrete_lagrangian(a, b), a, "the discrete Lagrangian (i.e. the Lagrangian)")
+            d1, d2 = torch.autograd.grad(Ld.sum(), (a, b), create_graph=create_graph, allow_unused=True)
+        return (torch.zeros_like(a) if d1 is None else d1), (torch.zeros_like(b) if d2 is None else d2)
+
+    def _make_step_evaluator(self):
+        scheme, L, h = self.scheme, self._L, self.h
+        if self.jacobian == "autograd":
+            def fun(x, a, p):  # a: a leaf that requires grad (set once per step in _march)
+                Ld = scheme(L, a, x, h)
+                d1, d2 = torch.autograd.grad(Ld.sum(), (a, x), create_graph=True)
+                return d1 + p, d2
+
+            return autograd_system(fun)
+
+        def fun_single(x, a, p):
+            d1, d2 = torch.func.grad(lambda a_, b_: scheme(L, a_, b_, h), argnums=(0, 1))(a, x)
+            return d1 + p, d2
+
+        return vmap_system(fun_single)
+
+    # ------------------------------------------------------------------ solving
+    def solve(self, q0, qdot0, steps: int, *, legendre: Optional[TorchLagrangian] = None, on_failure: str = "raise",
+              progress: Optional[bool] = None):
+        r"""Integrate from positions ``q0`` and velocities ``qdot0`` (shape ``(batch..., n)``).
+
+        The initial momentum is :math:`p_0 = \partial L/\partial v(q_0, \dot q_0)` with ``L`` the
+        integrated Lagrangian, or ``legendre`` if given (e.g. the recovered Lagrangian
+        :math:`\mathrm{mod}_N(L_{inv})` when integrating a learned :math:`L_{inv}`, THEORY.md §6).
+
+        Returns the positions, shape ``(steps + 1, batch..., n)``. With ``on_failure="mask"`` a
+        trajectory whose Newton solve fails is stopped instead of raising
+        :class:`~integrators.newton.ConvergenceError`; the result is then ``(q, valid)`` with ``valid``
+        of shape ``(steps + 1, batch...)`` and ``q`` NaN exactly where ``valid`` is False.
+        """
+        q0 = as_float64(q0, "q0")
+        qdot0 = as_float64(qdot0, "qdot0")
+        check_pair(q0, qdot0, ("q0", "qdot0"))
+        check_finite(q0, "q0")
+        check_finite(qdot0, "qdot0")
+        steps = check_steps(steps)
+        on_failure = _check_on_failure(on_failure)
+        batch, n = q0.shape[:-1], q0.shape[-1]
+        qf, vf = q0.reshape(-1, n), qdot0.reshape(-1, n)
+        legendre = self.lagrangian if legendre is None else legendre
+        if not callable(legendre):
+            raise TypeError(f"legendre must be a callable Lagrangian L(q, v), got {type(legendre).__name__}")
+        with torch.enable_grad():
+            qq, vv = qf.detach().requires_grad_(True), vf.detach().requires_grad_(True)
+            val = check_lagrangian_output(legendre(qq, vv), qq, "the Lagrangian giving the initial momentum")
+            check_finite(val.detach(), "the Lagrangian at the initial data (q0, qdot0)")
+            (p0,) = torch.autograd.grad(val.sum(), vv, allow_unused=True)
+        if p0 is None:
+            raise ValueError("the Lagrangian does not depend on the velocities: no momentum, no dynamics")
+        check_finite(p0, "the initial momentum dL/dv(q0, qdot0)")
+        out = qf.new_full((steps + 1, qf.shape[0], n), float("nan"))
+        out[0] = qf
+        return self._march(out, 0, p0.detach(), first_guess=qf + self.h * vf, batch=batch, on_failure=on_failure, progress=progress)
+
+    def solve_from_positions(self, q0, q1, steps: int, *, on_failure: str = "raise", progress: Optional[bool] = None):
+        r"""Integrate from two positions :math:`q_0, q_1` (one step apart), shape ``(batch..., n)``:
+        :math:`p_1 = D_2L_\Delta(q_0, q_1)`, then the discrete Euler--Lagrange equations.
+
+        Returns ``(steps + 1, batch..., n)`` with the given ``q0, q1`` as the first two rows
+        (``steps >= 1``); ``on_failure`` as in :meth:`solve`."""
+        q0 = as_float64(q0, "q0")
+        q1 = as_float64(q1, "q1")
+        check_pair(q0, q1, ("q0", "q1"))
+        check_finite(q0, "q0")
+        check_finite(q1, "q1")
+        steps = check_steps(steps)
+        on_failure = _check_on_failure(on_failure)
+        batch, n = q0.shape[:-1], q0.shape[-1]
+        a, b = q0.reshape(-1, n), q1.reshape(-1, n)
+        _, p1 = self._slot_derivatives(a, b)
+        check_finite(p1, "the discrete momentum D2 L_d(q0, q1)")
+        out = a.new_full((steps + 1, a.shape[0], n), float("nan"))
+        out[0], out[1] = a, b
+        return self._march(out, 1, p1.detach(), first_guess=None, batch=batch, on_failure=on_failure, progress=progress)
+
+    def _predict(self, out: torch.Tensor, j: int, rows: Optional[torch.Tensor]) -> torch.Tensor:
+        """Polynomial extrapolation of q_{j+1} from up to four previous positions."""
+        def q(k):
+            return out[k] if rows is None else out[k, rows]
+        if j >= 3:
+            return 4 * q(j) - 6 * q(j - 1) + 4 * q(j - 2) - q(j - 3)
+        if j == 2:
+            return 3 * q(j) - 3 * q(j - 1) + q(j - 2)
+        return 2 * q(j) - q(j - 1)
+
+    def _march(self, out: torch.Tensor, j0: int, p: torch.Tensor, first_guess: Optional[torch.Tensor], batch, on_failure: str,
+               progress: Optional[bool]):
+        steps = out.shape[0] - 1
+        B = out.shape[1]
+        show = progress if progress is not None else self.progress
+        disable = (None if steps - j0 >= PROGRESS_MIN_STEPS else True) if show is None else not show
+        rows: Optional[torch.Tensor] = None  # trajectories still running, None = all
+        valid_until = torch.full((B,), steps, dtype=torch.long)
+        jac = None
+        with threads_for(B * out.shape[-1]), tqdm(total=steps - j0, disable=disable, desc="integrating", unit="step", leave=False) as bar:
+            for j in range(j0, steps):
+                a = out[j] if rows is None else out[j, rows]
+                if self.jacobian == "autograd":
+                    a = a.detach().requires_grad_(True)
+                guess = first_guess if j == 0 else self._predict(out, j, rows)
+                res = newton(self._step_eval, guess, (a, p), options=self.options, jac0=jac)
+                if not bool(res.converged.all()):
+                    res = self._retry(res, a, p, out, j, rows)
+                if not bool(res.converged.all()):
+                    if on_failure == "raise":
+                        self._raise(res, j, batch, rows, B)
+                    ok = res.converged
+                    failed_rows = (torch.arange(B) if rows is None else rows)[~ok]
+                    valid_until[failed_rows] = j
+                    rows = torch.nonzero(ok).flatten() if rows is None else rows[ok]
+                    if rows.numel() == 0:
+                        break
+                    res_x, p, jac = res.x[ok], res.aux[ok], res.jacobian[ok]
+                else:
+                    res_x, p, jac = res.x, res.aux, res.jacobian
+                if rows is None:
+                    out[j + 1] = res_x
+                else:
+                    out[j + 1, rows] = res_x
+                bar.update(1)
+        q = out.reshape(steps + 1, *batch, out.shape[-1])
+        if on_failure == "raise":
+            return q
+        valid = torch.arange(steps + 1)[:, None] <= valid_until[None, :]
+        return q, valid.reshape(steps + 1, *batch)
+
+    def _retry(self, res: NewtonResult, a, p, out, j, rows) -> NewtonResult:
+        """Elements that failed from the extrapolated guess get a second chance from the most
+        conservative guess (the previous position, or the linear prediction on the first step)."""
+        bad = torch.nonzero(~res.converged).flatten()
+        guess = a[bad]
+        again = newton(self._step_eval, guess, (a[bad], p[bad]), options=self.options)
+        x, aux = res.x.clone(), res.aux.clone()
+        conv, failed, resid = res.converged.clone(), res.failed.clone(), res.residual.clone()
+        x[bad], aux[bad], conv[bad], failed[bad], resid[bad] = again.x, again.aux, again.converged, again.failed, again.residual
+        jac = res.jacobian.clone() if res.jacobian is not None else None
+        if jac is not None and again.jacobian is not None:
+            jac[bad] = again.jacobian
+        return NewtonResult(x=x, aux=aux, converged=conv, failed=failed, residual=resid, correction=res.correction,
+                            jacobian=jac, iterations=res.iterations + again.iterations)
+
+    def _raise(self, res: NewtonResult, j: int, batch, rows, B: int) -> None:
+        if rows is not None:  # map back to the original batch positions
+            full = torch.ones(B, dtype=torch.bool)
+            full[rows] = res.converged
+            resid = torch.zeros(full.shape, dtype=res.residual.dtype)
+            resid[rows] = res.residual
+            failed = torch.zeros_like(full)
+            failed[rows] = res.failed
+            res = NewtonResult(x=res.x, aux=None, converged=full, failed=failed, residual=resid, correction=res.correction,
+                               jacobian=None, iterations=res.iterations)
+        idx, resids, text = describe_failure(res, tuple(batch))
+        total = res.converged.numel()
+        raise ConvergenceError(
+            f"Newton's method did not converge at step {j + 1} (solving for q_{j + 1} from q_{j}) for {len(idx)} of {total} "
+            f"trajectories {text}, residual = max-norm of the discrete Euler-Lagrange residual. The step size h={self.h} is probably too "
+            f"large for this Lagrangian, or the motion left the region where it is regular: reduce h, raise maxiter "
+            f"(now {self.options.maxiter}) or loosen xtol (now {self.options.xtol:g}); pass on_failure='mask' to keep the "
+            f"partial trajectories.",
+            step=j + 1, indices=idx, residuals=resids)
+
+    # ------------------------------------------------------------------ momenta, velocities, energies
+    def _positions(self, qs, name: str = "qs") -> torch.Tensor:
+        qs = as_float64(qs, name)
+        if qs.dim() < 2 or qs.shape[0] < 2:
+            raise ValueError(f"{name} must have shape (steps + 1, batch..., n) with at least two positions, got {tuple(qs.shape)}")
+        check_finite(qs, name)
+        return qs
+
+    def momenta(self, qs) -> torch.Tensor:
+        r"""Discrete momenta :math:`p_0 = -D_1L_\Delta(q_0, q_1)`, :math:`p_j = D_2L_\Delta(q_{j-1}, q_j)`
+        (:math:`j \ge 1`) of a discrete trajectory ``qs`` of shape ``(steps + 1, batch..., n)``;
+        same shape."""
+        qs = self._positions(qs)
+        d1, d2 = self._slot_derivatives(qs[:-1], qs[1:])
+        return torch.cat([-d1[:1], d2], 0).detach()
+
+    def velocities(self, qs, lagrangian: Optional[TorchLagrangian] = None, momenta: Optional[torch.Tensor] = None) -> torch.Tensor:
+        r"""Velocities :math:`\dot q_j` solving :math:`\partial L/\partial v(q_j, \dot q_j) = p_j` (Newton,
+        batched over all positions), with :math:`p_j` the discrete momenta (:meth:`momenta`, or
+        ``momenta`` if given) and ``L`` the integrated Lagrangian or ``lagrangian`` (e.g. the
+        recovered :math:`\mathrm{mod}_N(L_{inv})`). Same shape as ``qs``."""
+        qs = self._positions(qs)
+        L = self.lagrangian if lagrangian is None else lagrangian
+        if not callable(L):
+            raise TypeError(f"lagrangian must be a callable L(q, v), got {type(L).__name__}")
+        p = self.momenta(qs) if momenta is None else as_float64(momenta, "momenta")
+        if p.shape != qs.shape:
+            raise ValueError(f"momenta must have the shape of qs {tuple(qs.shape)}, got {tuple(p.shape)}")
+        # finite-difference starting guess: central inside, one-sided at the ends
+        guess = torch.empty_like(qs)
+        guess[1:-1] = (qs[2:] - qs[:-2]) / (2 * self.h)
+        guess[0] = (qs[1] - qs[0]) / self.h
+        guess[-1] = (qs[-1] - qs[-2]) / self.h
+        n = qs.shape[-1]
+        qf, pf, gf = qs.reshape(-1, n), p.reshape(-1, n), guess.reshape(-1, n)
+
+        if self.jacobian == "vmap":
+            def single(v, q, pp):
+                return torch.func.grad(L, argnums=1)(q, v) - pp, None
+            evaluate = vmap_system(single)
+        else:
+            def fun(v, q, pp):
+                val = check_lagrangian_output(L(q, v), q)
+                (gv,) = torch.autograd.grad(val.sum(), v, create_graph=True)
+                return gv - pp, None
+            evaluate = autograd_system(fun)
+        with threads_for(gf.numel()):
+            res = newton(evaluate, gf, (qf, pf), options=self.options)
+        if not bool(res.converged.all()):
+            idx, _, text = describe_failure(res, tuple(qs.shape[:-1]))
+            raise ConvergenceError(
+                f"could not solve dL/dv(q_j, v) = p_j for the velocity at {len(idx)} of {res.converged.numel()} points "
+                f"{text}, index = (time step, batch...). Is the Lagrangian regular (d^2L/dv^2 invertible) there?",
+                indices=idx)
+        return res.x.reshape(qs.shape)
+
+    def energies(self, qs, lagrangian: Optional[TorchLagrangian] = None, momenta: Optional[torch.Tensor] = None) -> torch.Tensor:
+        r"""Energy :math:`H = p\cdot\dot q - L(q, \dot q)` of ``lagrangian`` (default: the integrated one)
+        along ``qs``, with :meth:`velocities` from the same Lagrangian; shape ``(steps + 1, batch...)``."""
+        L = self.lagrangian if lagrangian is None else lagrangian
+        qs = self._positions(qs)
+        v = self.velocities(qs, L, momenta)
+        return bea.energy(L)(qs, v).detach()
+
+
+def _check_on_failure(on_failure: str) -> str:
+    if on_failure not in ("raise", "mask"):
+        raise ValueError(f"on_failure must be 'raise' or 'mask', got {on_failure!r}")
+    return on_failure

@@ -1,0 +1,140 @@
+"""Reference flows (SciPy DOP853) and the example systems."""
+
+import math
+
+import numpy as np
+import pytest
+import sympy
+import torch
+
+import bea
+from integrators import SymbolicLagrangian, VariationalIntegrator, reference_flow, systems
+
+ALL_SYSTEMS = [
+    systems.pendulum(),
+    systems.pendulum(m=2, length=0.5, g=9.81),
+    systems.variable_mass_pendulum(),
+    systems.n_pendulum(2),
+    systems.n_pendulum(3, masses=[1, 2, 1], lengths=[1, 0.5, 0.7]),
+    systems.coupled_oscillators(3),
+    systems.henon_heiles(),
+    systems.kepler(),
+    systems.n_body((1, 1, 1)),
+    systems.n_body((1, 2, 1.5, 1)),
+]
+
+
+def _sample(system, count=16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    box = torch.tensor(system.domain)
+    x = box[:, 0] + (box[:, 1] - box[:, 0]) * torch.rand(count, 2 * system.n, generator=g)
+    return x[:, : system.n], x[:, system.n:]
+
+
+@pytest.mark.parametrize("system", ALL_SYSTEMS, ids=lambda s: s.name)
+def test_system_torch_and_sympy_agree_and_energy_is_exact(system):
+    q, v = _sample(system)
+    L = system(q, v)
+    assert L.shape == (16,) and L.dtype == torch.float64
+    f = sympy.lambdify([*system.q, *system.v], system.expr, "numpy")
+    ref = np.broadcast_to(f(*q.T.numpy(), *v.T.numpy()), (16,))
+    assert np.allclose(L.numpy(), ref, rtol=1e-13, atol=1e-13)
+    # exact energy = p.v - L computed by autograd
+    assert torch.allclose(system.energy(q, v), bea.energy(system)(q, v).detach(), rtol=1e-12, atol=1e-12)
+    assert len(system.domain) == 2 * system.n
+
+
+@pytest.mark.parametrize("system", ALL_SYSTEMS, ids=lambda s: s.name)
+def test_reference_flow_conserves_energy_and_symbolic_matches_autograd(system):
+    q0, v0 = _sample(system, count=3, seed=1)
+    times = np.linspace(0, 2, 11)
+    q, v = reference_flow(system, q0, v0, times)
+    assert q.shape == v.shape == (11, 3, system.n)
+    H = system.energy(q, v)
+    assert float((H - H[0]).abs().max()) <= 1e-10 * max(1.0, float(H[0].abs().max()))
+    # the torch route (M^-1 from autograd) gives the same flow
+    qa, va = reference_flow(lambda a, b: system(a, b), q0, v0, times[:3])
+    assert float((qa - q[:3]).abs().max()) <= 1e-10 and float((va - v[:3]).abs().max()) <= 1e-10
+
+
+def test_harmonic_oscillator_closed_form():
+    osc = systems.coupled_oscillators(1, k=4)  # omega = 2
+    q0, v0 = torch.tensor([[1.0], [0.3]]), torch.tensor([[0.0], [-1.0]])
+    t = np.linspace(0, 10, 41)
+    q, v = reference_flow(osc, q0, v0, t)
+    tt = torch.from_numpy(t)[:, None, None]
+    exact_q = q0 * torch.cos(2 * tt) + v0 / 2 * torch.sin(2 * tt)
+    exact_v = -2 * q0 * torch.sin(2 * tt) + v0 * torch.cos(2 * tt)
+    assert float((q - exact_q).abs().max()) <= 1e-11 and float((v - exact_v).abs().max()) <= 1e-11
+
+
+def test_kepler_circular_orbit_returns_after_one_period():
+    q, v = reference_flow(systems.kepler(), [1.0, 0.0], [0.0, 1.0], [0.0, math.pi, 2 * math.pi])
+    assert float((q[-1] - torch.tensor([1.0, 0.0])).abs().max()) <= 1e-11
+    assert float((q[1] - torch.tensor([-1.0, 0.0])).abs().max()) <= 1e-11
+
+
+def test_double_pendulum_mass_matrix():
+    dp = systems.n_pendulum(2)
+    M, _ = dp.euler_lagrange_data()
+    t1, t2 = dp.q
+    expected = sympy.Matrix([[2, sympy.cos(t1 - t2)], [sympy.cos(t1 - t2), 1]])
+    assert sympy.simplify(M - expected) == sympy.zeros(2, 2)
+
+
+def test_n_body_discrete_linear_momentum_is_conserved():
+    """Translation invariance of L_d: the total discrete momentum is conserved (Noether)."""
+    body = systems.n_body((1.0, 2.0, 1.5))
+    q0, v0 = _sample(body, count=2, seed=3)
+    vi = VariationalIntegrator(body, 0.01, "midpoint")
+    qs = vi.solve(q0, v0, 200)
+    p = vi.momenta(qs)
+    P = torch.stack([p[..., 0::2].sum(-1), p[..., 1::2].sum(-1)], -1)
+    assert float((P - P[0]).abs().max()) <= 1e-12
+
+
+def test_sympy_expression_with_symbols_and_bound_parameters():
+    q, v, w = sympy.symbols("q v w")
+    times = [0.0, 0.5, 1.0]
+    a, _ = reference_flow(v**2 / 2 - 9 * q**2 / 2, [0.5], [0.0], times, q=[q], v=[v])
+    b, _ = reference_flow(SymbolicLagrangian(v**2 / 2 - w**2 * q**2 / 2, [q], [v], params=[w]).bind(w=3), [0.5], [0.0], times)
+    assert torch.allclose(a, b, atol=1e-13)
+    assert torch.allclose(a[:, 0], 0.5 * torch.cos(3 * torch.tensor(times, dtype=torch.float64)), atol=1e-11)
+
+
+def test_t0_and_backward_times():
+    P = systems.pendulum()
+    fwd, _ = reference_flow(P, [1.0], [0.2], [0.0, 1.0])
+    back, vb = reference_flow(P, fwd[1], _[1], [1.0, 0.0])
+    assert float((back[1] - torch.tensor([1.0])).abs().max()) <= 1e-11
+    later, _ = reference_flow(P, [1.0], [0.2], [0.5, 1.0], t0=0.0)
+    assert float((later[1] - fwd[1]).abs().max()) <= 1e-11
+
+
+def test_reference_flow_bad_input():
+    P = systems.pendulum()
+    with pytest.raises(ValueError, match="non-finite"):
+        reference_flow(P, [float("nan")], [0.0], [0.0, 1.0])
+    with pytest.raises(ValueError, match="same shape"):
+        reference_flow(P, [0.0, 1.0], [0.0], [0.0, 1.0])
+    with pytest.raises(ValueError, match="strictly increasing"):
+        reference_flow(P, [0.0], [0.0], [0.0, 1.0, 0.5])
+    with pytest.raises(ValueError, match="n=1"):
+        reference_flow(P, [0.0, 1.0], [0.0, 1.0], [0.0, 1.0])
+    q, v = sympy.symbols("q v")
+    with pytest.raises(ValueError, match="symbols"):
+        reference_flow(v**2 / 2, [0.0], [1.0], [0.0, 1.0])
+    with pytest.raises(ValueError, match="singular"):
+        reference_flow(q * v - q**2 / 2, [0.1], [1.0], [0.0, 1.0], q=[q], v=[v])
+    with pytest.raises(ValueError, match="undeclared symbols"):
+        SymbolicLagrangian(v**2 / 2 - sympy.Symbol("k") * q**2, [q], [v])
+    with pytest.raises(ValueError, match="give numbers for the parameters"):
+        SymbolicLagrangian(v**2 / 2 - sympy.Symbol("k") * q**2, [q], [v], params=[sympy.Symbol("k")])(torch.zeros(1), torch.zeros(1))
+
+
+@pytest.mark.parametrize("call", [lambda: systems.pendulum(m=-1), lambda: systems.n_pendulum(0), lambda: systems.kepler(mu=0),
+                                  lambda: systems.n_body((1,)), lambda: systems.n_pendulum(2, masses=[1, 2, 3]),
+                                  lambda: systems.variable_mass_pendulum(c=-1)])
+def test_system_parameters_are_validated(call):
+    with pytest.raises(ValueError):
+        call()
