@@ -11,16 +11,17 @@ with :math:`J_b` from automatic differentiation (no finite differences, nothing 
 Jacobian predicts is negligible, :math:`\max_i |(J_b^{-1} r_b(x_b))_i| / (1 + |x_{b,i}|) \le
 \mathrm{xtol}`, or when :math:`\|r_b\|_\infty \le \mathrm{ftol}` (off by default); it is then
 frozen with its last evaluated iterate, and the remaining elements iterate on (the batch is
-compacted). The default ``xtol = 1e-15`` asks for convergence to rounding level: an element whose
-correction is below ``STALL_FACTOR * xtol`` and shrank by less than 100x in the last iteration
+compacted). The default ``xtol = 1e-16`` asks for convergence to rounding level: an element whose
+correction is below ``STALL_FACTOR * xtol`` and shrank by less than 10x in the last iteration
 (after two corrections; quadratic convergence would shrink it far more) has reached the rounding
 floor and is accepted too. Non-finite residuals (e.g. after a singular Jacobian) mark
 an element *failed*; elements not converged after ``maxiter`` corrections are reported as not
 converged.
 
-The first correction may reuse a Jacobian supplied by the caller (``jac0``, e.g. that of the
-previous time step: a *chord* step, as in implicit Runge--Kutta codes); all later ones are full
-Newton steps with a fresh Jacobian, so convergence stays quadratic.
+*Jacobian reuse.* The first correction may reuse a Jacobian supplied by the caller (``jac0``, e.g.
+that of the previous time step): a *chord* step, as in implicit Runge--Kutta codes, taken by every
+element whose predicted correction is small (below 0.1). All later corrections are Newton steps with
+a fresh Jacobian, so convergence stays quadratic. ``reuse_jacobian=False`` disables chord steps.
 
 Jacobians:
 
@@ -44,7 +45,7 @@ __all__ = ["NewtonOptions", "NewtonResult", "ConvergenceError", "newton", "autog
 #: ``evaluate(x, *args) -> (r, aux, jacobian)``: residual ``(B, n)``, auxiliary output ``(B, m)`` or
 #: ``None``, and a function returning ``J`` ``(B, n, n)`` at the same ``x`` (called only when needed)
 #: corrections below STALL_FACTOR * xtol that no longer decrease count as converged (rounding floor)
-STALL_FACTOR = 1e4
+STALL_FACTOR = 1e6
 
 Evaluator = Callable[..., Tuple[torch.Tensor, Optional[torch.Tensor], Callable[[], torch.Tensor]]]
 
@@ -53,7 +54,7 @@ Evaluator = Callable[..., Tuple[torch.Tensor, Optional[torch.Tensor], Callable[[
 class NewtonOptions:
     """Tolerances of :func:`newton` (see the module docstring for the test)."""
 
-    xtol: float = 1e-15
+    xtol: float = 1e-16
     ftol: float = 0.0
     maxiter: int = 20
     reuse_jacobian: bool = True
@@ -153,7 +154,7 @@ def newton(evaluate: Evaluator, x0: torch.Tensor, args: Sequence[torch.Tensor] =
             err = (d.abs() / (1 + x_act.abs())).amax(-1)
             ok = err <= xtol
             if it >= 2:  # stalled at rounding level: tiny, and no longer shrinking quadratically
-                ok = ok | ((err <= STALL_FACTOR * xtol) & (err >= 1e-2 * prev_err))
+                ok = ok | ((err <= STALL_FACTOR * xtol) & (err >= 0.1 * prev_err))
         else:
             d = None
             err = torch.full_like(rn, float("inf"))
@@ -171,8 +172,9 @@ def newton(evaluate: Evaluator, x0: torch.Tensor, args: Sequence[torch.Tensor] =
         keep = finite & ~ok
         if it == options.maxiter or not bool(keep.any()):
             break
-        # the first correction is a chord step with jac0 for every element whose predicted correction
-        # is small (decided per element, so that a trajectory's iterates never depend on its batch)
+        # the first correction is a chord step with jac0 (no new Jacobian) for every element whose
+        # predicted correction is small; a Newton step with a fresh Jacobian for the others and for all
+        # later corrections. Decided per element: a trajectory's iterates never depend on its batch.
         chord = err <= 0.1 if it == 0 and d is not None and options.reuse_jacobian else None
         if chord is not None and bool(chord[keep].all()):
             J, dx = J_act, d

@@ -64,7 +64,7 @@ class VariationalIntegrator:
     """
 
     def __init__(self, lagrangian: TorchLagrangian, h: float, scheme: Union[str, bea.Scheme] = "midpoint", *,
-                 xtol: float = 1e-15, ftol: float = 0.0, maxiter: int = 20, jacobian: str = "autograd",
+                 xtol: float = 1e-16, ftol: float = 0.0, maxiter: int = 20, jacobian: str = "autograd",
                  progress: Optional[bool] = None):
         if not callable(lagrangian):
             raise TypeError(f"lagrangian must be a callable L(q, v) returning a tensor, got {type(lagrangian).__name__}")
@@ -181,9 +181,11 @@ class VariationalIntegrator:
         return self._march(out, 1, p1.detach(), first_guess=None, batch=batch, on_failure=on_failure, progress=progress)
 
     def _predict(self, out: torch.Tensor, j: int, rows: Optional[torch.Tensor]) -> torch.Tensor:
-        """Polynomial extrapolation of q_{j+1} from up to four previous positions."""
+        """Polynomial extrapolation of q_{j+1} from up to six previous positions (error O(h^6))."""
         def q(k):
             return out[k] if rows is None else out[k, rows]
+        if j >= 5:
+            return 6 * (q(j) + q(j - 4)) - 15 * (q(j - 1) + q(j - 3)) + 20 * q(j - 2) - q(j - 5)
         if j >= 3:
             return 4 * q(j) - 6 * q(j - 1) + 4 * q(j - 2) - q(j - 3)
         if j == 2:
@@ -217,7 +219,8 @@ class VariationalIntegrator:
                     rows = torch.nonzero(ok).flatten() if rows is None else rows[ok]
                     if rows.numel() == 0:
                         break
-                    res_x, p, jac = res.x[ok], res.aux[ok], res.jacobian[ok]
+                    res_x, p = res.x[ok], res.aux[ok]
+                    jac = None if res.jacobian is None else res.jacobian[ok]
                 else:
                     res_x, p, jac = res.x, res.aux, res.jacobian
                 if rows is None:
@@ -232,8 +235,8 @@ class VariationalIntegrator:
         return q, valid.reshape(steps + 1, *batch)
 
     def _retry(self, res: NewtonResult, a, p, out, j, rows) -> NewtonResult:
-        """Elements that failed from the extrapolated guess get a second chance from the most
-        conservative guess (the previous position, or the linear prediction on the first step)."""
+        """Elements that failed from the extrapolated guess get a second chance, with plain Newton
+        steps from the most conservative guess: the previous position."""
         bad = torch.nonzero(~res.converged).flatten()
         guess = a[bad]
         again = newton(self._step_eval, guess, (a[bad], p[bad]), options=self.options)
