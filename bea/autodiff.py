@@ -34,8 +34,10 @@ def check_state(q: torch.Tensor, v: torch.Tensor, n: int | None = None) -> None:
 
 
 def _as_leaf(x: torch.Tensor) -> torch.Tensor:
-    # keep x in the graph if the caller differentiates through it; otherwise a fresh leaf
-    return x if x.requires_grad else x.detach().requires_grad_(True)
+    # A separate graph node per argument, so that derivatives are *partial* even when the caller
+    # computed v from q (as the trapezoidal rule does with L(a, (b - a)/h)); a view keeps x in
+    # the caller's graph, a detached copy is a fresh leaf when x needs no gradient.
+    return x.view_as(x) if x.requires_grad else x.detach().requires_grad_(True)
 
 
 def _evaluate(L: TorchLagrangian, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

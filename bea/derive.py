@@ -73,7 +73,7 @@ class Derivation:
 
     # ------------------------------------------------------------------ helpers
     def _solve(self, r: List[Poly], k: int) -> List[HSeries]:
-        """:math:`h^k M^{-1} r` as series (:math:`M^{-1} = \operatorname{adj}(M)/\det M` for the generic Lagrangian)."""
+        r""":math:`h^k M^{-1} r` as series (:math:`M^{-1} = \operatorname{adj}(M)/\det M` for the generic Lagrangian)."""
         J = self.jets
         if self.concrete is None:
             return [HSeries([{} for _ in range(k)] + [p], EXACT, J.nil) for p in J.apply_W(r)]

@@ -108,3 +108,17 @@ def test_shape_errors_at_evaluation_time():
         f(L, torch.ones(3, 2), torch.ones(4, 2), 0.1)
     with pytest.raises(ValueError, match="one value per state"):
         f(lambda q, v: (v**2), torch.ones(3, 2), torch.ones(3, 2), 0.1)
+
+
+def test_derivatives_are_partial_when_v_is_computed_from_q():
+    """The trapezoidal rule calls L(a, (b - a)/h): dL/dq must not pick up the path through v."""
+    f = bea.modified_lagrangian("midpoint", 2, dim=1).to_torch()
+    L = lambda q, v: 0.5 * (v**2).sum(-1) + torch.cos(q).sum(-1) + q.sum(-1) * v.sum(-1) ** 2  # noqa: E731
+    a = torch.tensor([[0.3], [-0.2]], requires_grad=True)
+    b = torch.tensor([[0.5], [0.1]])
+    v = (b - a) / 0.1
+    coupled = f(L, a, v, 0.1)
+    independent = f(L, a.detach(), v.detach(), 0.1)
+    torch.testing.assert_close(coupled, independent, rtol=1e-14, atol=1e-14)
+    H = bea.energy(L)
+    torch.testing.assert_close(H(a, v), H(a.detach(), v.detach()), rtol=1e-14, atol=1e-14)
