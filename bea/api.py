@@ -48,14 +48,19 @@ def _cache_key(kind: str, scheme: Scheme, order: int, dim: int):
     return {"kind": kind, "scheme": skey, "order": order, "dim": dim, "engine": __version__}
 
 
-def generic_raw(kind: str, scheme: SchemeLike, order: int, dim: int, cache: bool = True) -> Raw:
-    """Coefficients in jet variables for the generic Lagrangian (from the cache when possible)."""
+def _lookup(kind: str, scheme: SchemeLike, order: int, dim: int, cache: bool):
+    """Validated scheme, cache key (``None``: not cached) and cached body (``None``: absent)."""
     sch = get_scheme(scheme)
     _check_order(order, sch)
     _check_dim(dim)
     key = _cache_key(kind, sch, order, dim) if cache else None
+    return sch, key, (_cache.load(key) if key is not None else None)
+
+
+def generic_raw(kind: str, scheme: SchemeLike, order: int, dim: int, cache: bool = True) -> Raw:
+    """Coefficients in jet variables for the generic Lagrangian (from the cache when possible)."""
+    sch, key, body = _lookup(kind, scheme, order, dim, cache)
     if key is not None:
-        body = _cache.load(key)
         if body is not None:
             try:
                 jets, coeffs = _cache.decode_coeffs(dim, body["raw"])
@@ -122,16 +127,11 @@ def compile_torch(kind: str, scheme: SchemeLike, order: int, dim: int = 1, cache
     there (no derivation, no SymPy), else deriving, generating and caching it."""
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}; one of {', '.join(KINDS)}")
-    sch = get_scheme(scheme)
-    _check_order(order, sch)
-    _check_dim(dim)
-    key = _cache_key(kind, sch, order, dim) if cache else None
-    if key is not None:
-        body = _cache.load(key)
-        if body is not None and isinstance(body.get("source"), str):
-            from .codegen import load_source
+    sch, key, body = _lookup(kind, scheme, order, dim, cache)
+    if body is not None and isinstance(body.get("source"), str):
+        from .codegen import load_source
 
-            return load_source(body["source"], "generated")
+        return load_source(body["source"], "generated")
     raw = generic_raw(kind, sch, order, dim, cache)
     series = Series(raw, sch, Frame.generic_frame(dim))
     fn = series.to_torch()
