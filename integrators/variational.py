@@ -135,13 +135,7 @@ class VariationalIntegrator:
         :class:`~integrators.newton.ConvergenceError`; the result is then ``(q, valid)`` with ``valid``
         of shape ``(steps + 1, batch...)`` and ``q`` NaN exactly where ``valid`` is False.
         """
-        q0 = as_float64(q0, "q0")
-        qdot0 = as_float64(qdot0, "qdot0")
-        check_pair(q0, qdot0, ("q0", "qdot0"))
-        check_finite(q0, "q0")
-        check_finite(qdot0, "qdot0")
-        steps = check_steps(steps)
-        on_failure = _check_on_failure(on_failure)
+        q0, qdot0, steps, on_failure = _initial_data(q0, qdot0, ("q0", "qdot0"), steps, on_failure)
         batch, n = q0.shape[:-1], q0.shape[-1]
         qf, vf = q0.reshape(-1, n), qdot0.reshape(-1, n)
         legendre = self.lagrangian if legendre is None else legendre
@@ -165,13 +159,7 @@ class VariationalIntegrator:
 
         Returns ``(steps + 1, batch..., n)`` with the given ``q0, q1`` as the first two rows
         (``steps >= 1``); ``on_failure`` as in :meth:`solve`."""
-        q0 = as_float64(q0, "q0")
-        q1 = as_float64(q1, "q1")
-        check_pair(q0, q1, ("q0", "q1"))
-        check_finite(q0, "q0")
-        check_finite(q1, "q1")
-        steps = check_steps(steps)
-        on_failure = _check_on_failure(on_failure)
+        q0, q1, steps, on_failure = _initial_data(q0, q1, ("q0", "q1"), steps, on_failure)
         batch, n = q0.shape[:-1], q0.shape[-1]
         a, b = q0.reshape(-1, n), q1.reshape(-1, n)
         _, p1 = self._slot_derivatives(a, b)
@@ -332,6 +320,15 @@ class VariationalIntegrator:
         qs = self._positions(qs)
         v = self.velocities(qs, L, momenta)
         return bea.energy(L)(qs, v).detach()
+
+
+def _initial_data(x, y, names, steps, on_failure):
+    """Validate a pair of initial arrays (float64, same shape, finite), ``steps`` and ``on_failure``."""
+    x, y = as_float64(x, names[0]), as_float64(y, names[1])
+    check_pair(x, y, names)
+    check_finite(x, names[0])
+    check_finite(y, names[1])
+    return x, y, check_steps(steps), _check_on_failure(on_failure)
 
 
 def _check_on_failure(on_failure: str) -> str:
