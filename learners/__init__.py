@@ -1,4 +1,45 @@
-"""learners: Gaussian-process and neural (ModLaNet) models of inverse modified Lagrangians.
+r"""learners: Gaussian-process models of (inverse modified) Lagrangians from position data.
 
-Filled by the learners issues; depends on :mod:`bea` and :mod:`integrators`.
+Lagrangian Shadow Integration (THEORY.md §6):
+
+>>> from learners import InverseModifiedLagrangianGP
+>>> model = InverseModifiedLagrangianGP(h=0.5).fit(snapshots)     # (n_traj, n_steps + 1, n) positions
+>>> qs = model.predict(q0, qdot0, steps=1000)                       # the scheme on L_inv, p0 from mod_2(L_inv)
+>>> H = model.energy(order=2)                                       # identified energy H_rec[2]
+>>> v = model.velocities(qs, order=2)
+
+Modules: :mod:`~learners.functionals` (linear functionals as derivative atoms: DEL/EL residuals,
+momenta, point values), :mod:`~learners.kernels` (the kernel with functionals applied on both
+sides), :mod:`~learners.gp` (the conditioned GP, exact Cholesky solve), :mod:`~learners.normalisation`,
+:mod:`~learners.base` (hyperparameters), :mod:`~learners.shadow_gp` (LSI), :mod:`~learners.baselines`
+(LGP, LGPExact), :mod:`~learners.metrics`, :mod:`~learners.experiments`, :mod:`~learners.plots`,
+:mod:`~learners.demo`.
 """
+
+from .baselines import LagrangianGP, finite_differences
+from .functionals import (Functionals, del_residuals, discrete_momenta, euler_lagrange_residuals, point_evaluations,
+                          triples_from_snapshots)
+from .gp import ConditioningInfo, FunctionalGP
+from .kernels import FunctionalKernel, RBFKernel, SmoothKernel
+from .normalisation import MassNormalisation, Normalisation, VertexNormalisation
+from .shadow_gp import InverseModifiedLagrangianGP
+
+__all__ = [
+    "InverseModifiedLagrangianGP",
+    "LagrangianGP",
+    "finite_differences",
+    "FunctionalGP",
+    "ConditioningInfo",
+    "FunctionalKernel",
+    "RBFKernel",
+    "SmoothKernel",
+    "Functionals",
+    "del_residuals",
+    "discrete_momenta",
+    "euler_lagrange_residuals",
+    "point_evaluations",
+    "triples_from_snapshots",
+    "Normalisation",
+    "MassNormalisation",
+    "VertexNormalisation",
+]

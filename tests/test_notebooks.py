@@ -9,7 +9,8 @@ from nbclient import NotebookClient
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
 
-@pytest.mark.parametrize("name", ["01_correction_formulas.ipynb", "02_convergence_orders.ipynb"])
+@pytest.mark.parametrize("name", ["01_correction_formulas.ipynb", "02_convergence_orders.ipynb", "03_pendulum_shadow.ipynb",
+                                  "04_henon_heiles.ipynb"])
 def test_notebook_executes(name, tmp_path, monkeypatch):
     monkeypatch.setenv("MPLBACKEND", "Agg")
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)

@@ -1,0 +1,133 @@
+"""Benchmark of Lagrangian Shadow Integration (learners): fit, prediction, identification, scaling.
+
+    python benchmarks/shadow.py [--quick] [--objectives] [--scaling-max 6400]
+
+Reference size: the pendulum experiment of THEORY.md §6 (400 trajectories x 5 steps at h = 0.5,
+1,600 DEL triples). Prints
+
+* fit time (hyperparameter search + final exact solve) -- target <= 20 s;
+* a 10,000-step prediction from q0 = 0.3 -- target <= 30 s -- and batched throughput;
+* identification: generating mod_2 / mod_4 (cold cache), level sets on the 30 x 30 grid,
+  velocities (and H_rec) at 1,000 predicted positions;
+* the scaling of the fit with the number of triples (400 ... 6400): fixed hyperparameters (kernel
+  assembly + Cholesky) and with the default hyperparameter search;
+* ``--objectives``: marginal likelihood against held-out DEL residuals (the choice documented in
+  learners/base.py): lengthscales, fit time, trajectory error, level-set errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+
+import torch
+
+torch.set_default_dtype(torch.float64)
+
+H = 0.5
+
+
+def _t(fn, *a, **k):
+    t = time.perf_counter()
+    out = fn(*a, **k)
+    return out, time.perf_counter() - t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="1,000 prediction steps, scaling up to 1600 triples")
+    ap.add_argument("--objectives", action="store_true", help="compare the two hyperparameter objectives")
+    ap.add_argument("--scaling-max", type=int, default=6400, help="largest number of triples in the scaling table")
+    args = ap.parse_args()
+    os.environ.setdefault("BEA_CACHE_DIR", tempfile.mkdtemp(prefix="bea-bench-"))  # cold derivations
+
+    import bea
+    import integrators
+    from integrators import reference_flow
+    from integrators.data import snapshots
+    from learners import InverseModifiedLagrangianGP
+    from learners.metrics import grid_states, level_set_error, max_trajectory_error
+
+    pend = integrators.systems.pendulum()
+    S = snapshots(pend, H, 400, 5, seed=0)
+    steps = 1000 if args.quick else 10000
+    q0, v0 = torch.tensor([[0.3]]), torch.zeros(1, 1)
+    q_ref, v_ref = reference_flow(pend, q0, v0, H * torch.arange(steps + 1, dtype=torch.float64))
+    rows = []
+
+    # ------------------------------------------------------------------ fit
+    model = InverseModifiedLagrangianGP(H, progress=False)
+    _, t_fit = _t(model.fit, S)
+    fixed = InverseModifiedLagrangianGP(H, lengthscale=model.hyperparameters["lengthscale"], noise=model.hyperparameters["noise"])
+    _, t_solve = _t(fixed.fit, S)
+    rows.append(("fit, 1600 triples (search + solve), target <= 20 s", f"{t_fit:.2f} s"))
+    rows.append(("  of which the final exact solve (fixed hyperparameters)", f"{t_solve:.2f} s"))
+    rows.append(("  hyperparameters", str(model.hyperparameters)))
+    rows.append(("  solve", str(model.conditioning)))
+
+    # ------------------------------------------------------------------ prediction
+    t0 = time.perf_counter()
+    bea.compile_torch("modified_lagrangian", "midpoint", 2, dim=1)
+    t_gen2 = time.perf_counter() - t0
+    qs, t_pred = _t(model.predict, q0, v0, steps)
+    rows.append((f"prediction, {steps} steps (target <= 30 s for 10,000)", f"{t_pred:.2f} s = {steps / t_pred:.0f} steps/s; "
+                 f"max |q - q_ref| = {max_trajectory_error(qs, q_ref):.2e}"))
+    qb0 = torch.linspace(-1.0, 1.0, 100)[:, None]
+    _, t_batch = _t(model.predict, qb0, torch.zeros(100, 1), 200)
+    rows.append(("batched prediction, 100 initial conditions x 200 steps", f"{t_batch:.2f} s = {100 * 200 / t_batch:.0f} "
+                 "trajectory-steps/s"))
+
+    # ------------------------------------------------------------------ identification
+    t0 = time.perf_counter()
+    bea.compile_torch("modified_lagrangian", "midpoint", 4, dim=1)
+    t_gen4 = time.perf_counter() - t0
+    rows.append(("generate mod_2 / mod_4 (cold cache)", f"{t_gen2:.2f} s / {t_gen4:.2f} s"))
+    st = grid_states(points=30)
+    for N in (0, 2, 4):
+        e, t_ls = _t(level_set_error, model.energy(N), pend.energy, states=st)
+        rows.append((f"level sets on 30 x 30 grid, N = {N}", f"{t_ls:.2f} s (error {e:.2e})"))
+    sub = qs[: min(1001, qs.shape[0])]
+    for N in (2, 4):
+        v, t_v = _t(model.velocities, sub, N)
+        err = float((v - v_ref[: sub.shape[0]]).abs().max())
+        rows.append((f"velocities at {sub.shape[0]} positions, N = {N}", f"{t_v:.2f} s (max error {err:.2e})"))
+
+    # ------------------------------------------------------------------ scaling
+    scaling = []
+    n = 100
+    while n * 4 <= args.scaling_max and (not args.quick or n * 4 <= 1600):
+        Sn = snapshots(pend, H, n, 5, seed=0)
+        m = InverseModifiedLagrangianGP(H, lengthscale=model.hyperparameters["lengthscale"], noise=model.hyperparameters["noise"])
+        _, t_fixed = _t(m.fit, Sn)
+        m2 = InverseModifiedLagrangianGP(H, progress=False)
+        _, t_learn = _t(m2.fit, Sn)
+        scaling.append((4 * n, t_fixed, t_learn, m.conditioning.cond_estimate))
+        n *= 2
+
+    w = max(len(r[0]) for r in rows)
+    print("Lagrangian Shadow Integration, pendulum reference size (400 trajectories x 5 steps, h = 0.5)\n")
+    for label, val in rows:
+        print(f"{label:<{w}}  {val}")
+    print("\nfit time against the number of DEL triples")
+    print(f"{'triples':>8}  {'fixed hyperparameters':>22}  {'with search':>12}  {'condition >=':>12}")
+    for tri, tf, tl, c in scaling:
+        print(f"{tri:>8}  {tf:>20.2f} s  {tl:>10.2f} s  {c:>12.2e}")
+
+    # ------------------------------------------------------------------ objectives
+    if args.objectives:
+        print("\nhyperparameter objective (full data; prediction over 2,000 steps)")
+        q2 = q_ref[:2001]
+        for obj in ("mll", "heldout"):
+            m = InverseModifiedLagrangianGP(H, objective=obj, progress=False)
+            _, tf = _t(m.fit, S)
+            e = max_trajectory_error(m.predict(q0, v0, 2000), q2) if steps >= 2000 else float("nan")
+            ls = [level_set_error(m.energy(N), pend.energy, states=st) for N in (2, 4)]
+            hp = m.hyperparameters
+            print(f"{obj:>8}: fit {tf:5.2f} s, lengthscales {hp['lengthscale']}, nugget {hp['noise']:.1e}; "
+                  f"max |q - q_ref| {e:.2e}; level sets H_rec[2] {ls[0]:.2e}, H_rec[4] {ls[1]:.2e}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,179 @@
+r"""A Gaussian process conditioned on linear functionals, with an exact Cholesky solve.
+
+Prior :math:`L \sim \mathcal{GP}(0, \sigma_f^2 k)` on :math:`\mathbb R^D`. Observations are values of
+linear functionals :math:`y_i = \Lambda_i[L] + \eta_i`, :math:`\eta_i \sim \mathcal N(0, \sigma_n^2)`
+(``noise``; data are exact here, so it acts as a nugget). With
+:math:`\Theta = \Lambda\Lambda^\top k + \sigma_n^2 I = R R^\top` (Cholesky),
+
+.. math::  \beta = \Theta^{-1} y, \qquad
+           \bar L(x) = \sum_i \beta_i\, \Lambda_i^{y} k(x, y), \qquad
+           \operatorname{Cov}[\Gamma L, \Gamma' L] = \Gamma\Gamma'^\top k
+           - (R^{-1}\Theta_{\Lambda\Gamma})^\top (R^{-1}\Theta_{\Lambda\Gamma'})
+
+for any further functionals :math:`\Gamma, \Gamma'` (point values, momenta, DEL residuals at new
+triples). The posterior mean is a sum over the training atoms, evaluated in closed form and
+differentiable to any order in :math:`x` (so :mod:`bea` can apply its correction formulas to it).
+
+Why not ``gpytorch.models.ExactGP``: its training inputs are points of one fixed width, while the
+observations here are functionals made of different numbers and orders of atoms (DEL residuals,
+normalisation, point values), and the covariance is extremely ill-conditioned (a smooth kernel
+and many nearly dependent functionals), which calls for an explicit, reported jitter policy. The
+solve is therefore a documented exact Cholesky: if the factorisation fails, a jitter
+:math:`10^{-12}\,\overline{\operatorname{diag}\Theta}` is added and raised tenfold until it
+succeeds (at most :data:`MAX_JITTER`); the jitter used, the size and a condition estimate are
+reported in :attr:`FunctionalGP.info`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, Optional
+
+import gpytorch
+import torch
+from gpytorch.constraints import GreaterThan
+
+from .functionals import AtomSet, Functionals, point_evaluations
+from .kernels import AtomExpansion, FunctionalKernel
+
+__all__ = ["FunctionalGP", "ConditioningInfo", "MAX_JITTER"]
+
+#: largest relative jitter tried before giving up (relative to the mean diagonal of the covariance)
+MAX_JITTER = 1e-4
+
+
+@dataclass
+class ConditioningInfo:
+    """How the linear system was solved."""
+
+    size: int  #: number of functionals conditioned on
+    noise: float  #: noise variance sigma_n^2 on the diagonal
+    jitter: float  #: extra diagonal added to make the Cholesky succeed (0 if none)
+    mean_diag: float  #: mean diagonal of the covariance
+    cond_estimate: float  #: (max R_ii / min R_ii)^2, a lower bound on the 2-norm condition number
+    extra: Dict[str, float] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return (f"{self.size} functionals, noise {self.noise:.2e}, jitter {self.jitter:.2e} "
+                f"(relative {self.jitter / self.mean_diag:.1e}), condition >= {self.cond_estimate:.2e}")
+
+
+class FunctionalGP(gpytorch.Module):
+    r"""GP posterior given observed values of linear functionals (see the module docstring).
+
+    Parameters
+    ----------
+    kernel : a :class:`~learners.kernels.FunctionalKernel` (default: RBF with one lengthscale).
+    noise : initial noise variance :math:`\sigma_n^2` (a ``gpytorch`` Gaussian likelihood holds it,
+        with lower bound ``min_noise``).
+    """
+
+    def __init__(self, kernel: Optional[FunctionalKernel] = None, noise: float = 1e-10, min_noise: float = 1e-14):
+        super().__init__()
+        self.kernel = kernel if kernel is not None else FunctionalKernel()
+        self.likelihood = gpytorch.likelihoods.GaussianLikelihood(noise_constraint=GreaterThan(min_noise))
+        self.likelihood.noise = torch.tensor(max(noise, 2 * min_noise))
+        self.train_functionals: Optional[Functionals] = None
+        self.info: Optional[ConditioningInfo] = None
+        self._chol: Optional[torch.Tensor] = None
+        self._beta: Optional[torch.Tensor] = None
+        self._mean_atoms: Optional[Dict[int, AtomSet]] = None
+        self._mean_fn: Optional[AtomExpansion] = None
+        #: multiplies posterior (co)variances: equivalent to scaling sigma_f^2 and sigma_n^2 together,
+        #: which leaves the posterior mean unchanged (set by calibration on held-out data)
+        self.variance_scale: float = 1.0
+
+    @property
+    def noise(self) -> torch.Tensor:
+        return self.likelihood.noise.reshape(())
+
+    # ------------------------------------------------------------------ conditioning
+    def factor(self, F: Functionals) -> tuple:
+        r"""Cholesky factor :math:`R` of :math:`\Theta(F, F) + (\sigma_n^2 + \text{jitter}) I` and the info
+        (differentiable in the hyperparameters)."""
+        K = self.kernel.forward(F, F)
+        K = 0.5 * (K + K.T)
+        diag_mean = float(torch.diagonal(K).mean().detach())
+        scale = diag_mean if diag_mean > 0 else 1.0
+        eye = torch.eye(F.count, dtype=K.dtype)
+        A = K + self.noise * eye
+        jitter = 0.0
+        R, info = torch.linalg.cholesky_ex(A)
+        while int(info) != 0:
+            jitter = 1e-12 * scale if jitter == 0 else jitter * 10
+            if jitter > MAX_JITTER * scale:
+                raise RuntimeError(
+                    f"the covariance of the {F.count} functionals is not positive definite even with a relative jitter of "
+                    f"{MAX_JITTER:g}: the data or the hyperparameters are degenerate (duplicate trajectories? a lengthscale "
+                    f"far too large?)")
+            R, info = torch.linalg.cholesky_ex(A + jitter * eye)
+        d = torch.diagonal(R).detach()
+        info_ = ConditioningInfo(size=F.count, noise=float(self.noise.detach()), jitter=jitter, mean_diag=diag_mean,
+                                 cond_estimate=float((d.max() / d.min()) ** 2))
+        return R, info_
+
+    def condition(self, F: Functionals, targets: Optional[torch.Tensor] = None) -> "FunctionalGP":
+        """Condition on the functionals ``F`` with observed values ``targets`` (default ``F.targets``)."""
+        y = F.targets if targets is None else targets
+        if y is None:
+            raise ValueError("no targets: give targets= or functionals with .targets")
+        R, info = self.factor(F)
+        beta = torch.cholesky_solve(y[:, None].to(R.dtype), R)[:, 0]
+        self.train_functionals, self._chol, self._beta, self.info = F, R, beta, info
+        self._mean_atoms = _merge_atoms(F, beta)
+        self._mean_fn = AtomExpansion(self.kernel, self._mean_atoms, differentiable=beta.requires_grad)
+        return self
+
+    def _require(self) -> None:
+        if self._beta is None:
+            raise RuntimeError("condition the GP on data first (fit)")
+
+    # ------------------------------------------------------------------ posterior
+    def mean(self, x: torch.Tensor) -> torch.Tensor:
+        r"""Posterior mean :math:`\bar L(x)`, ``x`` of shape (..., D) -> (...); differentiable in ``x``
+        (and in the hyperparameters, if the GP was conditioned with gradients enabled)."""
+        self._require()
+        return self._mean_fn(x)
+
+    def functional_mean(self, G: Functionals) -> torch.Tensor:
+        r"""Posterior mean of the functionals ``G``: :math:`\Theta_{G\Lambda}\beta`."""
+        self._require()
+        return self.kernel.forward(G, self.train_functionals) @ self._beta
+
+    def functional_posterior(self, G: Functionals, full_cov: bool = False):
+        r"""Posterior mean and variance (or full covariance) of the functionals ``G``."""
+        self._require()
+        KGT = self.kernel.forward(G, self.train_functionals)
+        mean = KGT @ self._beta
+        V = torch.linalg.solve_triangular(self._chol, KGT.T, upper=False)
+        if full_cov:
+            return mean, self.variance_scale * (self.kernel.forward(G, G) - V.T @ V)
+        var = self.kernel.diagonal(G) - (V * V).sum(0)
+        return mean, self.variance_scale * var.clamp_min(0.0)
+
+    def variance(self, x: torch.Tensor) -> torch.Tensor:
+        r"""Posterior variance of :math:`L(x)`, ``x`` of shape (..., D) -> (...)."""
+        lead = x.shape[:-1]
+        _, var = self.functional_posterior(point_evaluations(x.reshape(-1, x.shape[-1])))
+        return var.reshape(lead)
+
+
+def _merge_atoms(F: Functionals, beta: torch.Tensor) -> Dict[int, AtomSet]:
+    r"""Atoms of the posterior mean :math:`\sum_i \beta_i \Lambda_i^y k(\cdot, y)`, with order-0 and
+    order-1 atoms at the same point merged (their contributions are linear in coefficient and
+    direction), which halves the cost for the midpoint rule (neighbouring triples share midpoints)."""
+    out: Dict[int, AtomSet] = {}
+    for m, A in F.atoms.items():
+        w = A.coef * beta[A.owner]
+        if m == 0:
+            pts, inv = torch.unique(A.points, dim=0, return_inverse=True)
+            coef = torch.zeros(pts.shape[0], dtype=w.dtype).index_add(0, inv, w)
+            out[0] = AtomSet(pts, pts.new_zeros(pts.shape[0], 0, pts.shape[1]), coef, torch.zeros(pts.shape[0], dtype=torch.long))
+        elif m == 1:
+            pts, inv = torch.unique(A.points, dim=0, return_inverse=True)
+            dirs = torch.zeros(pts.shape[0], pts.shape[1], dtype=w.dtype).index_add(0, inv, w[:, None] * A.dirs[:, 0])
+            out[1] = AtomSet(pts, dirs[:, None, :], torch.ones(pts.shape[0], dtype=w.dtype),
+                             torch.zeros(pts.shape[0], dtype=torch.long))
+        else:
+            out[m] = AtomSet(A.points, A.dirs, w, torch.zeros(len(A), dtype=torch.long))
+    return out

@@ -1,0 +1,378 @@
+r"""Kernels with linear functionals applied on both sides, :math:`\Theta_{ij} = \Lambda_i \Lambda'_j k`.
+
+A base kernel :math:`k(x, y)` on :math:`TQ = \mathbb R^D` is a :class:`SmoothKernel`: a GPyTorch
+kernel that also evaluates *pairwise* (``pointwise(x, y)`` for matching rows), with ordinary torch
+operations that autograd can differentiate to any order (GPyTorch's own ``RBFKernel`` is not suitable:
+its distance uses a norm, whose derivative is undefined at coincident points).
+
+:class:`FunctionalKernel` builds the covariance of two families of functionals
+(:class:`~learners.functionals.Functionals`), atom by atom:
+
+.. math::  \Theta_{ij} = \sigma_f^2 \sum_{k \in i}\sum_{l \in j} c_k c_l\,
+           \partial_{t_1}\cdots\partial_{t_a}\,\partial_{s_1}\cdots\partial_{s_b}\,
+           k\big(x_k + \textstyle\sum t_r u_{k,r},\; y_l + \sum s_r u'_{l,r}\big)\Big|_{t = s = 0}.
+
+*Generic path* (any :class:`SmoothKernel`): every pair of atoms gets its own scalar leaves
+:math:`t_r, s_r`; the pairwise kernel is differentiated by nested ``torch.autograd.grad`` calls, and
+since pair ``p`` depends only on its own leaves, each gradient is the whole matrix of pairwise
+derivatives.
+
+*Closed form* (:class:`RBFKernel`): :math:`k = \exp(-Q)` with
+:math:`Q = \tfrac12\|\tilde r + \sum_r t_r\tilde u_r - \sum_r s_r\tilde u'_r\|^2` quadratic in the
+leaves (tilde: divided by the lengthscales), so the multilinear derivative is the Isserlis-type sum
+over partitions of the variables into singletons and pairs,
+
+.. math::  \partial_{z_1}\cdots\partial_{z_m} e^{-Q}\big|_0 = e^{-Q_0}
+           \sum_{\pi} \prod_{\{i\} \in \pi} (-Q_i) \prod_{\{i,j\} \in \pi} (-Q_{ij}),
+
+with :math:`Q_i = \partial_{z_i} Q|_0` and :math:`Q_{ij} = \partial_{z_i}\partial_{z_j}Q`: a few
+dense matrix products per block, differentiable in the hyperparameters. The two paths agree to
+rounding (tested).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+import gpytorch
+import torch
+from gpytorch.constraints import Positive
+
+from .functionals import AtomSet, Functionals
+
+__all__ = ["SmoothKernel", "RBFKernel", "FunctionalKernel", "AtomExpansion"]
+
+#: atoms per row chunk when a covariance is assembled without gradients (bounds memory)
+CHUNK_ATOMS = 2048  # rows x columns of one block <= CHUNK_ATOMS**2 entries
+
+
+class SmoothKernel(gpytorch.kernels.Kernel):
+    r"""A GPyTorch kernel with a smooth pairwise form ``pointwise(x, y)`` ((P, D), (P, D) -> (P,))."""
+
+    def pointwise(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def forward(self, x1: torch.Tensor, x2: torch.Tensor, diag: bool = False, **params) -> torch.Tensor:
+        if diag:
+            return self.pointwise(x1, x2)
+        A, B = x1.shape[-2], x2.shape[-2]
+        xs = x1[..., :, None, :].expand(*x1.shape[:-2], A, B, x1.shape[-1])
+        ys = x2[..., None, :, :].expand(*x2.shape[:-2], A, B, x2.shape[-1])
+        return self.pointwise(xs.reshape(-1, x1.shape[-1]), ys.reshape(-1, x2.shape[-1])).reshape(*x1.shape[:-2], A, B)
+
+    def derivative_block(self, X: torch.Tensor, U: torch.Tensor, Y: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
+        r"""Matrix (A, B) of :math:`\partial_{t_1..t_a}\partial_{s_1..s_b} k(x + \sum t u, y + \sum s v)|_0`
+        for atoms ``X`` (A, D) with directions ``U`` (A, a, D) and ``Y`` (B, D), ``V`` (B, b, D), by
+        nested autograd on per-pair leaves (generic; subclasses may override with a closed form)."""
+        return _autograd_block(self, X, U, Y, V)
+
+
+def _autograd_block(kernel: SmoothKernel, X, U, Y, V) -> torch.Tensor:
+    A, B, D = X.shape[0], Y.shape[0], X.shape[1]
+    a, b = U.shape[1], V.shape[1]
+    P = A * B
+    with torch.enable_grad():
+        ts = [torch.zeros(P, dtype=X.dtype, requires_grad=True) for _ in range(a)]
+        ss = [torch.zeros(P, dtype=X.dtype, requires_grad=True) for _ in range(b)]
+        xp = X[:, None, :].expand(A, B, D).reshape(P, D)
+        yp = Y[None, :, :].expand(A, B, D).reshape(P, D)
+        for r in range(a):
+            xp = xp + ts[r][:, None] * U[:, None, r, :].expand(A, B, D).reshape(P, D)
+        for r in range(b):
+            yp = yp + ss[r][:, None] * V[None, :, r, :].expand(A, B, D).reshape(P, D)
+        val = kernel.pointwise(xp, yp)
+        for leaf in ts + ss:
+            (val,) = torch.autograd.grad(val.sum(), leaf, create_graph=True)
+    return val.reshape(A, B)
+
+
+class RBFKernel(SmoothKernel):
+    r"""Squared exponential :math:`k(x, y) = \exp\big(-\tfrac12 \sum_d (x_d - y_d)^2/\ell_d^2\big)`
+    (one lengthscale, or one per input with ``ard_num_dims=D``). The seed's
+    :math:`\exp(-\|x - y\|^2/\varepsilon^2)` is :math:`\ell = \varepsilon/\sqrt2`. Functional blocks
+    in closed form (see the module docstring)."""
+
+    has_lengthscale = True
+
+    def pointwise(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        ls = self.lengthscale.reshape(-1)
+        return torch.exp(-0.5 * (((x - y) / ls) ** 2).sum(-1))
+
+    def derivative_block(self, X, U, Y, V) -> torch.Tensor:
+        ls = self.lengthscale.reshape(-1)
+        Xs, Ys = X / ls, Y / ls
+        Us, Vs = U / ls, V / ls
+        # r = x - y; Q0 = |r|^2 / 2, expanded so that everything is a smooth polynomial (no clamp)
+        sq = 0.5 * ((Xs * Xs).sum(-1)[:, None] + (Ys * Ys).sum(-1)[None, :]) - Xs @ Ys.T
+        base = torch.exp(-sq)
+        a, b = U.shape[1], V.shape[1]
+        if a == 0 and b == 0:
+            return base
+        # first derivatives of Q at 0: x-side u.r, y-side -v.r  (r = x - y)
+        first: List[torch.Tensor] = []
+        for r in range(a):
+            first.append((Us[:, r] * Xs).sum(-1)[:, None] - Us[:, r] @ Ys.T)
+        for r in range(b):
+            first.append(-((Xs @ Vs[:, r].T) - (Vs[:, r] * Ys).sum(-1)[None, :]))
+        m = a + b
+
+        def second(i: int, j: int) -> torch.Tensor:
+            if i < a and j < a:
+                return (Us[:, i] * Us[:, j]).sum(-1)[:, None]
+            if i >= a and j >= a:
+                return (Vs[:, i - a] * Vs[:, j - a]).sum(-1)[None, :]
+            ii, jj = (i, j - a) if i < a else (j, i - a)
+            return -(Us[:, ii] @ Vs[:, jj].T)
+
+        poly = _partition_sum(list(range(m)), [-f for f in first], lambda i, j: -second(i, j))
+        return base * poly
+
+
+def _partition_sum(idx: List[int], first: List[torch.Tensor], pair) -> torch.Tensor:
+    r""":math:`\sum_\pi \prod_{\text{singletons}} f_i \prod_{\text{pairs}} g_{ij}` over partitions of ``idx``
+    into blocks of size one and two (recursion on the first element)."""
+    if not idx:
+        return torch.ones(())
+    i, rest = idx[0], idx[1:]
+    total = first[i] * _partition_sum(rest, first, pair)
+    for k, j in enumerate(rest):
+        total = total + pair(i, j) * _partition_sum(rest[:k] + rest[k + 1:], first, pair)
+    return total
+
+
+class FunctionalKernel(gpytorch.kernels.Kernel):
+    r"""The covariance :math:`\Theta = \sigma_f^2\,\Lambda\Lambda'^\top k` of two families of linear
+    functionals under :math:`L \sim \mathcal{GP}(0, \sigma_f^2 k)`, for a :class:`SmoothKernel` ``k``.
+
+    ``forward(F1, F2)`` takes :class:`~learners.functionals.Functionals` (not tensors: call it
+    directly, not through ``__call__``) and returns the dense (F1.count, F2.count) matrix. The
+    outputscale :math:`\sigma_f^2` is a GPyTorch parameter with a positivity constraint.
+    ``closed_form=False`` forces the generic autograd path.
+    """
+
+    def __init__(self, base_kernel: Optional[SmoothKernel] = None, closed_form: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        if base_kernel is None:
+            base_kernel = RBFKernel()
+        if not isinstance(base_kernel, SmoothKernel):
+            raise TypeError("base_kernel must be a learners.kernels.SmoothKernel (with a smooth pairwise form), "
+                            f"got {type(base_kernel).__name__}")
+        self.base_kernel = base_kernel
+        self.closed_form = closed_form
+        self.register_parameter("raw_outputscale", torch.nn.Parameter(torch.zeros(())))
+        self.register_constraint("raw_outputscale", Positive())
+
+    @property
+    def outputscale(self) -> torch.Tensor:
+        return self.raw_outputscale_constraint.transform(self.raw_outputscale)
+
+    @outputscale.setter
+    def outputscale(self, value) -> None:
+        value = torch.as_tensor(value, dtype=self.raw_outputscale.dtype)
+        self.initialize(raw_outputscale=self.raw_outputscale_constraint.inverse_transform(value))
+
+    def block(self, X, U, Y, V) -> torch.Tensor:
+        if self.closed_form:
+            return self.base_kernel.derivative_block(X, U, Y, V)
+        return _autograd_block(self.base_kernel, X, U, Y, V)
+
+    def forward(self, F1: Functionals, F2: Functionals, diag: bool = False, **params) -> torch.Tensor:  # type: ignore[override]
+        if not isinstance(F1, Functionals) or not isinstance(F2, Functionals):
+            raise TypeError("FunctionalKernel.forward takes two learners.functionals.Functionals")
+        if F1.dim != F2.dim:
+            raise ValueError(f"functionals on spaces of different dimensions: {F1.dim} and {F2.dim}")
+        if diag:
+            return self.diagonal(F1)
+        out = None
+        for A1 in F1.atoms.values():
+            for A2 in F2.atoms.values():
+                part = self._pair(A1, A2, F1.count, F2.count)
+                out = part if out is None else out + part
+        if out is None:
+            out = torch.zeros(F1.count, F2.count)
+        return self.outputscale * out
+
+    def _pair(self, A1: AtomSet, A2: AtomSet, n1: int, n2: int) -> torch.Tensor:
+        need_grad = torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
+        step = len(A1) if need_grad else max(1, CHUNK_ATOMS * CHUNK_ATOMS // max(1, len(A2)))
+        S2 = _owner_matrix(A2, n2)  # (n2, A2) sparse: coefficients of the atoms in each functional
+        out = None
+        for s in range(0, len(A1), step):
+            sl = slice(s, s + step)
+            phi = self.block(A1.points[sl], A1.dirs[sl], A2.points, A2.dirs)  # (a, A2)
+            cols = torch.sparse.mm(S2, phi.T)  # (n2, a)
+            part = torch.sparse.mm(_owner_matrix(A1, n1, sl), cols.T)  # (n1, n2)
+            out = part if out is None else out + part
+        return out if out is not None else torch.zeros(n1, n2)
+
+    def diagonal(self, F: Functionals, chunk: int = 512) -> torch.Tensor:
+        r"""Prior variances :math:`\Theta_{ii}` of the functionals ``F`` (blocks of ``chunk`` functionals,
+        never the full matrix)."""
+        parts = []
+        for s in range(0, F.count, chunk):
+            sub = F.subset(torch.arange(s, min(s + chunk, F.count)))
+            parts.append(torch.diagonal(self.forward(sub, sub)))
+        return torch.cat(parts) if parts else torch.zeros(0)
+
+
+def _owner_matrix(A: AtomSet, count: int, sl: slice = slice(None)) -> torch.Tensor:
+    """Sparse (count, len(A[sl])) matrix with entry (owner_k, k) = coef_k: sums atoms into functionals."""
+    owner, coef = A.owner[sl], A.coef[sl]
+    idx = torch.stack([owner, torch.arange(owner.numel())])
+    return torch.sparse_coo_tensor(idx, coef, (count, owner.numel()), check_invariants=False).coalesce()
+
+
+class AtomExpansion:
+    r"""A fixed function :math:`f(x) = \sigma_f^2 \sum_k c_k\, \partial_{v_{k,1}}\cdots\partial_{v_{k,m}} k(x, y_k)`
+    (derivatives on the second argument): the posterior mean of a functional GP.
+
+    Hyperparameters are frozen at construction (detached), so repeated evaluation, e.g. inside an
+    integrator, costs only a few dense products with the atoms. For :class:`RBFKernel` (atoms of
+    order <= 2) the scaled atoms are precomputed and, with :math:`r_k = \tilde x - \tilde y_k` (tilde:
+    divided by the lengthscales) and :math:`e_k = e^{-\|r_k\|^2/2}`,
+
+    .. math::  f(x) = \sigma_f^2 \sum_k e_k P_k(r_k), \qquad
+               P_k(r) = c^0_k + \tilde v_k\cdot r
+               + c^2_k\big[(\tilde u_k\cdot r)(\tilde d_k\cdot r) - \tilde u_k\cdot\tilde d_k\big]
+
+    (order 0, 1 and 2 atoms), evaluated as one autograd node whose backward is the analytic gradient
+    :math:`\sigma_f^2 \sum_k e_k(\nabla P_k - r_k P_k)/\ell`, itself written in differentiable torch
+    operations (so higher derivatives, as :mod:`bea` needs, work). Other kernels use
+    ``derivative_block``.
+    """
+
+    def __init__(self, kernel: FunctionalKernel, atoms: Dict[int, AtomSet], differentiable: bool = False):
+        self.kernel = kernel
+        self.atoms = atoms
+        self.fast = isinstance(kernel.base_kernel, RBFKernel) and set(atoms) <= {0, 1, 2} and not differentiable
+        if self.fast:
+            with torch.no_grad():
+                ls = kernel.base_kernel.lengthscale.reshape(-1).detach().clone()
+                D = next(iter(atoms.values())).points.shape[-1]
+                ys, c0, vs, us, ds, c2 = [], [], [], [], [], []
+                for m, A in atoms.items():
+                    K = len(A)
+                    zero = torch.zeros(K, D, dtype=A.points.dtype)
+                    ys.append(A.points / ls)
+                    c0.append(A.coef if m == 0 else torch.zeros(K, dtype=A.points.dtype))
+                    vs.append(A.coef[:, None] * A.dirs[:, 0] / ls if m == 1 else zero)
+                    us.append(A.dirs[:, 0] / ls if m == 2 else zero)
+                    ds.append(A.dirs[:, 1] / ls if m == 2 else zero)
+                    c2.append(A.coef if m == 2 else torch.zeros(K, dtype=A.points.dtype))
+                Y, V, U, Dd = torch.cat(ys), torch.cat(vs), torch.cat(us), torch.cat(ds)
+                self._ls = ls
+                self._scale = kernel.outputscale.detach().clone()
+                self._Y, self._V = Y, V
+                self._Yt, self._Vt = Y.T.contiguous(), V.T.contiguous()
+                self._ynorm = 0.5 * (Y * Y).sum(-1)
+                c2 = torch.cat(c2)
+                self._const = torch.cat(c0) - (Y * V).sum(-1) - c2 * (U * Dd).sum(-1)
+                self._second = 2 in atoms
+                if self._second:
+                    self._c2 = c2
+                    self._U, self._Dd = U, Dd
+                    self._Ut, self._Dt = U.T.contiguous(), Dd.T.contiguous()
+                    self._yu, self._yd = (Y * U).sum(-1), (Y * Dd).sum(-1)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-1]
+        X = x.reshape(-1, x.shape[-1])
+        if self.fast:
+            return _RBFExpansion.apply(X, self).reshape(lead)
+        empty = X.new_zeros(X.shape[0], 0, X.shape[-1])
+        out = None
+        for A in self.atoms.values():
+            part = self.kernel.block(X, empty, A.points, A.dirs) @ A.coef
+            out = part if out is None else out + part
+        return (self.kernel.outputscale * out).reshape(lead)
+
+
+def _rbf_terms(X: torch.Tensor, ex: AtomExpansion):
+    """Scaled inputs, the exponentials e_k, and P_k (plus u.r, d.r for order-2 atoms)."""
+    Xs = X / ex._ls
+    E = torch.exp(Xs @ ex._Yt - 0.5 * (Xs * Xs).sum(-1, keepdim=True) - ex._ynorm)
+    P = Xs @ ex._Vt + ex._const
+    ur = dr = None
+    if ex._second:
+        ur = Xs @ ex._Ut - ex._yu
+        dr = Xs @ ex._Dt - ex._yd
+        P = P + ex._c2 * ur * dr
+    return Xs, E, P, ur, dr
+
+
+def _rbf_value(X: torch.Tensor, ex: AtomExpansion, terms=None) -> torch.Tensor:
+    _, E, P, _, _ = terms if terms is not None else _rbf_terms(X, ex)
+    return ex._scale * (E * P).sum(-1)
+
+
+def _rbf_gradient(X: torch.Tensor, ex: AtomExpansion, terms=None) -> torch.Tensor:
+    r""":math:`\nabla f = \sigma_f^2 \sum_k e_k(\nabla P_k - r_k P_k)/\ell` (differentiable torch operations)."""
+    Xs, E, P, ur, dr = terms if terms is not None else _rbf_terms(X, ex)
+    EP = E * P
+    g = E @ ex._V - Xs * EP.sum(-1, keepdim=True) + EP @ ex._Y
+    if ex._second:
+        Ec = E * ex._c2
+        g = g + (Ec * dr) @ ex._U + (Ec * ur) @ ex._Dd
+    return ex._scale * g / ex._ls
+
+
+def _rbf_hvp(X: torch.Tensor, W: torch.Tensor, ex: AtomExpansion, terms=None) -> torch.Tensor:
+    r"""Hessian-vector products :math:`\nabla^2 f(x_b)\, w_b` (rows ``b``), in closed form: with
+    :math:`\omega = w/\ell`, :math:`g_k = \nabla P_k`,
+
+    .. math:: \nabla^2 f\,w = \frac{\sigma_f^2}{\ell}\sum_k e_k\big[\nabla^2P_k\,\omega - g_k (r_k\cdot\omega)
+              - r_k (g_k\cdot\omega) - P_k\,\omega + P_k\, r_k (r_k\cdot\omega)\big]
+
+    (ordinary torch operations: differentiable again)."""
+    Xs, E, P, ur, dr = terms if terms is not None else _rbf_terms(X, ex)
+    Om = W / ex._ls
+    rw = (Xs * Om).sum(-1, keepdim=True) - Om @ ex._Yt
+    gw = Om @ ex._Vt
+    if ex._second:
+        uw, dw = Om @ ex._Ut, Om @ ex._Dt
+        gw = gw + ex._c2 * (uw * dr + dw * ur)
+    EP = E * P
+    Erw = E * rw
+    Egw = E * gw
+    EPrw = EP * rw
+    out = (-(Erw @ ex._V) - Xs * Egw.sum(-1, keepdim=True) + Egw @ ex._Y - Om * EP.sum(-1, keepdim=True)
+           + Xs * EPrw.sum(-1, keepdim=True) - EPrw @ ex._Y)
+    if ex._second:
+        Ec = E * ex._c2
+        out = out + (Ec * dw) @ ex._U + (Ec * uw) @ ex._Dd - (Ec * rw * dr) @ ex._U - (Ec * rw * ur) @ ex._Dd
+    return ex._scale * out / ex._ls
+
+
+class _RBFExpansion(torch.autograd.Function):
+    """The RBF atom expansion as one autograd node; its backward is the node :class:`_RBFGradient`,
+    whose backward is the closed-form Hessian-vector product. The integrators differentiate the
+    Lagrangian twice per Newton step: two fused nodes instead of graphs of dozens of operations.
+    The exponentials of a forward pass are reused by the first backward (computed without a graph);
+    whenever a graph is being built (higher derivatives), everything is recomputed from ``X``."""
+
+    @staticmethod
+    def forward(ctx, X, ex):
+        terms = _rbf_terms(X, ex)
+        ctx.save_for_backward(X)
+        ctx.ex, ctx.terms = ex, terms
+        return _rbf_value(X, ex, terms)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (X,) = ctx.saved_tensors
+        return grad_out[:, None] * _RBFGradient.apply(X, ctx.ex, ctx.terms), None
+
+
+class _RBFGradient(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, X, ex, terms):
+        ctx.save_for_backward(X)
+        ctx.ex, ctx.terms = ex, terms
+        return _rbf_gradient(X, ex, terms)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (X,) = ctx.saved_tensors
+        # with create_graph the product must be differentiable in X: recompute with a graph
+        terms = None if torch.is_grad_enabled() else ctx.terms
+        return _rbf_hvp(X, grad_out, ctx.ex, terms), None, None

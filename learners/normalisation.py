@@ -1,0 +1,95 @@
+r"""Normalisations: functionals with non-zero targets that rule out the trivial Lagrangian.
+
+Every constant :math:`L` satisfies all DEL (and EL) conditions, and :math:`sL + \tfrac{d}{dt}\xi(q)`
+has the same motions as :math:`L` (THEORY.md §1, §6). A normalisation fixes the scale ``c``:
+
+* :class:`VertexNormalisation` (the seed's, THEORY.md §6): with ``z`` running over the
+  :math:`2^{2n}` vertices of :math:`[0,1]^{2n}`,
+
+  .. math:: \frac{1}{n!\,4^n}\sum_z \sum_{i=1}^n \frac{\partial L}{\partial v_i}(z) = c, \qquad L(0) = 0.
+
+* :class:`MassNormalisation`: at a point :math:`x_0 = (q_0, v_0)` (default: the centre of the data),
+  :math:`L(x_0) = 0`, :math:`\partial_v L(x_0) = 0` (fixes the gauge term :math:`\xi` there) and
+  :math:`\operatorname{tr}\partial_v^2 L(x_0) = c\,n`; useful when the unit cube lies far from the
+  data.
+
+These are the only functionals with non-zero targets, so they carry the whole signal of the fit.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Optional, Union
+
+import torch
+
+from .functionals import AtomSet, Functionals
+
+__all__ = ["Normalisation", "VertexNormalisation", "MassNormalisation", "get_normalisation"]
+
+
+class Normalisation:
+    """Base class: ``functionals(n, data_center)`` returns :class:`Functionals` with targets."""
+
+    c: float = 1.0
+
+    def functionals(self, n: int, center: Optional[torch.Tensor] = None) -> Functionals:  # pragma: no cover
+        raise NotImplementedError
+
+
+class VertexNormalisation(Normalisation):
+    r"""The seed's quadrature of :math:`\int_{[0,1]^{2n}} \sum_i \partial L/\partial v_i = c` plus :math:`L(0) = 0`."""
+
+    def __init__(self, c: float = 1.0):
+        c = float(c)
+        if not math.isfinite(c) or c == 0:
+            raise ValueError(f"the normalisation constant c must be finite and non-zero, got {c}")
+        self.c = c
+
+    def __repr__(self) -> str:
+        return f"VertexNormalisation(c={self.c})"
+
+    def functionals(self, n: int, center: Optional[torch.Tensor] = None) -> Functionals:
+        D = 2 * n
+        z = torch.tensor(list(itertools.product((0.0, 1.0), repeat=D)))
+        w = torch.zeros(D)
+        w[n:] = 1.0 / (math.factorial(n) * 4**n)
+        V = z.shape[0]
+        atoms = {1: AtomSet(z, w.expand(V, D)[:, None, :].clone(), torch.ones(V), torch.zeros(V, dtype=torch.long)),
+                 0: AtomSet(torch.zeros(1, D), torch.zeros(1, 0, D), torch.ones(1), torch.ones(1, dtype=torch.long))}
+        return Functionals(D, 2, atoms, torch.tensor([self.c, 0.0]))
+
+
+class MassNormalisation(Normalisation):
+    r""":math:`L(x_0) = 0`, :math:`\partial_vL(x_0) = 0`, :math:`\operatorname{tr}\partial_v^2L(x_0) = c\,n`."""
+
+    def __init__(self, c: float = 1.0, point: Optional[torch.Tensor] = None):
+        c = float(c)
+        if not math.isfinite(c) or c == 0:
+            raise ValueError(f"the normalisation constant c must be finite and non-zero, got {c}")
+        self.c = c
+        self.point = None if point is None else torch.as_tensor(point, dtype=torch.float64)
+
+    def __repr__(self) -> str:
+        return f"MassNormalisation(c={self.c})"
+
+    def functionals(self, n: int, center: Optional[torch.Tensor] = None) -> Functionals:
+        D = 2 * n
+        x0 = self.point if self.point is not None else (center if center is not None else torch.zeros(D))
+        x0 = x0.reshape(1, D)
+        eye = torch.eye(D)
+        atoms = {0: AtomSet(x0, torch.zeros(1, 0, D), torch.ones(1), torch.zeros(1, dtype=torch.long)),
+                 1: AtomSet(x0.expand(n, D), eye[n:][:, None, :], torch.ones(n), torch.arange(1, n + 1)),
+                 2: AtomSet(x0.expand(n, D), torch.stack([eye[n:], eye[n:]], 1), torch.ones(n), torch.full((n,), n + 1))}
+        return Functionals(D, n + 2, atoms, torch.tensor([0.0] * (n + 1) + [self.c * n]))
+
+
+def get_normalisation(spec: Union[str, Normalisation, None]) -> Normalisation:
+    if spec is None or spec == "vertices":
+        return VertexNormalisation()
+    if spec == "mass":
+        return MassNormalisation()
+    if isinstance(spec, Normalisation):
+        return spec
+    raise ValueError(f"normalisation must be 'vertices', 'mass' or a learners.Normalisation, got {spec!r}")

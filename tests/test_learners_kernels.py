@@ -1,0 +1,148 @@
+"""Functionals, the functional kernel and the functional GP: exact identities, checked to rounding."""
+
+import math
+
+import pytest
+import torch
+
+import bea
+from learners.functionals import (Functionals, del_residuals, discrete_momenta, euler_lagrange_residuals, point_evaluations,
+                                  triples_from_snapshots)
+from learners.gp import FunctionalGP
+from learners.kernels import AtomExpansion, FunctionalKernel, RBFKernel, SmoothKernel
+from learners.normalisation import MassNormalisation, VertexNormalisation
+
+
+def L1(q, v):
+    return 0.5 * (1 + 0.3 * q[..., 0] ** 2) * v[..., 0] ** 2 + torch.cos(q[..., 0]) + 0.2 * q[..., 0] * v[..., 0] ** 3
+
+
+def L2(q, v):
+    return 0.5 * (v**2).sum(-1) * (1 + q[..., 0] ** 2) + torch.cos(q).prod(-1) + 0.1 * q[..., 1] * v[..., 0]
+
+
+def _as_x(L, n):
+    return lambda x: L(x[..., :n], x[..., n:])
+
+
+@pytest.mark.parametrize("scheme,n,L", [("midpoint", 1, L1), ("trapezoidal", 1, L1), ("generalised_midpoint:0.3", 2, L2),
+                                        ("midpoint", 2, L2)])
+def test_del_atoms_reproduce_autograd_residuals(scheme, n, L):
+    """The probe-extracted atoms give exactly the DEL residual that autograd computes from the scheme."""
+    torch.manual_seed(0)
+    S = 0.5 * torch.randn(3, 6, n)
+    tr = triples_from_snapshots(S)
+    h = 0.3
+    F = del_residuals(tr, h, scheme)
+    sch = bea.get_scheme(scheme)
+    b = tr[:, 1].clone().requires_grad_(True)
+    (R,) = torch.autograd.grad((sch(L, tr[:, 0], b, h) + sch(L, b, tr[:, 2], h)).sum(), b)
+    assert F.count == tr.shape[0] * n
+    assert torch.allclose(F.apply(_as_x(L, n)).detach(), R.reshape(-1), atol=1e-13, rtol=0)
+    # discrete momenta D2 L_d(a, b)
+    P = discrete_momenta(tr[:, :2], h, scheme)
+    (p,) = torch.autograd.grad(sch(L, tr[:, 0], b, h).sum(), b)
+    assert torch.allclose(P.apply(_as_x(L, n)).detach(), p.reshape(-1), atol=1e-13, rtol=0)
+
+
+def test_euler_lagrange_atoms():
+    torch.manual_seed(1)
+    q, v, a = torch.randn(4, 2), torch.randn(4, 2), torch.randn(4, 2)
+    F = euler_lagrange_residuals(q, v, a)
+    # direct: M a + L_vq v - L_q
+    qq, vv = q.clone().requires_grad_(True), v.clone().requires_grad_(True)
+    val = L2(qq, vv)
+    gq, gv = torch.autograd.grad(val.sum(), (qq, vv), create_graph=True)
+    res = []
+    for i in range(2):
+        hq, hv = torch.autograd.grad(gv[:, i].sum(), (qq, vv), retain_graph=True)
+        res.append((hv * a).sum(-1) + (hq * v).sum(-1) - gq[:, i])
+    direct = torch.stack(res, -1).reshape(-1)
+    assert torch.allclose(F.apply(_as_x(L2, 2)).detach(), direct.detach(), atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("a,b", [(a, b) for a in range(3) for b in range(3)])
+def test_rbf_closed_form_matches_autograd(a, b):
+    """Isserlis-type closed form of the RBF derivative blocks = nested autograd on per-pair leaves."""
+    torch.manual_seed(2)
+    k = RBFKernel(ard_num_dims=3)
+    k.lengthscale = torch.tensor([[0.7, 1.3, 2.1]])
+    X, Y = torch.randn(4, 3), torch.randn(5, 3)
+    U, V = torch.randn(4, a, 3), torch.randn(5, b, 3)
+    closed = k.derivative_block(X, U, Y, V)
+    auto = SmoothKernel.derivative_block(k, X, U, Y, V).detach()
+    assert torch.allclose(closed, auto, atol=1e-13 * max(1.0, float(auto.abs().max())), rtol=0)
+
+
+def _family():
+    torch.manual_seed(3)
+    S = 0.7 * torch.randn(3, 5, 2)
+    return Functionals.cat([del_residuals(triples_from_snapshots(S), 0.2), MassNormalisation().functionals(2),
+                            euler_lagrange_residuals(torch.randn(2, 2), torch.randn(2, 2), torch.randn(2, 2)),
+                            point_evaluations(torch.randn(2, 4)), VertexNormalisation().functionals(2)])
+
+
+def test_theta_is_functionals_applied_on_both_sides():
+    """Theta_ij = Lambda_i Lambda'_j k: column j equals the functionals applied (by autograd) to
+    x -> Lambda'_j k(x, .), which is itself evaluated through the atom expansion."""
+    G = _family()
+    k = RBFKernel(ard_num_dims=4)
+    k.lengthscale = torch.tensor([[0.9, 1.4, 1.1, 2.0]])
+    fk = FunctionalKernel(k)
+    for p in fk.parameters():
+        p.requires_grad_(False)
+    Theta = fk.forward(G, G)
+    assert torch.allclose(Theta, Theta.T, atol=1e-12)
+    assert float(torch.linalg.eigvalsh(Theta).min()) > -1e-10 * float(Theta.diagonal().max())
+    generic = FunctionalKernel(k, closed_form=False).forward(G, G)
+    assert torch.allclose(Theta, generic, atol=1e-11 * float(Theta.abs().max()), rtol=0)
+    for j in (0, 5, G.count - 3, G.count - 1):
+        one = G.subset(torch.tensor([j]))
+        f = AtomExpansion(fk, one.atoms)  # x -> sum_atoms coef * d/dy.. k(x, y)
+        col = G.apply(f).detach()
+        assert torch.allclose(col, Theta[:, j], atol=1e-11 * float(Theta.abs().max()), rtol=0)
+    assert torch.allclose(fk.diagonal(G), Theta.diagonal(), atol=1e-13)
+
+
+def test_posterior_mean_consistency_and_fast_path():
+    """Posterior mean of functionals (Theta beta) = functionals applied to the posterior mean; the fused
+    RBF expansion agrees with the generic blocks, with its derivatives (gradcheck, gradgradcheck)."""
+    G = _family()
+    gp = FunctionalGP(FunctionalKernel(RBFKernel(ard_num_dims=4)), noise=1e-4)
+    for p in gp.parameters():
+        p.requires_grad_(False)
+    torch.manual_seed(5)
+    y = torch.randn(G.count)
+    gp.condition(G, y)
+    assert gp._mean_fn.fast
+    # the mean is a sum of terms of size |beta|: compare at a tolerance of rounding relative to that
+    tol = 1e-13 * float(gp._beta.abs().sum())
+    assert torch.allclose(G.apply(gp.mean).detach(), gp.functional_mean(G), atol=tol, rtol=0)
+    # the solve: Theta beta + sigma_n^2 beta = y
+    assert torch.allclose(gp.functional_mean(G) + gp.noise * gp._beta, y, atol=1e-10, rtol=0)
+    x = torch.randn(5, 4, requires_grad=True)
+    slow = AtomExpansion(gp.kernel, gp._mean_atoms)
+    slow.fast = False
+    assert torch.allclose(gp.mean(x), slow(x), atol=1e-10)
+    assert torch.autograd.gradcheck(gp.mean, (x,))
+    assert torch.autograd.gradgradcheck(gp.mean, (x,))
+    # posterior variance: far below the prior at the conditioned point evaluations, prior far away
+    P = G.subset(torch.arange(G.count - 4, G.count - 2))  # the two point evaluations
+    _, var = gp.functional_posterior(P)
+    assert float(var.max()) < 1e-3 * float(gp.kernel.outputscale)
+    far = gp.variance(torch.full((1, 4), 50.0))
+    assert math.isclose(float(far), float(gp.kernel.outputscale), rel_tol=1e-9)
+
+
+def test_cholesky_jitter_is_reported():
+    """A duplicated functional makes Theta singular: the solve adds a reported jitter instead of failing."""
+    torch.manual_seed(4)
+    F = del_residuals(triples_from_snapshots(torch.randn(1, 4, 1)), 0.5)
+    dup = Functionals.cat([F, F, MassNormalisation().functionals(1)])
+    gp = FunctionalGP(FunctionalKernel(RBFKernel()), noise=0.0, min_noise=0.0)
+    for p in gp.parameters():
+        p.requires_grad_(False)
+    gp.condition(dup)
+    assert gp.info.jitter > 0
+    assert gp.info.size == dup.count
+    assert "jitter" in str(gp.info)
