@@ -27,7 +27,7 @@ import torch
 import bea
 
 from ._checks import as_tensor, check_finite, check_order, check_snapshots, check_states, check_step
-from .base import FunctionalLagrangianModel
+from .base import FunctionalLagrangianModel, solve_with_retry
 from .functionals import Functionals, euler_lagrange_residuals, gradient_evaluations
 from .kernels import FunctionalKernel
 from .normalisation import Normalisation
@@ -97,6 +97,8 @@ class LagrangianGP(FunctionalLagrangianModel):
             q, v, a = q.reshape(-1, n), v.reshape(-1, n), a.reshape(-1, n)
         else:
             groups = torch.arange(q.shape[0]) if trajectory is None else torch.as_tensor(trajectory, dtype=torch.long)
+            if groups.shape != (q.shape[0],):
+                raise ValueError(f"trajectory must label each of the {q.shape[0]} states, got shape {tuple(groups.shape)}")
         if q.shape[0] < 2:
             raise ValueError("need at least two states")
         self._fit_states(q, v, a, groups)
@@ -151,7 +153,7 @@ class LagrangianGP(FunctionalLagrangianModel):
         q0, qdot0 = as_tensor(q0, "q0"), as_tensor(qdot0, "qdot0")
         if q0.shape != qdot0.shape or q0.dim() < 1 or q0.shape[-1] != self.n:
             raise ValueError(f"q0 and qdot0 must have shape (batch..., {self.n}), got {tuple(q0.shape)} and {tuple(qdot0.shape)}")
-        return self.integrator(**newton).solve(q0, qdot0, steps)
+        return solve_with_retry(self.integrator, newton, q0, qdot0, steps)
 
     def velocities(self, qs, order: int = 0) -> torch.Tensor:
         """Velocities from the discrete momenta of the learned :math:`L` along ``qs``."""

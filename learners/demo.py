@@ -65,7 +65,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         res.timings["figures"] = time.perf_counter() - t
     res.timings["total"] = time.perf_counter() - t0
     summary = {"config": {k: v for k, v in asdict(cfg).items()}, "metrics": res.metrics, "timings": res.timings,
-               "info": {k: v for k, v in res.info.items()}}
+               "info": {k: v for k, v in res.info.items() if k not in ("levels", "level_states")}}
     (out / "results.json").write_text(json.dumps(summary, indent=2, default=str))
     written.append(str(out / "results.json"))
     log(f"\nwrote {', '.join(written)}")

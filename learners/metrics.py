@@ -45,7 +45,7 @@ def _gradient(H: Energy, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return torch.cat([gq, gv], -1)
 
 
-def level_set_field(H: Energy, H_ref: Energy, q: torch.Tensor, v: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
+def level_set_field(H: Energy, H_ref: Energy, q: torch.Tensor, v: torch.Tensor, chunk: int = 256) -> torch.Tensor:
     r""":math:`\mu(x) = \sin\angle(\nabla H_{ref}(x), \nabla H(x))` at the states ``(q, v)`` (B, n) -> (B,)."""
     out = []
     for s in range(0, q.shape[0], chunk):

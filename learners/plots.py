@@ -10,7 +10,6 @@ from typing import Dict
 import torch
 
 from .experiments import Results
-from .metrics import grid_states, level_set_field
 
 __all__ = ["trajectories", "energies", "level_sets", "save_all"]
 
@@ -77,38 +76,33 @@ def energies(res: Results):
     return fig
 
 
-def level_sets(res: Results, points: int = 40):
-    """Level sets of the true energy (grey) and of the identified ones (colour), with the level-set
-    error density :math:`\\mu` in the background (n = 1 only)."""
+def level_sets(res: Results):
+    """Level sets of the true energy (grey) and of the identified ones (colour) on the experiment's grid,
+    with the level-set error density :math:`\\mu` in the background (n = 1 only; the values were kept by
+    :func:`learners.experiments.run`)."""
     plt = _plt()
     cfg = res.config
-    system = res.models["lsi"]
+    levels = res.info["levels"]
+    q, v = res.info["level_states"]
+    if q.shape[-1] != 1:
+        raise ValueError("level-set figures are drawn for n = 1 only")
     from .experiments import _system
 
-    H_ref = _system(cfg.system).energy
-    candidates: Dict[str, object] = {"H of L_inv (uncorrected)": system.energy(0)}
-    for N in cfg.orders:
-        candidates[f"H_rec[{N}] (LSI)"] = system.energy(N)
-    if "lgp" in res.models:
-        candidates["LGP"] = res.models["lgp"].energy()
-        candidates["LGPExact"] = res.models["lgpe"].energy()
-    q, v = grid_states(cfg.level_box, points)
+    points = cfg.level_points
     shape = (points, points)
     Q, V = _np(q.reshape(shape)), _np(v.reshape(shape))
-    ref = _np(H_ref(q, v).detach().reshape(shape))
+    ref = _np(_system(cfg.system).energy(q, v).detach().reshape(shape))
     ncol = 3
-    nrow = (len(candidates) + ncol - 1) // ncol
+    nrow = (len(levels) + ncol - 1) // ncol
     fig, axes = plt.subplots(nrow, ncol, figsize=(4.2 * ncol, 3.4 * nrow), squeeze=False)
-    for ax, (name, H) in zip(axes.flat, candidates.items()):
-        val = torch.cat([H(q[i:i + 900], v[i:i + 900]).detach() for i in range(0, q.shape[0], 900)]).reshape(shape)
-        mu = level_set_field(H, H_ref, q, v).reshape(shape)
-        ax.pcolormesh(Q, V, _np(mu.clamp_min(1e-12).log10()), cmap="Greys", vmin=-8, vmax=0, shading="auto")
+    for ax, (name, (val, mu)) in zip(axes.flat, levels.items()):
+        ax.pcolormesh(Q, V, _np(mu.clamp_min(1e-12).log10().reshape(shape)), cmap="Greys", vmin=-8, vmax=0, shading="auto")
         ax.contour(Q, V, ref, levels=12, colors="0.6", linewidths=0.8)
-        ax.contour(Q, V, _np(val), levels=12, cmap="viridis", linewidths=0.8)
+        ax.contour(Q, V, _np(val.reshape(shape)), levels=12, cmap="viridis", linewidths=0.8)
         ax.set_title(f"{name}\nlevel-set error {float(mu.mean()):.2e}", fontsize=9)
         ax.set_xlabel("q")
         ax.set_ylabel("v")
-    for ax in list(axes.flat)[len(candidates):]:
+    for ax in list(axes.flat)[len(levels):]:
         ax.axis("off")
     fig.tight_layout()
     return fig

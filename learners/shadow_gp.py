@@ -26,7 +26,7 @@ import torch
 import bea
 
 from ._checks import as_tensor, check_finite, check_order, check_snapshots, check_states, check_step
-from .base import FunctionalLagrangianModel
+from .base import FunctionalLagrangianModel, solve_with_retry
 from .functionals import Functionals, del_residuals, discrete_momenta, triples_from_snapshots
 from .kernels import FunctionalKernel
 from .normalisation import Normalisation
@@ -57,8 +57,9 @@ class InverseModifiedLagrangianGP(FunctionalLagrangianModel):
     lengthscale, epsilon : fix the RBF lengthscale (``epsilon``: the seed's
         :math:`\exp(-\|x-y\|^2/\varepsilon^2)`); ``noise``: the relative nugget then (default 1e-12).
     ard : one lengthscale per input of :math:`(q, v)` (default) or one shared.
-    iterations : Adam steps after the coarse grid; ``max_train_functionals``: size of the training
-        subset used while learning (the final fit uses all data).
+    iterations : objective evaluations of the pattern search after the coarse grid;
+        ``max_train_functionals``: size of the training subset used while learning (the final fit
+        uses all data).
     progress : ``tqdm`` bar while learning (None: only on a terminal).
     """
 
@@ -180,24 +181,27 @@ class InverseModifiedLagrangianGP(FunctionalLagrangianModel):
         qdot0 = as_tensor(qdot0, "qdot0")
         if q0.shape != qdot0.shape or q0.dim() < 1 or q0.shape[-1] != self.n:
             raise ValueError(f"q0 and qdot0 must have shape (batch..., {self.n}), got {tuple(q0.shape)} and {tuple(qdot0.shape)}")
-        return self.integrator(**newton).solve(q0, qdot0, steps, legendre=self.recovered_lagrangian(order))
+        return solve_with_retry(self.integrator, newton, q0, qdot0, steps, legendre=self.recovered_lagrangian(order))
 
     def momenta(self, qs, chunk: int = 1000) -> torch.Tensor:
         r"""Discrete momenta of :math:`\bar L_{inv}` along positions ``qs`` ``(steps + 1, batch..., n)``:
         :math:`p_0 = -D_1L_\Delta(q_0, q_1)`, :math:`p_j = D_2L_\Delta(q_{j-1}, q_j)` (in time chunks)."""
         return _chunked_momenta(self.integrator(), self._positions(qs), chunk)
 
-    def velocities(self, qs, order: int = 2, chunk: int = 1000) -> torch.Tensor:
+    def velocities(self, qs, order: int = 2, chunk: Optional[int] = None) -> torch.Tensor:
         r"""Velocities along positions ``qs`` ``(steps + 1, batch..., n)`` (e.g. from :meth:`predict` or the
         data, time first): solve :math:`\partial_vL_{rec}(q_j, \dot q_j) = p_j` with :math:`p_j` the
-        discrete momenta of :math:`\bar L_{inv}` (batched Newton, ``chunk`` time steps at a time)."""
+        discrete momenta of :math:`\bar L_{inv}` (batched Newton, ``chunk`` time steps at a time;
+        default 1000 for ``order <= 2`` and 200 above, where the nested derivatives of ``mod_N`` take
+        about 12 MB per position)."""
         qs = self._positions(qs)
-        return _chunked_velocities(self.integrator(), qs, self.recovered_lagrangian(order), chunk)
+        return _chunked_velocities(self.integrator(), qs, self.recovered_lagrangian(order), chunk or _chunk(order))
 
-    def energies(self, qs, order: int = 2, chunk: int = 1000) -> torch.Tensor:
+    def energies(self, qs, order: int = 2, chunk: Optional[int] = None) -> torch.Tensor:
         r""":math:`H_{rec}[N]` along positions ``qs`` with the velocities of :meth:`velocities`; shape
         ``(steps + 1, batch...)``."""
         qs = self._positions(qs)
+        chunk = chunk or _chunk(order)
         v = self.velocities(qs, order, chunk)
         return _chunked_energy(self.energy(order), qs, v, chunk)
 
@@ -209,6 +213,10 @@ class InverseModifiedLagrangianGP(FunctionalLagrangianModel):
                              f"got {tuple(qs.shape)}")
         check_finite(qs, "qs")
         return qs
+
+
+def _chunk(order: int) -> int:
+    return 1000 if order <= 2 else 200
 
 
 def _chunked_momenta(integ, qs: torch.Tensor, chunk: int) -> torch.Tensor:
