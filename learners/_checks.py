@@ -2,11 +2,34 @@
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 import torch
+
+
+F = TypeVar("F", bound=Callable)
+
+
+def float64(fn: F) -> F:
+    """Run ``fn`` with float64 as torch's default dtype (restored afterwards): the learners create
+    tensors and GPyTorch parameters internally and are meant to work in float64 whatever the caller's
+    default is."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        before = torch.get_default_dtype()
+        if before == torch.float64:
+            return fn(*args, **kwargs)
+        torch.set_default_dtype(torch.float64)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            torch.set_default_dtype(before)
+
+    return wrapper  # type: ignore[return-value]
 
 
 def as_tensor(x: Any, name: str) -> torch.Tensor:
@@ -73,8 +96,9 @@ def check_order(order: Any, symmetric: bool | None) -> int:
 
 
 def check_states(q: Any, v: Any, n: int) -> tuple:
-    q = as_tensor(q, "q") if not (isinstance(q, torch.Tensor) and q.requires_grad) else q
-    v = as_tensor(v, "v") if not (isinstance(v, torch.Tensor) and v.requires_grad) else v
+    # tensors that carry a graph are converted differentiably (callers differentiate through L)
+    q = as_tensor(q, "q") if not (isinstance(q, torch.Tensor) and q.requires_grad) else q.to(torch.float64)
+    v = as_tensor(v, "v") if not (isinstance(v, torch.Tensor) and v.requires_grad) else v.to(torch.float64)
     if q.shape != v.shape or q.dim() < 1 or q.shape[-1] != n:
         raise ValueError(f"q and v must both have shape (..., {n}), got {tuple(q.shape)} and {tuple(v.shape)}")
     return q, v

@@ -26,7 +26,7 @@ import torch
 
 import bea
 
-from ._checks import as_tensor, check_finite, check_order, check_snapshots, check_states, check_step
+from ._checks import as_tensor, check_finite, check_order, check_snapshots, check_states, check_step, float64
 from .base import FunctionalLagrangianModel, solve_with_retry
 from .functionals import Functionals, euler_lagrange_residuals, gradient_evaluations
 from .kernels import FunctionalKernel
@@ -73,6 +73,7 @@ class LagrangianGP(FunctionalLagrangianModel):
     def __repr__(self) -> str:
         return f"LagrangianGP(h={self.h}, scheme={self.scheme!r}, {self.kind or 'not fitted'})"
 
+    @float64
     def fit(self, snapshots) -> "LagrangianGP":
         """LGP: fit to position snapshots ``(n_traj, n_steps + 1, n)`` (finite-difference derivatives)."""
         q, v, a = finite_differences(snapshots, self.h)
@@ -81,6 +82,7 @@ class LagrangianGP(FunctionalLagrangianModel):
         self.kind = "LGP (finite differences)"
         return self
 
+    @float64
     def fit_states(self, q, v, a, trajectory: Optional[torch.Tensor] = None) -> "LagrangianGP":
         r"""LGPExact: fit to states ``q, v`` with accelerations ``a``, each ``(B, n)`` (or ``(n_traj, m, n)``,
         then trajectories group the validation split); ``trajectory`` (B,) optionally labels them."""
@@ -124,6 +126,7 @@ class LagrangianGP(FunctionalLagrangianModel):
 
     __call__ = lagrangian
 
+    @float64
     def variance(self, q, v) -> torch.Tensor:
         self._require_fit()
         q, v = check_states(q, v, self.n)
@@ -147,6 +150,7 @@ class LagrangianGP(FunctionalLagrangianModel):
         self._require_fit()
         return VariationalIntegrator(self.lagrangian, self.h, self.scheme, **{**DEFAULT_NEWTON, **newton})
 
+    @float64
     def predict(self, q0, qdot0, steps: int, **newton) -> torch.Tensor:
         """The scheme on the learned :math:`L` from ``(q0, qdot0)``, :math:`p_0 = \\partial_vL(q_0, \\dot q_0)`."""
         self._require_fit()
@@ -155,6 +159,7 @@ class LagrangianGP(FunctionalLagrangianModel):
             raise ValueError(f"q0 and qdot0 must have shape (batch..., {self.n}), got {tuple(q0.shape)} and {tuple(qdot0.shape)}")
         return solve_with_retry(self.integrator, newton, q0, qdot0, steps)
 
+    @float64
     def velocities(self, qs, order: int = 0) -> torch.Tensor:
         """Velocities from the discrete momenta of the learned :math:`L` along ``qs``."""
         self.recovered_lagrangian(order)

@@ -202,3 +202,16 @@ def test_bad_arguments(lsi):
         lsi.del_residuals(torch.zeros(2, 5, 2))
     with pytest.raises(ValueError):
         LagrangianGP(H).fit_states(torch.zeros(3, 1), torch.zeros(3, 1), torch.zeros(2, 1))
+
+
+def test_float64_whatever_the_default_dtype(data):
+    """The models compute in float64 even if the caller's default dtype is float32."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float32)
+    try:
+        m = InverseModifiedLagrangianGP(H, **FAST).fit(data[:20].float())
+        qs = m.predict([[0.3]], [[0.0]], 10)
+        assert qs.dtype == torch.float64 and torch.get_default_dtype() == torch.float32
+        assert m.lagrangian(torch.zeros(2, 1, requires_grad=True), torch.zeros(2, 1)).dtype == torch.float64
+    finally:
+        torch.set_default_dtype(before)
