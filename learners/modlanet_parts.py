@@ -1,0 +1,331 @@
+r"""Building blocks of :class:`learners.modlanet.ModLaNet`: MLPs, local→global transforms, energy cells.
+
+Everything is float64 and pointwise over leading (batch) dimensions.
+
+Transforms (THEORY.md §7) map the local coordinates :math:`q_i \in \mathbb R^k` of element ``i`` to its
+position relative to its origin, :math:`x_i - x_{O_i} = T(q_i) \in \mathbb R^d`, and its velocity by the
+chain rule, :math:`\dot x_i - \dot x_{O_i} = J_T(q_i)\,\dot q_i` (:meth:`Transform.tangent`):
+
+* :class:`Identity` -- inputs already global (bodies): :math:`T(q) = q`;
+* :class:`AngleOnRod` -- a pendulum bob: :math:`\theta \mapsto l(\sin\theta, -\cos\theta)` (angle from the
+  downward vertical, ``y`` up; the convention of :func:`integrators.systems.n_pendulum`);
+* :class:`MLPTransform` -- learned, :math:`T = \mathrm{MLP}(\phi(q))` with :math:`\phi(q) = q` or, for angles,
+  :math:`(\cos q, \sin q)`; its Jacobian–vector product is propagated layer by layer (forward mode by
+  hand), so velocities are exactly :math:`d/dt` of positions and everything stays differentiable to any
+  order and compatible with :mod:`torch.func`;
+* :class:`CallableTransform` -- any torch function ``q -> x``; tangent by :func:`torch.func.jvp`.
+
+Energy cells: :class:`PotentialCell` (:math:`U_1(x)`, an MLP :math:`\mathbb R^d \to \mathbb R`),
+:class:`PairCell` (:math:`U_2(x_i, x_j)`, an MLP on the concatenation, symmetrised
+:math:`\tfrac12[f(x_i, x_j) + f(x_j, x_i)]`), and the known potentials :class:`UniformGravity`
+(:math:`U_1(x) = g\,x_y`) and :class:`NewtonianPair` (:math:`U_2 = -G/|x_i - x_j|`). A plain callable is
+wrapped by :class:`FixedCell`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+
+__all__ = [
+    "MLP",
+    "Transform",
+    "Identity",
+    "AngleOnRod",
+    "MLPTransform",
+    "CallableTransform",
+    "PotentialCell",
+    "PairCell",
+    "FixedCell",
+    "UniformGravity",
+    "NewtonianPair",
+]
+
+DTYPE = torch.float64
+
+_ACTIVATIONS = ("tanh", "softplus")
+
+
+def _activation(name: str):
+    """``(f, f')`` with ``f'`` written in terms of the pre-activation."""
+    if name == "tanh":
+        return torch.tanh, lambda z, y: 1 - y * y
+    if name == "softplus":
+        return nn.functional.softplus, lambda z, y: torch.sigmoid(z)
+    raise ValueError(f"activation must be one of {_ACTIVATIONS}, got {name!r}")
+
+
+def _positive_int(x, what: str) -> int:
+    if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+        raise ValueError(f"{what} must be a positive integer, got {x!r}")
+    return x
+
+
+class MLP(nn.Module):
+    r"""``in_dim → hidden → … → hidden → out_dim`` (``layers`` hidden layers), float64, with its own
+    initialisation from a :class:`torch.Generator` (uniform :math:`\pm 1/\sqrt{\text{fan-in}}`, as torch's
+    default scale) so that building a model never touches torch's global random state."""
+
+    def __init__(self, in_dim: int, out_dim: int, hidden: int = 50, layers: int = 2, activation: str = "tanh",
+                 generator: Optional[torch.Generator] = None):
+        super().__init__()
+        self.in_dim, self.out_dim = _positive_int(in_dim, "in_dim"), _positive_int(out_dim, "out_dim")
+        hidden, layers = _positive_int(hidden, "hidden"), _positive_int(layers, "layers")
+        self.activation = activation
+        self._act, self._dact = _activation(activation)
+        dims = [in_dim] + [hidden] * layers + [out_dim]
+        # skip_init: no draw from torch's global generator (nn.Linear's own reset_parameters would)
+        self.linears = nn.ModuleList(nn.utils.skip_init(nn.Linear, a, b, dtype=DTYPE) for a, b in zip(dims[:-1], dims[1:]))
+        with torch.no_grad():
+            for lin in self.linears:
+                bound = 1.0 / math.sqrt(lin.in_features)
+                lin.weight.copy_(torch.rand(lin.weight.shape, generator=generator, dtype=DTYPE) * 2 * bound - bound)
+                lin.bias.copy_(torch.rand(lin.bias.shape, generator=generator, dtype=DTYPE) * 2 * bound - bound)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        last = len(self.linears) - 1
+        for k, lin in enumerate(self.linears):
+            z = lin(z)
+            if k < last:
+                z = self._act(z)
+        return z
+
+    def tangent(self, z: torch.Tensor, dz: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        r"""``(MLP(z), J_MLP(z) dz)``: forward-mode propagation, :math:`dz \mapsto W dz`, then
+        :math:`\sigma'(\cdot)\odot`."""
+        last = len(self.linears) - 1
+        for k, lin in enumerate(self.linears):
+            z = lin(z)
+            dz = dz @ lin.weight.T
+            if k < last:
+                y = self._act(z)
+                dz = self._dact(z, y) * dz
+                z = y
+        return z, dz
+
+
+# ---------------------------------------------------------------------------------------------- transforms
+class Transform(nn.Module):
+    r"""Local coordinates of one element (``in_dim``) → its position relative to its origin (``out_dim``).
+
+    Subclasses implement :meth:`forward` and, where cheaper than :func:`torch.func.jvp`, :meth:`tangent`."""
+
+    in_dim: int
+    out_dim: int
+
+    def tangent(self, q: torch.Tensor, qdot: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        r""":math:`(T(q), J_T(q)\dot q)` for ``q, qdot`` of shape ``(..., in_dim)``."""
+        return torch.func.jvp(self.forward, (q,), (qdot,))
+
+
+class Identity(Transform):
+    """Global coordinates already: :math:`T(q) = q` (``dim`` = local = global dimension)."""
+
+    def __init__(self, dim: int = 2):
+        super().__init__()
+        self.in_dim = self.out_dim = _positive_int(dim, "dim")
+
+    def forward(self, q):
+        return q
+
+    def tangent(self, q, qdot):
+        return q, qdot
+
+    def extra_repr(self) -> str:
+        return f"dim={self.in_dim}"
+
+
+class AngleOnRod(Transform):
+    r"""A bob on a massless rod of length ``length``: :math:`\theta \mapsto l(\sin\theta, -\cos\theta)`,
+    velocity :math:`l(\cos\theta, \sin\theta)\dot\theta` (angle from the downward vertical, ``y`` up).
+    ``learn_length=True`` makes the length a parameter (kept positive through its logarithm)."""
+
+    def __init__(self, length: float = 1.0, learn_length: bool = False):
+        super().__init__()
+        length = float(length)
+        if not math.isfinite(length) or length <= 0:
+            raise ValueError(f"the rod length must be a positive number, got {length}")
+        self.in_dim, self.out_dim = 1, 2
+        log_len = torch.tensor(math.log(length), dtype=DTYPE)
+        if learn_length:
+            self.log_length = nn.Parameter(log_len)
+        else:
+            self.register_buffer("log_length", log_len)
+
+    @property
+    def length(self) -> torch.Tensor:
+        return self.log_length.exp()
+
+    def forward(self, q):
+        th = q[..., 0]
+        return self.length * torch.stack([torch.sin(th), -torch.cos(th)], -1)
+
+    def tangent(self, q, qdot):
+        th, w = q[..., 0], qdot[..., 0]
+        s, c, l = torch.sin(th), torch.cos(th), self.length
+        return l * torch.stack([s, -c], -1), (l * w)[..., None] * torch.stack([c, s], -1)
+
+    def extra_repr(self) -> str:
+        return f"length={float(self.length):g}"
+
+
+class MLPTransform(Transform):
+    r"""Learned :math:`T(q) = \mathrm{MLP}(\phi(q))`; ``periodic=True`` uses :math:`\phi(q) = (\cos q, \sin q)`
+    (angles: the map is :math:`2\pi`-periodic, as the physical position is), else :math:`\phi(q) = q`.
+    The velocity is the exact Jacobian–vector product (the seed's alternative to a second network
+    :math:`T_{\dot q}`, THEORY.md §7): :math:`\dot x = J_{\mathrm{MLP}}\,J_\phi\,\dot q`."""
+
+    def __init__(self, in_dim: int = 1, out_dim: int = 2, hidden: int = 16, layers: int = 2, activation: str = "tanh",
+                 periodic: bool = False, generator: Optional[torch.Generator] = None):
+        super().__init__()
+        self.in_dim, self.out_dim = _positive_int(in_dim, "in_dim"), _positive_int(out_dim, "out_dim")
+        self.periodic = bool(periodic)
+        feat = 2 * in_dim if self.periodic else in_dim
+        self.net = MLP(feat, out_dim, hidden, layers, activation, generator)
+
+    def _features(self, q, qdot=None):
+        if not self.periodic:
+            return q, qdot
+        c, s = torch.cos(q), torch.sin(q)
+        f = torch.cat([c, s], -1)
+        return f, (None if qdot is None else torch.cat([-s * qdot, c * qdot], -1))
+
+    def forward(self, q):
+        return self.net(self._features(q)[0])
+
+    def tangent(self, q, qdot):
+        f, df = self._features(q, qdot)
+        return self.net.tangent(f, df)
+
+    def extra_repr(self) -> str:
+        return f"in_dim={self.in_dim}, out_dim={self.out_dim}, periodic={self.periodic}"
+
+
+class CallableTransform(Transform):
+    """Wrap a torch function ``fn(q) -> x`` (``(..., in_dim) -> (..., out_dim)``) as a fixed transform;
+    the velocity comes from :func:`torch.func.jvp`."""
+
+    def __init__(self, fn: Callable[[torch.Tensor], torch.Tensor], in_dim: int, out_dim: int):
+        super().__init__()
+        if not callable(fn):
+            raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+        self.fn = fn
+        self.in_dim, self.out_dim = _positive_int(in_dim, "in_dim"), _positive_int(out_dim, "out_dim")
+
+    def forward(self, q):
+        return self.fn(q)
+
+
+# ---------------------------------------------------------------------------------------------- energy cells
+class PotentialCell(nn.Module):
+    r"""One-body potential :math:`U_1(x)`: an MLP :math:`\mathbb R^d \to \mathbb R`; ``(..., d) -> (...)``."""
+
+    def __init__(self, dim: int = 2, hidden: int = 50, layers: int = 2, activation: str = "tanh",
+                 generator: Optional[torch.Generator] = None):
+        super().__init__()
+        self.dim = _positive_int(dim, "dim")
+        self.net = MLP(dim, 1, hidden, layers, activation, generator)
+
+    def forward(self, x):
+        return self.net(x)[..., 0]
+
+
+class PairCell(nn.Module):
+    r"""Pair potential :math:`U_2(x_i, x_j) = \tfrac12[f(x_i \oplus x_j) + f(x_j \oplus x_i)]`, ``f`` an MLP
+    :math:`\mathbb R^{2d} \to \mathbb R` (symmetric by construction, :math:`U_{ij} = U_{ji}`)."""
+
+    def __init__(self, dim: int = 2, hidden: int = 50, layers: int = 2, activation: str = "tanh",
+                 generator: Optional[torch.Generator] = None):
+        super().__init__()
+        self.dim = _positive_int(dim, "dim")
+        self.net = MLP(2 * dim, 1, hidden, layers, activation, generator)
+
+    def forward(self, xi, xj):
+        a = self.net(torch.cat([xi, xj], -1))[..., 0]
+        b = self.net(torch.cat([xj, xi], -1))[..., 0]
+        return 0.5 * (a + b)
+
+
+class FixedCell(nn.Module):
+    """A known potential given as a plain callable (no parameters): ``U1(x)`` or ``U2(xi, xj)``."""
+
+    def __init__(self, fn: Callable[..., torch.Tensor]):
+        super().__init__()
+        if not callable(fn):
+            raise TypeError(f"a potential cell must be callable, got {type(fn).__name__}")
+        self.fn = fn
+
+    def forward(self, *x):
+        return self.fn(*x)
+
+
+class UniformGravity(nn.Module):
+    r"""Known one-body potential :math:`U_1(x) = g\,x_{\text{axis}}` (default ``y``, up); with :math:`c_1 = 1`
+    the model's :math:`c_1\sum_i m_iU_1(x_i)` is the gravitational energy :math:`\sum_i m_i g y_i`."""
+
+    def __init__(self, g: float = 9.8, axis: int = 1):
+        super().__init__()
+        self.g, self.axis = float(g), int(axis)
+
+    def forward(self, x):
+        return self.g * x[..., self.axis]
+
+    def extra_repr(self) -> str:
+        return f"g={self.g}, axis={self.axis}"
+
+
+class NewtonianPair(nn.Module):
+    r"""Known pair potential :math:`U_2(x_i, x_j) = -G/|x_i - x_j|`; with :math:`c_2 = 1` the model's pair
+    energy is :math:`-\sum_{i<j} G m_im_j/|x_i - x_j|`."""
+
+    def __init__(self, G: float = 1.0):
+        super().__init__()
+        self.G = float(G)
+
+    def forward(self, xi, xj):
+        return -self.G / torch.linalg.vector_norm(xi - xj, dim=-1)
+
+    def extra_repr(self) -> str:
+        return f"G={self.G}"
+
+
+def as_cell(cell, kind: str, dim: int, hidden: int, layers: int, activation: str, generator) -> Optional[nn.Module]:
+    """``"mlp"`` → a new learned cell, ``None`` → no such term, an ``nn.Module`` → itself, a callable →
+    :class:`FixedCell`."""
+    if cell is None:
+        return None
+    if isinstance(cell, str):
+        if cell != "mlp":
+            raise ValueError(f"{kind} must be 'mlp', None, an nn.Module or a callable, got {cell!r}")
+        cls = PotentialCell if kind == "potential" else PairCell
+        return cls(dim, hidden, layers, activation, generator)
+    if isinstance(cell, nn.Module):
+        return cell
+    if callable(cell):
+        return FixedCell(cell)
+    raise TypeError(f"{kind} must be 'mlp', None, an nn.Module or a callable, got {type(cell).__name__}")
+
+
+def check_transforms(transforms, n: int, dim: int) -> Tuple[Optional[Transform], Optional[Sequence[Transform]]]:
+    """``(shared, None)`` or ``(None, per_element_list)``, validated against ``n`` elements in ``dim`` dimensions."""
+    if isinstance(transforms, Transform):
+        items, shared = [transforms], transforms
+    elif isinstance(transforms, (list, tuple, nn.ModuleList)):
+        items, shared = list(transforms), None
+        if len(items) != n:
+            raise ValueError(f"give one transform per element: {n} elements (len(parents)), got {len(items)} transforms; "
+                             f"or pass a single Transform shared by all elements")
+    else:
+        raise TypeError(f"transforms must be a Transform (shared) or a list of Transforms (one per element), "
+                        f"got {type(transforms).__name__}")
+    for k, t in enumerate(items):
+        if not isinstance(t, Transform):
+            raise TypeError(f"transform {k} must be a learners.modlanet_parts.Transform (wrap a function in CallableTransform), "
+                            f"got {type(t).__name__}")
+        if t.out_dim != dim:
+            raise ValueError(f"dimension mismatch: transform {k} ({type(t).__name__}) maps to R^{t.out_dim}, but the model's "
+                             f"global dimension is dim={dim}; build the model with dim={t.out_dim} or use a transform with out_dim={dim}")
+    return shared, (None if shared is not None else items)

