@@ -21,7 +21,10 @@ from .functionals import (Functionals, del_residuals, discrete_momenta, euler_la
                           triples_from_snapshots)
 from .gp import ConditioningInfo, FunctionalGP
 from .kernels import FunctionalKernel, RBFKernel, SmoothKernel
+from .neural_baselines import HNN, LNN, MLPBaseline, canonical_data, euler_lagrange_acceleration, parameter_count, seed_baseline
 from .normalisation import MassNormalisation, Normalisation, VertexNormalisation
+from .rollout import (mse_energy, mse_q, random_initial_states, rollout_metrics, rollout_ode, rollout_variational,
+                      true_energy, velocities_from_momenta)
 from .shadow_gp import InverseModifiedLagrangianGP
 
 __all__ = [
@@ -42,4 +45,19 @@ __all__ = [
     "Normalisation",
     "MassNormalisation",
     "VertexNormalisation",
+    "LNN",
+    "HNN",
+    "MLPBaseline",
+    "canonical_data",
+    "euler_lagrange_acceleration",
+    "parameter_count",
+    "seed_baseline",
+    "rollout_ode",
+    "rollout_variational",
+    "mse_q",
+    "mse_energy",
+    "rollout_metrics",
+    "random_initial_states",
+    "true_energy",
+    "velocities_from_momenta",
 ]

@@ -1,0 +1,376 @@
+r"""The seed's neural baselines for ModLaNet (THEORY.md §7, seed Table 2): LNN, HNN and a plain MLP.
+
+All three are float64 ``nn.Module``\ s with ``.acceleration(q, v)`` (shape ``(..., n)`` in and out,
+batched over the leading dimensions), so the shared acceleration-loss training loop
+(``learners.training.train(model, data, loss="acceleration")``) and the rollouts of
+:mod:`learners.rollout` treat them exactly like :class:`learners.ModLaNet`. Each also has
+``.time_derivative(q, v) -> (qdot, vdot)``, the first-order vector field that a rollout integrates.
+
+* :class:`LNN` (Cranmer et al. 2020): one MLP :math:`L_\theta(q, v)`; the acceleration is the
+  Euler--Lagrange solve (seed eq. 4)
+
+  .. math:: \ddot q = \Big(\frac{\partial^2 L}{\partial v^2}\Big)^{-1}
+            \Big(\frac{\partial L}{\partial q} - \frac{\partial^2 L}{\partial v\,\partial q}\,\dot q\Big),
+
+  see :func:`euler_lagrange_acceleration`.
+* :class:`HNN` (Greydanus et al. 2019): one MLP :math:`H_\theta(q, p)`;
+  :math:`\dot q = \partial H/\partial p`, :math:`\dot p = -\partial H/\partial q`. The seed trains it on
+  *canonical* data, :math:`p = \partial L/\partial v` of the true Lagrangian, with the L2 loss on the
+  whole vector field :math:`(\dot q, \dot p)` (``field_type="solenoidal"``); :func:`canonical_data` makes
+  such data from ``(q, v)``. ``.acceleration(q, p)`` is :math:`\dot p`.
+* :class:`MLPBaseline`: the seed's "baseline", a three-layer MLP for the evolution function, either
+  :math:`(q, v) \mapsto \ddot q` (``output="acceleration"``, seed eq. 1) or, as in the seed's code,
+  :math:`(q, p) \mapsto (\dot q, \dot p)` (``output="vector_field"``).
+
+The MLP is the seed's: ``Linear(d_in, w) -> act -> Linear(w, w) -> act -> Linear(w, d_out, bias=False)``,
+so :func:`parameter_count` is :math:`w(d_{in} + 2) + w^2 + w\,d_{out}`. :data:`SEED_WIDTHS` holds the
+seed's widths and :func:`seed_baseline` builds them; the counts are listed in :data:`SEED_PARAMETERS`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional, Tuple
+
+import torch
+from torch import nn
+
+from bea.autodiff import check_regular
+
+__all__ = [
+    "MLP",
+    "LNN",
+    "HNN",
+    "MLPBaseline",
+    "euler_lagrange_acceleration",
+    "canonical_data",
+    "parameter_count",
+    "seed_baseline",
+    "SEED_WIDTHS",
+    "SEED_PARAMETERS",
+]
+
+#: hidden widths of the seed's code (YupuLu/ModLaNets, experiment-*/data file names): the full and
+#: the "light" versions, per system
+SEED_WIDTHS = {
+    "double_pendulum": {"lnn": 600, "hnn": 200, "baseline": 200, "light": 75},
+    "three_body": {"lnn": 600, "hnn": 200, "baseline": 200, "light": 70},
+}
+
+#: parameter counts as printed in the seed's Table 2 (for comparison with :func:`parameter_count`)
+SEED_PARAMETERS = {
+    "double_pendulum": {"modlanet": 6200, "light_lnn": 6200, "light_hnn": 6200, "lnn": 364200, "hnn": 43200, "baseline": 41400},
+    "three_body": {"modlanet": 5600, "light_lnn": 5600, "light_hnn": 5600, "lnn": 364200, "hnn": 43200, "baseline": 43000},
+}
+
+_ACTIVATIONS = {"tanh": nn.Tanh, "softplus": nn.Softplus}
+
+
+# ---------------------------------------------------------------------------------------------- checks
+def _state(q, v, n: int, names=("q", "v")) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``(q, v)`` as float64 tensors of one shape ``(..., n)`` with finite entries, else ``ValueError``."""
+    out = []
+    for x, name in zip((q, v), names):
+        if not isinstance(x, torch.Tensor):
+            try:
+                x = torch.as_tensor(x, dtype=torch.float64)
+            except Exception as err:
+                raise TypeError(f"{name} must be a tensor or array of real numbers, got {type(x).__name__}") from err
+        if not x.is_floating_point():
+            x = x.to(torch.float64)
+        out.append(x if x.dtype == torch.float64 else x.to(torch.float64))
+    q, v = out
+    if q.dim() < 1 or q.shape[-1] != n or v.shape != q.shape:
+        raise ValueError(f"{names[0]} and {names[1]} must both have shape (..., {n}), got {tuple(q.shape)} and {tuple(v.shape)}")
+    for x, name in zip((q, v), names):
+        if not bool(torch.isfinite(x).all()):
+            raise ValueError(f"{name} contains non-finite values (NaN or inf)")
+    return q, v
+
+
+def _count(n, what: str) -> int:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"{what} must be a positive integer, got {n!r}")
+    return n
+
+
+def _leaf(x: torch.Tensor) -> torch.Tensor:
+    # a separate graph node per argument (partial derivatives), attached to the caller's graph if any
+    return x.view_as(x) if x.requires_grad else x.detach().requires_grad_(True)
+
+
+# ---------------------------------------------------------------------------------------------- MLP
+class MLP(nn.Module):
+    r"""The seed's three-layer MLP, float64:
+    :math:`x \mapsto W_3\,\sigma(W_2\,\sigma(W_1 x + b_1) + b_2)` (no bias in the last layer).
+
+    ``init="xavier"`` (the seed's HNN/baseline: Xavier-normal weights) or ``"lnn"`` (Cranmer et al.
+    2020, App. C, as in the seed's LNN: weight standard deviations :math:`2.2/\sqrt{d_{in}}`,
+    :math:`0.58\cdot 2/\sqrt{(d_{in}+d_{out})/2}` and :math:`\sqrt{d_{out}}` for the three layers).
+    ``seed`` makes the initial weights reproducible without touching the global generator."""
+
+    def __init__(self, d_in: int, width: int, d_out: int, activation: str = "tanh", init: str = "xavier",
+                 seed: Optional[int] = None):
+        super().__init__()
+        d_in, width, d_out = _count(d_in, "d_in"), _count(width, "width"), _count(d_out, "d_out")
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)} (smooth, so that second derivatives exist), "
+                             f"got {activation!r}")
+        if init not in ("xavier", "lnn"):
+            raise ValueError(f"init must be 'xavier' or 'lnn', got {init!r}")
+        self.activation = activation
+        with torch.random.fork_rng(enabled=seed is not None):
+            if seed is not None:
+                torch.manual_seed(seed)
+            self.linear1 = nn.Linear(d_in, width, dtype=torch.float64)
+            self.linear2 = nn.Linear(width, width, dtype=torch.float64)
+            self.linear3 = nn.Linear(width, d_out, bias=False, dtype=torch.float64)
+            layers = (self.linear1, self.linear2, self.linear3)
+            with torch.no_grad():
+                for i, lin in enumerate(layers):
+                    out_f, in_f = lin.weight.shape
+                    if init == "xavier":
+                        nn.init.xavier_normal_(lin.weight)
+                    elif i == 0:
+                        lin.weight.normal_(0.0, 2.2 / math.sqrt(in_f))
+                    elif i == len(layers) - 1:
+                        lin.weight.normal_(0.0, math.sqrt(out_f))
+                    else:
+                        lin.weight.normal_(0.0, 0.58 * (i + 1) / math.sqrt((in_f + out_f) / 2))
+        self.act = _ACTIVATIONS[activation]()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear3(self.act(self.linear2(self.act(self.linear1(x)))))
+
+
+def parameter_count(model: nn.Module) -> int:
+    """Number of trainable scalars of ``model`` (the seed's ``count_parameters``)."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"parameter_count needs an nn.Module, got {type(model).__name__}")
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+# ---------------------------------------------------------------------------------------------- EL solve
+def euler_lagrange_acceleration(lagrangian: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], q: torch.Tensor,
+                                v: torch.Tensor, *, create_graph: bool = False, regularisation: float = 0.0,
+                                singular: str = "raise") -> torch.Tensor:
+    r"""The Euler--Lagrange acceleration of a torch Lagrangian ``L(q, v)`` (batched, result ``(...)``):
+
+    .. math:: \ddot q = (M + \epsilon I)^{-1}\big(\partial_q L - L_{vq}\, v\big), \qquad
+              M_{ij} = \frac{\partial^2 L}{\partial v_i \partial v_j},\quad
+              (L_{vq})_{ij} = \frac{\partial^2 L}{\partial v_i \partial q_j},
+
+    from :math:`\tfrac{d}{dt}\partial_v L = \partial_q L` expanded by the chain rule (seed eq. 3--4).
+    All derivatives come from autograd: one gradient, then one row of the Hessian per coordinate
+    (``n`` further backward passes over the whole batch, valid because ``L`` is pointwise over it).
+
+    ``create_graph=True`` keeps the graph so that a loss on the result can be differentiated with
+    respect to the parameters of ``L`` (training); otherwise the result is detached.
+    ``regularisation`` :math:`\epsilon \ge 0` is added to the diagonal of ``M`` (0: none). Where ``M``
+    is singular (smallest singular value below ``1e-12`` of the largest, or not finite),
+    ``singular="raise"`` raises ``ValueError``; ``singular="nan"`` returns NaN at those points (a
+    rollout then marks the trajectory as failed, as the seed reports for LNN).
+    """
+    if singular not in ("raise", "nan"):
+        raise ValueError(f"singular must be 'raise' or 'nan', got {singular!r}")
+    if not (regularisation >= 0 and math.isfinite(regularisation)):
+        raise ValueError(f"regularisation must be a finite number >= 0, got {regularisation}")
+    n = q.shape[-1]
+    with torch.enable_grad():
+        qq, vv = _leaf(q), _leaf(v)
+        L = lagrangian(qq, vv)
+        if not isinstance(L, torch.Tensor) or L.shape != q.shape[:-1]:
+            got = tuple(L.shape) if isinstance(L, torch.Tensor) else type(L).__name__
+            raise ValueError(f"the Lagrangian must return one value per state, shape {tuple(q.shape[:-1])}, got {got}")
+        gq, gv = torch.autograd.grad(L.sum(), (qq, vv), create_graph=True, allow_unused=True)
+        if gv is None:
+            raise ValueError("the Lagrangian does not depend on the velocities: d^2L/dv^2 = 0, no acceleration is defined")
+        if gq is None:
+            gq = torch.zeros_like(qq)
+        rows_vv, rows_vq = [], []
+        for i in range(n):
+            dq, dv = torch.autograd.grad(gv[..., i].sum(), (qq, vv), create_graph=create_graph, retain_graph=True,
+                                         allow_unused=True)
+            rows_vq.append(torch.zeros_like(qq) if dq is None else dq)
+            rows_vv.append(torch.zeros_like(vv) if dv is None else dv)
+        M = torch.stack(rows_vv, -2)  # (..., n, n), M[..., i, j] = d^2 L / dv_i dv_j
+        Lvq = torch.stack(rows_vq, -2)  # (..., n, n), Lvq[..., i, j] = d^2 L / dv_i dq_j
+        if not create_graph:
+            gq = gq.detach()
+        rhs = gq - (Lvq @ vv.detach().unsqueeze(-1) if not create_graph else Lvq @ vv.unsqueeze(-1)).squeeze(-1)
+        if regularisation:
+            M = M + regularisation * torch.eye(n, dtype=M.dtype, device=M.device)
+        bad = None
+        if singular == "raise":
+            check_regular(M)
+        else:
+            with torch.no_grad():
+                s = torch.linalg.svdvals(M)
+                bad = ~(s[..., -1] > 1e-12 * s[..., 0]) | ~torch.isfinite(s[..., 0])
+            if bool(bad.any()):
+                M = torch.where(bad[..., None, None], torch.eye(n, dtype=M.dtype, device=M.device), M)
+        a = torch.linalg.solve(M, rhs.unsqueeze(-1)).squeeze(-1)
+        if bad is not None and bool(bad.any()):
+            a = torch.where(bad[..., None], torch.full_like(a, float("nan")), a)
+    return a if create_graph else a.detach()
+
+
+def _create_graph(create_graph: Optional[bool]) -> bool:
+    # default: keep the graph exactly when gradients are being recorded (training), not in rollouts
+    return torch.is_grad_enabled() if create_graph is None else bool(create_graph)
+
+
+# ---------------------------------------------------------------------------------------------- LNN
+class LNN(nn.Module):
+    r"""Lagrangian neural network: one MLP :math:`L_\theta(q, v)` on :math:`\mathbb R^{2n}`
+    (seed: width 600, softplus, the LNN initialisation; 364.2k parameters for the double pendulum).
+
+    ``forward(q, v) -> L`` of shape ``(...)``; ``acceleration(q, v)`` is the Euler--Lagrange solve of
+    :func:`euler_lagrange_acceleration` (``create_graph`` defaults to whether autograd is recording,
+    so the same call trains and rolls out). ``regularisation`` and ``singular`` are passed on; the
+    default raises ``ValueError`` on a singular Hessian :math:`\partial^2 L/\partial v^2`.
+    """
+
+    def __init__(self, n: int, width: int = 600, activation: str = "softplus", init: str = "lnn", *,
+                 regularisation: float = 0.0, singular: str = "raise", seed: Optional[int] = None):
+        super().__init__()
+        self.n = _count(n, "n")
+        self.net = MLP(2 * self.n, width, 1, activation, init, seed)
+        self.regularisation = float(regularisation)
+        self.singular = singular
+
+    def forward(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if q.shape[-1:] != (self.n,) or v.shape != q.shape:
+            raise ValueError(f"q and v must both have shape (..., {self.n}), got {tuple(q.shape)} and {tuple(v.shape)}")
+        return self.net(torch.cat([q, v], -1)).squeeze(-1)
+
+    def acceleration(self, q, v, create_graph: Optional[bool] = None) -> torch.Tensor:
+        q, v = _state(q, v, self.n)
+        return euler_lagrange_acceleration(self, q, v, create_graph=_create_graph(create_graph),
+                                           regularisation=self.regularisation, singular=self.singular)
+
+    def time_derivative(self, q, v, create_graph: Optional[bool] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+        r""":math:`(\dot q, \dot v) = (v, \ddot q(q, v))`."""
+        a = self.acceleration(q, v, create_graph)
+        return torch.as_tensor(v, dtype=torch.float64), a
+
+
+# ---------------------------------------------------------------------------------------------- HNN
+class HNN(nn.Module):
+    r"""Hamiltonian neural network: an MLP on :math:`(q, p) \in \mathbb R^{2n}` with ``n_outputs``
+    outputs, the last of which is :math:`H_\theta(q, p)`; the vector field is the symplectic gradient
+
+    .. math:: \dot q = \partial H/\partial p, \qquad \dot p = -\partial H/\partial q.
+
+    The seed's code (after Greydanus et al.) has two outputs and, with ``field_type="solenoidal"``,
+    uses only the second as the Hamiltonian; ``n_outputs=2`` keeps its parameter count (the unused
+    first output gets zero gradients). Width 200, tanh, Xavier initialisation.
+
+    Coordinates: the seed trains the HNN on canonical data (true momenta :math:`p = \partial L/\partial v`,
+    :func:`canonical_data`), with the loss on both halves of :meth:`time_derivative`. Data without
+    momenta can be fed with :math:`p := v` (``momenta="velocity"``, a convention only: then
+    ``acceleration`` is :math:`-\partial H/\partial q` at :math:`p = v`, exact when the mass matrix is
+    the identity). Either way ``acceleration(q, p)`` returns :math:`\dot p`, so the shared
+    acceleration loss trains it on the :math:`\dot p` half.
+    """
+
+    def __init__(self, n: int, width: int = 200, activation: str = "tanh", init: str = "xavier", *,
+                 n_outputs: int = 2, momenta: str = "canonical", seed: Optional[int] = None):
+        super().__init__()
+        if momenta not in ("canonical", "velocity"):
+            raise ValueError(f"momenta must be 'canonical' (p = dL/dv of the true Lagrangian) or 'velocity' (p := v), got {momenta!r}")
+        self.n = _count(n, "n")
+        self.momenta = momenta
+        self.net = MLP(2 * self.n, width, _count(n_outputs, "n_outputs"), activation, init, seed)
+
+    def forward(self, q: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+        """The Hamiltonian :math:`H(q, p)`, shape ``(...)``."""
+        if q.shape[-1:] != (self.n,) or p.shape != q.shape:
+            raise ValueError(f"q and p must both have shape (..., {self.n}), got {tuple(q.shape)} and {tuple(p.shape)}")
+        return self.net(torch.cat([q, p], -1))[..., -1]
+
+    def time_derivative(self, q, p, create_graph: Optional[bool] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+        r""":math:`(\partial H/\partial p, -\partial H/\partial q)`, each of shape ``(..., n)``."""
+        q, p = _state(q, p, self.n, ("q", "p"))
+        cg = _create_graph(create_graph)
+        with torch.enable_grad():
+            qq, pp = _leaf(q), _leaf(p)
+            H = self(qq, pp)
+            gq, gp = torch.autograd.grad(H.sum(), (qq, pp), create_graph=cg, allow_unused=True)
+        gq = torch.zeros_like(q) if gq is None else gq
+        gp = torch.zeros_like(p) if gp is None else gp
+        return (gp, -gq) if cg else (gp.detach(), -gq.detach())
+
+    def acceleration(self, q, p, create_graph: Optional[bool] = None) -> torch.Tensor:
+        r""":math:`\dot p = -\partial H/\partial q` (with ``momenta="velocity"``: the acceleration model)."""
+        return self.time_derivative(q, p, create_graph)[1]
+
+
+# ---------------------------------------------------------------------------------------------- baseline
+class MLPBaseline(nn.Module):
+    r"""The seed's "baseline": a three-layer MLP for the evolution function (width 200, tanh, Xavier).
+
+    ``output="acceleration"``: :math:`(q, v) \mapsto \ddot q` (seed eq. 1), ``time_derivative`` is
+    :math:`(v, \ddot q)`. ``output="vector_field"`` (the seed's code: the HNN network with
+    ``baseline=True`` on canonical data): :math:`(q, p) \mapsto (\dot q, \dot p)`, ``acceleration``
+    returns the second half.
+    """
+
+    def __init__(self, n: int, width: int = 200, activation: str = "tanh", init: str = "xavier", *,
+                 output: str = "acceleration", seed: Optional[int] = None):
+        super().__init__()
+        if output not in ("acceleration", "vector_field"):
+            raise ValueError(f"output must be 'acceleration' or 'vector_field', got {output!r}")
+        self.n = _count(n, "n")
+        self.output = output
+        self.net = MLP(2 * self.n, width, self.n if output == "acceleration" else 2 * self.n, activation, init, seed)
+
+    def forward(self, q, v) -> torch.Tensor:
+        q, v = _state(q, v, self.n)
+        return self.net(torch.cat([q, v], -1))
+
+    def acceleration(self, q, v, create_graph: Optional[bool] = None) -> torch.Tensor:
+        out = self(q, v)
+        return out if self.output == "acceleration" else out[..., self.n:]
+
+    def time_derivative(self, q, v, create_graph: Optional[bool] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+        out = self(q, v)
+        if self.output == "acceleration":
+            return torch.as_tensor(v, dtype=torch.float64), out
+        return out[..., : self.n], out[..., self.n:]
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def canonical_data(lagrangian: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], q, v) -> Tuple[torch.Tensor, torch.Tensor]:
+    r"""Canonical training data for :class:`HNN` / ``MLPBaseline(output="vector_field")`` from states
+    ``(q, v)`` of the *true* Lagrangian (the seed's "hnn" datasets):
+    :math:`p = \partial L/\partial v` and, on solutions, :math:`\dot p = \tfrac{d}{dt}\partial L/\partial v
+    = \partial L/\partial q` (Euler--Lagrange); :math:`\dot q = v`. Returns ``(p, pdot)``, detached."""
+    if not callable(lagrangian):
+        raise TypeError(f"lagrangian must be a callable L(q, v), got {type(lagrangian).__name__}")
+    q = torch.as_tensor(q, dtype=torch.float64)
+    q, v = _state(q, v, q.shape[-1] if q.dim() else 0)
+    with torch.enable_grad():
+        qq, vv = q.detach().requires_grad_(True), v.detach().requires_grad_(True)
+        L = lagrangian(qq, vv)
+        gq, gv = torch.autograd.grad(L.sum(), (qq, vv), allow_unused=True)
+    if gv is None:
+        raise ValueError("the Lagrangian does not depend on the velocities: no momenta")
+    return gv.detach(), (torch.zeros_like(q) if gq is None else gq.detach())
+
+
+def seed_baseline(kind: str, system: str = "double_pendulum", *, light: bool = False, seed: Optional[int] = None) -> nn.Module:
+    """A baseline with the seed's settings: ``kind`` in ``"lnn"``, ``"hnn"``, ``"baseline"``; ``system``
+    in ``"double_pendulum"`` (n = 2) or ``"three_body"`` (n = 6); ``light=True`` for the seed's light
+    versions (width 75 / 70)."""
+    if system not in SEED_WIDTHS:
+        raise ValueError(f"system must be one of {sorted(SEED_WIDTHS)}, got {system!r}")
+    n = 2 if system == "double_pendulum" else 6
+    width = SEED_WIDTHS[system]["light" if light else kind] if kind in ("lnn", "hnn", "baseline") else None
+    if kind == "lnn":
+        return LNN(n, width, seed=seed)
+    if kind == "hnn":
+        return HNN(n, width, seed=seed)
+    if kind == "baseline":
+        return MLPBaseline(n, width, seed=seed)
+    raise ValueError(f"kind must be 'lnn', 'hnn' or 'baseline', got {kind!r}")
