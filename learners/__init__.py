@@ -26,8 +26,25 @@ from .normalisation import MassNormalisation, Normalisation, VertexNormalisation
 from .rollout import (mse_energy, mse_q, random_initial_states, rollout_metrics, rollout_ode, rollout_variational,
                       true_energy, velocities_from_momenta)
 from .shadow_gp import InverseModifiedLagrangianGP
+from .modlanet import ModLaNet
+from .modlanet_data import (AccelerationData, double_pendulum_data, n_body_data, n_body_snapshots, pendulum_chain_data,
+                            pendulum_chain_snapshots, three_body_data)
+from .training import TrainResult, predict_positions, recovered_energy, recovered_lagrangian, train
 
 __all__ = [
+    "ModLaNet",
+    "train",
+    "TrainResult",
+    "predict_positions",
+    "recovered_lagrangian",
+    "recovered_energy",
+    "AccelerationData",
+    "double_pendulum_data",
+    "three_body_data",
+    "pendulum_chain_data",
+    "n_body_data",
+    "pendulum_chain_snapshots",
+    "n_body_snapshots",
     "InverseModifiedLagrangianGP",
     "LagrangianGP",
     "finite_differences",

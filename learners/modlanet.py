@@ -33,6 +33,8 @@ from typing import List, Optional, Sequence, Union
 import torch
 from torch import nn
 
+from integrators._threads import threads_for
+
 from .modlanet_parts import (DTYPE, AngleOnRod, Identity, MLPTransform, NewtonianPair, Transform, UniformGravity, as_cell,
                              check_transforms)
 
@@ -302,7 +304,7 @@ class ModLaNet(nn.Module):
                                  f"remove or repair those states")
         n = self.n
         batch = q.shape[:-1]
-        with torch.enable_grad():
+        with torch.enable_grad(), threads_for(q.numel()):
             qq = q.view_as(q) if q.requires_grad else q.detach().requires_grad_(True)
             vv = v.view_as(v) if v.requires_grad else v.detach().requires_grad_(True)
             L = self(qq, vv)
@@ -330,7 +332,7 @@ class ModLaNet(nn.Module):
                 f"singular mass matrix d^2L/dv^2 at {int(bad.sum())} of {bad.numel()} states (first at batch index {idx}): the "
                 f"Euler-Lagrange equations do not determine the acceleration there. The kinetic energy sum_i m_i |J_T(q_i) qdot_i|^2/2 "
                 f"lost rank: a learned transform with a vanishing Jacobian, or a mass that underflowed (masses = "
-                f"{[round(float(m), 6) for m in self.masses]}). Use a given transform (AngleOnRod/Identity), re-initialise "
+                f"{[round(float(m), 6) for m in self.masses.detach()]}). Use a given transform (AngleOnRod/Identity), re-initialise "
                 f"(another seed) or lower the learning rate.")
 
     # ------------------------------------------------------------------ extension
