@@ -1,4 +1,13 @@
-"""Command line: ``python -m bea derive --scheme S --order N --dim n [--inverse] [--format ...]``."""
+"""Command line.
+
+``python -m bea derive --scheme S --order N --dim n [--inverse] [--format ...]``
+    print a modified (or inverse modified) Lagrangian or modified equation.
+``python -m bea demo [--out DIR] [--small] ...``
+    Lagrangian Shadow Integration of the pendulum end to end (:mod:`learners.demo`).
+
+``demo`` needs the ``integrators`` and ``learners`` packages, which depend on ``bea``; it is imported only
+when asked for, so that ``bea`` itself never imports them.
+"""
 
 from __future__ import annotations
 
@@ -23,10 +32,18 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--format", choices=("sympy", "latex", "torch"), default="sympy",
                    help="SymPy expressions, LaTeX, or the generated torch source (default: sympy)")
     d.add_argument("--no-cache", action="store_true", help="derive from scratch, ignoring the on-disk cache")
+    # Listed here for ``bea --help``; its options belong to learners.demo, which parses them itself.
+    sub.add_parser("demo", add_help=False, help="learn the pendulum from positions only, end to end "
+                   "(python -m bea demo --help for its options)")
     return p
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["demo"]:
+        from learners.demo import main as demo_main
+
+        return demo_main(argv[1:])
     args = _parser().parse_args(argv)
     from . import api
 

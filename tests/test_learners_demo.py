@@ -1,13 +1,16 @@
-"""The demo (``python -m bea demo`` once wired; ``python -m learners.demo`` now) at its reduced size."""
+"""The main job, ``python -m bea demo``, at its reduced size, through the ``bea`` command line."""
 
 import json
+import subprocess
+import sys
 
+from bea import cli
 from learners import demo
 
 
 def test_demo_small_writes_table_figures_and_numbers(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("MPLBACKEND", "Agg")
-    assert demo.main(["--small", "--out", str(tmp_path)]) == 0
+    assert cli.main(["demo", "--small", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "level-set error, H_rec[2]" in out and "seed" in out
     for name in ("pendulum_trajectories.png", "pendulum_energies.png", "pendulum_level_sets.png", "results.json"):
@@ -24,3 +27,15 @@ def test_demo_bad_option(capsys):
 
     with pytest.raises(SystemExit):
         demo.main(["--no-such-option"])
+
+
+def test_bea_help_lists_demo_and_bea_does_not_import_learners():
+    # bea is the bottom of the dependency chain: the CLI lists demo but must not import learners to do so
+    code = ("import sys, contextlib, io; from bea import cli\n"
+            "buf = io.StringIO()\n"
+            "with contextlib.redirect_stdout(buf):\n"
+            "    try: cli.main(['--help'])\n"
+            "    except SystemExit: pass\n"
+            "assert 'demo' in buf.getvalue(), buf.getvalue()\n"
+            "assert 'learners' not in sys.modules and 'integrators' not in sys.modules\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
