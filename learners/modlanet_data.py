@@ -14,7 +14,8 @@ Sampling follows the seed's reference code (the paper gives only "10k–20k samp
   polygon of radius :math:`r \sim U(1, 5)` with a random orientation, each velocity tangential with the
   speed :math:`\sqrt{2}\,v_{circ}`, :math:`v_{circ}^2 = \frac{G}{4r}\sum_{k=1}^{N-1} m/\sin(\pi k/N)` (the
   seed's code uses :math:`G/(2r)` in place of :math:`G/(4r)`, i.e. this factor :math:`\sqrt 2`; ``speed``
-  changes it), each component then scaled by :math:`1 + \nu U(-1, 1)`, :math:`\nu = 0.5`; 5 s at 20
+  changes it), each component (in the frame of body 0, before the rotation
+  that places body ``i``) then scaled by :math:`1 + \nu U(-1, 1)`, :math:`\nu = 0.5`; 5 s at 20
   samples per second, 200 trajectories: 20 200 samples (``three_body_data``).
 
 Angles are kept continuous (not reduced mod :math:`2\pi`; the periodic transforms of
@@ -111,11 +112,16 @@ def body_initial_states(n: int, n_traj: int, seed: Optional[int] = 0, G: float =
     v_circ = np.sqrt(G / (4 * r) * s)
     q = np.empty((n_traj, n, 2))
     v = np.empty((n_traj, n, 2))
+    # as the seed's code: body 0's tangential velocity, scaled componentwise in body 0's frame, then
+    # rotated with the body by 2 pi i / n
+    w = speed * v_circ[:, None] * np.stack([-np.sin(phi0), np.cos(phi0)], -1)  # (n_traj, 2)
     for i in range(n):
-        phi = phi0 + 2 * math.pi * i / n
+        rot = 2 * math.pi * i / n
+        c, s_ = math.cos(rot), math.sin(rot)
+        phi = phi0 + rot
         q[:, i, 0], q[:, i, 1] = r * np.cos(phi), r * np.sin(phi)
-        v[:, i, 0], v[:, i, 1] = -speed * v_circ * np.sin(phi), speed * v_circ * np.cos(phi)
-    v = v * factors
+        wi = w * factors[:, i]
+        v[:, i, 0], v[:, i, 1] = c * wi[:, 0] - s_ * wi[:, 1], s_ * wi[:, 0] + c * wi[:, 1]
     return torch.from_numpy(q.reshape(n_traj, 2 * n)), torch.from_numpy(v.reshape(n_traj, 2 * n))
 
 

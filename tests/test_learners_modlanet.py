@@ -295,3 +295,12 @@ def test_training_bad_input(accel_data, snapshot_data):
         train(model, S, loss="del", h=0.1, epochs=1, progress=False)
     with pytest.raises(ValueError, match="loss must be"):
         train(model, accel_data, loss="energy", epochs=1, progress=False)
+
+
+def test_train_accepts_any_model_with_an_acceleration(accel_data):
+    # the same loop trains the neural baselines (learners.neural_baselines), e.g. a small LNN
+    from learners.neural_baselines import LNN
+
+    small = accel_data.subset(slice(0, 100))
+    res = train(LNN(2, width=8, seed=0), small, epochs=2, lr=1e-3, batch_size=50, progress=False)
+    assert len(res.history["val"]) == 3 and all(math.isfinite(x) for x in res.history["val"])
