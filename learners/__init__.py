@@ -23,8 +23,8 @@ from .gp import ConditioningInfo, FunctionalGP
 from .kernels import FunctionalKernel, RBFKernel, SmoothKernel
 from .neural_baselines import HNN, LNN, MLPBaseline, canonical_data, euler_lagrange_acceleration, parameter_count, seed_baseline
 from .normalisation import MassNormalisation, Normalisation, VertexNormalisation
-from .rollout import (mse_energy, mse_q, random_initial_states, rollout_metrics, rollout_ode, rollout_variational,
-                      true_energy, velocities_from_momenta)
+from .rollout import (mse_energy, mse_q, pendulum_positions, random_initial_states, rollout_metrics, rollout_ode,
+                      rollout_variational, true_energy, velocities_from_momenta)
 from .shadow_gp import InverseModifiedLagrangianGP
 from .modlanet import ModLaNet
 from .modlanet_data import (AccelerationData, double_pendulum_data, n_body_data, n_body_snapshots, pendulum_chain_data,
@@ -77,4 +77,5 @@ __all__ = [
     "random_initial_states",
     "true_energy",
     "velocities_from_momenta",
+    "pendulum_positions",
 ]

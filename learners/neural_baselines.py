@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 from bea.autodiff import check_regular
+from integrators._threads import threads_for
 
 __all__ = [
     "MLP",
@@ -176,7 +177,8 @@ def euler_lagrange_acceleration(lagrangian: Callable[[torch.Tensor, torch.Tensor
     if not (regularisation >= 0 and math.isfinite(regularisation)):
         raise ValueError(f"regularisation must be a finite number >= 0, got {regularisation}")
     n = q.shape[-1]
-    with torch.enable_grad():
+    # small batches on one intra-op thread (see integrators._threads: many tiny ops, busy machines)
+    with torch.enable_grad(), threads_for(q.numel()):
         qq, vv = _leaf(q), _leaf(v)
         L = lagrangian(qq, vv)
         if not isinstance(L, torch.Tensor) or L.shape != q.shape[:-1]:
@@ -293,7 +295,7 @@ class HNN(nn.Module):
         r""":math:`(\partial H/\partial p, -\partial H/\partial q)`, each of shape ``(..., n)``."""
         q, p = _state(q, p, self.n, ("q", "p"))
         cg = _create_graph(create_graph)
-        with torch.enable_grad():
+        with torch.enable_grad(), threads_for(q.numel()):
             qq, pp = _leaf(q), _leaf(p)
             H = self(qq, pp)
             gq, gp = torch.autograd.grad(H.sum(), (qq, pp), create_graph=cg, allow_unused=True)
