@@ -51,6 +51,9 @@ import torch
 from gpytorch.constraints import Positive
 from tqdm.auto import tqdm
 
+import bea
+
+from ._checks import check_step
 from .functionals import Functionals
 from .gp import FunctionalGP
 from .kernels import FunctionalKernel, RBFKernel
@@ -100,11 +103,14 @@ def _exp_positive() -> Positive:
 class FunctionalLagrangianModel(gpytorch.Module):
     r"""Base class of :class:`~learners.InverseModifiedLagrangianGP` and :class:`~learners.LagrangianGP`."""
 
-    def __init__(self, *, kernel: Optional[FunctionalKernel] = None, normalisation: Union[str, Normalisation, None] = "mass",
-                 objective: str = "mll", lengthscale: Union[float, Sequence[float], torch.Tensor, None] = None,
-                 epsilon: Optional[float] = None, noise: Optional[float] = None, ard: bool = False, iterations: int = 16,
-                 max_train_functionals: int = 600, progress: Optional[bool] = None, seed: int = 0):
+    def __init__(self, h: float, scheme: Union[str, "bea.Scheme"] = "midpoint", *, kernel: Optional[FunctionalKernel] = None,
+                 normalisation: Union[str, Normalisation, None] = "mass", objective: str = "mll",
+                 lengthscale: Union[float, Sequence[float], torch.Tensor, None] = None, epsilon: Optional[float] = None,
+                 noise: Optional[float] = None, ard: bool = True, iterations: int = 16, max_train_functionals: int = 600,
+                 progress: Optional[bool] = None, seed: int = 0):
         super().__init__()
+        self.h = check_step(h)
+        self.scheme = bea.get_scheme(scheme)
         if objective not in ("heldout", "mll"):
             raise ValueError(f"objective must be 'heldout' or 'mll', got {objective!r}")
         if epsilon is not None:

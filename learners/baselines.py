@@ -29,8 +29,6 @@ import bea
 from ._checks import as_tensor, check_finite, check_order, check_snapshots, check_states, check_step, float64
 from .base import FunctionalLagrangianModel, solve_with_retry
 from .functionals import Functionals, euler_lagrange_residuals, gradient_evaluations
-from .kernels import FunctionalKernel
-from .normalisation import Normalisation
 from .shadow_gp import DEFAULT_NEWTON
 
 __all__ = ["LagrangianGP", "finite_differences"]
@@ -59,15 +57,8 @@ class LagrangianGP(FunctionalLagrangianModel):
     objective, lengthscale/epsilon, noise, ard, iterations, max_train_functionals, progress).
     """
 
-    def __init__(self, h: float, scheme: Union[str, "bea.Scheme"] = "midpoint", *, kernel: Optional[FunctionalKernel] = None,
-                 normalisation: Union[str, Normalisation, None] = "mass", objective: str = "mll", lengthscale=None,
-                 epsilon: Optional[float] = None, noise: Optional[float] = None, ard: bool = True, iterations: int = 16,
-                 max_train_functionals: int = 600, progress: Optional[bool] = None, seed: int = 0):
-        super().__init__(kernel=kernel, normalisation=normalisation, objective=objective, lengthscale=lengthscale,
-                         epsilon=epsilon, noise=noise, ard=ard, iterations=iterations,
-                         max_train_functionals=max_train_functionals, progress=progress, seed=seed)
-        self.h = check_step(h)
-        self.scheme = bea.get_scheme(scheme)
+    def __init__(self, h: float, scheme: Union[str, "bea.Scheme"] = "midpoint", **options):
+        super().__init__(h, scheme, **options)
         self.kind = None
 
     def __repr__(self) -> str:
