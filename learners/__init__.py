@@ -21,7 +21,8 @@ from .functionals import (Functionals, del_residuals, discrete_momenta, euler_la
                           triples_from_snapshots)
 from .gp import ConditioningInfo, FunctionalGP
 from .kernels import FunctionalKernel, RBFKernel, SmoothKernel
-from .neural_baselines import HNN, LNN, MLPBaseline, canonical_data, euler_lagrange_acceleration, parameter_count, seed_baseline
+from .neural_baselines import (HNN, LNN, MLPBaseline, VectorFieldModel, canonical_data, euler_lagrange_acceleration,
+                               parameter_count, seed_baseline, vector_field_data)
 from .normalisation import MassNormalisation, Normalisation, VertexNormalisation
 from .rollout import (mse_energy, mse_q, pendulum_positions, random_initial_states, rollout_metrics, rollout_ode,
                       rollout_variational, true_energy, velocities_from_momenta)
@@ -78,4 +79,6 @@ __all__ = [
     "true_energy",
     "velocities_from_momenta",
     "pendulum_positions",
+    "VectorFieldModel",
+    "vector_field_data",
 ]

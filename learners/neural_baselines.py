@@ -17,7 +17,9 @@ batched over the leading dimensions), so the shared acceleration-loss training l
   :math:`\dot q = \partial H/\partial p`, :math:`\dot p = -\partial H/\partial q`. The seed trains it on
   *canonical* data, :math:`p = \partial L/\partial v` of the true Lagrangian, with the L2 loss on the
   whole vector field :math:`(\dot q, \dot p)` (``field_type="solenoidal"``); :func:`canonical_data` makes
-  such data from ``(q, v)``. ``.acceleration(q, p)`` is :math:`\dot p`.
+  such data from ``(q, v)``. ``.acceleration(q, p)`` is :math:`\dot p`; to fit both halves, as the
+  seed, train :class:`VectorFieldModel` (``hnn``) on :func:`vector_field_data` -- with the
+  :math:`\dot p` half alone :math:`\partial H/\partial p` stays untrained and a rollout is meaningless.
 * :class:`MLPBaseline`: the seed's "baseline", a three-layer MLP for the evolution function, either
   :math:`(q, v) \mapsto \ddot q` (``output="acceleration"``, seed eq. 1) or, as in the seed's code,
   :math:`(q, p) \mapsto (\dot q, \dot p)` (``output="vector_field"``).
@@ -45,6 +47,8 @@ __all__ = [
     "MLPBaseline",
     "euler_lagrange_acceleration",
     "canonical_data",
+    "VectorFieldModel",
+    "vector_field_data",
     "parameter_count",
     "seed_baseline",
     "SEED_WIDTHS",
@@ -273,7 +277,8 @@ class HNN(nn.Module):
     momenta can be fed with :math:`p := v` (``momenta="velocity"``, a convention only: then
     ``acceleration`` is :math:`-\partial H/\partial q` at :math:`p = v`, exact when the mass matrix is
     the identity). Either way ``acceleration(q, p)`` returns :math:`\dot p`, so the shared
-    acceleration loss trains it on the :math:`\dot p` half.
+    acceleration loss trains it on the :math:`\dot p` half only; the seed's loss on both halves is
+    ``train(VectorFieldModel(hnn), vector_field_data(q, p, qdot, pdot))``.
     """
 
     def __init__(self, n: int, width: int = 200, activation: str = "tanh", init: str = "xavier", *,
@@ -329,7 +334,8 @@ class MLPBaseline(nn.Module):
 
     def forward(self, q, v) -> torch.Tensor:
         q, v = _state(q, v, self.n)
-        return self.net(torch.cat([q, v], -1))
+        with threads_for(q.numel()):
+            return self.net(torch.cat([q, v], -1))
 
     def acceleration(self, q, v, create_graph: Optional[bool] = None) -> torch.Tensor:
         out = self(q, v)
@@ -340,6 +346,47 @@ class MLPBaseline(nn.Module):
         if self.output == "acceleration":
             return torch.as_tensor(v, dtype=torch.float64), out
         return out[..., : self.n], out[..., self.n:]
+
+
+# ---------------------------------------------------------------------------------------------- vector-field loss
+class VectorFieldModel(nn.Module):
+    r"""Adapter that lets the shared acceleration-loss loop fit a *first-order* model on its whole
+    vector field, as the seed trains HNN and its baseline: the loss
+    :math:`\operatorname{mean}|(\hat{\dot q}, \hat{\dot p}) - (\dot q, \dot p)|^2` over the ``2n``
+    components (the seed's ``L2_loss`` on ``time_derivative``).
+
+    The adapter has ``n = 2 * model.n``; ``acceleration(z, z)`` with ``z = (q, p)`` (``(..., 2n)``; the
+    second argument is ignored) returns ``torch.cat(model.time_derivative(q, p), -1)``. Build its data
+    with :func:`vector_field_data`. It shares the wrapped model's parameters: train the adapter, roll
+    out the model::
+
+        train(VectorFieldModel(hnn), vector_field_data(q, p, v, pdot), loss="acceleration", ...)
+    """
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        if not callable(getattr(model, "time_derivative", None)) or not isinstance(getattr(model, "n", None), int):
+            raise TypeError("VectorFieldModel needs a model with .n and .time_derivative(q, p) (HNN, MLPBaseline)")
+        self.model = model
+        self.n = 2 * model.n
+
+    def acceleration(self, z, z_again=None, create_graph: Optional[bool] = None) -> torch.Tensor:
+        z = torch.as_tensor(z, dtype=torch.float64)
+        if z.dim() < 1 or z.shape[-1] != self.n:
+            raise ValueError(f"z = (q, p) must have shape (..., {self.n}), got {tuple(z.shape)}")
+        m = self.model.n
+        dq, dp = self.model.time_derivative(z[..., :m], z[..., m:], create_graph=create_graph)
+        return torch.cat([dq, dp], -1)
+
+
+def vector_field_data(q, p, qdot, pdot) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(z, z, zdot)`` with ``z = (q, p)`` and ``zdot = (qdot, pdot)`` (each ``(N, 2n)``), the data format
+    of :class:`VectorFieldModel` for the shared ``train(..., loss="acceleration")``."""
+    parts = [torch.as_tensor(x, dtype=torch.float64) for x in (q, p, qdot, pdot)]
+    if any(x.shape != parts[0].shape for x in parts) or parts[0].dim() < 1:
+        raise ValueError(f"q, p, qdot and pdot must have the same shape (N, n), got {[tuple(x.shape) for x in parts]}")
+    z = torch.cat(parts[:2], -1)
+    return z, z, torch.cat(parts[2:], -1)
 
 
 # ---------------------------------------------------------------------------------------------- helpers

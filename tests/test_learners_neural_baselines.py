@@ -8,8 +8,8 @@ import torch
 
 from integrators import reference_flow, systems
 from integrators.reference import acceleration_function
-from learners.neural_baselines import (HNN, LNN, MLP, MLPBaseline, canonical_data, euler_lagrange_acceleration,
-                                       parameter_count, seed_baseline)
+from learners.neural_baselines import (HNN, LNN, MLP, MLPBaseline, VectorFieldModel, canonical_data,
+                                       euler_lagrange_acceleration, parameter_count, seed_baseline, vector_field_data)
 from learners.training import train
 from learners.rollout import (mse_energy, mse_q, pendulum_positions, random_initial_states, rollout_metrics, rollout_ode,
                               rollout_variational, true_energy, velocities_from_momenta)
@@ -164,6 +164,30 @@ def test_each_baseline_trains_with_the_shared_acceleration_loop(kind):
     assert math.isfinite(res.best_val) and res.improvement > 3, res
     if kind != "lnn":  # the LNN (the seed's hardest baseline) only gets to ~0.8 of `zero` in this budget
         assert res.best_val < 0.2 * zero, (res, zero)
+
+
+@pytest.mark.parametrize("kind", ["hnn", "baseline"])
+def test_seed_vector_field_loss_fits_both_halves(kind):
+    # the seed trains HNN and its baseline on (qdot, pdot) of canonical data, both halves in one
+    # unnormalised L2 loss (the pdot half, ~100 times larger here, dominates at first)
+    g = torch.Generator().manual_seed(2)
+    q = (torch.rand(160, 2, generator=g) - 0.5) * 2
+    v = (torch.rand(160, 2, generator=g) - 0.5) * 2
+    p, pdot = canonical_data(DP, q, v)
+    model = HNN(2, 32, seed=0) if kind == "hnn" else MLPBaseline(2, 32, output="vector_field", seed=0)
+    wrapped = VectorFieldModel(model)
+    assert wrapped.n == 4 and parameter_count(wrapped) == parameter_count(model)
+    data = vector_field_data(q, p, v, pdot)
+    before = (model.time_derivative(q, p)[0] - v).pow(2).mean().item()
+    res = train(wrapped, data, loss="acceleration", epochs=20, lr=1e-2, batch_size=32, patience=None, progress=False)
+    after = (model.time_derivative(q, p)[0] - v).pow(2).mean().item()
+    assert res.improvement > 3 and after < before, (res, before, after)
+    dq, dp = model.time_derivative(q, p)
+    assert torch.equal(wrapped.acceleration(data[0], data[1]), torch.cat([dq, dp], -1))
+    with pytest.raises(TypeError, match="time_derivative"):
+        VectorFieldModel(LNN(2, 4).net)
+    with pytest.raises(ValueError, match="same shape"):
+        vector_field_data(q, p, v, pdot[:3])
 
 
 # ---------------------------------------------------------------------------------------------- rollouts
