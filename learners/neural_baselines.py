@@ -24,6 +24,9 @@ batched over the leading dimensions), so the shared acceleration-loss training l
   :math:`(q, v) \mapsto \ddot q` (``output="acceleration"``, seed eq. 1) or, as in the seed's code,
   :math:`(q, p) \mapsto (\dot q, \dot p)` (``output="vector_field"``).
 
+``wrap_angles=True`` feeds :math:`q \bmod 2\pi` to the network, as the seed does for the pendulum
+(its data and rollouts apply ``x % (2 pi)``); rollouts keep the unwrapped angles.
+
 The MLP is the seed's: ``Linear(d_in, w) -> act -> Linear(w, w) -> act -> Linear(w, d_out, bias=False)``,
 so :func:`parameter_count` is :math:`w(d_{in} + 2) + w^2 + w\,d_{out}`. :data:`SEED_WIDTHS` holds the
 seed's widths and :func:`seed_baseline` builds them; the counts are listed in :data:`SEED_PARAMETERS`.
@@ -97,6 +100,11 @@ def _count(n, what: str) -> int:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"{what} must be a positive integer, got {n!r}")
     return n
+
+
+def _wrap(q: torch.Tensor, wrap: bool) -> torch.Tensor:
+    # the seed feeds angles modulo 2 pi to its networks (x % (2 pi)); derivative 1 almost everywhere
+    return torch.remainder(q, 2 * math.pi) if wrap else q
 
 
 def _leaf(x: torch.Tensor) -> torch.Tensor:
@@ -238,9 +246,10 @@ class LNN(nn.Module):
     """
 
     def __init__(self, n: int, width: int = 600, activation: str = "softplus", init: str = "lnn", *,
-                 regularisation: float = 0.0, singular: str = "raise", seed: Optional[int] = None):
+                 regularisation: float = 0.0, singular: str = "raise", wrap_angles: bool = False, seed: Optional[int] = None):
         super().__init__()
         self.n = _count(n, "n")
+        self.wrap_angles = bool(wrap_angles)
         self.net = MLP(2 * self.n, width, 1, activation, init, seed)
         self.regularisation = float(regularisation)
         self.singular = singular
@@ -248,7 +257,7 @@ class LNN(nn.Module):
     def forward(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if q.shape[-1:] != (self.n,) or v.shape != q.shape:
             raise ValueError(f"q and v must both have shape (..., {self.n}), got {tuple(q.shape)} and {tuple(v.shape)}")
-        return self.net(torch.cat([q, v], -1)).squeeze(-1)
+        return self.net(torch.cat([_wrap(q, self.wrap_angles), v], -1)).squeeze(-1)
 
     def acceleration(self, q, v, create_graph: Optional[bool] = None) -> torch.Tensor:
         q, v = _state(q, v, self.n)
@@ -282,19 +291,20 @@ class HNN(nn.Module):
     """
 
     def __init__(self, n: int, width: int = 200, activation: str = "tanh", init: str = "xavier", *,
-                 n_outputs: int = 2, momenta: str = "canonical", seed: Optional[int] = None):
+                 n_outputs: int = 2, momenta: str = "canonical", wrap_angles: bool = False, seed: Optional[int] = None):
         super().__init__()
         if momenta not in ("canonical", "velocity"):
             raise ValueError(f"momenta must be 'canonical' (p = dL/dv of the true Lagrangian) or 'velocity' (p := v), got {momenta!r}")
         self.n = _count(n, "n")
         self.momenta = momenta
+        self.wrap_angles = bool(wrap_angles)
         self.net = MLP(2 * self.n, width, _count(n_outputs, "n_outputs"), activation, init, seed)
 
     def forward(self, q: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
         """The Hamiltonian :math:`H(q, p)`, shape ``(...)``."""
         if q.shape[-1:] != (self.n,) or p.shape != q.shape:
             raise ValueError(f"q and p must both have shape (..., {self.n}), got {tuple(q.shape)} and {tuple(p.shape)}")
-        return self.net(torch.cat([q, p], -1))[..., -1]
+        return self.net(torch.cat([_wrap(q, self.wrap_angles), p], -1))[..., -1]
 
     def time_derivative(self, q, p, create_graph: Optional[bool] = None) -> Tuple[torch.Tensor, torch.Tensor]:
         r""":math:`(\partial H/\partial p, -\partial H/\partial q)`, each of shape ``(..., n)``."""
@@ -324,18 +334,19 @@ class MLPBaseline(nn.Module):
     """
 
     def __init__(self, n: int, width: int = 200, activation: str = "tanh", init: str = "xavier", *,
-                 output: str = "acceleration", seed: Optional[int] = None):
+                 output: str = "acceleration", wrap_angles: bool = False, seed: Optional[int] = None):
         super().__init__()
         if output not in ("acceleration", "vector_field"):
             raise ValueError(f"output must be 'acceleration' or 'vector_field', got {output!r}")
         self.n = _count(n, "n")
         self.output = output
+        self.wrap_angles = bool(wrap_angles)
         self.net = MLP(2 * self.n, width, self.n if output == "acceleration" else 2 * self.n, activation, init, seed)
 
     def forward(self, q, v) -> torch.Tensor:
         q, v = _state(q, v, self.n)
         with threads_for(q.numel()):
-            return self.net(torch.cat([q, v], -1))
+            return self.net(torch.cat([_wrap(q, self.wrap_angles), v], -1))
 
     def acceleration(self, q, v, create_graph: Optional[bool] = None) -> torch.Tensor:
         out = self(q, v)
@@ -409,17 +420,18 @@ def canonical_data(lagrangian: Callable[[torch.Tensor, torch.Tensor], torch.Tens
 
 
 def seed_baseline(kind: str, system: str = "double_pendulum", *, light: bool = False, seed: Optional[int] = None) -> nn.Module:
-    """A baseline with the seed's settings: ``kind`` in ``"lnn"``, ``"hnn"``, ``"baseline"``; ``system``
+    r"""A baseline with the seed's settings: ``kind`` in ``"lnn"``, ``"hnn"``, ``"baseline"``; ``system``
     in ``"double_pendulum"`` (n = 2) or ``"three_body"`` (n = 6); ``light=True`` for the seed's light
-    versions (width 75 / 70)."""
+    versions (width 75 / 70). Angles are wrapped to :math:`[0, 2\pi)` for the pendulum, as the seed."""
     if system not in SEED_WIDTHS:
         raise ValueError(f"system must be one of {sorted(SEED_WIDTHS)}, got {system!r}")
     n = 2 if system == "double_pendulum" else 6
     width = SEED_WIDTHS[system]["light" if light else kind] if kind in ("lnn", "hnn", "baseline") else None
+    wrap = system == "double_pendulum"
     if kind == "lnn":
-        return LNN(n, width, seed=seed)
+        return LNN(n, width, wrap_angles=wrap, seed=seed)
     if kind == "hnn":
-        return HNN(n, width, seed=seed)
+        return HNN(n, width, wrap_angles=wrap, seed=seed)
     if kind == "baseline":
-        return MLPBaseline(n, width, seed=seed)
+        return MLPBaseline(n, width, wrap_angles=wrap, seed=seed)
     raise ValueError(f"kind must be 'lnn', 'hnn' or 'baseline', got {kind!r}")

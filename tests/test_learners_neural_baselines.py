@@ -143,6 +143,19 @@ def test_seeded_initialisation_is_reproducible():
     assert not torch.equal(LNN(2, 16, seed=6).net.linear1.weight, a.net.linear1.weight)
 
 
+
+def test_wrapped_angles_make_the_pendulum_baselines_periodic():
+    q, v = random_initial_states(DP, 8, seed=4)
+    shift = torch.tensor([2 * math.pi, -4 * math.pi])
+    for kind in ("lnn", "hnn", "baseline"):
+        m = seed_baseline(kind, "double_pendulum", light=True, seed=0)
+        m.singular = "nan" if kind == "lnn" else None
+        assert m.wrap_angles and not seed_baseline(kind, "three_body", light=True).wrap_angles
+        a1, a2 = m.acceleration(q, v), m.acceleration(q + shift, v)
+        ok = torch.isfinite(a1).all(-1)
+        assert ok.any() and torch.allclose(a1[ok], a2[ok], rtol=1e-9, atol=1e-9)
+
+
 # ---------------------------------------------------------------------------------------------- training
 @pytest.mark.parametrize("kind", ["lnn", "hnn", "baseline"])
 def test_each_baseline_trains_with_the_shared_acceleration_loop(kind):
