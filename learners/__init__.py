@@ -24,8 +24,8 @@ from .kernels import FunctionalKernel, RBFKernel, SmoothKernel
 from .neural_baselines import (HNN, LNN, MLPBaseline, VectorFieldModel, canonical_data, euler_lagrange_acceleration,
                                parameter_count, seed_baseline, vector_field_data)
 from .normalisation import MassNormalisation, Normalisation, VertexNormalisation
-from .rollout import (mse_energy, mse_q, pendulum_positions, random_initial_states, rollout_metrics, rollout_ode,
-                      rollout_variational, true_energy, velocities_from_momenta)
+from .rollout import (angles_mod_2pi, mse_energy, mse_q, pendulum_positions, random_initial_states, rollout_metrics,
+                      rollout_ode, rollout_variational, true_energy, velocities_from_momenta)
 from .shadow_gp import InverseModifiedLagrangianGP
 from .modlanet import ModLaNet
 from .modlanet_data import (AccelerationData, double_pendulum_data, n_body_data, n_body_snapshots, pendulum_chain_data,
@@ -79,6 +79,7 @@ __all__ = [
     "true_energy",
     "velocities_from_momenta",
     "pendulum_positions",
+    "angles_mod_2pi",
     "VectorFieldModel",
     "vector_field_data",
 ]

@@ -294,7 +294,8 @@ class HNN(nn.Module):
                  n_outputs: int = 2, momenta: str = "canonical", wrap_angles: bool = False, seed: Optional[int] = None):
         super().__init__()
         if momenta not in ("canonical", "velocity"):
-            raise ValueError(f"momenta must be 'canonical' (p = dL/dv of the true Lagrangian) or 'velocity' (p := v), got {momenta!r}")
+            raise ValueError(f"momenta must be 'canonical' (p = dL/dv of the true Lagrangian) or 'velocity' (p := v), "
+                             f"got {momenta!r}")
         self.n = _count(n, "n")
         self.momenta = momenta
         self.wrap_angles = bool(wrap_angles)

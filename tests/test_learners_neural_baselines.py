@@ -2,7 +2,6 @@
 
 import math
 
-import numpy as np
 import pytest
 import torch
 
@@ -11,8 +10,8 @@ from integrators.reference import acceleration_function
 from learners.neural_baselines import (HNN, LNN, MLP, MLPBaseline, VectorFieldModel, canonical_data,
                                        euler_lagrange_acceleration, parameter_count, seed_baseline, vector_field_data)
 from learners.training import train
-from learners.rollout import (mse_energy, mse_q, pendulum_positions, random_initial_states, rollout_metrics, rollout_ode,
-                              rollout_variational, true_energy, velocities_from_momenta)
+from learners.rollout import (angles_mod_2pi, mse_energy, mse_q, pendulum_positions, random_initial_states, rollout_metrics,
+                              rollout_ode, rollout_variational, true_energy, velocities_from_momenta)
 
 DP = systems.n_pendulum(2, g=9.8)          # the seed's double pendulum: unit masses and lengths, g = 9.8
 THREE = systems.n_body((1, 1, 1))          # the seed's three-body problem: unit masses, G = 1
@@ -284,6 +283,9 @@ def test_mse_metrics_on_hand_computed_arrays():
     # Cartesian positions of the pendulum bobs
     xy = pendulum_positions(torch.tensor([[0.0, math.pi / 2]]))
     assert torch.allclose(xy, torch.tensor([[0.0, -1.0, 1.0, -1.0]]), atol=1e-15)
+    th = torch.tensor([[-0.5, 7.0]])
+    assert torch.allclose(angles_mod_2pi(th), torch.tensor([[2 * math.pi - 0.5, 7.0 - 2 * math.pi]]))
+    assert mse_q(th[None] + 2 * math.pi, th[None], positions=angles_mod_2pi).item() < 1e-28
 
 
 def test_true_energy_is_conserved_by_the_reference_and_matches_bea():
