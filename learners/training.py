@@ -56,7 +56,7 @@ from ._checks import as_tensor, check_finite, check_order, check_snapshots, chec
 from .functionals import triples_from_snapshots
 
 __all__ = ["train", "TrainResult", "del_residuals", "del_loss", "acceleration_loss", "recovered_lagrangian",
-           "recovered_energy", "predict_positions"]
+           "recovered_energy", "predict_positions", "midpoint_mod2"]
 
 TorchLagrangian = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -290,17 +290,68 @@ def _fit(model, res, batch_loss, evaluate, tr_idx, val_idx, opt, sched, schedule
 
 
 # ---------------------------------------------------------------------------------------------- prediction
-def recovered_lagrangian(model: TorchLagrangian, order: int = 2, h: float = 0.1, scheme="midpoint") -> TorchLagrangian:
+#: above this dimension, midpoint mod_2 uses the closed form (bea's generic n = 6 derivation takes > 10 min)
+GENERIC_MAX_DIM = 3
+
+
+def _leaf(x: torch.Tensor) -> torch.Tensor:
+    # partial derivatives even when v was computed from q (as in bea.autodiff)
+    return x.view_as(x) if x.requires_grad else x.detach().requires_grad_(True)
+
+
+def midpoint_mod2(lagrangian: TorchLagrangian, h: float) -> TorchLagrangian:
+    r"""The midpoint rule's modified Lagrangian to :math:`h^2` in closed form (THEORY.md §3, checked):
+
+    .. math::  L_{mod}[2] = L + \frac{h^2}{24}\big(A^\top M A - v^\top L_{qq} v\big),\qquad
+               A = M^{-1}(\partial_qL - L_{vq}v),\ M = \partial^2_vL,
+
+    by autograd (``2n + 1`` backward passes, differentiable again), for any dimension ``n``."""
+    h = check_step(h)
+
+    def L_mod(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        with torch.enable_grad():
+            q, v = _leaf(q), _leaf(v)
+            val = lagrangian(q, v)
+            gq, gv = torch.autograd.grad(val.sum(), (q, v), create_graph=True)
+            n = q.shape[-1]
+            M_rows, C_rows, Q_rows = [], [], []
+            for i in range(n):
+                cq, cv = torch.autograd.grad(gv[..., i].sum(), (q, v), create_graph=True, allow_unused=True)
+                M_rows.append(torch.zeros_like(v) if cv is None else cv)
+                C_rows.append(torch.zeros_like(q) if cq is None else cq)
+                (qq,) = torch.autograd.grad(gq[..., i].sum(), q, create_graph=True, allow_unused=True)
+                Q_rows.append(torch.zeros_like(q) if qq is None else qq)
+            M, C, Lqq = torch.stack(M_rows, -2), torch.stack(C_rows, -2), torch.stack(Q_rows, -2)
+            A = torch.linalg.solve(M, (gq - (C @ v.unsqueeze(-1)).squeeze(-1)).unsqueeze(-1))  # (..., n, 1)
+            AMA = (A.transpose(-1, -2) @ M @ A)[..., 0, 0]
+            vLv = (v.unsqueeze(-2) @ Lqq @ v.unsqueeze(-1))[..., 0, 0]
+            return val + h * h / 24 * (AMA - vLv)
+
+    L_mod.order = 2  # type: ignore[attr-defined]
+    return L_mod
+
+
+def recovered_lagrangian(model: TorchLagrangian, order: int = 2, h: float = 0.1, scheme="midpoint",
+                         method: str = "auto") -> TorchLagrangian:
     r""":math:`L_{rec} = \mathrm{mod}_N(L_{inv})` truncated at :math:`h^N` for a model trained as :math:`L_{inv}`
-    (``"del"`` loss) at step ``h``: :func:`bea.compile_torch` of the generic modified Lagrangian of
-    ``scheme`` in dimension ``model.n`` (derived once, cached on disk), applied to the model. ``order=0``
-    returns the model itself."""
+    (``"del"`` loss) at step ``h``. ``method="bea"``: :func:`bea.compile_torch` of the generic modified
+    Lagrangian of ``scheme`` in dimension ``model.n`` (derived once, cached on disk), applied to the model;
+    ``"formula"``: the closed form :func:`midpoint_mod2` (midpoint, ``order=2`` only); ``"auto"``: ``bea`` up
+    to :data:`GENERIC_MAX_DIM` coordinates, the closed form above (the generic ``n = 6`` derivation, e.g.
+    three bodies in the plane, does not finish in 10 minutes). ``order=0`` returns the model itself."""
     sch = bea.get_scheme(scheme)
     N = check_order(order, sch.symmetric)
     h = check_step(h)
+    if method not in ("auto", "bea", "formula"):
+        raise ValueError(f"method must be 'auto', 'bea' or 'formula', got {method!r}")
     if N == 0:
         return model
     n = getattr(model, "n", None)
+    closed_form = N == 2 and sch == bea.get_scheme("midpoint")
+    if method == "formula" or (method == "auto" and closed_form and (n is None or n > GENERIC_MAX_DIM)):
+        if not closed_form:
+            raise ValueError(f"the closed form covers the midpoint rule at order 2 only, got {sch!r} at order {N}; use method='bea'")
+        return midpoint_mod2(model, h)
     if n is None:
         raise ValueError("the model must expose its dimension as .n to derive mod_N for it")
     f = bea.compile_torch("modified_lagrangian", sch, N, dim=n)
@@ -312,10 +363,11 @@ def recovered_lagrangian(model: TorchLagrangian, order: int = 2, h: float = 0.1,
     return L_rec
 
 
-def recovered_energy(model: TorchLagrangian, order: int = 2, h: float = 0.1, scheme="midpoint") -> TorchLagrangian:
+def recovered_energy(model: TorchLagrangian, order: int = 2, h: float = 0.1, scheme="midpoint",
+                     method: str = "auto") -> TorchLagrangian:
     r"""The identified energy :math:`H_{rec}[N] = \partial_vL_{rec}\cdot v - L_{rec}`,
     :math:`L_{rec} = \mathrm{mod}_N(\text{model})` (:func:`recovered_lagrangian`), as a torch callable ``H(q, v)``."""
-    return bea.energy(recovered_lagrangian(model, order, h, scheme))
+    return bea.energy(recovered_lagrangian(model, order, h, scheme, method))
 
 
 class _Frozen:
@@ -342,7 +394,7 @@ class _Frozen:
 
 
 def predict_positions(model: TorchLagrangian, q0, qdot0, steps: int, h: float, scheme="midpoint", order: int = 2,
-                      on_failure: str = "raise", **newton) -> torch.Tensor:
+                      on_failure: str = "raise", method: str = "auto", **newton) -> torch.Tensor:
     r"""Positions ``(steps + 1, batch..., n)`` of a model trained as :math:`L_{inv}` (``"del"`` loss, step ``h``):
     the scheme's variational integrator on the model (:class:`integrators.VariationalIntegrator`) from
     ``(q0, qdot0)``, with the initial momentum :math:`p_0 = \partial_v\,\mathrm{mod}_N(\text{model})(q_0, \dot q_0)`
@@ -358,6 +410,6 @@ def predict_positions(model: TorchLagrangian, q0, qdot0, steps: int, h: float, s
         raise ValueError(f"dimension mismatch: q0 and qdot0 must have shape (batch..., {n}), got {tuple(q0.shape)} and "
                          f"{tuple(qdot0.shape)}")
     with _Frozen(model), torch.enable_grad():
-        legendre = recovered_lagrangian(model, order, h, scheme)
+        legendre = recovered_lagrangian(model, order, h, scheme, method)
         integ = VariationalIntegrator(model, h, scheme, **newton)
         return integ.solve(q0, qdot0, steps, legendre=legendre, on_failure=on_failure)

@@ -252,10 +252,12 @@ def test_del_training_from_positions_lowers_validation_loss(snapshot_data):
 def test_training_is_reproducible_and_stops_early(accel_data):
     small = accel_data.subset(slice(0, 100))
     runs = []
+    state = torch.random.get_rng_state()
     for _ in range(2):
         model = ModLaNet.pendulum_chain(2, transform="rod", hidden=6)
         runs.append(train(model, small, epochs=4, lr=1e-2, batch_size=32, progress=False).history["val"])
     assert runs[0] == runs[1]
+    assert torch.equal(torch.random.get_rng_state(), state)  # split and shuffling use their own generator
     model = ModLaNet.pendulum_chain(2, transform="rod", hidden=6)
     res = train(model, small, epochs=50, lr=1e-12, batch_size=32, patience=2, progress=False)  # nothing moves
     assert res.stopped_early and res.epochs_run == 2
@@ -304,3 +306,23 @@ def test_train_accepts_any_model_with_an_acceleration(accel_data):
     small = accel_data.subset(slice(0, 100))
     res = train(LNN(2, width=8, seed=0), small, epochs=2, lr=1e-3, batch_size=50, progress=False)
     assert len(res.history["val"]) == 3 and all(math.isfinite(x) for x in res.history["val"])
+
+
+def test_closed_form_midpoint_mod2_matches_bea_and_scales_to_three_bodies():
+    import bea
+
+    model = ModLaNet.pendulum_chain(2, hidden=8, transform_hidden=6)
+    q, v = random_states(2, 20, seed=9, qscale=1.0, vscale=3.0)
+    h = 0.3
+    generic = recovered_lagrangian(model, 2, h, method="bea")  # bea's generated generic formula
+    closed = recovered_lagrangian(model, 2, h, method="formula")  # L + h^2/24 (A'MA - v'L_qq v)
+    # two evaluations of the same h^2 term (~1e-3 here); rounding ~1e-16
+    assert (generic(q, v) - closed(q, v)).abs().max().item() < 1e-12
+    assert (bea.momentum(generic)(q, v) - bea.momentum(closed)(q, v)).abs().max().item() < 1e-12
+    assert (closed(q, v) - model(q, v)).abs().max().item() > 1e-6  # the correction is really there
+    # n = 6 (three bodies): the closed form is used automatically; bea's generic n = 6 derivation takes > 10 min
+    bodies = ModLaNet.bodies(3, hidden=8)
+    qb = torch.tensor([[1.0, 0.0, -0.5, 0.9, -0.5, -0.9]])
+    vb = torch.tensor([[0.0, 0.6, -0.5, -0.3, 0.5, -0.3]])
+    qs = predict_positions(bodies, qb, vb, steps=3, h=0.1, order=2)
+    assert qs.shape == (4, 1, 6) and torch.isfinite(qs).all()
