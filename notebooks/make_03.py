@@ -80,7 +80,7 @@ code("""from learners import VertexNormalisation
 from learners.metrics import energy_band
 S = snapshots(integrators.systems.pendulum(), cfg.h, cfg.n_traj, cfg.n_steps, seed=cfg.data_seed)
 seed_like = InverseModifiedLagrangianGP(cfg.h, normalisation=VertexNormalisation(), epsilon=5.0).fit(S)
-qs = seed_like.predict(torch.tensor([[0.3]]), torch.zeros(1, 1), 300)
+qs = seed_like.predict(torch.tensor([[0.3]]), torch.zeros(1, 1), cfg.steps)  # the same prediction as above
 band = energy_band(seed_like.energies(qs, order=2))
 mass = torch.autograd.functional.hessian(lambda v: seed_like.lagrangian(torch.zeros(1, 1), v.reshape(1, 1)).sum(), torch.zeros(1))
 print(f"seed-like model: mass at the origin {float(mass):.2e}, band of H_rec[2] {band:.2e} (its units), "
