@@ -10,7 +10,7 @@ NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
 
 @pytest.mark.parametrize("name", ["01_correction_formulas.ipynb", "02_convergence_orders.ipynb", "03_pendulum_shadow.ipynb",
-                                  "04_henon_heiles.ipynb"])
+                                  "04_henon_heiles.ipynb", "05_modlanet.ipynb"])
 def test_notebook_executes(name, tmp_path, monkeypatch):
     monkeypatch.setenv("MPLBACKEND", "Agg")
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
