@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict
 
+import numpy as np
 import torch
 
 from .experiments import Results
@@ -77,7 +78,8 @@ def energies(res: Results):
 
 
 def level_sets(res: Results):
-    """Level sets of the true energy (grey) and of the identified ones (colour) on the experiment's grid,
+    """Level sets of the true energy (thick grey) and of the identified ones (colour; affinely mapped onto the
+    true energy, which keeps their level sets, and drawn at the same levels) on the experiment's grid,
     with the level-set error density :math:`\\mu` in the background (n = 1 only; the values were kept by
     :func:`learners.experiments.run`)."""
     plt = _plt()
@@ -97,8 +99,15 @@ def level_sets(res: Results):
     fig, axes = plt.subplots(nrow, ncol, figsize=(4.2 * ncol, 3.4 * nrow), squeeze=False)
     for ax, (name, (val, mu)) in zip(axes.flat, levels.items()):
         ax.pcolormesh(Q, V, _np(mu.clamp_min(1e-12).log10().reshape(shape)), cmap="Greys", vmin=-8, vmax=0, shading="auto")
-        ax.contour(Q, V, ref, levels=12, colors="0.6", linewidths=0.8)
-        ax.contour(Q, V, _np(val.reshape(shape)), levels=12, cmap="viridis", linewidths=0.8)
+        # An energy is fixed by the dynamics only up to H -> aH + b: map it onto H_ref by least squares,
+        # which keeps its level sets, so that matching level sets are drawn on top of each other.
+        # The offset is fixed at the minimum of H_ref: small contours there are the most sensitive to it.
+        Hv = _np(val.reshape(shape))
+        i = np.unravel_index(np.argmin(ref), shape)
+        dH, dref = (Hv - Hv[i]).ravel(), (ref - ref[i]).ravel()
+        a = float(dH @ dref / (dH @ dH))
+        cs = ax.contour(Q, V, ref, levels=12, colors="0.6", linewidths=1.6, linestyles="solid")
+        ax.contour(Q, V, a * (Hv - Hv[i]) + ref[i], levels=cs.levels, cmap="viridis", linewidths=0.8)
         ax.set_title(f"{name}\nlevel-set error {float(mu.mean()):.2e}", fontsize=9)
         ax.set_xlabel("q")
         ax.set_ylabel("v")
