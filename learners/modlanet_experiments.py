@@ -500,6 +500,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     p.add_argument("--small", action="store_true", help="reduced size (tests, about a minute)")
     p.add_argument("--epochs", type=int, default=None, help="ModLaNet and baseline epochs (default: the config's)")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--save", default=None, help="write the numbers, curves and trajectories (torch.save, no models) here")
     args = p.parse_args(argv)
     cfg = (SMALL if args.small else FULL)[args.system]
     if args.epochs is not None:
@@ -509,7 +510,25 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     print(cfg.describe(), flush=True)
     res = run(cfg, log=lambda s: print(s, flush=True))
     print(table(res), flush=True)
+    if args.save:
+        torch.save(_plain(res), args.save)
+        print(f"saved to {args.save}", flush=True)
     return res
+
+
+def _plain(x):
+    """``results`` without models and training objects (tensors, numbers, strings, dicts, lists), for ``torch.save``."""
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items() if k not in ("models",)}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_plain(v) for v in x)
+    if isinstance(x, ModLaNetConfig):
+        return asdict(x)
+    if isinstance(x, (torch.Tensor, int, float, str, bool)) or x is None:
+        return x
+    if hasattr(x, "history"):  # TrainResult
+        return {"history": x.history, "best_val": x.best_val, "epochs_run": x.epochs_run, "seconds": x.seconds}
+    return repr(x)
 
 
 if __name__ == "__main__":
