@@ -37,7 +37,6 @@ import torch
 import matplotlib.pyplot as plt
 
 from learners import modlanet_experiments as mx
-from learners.rollout import angles_mod_2pi
 
 torch.set_default_dtype(torch.float64)
 FULL = os.environ.get("BEA_FULL", "0") == "1"
@@ -72,19 +71,19 @@ show = [m for m in ("ModLaNet", "ModLaNet (variational)", "HNN", "Baseline") if 
 b = 0  # first initial state
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.5), sharex=True)
 for i, ax in enumerate(axes):
-    ax.plot(ts, angles_mod_2pi(q_ref[:, b, i]), "k", lw=2, label="exact")
+    ax.plot(ts, q_ref[:, b, i], "k", lw=2, label="exact")
     for m in show:
-        ax.plot(ts, angles_mod_2pi(rows[m]["q"][:, b, i]), "--", label=m)
-    ax.set_xlabel("t"); ax.set_ylabel(f"theta_{i + 1} mod 2 pi")
+        ax.plot(ts, rows[m]["q"][:, b, i], "--", label=m)
+    ax.set_xlabel("t"); ax.set_ylabel(f"theta_{i + 1} (unwrapped)")
 axes[0].legend(fontsize=8)
 plt.tight_layout(); plt.show()""")
 md("## Energy error over time")
 code("""fig, ax = plt.subplots(figsize=(6, 3.5))
 for m, r in rows.items():
-    ax.semilogy(ts, r["energy_curve"].clamp_min(1e-16), label=m)
+    ax.semilogy(ts[1:], r["energy_curve"][1:], label=m)
 po = res.get("position_only")
 if po:
-    ax.semilogy(po["times"], po["energy_curve"].clamp_min(1e-16), "k:", label=po["model"])
+    ax.semilogy(po["times"][1:], po["energy_curve"][1:], "k:", label=po["model"])
 ax.set_xlabel("t"); ax.set_ylabel("mean (E_pred - E_true)^2"); ax.legend(fontsize=7)
 plt.tight_layout(); plt.show()""")
 md("""## Position-only training and identification
@@ -110,7 +109,7 @@ fig, axes = plt.subplots(1, max(1, len(ext)), figsize=(5.5 * max(1, len(ext)), 3
 for ax, e in zip(axes[0], ext):
     for stage, style in (("direct", "-"), ("finetuned", "--")):
         if stage in e:
-            ax.semilogy(e["times"], e[stage]["energy_curve"].clamp_min(1e-16), style, label=stage)
+            ax.semilogy(e["times"][1:], e[stage]["energy_curve"][1:], style, label=stage)
     ax.set_title(f"{e['elements']} pendula"); ax.set_xlabel("t"); ax.set_ylabel("mean (E_pred - E_true)^2"); ax.legend()
 plt.tight_layout(); plt.show()
 for e in ext:
