@@ -22,7 +22,8 @@ r"""The ModLaNet experiments of THEORY.md §7 (seed Table 2 and §5.3) as one fu
    :math:`\mathrm{mod}_2(L_{inv})`. Identification: the level-set error
    (:func:`learners.metrics.level_set_error`,
    :math:`\mu = \sin\angle(\nabla H_{true}, \nabla H_{rec}[N])`, mean over states of the exact flow)
-   of :math:`H_{rec}[0] = H(L_{inv})` and :math:`H_{rec}[2] = H(\mathrm{mod}_2 L_{inv})`;
+   of :math:`H_{rec}[0] = H(L_{inv})` and :math:`H_{rec}[2] = H(\mathrm{mod}_2 L_{inv})`, and their relative band
+   along the prediction (:func:`_relative_band`: variation in time over spread between states);
 6. **extension** (seed §5.3) -- the trained model :meth:`~learners.modlanet.ModLaNet.extend`\ ed to
    more elements (3, 4 pendula; 4, 5, 6 bodies) without retraining, rolled out for ``extension_t``
    seconds (the seed: 10 s), then fine-tuned on ``1/10`` of the training data size of the larger
@@ -305,8 +306,10 @@ def _position_only(cfg: ModLaNetConfig, q0, v0, q_ref, v_ref, clock, log) -> Dic
     for N in (0, 2):
         H = recovered_energy(model, N, h, method="formula")
         level[N] = clock(f"level sets N={N}", level_set_error, H, energy, states=(Sq, Sv))
+    band = {N: clock(f"energy band N={N}", _relative_band, recovered_energy(model, N, h, method="formula"), qs, vs)
+            for N in (0, 2)}
     out = {"model": "ModLaNet (positions, DEL)", "params": parameter_count(model), **metrics, "train": res,
-           "level_set": level, "q": qs, "v": vs, "h": h, "energy_curve": _energy_curve(qs, vs, qr, vr, energy),
+           "level_set": level, "energy_band": band, "q": qs, "v": vs, "h": h, "energy_curve": _energy_curve(qs, vs, qr, vr, energy),
            "times": h * torch.arange(steps + 1, dtype=torch.float64), "modelobj": model}
     return out
 
@@ -339,6 +342,23 @@ def _invert(model, legendre, qs, h, vs):
                 vs[:, b] = vi.velocities(qs[:, b:b + 1], legendre)[:, 0].detach()
             except (ValueError, RuntimeError, ArithmeticError):
                 pass
+
+
+def _relative_band(H, qs: torch.Tensor, vs: torch.Tensor, points: int = 50) -> float:
+    r"""Variation of an identified energy ``H`` along predicted trajectories ``(T, B, n)``, relative to its spread
+    over the initial states (invariant under :math:`H \to aH + b`, the freedom of an identified energy):
+
+    .. math:: \frac{\operatorname{mean}_b\,(\max_t - \min_t) H(q_b(t), v_b(t))}{\operatorname{std}_b H(q_b(0), v_b(0))},
+
+    on at most ``points`` equally spaced times, over the trajectories that stayed finite."""
+    ok = torch.isfinite(qs).all(-1).all(0) & torch.isfinite(vs).all(-1).all(0)
+    if int(ok.sum()) < 2:
+        return float("nan")
+    stride = max(1, math.ceil(qs.shape[0] / points))
+    q, v = qs[::stride, ok], vs[::stride, ok]
+    with torch.enable_grad():
+        E = torch.stack([H(q[t], v[t]).detach() for t in range(q.shape[0])])
+    return float((E.amax(0) - E.amin(0)).mean() / E[0].std())
 
 
 def _ls_states(cfg: ModLaNetConfig):
@@ -478,7 +498,8 @@ def table(results: Dict[str, Any]) -> str:
         lines.append(f"{po['model']:<27}{po['params']:>8}{_fmt(po['mse_q']):>11}{_fmt(po['mse_E']):>11}{failed:>8} |"
                      f"{'(new)':>12}   (h = {po['h']:g}, midpoint, p0 from mod_2)")
         lines.append(f"  identified energy, level-set error vs the true energy: H(L_inv) [N=0] {po['level_set'][0]:.3e}, "
-                     f"H(mod_2 L_inv) [N=2] {po['level_set'][2]:.3e}")
+                     f"H(mod_2 L_inv) [N=2] {po['level_set'][2]:.3e}; relative band along the prediction: N=0 "
+                     f"{po['energy_band'][0]:.3e}, N=2 {po['energy_band'][2]:.3e}")
     for e in results.get("extension", []):
         d, f = e["direct"], e.get("finetuned")
         s = (f"extension to {e['elements']} elements ({cfg.extension_states} states x {cfg.extension_t:g} s): direct MSE_q "
