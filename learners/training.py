@@ -56,7 +56,7 @@ from ._checks import as_tensor, check_finite, check_order, check_snapshots, chec
 from .functionals import triples_from_snapshots
 
 __all__ = ["train", "TrainResult", "del_residuals", "del_loss", "acceleration_loss", "recovered_lagrangian",
-           "recovered_energy", "predict_positions", "midpoint_mod2"]
+           "recovered_energy", "predict_positions", "midpoint_mod2", "inverse_lagrangian"]
 
 TorchLagrangian = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -162,7 +162,7 @@ def train(model: torch.nn.Module, data, loss: str = "acceleration", scheme: Unio
           h: Optional[float] = None, epochs: int = 100, lr: float = 1e-3, batch_size: int = 256, val_fraction: float = 0.1,
           patience: Optional[int] = 20, seed: int = 0, progress: bool = True, schedule: Optional[str] = "cosine",
           weight_decay: float = 0.0, grad_clip: Optional[float] = None, del_normalisation: str = "momentum",
-          min_rel_improvement: float = 1e-4) -> TrainResult:
+          min_rel_improvement: float = 1e-4, inverse_order: int = 0) -> TrainResult:
     r"""Train ``model`` on ``data`` with the ``"acceleration"`` or the position-only ``"del"`` loss (module
     docstring). The model's parameters are updated in place; the best state on the validation split is
     restored at the end.
@@ -173,6 +173,12 @@ def train(model: torch.nn.Module, data, loss: str = "acceleration", scheme: Unio
     ``max(1, patience // 3)`` epochs without improvement) or ``None``. ``patience``: epochs without a
     relative improvement of the validation loss by ``min_rel_improvement`` before stopping (``None``:
     never stop early). ``grad_clip``: max gradient norm (``None``: no clipping).
+
+    ``inverse_order`` (``"del"`` only): ``0`` (default) takes the model as :math:`L_{inv}` itself; ``N > 0``
+    takes the model as the *true* Lagrangian and puts :math:`\mathrm{inv}_N(\text{model})`
+    (:func:`inverse_lagrangian`) into the DEL residual, so that the structured model need not represent the
+    scheme's :math:`O(h^2)` corrections (predict with ``predict_positions(..., inverse_order=N)``). This
+    differentiates the model to fourth order: several times slower per step.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -200,9 +206,10 @@ def train(model: torch.nn.Module, data, loss: str = "acceleration", scheme: Unio
         sch = bea.get_scheme(scheme)
         S = check_snapshots(data, n_model, "the training snapshots")
         tensors = (triples_from_snapshots(S),)
+        target = inverse_lagrangian(model, inverse_order, h, sch) if inverse_order else model
 
         def batch_loss(idx):
-            return del_loss(model, tensors[0][idx], h, sch, del_normalisation)
+            return del_loss(target, tensors[0][idx], h, sch, del_normalisation)
     else:
         raise ValueError(f"loss must be 'acceleration' or 'del', got {loss!r}")
 
@@ -363,6 +370,41 @@ def recovered_lagrangian(model: TorchLagrangian, order: int = 2, h: float = 0.1,
     return L_rec
 
 
+def inverse_lagrangian(model: TorchLagrangian, order: int = 2, h: float = 0.1, scheme="midpoint",
+                       method: str = "auto") -> TorchLagrangian:
+    r""":math:`L_{inv} = \mathrm{inv}_N(L)` truncated at :math:`h^N` for a model of the *true* Lagrangian
+    (THEORY.md §4): the scheme applied to it reproduces the flow of ``model`` to :math:`O(h^{N+1})`.
+    Midpoint, ``N = 2``: :math:`L_{inv} = 2L - \mathrm{mod}_2(L) = L - \frac{h^2}{24}(A^\top MA - v^\top L_{qq}v)`
+    (closed form, any ``n``); otherwise :func:`bea.compile_torch` of the generic inverse modified
+    Lagrangian (``method`` as in :func:`recovered_lagrangian`). ``order=0``: the model itself."""
+    sch = bea.get_scheme(scheme)
+    N = check_order(order, sch.symmetric)
+    h = check_step(h)
+    if N == 0:
+        return model
+    n = getattr(model, "n", None)
+    closed_form = N == 2 and sch == bea.get_scheme("midpoint")
+    if method == "formula" or (method == "auto" and closed_form and (n is None or n > GENERIC_MAX_DIM)):
+        if not closed_form:
+            raise ValueError(f"the closed form covers the midpoint rule at order 2 only, got {sch!r} at order {N}; use method='bea'")
+        mod = midpoint_mod2(model, h)
+
+        def L_inv_closed(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            with torch.enable_grad():
+                q, v = _leaf(q), _leaf(v)
+                return 2 * model(q, v) - mod(q, v)
+
+        return L_inv_closed
+    if n is None:
+        raise ValueError("the model must expose its dimension as .n to derive inv_N for it")
+    f = bea.compile_torch("inverse_modified_lagrangian", sch, N, dim=n)
+
+    def L_inv(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return f(model, q, v, h)
+
+    return L_inv
+
+
 def recovered_energy(model: TorchLagrangian, order: int = 2, h: float = 0.1, scheme="midpoint",
                      method: str = "auto") -> TorchLagrangian:
     r"""The identified energy :math:`H_{rec}[N] = \partial_vL_{rec}\cdot v - L_{rec}`,
@@ -394,12 +436,16 @@ class _Frozen:
 
 
 def predict_positions(model: TorchLagrangian, q0, qdot0, steps: int, h: float, scheme="midpoint", order: int = 2,
-                      on_failure: str = "raise", method: str = "auto", **newton) -> torch.Tensor:
+                      on_failure: str = "raise", method: str = "auto", inverse_order: int = 0, **newton) -> torch.Tensor:
     r"""Positions ``(steps + 1, batch..., n)`` of a model trained as :math:`L_{inv}` (``"del"`` loss, step ``h``):
     the scheme's variational integrator on the model (:class:`integrators.VariationalIntegrator`) from
     ``(q0, qdot0)``, with the initial momentum :math:`p_0 = \partial_v\,\mathrm{mod}_N(\text{model})(q_0, \dot q_0)`
     (THEORY.md §6; ``order=0``: the model's own momentum). ``newton``: options of the integrator (``xtol``,
-    ``maxiter``, …); ``on_failure="mask"`` returns ``(q, valid)`` as the integrator does."""
+    ``maxiter``, …); ``on_failure="mask"`` returns ``(q, valid)`` as the integrator does.
+
+    ``inverse_order=N > 0``: for a model trained with ``train(..., inverse_order=N)`` (a model of the true
+    :math:`L`): the scheme integrates :math:`\mathrm{inv}_N(\text{model})` and :math:`p_0 = \partial_v\text{model}`
+    (``order`` is then ignored)."""
     from integrators import VariationalIntegrator
 
     q0, qdot0 = as_tensor(q0, "q0"), as_tensor(qdot0, "qdot0")
@@ -410,6 +456,9 @@ def predict_positions(model: TorchLagrangian, q0, qdot0, steps: int, h: float, s
         raise ValueError(f"dimension mismatch: q0 and qdot0 must have shape (batch..., {n}), got {tuple(q0.shape)} and "
                          f"{tuple(qdot0.shape)}")
     with _Frozen(model), torch.enable_grad():
-        legendre = recovered_lagrangian(model, order, h, scheme, method)
-        integ = VariationalIntegrator(model, h, scheme, **newton)
+        if inverse_order:
+            legendre, integrated = model, inverse_lagrangian(model, inverse_order, h, scheme, method)
+        else:
+            legendre, integrated = recovered_lagrangian(model, order, h, scheme, method), model
+        integ = VariationalIntegrator(integrated, h, scheme, **newton)
         return integ.solve(q0, qdot0, steps, legendre=legendre, on_failure=on_failure)
