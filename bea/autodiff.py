@@ -9,6 +9,7 @@ derivatives are taken with ``create_graph=True``, so everything here is differen
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, Dict, Iterable, List, Tuple
 
 import torch
@@ -33,6 +34,23 @@ def check_state(q: torch.Tensor, v: torch.Tensor, n: int | None = None) -> None:
         raise TypeError("q and v must be floating-point tensors (float64 recommended)")
 
 
+def _grad_mode_aware(fn):
+    """Derivatives by autograd need a graph even when the caller works under ``torch.no_grad()``
+    (e.g. while integrating): build it, and hand back detached results in that case."""
+
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        if torch.is_grad_enabled():
+            return fn(*args, **kwargs)
+        with torch.enable_grad():
+            out = fn(*args, **kwargs)
+        if isinstance(out, dict):
+            return {k: t.detach() for k, t in out.items()}
+        return out.detach()
+
+    return wrapped
+
+
 def _as_leaf(x: torch.Tensor) -> torch.Tensor:
     # A separate graph node per argument, so that derivatives are *partial* even when the caller
     # computed v from q (as the trapezoidal rule does with L(a, (b - a)/h)); a view keeps x in
@@ -52,6 +70,7 @@ def _evaluate(L: TorchLagrangian, q: torch.Tensor, v: torch.Tensor) -> torch.Ten
     return out
 
 
+@_grad_mode_aware
 def lagrangian_jet(L: TorchLagrangian, q: torch.Tensor, v: torch.Tensor, needed: Iterable[Tuple[int, ...]]) -> Dict[Tuple[int, ...], torch.Tensor]:
     r"""Partial derivatives :math:`\partial^m L(q, v)` for the multi-indices ``needed``.
 
@@ -130,6 +149,7 @@ def check_regular(M: torch.Tensor) -> None:
 def momentum(L: TorchLagrangian) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     r""":math:`p(q, v) = \partial L/\partial v` as a differentiable torch callable."""
 
+    @_grad_mode_aware
     def p(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         check_state(q, v)
         q, v = _as_leaf(q), _as_leaf(v)
@@ -145,6 +165,7 @@ def energy(L: TorchLagrangian) -> Callable[[torch.Tensor, torch.Tensor], torch.T
     if not callable(L):
         raise TypeError("energy() needs a callable Lagrangian L(q, v)")
 
+    @_grad_mode_aware
     def H(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         check_state(q, v)
         q, v = _as_leaf(q), _as_leaf(v)
@@ -158,6 +179,7 @@ def energy(L: TorchLagrangian) -> Callable[[torch.Tensor, torch.Tensor], torch.T
 def acceleration(L: TorchLagrangian) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     r"""Euler--Lagrange acceleration :math:`A = M^{-1}(\partial_q L - L_{vq} v)` by autograd."""
 
+    @_grad_mode_aware
     def A(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         check_state(q, v)
         n = q.shape[-1]

@@ -227,9 +227,10 @@ def autograd_system(fun: Callable[..., Tuple[torch.Tensor, Optional[torch.Tensor
             if not r.requires_grad:
                 return torch.zeros(*r.shape, n, dtype=r.dtype, device=r.device)
             rows = []
-            for i in range(r.shape[-1]):
-                (g,) = torch.autograd.grad(r[..., i].sum(), x, retain_graph=i < r.shape[-1] - 1, allow_unused=True)
-                rows.append(torch.zeros_like(x) if g is None else g)
+            with torch.enable_grad():  # called later, possibly under the caller's no_grad
+                for i in range(r.shape[-1]):
+                    (g,) = torch.autograd.grad(r[..., i].sum(), x, retain_graph=i < r.shape[-1] - 1, allow_unused=True)
+                    rows.append(torch.zeros_like(x) if g is None else g)
             return torch.stack(rows, -2)
 
         return r.detach(), None if aux is None else aux.detach(), jacobian

@@ -208,3 +208,21 @@ def test_lists_and_float32_are_converted_to_float64():
     assert a.dtype == torch.float64 and b.dtype == torch.float64
     assert float((a - b).abs().max()) < 1e-7  # float32 rounding of the inputs only
     assert math.isclose(float(a[0, 0, 0]), 0.5)
+
+
+def test_no_grad_context_gives_the_same_results():
+    # Newton's Jacobians and the energy need autograd graphs; a caller's no_grad must not break them
+    pend = systems.pendulum()
+    q0, v0 = torch.tensor([[0.3], [1.0]], dtype=torch.float64), torch.zeros(2, 1, dtype=torch.float64)
+    for scheme in ("midpoint", "trapezoidal"):
+        for jacobian in ("autograd", "vmap"):
+            vi = VariationalIntegrator(pend, 0.1, scheme, jacobian=jacobian)
+            qs = vi.solve(q0, v0, 20)
+            E = vi.energies(qs)
+            with torch.no_grad():
+                qs_ng = vi.solve(q0, v0, 20)
+                q2_ng = vi.solve_from_positions(qs[0], qs[1], 20)
+                E_ng = vi.energies(qs_ng)
+                A = bea.acceleration(pend)(qs_ng[-1], v0)
+            assert torch.equal(qs_ng, qs) and torch.equal(q2_ng, qs) and torch.equal(E_ng, E)
+            assert not A.requires_grad and torch.allclose(A, -torch.sin(qs[-1]), rtol=0, atol=1e-15)
