@@ -81,7 +81,7 @@ def solve_with_retry(make_integrator, newton: Dict, q0, qdot0, steps: int, legen
 
     if newton:
         return make_integrator(**newton).solve(q0, qdot0, steps, legendre=legendre)
-    for xtol in (None, 1e-10, 1e-8):
+    for xtol in (None, 1e-8, 1e-6):
         opts = {} if xtol is None else {"xtol": xtol}
         try:
             out = make_integrator(**opts).solve(q0, qdot0, steps, legendre=legendre)
