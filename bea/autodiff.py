@@ -128,14 +128,19 @@ def inverse_mass(d: Dict[Tuple[int, ...], torch.Tensor], n: int) -> List[List[to
 
 
 def check_regular(M: torch.Tensor) -> None:
-    """Raise a ``ValueError`` naming the points where the mass matrix ``M`` (..., n, n) is singular."""
+    """Raise a ``ValueError`` naming the points where the mass matrix ``M`` (..., n, n) is singular.
+
+    Points where ``M`` is not finite are not tested: they come from non-finite inputs (e.g. a Newton
+    iterate that diverged), and their NaN propagates so that the caller sees which points failed (the
+    integrators mask such trajectories) instead of one error for the whole batch."""
     n = M.shape[-1]
     with torch.no_grad():
+        finite = torch.isfinite(M).all(-1).all(-1)
         if n == 1:
-            bad = ~(M[..., 0, 0].abs() > 0) | ~torch.isfinite(M[..., 0, 0])
+            bad = ~(M[..., 0, 0].abs() > 0) & finite
         else:
-            s = torch.linalg.svdvals(M)
-            bad = ~(s[..., -1] > REGULARITY_TOL * s[..., 0]) | ~torch.isfinite(s[..., 0])
+            s = torch.linalg.svdvals(torch.where(finite[..., None, None], M, torch.eye(n, dtype=M.dtype, device=M.device)))
+            bad = ~(s[..., -1] > REGULARITY_TOL * s[..., 0]) & finite
     if bool(bad.any()):
         count = int(bad.sum())
         idx = tuple(int(i) for i in torch.nonzero(bad)[0]) if bad.dim() else ()

@@ -58,6 +58,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+import bea
 from integrators import reference_flow, systems
 
 from .metrics import level_set_error
@@ -66,7 +67,7 @@ from .modlanet_data import n_body_data, n_body_snapshots, pendulum_chain_data, p
 from .neural_baselines import VectorFieldModel, canonical_data, parameter_count, seed_baseline, vector_field_data
 from .rollout import (angles_mod_2pi, random_initial_states, rollout_metrics, rollout_ode, rollout_variational, true_energy,
                       velocities_from_momenta)
-from .training import recovered_energy, recovered_lagrangian, train
+from .training import inverse_lagrangian, recovered_energy, recovered_lagrangian, train
 
 __all__ = ["ModLaNetConfig", "run", "table", "SEED_TABLE", "FULL", "SMALL", "main"]
 
@@ -135,6 +136,7 @@ class ModLaNetConfig:
     del_n_steps: int = 100
     del_epochs: int = 300
     del_lr: float = 1e-3
+    del_inverse_order: int = 2
     level_set_states: int = 400
     # extension
     extend_to: Tuple[int, ...] = (3, 4)
@@ -165,7 +167,7 @@ SMALL = {
                                       baselines=("light_lnn", "hnn", "baseline"), epochs=25, baseline_epochs=10, lr=1e-2,
                                       batch_size=64, patience=None, n_states=6, t_rollout=1.0, dt_out=0.05, substeps=4,
                                       variational_h=0.025, del_n_traj=16, del_n_steps=15, del_epochs=25, del_lr=1e-2,
-                                      level_set_states=100, extend_to=(3,), extension_t=1.0, extension_states=4,
+                                      del_inverse_order=0, level_set_states=100, extend_to=(3,), extension_t=1.0, extension_states=4,
                                       progress=False),
     "three_body": ModLaNetConfig(system="three_body", n_traj=10, t_max=1.0, rate=10.0, hidden=16, baselines=("hnn",),
                                  epochs=25, baseline_epochs=10, lr=1e-2, batch_size=64, patience=None, n_states=4,
@@ -293,48 +295,65 @@ def _train_baseline(kind: str, cfg: ModLaNetConfig, data, clock):
     return model, res
 
 
-def _position_only(cfg: ModLaNetConfig, q0, v0, q_ref, v_ref, clock, log) -> Dict[str, Any]:
-    """DEL-trained ModLaNet from snapshots at ``del_h``; midpoint rollout with p0 from mod_2; level sets."""
-    h = cfg.del_h
+def _position_only(cfg: ModLaNetConfig, q0, v0, q_ref, v_ref, ts, clock, log) -> Dict[str, Any]:
+    r"""DEL-trained ModLaNet from snapshots at ``del_h``; midpoint rollout; level sets and bands of the identified
+    energies.
+
+    ``del_inverse_order = 0``: the model is :math:`L_{inv}`; the midpoint rule integrates it with
+    :math:`p_0 = \partial_v\,\mathrm{mod}_2(\text{model})`; :math:`H_{rec}[0] = H(\text{model})`,
+    :math:`H_{rec}[2] = H(\mathrm{mod}_2\,\text{model})`.
+    ``del_inverse_order = 2``: the model :math:`M_\theta` has the element structure of the true :math:`L` and the DEL
+    loss sees :math:`L_{inv} = \mathrm{inv}_2(M_\theta)`, so that :math:`\mathrm{mod}_2(L_{inv}) = M_\theta + O(h^4)`;
+    the midpoint rule integrates :math:`L_{inv}` with :math:`p_0 = \partial_vM_\theta`,
+    :math:`H_{rec}[0] = H(L_{inv})` and :math:`H_{rec}[2] = H(M_\theta)`; the identified :math:`M_\theta` is also rolled out
+    with RK4 like the acceleration-trained model (row ``"ModLaNet (positions, RK4)"``)."""
+    h, io = cfg.del_h, cfg.del_inverse_order
     S = clock("data (snapshots)", pendulum_chain_snapshots, 2, cfg.del_n_traj, cfg.del_n_steps, h, seed=cfg.seed + 1,
               max_velocity=cfg.max_velocity)
     model = _modlanet(cfg)
-    res = clock("train modlanet (del)", train, model, S, loss="del", h=h, **_train_kwargs(cfg, cfg.del_epochs, cfg.del_lr))
-    log(f"  DEL loss {res.initial_val:.3e} -> {res.best_val:.3e}")
+    res = clock("train modlanet (del)", train, model, S, loss="del", h=h, inverse_order=io,
+                **_train_kwargs(cfg, cfg.del_epochs, cfg.del_lr))
+    log(f"  DEL loss {res.initial_val:.3e} -> {res.best_val:.3e} (inverse order {io})")
     system = _system(cfg)
     energy = true_energy(system)
     k = int(round(h / cfg.dt_out))
     steps = (q_ref.shape[0] - 1) // k
-    legendre = recovered_lagrangian(model, 2, h, method="formula")
-    qs, _, valid = clock("rollout modlanet (del)", rollout_variational, model, q0, v0, h, steps, legendre=legendre,
+    if io:
+        integrated, legendre = inverse_lagrangian(model, io, h, method="formula"), model
+        energies = {0: bea.energy(integrated), 2: model.energy}
+    else:
+        integrated, legendre = model, recovered_lagrangian(model, 2, h, method="formula")
+        energies = {N: recovered_energy(model, N, h, method="formula") for N in (0, 2)}
+    qs, _, valid = clock("rollout modlanet (del)", rollout_variational, integrated, q0, v0, h, steps, legendre=legendre,
                          velocities=False)
-    vs = clock("velocities (del)", _velocities, model, legendre, qs, h)
+    vs = clock("velocities (del)", _velocities, model, integrated, legendre, qs, h)
     qr, vr = q_ref[::k][: steps + 1], v_ref[::k][: steps + 1]
     metrics = rollout_metrics(qs, vs, qr, vr, energy, positions=_positions(cfg))
     # identification: level sets of H_rec[N] against the true energy at states of the exact flow
     Sq, Sv = _ls_states(cfg)
-    level = {}
-    for N in (0, 2):
-        H = recovered_energy(model, N, h, method="formula")
-        level[N] = clock(f"level sets N={N}", level_set_error, H, energy, states=(Sq, Sv))
-    band = {N: clock(f"energy band N={N}", _relative_band, recovered_energy(model, N, h, method="formula"), qs, vs)
-            for N in (0, 2)}
+    level = {N: clock(f"level sets N={N}", level_set_error, H, energy, states=(Sq, Sv)) for N, H in energies.items()}
+    band = {N: clock(f"energy band N={N}", _relative_band, H, qs, vs) for N, H in energies.items()}
     out = {"model": "ModLaNet (positions, DEL)", "params": parameter_count(model), **metrics, "train": res,
-           "level_set": level, "energy_band": band, "q": qs, "v": vs, "h": h, "energy_curve": _energy_curve(qs, vs, qr, vr, energy),
-           "times": h * torch.arange(steps + 1, dtype=torch.float64), "modelobj": model}
+           "level_set": level, "energy_band": band, "q": qs, "v": vs, "h": h, "inverse_order": io,
+           "energy_curve": _energy_curve(qs, vs, qr, vr, energy), "times": h * torch.arange(steps + 1, dtype=torch.float64),
+           "modelobj": model}
+    if io:
+        out["rk4"] = _rollout_row("ModLaNet (positions, RK4)", model, parameter_count(model), q0, v0, ts, q_ref, v_ref, cfg,
+                                  clock)
     return out
 
 
-def _velocities(model, legendre, qs: torch.Tensor, h: float) -> torch.Tensor:
-    r"""Velocities along midpoint trajectories ``(T, B, n)``: the discrete momenta, then the Legendre map of
-    ``legendre`` inverted (:meth:`integrators.VariationalIntegrator.velocities`), one trajectory at a time so that
-    a failed inversion marks only its own trajectory (NaN, counted as failed)."""
+def _velocities(model, integrated, legendre, qs: torch.Tensor, h: float) -> torch.Tensor:
+    r"""Velocities along midpoint trajectories ``(T, B, n)`` of ``integrated``: the discrete momenta, then the
+    Legendre map of ``legendre`` inverted (:meth:`integrators.VariationalIntegrator.velocities`), one trajectory
+    at a time so that a failed inversion marks only its own trajectory (NaN, counted as failed); ``model``'s
+    parameters are frozen meanwhile."""
     vs = torch.full_like(qs, float("nan"))
     flags = [(p, p.requires_grad) for p in model.parameters()]
     for p, _ in flags:
         p.requires_grad_(False)
     try:
-        _invert(model, legendre, qs, h, vs)
+        _invert(integrated, legendre, qs, h, vs)
     finally:
         for p, f in flags:
             p.requires_grad_(f)
@@ -463,7 +482,7 @@ def run(config: ModLaNetConfig = FULL["double_pendulum"], log: Callable[[str], N
     out: Dict[str, Any] = {"config": cfg, "rows": rows, "reference": {"times": ts, "q": q_ref, "v": v_ref},
                            "train": res, "models": models}
     if cfg.position_only and cfg.system == "double_pendulum":
-        po = _position_only(cfg, q0, v0, q_ref, v_ref, clock, log)
+        po = _position_only(cfg, q0, v0, q_ref, v_ref, ts, clock, log)
         out["position_only"] = po
         models["modlanet_del"] = po.pop("modelobj")
         log(f"  position-only: MSE_q {po['mse_q']:.3e}, MSE_E {po['mse_E']:.3e}, failed {po['failed']}; level-set error "
@@ -506,8 +525,14 @@ def table(results: Dict[str, Any]) -> str:
     po = results.get("position_only")
     if po:
         failed = f"{po['failed']}/{po['states']}"
+        io = po.get("inverse_order", 0)
+        how = "midpoint on inv_2(model), p0 from the model" if io else "midpoint, p0 from mod_2"
         lines.append(f"{po['model']:<27}{po['params']:>8}{_fmt(po['mse_q']):>11}{_fmt(po['mse_E']):>11}{failed:>8} |"
-                     f"{'(new)':>12}   (h = {po['h']:g}, midpoint, p0 from mod_2)")
+                     f"{'(new)':>12}   (h = {po['h']:g}, {how})")
+        rk = po.get("rk4")
+        if rk:
+            lines.append(f"{rk['model']:<27}{rk['params']:>8}{_fmt(rk['mse_q']):>11}{_fmt(rk['mse_E']):>11}"
+                         f"{rk['failed']:>5}/{rk['states']:<2} |{'(new)':>12}   (the identified L, RK4 as above)")
         lines.append(f"  identified energy, level-set error vs the true energy: H(L_inv) [N=0] {po['level_set'][0]:.3e}, "
                      f"H(mod_2 L_inv) [N=2] {po['level_set'][2]:.3e}; relative band along the prediction: N=0 "
                      f"{po['energy_band'][0]:.3e}, N=2 {po['energy_band'][2]:.3e}")

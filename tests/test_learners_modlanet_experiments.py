@@ -74,6 +74,28 @@ def test_position_only_variant(res):
     assert po["energy_band"][2] * 3 < po["energy_band"][0]
 
 
+def test_position_only_with_inverse_order_identifies_the_lagrangian(res):
+    # del_inverse_order = 2 (the full-size setting): the DEL loss sees inv_2(M) and M is a model of the true L,
+    # rolled out with RK4 exactly like the acceleration-trained model -- from positions only
+    from integrators import reference_flow
+
+    cfg = replace(mx.SMALL["double_pendulum"], del_inverse_order=2)
+    q0, v0 = mx._states(cfg, None, cfg.n_states, seed=cfg.seed + 1000)
+    ts = mx._times(cfg.t_rollout, cfg.dt_out)
+    q_ref, v_ref = reference_flow(mx._system(cfg), q0, v0, ts)
+    po = mx._position_only(cfg, q0, v0, q_ref, v_ref, ts, mx._Clock(lambda s: None), lambda s: None)
+    assert po["inverse_order"] == 2
+    # measured DEL loss 21.6 -> 0.242 (89x) in 25 epochs
+    assert po["train"].improvement >= 10
+    rk, ml = po["rk4"], _row(res, "ModLaNet")
+    # measured: position-only RK4 MSE_E 1.39, MSE_q 0.89 against the acceleration-trained 1.47, 0.76 (same
+    # states, same RK4): within the acceptance's 3x (asserted), here even lower in MSE_E
+    assert rk["failed"] == 0
+    assert rk["mse_E"] <= 3 * ml["mse_E"] and rk["mse_q"] <= 3 * ml["mse_q"]
+    for N in (0, 2):  # measured 0.0842 / 0.0846
+        assert 0 <= po["level_set"][N] < 0.3
+
+
 def test_extension_bounded_and_finetuning_helps(res):
     (e,) = res["extension"]
     assert e["elements"] == 3

@@ -122,3 +122,19 @@ def test_derivatives_are_partial_when_v_is_computed_from_q():
     torch.testing.assert_close(coupled, independent, rtol=1e-14, atol=1e-14)
     H = bea.energy(L)
     torch.testing.assert_close(H(a, v), H(a.detach(), v.detach()), rtol=1e-14, atol=1e-14)
+
+
+def test_non_finite_points_propagate_nan_instead_of_raising():
+    # a diverged Newton iterate gives NaN inputs at some batch points: the integrators mask those trajectories,
+    # so the series must return NaN there (and regular values elsewhere) rather than raise for the whole batch
+    f = bea.modified_lagrangian("midpoint", 2, dim=2).to_torch()
+    L = lambda q, v: 0.5 * (v ** 2).sum(-1) + torch.cos(q).sum(-1)
+    q = torch.tensor([[0.1, 0.2], [float("nan"), 0.0], [0.3, -0.1]], dtype=torch.float64)
+    v = torch.tensor([[0.5, -0.4], [0.1, 0.2], [0.0, 1.0]], dtype=torch.float64)
+    out = f(L, q, v, 0.1)
+    assert torch.isnan(out[1]) and torch.isfinite(out[[0, 2]]).all()
+    ref = f(L, q[[0, 2]], v[[0, 2]], 0.1)
+    torch.testing.assert_close(out[[0, 2]], ref, rtol=0, atol=0)
+    # a finite singular Hessian is still an error
+    with pytest.raises(ValueError, match="not regular"):
+        f(lambda q, v: 0.5 * (v.sum(-1)) ** 2 + torch.cos(q).sum(-1), q, v, 0.1)
