@@ -33,15 +33,12 @@ from typing import List, Optional, Sequence, Union
 import torch
 from torch import nn
 
-from integrators._threads import threads_for
 
+from .neural_baselines import euler_lagrange_acceleration
 from .modlanet_parts import (DTYPE, AngleOnRod, Identity, MLPTransform, NewtonianPair, Transform, UniformGravity, as_cell,
                              check_transforms)
 
-__all__ = ["ModLaNet", "check_parents", "REGULARITY_TOL"]
-
-#: smallest singular value of M relative to the largest below which the mass matrix counts as singular
-REGULARITY_TOL = 1e-12
+__all__ = ["ModLaNet", "check_parents"]
 
 
 def check_parents(parents) -> List[int]:
@@ -238,7 +235,7 @@ class ModLaNet(nn.Module):
     def global_states(self, q: torch.Tensor, v: torch.Tensor):
         r"""Global positions and velocities :math:`(x, \dot x)`, each ``(..., N, d)``."""
         q, v = self._check_qv(q, v)
-        N, d = self.n_elements, self.dim
+        N = self.n_elements
         if self.transform is not None:  # one call of the shared transform for all elements
             k = self.local_dims[0]
             off, doff = self.transform.tangent(q.reshape(*q.shape[:-1], N, k), v.reshape(*v.shape[:-1], N, k))
@@ -302,38 +299,19 @@ class ModLaNet(nn.Module):
                 idx = tuple(int(i) for i in torch.nonzero(bad)[0])
                 raise ValueError(f"{name} contains {int(bad.sum())} non-finite value(s) (NaN or inf), the first at index {idx}; "
                                  f"remove or repair those states")
-        n = self.n
-        batch = q.shape[:-1]
-        with torch.enable_grad(), threads_for(q.numel()):
-            qq = q.view_as(q) if q.requires_grad else q.detach().requires_grad_(True)
-            vv = v.view_as(v) if v.requires_grad else v.detach().requires_grad_(True)
-            L = self(qq, vv)
-            gq, gv = torch.autograd.grad(L.sum(), (qq, vv), create_graph=True)
-            M_rows, C_rows = [], []
-            for i in range(n):
-                hq, hv = torch.autograd.grad(gv[..., i].sum(), (qq, vv), create_graph=create_graph, retain_graph=True,
-                                             allow_unused=True)
-                M_rows.append(torch.zeros_like(vv) if hv is None else hv)
-                C_rows.append(torch.zeros_like(qq) if hq is None else hq)
-            M = torch.stack(M_rows, -2)  # M_ij = d2L/dv_i dv_j
-            C = torch.stack(C_rows, -2)  # C_ij = d2L/dv_i dq_j
-            rhs = (gq if create_graph else gq.detach()) - (C @ vv.unsqueeze(-1)).squeeze(-1)
-            self._check_regular(M, batch)
-            a = torch.linalg.solve(M, rhs.unsqueeze(-1)).squeeze(-1)
-        return a if create_graph else a.detach()
+        try:
+            return euler_lagrange_acceleration(self, q, v, create_graph=create_graph)
+        except ValueError as err:
+            if "not regular" not in str(err):
+                raise
+            self._singular_mass(err)
 
-    def _check_regular(self, M: torch.Tensor, batch) -> None:
-        with torch.no_grad():
-            s = torch.linalg.svdvals(M)
-            bad = ~(s[..., -1] > REGULARITY_TOL * s[..., 0]) | ~torch.isfinite(s[..., 0])
-        if bool(bad.any()):
-            idx = tuple(int(i) for i in torch.nonzero(bad)[0]) if bad.dim() else ()
-            raise ValueError(
-                f"singular mass matrix d^2L/dv^2 at {int(bad.sum())} of {bad.numel()} states (first at batch index {idx}): the "
-                f"Euler-Lagrange equations do not determine the acceleration there. The kinetic energy sum_i m_i |J_T(q_i) qdot_i|^2/2 "
-                f"lost rank: a learned transform with a vanishing Jacobian, or a mass that underflowed (masses = "
-                f"{[round(float(m), 6) for m in self.masses.detach()]}). Use a given transform (AngleOnRod/Identity), re-initialise "
-                f"(another seed) or lower the learning rate.")
+    def _singular_mass(self, err: ValueError) -> None:
+        raise ValueError(
+            f"singular mass matrix d^2L/dv^2 ({err}). The kinetic energy sum_i m_i |J_T(q_i) qdot_i|^2/2 "
+            f"lost rank: a learned transform with a vanishing Jacobian, or a mass that underflowed (masses = "
+            f"{[round(float(m), 6) for m in self.masses.detach()]}). Use a given transform (AngleOnRod/Identity), re-initialise "
+            f"(another seed) or lower the learning rate.") from None
 
     # ------------------------------------------------------------------ extension
     def extend(self, n_elements: int, parents: Optional[Sequence[int]] = None) -> "ModLaNet":

@@ -50,10 +50,9 @@ Extension (100 states x 10 s): 3 pendula MSE_E 206 directly (max |E(t) - E(0)| 4
 from __future__ import annotations
 
 import argparse
-import copy
 import math
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -63,7 +62,7 @@ from integrators import reference_flow, systems
 
 from .metrics import level_set_error
 from .modlanet import ModLaNet
-from .modlanet_data import n_body_data, n_body_snapshots, pendulum_chain_data, pendulum_chain_snapshots
+from .modlanet_data import n_body_data, pendulum_chain_data, pendulum_chain_snapshots
 from .neural_baselines import VectorFieldModel, canonical_data, parameter_count, seed_baseline, vector_field_data
 from .rollout import (angles_mod_2pi, random_initial_states, rollout_metrics, rollout_ode, rollout_variational, true_energy,
                       velocities_from_momenta)

@@ -16,7 +16,7 @@ import torch
 from integrators import systems
 from integrators.reference import acceleration_function
 from learners.modlanet import ModLaNet, check_parents
-from learners.modlanet_data import (double_pendulum_data, n_body_snapshots, pendulum_chain_data, pendulum_chain_snapshots,
+from learners.modlanet_data import (double_pendulum_data, n_body_snapshots, pendulum_chain_snapshots,
                                     three_body_data)
 from learners.training import predict_positions, recovered_lagrangian, train
 from learners.modlanet_parts import AngleOnRod, CallableTransform, Identity, MLPTransform, NewtonianPair, UniformGravity

@@ -6,7 +6,6 @@ import math
 from dataclasses import replace
 
 import pytest
-import torch
 
 from learners import modlanet_experiments as mx
 from learners.neural_baselines import parameter_count
