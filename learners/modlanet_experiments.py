@@ -131,11 +131,12 @@ class ModLaNetConfig:
     # position-only (DEL loss)
     position_only: bool = True
     del_h: float = 0.1
-    del_n_traj: int = 100
+    del_n_traj: int = 300
     del_n_steps: int = 100
     del_epochs: int = 300
     del_lr: float = 1e-3
     del_inverse_order: int = 2
+    del_max_step: Optional[float] = 0.5
     level_set_states: int = 400
     # extension
     extend_to: Tuple[int, ...] = (3, 4)
@@ -166,7 +167,8 @@ SMALL = {
                                       baselines=("light_lnn", "hnn", "baseline"), epochs=25, baseline_epochs=10, lr=1e-2,
                                       batch_size=64, patience=None, n_states=6, t_rollout=1.0, dt_out=0.05, substeps=4,
                                       variational_h=0.025, del_n_traj=16, del_n_steps=15, del_epochs=25, del_lr=1e-2,
-                                      del_inverse_order=0, level_set_states=100, extend_to=(3,), extension_t=1.0, extension_states=4,
+                                      del_inverse_order=0, del_max_step=None, level_set_states=100, extend_to=(3,),
+                                      extension_t=1.0, extension_states=4,
                                       progress=False),
     "three_body": ModLaNetConfig(system="three_body", n_traj=10, t_max=1.0, rate=10.0, hidden=16, baselines=("hnn",),
                                  epochs=25, baseline_epochs=10, lr=1e-2, batch_size=64, patience=None, n_states=4,
@@ -275,7 +277,8 @@ def _rollout_row(name: str, model, params: int, q0, v0, ts, q_ref, v_ref, cfg, c
     except (ValueError, RuntimeError, torch.linalg.LinAlgError) as err:  # a model whose rollout cannot run = failed
         qh = vh = torch.full_like(q_ref, float("nan"))
         metrics = {"failed": q0.shape[0], "states": q0.shape[0], "mse_q": float("nan"), "mse_E": float("nan"),
-                   "mse_q_std": float("nan"), "mse_E_std": float("nan"), "error": str(err)[:200]}
+                   "mse_q_std": float("nan"), "mse_E_std": float("nan"), "mse_q_median": float("nan"),
+                   "mse_E_median": float("nan"), "error": str(err)[:200]}
     row = {"model": name, "params": params, **metrics, "q": qh, "v": vh,
            "energy_curve": _energy_curve(qh, vh, q_ref, v_ref, energy)}
     return row
@@ -310,7 +313,7 @@ def _position_only(cfg: ModLaNetConfig, q0, v0, q_ref, v_ref, ts, clock, log) ->
     S = clock("data (snapshots)", pendulum_chain_snapshots, 2, cfg.del_n_traj, cfg.del_n_steps, h, seed=cfg.seed + 1,
               max_velocity=cfg.max_velocity)
     model = _modlanet(cfg)
-    res = clock("train modlanet (del)", train, model, S, loss="del", h=h, inverse_order=io,
+    res = clock("train modlanet (del)", train, model, S, loss="del", h=h, inverse_order=io, max_step=cfg.del_max_step,
                 **_train_kwargs(cfg, cfg.del_epochs, cfg.del_lr))
     log(f"  DEL loss {res.initial_val:.3e} -> {res.best_val:.3e} (inverse order {io})")
     system = _system(cfg)

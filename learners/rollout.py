@@ -358,7 +358,8 @@ def rollout_metrics(pred_q, pred_v, ref_q, ref_v, energy: Energy, *,
     """The seed's Table 2 entries for one model: ``mse_q`` and ``mse_E`` (mean over the initial states
     that did not fail), their standard deviations ``mse_q_std``, ``mse_E_std`` over those states, and
     ``failed``, the number of states whose rollout diverged (NaN) -- the seed writes "failed" when a
-    model's rollouts break down."""
+    model's rollouts break down -- and the medians ``mse_q_median``, ``mse_E_median`` over the same states (the lower middle
+    value for an even count; on chaotic systems a few close encounters dominate the mean)."""
     q_per = mse_q(pred_q, ref_q, positions=positions, per_state=True).reshape(-1)
     e_per = mse_energy(pred_q, pred_v, ref_q, ref_v, energy, per_state=True).reshape(-1)
     ok = torch.isfinite(q_per) & torch.isfinite(e_per)
@@ -367,6 +368,7 @@ def rollout_metrics(pred_q, pred_v, ref_q, ref_v, energy: Energy, *,
         good = per[ok]
         out[key] = float(good.mean()) if good.numel() else float("nan")
         out[key + "_std"] = float(good.std(unbiased=False)) if good.numel() else float("nan")
+        out[key + "_median"] = float(good.median()) if good.numel() else float("nan")
     return out
 
 

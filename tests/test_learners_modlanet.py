@@ -351,3 +351,19 @@ def test_inverse_order_puts_inv2_of_the_true_lagrangian_into_the_del_residual(sn
     res = train(model, S[:6], loss="del", h=0.1, epochs=3, lr=1e-2, batch_size=64, patience=None, progress=False,
                 inverse_order=2)
     assert res.best_val < res.initial_val
+
+
+def test_max_step_keeps_the_slow_triples_only(snapshot_data):
+    from learners.functionals import triples_from_snapshots
+
+    S, _ = snapshot_data
+    T = triples_from_snapshots(S)
+    half = ((T[:, 2] - T[:, 0]).abs() / 2).amax(-1)
+    cut = float(half.median())
+    model = ModLaNet.pendulum_chain(2, transform="rod", hidden=8)
+    res = train(model, S, loss="del", h=0.1, epochs=1, lr=1e-3, batch_size=64, patience=None, progress=False, max_step=cut)
+    assert res.n_train + res.n_val == int((half <= cut).sum()) < T.shape[0]
+    with pytest.raises(ValueError, match="keeps 0 of"):
+        train(model, S, loss="del", h=0.1, epochs=1, progress=False, max_step=1e-9)
+    with pytest.raises(ValueError, match="max_step must be a positive number"):
+        train(model, S, loss="del", h=0.1, epochs=1, progress=False, max_step=-1.0)

@@ -280,6 +280,7 @@ def test_mse_metrics_on_hand_computed_arrays():
     res = rollout_metrics(pred, vref, ref, vref, E)
     assert res["mse_q"] == pytest.approx(2.0) and res["mse_E"] == pytest.approx(3.5)
     assert res["mse_E_std"] == pytest.approx(1.5) and res["failed"] == 0
+    assert res["mse_E_median"] == 2.0 and res["mse_q_median"] == 1.0  # torch.median: the lower middle value
     # Cartesian positions of the pendulum bobs
     xy = pendulum_positions(torch.tensor([[0.0, math.pi / 2]]))
     assert torch.allclose(xy, torch.tensor([[0.0, -1.0, 1.0, -1.0]]), atol=1e-15)
