@@ -53,7 +53,7 @@ from tqdm.auto import tqdm
 
 import bea
 
-from ._checks import check_step
+from ._checks import check_states, check_step, float64
 from .functionals import Functionals
 from .gp import FunctionalGP
 from .kernels import FunctionalKernel, RBFKernel
@@ -348,6 +348,25 @@ class FunctionalLagrangianModel(gpytorch.Module):
         """:class:`~learners.gp.ConditioningInfo` of the final solve (size, jitter, condition estimate)."""
         self._require_fit()
         return self.gp.info
+
+    # ------------------------------------------------------------------ posterior
+    def lagrangian(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        r"""Posterior mean of the learned Lagrangian (:math:`\bar L_{inv}` for LSI, :math:`\bar L` for LGP) at
+        ``q, v`` of shape ``(..., n)`` -> ``(...)``; differentiable to any order (autograd)."""
+        self._require_fit()
+        q, v = check_states(q, v, self.n)
+        return self.gp.mean(torch.cat([q, v], -1))
+
+    __call__ = lagrangian
+
+    @float64
+    def variance(self, q, v) -> torch.Tensor:
+        r"""Posterior variance of the learned Lagrangian at ``q, v`` (shape ``(...)``). Only differences of
+        :math:`L` are determined by the data and the normalisation, so this is largest far from both."""
+        self._require_fit()
+        q, v = check_states(q, v, self.n)
+        with torch.no_grad():
+            return self.gp.variance(torch.cat([q.detach(), v.detach()], -1))
 
     def _require_fit(self) -> None:
         if self.gp is None or self.gp._beta is None:

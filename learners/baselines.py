@@ -26,7 +26,7 @@ import torch
 
 import bea
 
-from ._checks import as_tensor, check_finite, check_order, check_snapshots, check_states, check_step, float64
+from ._checks import as_tensor, check_finite, check_order, check_snapshots, check_step, float64
 from .base import FunctionalLagrangianModel, solve_with_retry
 from .functionals import Functionals, euler_lagrange_residuals, gradient_evaluations
 from .shadow_gp import DEFAULT_NEWTON
@@ -109,21 +109,6 @@ class LagrangianGP(FunctionalLagrangianModel):
         self._fit_functionals(F, g, P, P_groups)
 
     # ------------------------------------------------------------------ same interface as LSI
-    def lagrangian(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """Posterior mean of :math:`L(q, v)` (differentiable)."""
-        self._require_fit()
-        q, v = check_states(q, v, self.n)
-        return self.gp.mean(torch.cat([q, v], -1))
-
-    __call__ = lagrangian
-
-    @float64
-    def variance(self, q, v) -> torch.Tensor:
-        self._require_fit()
-        q, v = check_states(q, v, self.n)
-        with torch.no_grad():
-            return self.gp.variance(torch.cat([q.detach(), v.detach()], -1))
-
     def recovered_lagrangian(self, order: int = 0) -> TorchLagrangian:
         """The learned Lagrangian itself (LGP learns :math:`L`, not :math:`L_{inv}`); only ``order=0``."""
         self._require_fit()

@@ -25,7 +25,7 @@ import torch
 
 import bea
 
-from ._checks import as_tensor, check_finite, check_order, check_snapshots, check_states, float64
+from ._checks import as_tensor, check_finite, check_order, check_snapshots, float64
 from .base import FunctionalLagrangianModel, solve_with_retry
 from .functionals import Functionals, del_residuals, discrete_momenta, triples_from_snapshots
 
@@ -94,24 +94,6 @@ class InverseModifiedLagrangianGP(FunctionalLagrangianModel):
         return self
 
     # ------------------------------------------------------------------ posterior
-    def lagrangian(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        r"""Posterior mean :math:`\bar L_{inv}(q, v)`, ``q, v`` of shape ``(..., n)`` -> ``(...)``;
-        differentiable to any order (autograd)."""
-        self._require_fit()
-        q, v = check_states(q, v, self.n)
-        return self.gp.mean(torch.cat([q, v], -1))
-
-    __call__ = lagrangian
-
-    @float64
-    def variance(self, q, v) -> torch.Tensor:
-        r"""Posterior variance of :math:`L_{inv}(q, v)` (shape ``(...)``). Note that only differences of
-        :math:`L` are determined by the data and the normalisation, so this is largest far from both."""
-        self._require_fit()
-        q, v = check_states(q, v, self.n)
-        with torch.no_grad():
-            return self.gp.variance(torch.cat([q.detach(), v.detach()], -1))
-
     @float64
     def del_residuals(self, snapshots_or_triples, return_std: bool = True):
         r"""Posterior mean (and standard deviation) of the DEL residuals at new data: triples

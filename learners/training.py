@@ -362,6 +362,21 @@ def recovered_lagrangian(model: TorchLagrangian, order: int = 2, h: float = 0.1,
     ``"formula"``: the closed form :func:`midpoint_mod2` (midpoint, ``order=2`` only); ``"auto"``: ``bea`` up
     to :data:`GENERIC_MAX_DIM` coordinates, the closed form above (the generic ``n = 6`` derivation, e.g.
     three bodies in the plane, does not finish in 10 minutes). ``order=0`` returns the model itself."""
+    return _series_lagrangian("modified_lagrangian", model, order, h, scheme, method)
+
+
+def inverse_lagrangian(model: TorchLagrangian, order: int = 2, h: float = 0.1, scheme="midpoint",
+                       method: str = "auto") -> TorchLagrangian:
+    r""":math:`L_{inv} = \mathrm{inv}_N(L)` truncated at :math:`h^N` for a model of the *true* Lagrangian
+    (THEORY.md §4): the scheme applied to it reproduces the flow of ``model`` to :math:`O(h^{N+1})`.
+    Midpoint, ``N = 2``: :math:`L_{inv} = 2L - \mathrm{mod}_2(L) = L - \frac{h^2}{24}(A^\top MA - v^\top L_{qq}v)`
+    (closed form, any ``n``); otherwise :func:`bea.compile_torch` of the generic inverse modified
+    Lagrangian (``method`` as in :func:`recovered_lagrangian`). ``order=0``: the model itself."""
+    return _series_lagrangian("inverse_modified_lagrangian", model, order, h, scheme, method)
+
+
+def _series_lagrangian(kind: str, model: TorchLagrangian, order: int, h: float, scheme, method: str) -> TorchLagrangian:
+    """``mod_N`` (``kind="modified_lagrangian"``) or ``inv_N`` of ``model``: the midpoint closed form or bea's code."""
     sch = bea.get_scheme(scheme)
     N = check_order(order, sch.symmetric)
     h = check_step(h)
@@ -374,51 +389,26 @@ def recovered_lagrangian(model: TorchLagrangian, order: int = 2, h: float = 0.1,
     if method == "formula" or (method == "auto" and closed_form and (n is None or n > GENERIC_MAX_DIM)):
         if not closed_form:
             raise ValueError(f"the closed form covers the midpoint rule at order 2 only, got {sch!r} at order {N}; use method='bea'")
-        return midpoint_mod2(model, h)
-    if n is None:
-        raise ValueError("the model must expose its dimension as .n to derive mod_N for it")
-    f = bea.compile_torch("modified_lagrangian", sch, N, dim=n)
-
-    def L_rec(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return f(model, q, v, h)
-
-    L_rec.order = N  # type: ignore[attr-defined]
-    return L_rec
-
-
-def inverse_lagrangian(model: TorchLagrangian, order: int = 2, h: float = 0.1, scheme="midpoint",
-                       method: str = "auto") -> TorchLagrangian:
-    r""":math:`L_{inv} = \mathrm{inv}_N(L)` truncated at :math:`h^N` for a model of the *true* Lagrangian
-    (THEORY.md §4): the scheme applied to it reproduces the flow of ``model`` to :math:`O(h^{N+1})`.
-    Midpoint, ``N = 2``: :math:`L_{inv} = 2L - \mathrm{mod}_2(L) = L - \frac{h^2}{24}(A^\top MA - v^\top L_{qq}v)`
-    (closed form, any ``n``); otherwise :func:`bea.compile_torch` of the generic inverse modified
-    Lagrangian (``method`` as in :func:`recovered_lagrangian`). ``order=0``: the model itself."""
-    sch = bea.get_scheme(scheme)
-    N = check_order(order, sch.symmetric)
-    h = check_step(h)
-    if N == 0:
-        return model
-    n = getattr(model, "n", None)
-    closed_form = N == 2 and sch == bea.get_scheme("midpoint")
-    if method == "formula" or (method == "auto" and closed_form and (n is None or n > GENERIC_MAX_DIM)):
-        if not closed_form:
-            raise ValueError(f"the closed form covers the midpoint rule at order 2 only, got {sch!r} at order {N}; use method='bea'")
         mod = midpoint_mod2(model, h)
+        if kind == "modified_lagrangian":
+            return mod
 
-        def L_inv_closed(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        def L_inv_closed(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:  # inv_2 = 2 L - mod_2(L)
             with torch.enable_grad():
                 q, v = _leaf(q), _leaf(v)
                 return 2 * model(q, v) - mod(q, v)
 
         return L_inv_closed
     if n is None:
-        raise ValueError("the model must expose its dimension as .n to derive inv_N for it")
-    f = bea.compile_torch("inverse_modified_lagrangian", sch, N, dim=n)
+        what = "mod_N" if kind == "modified_lagrangian" else "inv_N"
+        raise ValueError(f"the model must expose its dimension as .n to derive {what} for it")
+    f = bea.compile_torch(kind, sch, N, dim=n)
 
-    def L_inv(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def L_series(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return f(model, q, v, h)
 
-    return L_inv
+    L_series.order = N  # type: ignore[attr-defined]
+    return L_series
 
 
 def recovered_energy(model: TorchLagrangian, order: int = 2, h: float = 0.1, scheme="midpoint",
