@@ -39,10 +39,22 @@ Measured at full size (double pendulum, 300 epochs, 2 shared cores; 2 Dec 2026):
 validation loss 2.5e4 -> 0.145 (seed: 3.47e-2) in 651 s; 100 states x 30 s, RK4 at dt 0.0025 (568 s): MSE_E
 2.41e-2 (seed 4.6e-2), MSE_q 4.98 (seed 1.28; chance level 6.96, see :func:`~learners.rollout.mse_q`);
 midpoint VI at h 0.01 (153 s): MSE_E 3.65e-2, MSE_q 4.99. Light LNN: 99/100 rollouts failed (seed: failed);
-HNN MSE_q 7.74, MSE_E 1.1e9; MLP baseline MSE_q 6.69, MSE_E 1.55e4. Position-only (DEL, h = 0.1, 300 epochs,
-329 s): loss 39 -> 2.5 only, 98/100 predictions failed (Newton or Legendre inversion at the seed's speeds,
-|omega| h up to 1), level-set error 0.307 (N=0) vs 0.312 (N=2) -- not yet a usable model at this size.
-Extension (100 states x 10 s): 3 pendula MSE_E 206 directly (max |E(t) - E(0)| 46.5, mean |E| 94; none failed)
+HNN MSE_q 7.74, MSE_E 1.1e9; MLP baseline MSE_q 6.69, MSE_E 1.55e4. Position-only (3 Dec 2026; snapshots of 300
+trajectories x 100 steps at h = 0.1, no velocities; inverse order 2, max step 0.5 rad -- 200 epochs, 860 s): DEL loss
+8.66 -> 3.7e-4; the identified L rolled out with RK4 as above (214 s): MSE_q 5.01, MSE_E 4.12e-2 (median 1.95e-2),
+none failed -- 1.7x the acceleration-trained MSE_E and below the seed's 4.6e-2; level-set error of H(inv_2 M) [N=0]
+0.0698 against H(M) = H(mod_2 L_inv) [N=2] 0.0105 (6.6x better). The midpoint rule at h = 0.1 on inv_2(M) itself is
+not usable at the seed's speeds (|omega| h up to 1, beyond the series): 36/100 fail and most others diverge (it fails
+for 12/100 even with the exact L within 5 s). With all triples and inverse order 2 (100 trajectories, 150 epochs):
+RK4 MSE_E 1.01, level sets 0.077 -> 0.025 -- fast triples bias the fit (:func:`~learners.training.train`, ``max_step``).
+Three-body (300 epochs, 1 494 s in all): ModLaNet (5 606 parameters) validation 1.16e-2 -> 1.68e-7; 100 states x 30 s,
+RK4 at dt 0.005: MSE_q 0.206, MSE_E 3.90e-3 (seed 3.96e-2, 1.10e-3; the exact model's RK4 floor 1.1e-6; the mean is
+dominated by a few close encounters, minimum distance 0.075: median 2.6e-4); VI at h 0.05 3.89e-3; light LNN 100/100
+failed (seed: failed); HNN MSE_q 5.17, MSE_E 9.0e-2 (seed 9.55e-2, 4.69e-3); MLP baseline 129, 290 (seed 0.264,
+2.08e-2). With 1 000 epochs (1 044 s): validation 1.87e-8, MSE_q 7.19e-2, MSE_E 2.93e-3. Extension to 4 / 5 / 6
+bodies (100 states x 10 s): MSE_E 1.66e-3 / 1.58e-2 / 0.134 directly (none failed; max |E(t) - E(0)| 1.8 / 5.7 / 33
+against mean |E| 0.32 / 0.45 / 0.74) and 1.09e-3 / 1.34e-2 / 0.207 after fine-tuning (MSE_q 0.023 / 0.021 / 0.46).
+Double pendulum, extension (100 states x 10 s): 3 pendula MSE_E 206 directly (max |E(t) - E(0)| 46.5, mean |E| 94; none failed)
 -> 0.136 after fine-tuning on 1 010 samples for 60 epochs; 4 pendula 1.93e3 (max |dE| 148, mean |E| 146) -> 0.783
 (seed: MSE_E -96%). Total 3 185 s.
 """
@@ -133,7 +145,7 @@ class ModLaNetConfig:
     del_h: float = 0.1
     del_n_traj: int = 300
     del_n_steps: int = 100
-    del_epochs: int = 300
+    del_epochs: int = 200
     del_lr: float = 1e-3
     del_inverse_order: int = 2
     del_max_step: Optional[float] = 0.5
