@@ -49,7 +49,8 @@ for 12/100 even with the exact L within 5 s). With all triples and inverse order
 RK4 MSE_E 1.01, level sets 0.077 -> 0.025 -- fast triples bias the fit (:func:`~learners.training.train`, ``max_step``).
 Three-body (300 epochs, 1 494 s in all): ModLaNet (5 606 parameters) validation 1.16e-2 -> 1.68e-7; 100 states x 30 s,
 RK4 at dt 0.005: MSE_q 0.206, MSE_E 3.90e-3 (seed 3.96e-2, 1.10e-3; the exact model's RK4 floor 1.1e-6; the mean is
-dominated by a few close encounters, minimum distance 0.075: median 2.6e-4); VI at h 0.05 3.89e-3; light LNN 100/100
+dominated by a few close encounters, minimum distance 0.075, while the training data never come closer than 1.08:
+median 2.6e-4); VI at h 0.05 3.89e-3; light LNN 100/100
 failed (seed: failed); HNN MSE_q 5.17, MSE_E 9.0e-2 (seed 9.55e-2, 4.69e-3); MLP baseline 129, 290 (seed 0.264,
 2.08e-2). With 1 000 epochs (1 044 s): validation 1.87e-8, MSE_q 7.19e-2, MSE_E 2.93e-3. Extension to 4 / 5 / 6
 bodies (100 states x 10 s): MSE_E 1.66e-3 / 1.58e-2 / 0.134 directly (none failed; max |E(t) - E(0)| 1.8 / 5.7 / 33
