@@ -127,3 +127,11 @@ def test_bad_config():
         mx.run(replace(mx.SMALL["double_pendulum"], system="triple_pendulum"), log=lambda s: None)
     with pytest.raises(ValueError, match="divide"):
         mx.run(replace(mx.SMALL["double_pendulum"], variational_h=0.03), log=lambda s: None)
+
+
+def test_cli_stages_can_be_skipped(tmp_path, capsys):
+    out = tmp_path / "r.pt"
+    res = mx.main(["--small", "--system", "three_body", "--no-baselines", "--no-extension", "--no-progress",
+                   "--save", str(out)])
+    assert [r["model"] for r in res["rows"]] == ["ModLaNet"] and "extension" not in res
+    assert out.exists() and "ModLaNet" in capsys.readouterr().out
