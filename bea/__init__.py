@@ -11,6 +11,7 @@ from . import schemes
 from ._version import __version__
 from .api import compile_torch, inverse_modified_lagrangian, modified_equation, modified_lagrangian
 from .autodiff import acceleration, energy, momentum
+from .closed_form import midpoint_inv2, midpoint_mod2
 from .schemes import CustomScheme, GeneralisedMidpoint, Midpoint, Scheme, Trapezoidal, exact, get_scheme
 from .series import Series
 
@@ -31,5 +32,7 @@ __all__ = [
     "energy",
     "momentum",
     "acceleration",
+    "midpoint_mod2",
+    "midpoint_inv2",
     "Series",
 ]

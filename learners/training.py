@@ -49,6 +49,7 @@ import torch
 from tqdm.auto import tqdm
 
 import bea
+from bea.closed_form import midpoint_inv2, midpoint_mod2
 
 from integrators._threads import threads_for
 
@@ -317,49 +318,12 @@ def _fit(model, res, batch_loss, evaluate, tr_idx, val_idx, opt, sched, schedule
 GENERIC_MAX_DIM = 3
 
 
-def _leaf(x: torch.Tensor) -> torch.Tensor:
-    # partial derivatives even when v was computed from q (as in bea.autodiff)
-    return x.view_as(x) if x.requires_grad else x.detach().requires_grad_(True)
-
-
-def midpoint_mod2(lagrangian: TorchLagrangian, h: float) -> TorchLagrangian:
-    r"""The midpoint rule's modified Lagrangian to :math:`h^2` in closed form (THEORY.md §3, checked):
-
-    .. math::  L_{mod}[2] = L + \frac{h^2}{24}\big(A^\top M A - v^\top L_{qq} v\big),\qquad
-               A = M^{-1}(\partial_qL - L_{vq}v),\ M = \partial^2_vL,
-
-    by autograd (``2n + 1`` backward passes, differentiable again), for any dimension ``n``."""
-    h = check_step(h)
-
-    def L_mod(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        with torch.enable_grad():
-            q, v = _leaf(q), _leaf(v)
-            val = lagrangian(q, v)
-            gq, gv = torch.autograd.grad(val.sum(), (q, v), create_graph=True)
-            n = q.shape[-1]
-            M_rows, C_rows, Q_rows = [], [], []
-            for i in range(n):
-                cq, cv = torch.autograd.grad(gv[..., i].sum(), (q, v), create_graph=True, allow_unused=True)
-                M_rows.append(torch.zeros_like(v) if cv is None else cv)
-                C_rows.append(torch.zeros_like(q) if cq is None else cq)
-                (qq,) = torch.autograd.grad(gq[..., i].sum(), q, create_graph=True, allow_unused=True)
-                Q_rows.append(torch.zeros_like(q) if qq is None else qq)
-            M, C, Lqq = torch.stack(M_rows, -2), torch.stack(C_rows, -2), torch.stack(Q_rows, -2)
-            A = torch.linalg.solve(M, (gq - (C @ v.unsqueeze(-1)).squeeze(-1)).unsqueeze(-1))  # (..., n, 1)
-            AMA = (A.transpose(-1, -2) @ M @ A)[..., 0, 0]
-            vLv = (v.unsqueeze(-2) @ Lqq @ v.unsqueeze(-1))[..., 0, 0]
-            return val + h * h / 24 * (AMA - vLv)
-
-    L_mod.order = 2  # type: ignore[attr-defined]
-    return L_mod
-
-
 def recovered_lagrangian(model: TorchLagrangian, order: int = 2, h: float = 0.1, scheme="midpoint",
                          method: str = "auto") -> TorchLagrangian:
     r""":math:`L_{rec} = \mathrm{mod}_N(L_{inv})` truncated at :math:`h^N` for a model trained as :math:`L_{inv}`
     (``"del"`` loss) at step ``h``. ``method="bea"``: :func:`bea.compile_torch` of the generic modified
     Lagrangian of ``scheme`` in dimension ``model.n`` (derived once, cached on disk), applied to the model;
-    ``"formula"``: the closed form :func:`midpoint_mod2` (midpoint, ``order=2`` only); ``"auto"``: ``bea`` up
+    ``"formula"``: the closed form :func:`bea.closed_form.midpoint_mod2` (midpoint, ``order=2`` only); ``"auto"``: ``bea`` up
     to :data:`GENERIC_MAX_DIM` coordinates, the closed form above (the generic ``n = 6`` derivation, e.g.
     three bodies in the plane, does not finish in 10 minutes). ``order=0`` returns the model itself."""
     return _series_lagrangian("modified_lagrangian", model, order, h, scheme, method)
@@ -389,16 +353,7 @@ def _series_lagrangian(kind: str, model: TorchLagrangian, order: int, h: float, 
     if method == "formula" or (method == "auto" and closed_form and (n is None or n > GENERIC_MAX_DIM)):
         if not closed_form:
             raise ValueError(f"the closed form covers the midpoint rule at order 2 only, got {sch!r} at order {N}; use method='bea'")
-        mod = midpoint_mod2(model, h)
-        if kind == "modified_lagrangian":
-            return mod
-
-        def L_inv_closed(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:  # inv_2 = 2 L - mod_2(L)
-            with torch.enable_grad():
-                q, v = _leaf(q), _leaf(v)
-                return 2 * model(q, v) - mod(q, v)
-
-        return L_inv_closed
+        return (midpoint_mod2 if kind == "modified_lagrangian" else midpoint_inv2)(model, h)
     if n is None:
         what = "mod_N" if kind == "modified_lagrangian" else "inv_N"
         raise ValueError(f"the model must expose its dimension as .n to derive {what} for it")

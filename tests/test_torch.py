@@ -138,3 +138,41 @@ def test_non_finite_points_propagate_nan_instead_of_raising():
     # a finite singular Hessian is still an error
     with pytest.raises(ValueError, match="not regular"):
         f(lambda q, v: 0.5 * (v.sum(-1)) ** 2 + torch.cos(q).sum(-1), q, v, 0.1)
+
+
+@pytest.mark.parametrize("system", ["qv-coupled", "2d"])
+def test_closed_form_midpoint_series_equal_the_generated_code(system):
+    # mod_2 = L + h^2/24 (A'MA - v'L_qq v), inv_2 = L - the same: any n, no symbolic derivation
+    _, q, _, Lt = _systems()[system]
+    n = len(q)
+    Q = torch.tensor(RNG.uniform(-1, 1, (20, n)))
+    V = torch.tensor(RNG.uniform(-1, 1, (20, n)))
+    h = 0.3
+    for kind, closed in (("modified_lagrangian", bea.midpoint_mod2), ("inverse_modified_lagrangian", bea.midpoint_inv2)):
+        generic = getattr(bea, kind)("midpoint", 2, dim=n).to_torch()
+        want = generic(Lt, Q, V, h)
+        got = closed(Lt, h)(Q, V)
+        # the h^2 term is ~1e-2 here; both evaluate it in double precision
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+        assert (got - Lt(Q, V)).abs().max() > 1e-4  # the correction is really there
+        torch.testing.assert_close(bea.momentum(closed(Lt, h))(Q, V), bea.momentum(lambda a, b: generic(Lt, a, b, h))(Q, V),
+                                   rtol=1e-12, atol=1e-12)
+        with torch.no_grad():  # builds its own graph, returns a detached result
+            out = closed(Lt, h)(Q, V)
+        assert not out.requires_grad
+        torch.testing.assert_close(out, want.detach(), rtol=1e-12, atol=1e-12)
+
+
+def test_closed_form_bad_input():
+    L = lambda q, v: 0.5 * (v ** 2).sum(-1) + torch.cos(q).sum(-1)  # noqa: E731
+    for bad in (0.0, -0.1, float("nan")):
+        with pytest.raises(ValueError, match="h must be"):
+            bea.midpoint_mod2(L, bad)
+    with pytest.raises(TypeError, match="h must be"):
+        bea.midpoint_inv2(L, "0.1")
+    with pytest.raises(TypeError, match="callable"):
+        bea.midpoint_mod2(3.0, 0.1)
+    with pytest.raises(ValueError, match="not regular"):
+        bea.midpoint_mod2(lambda q, v: 0.5 * v.sum(-1) ** 2 + torch.cos(q).sum(-1), 0.1)(torch.ones(3, 2), torch.ones(3, 2))
+    with pytest.raises(ValueError, match="same shape"):
+        bea.midpoint_inv2(L, 0.1)(torch.ones(3, 2), torch.ones(2, 2))
