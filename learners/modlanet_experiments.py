@@ -88,7 +88,8 @@ from .training import inverse_lagrangian, recovered_energy, recovered_lagrangian
 
 __all__ = ["ModLaNetConfig", "run", "table", "SEED_TABLE", "FULL", "SMALL", "main"]
 
-#: the seed's Table 2 (params, MSE_q, MSE_E; ``None``: "failed")
+#: the seed's Table 2 (params, "MSE_q", "MSE_E"; ``None``: "failed"). Its code computes both as
+#: :func:`~learners.rollout.seed_statistic` (a norm over 601 time points divided by 601), not as mean squares
 SEED_TABLE: Dict[str, Dict[str, Tuple[str, Optional[float], Optional[float]]]] = {
     "double_pendulum": {
         "ModLaNet": ("6.2k", 1.28, 4.60e-2),
@@ -296,9 +297,8 @@ def _rollout_row(name: str, model, params: int, q0, v0, ts, q_ref, v_ref, cfg, c
         metrics = rollout_metrics(qh, vh, q_ref, v_ref, energy, positions=_positions(cfg))
     except (ValueError, RuntimeError, torch.linalg.LinAlgError) as err:  # a model whose rollout cannot run = failed
         qh = vh = torch.full_like(q_ref, float("nan"))
-        metrics = {"failed": q0.shape[0], "states": q0.shape[0], "mse_q": float("nan"), "mse_E": float("nan"),
-                   "mse_q_std": float("nan"), "mse_E_std": float("nan"), "mse_q_median": float("nan"),
-                   "mse_E_median": float("nan"), "error": str(err)[:200]}
+        metrics = {"failed": q0.shape[0], "states": q0.shape[0], "error": str(err)[:200],
+                   **{f"{k}{s}": float("nan") for k in ("mse_q", "mse_E", "seed_q", "seed_E") for s in ("", "_std", "_median")}}
     row = {"model": name, "params": params, **metrics, "q": qh, "v": vh,
            "energy_curve": _energy_curve(qh, vh, q_ref, v_ref, energy)}
     return row
@@ -446,7 +446,7 @@ def _extension(cfg: ModLaNetConfig, model: ModLaNet, n_train: int, clock, log) -
             m["energy_curve"] = _energy_curve(qs, vs, q_ref, v_ref, energy)
             m["q"] = qs
             row[stage] = m
-            log(f"  {k} elements, {stage}: MSE_q {m['mse_q']:.3e}, MSE_E {m['mse_E']:.3e}, "
+            log(f"  {k} elements, {stage}: MSE_q {m['mse_q']:.3e}, MSE_E {m['mse_E']:.3e} (seed statistic {m['seed_E']:.3e}), "
                 f"max |E(t) - E(0)| {m['max_energy_deviation']:.3e} (mean |E| {m['true_energy_scale']:.3e}), failed {m['failed']}")
         rows.append(row)
     return rows
@@ -499,7 +499,8 @@ def run(config: ModLaNetConfig = FULL["double_pendulum"], log: Callable[[str], N
         rows.append(r)
         models[kind] = bm
     for r in rows:
-        log(f"  {r['model']:<26} MSE_q {r['mse_q']:.3e}  MSE_E {r['mse_E']:.3e}  failed {r['failed']}/{r['states']}")
+        log(f"  {r['model']:<26} MSE_q {r['mse_q']:.3e}  MSE_E {r['mse_E']:.3e}  seed statistic q {r['seed_q']:.3e} "
+            f"E {r['seed_E']:.3e}  failed {r['failed']}/{r['states']}")
 
     out: Dict[str, Any] = {"config": cfg, "rows": rows, "reference": {"times": ts, "q": q_ref, "v": v_ref},
                            "train": res, "models": models}
@@ -517,6 +518,10 @@ def run(config: ModLaNetConfig = FULL["double_pendulum"], log: Callable[[str], N
 
 
 # ---------------------------------------------------------------------------------------------- table
+def _cells(r: Dict[str, Any]) -> str:
+    return "".join(f"{_fmt(r.get(k, float('nan'))):>11}" for k in ("mse_q", "mse_E", "seed_q", "seed_E"))
+
+
 def _fmt(x: Optional[float]) -> str:
     if x is None:
         return "failed"
@@ -526,34 +531,38 @@ def _fmt(x: Optional[float]) -> str:
 
 
 def table(results: Dict[str, Any]) -> str:
-    """The rows of :func:`run` next to the seed's Table 2 (columns ``seed params``, ``seed MSE_q``,
-    ``seed MSE_E``), then the position-only variant and the extension."""
+    """The rows of :func:`run` next to the seed's Table 2, then the position-only variant and the extension.
+
+    Columns: ``MSE_q``, ``MSE_E`` -- mean squared errors; ``stat q``, ``stat E`` -- the same rollouts in
+    the statistic the seed's code prints as "MSE" (:func:`~learners.rollout.seed_statistic`), the one to
+    hold against the seed's columns (``seed params``, ``seed q``, ``seed E``, its Table 2)."""
     cfg: ModLaNetConfig = results["config"]
     seed = SEED_TABLE[cfg.system]
-    head = (f"{'model':<27}{'params':>8}{'MSE_q':>11}{'MSE_E':>11}{'failed':>8} |{'seed params':>12}{'seed MSE_q':>12}"
-            f"{'seed MSE_E':>12}")
+    head = (f"{'model':<27}{'params':>8}{'MSE_q':>11}{'MSE_E':>11}{'stat q':>11}{'stat E':>11}{'failed':>8} |"
+            f"{'seed params':>12}{'seed q':>12}{'seed E':>12}")
     lines = [f"{cfg.system}: {cfg.n_states} states x {cfg.t_rollout:g} s (MSE_q on "
-             f"{'angles mod 2 pi' if cfg.system == 'double_pendulum' else 'positions'}; MSE_E with the true energy)", head,
-             "-" * len(head)]
+             f"{'angles mod 2 pi' if cfg.system == 'double_pendulum' else 'positions'}, MSE_E with the true energy; "
+             f"stat: ||error||_F / T over {int(round(cfg.t_rollout / cfg.dt_out)) + 1} time points as the seed's code, "
+             f"{'unwrapped angles' if cfg.system == 'double_pendulum' else 'positions'})", head, "-" * len(head)]
     for r in results["rows"]:
         key = r["model"].split(" (")[0]
         sp, sq, se = seed.get(key, ("", None, None)) if key in seed else ("-", float("nan"), float("nan"))
         failed = f"{r['failed']}/{r['states']}"
         seed_cells = (f"{sp:>12}{_fmt(sq):>12}{_fmt(se):>12}" if key in seed else f"{'-':>12}{'-':>12}{'-':>12}")
-        lines.append(f"{r['model']:<27}{r['params']:>8}{_fmt(r['mse_q']):>11}{_fmt(r['mse_E']):>11}{failed:>8} |{seed_cells}")
+        lines.append(f"{r['model']:<27}{r['params']:>8}{_cells(r)}{failed:>8} |{seed_cells}")
     for key, (sp, sq, se) in seed.items():  # seed rows not run here
         if not any(r["model"].split(" (")[0] == key for r in results["rows"]):
-            lines.append(f"{key + ' (not run)':<27}{'':>8}{'':>11}{'':>11}{'':>8} |{sp:>12}{_fmt(sq):>12}{_fmt(se):>12}")
+            lines.append(f"{key + ' (not run)':<27}{'':>8}{'':>44}{'':>8} |{sp:>12}{_fmt(sq):>12}{_fmt(se):>12}")
     po = results.get("position_only")
     if po:
         failed = f"{po['failed']}/{po['states']}"
         io = po.get("inverse_order", 0)
         how = "midpoint on inv_2(model), p0 from the model" if io else "midpoint, p0 from mod_2"
-        lines.append(f"{po['model']:<27}{po['params']:>8}{_fmt(po['mse_q']):>11}{_fmt(po['mse_E']):>11}{failed:>8} |"
+        lines.append(f"{po['model']:<27}{po['params']:>8}{_cells(po)}{failed:>8} |"
                      f"{'(new)':>12}   (h = {po['h']:g}, {how})")
         rk = po.get("rk4")
         if rk:
-            lines.append(f"{rk['model']:<27}{rk['params']:>8}{_fmt(rk['mse_q']):>11}{_fmt(rk['mse_E']):>11}"
+            lines.append(f"{rk['model']:<27}{rk['params']:>8}{_cells(rk)}"
                          f"{rk['failed']:>5}/{rk['states']:<2} |{'(new)':>12}   (the identified L, RK4 as above)")
         lines.append(f"  identified energy, level-set error vs the true energy: H(L_inv) [N=0] {po['level_set'][0]:.3e}, "
                      f"H(mod_2 L_inv) [N=2] {po['level_set'][2]:.3e}; relative band along the prediction: N=0 "
@@ -561,10 +570,10 @@ def table(results: Dict[str, Any]) -> str:
     for e in results.get("extension", []):
         d, f = e["direct"], e.get("finetuned")
         s = (f"extension to {e['elements']} elements ({cfg.extension_states} states x {cfg.extension_t:g} s): direct MSE_q "
-             f"{_fmt(d['mse_q'])}, MSE_E {_fmt(d['mse_E'])}, max|dE| {_fmt(d['max_energy_deviation'])}")
+             f"{_fmt(d['mse_q'])}, MSE_E {_fmt(d['mse_E'])} (stat {_fmt(d['seed_E'])}), max|dE| {_fmt(d['max_energy_deviation'])}")
         if f:
             s += (f"; fine-tuned ({e['finetune']['samples']} samples, {e['finetune']['epochs']} epochs) MSE_q {_fmt(f['mse_q'])}, "
-                  f"MSE_E {_fmt(f['mse_E'])}, max|dE| {_fmt(f['max_energy_deviation'])}")
+                  f"MSE_E {_fmt(f['mse_E'])} (stat {_fmt(f['seed_E'])}), max|dE| {_fmt(f['max_energy_deviation'])}")
         lines.append(s)
     t = results.get("timings", {})
     if t:

@@ -11,7 +11,7 @@ from learners.neural_baselines import (HNN, LNN, MLP, MLPBaseline, VectorFieldMo
                                        euler_lagrange_acceleration, parameter_count, seed_baseline, vector_field_data)
 from learners.training import train
 from learners.rollout import (angles_mod_2pi, mse_energy, mse_q, pendulum_positions, random_initial_states, rollout_metrics,
-                              rollout_ode, rollout_variational, true_energy, velocities_from_momenta)
+                              rollout_ode, rollout_variational, seed_statistic, true_energy, velocities_from_momenta)
 
 DP = systems.n_pendulum(2, g=9.8)          # the seed's double pendulum: unit masses and lengths, g = 9.8
 THREE = systems.n_body((1, 1, 1))          # the seed's three-body problem: unit masses, G = 1
@@ -287,6 +287,29 @@ def test_mse_metrics_on_hand_computed_arrays():
     th = torch.tensor([[-0.5, 7.0]])
     assert torch.allclose(angles_mod_2pi(th), torch.tensor([[2 * math.pi - 0.5, 7.0 - 2 * math.pi]]))
     assert mse_q(th[None] + 2 * math.pi, th[None], positions=angles_mod_2pi).item() < 1e-28
+
+
+def test_seed_statistic_is_the_norm_over_time_divided_by_the_number_of_time_points():
+    # the seed's code: np.linalg.norm(x_true - x_pred) / length, length = number of time points
+    ref = torch.zeros(2, 2, 2)                       # (T=2, B=2, n=2)
+    pred = torch.tensor([[[1.0, 1.0], [0.0, 0.0]],
+                         [[3.0, 1.0], [2.0, 0.0]]])
+    # state 0: sqrt(1+1+9+1)/2 = sqrt(12)/2; state 1: sqrt(4)/2 = 1
+    per = seed_statistic(pred, ref, per_state=True)
+    assert torch.allclose(per, torch.tensor([math.sqrt(12) / 2, 1.0]))
+    # = sqrt(n MSE / T) per state: not a mean square, and it shrinks as 1/sqrt(T) for the same error
+    assert torch.allclose(per, (2 * mse_q(pred, ref, per_state=True) / 2).sqrt())
+    const = torch.full((601, 1, 1), 0.3)
+    assert seed_statistic(const, torch.zeros_like(const)).item() == pytest.approx(0.3 / math.sqrt(601), rel=1e-12)
+
+    def E(q, v):
+        return (v ** 2).sum(-1) / 2 + q[..., 0]
+
+    vref = torch.ones(2, 2, 2)                       # energy errors: state 0 (1, 3), state 1 (0, 2)
+    res = rollout_metrics(pred, vref, ref, vref, E)
+    assert res["seed_q"] == pytest.approx((math.sqrt(12) / 2 + 1) / 2)
+    assert res["seed_E"] == pytest.approx((math.sqrt(10) / 2 + 1) / 2)
+    assert res["seed_E_std"] == pytest.approx((math.sqrt(10) / 2 - 1) / 2)
 
 
 def test_true_energy_is_conserved_by_the_reference_and_matches_bea():
