@@ -22,6 +22,8 @@ All trajectories of a batch advance together: one vectorised Newton solve per ti
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from typing import Callable, Optional, Tuple, Union
 
 import torch
@@ -61,11 +63,17 @@ class VariationalIntegrator:
         Lagrangian must be functorch-compatible).
     progress : show a ``tqdm`` bar: ``True``, ``False``, or ``None`` (runs of at least
         :data:`PROGRESS_MIN_STEPS` steps, on a terminal).
+    max_step : optional bound on one step's displacement :math:`\lVert q_{j+1} - q_j\rVert_\infty`. The
+        step equation is implicit and can have several roots; Newton started from the extrapolated guess
+        usually finds the one that tends to :math:`q_j` as :math:`h \to 0`, but for a poorly behaved
+        Lagrangian (a learned one outside its data) it can land on a far root. A root beyond
+        ``max_step`` counts as a failed step (an error, or the trajectory stops with
+        ``on_failure="mask"``). ``None``: no bound.
     """
 
     def __init__(self, lagrangian: TorchLagrangian, h: float, scheme: Union[str, bea.Scheme] = "midpoint", *,
                  xtol: float = 1e-16, ftol: float = 0.0, maxiter: int = 20, jacobian: str = "autograd",
-                 progress: Optional[bool] = None):
+                 progress: Optional[bool] = None, max_step: Optional[float] = None):
         if not callable(lagrangian):
             raise TypeError(f"lagrangian must be a callable L(q, v) returning a tensor, got {type(lagrangian).__name__}")
         self.lagrangian = lagrangian
@@ -81,6 +89,10 @@ class VariationalIntegrator:
             raise ValueError(f"jacobian must be 'autograd' or 'vmap', got {jacobian!r}")
         self.jacobian = jacobian
         self.progress = progress
+        if max_step is not None and (isinstance(max_step, bool) or not isinstance(max_step, (int, float))
+                                     or not (max_step > 0 and math.isfinite(max_step))):
+            raise ValueError(f"max_step must be a positive finite number or None, got {max_step!r}")
+        self.max_step = None if max_step is None else float(max_step)
         self._step_eval = self._make_step_evaluator()
 
     def __repr__(self) -> str:
@@ -198,6 +210,11 @@ class VariationalIntegrator:
                 res = newton(self._step_eval, guess, (a, p), options=self.options, jac0=jac)
                 if not bool(res.converged.all()):
                     res = self._retry(res, a, p, out, j, rows)
+                far = self._far_roots(res, a)
+                if far is not None and on_failure == "raise":
+                    self._raise_far(res, a, far, j, batch, rows)
+                if far is not None:
+                    res = dataclasses.replace(res, converged=res.converged & ~far)
                 if not bool(res.converged.all()):
                     if on_failure == "raise":
                         self._raise(res, j, batch, rows, B)
@@ -236,6 +253,26 @@ class VariationalIntegrator:
             jac[bad] = again.jacobian
         return NewtonResult(x=x, aux=aux, converged=conv, failed=failed, residual=resid, correction=res.correction,
                             jacobian=jac, iterations=res.iterations + again.iterations)
+
+    def _far_roots(self, res: NewtonResult, a: torch.Tensor) -> Optional[torch.Tensor]:
+        """Converged elements whose root lies beyond ``max_step`` from ``q_j`` (None if there are none)."""
+        if self.max_step is None:
+            return None
+        with torch.no_grad():
+            far = res.converged & ((res.x.detach() - a.detach()).abs().amax(-1) > self.max_step)
+        return far if bool(far.any()) else None
+
+    def _raise_far(self, res: NewtonResult, a: torch.Tensor, far: torch.Tensor, j: int, batch, rows) -> None:
+        k = int(torch.nonzero(far)[0, 0])
+        b = k if rows is None else int(rows[k])
+        index = tuple(int(i) for i in torch.unravel_index(torch.tensor(b), tuple(batch))) if len(batch) else ()
+        jump = float((res.x[k].detach() - a[k].detach()).abs().max())
+        raise ConvergenceError(
+            f"at step {j + 1} (solving for q_{j + 1} from q_{j}) Newton's method converged to a root {jump:.3g} away from "
+            f"q_{j} for {int(far.sum())} trajectories (first at batch index {index}), beyond max_step={self.max_step:g}: "
+            f"another root of the implicit step equation, not the continuation of the motion. Reduce h, check the "
+            f"Lagrangian in this region, or pass on_failure='mask' to stop those trajectories there.",
+            step=j + 1, indices=[index], residuals=[float(res.residual[k])])
 
     def _raise(self, res: NewtonResult, j: int, batch, rows, B: int) -> None:
         if rows is not None:  # map back to the original batch positions

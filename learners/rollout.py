@@ -250,7 +250,7 @@ def _scipy(f, q, v, ts, method, rtol, atol):
 
 # ---------------------------------------------------------------------------------------------- variational rollouts
 def rollout_variational(lagrangian, q0, v0, h: float, steps: int, *, scheme="midpoint", legendre=None,
-                        velocities: bool = True, progress: Optional[bool] = None
+                        velocities: bool = True, progress: Optional[bool] = None, max_step: Optional[float] = None
                         ) -> Tuple[torch.Tensor, Optional[torch.Tensor], torch.Tensor]:
     r"""The variational integrator of ``scheme`` with step ``h`` for a Lagrangian model (any torch
     ``L(q, v)``: :class:`~learners.neural_baselines.LNN`, ModLaNet, a ``bea`` series, a system).
@@ -260,8 +260,10 @@ def rollout_variational(lagrangian, q0, v0, h: float, steps: int, *, scheme="mid
     ``(q, v, valid)``: positions ``(steps + 1, batch..., n)``, velocities (the Legendre inverse of the
     discrete momenta, :meth:`integrators.VariationalIntegrator.velocities`, with ``legendre`` if
     given; ``None`` if ``velocities=False``) and ``valid`` ``(steps + 1, batch...)``. A trajectory whose
-    Newton solve fails is stopped (NaN, ``valid`` False) instead of raising. Parameters of an
-    ``nn.Module`` are frozen during the rollout (and restored).
+    Newton solve fails -- or whose step lands farther than ``max_step`` from the last position (another
+    root of the implicit step, see :class:`integrators.VariationalIntegrator`) -- is stopped (NaN,
+    ``valid`` False) instead of raising. Parameters of an ``nn.Module`` are frozen during the rollout
+    (and restored).
     """
     q0, v0 = _initial(q0, v0)
     modules = [m for m in (lagrangian, legendre) if isinstance(m, torch.nn.Module)]
@@ -269,7 +271,7 @@ def rollout_variational(lagrangian, q0, v0, h: float, steps: int, *, scheme="mid
     try:
         for m in modules:
             m.requires_grad_(False)
-        vi = VariationalIntegrator(lagrangian, h, scheme, progress=progress)
+        vi = VariationalIntegrator(lagrangian, h, scheme, progress=progress, max_step=max_step)
         qs, valid = vi.solve(q0, v0, steps, legendre=legendre, on_failure="mask")
         vs = None
         if velocities:

@@ -146,6 +146,26 @@ def test_nonconvergence_names_step_batch_indices_and_residual():
     assert float((q[:k, 0, 0] - vi.solve(q0[0, 0], v0[0, 0], k - 1)).abs().max()) <= 1e-12
 
 
+def test_max_step_turns_long_steps_into_failures():
+    # a rotating pendulum moves |v| h ~ 2 rad per step at v0 = 20, h = 0.1; the other one ~0.03 rad
+    q0 = torch.tensor([[0.3], [0.1]])
+    v0 = torch.tensor([[0.0], [20.0]])
+    free = VariationalIntegrator(PENDULUM, 0.1).solve(q0, v0, 20)
+    assert float((free[1:, 1] - free[:-1, 1]).abs().min()) > 1.5
+    bounded = VariationalIntegrator(PENDULUM, 0.1, max_step=0.5)
+    q, valid = bounded.solve(q0, v0, 20, on_failure="mask")
+    assert bool(valid[:, 0].all()) and valid[:, 1].tolist() == [True] + [False] * 20
+    assert float((q[:, 0] - free[:, 0]).abs().max()) <= 1e-12   # the bound changes nothing below it
+    with pytest.raises(ConvergenceError, match=r"step 1 .*root \S+ away from q_0.*max_step=0\.5") as info:
+        bounded.solve(q0, v0, 20)
+    assert info.value.step == 1 and info.value.indices == [(1,)]
+    # a bound above every step: the same trajectories
+    assert torch.equal(VariationalIntegrator(PENDULUM, 0.1, max_step=3.0).solve(q0, v0, 20), free)
+    for bad in (0.0, -1.0, float("inf"), float("nan"), True, "0.5"):
+        with pytest.raises(ValueError, match="max_step"):
+            VariationalIntegrator(PENDULUM, 0.1, max_step=bad)
+
+
 def test_progress_bar_can_be_shown_and_switched_off(capsys):
     vi = VariationalIntegrator(PENDULUM, 0.1)
     vi.solve(torch.tensor([0.1]), torch.tensor([0.0]), 5, progress=True)
