@@ -13,7 +13,9 @@ r"""The ModLaNet experiments of THEORY.md §7 (seed Table 2 and §5.3) as one fu
    ModLaNet also with the midpoint variational integrator (step ``variational_h``, :math:`p_0 = \partial_vL`);
 4. **metrics** -- :math:`\mathrm{MSE}_q` (angles mod :math:`2\pi` for the pendulum, see
    :func:`~learners.rollout.mse_q`) and :math:`\mathrm{MSE}_E` with the *true* energy, both averaged
-   over time and over the states that did not fail (:func:`~learners.rollout.rollout_metrics`),
+   over time and over the states that did not fail (:func:`~learners.rollout.rollout_metrics`); the same
+   rollouts in :func:`~learners.rollout.seed_statistic` (``stat q``, ``stat E``: what the seed's code prints
+   as "MSE", a norm over the 601 time points divided by 601 -- the numbers to hold against its Table 2);
    parameter counts and the wall time of every stage;
 5. **position-only** (``position_only=True``) -- ModLaNet trained as the inverse modified Lagrangian
    :math:`L_{inv}` of the midpoint rule with the DEL loss on snapshots at ``h = 0.1`` (no velocities,
@@ -23,7 +25,9 @@ r"""The ModLaNet experiments of THEORY.md §7 (seed Table 2 and §5.3) as one fu
    (:func:`learners.metrics.level_set_error`,
    :math:`\mu = \sin\angle(\nabla H_{true}, \nabla H_{rec}[N])`, mean over states of the exact flow)
    of :math:`H_{rec}[0] = H(L_{inv})` and :math:`H_{rec}[2] = H(\mathrm{mod}_2 L_{inv})`, and their relative band
-   along the prediction (:func:`_relative_band`: variation in time over spread between states);
+   along the prediction (:func:`_relative_band`: variation in time over spread between states). With
+   ``del_inverse_order=2`` (full size) the model is one of the true :math:`L` and is also rolled out like the
+   acceleration-trained one (RK4, and the midpoint rule at ``variational_h``), see :func:`_position_only`;
 6. **extension** (seed §5.3) -- the trained model :meth:`~learners.modlanet.ModLaNet.extend`\ ed to
    more elements (3, 4 pendula; 4, 5, 6 bodies) without retraining, rolled out for ``extension_t``
    seconds (the seed: 10 s), then fine-tuned on ``1/10`` of the training data size of the larger
@@ -36,33 +40,36 @@ r"""The ModLaNet experiments of THEORY.md §7 (seed Table 2 and §5.3) as one fu
     python -m learners.modlanet_experiments --system double_pendulum      # full size (hours on 2 cores)
     python -m learners.modlanet_experiments --system three_body --epochs 3000 --no-baselines --no-extension
 
-Measured at full size (double pendulum, 300 epochs, 2 shared cores; 2 Dec 2026): ModLaNet (5 959 parameters)
-validation loss 2.5e4 -> 0.145 (seed: 3.47e-2) in 651 s; 100 states x 30 s, RK4 at dt 0.0025 (568 s): MSE_E
-2.41e-2 (seed 4.6e-2), MSE_q 4.98 (seed 1.28; chance level 6.96, see :func:`~learners.rollout.mse_q`);
-midpoint VI at h 0.01 (153 s): MSE_E 3.65e-2, MSE_q 4.99. Light LNN: 99/100 rollouts failed (seed: failed);
-HNN MSE_q 7.74, MSE_E 1.1e9; MLP baseline MSE_q 6.69, MSE_E 1.55e4. Position-only (3 Dec 2026; snapshots of 300
-trajectories x 100 steps at h = 0.1, no velocities; inverse order 2, max step 0.5 rad -- 200 epochs, 860 s): DEL loss
-8.66 -> 3.7e-4; the identified L rolled out with RK4 as above (214 s): MSE_q 5.01, MSE_E 4.12e-2 (median 1.95e-2),
-none failed -- 1.7x the acceleration-trained MSE_E and below the seed's 4.6e-2; level-set error of H(inv_2 M) [N=0]
-0.0698 against H(M) = H(mod_2 L_inv) [N=2] 0.0105 (6.6x better). The midpoint rule at h = 0.1 on inv_2(M) itself is
-not usable at the seed's speeds (|omega| h up to 1, beyond the series): 36/100 fail and most others diverge (it fails
-for 12/100 even with the exact L within 5 s). With all triples and inverse order 2 (100 trajectories, 150 epochs):
-RK4 MSE_E 1.01, level sets 0.077 -> 0.025 -- fast triples bias the fit (:func:`~learners.training.train`, ``max_step``).
-Three-body (300 epochs, 1 494 s in all): ModLaNet (5 606 parameters) validation 1.16e-2 -> 1.68e-7; 100 states x 30 s,
-RK4 at dt 0.005: MSE_q 0.206, MSE_E 3.90e-3 (seed 3.96e-2, 1.10e-3; the exact model's RK4 floor 1.1e-6; the mean is
-dominated by a few close encounters, minimum distance 0.075, while the training data never come closer than 1.08:
-median 2.6e-4); VI at h 0.05 3.89e-3; light LNN 100/100
-failed (seed: failed); HNN MSE_q 5.17, MSE_E 9.0e-2 (seed 9.55e-2, 4.69e-3); MLP baseline 129, 290 (seed 0.264,
-2.08e-2). With 1 000 epochs (1 044 s): validation 1.87e-8, MSE_q 7.19e-2, MSE_E 2.93e-3; 3 000 epochs (2 853 s):
-2.29e-9, 4.85e-2, 3.47e-3 -- a better fit, not a lower MSE_E: the encounters are outside the data.
-The 1 000-epoch model on other draws of 100 states (seeds 2000, 3000): MSE_E 7.67e-4, 8.93e-4 (MSE_q 4.34e-2,
-2.94e-2); on 300 states (seed 1000, a superset of the table's 100): MSE_q 4.39e-2, MSE_E 1.50e-3 (std over states
-9.9e-3, so the standard error of a 100-state mean is about 1e-3 -- as large as the seed's value). Extension to 4 / 5 / 6
-bodies (100 states x 10 s): MSE_E 1.66e-3 / 1.58e-2 / 0.134 directly (none failed; max |E(t) - E(0)| 1.8 / 5.7 / 33
-against mean |E| 0.32 / 0.45 / 0.74) and 1.09e-3 / 1.34e-2 / 0.207 after fine-tuning (MSE_q 0.023 / 0.021 / 0.46).
-Double pendulum, extension (100 states x 10 s): 3 pendula MSE_E 206 directly (max |E(t) - E(0)| 46.5, mean |E| 94; none failed)
--> 0.136 after fine-tuning on 1 010 samples for 60 epochs; 4 pendula 1.93e3 (max |dE| 148, mean |E| 146) -> 0.783
-(seed: MSE_E -96%). Total 3 185 s.
+Measured at full size (3 Dec 2026; one end-to-end run per system, ``OMP_NUM_THREADS=1``, both at once on 2 cores).
+"MSE" is a mean square; "stat" is :func:`~learners.rollout.seed_statistic`, the number the seed's code prints as
+"MSE" (its Table 2): only "stat" compares with the seed's columns.
+
+Double pendulum (2 772 s): ModLaNet (5 959 parameters) validation loss 2.5e4 -> 0.145 in 300 epochs (173 s); 100 states
+x 30 s, RK4 at dt 0.0025: stat q 1.17, stat E 5.41e-3 (seed 1.28, 4.6e-2), MSE_q 4.98 (angles mod 2 pi), MSE_E 2.41e-2;
+midpoint VI at h 0.01: stat 1.20 / 6.31e-3. Chance level of stat q (another state's reference): 6.0. Light LNN 99/100
+failed (seed: failed); HNN stat 3.78 / 789 (seed 4.91 / 12.4); MLP baseline 3.74 / 2.86 (seed 3.42 / 673).
+Position-only (snapshots of 300 trajectories x 100 steps at h = 0.1, no velocities; inverse order 2, triples moving
+<= 0.5 rad per step; 200 epochs, 890 s, DEL loss 8.66 -> 3.7e-4): the identified L rolled out with RK4 as above: stat q
+1.23, stat E 7.07e-3 (1.31x the acceleration-trained model), MSE_E 4.12e-2 (1.71x); with the midpoint rule at h = 0.01,
+p0 = dM/dv: stat E 7.69e-3, MSE_E 5.09e-2; none failed. Level-set error of the identified energy: H(inv_2 M) [N=0]
+0.0698, H(M) = H(mod_2 L_inv) [N=2] 0.0105 (6.6x better). The midpoint rule at h = 0.1 on inv_2(M) fails for 100/100
+states: every exact motion moves more than 0.5 rad in some 0.1-s step (most at once), beyond the training triples and
+beyond the series (|omega| h up to 1); without ``max_step`` most of those rollouts jump to far roots and diverge. With
+all triples and inverse order 2 (100 trajectories, 150 epochs): RK4 MSE_E 1.01, level sets 0.077 -> 0.025 -- fast
+triples bias the fit (:func:`~learners.training.train`, ``max_step``). Extension (100 states x 10 s): 3 pendula stat E
+0.956, MSE_E 206 directly (max |E(t) - E(0)| 46.5, mean |E| 94; none failed) -> 0.0235 / 0.136 after fine-tuning on
+1 010 samples for 60 epochs; 4 pendula 2.85 / 1.93e3 (max |dE| 148, mean |E| 146) -> 0.060 / 0.783 (seed: MSE_E -96%).
+
+Three-body (2 636 s): ModLaNet (5 606 parameters) validation 1.16e-2 -> 1.87e-8 in 1 000 epochs (1 104 s); 100 states
+x 30 s, RK4 at dt 0.005: stat q 1.67e-2, stat E 8.56e-4 (seed 3.96e-2, 1.10e-3; the seed's repository prints 2.85e-2,
+1.95e-3 for its own rerun), MSE_q 7.19e-2, MSE_E 2.93e-3; VI at h 0.05 the same. A few close encounters dominate the
+mean square (minimum distance 0.075 in the rollouts, never below 1.08 in the training data: the pair cell is
+extrapolated there); the same model on other draws of 100 states gives MSE_E 7.7e-4 and 8.9e-4, on 300 states 1.5e-3.
+300 epochs: MSE_E 3.90e-3; 3 000 epochs: 3.47e-3 (a better fit, not a lower MSE_E). Light LNN 100/100 failed (seed:
+failed); HNN stat 0.195 / 6.80e-3 (seed 9.55e-2 / 4.69e-3); MLP baseline 0.825 / 0.417 (seed 0.264 / 2.08e-2).
+Extension to 4 / 5 / 6 bodies (100 states x 10 s): stat E 8.33e-4 / 2.54e-3 / 1.61e-2 directly (MSE_E 1.40e-3 /
+4.20e-3 / 1.76; max |E(t) - E(0)| 2.5 / 3.6 / 185 against mean |E| 0.32 / 0.45 / 0.74, none failed) and 4.15e-4 /
+1.52e-3 / 1.65e-2 after fine-tuning (MSE_E 9.47e-4 / 4.05e-3 / 0.145).
 """
 
 from __future__ import annotations
