@@ -69,7 +69,8 @@ def reference_flow(lagrangian, q0, qdot0, times, *, q: Optional[Sequence] = None
     (default ``times[0]``) and return ``(q, qdot)`` at ``times``, each of shape
     ``(len(times), batch..., n)`` (float64 torch tensors).
 
-    ``q0, qdot0``: shape ``(batch..., n)``. ``times``: strictly monotonic 1-D sequence. Raises
+    ``q0, qdot0``: shape ``(batch..., n)``. ``times``: strictly monotonic 1-D sequence, on either side of
+    ``t0`` or both (times before ``t0`` are integrated backward in time). Raises
     ``ValueError`` if the integration fails (e.g. a singular mass matrix or a collision) or produces
     non-finite values.
     """
@@ -114,20 +115,20 @@ def _integrate(A: Acceleration, y0: np.ndarray, n: int, t0: float, ts: np.ndarra
         acc = A(np.ascontiguousarray(s[:, :n]), np.ascontiguousarray(s[:, n:]))
         return np.concatenate([s[:, n:], acc], -1).reshape(-1)
 
-    # solve_ivp needs t_eval inside [t0, t_end]; outputs at t0 itself are the initial data
-    at_start = ts == t0
-    t_eval = ts[~at_start]
+    # solve_ivp needs t_eval inside [t0, t_end]: times after t0 and times before it are two integrations from the
+    # initial data (forward and backward in time); outputs at t0 itself are the initial data
     res = np.empty((ts.size, B, 2 * n))
-    res[at_start] = y0
-    if t_eval.size:
-        t_end = float(t_eval[-1])
-        if np.any((t_eval - t0) * (t_end - t0) < 0):
-            raise ValueError(f"times must all lie on one side of t0={t0}")
-        sol = solve_ivp(rhs, (t0, t_end), y0.reshape(-1), method=method, t_eval=t_eval, rtol=rtol, atol=atol)
+    res[ts == t0] = y0
+    for side in (np.nonzero(ts > t0)[0], np.nonzero(ts < t0)[0]):
+        if side.size == 0:
+            continue
+        side = side[np.argsort(np.abs(ts[side] - t0), kind="stable")]  # in the direction of integration
+        t_eval = ts[side]
+        sol = solve_ivp(rhs, (t0, float(t_eval[-1])), y0.reshape(-1), method=method, t_eval=t_eval, rtol=rtol, atol=atol)
         if not sol.success:
             raise ValueError(f"the reference integration failed: {sol.message} (at t={sol.t[-1] if sol.t.size else t0})")
         ys = sol.y.T.reshape(t_eval.size, B, 2 * n)
         if not np.all(np.isfinite(ys)):
             raise ValueError("the reference integration produced non-finite values (a singularity on the way?)")
-        res[~at_start] = ys
+        res[side] = ys
     return res

@@ -109,6 +109,14 @@ def test_t0_and_backward_times():
     assert float((back[1] - torch.tensor([1.0])).abs().max()) <= 1e-11
     later, _ = reference_flow(P, [1.0], [0.2], [0.5, 1.0], t0=0.0)
     assert float((later[1] - fwd[1]).abs().max()) <= 1e-11
+    # times on both sides of t0: the harmonic oscillator q = cos(3 t) + sin(3 t) through (1, 3) at t0 = 0.2
+    q, v = sympy.symbols("q v")
+    ts = torch.linspace(-1.0, 1.4, 13, dtype=torch.float64)
+    for times in (ts, ts.flip(0)):  # increasing or decreasing
+        qs, vs = reference_flow(v**2 / 2 - 9 * q**2 / 2, [math.cos(0.6) + math.sin(0.6)], [3 * (math.cos(0.6) - math.sin(0.6))],
+                                times, q=[q], v=[v], t0=0.2)
+        assert float((qs[:, 0] - (torch.cos(3 * times) + torch.sin(3 * times))).abs().max()) <= 1e-11
+        assert float((vs[:, 0] - 3 * (torch.cos(3 * times) - torch.sin(3 * times))).abs().max()) <= 1e-11
 
 
 def test_reference_flow_bad_input():
