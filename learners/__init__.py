@@ -25,7 +25,7 @@ from .neural_baselines import (HNN, LNN, MLPBaseline, VectorFieldModel, canonica
                                parameter_count, seed_baseline, vector_field_data)
 from .normalisation import MassNormalisation, Normalisation, VertexNormalisation
 from .rollout import (angles_mod_2pi, mse_energy, mse_q, pendulum_positions, random_initial_states, rollout_metrics,
-                      rollout_ode, rollout_variational, true_energy, velocities_from_momenta)
+                      rollout_ode, rollout_variational, seed_statistic, true_energy, velocities_from_momenta)
 from .shadow_gp import InverseModifiedLagrangianGP
 from .modlanet import ModLaNet
 from .modlanet_data import (AccelerationData, double_pendulum_data, n_body_data, n_body_snapshots, pendulum_chain_data,
@@ -74,6 +74,7 @@ __all__ = [
     "rollout_variational",
     "mse_q",
     "mse_energy",
+    "seed_statistic",
     "rollout_metrics",
     "random_initial_states",
     "true_energy",
