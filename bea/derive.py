@@ -49,13 +49,26 @@ class Raw:
 
 
 def _mesh_weights(order: int) -> List[Q]:
-    r"""Coefficients :math:`c_k` of :math:`(x/2)/\sinh(x/2) = \sum_k c_k x^{2k}`, up to ``x^order``."""
-    x = sympy.Symbol("x")
-    ser = sympy.series((x / 2) / sympy.sinh(x / 2), x, 0, order + 1).removeO()
+    r"""Coefficients :math:`c_k` of :math:`(x/2)/\sinh(x/2) = \sum_k c_k x^{2k}`, up to ``x^order``.
+
+    :math:`c_k = (2 - 2^{2k}) B_{2k} / ((2k)!\, 4^k)` with the Bernoulli numbers :math:`B_{2k}`
+    (from :math:`x/\sinh x = \sum_k (2 - 2^{2k}) B_{2k} x^{2k}/(2k)!`), computed exactly.
+    """
+    top = order // 2
+    B = [Q(1)]  # Bernoulli numbers B_0..B_{2top} by the recurrence sum_j C(m+1, j) B_j = 0
+    for m in range(1, 2 * top + 1):
+        s = Q(0)
+        binom = 1
+        for j in range(m):
+            s += binom * B[j]
+            binom = binom * (m + 1 - j) // (j + 1)
+        B.append(-s / (m + 1))
     out = []
-    for k in range(0, order // 2 + 1):
-        c = sympy.Rational(ser.coeff(x, 2 * k))
-        out.append(Q(int(c.p), int(c.q)))
+    fact = 1
+    for k in range(top + 1):
+        if k:
+            fact *= (2 * k - 1) * (2 * k)
+        out.append((2 - Q(2) ** (2 * k)) * B[2 * k] / (fact * Q(4) ** k))
     return out
 
 

@@ -1,0 +1,237 @@
+r"""Dimension-free derivations: modified equation, modified and inverse modified Lagrangian.
+
+The same construction as the component engine (:mod:`bea.derive`; Vermeeren 2017), carried out
+on tree polynomials (:mod:`bea.free.trees`), so that one derivation holds for every dimension:
+
+1. *Modified equation.* Vary the discrete action at :math:`q_j = q(t) + h\varepsilon`; the
+   :math:`\varepsilon`-coefficient is a covector series :math:`h^2 R(h)` with
+   :math:`R_0 = L_q - L_{qv}[v] - M\ddot q`. Then :math:`A_0 = M^{-1}(L_q - L_{qv}[v])` and, order
+   by order, :math:`A_k = M^{-1} [\sum_{j \ge 1} h^j R_j]_k` with the jets
+   :math:`q^{(m)}` replaced by :math:`D_F^{m-2} F` (:math:`F` known to :math:`h^{k-1}`).
+2. *Meshed Lagrangian on shell.* :math:`\Lambda = L_\Delta(q(t-h/2), q(t+h/2))/h` with its jets
+   replaced by :math:`D_F^{m-2}F`. Because :math:`D` restricted to solutions of
+   :math:`\ddot q = F` is :math:`D_F`, the modified Lagrangian is
+   :math:`\frac{hD_F/2}{\sinh(hD_F/2)}\Lambda` truncated at :math:`h^N`.
+3. *Inverse.* :math:`L_{inv} \leftarrow L_{inv} - [\mathrm{mod}(L_{inv}) - L]_k`, ``k = 1..N``,
+   where :math:`\mathrm{mod}(X)` substitutes :math:`X` for :math:`L` in the generic formula.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+from ..derive import KINDS, _mesh_weights
+from ..hseries import EXACT, HSeries, Poly, Q
+from ..schemes import Scheme
+from .algebra import Algebra, LagrangianSubstitution, lagrangian_at
+from .trees import OPEN, V, Forest, single_node
+from .vectors import VecSeries
+
+
+@dataclass
+class FreeRaw:
+    """Result of a dimension-free derivation: per power of ``h`` a tree polynomial (a vector
+    polynomial for the modified equation), with the :class:`Forest` that names the trees."""
+
+    kind: str
+    forest: Forest
+    order: int
+    coeffs: Dict[int, Poly]
+    symmetric: bool
+
+
+class FreeDerivation:
+    """All dimension-free derivations of one scheme, sharing one tree registry and results."""
+
+    def __init__(self, scheme: Scheme):
+        self.scheme = scheme
+        self.forest = Forest()
+        self.alg = Algebra(self.forest)
+        self._symmetric: Optional[bool] = scheme.symmetric
+        self._F: Optional[HSeries] = None
+        self._lmod: Dict[int, HSeries] = {}
+        self.L = self.forest.id(single_node((), ()))
+
+    # ------------------------------------------------------------------ helpers
+    def _h(self) -> HSeries:
+        return HSeries.h_power(1, 1, EXACT)
+
+    def _eval_scheme(self, a: VecSeries, b: VecSeries) -> HSeries:
+        forest = self.forest
+
+        def L(x, y):
+            if not isinstance(x, VecSeries) or not isinstance(y, VecSeries):
+                raise TypeError("L must be called with the position and velocity built from a, b and h")
+            return lagrangian_at(forest, x, y)
+
+        try:
+            out = self.scheme.discrete_lagrangian(L, a, b, self._h())
+        except (TypeError, AttributeError) as err:
+            raise TypeError(
+                f"scheme {self.scheme!r}: its discrete Lagrangian must use only + - * / with numbers, h "
+                f"and calls of L, so that it runs on series as well as on tensors ({err})"
+            ) from err
+        if not isinstance(out, HSeries):
+            raise TypeError(f"scheme {self.scheme!r} returned {type(out).__name__}, not an expression in L")
+        return out
+
+    def _jet_values(self, F: HSeries, order: int, targets: List[HSeries]) -> Dict[int, HSeries]:
+        r"""Values :math:`D_F^{k-2} F` of the jets :math:`q^{(k)}, k \ge 2`, occurring in ``targets``,
+        each to the precision its first occurrence needs."""
+        f = self.forest
+        need: Dict[int, int] = {}
+        for t in targets:
+            for d in range(min(len(t.c), order + 1)):
+                for m in t.c[d]:
+                    for x in m:
+                        for c in f.leaves[x]:
+                            if 2 <= c < OPEN:
+                                need[c] = max(need.get(c, -1), order - d)
+        if not need:
+            return {}
+        top = max(need)
+        prec: Dict[int, int] = {}
+        running = -1
+        for k in range(top, 1, -1):
+            running = max(running, need.get(k, -1))
+            prec[k] = running
+        values: Dict[int, HSeries] = {}
+        cur = F.truncate_soft(prec[2])
+        for k in range(2, top + 1):
+            cur = cur.truncate_soft(prec[k])
+            if k in need:
+                values[k] = cur
+            if k < top:
+                cur = self.alg.derivative(cur, F, prec[k + 1])
+        return values
+
+    # ------------------------------------------------------------------ step 1
+    def _del_residual(self, order: int) -> HSeries:
+        K = order + 2
+        qm = VecSeries.taylor(-1, K + 1)
+        q0 = VecSeries.taylor(0, K + 1, eps_power=1)
+        qp = VecSeries.taylor(1, K + 1)
+        S = self._eval_scheme(qm, q0) + self._eval_scheme(q0, qp)
+        f = self.forest
+        E = HSeries([{m: c for m, c in p.items() if any(f.is_covector(x) for x in m)} for p in S.c], S.order)
+        if E.order < K:
+            raise ValueError(f"scheme {self.scheme!r} loses too many powers of h (known to h^{E.order}, need h^{K})")
+        if E.valuation() < 2:
+            raise ValueError(f"inconsistent scheme {self.scheme!r}: the discrete EL equation is not O(h)")
+        R = HSeries(E.c[2:], E.order - 2).truncate(order)
+        acc = {m: c for m, c in R[0].items() if any(2 in f.leaves[x] for x in m)}
+        if acc != {(f.id(single_node((), (OPEN, 2))),): Q(-1)}:
+            raise ValueError(
+                f"inconsistent scheme {self.scheme!r}: the leading order of its discrete "
+                "Euler-Lagrange equation is not the Euler-Lagrange equation of L"
+            )
+        return R
+
+    def modified_equation(self, order: int) -> HSeries:
+        r""":math:`F_h = A + hA_1 + \dots + h^N A_N` as a vector tree series."""
+        if self._F is not None and self._F.order >= order:
+            return self._F.truncate(order)
+        f = self.forest
+        R = self._del_residual(order)
+        r0 = {m: c for m, c in R[0].items() if not any(2 in f.leaves[x] for x in m)}
+        F = self.alg.raise_index(HSeries([r0], 0))
+        rest = HSeries([{}] + R.c[1:], R.order)
+        for k in range(1, order + 1):
+            if self.symmetric_hint and k % 2:
+                F = HSeries(F.c, k)
+                continue
+            target = rest.truncate(k)
+            values = self._jet_values(F, k, [target])
+            sub = self.alg.substitute_jets(target, values, k)
+            rk = sub[k]
+            F = HSeries(F.c + [{}] * (k + 1 - len(F.c)), k)
+            if rk:
+                ak = self.alg.raise_index(HSeries([rk], 0))
+                F = F + HSeries([{}] * k + [ak[0]], EXACT)
+                F = HSeries(F.c, k)
+        self._F = F
+        return F
+
+    @property
+    def symmetric_hint(self) -> bool:
+        return bool(self.scheme.symmetric)
+
+    # ------------------------------------------------------------------ steps 2-3
+    def modified_lagrangian(self, order: int) -> HSeries:
+        if order in self._lmod:
+            return self._lmod[order]
+        f = self.forest
+        a = VecSeries.taylor(-Q(1, 2), order + 2)
+        b = VecSeries.taylor(Q(1, 2), order + 2)
+        Ld = self._eval_scheme(a, b)
+        if Ld.valuation() < 1:
+            raise ValueError(f"inconsistent scheme {self.scheme!r}: L_Delta must vanish as h -> 0")
+        lam = Ld / self._h()
+        if lam.order < order:
+            raise ValueError(f"scheme {self.scheme!r} loses too many powers of h")
+        lam = lam.truncate(order)
+        if lam[0] != {(self.L,): Q(1)}:
+            raise ValueError(f"inconsistent scheme {self.scheme!r}: L_Delta(q(t-h/2), q(t+h/2))/h must tend to L(q, v)")
+        odd_zero = all(not lam[k] for k in range(1, order + 1, 2))
+        if self._symmetric is None:
+            self._symmetric = odd_zero
+        elif self._symmetric and not odd_zero:
+            raise ValueError(f"scheme {self.scheme!r} is declared symmetric but its expansion has odd powers of h")
+        F = self.modified_equation(max(order - 1, 0))
+        values = self._jet_values(F, order, [lam])
+        lam = self.alg.substitute_jets(lam, values, order)
+        weights = _mesh_weights(order)
+        out = lam
+        d = lam
+        for k in range(1, order // 2 + 1):
+            d = self.alg.derivative(self.alg.derivative(d, F, order - 2 * k), F, order - 2 * k)
+            out = out + HSeries([{}] * (2 * k) + [{(): weights[k]}], EXACT) * d
+        out = out.truncate(order)
+        self._lmod[order] = out
+        return out
+
+    @property
+    def symmetric(self) -> bool:
+        if self._symmetric is None:
+            self.modified_lagrangian(3)
+        return bool(self._symmetric)
+
+    # ------------------------------------------------------------------ step 4
+    def inverse_modified_lagrangian(self, order: int) -> HSeries:
+        P = self.modified_lagrangian(order)
+        sub = LagrangianSubstitution(self.forest)
+        coeffs: List[Poly] = [{(self.L,): Q(1)}]
+        for k in range(1, order + 1):
+            if self.symmetric and k % 2:
+                coeffs.append({})
+                continue
+            total: Poly = {}
+            for d in range(1, k + 1):
+                if d < len(P.c) and P.c[d]:
+                    part = sub.series(HSeries([P.c[d]], EXACT), k - d)
+                    for m, c in part[k - d].items():
+                        v = total.get(m, 0) + c
+                        if v:
+                            total[m] = v
+                        else:
+                            total.pop(m)
+            yk = {m: -c for m, c in total.items()}
+            coeffs.append(yk)
+            sub.set_term(k, yk)
+        return HSeries(coeffs, order)
+
+
+def derive_free(scheme: Scheme, kind: str, order: int, derivation: Optional[FreeDerivation] = None) -> FreeRaw:
+    """Run one dimension-free derivation and package the coefficients by power of ``h``."""
+    d = derivation or FreeDerivation(scheme)
+    if kind == "modified_equation":
+        s = d.modified_equation(order)
+    elif kind == "modified_lagrangian":
+        s = d.modified_lagrangian(order)
+    elif kind == "inverse_modified_lagrangian":
+        s = d.inverse_modified_lagrangian(order)
+    else:
+        raise ValueError(f"unknown derivation {kind!r}; one of {KINDS}")
+    coeffs = {k: s[k] for k in range(order + 1)}
+    return FreeRaw(kind, d.forest, order, coeffs, d.symmetric)
