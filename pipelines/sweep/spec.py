@@ -196,10 +196,11 @@ def _plain(value: Any, where: str, source: str) -> Any:
     raise SpecError(source, where, f"expected a number, string, boolean, list or table, got {_describe(value)}")
 
 
-def _unknown(source: str, where: str, key: str, known, what: str = "key") -> SpecError:
+def _unknown(source: str, where: str, key: str, known, kind: Optional[str] = None) -> SpecError:
     close = difflib.get_close_matches(key, list(known), n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
-    return SpecError(source, where, f"unknown {what} {key!r}{hint} (allowed: {', '.join(known)})")
+    what = f"parameter {key!r} of kind {kind!r}" if kind else f"key {key!r}"
+    return SpecError(source, where, f"unknown {what}{hint} (allowed: {', '.join(known)})")
 
 
 def _table(data: Mapping, key: str, source: str) -> Dict[str, Any]:
@@ -264,7 +265,7 @@ def parse(data: Mapping[str, Any], source: str = "<dict>", text: str = "", defau
     for key, values in grid_raw.items():
         where = f"grid.{key}"
         if key not in schema:
-            raise _unknown(source, where, key, list(schema), f"parameter of kind {kind_name!r},")
+            raise _unknown(source, where, key, list(schema), kind_name)
         if key in defaults:
             raise SpecError(source, where, f"{key!r} is in both [defaults] and [grid]; keep it in one")
         if not isinstance(values, list):
@@ -331,7 +332,7 @@ def _params(table: Dict[str, Any], schema, where: str, source: str, kind: str) -
     out = {}
     for key, value in table.items():
         if key not in schema:
-            raise _unknown(source, f"{where}.{key}", key, list(schema), f"parameter of kind {kind!r},")
+            raise _unknown(source, f"{where}.{key}", key, list(schema), kind)
         out[key] = check_value(value, schema[key].hint, f"{where}.{key}", source)
     return out
 
