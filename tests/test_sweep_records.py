@@ -85,7 +85,7 @@ def test_interrupted_sweep_resumes_missing_tasks_only(tmp_path, counting_kind):
     again = run(spec, out=tmp_path / "out", serial=True, resume=True, progress=False)
     assert (again.ran, again.reused) == (0, 12) and _runs(tmp_path)[0] == 1
     rows = (tmp_path / "out" / "results.csv").read_text().splitlines()
-    assert len(rows) == 13 and rows[0].startswith("task_id,status,i,marker_dir,interrupt_at,fail_at,seed,nan,value,seconds,hostname,error_message")
+    assert len(rows) == 13 and rows[0].startswith("task_id,status,i,marker_dir,interrupt_at,fail_at,derived_seed,nan,value,seconds,hostname,error_message")
 
 
 def test_corrupt_and_partial_records_rerun(tmp_path, counting_kind):

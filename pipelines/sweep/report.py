@@ -1,7 +1,7 @@
 r"""Tables and plots from a sweep's records.
 
 * ``results.csv`` -- the tidy table: one row per task (an observation), one column per variable:
-  ``task_id, status``, the parameters (lists as JSON text), ``seed``, every metric, ``seconds`` (the
+  ``task_id, status``, the parameters (lists as JSON text), ``derived_seed``, every metric, ``seconds`` (the
   task's wall time), ``hostname`` and ``error`` (the message of a failed task).
 * ``slopes.csv`` (kinds with ``slopes``, i.e. ``convergence``) -- the observed order per group of
   tasks that differ only in the step size: the least-squares slope of :math:`\log \text{error}`
@@ -68,10 +68,10 @@ def table(records: Sequence[Dict[str, Any]], order: Sequence[str] = ()) -> Tuple
     pk, mk = _param_keys(records, order), _metric_keys(records)
     clash = (set(pk) | set(_FIXED)) & set(mk)
     mcols = [f"metric.{k}" if k in clash else k for k in mk]
-    cols = ["task_id", "status", *pk, "seed", *mcols, "seconds", "hostname", "error_message"]
+    cols = ["task_id", "status", *pk, "derived_seed", *mcols, "seconds", "hostname", "error_message"]
     rows = []
     for r in records:
-        row = {"task_id": r["task_id"], "status": r["status"], "seed": r["seed"],
+        row = {"task_id": r["task_id"], "status": r["status"], "derived_seed": r["seed"],
                "seconds": r.get("timings", {}).get("total"), "hostname": (r.get("host") or {}).get("hostname"),
                "error_message": (r.get("error") or {}).get("message")}
         row.update({k: r["params"].get(k) for k in pk})
@@ -80,7 +80,7 @@ def table(records: Sequence[Dict[str, Any]], order: Sequence[str] = ()) -> Tuple
     return cols, rows
 
 
-_FIXED = ("task_id", "status", "seed", "seconds", "hostname", "error_message")
+_FIXED = ("task_id", "status", "derived_seed", "seconds", "hostname", "error_message")
 
 
 def _csv(path: Path, cols: Sequence[str], rows: Sequence[Dict[str, Any]]) -> Path:
@@ -278,6 +278,9 @@ def write(spec: Spec, records: Sequence[Dict[str, Any]], out: Path, plots: bool 
     if missing and any(r["status"] == "ok" for r in records):
         notes.append(f"metric(s) not in any record, not plotted: {', '.join(missing)}")
     metrics = [m for m in metrics if m in present]
+    empty = [m for m in metrics if not any(r["status"] == "ok" and _finite(r["metrics"].get(m)) for r in records)]
+    if empty:
+        notes.append(f"metric(s) without a finite value in any record, not plotted: {', '.join(empty)}")
     result: Dict[str, Any] = {"files": files, "slopes": [], "summary": [], "notes": notes}
     plot_dir = out / "plots"
     if plots:
