@@ -26,7 +26,7 @@ class _RayInstances:
     def __init__(self):
         self.mode, self._cluster = None, None
 
-    def _stop(self):
+    def stop(self):
         import ray
 
         if ray.is_initialized():
@@ -40,7 +40,7 @@ class _RayInstances:
         import ray
 
         if self.mode != "local":
-            self._stop()
+            self.stop()
             ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20, log_to_driver=False,
                      logging_level="ERROR")
             self.mode = "local"
@@ -50,7 +50,7 @@ class _RayInstances:
         from ray.cluster_utils import Cluster
 
         if self.mode != "cluster":
-            self._stop()
+            self.stop()
             self._cluster = Cluster(initialize_head=True, head_node_args={
                 "num_cpus": 1, "object_store_memory": 75 * 2**20, "include_dashboard": False})
             self._cluster.add_node(num_cpus=1, object_store_memory=75 * 2**20)
@@ -64,4 +64,4 @@ def ray_instances():
     """Ray for the sweep tests, started once per session (see :class:`_RayInstances`)."""
     inst = _RayInstances()
     yield inst
-    inst._stop()
+    inst.stop()

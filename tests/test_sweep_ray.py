@@ -21,6 +21,13 @@ GRID = {"kind": "convergence", "name": "tiny", "defaults": {"scheme": "midpoint"
         "execution": {"num_cpus": 1, "max_retries": 1}}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _release_ray(ray_instances):
+    """Ray's processes (about 1.3 GB) are not kept for the rest of the session."""
+    yield
+    ray_instances.stop()
+
+
 @pytest.fixture(scope="module")
 def serial(tmp_path_factory):
     return run(GRID, out=tmp_path_factory.mktemp("serial"), serial=True, progress=False, plots=False)
