@@ -51,29 +51,49 @@ plt.tight_layout(); plt.show()""")
 md("""## Experiments
 
 Two initial conditions per system; the error is the maximum over both trajectories and all grid times in
-$[0, T]$, $T = 2$, for $h = 0.2, 0.1, 0.05$.""")
-code("""hs = [0.2, 0.1, 0.05]
+$[0, T]$, $T = 2$, for $h = 0.2, 0.1, 0.05$ (and for the generalised midpoint rule below, $T = 1$ and
+$h = 0.05, 0.025, 0.0125$).
+
+The whole grid -- one task per experiment, system, scheme, $N$ and $h$ -- runs as a sweep (`pipelines.sweep`),
+here serially in this process. The same grid as a TOML file runs with `python -m bea sweep SPEC.toml`, on a local
+Ray instance or a cluster, resumably, with one checksummed record per task (see `sweeps/README.md`).""")
+code("""import tempfile
+from pipelines.sweep import run as run_sweep
+
+hs = [0.2, 0.1, 0.05]
 T = 2.0
 ics = {
-    "pendulum": (pendulum, torch.tensor([[1.0], [2.0]]), torch.tensor([[0.5], [0.0]])),
-    "henon_heiles": (henon_heiles, torch.tensor([[0.3, -0.2], [0.0, 0.4]]), torch.tensor([[0.2, 0.3], [-0.3, 0.0]])),
+    "pendulum": (pendulum, [[1.0], [2.0]], [[0.5], [0.0]]),
+    "henon_heiles": (henon_heiles, [[0.3, -0.2], [0.0, 0.4]], [[0.2, 0.3], [-0.3, 0.0]]),
 }
 orders = {"pendulum": [0, 2, 4], "henon_heiles": [0, 2]}   # keep N <= 2 in 2-D (derivation cost)
-results = []   # (experiment, system, scheme, N, expected order, errors)
+hs_gm = [0.05, 0.025, 0.0125]
+# (experiment, system, scheme, N, expected order, sweep parameters but h, step sizes)
+rows = []
 for name, (system, q0, v0) in ics.items():
+    ic = dict(system=name, T=T, q0=q0, qdot0=v0)
     for scheme in ("midpoint", "trapezoidal"):
-        results.append(("L vs exact", name, scheme, None, 2, C.discrete_vs_exact(system, scheme, hs, T, q0, v0)))
+        rows.append(("L vs exact", name, scheme, None, 2, dict(ic, experiment="exact", scheme=scheme), hs))
         for N in orders[name]:
-            results.append(("L vs L_mod flow", name, scheme, N, N + 2,
-                            C.discrete_vs_modified_flow(system, scheme, N, hs, T, q0, v0)))
-            results.append(("L_inv vs exact", name, scheme, N, N + 2,
-                            C.inverse_modified_vs_exact(system, scheme, N, hs, T, q0, v0, formula="generic")))
+            rows.append(("L vs L_mod flow", name, scheme, N, N + 2, dict(ic, experiment="modified_flow", scheme=scheme, N=N), hs))
+            rows.append(("L_inv vs exact", name, scheme, N, N + 2,
+                         dict(ic, experiment="inverse_modified", scheme=scheme, N=N, formula="generic"), hs))
 for scheme in ("midpoint", "trapezoidal"):
-    system, q0, v0 = ics["pendulum"]
+    _, q0, v0 = ics["pendulum"]
     for N in (0, 2, 4):
-        results.append(("H_mod oscillation", "pendulum", scheme, N, N + 2,
-                        C.modified_energy_oscillation(system, scheme, N, hs, T, q0, v0)))
-print(f"{len(results)} experiments, {time.perf_counter() - t_start:.1f} s so far")""")
+        rows.append(("H_mod oscillation", "pendulum", scheme, N, N + 2,
+                     dict(system="pendulum", T=T, q0=q0, qdot0=v0, experiment="energy_oscillation", scheme=scheme, N=N), hs))
+for N in (0, 1, 2):   # the generalised midpoint rule, below
+    vm_task = dict(system="variable_mass_pendulum", T=1.0, q0=[[1.0]], qdot0=[[0.5]], scheme="generalised_midpoint:0.3", N=N)
+    rows.append(("L vs L_mod flow", "variable mass", "gen. midpoint 0.3", N, N + 1, dict(vm_task, experiment="modified_flow"), hs_gm))
+    rows.append(("L_inv vs exact", "variable mass", "gen. midpoint 0.3", N, N + 1, dict(vm_task, experiment="inverse_modified"), hs_gm))
+
+spec = {"kind": "convergence", "name": "notebook-02", "points": [dict(p, h=h) for *_, p, hh in rows for h in hh]}
+sweep = run_sweep(spec, out=tempfile.mkdtemp(prefix="bea-02-"), serial=True, progress=False, plots=False)
+assert not sweep.failed, [r["error"]["message"] for r in sweep.failed]
+task = iter(sweep.records)   # in the order of the points
+results = [(exp, sysname, sch, N, p, [next(task)["metrics"]["error"] for _ in hh]) for exp, sysname, sch, N, p, _, hh in rows]
+print(f"{sweep}\\n{len(results)} experiments, {time.perf_counter() - t_start:.1f} s so far")""")
 code("""def plot(experiment, ax_row):
     for ax, (name, scheme) in zip(ax_row, [(s, k) for s in ics for k in ("midpoint", "trapezoidal")]):
         for (exp, sysname, sch, N, p, errors) in results:
@@ -105,19 +125,12 @@ md("""## Generalised midpoint rule, α = 0.3
 
 Not symmetric: the series contain odd powers of $h$, and the orders are $N + 1$. On
 $L = \\tfrac12(1 + q^2/4)v^2 + \\cos q$ the mass depends on the position, so the $h^1$ term is not a total derivative
-and the rule really is of order 1. Smaller steps, to be in the asymptotic regime.""")
-code("""gm = bea.GeneralisedMidpoint("0.3")
-vm = systems.variable_mass_pendulum()
-hs_gm = [0.05, 0.025, 0.0125]
-q0, v0 = torch.tensor([[1.0]]), torch.tensor([[0.5]])
-fig, axes = plt.subplots(1, 2, figsize=(8, 3.2))
-for N in (0, 1, 2):
-    e_mod = C.discrete_vs_modified_flow(vm, gm, N, hs_gm, 1.0, q0, v0)
-    e_inv = C.inverse_modified_vs_exact(vm, gm, N, hs_gm, 1.0, q0, v0)
-    results.append(("L vs L_mod flow", "variable mass", "gen. midpoint 0.3", N, N + 1, e_mod))
-    results.append(("L_inv vs exact", "variable mass", "gen. midpoint 0.3", N, N + 1, e_inv))
-    axes[0].loglog(hs_gm, e_mod, "o-", label=f"N = {N}: slope {C.observed_order(hs_gm, e_mod):.2f}")
-    axes[1].loglog(hs_gm, e_inv, "o-", label=f"N = {N}: slope {C.observed_order(hs_gm, e_inv):.2f}")
+and the rule really is of order 1. Smaller steps, to be in the asymptotic regime (these tasks ran in the sweep above).""")
+code("""fig, axes = plt.subplots(1, 2, figsize=(8, 3.2))
+for (exp, sysname, sch, N, p, errors) in results:
+    if sysname == "variable mass":
+        ax = axes[0] if exp == "L vs L_mod flow" else axes[1]
+        ax.loglog(hs_gm, errors, "o-", label=f"N = {N}: slope {C.observed_order(hs_gm, errors):.2f}")
 axes[0].set_title("L vs exact flow of L_mod[N]", fontsize=9); axes[1].set_title("L_inv[N] vs exact flow of L", fontsize=9)
 for ax in axes:
     ax.set_xlabel("h"); ax.legend(fontsize=7)

@@ -15,3 +15,53 @@ def _isolated_cache(tmp_path_factory):
     else:
         os.environ["BEA_CACHE_DIR"] = str(tmp_path_factory.mktemp("bea-cache"))
     yield
+
+
+class _RayInstances:
+    """At most one Ray instance per test session at a time: ``local()`` (2 CPUs) or ``cluster()`` (two
+    simulated nodes of 1 CPU); switching shuts the other down (one process cannot hold two). Started on
+    first use, so that sessions without Ray tests never pay for it; workers inherit this process's
+    environment (the session's BEA_CACHE_DIR)."""
+
+    def __init__(self):
+        self.mode, self._cluster = None, None
+
+    def stop(self):
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+        if self._cluster is not None:
+            self._cluster.shutdown()
+            self._cluster = None
+        self.mode = None
+
+    def local(self):
+        import ray
+
+        if self.mode != "local":
+            self.stop()
+            ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20, log_to_driver=False,
+                     logging_level="ERROR")
+            self.mode = "local"
+
+    def cluster(self):
+        import ray
+        from ray.cluster_utils import Cluster
+
+        if self.mode != "cluster":
+            self.stop()
+            self._cluster = Cluster(initialize_head=True, head_node_args={
+                "num_cpus": 1, "object_store_memory": 75 * 2**20, "include_dashboard": False})
+            self._cluster.add_node(num_cpus=1, object_store_memory=75 * 2**20)
+            ray.init(address=self._cluster.address, log_to_driver=False, logging_level="ERROR")
+            self.mode = "cluster"
+        return self._cluster
+
+
+@pytest.fixture(scope="session")
+def ray_instances():
+    """Ray for the sweep tests, started once per session (see :class:`_RayInstances`)."""
+    inst = _RayInstances()
+    yield inst
+    inst.stop()

@@ -1,0 +1,75 @@
+"""Benchmark of sweeps (pipelines.sweep): the same grid serially and on a local Ray instance, in one run.
+
+    python benchmarks/sweep.py [--spec sweeps/lsi.toml] [--cpus 2]
+
+Default grid: ``sweeps/lsi.toml``, 24 LSI tasks (2 step sizes x 4 data sizes x 3 seeds, one CPU each).
+Both runs start from the same warm derivation cache (a warm-up task outside the grid fills it), so
+that neither pays for the SymPy derivations. Prints the machine's load, the serial wall time, Ray's
+start-up and the wall time of the tasks on Ray with ``--cpus`` CPUs, the speed-up as a ratio
+(serial / Ray, with and without start-up; ideal: the number of CPUs), and whether the two runs gave
+the same metrics to the last bit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--spec", default=str(ROOT / "sweeps" / "lsi.toml"))
+    ap.add_argument("--cpus", type=int, default=2, help="CPUs of the local Ray instance (default 2)")
+    args = ap.parse_args()
+    os.environ.setdefault("BEA_CACHE_DIR", tempfile.mkdtemp(prefix="bea-bench-sweep-"))  # inherited by Ray's workers
+
+    from pipelines.sweep import load, run
+    from pipelines.sweep.spec import Task
+    from pipelines.sweep.execute import run_task
+    from pipelines.sweep.records import derived_seed, task_id
+
+    spec = load(args.spec)
+    t = spec.tasks[0]
+    warm = dict(t.params, seed=10**6)  # outside the grid: fills the derivation cache for both runs
+    t0 = time.perf_counter()
+    run_task(spec.kind_obj, Task(spec.kind, warm, task_id(spec.kind, warm), derived_seed(spec.kind, warm), "warm-up"))
+    t_warm = time.perf_counter() - t0
+    print(f"{spec.name}: {len(spec.tasks)} tasks of kind {spec.kind!r}, {spec.execution.num_cpus} CPU each; "
+          f"warm-up task {t_warm:.1f} s; load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
+          f"({os.cpu_count()} CPUs)", flush=True)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        serial = run(spec, out=Path(tmp) / "serial", serial=True, progress=False, plots=False)
+        t_serial = time.perf_counter() - t0
+        print(f"serial: {t_serial:.1f} s ({t_serial / len(spec.tasks):.2f} s per task)", flush=True)
+
+        import ray
+
+        t0 = time.perf_counter()
+        ray.init(num_cpus=args.cpus, include_dashboard=False, object_store_memory=200 * 2**20, log_to_driver=False,
+                 logging_level=logging.ERROR)
+        t_init = time.perf_counter() - t0
+        try:
+            t0 = time.perf_counter()
+            on_ray = run(spec, out=Path(tmp) / "ray", progress=False, plots=False)
+            t_ray = time.perf_counter() - t0
+        finally:
+            ray.shutdown()
+        same = all(a["metrics"] == b["metrics"] for a, b in zip(serial.records, on_ray.records))
+        print(f"Ray ({args.cpus} CPUs): start-up {t_init:.1f} s, tasks {t_ray:.1f} s")
+        print(f"speed-up serial / Ray: {t_serial / (t_init + t_ray):.2f}x with start-up, {t_serial / t_ray:.2f}x without "
+              f"(ideal {args.cpus}x); metrics identical: {same}; failed: {len(serial.failed)} serial, {len(on_ray.failed)} Ray")
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()
