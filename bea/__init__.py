@@ -9,10 +9,11 @@ truncation order; print them as SymPy or LaTeX; compile them to differentiable t
 
 from . import schemes
 from ._version import __version__
-from .api import compile_torch, inverse_modified_lagrangian, modified_equation, modified_lagrangian
+from .api import compile_torch, inverse_modified_lagrangian, modified_equation, modified_lagrangian, series_function
 from .autodiff import acceleration, energy, momentum
 from .closed_form import midpoint_inv2, midpoint_mod2
 from .schemes import CustomScheme, GeneralisedMidpoint, Midpoint, Scheme, Trapezoidal, exact, get_scheme
+from .free.series import FreeSeries
 from .series import Series
 
 __all__ = [
@@ -29,10 +30,12 @@ __all__ = [
     "modified_lagrangian",
     "inverse_modified_lagrangian",
     "compile_torch",
+    "series_function",
     "energy",
     "momentum",
     "acceleration",
     "midpoint_mod2",
     "midpoint_inv2",
     "Series",
+    "FreeSeries",
 ]

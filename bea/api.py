@@ -16,6 +16,10 @@ from .derive import KINDS, Derivation, Raw, derive_raw
 from .jets import Jets
 from .schemes import Scheme, get_scheme
 from .series import Series
+from .free.derive import FreeRaw, derive_free
+from .free.series import FreeSeries
+from .free.storage import decode_raw
+from .free.storage import encode as encode_free
 from .symbolic import Frame, validate_concrete
 
 SchemeLike = Union[str, Scheme]
@@ -41,7 +45,7 @@ def _check_dim(dim) -> int:
     return dim
 
 
-def _cache_key(kind: str, scheme: Scheme, order: int, dim: int):
+def _cache_key(kind: str, scheme: Scheme, order: int, dim):
     skey = scheme.cache_key()
     if skey is None:
         return None
@@ -76,6 +80,29 @@ def generic_raw(kind: str, scheme: SchemeLike, order: int, dim: int, cache: bool
     return raw
 
 
+def free_raw(kind: str, scheme: SchemeLike, order: int, cache: bool = True) -> FreeRaw:
+    """Dimension-free coefficients (trees) for the generic Lagrangian, from the cache when possible.
+
+    Cache entries are data (trees and rationals), validated when read; nothing is executed."""
+    sch = get_scheme(scheme)
+    _check_order(order, sch)
+    key = _cache_key(kind, sch, order, "any") if cache else None
+    body = _cache.load(key) if key is not None else None
+    if body is not None:
+        try:
+            raw = decode_raw(body.get("trees"))
+            if raw.kind == kind and raw.order == order:
+                return raw
+        except (KeyError, ValueError, TypeError, AttributeError, ZeroDivisionError):
+            pass  # unusable entry: derive again and overwrite it
+    raw = derive_free(sch, kind, order)
+    if not sch.symmetric and raw.symmetric and order % 2:
+        raise ValueError(f"{sch!r} turned out symmetric (only even powers of h); use an even order")
+    if key is not None:
+        _cache.save(key, {"trees": encode_free(raw)})
+    return raw
+
+
 def _derive(kind: str, scheme: SchemeLike, order: int, dim: Optional[int], lagrangian, q, v, params, cache: bool, fast: bool = True) -> Series:
     """``fast``: derive polynomial Lagrangians with constant mass directly (see :mod:`bea.concrete`)
     instead of substituting into the generic formula."""
@@ -83,7 +110,9 @@ def _derive(kind: str, scheme: SchemeLike, order: int, dim: Optional[int], lagra
     if lagrangian is None:
         if q is not None or v is not None:
             raise ValueError("q and v are only meaningful with a concrete lagrangian=...")
-        n = _check_dim(1 if dim is None else dim)
+        if dim is None:
+            return FreeSeries(free_raw(kind, sch, order, cache), sch)
+        n = _check_dim(dim)
         raw = generic_raw(kind, sch, order, n, cache)
         return Series(raw, sch, Frame.generic_frame(n))
     frame = validate_concrete(lagrangian, q, v, params)
@@ -122,11 +151,17 @@ def inverse_modified_lagrangian(scheme: SchemeLike, order: int, dim: Optional[in
     return _derive("inverse_modified_lagrangian", scheme, order, dim, lagrangian, q, v, params, cache, fast)
 
 
-def compile_torch(kind: str, scheme: SchemeLike, order: int, dim: int = 1, cache: bool = True) -> Callable:
-    """``f(L, q, v, h)`` for a generic series, loading the generated code from the cache when it is
-    there (no derivation, no SymPy), else deriving, generating and caching it."""
+def compile_torch(kind: str, scheme: SchemeLike, order: int, dim: Optional[int] = None, cache: bool = True) -> Callable:
+    """``f(L, q, v, h)`` for a generic series.
+
+    Without ``dim`` (the default) the function is dimension-free: ``q, v`` may have any last
+    dimension ``n``; it is built from the cached trees (data, validated on load) or derived once.
+    With ``dim=n`` it is the component formula of that dimension (generated code, cached)."""
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}; one of {', '.join(KINDS)}")
+    if dim is None:
+        sch = get_scheme(scheme)
+        return FreeSeries(free_raw(kind, sch, order, cache), sch).to_torch()
     sch, key, body = _lookup(kind, scheme, order, dim, cache)
     if body is not None and isinstance(body.get("source"), str):
         from .codegen import load_source
@@ -140,3 +175,16 @@ def compile_torch(kind: str, scheme: SchemeLike, order: int, dim: int = 1, cache
         body["source"] = series.source
         _cache.save(key, body)
     return fn
+
+
+def series_function(kind: str, scheme: SchemeLike, order: int, n: Optional[int] = None, cache: bool = True) -> Callable:
+    """``f(L, q, v, h)`` by the cheapest exact route, for library code that knows its dimension.
+
+    The dimension-free function (:func:`compile_torch` without ``dim``) in general. For ``n = 1``
+    the component formula: it is derived in about a second at every order and evaluates several
+    times faster there (one scalar per derivative instead of a chain per tree); the two agree to
+    rounding (``tests/test_free.py``).
+    """
+    if n == 1:
+        return compile_torch(kind, scheme, order, dim=1, cache=cache)
+    return compile_torch(kind, scheme, order, cache=cache)

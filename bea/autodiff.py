@@ -139,8 +139,11 @@ def check_regular(M: torch.Tensor) -> None:
         if n == 1:
             bad = ~(M[..., 0, 0].abs() > 0) & finite
         else:
-            s = torch.linalg.svdvals(torch.where(finite[..., None, None], M, torch.eye(n, dtype=M.dtype, device=M.device)))
-            bad = ~(s[..., -1] > REGULARITY_TOL * s[..., 0]) & finite
+            # M is a Hessian, hence symmetric: its singular values are the moduli of its eigenvalues,
+            # and eigvalsh is some 20x faster than svdvals for batches of n ~ 50
+            safe = torch.where(finite[..., None, None], M, torch.eye(n, dtype=M.dtype, device=M.device))
+            s = torch.linalg.eigvalsh((safe + safe.transpose(-1, -2)) / 2).abs()
+            bad = ~(s.min(-1).values > REGULARITY_TOL * s.max(-1).values) & finite
     if bool(bad.any()):
         count = int(bad.sum())
         idx = tuple(int(i) for i in torch.nonzero(bad)[0]) if bad.dim() else ()

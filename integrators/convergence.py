@@ -81,10 +81,7 @@ def torch_series(system: Callable, scheme, N: int, kind: str, h: float, formula:
         return series_lagrangian(system, scheme, N, kind).bind(h=h)
     if formula != "generic":
         raise ValueError(f"formula must be 'generic' or 'concrete', got {formula!r}")
-    n = system.n if isinstance(system, SymbolicLagrangian) else None
-    if n is None:
-        raise ValueError("the generic formula needs the dimension: pass a System / SymbolicLagrangian")
-    f = bea.compile_torch(kind, scheme, N, n)
+    f = bea.series_function(kind, scheme, N, getattr(system, "n", None))
 
     def L(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return f(system, q, v, h)

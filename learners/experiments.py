@@ -272,7 +272,7 @@ def _exact_floor(system, cfg: ExperimentConfig, q0, v0, timings) -> Dict[str, fl
 
     t = time.perf_counter()
     n = len(cfg.q0)
-    finv = bea.compile_torch("inverse_modified_lagrangian", "midpoint", 6, dim=n)
+    finv = bea.series_function("inverse_modified_lagrangian", "midpoint", 6, n)
 
     def L_inv(q, v):
         return finv(system, q, v, cfg.h)
@@ -282,7 +282,7 @@ def _exact_floor(system, cfg: ExperimentConfig, q0, v0, timings) -> Dict[str, fl
     out = {}
     q_ref, _ = reference_flow(system, q0, v0, cfg.h * torch.arange(steps + 1, dtype=torch.float64))
     for N in (2,):
-        fN = bea.compile_torch("modified_lagrangian", "midpoint", N, dim=n)
+        fN = bea.series_function("modified_lagrangian", "midpoint", N, n)
 
         def L_rec(q, v, fN=fN):
             return fN(L_inv, q, v, cfg.h)

@@ -129,7 +129,7 @@ class InverseModifiedLagrangianGP(FunctionalLagrangianModel):
         if N == 0:
             return self.lagrangian
         if N not in self._recovered:
-            f = bea.compile_torch("modified_lagrangian", self.scheme, N, dim=self.n)
+            f = bea.series_function("modified_lagrangian", self.scheme, N, self.n)
             Linv, h = self.lagrangian, self.h
 
             def L_rec(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

@@ -315,17 +315,13 @@ def _fit(model, res, batch_loss, evaluate, tr_idx, val_idx, opt, sched, schedule
 
 # ---------------------------------------------------------------------------------------------- prediction
 #: above this dimension, midpoint mod_2 uses the closed form (bea's generic n = 6 derivation takes > 10 min)
-GENERIC_MAX_DIM = 3
-
-
 def recovered_lagrangian(model: TorchLagrangian, order: int = 2, h: float = 0.1, scheme="midpoint",
                          method: str = "auto") -> TorchLagrangian:
     r""":math:`L_{rec} = \mathrm{mod}_N(L_{inv})` truncated at :math:`h^N` for a model trained as :math:`L_{inv}`
-    (``"del"`` loss) at step ``h``. ``method="bea"``: :func:`bea.compile_torch` of the generic modified
-    Lagrangian of ``scheme`` in dimension ``model.n`` (derived once, cached on disk), applied to the model;
-    ``"formula"``: the closed form :func:`bea.closed_form.midpoint_mod2` (midpoint, ``order=2`` only); ``"auto"``: ``bea`` up
-    to :data:`GENERIC_MAX_DIM` coordinates, the closed form above (the generic ``n = 6`` derivation, e.g.
-    three bodies in the plane, does not finish in 10 minutes). ``order=0`` returns the model itself."""
+    (``"del"`` loss) at step ``h``: :func:`bea.series_function`, the dimension-free formula of ``scheme``
+    (derived once, cached on disk) applied to the model, for any dimension. ``method`` is kept for
+    compatibility: ``"auto"``, ``"bea"`` and ``"formula"`` (formerly a midpoint closed form at order 2,
+    now the same general formula) all take this route. ``order=0`` returns the model itself."""
     return _series_lagrangian("modified_lagrangian", model, order, h, scheme, method)
 
 
@@ -333,14 +329,13 @@ def inverse_lagrangian(model: TorchLagrangian, order: int = 2, h: float = 0.1, s
                        method: str = "auto") -> TorchLagrangian:
     r""":math:`L_{inv} = \mathrm{inv}_N(L)` truncated at :math:`h^N` for a model of the *true* Lagrangian
     (THEORY.md §4): the scheme applied to it reproduces the flow of ``model`` to :math:`O(h^{N+1})`.
-    Midpoint, ``N = 2``: :math:`L_{inv} = 2L - \mathrm{mod}_2(L) = L - \frac{h^2}{24}(A^\top MA - v^\top L_{qq}v)`
-    (closed form, any ``n``); otherwise :func:`bea.compile_torch` of the generic inverse modified
-    Lagrangian (``method`` as in :func:`recovered_lagrangian`). ``order=0``: the model itself."""
+    Midpoint, ``N = 2``: :math:`L_{inv} = L - \frac{h^2}{24}(A^\top MA - v^\top L_{qq}v)`, any ``n``
+    (``method`` as in :func:`recovered_lagrangian`). ``order=0``: the model itself."""
     return _series_lagrangian("inverse_modified_lagrangian", model, order, h, scheme, method)
 
 
 def _series_lagrangian(kind: str, model: TorchLagrangian, order: int, h: float, scheme, method: str) -> TorchLagrangian:
-    """``mod_N`` (``kind="modified_lagrangian"``) or ``inv_N`` of ``model``: the midpoint closed form or bea's code."""
+    """``mod_N`` (``kind="modified_lagrangian"``) or ``inv_N`` of ``model`` by the dimension-free formula."""
     sch = bea.get_scheme(scheme)
     N = check_order(order, sch.symmetric)
     h = check_step(h)
@@ -348,16 +343,7 @@ def _series_lagrangian(kind: str, model: TorchLagrangian, order: int, h: float, 
         raise ValueError(f"method must be 'auto', 'bea' or 'formula', got {method!r}")
     if N == 0:
         return model
-    n = getattr(model, "n", None)
-    closed_form = N == 2 and sch == bea.get_scheme("midpoint")
-    if method == "formula" or (method == "auto" and closed_form and (n is None or n > GENERIC_MAX_DIM)):
-        if not closed_form:
-            raise ValueError(f"the closed form covers the midpoint rule at order 2 only, got {sch!r} at order {N}; use method='bea'")
-        return (midpoint_mod2 if kind == "modified_lagrangian" else midpoint_inv2)(model, h)
-    if n is None:
-        what = "mod_N" if kind == "modified_lagrangian" else "inv_N"
-        raise ValueError(f"the model must expose its dimension as .n to derive {what} for it")
-    f = bea.compile_torch(kind, sch, N, dim=n)
+    f = bea.series_function(kind, sch, N, getattr(model, "n", None))
 
     def L_series(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return f(model, q, v, h)

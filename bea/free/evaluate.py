@@ -65,19 +65,27 @@ class _Point:
             q, v = self.q, self.v
             ts = torch.zeros_like(v).requires_grad_(True)
             val = _evaluate(self.L, q, v + ts)
-            (gv,) = torch.autograd.grad(val.sum(), ts, create_graph=True)
+            (gv,) = torch.autograd.grad(val.sum(), ts, create_graph=True, allow_unused=True) if val.requires_grad else (None,)
+            if gv is None or not gv.requires_grad:
+                raise ValueError(
+                    "the Lagrangian is not regular: it is at most linear in the velocity, so d^2L/dv^2 = 0 and "
+                    "the Euler-Lagrange equations do not determine the acceleration"
+                )
             rows = []
             for i in range(q.shape[-1]):
                 (r,) = torch.autograd.grad(gv[..., i].sum(), ts, create_graph=True, allow_unused=True)
                 rows.append(torch.zeros_like(v) if r is None else r)
             M = torch.stack(rows, -2)
             check_regular(M)
-            self._lu = torch.linalg.lu_factor(M)
+            # one dimension: a division is an order of magnitude cheaper than LU for small batches
+            self._lu = (M[..., 0, :],) if M.shape[-1] == 1 else torch.linalg.lu_factor(M)
         return self._lu
 
     def solve(self, g: torch.Tensor) -> torch.Tensor:
-        LU, piv = self.lu()
-        return torch.linalg.lu_solve(LU, piv, g.unsqueeze(-1)).squeeze(-1)
+        lu = self.lu()
+        if len(lu) == 1:
+            return g / lu[0]
+        return torch.linalg.lu_solve(lu[0], lu[1], g.unsqueeze(-1)).squeeze(-1)
 
     # ------------------------------------------------------------------ chains
     def _level(self, h: int) -> list:
