@@ -21,32 +21,33 @@ from typing import Any
 
 import torch
 
-from .autodiff import TorchLagrangian, _as_leaf, _evaluate, _grad_mode_aware, check_regular, check_state
+from .autodiff import TorchLagrangian, _as_leaf, _evaluate, _grad_mode_aware, check_regular, check_state, grads
+from .errors import BeaTypeError, BeaValueError
 
 __all__ = ["midpoint_mod2", "midpoint_inv2"]
 
 
 def _step(h: Any) -> float:
     if isinstance(h, bool) or not isinstance(h, (int, float)):
-        raise TypeError(f"h must be a positive number, got {h!r}")
+        raise BeaTypeError(f"h must be a positive number, got {type(h).__name__} {str(h)[:40]!r}")
     h = float(h)
     if not (h > 0 and math.isfinite(h)):
-        raise ValueError(f"h must be a positive finite number, got {h}")
+        raise BeaValueError(f"h must be a positive finite number, got {h}")
     return h
 
 
 def _correction(L: TorchLagrangian, q: torch.Tensor, v: torch.Tensor):
     r""":math:`L(q, v)` and :math:`A^\top M A - v^\top L_{qq} v`, both ``(...)``."""
     val = _evaluate(L, q, v)
-    gq, gv = torch.autograd.grad(val.sum(), (q, v), create_graph=True)
+    gq, gv = grads(val, (q, v))
     n = q.shape[-1]
     M_rows, C_rows, Q_rows = [], [], []
     for i in range(n):
-        cq, cv = torch.autograd.grad(gv[..., i].sum(), (q, v), create_graph=True, allow_unused=True)
-        M_rows.append(torch.zeros_like(v) if cv is None else cv)
-        C_rows.append(torch.zeros_like(q) if cq is None else cq)
-        (qq,) = torch.autograd.grad(gq[..., i].sum(), q, create_graph=True, allow_unused=True)
-        Q_rows.append(torch.zeros_like(q) if qq is None else qq)
+        cq, cv = grads(gv[..., i], (q, v))
+        M_rows.append(cv)
+        C_rows.append(cq)
+        (qq,) = grads(gq[..., i], (q,))
+        Q_rows.append(qq)
     M, C, Lqq = torch.stack(M_rows, -2), torch.stack(C_rows, -2), torch.stack(Q_rows, -2)
     check_regular(M)
     A = torch.linalg.solve(M, (gq - (C @ v.unsqueeze(-1)).squeeze(-1)).unsqueeze(-1))  # (..., n, 1)
@@ -57,7 +58,7 @@ def _correction(L: TorchLagrangian, q: torch.Tensor, v: torch.Tensor):
 
 def _series(L: TorchLagrangian, h: Any, sign: float) -> TorchLagrangian:
     if not callable(L):
-        raise TypeError(f"the Lagrangian must be a callable L(q, v), got {type(L).__name__}")
+        raise BeaTypeError(f"the Lagrangian must be a callable L(q, v), got {type(L).__name__}")
     h = _step(h)
 
     @_grad_mode_aware

@@ -193,6 +193,8 @@ class Series:
     def _lambdify(self) -> Callable:
         import torch
 
+        from .autodiff import check_state, check_step
+
         mods = [{k: getattr(torch, v) for k, v in _TORCH_FUNCS.items()}, "math"]
         args = [*self.q, *self.v, H]
         e = self.expr
@@ -206,8 +208,8 @@ class Series:
             raise TypeError(f"substitute numbers for the parameters {params} before compiling to torch")
 
         def f(q, v, h):
-            if q.shape[-1] != n or v.shape != q.shape:
-                raise ValueError(f"q and v must have shape (..., {n}); got {tuple(q.shape)} and {tuple(v.shape)}")
+            check_state(q, v, n)
+            h = check_step(h, q)
             xs = [q[..., i] for i in range(n)] + [v[..., i] for i in range(n)] + [h]
             outs = [c(*xs) + torch.zeros_like(q[..., 0]) for c in comps]
             return torch.stack(outs, -1) if self.kind == "modified_equation" else outs[0]
