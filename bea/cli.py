@@ -119,8 +119,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     except BrokenPipeError:  # output piped into head & co.
         sys.stderr.close()
         return 0
-    except SystemExit:
-        raise
+    except SystemExit as exc:  # argparse: --help, --version, usage errors (already printed on one line)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
     except (BeaError, ValueError, TypeError, ArithmeticError, OSError, MemoryError, RecursionError) as err:
         if debug:
             raise

@@ -256,9 +256,10 @@ def _check_dim(scheme, n: int) -> None:
         return
     if set(lam0) == {(L0,)}:
         c = lam0[(L0,)]
+        about = "" if c.denominator == 1 else f" (about {float(c):.17g})"
         cause = (
             f"L_Delta(q(t-h/2), q(t+h/2))/h tends to {c} * L(q, v) instead of L(q, v): the weights of its evaluations "
-            f"of L sum to {c} (about {float(c):.17g}), not 1 (e.g. 2*h*L(...) counts the step twice)"
+            f"of L sum to {c}{about}, not 1 (e.g. 2*h*L(...) counts the step twice)"
         )
     else:
         cause = "L_Delta(q(t-h/2), q(t+h/2))/h does not tend to L(q, v) as h -> 0 (it involves derivatives of L at leading order)"
