@@ -39,7 +39,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse that reports a usage error on one line (no usage block)."""
 
     def error(self, message: str) -> NoReturn:
-        print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        print(f"bea: error: {message} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
 
 
