@@ -183,7 +183,8 @@ def fingerprint(scheme, dims: Iterable[int] = (1, 2)) -> str:
     for n in sorted(set(dims)):
         expr, _ = evaluate(scheme, n)
         parts.append(f"n={n}:{sympy.srepr(sympy.expand(expr))}")
-    parts.append(f"symmetric={scheme.symmetric!r}")
+    if scheme.symmetric is False:  # True and None give the same results (symmetry is detected); False does not
+        parts.append("declared-not-symmetric")
     return "ld1:" + hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
