@@ -12,6 +12,7 @@ from ._version import __version__
 from .api import compile_torch, inverse_modified_lagrangian, modified_equation, modified_lagrangian, series_function
 from .autodiff import acceleration, energy, momentum
 from .closed_form import midpoint_inv2, midpoint_mod2
+from .errors import BeaError, BeaTypeError, BeaValueError, InconsistentSchemeError, NotRegularError, UnsupportedSchemeError
 from .schemes import CustomScheme, GeneralisedMidpoint, Midpoint, Scheme, Trapezoidal, exact, get_scheme
 from .free.series import FreeSeries
 from .series import Series
@@ -38,4 +39,10 @@ __all__ = [
     "midpoint_inv2",
     "Series",
     "FreeSeries",
+    "BeaError",
+    "BeaValueError",
+    "BeaTypeError",
+    "InconsistentSchemeError",
+    "UnsupportedSchemeError",
+    "NotRegularError",
 ]

@@ -13,6 +13,7 @@ from . import cache as _cache
 from ._version import __version__
 from .concrete import PolynomialLagrangian
 from .derive import KINDS, Derivation, Raw, derive_raw
+from .errors import BeaTypeError, BeaValueError
 from .jets import Jets
 from .schemes import Scheme, get_scheme
 from .series import Series
@@ -25,58 +26,108 @@ from .symbolic import Frame, validate_concrete
 SchemeLike = Union[str, Scheme]
 
 
-def _check_order(order, scheme: Scheme) -> None:
+#: Highest order for a generic Lagrangian. The cost grows about 20-fold per two orders (midpoint, n = 1,
+#: modified + inverse on 2 cores: order 8 in 11 s, order 10 in 205 s), so order 12 takes about an hour and
+#: order 14 most of a day: beyond 12 a request is a typo, not a computation.
+MAX_ORDER = 12
+#: Highest order on the fast path for concrete polynomial Lagrangians with constant mass (harmonic
+#: oscillator, modified + inverse: order 20 in 29 s, about 3-fold per 4 orders).
+MAX_ORDER_CONCRETE = 24
+#: Highest dimension of a derivation: building the generic variable registry (det and adjugate of the
+#: symbolic n x n mass matrix) takes 2.4 s for n = 5 and 31 s for n = 6, about 13-fold per dimension, and
+#: the midpoint h^2 series for n = 6 does not finish in 10 minutes (see bea.closed_form for any n at h^2).
+MAX_DIM = 6
+
+
+def _check_order(order, scheme: Scheme, limit: int = MAX_ORDER) -> None:
     if isinstance(order, bool) or not isinstance(order, int):
-        raise TypeError(f"order must be an integer (the highest power of h kept), got {order!r}")
+        raise BeaTypeError(f"order must be an integer (the highest power of h kept), got {type(order).__name__} {_short(order)}")
     if order < 0:
-        raise ValueError(f"order must be >= 0 (the highest power of h kept), got {order}")
+        raise BeaValueError(f"order must be >= 0 (the highest power of h kept), got {order}")
+    if order > limit:
+        raise BeaValueError(
+            f"order={order} is above the supported maximum {limit}: the cost grows about 20-fold per two orders "
+            f"(order 10 takes minutes, 12 about an hour); use an order <= {limit}"
+        )
     if scheme.symmetric and order % 2:
-        raise ValueError(
+        raise BeaValueError(
             f"{scheme!r} is symmetric: its series contain only even powers of h, so order={order} is "
             f"ambiguous; use order={order - 1} or order={order + 1}"
         )
 
 
+def _short(x, width: int = 60) -> str:
+    r = repr(x)
+    return r if len(r) <= width else r[: width - 3] + "..."
+
+
 def _check_dim(dim) -> int:
     if isinstance(dim, bool) or not isinstance(dim, int):
-        raise TypeError(f"dim must be a positive integer, got {dim!r}")
+        raise BeaTypeError(f"dim must be a positive integer, got {type(dim).__name__} {_short(dim)}")
     if dim < 1:
-        raise ValueError(f"dim must be >= 1, got {dim}")
+        raise BeaValueError(f"dim must be >= 1, got {dim}")
+    if dim > MAX_DIM:
+        raise BeaValueError(
+            f"dim={dim} is above the supported maximum {MAX_DIM}: the generic derivation's cost grows about 13-fold "
+            "per dimension; for the midpoint rule at h^2 in any dimension use bea.midpoint_mod2 / bea.midpoint_inv2"
+        )
     return dim
 
 
+def _check_flag(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise BeaTypeError(f"{name} must be True or False, got {type(value).__name__} {_short(value)}")
+    return value
+
+
 def _cache_key(kind: str, scheme: Scheme, order: int, dim):
-    skey = scheme.cache_key()
+    """The scheme enters through its fingerprint (its discrete Lagrangian on symbols, see
+    :mod:`bea.scheme_check`), so every constant that determines the result is in the key."""
+    skey = scheme.cache_key(dim if isinstance(dim, int) else None)
     if skey is None:
         return None
     return {"kind": kind, "scheme": skey, "order": order, "dim": dim, "engine": __version__}
 
 
-def _lookup(kind: str, scheme: SchemeLike, order: int, dim: int, cache: bool):
-    """Validated scheme, cache key (``None``: not cached) and cached body (``None``: absent)."""
+def _scheme(scheme: SchemeLike) -> Scheme:
     sch = get_scheme(scheme)
+    sch.check_consistent()  # a clear message naming the cause, before any work (cached per scheme)
+    return sch
+
+
+def _lookup(kind: str, scheme: SchemeLike, order: int, dim: int, cache: bool):
+    """Validated scheme and cache key (``None``: not cached)."""
+    sch = _scheme(scheme)
     _check_order(order, sch)
     _check_dim(dim)
+    _check_flag("cache", cache)
     key = _cache_key(kind, sch, order, dim) if cache else None
-    return sch, key, (_cache.load(key) if key is not None else None)
+    return sch, key
+
+
+def _decoder(kind: str, order: int, dim: int):
+    def decode(body):
+        if not isinstance(body, dict) or not isinstance(body.get("symmetric"), bool):
+            raise _cache.CacheFormatError("missing 'symmetric' flag")
+        jets, coeffs = _cache.decode_coeffs(dim, body["raw"], vector=kind == "modified_equation", order=order)
+        return Raw(kind, jets, order, coeffs, body["symmetric"])
+
+    return decode
 
 
 def generic_raw(kind: str, scheme: SchemeLike, order: int, dim: int, cache: bool = True) -> Raw:
-    """Coefficients in jet variables for the generic Lagrangian (from the cache when possible)."""
-    sch, key, body = _lookup(kind, scheme, order, dim, cache)
+    """Coefficients in jet variables for the generic Lagrangian (from the cache when possible: a
+    validated, authenticated entry; anything else is regenerated)."""
+    sch, key = _lookup(kind, scheme, order, dim, cache)
     if key is not None:
-        if body is not None:
-            try:
-                jets, coeffs = _cache.decode_coeffs(dim, body["raw"])
-                return Raw(kind, jets, order, coeffs, bool(body["symmetric"]))
-            except (KeyError, ValueError, TypeError):
-                pass  # unusable entry: fall through and regenerate
+        raw = _cache.load(key, validate=_decoder(kind, order, dim))
+        if raw is not None:
+            return raw
     raw = derive_raw(sch, kind, order, dim, Derivation(sch, dim))
     if not sch.symmetric and raw.symmetric and order % 2:
-        raise ValueError(f"{sch!r} turned out symmetric (only even powers of h); use an even order")
+        raise BeaValueError(f"{sch!r} turned out symmetric (only even powers of h); use an even order")
     if key is not None:
-        body = {"raw": _cache.encode_coeffs(raw.jets, raw.coeffs), "symmetric": raw.symmetric}
-        _cache.save(key, body)
+        _cache.save(key, {"raw": _cache.encode_coeffs(raw.jets, raw.coeffs), "symmetric": raw.symmetric})
     return raw
 
 
@@ -84,46 +135,52 @@ def free_raw(kind: str, scheme: SchemeLike, order: int, cache: bool = True) -> F
     """Dimension-free coefficients (trees) for the generic Lagrangian, from the cache when possible.
 
     Cache entries are data (trees and rationals), validated when read; nothing is executed."""
-    sch = get_scheme(scheme)
+    sch = _scheme(scheme)
     _check_order(order, sch)
     key = _cache_key(kind, sch, order, "any") if cache else None
-    body = _cache.load(key) if key is not None else None
-    if body is not None:
-        try:
-            raw = decode_raw(body.get("trees"))
-            if raw.kind == kind and raw.order == order:
-                return raw
-        except (KeyError, ValueError, TypeError, AttributeError, ZeroDivisionError):
-            pass  # unusable entry: derive again and overwrite it
+    if key is not None:
+        raw = _cache.load(key, part="trees", validate=lambda body: _valid_free(body, kind, order))
+        if raw is not None:
+            return raw
     raw = derive_free(sch, kind, order)
     if not sch.symmetric and raw.symmetric and order % 2:
         raise ValueError(f"{sch!r} turned out symmetric (only even powers of h); use an even order")
     if key is not None:
-        _cache.save(key, {"trees": encode_free(raw)})
+        _cache.save(key, {"trees": encode_free(raw)}, part="trees")
+    return raw
+
+
+def _valid_free(body, kind: str, order: int) -> FreeRaw:
+    raw = decode_raw(body["trees"])
+    if raw.kind != kind or raw.order != order:
+        raise ValueError("entry for another derivation")
     return raw
 
 
 def _derive(kind: str, scheme: SchemeLike, order: int, dim: Optional[int], lagrangian, q, v, params, cache: bool, fast: bool = True) -> Series:
     """``fast``: derive polynomial Lagrangians with constant mass directly (see :mod:`bea.concrete`)
     instead of substituting into the generic formula."""
-    sch = get_scheme(scheme)
+    sch = _scheme(scheme)
+    _check_flag("cache", cache)
+    _check_flag("fast", fast)
     if lagrangian is None:
-        if q is not None or v is not None:
-            raise ValueError("q and v are only meaningful with a concrete lagrangian=...")
+        if q is not None or v is not None or not (params is None or (isinstance(params, (list, tuple)) and not params)):
+            raise BeaValueError("q, v and params are only meaningful with a concrete lagrangian=...; for the generic L pass dim=n")
         if dim is None:
             return FreeSeries(free_raw(kind, sch, order, cache), sch)
         n = _check_dim(dim)
         raw = generic_raw(kind, sch, order, n, cache)
         return Series(raw, sch, Frame.generic_frame(n))
     frame = validate_concrete(lagrangian, q, v, params)
+    _check_dim(frame.n)
+    _check_order(order, sch, MAX_ORDER_CONCRETE)
     if dim is not None and _check_dim(dim) != frame.n:
-        raise ValueError(f"dim={dim} does not match the {frame.n} coordinates given in q")
+        raise BeaValueError(f"dim={dim} does not match the {frame.n} coordinates given in q")
     frame.check_regular()  # before any work
     if fast:
         jets = Jets(frame.n)
         poly = PolynomialLagrangian.from_frame(jets, frame)
         if poly is not None:
-            _check_order(order, sch)
             raw = derive_raw(sch, kind, order, frame.n, Derivation(sch, frame.n, jets=jets, concrete=poly))
             return Series(raw, sch, frame)
     raw = generic_raw(kind, sch, order, frame.n, cache)
@@ -155,26 +212,38 @@ def compile_torch(kind: str, scheme: SchemeLike, order: int, dim: Optional[int] 
     """``f(L, q, v, h)`` for a generic series.
 
     Without ``dim`` (the default) the function is dimension-free: ``q, v`` may have any last
-    dimension ``n``; it is built from the cached trees (data, validated on load) or derived once.
-    With ``dim=n`` it is the component formula of that dimension (generated code, cached)."""
+    dimension ``n``; it is built from the cached trees (data, validated on load, never executed) or
+    derived once. With ``dim=n``: the component formula of that dimension (see :mod:`bea.codegen` for
+    its contract on ``h``), loading the generated code from the cache when it is there (no derivation, no SymPy), else deriving,
+    generating and caching it. Cached code is executed only after its entry is authenticated (see
+    :mod:`bea.cache`)."""
+    if not isinstance(kind, str):
+        raise BeaTypeError(f"kind must be a string, one of {', '.join(KINDS)}; got {type(kind).__name__}")
     if kind not in KINDS:
-        raise ValueError(f"unknown kind {kind!r}; one of {', '.join(KINDS)}")
+        raise BeaValueError(f"unknown kind {_short(kind)}; one of {', '.join(KINDS)}")
     if dim is None:
-        sch = get_scheme(scheme)
+        sch = _scheme(scheme)
         return FreeSeries(free_raw(kind, sch, order, cache), sch).to_torch()
-    sch, key, body = _lookup(kind, scheme, order, dim, cache)
-    if body is not None and isinstance(body.get("source"), str):
-        from .codegen import load_source
-
-        return load_source(body["source"], "generated")
+    sch, key = _lookup(kind, scheme, order, dim, cache)
+    if key is not None:
+        fn = _cache.load(key, part="source", validate=_load_generated)
+        if fn is not None:
+            return fn
     raw = generic_raw(kind, sch, order, dim, cache)
     series = Series(raw, sch, Frame.generic_frame(dim))
     fn = series.to_torch()
     if key is not None:
-        body = _cache.load(key) or {"raw": _cache.encode_coeffs(raw.jets, raw.coeffs), "symmetric": raw.symmetric}
-        body["source"] = series.source
-        _cache.save(key, body)
+        _cache.save(key, {"source": series.source}, part="source")  # its own file: no read-modify-write
     return fn
+
+
+def _load_generated(body) -> Callable:
+    from .codegen import HEADER, load_source
+
+    source = body.get("source") if isinstance(body, dict) else None
+    if not isinstance(source, str) or not source.startswith(HEADER):
+        raise _cache.CacheFormatError("no generated source")
+    return load_source(source, "generated")
 
 
 def series_function(kind: str, scheme: SchemeLike, order: int, n: Optional[int] = None, cache: bool = True) -> Callable:

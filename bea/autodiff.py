@@ -10,9 +10,13 @@ derivatives are taken with ``create_graph=True``, so everything here is differen
 from __future__ import annotations
 
 import functools
-from typing import Callable, Dict, Iterable, List, Tuple
+import math
+import numbers
+from typing import Any, Callable, Dict, Iterable, List, Tuple
 
 import torch
+
+from .errors import BeaTypeError, BeaValueError, NotRegularError
 
 TorchLagrangian = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -21,17 +25,62 @@ REGULARITY_TOL = 1e-12
 
 
 def check_state(q: torch.Tensor, v: torch.Tensor, n: int | None = None) -> None:
-    """Validate a batch of states ``(q, v)``."""
+    """Validate a batch of states ``(q, v)``: tensors of the same shape ``(..., n)`` and dtype."""
     if not isinstance(q, torch.Tensor) or not isinstance(v, torch.Tensor):
-        raise TypeError(f"q and v must be torch tensors, got {type(q).__name__} and {type(v).__name__}")
+        raise BeaTypeError(f"q and v must be torch tensors, got {type(q).__name__} and {type(v).__name__}")
     if q.shape != v.shape:
-        raise ValueError(f"q and v must have the same shape (..., n); got {tuple(q.shape)} and {tuple(v.shape)}")
+        raise BeaValueError(f"q and v must have the same shape (..., n); got {tuple(q.shape)} and {tuple(v.shape)}")
     if q.dim() < 1:
-        raise ValueError("q and v must have shape (..., n) with a last dimension n >= 1")
+        raise BeaValueError("q and v must have shape (..., n) with a last dimension n >= 1; got 0-d tensors")
     if n is not None and q.shape[-1] != n:
-        raise ValueError(f"this formula was derived for dimension n={n}, but q has last dimension {q.shape[-1]}")
+        raise BeaValueError(f"this formula was derived for dimension n={n}, but q has last dimension {q.shape[-1]}")
     if not q.is_floating_point() or not v.is_floating_point():
-        raise TypeError("q and v must be floating-point tensors (float64 recommended)")
+        raise BeaTypeError(f"q and v must be real floating-point tensors (float64 recommended), got {q.dtype} and {v.dtype}")
+    if q.dtype != v.dtype:
+        raise BeaTypeError(f"q and v must have the same dtype, got {q.dtype} and {v.dtype}")
+
+
+def check_step(h: Any, q: torch.Tensor) -> Any:
+    """Validate a step ``h`` for states ``q`` of shape ``(..., n)``; return it (numbers as ``float``).
+
+    Contract: ``h`` is a finite real Python number (``int``, ``float``, ``Fraction``, ``numpy`` scalar;
+    not ``bool``), or a real floating-point tensor whose shape broadcasts to the batch shape
+    ``q.shape[:-1]`` *without changing it* (0-d, or e.g. ``(B,)`` for ``q`` of shape ``(B, n)``). A tensor
+    shaped like ``q`` itself, ``(B, n)`` with ``n > 1`` or ``(B, 1)``, would broadcast the result to the
+    wrong shape and is refused. Tensor values are not inspected (a NaN propagates pointwise). A tensor
+    ``h`` that requires grad is supported: the result is differentiable with respect to it."""
+    if isinstance(h, torch.Tensor):
+        if not h.is_floating_point():
+            raise BeaTypeError(f"h must be a real floating-point tensor or a number, got a tensor of dtype {h.dtype}")
+        batch = q.shape[:-1]
+        try:
+            ok = torch.broadcast_shapes(h.shape, batch) == batch
+        except RuntimeError:
+            ok = False
+        if not ok:
+            raise BeaValueError(
+                f"h has shape {tuple(h.shape)}, which does not broadcast to the batch shape {tuple(batch)} of q "
+                f"(shape {tuple(q.shape)} = batch + (n,)) without changing it: give h the batch shape {tuple(batch)} "
+                "(e.g. h.squeeze(-1) if it is shaped like q), a 0-d tensor or a number"
+            )
+        return h
+    if isinstance(h, bool) or not isinstance(h, numbers.Real):
+        raise BeaTypeError(f"h must be a real number or a torch tensor, got {type(h).__name__} {str(h)[:40]!r}")
+    try:
+        value = float(h)
+    except (OverflowError, ValueError) as err:
+        raise BeaValueError(f"h must be a finite real number, got {str(h)[:40]}") from err
+    if not math.isfinite(value):
+        raise BeaValueError(f"h must be a finite real number, got {value}")
+    return value
+
+
+def check_call(L: Any, q: torch.Tensor, v: torch.Tensor, h: Any, n: int) -> Any:
+    """All argument checks of a generated ``f(L, q, v, h)``; returns the validated ``h``."""
+    if not callable(L):
+        raise BeaTypeError(f"L must be a callable torch Lagrangian L(q, v) -> (...), got {type(L).__name__}")
+    check_state(q, v, n)
+    return check_step(h, q)
 
 
 def _grad_mode_aware(fn):
@@ -61,9 +110,9 @@ def _as_leaf(x: torch.Tensor) -> torch.Tensor:
 def _evaluate(L: TorchLagrangian, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     out = L(q, v)
     if not isinstance(out, torch.Tensor):
-        raise TypeError(f"the Lagrangian must return a tensor, got {type(out).__name__}")
+        raise BeaTypeError(f"the Lagrangian must return a tensor, got {type(out).__name__}")
     if out.shape != q.shape[:-1]:
-        raise ValueError(
+        raise BeaValueError(
             f"the Lagrangian must return shape {tuple(q.shape[:-1])} for q of shape {tuple(q.shape)} "
             f"(one value per state), got {tuple(out.shape)}"
         )
@@ -101,6 +150,16 @@ def lagrangian_jet(L: TorchLagrangian, q: torch.Tensor, v: torch.Tensor, needed:
             comp = g[..., s % n] if g is not None else None
             out[c] = comp if comp is not None else torch.zeros_like(val)
     return out
+
+
+def grads(out: torch.Tensor, inputs: Tuple[torch.Tensor, ...]) -> Tuple[torch.Tensor, ...]:
+    """Gradients of ``out.sum()`` with respect to ``inputs`` (``create_graph=True``), with zeros for the
+    inputs ``out`` does not depend on. Autograd alone raises there, yet such Lagrangians are ordinary:
+    a free particle (no ``q``), a linear potential (``L_q`` constant, so ``L_qq`` is not in the graph)."""
+    if not out.requires_grad:
+        return tuple(torch.zeros_like(x) for x in inputs)
+    gs = torch.autograd.grad(out.sum(), inputs, create_graph=True, allow_unused=True)
+    return tuple(torch.zeros_like(x) if g is None else g for g, x in zip(gs, inputs))
 
 
 def _mass(d: Dict[Tuple[int, ...], torch.Tensor], n: int) -> torch.Tensor:
@@ -147,7 +206,7 @@ def check_regular(M: torch.Tensor) -> None:
     if bool(bad.any()):
         count = int(bad.sum())
         idx = tuple(int(i) for i in torch.nonzero(bad)[0]) if bad.dim() else ()
-        raise ValueError(
+        raise NotRegularError(
             f"the Lagrangian is not regular at {count} of {bad.numel()} points (first at batch index {idx}): "
             "its Hessian d^2L/dv^2 is singular there, so the Euler-Lagrange equations do not determine the "
             "acceleration. Formulas of backward error analysis need a regular Lagrangian."
@@ -161,7 +220,7 @@ def momentum(L: TorchLagrangian) -> Callable[[torch.Tensor, torch.Tensor], torch
     def p(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         check_state(q, v)
         q, v = _as_leaf(q), _as_leaf(v)
-        (gv,) = torch.autograd.grad(_evaluate(L, q, v).sum(), (v,), create_graph=True)
+        (gv,) = grads(_evaluate(L, q, v), (v,))
         return gv
 
     return p
@@ -171,14 +230,14 @@ def energy(L: TorchLagrangian) -> Callable[[torch.Tensor, torch.Tensor], torch.T
     r"""The energy :math:`H(q, v) = p \cdot v - L(q, v)`, :math:`p = \partial L/\partial v`, of any
     torch Lagrangian, as a differentiable torch callable with the same batching as ``L``."""
     if not callable(L):
-        raise TypeError("energy() needs a callable Lagrangian L(q, v)")
+        raise BeaTypeError(f"energy() needs a callable Lagrangian L(q, v), got {type(L).__name__}")
 
     @_grad_mode_aware
     def H(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         check_state(q, v)
         q, v = _as_leaf(q), _as_leaf(v)
         val = _evaluate(L, q, v)
-        (gv,) = torch.autograd.grad(val.sum(), (v,), create_graph=True)
+        (gv,) = grads(val, (v,))
         return (gv * v).sum(-1) - val
 
     return H

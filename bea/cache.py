@@ -1,10 +1,28 @@
 """On-disk cache of derivation results and their generated torch source.
 
-One JSON file per (kind, scheme, order, dim, engine version). It stores the coefficients in jet
-variables (so SymPy objects and code can be rebuilt without deriving) and the generated source,
-with a SHA-256 checksum over both. A file that fails to parse, whose key or engine version differ,
-or whose checksum does not match is treated as absent: it is regenerated and overwritten, never
-executed.
+Layout. One file per (key, part): the key is any JSON-able dict (kind, scheme fingerprint, order,
+dimension, engine version... chosen by the caller), the part names what is stored (``"main"``: the
+coefficients; ``"source"``: the generated code). Parts are separate files so that writers of different
+parts of one entry never overwrite each other's work (no read-modify-write).
+
+Trust model. A cache file is never trusted because of where it is. Each file is
+``bea-cache-v2 <HMAC-SHA256 hex>\\n<canonical JSON payload>``; the HMAC is keyed with a per-user secret,
+``secret.key`` in the cache directory (32 random bytes, hex, created atomically with mode 0600, refused
+unless it is a regular file owned by this user and unreadable by others). Only someone who can read that
+file (the user, root) can write an entry that verifies. :func:`load` checks, in order: the HMAC over
+the payload bytes (before parsing them), the format version, that the stored key and part are the ones
+asked for (an entry copied to another file name is refused), and finally the caller's ``validate``
+(e.g. coefficients are integers over non-zero integers). Anything that fails is reported with a
+:class:`CacheWarning` and treated as absent, so the caller regenerates and overwrites it; generated
+source is executed only after all of these checks.
+
+Atomicity. Writes go to a temporary file in the same directory, are flushed and ``fsync``-ed, then
+``os.replace``-d over the final name: a reader sees the old file or the new complete one, never a part,
+even if the writer is killed. Concurrent writers of the same part write the same bytes.
+
+Unusable directory. If the directory cannot be created, read or written (a file in the way, read-only,
+disk full, an insecure key file), a :class:`CacheUnavailableWarning` is issued once per directory and
+process and the caller goes on without the cache: results are never lost because the cache failed.
 
 Location: ``$BEA_CACHE_DIR``, else ``$XDG_CACHE_HOME/bea``, else ``~/.cache/bea``.
 """
@@ -12,19 +30,54 @@ Location: ``$BEA_CACHE_DIR``, else ``$XDG_CACHE_HOME/bea``, else ``~/.cache/bea`
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
+import re
+import secrets
+import stat
 import tempfile
+import threading
+import time
 import warnings
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 from .hseries import Q
 from .jets import Jets
 
+__all__ = [
+    "CacheWarning",
+    "CacheUnavailableWarning",
+    "CacheFormatError",
+    "cache_dir",
+    "entry_path",
+    "load",
+    "save",
+    "encode_coeffs",
+    "decode_coeffs",
+]
+
+FORMAT = 2
+MAGIC = b"bea-cache-v2"
+KEY_FILE = "secret.key"
+_PART = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+
 
 class CacheWarning(UserWarning):
-    """A cache entry was unusable and is being regenerated."""
+    """A cache entry was unusable (corrupt, stale, not authenticated, invalid) and is being regenerated."""
+
+
+class CacheUnavailableWarning(CacheWarning):
+    """The cache directory cannot be used; bea goes on without the on-disk cache (issued once per directory)."""
+
+
+class CacheFormatError(ValueError):
+    """Stored data does not have the structure this engine writes."""
+
+
+class _Unusable(Exception):
+    """The directory or its key file cannot be used (internal)."""
 
 
 def cache_dir() -> Path:
@@ -35,20 +88,232 @@ def cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "bea"
 
 
-def _digest(payload: Dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+def _canonical(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
 
 
-def entry_path(key: Dict[str, Any], directory: Optional[Path] = None) -> Path:
-    d = directory or cache_dir()
-    return d / f"{key['kind']}-{_digest(key)[:24]}.json"
+def entry_path(key: Dict[str, Any], directory: Optional[Path] = None, part: str = "main") -> Path:
+    if not isinstance(part, str) or not _PART.match(part):
+        raise ValueError(f"internal: invalid cache part name {part!r}")
+    d = Path(directory) if directory is not None else cache_dir()
+    digest = hashlib.sha256(_canonical({"format": FORMAT, "key": key})).hexdigest()[:32]
+    label = re.sub(r"[^A-Za-z0-9_]", "_", str(key.get("kind", "entry")))[:40]
+    return d / f"{label}-{digest}{'' if part == 'main' else '.' + part}.bea"
+
+
+# ------------------------------------------------------------------ warnings
+
+_warned: set = set()
+_warn_lock = threading.Lock()
+
+
+def _unavailable(directory: Path, err: BaseException) -> None:
+    with _warn_lock:
+        if str(directory) in _warned:
+            return
+        _warned.add(str(directory))
+    warnings.warn(
+        f"bea cache directory {directory} is unusable ({err}); continuing without the on-disk cache (results are "
+        "derived in memory each time). Set BEA_CACHE_DIR to a writable directory of your own to enable it.",
+        CacheUnavailableWarning,
+        stacklevel=4,
+    )
+
+
+def _stale(path: Path, reason: str) -> None:
+    warnings.warn(f"bea cache entry {path} is corrupt or stale ({reason}); regenerating it", CacheWarning, stacklevel=4)
+
+
+# ------------------------------------------------------------------ secret key
+
+
+def _read_secret(path: Path) -> bytes:
+    """The key in ``path``; FileNotFoundError if absent, _Unusable if insecure or malformed."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise
+    except OSError as err:
+        raise _Unusable(f"cannot open the key file {path} ({err.strerror or err}; a symbolic link is refused)") from err
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _Unusable(f"the key file {path} is not a regular file")
+        if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
+            raise _Unusable(f"the key file {path} belongs to another user (uid {st.st_uid})")
+        if st.st_mode & 0o077:
+            raise _Unusable(f"the key file {path} is accessible to other users (mode {stat.S_IMODE(st.st_mode):o}; must be 600)")
+        text = os.read(fd, 200)
+    finally:
+        os.close(fd)
+    try:
+        secret = bytes.fromhex(text.decode("ascii").strip())
+    except (UnicodeDecodeError, ValueError):
+        secret = b""
+    if len(secret) != 32:
+        raise _Unusable(f"the key file {path} is malformed")
+    return secret
+
+
+def _create_secret(path: Path) -> None:
+    """Create ``path`` with a fresh key, atomically: the complete file appears under its name or nothing
+    does. If another process wins the race, its key stays (``os.link`` never replaces)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".key-")  # mode 0600
+    try:
+        try:
+            os.write(fd, secrets.token_hex(32).encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        except OSError:  # no hard links on this file system: exclusive create, readers retry if short
+            try:
+                out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            except FileExistsError:
+                return
+            try:
+                os.write(out, secrets.token_hex(32).encode())
+                os.fsync(out)
+            finally:
+                os.close(out)
+    finally:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
+def _secret(directory: Path, create: bool) -> Optional[bytes]:
+    path = directory / KEY_FILE
+    last: Optional[_Unusable] = None
+    for attempt in range(20):
+        try:
+            return _read_secret(path)
+        except FileNotFoundError:
+            if not create:
+                return None
+            _create_secret(path)
+        except _Unusable as err:
+            if "malformed" not in str(err):
+                raise
+            last = err  # possibly being written by the exclusive-create fallback
+            time.sleep(0.05)
+    raise last or _Unusable(f"cannot create the key file {path}")
+
+
+def _mac(secret: bytes, payload: bytes) -> str:
+    return hmac.new(secret, payload, hashlib.sha256).hexdigest()
+
+
+# ------------------------------------------------------------------ files
+
+
+def _write_all(fh, data: bytes) -> None:
+    """Write ``data`` to the open temporary file (a separate function so fault tests can patch it)."""
+    fh.write(data)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            _write_all(fh, data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    try:  # make the rename itself durable; not every platform can open a directory
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass
+
+
+def save(key: Dict[str, Any], body: Dict[str, Any], directory: Optional[Path] = None, *, part: str = "main") -> Optional[Path]:
+    """Store ``body`` (JSON-able) for ``key`` and ``part``, authenticated and atomically. Returns the path,
+    or ``None`` if the directory is unusable (then a :class:`CacheUnavailableWarning` is issued once)."""
+    path = entry_path(key, directory, part)
+    payload = _canonical({"format": FORMAT, "key": key, "part": part, "body": body})
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        secret = _secret(path.parent, create=True)
+        assert secret is not None
+        _atomic_write(path, MAGIC + b" " + _mac(secret, payload).encode() + b"\n" + payload)
+    except (OSError, _Unusable) as err:
+        _unavailable(path.parent, err)
+        return None
+    return path
+
+
+def load(key: Dict[str, Any], directory: Optional[Path] = None, *, part: str = "main",
+         validate: Optional[Callable[[Any], Any]] = None) -> Any:
+    """The stored body for ``key`` and ``part`` (or ``validate(body)`` if given), or ``None`` if absent or
+    unusable. An entry that fails authentication or validation gives a :class:`CacheWarning`; ``validate``
+    signals invalid content by raising any ``Exception``."""
+    path = entry_path(key, directory, part)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        _unavailable(path.parent, err)
+        return None
+    try:
+        secret = _secret(path.parent, create=False)
+    except _Unusable as err:
+        _unavailable(path.parent, err)
+        return None
+    if secret is None:
+        _stale(path, "it cannot be authenticated: the directory has no key file")
+        return None
+    head, sep, payload = data.partition(b"\n")
+    fields = head.split(b" ")
+    if not sep or len(fields) != 2 or fields[0] != MAGIC:
+        _stale(path, "not a bea cache file of this format")
+        return None
+    if not hmac.compare_digest(fields[1], _mac(secret, payload).encode()):
+        _stale(path, "authentication failed: it was not written by bea with this user's key")
+        return None
+    try:
+        record = json.loads(payload)
+        ok = isinstance(record, dict) and record.get("format") == FORMAT and record.get("part") == part and record.get("key") == key
+    except ValueError:
+        ok = False
+    if not ok:
+        _stale(path, "key or format mismatch")
+        return None
+    body = record.get("body")
+    if validate is None:
+        return body
+    try:
+        return validate(body)
+    except Exception as err:  # noqa: BLE001 - any failure means the content cannot be used
+        _stale(path, f"invalid content: {type(err).__name__}: {str(err)[:200]}")
+        return None
+
+
+# ------------------------------------------------------------------ coefficients
 
 
 def _key_to_json(key: tuple) -> list:
     return [list(x) if isinstance(x, tuple) else x for x in key]
 
 
-def _key_from_json(raw: list) -> tuple:
+def _key_from_json(raw: Any) -> tuple:
+    if not isinstance(raw, list):
+        raise CacheFormatError("a variable must be a list")
     return tuple(tuple(x) if isinstance(x, list) else x for x in raw)
 
 
@@ -67,57 +332,78 @@ def encode_coeffs(jets: Jets, coeffs: Dict[int, object]) -> Dict[str, Any]:
     }
 
 
-def decode_coeffs(n: int, data: Dict[str, Any]):
-    """Inverse of :func:`encode_coeffs`: a :class:`Jets` with the same variable table, and coefficients."""
+_RATIONAL = re.compile(r"^(-?[0-9]{1,4000})/([0-9]{1,4000})$")
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _check_variable(key: tuple, n: int) -> None:
+    tag = key[0] if key else None
+    if tag == "L" and len(key) == 2 and isinstance(key[1], tuple):
+        slots = key[1]
+        if all(_is_int(s) and 0 <= s < 2 * n for s in slots) and list(slots) == sorted(slots):
+            return
+    elif tag == "jet" and len(key) == 3 and _is_int(key[1]) and _is_int(key[2]) and 0 <= key[1] < n and 0 <= key[2] < 10_000:
+        return
+    elif tag == "param" and len(key) == 2 and _is_int(key[1]) and 0 <= key[1] < 10_000:
+        return
+    raise CacheFormatError(f"unknown variable {key!r}")
+
+
+def decode_coeffs(n: int, data: Dict[str, Any], *, vector: Optional[bool] = None, order: Optional[int] = None):
+    """Inverse of :func:`encode_coeffs`, validating everything: a :class:`Jets` with the same variable
+    table, and coefficients. ``vector``/``order``, if given, are checked too. Raises
+    :class:`CacheFormatError` for anything this engine would not have written (a zero denominator, an
+    unknown variable, an index out of range, a monomial out of order, a zero or duplicated term...)."""
+    if not isinstance(data, dict) or not isinstance(data.get("variables"), list) or not isinstance(data.get("coefficients"), dict):
+        raise CacheFormatError("expected {'variables': [...], 'coefficients': {...}}")
     jets = Jets(n)
     keys = [_key_from_json(r) for r in data["variables"]]
     if keys[: len(jets.kind)] != jets.kind:
-        raise ValueError("variable table of the cache entry does not match this engine")
+        raise CacheFormatError("variable table of the cache entry does not match this engine")
     for key in keys[len(jets.kind) :]:
+        _check_variable(key, n)
+        if key in jets._index:
+            raise CacheFormatError(f"duplicated variable {key!r}")
         jets._new(key)
+    nvar = len(jets.kind)
 
     def dec(p):
+        if not isinstance(p, list):
+            raise CacheFormatError("a polynomial must be a list of terms")
         out = {}
-        for m, c in p:
-            num, den = c.split("/")
-            out[tuple(m)] = Q(int(num), int(den))
+        for term in p:
+            if not (isinstance(term, list) and len(term) == 2 and isinstance(term[0], list) and isinstance(term[1], str)):
+                raise CacheFormatError("a term must be [monomial, 'num/den']")
+            m, c = term
+            if not all(_is_int(x) and 0 <= x < nvar for x in m) or m != sorted(m):
+                raise CacheFormatError(f"invalid monomial {m!r}")
+            match = _RATIONAL.match(c)
+            if match is None or int(match.group(2)) == 0:
+                raise CacheFormatError(f"invalid coefficient {c[:50]!r} (an integer over a positive integer is required)")
+            mono = tuple(m)
+            if mono in out:
+                raise CacheFormatError(f"duplicated monomial {m!r}")
+            out[mono] = Q(int(match.group(1)), int(match.group(2)))
         return out
 
-    coeffs = {int(k): ([dec(p) for p in c["vector"]] if "vector" in c else dec(c["poly"])) for k, c in data["coefficients"].items()}
+    coeffs = {}
+    for k, c in data["coefficients"].items():
+        if not (isinstance(k, str) and k.isdigit() and len(k) < 6) or not isinstance(c, dict) or len(c) != 1:
+            raise CacheFormatError(f"invalid coefficient entry {k!r}")
+        power = int(k)
+        if order is not None and power > order:
+            raise CacheFormatError(f"coefficient of h^{power} beyond the order {order}")
+        if "vector" in c:
+            if vector is False or not isinstance(c["vector"], list) or len(c["vector"]) != n:
+                raise CacheFormatError("unexpected vector coefficient")
+            coeffs[power] = [dec(p) for p in c["vector"]]
+        elif "poly" in c:
+            if vector is True:
+                raise CacheFormatError("expected a vector coefficient")
+            coeffs[power] = dec(c["poly"])
+        else:
+            raise CacheFormatError(f"invalid coefficient entry {k!r}")
     return jets, coeffs
-
-
-def save(key: Dict[str, Any], body: Dict[str, Any], directory: Optional[Path] = None) -> Path:
-    path = entry_path(key, directory)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    record = {"key": key, "body": body, "sha256": _digest({"key": key, "body": body})}
-    # atomic replace: a crash mid-write never leaves a half-written entry under the final name
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(record, fh)
-    os.replace(tmp, path)
-    return path
-
-
-def load(key: Dict[str, Any], directory: Optional[Path] = None) -> Optional[Dict[str, Any]]:
-    """The stored body for ``key``, or ``None`` if absent or unusable (with a warning if corrupt)."""
-    path = entry_path(key, directory)
-    if not path.exists():
-        return None
-    try:
-        record = json.loads(path.read_text())
-        ok = (
-            isinstance(record, dict)
-            and record.get("key") == key
-            and record.get("sha256") == _digest({"key": record.get("key"), "body": record.get("body")})
-        )
-    except (OSError, ValueError) as err:
-        ok = False
-        record = None
-        reason = f"unreadable ({err.__class__.__name__})"
-    else:
-        reason = "key or checksum mismatch"
-    if not ok:
-        warnings.warn(f"bea cache entry {path} is corrupt or stale ({reason}); regenerating it", CacheWarning, stacklevel=3)
-        return None
-    return record["body"]

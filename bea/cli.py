@@ -7,27 +7,58 @@
 ``python -m bea sweep SPEC.toml [--out DIR] [--address ADDR] [--serial] [--resume]``
     an experiment grid, serially or on Ray (:mod:`pipelines.sweep`).
 
+``python -m bea --version``
+    print the version.
+
 ``demo`` and ``sweep`` need the ``integrators``, ``learners`` and ``pipelines`` packages, which depend on
-``bea``; they are imported only when asked for, so that ``bea`` itself never imports them.
+``bea``; they are imported only when asked for, so that ``bea`` itself never imports them. Its ``--out`` directory is checked (an existing
+file, a path that cannot be created or written) before the demo starts.
+
+Errors: every error from bad input (a :class:`bea.BeaError`, or a ``ValueError``/``TypeError``/``OSError``)
+is printed as one line ``bea: error: ...`` on stderr, with exit status 2 and no traceback; an unexpected
+exception (a bug) also gives one line, exit status 1, and its traceback with ``BEA_DEBUG=1``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from typing import List, Optional
+import tempfile
+from pathlib import Path
+from typing import List, NoReturn, Optional
 
+from ._version import __version__
+from .errors import BeaError
 from .schemes import available_schemes
+
+#: exit status for bad input (argparse uses 2 as well) and for anything unexpected
+EXIT_USAGE = 2
+EXIT_INTERNAL = 1
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error on one line (no usage block)."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"bea: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+class _OutError(BeaError, ValueError):
+    """A bad ``--out`` for ``bea demo``."""
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="bea", description="Variational backward error analysis.")
-    sub = p.add_subparsers(dest="command", required=True)
+    p = _Parser(prog="bea", description="Variational backward error analysis.")
+    p.add_argument("--version", action="version", version=f"bea {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     d = sub.add_parser("derive", help="derive a modified (or inverse modified) Lagrangian or modified equation")
     d.add_argument("--scheme", default="midpoint", help=f"one of {', '.join(available_schemes())}, "
                    "or generalised_midpoint:ALPHA (default: midpoint)")
-    d.add_argument("--order", type=int, default=2, help="highest power of h kept (default: 2)")
-    d.add_argument("--dim", type=int, default=1, help="number of degrees of freedom n (default: 1)")
+    d.add_argument("--order", type=int, default=2, help="highest power of h kept (default: 2; at most 12)")
+    d.add_argument("--dim", type=int, default=None, help="write the result in components for n degrees of freedom "
+                   "(at most 6); default: vector notation, valid for every n")
     what = d.add_mutually_exclusive_group()
     what.add_argument("--inverse", action="store_true", help="inverse modified Lagrangian")
     what.add_argument("--equation", action="store_true", help="modified equation q'' = F_h(q, q')")
@@ -78,11 +109,79 @@ def _sweep(args) -> int:
     return 1 if res.failed else 0
 
 
+def _demo_out(argv: List[str]) -> Optional[Path]:
+    """The ``--out`` directory of ``bea demo`` (its default when not given), or ``None`` for ``--help``."""
+    if any(a in ("-h", "--help") for a in argv):
+        return None
+    out = "bea-demo"  # learners.demo's default
+    for i, a in enumerate(argv):
+        if a == "--out" and i + 1 < len(argv):
+            out = argv[i + 1]
+        elif a.startswith("--out="):
+            out = a.split("=", 1)[1]
+    return Path(out)
+
+
+def check_output_dir(out: Path) -> None:
+    """Raise :class:`BeaError` unless ``out`` is, or can be created as, a writable directory. Cheap: it
+    runs before minutes of work, so that a bad path fails at once rather than after the work."""
+    if str(out) == "":
+        raise _OutError("--out is empty: give a directory for the figures and results.json")
+    if out.exists() and not out.is_dir():
+        raise _OutError(f"--out {out} is an existing file; the demo writes a directory (figures and results.json): "
+                        "choose a directory path")
+    probe = out
+    while not probe.exists():  # the nearest existing ancestor is where mkdir will start
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise _OutError(f"--out {out}: {probe} is a file, so the directory cannot be created; choose another path")
+    try:  # the real test (os.access is wrong for root and on some file systems): create and remove a file
+        fd, tmp = tempfile.mkstemp(dir=probe, prefix=".bea-write-test-")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as err:
+        raise _OutError(f"--out {out} is not writable ({err.strerror or err} in {probe}); choose a writable directory") from None
+
+
+def _fail(message: str, status: int) -> int:
+    print(f"bea: error: {' '.join(str(message).split())}", file=sys.stderr)
+    return status
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["demo"]:
-        from learners.demo import main as demo_main
+    debug = bool(os.environ.get("BEA_DEBUG"))
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
+    except BrokenPipeError:  # output piped into head & co.
+        sys.stderr.close()
+        return 0
+    except SystemExit as exc:  # argparse: --help, --version, usage errors (already printed on one line)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
+    except (BeaError, ValueError, TypeError, ArithmeticError, OSError, MemoryError, RecursionError) as err:
+        if debug:
+            raise
+        return _fail(f"{err}" if isinstance(err, BeaError) else f"{type(err).__name__}: {err}", EXIT_USAGE)
+    except Exception as err:  # noqa: BLE001 - a bug: one line still, the traceback on request
+        if debug:
+            raise
+        return _fail(f"internal error ({type(err).__name__}: {err}); rerun with BEA_DEBUG=1 for the traceback and "
+                     "please report it", EXIT_INTERNAL)
 
+
+def _main(argv: List[str]) -> int:
+    if argv[:1] == ["demo"]:
+        out = _demo_out(argv[1:])
+        if out is not None:
+            check_output_dir(out)
+        try:
+            from learners.demo import main as demo_main
+        except ImportError as err:
+            raise BeaError(f"bea demo needs the learners package ({err}); install the project with its extras") from None
         return demo_main(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "sweep":
@@ -90,20 +189,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     from . import api
 
     kind = "inverse_modified_lagrangian" if args.inverse else "modified_equation" if args.equation else "modified_lagrangian"
-    try:
-        series = getattr(api, kind)(args.scheme, args.order, dim=args.dim, cache=not args.no_cache)
-        if args.format == "sympy":
-            print(series)
-        elif args.format == "latex":
-            print(series.latex())
-        else:
-            print(series.source, end="")
-    except (ValueError, TypeError) as err:
-        print(f"bea: error: {err}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:  # output piped into head & co.
-        sys.stderr.close()
-        return 0
+    series = getattr(api, kind)(args.scheme, args.order, dim=args.dim, cache=not args.no_cache)
+    if args.format == "sympy":
+        print(series)
+    elif args.format == "latex":
+        print(series.latex())
+    elif series.dim is None:
+        print(f"# {series!r}\n# evaluated in torch from its trees for any n: bea.compile_torch(kind, scheme, order)")
+    else:
+        print(series.source, end="")
     return 0
 
 

@@ -18,16 +18,17 @@ from typing import Any
 import torch
 
 from .autodiff import TorchLagrangian
+from .errors import BeaTypeError, BeaValueError
 
 __all__ = ["midpoint_mod2", "midpoint_inv2"]
 
 
 def _step(h: Any) -> float:
     if isinstance(h, bool) or not isinstance(h, (int, float)):
-        raise TypeError(f"h must be a positive number, got {h!r}")
+        raise BeaTypeError(f"h must be a positive number, got {type(h).__name__} {str(h)[:40]!r}")
     h = float(h)
     if not (h > 0 and math.isfinite(h)):
-        raise ValueError(f"h must be a positive finite number, got {h}")
+        raise BeaValueError(f"h must be a positive finite number, got {h}")
     return h
 
 
@@ -35,7 +36,7 @@ def _series(L: TorchLagrangian, h: Any, kind: str) -> TorchLagrangian:
     from .api import compile_torch
 
     if not callable(L):
-        raise TypeError(f"the Lagrangian must be a callable L(q, v), got {type(L).__name__}")
+        raise BeaTypeError(f"the Lagrangian must be a callable L(q, v), got {type(L).__name__}")
     h = _step(h)
     f = compile_torch(kind, "midpoint", 2)
 

@@ -1,10 +1,14 @@
 r"""Generation of torch source code from derivation results.
 
 The generated function has the signature ``f(L, q, v, h)``: ``L`` is any torch Lagrangian
-(see :mod:`bea.autodiff`), ``q, v`` have shape ``(..., n)`` and ``h`` is a number or a tensor
-broadcastable to the batch. It computes the derivative tensors of ``L`` that the formula uses by
-autograd, :math:`M^{-1}` (checking regularity), and evaluates the formula. Polynomials are printed
-in a recursive Horner form (factor out the most frequent variable), which keeps the number of
+(see :mod:`bea.autodiff`), ``q, v`` have shape ``(..., n)`` and the same dtype, and ``h`` is a finite
+number or a tensor that broadcasts to the batch shape ``q.shape[:-1]`` without changing it (a tensor
+shaped like ``q`` is refused with a :class:`~bea.errors.BeaValueError`, a string with a
+:class:`~bea.errors.BeaTypeError`; see :func:`bea.autodiff.check_step`). The result is differentiable
+with respect to ``q``, ``v``, the parameters of ``L`` and a tensor ``h`` that requires grad.
+
+It computes the derivative tensors of ``L`` that the formula uses by autograd, :math:`M^{-1}`
+(checking regularity), and evaluates the formula. Polynomials are printed in a recursive Horner form (factor out the most frequent variable), which keeps the number of
 tensor operations close to the number of distinct factors rather than of monomials.
 """
 
@@ -95,7 +99,7 @@ def generate_source(jets: Jets, kind: str, coeffs: Dict[int, object], func_name:
     lines += [f"# {k}: {v}" for k, v in meta.items()]
     lines += [
         "import torch",
-        "from bea.autodiff import check_state, inverse_det, lagrangian_jet",
+        "from bea.autodiff import check_call, inverse_det, lagrangian_jet",
         "",
         f"NEEDED = {needed!r}",
         "",
@@ -103,9 +107,11 @@ def generate_source(jets: Jets, kind: str, coeffs: Dict[int, object], func_name:
         f"def {func_name}(L, q, v, h):",
         f'    """{kind.replace("_", " ")} ({meta.get("scheme")}, order {meta.get("order")}, n={n}).',
         "",
-        "    L: torch Lagrangian L(q, v) -> (...); q, v: (..., n); h: step (number or tensor).",
+        "    L: torch Lagrangian L(q, v) -> (...); q, v: (..., n), same dtype; h: a finite number, or a",
+        "    tensor broadcastable to the batch shape q.shape[:-1] (0-d or (...)), not shaped like q; an h",
+        "    that requires grad is supported (the result is differentiable in h). See bea.autodiff.check_step.",
         '    """',
-        f"    check_state(q, v, {n})",
+        f"    h = check_call(L, q, v, h, {n})",
         "    d = lagrangian_jet(L, q, v, NEEDED)",
     ]
     for m in derivs:
@@ -138,7 +144,7 @@ def load_source(source: str, func_name: str) -> Callable:
     """Compile generated source in a fresh namespace and return the function."""
     namespace: Dict[str, object] = {"__name__": f"bea_generated_{func_name}"}
     code = compile(source, f"<bea generated {func_name}>", "exec")
-    exec(code, namespace)  # noqa: S102 - our own generated, checksum-verified source
+    exec(code, namespace)  # noqa: S102 - generated in this process, or read from an HMAC-authenticated cache entry
     fn = namespace[func_name]
     fn.__bea_source__ = source  # type: ignore[attr-defined]
     return fn  # type: ignore[return-value]

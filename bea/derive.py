@@ -30,6 +30,7 @@ import sympy
 
 from .hseries import EXACT, HSeries, Poly, Q, SeriesVector, mul, pdiff, substitute
 from .jets import Jets
+from .errors import InconsistentSchemeError, UnsupportedSchemeError
 from .schemes import Scheme
 
 KINDS = ("modified_equation", "modified_lagrangian", "inverse_modified_lagrangian")
@@ -106,12 +107,12 @@ class Derivation:
         try:
             out = self.scheme.discrete_lagrangian(L, a, b, self._h())
         except (TypeError, AttributeError) as err:
-            raise TypeError(
+            raise UnsupportedSchemeError(
                 f"scheme {self.scheme!r}: its discrete Lagrangian must use only + - * / with numbers, h "
                 f"and calls of L, so that it runs on series as well as on tensors ({err})"
             ) from err
         if not isinstance(out, HSeries):
-            raise TypeError(f"scheme {self.scheme!r} returned {type(out).__name__}, not an expression in L")
+            raise UnsupportedSchemeError(f"scheme {self.scheme!r} returned {type(out).__name__}, not an expression in L")
         return out
 
     def _positions(self, c, order: int, eps_scale: bool = False) -> SeriesVector:
@@ -134,11 +135,11 @@ class Derivation:
         for i in range(self.n):
             E = J.eps_coefficient(S, i)
             if E.order < K:
-                raise ValueError(
+                raise InconsistentSchemeError(
                     f"scheme {self.scheme!r} loses too many powers of h (known to h^{E.order}, need h^{K})"
                 )
             if E.valuation() < 2:
-                raise ValueError(f"inconsistent scheme {self.scheme!r}: the discrete EL equation is not O(h) ")
+                raise InconsistentSchemeError(f"inconsistent scheme {self.scheme!r}: the discrete EL equation is not O(h) ")
             res.append(HSeries(E.c[2:], E.order - 2, J.nil).truncate(order))
         # consistency: R_0 = L_q - L_qv v - M qddot
         for i in range(self.n):
@@ -150,7 +151,7 @@ class Derivation:
                 )
                 got = pdiff(res[i][0], J.jet(j, 2))
                 if got != want:
-                    raise ValueError(
+                    raise InconsistentSchemeError(
                         f"inconsistent scheme {self.scheme!r}: the leading order of its discrete "
                         "Euler-Lagrange equation is not the Euler-Lagrange equation of L"
                     )
@@ -231,21 +232,21 @@ class Derivation:
         b = self._positions(Q(1, 2), order + 2)
         Ld = self._eval_scheme(a, b)
         if Ld.valuation() < 1:
-            raise ValueError(f"inconsistent scheme {self.scheme!r}: L_Delta must vanish as h -> 0")
+            raise InconsistentSchemeError(f"inconsistent scheme {self.scheme!r}: L_Delta must vanish as h -> 0")
         lam = Ld / self._h()
         if lam.order < order:
-            raise ValueError(f"scheme {self.scheme!r} loses too many powers of h")
+            raise InconsistentSchemeError(f"scheme {self.scheme!r} loses too many powers of h")
         lam = lam.truncate(order)
         lead = {(J.L(()),): Q(1)} if self.concrete is None else self.concrete.derivative(())[0]
         if lam[0] != lead:
-            raise ValueError(
+            raise InconsistentSchemeError(
                 f"inconsistent scheme {self.scheme!r}: L_Delta(q(t-h/2), q(t+h/2))/h must tend to L(q, v)"
             )
         odd_zero = all(not lam[k] for k in range(1, order + 1, 2))
         if self._symmetric is None:
             self._symmetric = odd_zero
         elif self._symmetric and not odd_zero:
-            raise ValueError(f"scheme {self.scheme!r} is declared symmetric but its expansion has odd powers of h")
+            raise InconsistentSchemeError(f"scheme {self.scheme!r} is declared symmetric but its expansion has odd powers of h")
         weights = _mesh_weights(order)
         out = lam
         d = lam

@@ -19,10 +19,11 @@ and still gives exact symbolic formulas).
 
 from __future__ import annotations
 
-import hashlib
-import inspect
+import re
 from fractions import Fraction
 from typing import Any, Callable, Dict, Optional, Union
+
+from .errors import BeaTypeError, BeaValueError
 
 __all__ = [
     "Scheme",
@@ -34,6 +35,11 @@ __all__ = [
     "get_scheme",
     "available_schemes",
 ]
+
+
+def _huge_exponent(text: str) -> bool:
+    m = re.search(r"[eE]\s*([+-]?\d+)", text)
+    return len(text) > 200 or (m is not None and abs(int(m.group(1)[:6])) > 400)
 
 
 class Exact(float):
@@ -48,6 +54,11 @@ class Exact(float):
     def __new__(cls, value: Union[int, float, str, Fraction]) -> "Exact":
         if isinstance(value, Exact):
             frac = value.exact
+        elif isinstance(value, bool):
+            raise TypeError(f"exact() needs a number, got the boolean {value!r}")
+        elif isinstance(value, str) and _huge_exponent(value):
+            # Fraction('1e999999999') would build a billion-digit integer
+            raise ValueError(f"{value!r} is out of range for an exact constant")
         elif isinstance(value, float):
             frac = Fraction(repr(value))  # the decimal the user typed: 0.3 -> 3/10
         else:
@@ -139,21 +150,43 @@ class Scheme:
         """Parameters that distinguish instances (part of the cache key)."""
         return {}
 
-    def cache_key(self) -> Optional[str]:
-        """A string that identifies the scheme's mathematics, or ``None`` (then nothing is cached).
+    def fingerprint(self, dim: Optional[int] = None) -> str:
+        """A hash of this scheme's discrete Lagrangian evaluated symbolically on a generic ``L`` in
+        dimensions 1 and 2 (and ``dim``): equal for schemes with the same discrete Lagrangian, different
+        for different ones, whatever their class or the constants their code captured (see
+        :mod:`bea.scheme_check`). Raises :class:`~bea.errors.UnsupportedSchemeError` if the discrete
+        Lagrangian cannot be evaluated on symbols."""
+        from .scheme_check import fingerprint
 
-        Built-in schemes use their name and parameters. Subclasses outside :mod:`bea` add a hash of
-        their source, so that editing a user-defined scheme invalidates its cache entries.
-        """
-        params = ",".join(f"{k}={v}" for k, v in sorted(self.params().items()))
-        key = f"{type(self).__module__}.{type(self).__qualname__}({params})"
-        if type(self).__module__ != __name__:
-            try:
-                src = inspect.getsource(type(self))
-            except (OSError, TypeError):
-                return None
-            key += ":" + hashlib.sha256(src.encode()).hexdigest()[:16]
-        return key
+        dims = (1, 2) if dim is None else (1, 2, dim)
+        if type(self) in _BUILTIN:  # bea's own code, fixed given params(): computed once per process
+            memo = (type(self), tuple(sorted(self.params().items())), dims)
+            if memo not in _FINGERPRINTS:
+                _FINGERPRINTS[memo] = fingerprint(self, dims)
+            return _FINGERPRINTS[memo]
+        return fingerprint(self, dims)
+
+    def cache_key(self, dim: Optional[int] = None) -> Optional[str]:
+        """The part of cache keys that identifies the scheme: its :meth:`fingerprint`, recomputed on every
+        call (a scheme's code may read mutable state), or ``None`` (nothing is cached) if the discrete
+        Lagrangian cannot be evaluated on symbols."""
+        from .errors import BeaError
+
+        try:
+            return self.fingerprint(dim)
+        except BeaError:
+            return None
+
+    def check_consistent(self) -> None:
+        r"""Raise :class:`~bea.errors.InconsistentSchemeError` (a ``ValueError``) or
+        :class:`~bea.errors.UnsupportedSchemeError` (a ``TypeError``), naming the cause, unless
+        :math:`L_\Delta = O(h)` and :math:`L_\Delta(q(t-h/2), q(t+h/2))/h \to L(q, \dot q)` for a generic
+        ``L`` (dimensions 1 and 2), and the engine can evaluate it. Cheap after the first call for the
+        same discrete Lagrangian (the verdict is cached per :meth:`fingerprint`); integrators call it once
+        at construction."""
+        from .scheme_check import check_consistent
+
+        check_consistent(self)
 
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v}" for k, v in self.params().items())
@@ -199,10 +232,10 @@ class GeneralisedMidpoint(Scheme):
     def __init__(self, alpha: Union[int, float, str, Fraction] = Fraction(1, 2)):
         try:
             self.alpha = exact(alpha)
-        except (ValueError, TypeError, ZeroDivisionError) as err:
-            raise ValueError(f"alpha must be a number in [0, 1], got {alpha!r}") from err
+        except (ValueError, TypeError, ZeroDivisionError, OverflowError) as err:
+            raise BeaValueError(f"alpha must be a number in [0, 1] (e.g. 0.3, '1/3' or Fraction(1, 3)), got {alpha!r}") from err
         if not 0 <= self.alpha.exact <= 1:
-            raise ValueError(f"alpha must lie in [0, 1], got {alpha!r}")
+            raise BeaValueError(f"alpha must lie in [0, 1], got {alpha!r}")
         self.symmetric = self.alpha.exact == Fraction(1, 2)
 
     def params(self) -> Dict[str, Any]:
@@ -220,7 +253,11 @@ class CustomScheme(Scheme):
 
     def __init__(self, fn: Callable, name: str, symmetric: Optional[bool] = None):
         if not callable(fn):
-            raise TypeError("CustomScheme needs a callable fn(L, a, b, h)")
+            raise BeaTypeError(f"CustomScheme needs a callable fn(L, a, b, h), got {type(fn).__name__}")
+        if not isinstance(name, str) or not name.strip():
+            raise BeaTypeError(f"CustomScheme needs a non-empty name (a str) for messages, got {name!r}")
+        if symmetric not in (None, True, False):
+            raise BeaTypeError(f"symmetric must be True, False or None (unknown: detected), got {symmetric!r}")
         self.fn = fn
         self.name = name
         self.symmetric = symmetric
@@ -231,13 +268,20 @@ class CustomScheme(Scheme):
     def params(self) -> Dict[str, Any]:
         return {"name": self.name}
 
-    def cache_key(self) -> Optional[str]:
-        try:
-            src = inspect.getsource(self.fn)
-        except (OSError, TypeError):
-            return None
-        return f"custom:{self.name}:" + hashlib.sha256(src.encode()).hexdigest()[:16]
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CustomScheme) or other.name != self.name:
+            return False
+        if other.fn is self.fn and other.symmetric == self.symmetric:
+            return True
+        a, b = self.cache_key(), other.cache_key()
+        return a is not None and a == b
 
+    def __hash__(self) -> int:  # equal schemes have equal names
+        return hash(("CustomScheme", self.name))
+
+
+_BUILTIN = (Midpoint, Trapezoidal, GeneralisedMidpoint)
+_FINGERPRINTS: Dict[tuple, str] = {}
 
 _REGISTRY: Dict[str, Callable[[], Scheme]] = {
     "midpoint": Midpoint,
@@ -259,7 +303,7 @@ def get_scheme(scheme: Union[str, Scheme]) -> Scheme:
     if isinstance(scheme, Scheme):
         return scheme
     if not isinstance(scheme, str):
-        raise TypeError(f"scheme must be a bea.schemes.Scheme or its name, got {type(scheme).__name__}")
+        raise BeaTypeError(f"scheme must be a bea.schemes.Scheme or its name (e.g. 'midpoint'), got {type(scheme).__name__}")
     key = scheme.strip().lower().replace("-", "_").replace(" ", "")
     alpha: Optional[str] = None
     if key.startswith("generalised_midpoint") or key.startswith("generalized_midpoint"):
@@ -269,7 +313,8 @@ def get_scheme(scheme: Union[str, Scheme]) -> Scheme:
             rest = rest.strip("():").replace("alpha=", "")
             alpha = rest or None
     if key not in _REGISTRY:
-        raise ValueError(f"unknown scheme {scheme!r}; choose one of {', '.join(available_schemes())} or pass a Scheme object")
+        shown = scheme if len(scheme) <= 60 else scheme[:57] + "..."
+        raise BeaValueError(f"unknown scheme {shown!r}; choose one of {', '.join(available_schemes())} or pass a Scheme object")
     if alpha is not None:
         return GeneralisedMidpoint(alpha)
     return _REGISTRY[key]()

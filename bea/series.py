@@ -15,6 +15,7 @@ import sympy
 
 from .codegen import generate_source, load_source
 from .derive import Raw
+from .errors import BeaTypeError, BeaValueError
 from .symbolic import Frame, poly_to_sympy
 
 H = sympy.Symbol("h", positive=True)
@@ -88,7 +89,7 @@ class Series:
     def coefficient(self, k: int):
         """Coefficient of ``h^k`` (zero if absent); ``k`` may not exceed :attr:`order`."""
         if k > self.order:
-            raise ValueError(f"this series was truncated at h^{self.order}; h^{k} is not known")
+            raise BeaValueError(f"this series was truncated at h^{self.order}; h^{k} is not known")
         c = self.coefficients.get(k)
         if c is None:
             return sympy.zeros(self.dim, 1) if self.kind == "modified_equation" else sympy.S.Zero
@@ -97,9 +98,9 @@ class Series:
     def truncate(self, order: int) -> "Series":
         """The same series truncated at ``h^order`` (``order <= self.order``)."""
         if not isinstance(order, int) or order < 0:
-            raise ValueError(f"order must be a non-negative integer, got {order!r}")
+            raise BeaValueError(f"order must be a non-negative integer, got {order!r}")
         if order > self.order:
-            raise ValueError(f"cannot truncate at h^{order}: the series is only known to h^{self.order}")
+            raise BeaValueError(f"cannot truncate at h^{order}: the series is only known to h^{self.order}")
         raw = Raw(self.kind, self._raw.jets, order, {k: c for k, c in self._raw.coeffs.items() if k <= order}, self.symmetric)
         return Series(raw, self.scheme, self._frame)
 
@@ -170,7 +171,7 @@ class Series:
     def source(self) -> str:
         """The generated torch source (generic series only)."""
         if not self.generic:
-            raise TypeError("generated source exists for generic series; a concrete series compiles with lambdify")
+            raise BeaTypeError("generated source exists for generic series; a concrete series compiles with lambdify")
         if self._source is None:
             meta = {"kind": self.kind, "scheme": repr(self.scheme), "order": self.order, "dim": self.dim}
             self._source = generate_source(self._raw.jets, self.kind, self._raw.coeffs, "generated", meta)
@@ -193,6 +194,8 @@ class Series:
     def _lambdify(self) -> Callable:
         import torch
 
+        from .autodiff import check_state, check_step
+
         mods = [{k: getattr(torch, v) for k, v in _TORCH_FUNCS.items()}, "math"]
         args = [*self.q, *self.v, H]
         e = self.expr
@@ -203,11 +206,11 @@ class Series:
         n = self.dim
         params = self._frame.params
         if params:
-            raise TypeError(f"substitute numbers for the parameters {params} before compiling to torch")
+            raise BeaTypeError(f"substitute numbers for the parameters {params} before compiling to torch")
 
         def f(q, v, h):
-            if q.shape[-1] != n or v.shape != q.shape:
-                raise ValueError(f"q and v must have shape (..., {n}); got {tuple(q.shape)} and {tuple(v.shape)}")
+            check_state(q, v, n)
+            h = check_step(h, q)
             xs = [q[..., i] for i in range(n)] + [v[..., i] for i in range(n)] + [h]
             outs = [c(*xs) + torch.zeros_like(q[..., 0]) for c in comps]
             return torch.stack(outs, -1) if self.kind == "modified_equation" else outs[0]

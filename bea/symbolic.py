@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Sequence
 
 import sympy
+from sympy.core.function import AppliedUndef
 
+from .errors import BeaTypeError, BeaValueError, NotRegularError
 from .hseries import Poly
 from .jets import Jets
 
@@ -91,7 +93,7 @@ class Frame:
         if self.generic:
             return
         if sympy.simplify(self.mass().det()) == 0:
-            raise ValueError(
+            raise NotRegularError(
                 "the Lagrangian is not regular: its Hessian d^2L/dv^2 is singular, so the Euler-Lagrange "
                 "equations do not determine the acceleration"
             )
@@ -121,35 +123,77 @@ class Frame:
         return val
 
 
-def validate_concrete(lagrangian, q: Sequence, v: Sequence, params: Sequence = ()) -> Frame:
-    """Check a concrete SymPy Lagrangian and its declared symbols; return its :class:`Frame`."""
-    try:
-        L = sympy.sympify(lagrangian)
-    except (sympy.SympifyError, TypeError) as err:
-        raise TypeError(f"lagrangian must be a SymPy expression, got {type(lagrangian).__name__}") from err
-    if isinstance(q, sympy.Symbol):
-        q = [q]
-    if isinstance(v, sympy.Symbol):
-        v = [v]
-    if q is None or v is None:
-        raise ValueError("a concrete lagrangian needs its coordinate symbols q=[...] and velocity symbols v=[...]")
-    q, v = list(q), list(v)
-    if len(q) != len(v):
-        raise ValueError(f"q and v must have the same length (one velocity per coordinate); got {len(q)} and {len(v)}")
-    if not q:
-        raise ValueError("q and v must contain at least one symbol each")
-    for s in (*q, *v, *params):
+def _symbol_list(name: str, value) -> List[sympy.Symbol]:
+    if isinstance(value, sympy.Symbol):
+        return [value]
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise BeaTypeError(
+            f"{name} must be a list of SymPy symbols (e.g. {name}=[sympy.Symbol('x')]), got {type(value).__name__}"
+        )
+    for s in value:
         if not isinstance(s, sympy.Symbol):
-            raise TypeError(f"q, v and params must be SymPy symbols; got {s!r}")
+            raise BeaTypeError(f"{name} must contain SymPy symbols only; got {type(s).__name__} {str(s)[:40]!r}")
+    return list(value)
+
+
+def _check_expression(L) -> sympy.Expr:
+    """The Lagrangian as a SymPy expression, without ever parsing or evaluating a string."""
+    if isinstance(L, (str, bytes)):
+        raise BeaTypeError(
+            "lagrangian must be a SymPy expression, not a string: strings are not parsed, because SymPy's parser "
+            "evaluates them as Python code. Build it from symbols, e.g. q, v = sympy.symbols('q v'); "
+            "lagrangian=v**2/2 - sympy.cos(q)"
+        )
+    if isinstance(L, sympy.MatrixBase):
+        raise BeaTypeError(
+            f"lagrangian must be a scalar SymPy expression, got a {L.shape[0]}x{L.shape[1]} Matrix; "
+            "pass the scalar (e.g. M[0, 0]) or, for a quadratic form, (v.T * K * v)[0, 0] / 2"
+        )
+    if isinstance(L, (int, float)) and not isinstance(L, bool):
+        L = sympy.Float(L) if isinstance(L, float) else sympy.Integer(L)
+    if not isinstance(L, sympy.Expr):
+        raise BeaTypeError(f"lagrangian must be a SymPy expression, got {type(L).__name__}")
+    bad = [a for a in L.atoms() if a in (sympy.oo, -sympy.oo, sympy.zoo, sympy.nan) or (a.is_Number and a.is_finite is False)]
+    if bad or L.has(sympy.oo, sympy.zoo, sympy.nan):
+        raise BeaValueError(
+            f"the lagrangian contains a non-finite constant ({', '.join(sorted({str(b) for b in bad})) or 'oo/zoo/nan'}); "
+            "backward error analysis needs a finite, smooth L: remove it (check for divisions by zero such as 1/0)"
+        )
+    if L.has(sympy.Derivative) or any(isinstance(f, AppliedUndef) for f in L.atoms(sympy.Function)):
+        raise BeaTypeError("the lagrangian must be an explicit SymPy expression of q and v (no undefined functions)")
+    if L.has(sympy.I):
+        raise BeaValueError("the lagrangian must be real: it contains the imaginary unit I")
+    return L
+
+
+def validate_concrete(lagrangian, q: Sequence, v: Sequence, params: Sequence = ()) -> Frame:
+    """Check a concrete SymPy Lagrangian and its declared symbols; return its :class:`Frame`.
+
+    Only SymPy expressions are accepted (strings are refused, never parsed: SymPy's parser runs ``eval``)."""
+    L = _check_expression(lagrangian)
+    if q is None or v is None:
+        raise BeaValueError("a concrete lagrangian needs its coordinate symbols q=[...] and velocity symbols v=[...]")
+    q, v = _symbol_list("q", q), _symbol_list("v", v)
+    params = _symbol_list("params", () if params is None else params)
+    if len(q) != len(v):
+        raise BeaValueError(f"q and v must have the same length (one velocity per coordinate); got {len(q)} and {len(v)}")
+    if not q:
+        raise BeaValueError("q and v must contain at least one symbol each")
     if len(set(q) | set(v)) != 2 * len(q):
-        raise ValueError("q and v must be distinct symbols")
-    if not isinstance(L, sympy.Expr) or L.has(sympy.Derivative) or any(isinstance(f, sympy.core.function.AppliedUndef) for f in L.atoms(sympy.Function)):
-        raise TypeError("the lagrangian must be an explicit SymPy expression of q and v (no undefined functions)")
+        raise BeaValueError("q and v must be distinct symbols")
+    clash = sorted(str(s) for s in set(params) & (set(q) | set(v)))
+    if clash:
+        raise BeaValueError(
+            f"params must not contain coordinates or velocities: {', '.join(clash)}; params are constants such as "
+            "masses or spring constants"
+        )
+    if len(set(params)) != len(params):
+        raise BeaValueError("params contains the same symbol twice")
     extra = L.free_symbols - set(q) - set(v) - set(params)
     if extra:
         names = ", ".join(sorted(str(s) for s in extra))
-        raise ValueError(
+        raise BeaValueError(
             f"the lagrangian contains symbols not declared as q or v: {names}. Declare constants with params=[...] "
             "or substitute numbers for them"
         )
-    return Frame(n=len(q), q=q, v=v, L=L, generic=False, params=list(params))
+    return Frame(n=len(q), q=q, v=v, L=L, generic=False, params=params)

@@ -167,25 +167,27 @@ def test_cache_roundtrip_and_corruption(tmp_path, monkeypatch):
     q, v = torch.randn(5, 1), torch.randn(5, 1)
     f = bea.compile_torch("modified_lagrangian", "trapezoidal", 4, 1)
     ref = f(L, q, v, 0.1)
-    files = list(tmp_path.glob("*.json"))
-    assert len(files) == 1
-    record = json.loads(files[0].read_text())
+    files = sorted(tmp_path.glob("*.bea"))
+    assert len(files) == 2  # coefficients and generated source, one file each
+    src_file = next(p for p in files if p.name.endswith(".source.bea"))
+    head, payload = src_file.read_bytes().split(b"\n", 1)
+    record = json.loads(payload)
     assert record["key"]["engine"] == bea.__version__ and "source" in record["body"]
     t0 = time.perf_counter()
     g = bea.compile_torch("modified_lagrangian", "trapezoidal", 4, 1)
     assert time.perf_counter() - t0 < 5.0  # loaded, not derived (the benchmark measures it properly)
     torch.testing.assert_close(g(L, q, v, 0.1), ref)
 
-    # tamper with the source: the checksum no longer matches, so it must not be executed
+    # tamper with the source (keeping the header): authentication fails, so it must not be executed
     record["body"]["source"] = record["body"]["source"].replace("lagrangian_jet(L", "__import__('os')._exit(3) or lagrangian_jet(L")
-    files[0].write_text(json.dumps(record))
+    src_file.write_bytes(head + b"\n" + json.dumps(record).encode())
     with pytest.warns(bea_cache.CacheWarning, match="corrupt or stale"):
         h = bea.compile_torch("modified_lagrangian", "trapezoidal", 4, 1)
     torch.testing.assert_close(h(L, q, v, 0.1), ref)
-    assert "_exit" not in json.loads(files[0].read_text())["body"]["source"]
+    assert b"_exit" not in src_file.read_bytes()
 
     # truncated file
-    files[0].write_text(files[0].read_text()[:100])
+    src_file.write_bytes(src_file.read_bytes()[:100])
     with pytest.warns(bea_cache.CacheWarning):
         bea.compile_torch("modified_lagrangian", "trapezoidal", 4, 1)
 
@@ -194,7 +196,7 @@ def test_cache_roundtrip_and_corruption(tmp_path, monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         bea.compile_torch("modified_lagrangian", "trapezoidal", 4, 1)
-    assert len(list(tmp_path.glob("*.json"))) == 2
+    assert len(list(tmp_path.glob("*.bea"))) == 4
 
 
 def test_symbolic_series_from_cache_equals_fresh(tmp_path, monkeypatch):
