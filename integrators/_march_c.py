@@ -172,6 +172,11 @@ static int newton(const Ctx *c, const double *a, const double *p, double *x, dou
     return 1;
 }
 
+/* Gradients and Hessians of L at m states x (m, D): for checking the C form against autograd. */
+void bea_lag_derivs(int m, int D, const double *x, const double *P, double *g, double *H) {
+    for (int i = 0; i < m; i++) lag_derivs(x + (long)i * D, P, g + (long)i * D, H + (long)i * D * D);
+}
+
 /* Steps j0 .. j_end-1 for B trajectories (rows[b] of the (T1, Ball, n) array out, or b if rows is
    NULL), time-major. p (B, n) and jac (B, n, n) are the momenta and Newton Jacobians at step j0 and
    are updated as steps complete. At the first step where any element fails (status 1 or 2, or 3:

@@ -181,10 +181,10 @@ def scheme_points(scheme, n: int, h: float) -> np.ndarray:
             zero = {s: 0 for s in slots}
             off[i] = float(yi.subs(zero))
             for j in range(n):
-                A[i, j] = float(sympy.diff(yi, a[j]))
-                B[i, j] = float(sympy.diff(yi, b[j]))
-            if sympy.expand(yi - off[i] - sum(A[i, j] * a[j] + B[i, j] * b[j] for j in range(n))).free_symbols:
-                raise NotLowerable(f"the scheme {scheme!r} evaluates L at points that are not affine in the slots")
+                da, db = sympy.diff(yi, a[j]), sympy.diff(yi, b[j])
+                if da.free_symbols or db.free_symbols:
+                    raise NotLowerable(f"the scheme {scheme!r} evaluates L at points that are not affine in the slots")
+                A[i, j], B[i, j] = float(da), float(db)
         rows.append(np.concatenate([[float(w)], off, A.ravel(), B.ravel(), (A + B).ravel()]))
     if sympy.simplify(rest) != 0:
         raise NotLowerable(f"the scheme {scheme!r} is not a weighted sum of Lagrangian values")
@@ -227,7 +227,19 @@ class CompiledStepper:
                        ctypes.c_int, _f64p, ctypes.c_int, _f64p, _f64p, ctypes.c_double, ctypes.c_double, ctypes.c_int,
                        ctypes.c_int, ctypes.c_double, ctypes.c_double, _f64p, _f64p, _f64p, _ip]
         self._fn = fn
+        self._derivs = lib.lib.bea_lag_derivs
+        self._derivs.restype = None
+        self._derivs.argtypes = [ctypes.c_int, ctypes.c_int, _f64p, _f64p, _f64p, _f64p]
         self.n = n
+
+    def lagrangian_derivatives(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Gradient ``(m, 2n)`` and Hessian ``(m, 2n, 2n)`` of the C form of :math:`L` at states ``x``
+        ``(m, 2n)`` (to check it against autograd)."""
+        x_np = np.ascontiguousarray(x.detach().numpy(), dtype=np.float64)
+        m, D = x_np.shape
+        g, H = np.empty((m, D)), np.empty((m, D, D))
+        self._derivs(m, D, _ptr(x_np), _ptr(self.params), _ptr(g), _ptr(H))
+        return torch.from_numpy(g), torch.from_numpy(H)
 
     def chunk_steps(self, batch: int, work: int = 1 << 18) -> int:
         """Steps per call: about ``work`` element-evaluations, so the progress bar moves."""

@@ -15,3 +15,21 @@ def _isolated_cache(tmp_path_factory):
     else:
         os.environ["BEA_CACHE_DIR"] = str(tmp_path_factory.mktemp("bea-cache"))
     yield
+
+
+@pytest.fixture(params=["eager", "compiled"])
+def execution_path(request, monkeypatch):
+    """Run a test twice: on the eager path, and with the compiled path wherever it applies (every
+    integrator created without ``execution=`` compiles, whatever the length of the run)."""
+    import integrators.variational as V
+
+    if request.param == "compiled":
+        from integrators.ccompile import find_compiler
+
+        if find_compiler() is None:
+            pytest.skip("no C compiler on this machine: the compiled path falls back to the eager one")
+        monkeypatch.setattr(V, "DEFAULT_EXECUTION", "auto")
+        monkeypatch.setattr(V, "AUTO_MIN_WORK", 0)
+    else:
+        monkeypatch.setattr(V, "DEFAULT_EXECUTION", "eager")
+    return request.param
