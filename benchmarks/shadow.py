@@ -83,7 +83,7 @@ def main() -> None:
     t_gen2 = time.perf_counter() - t0
     import integrators.variational as V
 
-    warm = model.integrator()
+    warm = model.integrator(execution="compiled")
     warm.solve(q0, v0, 2, legendre=model.recovered_lagrangian(2))  # builds the C library (once per process and model)
     t_build = warm.compile_seconds
     qs, t_pred = _t(model.predict, q0, v0, steps)
