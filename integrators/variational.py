@@ -18,6 +18,11 @@ automatic differentiation of the scheme's discrete Lagrangian: nothing here is s
 
 All trajectories of a batch advance together: one vectorised Newton solve per time step
 (:mod:`integrators.newton`), each trajectory with its own convergence test.
+
+Two execution paths take the same steps: the *eager* path above (any torch Lagrangian), and the
+*compiled* path (:mod:`integrators.compiled`: the march in C, for Lagrangians with a C form --
+SymPy systems, the GP posterior mean -- and schemes with affine evaluation points). They agree to
+rounding; ``execution=`` chooses, and the default ``"auto"`` compiles long runs when it can.
 """
 
 from __future__ import annotations
@@ -35,12 +40,20 @@ from ._threads import threads_for
 from ._checks import as_float64, check_finite, check_lagrangian_output, check_pair, check_step_size, check_steps
 from .newton import ConvergenceError, NewtonOptions, NewtonResult, autograd_system, describe_failure, newton, vmap_system
 
-__all__ = ["VariationalIntegrator", "ConvergenceError"]
+__all__ = ["VariationalIntegrator", "ConvergenceError", "EXECUTIONS"]
 
 TorchLagrangian = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 #: the progress bar appears (on a terminal) for runs of at least this many steps when progress=None
 PROGRESS_MIN_STEPS = 2000
+
+#: values of ``execution=``
+EXECUTIONS = ("auto", "compiled", "eager")
+#: with ``execution="auto"``, a run of fewer trajectory-steps than this stays eager unless the stepper
+#: is already built (compiling takes about 0.3 s; an eager step about 1 ms)
+AUTO_MIN_WORK = 500
+#: the execution of integrators created with ``execution=None``
+DEFAULT_EXECUTION = "auto"
 
 
 class VariationalIntegrator:
@@ -69,11 +82,18 @@ class VariationalIntegrator:
         Lagrangian (a learned one outside its data) it can land on a far root. A root beyond
         ``max_step`` counts as a failed step (an error, or the trajectory stops with
         ``on_failure="mask"``). ``None``: no bound.
+    execution : ``None`` (default): :data:`DEFAULT_EXECUTION`, i.e. ``"auto"``: the compiled path (:mod:`integrators.compiled`) for runs of at
+        least :data:`AUTO_MIN_WORK` trajectory-steps (or once it is built) when the Lagrangian and
+        scheme have a C form and a C compiler is present, else the eager path; ``"compiled"``: always
+        the compiled path, raising ``ValueError`` (with the reason) where it is unavailable;
+        ``"eager"``: never compile. :attr:`last_execution` tells which path the latest run took,
+        :attr:`compile_seconds` what building the compiled stepper cost (paid once per integrator
+        and ``n``; the C library once per process and Lagrangian).
     """
 
     def __init__(self, lagrangian: TorchLagrangian, h: float, scheme: Union[str, bea.Scheme] = "midpoint", *,
                  xtol: float = 1e-16, ftol: float = 0.0, maxiter: int = 20, jacobian: str = "autograd",
-                 progress: Optional[bool] = None, max_step: Optional[float] = None):
+                 progress: Optional[bool] = None, max_step: Optional[float] = None, execution: Optional[str] = None):
         if not callable(lagrangian):
             raise TypeError(f"lagrangian must be a callable L(q, v) returning a tensor, got {type(lagrangian).__name__}")
         self.lagrangian = lagrangian
@@ -93,7 +113,16 @@ class VariationalIntegrator:
                                      or not (max_step > 0 and math.isfinite(max_step))):
             raise ValueError(f"max_step must be a positive finite number or None, got {max_step!r}")
         self.max_step = None if max_step is None else float(max_step)
+        if execution is not None and execution not in EXECUTIONS:
+            raise ValueError(f"execution must be one of {', '.join(map(repr, EXECUTIONS))}, got {execution!r}")
+        self.execution = execution
         self._step_eval = self._make_step_evaluator()
+        #: compiled steppers by n (None: tried, not available; the reason in _stepper_errors)
+        self._steppers: dict = {}
+        self._stepper_errors: dict = {}
+        self.compile_seconds: float = 0.0
+        #: "compiled", "eager" or "compiled+eager" (the compiled loop handed some steps to the eager path)
+        self.last_execution: Optional[str] = None
 
     def __repr__(self) -> str:
         return f"VariationalIntegrator({getattr(self.lagrangian, 'name', self.lagrangian)!r}, h={self.h}, scheme={self.scheme!r})"
@@ -192,52 +221,102 @@ class VariationalIntegrator:
             return 3 * q(j) - 3 * q(j - 1) + q(j - 2)
         return 2 * q(j) - q(j - 1)
 
+    def _stepper(self, n: int, work: int, out: torch.Tensor):
+        """The compiled stepper for ``n`` coordinates, or None for the eager path (see ``execution``)."""
+        mode = self.execution or DEFAULT_EXECUTION
+        if mode == "eager" or out.device.type != "cpu":
+            if mode == "compiled":
+                raise ValueError(f"execution='compiled' runs on the CPU; the data are on {out.device}")
+            return None
+        if n in self._steppers:
+            return self._steppers[n]
+        if mode == "auto" and work < AUTO_MIN_WORK:
+            return None
+        if n not in self._stepper_errors:
+            from .ccompile import CompileError
+            from .compiled import CompiledStepper, NotLowerable
+
+            try:
+                stepper = CompiledStepper(self.lagrangian, self.scheme, self.h, n)
+            except (NotLowerable, CompileError) as err:
+                self._stepper_errors[n] = str(err)
+            else:
+                self._steppers[n] = stepper
+                self.compile_seconds += stepper.compile_seconds + stepper.lower_seconds
+                return stepper
+        if mode == "compiled":
+            raise ValueError(f"execution='compiled' is not available for this integrator: {self._stepper_errors[n]}; "
+                             f"use execution='auto' or 'eager'")
+        return None
+
     def _march(self, out: torch.Tensor, j0: int, p: torch.Tensor, first_guess: Optional[torch.Tensor], batch, on_failure: str,
                progress: Optional[bool]):
         steps = out.shape[0] - 1
-        B = out.shape[1]
+        B, n = out.shape[1], out.shape[-1]
         show = progress if progress is not None else self.progress
         disable = (None if steps - j0 >= PROGRESS_MIN_STEPS else True) if show is None else not show
         rows: Optional[torch.Tensor] = None  # trajectories still running, None = all
         valid_until = torch.full((B,), steps, dtype=torch.long)
         jac = None
-        with threads_for(B * out.shape[-1]), tqdm(total=steps - j0, disable=disable, desc="integrating", unit="step", leave=False) as bar:
-            for j in range(j0, steps):
-                a = out[j] if rows is None else out[j, rows]
-                if self.jacobian == "autograd":
-                    a = a.detach().requires_grad_(True)
-                guess = first_guess if j == 0 else self._predict(out, j, rows)
-                res = newton(self._step_eval, guess, (a, p), options=self.options, jac0=jac)
-                if not bool(res.converged.all()):
-                    res = self._retry(res, a, p, out, j, rows)
-                far = self._far_roots(res, a)
-                if far is not None and on_failure == "raise":
-                    self._raise_far(res, a, far, j, batch, rows)
-                if far is not None:
-                    res = dataclasses.replace(res, converged=res.converged & ~far)
-                if not bool(res.converged.all()):
-                    if on_failure == "raise":
-                        self._raise(res, j, batch, rows, B)
-                    ok = res.converged
-                    failed_rows = (torch.arange(B) if rows is None else rows)[~ok]
-                    valid_until[failed_rows] = j
-                    rows = torch.nonzero(ok).flatten() if rows is None else rows[ok]
-                    if rows.numel() == 0:
-                        break
-                    res_x, p = res.x[ok], res.aux[ok]
-                    jac = None if res.jacobian is None else res.jacobian[ok]
-                else:
-                    res_x, p, jac = res.x, res.aux, res.jacobian
-                if rows is None:
-                    out[j + 1] = res_x
-                else:
-                    out[j + 1, rows] = res_x
+        stepper = self._stepper(n, (steps - j0) * B, out)
+        used = set()
+        with threads_for(B * n), tqdm(total=steps - j0, disable=disable, desc="integrating", unit="step", leave=False) as bar:
+            j = j0
+            while j < steps:
+                if stepper is not None:
+                    used.add("compiled")
+                    end = min(steps, j + stepper.chunk_steps(B if rows is None else rows.numel()))
+                    j_stop, p, jac, _ = stepper.advance(out, j, end, p, jac, rows, first_guess, self.options, self.max_step)
+                    bar.update(j_stop - j)
+                    j = j_stop
+                    if j == end:
+                        continue
+                # one eager step (the whole run without a stepper; else the step where the compiled loop stopped)
+                used.add("eager")
+                rows, p, jac, stop = self._eager_step(out, j, p, jac, rows, first_guess, batch, B, on_failure, valid_until)
+                if stop:
+                    break
                 bar.update(1)
+                j += 1
+        self.last_execution = "+".join(sorted(used)) if used else None
         q = out.reshape(steps + 1, *batch, out.shape[-1])
         if on_failure == "raise":
             return q
         valid = torch.arange(steps + 1)[:, None] <= valid_until[None, :]
         return q, valid.reshape(steps + 1, *batch)
+
+    def _eager_step(self, out, j, p, jac, rows, first_guess, batch, B, on_failure, valid_until):
+        """Step ``j -> j + 1`` of the active ``rows`` by the eager path; returns ``(rows, p, jac, all_failed)``."""
+        a = out[j] if rows is None else out[j, rows]
+        if self.jacobian == "autograd":
+            a = a.detach().requires_grad_(True)
+        guess = first_guess if j == 0 else self._predict(out, j, rows)
+        res = newton(self._step_eval, guess, (a, p), options=self.options, jac0=jac)
+        if not bool(res.converged.all()):
+            res = self._retry(res, a, p, out, j, rows)
+        far = self._far_roots(res, a)
+        if far is not None and on_failure == "raise":
+            self._raise_far(res, a, far, j, batch, rows)
+        if far is not None:
+            res = dataclasses.replace(res, converged=res.converged & ~far)
+        if not bool(res.converged.all()):
+            if on_failure == "raise":
+                self._raise(res, j, batch, rows, B)
+            ok = res.converged
+            failed_rows = (torch.arange(B) if rows is None else rows)[~ok]
+            valid_until[failed_rows] = j
+            rows = torch.nonzero(ok).flatten() if rows is None else rows[ok]
+            if rows.numel() == 0:
+                return rows, p, jac, True
+            res_x, p = res.x[ok], res.aux[ok]
+            jac = None if res.jacobian is None else res.jacobian[ok]
+        else:
+            res_x, p, jac = res.x, res.aux, res.jacobian
+        if rows is None:
+            out[j + 1] = res_x
+        else:
+            out[j + 1, rows] = res_x
+        return rows, p, jac, False
 
     def _retry(self, res: NewtonResult, a, p, out, j, rows) -> NewtonResult:
         """Elements that failed from the extrapolated guess get a second chance, with plain Newton

@@ -359,6 +359,16 @@ class FunctionalLagrangianModel(gpytorch.Module):
 
     __call__ = lagrangian
 
+    def c_lagrangian(self):
+        """The posterior mean as C (gradient and Hessian in closed form, :mod:`learners.compiled_mean`),
+        so that integrators given the model itself step it on their compiled path
+        (:mod:`integrators.compiled`); raises ``integrators.compiled.NotLowerable`` for kernels
+        without a C form."""
+        self._require_fit()
+        from .compiled_mean import c_lagrangian_of_expansion
+
+        return c_lagrangian_of_expansion(self.gp._mean_fn, self.n)
+
     @float64
     def variance(self, q, v) -> torch.Tensor:
         r"""Posterior variance of the learned Lagrangian at ``q, v`` (shape ``(...)``). Only differences of

@@ -124,7 +124,7 @@ class LagrangianGP(FunctionalLagrangianModel):
         from integrators import VariationalIntegrator
 
         self._require_fit()
-        return VariationalIntegrator(self.lagrangian, self.h, self.scheme, **{**DEFAULT_NEWTON, **newton})
+        return VariationalIntegrator(self, self.h, self.scheme, **{**DEFAULT_NEWTON, **newton})  # the model: C form of the mean
 
     @float64
     def predict(self, q0, qdot0, steps: int, **newton) -> torch.Tensor:

@@ -150,7 +150,7 @@ class InverseModifiedLagrangianGP(FunctionalLagrangianModel):
 
         self._require_fit()
         opts = {**DEFAULT_NEWTON, **newton}
-        return VariationalIntegrator(self.lagrangian, self.h, self.scheme, **opts)
+        return VariationalIntegrator(self, self.h, self.scheme, **opts)  # the model: C form of the mean
 
     @float64
     def predict(self, q0, qdot0, steps: int, order: int = 2, **newton) -> torch.Tensor:

@@ -17,6 +17,7 @@ def _isolated_cache(tmp_path_factory):
     yield
 
 
+<<<<<<< HEAD
 class _RayInstances:
     """At most one Ray instance per test session at a time: ``local()`` (2 CPUs) or ``cluster()`` (two
     simulated nodes of 1 CPU); switching shuts the other down (one process cannot hold two). Started on
@@ -65,3 +66,21 @@ def ray_instances():
     inst = _RayInstances()
     yield inst
     inst.stop()
+=======
+@pytest.fixture(params=["eager", "compiled"])
+def execution_path(request, monkeypatch):
+    """Run a test twice: on the eager path, and with the compiled path wherever it applies (every
+    integrator created without ``execution=`` compiles, whatever the length of the run)."""
+    import integrators.variational as V
+
+    if request.param == "compiled":
+        from integrators.ccompile import find_compiler
+
+        if find_compiler() is None:
+            pytest.skip("no C compiler on this machine: the compiled path falls back to the eager one")
+        monkeypatch.setattr(V, "DEFAULT_EXECUTION", "auto")
+        monkeypatch.setattr(V, "AUTO_MIN_WORK", 0)
+    else:
+        monkeypatch.setattr(V, "DEFAULT_EXECUTION", "eager")
+    return request.param
+>>>>>>> speed

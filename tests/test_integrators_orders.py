@@ -31,6 +31,7 @@ def _order(hs, errors):
 
 @pytest.mark.parametrize("scheme", ["midpoint", "trapezoidal"])
 @pytest.mark.parametrize("system,q0,v0", [(PENDULUM, P_Q0, P_V0), (HENON_HEILES, HH_Q0, HH_V0)], ids=["pendulum", "henon_heiles"])
+@pytest.mark.usefixtures("execution_path")  # eager and compiled (tests/conftest.py)
 def test_global_order_two(system, q0, v0, scheme):
     errors = C.discrete_vs_exact(system, scheme, HS, T, q0, v0)
     assert abs(_order(HS, errors) - 2) <= 0.2
@@ -80,6 +81,7 @@ def test_generalised_midpoint_position_dependent_mass(N):
     assert abs(_order(hs, errors) - (N + 1)) <= 0.3
 
 
+@pytest.mark.usefixtures("execution_path")  # eager and compiled (tests/conftest.py)
 def test_generalised_midpoint_is_second_order_for_separable_lagrangians():
     """For v^2/2 + cos q the h^1 term of L_mod is h v sin(q)/5 = -(h/5) d/dt cos q, a total derivative:
     the motions are those of L to O(h^2). Started from two exact positions the error is O(h^2).

@@ -13,6 +13,9 @@ from integrators import ConvergenceError, VariationalIntegrator, reference_flow,
 PENDULUM = systems.pendulum()
 KEPLER = systems.kepler()
 
+# every test on the eager path and on the compiled one (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("execution_path")
+
 
 def L_pendulum(q, v):
     return 0.5 * (v**2).sum(-1) + torch.cos(q).sum(-1)
@@ -45,6 +48,7 @@ def test_batched_equals_unbatched():
             assert float((single[:, 0] - batched[:, b]).abs().max()) <= 1e-12
 
 
+@pytest.mark.parametrize("execution_path", ["eager"], indirect=True)  # torch closures: no C form
 def test_vmap_jacobian_mode_agrees_with_autograd():
     q0, v0 = torch.tensor([[0.3], [2.0]]), torch.tensor([[0.1], [0.0]])
     a = VariationalIntegrator(L_pendulum, 0.1, "trapezoidal").solve(q0, v0, 50)
@@ -211,6 +215,7 @@ def test_bad_input_gives_clear_errors():
         vi.velocities(torch.tensor([[0.0], [float("nan")]]))
 
 
+@pytest.mark.parametrize("execution_path", ["eager"], indirect=True)  # torch closures: no C form
 def test_singular_lagrangian_is_reported():
     # L = q v - q^2/2 is degenerate (d2L/dv2 = 0); its trapezoidal discrete Lagrangian
     # (b^2 - a^2)/2 - h (a^2 + b^2)/4 has D12 L_d = 0: the Newton Jacobian is singular

@@ -1,0 +1,95 @@
+"""Compile C source generated in this process into a shared library and load it with ctypes.
+
+Used by :mod:`integrators.compiled` for the compiled stepping path. The source is always generated
+here, from objects in memory (SymPy expressions with only numbered symbols and whitelisted math
+functions, or fixed templates); it is never read from disk or a string supplied from outside. Each
+library is built in a fresh private temporary directory (mode 0700), loaded, and the directory is
+removed again: nothing is cached on disk, so nothing on disk is ever executed later.
+
+Compiled libraries are kept in an explicit small LRU (:func:`load_library`, keyed by the SHA-256 of
+the source and the compiler flags), so one process compiles each distinct Lagrangian once, however
+many integrators use it.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+__all__ = ["CompileError", "CompiledLibrary", "find_compiler", "load_library", "LIBRARY_CACHE_SIZE"]
+
+#: libraries kept loaded per process (least recently used beyond this are forgotten)
+LIBRARY_CACHE_SIZE = 32
+
+#: -ffp-contract=off: no fused multiply-add, so the arithmetic is the one written (as in torch's
+#: elementwise kernels); -fno-math-errno lets sqrt/exp inline without changing any result.
+CFLAGS = ("-O2", "-shared", "-fPIC", "-ffp-contract=off", "-fno-math-errno", "-std=c99")
+
+
+class CompileError(RuntimeError):
+    """The C compiler is missing or rejected the generated source."""
+
+
+@dataclass(frozen=True)
+class CompiledLibrary:
+    """A loaded library and how long building it took (seconds; 0 when it came from the LRU)."""
+
+    lib: ctypes.CDLL
+    digest: str
+    compile_seconds: float
+
+
+_lock = threading.Lock()
+_cache: "collections.OrderedDict[str, CompiledLibrary]" = collections.OrderedDict()
+
+
+def find_compiler() -> Optional[str]:
+    """Path of the C compiler (``$CC``, else ``cc``, ``gcc``, ``clang`` on ``PATH``), or None."""
+    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if name:
+            path = shutil.which(name)
+            if path:
+                return path
+    return None
+
+
+def load_library(source: str) -> CompiledLibrary:
+    """Compile ``source`` (or take it from the LRU) and load it. Raises :class:`CompileError`."""
+    digest = hashlib.sha256(("\0".join(CFLAGS) + "\0" + source).encode()).hexdigest()
+    with _lock:
+        hit = _cache.get(digest)
+        if hit is not None:
+            _cache.move_to_end(digest)
+            return CompiledLibrary(hit.lib, digest, 0.0)
+    cc = find_compiler()
+    if cc is None:
+        raise CompileError("no C compiler found (set $CC or install gcc/clang); the eager path is used instead")
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="bea-cc-") as tmp:  # created with mode 0700
+        src, out = os.path.join(tmp, "step.c"), os.path.join(tmp, "step.so")
+        with open(src, "w") as f:
+            f.write(source)
+        try:
+            proc = subprocess.run([cc, *CFLAGS, "-o", out, src, "-lm"], capture_output=True, text=True, timeout=300)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            raise CompileError(f"running the C compiler {cc} failed: {err}") from err
+        if proc.returncode != 0:
+            first = (proc.stderr or proc.stdout).strip().splitlines()[:5]
+            raise CompileError(f"the C compiler {cc} rejected the generated step code: " + " | ".join(first))
+        lib = ctypes.CDLL(out)  # the mapping stays valid after the file is removed
+    entry = CompiledLibrary(lib, digest, time.perf_counter() - t0)
+    with _lock:
+        _cache[digest] = entry
+        _cache.move_to_end(digest)
+        while len(_cache) > LIBRARY_CACHE_SIZE:
+            _cache.popitem(last=False)
+    return entry

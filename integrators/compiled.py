@@ -1,0 +1,277 @@
+r"""Compiled stepping for :class:`~integrators.variational.VariationalIntegrator`.
+
+Why: a time step of the eager path is a few hundred small torch operations and autograd passes,
+about a millisecond whatever the batch. Here the whole march (extrapolated guess, Newton iteration
+with its convergence tests, momenta) runs in C, time-major over a chunk of steps, and Python is
+entered once per chunk.
+
+What is compiled, and when (nothing else changes semantics):
+
+* The Lagrangian must *lower* to C: a function computing its gradient :math:`g` and Hessian
+  :math:`H` at a state :math:`x = (q, v)`. :func:`lower_lagrangian` accepts
+
+  - a :class:`~integrators.symbolic.SymbolicLagrangian` (every :mod:`integrators.systems` system):
+    :math:`g, H` are differentiated in SymPy, common subexpressions shared, printed as C;
+  - any object with a method ``c_lagrangian()`` returning a :class:`CLagrangian` (e.g. the GP
+    posterior mean of :mod:`learners`, whose derivatives are closed-form sums over its atoms).
+
+* The scheme must evaluate :math:`L` at points affine in the two slots with constant weights,
+  :math:`L_\Delta(a, b) = \sum_k w_k L(y_k)`, :math:`y_k = o_k + A_k a + B_k b` (midpoint,
+  trapezoidal, generalised midpoint, and custom schemes of that form); this is found by running
+  the scheme on a SymPy probe (:func:`scheme_points`). Then
+  :math:`D_1L_\Delta = \sum_k w_k A_k^\top g(y_k)`, :math:`D_2L_\Delta = \sum_k w_k B_k^\top g(y_k)`
+  and :math:`D_{12}L_\Delta = \sum_k w_k A_k^\top H(y_k) B_k`.
+
+Anything else (torch closures, networks, :mod:`bea` series, other schemes) is not lowered and the
+integrator uses its eager path. Newton's iteration is the one of :mod:`integrators.newton`, element
+by element, with the same extrapolated guesses, chord step, tolerances and stall test, so compiled
+and eager trajectories agree to rounding. At the first step where any element fails to converge,
+becomes non-finite or jumps beyond ``max_step``, the compiled loop stops *before* that step and the
+eager path takes it (with its retry, masking and error messages), then the compiled loop resumes.
+
+The C library depends only on the Lagrangian's code (``h``, the scheme, the batch and all numbers
+are run-time arguments); it is built once per process (:func:`integrators.ccompile.load_library`,
+an LRU) and the stepper is kept on the integrator, keyed by ``n``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional, Tuple
+
+import numpy as np
+import sympy
+import torch
+
+from ._march_c import TEMPLATE
+from .ccompile import CompileError, load_library
+from .newton import STALL_FACTOR, NewtonOptions
+
+__all__ = ["CLagrangian", "CompiledStepper", "lower_lagrangian", "scheme_points", "NotLowerable", "MAX_N"]
+
+#: largest number of coordinates the compiled loop handles (fixed-size work arrays in C)
+MAX_N = 32
+
+#: SymPy functions allowed in a lowered Lagrangian and its derivatives (C math library names)
+C_FUNCTIONS = {"sin": "sin", "cos": "cos", "tan": "tan", "exp": "exp", "log": "log", "sqrt": "sqrt", "Abs": "fabs",
+               "sinh": "sinh", "cosh": "cosh", "tanh": "tanh", "atan": "atan", "asin": "asin", "acos": "acos",
+               "atan2": "atan2"}
+
+
+class NotLowerable(Exception):
+    """The Lagrangian or scheme has no C form here (the eager path is used); the message says why."""
+
+
+@dataclass(frozen=True)
+class CLagrangian:
+    r"""A Lagrangian in C, for the compiled path.
+
+    ``source`` defines ``static void lag_derivs(const double *x, const double *P, double *g, double *H)``
+    writing the gradient ``g`` (``2n``) and the row-major Hessian ``H`` (``2n x 2n``) of :math:`L` at
+    the state ``x = (q_1..q_n, v_1..v_n)``; ``params`` is the array passed as ``P``. ``cost``: relative
+    cost of one evaluation (1 for a closed formula; the number of terms of a sum), used to size
+    chunks. The source must come from code, never from data read at run time."""
+
+    n: int
+    source: str
+    params: np.ndarray = field(default_factory=lambda: np.zeros(1))
+    cost: int = 1
+
+
+# ---------------------------------------------------------------------------------- lowering
+def lower_lagrangian(L: Any) -> CLagrangian:
+    """The :class:`CLagrangian` of ``L``, or :class:`NotLowerable`."""
+    hook = getattr(L, "c_lagrangian", None)
+    if callable(hook):
+        out = hook()
+        if not isinstance(out, CLagrangian):
+            raise NotLowerable(f"{type(L).__name__}.c_lagrangian() returned {type(out).__name__}, not a CLagrangian")
+        return out
+    from .symbolic import SymbolicLagrangian
+
+    if isinstance(L, SymbolicLagrangian):
+        if type(L).__call__ is not SymbolicLagrangian.__call__:  # a subclass computing something else
+            raise NotLowerable(f"{type(L).__name__} overrides __call__: its SymPy expression may not be what it computes")
+        return _lower_sympy(L)
+    raise NotLowerable(f"a {type(L).__name__} has no C form (only SymPy Lagrangians and objects with c_lagrangian())")
+
+
+def _lower_sympy(L) -> CLagrangian:
+    n, D = L.n, 2 * L.n
+    if n > MAX_N:
+        raise NotLowerable(f"n = {n} coordinates; the compiled loop handles at most {MAX_N}")
+    try:
+        values = np.array(L._param_values() or (0.0,), dtype=np.float64)
+    except ValueError as err:
+        raise NotLowerable(str(err)) from None
+    X = [sympy.Symbol(f"X{i}", real=True) for i in range(D)]
+    P = [sympy.Symbol(f"P{i}", real=True) for i in range(len(L.params))]
+    expr = L.expr.xreplace(dict(zip((*L.q, *L.v, *L.params), (*X, *P))))
+    grad = [sympy.diff(expr, x) for x in X]
+    hess = [sympy.diff(grad[i], X[j]) for i in range(D) for j in range(i, D)]
+    exprs = grad + hess
+    allowed = set(X) | set(P)
+    for e in exprs:
+        stray = e.free_symbols - allowed
+        if stray:
+            raise NotLowerable(f"unexpected symbols {sorted(map(str, stray))}")
+        for f in e.atoms(sympy.Function):
+            if type(f).__name__ not in C_FUNCTIONS:
+                raise NotLowerable(f"the function {type(f).__name__} has no C form here")
+        if e.has(sympy.Piecewise, sympy.Derivative, sympy.Integral, sympy.zoo, sympy.nan):
+            raise NotLowerable("piecewise, unevaluated or undefined terms in the derivatives")
+    temps, reduced = sympy.cse(exprs, symbols=sympy.numbered_symbols("t"), optimizations="basic")
+    printer = dict(user_functions={k: v for k, v in C_FUNCTIONS.items() if k != v})
+    lines = ["static void lag_derivs(const double *x, const double *P, double *g, double *H) {"]
+    lines += [f"    const double X{i} = x[{i}];" for i in range(D)]
+    lines += [f"    const double P{i} = P[{i}];" for i in range(len(P))]
+    lines += ["    (void)P;"]
+    for s, e in temps:
+        lines.append(f"    const double {s} = {sympy.ccode(e, **printer)};")
+    for i in range(D):
+        lines.append(f"    g[{i}] = {sympy.ccode(reduced[i], **printer)};")
+    k = D
+    for i in range(D):
+        for j in range(i, D):
+            code = sympy.ccode(reduced[k], **printer)
+            lines.append(f"    H[{i * D + j}] = {code};" if i == j else f"    H[{i * D + j}] = H[{j * D + i}] = {code};")
+            k += 1
+    lines.append("}")
+    return CLagrangian(n=n, source="\n".join(lines), params=values, cost=1)
+
+
+def scheme_points(scheme, n: int, h: float) -> np.ndarray:
+    r"""Evaluation points of ``scheme`` at step ``h`` for ``n`` coordinates, as rows
+    ``(w, o (D), A (D x n), B (D x n), S = A + B (D x n))`` (:class:`NotLowerable` if not affine)."""
+    D = 2 * n
+    a = sympy.Matrix(sympy.symbols(f"a0:{n}", real=True))
+    b = sympy.Matrix(sympy.symbols(f"b0:{n}", real=True))
+    calls = []
+
+    def probe(q, v):
+        s = sympy.Symbol(f"_L{len(calls)}")
+        calls.append((q, v))
+        return s
+
+    try:
+        value = sympy.expand(sympy.sympify(scheme(probe, a, b, h)))
+    except Exception as err:  # a scheme written for torch only: not symbolic
+        raise NotLowerable(f"the scheme {scheme!r} cannot be run on SymPy symbols ({type(err).__name__})") from None
+    if not calls:
+        raise NotLowerable(f"the scheme {scheme!r} never evaluates the Lagrangian")
+    syms = [sympy.Symbol(f"_L{k}") for k in range(len(calls))]
+    slots = list(a) + list(b)
+    rows = []
+    rest = value
+    for k, (q, v) in enumerate(calls):
+        w = value.coeff(syms[k])
+        if w.free_symbols:
+            raise NotLowerable(f"the scheme {scheme!r} weighs the Lagrangian with a position-dependent factor")
+        rest = rest - w * syms[k]
+        y = list(q) + list(v)
+        if len(y) != D:
+            raise NotLowerable(f"the scheme {scheme!r} evaluates L at states of unexpected size")
+        off = np.zeros(D)
+        A = np.zeros((D, n))
+        B = np.zeros((D, n))
+        for i, yi in enumerate(y):
+            yi = sympy.expand(sympy.sympify(yi))
+            if yi.free_symbols - set(slots):
+                raise NotLowerable(f"the scheme {scheme!r} evaluates L at points that are not affine in the slots")
+            zero = {s: 0 for s in slots}
+            off[i] = float(yi.subs(zero))
+            for j in range(n):
+                da, db = sympy.diff(yi, a[j]), sympy.diff(yi, b[j])
+                if da.free_symbols or db.free_symbols:
+                    raise NotLowerable(f"the scheme {scheme!r} evaluates L at points that are not affine in the slots")
+                A[i, j], B[i, j] = float(da), float(db)
+        rows.append(np.concatenate([[float(w)], off, A.ravel(), B.ravel(), (A + B).ravel()]))
+    if sympy.simplify(rest) != 0:
+        raise NotLowerable(f"the scheme {scheme!r} is not a weighted sum of Lagrangian values")
+    return np.ascontiguousarray(np.stack(rows), dtype=np.float64)
+
+
+# ---------------------------------------------------------------------------------- stepping
+_f64p = ctypes.POINTER(ctypes.c_double)
+_lp = ctypes.POINTER(ctypes.c_long)
+_ip = ctypes.POINTER(ctypes.c_int)
+
+
+def _ptr(a: np.ndarray, kind=_f64p):
+    return a.ctypes.data_as(kind)
+
+
+class CompiledStepper:
+    """The compiled march for one Lagrangian, scheme, step ``h`` and ``n`` (see the module docstring).
+
+    ``compile_seconds``: time spent compiling when it was built (0 if the library was already loaded)."""
+
+    def __init__(self, lagrangian: Any, scheme, h: float, n: int):
+        t0 = time.perf_counter()
+        clag = lower_lagrangian(lagrangian)
+        if clag.n != n:
+            raise NotLowerable(f"the Lagrangian's C form has n = {clag.n}, the data n = {n}")
+        if n > MAX_N:
+            raise NotLowerable(f"n = {n} coordinates; the compiled loop handles at most {MAX_N}")
+        self.points = scheme_points(scheme, n, h)
+        self.params = np.ascontiguousarray(clag.params, dtype=np.float64).reshape(-1)
+        if self.params.size == 0:
+            self.params = np.zeros(1)
+        self.cost = max(1, int(clag.cost)) * self.points.shape[0]
+        lib = load_library(TEMPLATE.replace("/*@LAGRANGIAN@*/", clag.source))
+        self.lower_seconds = time.perf_counter() - t0 - lib.compile_seconds
+        self.compile_seconds = lib.compile_seconds
+        fn = lib.lib.bea_march
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, _f64p, ctypes.c_long, _lp, _f64p, _f64p,
+                       ctypes.c_int, _f64p, ctypes.c_int, _f64p, _f64p, ctypes.c_double, ctypes.c_double, ctypes.c_int,
+                       ctypes.c_int, ctypes.c_double, ctypes.c_double, _f64p, _f64p, _f64p, _ip]
+        self._fn = fn
+        self._derivs = lib.lib.bea_lag_derivs
+        self._derivs.restype = None
+        self._derivs.argtypes = [ctypes.c_int, ctypes.c_int, _f64p, _f64p, _f64p, _f64p]
+        self.n = n
+
+    def lagrangian_derivatives(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Gradient ``(m, 2n)`` and Hessian ``(m, 2n, 2n)`` of the C form of :math:`L` at states ``x``
+        ``(m, 2n)`` (to check it against autograd)."""
+        x_np = np.ascontiguousarray(x.detach().numpy(), dtype=np.float64)
+        m, D = x_np.shape
+        g, H = np.empty((m, D)), np.empty((m, D, D))
+        self._derivs(m, D, _ptr(x_np), _ptr(self.params), _ptr(g), _ptr(H))
+        return torch.from_numpy(g), torch.from_numpy(H)
+
+    def chunk_steps(self, batch: int, work: int = 1 << 18) -> int:
+        """Steps per call: about ``work`` element-evaluations, so the progress bar moves."""
+        return int(min(4096, max(1, work // max(1, batch * self.cost))))
+
+    def advance(self, out: torch.Tensor, j: int, j_end: int, p: torch.Tensor, jac: Optional[torch.Tensor],
+                rows: Optional[torch.Tensor], first_guess: Optional[torch.Tensor], options: NewtonOptions,
+                max_step: Optional[float]) -> Tuple[int, torch.Tensor, Optional[torch.Tensor], Optional[torch.Tensor]]:
+        """March ``out`` (``(T1, B_all, n)``, contiguous float64) from step ``j`` towards ``j_end``.
+
+        Returns ``(j_stop, p, jac, status)``: the step reached, the momenta and Jacobians there, and,
+        if ``j_stop < j_end``, the per-element status of the failed step (nonzero = failed)."""
+        n = self.n
+        B = p.shape[0]
+        out_np = out.detach().numpy()
+        if not out.is_contiguous():
+            raise ValueError("internal: the output array must be contiguous")
+        p_np = np.ascontiguousarray(p.detach().numpy(), dtype=np.float64).copy()
+        has_jac = jac is not None
+        jac_np = (np.ascontiguousarray(jac.detach().numpy(), dtype=np.float64).copy() if has_jac
+                  else np.zeros((B, n, n)))
+        rows_np = None if rows is None else np.ascontiguousarray(rows.numpy(), dtype=np.int64)
+        fg = None if (first_guess is None or j != 0) else np.ascontiguousarray(first_guess.detach().numpy(), dtype=np.float64)
+        xnew, pnew, jnew = np.empty((B, n)), np.empty((B, n)), np.empty((B, n, n))
+        status = np.zeros(B, dtype=np.int32)
+        j_stop = self._fn(B, n, j, j_end, _ptr(out_np), out.shape[1], None if rows_np is None else _ptr(rows_np, _lp),
+                          _ptr(p_np), _ptr(jac_np), int(has_jac), None if fg is None else _ptr(fg), self.points.shape[0],
+                          _ptr(self.points), _ptr(self.params), float(options.xtol), float(options.ftol), int(options.maxiter),
+                          int(options.reuse_jacobian), float(STALL_FACTOR), -1.0 if max_step is None else float(max_step),
+                          _ptr(xnew), _ptr(pnew), _ptr(jnew), _ptr(status, _ip))
+        jac_t = torch.from_numpy(jac_np) if (has_jac or j_stop > j) else None
+        st = torch.from_numpy(status) if j_stop < j_end else None
+        return j_stop, torch.from_numpy(p_np), jac_t, st

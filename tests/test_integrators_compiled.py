@@ -1,0 +1,126 @@
+"""The compiled stepping path (integrators.compiled): agreement with the eager path, fall-back, caching."""
+
+import pytest
+import torch
+
+import bea
+from integrators import ConvergenceError, VariationalIntegrator, systems
+from integrators.ccompile import find_compiler
+from integrators.compiled import CompiledStepper, NotLowerable, scheme_points
+
+pytestmark = pytest.mark.skipif(find_compiler() is None, reason="no C compiler: only the eager path exists here")
+
+
+def _both(L, h, scheme, q0, v0, steps, **options):
+    eager = VariationalIntegrator(L, h, scheme, execution="eager", **options).solve(q0, v0, steps)
+    vi = VariationalIntegrator(L, h, scheme, execution="compiled", **options)
+    compiled = vi.solve(q0, v0, steps)
+    assert vi.last_execution == "compiled"
+    return eager, compiled
+
+
+# Both paths run the same Newton iteration to the rounding floor (xtol 1e-16, stall test), so each
+# step agrees to a few ulps; over 200 steps of these regular motions the difference stays near 1e-13.
+@pytest.mark.parametrize("system, scheme, q0, v0", [
+    (systems.pendulum(), "midpoint", [[0.5], [2.5], [-1.0]], [[0.1], [0.0], [1.5]]),
+    (systems.kepler(), "trapezoidal", [[1.0, 0.0], [0.0, 0.6]], [[0.0, 1.0], [-1.5, 0.1]]),
+    # the double pendulum: a 2-D Lagrangian whose mass matrix depends on the positions (not separable)
+    (systems.n_pendulum(2), "generalised_midpoint(alpha=0.3)", [[0.5, -0.2], [1.0, 1.2]], [[0.3, -0.1], [0.0, 0.4]]),
+])
+def test_compiled_and_eager_paths_agree(system, scheme, q0, v0):
+    eager, compiled = _both(system, 0.05, scheme, torch.tensor(q0), torch.tensor(v0), 200)
+    assert float((eager - compiled).abs().max()) <= 1e-12
+    assert float((eager[-1] - eager[0]).abs().max()) > 0.05  # the motions did go somewhere
+
+
+def test_gp_learned_lagrangian_paths_agree():
+    """The GP posterior mean steps in C (closed-form gradient and Hessian over its atoms). A nugget of
+    1e-4 keeps its coefficients ~30, so the mean itself is accurate to ~1e-14 in either evaluation
+    order (with coefficients ~1e4 both paths are only as close as the mean's rounding, ~1e-11)."""
+    from integrators.data import snapshots
+    from learners import InverseModifiedLagrangianGP
+
+    S = snapshots(systems.pendulum(), 0.5, 12, 5, seed=0)
+    model = InverseModifiedLagrangianGP(0.5, lengthscale=[1.5, 1.5], noise=1e-4).fit(S)
+    stepper = CompiledStepper(model, model.scheme, 0.5, 1)
+    x = torch.tensor([[0.3, 0.1], [0.5, -0.2], [-0.1, 0.4]]).requires_grad_(True)
+    g, H = stepper.lagrangian_derivatives(x.detach())
+    (ga,) = torch.autograd.grad(model.gp.mean(x).sum(), x, create_graph=True)
+    Ha = torch.stack([torch.autograd.grad(ga[:, i].sum(), x, retain_graph=True)[0] for i in range(2)], 1)
+    assert float((g - ga.detach()).abs().max()) <= 1e-13 and float((H - Ha).abs().max()) <= 1e-13
+    q0, v0 = torch.tensor([[0.3], [-0.6]]), torch.tensor([[0.0], [0.2]])
+    L2 = model.recovered_lagrangian(2)
+    eager = model.integrator(execution="eager", xtol=1e-16).solve(q0, v0, 200, legendre=L2)
+    vi = model.integrator(execution="compiled", xtol=1e-16)
+    compiled = vi.solve(q0, v0, 200, legendre=L2)
+    assert vi.last_execution == "compiled"
+    assert float((eager - compiled).abs().max()) <= 1e-12
+
+
+def test_sympy_derivatives_match_autograd():
+    stepper = CompiledStepper(systems.kepler(), bea.get_scheme("midpoint"), 0.1, 2)
+    x = torch.tensor([[1.0, 0.2, 0.1, 0.9], [-0.5, 0.7, 1.1, -0.3]]).requires_grad_(True)
+    g, H = stepper.lagrangian_derivatives(x.detach())
+    (ga,) = torch.autograd.grad(systems.kepler()(x[:, :2], x[:, 2:]).sum(), x, create_graph=True)
+    Ha = torch.stack([torch.autograd.grad(ga[:, i].sum(), x, retain_graph=True)[0] for i in range(4)], 1)
+    assert float((g - ga.detach()).abs().max()) <= 1e-14 and float((H - Ha).abs().max()) <= 1e-14
+
+
+def test_failure_hands_the_step_to_the_eager_path_and_resumes():
+    """A far root at some step: the compiled loop stops before it, the eager path masks the trajectory
+    there, and the compiled loop continues with the others; identical to the eager run."""
+    q0, v0 = torch.tensor([[0.3], [0.1], [-0.4]]), torch.tensor([[0.0], [20.0], [0.1]])
+    runs = {}
+    for ex in ("eager", "compiled"):
+        vi = VariationalIntegrator(systems.pendulum(), 0.1, max_step=0.5, execution=ex)
+        runs[ex] = vi.solve(q0, v0, 30, on_failure="mask")
+        if ex == "compiled":
+            assert vi.last_execution == "compiled+eager"
+            with pytest.raises(ConvergenceError, match="max_step") as info:
+                vi.solve(q0, v0, 30)
+            assert info.value.step == 1 and info.value.indices == [(1,)]
+    (qe, ve), (qc, vc) = runs["eager"], runs["compiled"]
+    assert torch.equal(ve, vc) and vc[:, 1].tolist() == [True] + [False] * 30 and bool(vc[:, [0, 2]].all())
+    assert float((qe[vc] - qc[vc]).abs().max()) <= 1e-13 and bool(qc[~vc].isnan().all())
+
+
+def test_compiled_once_and_where_it_applies():
+    import sympy
+
+    x, y, u, w = sympy.symbols("x y u w", real=True)
+    # a Lagrangian no other test compiles, so that the first integrator really builds its library
+    L = systems.from_sympy((u**2 + w**2) / 2 - sympy.Rational(3, 7) * (x**2 + y**2) - x**2 * y / 11, [x, y], [u, w])
+    a = VariationalIntegrator(L, 0.1, execution="compiled")
+    a.solve(torch.tensor([[0.1, 0.2]]), torch.tensor([[0.0, 0.1]]), 5)
+    b = VariationalIntegrator(L, 0.2, "trapezoidal", execution="compiled")  # same Lagrangian: the library is reused
+    b.solve(torch.tensor([[0.1, 0.2]]), torch.tensor([[0.0, 0.1]]), 5)
+    assert a._steppers[2].compile_seconds > 0 and b._steppers[2].compile_seconds == 0.0
+    assert b.solve(torch.tensor([[0.1, 0.2]]), torch.tensor([[0.0, 0.1]]), 5) is not None and list(b._steppers) == [2]
+    # auto: short runs stay eager until the stepper exists, long ones compile
+    auto = VariationalIntegrator(systems.pendulum(), 0.1)
+    auto.solve(torch.tensor([[0.1]]), torch.tensor([[0.0]]), 3)
+    assert auto.last_execution == "eager"
+    auto.solve(torch.tensor([[0.1]]), torch.tensor([[0.0]]), 1000)
+    assert auto.last_execution == "compiled"
+    # a torch closure has no C form: auto falls back, "compiled" says why
+    closure = lambda q, v: 0.5 * (v**2).sum(-1) + torch.cos(q).sum(-1)  # noqa: E731
+    fallback = VariationalIntegrator(closure, 0.1)
+    fallback.solve(torch.zeros(3, 1), torch.ones(3, 1), 200)  # 600 trajectory-steps >= AUTO_MIN_WORK
+    assert fallback.last_execution == "eager"
+    with pytest.raises(ValueError, match="execution='compiled' is not available.*no C form"):
+        VariationalIntegrator(closure, 0.1, execution="compiled").solve(torch.tensor([[0.1]]), torch.tensor([[0.0]]), 3)
+    with pytest.raises(ValueError, match="execution must be one of"):
+        VariationalIntegrator(L, 0.1, execution="fast")
+
+
+def test_scheme_points_are_found_or_refused():
+    pts = scheme_points(bea.get_scheme("trapezoidal"), 1, 0.5)
+    # rows (w, o (2), A (2x1), B (2x1), S (2x1)): L(a, (b-a)/h) and L(b, (b-a)/h), weights h/2
+    assert pts.shape == (2, 9)
+    assert pts[:, 0].tolist() == [0.25, 0.25] and pts[0, 3:5].tolist() == [1.0, -2.0] and pts[1, 5:7].tolist() == [1.0, 2.0]
+    squared = bea.CustomScheme(lambda L, a, b, h: h * L(a, (b - a) / h) ** 2, "squared")
+    with pytest.raises(NotLowerable, match="not a weighted sum"):
+        scheme_points(squared, 1, 0.1)
+    nonaffine = bea.CustomScheme(lambda L, a, b, h: h * L(a * b, (b - a) / h), "product")
+    with pytest.raises(NotLowerable, match="not affine"):
+        scheme_points(nonaffine, 1, 0.1)
