@@ -17,7 +17,6 @@ def _isolated_cache(tmp_path_factory):
     yield
 
 
-<<<<<<< HEAD
 class _RayInstances:
     """At most one Ray instance per test session at a time: ``local()`` (2 CPUs) or ``cluster()`` (two
     simulated nodes of 1 CPU); switching shuts the other down (one process cannot hold two). Started on
@@ -66,7 +65,8 @@ def ray_instances():
     inst = _RayInstances()
     yield inst
     inst.stop()
-=======
+
+
 @pytest.fixture(params=["eager", "compiled"])
 def execution_path(request, monkeypatch):
     """Run a test twice: on the eager path, and with the compiled path wherever it applies (every
@@ -83,4 +83,3 @@ def execution_path(request, monkeypatch):
     else:
         monkeypatch.setattr(V, "DEFAULT_EXECUTION", "eager")
     return request.param
->>>>>>> speed
