@@ -73,6 +73,21 @@ def _mesh_weights(order: int) -> List[Q]:
     return out
 
 
+def evaluate_scheme(scheme: Scheme, L, a, b, h: HSeries) -> HSeries:
+    """The scheme's discrete Lagrangian on series arguments, with a clear error if the scheme uses
+    anything but ``+ - * /`` with numbers, ``h`` and calls of ``L`` (shared by both engines)."""
+    try:
+        out = scheme.discrete_lagrangian(L, a, b, h)
+    except (TypeError, AttributeError) as err:
+        raise UnsupportedSchemeError(
+            f"scheme {scheme!r}: its discrete Lagrangian must use only + - * / with numbers, h "
+            f"and calls of L, so that it runs on series as well as on tensors ({err})"
+        ) from err
+    if not isinstance(out, HSeries):
+        raise UnsupportedSchemeError(f"scheme {scheme!r} returned {type(out).__name__}, not an expression in L")
+    return out
+
+
 class Derivation:
     """All derivations of one scheme in one dimension, sharing a variable registry and results."""
 
@@ -104,16 +119,7 @@ class Derivation:
         def L(x, y):
             return J.lagrangian_at(list(x), list(y), values)
 
-        try:
-            out = self.scheme.discrete_lagrangian(L, a, b, self._h())
-        except (TypeError, AttributeError) as err:
-            raise UnsupportedSchemeError(
-                f"scheme {self.scheme!r}: its discrete Lagrangian must use only + - * / with numbers, h "
-                f"and calls of L, so that it runs on series as well as on tensors ({err})"
-            ) from err
-        if not isinstance(out, HSeries):
-            raise UnsupportedSchemeError(f"scheme {self.scheme!r} returned {type(out).__name__}, not an expression in L")
-        return out
+        return evaluate_scheme(self.scheme, L, a, b, self._h())
 
     def _positions(self, c, order: int, eps_scale: bool = False) -> SeriesVector:
         J = self.jets

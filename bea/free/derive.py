@@ -21,8 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
-from ..derive import KINDS, _mesh_weights
+from ..derive import KINDS, _mesh_weights, evaluate_scheme
 from ..hseries import EXACT, HSeries, Poly, Q
+from ..errors import UnsupportedSchemeError
 from ..schemes import Scheme
 from .algebra import Algebra, LagrangianSubstitution, lagrangian_at
 from .trees import OPEN, V, Forest, single_node
@@ -62,19 +63,10 @@ class FreeDerivation:
 
         def L(x, y):
             if not isinstance(x, VecSeries) or not isinstance(y, VecSeries):
-                raise TypeError("L must be called with the position and velocity built from a, b and h")
+                raise UnsupportedSchemeError("L must be called with the position and velocity built from a, b and h")
             return lagrangian_at(forest, x, y)
 
-        try:
-            out = self.scheme.discrete_lagrangian(L, a, b, self._h())
-        except (TypeError, AttributeError) as err:
-            raise TypeError(
-                f"scheme {self.scheme!r}: its discrete Lagrangian must use only + - * / with numbers, h "
-                f"and calls of L, so that it runs on series as well as on tensors ({err})"
-            ) from err
-        if not isinstance(out, HSeries):
-            raise TypeError(f"scheme {self.scheme!r} returned {type(out).__name__}, not an expression in L")
-        return out
+        return evaluate_scheme(self.scheme, L, a, b, self._h())
 
     def _jet_values(self, F: HSeries, order: int, targets: List[HSeries]) -> Dict[int, HSeries]:
         r"""Values :math:`D_F^{k-2} F` of the jets :math:`q^{(k)}, k \ge 2`, occurring in ``targets``,
