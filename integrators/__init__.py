@@ -12,7 +12,7 @@ Depends on :mod:`bea` (schemes and series); :mod:`bea` never imports this packag
 
 from . import convergence, data, systems
 from .newton import ConvergenceError, NewtonOptions
-from .reference import reference_flow
+from .reference import ReferenceFlowError, reference_flow
 from .symbolic import SymbolicLagrangian
 from .systems import System
 from .variational import VariationalIntegrator
@@ -22,6 +22,7 @@ __all__ = [
     "ConvergenceError",
     "NewtonOptions",
     "reference_flow",
+    "ReferenceFlowError",
     "SymbolicLagrangian",
     "System",
     "systems",

@@ -31,7 +31,6 @@ from tqdm import tqdm
 
 import bea
 
-from ._threads import threads_for
 from ._checks import as_float64, check_finite, check_lagrangian_output, check_pair, check_step_size, check_steps
 from .newton import ConvergenceError, NewtonOptions, NewtonResult, autograd_system, describe_failure, newton, vmap_system
 
@@ -201,7 +200,7 @@ class VariationalIntegrator:
         rows: Optional[torch.Tensor] = None  # trajectories still running, None = all
         valid_until = torch.full((B,), steps, dtype=torch.long)
         jac = None
-        with threads_for(B * out.shape[-1]), tqdm(total=steps - j0, disable=disable, desc="integrating", unit="step", leave=False) as bar:
+        with tqdm(total=steps - j0, disable=disable, desc="integrating", unit="step", leave=False) as bar:
             for j in range(j0, steps):
                 a = out[j] if rows is None else out[j, rows]
                 if self.jacobian == "autograd":
@@ -340,8 +339,7 @@ class VariationalIntegrator:
                 (gv,) = torch.autograd.grad(val.sum(), v, create_graph=True)
                 return gv - pp, None
             evaluate = autograd_system(fun)
-        with threads_for(gf.numel()):
-            res = newton(evaluate, gf, (qf, pf), options=self.options)
+        res = newton(evaluate, gf, (qf, pf), options=self.options)
         if not bool(res.converged.all()):
             idx, _, text = describe_failure(res, tuple(qs.shape[:-1]))
             raise ConvergenceError(

@@ -51,7 +51,6 @@ from tqdm.auto import tqdm
 import bea
 from bea.closed_form import midpoint_inv2, midpoint_mod2
 
-from integrators._threads import threads_for
 
 from ._checks import as_tensor, check_finite, check_order, check_snapshots, check_step
 from .functionals import triples_from_snapshots
@@ -254,10 +253,8 @@ def train(model: torch.nn.Module, data, loss: str = "acceleration", scheme: Unio
         return total / idx.numel()
 
     res = TrainResult(loss=loss, n_train=int(tr_idx.numel()), n_val=int(val_idx.numel()))
-    # small batches: one intra-op thread (restored afterwards), see integrators._threads
-    with threads_for(batch_size * tensors[0][0].numel()):
-        _fit(model, res, batch_loss, evaluate, tr_idx, val_idx, opt, sched, schedule, params, epochs, batch_size, patience,
-             grad_clip, min_rel_improvement, gen, progress, lr, loss)
+    _fit(model, res, batch_loss, evaluate, tr_idx, val_idx, opt, sched, schedule, params, epochs, batch_size, patience,
+         grad_clip, min_rel_improvement, gen, progress, lr, loss)
     return res
 
 
