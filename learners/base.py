@@ -53,7 +53,7 @@ from tqdm.auto import tqdm
 
 import bea
 
-from ._checks import check_states, check_step, float64
+from ._checks import check_states, check_step
 from .functionals import Functionals
 from .gp import FunctionalGP
 from .kernels import FunctionalKernel, RBFKernel
@@ -147,7 +147,8 @@ class FunctionalLagrangianModel(gpytorch.Module):
         gp = FunctionalGP(kernel, noise=1e-12, min_noise=0.0)
         # the nugget on a log scale; its floor MIN_NOISE (relative to the outputscale) is enforced in _set_hyper
         gp.likelihood = gpytorch.likelihoods.GaussianLikelihood(noise_constraint=_exp_positive())
-        gp.likelihood.noise = torch.tensor(1e-12)
+        gp.likelihood.noise = torch.tensor(1e-12, dtype=torch.float64)
+        gp.to(torch.float64)  # parameters in float64 whatever the caller's default dtype
         return gp
 
     @staticmethod
@@ -166,7 +167,7 @@ class FunctionalLagrangianModel(gpytorch.Module):
             raise ValueError(f"lengthscales must be positive and finite, got {ls.tolist()}")
         base.lengthscale = ls.reshape(base.raw_lengthscale.shape)
         gp.kernel.outputscale = outputscale
-        gp.likelihood.noise = torch.tensor([max(noise * outputscale, MIN_NOISE * outputscale * 1.0001)])
+        gp.likelihood.noise = torch.tensor([max(noise * outputscale, MIN_NOISE * outputscale * 1.0001)], dtype=torch.float64)
 
     # ------------------------------------------------------------------ learning
     def _fit_functionals(self, F_data: Functionals, groups: torch.Tensor, P: Functionals, P_groups: torch.Tensor) -> None:
@@ -181,7 +182,7 @@ class FunctionalLagrangianModel(gpytorch.Module):
         self._variance_scale = 1.0
         if self._user_kernel is not None:  # used as given
             rho = self.fixed_noise if self.fixed_noise is not None else 1e-12
-            gp.likelihood.noise = torch.tensor([rho * float(gp.kernel.outputscale.detach())])
+            gp.likelihood.noise = torch.tensor([rho * float(gp.kernel.outputscale.detach())], dtype=torch.float64)
             self._freeze()
         elif self.fixed_lengthscale is not None:
             self._set_hyper(gp, self.fixed_lengthscale, self.fixed_noise if self.fixed_noise is not None else 1e-12)
@@ -261,16 +262,16 @@ class FunctionalLagrangianModel(gpytorch.Module):
             grid = []
             for s in GRID_SCALES:
                 for rho in GRID_NOISES:
-                    theta = torch.tensor([math.log(s * scale0)] * d + [math.log(rho)])
+                    theta = torch.tensor([math.log(s * scale0)] * d + [math.log(rho)], dtype=torch.float64)
                     grid.append((s * scale0, rho, evaluate(theta)))
             self.history["grid"] = grid
             ok = [g for g in grid if math.isfinite(g[2])]
             if not ok:
                 raise RuntimeError("no hyperparameters on the grid gave a usable fit; fix them with lengthscale= and noise=")
             l0, r0, best = min(ok, key=lambda g: g[2])
-            theta = torch.tensor([math.log(l0)] * d + [math.log(r0)])
+            theta = torch.tensor([math.log(l0)] * d + [math.log(r0)], dtype=torch.float64)
             # 2. pattern search on the log-parameters (per-input lengthscales with ard=True, then the nugget)
-            steps = torch.tensor([math.log(1.5)] * d + [math.log(10.0)])
+            steps = torch.tensor([math.log(1.5)] * d + [math.log(10.0)], dtype=torch.float64)
             trace = []
             disable = None if self.progress is None else not self.progress
             bar = tqdm(total=self.iterations, desc="hyperparameters", disable=disable,
@@ -358,8 +359,6 @@ class FunctionalLagrangianModel(gpytorch.Module):
         return self.gp.mean(torch.cat([q, v], -1))
 
     __call__ = lagrangian
-
-    @float64
     def variance(self, q, v) -> torch.Tensor:
         r"""Posterior variance of the learned Lagrangian at ``q, v`` (shape ``(...)``). Only differences of
         :math:`L` are determined by the data and the normalisation, so this is largest far from both."""

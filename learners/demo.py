@@ -42,7 +42,6 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     from . import experiments
 
-    torch.set_default_dtype(torch.float64)
     cfg = experiments.PENDULUM_SMALL if args.small else experiments.PENDULUM_DEMO
     cfg = replace(cfg, progress=False)
     log = (lambda *a, **k: None) if args.quiet else (lambda *a, **k: print(*a, **k, flush=True))

@@ -25,7 +25,7 @@ import torch
 
 import bea
 
-from ._checks import as_tensor, check_finite, check_order, check_snapshots, float64
+from ._checks import as_tensor, check_finite, check_order, check_snapshots
 from .base import FunctionalLagrangianModel, solve_with_retry
 from .functionals import Functionals, del_residuals, discrete_momenta, triples_from_snapshots
 
@@ -74,7 +74,6 @@ class InverseModifiedLagrangianGP(FunctionalLagrangianModel):
         return f"InverseModifiedLagrangianGP(h={self.h}, scheme={self.scheme!r}, normalisation={self.normalisation!r}, {state})"
 
     # ------------------------------------------------------------------ fitting
-    @float64
     def fit(self, snapshots) -> "InverseModifiedLagrangianGP":
         r"""Learn :math:`L_{inv}` from position snapshots ``(n_traj, n_steps + 1, n)`` (``n_steps >= 2``).
 
@@ -94,7 +93,6 @@ class InverseModifiedLagrangianGP(FunctionalLagrangianModel):
         return self
 
     # ------------------------------------------------------------------ posterior
-    @float64
     def del_residuals(self, snapshots_or_triples, return_std: bool = True):
         r"""Posterior mean (and standard deviation) of the DEL residuals at new data: triples
         ``(B, 3, n)`` or snapshots ``(n_traj, m, n)`` (all their triples, trajectory-major). Returns
@@ -112,8 +110,6 @@ class InverseModifiedLagrangianGP(FunctionalLagrangianModel):
                 return self.gp.functional_mean(G).reshape(-1, self.n)
             mean, var = self.gp.functional_posterior(G)
         return mean.reshape(-1, self.n), var.sqrt().reshape(-1, self.n)
-
-    @float64
     def functional_posterior(self, G: Functionals, full_cov: bool = False):
         """Posterior mean and variance (or covariance) of any linear functionals of :math:`L_{inv}`."""
         self._require_fit()
@@ -151,8 +147,6 @@ class InverseModifiedLagrangianGP(FunctionalLagrangianModel):
         self._require_fit()
         opts = {**DEFAULT_NEWTON, **newton}
         return VariationalIntegrator(self.lagrangian, self.h, self.scheme, **opts)
-
-    @float64
     def predict(self, q0, qdot0, steps: int, order: int = 2, **newton) -> torch.Tensor:
         r"""Positions ``(steps + 1, batch..., n)`` from ``(q0, qdot0)`` (shape ``(batch..., n)``): the scheme
         on :math:`\bar L_{inv}` with :math:`p_0 = \partial_vL_{rec}(q_0, \dot q_0)`, :math:`L_{rec}` of
@@ -163,14 +157,10 @@ class InverseModifiedLagrangianGP(FunctionalLagrangianModel):
         if q0.shape != qdot0.shape or q0.dim() < 1 or q0.shape[-1] != self.n:
             raise ValueError(f"q0 and qdot0 must have shape (batch..., {self.n}), got {tuple(q0.shape)} and {tuple(qdot0.shape)}")
         return solve_with_retry(self.integrator, newton, q0, qdot0, steps, legendre=self.recovered_lagrangian(order))
-
-    @float64
     def momenta(self, qs, chunk: int = 1000) -> torch.Tensor:
         r"""Discrete momenta of :math:`\bar L_{inv}` along positions ``qs`` ``(steps + 1, batch..., n)``:
         :math:`p_0 = -D_1L_\Delta(q_0, q_1)`, :math:`p_j = D_2L_\Delta(q_{j-1}, q_j)` (in time chunks)."""
         return _chunked_momenta(self.integrator(), self._positions(qs), chunk)
-
-    @float64
     def velocities(self, qs, order: int = 2, chunk: Optional[int] = None) -> torch.Tensor:
         r"""Velocities along positions ``qs`` ``(steps + 1, batch..., n)`` (e.g. from :meth:`predict` or the
         data, time first): solve :math:`\partial_vL_{rec}(q_j, \dot q_j) = p_j` with :math:`p_j` the
@@ -179,8 +169,6 @@ class InverseModifiedLagrangianGP(FunctionalLagrangianModel):
         about 12 MB per position)."""
         qs = self._positions(qs)
         return _chunked_velocities(self.integrator(), qs, self.recovered_lagrangian(order), chunk or _chunk(order))
-
-    @float64
     def energies(self, qs, order: int = 2, chunk: Optional[int] = None) -> torch.Tensor:
         r""":math:`H_{rec}[N]` along positions ``qs`` with the velocities of :meth:`velocities`; shape
         ``(steps + 1, batch...)``."""
