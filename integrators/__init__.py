@@ -11,6 +11,7 @@ Depends on :mod:`bea` (schemes and series); :mod:`bea` never imports this packag
 """
 
 from . import convergence, data, systems
+from ._admissible import InconsistentSchemeError, NotRegularError
 from .newton import ConvergenceError, NewtonOptions
 from .reference import ReferenceFlowError, reference_flow
 from .symbolic import SymbolicLagrangian
@@ -20,6 +21,8 @@ from .variational import VariationalIntegrator
 __all__ = [
     "VariationalIntegrator",
     "ConvergenceError",
+    "NotRegularError",
+    "InconsistentSchemeError",
     "NewtonOptions",
     "reference_flow",
     "ReferenceFlowError",
