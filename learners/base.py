@@ -123,6 +123,9 @@ class FunctionalLagrangianModel(gpytorch.Module):
             raise ValueError(f"noise (relative nugget) must be a finite number >= {MIN_NOISE:g}, got {noise}")
         if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 0:
             raise ValueError(f"iterations must be an integer >= 0, got {iterations!r}")
+        if isinstance(max_train_functionals, bool) or not isinstance(max_train_functionals, int) or max_train_functionals < 10:
+            raise ValueError(f"max_train_functionals must be an integer >= 10 (the size of the subset used to learn the "
+                             f"hyperparameters), got {max_train_functionals!r}")
         self._user_kernel = kernel
         self.normalisation = get_normalisation(normalisation)
         self.objective = objective
@@ -136,6 +139,10 @@ class FunctionalLagrangianModel(gpytorch.Module):
         self.gp: Optional[FunctionalGP] = None
         self.history: Dict[str, list] = {}
         self.n: Optional[int] = None
+        #: units of the data (see InverseModifiedLagrangianGP.fit): the GP lives on x' = ((q - center)/unit, v/unit) and the
+        #: model's Lagrangian is unit**2 * L'(x'); None/1.0: the data's own units
+        self._center: Optional[torch.Tensor] = None
+        self._unit: float = 1.0
 
     # ------------------------------------------------------------------ set-up
     def _make_gp(self, D: int) -> FunctionalGP:
@@ -170,13 +177,14 @@ class FunctionalLagrangianModel(gpytorch.Module):
         gp.likelihood.noise = torch.tensor([max(noise * outputscale, MIN_NOISE * outputscale * 1.0001)], dtype=torch.float64)
 
     # ------------------------------------------------------------------ learning
-    def _fit_functionals(self, F_data: Functionals, groups: torch.Tensor, P: Functionals, P_groups: torch.Tensor) -> None:
+    def _fit_functionals(self, F_data: Functionals, groups: torch.Tensor, P: Functionals, P_groups: torch.Tensor,
+                         normalisation: Optional[Normalisation] = None) -> None:
         r"""Learn or set the hyperparameters, then condition on all data functionals + the normalisation.
 
         ``groups`` (F_data.count,) and ``P_groups`` (P.count,) give the trajectory of each functional."""
         D = F_data.dim
         center = torch.cat([a.points for a in F_data.atoms.values()]).mean(0)
-        F_norm = self.normalisation.functionals(D // 2, center)
+        F_norm = (normalisation or self.normalisation).functionals(D // 2, center)
         self.gp = gp = self._make_gp(D)
         self.history = {}
         self._variance_scale = 1.0
@@ -185,7 +193,8 @@ class FunctionalLagrangianModel(gpytorch.Module):
             gp.likelihood.noise = torch.tensor([rho * float(gp.kernel.outputscale.detach())], dtype=torch.float64)
             self._freeze()
         elif self.fixed_lengthscale is not None:
-            self._set_hyper(gp, self.fixed_lengthscale, self.fixed_noise if self.fixed_noise is not None else 1e-12)
+            ls = torch.as_tensor(self.fixed_lengthscale, dtype=torch.float64) / self._unit  # given in the data's units
+            self._set_hyper(gp, ls, self.fixed_noise if self.fixed_noise is not None else 1e-12)
             self._freeze()
         else:
             self._learn(F_data, groups, P, P_groups, F_norm)
@@ -339,9 +348,9 @@ class FunctionalLagrangianModel(gpytorch.Module):
         """Lengthscale(s), outputscale and relative nugget in use."""
         self._require_fit()
         gp = self.gp
-        ls = gp.kernel.base_kernel.lengthscale.detach().reshape(-1)
+        ls = gp.kernel.base_kernel.lengthscale.detach().reshape(-1) * self._unit  # in the data's units
         return {"lengthscale": ls.tolist() if ls.numel() > 1 else float(ls),
-                "outputscale": float(gp.kernel.outputscale) * gp.variance_scale,
+                "outputscale": float(gp.kernel.outputscale) * gp.variance_scale * self._unit ** 4,
                 "noise": float(gp.noise) / float(gp.kernel.outputscale)}
 
     @property
@@ -356,7 +365,7 @@ class FunctionalLagrangianModel(gpytorch.Module):
         ``q, v`` of shape ``(..., n)`` -> ``(...)``; differentiable to any order (autograd)."""
         self._require_fit()
         q, v = check_states(q, v, self.n)
-        return self.gp.mean(torch.cat([q, v], -1))
+        return self._unit ** 2 * self.gp.mean(self._standard_state(q, v))
 
     __call__ = lagrangian
     def variance(self, q, v) -> torch.Tensor:
@@ -365,7 +374,13 @@ class FunctionalLagrangianModel(gpytorch.Module):
         self._require_fit()
         q, v = check_states(q, v, self.n)
         with torch.no_grad():
-            return self.gp.variance(torch.cat([q.detach(), v.detach()], -1))
+            return self._unit ** 4 * self.gp.variance(self._standard_state(q.detach(), v.detach()))
+
+    def _standard_state(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """``(q, v)`` in the GP's coordinates ``((q - center)/unit, v/unit)``, concatenated."""
+        if self._center is None:
+            return torch.cat([q, v], -1)
+        return torch.cat([(q - self._center) / self._unit, v / self._unit], -1)
 
     def _require_fit(self) -> None:
         if self.gp is None or self.gp._beta is None:
