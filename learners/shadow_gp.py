@@ -241,7 +241,7 @@ class InverseModifiedLagrangianGP(FunctionalLagrangianModel):
         return self._recovered[N]
 
     def _recovered_std(self, order: int) -> TorchLagrangian:
-        """:math:`\mathrm{mod}_N(\bar L'_{inv})` in the standardised coordinates."""
+        r""":math:`\mathrm{mod}_N(\bar L'_{inv})` in the standardised coordinates."""
         N = check_order(order, self.scheme.symmetric)
         if N == 0:
             return self._lagrangian_std
