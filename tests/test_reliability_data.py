@@ -4,10 +4,6 @@ loaders that either return exactly what was saved or raise SnapshotError naming 
 Issue 12, items 7, 8 and 12 (data parts)."""
 
 import os
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +15,6 @@ import integrators
 from integrators._atomic import atomic_savefig, atomic_write, atomic_write_text
 from integrators.data import SnapshotError, load_snapshots, save_snapshots
 
-ROOT = Path(__file__).resolve().parents[1]
 SMALL = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
@@ -240,59 +235,69 @@ def test_atomic_savefig_writes_the_format_of_the_suffix(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.pdf", "f.png"]
 
 
-_CHILD = textwrap.dedent("""
-    import os, sys, csv
-    import numpy as np, torch
-    sys.path.insert(0, {root!r})
-    import integrators._atomic as atomic
-    from integrators import data
-    path, where = sys.argv[1], sys.argv[2]
-    q = torch.full((40, 50, 2), 7.25, dtype=torch.float64)  # the new content
-    if where == "write":  # killed in the middle of writing the rows
-        real = csv.writer
-        class Dying:
-            def __init__(self, f):
-                self.w, self.rows = real(f), 0
-            def writerow(self, row):
-                self.rows += 1
-                if self.rows == 500:
+def _save_in_child_killed_at(path, where):
+    """Fork; the child patches the write path so that it dies (os._exit(9)) at ``where`` inside save_snapshots.
+    Forking (not a fresh interpreter) keeps this cheap; the child runs only small, single-threaded tensor
+    operations and always leaves with os._exit, never returning into pytest."""
+    pid = os.fork()
+    if pid == 0:  # the child
+        code = 1
+        try:
+            import integrators._atomic as atomic
+            from integrators import data
+
+            q = torch.full((40, 50, 2), 7.25, dtype=torch.float64)  # the new content
+            if where == "write":  # killed in the middle of writing
+                real = data.csv.writer
+
+                class Dying:
+                    def __init__(self, f):
+                        self.w, self.rows = real(f), 0
+
+                    def writerow(self, row):
+                        self.rows += 1
+                        if self.rows == 500:
+                            os._exit(9)
+                        self.w.writerow(row)
+
+                def dying_savez(fh, **arrays):
+                    fh.write(b"PK\x03\x04 partial")
                     os._exit(9)
-                self.w.writerow(row)
-        data.csv.writer = Dying
-        np_save = np.savez
-        def dying_savez(fh, **arrays):
-            fh.write(b"PK\\x03\\x04 partial")
-            os._exit(9)
-        data.np.savez = dying_savez
-    elif where == "fsync":  # all data written, killed before the rename
-        atomic.os.fsync = lambda fd: os._exit(9)
-    elif where == "replace":
-        atomic.os.replace = lambda a, b: os._exit(9)
-    data.save_snapshots(path, q, 0.1)
-""")
+
+                data.csv.writer = Dying
+                data.np.savez = dying_savez
+            elif where == "fsync":  # all data written, killed before the rename
+                atomic.os.fsync = lambda fd: os._exit(9)
+            elif where == "replace":
+                atomic.os.replace = lambda a, b: os._exit(9)
+            data.save_snapshots(path, q, 0.1)
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork (POSIX)")
 @pytest.mark.parametrize("suffix", [".csv", ".npz"])
-@pytest.mark.parametrize("where", ["write", "fsync", "replace", "none"])
-def test_a_killed_writer_leaves_the_old_file_or_the_new_one(tmp_path, suffix, where):
+def test_a_killed_writer_leaves_the_old_file_or_the_new_one(tmp_path, suffix):
     """A child process is killed (os._exit) inside save_snapshots: while writing rows, before fsync, before
     os.replace. Afterwards the file holds exactly the old data; with no kill, exactly the new data."""
     f = tmp_path / f"snap{suffix}"
     old = torch.arange(12.0, dtype=torch.float64).reshape(2, 3, 2)
-    save_snapshots(f, old, 0.5, t0=1.0)
-    script = tmp_path / "child.py"
-    script.write_text(_CHILD.format(root=str(ROOT)))
-    proc = subprocess.run([sys.executable, str(script), str(f), where], capture_output=True, text=True, timeout=120)
-    s = load_snapshots(f)
-    if where == "none":
-        assert proc.returncode == 0, proc.stderr
-        assert s.q.shape == (40, 50, 2) and bool((s.q == 7.25).all())
-    else:
-        assert proc.returncode == 9, proc.stderr
-        assert torch.equal(s.q, old) and s.h == 0.5 and s.t0.tolist() == [1.0, 1.0]
+    for where in ("write", "fsync", "replace", "none"):
+        save_snapshots(f, old, 0.5, t0=1.0)
+        code = _save_in_child_killed_at(f, where)
+        s = load_snapshots(f)
+        if where == "none":
+            assert code == 0
+            assert s.q.shape == (40, 50, 2) and bool((s.q == 7.25).all()) and s.h == pytest.approx(0.1, rel=1e-12)
+        else:
+            assert code == 9, where
+            assert torch.equal(s.q, old) and s.h == 0.5 and s.t0.tolist() == [1.0, 1.0], where
         # a killed process may leave its temporary file; it is never read as data (suffix .tmp)
-        assert all(p.suffix == ".tmp" for p in tmp_path.iterdir() if p.name not in (f.name, "child.py"))
-        assert torch.equal(load_snapshots(tmp_path).q, old)
+        assert all(p.suffix == ".tmp" for p in tmp_path.iterdir() if p != f)
+        assert torch.equal(load_snapshots(tmp_path).q, s.q)
 
 
 # ---------------------------------------------------------------------------------------------- reference_flow errors
