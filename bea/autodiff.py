@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import math
 import numbers
-from typing import Any, Callable, Dict, Iterable, List, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
@@ -167,10 +167,17 @@ def _mass(d: Dict[Tuple[int, ...], torch.Tensor], n: int) -> torch.Tensor:
     return torch.stack(rows, -2)
 
 
+def _derivative_scale(d: Dict[Tuple[int, ...], torch.Tensor]) -> torch.Tensor:
+    """Pointwise size of the first and second derivatives of L in the jet ``d`` (the quantities that
+    formulas divide by powers of M): the reference for the relative regularity test."""
+    parts = [t.detach().abs() for k, t in d.items() if len(k) in (1, 2)]
+    return torch.stack(torch.broadcast_tensors(*parts)).amax(0)
+
+
 def inverse_det(d: Dict[Tuple[int, ...], torch.Tensor], n: int) -> torch.Tensor:
     r""":math:`1/\det M` from the second velocity derivatives in ``d`` (regularity checked)."""
     M = _mass(d, n)
-    check_regular(M)
+    check_regular(M, _derivative_scale(d))
     return 1 / torch.linalg.det(M) if n > 1 else 1 / M[..., 0, 0]
 
 
@@ -181,13 +188,18 @@ def inverse_mass(d: Dict[Tuple[int, ...], torch.Tensor], n: int) -> List[List[to
     (tolerance :data:`REGULARITY_TOL`), pointwise over the batch.
     """
     M = _mass(d, n)
-    check_regular(M)
+    check_regular(M, _derivative_scale(d))
     Minv = 1 / M if n == 1 else torch.linalg.inv(M)
     return [[Minv[..., i, j] for j in range(n)] for i in range(n)]
 
 
-def check_regular(M: torch.Tensor) -> None:
-    """Raise a ``ValueError`` naming the points where the mass matrix ``M`` (..., n, n) is singular.
+def check_regular(M: torch.Tensor, scale: Optional[torch.Tensor] = None) -> None:
+    """Raise a ``ValueError`` naming the points where the mass matrix ``M`` (..., n, n) is singular:
+    its smallest singular value is at most :data:`REGULARITY_TOL` times its largest or, if given, times
+    ``scale`` (..., the size of L's other first and second derivatives at each point). The relative
+    test with ``scale`` also covers ``n = 1``, where ``M`` alone has no reference: ``L = v^4/12 + cos q`` at
+    ``v = 1e-100`` has ``M = 1e-200`` against ``|L_q| ~ 0.3``, and the formulas, which divide by powers of
+    ``M``, would return ``inf``. (Units where M is 1e12 times smaller than the forces trip it too: rescale.)
 
     Points where ``M`` is not finite are not tested: they come from non-finite inputs (e.g. a Newton
     iterate that diverged), and their NaN propagates so that the caller sees which points failed (the
@@ -196,13 +208,19 @@ def check_regular(M: torch.Tensor) -> None:
     with torch.no_grad():
         finite = torch.isfinite(M).all(-1).all(-1)
         if n == 1:
-            bad = ~(M[..., 0, 0].abs() > 0) & finite
+            smin = smax = M[..., 0, 0].abs()
         else:
             # M is a Hessian, hence symmetric: its singular values are the moduli of its eigenvalues,
             # and eigvalsh is some 20x faster than svdvals for batches of n ~ 50
             safe = torch.where(finite[..., None, None], M, torch.eye(n, dtype=M.dtype, device=M.device))
             s = torch.linalg.eigvalsh((safe + safe.transpose(-1, -2)) / 2).abs()
-            bad = ~(s.min(-1).values > REGULARITY_TOL * s.max(-1).values) & finite
+            smin, smax = s.min(-1).values, s.max(-1).values
+        if scale is None:
+            ref = smax
+        else:  # non-finite derivatives elsewhere in the jet: NaN propagates there (see above), no test
+            scale = scale.detach().to(smax.dtype)
+            ref = torch.where(torch.isfinite(scale), torch.maximum(smax, scale), smax)
+        bad = ~(smin > REGULARITY_TOL * ref) & finite
     if bool(bad.any()):
         count = int(bad.sum())
         idx = tuple(int(i) for i in torch.nonzero(bad)[0]) if bad.dim() else ()

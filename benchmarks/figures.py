@@ -10,6 +10,7 @@ import numpy as np  # noqa: E402
 import sympy  # noqa: E402
 
 import bea  # noqa: E402
+from integrators._atomic import atomic_savefig  # noqa: E402
 
 OUT = Path(__file__).resolve().parent.parent / "docs"
 
@@ -37,7 +38,7 @@ def ho_series() -> Path:
     fig.tight_layout()
     OUT.mkdir(exist_ok=True)
     path = OUT / "ho_series.png"
-    fig.savefig(path, dpi=120)
+    atomic_savefig(fig, path, dpi=120)
     return path
 
 

@@ -11,8 +11,9 @@ Depends on :mod:`bea` (schemes and series); :mod:`bea` never imports this packag
 """
 
 from . import convergence, data, systems
+from ._admissible import InconsistentSchemeError, NotRegularError
 from .newton import ConvergenceError, NewtonOptions
-from .reference import reference_flow
+from .reference import ReferenceFlowError, reference_flow
 from .symbolic import SymbolicLagrangian
 from .systems import System
 from .variational import VariationalIntegrator
@@ -20,8 +21,11 @@ from .variational import VariationalIntegrator
 __all__ = [
     "VariationalIntegrator",
     "ConvergenceError",
+    "NotRegularError",
+    "InconsistentSchemeError",
     "NewtonOptions",
     "reference_flow",
+    "ReferenceFlowError",
     "SymbolicLagrangian",
     "System",
     "systems",

@@ -29,6 +29,7 @@ per trajectory) or a list of files.
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
 import re
@@ -39,6 +40,7 @@ import numpy as np
 import torch
 from scipy.stats import qmc
 
+from ._atomic import atomic_save, atomic_write
 from ._checks import as_float64, check_step_size, check_steps
 from .reference import reference_flow
 from .symbolic import SymbolicLagrangian
@@ -125,28 +127,58 @@ def snapshots(system_or_lagrangian, h: float, n_traj: int, n_steps: int, domain=
 
 
 # ---------------------------------------------------------------------------------------------- save
+def _check_time_origin(t0: Any) -> float:
+    if isinstance(t0, torch.Tensor) and t0.numel() == 1 and not t0.is_complex() and t0.dtype != torch.bool:
+        t0 = t0.item()
+    if isinstance(t0, bool) or not isinstance(t0, (int, float, np.integer, np.floating)):
+        raise TypeError(f"t0 must be a real number (the time of the first snapshot), got {t0!r} of type {type(t0).__name__}")
+    t0 = float(t0)
+    if not math.isfinite(t0):
+        raise SnapshotError(f"t0 must be a finite number, got {t0}")
+    return t0
+
+
 def save_snapshots(path: PathLike, q, h: float, t0: float = 0.0) -> Path:
     """Write positions ``q`` ``(n_traj, T, n)`` sampled at step ``h`` (from time ``t0``) to ``.npz``
-    (arrays ``t``, ``q``) or ``.csv`` (columns ``traj, t, q0, ..., q{n-1}``)."""
+    (arrays ``t``, ``q``) or ``.csv`` (columns ``traj, t, q0, ..., q{n-1}``, numbers written with
+    ``repr`` so that they read back exactly).
+
+    Everything is validated before anything is written, so that :func:`load_snapshots` reads the file
+    back (``T >= 2``, finite positions, a finite real ``t0``, times ``t0 + k h`` that increase in
+    float64): ``TypeError`` for wrong types (e.g. ``t0="0"``), :class:`SnapshotError` for bad values.
+    The file is replaced atomically (:mod:`integrators._atomic`): an interrupted write leaves the old
+    file intact."""
     path = Path(path)
+    if path.suffix not in (".npz", ".csv"):
+        raise SnapshotError(f"{path}: unknown format {path.suffix!r}; use .npz or .csv")
     q = as_float64(q, "q")
-    if q.dim() != 3:
-        raise ValueError(f"q must have shape (n_traj, T, n), got {tuple(q.shape)}")
+    if q.dim() != 3 or q.shape[0] < 1 or q.shape[1] < 2 or q.shape[2] < 1:
+        raise SnapshotError(f"q must have shape (n_traj, T, n) with n_traj >= 1, T >= 2 times and n >= 1 coordinates, "
+                            f"got {tuple(q.shape)}")
+    bad = torch.nonzero(~torch.isfinite(q))
+    if bad.numel():
+        k, j, i = (int(x) for x in bad[0])
+        raise SnapshotError(f"q contains {bad.shape[0]} non-finite value(s), the first at trajectory {k}, time row {j}, "
+                            f"coordinate {i}: {float(q[k, j, i])}; only finite positions can be saved")
     h = check_step_size(h)
+    t0 = _check_time_origin(t0)
     T = q.shape[1]
     t = t0 + h * np.arange(T)
+    dt = np.diff(t)
+    if not np.all(np.isfinite(t)) or np.any(np.abs(dt - h) > 1e-9 * h):
+        raise SnapshotError(f"the times t0 + k*h (t0={t0!r}, h={h!r}, k < {T}) are not a uniform grid in float64 "
+                            f"(t0 too large for this step?); shift t0 closer to 0")
+    qn = q.cpu().numpy()
     if path.suffix == ".npz":
-        np.savez(path, t=t, q=q.numpy())
-    elif path.suffix == ".csv":
+        atomic_save(path, lambda fh: np.savez(fh, t=t, q=qn))
+    else:
         n = q.shape[2]
-        with open(path, "w", newline="") as f:
+        with atomic_write(path, "w", newline="") as f:
             w = csv.writer(f)
             w.writerow(["traj", "t"] + [f"q{i}" for i in range(n)])
-            for k in range(q.shape[0]):
+            for k in range(qn.shape[0]):
                 for j in range(T):
-                    w.writerow([k, repr(float(t[j]))] + [repr(float(x)) for x in q[k, j]])
-    else:
-        raise ValueError(f"{path}: unknown format {path.suffix!r}; use .npz or .csv")
+                    w.writerow([k, repr(float(t[j]))] + [repr(float(x)) for x in qn[k, j]])
     return path
 
 
@@ -167,9 +199,11 @@ def _files(path) -> List[Path]:
     if isinstance(path, (list, tuple)):
         out = [Path(p) for p in path]
     else:
+        if isinstance(path, bool) or not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be a file or directory name (str or os.PathLike) or a list of them, got {type(path).__name__}")
         p = Path(path)
         if p.is_dir():
-            out = sorted(x for x in p.iterdir() if x.suffix in (".csv", ".npz"))
+            out = sorted(x for x in p.iterdir() if x.suffix in (".csv", ".npz") and not x.is_dir())
             if not out:
                 raise SnapshotError(f"{p}: the directory contains no .csv or .npz files")
         else:
@@ -177,6 +211,9 @@ def _files(path) -> List[Path]:
     if not out:
         raise SnapshotError("no files given")
     for f in out:
+        if f.is_dir():
+            raise SnapshotError(f"{f}: is a directory, not a .csv or .npz file; pass the directory itself (not inside a list) "
+                                "to read every .csv and .npz file in it")
         if not f.exists():
             raise SnapshotError(f"{f}: no such file")
         if f.suffix not in (".csv", ".npz"):
@@ -184,9 +221,28 @@ def _files(path) -> List[Path]:
     return out
 
 
+def _csv_rows(f: Path) -> List[List[str]]:
+    """The rows of a UTF-8 CSV file (a UTF-8 byte-order mark is accepted and dropped); other encodings
+    and binary content raise :class:`SnapshotError` naming the file."""
+    try:
+        raw = f.read_bytes()
+    except OSError as err:
+        raise SnapshotError(f"{f}: cannot read the file ({err.strerror or err})") from None
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in raw:
+        raise SnapshotError(f"{f}: not a UTF-8 text file (NUL bytes: UTF-16 or binary data); save the CSV as UTF-8")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise SnapshotError(f"{f}: not a UTF-8 text file (byte {err.start}: {raw[err.start:err.start + 1]!r}; Latin-1 or "
+                            "binary data?); save the CSV as UTF-8") from None
+    try:
+        return list(csv.reader(io.StringIO(text, newline="")))
+    except csv.Error as err:
+        raise SnapshotError(f"{f}: not a readable CSV file ({err})") from None
+
+
 def _read_csv(f: Path) -> List[_Traj]:
-    with open(f, newline="") as fh:
-        lines = list(csv.reader(fh))
+    lines = _csv_rows(f)
     numbered = [(i + 1, row) for i, row in enumerate(lines) if any(c.strip() for c in row)]
     if not numbered:
         raise SnapshotError(f"{f}: the file is empty")
@@ -208,6 +264,19 @@ def _read_csv(f: Path) -> List[_Traj]:
     if any(k == -1 for k, _, _ in qcols) and len(qcols) > 1:
         raise SnapshotError(f"{f}, line {hline}: use either one column 'q' or numbered columns 'q0', 'q1', ..., not both")
     qcols.sort()
+    numbers = [k for k, _, _ in qcols]
+    if numbers != [-1]:
+        first = 0 if numbers[0] == 0 else 1
+        gaps, expect = [], first
+        for k in numbers:  # the first few missing numbers (the column numbers may be huge: no range over them)
+            while expect < k and len(gaps) < 6:
+                gaps.append(expect)
+                expect += 1
+            expect = k + 1
+        if gaps:
+            raise SnapshotError(f"{f}, line {hline}: position columns {[c for _, _, c in qcols]} skip "
+                                f"{', '.join(f'q{k}' for k in gaps[:5])}{' ...' if len(gaps) > 5 else ''}; the coordinates "
+                                "must be numbered consecutively from q0 (or q1)")
     groups: dict = {}
     for lineno, row in numbered[1:]:
         if len(row) != len(header):
@@ -250,9 +319,17 @@ def _read_npz(f: Path) -> List[_Traj]:
         if arr.dtype.kind not in "iuf":
             raise SnapshotError(f"{f}: array '{key}' must hold real numbers, got dtype {arr.dtype}")
     t, q = t.astype(np.float64), q.astype(np.float64)
+    if 0 in q.shape or 0 in t.shape:
+        raise SnapshotError(f"{f}: empty arrays: 't' has shape {t.shape} and 'q' {q.shape}; every dimension must be >= 1 "
+                            "(q of shape (T,), (T, n) or (n_traj, T, n))")
+    if t.ndim not in (1, 2):
+        raise SnapshotError(f"{f}: 't' must have shape (T,) or (n_traj, T), got {t.shape}")
     if "traj" in data:
         ids = data["traj"]
-        if ids.ndim != 1 or t.ndim != 1 or q.shape[:1] != t.shape or ids.shape != t.shape:
+        if ids.dtype.kind not in "iuUf" or (ids.dtype.kind == "f" and not np.all(np.isfinite(ids))):
+            raise SnapshotError(f"{f}: array 'traj' must hold trajectory ids (integers or strings), got dtype {ids.dtype}"
+                                + (" with non-finite values" if ids.dtype.kind == "f" else ""))
+        if ids.ndim != 1 or t.ndim != 1 or q.ndim > 2 or q.shape[:1] != t.shape or ids.shape != t.shape:
             raise SnapshotError(f"{f}: with a 'traj' array, 't' and 'traj' must be 1-D of the same length R and 'q' of shape (R,) "
                                 f"or (R, n); got t {t.shape}, q {q.shape}, traj {ids.shape}")
         q2 = q[:, None] if q.ndim == 1 else q
@@ -289,6 +366,8 @@ def _validate(trajs: List[_Traj], time_tol: float) -> Snapshots:
         if bad.size:
             raise SnapshotError(f"{tr.where}, {tr.rows[bad[0]]}: time is {float(tr.t[bad[0]])} (not finite)")
         T, n = tr.q.shape
+        if n < 1:
+            raise SnapshotError(f"{tr.where}: no position coordinates (q has shape {tr.q.shape}); need n >= 1")
         if T < 2:
             raise SnapshotError(f"{tr.where}: only {T} time row(s); a trajectory needs at least 2 to define the step h")
         if T0 is None:

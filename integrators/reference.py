@@ -29,11 +29,15 @@ from scipy.integrate import solve_ivp
 
 import bea
 
-from ._threads import threads_for
 from ._checks import as_float64, check_finite, check_pair
 from .symbolic import SymbolicLagrangian
 
-__all__ = ["reference_flow", "acceleration_function"]
+__all__ = ["reference_flow", "acceleration_function", "ReferenceFlowError"]
+
+
+class ReferenceFlowError(ValueError):
+    """The reference integration failed (a singularity or a collision on the way, a step size below
+    rounding, non-finite values); the message gives SciPy's reason and the time reached."""
 
 Acceleration = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
@@ -71,7 +75,7 @@ def reference_flow(lagrangian, q0, qdot0, times, *, q: Optional[Sequence] = None
 
     ``q0, qdot0``: shape ``(batch..., n)``. ``times``: strictly monotonic 1-D sequence, on either side of
     ``t0`` or both (times before ``t0`` are integrated backward in time). Raises
-    ``ValueError`` if the integration fails (e.g. a singular mass matrix or a collision) or produces
+    :class:`ReferenceFlowError` (a ``ValueError``) if the integration fails (e.g. a singular mass matrix or a collision) or produces
     non-finite values.
     """
     q0 = as_float64(q0, "q0")
@@ -99,9 +103,8 @@ def reference_flow(lagrangian, q0, qdot0, times, *, q: Optional[Sequence] = None
     y0 = torch.cat([q0.reshape(-1, n), qdot0.reshape(-1, n)], -1).cpu().numpy()  # (B, 2n)
     groups = [np.arange(y0.shape[0])] if not each else [np.array([b]) for b in range(y0.shape[0])]
     out = np.empty((ts.size, y0.shape[0], 2 * n))
-    with threads_for(y0.size):
-        for g in groups:
-            out[:, g] = _integrate(A, y0[g], n, start, ts, rtol, atol, method)
+    for g in groups:
+        out[:, g] = _integrate(A, y0[g], n, start, ts, rtol, atol, method)
     qs = torch.from_numpy(out[..., :n].copy()).reshape(ts.size, *batch, n)
     vs = torch.from_numpy(out[..., n:].copy()).reshape(ts.size, *batch, n)
     return qs, vs
@@ -125,10 +128,16 @@ def _integrate(A: Acceleration, y0: np.ndarray, n: int, t0: float, ts: np.ndarra
         side = side[np.argsort(np.abs(ts[side] - t0), kind="stable")]  # in the direction of integration
         t_eval = ts[side]
         sol = solve_ivp(rhs, (t0, float(t_eval[-1])), y0.reshape(-1), method=method, t_eval=t_eval, rtol=rtol, atol=atol)
+        # SciPy returns sol.t as a list (not an array) when it fails before the first output time
+        reached = np.asarray(sol.t, dtype=np.float64).reshape(-1)
         if not sol.success:
-            raise ValueError(f"the reference integration failed: {sol.message} (at t={sol.t[-1] if sol.t.size else t0})")
-        ys = sol.y.T.reshape(t_eval.size, B, 2 * n)
+            where = (f"after the output time t={float(reached[-1])!r}" if reached.size
+                     else f"before the first output time t={float(t_eval[0])!r}")
+            raise ReferenceFlowError(f"the reference integration from t0={t0!r} failed {where}: {sol.message} "
+                                     "(a singularity or collision on the way? the Euler-Lagrange equations cannot be "
+                                     "continued there)")
+        ys = np.asarray(sol.y).T.reshape(t_eval.size, B, 2 * n)
         if not np.all(np.isfinite(ys)):
-            raise ValueError("the reference integration produced non-finite values (a singularity on the way?)")
+            raise ReferenceFlowError("the reference integration produced non-finite values (a singularity on the way?)")
         res[side] = ys
     return res

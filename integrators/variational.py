@@ -36,7 +36,7 @@ from tqdm import tqdm
 
 import bea
 
-from ._threads import threads_for
+from ._admissible import check_regular_at, check_scheme
 from ._checks import as_float64, check_finite, check_lagrangian_output, check_pair, check_step_size, check_steps
 from .newton import ConvergenceError, NewtonOptions, NewtonResult, autograd_system, describe_failure, newton, vmap_system
 
@@ -104,6 +104,7 @@ class VariationalIntegrator:
         self._L = lambda q, v: lagrangian(q.view_as(q), v.view_as(v))
         self.h = check_step_size(h)
         self.scheme = bea.get_scheme(scheme)
+        check_scheme(self.scheme)  # once per scheme object (integrators._admissible)
         self.options = NewtonOptions(xtol=xtol, ftol=ftol, maxiter=maxiter)
         if jacobian not in ("autograd", "vmap"):
             raise ValueError(f"jacobian must be 'autograd' or 'vmap', got {jacobian!r}")
@@ -190,6 +191,7 @@ class VariationalIntegrator:
         if p0 is None:
             raise ValueError("the Lagrangian does not depend on the velocities: no momentum, no dynamics")
         check_finite(p0, "the initial momentum dL/dv(q0, qdot0)")
+        check_regular_at(self._L, qf, vf, self.h, "initial states (q0, qdot0)")
         out = qf.new_full((steps + 1, qf.shape[0], n), float("nan"))
         out[0] = qf
         return self._march(out, 0, p0.detach(), first_guess=qf + self.h * vf, batch=batch, on_failure=on_failure, progress=progress)
@@ -203,6 +205,7 @@ class VariationalIntegrator:
         q0, q1, steps, on_failure = _initial_data(q0, q1, ("q0", "q1"), steps, on_failure)
         batch, n = q0.shape[:-1], q0.shape[-1]
         a, b = q0.reshape(-1, n), q1.reshape(-1, n)
+        check_regular_at(self._L, (a + b) / 2, (b - a) / self.h, self.h, "initial midpoints ((q0 + q1)/2, (q1 - q0)/h)")
         _, p1 = self._slot_derivatives(a, b)
         check_finite(p1, "the discrete momentum D2 L_d(q0, q1)")
         out = a.new_full((steps + 1, a.shape[0], n), float("nan"))
@@ -260,7 +263,7 @@ class VariationalIntegrator:
         jac = None
         stepper = self._stepper(n, (steps - j0) * B, out)
         used = set()
-        with threads_for(B * n), tqdm(total=steps - j0, disable=disable, desc="integrating", unit="step", leave=False) as bar:
+        with tqdm(total=steps - j0, disable=disable, desc="integrating", unit="step", leave=False) as bar:
             j = j0
             while j < steps:
                 if stepper is not None:
@@ -419,8 +422,7 @@ class VariationalIntegrator:
                 (gv,) = torch.autograd.grad(val.sum(), v, create_graph=True)
                 return gv - pp, None
             evaluate = autograd_system(fun)
-        with threads_for(gf.numel()):
-            res = newton(evaluate, gf, (qf, pf), options=self.options)
+        res = newton(evaluate, gf, (qf, pf), options=self.options)
         if not bool(res.converged.all()):
             idx, _, text = describe_failure(res, tuple(qs.shape[:-1]))
             raise ConvergenceError(

@@ -26,7 +26,7 @@ from .neural_baselines import (HNN, LNN, MLPBaseline, VectorFieldModel, canonica
 from .normalisation import MassNormalisation, Normalisation, VertexNormalisation
 from .rollout import (angles_mod_2pi, mse_energy, mse_q, pendulum_positions, random_initial_states, rollout_metrics,
                       rollout_ode, rollout_variational, seed_statistic, true_energy, velocities_from_momenta)
-from .shadow_gp import InverseModifiedLagrangianGP
+from .shadow_gp import ExtrapolationError, ExtrapolationWarning, InverseModifiedLagrangianGP
 from .modlanet import ModLaNet
 from .modlanet_data import (AccelerationData, double_pendulum_data, n_body_data, n_body_snapshots, pendulum_chain_data,
                             pendulum_chain_snapshots, three_body_data)
@@ -47,6 +47,8 @@ __all__ = [
     "pendulum_chain_snapshots",
     "n_body_snapshots",
     "InverseModifiedLagrangianGP",
+    "ExtrapolationWarning",
+    "ExtrapolationError",
     "LagrangianGP",
     "finite_differences",
     "FunctionalGP",

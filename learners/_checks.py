@@ -1,35 +1,15 @@
-"""Input validation for the learners (clear errors, never silent NaN)."""
+"""Input validation for the learners (clear errors, never silent NaN).
+
+Every input becomes a float64 tensor here, and the learners create their own tensors with explicit
+``dtype=torch.float64``: nothing depends on, or changes, torch's process-wide default dtype."""
 
 from __future__ import annotations
 
-import functools
 import math
-from typing import Any, Callable, TypeVar
+from typing import Any
 
 import numpy as np
 import torch
-
-
-F = TypeVar("F", bound=Callable)
-
-
-def float64(fn: F) -> F:
-    """Run ``fn`` with float64 as torch's default dtype (restored afterwards): the learners create
-    tensors and GPyTorch parameters internally and are meant to work in float64 whatever the caller's
-    default is."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        before = torch.get_default_dtype()
-        if before == torch.float64:
-            return fn(*args, **kwargs)
-        torch.set_default_dtype(torch.float64)
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            torch.set_default_dtype(before)
-
-    return wrapper  # type: ignore[return-value]
 
 
 def as_tensor(x: Any, name: str) -> torch.Tensor:

@@ -53,7 +53,7 @@ from tqdm.auto import tqdm
 
 import bea
 
-from ._checks import check_states, check_step, float64
+from ._checks import check_states, check_step
 from .functionals import Functionals
 from .gp import FunctionalGP
 from .kernels import FunctionalKernel, RBFKernel
@@ -123,6 +123,9 @@ class FunctionalLagrangianModel(gpytorch.Module):
             raise ValueError(f"noise (relative nugget) must be a finite number >= {MIN_NOISE:g}, got {noise}")
         if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 0:
             raise ValueError(f"iterations must be an integer >= 0, got {iterations!r}")
+        if isinstance(max_train_functionals, bool) or not isinstance(max_train_functionals, int) or max_train_functionals < 10:
+            raise ValueError(f"max_train_functionals must be an integer >= 10 (the size of the subset used to learn the "
+                             f"hyperparameters), got {max_train_functionals!r}")
         self._user_kernel = kernel
         self.normalisation = get_normalisation(normalisation)
         self.objective = objective
@@ -136,6 +139,10 @@ class FunctionalLagrangianModel(gpytorch.Module):
         self.gp: Optional[FunctionalGP] = None
         self.history: Dict[str, list] = {}
         self.n: Optional[int] = None
+        #: units of the data (see InverseModifiedLagrangianGP.fit): the GP lives on x' = ((q - center)/unit, v/unit) and the
+        #: model's Lagrangian is unit**2 * L'(x'); None/1.0: the data's own units
+        self._center: Optional[torch.Tensor] = None
+        self._unit: float = 1.0
 
     # ------------------------------------------------------------------ set-up
     def _make_gp(self, D: int) -> FunctionalGP:
@@ -147,7 +154,8 @@ class FunctionalLagrangianModel(gpytorch.Module):
         gp = FunctionalGP(kernel, noise=1e-12, min_noise=0.0)
         # the nugget on a log scale; its floor MIN_NOISE (relative to the outputscale) is enforced in _set_hyper
         gp.likelihood = gpytorch.likelihoods.GaussianLikelihood(noise_constraint=_exp_positive())
-        gp.likelihood.noise = torch.tensor(1e-12)
+        gp.likelihood.noise = torch.tensor(1e-12, dtype=torch.float64)
+        gp.to(torch.float64)  # parameters in float64 whatever the caller's default dtype
         return gp
 
     @staticmethod
@@ -166,25 +174,27 @@ class FunctionalLagrangianModel(gpytorch.Module):
             raise ValueError(f"lengthscales must be positive and finite, got {ls.tolist()}")
         base.lengthscale = ls.reshape(base.raw_lengthscale.shape)
         gp.kernel.outputscale = outputscale
-        gp.likelihood.noise = torch.tensor([max(noise * outputscale, MIN_NOISE * outputscale * 1.0001)])
+        gp.likelihood.noise = torch.tensor([max(noise * outputscale, MIN_NOISE * outputscale * 1.0001)], dtype=torch.float64)
 
     # ------------------------------------------------------------------ learning
-    def _fit_functionals(self, F_data: Functionals, groups: torch.Tensor, P: Functionals, P_groups: torch.Tensor) -> None:
+    def _fit_functionals(self, F_data: Functionals, groups: torch.Tensor, P: Functionals, P_groups: torch.Tensor,
+                         normalisation: Optional[Normalisation] = None) -> None:
         r"""Learn or set the hyperparameters, then condition on all data functionals + the normalisation.
 
         ``groups`` (F_data.count,) and ``P_groups`` (P.count,) give the trajectory of each functional."""
         D = F_data.dim
         center = torch.cat([a.points for a in F_data.atoms.values()]).mean(0)
-        F_norm = self.normalisation.functionals(D // 2, center)
+        F_norm = (normalisation or self.normalisation).functionals(D // 2, center)
         self.gp = gp = self._make_gp(D)
         self.history = {}
         self._variance_scale = 1.0
         if self._user_kernel is not None:  # used as given
             rho = self.fixed_noise if self.fixed_noise is not None else 1e-12
-            gp.likelihood.noise = torch.tensor([rho * float(gp.kernel.outputscale.detach())])
+            gp.likelihood.noise = torch.tensor([rho * float(gp.kernel.outputscale.detach())], dtype=torch.float64)
             self._freeze()
         elif self.fixed_lengthscale is not None:
-            self._set_hyper(gp, self.fixed_lengthscale, self.fixed_noise if self.fixed_noise is not None else 1e-12)
+            ls = torch.as_tensor(self.fixed_lengthscale, dtype=torch.float64) / self._unit  # given in the data's units
+            self._set_hyper(gp, ls, self.fixed_noise if self.fixed_noise is not None else 1e-12)
             self._freeze()
         else:
             self._learn(F_data, groups, P, P_groups, F_norm)
@@ -261,16 +271,16 @@ class FunctionalLagrangianModel(gpytorch.Module):
             grid = []
             for s in GRID_SCALES:
                 for rho in GRID_NOISES:
-                    theta = torch.tensor([math.log(s * scale0)] * d + [math.log(rho)])
+                    theta = torch.tensor([math.log(s * scale0)] * d + [math.log(rho)], dtype=torch.float64)
                     grid.append((s * scale0, rho, evaluate(theta)))
             self.history["grid"] = grid
             ok = [g for g in grid if math.isfinite(g[2])]
             if not ok:
                 raise RuntimeError("no hyperparameters on the grid gave a usable fit; fix them with lengthscale= and noise=")
             l0, r0, best = min(ok, key=lambda g: g[2])
-            theta = torch.tensor([math.log(l0)] * d + [math.log(r0)])
+            theta = torch.tensor([math.log(l0)] * d + [math.log(r0)], dtype=torch.float64)
             # 2. pattern search on the log-parameters (per-input lengthscales with ard=True, then the nugget)
-            steps = torch.tensor([math.log(1.5)] * d + [math.log(10.0)])
+            steps = torch.tensor([math.log(1.5)] * d + [math.log(10.0)], dtype=torch.float64)
             trace = []
             disable = None if self.progress is None else not self.progress
             bar = tqdm(total=self.iterations, desc="hyperparameters", disable=disable,
@@ -338,9 +348,9 @@ class FunctionalLagrangianModel(gpytorch.Module):
         """Lengthscale(s), outputscale and relative nugget in use."""
         self._require_fit()
         gp = self.gp
-        ls = gp.kernel.base_kernel.lengthscale.detach().reshape(-1)
+        ls = gp.kernel.base_kernel.lengthscale.detach().reshape(-1) * self._unit  # in the data's units
         return {"lengthscale": ls.tolist() if ls.numel() > 1 else float(ls),
-                "outputscale": float(gp.kernel.outputscale) * gp.variance_scale,
+                "outputscale": float(gp.kernel.outputscale) * gp.variance_scale * self._unit ** 4,
                 "noise": float(gp.noise) / float(gp.kernel.outputscale)}
 
     @property
@@ -355,28 +365,40 @@ class FunctionalLagrangianModel(gpytorch.Module):
         ``q, v`` of shape ``(..., n)`` -> ``(...)``; differentiable to any order (autograd)."""
         self._require_fit()
         q, v = check_states(q, v, self.n)
-        return self.gp.mean(torch.cat([q, v], -1))
+        return self._unit ** 2 * self.gp.mean(self._standard_state(q, v))
 
     __call__ = lagrangian
 
     def c_lagrangian(self):
         """The posterior mean as C (gradient and Hessian in closed form, :mod:`learners.compiled_mean`),
         so that integrators given the model itself step it on their compiled path
-        (:mod:`integrators.compiled`); raises ``integrators.compiled.NotLowerable`` for kernels
-        without a C form."""
+        (:mod:`integrators.compiled`). The C form is that of the GP's own coordinates, so it is offered
+        only when they are the data's (no standardisation); raises ``integrators.compiled.NotLowerable``
+        otherwise and for kernels without a C form (the integrator then steps eagerly)."""
         self._require_fit()
+        from integrators.compiled import NotLowerable
+
+        if self._unit != 1.0 or (self._center is not None and bool(self._center.any())):
+            raise NotLowerable("the model is standardised: step StandardisedMean(model) in its coordinates instead")
+        return self._standardised_c_lagrangian()
+
+    def _standardised_c_lagrangian(self):
         from .compiled_mean import c_lagrangian_of_expansion
 
         return c_lagrangian_of_expansion(self.gp._mean_fn, self.n)
-
-    @float64
     def variance(self, q, v) -> torch.Tensor:
         r"""Posterior variance of the learned Lagrangian at ``q, v`` (shape ``(...)``). Only differences of
         :math:`L` are determined by the data and the normalisation, so this is largest far from both."""
         self._require_fit()
         q, v = check_states(q, v, self.n)
         with torch.no_grad():
-            return self.gp.variance(torch.cat([q.detach(), v.detach()], -1))
+            return self._unit ** 4 * self.gp.variance(self._standard_state(q.detach(), v.detach()))
+
+    def _standard_state(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """``(q, v)`` in the GP's coordinates ``((q - center)/unit, v/unit)``, concatenated."""
+        if self._center is None:
+            return torch.cat([q, v], -1)
+        return torch.cat([(q - self._center) / self._unit, v / self._unit], -1)
 
     def _require_fit(self) -> None:
         if self.gp is None or self.gp._beta is None:

@@ -26,7 +26,7 @@ import torch
 
 import bea
 
-from ._checks import as_tensor, check_finite, check_order, check_snapshots, check_step, float64
+from ._checks import as_tensor, check_finite, check_order, check_snapshots, check_step
 from .base import FunctionalLagrangianModel, solve_with_retry
 from .functionals import Functionals, euler_lagrange_residuals, gradient_evaluations
 from .shadow_gp import DEFAULT_NEWTON
@@ -63,8 +63,6 @@ class LagrangianGP(FunctionalLagrangianModel):
 
     def __repr__(self) -> str:
         return f"LagrangianGP(h={self.h}, scheme={self.scheme!r}, {self.kind or 'not fitted'})"
-
-    @float64
     def fit(self, snapshots) -> "LagrangianGP":
         """LGP: fit to position snapshots ``(n_traj, n_steps + 1, n)`` (finite-difference derivatives)."""
         q, v, a = finite_differences(snapshots, self.h)
@@ -72,8 +70,6 @@ class LagrangianGP(FunctionalLagrangianModel):
         self._fit_states(q.reshape(-1, n), v.reshape(-1, n), a.reshape(-1, n), torch.arange(T).repeat_interleave(m))
         self.kind = "LGP (finite differences)"
         return self
-
-    @float64
     def fit_states(self, q, v, a, trajectory: Optional[torch.Tensor] = None) -> "LagrangianGP":
         r"""LGPExact: fit to states ``q, v`` with accelerations ``a``, each ``(B, n)`` (or ``(n_traj, m, n)``,
         then trajectories group the validation split); ``trajectory`` (B,) optionally labels them."""
@@ -104,7 +100,7 @@ class LagrangianGP(FunctionalLagrangianModel):
         F = euler_lagrange_residuals(q, v, a)
         g = groups.repeat_interleave(n)
         x = torch.cat([q, v], -1)
-        P = Functionals.cat([gradient_evaluations(x, torch.eye(2 * n)[n + i].expand_as(x).clone()) for i in range(n)])
+        P = Functionals.cat([gradient_evaluations(x, torch.eye(2 * n, dtype=torch.float64)[n + i].expand_as(x).clone()) for i in range(n)])
         P_groups = groups.repeat(n)
         self._fit_functionals(F, g, P, P_groups)
 
@@ -125,8 +121,6 @@ class LagrangianGP(FunctionalLagrangianModel):
 
         self._require_fit()
         return VariationalIntegrator(self, self.h, self.scheme, **{**DEFAULT_NEWTON, **newton})  # the model: C form of the mean
-
-    @float64
     def predict(self, q0, qdot0, steps: int, **newton) -> torch.Tensor:
         """The scheme on the learned :math:`L` from ``(q0, qdot0)``, :math:`p_0 = \\partial_vL(q_0, \\dot q_0)`."""
         self._require_fit()
@@ -134,8 +128,6 @@ class LagrangianGP(FunctionalLagrangianModel):
         if q0.shape != qdot0.shape or q0.dim() < 1 or q0.shape[-1] != self.n:
             raise ValueError(f"q0 and qdot0 must have shape (batch..., {self.n}), got {tuple(q0.shape)} and {tuple(qdot0.shape)}")
         return solve_with_retry(self.integrator, newton, q0, qdot0, steps)
-
-    @float64
     def velocities(self, qs, order: int = 0) -> torch.Tensor:
         """Velocities from the discrete momenta of the learned :math:`L` along ``qs``."""
         self.recovered_lagrangian(order)

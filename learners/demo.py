@@ -19,6 +19,8 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import List, Optional
 
+from integrators._atomic import atomic_write_text
+
 __all__ = ["main", "parser"]
 
 
@@ -38,11 +40,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     import matplotlib
 
     matplotlib.use("Agg")
-    import torch
-
     from . import experiments
 
-    torch.set_default_dtype(torch.float64)
     cfg = experiments.PENDULUM_SMALL if args.small else experiments.PENDULUM_DEMO
     cfg = replace(cfg, progress=False)
     log = (lambda *a, **k: None) if args.quiet else (lambda *a, **k: print(*a, **k, flush=True))
@@ -66,7 +65,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     res.timings["total"] = time.perf_counter() - t0
     summary = {"config": {k: v for k, v in asdict(cfg).items()}, "metrics": res.metrics, "timings": res.timings,
                "info": {k: v for k, v in res.info.items() if k not in ("levels", "level_states")}}
-    (out / "results.json").write_text(json.dumps(summary, indent=2, default=str))
+    atomic_write_text(out / "results.json", json.dumps(summary, indent=2, default=str))
     written.append(str(out / "results.json"))
     log(f"\nwrote {', '.join(written)}")
     log(f"total {res.timings['total']:.0f} s")

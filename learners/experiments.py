@@ -21,7 +21,6 @@ import torch
 
 import bea
 
-from ._checks import float64
 from .baselines import LagrangianGP
 from .metrics import energy_band, grid_states, level_set_field, max_trajectory_error
 from .shadow_gp import InverseModifiedLagrangianGP
@@ -128,9 +127,6 @@ def _timed(timings: Dict[str, float], key: str, fn, *args, **kwargs):
     out = fn(*args, **kwargs)
     timings[key] = timings.get(key, 0.0) + time.perf_counter() - t
     return out
-
-
-@float64
 def run(cfg: ExperimentConfig = PENDULUM, baselines: bool = True, log=print) -> Results:
     """Run the experiment ``cfg``: data, LSI fit, prediction, identification, baselines, metrics."""
     from integrators import reference_flow

@@ -144,7 +144,7 @@ class Functionals:
                 val = (g2 * a.dirs[:, 1]).sum(-1)
             contrib = torch.zeros(self.count, dtype=val.dtype).index_add(0, a.owner, a.coef * val)
             out = contrib if out is None else out + contrib
-        return torch.zeros(self.count) if out is None else out
+        return torch.zeros(self.count, dtype=torch.float64) if out is None else out
 
 
 def _state(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -222,7 +222,7 @@ def _linear_atoms(make_value: Callable[[Callable], torch.Tensor], wrt: torch.Ten
         P = torch.cat(pts1)
         atoms[1] = AtomSet(P, torch.cat(dirs1), P.new_ones(P.shape[0]), torch.cat(own1))
     if pts0:
-        atoms[0] = AtomSet(torch.cat(pts0), torch.zeros(sum(len(p) for p in pts0), 0, D), torch.cat(coef0), torch.cat(own0))
+        atoms[0] = AtomSet(torch.cat(pts0), torch.zeros(sum(len(p) for p in pts0), 0, D, dtype=torch.float64), torch.cat(coef0), torch.cat(own0))
     return Functionals(D, B * n_out, atoms)
 
 
@@ -235,7 +235,7 @@ def del_residuals(triples: torch.Tensor, h: float, scheme: Union[str, "bea.Schem
     a, b, c = (triples[:, k].detach() for k in range(3))
     b = b.clone().requires_grad_(True)
     F = _linear_atoms(lambda L: sch(L, a, b, h) + sch(L, b, c, h), b, triples.shape[-1])
-    F.targets = torch.zeros(F.count)
+    F.targets = torch.zeros(F.count, dtype=torch.float64)
     return F
 
 
@@ -272,4 +272,4 @@ def euler_lagrange_residuals(q: torch.Tensor, v: torch.Tensor, a: torch.Tensor) 
     own = torch.cat(owners)
     atoms = {2: AtomSet(torch.cat(pts2), torch.cat(dirs2), x.new_ones(B * n), own),
              1: AtomSet(torch.cat(pts1), torch.cat(dirs1), x.new_ones(B * n), own)}
-    return Functionals(D, B * n, atoms, torch.zeros(B * n))
+    return Functionals(D, B * n, atoms, torch.zeros(B * n, dtype=torch.float64))

@@ -72,7 +72,7 @@ class FunctionalGP(gpytorch.Module):
         super().__init__()
         self.kernel = kernel if kernel is not None else FunctionalKernel()
         self.likelihood = gpytorch.likelihoods.GaussianLikelihood(noise_constraint=GreaterThan(min_noise))
-        self.likelihood.noise = torch.tensor(max(noise, 2 * min_noise))
+        self.likelihood.noise = torch.tensor(max(noise, 2 * min_noise), dtype=torch.float64)
         self.train_functionals: Optional[Functionals] = None
         self.info: Optional[ConditioningInfo] = None
         self._chol: Optional[torch.Tensor] = None
@@ -82,6 +82,8 @@ class FunctionalGP(gpytorch.Module):
         #: multiplies posterior (co)variances: equivalent to scaling sigma_f^2 and sigma_n^2 together,
         #: which leaves the posterior mean unchanged (set by calibration on held-out data)
         self.variance_scale: float = 1.0
+        # float64 whatever the caller's default dtype (GPyTorch creates its parameters in the default)
+        self.to(torch.float64)
 
     @property
     def noise(self) -> torch.Tensor:

@@ -132,7 +132,7 @@ def _partition_sum(idx: List[int], first: List[torch.Tensor], pair) -> torch.Ten
     r""":math:`\sum_\pi \prod_{\text{singletons}} f_i \prod_{\text{pairs}} g_{ij}` over partitions of ``idx``
     into blocks of size one and two (recursion on the first element)."""
     if not idx:
-        return torch.ones(())
+        return torch.ones((), dtype=torch.float64)
     i, rest = idx[0], idx[1:]
     total = first[i] * _partition_sum(rest, first, pair)
     for k, j in enumerate(rest):
@@ -159,7 +159,7 @@ class FunctionalKernel(gpytorch.kernels.Kernel):
                             f"got {type(base_kernel).__name__}")
         self.base_kernel = base_kernel
         self.closed_form = closed_form
-        self.register_parameter("raw_outputscale", torch.nn.Parameter(torch.zeros(())))
+        self.register_parameter("raw_outputscale", torch.nn.Parameter(torch.zeros((), dtype=torch.float64)))
         self.register_constraint("raw_outputscale", Positive())
 
     @property
@@ -189,7 +189,7 @@ class FunctionalKernel(gpytorch.kernels.Kernel):
                 part = self._pair(A1, A2, F1.count, F2.count)
                 out = part if out is None else out + part
         if out is None:
-            out = torch.zeros(F1.count, F2.count)
+            out = torch.zeros(F1.count, F2.count, dtype=torch.float64)
         return self.outputscale * out
 
     def _pair(self, A1: AtomSet, A2: AtomSet, n1: int, n2: int) -> torch.Tensor:
@@ -203,7 +203,7 @@ class FunctionalKernel(gpytorch.kernels.Kernel):
             cols = torch.sparse.mm(S2, phi.T)  # (n2, a)
             part = torch.sparse.mm(_owner_matrix(A1, n1, sl), cols.T)  # (n1, n2)
             out = part if out is None else out + part
-        return out if out is not None else torch.zeros(n1, n2)
+        return out if out is not None else torch.zeros(n1, n2, dtype=torch.float64)
 
     def diagonal(self, F: Functionals, chunk: int = 512) -> torch.Tensor:
         r"""Prior variances :math:`\Theta_{ii}` of the functionals ``F`` (blocks of ``chunk`` functionals,
@@ -212,7 +212,7 @@ class FunctionalKernel(gpytorch.kernels.Kernel):
         for s in range(0, F.count, chunk):
             sub = F.subset(torch.arange(s, min(s + chunk, F.count)))
             parts.append(torch.diagonal(self.forward(sub, sub)))
-        return torch.cat(parts) if parts else torch.zeros(0)
+        return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
 
 
 def _owner_matrix(A: AtomSet, count: int, sl: slice = slice(None)) -> torch.Tensor:

@@ -84,6 +84,7 @@ import torch
 
 import bea
 from integrators import reference_flow, systems
+from integrators._atomic import atomic_save
 
 from .metrics import level_set_error
 from .modlanet import ModLaNet
@@ -622,7 +623,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     res = run(cfg, log=lambda s: print(s, flush=True))
     print(table(res), flush=True)
     if args.save:
-        torch.save(_plain(res), args.save)
+        plain = _plain(res)
+        atomic_save(args.save, lambda fh: torch.save(plain, fh))
         print(f"saved to {args.save}", flush=True)
     return res
 

@@ -41,7 +41,6 @@ import torch
 from torch import nn
 
 from bea.autodiff import check_regular
-from integrators._threads import threads_for
 
 __all__ = [
     "MLP",
@@ -189,8 +188,7 @@ def euler_lagrange_acceleration(lagrangian: Callable[[torch.Tensor, torch.Tensor
     if not (regularisation >= 0 and math.isfinite(regularisation)):
         raise ValueError(f"regularisation must be a finite number >= 0, got {regularisation}")
     n = q.shape[-1]
-    # small batches on one intra-op thread (see integrators._threads: many tiny ops, busy machines)
-    with torch.enable_grad(), threads_for(q.numel()):
+    with torch.enable_grad():
         qq, vv = _leaf(q), _leaf(v)
         L = lagrangian(qq, vv)
         if not isinstance(L, torch.Tensor) or L.shape != q.shape[:-1]:
@@ -311,7 +309,7 @@ class HNN(nn.Module):
         r""":math:`(\partial H/\partial p, -\partial H/\partial q)`, each of shape ``(..., n)``."""
         q, p = _state(q, p, self.n, ("q", "p"))
         cg = _create_graph(create_graph)
-        with torch.enable_grad(), threads_for(q.numel()):
+        with torch.enable_grad():
             qq, pp = _leaf(q), _leaf(p)
             H = self(qq, pp)
             gq, gp = torch.autograd.grad(H.sum(), (qq, pp), create_graph=cg, allow_unused=True)
@@ -346,8 +344,7 @@ class MLPBaseline(nn.Module):
 
     def forward(self, q, v) -> torch.Tensor:
         q, v = _state(q, v, self.n)
-        with threads_for(q.numel()):
-            return self.net(torch.cat([_wrap(q, self.wrap_angles), v], -1))
+        return self.net(torch.cat([_wrap(q, self.wrap_angles), v], -1))
 
     def acceleration(self, q, v, create_graph: Optional[bool] = None) -> torch.Tensor:
         out = self(q, v)

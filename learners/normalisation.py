@@ -61,13 +61,14 @@ class VertexNormalisation(Normalisation):
 
     def functionals(self, n: int, center: Optional[torch.Tensor] = None) -> Functionals:
         D = 2 * n
-        z = torch.tensor(list(itertools.product((0.0, 1.0), repeat=D)))
-        w = torch.zeros(D)
+        z = torch.tensor(list(itertools.product((0.0, 1.0), repeat=D)), dtype=torch.float64)
+        w = torch.zeros(D, dtype=torch.float64)
         w[n:] = 1.0 / (math.factorial(n) * 4**n)
         V = z.shape[0]
-        atoms = {1: AtomSet(z, w.expand(V, D)[:, None, :].clone(), torch.ones(V), torch.zeros(V, dtype=torch.long)),
-                 0: AtomSet(torch.zeros(1, D), torch.zeros(1, 0, D), torch.ones(1), torch.ones(1, dtype=torch.long))}
-        return Functionals(D, 2, atoms, torch.tensor([self.c, 0.0]))
+        atoms = {1: AtomSet(z, w.expand(V, D)[:, None, :].clone(), torch.ones(V, dtype=torch.float64), torch.zeros(V, dtype=torch.long)),
+                 0: AtomSet(torch.zeros(1, D, dtype=torch.float64), torch.zeros(1, 0, D, dtype=torch.float64), torch.ones(1, dtype=torch.float64),
+                             torch.ones(1, dtype=torch.long))}
+        return Functionals(D, 2, atoms, torch.tensor([self.c, 0.0], dtype=torch.float64))
 
 
 class MassNormalisation(Normalisation):
@@ -85,13 +86,13 @@ class MassNormalisation(Normalisation):
 
     def functionals(self, n: int, center: Optional[torch.Tensor] = None) -> Functionals:
         D = 2 * n
-        x0 = self.point if self.point is not None else (center if center is not None else torch.zeros(D))
-        x0 = x0.reshape(1, D)
-        eye = torch.eye(D)
-        atoms = {0: AtomSet(x0, torch.zeros(1, 0, D), torch.ones(1), torch.zeros(1, dtype=torch.long)),
-                 1: AtomSet(x0.expand(n, D), eye[n:][:, None, :], torch.ones(n), torch.arange(1, n + 1)),
-                 2: AtomSet(x0.expand(n, D), torch.stack([eye[n:], eye[n:]], 1), torch.ones(n), torch.full((n,), n + 1))}
-        return Functionals(D, n + 2, atoms, torch.tensor([0.0] * (n + 1) + [self.c * n]))
+        x0 = self.point if self.point is not None else (center if center is not None else torch.zeros(D, dtype=torch.float64))
+        x0 = x0.to(torch.float64).reshape(1, D)
+        eye = torch.eye(D, dtype=torch.float64)
+        atoms = {0: AtomSet(x0, torch.zeros(1, 0, D, dtype=torch.float64), torch.ones(1, dtype=torch.float64), torch.zeros(1, dtype=torch.long)),
+                 1: AtomSet(x0.expand(n, D), eye[n:][:, None, :], torch.ones(n, dtype=torch.float64), torch.arange(1, n + 1)),
+                 2: AtomSet(x0.expand(n, D), torch.stack([eye[n:], eye[n:]], 1), torch.ones(n, dtype=torch.float64), torch.full((n,), n + 1))}
+        return Functionals(D, n + 2, atoms, torch.tensor([0.0] * (n + 1) + [self.c * n], dtype=torch.float64))
 
 
 def get_normalisation(spec: Union[str, Normalisation, None]) -> Normalisation:

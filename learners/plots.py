@@ -10,6 +10,8 @@ from typing import Dict
 import numpy as np
 import torch
 
+from integrators._atomic import atomic_savefig
+
 from .experiments import Results
 
 __all__ = ["trajectories", "energies", "level_sets", "save_all"]
@@ -128,7 +130,7 @@ def save_all(res: Results, outdir, dpi: int = 120) -> Dict[str, Path]:
     paths = {}
     for name, fig in figs.items():
         p = out / f"{res.config.system}_{name}.png"
-        fig.savefig(p, dpi=dpi)
+        atomic_savefig(fig, p, dpi=dpi)  # a reader never sees a half-written PNG
         plt.close(fig)
         paths[name] = p
     return paths

@@ -57,7 +57,6 @@ from scipy.integrate import solve_ivp
 
 import bea
 from integrators import VariationalIntegrator
-from integrators._threads import threads_for
 
 __all__ = [
     "rollout_ode",
@@ -171,11 +170,10 @@ def rollout_ode(model, q0, v0, times, *, method: str = "rk4", substeps: int = 1,
     if singular is not None and method.lower() == "rk4":
         model.singular = "nan"
     try:
-        with threads_for(q.numel()):   # small batches: one intra-op thread (integrators._threads)
-            if method.lower() == "rk4":
-                qs, vs = _rk4(f, q, v, ts, substeps, progress)
-            else:
-                qs, vs = _scipy(f, q, v, ts, method, rtol, atol)
+        if method.lower() == "rk4":
+            qs, vs = _rk4(f, q, v, ts, substeps, progress)
+        else:
+            qs, vs = _scipy(f, q, v, ts, method, rtol, atol)
     finally:
         if singular is not None:
             model.singular = singular

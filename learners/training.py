@@ -51,7 +51,6 @@ from tqdm.auto import tqdm
 import bea
 from bea.closed_form import midpoint_inv2, midpoint_mod2
 
-from integrators._threads import threads_for
 
 from ._checks import as_tensor, check_finite, check_order, check_snapshots, check_step
 from .functionals import triples_from_snapshots
@@ -254,17 +253,29 @@ def train(model: torch.nn.Module, data, loss: str = "acceleration", scheme: Unio
         return total / idx.numel()
 
     res = TrainResult(loss=loss, n_train=int(tr_idx.numel()), n_val=int(val_idx.numel()))
-    # small batches: one intra-op thread (restored afterwards), see integrators._threads
-    with threads_for(batch_size * tensors[0][0].numel()):
+    # any failure (a diverging loss, an interrupt, an error in the model) leaves the model at its best state so
+    # far (_fit keeps it in res._best_state; the initial state before the first improvement), never at the
+    # values that failed
+    res._best_state = copy.deepcopy(model.state_dict())
+    try:
         _fit(model, res, batch_loss, evaluate, tr_idx, val_idx, opt, sched, schedule, params, epochs, batch_size, patience,
              grad_clip, min_rel_improvement, gen, progress, lr, loss)
+    except BaseException as err:
+        model.load_state_dict(res._best_state)
+        model.eval()
+        if isinstance(err, FloatingPointError):
+            raise FloatingPointError(f"{err}. The model was restored to its best state (epoch {res.best_epoch}, validation "
+                                     f"loss {res.best_val:.3e})") from None
+        raise
+    finally:
+        del res._best_state
     return res
 
 
 def _fit(model, res, batch_loss, evaluate, tr_idx, val_idx, opt, sched, schedule, params, epochs, batch_size, patience,
          grad_clip, min_rel_improvement, gen, progress, lr, loss):
     t0 = time.perf_counter()
-    best_state = copy.deepcopy(model.state_dict())
+    best_state = res._best_state
     res.best_val = evaluate(val_idx)
     res.history["val"].append(res.best_val)
     res.history["train"].append(evaluate(tr_idx))
@@ -283,7 +294,7 @@ def _fit(model, res, batch_loss, evaluate, tr_idx, val_idx, opt, sched, schedule
             opt.zero_grad(set_to_none=True)
             ell = batch_loss(idx)
             if not torch.isfinite(ell):
-                raise FloatingPointError(f"the training loss became {float(ell)} at epoch {epoch}; lower lr (now {lr}) "
+                raise FloatingPointError(f"the training loss became {float(ell.detach())} at epoch {epoch}; lower lr (now {lr}) "
                                          f"or set grad_clip")
             ell.backward()
             if grad_clip is not None:
@@ -300,7 +311,7 @@ def _fit(model, res, batch_loss, evaluate, tr_idx, val_idx, opt, sched, schedule
             sched.step(val) if schedule == "plateau" else sched.step()
         if val < res.best_val * (1 - min_rel_improvement):
             res.best_val, res.best_epoch, since_best = val, epoch, 0
-            best_state = copy.deepcopy(model.state_dict())
+            best_state = res._best_state = copy.deepcopy(model.state_dict())
         else:
             since_best += 1
         bar.set_postfix(train=f"{train_loss:.3e}", val=f"{val:.3e}", best=f"{res.best_val:.3e}")

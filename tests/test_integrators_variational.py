@@ -8,7 +8,7 @@ import torch
 
 import bea
 import integrators as I
-from integrators import ConvergenceError, VariationalIntegrator, reference_flow, systems
+from integrators import ConvergenceError, NotRegularError, VariationalIntegrator, reference_flow, systems
 
 PENDULUM = systems.pendulum()
 KEPLER = systems.kepler()
@@ -218,9 +218,10 @@ def test_bad_input_gives_clear_errors():
 @pytest.mark.parametrize("execution_path", ["eager"], indirect=True)  # torch closures: no C form
 def test_singular_lagrangian_is_reported():
     # L = q v - q^2/2 is degenerate (d2L/dv2 = 0); its trapezoidal discrete Lagrangian
-    # (b^2 - a^2)/2 - h (a^2 + b^2)/4 has D12 L_d = 0: the Newton Jacobian is singular
+    # (b^2 - a^2)/2 - h (a^2 + b^2)/4 has D12 L_d = 0: the Newton Jacobian would be singular. The
+    # regularity check at the initial state (integrators._admissible) reports it before any step.
     vi = VariationalIntegrator(lambda q, v: (q * v).sum(-1) - 0.5 * (q**2).sum(-1), 0.1, "trapezoidal")
-    with pytest.raises(ConvergenceError, match="non-finite/singular"):
+    with pytest.raises(NotRegularError, match="not regular"):
         vi.solve(torch.tensor([[0.5]]), torch.tensor([[0.1]]), 3)
     with pytest.raises(ValueError, match="does not depend on the velocities"):
         VariationalIntegrator(lambda q, v: -0.5 * (q**2).sum(-1), 0.1).solve(torch.tensor([[0.5]]), torch.tensor([[0.1]]), 3)
