@@ -43,6 +43,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
+from .files import atomic_write
 from .hseries import Q
 from .jets import Jets
 
@@ -218,27 +219,8 @@ def _write_all(fh, data: bytes) -> None:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            _write_all(fh, data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    try:  # make the rename itself durable; not every platform can open a directory
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
+    with atomic_write(path, "wb") as fh:  # temporary file, fsync, os.replace (bea.files)
+        _write_all(fh, data)
 
 
 def save(key: Dict[str, Any], body: Dict[str, Any], directory: Optional[Path] = None, *, part: str = "main") -> Optional[Path]:

@@ -10,7 +10,7 @@ import numpy as np  # noqa: E402
 import sympy  # noqa: E402
 
 import bea  # noqa: E402
-from integrators._atomic import atomic_savefig  # noqa: E402
+from bea.files import atomic_savefig  # noqa: E402
 
 OUT = Path(__file__).resolve().parent.parent / "docs"
 

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from scipy.stats import qmc
 
-from ._atomic import atomic_save, atomic_write
+from bea.files import atomic_save, atomic_write
 from ._checks import as_float64, check_step_size, check_steps
 from .reference import reference_flow
 from .symbolic import SymbolicLagrangian
@@ -146,7 +146,7 @@ def save_snapshots(path: PathLike, q, h: float, t0: float = 0.0) -> Path:
     Everything is validated before anything is written, so that :func:`load_snapshots` reads the file
     back (``T >= 2``, finite positions, a finite real ``t0``, times ``t0 + k h`` that increase in
     float64): ``TypeError`` for wrong types (e.g. ``t0="0"``), :class:`SnapshotError` for bad values.
-    The file is replaced atomically (:mod:`integrators._atomic`): an interrupted write leaves the old
+    The file is replaced atomically (:mod:`bea.files`): an interrupted write leaves the old
     file intact."""
     path = Path(path)
     if path.suffix not in (".npz", ".csv"):

@@ -19,7 +19,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import List, Optional
 
-from integrators._atomic import atomic_write_text
+from bea.files import atomic_write_text
 
 __all__ = ["main", "parser"]
 

@@ -84,7 +84,7 @@ import torch
 
 import bea
 from integrators import reference_flow, systems
-from integrators._atomic import atomic_save
+from bea.files import atomic_save
 
 from .metrics import level_set_error
 from .modlanet import ModLaNet

@@ -10,7 +10,7 @@ from typing import Dict
 import numpy as np
 import torch
 
-from integrators._atomic import atomic_savefig
+from bea.files import atomic_savefig
 
 from .experiments import Results
 

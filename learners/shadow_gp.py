@@ -263,15 +263,11 @@ class InverseModifiedLagrangianGP(FunctionalLagrangianModel):
 
     def integrator(self, **newton):
         """The :class:`integrators.VariationalIntegrator` of the scheme on :math:`\bar L_{inv}` (data's units)."""
-        from integrators import VariationalIntegrator
-
         self._require_fit()
         opts = {**DEFAULT_NEWTON, **newton}
         return VariationalIntegrator(self, self.h, self.scheme, **opts)  # C form only when not standardised
 
     def _integrator_std(self, **newton):
-        from integrators import VariationalIntegrator
-
         opts = {**DEFAULT_NEWTON, **newton}
         return VariationalIntegrator(StandardisedMean(self), self.h, self.scheme, **opts)
 

@@ -282,7 +282,7 @@ def test_concurrent_processes_lose_nothing_and_agree_on_keys(cache_dir, monkeypa
     assert all(_check_entries(cache_dir))
     here = [GeneralisedMidpoint(a).cache_key() for a in ALPHAS]
     assert keys == [here] * 2 and len(set(here)) == len(ALPHAS)
-    assert not list(cache_dir.glob(".tmp-*"))
+    assert not list(cache_dir.glob(".*.tmp"))
 
 
 # ------------------------------------------------------------------ fault: killed in the middle of a write

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import integrators
-from integrators._atomic import atomic_savefig, atomic_write, atomic_write_text
+from bea.files import atomic_savefig, atomic_write, atomic_write_text
 from integrators.data import SnapshotError, load_snapshots, save_snapshots
 
 SMALL = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -243,7 +243,7 @@ def _save_in_child_killed_at(path, where):
     if pid == 0:  # the child
         code = 1
         try:
-            import integrators._atomic as atomic
+            import bea.files as atomic
             from integrators import data
 
             q = torch.full((40, 50, 2), 7.25, dtype=torch.float64)  # the new content

@@ -26,7 +26,7 @@ from ..hseries import EXACT, HSeries, Poly, Q
 from ..errors import UnsupportedSchemeError
 from ..schemes import Scheme
 from .algebra import Algebra, LagrangianSubstitution, lagrangian_at
-from .trees import OPEN, V, Forest, single_node
+from .trees import OPEN, Forest, single_node
 from .vectors import VecSeries
 
 
@@ -153,7 +153,6 @@ class FreeDerivation:
     def modified_lagrangian(self, order: int) -> HSeries:
         if order in self._lmod:
             return self._lmod[order]
-        f = self.forest
         a = VecSeries.taylor(-Q(1, 2), order + 2)
         b = VecSeries.taylor(Q(1, 2), order + 2)
         Ld = self._eval_scheme(a, b)

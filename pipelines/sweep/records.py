@@ -30,10 +30,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+from bea import files
 
 __all__ = ["FORMAT", "canonical", "task_id", "derived_seed", "seal", "write_record", "read_record", "scan",
            "atomic_write", "encode", "decode", "CorruptRecord"]
@@ -105,31 +105,10 @@ def seal(record: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: temporary file in the same folder, fsync, ``os.replace``."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    try:  # the rename itself survives a crash only once the folder is synced
-        dfd = os.open(path.parent, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(dfd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(dfd)
+    """Write ``data`` to ``path`` atomically (:func:`bea.files.atomic_write`: temporary file, fsync,
+    ``os.replace``)."""
+    with files.atomic_write(path, "wb") as fh:
+        fh.write(data)
 
 
 def write_record(folder: Path, record: Dict[str, Any]) -> Path:
