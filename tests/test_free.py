@@ -206,3 +206,24 @@ def test_dimension_free_cache_is_data_keyed_without_n(tmp_path, monkeypatch):
     g = bea.compile_torch("modified_lagrangian", "trapezoidal", 2)  # from the cache
     assert torch.equal(f(L, q, v, 0.1), g(L, q, v, 0.1))
     assert bea.compile_torch("modified_lagrangian", "trapezoidal", 2)(_lagrangian(1), q[:, :1], v[:, :1], 0.1).shape == (2,)
+
+
+def test_invalid_dimension_free_entry_with_valid_hmac_is_rederived(tmp_path, monkeypatch):
+    """An authenticated entry whose trees do not validate (here: a non-canonical tree, and a leaf code that
+    cannot occur in a result) is never used: the series is derived again, with a CacheWarning."""
+    from bea import cache
+    from bea.api import _cache_key
+
+    monkeypatch.setenv("BEA_CACHE_DIR", str(tmp_path))
+    sch = bea.get_scheme("midpoint")
+    good = bea.modified_lagrangian("midpoint", 2).raw
+    key = _cache_key("modified_lagrangian", sch, 2, "any")
+    # a jet leaf (never in a result), children out of canonical order, a leaf without its code
+    for bad_tree in ([2, [], [[0, 1], [0, 2]]], [2, [[1, 0, [], []], [0, 1]], []], [2, [[0]], []]):
+        body = {"trees": {"trees": [bad_tree], "coefficients": {"0": [[[0], "1/1"]], "1": [], "2": []}, "symmetric": True,
+                          "order": 2, "kind": "modified_lagrangian"}}
+        cache.save(key, body, part="trees")
+        with pytest.warns(cache.CacheWarning):
+            s = bea.modified_lagrangian("midpoint", 2)
+        assert s.n_terms == {0: 1, 2: 4} and set(map(str, s.coefficients.values())) == set(
+            map(str, bea.FreeSeries(good, sch).coefficients.values()))

@@ -13,9 +13,9 @@ from typing import Any, Dict, List
 
 from ..hseries import Q
 from .derive import FreeRaw
-from .trees import OPEN, UPPER, Forest, canonical, decode
+from .trees import UPPER, Forest, canonical, decode
 
-_VALID_LEAVES = {1, UPPER} | set(range(2, OPEN))
+_VALID_LEAVES = {1, UPPER}  # results hold v and the free index only (no jets, no open slots)
 
 
 def _to_json(t: tuple) -> list:
