@@ -39,20 +39,22 @@ def test_gp_learned_lagrangian_paths_agree():
     order (with coefficients ~1e4 both paths are only as close as the mean's rounding, ~1e-11)."""
     from integrators.data import snapshots
     from learners import InverseModifiedLagrangianGP
+    from learners.shadow_gp import StandardisedMean
 
     S = snapshots(systems.pendulum(), 0.5, 12, 5, seed=0)
     model = InverseModifiedLagrangianGP(0.5, lengthscale=[1.5, 1.5], noise=1e-4).fit(S)
-    stepper = CompiledStepper(model, model.scheme, 0.5, 1)
+    # the GP lives in standardised coordinates (learners.shadow_gp): its C form is that of StandardisedMean
+    stepper = CompiledStepper(StandardisedMean(model), model.scheme, 0.5, 1)
     x = torch.tensor([[0.3, 0.1], [0.5, -0.2], [-0.1, 0.4]]).requires_grad_(True)
     g, H = stepper.lagrangian_derivatives(x.detach())
     (ga,) = torch.autograd.grad(model.gp.mean(x).sum(), x, create_graph=True)
     Ha = torch.stack([torch.autograd.grad(ga[:, i].sum(), x, retain_graph=True)[0] for i in range(2)], 1)
     assert float((g - ga.detach()).abs().max()) <= 1e-13 and float((H - Ha).abs().max()) <= 1e-13
     q0, v0 = torch.tensor([[0.3], [-0.6]]), torch.tensor([[0.0], [0.2]])
-    L2 = model.recovered_lagrangian(2)
-    eager = model.integrator(execution="eager", xtol=1e-16).solve(q0, v0, 200, legendre=L2)
-    vi = model.integrator(execution="compiled", xtol=1e-16)
-    compiled = vi.solve(q0, v0, 200, legendre=L2)
+    L2 = model._recovered_std(2)
+    eager = model._integrator_std(execution="eager", xtol=1e-16).solve(q0, v0, 100, legendre=L2)
+    vi = model._integrator_std(execution="compiled", xtol=1e-16)
+    compiled = vi.solve(q0, v0, 100, legendre=L2)
     assert vi.last_execution == "compiled"
     assert float((eager - compiled).abs().max()) <= 1e-12
 
