@@ -184,6 +184,8 @@ def test_singular_mass_and_bad_input():
         f(lambda q, v: (q * v).sum(-1) - (q * q).sum(-1), q, v, 0.1)  # M = 0
     with pytest.raises(ValueError, match="not regular"):
         f(lambda q, v: 0.5 * v[..., 0] ** 2 + torch.cos(q).sum(-1), q, v, 0.1)  # rank 1 of 2
+    with pytest.raises(ValueError, match="not regular"):  # n = 1: M = v^2 = 1e-200 against L_q ~ 1
+        f(lambda q, v: v[..., 0] ** 4 / 12 + torch.cos(q[..., 0]), q[:, :1], torch.full_like(q[:, :1], 1e-100), 0.1)
     with pytest.raises(TypeError, match="h must be"):
         f(lambda q, v: (v * v).sum(-1), q, v, "0.1")
     with pytest.raises(ValueError, match="broadcast"):

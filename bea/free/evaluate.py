@@ -32,6 +32,7 @@ from typing import Dict, List, Tuple
 import torch
 
 from ..autodiff import _evaluate, check_regular, check_state
+from ..errors import NotRegularError
 from ..hseries import Poly
 from .trees import UPPER, V, Tree
 
@@ -63,11 +64,12 @@ class _Point:
     def lu(self):
         if self._lu is None:
             q, v = self.q, self.v
+            tq = torch.zeros_like(q).requires_grad_(True)
             ts = torch.zeros_like(v).requires_grad_(True)
-            val = _evaluate(self.L, q, v + ts)
-            (gv,) = torch.autograd.grad(val.sum(), ts, create_graph=True, allow_unused=True) if val.requires_grad else (None,)
+            val = _evaluate(self.L, q + tq, v + ts)
+            gq, gv = torch.autograd.grad(val.sum(), (tq, ts), create_graph=True, allow_unused=True) if val.requires_grad else (None, None)
             if gv is None or not gv.requires_grad:
-                raise ValueError(
+                raise NotRegularError(
                     "the Lagrangian is not regular: it is at most linear in the velocity, so d^2L/dv^2 = 0 and "
                     "the Euler-Lagrange equations do not determine the acceleration"
                 )
@@ -76,7 +78,9 @@ class _Point:
                 (r,) = torch.autograd.grad(gv[..., i].sum(), ts, create_graph=True, allow_unused=True)
                 rows.append(torch.zeros_like(v) if r is None else r)
             M = torch.stack(rows, -2)
-            check_regular(M)
+            # relative to the first derivatives as well, so that n = 1 has a reference too
+            scale = gv.detach().abs().amax(-1) if gq is None else torch.maximum(gv.detach().abs().amax(-1), gq.detach().abs().amax(-1))
+            check_regular(M, scale)
             # one dimension: a division is an order of magnitude cheaper than LU for small batches
             self._lu = (M[..., 0, :],) if M.shape[-1] == 1 else torch.linalg.lu_factor(M)
         return self._lu
