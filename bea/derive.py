@@ -26,8 +26,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-import sympy
-
 from .hseries import EXACT, HSeries, Poly, Q, SeriesVector, mul, pdiff, substitute
 from .jets import Jets
 from .errors import InconsistentSchemeError, UnsupportedSchemeError
@@ -86,6 +84,20 @@ def evaluate_scheme(scheme: Scheme, L, a, b, h: HSeries) -> HSeries:
     if not isinstance(out, HSeries):
         raise UnsupportedSchemeError(f"scheme {scheme!r} returned {type(out).__name__}, not an expression in L")
     return out
+
+
+def mesh_lambda(scheme: Scheme, Ld: HSeries, h: HSeries, order: int, lead) -> tuple:
+    r""":math:`\Lambda = L_\Delta(q(t-h/2), q(t+h/2))/h` to ``h^order``, checked to tend to ``L``
+    (``lead``), and whether its odd powers vanish (a symmetric scheme)."""
+    if Ld.valuation() < 1:
+        raise InconsistentSchemeError(f"inconsistent scheme {scheme!r}: L_Delta must vanish as h -> 0")
+    lam = Ld / h
+    if lam.order < order:
+        raise InconsistentSchemeError(f"scheme {scheme!r} loses too many powers of h")
+    lam = lam.truncate(order)
+    if lam[0] != lead:
+        raise InconsistentSchemeError(f"inconsistent scheme {scheme!r}: L_Delta(q(t-h/2), q(t+h/2))/h must tend to L(q, v)")
+    return lam, all(not lam[k] for k in range(1, order + 1, 2))
 
 
 class Derivation:
@@ -236,19 +248,8 @@ class Derivation:
         J = self.jets
         a = self._positions(-Q(1, 2), order + 2)
         b = self._positions(Q(1, 2), order + 2)
-        Ld = self._eval_scheme(a, b)
-        if Ld.valuation() < 1:
-            raise InconsistentSchemeError(f"inconsistent scheme {self.scheme!r}: L_Delta must vanish as h -> 0")
-        lam = Ld / self._h()
-        if lam.order < order:
-            raise InconsistentSchemeError(f"scheme {self.scheme!r} loses too many powers of h")
-        lam = lam.truncate(order)
         lead = {(J.L(()),): Q(1)} if self.concrete is None else self.concrete.derivative(())[0]
-        if lam[0] != lead:
-            raise InconsistentSchemeError(
-                f"inconsistent scheme {self.scheme!r}: L_Delta(q(t-h/2), q(t+h/2))/h must tend to L(q, v)"
-            )
-        odd_zero = all(not lam[k] for k in range(1, order + 1, 2))
+        lam, odd_zero = mesh_lambda(self.scheme, self._eval_scheme(a, b), self._h(), order, lead)
         if self._symmetric is None:
             self._symmetric = odd_zero
         elif self._symmetric and not odd_zero:

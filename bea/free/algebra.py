@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
 
+from ..errors import InconsistentSchemeError
 from ..hseries import EXACT, HSeries, Poly, Q
 from .trees import OPEN, PORT, UPPER, V, Forest, Graph, TreeError, attach_vector, connect, find_leaf, merge_graphs, partial_parts, total_derivative_parts
 from .vectors import POSITION, VecSeries
@@ -44,13 +45,13 @@ def lagrangian_at(forest: Forest, x: VecSeries, y: VecSeries) -> HSeries:
     :math:`\sum_{a,b} \frac{1}{a!\,b!} L^{(a,b)}[\delta x^a, \delta y^b]`, each term one node
     whose slots hold the leaves of :math:`\delta x = x - q`, :math:`\delta y = y - v`."""
     if x[0] != {POSITION: 1}:
-        raise ValueError(
+        raise InconsistentSchemeError(
             "inconsistent scheme: the position argument of L does not tend to q(t) as h -> 0 "
             "(a discrete Lagrangian must approximate the action over one step)"
         )
     base_v = {k: c for k, c in y[0].items() if k != OPEN}
     if base_v != {V: 1}:
-        raise ValueError(
+        raise InconsistentSchemeError(
             "inconsistent scheme: the velocity argument of L does not tend to the velocity as h -> 0 "
             "(a discrete Lagrangian must approximate the action over one step)"
         )
@@ -62,7 +63,7 @@ def lagrangian_at(forest: Forest, x: VecSeries, y: VecSeries) -> HSeries:
                 if deg == 0 and leaf == base:
                     continue
                 if leaf == POSITION:
-                    raise ValueError("inconsistent scheme: L is evaluated at a point whose expansion contains q beyond h^0")
+                    raise InconsistentSchemeError("inconsistent scheme: L is evaluated at a point whose expansion contains q beyond h^0")
                 items.append((kind, deg, leaf, c))
     out: List[Poly] = [{} for _ in range(order + 1)]
 

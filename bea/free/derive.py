@@ -21,9 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
-from ..derive import KINDS, _mesh_weights, evaluate_scheme
+from ..derive import KINDS, _mesh_weights, evaluate_scheme, mesh_lambda
 from ..hseries import EXACT, HSeries, Poly, Q
-from ..errors import UnsupportedSchemeError
+from ..errors import InconsistentSchemeError, UnsupportedSchemeError
 from ..schemes import Scheme
 from .algebra import Algebra, LagrangianSubstitution, lagrangian_at
 from .trees import OPEN, Forest, single_node
@@ -108,13 +108,13 @@ class FreeDerivation:
         f = self.forest
         E = HSeries([{m: c for m, c in p.items() if any(f.is_covector(x) for x in m)} for p in S.c], S.order)
         if E.order < K:
-            raise ValueError(f"scheme {self.scheme!r} loses too many powers of h (known to h^{E.order}, need h^{K})")
+            raise InconsistentSchemeError(f"scheme {self.scheme!r} loses too many powers of h (known to h^{E.order}, need h^{K})")
         if E.valuation() < 2:
-            raise ValueError(f"inconsistent scheme {self.scheme!r}: the discrete EL equation is not O(h)")
+            raise InconsistentSchemeError(f"inconsistent scheme {self.scheme!r}: the discrete EL equation is not O(h)")
         R = HSeries(E.c[2:], E.order - 2).truncate(order)
         acc = {m: c for m, c in R[0].items() if any(2 in f.leaves[x] for x in m)}
         if acc != {(f.id(single_node((), (OPEN, 2))),): Q(-1)}:
-            raise ValueError(
+            raise InconsistentSchemeError(
                 f"inconsistent scheme {self.scheme!r}: the leading order of its discrete "
                 "Euler-Lagrange equation is not the Euler-Lagrange equation of L"
             )
@@ -155,20 +155,11 @@ class FreeDerivation:
             return self._lmod[order]
         a = VecSeries.taylor(-Q(1, 2), order + 2)
         b = VecSeries.taylor(Q(1, 2), order + 2)
-        Ld = self._eval_scheme(a, b)
-        if Ld.valuation() < 1:
-            raise ValueError(f"inconsistent scheme {self.scheme!r}: L_Delta must vanish as h -> 0")
-        lam = Ld / self._h()
-        if lam.order < order:
-            raise ValueError(f"scheme {self.scheme!r} loses too many powers of h")
-        lam = lam.truncate(order)
-        if lam[0] != {(self.L,): Q(1)}:
-            raise ValueError(f"inconsistent scheme {self.scheme!r}: L_Delta(q(t-h/2), q(t+h/2))/h must tend to L(q, v)")
-        odd_zero = all(not lam[k] for k in range(1, order + 1, 2))
+        lam, odd_zero = mesh_lambda(self.scheme, self._eval_scheme(a, b), self._h(), order, {(self.L,): Q(1)})
         if self._symmetric is None:
             self._symmetric = odd_zero
         elif self._symmetric and not odd_zero:
-            raise ValueError(f"scheme {self.scheme!r} is declared symmetric but its expansion has odd powers of h")
+            raise InconsistentSchemeError(f"scheme {self.scheme!r} is declared symmetric but its expansion has odd powers of h")
         F = self.modified_equation(max(order - 1, 0))
         values = self._jet_values(F, order, [lam])
         lam = self.alg.substitute_jets(lam, values, order)
