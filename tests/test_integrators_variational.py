@@ -93,13 +93,14 @@ def test_velocities_recover_the_exact_velocity_to_second_order(scheme):
 
 
 @pytest.mark.parametrize("scheme", ["midpoint", "trapezoidal"])
-def test_kepler_discrete_angular_momentum_is_conserved(scheme):
-    """Noether: L_d is rotation invariant, so q_j x p_j is conserved exactly (up to Newton tolerance and rounding)."""
+def test_kepler_discrete_angular_momentum_is_conserved(scheme, execution_path):
+    """Noether: L_d is rotation invariant, so q_j x p_j is conserved exactly (up to Newton tolerance and rounding).
+    1e4 steps on the compiled path, 2e3 on the eager one (the CI budget; the paths agree to 1e-12)."""
     e = torch.tensor([0.0, 0.5, 0.7])[:, None]
     q0 = torch.cat([1 - e, torch.zeros_like(e)], -1)
     v0 = torch.cat([torch.zeros_like(e), torch.sqrt((1 + e) / (1 - e))], -1)
     vi = VariationalIntegrator(KEPLER, 0.05, scheme)
-    qs = vi.solve(q0, v0, 10_000)
+    qs = vi.solve(q0, v0, 10_000 if execution_path == "compiled" else 2_000)
     p = vi.momenta(qs)
     ell = qs[..., 0] * p[..., 1] - qs[..., 1] * p[..., 0]
     drift = ((ell - ell[0]).abs().amax(0) / ell[0].abs()).max()
