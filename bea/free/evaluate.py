@@ -78,8 +78,11 @@ class _Point:
                 (r,) = torch.autograd.grad(gv[..., i].sum(), ts, create_graph=True, allow_unused=True)
                 rows.append(torch.zeros_like(v) if r is None else r)
             M = torch.stack(rows, -2)
-            # relative to the first derivatives as well, so that n = 1 has a reference too
-            scale = gv.detach().abs().amax(-1) if gq is None else torch.maximum(gv.detach().abs().amax(-1), gq.detach().abs().amax(-1))
+            # n >= 2: the spread of M's eigenvalues is the test; n = 1 has no spread, so M is compared with the
+            # first derivatives instead (L = v^4/12 + cos q at v = 1e-100: M = 1e-200 against L_q ~ 1)
+            scale = None
+            if q.shape[-1] == 1:
+                scale = gv.detach().abs().amax(-1) if gq is None else torch.maximum(gv.detach().abs().amax(-1), gq.detach().abs().amax(-1))
             check_regular(M, scale)
             # one dimension: a division is an order of magnitude cheaper than LU for small batches
             self._lu = (M[..., 0, :],) if M.shape[-1] == 1 else torch.linalg.lu_factor(M)
