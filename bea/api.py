@@ -86,7 +86,11 @@ def _cache_key(kind: str, scheme: Scheme, order: int, dim):
     skey = scheme.cache_key(dim if isinstance(dim, int) else None)
     if skey is None:
         return None
-    return {"kind": kind, "scheme": skey, "order": order, "dim": dim, "engine": __version__}
+    key = {"kind": kind, "scheme": skey, "order": order, "dim": dim, "engine": __version__}
+    if dim == "any":
+        # dimension-free entries are written with the acceleration leaf A (bea.free.trees)
+        key["form"] = "accel"
+    return key
 
 
 def _scheme(scheme: SchemeLike) -> Scheme:

@@ -14,10 +14,27 @@ from typing import Dict, List, Optional, Tuple
 
 from ..errors import InconsistentSchemeError
 from ..hseries import EXACT, HSeries, Poly, Q
-from .trees import OPEN, PORT, UPPER, V, Forest, Graph, TreeError, attach_vector, connect, find_leaf, merge_graphs, partial_parts, total_derivative_parts
+from .trees import (
+    A,
+    OPEN,
+    PORT,
+    UPPER,
+    V,
+    Forest,
+    Graph,
+    TreeError,
+    attach_vector,
+    connect,
+    find_leaf,
+    merge_graphs,
+    partial_parts,
+    single_node,
+    total_derivative_parts,
+)
 from .vectors import POSITION, VecSeries
 
 ACC = PORT - 1  # placeholder leaf for q'' = F while differentiating
+ACC_A = PORT - 2  # placeholder leaf for DA while differentiating
 
 
 def _acc(out: List[Poly], k: int, m, c) -> None:
@@ -98,6 +115,7 @@ class Algebra:
         self.forest = forest
         self._d_memo: Dict[Tuple[int, int], HSeries] = {}
         self._d_token: Optional[int] = None
+        self._da_memo: Dict[int, HSeries] = {}
         self._raise_memo: Dict[int, Tuple[int, ...]] = {}
 
     # ----------------------------------------------------------- total derivative
@@ -118,33 +136,88 @@ class Algebra:
             return attach_vector(g, x, s, [], f.trees[w][1])
         return attach_vector(g, x, s, f.graph(w), None)
 
-    def d_tree(self, i: int, F: HSeries, prec: int) -> HSeries:
-        r""":math:`D_F` of tree ``i`` to ``h^prec`` (``F``: the vector series :math:`\ddot q = F`)."""
+    def normalize(self, S: HSeries) -> HSeries:
+        r"""``S`` with every :math:`L_q` node eliminated in favour of the acceleration :math:`A`
+        (:meth:`Forest.normal`)."""
+        f = self.forest
+        out: List[Poly] = [{} for _ in range(len(S.c))]
+        for k, p in enumerate(S.c):
+            for m, c in p.items():
+                parts = [f.normal(x) for x in m]
+                if all(len(q) == 1 and q[0][1] == (x,) for q, x in zip(parts, m)):
+                    _acc(out, k, m, c)
+                    continue
+                acc = [((), c)]
+                for q in parts:
+                    acc = [(m1 + m2, c1 * c2) for m1, c1 in acc for c2, m2 in q]
+                for m1, c1 in acc:
+                    _acc(out, k, tuple(sorted(m1)), c1)
+        return HSeries(out, S.order)
+
+    def _d_graph(self, g: Graph, F: HSeries, order: int, accel: bool) -> List[Poly]:
+        """Terms of :math:`D_F` of the forest ``g`` to ``h^order`` (``accel``: differentiate
+        the acceleration leaves too)."""
+        f = self.forest
+        out: List[Poly] = [{} for _ in range(order + 1)]
+        series = {ACC: self._vector_terms(F, order)}
+        for coef, h, slot in total_derivative_parts(g, ACC, ACC_A if accel else None):
+            if slot is None:
+                _acc(out, 0, f.monomial(h), Q(coef))
+                continue
+            code = h[slot[0]][slot[1]][1]
+            if code not in series:
+                series[code] = self._vector_terms(self.accel_derivative(F, order), order)
+            for w, group in series[code].items():
+                base = f.monomial(self._attach(h, slot[0], slot[1], w))
+                for k, rest, c in group:
+                    _acc(out, k, tuple(sorted(base + rest)), coef * c)
+        return out
+
+    def _check_token(self, F: HSeries) -> None:
         if self._d_token != id(F):
             self._d_memo.clear()
+            self._da_memo.clear()
             self._d_token = id(F)
+
+    def accel_derivative(self, F: HSeries, prec: int) -> HSeries:
+        r""":math:`D_F A` to ``h^prec``, as a vector series.
+
+        Differentiating :math:`M A = L_q - L_{qv}[v]` along the flow gives
+        :math:`D_F A = M^{-1} D^*_F (L_q - L_{qv}[v] - M[A])`, where :math:`D^*_F` holds :math:`A` fixed.
+        """
+        self._check_token(F)
+        order = min(prec, F.order)
+        if order in self._da_memo:
+            return self._da_memo[order]
+        total: List[Poly] = [{} for _ in range(order + 1)]
+        for sign, tree in ((1, single_node((OPEN,), ())), (-1, single_node((V,), (OPEN,))), (-1, single_node((), (A, OPEN)))):
+            g = self.forest.graph(self.forest.id(tree))
+            for k, p in enumerate(self._d_graph(g, F, order, accel=False)):
+                for m, c in p.items():
+                    _acc(total, k, m, sign * c)
+        res = self.raise_index(HSeries(total, order))
+        self._da_memo[order] = res
+        return res
+
+    def d_tree(self, i: int, F: HSeries, prec: int) -> HSeries:
+        r""":math:`D_F` of tree ``i`` to ``h^prec`` (``F``: the vector series :math:`\ddot q = F`)."""
+        self._check_token(F)
         key = (i, prec)
         if key in self._d_memo:
             return self._d_memo[key]
         f = self.forest
         order = min(prec, F.order)
-        out: List[Poly] = [{} for _ in range(order + 1)]
         if f.is_bare(i):
-            if f.trees[i][1] != V:
+            leaf = f.trees[i][1]
+            if leaf == V:
+                res = F.truncate_soft(order)
+            elif leaf == A:
+                res = self.accel_derivative(F, order)
+            else:
                 raise TreeError("total derivative of a bare jet")
-            res = F.truncate_soft(order)
             self._d_memo[key] = res
             return res
-        terms = self._vector_terms(F, order)
-        for coef, g, slot in total_derivative_parts(f.graph(i), ACC):
-            if slot is None:
-                _acc(out, 0, f.monomial(g), Q(coef))
-                continue
-            for w, group in terms.items():
-                base = f.monomial(self._attach(g, slot[0], slot[1], w))
-                for k, rest, c in group:
-                    _acc(out, k, tuple(sorted(base + rest)), coef * c)
-        res = HSeries(out, order)
+        res = self.normalize(HSeries(self._d_graph(f.graph(i), F, order, accel=True), order))
         self._d_memo[key] = res
         return res
 
@@ -170,10 +243,14 @@ class Algebra:
 
     # ----------------------------------------------------------- jets
     def jet_tree(self, i: int, values: Dict[int, HSeries], prec: int) -> HSeries:
-        r"""Tree ``i`` with every jet leaf :math:`q^{(k)}` replaced by the vector series ``values[k]``."""
+        r"""Tree ``i`` with every leaf ``k`` of ``values`` (a jet :math:`q^{(k)}`, or :math:`A`)
+        replaced by the vector series ``values[k]``."""
         f = self.forest
+        if f.is_bare(i):
+            code = f.trees[i][1]
+            return values[code].truncate_soft(prec) if code in values else HSeries([{(i,): Q(1)}], prec)
         g0 = f.graph(i)
-        slots = [(x, s, c) for x, node in enumerate(g0) for s, (_, c) in enumerate(node) if isinstance(c, int) and 2 <= c < OPEN]
+        slots = [(x, s, c) for x, node in enumerate(g0) for s, (_, c) in enumerate(node) if isinstance(c, int) and c in values]
         order = min([prec] + [values[c].order for _, _, c in slots])
         out: List[Poly] = [{} for _ in range(order + 1)]
         terms = {c: self._vector_terms(values[c], order) for c in {c for _, _, c in slots}}
@@ -197,6 +274,7 @@ class Algebra:
         return HSeries(out, order)
 
     def substitute_jets(self, S: HSeries, values: Dict[int, HSeries], order: int) -> HSeries:
+        """``S`` with the leaves of ``values`` (codes to vector series) substituted, to ``h^order``."""
         from ..hseries import substitute
 
         f = self.forest
@@ -204,10 +282,17 @@ class Algebra:
         for hk in range(min(len(S.c), order + 1)):
             for m in S.c[hk]:
                 for x in m:
-                    if any(2 <= c < OPEN for c in f.leaves[x]):
+                    if any(c in values for c in f.leaves[x]):
                         need[x] = max(need.get(x, -1), order - hk)
         vals = {x: self.jet_tree(x, values, p) for x, p in need.items()}
         return substitute(S, vals, order)
+
+    def expand_accel(self, S: HSeries) -> HSeries:
+        r"""``S`` with every acceleration leaf written out, :math:`A = M^{-1}(L_q - L_{qv}[v])`
+        (the form without :math:`A` that :class:`LagrangianSubstitution` works on)."""
+        f = self.forest
+        a = {(f.id(single_node((UPPER,), ())),): Q(1), (f.id(single_node((V,), (UPPER,))),): Q(-1)}
+        return self.substitute_jets(S, {A: HSeries([a], EXACT)}, S.order)
 
     # ----------------------------------------------------------- M^{-1}
     def raise_index(self, S: HSeries) -> HSeries:

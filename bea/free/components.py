@@ -17,7 +17,7 @@ from ..derive import Raw
 from ..hseries import Poly, Q, padd, pmul
 from ..jets import Jets
 from .derive import FreeRaw
-from .trees import OPEN, UPPER, V, Graph, decode, find_leaf
+from .trees import A, OPEN, UPPER, V, Graph, decode, find_leaf
 
 
 class _Expander:
@@ -36,9 +36,23 @@ class _Expander:
             return [_sum(pmul(J.W_poly(i, j), cov[j], J.rules) for j in range(n)) for i in range(n)]
         if c == V:
             return [{(J.vel(i),): Q(1)} for i in range(n)]
+        if c == A:
+            return [self._accel(i) for i in range(n)]
         if c == UPPER:
             return [J.W_poly(i, free) for i in range(n)]
         raise ValueError(f"internal: cannot expand leaf {c} into components")
+
+    def _accel(self, i: int) -> Poly:
+        r""":math:`A_i = \sum_j (M^{-1})_{ij} (L_{q_j} - \sum_k L_{q_k v_j} v_k)`."""
+        key = ("A", i)
+        if key not in self._memo:
+            J, n = self.J, self.n
+            cov = [
+                padd({(J.L((j,)),): Q(1)}, _sum(pmul({(J.L((k, j + n)),): Q(1)}, {(J.vel(k),): Q(1)}, J.rules) for k in range(n)), Q(-1))
+                for j in range(n)
+            ]
+            self._memo[key] = _sum(pmul(J.W_poly(i, j), cov[j], J.rules) for j in range(n))
+        return self._memo[key]
 
     def _value(self, g: Graph, x: int, ps: Optional[int], i_open: Optional[int], free: Optional[int]) -> Poly:
         """Node ``x`` contracted with all its slots except ``ps`` (which takes index ``i_open``)."""
@@ -66,9 +80,9 @@ class _Expander:
             return self._memo[key]
         tr = self.forest.trees[t]
         if tr[0] == 3:
-            if tr[1] != V:
+            if tr[1] not in (V, A):
                 raise ValueError("internal: a bare jet in a result")
-            res = {(self.J.vel(free),): Q(1)}
+            res = {(self.J.vel(free),): Q(1)} if tr[1] == V else self._accel(free)
         else:
             g = decode(tr)
             ups = find_leaf(g, UPPER)

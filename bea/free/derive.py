@@ -14,6 +14,12 @@ on tree polynomials (:mod:`bea.free.trees`), so that one derivation holds for ev
    :math:`\frac{hD_F/2}{\sinh(hD_F/2)}\Lambda` truncated at :math:`h^N`.
 3. *Inverse.* :math:`L_{inv} \leftarrow L_{inv} - [\mathrm{mod}(L_{inv}) - L]_k`, ``k = 1..N``,
    where :math:`\mathrm{mod}(X)` substitutes :math:`X` for :math:`L` in the generic formula.
+
+Throughout, :math:`L_q` is eliminated in favour of the Euler-Lagrange acceleration
+:math:`A = M^{-1}(L_q - L_{qv}[v])` (a leaf of the trees, :mod:`bea.free.trees`), which keeps
+the intermediate expansions small: :math:`F_0 = A` is one term, and :math:`D_F A` is
+:math:`M^{-1}` applied to a handful of trees. The inverse substitution works on the expanded form
+(:math:`A` depends on :math:`L`) and its result is brought back to the form with :math:`A`.
 """
 
 from __future__ import annotations
@@ -64,7 +70,7 @@ class FreeDerivation:
         def L(x, y):
             if not isinstance(x, VecSeries) or not isinstance(y, VecSeries):
                 raise UnsupportedSchemeError("L must be called with the position and velocity built from a, b and h")
-            return lagrangian_at(forest, x, y)
+            return self.alg.normalize(lagrangian_at(forest, x, y))
 
         return evaluate_scheme(self.scheme, L, a, b, self._h())
 
@@ -181,7 +187,8 @@ class FreeDerivation:
 
     # ------------------------------------------------------------------ step 4
     def inverse_modified_lagrangian(self, order: int) -> HSeries:
-        P = self.modified_lagrangian(order)
+        # the substitution L -> X works on trees without A (A itself depends on L)
+        P = self.alg.expand_accel(self.modified_lagrangian(order))
         sub = LagrangianSubstitution(self.forest)
         coeffs: List[Poly] = [{(self.L,): Q(1)}]
         for k in range(1, order + 1):
@@ -201,7 +208,7 @@ class FreeDerivation:
             yk = {m: -c for m, c in total.items()}
             coeffs.append(yk)
             sub.set_term(k, yk)
-        return HSeries(coeffs, order)
+        return self.alg.normalize(HSeries(coeffs, order))
 
 
 def derive_free(scheme: Scheme, kind: str, order: int, derivation: Optional[FreeDerivation] = None) -> FreeRaw:

@@ -5,19 +5,23 @@ brackets (q-slots first): :math:`v`, a jet :math:`q^{(k)}`, or :math:`M^{-1} X` 
 the covector ``X`` (the subtree hanging from it, whose joining slot is left out). Examples:
 :math:`L_{qq}[v, v]`, :math:`L_{q}[M^{-1} L_{qv}[v]]` (that is
 :math:`L_q \cdot M^{-1} L_{qv} v`). A vector-valued term is :math:`M^{-1}` applied to a covector,
-or a bare vector such as :math:`v`.
+or a bare vector such as :math:`v`. The leaf :math:`A = M^{-1}(L_q - L_{qv}[v])` is the
+acceleration of the Euler-Lagrange equation of ``L``; the formulas use it in place of :math:`L_q`,
+e.g. the midpoint :math:`h^2` term is :math:`(L_{vv}[A, A] - L_{qq}[v, v])/24`.
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
-from .trees import OPEN, UPPER, V, Graph, Tree, decode, find_leaf
+from .trees import OPEN, UPPER, V, A, Graph, Tree, decode, find_leaf
 
 
 def _leaf(code: int, latex: bool) -> str:
     if code == V:
         return "v"
+    if code == A:
+        return "A"
     if code == OPEN:
         return r"\cdot" if latex else "."
     if 2 <= code < OPEN:

@@ -34,9 +34,9 @@ import torch
 from ..autodiff import _evaluate, check_regular, check_state
 from ..errors import NotRegularError
 from ..hseries import Poly
-from .trees import UPPER, V, Tree
+from .trees import A, UPPER, V, Tree
 
-_DIR_V, _DIR_W = 0, 1
+_DIR_V, _DIR_W, _DIR_A = 0, 1, 2
 
 
 def _height(t: tuple, memo: Dict[tuple, int]) -> int:
@@ -59,6 +59,7 @@ class _Point:
         self.heights: Dict[tuple, int] = {}
         self.w = torch.zeros_like(q).requires_grad_(True)
         self._lu = None
+        self._accel = None
 
     # ------------------------------------------------------------------ M
     def lu(self):
@@ -87,6 +88,22 @@ class _Point:
             # one dimension: a division is an order of magnitude cheaper than LU for small batches
             self._lu = (M[..., 0, :],) if M.shape[-1] == 1 else torch.linalg.lu_factor(M)
         return self._lu
+
+    def accel(self) -> torch.Tensor:
+        r"""The Euler-Lagrange acceleration :math:`A = M^{-1}(L_q - L_{qv}[v])` at the point
+        (a direction like :math:`v`: it depends on ``(q, v)`` only through the caller's graph)."""
+        if self._accel is None:
+            q, v = self.q, self.v
+            tq = torch.zeros_like(q).requires_grad_(True)
+            tv = torch.zeros_like(v).requires_grad_(True)
+            val = _evaluate(self.L, q + tq, v + tv)
+            gq = torch.autograd.grad(val.sum(), tq, create_graph=True, allow_unused=True)[0] if val.requires_grad else None
+            if gq is None:
+                gq = torch.zeros_like(q)
+            # L_qv[v]_i = sum_j d^2 L / dq_j dv_i v_j: the v-gradient of the directional q-derivative along v
+            mixed = torch.autograd.grad((gq * v).sum(), tv, create_graph=True, allow_unused=True)[0] if gq.requires_grad else None
+            self._accel = self.solve(gq if mixed is None else gq - mixed)
+        return self._accel
 
     def solve(self, g: torch.Tensor) -> torch.Tensor:
         lu = self.lu()
@@ -135,10 +152,12 @@ class _Point:
                 return _DIR_V
             if ch[1] == UPPER:
                 return _DIR_W
+            if ch[1] == A:
+                return _DIR_A
             raise ValueError(f"internal: leaf {ch[1]} cannot be evaluated")
         i = self.dir_ids.get(ch)
         if i is None:
-            i = len(self.dir_ids) + 2
+            i = len(self.dir_ids) + 3
             self.dir_ids[ch] = i
         return i
 
@@ -147,6 +166,8 @@ class _Point:
             return self.v
         if key == _DIR_W:
             return self.w
+        if key == _DIR_A:
+            return self.accel()
         return self.dirs[key]
 
     def _prefix(self, qs, vs) -> tuple:
@@ -169,9 +190,9 @@ class _Point:
     def tree(self, t: Tree) -> torch.Tensor:
         """Scalar tree ``(B,)``; vector tree ``(B, n)``."""
         if t[0] == 3:
-            if t[1] != V:
+            if t[1] not in (V, A):
                 raise ValueError("internal: a bare jet cannot be evaluated")
-            return self.v
+            return self.v if t[1] == V else self.accel()
         h = _height(t, self.heights)
         val = self.phi(h, self._prefix(t[1], t[2]))
         if _has_upper(t):

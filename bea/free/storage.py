@@ -13,9 +13,9 @@ from typing import Any, Dict, List
 
 from ..hseries import Q
 from .derive import FreeRaw
-from .trees import UPPER, Forest, canonical, decode
+from .trees import A, UPPER, V, Forest, canonical, decode
 
-_VALID_LEAVES = {1, UPPER}  # results hold v and the free index only (no jets, no open slots)
+_VALID_LEAVES = {V, A, UPPER}  # results hold v, the acceleration and the free index only (no jets, no open slots)
 
 
 def _to_json(t: tuple) -> list:
@@ -44,9 +44,9 @@ def tree_from_json(x: Any) -> tuple:
     if not isinstance(x, list) or not x:
         raise ValueError("malformed tree")
     if x[0] == 3:
-        if len(x) != 2 or x[1] != 1:
+        if len(x) != 2 or x[1] not in (V, A):
             raise ValueError("malformed bare vector")
-        return (3, 1)
+        return (3, x[1])
     if x[0] != 2 or len(x) != 3:
         raise ValueError("malformed tree root")
     t = (2, _check_group(x[1]), _check_group(x[2]))

@@ -5,9 +5,10 @@ dimension :math:`n` at once, a product of *trees*:
 
 * a **node** is a derivative tensor :math:`L^{(a,b)} = \partial_q^a \partial_v^b L` at
   :math:`(q, \dot q)`, with ``a`` q-slots and ``b`` v-slots (symmetric within each kind);
-* each **slot** holds either a *leaf* -- the velocity :math:`v`, a jet :math:`q^{(k)}`, or the
-  free index of a vector-valued term -- or an **edge** :math:`M^{-1}`, :math:`M = L^{(0,2)}`,
-  to a slot of another node.
+* each **slot** holds either a *leaf* -- the velocity :math:`v`, the Euler-Lagrange acceleration
+  :math:`A = M^{-1}(L_q - L_{qv}[v])`, a jet :math:`q^{(k)}`, or the free index of a
+  vector-valued term -- or an **edge** :math:`M^{-1}`, :math:`M = L^{(0,2)}`, to a slot of
+  another node.
 
 The algebra of the derivations maps trees to trees (no cycles ever arise), so a tree is the
 whole data of a term. This module gives trees a canonical form (isomorphic trees compare equal),
@@ -25,15 +26,18 @@ Representations
 sorted. A *bare vector* -- a vector-valued term that is just a leaf, such as :math:`v` --
 is ``(3, leaf)``.
 
-Leaf codes: :data:`V` (= 1) the velocity, ``k >= 2`` the jet :math:`q^{(k)}`, :data:`OPEN` a
+Leaf codes: :data:`V` (= 1) the velocity, :data:`A` the acceleration, ``k >= 2`` the jet :math:`q^{(k)}`, :data:`OPEN` a
 covector free index (the slot itself is free), :data:`UPPER` a vector free index (the slot is
 joined by :math:`M^{-1}` to the free index); codes from :data:`PORT` on are temporary
 attachment points used while gluing graphs.
 
-The one reduction rule is :math:`M M^{-1} = I`: a node :math:`L^{(0,2)}` one of whose slots is
-joined by an edge (or is an :data:`UPPER` leaf) disappears, and its other slot's content takes
-its place. With it, distinct canonical forests are distinct functions for generic ``L`` and
-large ``n``, so cancellations are complete.
+The reduction rule of :func:`canonical` is :math:`M M^{-1} = I`: a node :math:`L^{(0,2)}` one of
+whose slots is joined by an edge (or is an :data:`UPPER` leaf) disappears, and its other slot's
+content takes its place. :func:`eliminate_lq` adds the second rule, :math:`L_q = M A + L_{qv}[v]`:
+no node :math:`L^{(1,0)}` is kept, the acceleration leaf :math:`A` stands in its place. Because
+this is an invertible change of variables (:math:`L^{(1,0)} \leftrightarrow A`), distinct normal
+forests are still distinct functions for generic ``L`` and large ``n``, so cancellations are
+complete -- and the terms are far fewer, since every :math:`A` stands for two trees without it.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Sequence, Tuple
 
 V = 1
+A = 102
 OPEN = 100
 UPPER = 101
 PORT = 200
@@ -54,7 +59,7 @@ class TreeError(ArithmeticError):
 
 
 def copy_graph(g: Graph) -> Graph:
-    return [[[k, c] for k, c in node] for node in g]
+    return [None if node is None else [[k, c] for k, c in node] for node in g]
 
 
 def merge_graphs(a: Graph, b: Graph) -> Tuple[Graph, int]:
@@ -97,7 +102,7 @@ def _reduce_mass(g: Graph) -> Optional[int]:
                 a, b = c1, c0
             elif c0 == UPPER or c1 == UPPER:
                 other = c1 if c0 == UPPER else c0
-                if other >= OPEN:
+                if other >= OPEN and other != A:
                     raise TreeError("M[free, free] is an identity matrix, not a term")
                 g[x] = None
                 bare = other
@@ -236,6 +241,7 @@ class Forest:
         self.index: Dict[Tree, int] = {}
         self.leaves: List[frozenset] = []
         self._graphs: Dict[int, Graph] = {}
+        self._normal: Dict[int, list] = {}
 
     def id(self, t: Tree) -> int:
         i = self.index.get(t)
@@ -258,6 +264,17 @@ class Forest:
         """Canonicalise ``g`` (modified in place) and return the sorted monomial of its trees."""
         ids = [self.id(t) for t in canonical(g)]
         return tuple(sorted(ids + list(extra)))
+
+    def normal(self, i: int) -> List[Tuple[int, Tuple[int, ...]]]:
+        """Tree ``i`` without :math:`L_q` nodes (:func:`eliminate_lq`): ``[(coefficient, monomial)]``."""
+        out = self._normal.get(i)
+        if out is None:
+            if not has_lq(self.trees[i]):
+                out = [(1, (i,))]
+            else:
+                out = [(c, self.monomial(g)) for c, g in eliminate_lq(self.graph(i))]
+            self._normal[i] = out
+        return out
 
     def is_bare(self, i: int) -> bool:
         return self.trees[i][0] == 3
@@ -307,12 +324,16 @@ def attach_vector(g: Graph, x: int, s: int, vec: Graph, bare: Optional[int]) -> 
     return out
 
 
-def total_derivative_parts(g: Graph, acc_code: int) -> List[Tuple[int, Graph, Optional[Tuple[int, int]]]]:
+def total_derivative_parts(
+    g: Graph, acc_code: int, accel_code: Optional[int] = None
+) -> List[Tuple[int, Graph, Optional[Tuple[int, int]]]]:
     r"""Terms of :math:`D` applied to the forest ``g`` on the solutions of :math:`\ddot q = F`.
 
     Returns ``(coefficient, graph, slot)`` where ``slot`` (or ``None``) holds the placeholder leaf
-    ``acc_code`` that stands for :math:`\ddot q = F` (the caller attaches ``F``'s terms there).
-    Jet leaves :math:`q^{(k)}` with ``k >= 2`` must be gone (substituted) before.
+    ``acc_code`` that stands for :math:`\ddot q = F`, or ``accel_code`` that stands for
+    :math:`DA` (the caller attaches those series' terms there). With ``accel_code=None`` the
+    leaves :math:`A` are held fixed (a partial total derivative). Jet leaves :math:`q^{(k)}` with
+    ``k >= 2`` must be gone (substituted) before.
 
     * a node gains a q-slot holding :math:`v`, or a v-slot holding :math:`\ddot q`;
     * a leaf :math:`v` becomes :math:`\ddot q`;
@@ -328,9 +349,9 @@ def total_derivative_parts(g: Graph, acc_code: int) -> List[Tuple[int, Graph, Op
         h2[x].append([1, acc_code])
         out.append((1, h2, (x, len(h2[x]) - 1)))
         for s, (k, c) in enumerate(node):
-            if c == V:
+            if c == V or (c == A and accel_code is not None):
                 h3 = copy_graph(g)
-                h3[x][s][1] = acc_code
+                h3[x][s][1] = acc_code if c == V else accel_code
                 out.append((1, h3, (x, s)))
             elif not isinstance(c, tuple) and 2 <= c < OPEN:
                 raise TreeError("total derivative of a tree with unsubstituted jets")
@@ -379,4 +400,42 @@ def partial_parts(g: Graph, kind: int, port: int) -> List[Tuple[int, Graph]]:
                 out.append((-1, h))
             elif not isinstance(c, tuple) and 2 <= c < OPEN:
                 raise TreeError("partial derivative of a tree with jets")
+            elif c == A:
+                raise TreeError("partial derivative of a tree with the acceleration leaf (expand A first)")
     return out
+
+
+def eliminate_lq(g: Graph) -> List[Tuple[int, Graph]]:
+    r"""Rewrite every node :math:`L_q = L^{(1,0)}` of ``g`` by :math:`L_q[x] = M[A, x] + L_{qv}[v, x]`.
+
+    For an edge ``x`` the first term is the acceleration leaf at the far end of the edge
+    (:math:`M M^{-1} = I`). Returns ``[(coefficient, graph)]``; ``g`` is not modified.
+    """
+    for x, node in enumerate(g):
+        if node is not None and len(node) == 1 and node[0][0] == 0:
+            c = node[0][1]
+            first = copy_graph(g)
+            if isinstance(c, tuple):
+                first[c[0]][c[1]][1] = A
+                first[x] = None
+            else:
+                first[x] = [[1, A], [1, c]]
+            second = copy_graph(g)
+            second[x] = [[0, V], [1, c]]
+            if isinstance(c, tuple):
+                second[c[0]][c[1]][1] = (x, 1)
+            return eliminate_lq(first) + eliminate_lq(second)
+    return [(1, g)]
+
+
+def has_lq(t: Tree) -> bool:
+    """Whether a canonical tree contains a node :math:`L_q` (one q-slot and nothing else)."""
+    if t[0] == 3:
+        return False
+    if t[0] == 2 and len(t[1]) == 1 and not t[2]:
+        return True
+    for group in (t[-2], t[-1]):
+        for ch in group:
+            if ch[0] == 1 and ((len(ch[2]) == 0 and len(ch[3]) == 0 and ch[1] == 0) or has_lq(ch)):
+                return True
+    return False
