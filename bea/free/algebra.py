@@ -25,6 +25,7 @@ from .trees import (
     TreeError,
     attach_vector,
     connect,
+    copy_graph,
     find_leaf,
     merge_graphs,
     partial_parts,
@@ -113,9 +114,10 @@ class Algebra:
 
     def __init__(self, forest: Forest):
         self.forest = forest
-        self._d_memo: Dict[Tuple[int, int], HSeries] = {}
+        self._d_memo: Dict[int, HSeries] = {}
         self._d_token: Optional[int] = None
         self._da_memo: Dict[int, HSeries] = {}
+        self._group_memo: Dict[Tuple[int, int], Dict[int, list]] = {}
         self._raise_memo: Dict[int, Tuple[int, ...]] = {}
 
     # ----------------------------------------------------------- total derivative
@@ -159,24 +161,31 @@ class Algebra:
         the acceleration leaves too)."""
         f = self.forest
         out: List[Poly] = [{} for _ in range(order + 1)]
-        series = {ACC: self._vector_terms(F, order)}
         for coef, h, slot in total_derivative_parts(g, ACC, ACC_A if accel else None):
             if slot is None:
                 _acc(out, 0, f.monomial(h), Q(coef))
                 continue
             code = h[slot[0]][slot[1]][1]
-            if code not in series:
-                series[code] = self._vector_terms(self.accel_derivative(F, order), order)
-            for w, group in series[code].items():
+            for w, group in self._grouped(code, F, order).items():
                 base = f.monomial(self._attach(h, slot[0], slot[1], w))
                 for k, rest, c in group:
                     _acc(out, k, tuple(sorted(base + rest)), coef * c)
+        return out
+
+    def _grouped(self, code: int, F: HSeries, order: int) -> Dict[int, list]:
+        """:meth:`_vector_terms` of :math:`F` (``code`` ACC) or :math:`D_F A` (ACC_A), memoised."""
+        key = (code, order)
+        out = self._group_memo.get(key)
+        if out is None:
+            out = self._vector_terms(F if code == ACC else self.accel_derivative(F, order), order)
+            self._group_memo[key] = out
         return out
 
     def _check_token(self, F: HSeries) -> None:
         if self._d_token != id(F):
             self._d_memo.clear()
             self._da_memo.clear()
+            self._group_memo.clear()
             self._d_token = id(F)
 
     def accel_derivative(self, F: HSeries, prec: int) -> HSeries:
@@ -202,11 +211,12 @@ class Algebra:
     def d_tree(self, i: int, F: HSeries, prec: int) -> HSeries:
         r""":math:`D_F` of tree ``i`` to ``h^prec`` (``F``: the vector series :math:`\ddot q = F`)."""
         self._check_token(F)
-        key = (i, prec)
-        if key in self._d_memo:
-            return self._d_memo[key]
         f = self.forest
         order = min(prec, F.order)
+        # one computation per tree, at the highest precision asked for; lower ones are truncations
+        done = self._d_memo.get(i)
+        if done is not None and done.order >= order:
+            return done.truncate_soft(order)
         if f.is_bare(i):
             leaf = f.trees[i][1]
             if leaf == V:
@@ -215,10 +225,10 @@ class Algebra:
                 res = self.accel_derivative(F, order)
             else:
                 raise TreeError("total derivative of a bare jet")
-            self._d_memo[key] = res
+            self._d_memo[i] = res
             return res
         res = self.normalize(HSeries(self._d_graph(f.graph(i), F, order, accel=True), order))
-        self._d_memo[key] = res
+        self._d_memo[i] = res
         return res
 
     def derivative(self, S: HSeries, F: HSeries, limit: int = EXACT) -> HSeries:
@@ -357,6 +367,25 @@ class LagrangianSubstitution:
         self._pieces[key] = cur
         return cur
 
+    def residual_pieces(self, j: int) -> list:
+        r"""The covector :math:`c_j = \partial_q Y_j - \partial_v\partial_q Y_j[v] - \partial_v^2 Y_j[A]`
+        with its free slot at port ``PORT``: the change of :math:`L_q - L_{qv}[v] - M A` when
+        :math:`L \to L + h^j Y_j` at fixed :math:`A`, so that :math:`\delta A = (M + \delta M)^{-1} \sum_j h^j c_j`."""
+        key = (j, "c")
+        if key in self._pieces:
+            return self._pieces[key]
+        out = list(self.pieces(j, 1, 0))
+        for fill, (a, b) in ((V, (1, 1)), (A, (0, 2))):
+            for c, g in self.pieces(j, a, b):
+                h = copy_graph(g)
+                (x, s), = find_leaf(h, PORT)
+                h[x][s][1] = fill
+                (y, t), = find_leaf(h, PORT + 1)
+                h[y][t][1] = PORT
+                out.append((-c, h))
+        self._pieces[key] = out
+        return out
+
     def tree(self, i: int, prec: int) -> HSeries:
         """Tree ``i`` with :math:`L \\to X`, to ``h^prec`` (only :math:`Y_j`, ``j <= prec``, enter)."""
         key = (i, prec)
@@ -367,7 +396,8 @@ class LagrangianSubstitution:
         out: List[Poly] = [{} for _ in range(prec + 1)]
         powers = sorted(j for j, p in self.Y.items() if p and j <= prec)
         edges = [(x, s, c[0], c[1]) for x, node in enumerate(g) for s, (_, c) in enumerate(node) if isinstance(c, tuple) and (x, s) < c]
-        items = [("node", x) for x in range(len(g))] + [("edge", e) for e in edges]
+        accels = [(x, s) for x, node in enumerate(g) for s, (_, c) in enumerate(node) if c == A]
+        items = [("node", x) for x in range(len(g))] + [("edge", e) for e in edges] + [("accel", a) for a in accels]
         _acc(out, 0, (i,), Q(1))
 
         def options(item, budget):
@@ -378,9 +408,17 @@ class LagrangianSubstitution:
                 for j in powers:
                     if j <= budget:
                         yield j, [("n", j, a, b)]
-            else:
+            elif item[0] == "edge":
                 for chain in _compositions(budget, powers):
                     yield sum(chain), [("e", j) for j in chain]
+            else:
+                # A -> A + (M + dM)^{-1} dc: one residual piece c_j and a chain of mass corrections
+                for jc in powers:
+                    if jc > budget:
+                        continue
+                    yield jc, [("c", jc)]
+                    for chain in _compositions(budget - jc, powers):
+                        yield jc + sum(chain), [("c", jc)] + [("e", j) for j in chain]
 
         def rec(idx: int, budget: int, chosen: list) -> None:
             if idx == len(items):
@@ -404,12 +442,12 @@ class LagrangianSubstitution:
                 _, j, a, b = spec[0]
                 lists.append(self.pieces(j, a, b))
             else:
-                for _, j in spec:
-                    lists.append(self.pieces(j, 0, 2))
+                for what, j in spec:
+                    lists.append(self.residual_pieces(j) if what == "c" else self.pieces(j, 0, 2))
         sign = 1
         for item, spec in chosen:
-            if item[0] == "edge":
-                sign *= (-1) ** len(spec)
+            if item[0] != "node":
+                sign *= (-1) ** sum(1 for what, _ in spec if what == "e")
 
         def rec(t: int, picked: list, coef) -> None:
             if t == len(lists):
@@ -432,6 +470,7 @@ class LagrangianSubstitution:
                 where[(x, s)] = (pos[x], s)
         it = iter(picked)
         edge_chains = {}
+        accel_ends = {}
         for item, spec in chosen:
             if item[0] == "node":
                 x = item[1]
@@ -443,15 +482,29 @@ class LagrangianSubstitution:
                     where[(x, s)] = loc
             else:
                 chain = []
-                for _ in spec:
+                end = None
+                for what, _ in spec:
                     R, off = merge_graphs(R, next(it))
+                    if what == "c":
+                        (end,) = [l for l in find_leaf(R, PORT) if l[0] >= off]
+                        continue
                     (a,) = [l for l in find_leaf(R, PORT) if l[0] >= off]
                     (b,) = [l for l in find_leaf(R, PORT + 1) if l[0] >= off]
                     chain.append((a, b))
-                edge_chains[item[1][:2]] = chain
+                if item[0] == "edge":
+                    edge_chains[item[1][:2]] = chain
+                else:
+                    accel_ends[item[1]] = (chain, end)
         for x, node in enumerate(g):
             for s, (_, c) in enumerate(node):
-                if not isinstance(c, tuple):
+                if (x, s) in accel_ends:
+                    chain, end = accel_ends[(x, s)]
+                    a = where[(x, s)]
+                    for p0, p1 in chain:
+                        connect(R, a[0], a[1], p0[0], p0[1])
+                        a = p1
+                    connect(R, a[0], a[1], end[0], end[1])
+                elif not isinstance(c, tuple):
                     y, t = where[(x, s)]
                     R[y][t][1] = c
                 elif (x, s) < c:

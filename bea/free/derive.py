@@ -18,8 +18,8 @@ on tree polynomials (:mod:`bea.free.trees`), so that one derivation holds for ev
 Throughout, :math:`L_q` is eliminated in favour of the Euler-Lagrange acceleration
 :math:`A = M^{-1}(L_q - L_{qv}[v])` (a leaf of the trees, :mod:`bea.free.trees`), which keeps
 the intermediate expansions small: :math:`F_0 = A` is one term, and :math:`D_F A` is
-:math:`M^{-1}` applied to a handful of trees. The inverse substitution works on the expanded form
-(:math:`A` depends on :math:`L`) and its result is brought back to the form with :math:`A`.
+:math:`M^{-1}` applied to a handful of trees. In the inverse substitution :math:`A` changes
+with :math:`L`: :math:`A_X = A + (M + \delta M)^{-1}(\delta_q - \delta_{qv}[v] - \delta_{vv}[A])`.
 """
 
 from __future__ import annotations
@@ -187,8 +187,7 @@ class FreeDerivation:
 
     # ------------------------------------------------------------------ step 4
     def inverse_modified_lagrangian(self, order: int) -> HSeries:
-        # the substitution L -> X works on trees without A (A itself depends on L)
-        P = self.alg.expand_accel(self.modified_lagrangian(order))
+        P = self.modified_lagrangian(order)
         sub = LagrangianSubstitution(self.forest)
         coeffs: List[Poly] = [{(self.L,): Q(1)}]
         for k in range(1, order + 1):

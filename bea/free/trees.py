@@ -401,8 +401,26 @@ def partial_parts(g: Graph, kind: int, port: int) -> List[Tuple[int, Graph]]:
             elif not isinstance(c, tuple) and 2 <= c < OPEN:
                 raise TreeError("partial derivative of a tree with jets")
             elif c == A:
-                raise TreeError("partial derivative of a tree with the acceleration leaf (expand A first)")
+                for sign, vec in _accel_partials(kind, port):
+                    out.append((sign, attach_vector(g, x, s, vec, None)))
     return out
+
+
+def _accel_partials(kind: int, port: int) -> List[Tuple[int, Graph]]:
+    r"""Partial derivative of the acceleration, :math:`\partial A[p] = M^{-1}\partial^*(L_q - L_{qv}[v] - M[A])[p]`
+    (:math:`\partial^*` holds :math:`A` fixed), as signed vector graphs whose free index is ``UPPER``."""
+    if kind == 0:
+        return [
+            (1, [[[0, UPPER], [0, port]]]),
+            (-1, [[[0, V], [0, port], [1, UPPER]]]),
+            (-1, [[[0, port], [1, A], [1, UPPER]]]),
+        ]
+    return [
+        (1, [[[0, UPPER], [1, port]]]),
+        (-1, [[[0, V], [1, UPPER], [1, port]]]),
+        (-1, [[[0, port], [1, UPPER]]]),
+        (-1, [[[1, A], [1, UPPER], [1, port]]]),
+    ]
 
 
 def eliminate_lq(g: Graph) -> List[Tuple[int, Graph]]:
