@@ -179,7 +179,7 @@ def _main(argv: List[str]) -> int:
         if out is not None:
             check_output_dir(out)
         try:
-            from learners.demo import main as demo_main
+            from pipelines.demo import main as demo_main
         except ImportError as err:
             raise BeaError(f"bea demo needs the learners package ({err}); install the project with its extras") from None
         return demo_main(argv[1:])

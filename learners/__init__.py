@@ -16,21 +16,21 @@ sides), :mod:`~learners.gp` (the conditioned GP, exact Cholesky solve), :mod:`~l
 :mod:`~learners.demo`.
 """
 
-from .baselines import LagrangianGP, finite_differences
-from .functionals import (Functionals, del_residuals, discrete_momenta, euler_lagrange_residuals, point_evaluations,
+from .shadow.lgp import LagrangianGP, finite_differences
+from .shadow.functionals import (Functionals, del_residuals, discrete_momenta, euler_lagrange_residuals, point_evaluations,
                           triples_from_snapshots)
-from .gp import ConditioningInfo, FunctionalGP
-from .kernels import FunctionalKernel, RBFKernel, SmoothKernel
-from .neural_baselines import (HNN, LNN, MLPBaseline, VectorFieldModel, canonical_data, euler_lagrange_acceleration,
+from .shadow.gp import ConditioningInfo, FunctionalGP
+from .shadow.kernels import FunctionalKernel, RBFKernel, SmoothKernel
+from .neural.baselines import (HNN, LNN, MLPBaseline, VectorFieldModel, canonical_data, euler_lagrange_acceleration,
                                parameter_count, seed_baseline, vector_field_data)
-from .normalisation import MassNormalisation, Normalisation, VertexNormalisation
-from .rollout import (angles_mod_2pi, mse_energy, mse_q, pendulum_positions, random_initial_states, rollout_metrics,
+from .shadow.normalisation import MassNormalisation, Normalisation, VertexNormalisation
+from .neural.rollout import (angles_mod_2pi, mse_energy, mse_q, pendulum_positions, random_initial_states, rollout_metrics,
                       rollout_ode, rollout_variational, seed_statistic, true_energy, velocities_from_momenta)
-from .shadow_gp import ExtrapolationError, ExtrapolationWarning, InverseModifiedLagrangianGP
-from .modlanet import ModLaNet
-from .modlanet_data import (AccelerationData, double_pendulum_data, n_body_data, n_body_snapshots, pendulum_chain_data,
+from .shadow.lsi import ExtrapolationError, ExtrapolationWarning, InverseModifiedLagrangianGP
+from .modlanet.model import ModLaNet
+from .modlanet.data import (AccelerationData, double_pendulum_data, n_body_data, n_body_snapshots, pendulum_chain_data,
                             pendulum_chain_snapshots, three_body_data)
-from .training import TrainResult, predict_positions, recovered_energy, recovered_lagrangian, train
+from .neural.training import TrainResult, predict_positions, recovered_energy, recovered_lagrangian, train
 
 __all__ = [
     "ModLaNet",

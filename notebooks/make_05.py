@@ -39,7 +39,7 @@ code("""import os, time
 import torch
 import matplotlib.pyplot as plt
 
-from learners import modlanet_experiments as mx
+from pipelines import modlanet_experiments as mx
 
 torch.set_default_dtype(torch.float64)
 FULL = os.environ.get("BEA_FULL", "0") == "1"

@@ -39,7 +39,7 @@ def test_gp_learned_lagrangian_paths_agree():
     order (with coefficients ~1e4 both paths are only as close as the mean's rounding, ~1e-11)."""
     from integrators.data import snapshots
     from learners import InverseModifiedLagrangianGP
-    from learners.shadow_gp import StandardisedMean
+    from learners.shadow.lsi import StandardisedMean
 
     S = snapshots(systems.pendulum(), 0.5, 12, 5, seed=0)
     model = InverseModifiedLagrangianGP(0.5, lengthscale=[1.5, 1.5], noise=1e-4).fit(S)

@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 from bea import cli
-from learners import demo
+from pipelines import demo
 
 
 def test_demo_small_writes_table_figures_and_numbers(tmp_path, capsys, monkeypatch):

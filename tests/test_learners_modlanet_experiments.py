@@ -7,9 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from learners import modlanet_experiments as mx
-from learners.neural_baselines import parameter_count
-from learners.rollout import angles_mod_2pi, mse_q
+from pipelines import modlanet_experiments as mx
+from learners.neural.baselines import parameter_count
+from learners.neural.rollout import angles_mod_2pi, mse_q
 
 
 @pytest.fixture(scope="module")

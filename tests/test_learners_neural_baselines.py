@@ -7,10 +7,10 @@ import torch
 
 from integrators import reference_flow, systems
 from integrators.reference import acceleration_function
-from learners.neural_baselines import (HNN, LNN, MLP, MLPBaseline, VectorFieldModel, canonical_data,
+from learners.neural.baselines import (HNN, LNN, MLP, MLPBaseline, VectorFieldModel, canonical_data,
                                        euler_lagrange_acceleration, parameter_count, seed_baseline, vector_field_data)
-from learners.training import train
-from learners.rollout import (angles_mod_2pi, mse_energy, mse_q, pendulum_positions, random_initial_states, rollout_metrics,
+from learners.neural.training import train
+from learners.neural.rollout import (angles_mod_2pi, mse_energy, mse_q, pendulum_positions, random_initial_states, rollout_metrics,
                               rollout_ode, rollout_variational, seed_statistic, true_energy, velocities_from_momenta)
 
 DP = systems.n_pendulum(2, g=9.8)          # the seed's double pendulum: unit masses and lengths, g = 9.8

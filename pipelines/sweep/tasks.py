@@ -283,7 +283,7 @@ def _dataclass_params(cls, exclude: Tuple[str, ...]) -> Dict[str, Param]:
 
 
 def _shadow_params() -> Dict[str, Param]:
-    from learners.experiments import ExperimentConfig
+    from pipelines.shadow_experiments import ExperimentConfig
 
     out = {"preset": Param(str, "PENDULUM_SMALL", f"the defaults: one of {', '.join(SHADOW_PRESETS)}"),
            "seed": Param(int, 0, "replicate index; the data seed derives from all parameters"),
@@ -344,7 +344,7 @@ def _shadow_check(p: Dict[str, Any]) -> None:
 
 
 def _shadow_run(p: Dict[str, Any], seed: int) -> TaskOutput:
-    from learners import experiments
+    from pipelines import shadow_experiments as experiments
 
     base = getattr(experiments, p["preset"])
     over = _overrides(p, experiments.ExperimentConfig, ("preset", "seed", "baselines"))
@@ -357,7 +357,7 @@ def _shadow_run(p: Dict[str, Any], seed: int) -> TaskOutput:
 
 # --------------------------------------------------------------------------------------- modlanet
 def _modlanet_params() -> Dict[str, Param]:
-    from learners.modlanet_experiments import ModLaNetConfig
+    from pipelines.modlanet_experiments import ModLaNetConfig
 
     out = {"preset": Param(str, "small", "the defaults: 'small' (minutes) or 'full' (hours)"),
            "system": Param(str, "double_pendulum", "'double_pendulum' or 'three_body'"),
@@ -393,7 +393,7 @@ def _row_metrics(prefix: str, row: Dict[str, Any], out: Dict[str, Any]) -> None:
 
 
 def _modlanet_run(p: Dict[str, Any], seed: int) -> TaskOutput:
-    from learners import modlanet_experiments as ME
+    from pipelines import modlanet_experiments as ME
 
     base = (ME.SMALL if p["preset"] == "small" else ME.FULL)[p["system"]]
     over = _overrides(p, ME.ModLaNetConfig, ("preset", "seed", "system"))

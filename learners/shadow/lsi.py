@@ -42,8 +42,8 @@ import torch
 import bea
 from integrators import ConvergenceError, NotRegularError, VariationalIntegrator
 
-from ._checks import as_tensor, check_finite, check_order, check_snapshots
-from .base import FunctionalLagrangianModel, solve_with_retry
+from .._checks import as_tensor, check_finite, check_order, check_snapshots
+from .hyperparameters import FunctionalLagrangianModel, solve_with_retry
 from .functionals import AtomSet, Functionals, del_residuals, discrete_momenta, triples_from_snapshots
 from .normalisation import MassNormalisation
 

@@ -86,13 +86,13 @@ import bea
 from integrators import reference_flow, systems
 from bea.files import atomic_save
 
-from .metrics import level_set_error
-from .modlanet import ModLaNet
-from .modlanet_data import n_body_data, pendulum_chain_data, pendulum_chain_snapshots
-from .neural_baselines import VectorFieldModel, canonical_data, parameter_count, seed_baseline, vector_field_data
-from .rollout import (angles_mod_2pi, random_initial_states, rollout_metrics, rollout_ode, rollout_variational, true_energy,
+from learners.metrics import level_set_error
+from learners.modlanet import ModLaNet
+from learners.modlanet.data import n_body_data, pendulum_chain_data, pendulum_chain_snapshots
+from learners.neural.baselines import VectorFieldModel, canonical_data, parameter_count, seed_baseline, vector_field_data
+from learners.neural.rollout import (angles_mod_2pi, random_initial_states, rollout_metrics, rollout_ode, rollout_variational, true_energy,
                       velocities_from_momenta)
-from .training import inverse_lagrangian, recovered_energy, recovered_lagrangian, train
+from learners.neural.training import inverse_lagrangian, recovered_energy, recovered_lagrangian, train
 
 __all__ = ["ModLaNetConfig", "run", "table", "SEED_TABLE", "FULL", "SMALL", "main"]
 

@@ -34,8 +34,8 @@ import torch
 from torch import nn
 
 
-from .neural_baselines import euler_lagrange_acceleration
-from .modlanet_parts import (DTYPE, AngleOnRod, Identity, MLPTransform, NewtonianPair, Transform, UniformGravity, as_cell,
+from ..neural.baselines import euler_lagrange_acceleration
+from .elements import (DTYPE, AngleOnRod, Identity, MLPTransform, NewtonianPair, Transform, UniformGravity, as_cell,
                              check_transforms)
 
 __all__ = ["ModLaNet", "check_parents"]

@@ -21,9 +21,9 @@ import torch
 
 import bea
 
-from .baselines import LagrangianGP
-from .metrics import energy_band, grid_states, level_set_field, max_trajectory_error
-from .shadow_gp import InverseModifiedLagrangianGP
+from learners import LagrangianGP
+from learners.metrics import energy_band, grid_states, level_set_field, max_trajectory_error
+from learners import InverseModifiedLagrangianGP
 
 __all__ = ["ExperimentConfig", "Results", "run", "table", "PENDULUM", "PENDULUM_DEMO", "PENDULUM_SMALL", "HENON_HEILES",
            "HENON_HEILES_SMALL",

@@ -52,8 +52,8 @@ import bea
 from bea.closed_form import midpoint_inv2, midpoint_mod2
 
 
-from ._checks import as_tensor, check_finite, check_order, check_snapshots, check_step
-from .functionals import triples_from_snapshots
+from .._checks import as_tensor, check_finite, check_order, check_snapshots, check_step
+from ..shadow.functionals import triples_from_snapshots
 
 __all__ = ["train", "TrainResult", "del_residuals", "del_loss", "acceleration_loss", "recovered_lagrangian",
            "recovered_energy", "predict_positions", "midpoint_mod2", "inverse_lagrangian"]

@@ -12,7 +12,7 @@ import torch
 
 from bea.files import atomic_savefig
 
-from .experiments import Results
+from .shadow_experiments import Results
 
 __all__ = ["trajectories", "energies", "level_sets", "save_all"]
 
@@ -90,7 +90,7 @@ def level_sets(res: Results):
     q, v = res.info["level_states"]
     if q.shape[-1] != 1:
         raise ValueError("level-set figures are drawn for n = 1 only")
-    from .experiments import _system
+    from .shadow_experiments import _system
 
     points = cfg.level_points
     shape = (points, points)

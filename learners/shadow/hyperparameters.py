@@ -53,7 +53,7 @@ from tqdm.auto import tqdm
 
 import bea
 
-from ._checks import check_states, check_step
+from .._checks import check_states, check_step
 from .functionals import Functionals
 from .gp import FunctionalGP
 from .kernels import FunctionalKernel, RBFKernel

@@ -40,7 +40,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     import matplotlib
 
     matplotlib.use("Agg")
-    from . import experiments
+    from . import shadow_experiments as experiments
 
     cfg = experiments.PENDULUM_SMALL if args.small else experiments.PENDULUM_DEMO
     cfg = replace(cfg, progress=False)

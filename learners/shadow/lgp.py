@@ -26,10 +26,10 @@ import torch
 
 import bea
 
-from ._checks import as_tensor, check_finite, check_order, check_snapshots, check_step
-from .base import FunctionalLagrangianModel, solve_with_retry
+from .._checks import as_tensor, check_finite, check_order, check_snapshots, check_step
+from .hyperparameters import FunctionalLagrangianModel, solve_with_retry
 from .functionals import Functionals, euler_lagrange_residuals, gradient_evaluations
-from .shadow_gp import DEFAULT_NEWTON
+from .lsi import DEFAULT_NEWTON
 
 __all__ = ["LagrangianGP", "finite_differences"]
 
