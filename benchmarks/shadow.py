@@ -84,7 +84,7 @@ def main() -> None:
     import integrators.variational as V
 
     warm = model.integrator(execution="compiled")
-    warm.solve(q0, v0, 2, legendre=model.recovered_lagrangian(2))  # builds the C library (once per process and model)
+    warm.solve(q0, v0, 2, legendre=model.recovered_lagrangian(2)).q  # builds the C library (once per process and model)
     t_build = warm.compile_seconds
     qs, t_pred = _t(model.predict, q0, v0, steps)
     rows.append((f"prediction, {steps} steps, compiled path (target <= 3 s for 10,000)",

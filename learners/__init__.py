@@ -22,10 +22,10 @@ from .shadow.functionals import (Functionals, del_residuals, discrete_momenta, e
 from .shadow.gp import ConditioningInfo, FunctionalGP
 from .shadow.kernels import FunctionalKernel, RBFKernel, SmoothKernel
 from .neural.baselines import (HNN, LNN, MLPBaseline, VectorFieldModel, canonical_data, euler_lagrange_acceleration,
-                               parameter_count, seed_baseline, vector_field_data)
+                               parameter_count, paper_baseline, vector_field_data)
 from .shadow.normalisation import MassNormalisation, Normalisation, VertexNormalisation
 from .neural.rollout import (angles_mod_2pi, mse_energy, mse_q, pendulum_positions, random_initial_states, rollout_metrics,
-                      rollout_ode, rollout_variational, seed_statistic, true_energy, velocities_from_momenta)
+                      rollout_ode, rollout_variational, paper_statistic, true_energy, velocities_from_momenta)
 from .shadow.lsi import ExtrapolationError, ExtrapolationWarning, InverseModifiedLagrangianGP
 from .modlanet.model import ModLaNet
 from .modlanet.data import (AccelerationData, double_pendulum_data, n_body_data, n_body_snapshots, pendulum_chain_data,
@@ -71,12 +71,12 @@ __all__ = [
     "canonical_data",
     "euler_lagrange_acceleration",
     "parameter_count",
-    "seed_baseline",
+    "paper_baseline",
     "rollout_ode",
     "rollout_variational",
     "mse_q",
     "mse_energy",
-    "seed_statistic",
+    "paper_statistic",
     "rollout_metrics",
     "random_initial_states",
     "true_energy",
@@ -86,3 +86,16 @@ __all__ = [
     "VectorFieldModel",
     "vector_field_data",
 ]
+
+# deprecated names (one release): "seed" meant the reference paper, and reads as a random seed
+_RENAMED = {"seed_baseline": "paper_baseline", "seed_statistic": "paper_statistic"}
+
+
+def __getattr__(name: str):
+    if name in _RENAMED:
+        import warnings
+
+        warnings.warn(f"learners.{name} is deprecated and will be removed in the next release; use "
+                      f"learners.{_RENAMED[name]}", DeprecationWarning, stacklevel=2)
+        return globals()[_RENAMED[name]]
+    raise AttributeError(f"module 'learners' has no attribute {name!r}")

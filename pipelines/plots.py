@@ -1,4 +1,4 @@
-"""Figures of the experiments (as in the seed): trajectories and their errors, energies along the
+"""Figures of the experiments (as in the paper): trajectories and their errors, energies along the
 prediction, level sets of the identified energies against the true ones. Each function takes a
 :class:`learners.experiments.Results` and returns a matplotlib figure."""
 

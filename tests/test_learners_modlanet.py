@@ -103,7 +103,7 @@ def test_model_plugs_into_bea_and_integrators():
     # torch.func: per-sample momenta under vmap equal autograd's
     p_func = torch.func.vmap(torch.func.grad(lambda a, b: model(a, b), argnums=1))(q, v)
     assert (p_func - bea.momentum(model)(q, v)).abs().max().item() < 1e-12
-    qs = VariationalIntegrator(model, 0.01, "midpoint").solve(q[:4] * 0.3, v[:4], steps=20)
+    qs = VariationalIntegrator(model, 0.01, "midpoint").solve(q[:4] * 0.3, v[:4], steps=20).q
     assert qs.shape == (21, 4, 2) and torch.isfinite(qs).all()
 
 

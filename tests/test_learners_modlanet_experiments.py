@@ -36,13 +36,13 @@ def test_modlanet_energy_error_below_baselines(res):
     for name in ("Light LNN", "HNN", "Baseline"):
         b = _row(res, name)
         assert not (b["mse_E"] < 10 * ml["mse_E"]), (name, b["mse_E"], ml["mse_E"])  # NaN (all failed) passes
-        # the seed's statistic (a root of a mean square, see learners.rollout.seed_statistic): measured ModLaNet 0.249,
+        # the seed's statistic (a root of a mean square, see learners.neural.rollout.paper_statistic): measured ModLaNet 0.249,
         # light LNN 5.86, HNN 3.1, MLP 1.66 (>= 6.7x)
-        assert not (b["seed_E"] < 3 * ml["seed_E"]), (name, b["seed_E"], ml["seed_E"])
+        assert not (b["paper_E"] < 3 * ml["paper_E"]), (name, b["paper_E"], ml["paper_E"])
     assert all(r["params"] > 0 for r in res["rows"])
     # per state, stat = sqrt(MSE_E / T) with T = 21 time points: the mean of the roots is at most the root of the mean
     T = round(mx.SMALL["double_pendulum"].t_rollout / mx.SMALL["double_pendulum"].dt_out) + 1
-    assert 0 < ml["seed_E"] <= math.sqrt(ml["mse_E"] / T) * (1 + 1e-12)
+    assert 0 < ml["paper_E"] <= math.sqrt(ml["mse_E"] / T) * (1 + 1e-12)
 
 
 def test_variational_rollout_agrees_with_rk4(res):

@@ -88,7 +88,7 @@ def _autograd_block(kernel: SmoothKernel, X, U, Y, V) -> torch.Tensor:
 
 class RBFKernel(SmoothKernel):
     r"""Squared exponential :math:`k(x, y) = \exp\big(-\tfrac12 \sum_d (x_d - y_d)^2/\ell_d^2\big)`
-    (one lengthscale, or one per input with ``ard_num_dims=D``). The seed's
+    (one lengthscale, or one per input with ``ard_num_dims=D``). The paper's
     :math:`\exp(-\|x - y\|^2/\varepsilon^2)` is :math:`\ell = \varepsilon/\sqrt2`. Functional blocks
     in closed form (see the module docstring)."""
 

@@ -1,4 +1,4 @@
-r"""Baselines of the seed paper: a GP Lagrangian fitted to the *continuous* Euler--Lagrange equation.
+r"""Baselines of the reference paper: a GP Lagrangian fitted to the *continuous* Euler--Lagrange equation.
 
 :class:`LagrangianGP` conditions :math:`L \sim \mathcal{GP}(0, k)` on the EL residuals
 
@@ -57,9 +57,15 @@ class LagrangianGP(FunctionalLagrangianModel):
     objective, lengthscale/epsilon, noise, ard, iterations, max_train_functionals, progress).
     """
 
-    def __init__(self, h: float, scheme: Union[str, "bea.Scheme"] = "midpoint", **options):
-        super().__init__(h, scheme, **options)
-        self.kind = None
+    # the constructor, with its explicit signature, is FunctionalLagrangianModel.__init__
+    def _fitted_extra(self) -> dict:
+        return {"kind": self.kind}
+
+    def _restore_extra(self, extra: dict) -> None:
+        self.kind = extra["kind"]
+
+    def _init_state(self) -> None:
+        self.kind: Optional[str] = None
 
     def __repr__(self) -> str:
         return f"LagrangianGP(h={self.h}, scheme={self.scheme!r}, {self.kind or 'not fitted'})"

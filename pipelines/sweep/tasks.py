@@ -29,7 +29,7 @@ Built-in kinds (:data:`KINDS`), each a thin call into the library:
     ``system``; any field of :class:`~learners.modlanet_experiments.ModLaNetConfig` may be set except
     ``seed`` (derived from the parameters, ``seed`` there being the replicate index) and
     ``progress``. Metrics per model row, ``<model>.<metric>`` (``modlanet.mse_q``,
-    ``modlanet.mse_E``, ``modlanet.seed_E``, ``hnn.mse_E``, ...), of the position-only variant
+    ``modlanet.mse_E``, ``modlanet.paper_E``, ``hnn.mse_E``, ...), of the position-only variant
     and of the extension (``extension3.direct.mse_E``, ...).
 
 Further kinds can be added with :func:`register` (their functions must be importable, or picklable
@@ -381,7 +381,7 @@ def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
 
 
-_ROW_METRICS = ("mse_q", "mse_E", "seed_q", "seed_E", "failed", "states", "params")
+_ROW_METRICS = ("mse_q", "mse_E", "paper_q", "paper_E", "failed", "states", "params")
 
 
 def _row_metrics(prefix: str, row: Dict[str, Any], out: Dict[str, Any]) -> None:
@@ -415,7 +415,7 @@ def _modlanet_run(p: Dict[str, Any], seed: int) -> TaskOutput:
     for e in res.get("extension", []):
         for stage in ("direct", "finetuned"):
             if stage in e:
-                for k in ("mse_q", "mse_E", "seed_E", "max_energy_deviation", "failed"):
+                for k in ("mse_q", "mse_E", "paper_E", "max_energy_deviation", "failed"):
                     metrics[f"extension{e['elements']}.{stage}.{k}"] = _number(e[stage][k])
     return TaskOutput(metrics, _jsonable(dataclasses.asdict(cfg)), {k: float(v) for k, v in res["timings"].items()},
                       {"train_epochs": res["train"].epochs_run})
