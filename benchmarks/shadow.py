@@ -15,7 +15,7 @@ Reference size: the pendulum experiment of THEORY.md §6 (400 trajectories x 5 s
 * the scaling of the fit with the number of triples (400 ... 6400): fixed hyperparameters (kernel
   assembly + Cholesky) and with the default hyperparameter search;
 * ``--objectives``: marginal likelihood against held-out DEL residuals (the choice documented in
-  learners/base.py): lengthscales, fit time, trajectory error, level-set errors.
+  learners/shadow/hyperparameters.py): lengthscales, fit time, trajectory error, level-set errors.
 """
 
 from __future__ import annotations

@@ -8,12 +8,12 @@ Lagrangian Shadow Integration (THEORY.md §6):
 >>> H = model.energy(order=2)                                       # identified energy H_rec[2]
 >>> v = model.velocities(qs, order=2)
 
-Modules: :mod:`~learners.functionals` (linear functionals as derivative atoms: DEL/EL residuals,
-momenta, point values), :mod:`~learners.kernels` (the kernel with functionals applied on both
-sides), :mod:`~learners.gp` (the conditioned GP, exact Cholesky solve), :mod:`~learners.normalisation`,
-:mod:`~learners.base` (hyperparameters), :mod:`~learners.shadow_gp` (LSI), :mod:`~learners.baselines`
-(LGP, LGPExact), :mod:`~learners.metrics`, :mod:`~learners.experiments`, :mod:`~learners.plots`,
-:mod:`~learners.demo`.
+Modules: :mod:`~learners.shadow.functionals` (linear functionals as derivative atoms: DEL/EL residuals,
+momenta, point values), :mod:`~learners.shadow.kernels` (the kernel with functionals applied on both
+sides), :mod:`~learners.shadow.gp` (the conditioned GP, exact Cholesky solve), :mod:`~learners.shadow.normalisation`,
+:mod:`~learners.shadow.hyperparameters` (hyperparameters), :mod:`~learners.shadow.lsi` (LSI), :mod:`~learners.shadow.lgp`
+(LGP, LGPExact), :mod:`~learners.metrics`, :mod:`~pipelines.shadow_experiments`, :mod:`~pipelines.plots`,
+:mod:`~pipelines.demo`.
 """
 
 from .shadow.lgp import LagrangianGP, finite_differences

@@ -6,7 +6,7 @@ steps from q0 = 0.3, identifies L, H and the velocities with mod_2 and mod_4, fi
 LGPExact baselines, prints the table next to the paper's numbers and writes the figures (and the
 numbers as JSON) to an output directory. About 2 minutes on 2 cores.
 
-    python -m learners.demo [--out DIR] [--small] [--no-baselines] [--no-figures]
+    python -m pipelines.demo [--out DIR] [--small] [--no-baselines] [--no-figures]
 """
 
 from __future__ import annotations

@@ -2,18 +2,18 @@ r"""The ModLaNet experiments of THEORY.md §7 (paper Table 2 and §5.3) as one f
 
 :func:`run` executes a :class:`ModLaNetConfig` for ``"double_pendulum"`` or ``"three_body"``:
 
-1. **data** -- ``(q, v, a)`` samples of the exact flow (:mod:`learners.modlanet_data`, the paper's
+1. **data** -- ``(q, v, a)`` samples of the exact flow (:mod:`learners.modlanet.data`, the paper's
    settings at full size: 10 100 / 20 200 samples);
 2. **training** -- ModLaNet on the acceleration loss :math:`\operatorname{mean}|\hat{\ddot q} - \ddot q|^2`
-   and the baselines (light LNN, HNN, MLP; :func:`~learners.neural_baselines.paper_baseline`) in the
-   same loop (:func:`learners.training.train`); HNN on its whole canonical vector field
-   :math:`(\dot q, \dot p)` as the paper (:class:`~learners.neural_baselines.VectorFieldModel`);
-3. **rollouts** -- ``n_states`` random initial states (:func:`~learners.rollout.random_initial_states`),
+   and the baselines (light LNN, HNN, MLP; :func:`~learners.neural.baselines.paper_baseline`) in the
+   same loop (:func:`learners.neural.training.train`); HNN on its whole canonical vector field
+   :math:`(\dot q, \dot p)` as the paper (:class:`~learners.neural.baselines.VectorFieldModel`);
+3. **rollouts** -- ``n_states`` random initial states (:func:`~learners.neural.rollout.random_initial_states`),
    ``t_rollout`` seconds, RK4 with step ``dt_out / substeps`` against the exact flow (DOP853, 1e-13);
    ModLaNet also with the midpoint variational integrator (step ``variational_h``, :math:`p_0 = \partial_vL`);
 4. **metrics** -- :math:`\mathrm{MSE}_q` (angles mod :math:`2\pi` for the pendulum, see
-   :func:`~learners.rollout.mse_q`) and :math:`\mathrm{MSE}_E` with the *true* energy, both averaged
-   over time and over the states that did not fail (:func:`~learners.rollout.rollout_metrics`); the same
+   :func:`~learners.neural.rollout.mse_q`) and :math:`\mathrm{MSE}_E` with the *true* energy, both averaged
+   over time and over the states that did not fail (:func:`~learners.neural.rollout.rollout_metrics`); the same
    rollouts in :func:`~learners.neural.rollout.paper_statistic` (``stat q``, ``stat E``: what the paper's code prints
    as "MSE", a norm over the 601 time points divided by 601 -- the numbers to hold against its Table 2);
    parameter counts and the wall time of every stage;
@@ -36,40 +36,11 @@ r"""The ModLaNet experiments of THEORY.md §7 (paper Table 2 and §5.3) as one f
 
 :func:`table` prints the rows next to the paper's numbers (:data:`PAPER_TABLE`). Command line::
 
-    python -m learners.modlanet_experiments --small                       # reduced size (~1 min)
-    python -m learners.modlanet_experiments --system double_pendulum      # full size (hours on 2 cores)
-    python -m learners.modlanet_experiments --system three_body --epochs 3000 --no-baselines --no-extension
+    python -m pipelines.modlanet_experiments --small                       # reduced size (~1 min)
+    python -m pipelines.modlanet_experiments --system double_pendulum      # full size (hours on 2 cores)
+    python -m pipelines.modlanet_experiments --system three_body --epochs 3000 --no-baselines --no-extension
 
-Measured at full size (3 Dec 2026; one end-to-end run per system, ``OMP_NUM_THREADS=1``, both at once on 2 cores).
-"MSE" is a mean square; "stat" is :func:`~learners.neural.rollout.paper_statistic`, the number the paper's code prints as
-"MSE" (its Table 2): only "stat" compares with the paper's columns.
-
-Double pendulum (2 772 s): ModLaNet (5 959 parameters) validation loss 2.5e4 -> 0.145 in 300 epochs (173 s); 100 states
-x 30 s, RK4 at dt 0.0025: stat q 1.17, stat E 5.41e-3 (paper 1.28, 4.6e-2), MSE_q 4.98 (angles mod 2 pi), MSE_E 2.41e-2;
-midpoint VI at h 0.01: stat 1.20 / 6.31e-3. Chance level of stat q (another state's reference): 6.0. Light LNN 99/100
-failed (seed: failed); HNN stat 3.78 / 789 (paper 4.91 / 12.4); MLP baseline 3.74 / 2.86 (paper 3.42 / 673).
-Position-only (snapshots of 300 trajectories x 100 steps at h = 0.1, no velocities; inverse order 2, triples moving
-<= 0.5 rad per step; 200 epochs, 890 s, DEL loss 8.66 -> 3.7e-4): the identified L rolled out with RK4 as above: stat q
-1.23, stat E 7.07e-3 (1.31x the acceleration-trained model), MSE_E 4.12e-2 (1.71x); with the midpoint rule at h = 0.01,
-p0 = dM/dv: stat E 7.69e-3, MSE_E 5.09e-2; none failed. Level-set error of the identified energy: H(inv_2 M) [N=0]
-0.0698, H(M) = H(mod_2 L_inv) [N=2] 0.0105 (6.6x better). The midpoint rule at h = 0.1 on inv_2(M) fails for 100/100
-states: every exact motion moves more than 0.5 rad in some 0.1-s step (most at once), beyond the training triples and
-beyond the series (|omega| h up to 1); without ``max_step`` most of those rollouts jump to far roots and diverge. With
-all triples and inverse order 2 (100 trajectories, 150 epochs): RK4 MSE_E 1.01, level sets 0.077 -> 0.025 -- fast
-triples bias the fit (:func:`~learners.training.train`, ``max_step``). Extension (100 states x 10 s): 3 pendula stat E
-0.956, MSE_E 206 directly (max |E(t) - E(0)| 46.5, mean |E| 94; none failed) -> 0.0235 / 0.136 after fine-tuning on
-1 010 samples for 60 epochs; 4 pendula 2.85 / 1.93e3 (max |dE| 148, mean |E| 146) -> 0.060 / 0.783 (seed: MSE_E -96%).
-
-Three-body (2 636 s): ModLaNet (5 606 parameters) validation 1.16e-2 -> 1.87e-8 in 1 000 epochs (1 104 s); 100 states
-x 30 s, RK4 at dt 0.005: stat q 1.67e-2, stat E 8.56e-4 (paper 3.96e-2, 1.10e-3; the paper's repository prints 2.85e-2,
-1.95e-3 for its own rerun), MSE_q 7.19e-2, MSE_E 2.93e-3; VI at h 0.05 the same. A few close encounters dominate the
-mean square (minimum distance 0.075 in the rollouts, never below 1.08 in the training data: the pair cell is
-extrapolated there); the same model on other draws of 100 states gives MSE_E 7.7e-4 and 8.9e-4, on 300 states 1.5e-3.
-300 epochs: MSE_E 3.90e-3; 3 000 epochs: 3.47e-3 (a better fit, not a lower MSE_E). Light LNN 100/100 failed (seed:
-failed); HNN stat 0.195 / 6.80e-3 (paper 9.55e-2 / 4.69e-3); MLP baseline 0.825 / 0.417 (paper 0.264 / 2.08e-2).
-Extension to 4 / 5 / 6 bodies (100 states x 10 s): stat E 8.33e-4 / 2.54e-3 / 1.61e-2 directly (MSE_E 1.40e-3 /
-4.20e-3 / 1.76; max |E(t) - E(0)| 2.5 / 3.6 / 185 against mean |E| 0.32 / 0.45 / 0.74, none failed) and 4.15e-4 /
-1.52e-3 / 1.65e-2 after fine-tuning (MSE_E 9.47e-4 / 4.05e-3 / 0.145).
+Measured numbers at full size: ``docs/results_modlanet.md``.
 """
 
 from __future__ import annotations
@@ -129,7 +100,7 @@ class ModLaNetConfig:
     200 x 5 s x 20/s). ``max_velocity``: scales the initial (angular) velocities of the pendulum
     (the paper: 10) in the data, the snapshots and the rollout states. ``substeps``: RK4 steps per
     output interval ``dt_out`` (``dt_out / substeps <= 0.0025`` keeps RK4's own MSE_E near 1e-6 for the
-    paper's pendulum states, see :mod:`learners.rollout`). ``variational_h``: step of the variational
+    paper's pendulum states, see :mod:`learners.neural.rollout`). ``variational_h``: step of the variational
     rollout of the acceleration-trained ModLaNet (``None``: skip it); must divide ``dt_out``."""
 
     system: str = "double_pendulum"
@@ -598,7 +569,7 @@ def table(results: Dict[str, Any]) -> str:
 
 # ---------------------------------------------------------------------------------------------- CLI
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
-    p = argparse.ArgumentParser(prog="python -m learners.modlanet_experiments", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m pipelines.modlanet_experiments", description=__doc__.split("\n")[0])
     p.add_argument("--system", choices=("double_pendulum", "three_body"), default="double_pendulum")
     p.add_argument("--small", action="store_true", help="reduced size (tests, about a minute)")
     p.add_argument("--epochs", type=int, default=None, help="ModLaNet and baseline epochs (default: the config's)")

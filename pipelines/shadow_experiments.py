@@ -3,7 +3,7 @@ r"""The experiments of THEORY.md §6 as functions: data, fits, predictions, iden
 :func:`run` executes one configuration (:class:`ExperimentConfig`) end to end and returns a
 :class:`Results` object with the numbers, the trajectories and the models; :func:`table` prints the
 numbers next to the paper's reference values. Used by the notebooks ``03_pendulum_shadow`` and
-``04_henon_heiles``, by ``python -m bea demo`` (:mod:`learners.demo`) and ``benchmarks/shadow.py``.
+``04_henon_heiles``, by ``python -m bea demo`` (:mod:`pipelines.demo`) and ``benchmarks/shadow.py``.
 
 Configurations: :data:`PENDULUM` (the paper's reference experiment: ``h = 0.5``, 400 trajectories x
 5 steps, prediction over 10,000 steps from ``q0 = 0.3``), :data:`PENDULUM_SMALL` (the same at a

@@ -300,7 +300,7 @@ def test_training_bad_input(accel_data, snapshot_data):
 
 
 def test_train_accepts_any_model_with_an_acceleration(accel_data):
-    # the same loop trains the neural baselines (learners.neural_baselines), e.g. a small LNN
+    # the same loop trains the neural baselines (learners.neural.baselines), e.g. a small LNN
     from learners.neural.baselines import LNN
 
     small = accel_data.subset(slice(0, 100))

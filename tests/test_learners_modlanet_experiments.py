@@ -1,4 +1,4 @@
-"""The ModLaNet experiments (learners.modlanet_experiments) at the reduced size: one run (~30 s on 2 cores) shared
+"""The ModLaNet experiments (pipelines.modlanet_experiments) at the reduced size: one run (~30 s on 2 cores) shared
 by all checks. The numbers are deterministic (fixed seeds); the tolerances below leave a margin of at least ~2x
 to the measured values, which are given next to each assertion."""
 

@@ -1,4 +1,4 @@
-"""The seed's baselines (LNN, HNN, MLP) and the rollout/metric helpers of learners.rollout."""
+"""The seed's baselines (LNN, HNN, MLP) and the rollout/metric helpers of learners.neural.rollout."""
 
 import math
 

@@ -21,7 +21,7 @@ def _one_line_error(capsys, argv, match):
 
 @pytest.fixture
 def no_demo(monkeypatch):
-    """A stand-in for learners.demo that fails if it is ever started."""
+    """A stand-in for pipelines.demo that fails if it is ever started."""
     fake = types.ModuleType("pipelines.demo")
 
     def main(argv):

@@ -280,7 +280,7 @@ def check_transforms(transforms, n: int, dim: int) -> Tuple[Optional[Transform],
                         f"got {type(transforms).__name__}")
     for k, t in enumerate(items):
         if not isinstance(t, Transform):
-            raise TypeError(f"transform {k} must be a learners.modlanet_parts.Transform (wrap a function in CallableTransform), "
+            raise TypeError(f"transform {k} must be a learners.modlanet.elements.Transform (wrap a function in CallableTransform), "
                             f"got {type(t).__name__}")
         if t.out_dim != dim:
             raise ValueError(f"dimension mismatch: transform {k} ({type(t).__name__}) maps to R^{t.out_dim}, but the model's "

@@ -102,12 +102,12 @@ class ModLaNet(nn.Module, SavableModule):
     Parameters
     ----------
     parents : parent of each element (``-1``: the origin); its length is the number of elements ``N``.
-    transforms : a :class:`~learners.modlanet_parts.Transform` shared by all elements, or one per element
-        (e.g. :class:`~learners.modlanet_parts.AngleOnRod` with different lengths).
+    transforms : a :class:`~learners.modlanet.elements.Transform` shared by all elements, or one per element
+        (e.g. :class:`~learners.modlanet.elements.AngleOnRod` with different lengths).
     dim : dimension ``d`` of the global frame.
     potential, pair : the cells :math:`U_1`, :math:`U_2`: ``"mlp"`` (learned, shared), ``None`` (no such
         term), an ``nn.Module`` or a callable (``U1(x)``, ``U2(xi, xj)``; e.g.
-        :class:`~learners.modlanet_parts.UniformGravity`, :class:`~learners.modlanet_parts.NewtonianPair`).
+        :class:`~learners.modlanet.elements.UniformGravity`, :class:`~learners.modlanet.elements.NewtonianPair`).
     hidden, layers, activation : size of the learned energy cells (``layers`` hidden layers of width
         ``hidden``).
     masses : initial masses (a number or one per element; default 1). ``fixed_mass``: the element whose
@@ -172,9 +172,9 @@ class ModLaNet(nn.Module, SavableModule):
     def pendulum_chain(cls, n: int = 2, *, transform: str = "mlp", lengths: Union[float, Sequence[float]] = 1.0,
                        transform_hidden: int = 16, **kwargs) -> "ModLaNet":
         r"""A chain of ``n`` pendula (parents ``[-1, 0, 1, …]``), angles from the downward vertical, in the
-        plane. ``transform="mlp"``: a learned periodic :class:`~learners.modlanet_parts.MLPTransform`
+        plane. ``transform="mlp"``: a learned periodic :class:`~learners.modlanet.elements.MLPTransform`
         (the paper's setting; ``transform_hidden`` wide), ``"rod"``: the known
-        :class:`~learners.modlanet_parts.AngleOnRod` maps with ``lengths``. Other options as in the
+        :class:`~learners.modlanet.elements.AngleOnRod` maps with ``lengths``. Other options as in the
         class. With the defaults (energy cells 50 wide) the model has 5 959 parameters for ``n = 2``.
 
         The true Lagrangian (masses 1, ``g = 9.8``): ``pendulum_chain(n, transform="rod",
@@ -195,7 +195,7 @@ class ModLaNet(nn.Module, SavableModule):
 
     @classmethod
     def bodies(cls, n: int = 3, dim: int = 2, **kwargs) -> "ModLaNet":
-        r"""``n`` free bodies in ``dim`` dimensions, global coordinates (:class:`~learners.modlanet_parts.Identity`),
+        r"""``n`` free bodies in ``dim`` dimensions, global coordinates (:class:`~learners.modlanet.elements.Identity`),
         all attached to the origin; ``q = (x_1, y_1, x_2, …)``. With the defaults: 5 606 parameters for
         ``n = 3``. The true gravitational Lagrangian (``G = 1``, masses 1):
         ``bodies(n, potential=None, pair=NewtonianPair(1.0), learn_masses=False, learn_weights=False)``."""

@@ -2,8 +2,8 @@ r"""The paper's neural baselines for ModLaNet (THEORY.md §7, paper Table 2): LN
 
 All three are float64 ``nn.Module``\ s with ``.acceleration(q, v)`` (shape ``(..., n)`` in and out,
 batched over the leading dimensions), so the shared acceleration-loss training loop
-(``learners.training.train(model, data, loss="acceleration")``) and the rollouts of
-:mod:`learners.rollout` treat them exactly like :class:`learners.ModLaNet`. Each also has
+(``learners.neural.training.train(model, data, loss="acceleration")``) and the rollouts of
+:mod:`learners.neural.rollout` treat them exactly like :class:`learners.ModLaNet`. Each also has
 ``.time_derivative(q, v) -> (qdot, vdot)``, the first-order vector field that a rollout integrates.
 
 * :class:`LNN` (Cranmer et al. 2020): one MLP :math:`L_\theta(q, v)`; the acceleration is the

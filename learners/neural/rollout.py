@@ -139,13 +139,13 @@ def rollout_ode(model, q0, v0, times, *, method: str = "rk4", substeps: int = 1,
     ``times[0]`` is the time of the initial state. ``method="rk4"``: classical Runge--Kutta of order
     4 with ``substeps`` equal steps per interval of ``times`` (any increasing grid), batched, without
     parameter gradients; a trajectory whose state turns non-finite or exceeds :data:`BLOWUP` (or,
-    for a model with a ``singular`` attribute such as :class:`~learners.neural_baselines.LNN`, meets a
+    for a model with a ``singular`` attribute such as :class:`~learners.neural.baselines.LNN`, meets a
     singular Hessian) is frozen at NaN from then on (count them with ``torch.isnan(q[-1]).any(-1)``). Other methods go
     to SciPy's ``solve_ivp`` (e.g. ``"RK45"`` as the paper, ``"DOP853"``) on the whole batch as one
     system, tolerances ``rtol``, ``atol``; a failure raises ``ValueError``. ``progress`` shows a
     ``tqdm`` bar (RK4).
 
-    For an :class:`~learners.neural_baselines.HNN` (or a vector-field baseline) pass canonical
+    For an :class:`~learners.neural.baselines.HNN` (or a vector-field baseline) pass canonical
     ``(q0, p0)`` and read the second output as momenta.
     """
     q0, v0 = _initial(q0, v0)
@@ -241,7 +241,7 @@ def rollout_variational(lagrangian, q0, v0, h: float, steps: int, *, scheme="mid
                         velocities: bool = True, progress: Optional[bool] = None, max_step: Optional[float] = None
                         ) -> Tuple[torch.Tensor, Optional[torch.Tensor], torch.Tensor]:
     r"""The variational integrator of ``scheme`` with step ``h`` for a Lagrangian model (any torch
-    ``L(q, v)``: :class:`~learners.neural_baselines.LNN`, ModLaNet, a ``bea`` series, a system).
+    ``L(q, v)``: :class:`~learners.neural.baselines.LNN`, ModLaNet, a ``bea`` series, a system).
 
     Initial momentum :math:`p_0 = \partial L/\partial v(q_0, v_0)`, or of ``legendre`` (e.g.
     :math:`\mathrm{mod}_N(L_{inv})` for a model of the inverse modified Lagrangian). Returns

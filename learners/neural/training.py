@@ -128,7 +128,7 @@ def _acceleration_data(data, n: Optional[int]):
         parts = tuple(data)
     else:
         raise ValueError("acceleration data must be a tuple (q, v, a) of tensors (N, n), or an object with .q, .v, .a "
-                         "(e.g. learners.modlanet_data.AccelerationData)")
+                         "(e.g. learners.modlanet.data.AccelerationData)")
     q, v, a = (as_tensor(x, name) for x, name in zip(parts, ("q", "v", "a")))
     if not (q.shape == v.shape == a.shape) or q.dim() < 1:
         raise ValueError(f"q, v and a must have the same shape (N, n), got {tuple(q.shape)}, {tuple(v.shape)}, {tuple(a.shape)}")

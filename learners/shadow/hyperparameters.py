@@ -2,7 +2,7 @@ r"""Shared machinery of the GP Lagrangian models: kernel set-up, hyperparameter 
 
 A model observes *data functionals* of the unknown Lagrangian (DEL residuals for LSI, continuous
 Euler--Lagrange residuals for LGP), all with target zero, plus a normalisation with a non-zero
-target (:mod:`learners.normalisation`), and conditions a :class:`~learners.gp.FunctionalGP` on them.
+target (:mod:`learners.shadow.normalisation`), and conditions a :class:`~learners.shadow.gp.FunctionalGP` on them.
 
 Hyperparameters (lengthscale(s) of the RBF kernel, the nugget :math:`\rho = \sigma_n^2/\sigma_f^2`
 and the outputscale :math:`\sigma_f^2`) are fixed or learned on a training subset of at most
@@ -387,7 +387,7 @@ class FunctionalLagrangianModel(gpytorch.Module):
 
     @property
     def conditioning(self):
-        """:class:`~learners.gp.ConditioningInfo` of the final solve (size, jitter, condition estimate)."""
+        """:class:`~learners.shadow.gp.ConditioningInfo` of the final solve (size, jitter, condition estimate)."""
         self._require_fit()
         return self.gp.info
 
@@ -402,7 +402,7 @@ class FunctionalLagrangianModel(gpytorch.Module):
     __call__ = lagrangian
 
     def c_lagrangian(self):
-        """The posterior mean as C (gradient and Hessian in closed form, :mod:`learners.compiled_mean`),
+        """The posterior mean as C (gradient and Hessian in closed form, :mod:`learners.shadow.compiled_mean`),
         so that integrators given the model itself step it on their compiled path
         (:mod:`integrators.compiled`). The C form is that of the GP's own coordinates, so it is offered
         only when they are the data's (no standardisation); raises ``integrators.compiled.NotLowerable``

@@ -15,7 +15,7 @@ at states :math:`(q, v)` with accelerations :math:`a`, plus the same normalisati
 
 Both learn an approximation of the *exact* Lagrangian; predictions apply the scheme to it directly
 (:math:`p_0 = \partial_vL(q_0, \dot q_0)`), so they carry the scheme's :math:`O(h^2)` error, which
-LSI compensates by construction. Same hyperparameter machinery as LSI (:mod:`learners.base`).
+LSI compensates by construction. Same hyperparameter machinery as LSI (:mod:`learners.shadow.hyperparameters`).
 """
 
 from __future__ import annotations

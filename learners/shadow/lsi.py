@@ -91,11 +91,11 @@ class InverseModifiedLagrangianGP(FunctionalLagrangianModel):
     ----------
     h : the sampling step of the data (= the step of the integrator that will use :math:`L_{inv}`).
     scheme : a :mod:`bea` scheme or its name (``"midpoint"``, ``"trapezoidal"``, ...).
-    kernel : a :class:`~learners.kernels.FunctionalKernel`, used as given (no learning); default: RBF,
-        hyperparameters learned (see :mod:`learners.base`).
-    normalisation : ``"mass"`` (default; :class:`~learners.normalisation.MassNormalisation`),
-        ``"vertices"`` (the paper's) or a :class:`~learners.normalisation.Normalisation`.
-    objective : ``"mll"`` (default) or ``"heldout"`` (see :mod:`learners.base` for the choice);
+    kernel : a :class:`~learners.shadow.kernels.FunctionalKernel`, used as given (no learning); default: RBF,
+        hyperparameters learned (see :mod:`learners.shadow.hyperparameters`).
+    normalisation : ``"mass"`` (default; :class:`~learners.shadow.normalisation.MassNormalisation`),
+        ``"vertices"`` (the paper's) or a :class:`~learners.shadow.normalisation.Normalisation`.
+    objective : ``"mll"`` (default) or ``"heldout"`` (see :mod:`learners.shadow.hyperparameters` for the choice);
         ignored when ``lengthscale``/``epsilon`` is given.
     lengthscale, epsilon : fix the RBF lengthscale (``epsilon``: the paper's
         :math:`\exp(-\|x-y\|^2/\varepsilon^2)`); ``noise``: the relative nugget then (default 1e-12).

@@ -19,14 +19,14 @@ Built-in kinds (:data:`KINDS`), each a thin call into the library:
     2 or 1). The observed order is the slope of :math:`\log \text{error}` against :math:`\log h` over
     the tasks that differ only in ``h`` (:mod:`pipelines.sweep.report`).
 ``shadow``
-    One run of :func:`learners.experiments.run` (LSI fit, prediction, identification, held-out
+    One run of :func:`pipelines.shadow_experiments.run` (LSI fit, prediction, identification, held-out
     residuals; LGP baselines if ``baselines``). Defaults: the configuration object named by
-    ``preset`` (``PENDULUM_SMALL``, ...); any field of :class:`~learners.experiments.ExperimentConfig`
+    ``preset`` (``PENDULUM_SMALL``, ...); any field of :class:`~pipelines.shadow_experiments.ExperimentConfig`
     may be set, except ``data_seed`` (derived) and ``progress``. ``seed`` is the replicate index.
     Metrics: the experiment's (``traj_lsi``, ``ls_rec2``, ``heldout_rms``, ...).
 ``modlanet``
-    One run of :func:`learners.modlanet_experiments.run` from the preset ``small`` or ``full`` for
-    ``system``; any field of :class:`~learners.modlanet_experiments.ModLaNetConfig` may be set except
+    One run of :func:`pipelines.modlanet_experiments.run` from the preset ``small`` or ``full`` for
+    ``system``; any field of :class:`~pipelines.modlanet_experiments.ModLaNetConfig` may be set except
     ``seed`` (derived from the parameters, ``seed`` there being the replicate index) and
     ``progress``. Metrics per model row, ``<model>.<metric>`` (``modlanet.mse_q``,
     ``modlanet.mse_E``, ``modlanet.paper_E``, ``hnn.mse_E``, ...), of the position-only variant
