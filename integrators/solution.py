@@ -95,31 +95,19 @@ class Solution:
         kwargs = {k: unwrap(v) for k, v in (kwargs or {}).items()}
         return func(*args, **kwargs)
 
-    def _binary(self, other, op):
+
+
+def _deprecated_operator(name: str):
+    op = getattr(torch.Tensor, name)
+
+    def method(self, *args):
         _deprecated(_TENSOR)
-        return op(self.q, other.q if isinstance(other, Solution) else other)
+        return op(self.q, *(a.q if isinstance(a, Solution) else a for a in args))
 
-    def __add__(self, other):
-        return self._binary(other, lambda a, b: a + b)
+    method.__name__ = name
+    return method
 
-    def __radd__(self, other):
-        return self._binary(other, lambda a, b: b + a)
 
-    def __sub__(self, other):
-        return self._binary(other, lambda a, b: a - b)
-
-    def __rsub__(self, other):
-        return self._binary(other, lambda a, b: b - a)
-
-    def __mul__(self, other):
-        return self._binary(other, lambda a, b: a * b)
-
-    def __rmul__(self, other):
-        return self._binary(other, lambda a, b: b * a)
-
-    def __truediv__(self, other):
-        return self._binary(other, lambda a, b: a / b)
-
-    def __neg__(self):
-        _deprecated(_TENSOR)
-        return -self.q
+# arithmetic as the old tensor return value allowed it (deprecated)
+for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__neg__", "__abs__"):
+    setattr(Solution, _name, _deprecated_operator(_name))
