@@ -24,20 +24,29 @@ TorchLagrangian = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 REGULARITY_TOL = 1e-12
 
 
-def check_state(q: torch.Tensor, v: torch.Tensor, n: int | None = None) -> None:
-    """Validate a batch of states ``(q, v)``: tensors of the same shape ``(..., n)`` and dtype."""
+def check_state(q: torch.Tensor, v: torch.Tensor, n: int | None = None, names: tuple = ("q", "v"),
+                mismatch: str | None = None) -> None:
+    """Validate a batch of states ``(q, v)``: tensors of the same shape ``(..., n)`` and dtype.
+
+    The one state-shape check of the project (integrators and learners call it too). ``names`` name the
+    two arguments in the messages; ``mismatch`` says why ``n`` is expected (default: the formula's
+    dimension)."""
+    a, b = names
     if not isinstance(q, torch.Tensor) or not isinstance(v, torch.Tensor):
-        raise BeaTypeError(f"q and v must be torch tensors, got {type(q).__name__} and {type(v).__name__}")
+        raise BeaTypeError(f"{a} and {b} must be torch tensors, got {type(q).__name__} and {type(v).__name__}")
     if q.shape != v.shape:
-        raise BeaValueError(f"q and v must have the same shape (..., n); got {tuple(q.shape)} and {tuple(v.shape)}")
-    if q.dim() < 1:
-        raise BeaValueError("q and v must have shape (..., n) with a last dimension n >= 1; got 0-d tensors")
+        raise BeaValueError(f"{a} and {b} must have the same shape (..., n); got {tuple(q.shape)} and {tuple(v.shape)}")
+    if q.dim() < 1 or q.shape[-1] == 0:
+        raise BeaValueError(f"{a} and {b} must have shape (..., n) with a last dimension n >= 1; got shape {tuple(q.shape)} "
+                            "(use shape (1,) for one coordinate)")
     if n is not None and q.shape[-1] != n:
-        raise BeaValueError(f"this formula was derived for dimension n={n}, but q has last dimension {q.shape[-1]}")
+        why = mismatch if mismatch is not None else f"this formula was derived for dimension n={n}"
+        raise BeaValueError(f"{a} has {q.shape[-1]} coordinates in its last dimension (shape {tuple(q.shape)}), but {why}; "
+                            f"pass states of shape (..., {n})")
     if not q.is_floating_point() or not v.is_floating_point():
-        raise BeaTypeError(f"q and v must be real floating-point tensors (float64 recommended), got {q.dtype} and {v.dtype}")
+        raise BeaTypeError(f"{a} and {b} must be real floating-point tensors (float64 recommended), got {q.dtype} and {v.dtype}")
     if q.dtype != v.dtype:
-        raise BeaTypeError(f"q and v must have the same dtype, got {q.dtype} and {v.dtype}")
+        raise BeaTypeError(f"{a} and {b} must have the same dtype, got {q.dtype} and {v.dtype}")
 
 
 def check_step(h: Any, q: torch.Tensor) -> Any:

@@ -3,7 +3,7 @@
 ``python -m bea derive --scheme S --order N --dim n [--inverse] [--format ...]``
     print a modified (or inverse modified) Lagrangian or modified equation.
 ``python -m bea demo [--out DIR] [--small] ...``
-    Lagrangian Shadow Integration of the pendulum end to end (:mod:`learners.demo`).
+    Lagrangian Shadow Integration of the pendulum end to end (:mod:`pipelines.demo`).
 ``python -m bea sweep SPEC.toml [--out DIR] [--address ADDR] [--serial] [--resume]``
     an experiment grid, serially or on Ray (:mod:`pipelines.sweep`).
 
@@ -65,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--format", choices=("sympy", "latex", "torch"), default="sympy",
                    help="SymPy expressions, LaTeX, or the generated torch source (default: sympy)")
     d.add_argument("--no-cache", action="store_true", help="derive from scratch, ignoring the on-disk cache")
-    # Listed here for ``bea --help``; its options belong to learners.demo, which parses them itself.
+    # Listed here for ``bea --help``; its options belong to pipelines.demo, which parses them itself.
     sub.add_parser("demo", add_help=False, help="learn the pendulum from positions only, end to end "
                    "(python -m bea demo --help for its options)")
     w = sub.add_parser("sweep", help="run an experiment grid (TOML specification) serially or on Ray")
@@ -113,7 +113,7 @@ def _demo_out(argv: List[str]) -> Optional[Path]:
     """The ``--out`` directory of ``bea demo`` (its default when not given), or ``None`` for ``--help``."""
     if any(a in ("-h", "--help") for a in argv):
         return None
-    out = "bea-demo"  # learners.demo's default
+    out = "bea-demo"  # pipelines.demo's default
     for i, a in enumerate(argv):
         if a == "--out" and i + 1 < len(argv):
             out = argv[i + 1]
@@ -179,7 +179,7 @@ def _main(argv: List[str]) -> int:
         if out is not None:
             check_output_dir(out)
         try:
-            from learners.demo import main as demo_main
+            from pipelines.demo import main as demo_main
         except ImportError as err:
             raise BeaError(f"bea demo needs the learners package ({err}); install the project with its extras") from None
         return demo_main(argv[1:])

@@ -49,9 +49,9 @@ def initial_conditions(name: str, batch: int, seed: int = 0):
 
 
 def time_solve(vi: VariationalIntegrator, q0, v0, steps: int):
-    vi.solve(q0[:1], v0[:1], 3)  # warm-up (builds the compiled stepper if any)
+    vi.solve(q0[:1], v0[:1], 3).q  # warm-up (builds the compiled stepper if any)
     t = time.perf_counter()
-    qs = vi.solve(q0, v0, steps, progress=False)
+    qs = vi.solve(q0, v0, steps, progress=False).q
     return qs, time.perf_counter() - t
 
 
@@ -131,7 +131,7 @@ def main() -> None:
         fast = VariationalIntegrator(system, h, scheme, execution="compiled")
         slow = VariationalIntegrator(system, h, scheme, execution="eager")
         t = time.perf_counter()
-        fast.solve(*initial_conditions(name, 1), 2)
+        fast.solve(*initial_conditions(name, 1), 2).q
         print(f"{name}: compiled stepper built in {time.perf_counter() - t:.2f} s (C compile {fast.compile_seconds:.2f} s, "
               f"once per process and Lagrangian)")
         rates = {}
@@ -152,7 +152,7 @@ def main() -> None:
             print(line + f" {diff:11.1e}")
         # the peer-code loop, same equations (with fsolve's finite-difference Jacobian, and with autograd's)
         q0, v0 = initial_conditions(name, fsolve_traj, seed=1)
-        ours = fast.solve(q0, v0, fsolve_steps).numpy()
+        ours = fast.solve(q0, v0, fsolve_steps).q.numpy()
         loop_rate = 0.0
         for jac in (False, True):
             t = time.perf_counter()

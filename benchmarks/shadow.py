@@ -15,7 +15,7 @@ Reference size: the pendulum experiment of THEORY.md §6 (400 trajectories x 5 s
 * the scaling of the fit with the number of triples (400 ... 6400): fixed hyperparameters (kernel
   assembly + Cholesky) and with the default hyperparameter search;
 * ``--objectives``: marginal likelihood against held-out DEL residuals (the choice documented in
-  learners/base.py): lengthscales, fit time, trajectory error, level-set errors.
+  learners/shadow/hyperparameters.py): lengthscales, fit time, trajectory error, level-set errors.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def main() -> None:
     import integrators.variational as V
 
     warm = model.integrator(execution="compiled")
-    warm.solve(q0, v0, 2, legendre=model.recovered_lagrangian(2))  # builds the C library (once per process and model)
+    warm.solve(q0, v0, 2, legendre=model.recovered_lagrangian(2)).q  # builds the C library (once per process and model)
     t_build = warm.compile_seconds
     qs, t_pred = _t(model.predict, q0, v0, steps)
     rows.append((f"prediction, {steps} steps, compiled path (target <= 3 s for 10,000)",

@@ -10,16 +10,18 @@
 Depends on :mod:`bea` (schemes and series); :mod:`bea` never imports this package.
 """
 
-from . import convergence, data, systems
+from . import convergence, data, modified, systems
 from ._admissible import InconsistentSchemeError, NotRegularError
 from .newton import ConvergenceError, NewtonOptions
 from .reference import ReferenceFlowError, reference_flow
 from .symbolic import SymbolicLagrangian
 from .systems import System
+from .solution import Solution
 from .variational import VariationalIntegrator
 
 __all__ = [
     "VariationalIntegrator",
+    "Solution",
     "ConvergenceError",
     "NotRegularError",
     "InconsistentSchemeError",
@@ -31,4 +33,5 @@ __all__ = [
     "systems",
     "data",
     "convergence",
+    "modified",
 ]

@@ -1,4 +1,7 @@
-"""Input validation shared by the integrators package (clear errors, never silent NaN)."""
+"""Input validation shared by the integrators and learners packages (clear errors, never silent NaN).
+
+The one checks module above :mod:`bea`: the learners import these (their own module,
+:mod:`learners._checks`, adds only what is specific to learning: snapshots, orders)."""
 
 from __future__ import annotations
 
@@ -7,6 +10,8 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 import torch
+
+from bea.autodiff import check_state
 
 
 def as_float64(x: Any, name: str) -> torch.Tensor:
@@ -59,16 +64,28 @@ def check_steps(steps: Any, name: str = "steps") -> int:
     return int(steps)
 
 
-def check_pair(a: torch.Tensor, b: torch.Tensor, names: Tuple[str, str], n: Optional[int] = None) -> None:
-    """``a`` and ``b`` must both have shape ``(batch..., n)``."""
-    if a.dim() < 1:
-        raise ValueError(f"{names[0]} must have shape (batch..., n) with n >= 1, got a scalar; use shape (1,) for one coordinate")
-    if a.shape != b.shape:
-        raise ValueError(f"{names[0]} and {names[1]} must have the same shape (batch..., n), got {tuple(a.shape)} and {tuple(b.shape)}")
-    if a.shape[-1] == 0:
-        raise ValueError(f"{names[0]} has last dimension 0; it must be the number of coordinates n >= 1")
-    if n is not None and a.shape[-1] != n:
-        raise ValueError(f"{names[0]} has {a.shape[-1]} coordinates in its last dimension, but the Lagrangian has n={n}")
+def check_states(q: Any, v: Any, n: Optional[int] = None, names: Tuple[str, str] = ("q", "v"),
+                 mismatch: Optional[str] = None, finite: bool = True) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``(q, v)`` as float64 tensors of one shape ``(batch..., n)`` (:func:`bea.autodiff.check_state`), finite
+    unless ``finite=False``. Tensors keep their device and, when they require grad, their graph."""
+    q, v = as_float64(q, names[0]), as_float64(v, names[1])
+    check_state(q, v, n, names, mismatch)
+    if finite:
+        check_finite(q, names[0])
+        check_finite(v, names[1])
+    return q, v
+
+
+def check_order(order, symmetric: Optional[bool]) -> int:
+    """``order`` as a non-negative int; even for a symmetric scheme (only even powers of h)."""
+    if isinstance(order, bool) or not isinstance(order, int) and not hasattr(order, "__index__"):
+        raise TypeError(f"order must be a non-negative integer (the highest power of h kept), got {order!r}")
+    order = int(order)
+    if order < 0:
+        raise ValueError(f"order must be >= 0, got {order}")
+    if symmetric and order % 2:
+        raise ValueError(f"the scheme is symmetric (only even powers of h): use an even order, got {order}")
+    return order
 
 
 def check_lagrangian_output(out: Any, q: torch.Tensor, what: str = "the Lagrangian") -> torch.Tensor:

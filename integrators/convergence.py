@@ -105,7 +105,7 @@ def discrete_vs_exact(system, scheme, hs: Sequence[float], T: float, q0, qdot0, 
     errors = []
     for h in hs:
         steps = _steps(T, h)
-        qs = VariationalIntegrator(system, h, scheme, **integrator_options).solve(q0, qdot0, steps)
+        qs = VariationalIntegrator(system, h, scheme, **integrator_options).solve(q0, qdot0, steps).q
         qe, _ = reference_flow(system, q0, qdot0, h * np.arange(steps + 1))
         errors.append(_err(qs, qe))
     return errors
@@ -120,7 +120,7 @@ def discrete_vs_modified_flow(system: SymbolicLagrangian, scheme, N: int, hs: Se
     for h in hs:
         steps = _steps(T, h)
         qm, _ = reference_flow(Lmod.bind(h=h), q0, qdot0, h * np.arange(steps + 1))
-        qs = VariationalIntegrator(system, h, scheme, **integrator_options).solve_from_positions(qm[0], qm[1], steps)
+        qs = VariationalIntegrator(system, h, scheme, **integrator_options).solve_from_positions(qm[0], qm[1], steps).q
         errors.append(_err(qs, qm))
     return errors
 
@@ -140,9 +140,9 @@ def inverse_modified_vs_exact(system: SymbolicLagrangian, scheme, N: int, hs: Se
         Linv = torch_series(system, scheme, N, "inverse_modified_lagrangian", h, formula)
         vi = VariationalIntegrator(Linv, h, scheme, **integrator_options)
         if start == "positions":
-            qs = vi.solve_from_positions(qe[0], qe[1], steps)
+            qs = vi.solve_from_positions(qe[0], qe[1], steps).q
         else:
-            qs = vi.solve(q0, qdot0, steps, legendre=system)
+            qs = vi.solve(q0, qdot0, steps, legendre=system).q
         errors.append(_err(qs, qe))
     return errors
 
@@ -158,7 +158,7 @@ def modified_energy_oscillation(system: SymbolicLagrangian, scheme, N: int, hs: 
         steps = _steps(T, h)
         Lh = Lmod.bind(h=h)
         vi = VariationalIntegrator(system, h, scheme, **integrator_options)
-        qs = vi.solve(q0, qdot0, steps)
+        qs = vi.solve(q0, qdot0, steps).q
         v = vi.velocities(qs, lagrangian=Lh)
         H = Lh.energy(qs, v)
         amplitudes.append(float((H.amax(0) - H.amin(0)).max()))

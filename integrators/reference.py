@@ -29,7 +29,7 @@ from scipy.integrate import solve_ivp
 
 import bea
 
-from ._checks import as_float64, check_finite, check_pair
+from ._checks import as_float64, check_states
 from .symbolic import SymbolicLagrangian
 
 __all__ = ["reference_flow", "acceleration_function", "ReferenceFlowError"]
@@ -78,11 +78,7 @@ def reference_flow(lagrangian, q0, qdot0, times, *, q: Optional[Sequence] = None
     :class:`ReferenceFlowError` (a ``ValueError``) if the integration fails (e.g. a singular mass matrix or a collision) or produces
     non-finite values.
     """
-    q0 = as_float64(q0, "q0")
-    qdot0 = as_float64(qdot0, "qdot0")
-    check_pair(q0, qdot0, ("q0", "qdot0"))
-    check_finite(q0, "q0")
-    check_finite(qdot0, "qdot0")
+    q0, qdot0 = check_states(q0, qdot0, names=("q0", "qdot0"))
     ts = np.asarray(as_float64(times, "times").cpu().numpy(), dtype=np.float64)
     if ts.ndim != 1 or ts.size == 0:
         raise ValueError(f"times must be a non-empty 1-D sequence, got shape {ts.shape}")

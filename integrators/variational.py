@@ -37,8 +37,9 @@ from tqdm import tqdm
 import bea
 
 from ._admissible import check_regular_at, check_scheme
-from ._checks import as_float64, check_finite, check_lagrangian_output, check_pair, check_step_size, check_steps
+from ._checks import as_float64, check_finite, check_lagrangian_output, check_states, check_step_size, check_steps
 from .newton import ConvergenceError, NewtonOptions, NewtonResult, autograd_system, describe_failure, newton, vmap_system
+from .solution import Solution
 
 __all__ = ["VariationalIntegrator", "ConvergenceError", "EXECUTIONS"]
 
@@ -172,10 +173,10 @@ class VariationalIntegrator:
         integrated Lagrangian, or ``legendre`` if given (e.g. the recovered Lagrangian
         :math:`\mathrm{mod}_N(L_{inv})` when integrating a learned :math:`L_{inv}`, THEORY.md §6).
 
-        Returns the positions, shape ``(steps + 1, batch..., n)``. With ``on_failure="mask"`` a
-        trajectory whose Newton solve fails is stopped instead of raising
-        :class:`~integrators.newton.ConvergenceError`; the result is then ``(q, valid)`` with ``valid``
-        of shape ``(steps + 1, batch...)`` and ``q`` NaN exactly where ``valid`` is False.
+        Returns a :class:`~integrators.solution.Solution`: the positions ``q``, shape
+        ``(steps + 1, batch..., n)``, ``valid`` of shape ``(steps + 1, batch...)`` and Newton statistics.
+        With ``on_failure="mask"`` a trajectory whose Newton solve fails is stopped instead of raising
+        :class:`~integrators.newton.ConvergenceError`; ``q`` is NaN exactly where ``valid`` is False.
         """
         q0, qdot0, steps, on_failure = _initial_data(q0, qdot0, ("q0", "qdot0"), steps, on_failure)
         batch, n = q0.shape[:-1], q0.shape[-1]
@@ -200,8 +201,8 @@ class VariationalIntegrator:
         r"""Integrate from two positions :math:`q_0, q_1` (one step apart), shape ``(batch..., n)``:
         :math:`p_1 = D_2L_\Delta(q_0, q_1)`, then the discrete Euler--Lagrange equations.
 
-        Returns ``(steps + 1, batch..., n)`` with the given ``q0, q1`` as the first two rows
-        (``steps >= 1``); ``on_failure`` as in :meth:`solve`."""
+        Returns a :class:`~integrators.solution.Solution` whose ``q`` has the given ``q0, q1`` as its first two
+        rows (``steps >= 1``); ``on_failure`` as in :meth:`solve`."""
         q0, q1, steps, on_failure = _initial_data(q0, q1, ("q0", "q1"), steps, on_failure)
         batch, n = q0.shape[:-1], q0.shape[-1]
         a, b = q0.reshape(-1, n), q1.reshape(-1, n)
@@ -259,10 +260,11 @@ class VariationalIntegrator:
         show = progress if progress is not None else self.progress
         disable = (None if steps - j0 >= PROGRESS_MIN_STEPS else True) if show is None else not show
         rows: Optional[torch.Tensor] = None  # trajectories still running, None = all
-        valid_until = torch.full((B,), steps, dtype=torch.long)
+        valid_until = torch.full((B,), steps, dtype=torch.long, device=out.device)
         jac = None
         stepper = self._stepper(n, (steps - j0) * B, out)
         used = set()
+        stats = {"newton_iterations": 0, "eager_steps": 0, "compiled_steps": 0}
         with tqdm(total=steps - j0, disable=disable, desc="integrating", unit="step", leave=False) as bar:
             j = j0
             while j < steps:
@@ -271,24 +273,25 @@ class VariationalIntegrator:
                     end = min(steps, j + stepper.chunk_steps(B if rows is None else rows.numel()))
                     j_stop, p, jac, _ = stepper.advance(out, j, end, p, jac, rows, first_guess, self.options, self.max_step)
                     bar.update(j_stop - j)
+                    stats["compiled_steps"] += j_stop - j
                     j = j_stop
                     if j == end:
                         continue
                 # one eager step (the whole run without a stepper; else the step where the compiled loop stopped)
                 used.add("eager")
-                rows, p, jac, stop = self._eager_step(out, j, p, jac, rows, first_guess, batch, B, on_failure, valid_until)
+                rows, p, jac, stop = self._eager_step(out, j, p, jac, rows, first_guess, batch, B, on_failure, valid_until,
+                                                      stats)
+                stats["eager_steps"] += 1
                 if stop:
                     break
                 bar.update(1)
                 j += 1
         self.last_execution = "+".join(sorted(used)) if used else None
         q = out.reshape(steps + 1, *batch, out.shape[-1])
-        if on_failure == "raise":
-            return q
-        valid = torch.arange(steps + 1)[:, None] <= valid_until[None, :]
-        return q, valid.reshape(steps + 1, *batch)
+        valid = torch.arange(steps + 1, device=out.device)[:, None] <= valid_until[None, :]
+        return Solution(q, valid.reshape(steps + 1, *batch), execution=self.last_execution, **stats)
 
-    def _eager_step(self, out, j, p, jac, rows, first_guess, batch, B, on_failure, valid_until):
+    def _eager_step(self, out, j, p, jac, rows, first_guess, batch, B, on_failure, valid_until, stats):
         """Step ``j -> j + 1`` of the active ``rows`` by the eager path; returns ``(rows, p, jac, all_failed)``."""
         a = out[j] if rows is None else out[j, rows]
         if self.jacobian == "autograd":
@@ -297,6 +300,7 @@ class VariationalIntegrator:
         res = newton(self._step_eval, guess, (a, p), options=self.options, jac0=jac)
         if not bool(res.converged.all()):
             res = self._retry(res, a, p, out, j, rows)
+        stats["newton_iterations"] += res.iterations
         far = self._far_roots(res, a)
         if far is not None and on_failure == "raise":
             self._raise_far(res, a, far, j, batch, rows)
@@ -306,7 +310,7 @@ class VariationalIntegrator:
             if on_failure == "raise":
                 self._raise(res, j, batch, rows, B)
             ok = res.converged
-            failed_rows = (torch.arange(B) if rows is None else rows)[~ok]
+            failed_rows = (torch.arange(B, device=out.device) if rows is None else rows)[~ok]
             valid_until[failed_rows] = j
             rows = torch.nonzero(ok).flatten() if rows is None else rows[ok]
             if rows.numel() == 0:
@@ -442,10 +446,7 @@ class VariationalIntegrator:
 
 def _initial_data(x, y, names, steps, on_failure):
     """Validate a pair of initial arrays (float64, same shape, finite), ``steps`` and ``on_failure``."""
-    x, y = as_float64(x, names[0]), as_float64(y, names[1])
-    check_pair(x, y, names)
-    check_finite(x, names[0])
-    check_finite(y, names[1])
+    x, y = check_states(x, y, names=names)
     return x, y, check_steps(steps), _check_on_failure(on_failure)
 
 

@@ -8,29 +8,29 @@ Lagrangian Shadow Integration (THEORY.md §6):
 >>> H = model.energy(order=2)                                       # identified energy H_rec[2]
 >>> v = model.velocities(qs, order=2)
 
-Modules: :mod:`~learners.functionals` (linear functionals as derivative atoms: DEL/EL residuals,
-momenta, point values), :mod:`~learners.kernels` (the kernel with functionals applied on both
-sides), :mod:`~learners.gp` (the conditioned GP, exact Cholesky solve), :mod:`~learners.normalisation`,
-:mod:`~learners.base` (hyperparameters), :mod:`~learners.shadow_gp` (LSI), :mod:`~learners.baselines`
-(LGP, LGPExact), :mod:`~learners.metrics`, :mod:`~learners.experiments`, :mod:`~learners.plots`,
-:mod:`~learners.demo`.
+Modules: :mod:`~learners.shadow.functionals` (linear functionals as derivative atoms: DEL/EL residuals,
+momenta, point values), :mod:`~learners.shadow.kernels` (the kernel with functionals applied on both
+sides), :mod:`~learners.shadow.gp` (the conditioned GP, exact Cholesky solve), :mod:`~learners.shadow.normalisation`,
+:mod:`~learners.shadow.hyperparameters` (hyperparameters), :mod:`~learners.shadow.lsi` (LSI), :mod:`~learners.shadow.lgp`
+(LGP, LGPExact), :mod:`~learners.metrics`, :mod:`~pipelines.shadow_experiments`, :mod:`~pipelines.plots`,
+:mod:`~pipelines.demo`.
 """
 
-from .baselines import LagrangianGP, finite_differences
-from .functionals import (Functionals, del_residuals, discrete_momenta, euler_lagrange_residuals, point_evaluations,
+from .shadow.lgp import LagrangianGP, finite_differences
+from .shadow.functionals import (Functionals, del_residuals, discrete_momenta, euler_lagrange_residuals, point_evaluations,
                           triples_from_snapshots)
-from .gp import ConditioningInfo, FunctionalGP
-from .kernels import FunctionalKernel, RBFKernel, SmoothKernel
-from .neural_baselines import (HNN, LNN, MLPBaseline, VectorFieldModel, canonical_data, euler_lagrange_acceleration,
-                               parameter_count, seed_baseline, vector_field_data)
-from .normalisation import MassNormalisation, Normalisation, VertexNormalisation
-from .rollout import (angles_mod_2pi, mse_energy, mse_q, pendulum_positions, random_initial_states, rollout_metrics,
-                      rollout_ode, rollout_variational, seed_statistic, true_energy, velocities_from_momenta)
-from .shadow_gp import ExtrapolationError, ExtrapolationWarning, InverseModifiedLagrangianGP
-from .modlanet import ModLaNet
-from .modlanet_data import (AccelerationData, double_pendulum_data, n_body_data, n_body_snapshots, pendulum_chain_data,
+from .shadow.gp import ConditioningInfo, FunctionalGP
+from .shadow.kernels import FunctionalKernel, RBFKernel, SmoothKernel
+from .neural.baselines import (HNN, LNN, MLPBaseline, VectorFieldModel, canonical_data, euler_lagrange_acceleration,
+                               parameter_count, paper_baseline, vector_field_data)
+from .shadow.normalisation import MassNormalisation, Normalisation, VertexNormalisation
+from .neural.rollout import (angles_mod_2pi, mse_energy, mse_q, pendulum_positions, random_initial_states, rollout_metrics,
+                      rollout_ode, rollout_variational, paper_statistic, true_energy, velocities_from_momenta)
+from .shadow.lsi import ExtrapolationError, ExtrapolationWarning, InverseModifiedLagrangianGP
+from .modlanet.model import ModLaNet
+from .modlanet.data import (AccelerationData, double_pendulum_data, n_body_data, n_body_snapshots, pendulum_chain_data,
                             pendulum_chain_snapshots, three_body_data)
-from .training import TrainResult, predict_positions, recovered_energy, recovered_lagrangian, train
+from .neural.training import TrainResult, predict_positions, recovered_energy, recovered_lagrangian, train
 
 __all__ = [
     "ModLaNet",
@@ -71,12 +71,12 @@ __all__ = [
     "canonical_data",
     "euler_lagrange_acceleration",
     "parameter_count",
-    "seed_baseline",
+    "paper_baseline",
     "rollout_ode",
     "rollout_variational",
     "mse_q",
     "mse_energy",
-    "seed_statistic",
+    "paper_statistic",
     "rollout_metrics",
     "random_initial_states",
     "true_energy",
@@ -86,3 +86,16 @@ __all__ = [
     "VectorFieldModel",
     "vector_field_data",
 ]
+
+# deprecated names (one release): "seed" meant the reference paper, and reads as a random seed
+_RENAMED = {"seed_baseline": "paper_baseline", "seed_statistic": "paper_statistic"}
+
+
+def __getattr__(name: str):
+    if name in _RENAMED:
+        import warnings
+
+        warnings.warn(f"learners.{name} is deprecated and will be removed in the next release; use "
+                      f"learners.{_RENAMED[name]}", DeprecationWarning, stacklevel=2)
+        return globals()[_RENAMED[name]]
+    raise AttributeError(f"module 'learners' has no attribute {name!r}")

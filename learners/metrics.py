@@ -8,7 +8,7 @@ Lagrangians) total derivatives, so energies are compared through their *level se
 .. math::  \mu(x) = \Big|\det\Big(\frac{\nabla H_{ref}}{\|\nabla H_{ref}\|}, \frac{\nabla H}{\|\nabla H\|}\Big)\Big|
            = \sin\angle(\nabla H_{ref}, \nabla H),
 
-(the second form for any dimension), averaged over a grid (the seed: 30 x 30 points of
+(the second form for any dimension), averaged over a grid (the paper: 30 x 30 points of
 :math:`[-1.2, 1.2] \times [-0.6, 0.6]` in :math:`(q, \dot q)`).
 """
 
@@ -22,7 +22,7 @@ __all__ = ["grid_states", "level_set_error", "level_set_field", "max_trajectory_
 
 Energy = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
-#: the seed's grid box for the pendulum: q in [-1.2, 1.2], qdot in [-0.6, 0.6]
+#: the paper's grid box for the pendulum: q in [-1.2, 1.2], qdot in [-0.6, 0.6]
 PENDULUM_BOX = ((-1.2, 1.2), (-0.6, 0.6))
 
 

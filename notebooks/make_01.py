@@ -128,7 +128,7 @@ def L_fpu(q, v):
 h = 0.2
 q0 = 0.5 * torch.sin(torch.arange(1, 11, dtype=torch.float64) * torch.pi / 11)[None]
 vi = VariationalIntegrator(L_fpu, h, "midpoint")
-qs = vi.solve(q0, torch.zeros_like(q0), 200)
+qs = vi.solve(q0, torch.zeros_like(q0), 200).q
 bands = {}
 for N, Lh in (("true L", L_fpu), ("mod_2", lambda q, v: bea.series_function("modified_lagrangian", "midpoint", 2)(L_fpu, q, v, h)),
               ("mod_4", lambda q, v: f4(L_fpu, q, v, h))):

@@ -41,7 +41,7 @@ code("""q0 = torch.linspace(-3.0, 3.0, 25)[:, None].repeat(1, 8).reshape(-1, 1)
 v0 = torch.linspace(-1.2, 1.2, 8).repeat(25)[:, None]
 vi = VariationalIntegrator(pendulum, h=0.2, scheme="midpoint")
 t0 = time.perf_counter()
-qs = vi.solve(q0, v0, 150)                 # (151, 200, 1)
+qs = vi.solve(q0, v0, 150).q                 # (151, 200, 1)
 vs = vi.velocities(qs)                     # solves dL/dv(q_j, v_j) = p_j
 print(f"{qs.shape[1]} trajectories x {qs.shape[0] - 1} steps in {time.perf_counter() - t0:.2f} s")
 fig, ax = plt.subplots(figsize=(6, 3.5))

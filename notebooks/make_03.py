@@ -31,7 +31,8 @@ from dataclasses import replace
 
 import integrators
 from integrators.data import snapshots
-from learners import InverseModifiedLagrangianGP, experiments, plots
+from learners import InverseModifiedLagrangianGP
+from pipelines import plots, shadow_experiments as experiments
 from learners.metrics import calibration
 
 torch.set_default_dtype(torch.float64)

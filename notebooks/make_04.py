@@ -25,7 +25,7 @@ import torch
 import matplotlib.pyplot as plt
 from dataclasses import replace
 
-from learners import experiments, plots
+from pipelines import plots, shadow_experiments as experiments
 
 torch.set_default_dtype(torch.float64)
 FULL = os.environ.get("BEA_FULL", "0") == "1"

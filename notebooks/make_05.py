@@ -1,8 +1,8 @@
 """Writes notebooks/05_modlanet.ipynb (kept as a script so the notebook diff stays reviewable).
 
 The notebook runs at a reduced size by default (tests execute it, about a minute on 2 cores);
-``BEA_FULL=1`` runs the seed's settings (``learners.modlanet_experiments.FULL``; hours on 2 cores --
-the same as ``python -m learners.modlanet_experiments --system double_pendulum``)."""
+``BEA_FULL=1`` runs the seed's settings (``pipelines.modlanet_experiments.FULL``; hours on 2 cores --
+the same as ``python -m pipelines.modlanet_experiments --system double_pendulum``)."""
 
 import nbformat as nbf
 
@@ -39,7 +39,7 @@ code("""import os, time
 import torch
 import matplotlib.pyplot as plt
 
-from learners import modlanet_experiments as mx
+from pipelines import modlanet_experiments as mx
 
 torch.set_default_dtype(torch.float64)
 FULL = os.environ.get("BEA_FULL", "0") == "1"
@@ -60,7 +60,7 @@ code("""print(mx.table(res))""")
 md("""Reading the table:
 
 * $\\mathrm{MSE}_q$ compares angles mod $2\\pi$ (the form in which the seed feeds angles to its networks; see
-  `learners.rollout.mse_q`). The double pendulum at the seed's energies is chaotic: over 30 s two *reference*
+  `learners.neural.rollout.mse_q`). The double pendulum at the seed's energies is chaotic: over 30 s two *reference*
   solvers already disagree, so $\\mathrm{MSE}_E$ — the true energy is conserved — is the informative column.
 * A light LNN (one MLP Lagrangian) often meets a singular $\\partial^2 L/\\partial v^2$ along a rollout: those states
   count as *failed* (the seed writes "failed" for whole rows).

@@ -12,9 +12,9 @@ pytestmark = pytest.mark.skipif(find_compiler() is None, reason="no C compiler: 
 
 
 def _both(L, h, scheme, q0, v0, steps, **options):
-    eager = VariationalIntegrator(L, h, scheme, execution="eager", **options).solve(q0, v0, steps)
+    eager = VariationalIntegrator(L, h, scheme, execution="eager", **options).solve(q0, v0, steps).q
     vi = VariationalIntegrator(L, h, scheme, execution="compiled", **options)
-    compiled = vi.solve(q0, v0, steps)
+    compiled = vi.solve(q0, v0, steps).q
     assert vi.last_execution == "compiled"
     return eager, compiled
 
@@ -39,11 +39,11 @@ def test_gp_learned_lagrangian_paths_agree():
     order (with coefficients ~1e4 both paths are only as close as the mean's rounding, ~1e-11)."""
     from integrators.data import snapshots
     from learners import InverseModifiedLagrangianGP
-    from learners.shadow_gp import StandardisedMean
+    from learners.shadow.lsi import StandardisedMean
 
     S = snapshots(systems.pendulum(), 0.5, 12, 5, seed=0)
     model = InverseModifiedLagrangianGP(0.5, lengthscale=[1.5, 1.5], noise=1e-4).fit(S)
-    # the GP lives in standardised coordinates (learners.shadow_gp): its C form is that of StandardisedMean
+    # the GP lives in standardised coordinates (learners.shadow.lsi): its C form is that of StandardisedMean
     stepper = CompiledStepper(StandardisedMean(model), model.scheme, 0.5, 1)
     x = torch.tensor([[0.3, 0.1], [0.5, -0.2], [-0.1, 0.4]]).requires_grad_(True)
     g, H = stepper.lagrangian_derivatives(x.detach())
@@ -52,9 +52,9 @@ def test_gp_learned_lagrangian_paths_agree():
     assert float((g - ga.detach()).abs().max()) <= 1e-13 and float((H - Ha).abs().max()) <= 1e-13
     q0, v0 = torch.tensor([[0.3], [-0.6]]), torch.tensor([[0.0], [0.2]])
     L2 = model._recovered_std(2)
-    eager = model._integrator_std(execution="eager", xtol=1e-16).solve(q0, v0, 100, legendre=L2)
+    eager = model._integrator_std(execution="eager", xtol=1e-16).solve(q0, v0, 100, legendre=L2).q
     vi = model._integrator_std(execution="compiled", xtol=1e-16)
-    compiled = vi.solve(q0, v0, 100, legendre=L2)
+    compiled = vi.solve(q0, v0, 100, legendre=L2).q
     assert vi.last_execution == "compiled"
     assert float((eager - compiled).abs().max()) <= 1e-12
 
@@ -79,9 +79,9 @@ def test_failure_hands_the_step_to_the_eager_path_and_resumes():
         if ex == "compiled":
             assert vi.last_execution == "compiled+eager"
             with pytest.raises(ConvergenceError, match="max_step") as info:
-                vi.solve(q0, v0, 30)
+                vi.solve(q0, v0, 30).q
             assert info.value.step == 1 and info.value.indices == [(1,)]
-    (qe, ve), (qc, vc) = runs["eager"], runs["compiled"]
+    (qe, ve), (qc, vc) = [(runs[ex].q, runs[ex].valid) for ex in ("eager", "compiled")]
     assert torch.equal(ve, vc) and vc[:, 1].tolist() == [True] + [False] * 30 and bool(vc[:, [0, 2]].all())
     assert float((qe[vc] - qc[vc]).abs().max()) <= 1e-13 and bool(qc[~vc].isnan().all())
 
@@ -93,24 +93,24 @@ def test_compiled_once_and_where_it_applies():
     # a Lagrangian no other test compiles, so that the first integrator really builds its library
     L = systems.from_sympy((u**2 + w**2) / 2 - sympy.Rational(3, 7) * (x**2 + y**2) - x**2 * y / 11, [x, y], [u, w])
     a = VariationalIntegrator(L, 0.1, execution="compiled")
-    a.solve(torch.tensor([[0.1, 0.2]]), torch.tensor([[0.0, 0.1]]), 5)
+    a.solve(torch.tensor([[0.1, 0.2]]), torch.tensor([[0.0, 0.1]]), 5).q
     b = VariationalIntegrator(L, 0.2, "trapezoidal", execution="compiled")  # same Lagrangian: the library is reused
-    b.solve(torch.tensor([[0.1, 0.2]]), torch.tensor([[0.0, 0.1]]), 5)
+    b.solve(torch.tensor([[0.1, 0.2]]), torch.tensor([[0.0, 0.1]]), 5).q
     assert a._steppers[2].compile_seconds > 0 and b._steppers[2].compile_seconds == 0.0
-    assert b.solve(torch.tensor([[0.1, 0.2]]), torch.tensor([[0.0, 0.1]]), 5) is not None and list(b._steppers) == [2]
+    assert b.solve(torch.tensor([[0.1, 0.2]]), torch.tensor([[0.0, 0.1]]), 5).q is not None and list(b._steppers) == [2]
     # auto: short runs stay eager until the stepper exists, long ones compile
     auto = VariationalIntegrator(systems.pendulum(), 0.1)
-    auto.solve(torch.tensor([[0.1]]), torch.tensor([[0.0]]), 3)
+    auto.solve(torch.tensor([[0.1]]), torch.tensor([[0.0]]), 3).q
     assert auto.last_execution == "eager"
-    auto.solve(torch.tensor([[0.1]]), torch.tensor([[0.0]]), 1000)
+    auto.solve(torch.tensor([[0.1]]), torch.tensor([[0.0]]), 1000).q
     assert auto.last_execution == "compiled"
     # a torch closure has no C form: auto falls back, "compiled" says why
     closure = lambda q, v: 0.5 * (v**2).sum(-1) + torch.cos(q).sum(-1)  # noqa: E731
     fallback = VariationalIntegrator(closure, 0.1)
-    fallback.solve(torch.zeros(3, 1), torch.ones(3, 1), 200)  # 600 trajectory-steps >= AUTO_MIN_WORK
+    fallback.solve(torch.zeros(3, 1), torch.ones(3, 1), 200).q  # 600 trajectory-steps >= AUTO_MIN_WORK
     assert fallback.last_execution == "eager"
     with pytest.raises(ValueError, match="execution='compiled' is not available.*no C form"):
-        VariationalIntegrator(closure, 0.1, execution="compiled").solve(torch.tensor([[0.1]]), torch.tensor([[0.0]]), 3)
+        VariationalIntegrator(closure, 0.1, execution="compiled").solve(torch.tensor([[0.1]]), torch.tensor([[0.0]]), 3).q
     with pytest.raises(ValueError, match="execution must be one of"):
         VariationalIntegrator(L, 0.1, execution="fast")
 

@@ -87,7 +87,7 @@ def test_n_body_discrete_linear_momentum_is_conserved():
     body = systems.n_body((1.0, 2.0, 1.5))
     q0, v0 = _sample(body, count=2, seed=3)
     vi = VariationalIntegrator(body, 0.01, "midpoint")
-    qs = vi.solve(q0, v0, 200)
+    qs = vi.solve(q0, v0, 200).q
     p = vi.momenta(qs)
     P = torch.stack([p[..., 0::2].sum(-1), p[..., 1::2].sum(-1)], -1)
     assert float((P - P[0]).abs().max()) <= 1e-12

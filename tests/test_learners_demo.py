@@ -5,14 +5,14 @@ import subprocess
 import sys
 
 from bea import cli
-from learners import demo
+from pipelines import demo
 
 
 def test_demo_small_writes_table_figures_and_numbers(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("MPLBACKEND", "Agg")
     assert cli.main(["demo", "--small", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "level-set error, H_rec[2]" in out and "seed" in out
+    assert "level-set error, H_rec[2]" in out and "paper" in out
     for name in ("pendulum_trajectories.png", "pendulum_energies.png", "pendulum_level_sets.png", "results.json"):
         assert (tmp_path / name).stat().st_size > 0
     res = json.loads((tmp_path / "results.json").read_text())

@@ -6,11 +6,11 @@ import pytest
 import torch
 
 import bea
-from learners.functionals import (Functionals, del_residuals, discrete_momenta, euler_lagrange_residuals, point_evaluations,
+from learners.shadow.functionals import (Functionals, del_residuals, discrete_momenta, euler_lagrange_residuals, point_evaluations,
                                   triples_from_snapshots)
-from learners.gp import FunctionalGP
-from learners.kernels import AtomExpansion, FunctionalKernel, RBFKernel, SmoothKernel
-from learners.normalisation import MassNormalisation, VertexNormalisation
+from learners.shadow.gp import FunctionalGP
+from learners.shadow.kernels import AtomExpansion, FunctionalKernel, RBFKernel, SmoothKernel
+from learners.shadow.normalisation import MassNormalisation, VertexNormalisation
 
 
 def L1(q, v):

@@ -16,10 +16,10 @@ import torch
 from integrators import systems
 from integrators.reference import acceleration_function
 from learners.modlanet import ModLaNet, check_parents
-from learners.modlanet_data import (double_pendulum_data, n_body_snapshots, pendulum_chain_snapshots,
+from learners.modlanet.data import (double_pendulum_data, n_body_snapshots, pendulum_chain_snapshots,
                                     three_body_data)
-from learners.training import predict_positions, recovered_lagrangian, train
-from learners.modlanet_parts import AngleOnRod, CallableTransform, Identity, MLPTransform, NewtonianPair, UniformGravity
+from learners.neural.training import predict_positions, recovered_lagrangian, train
+from learners.modlanet.elements import AngleOnRod, CallableTransform, Identity, MLPTransform, NewtonianPair, UniformGravity
 
 G_EARTH = 9.8
 
@@ -103,7 +103,7 @@ def test_model_plugs_into_bea_and_integrators():
     # torch.func: per-sample momenta under vmap equal autograd's
     p_func = torch.func.vmap(torch.func.grad(lambda a, b: model(a, b), argnums=1))(q, v)
     assert (p_func - bea.momentum(model)(q, v)).abs().max().item() < 1e-12
-    qs = VariationalIntegrator(model, 0.01, "midpoint").solve(q[:4] * 0.3, v[:4], steps=20)
+    qs = VariationalIntegrator(model, 0.01, "midpoint").solve(q[:4] * 0.3, v[:4], steps=20).q
     assert qs.shape == (21, 4, 2) and torch.isfinite(qs).all()
 
 
@@ -300,8 +300,8 @@ def test_training_bad_input(accel_data, snapshot_data):
 
 
 def test_train_accepts_any_model_with_an_acceleration(accel_data):
-    # the same loop trains the neural baselines (learners.neural_baselines), e.g. a small LNN
-    from learners.neural_baselines import LNN
+    # the same loop trains the neural baselines (learners.neural.baselines), e.g. a small LNN
+    from learners.neural.baselines import LNN
 
     small = accel_data.subset(slice(0, 100))
     res = train(LNN(2, width=8, seed=0), small, epochs=2, lr=1e-3, batch_size=50, progress=False)
@@ -329,8 +329,8 @@ def test_closed_form_midpoint_mod2_matches_bea_and_scales_to_three_bodies():
 
 
 def test_inverse_order_puts_inv2_of_the_true_lagrangian_into_the_del_residual(snapshot_data):
-    from learners.functionals import triples_from_snapshots
-    from learners.training import del_loss, inverse_lagrangian
+    from learners.shadow.functionals import triples_from_snapshots
+    from learners.neural.training import del_loss, inverse_lagrangian
 
     S, (q0, v0) = snapshot_data
     true = true_chain(2)
@@ -354,7 +354,7 @@ def test_inverse_order_puts_inv2_of_the_true_lagrangian_into_the_del_residual(sn
 
 
 def test_max_step_keeps_the_slow_triples_only(snapshot_data):
-    from learners.functionals import triples_from_snapshots
+    from learners.shadow.functionals import triples_from_snapshots
 
     S, _ = snapshot_data
     T = triples_from_snapshots(S)

@@ -1,4 +1,4 @@
-"""The ModLaNet experiments (learners.modlanet_experiments) at the reduced size: one run (~30 s on 2 cores) shared
+"""The ModLaNet experiments (pipelines.modlanet_experiments) at the reduced size: one run (~30 s on 2 cores) shared
 by all checks. The numbers are deterministic (fixed seeds); the tolerances below leave a margin of at least ~2x
 to the measured values, which are given next to each assertion."""
 
@@ -7,9 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from learners import modlanet_experiments as mx
-from learners.neural_baselines import parameter_count
-from learners.rollout import angles_mod_2pi, mse_q
+from pipelines import modlanet_experiments as mx
+from learners.neural.baselines import parameter_count
+from learners.neural.rollout import angles_mod_2pi, mse_q
 
 
 @pytest.fixture(scope="module")
@@ -32,17 +32,17 @@ def test_modlanet_energy_error_below_baselines(res):
     ml = _row(res, "ModLaNet")
     assert ml["failed"] == 0 and math.isfinite(ml["mse_E"])
     # measured: ModLaNet MSE_E 1.47; light LNN 1.2e3 (1 of 6 failed), HNN 2.7e2, MLP 77 -- ModLaNet >= 50x lower.
-    # Asserted with a 5x margin, as the seed's Table 2 ordering (ModLaNet's MSE_E far below every baseline's).
+    # Asserted with a 5x margin, as the paper's Table 2 ordering (ModLaNet's MSE_E far below every baseline's).
     for name in ("Light LNN", "HNN", "Baseline"):
         b = _row(res, name)
         assert not (b["mse_E"] < 10 * ml["mse_E"]), (name, b["mse_E"], ml["mse_E"])  # NaN (all failed) passes
-        # the seed's statistic (a root of a mean square, see learners.rollout.seed_statistic): measured ModLaNet 0.249,
+        # the paper's statistic (a root of a mean square, see learners.neural.rollout.paper_statistic): measured ModLaNet 0.249,
         # light LNN 5.86, HNN 3.1, MLP 1.66 (>= 6.7x)
-        assert not (b["seed_E"] < 3 * ml["seed_E"]), (name, b["seed_E"], ml["seed_E"])
+        assert not (b["paper_E"] < 3 * ml["paper_E"]), (name, b["paper_E"], ml["paper_E"])
     assert all(r["params"] > 0 for r in res["rows"])
     # per state, stat = sqrt(MSE_E / T) with T = 21 time points: the mean of the roots is at most the root of the mean
     T = round(mx.SMALL["double_pendulum"].t_rollout / mx.SMALL["double_pendulum"].dt_out) + 1
-    assert 0 < ml["seed_E"] <= math.sqrt(ml["mse_E"] / T) * (1 + 1e-12)
+    assert 0 < ml["paper_E"] <= math.sqrt(ml["mse_E"] / T) * (1 + 1e-12)
 
 
 def test_variational_rollout_agrees_with_rk4(res):
@@ -114,14 +114,14 @@ def test_extension_bounded_and_finetuning_helps(res):
     # of the order of the energies themselves (measured max |E(t) - E(0)| 44 vs mean |E| 27) -- bounded, not drifting
     assert d["failed"] == 0 and f["failed"] == 0
     assert d["max_energy_deviation"] < 5 * d["true_energy_scale"]
-    # fine-tuning on 1/10 of the samples for 1/5 of the epochs lowers MSE_E (measured 160 -> 112), as in the seed
+    # fine-tuning on 1/10 of the samples for 1/5 of the epochs lowers MSE_E (measured 160 -> 112), as in the paper
     assert f["mse_E"] < d["mse_E"]
     assert e["finetune"]["epochs"] == math.ceil(0.2 * mx.SMALL["double_pendulum"].epochs)
 
 
-def test_table_has_seed_columns(res):
+def test_table_has_paper_columns(res):
     t = mx.table(res)
-    for s in ("seed params", "seed q", "seed E", "stat q", "stat E", "MSE_q", "MSE_E", "1.28", "0.046", "6.2k", "41.4k",
+    for s in ("paper params", "paper q", "paper E", "stat q", "stat E", "MSE_q", "MSE_E", "1.28", "0.046", "6.2k", "41.4k",
               "ModLaNet (positions, DEL)",
               "extension to 3 elements", "wall time"):
         assert s in t, s
@@ -129,7 +129,7 @@ def test_table_has_seed_columns(res):
 
 
 def test_full_size_parameter_counts():
-    # the seed's ~6.2k / 5.6k parameters with the full-size settings
+    # the paper's ~6.2k / 5.6k parameters with the full-size settings
     assert parameter_count(mx._modlanet(mx.FULL["double_pendulum"])) == 5959
     assert parameter_count(mx._modlanet(mx.FULL["three_body"])) == 5606
 

@@ -1,4 +1,4 @@
-"""The seed's baselines (LNN, HNN, MLP) and the rollout/metric helpers of learners.rollout."""
+"""The seed's baselines (LNN, HNN, MLP) and the rollout/metric helpers of learners.neural.rollout."""
 
 import math
 
@@ -7,11 +7,11 @@ import torch
 
 from integrators import reference_flow, systems
 from integrators.reference import acceleration_function
-from learners.neural_baselines import (HNN, LNN, MLP, MLPBaseline, VectorFieldModel, canonical_data,
-                                       euler_lagrange_acceleration, parameter_count, seed_baseline, vector_field_data)
-from learners.training import train
-from learners.rollout import (angles_mod_2pi, mse_energy, mse_q, pendulum_positions, random_initial_states, rollout_metrics,
-                              rollout_ode, rollout_variational, seed_statistic, true_energy, velocities_from_momenta)
+from learners.neural.baselines import (HNN, LNN, MLP, MLPBaseline, VectorFieldModel, canonical_data,
+                                       euler_lagrange_acceleration, parameter_count, paper_baseline, vector_field_data)
+from learners.neural.training import train
+from learners.neural.rollout import (angles_mod_2pi, mse_energy, mse_q, pendulum_positions, random_initial_states, rollout_metrics,
+                              rollout_ode, rollout_variational, paper_statistic, true_energy, velocities_from_momenta)
 
 DP = systems.n_pendulum(2, g=9.8)          # the seed's double pendulum: unit masses and lengths, g = 9.8
 THREE = systems.n_body((1, 1, 1))          # the seed's three-body problem: unit masses, G = 1
@@ -122,24 +122,24 @@ def test_parameter_counts_follow_the_seed_architecture():
     def count(d_in, w, d_out):
         return w * (d_in + 2) + w * w + w * d_out
 
-    assert parameter_count(MLP(4, 10, 3)) == count(4, 10, 3)
-    assert parameter_count(seed_baseline("lnn", "double_pendulum")) == 364_200      # seed Table 2: 364.2k
-    assert parameter_count(seed_baseline("lnn", "double_pendulum", light=True)) == 6_150  # 6.2k
-    assert parameter_count(seed_baseline("hnn", "double_pendulum", light=True)) == 6_225  # 6.2k
-    assert parameter_count(seed_baseline("hnn", "three_body")) == 43_200             # 43.2k
-    assert parameter_count(seed_baseline("hnn", "double_pendulum")) == 41_600
-    assert parameter_count(seed_baseline("baseline", "double_pendulum")) == 41_600
+    assert parameter_count(MLP(4, 3, width=10, bias_out=False)) == count(4, 10, 3)
+    assert parameter_count(paper_baseline("lnn", "double_pendulum")) == 364_200      # seed Table 2: 364.2k
+    assert parameter_count(paper_baseline("lnn", "double_pendulum", light=True)) == 6_150  # 6.2k
+    assert parameter_count(paper_baseline("hnn", "double_pendulum", light=True)) == 6_225  # 6.2k
+    assert parameter_count(paper_baseline("hnn", "three_body")) == 43_200             # 43.2k
+    assert parameter_count(paper_baseline("hnn", "double_pendulum")) == 41_600
+    assert parameter_count(paper_baseline("baseline", "double_pendulum")) == 41_600
     assert parameter_count(MLPBaseline(2, 200, output="vector_field")) == 42_000
-    assert parameter_count(seed_baseline("lnn", "three_body")) == 369_000
-    assert parameter_count(seed_baseline("baseline", "three_body")) == 44_000
-    for m in (seed_baseline(k, "three_body", light=True) for k in ("lnn", "hnn", "baseline")):
+    assert parameter_count(paper_baseline("lnn", "three_body")) == 369_000
+    assert parameter_count(paper_baseline("baseline", "three_body")) == 44_000
+    for m in (paper_baseline(k, "three_body", light=True) for k in ("lnn", "hnn", "baseline")):
         assert all(p.dtype == torch.float64 for p in m.parameters())
 
 
 def test_seeded_initialisation_is_reproducible():
     a, b = LNN(2, 16, seed=5), LNN(2, 16, seed=5)
     assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
-    assert not torch.equal(LNN(2, 16, seed=6).net.linear1.weight, a.net.linear1.weight)
+    assert not torch.equal(LNN(2, 16, seed=6).net.linears[0].weight, a.net.linears[0].weight)
 
 
 
@@ -147,9 +147,9 @@ def test_wrapped_angles_make_the_pendulum_baselines_periodic():
     q, v = random_initial_states(DP, 8, seed=4)
     shift = torch.tensor([2 * math.pi, -4 * math.pi])
     for kind in ("lnn", "hnn", "baseline"):
-        m = seed_baseline(kind, "double_pendulum", light=True, seed=0)
+        m = paper_baseline(kind, "double_pendulum", light=True, seed=0)
         m.singular = "nan" if kind == "lnn" else None
-        assert m.wrap_angles and not seed_baseline(kind, "three_body", light=True).wrap_angles
+        assert m.wrap_angles and not paper_baseline(kind, "three_body", light=True).wrap_angles
         a1, a2 = m.acceleration(q, v), m.acceleration(q + shift, v)
         ok = torch.isfinite(a1).all(-1)
         assert ok.any() and torch.allclose(a1[ok], a2[ok], rtol=1e-9, atol=1e-9)
@@ -295,21 +295,21 @@ def test_seed_statistic_is_the_norm_over_time_divided_by_the_number_of_time_poin
     pred = torch.tensor([[[1.0, 1.0], [0.0, 0.0]],
                          [[3.0, 1.0], [2.0, 0.0]]])
     # state 0: sqrt(1+1+9+1)/2 = sqrt(12)/2; state 1: sqrt(4)/2 = 1
-    per = seed_statistic(pred, ref, per_state=True)
+    per = paper_statistic(pred, ref, per_state=True)
     assert torch.allclose(per, torch.tensor([math.sqrt(12) / 2, 1.0]))
     # = sqrt(n MSE / T) per state: not a mean square, and it shrinks as 1/sqrt(T) for the same error
     assert torch.allclose(per, (2 * mse_q(pred, ref, per_state=True) / 2).sqrt())
     const = torch.full((601, 1, 1), 0.3)
-    assert seed_statistic(const, torch.zeros_like(const)).item() == pytest.approx(0.3 / math.sqrt(601), rel=1e-12)
+    assert paper_statistic(const, torch.zeros_like(const)).item() == pytest.approx(0.3 / math.sqrt(601), rel=1e-12)
 
     def E(q, v):
         return (v ** 2).sum(-1) / 2 + q[..., 0]
 
     vref = torch.ones(2, 2, 2)                       # energy errors: state 0 (1, 3), state 1 (0, 2)
     res = rollout_metrics(pred, vref, ref, vref, E)
-    assert res["seed_q"] == pytest.approx((math.sqrt(12) / 2 + 1) / 2)
-    assert res["seed_E"] == pytest.approx((math.sqrt(10) / 2 + 1) / 2)
-    assert res["seed_E_std"] == pytest.approx((math.sqrt(10) / 2 - 1) / 2)
+    assert res["paper_q"] == pytest.approx((math.sqrt(12) / 2 + 1) / 2)
+    assert res["paper_E"] == pytest.approx((math.sqrt(10) / 2 + 1) / 2)
+    assert res["paper_E_std"] == pytest.approx((math.sqrt(10) / 2 - 1) / 2)
 
 
 def test_true_energy_is_conserved_by_the_reference_and_matches_bea():
@@ -361,7 +361,7 @@ def test_bad_inputs_give_clear_errors():
     with pytest.raises(ValueError, match="output"):
         MLPBaseline(2, output="wrong")
     with pytest.raises(ValueError, match="kind"):
-        seed_baseline("gnn")
+        paper_baseline("gnn")
     model = TrueAcceleration(DP)
     with pytest.raises(ValueError, match="non-finite"):
         rollout_ode(model, torch.tensor([[float("nan"), 0.0]]), torch.zeros(1, 2), [0.0, 0.1])

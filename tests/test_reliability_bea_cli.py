@@ -21,14 +21,14 @@ def _one_line_error(capsys, argv, match):
 
 @pytest.fixture
 def no_demo(monkeypatch):
-    """A stand-in for learners.demo that fails if it is ever started."""
-    fake = types.ModuleType("learners.demo")
+    """A stand-in for pipelines.demo that fails if it is ever started."""
+    fake = types.ModuleType("pipelines.demo")
 
     def main(argv):
         raise AssertionError("the demo started before its --out was checked")
 
     fake.main = main
-    monkeypatch.setitem(sys.modules, "learners.demo", fake)
+    monkeypatch.setitem(sys.modules, "pipelines.demo", fake)
 
 
 def test_demo_out_checked_before_the_work(capsys, tmp_path, no_demo):

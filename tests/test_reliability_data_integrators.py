@@ -25,9 +25,9 @@ def test_singular_lagrangian_is_rejected_before_any_step():
     """Before the fix the integrator ran L = q v - q^2 and returned an oscillation."""
     integ = VariationalIntegrator(singular, 0.1)
     with pytest.raises(NotRegularError, match="not regular at 1 of 1 initial states.*smallest singular value 0"):
-        integ.solve([[0.3]], [[0.1]], 5)
+        integ.solve([[0.3]], [[0.1]], 5).q
     with pytest.raises(NotRegularError, match="initial midpoints"):
-        integ.solve_from_positions([[0.3]], [[0.31]], 5)
+        integ.solve_from_positions([[0.3]], [[0.31]], 5).q
 
 
 def test_nearly_singular_mass_is_relative_to_the_other_derivatives():
@@ -35,12 +35,12 @@ def test_nearly_singular_mass_is_relative_to_the_other_derivatives():
     In a batch, the first bad state is named."""
     integ = VariationalIntegrator(quartic, 0.1)
     with pytest.raises(NotRegularError, match="1 of 2 initial states .*index 1.*1e-200"):
-        integ.solve([[0.3], [0.3]], [[0.5], [1e-100]], 3)
-    q = integ.solve([[0.3]], [[0.5]], 3)
+        integ.solve([[0.3], [0.3]], [[0.5], [1e-100]], 3).q
+    q = integ.solve([[0.3]], [[0.5]], 3).q
     assert bool(torch.isfinite(q).all())
     # a stiff but regular system (h^2 k / m = 1e8) is accepted
     stiff = VariationalIntegrator(lambda q, v: 0.5 * (v**2 - 1e10 * q**2).sum(-1), 0.1)
-    assert stiff.solve([[1e-3]], [[0.0]], 2).shape == (3, 1, 1)
+    assert stiff.solve([[1e-3]], [[0.0]], 2).q.shape == (3, 1, 1)
 
 
 def test_bea_n1_nearly_singular_raises_instead_of_overflowing():
@@ -63,7 +63,7 @@ def test_inconsistent_scheme_is_rejected_at_construction():
     with pytest.raises(InconsistentSchemeError, match="inconsistent scheme"):
         VariationalIntegrator(oscillator, 0.1, twice)
     good = CustomScheme(lambda L, a, b, h: h * L((a + b) / 2, (b - a) / h), name="my_midpoint")
-    q = VariationalIntegrator(oscillator, 0.1, good).solve([[1.0]], [[0.0]], 10)
-    ref = VariationalIntegrator(oscillator, 0.1, "midpoint").solve([[1.0]], [[0.0]], 10)
+    q = VariationalIntegrator(oscillator, 0.1, good).solve([[1.0]], [[0.0]], 10).q
+    ref = VariationalIntegrator(oscillator, 0.1, "midpoint").solve([[1.0]], [[0.0]], 10).q
     assert torch.allclose(q, ref, rtol=0, atol=1e-14)
     assert good._integrators_consistent  # checked once per scheme object

@@ -136,8 +136,8 @@ def test_diverging_training_leaves_the_initial_state():
     values (the model returned NaN); now the best state (here the initial one) is restored, every parameter
     bit for bit, and the error says so."""
     from learners.modlanet import ModLaNet
-    from learners.modlanet_data import pendulum_chain_snapshots
-    from learners.training import train
+    from learners.modlanet.data import pendulum_chain_snapshots
+    from learners.neural.training import train
 
     S = pendulum_chain_snapshots(2, n_traj=6, n_steps=8, h=0.1, max_velocity=1.5, angle_range=(-1.5, 1.5), seed=2)
     model = ModLaNet.pendulum_chain(2, hidden=8, transform_hidden=4)
@@ -172,7 +172,7 @@ def test_no_process_global_settings_are_touched(data, monkeypatch):
             out["q"], out["v"] = qs, m.velocities(qs)
             out["L"] = m.lagrangian(torch.zeros(2, 1, requires_grad=True), torch.zeros(2, 1))
             integ = integrators.VariationalIntegrator(integrators.systems.pendulum(), H)
-            out["ref"] = integ.solve(torch.zeros(3, 1, dtype=torch.float32), torch.ones(3, 1, dtype=torch.float32), 20)
+            out["ref"] = integ.solve(torch.zeros(3, 1, dtype=torch.float32), torch.ones(3, 1, dtype=torch.float32), 20).q
             out["flow"] = reference_flow(integrators.systems.pendulum(), [[0.1]], [[0.0]], [0.0, 0.5])[0]
         except Exception as err:  # pragma: no cover - reported below
             errors.append(err)

@@ -19,17 +19,17 @@ Built-in kinds (:data:`KINDS`), each a thin call into the library:
     2 or 1). The observed order is the slope of :math:`\log \text{error}` against :math:`\log h` over
     the tasks that differ only in ``h`` (:mod:`pipelines.sweep.report`).
 ``shadow``
-    One run of :func:`learners.experiments.run` (LSI fit, prediction, identification, held-out
+    One run of :func:`pipelines.shadow_experiments.run` (LSI fit, prediction, identification, held-out
     residuals; LGP baselines if ``baselines``). Defaults: the configuration object named by
-    ``preset`` (``PENDULUM_SMALL``, ...); any field of :class:`~learners.experiments.ExperimentConfig`
+    ``preset`` (``PENDULUM_SMALL``, ...); any field of :class:`~pipelines.shadow_experiments.ExperimentConfig`
     may be set, except ``data_seed`` (derived) and ``progress``. ``seed`` is the replicate index.
     Metrics: the experiment's (``traj_lsi``, ``ls_rec2``, ``heldout_rms``, ...).
 ``modlanet``
-    One run of :func:`learners.modlanet_experiments.run` from the preset ``small`` or ``full`` for
-    ``system``; any field of :class:`~learners.modlanet_experiments.ModLaNetConfig` may be set except
+    One run of :func:`pipelines.modlanet_experiments.run` from the preset ``small`` or ``full`` for
+    ``system``; any field of :class:`~pipelines.modlanet_experiments.ModLaNetConfig` may be set except
     ``seed`` (derived from the parameters, ``seed`` there being the replicate index) and
     ``progress``. Metrics per model row, ``<model>.<metric>`` (``modlanet.mse_q``,
-    ``modlanet.mse_E``, ``modlanet.seed_E``, ``hnn.mse_E``, ...), of the position-only variant
+    ``modlanet.mse_E``, ``modlanet.paper_E``, ``hnn.mse_E``, ...), of the position-only variant
     and of the extension (``extension3.direct.mse_E``, ...).
 
 Further kinds can be added with :func:`register` (their functions must be importable, or picklable
@@ -283,7 +283,7 @@ def _dataclass_params(cls, exclude: Tuple[str, ...]) -> Dict[str, Param]:
 
 
 def _shadow_params() -> Dict[str, Param]:
-    from learners.experiments import ExperimentConfig
+    from pipelines.shadow_experiments import ExperimentConfig
 
     out = {"preset": Param(str, "PENDULUM_SMALL", f"the defaults: one of {', '.join(SHADOW_PRESETS)}"),
            "seed": Param(int, 0, "replicate index; the data seed derives from all parameters"),
@@ -344,7 +344,7 @@ def _shadow_check(p: Dict[str, Any]) -> None:
 
 
 def _shadow_run(p: Dict[str, Any], seed: int) -> TaskOutput:
-    from learners import experiments
+    from pipelines import shadow_experiments as experiments
 
     base = getattr(experiments, p["preset"])
     over = _overrides(p, experiments.ExperimentConfig, ("preset", "seed", "baselines"))
@@ -357,7 +357,7 @@ def _shadow_run(p: Dict[str, Any], seed: int) -> TaskOutput:
 
 # --------------------------------------------------------------------------------------- modlanet
 def _modlanet_params() -> Dict[str, Param]:
-    from learners.modlanet_experiments import ModLaNetConfig
+    from pipelines.modlanet_experiments import ModLaNetConfig
 
     out = {"preset": Param(str, "small", "the defaults: 'small' (minutes) or 'full' (hours)"),
            "system": Param(str, "double_pendulum", "'double_pendulum' or 'three_body'"),
@@ -381,7 +381,7 @@ def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
 
 
-_ROW_METRICS = ("mse_q", "mse_E", "seed_q", "seed_E", "failed", "states", "params")
+_ROW_METRICS = ("mse_q", "mse_E", "paper_q", "paper_E", "failed", "states", "params")
 
 
 def _row_metrics(prefix: str, row: Dict[str, Any], out: Dict[str, Any]) -> None:
@@ -393,7 +393,7 @@ def _row_metrics(prefix: str, row: Dict[str, Any], out: Dict[str, Any]) -> None:
 
 
 def _modlanet_run(p: Dict[str, Any], seed: int) -> TaskOutput:
-    from learners import modlanet_experiments as ME
+    from pipelines import modlanet_experiments as ME
 
     base = (ME.SMALL if p["preset"] == "small" else ME.FULL)[p["system"]]
     over = _overrides(p, ME.ModLaNetConfig, ("preset", "seed", "system"))
@@ -415,7 +415,7 @@ def _modlanet_run(p: Dict[str, Any], seed: int) -> TaskOutput:
     for e in res.get("extension", []):
         for stage in ("direct", "finetuned"):
             if stage in e:
-                for k in ("mse_q", "mse_E", "seed_E", "max_energy_deviation", "failed"):
+                for k in ("mse_q", "mse_E", "paper_E", "max_energy_deviation", "failed"):
                     metrics[f"extension{e['elements']}.{stage}.{k}"] = _number(e[stage][k])
     return TaskOutput(metrics, _jsonable(dataclasses.asdict(cfg)), {k: float(v) for k, v in res["timings"].items()},
                       {"train_epochs": res["train"].epochs_run})

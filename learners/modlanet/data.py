@@ -2,18 +2,18 @@ r"""Data for ModLaNet experiments (THEORY.md §7): multi-pendulum and planar ``N
 exact Euler–Lagrange flow (:func:`integrators.reference_flow`, DOP853 at ``1e-13``), as ``(q, v, a)``
 samples for the acceleration loss or as position-only snapshots for the DEL loss.
 
-Sampling follows the seed's reference code (the paper gives only "10k–20k samples, :math:`t_g` = 5 or
+Sampling follows the paper's reference code (the paper gives only "10k–20k samples, :math:`t_g` = 5 or
 10 s, 10 or 20 steps per second"):
 
 * **pendulum chain** (masses and lengths 1, :math:`g = 9.8`; Lagrangian
   :func:`integrators.systems.n_pendulum`, angles from the downward vertical): every angle
-  :math:`\theta_i \sim U(0, 2\pi)`, every angular velocity :math:`\omega_i \sim U(-10, 10)` (the seed draws
+  :math:`\theta_i \sim U(0, 2\pi)`, every angular velocity :math:`\omega_i \sim U(-10, 10)` (the paper draws
   a momentum in :math:`U(-10, 10)` and divides by :math:`m_il_i^2 = 1`); 10 s at 10 samples per second,
   100 trajectories: 10 100 samples (``double_pendulum_data``).
 * **bodies** (:math:`G = 1`, masses 1; :func:`integrators.systems.n_body`): the ``N`` bodies on a regular
   polygon of radius :math:`r \sim U(1, 5)` with a random orientation, each velocity tangential with the
   speed :math:`\sqrt{2}\,v_{circ}`, :math:`v_{circ}^2 = \frac{G}{4r}\sum_{k=1}^{N-1} m/\sin(\pi k/N)` (the
-  seed's code uses :math:`G/(2r)` in place of :math:`G/(4r)`, i.e. this factor :math:`\sqrt 2`; ``speed``
+  paper's code uses :math:`G/(2r)` in place of :math:`G/(4r)`, i.e. this factor :math:`\sqrt 2`; ``speed``
   changes it), each component (in the frame of body 0, before the rotation
   that places body ``i``) then scaled by :math:`1 + \nu U(-1, 1)`, :math:`\nu = 0.5`; 5 s at 20
   samples per second, 200 trajectories: 20 200 samples (``three_body_data``).
@@ -112,7 +112,7 @@ def body_initial_states(n: int, n_traj: int, seed: Optional[int] = 0, G: float =
     v_circ = np.sqrt(G / (4 * r) * s)
     q = np.empty((n_traj, n, 2))
     v = np.empty((n_traj, n, 2))
-    # as the seed's code: body 0's tangential velocity, scaled componentwise in body 0's frame, then
+    # as the paper's code: body 0's tangential velocity, scaled componentwise in body 0's frame, then
     # rotated with the body by 2 pi i / n
     w = speed * v_circ[:, None] * np.stack([-np.sin(phi0), np.cos(phi0)], -1)  # (n_traj, 2)
     for i in range(n):
@@ -183,12 +183,12 @@ def n_body_data(n: int = 3, n_traj: Optional[int] = None, *, t_max: float = 5.0,
 
 
 def double_pendulum_data(n_traj: Optional[int] = None, **kwargs) -> AccelerationData:
-    """The seed's double-pendulum set (10 100 samples at the defaults); options of :func:`pendulum_chain_data`."""
+    """The paper's double-pendulum set (10 100 samples at the defaults); options of :func:`pendulum_chain_data`."""
     return pendulum_chain_data(2, n_traj, **kwargs)
 
 
 def three_body_data(n_traj: Optional[int] = None, **kwargs) -> AccelerationData:
-    """The seed's three-body set (20 200 samples at the defaults); options of :func:`n_body_data`."""
+    """The paper's three-body set (20 200 samples at the defaults); options of :func:`n_body_data`."""
     return n_body_data(3, n_traj, **kwargs)
 
 

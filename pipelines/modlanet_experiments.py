@@ -1,20 +1,20 @@
-r"""The ModLaNet experiments of THEORY.md §7 (seed Table 2 and §5.3) as one function.
+r"""The ModLaNet experiments of THEORY.md §7 (paper Table 2 and §5.3) as one function.
 
 :func:`run` executes a :class:`ModLaNetConfig` for ``"double_pendulum"`` or ``"three_body"``:
 
-1. **data** -- ``(q, v, a)`` samples of the exact flow (:mod:`learners.modlanet_data`, the seed's
+1. **data** -- ``(q, v, a)`` samples of the exact flow (:mod:`learners.modlanet.data`, the paper's
    settings at full size: 10 100 / 20 200 samples);
 2. **training** -- ModLaNet on the acceleration loss :math:`\operatorname{mean}|\hat{\ddot q} - \ddot q|^2`
-   and the baselines (light LNN, HNN, MLP; :func:`~learners.neural_baselines.seed_baseline`) in the
-   same loop (:func:`learners.training.train`); HNN on its whole canonical vector field
-   :math:`(\dot q, \dot p)` as the seed (:class:`~learners.neural_baselines.VectorFieldModel`);
-3. **rollouts** -- ``n_states`` random initial states (:func:`~learners.rollout.random_initial_states`),
+   and the baselines (light LNN, HNN, MLP; :func:`~learners.neural.baselines.paper_baseline`) in the
+   same loop (:func:`learners.neural.training.train`); HNN on its whole canonical vector field
+   :math:`(\dot q, \dot p)` as the paper (:class:`~learners.neural.baselines.VectorFieldModel`);
+3. **rollouts** -- ``n_states`` random initial states (:func:`~learners.neural.rollout.random_initial_states`),
    ``t_rollout`` seconds, RK4 with step ``dt_out / substeps`` against the exact flow (DOP853, 1e-13);
    ModLaNet also with the midpoint variational integrator (step ``variational_h``, :math:`p_0 = \partial_vL`);
 4. **metrics** -- :math:`\mathrm{MSE}_q` (angles mod :math:`2\pi` for the pendulum, see
-   :func:`~learners.rollout.mse_q`) and :math:`\mathrm{MSE}_E` with the *true* energy, both averaged
-   over time and over the states that did not fail (:func:`~learners.rollout.rollout_metrics`); the same
-   rollouts in :func:`~learners.rollout.seed_statistic` (``stat q``, ``stat E``: what the seed's code prints
+   :func:`~learners.neural.rollout.mse_q`) and :math:`\mathrm{MSE}_E` with the *true* energy, both averaged
+   over time and over the states that did not fail (:func:`~learners.neural.rollout.rollout_metrics`); the same
+   rollouts in :func:`~learners.neural.rollout.paper_statistic` (``stat q``, ``stat E``: what the paper's code prints
    as "MSE", a norm over the 601 time points divided by 601 -- the numbers to hold against its Table 2);
    parameter counts and the wall time of every stage;
 5. **position-only** (``position_only=True``) -- ModLaNet trained as the inverse modified Lagrangian
@@ -28,48 +28,19 @@ r"""The ModLaNet experiments of THEORY.md §7 (seed Table 2 and §5.3) as one fu
    along the prediction (:func:`_relative_band`: variation in time over spread between states). With
    ``del_inverse_order=2`` (full size) the model is one of the true :math:`L` and is also rolled out like the
    acceleration-trained one (RK4, and the midpoint rule at ``variational_h``), see :func:`_position_only`;
-6. **extension** (seed §5.3) -- the trained model :meth:`~learners.modlanet.ModLaNet.extend`\ ed to
+6. **extension** (paper §5.3) -- the trained model :meth:`~learners.modlanet.ModLaNet.extend`\ ed to
    more elements (3, 4 pendula; 4, 5, 6 bodies) without retraining, rolled out for ``extension_t``
-   seconds (the seed: 10 s), then fine-tuned on ``1/10`` of the training data size of the larger
+   seconds (the paper: 10 s), then fine-tuned on ``1/10`` of the training data size of the larger
    system for ``1/5`` of the epochs, and rolled out again (MSE_q, MSE_E before and after, and the
    largest energy deviation :math:`\max_t |E(t) - E(0)|` as the "bounded energy error").
 
-:func:`table` prints the rows next to the seed's numbers (:data:`SEED_TABLE`). Command line::
+:func:`table` prints the rows next to the paper's numbers (:data:`PAPER_TABLE`). Command line::
 
-    python -m learners.modlanet_experiments --small                       # reduced size (~1 min)
-    python -m learners.modlanet_experiments --system double_pendulum      # full size (hours on 2 cores)
-    python -m learners.modlanet_experiments --system three_body --epochs 3000 --no-baselines --no-extension
+    python -m pipelines.modlanet_experiments --small                       # reduced size (~1 min)
+    python -m pipelines.modlanet_experiments --system double_pendulum      # full size (hours on 2 cores)
+    python -m pipelines.modlanet_experiments --system three_body --epochs 3000 --no-baselines --no-extension
 
-Measured at full size (3 Dec 2026; one end-to-end run per system, ``OMP_NUM_THREADS=1``, both at once on 2 cores).
-"MSE" is a mean square; "stat" is :func:`~learners.rollout.seed_statistic`, the number the seed's code prints as
-"MSE" (its Table 2): only "stat" compares with the seed's columns.
-
-Double pendulum (2 772 s): ModLaNet (5 959 parameters) validation loss 2.5e4 -> 0.145 in 300 epochs (173 s); 100 states
-x 30 s, RK4 at dt 0.0025: stat q 1.17, stat E 5.41e-3 (seed 1.28, 4.6e-2), MSE_q 4.98 (angles mod 2 pi), MSE_E 2.41e-2;
-midpoint VI at h 0.01: stat 1.20 / 6.31e-3. Chance level of stat q (another state's reference): 6.0. Light LNN 99/100
-failed (seed: failed); HNN stat 3.78 / 789 (seed 4.91 / 12.4); MLP baseline 3.74 / 2.86 (seed 3.42 / 673).
-Position-only (snapshots of 300 trajectories x 100 steps at h = 0.1, no velocities; inverse order 2, triples moving
-<= 0.5 rad per step; 200 epochs, 890 s, DEL loss 8.66 -> 3.7e-4): the identified L rolled out with RK4 as above: stat q
-1.23, stat E 7.07e-3 (1.31x the acceleration-trained model), MSE_E 4.12e-2 (1.71x); with the midpoint rule at h = 0.01,
-p0 = dM/dv: stat E 7.69e-3, MSE_E 5.09e-2; none failed. Level-set error of the identified energy: H(inv_2 M) [N=0]
-0.0698, H(M) = H(mod_2 L_inv) [N=2] 0.0105 (6.6x better). The midpoint rule at h = 0.1 on inv_2(M) fails for 100/100
-states: every exact motion moves more than 0.5 rad in some 0.1-s step (most at once), beyond the training triples and
-beyond the series (|omega| h up to 1); without ``max_step`` most of those rollouts jump to far roots and diverge. With
-all triples and inverse order 2 (100 trajectories, 150 epochs): RK4 MSE_E 1.01, level sets 0.077 -> 0.025 -- fast
-triples bias the fit (:func:`~learners.training.train`, ``max_step``). Extension (100 states x 10 s): 3 pendula stat E
-0.956, MSE_E 206 directly (max |E(t) - E(0)| 46.5, mean |E| 94; none failed) -> 0.0235 / 0.136 after fine-tuning on
-1 010 samples for 60 epochs; 4 pendula 2.85 / 1.93e3 (max |dE| 148, mean |E| 146) -> 0.060 / 0.783 (seed: MSE_E -96%).
-
-Three-body (2 636 s): ModLaNet (5 606 parameters) validation 1.16e-2 -> 1.87e-8 in 1 000 epochs (1 104 s); 100 states
-x 30 s, RK4 at dt 0.005: stat q 1.67e-2, stat E 8.56e-4 (seed 3.96e-2, 1.10e-3; the seed's repository prints 2.85e-2,
-1.95e-3 for its own rerun), MSE_q 7.19e-2, MSE_E 2.93e-3; VI at h 0.05 the same. A few close encounters dominate the
-mean square (minimum distance 0.075 in the rollouts, never below 1.08 in the training data: the pair cell is
-extrapolated there); the same model on other draws of 100 states gives MSE_E 7.7e-4 and 8.9e-4, on 300 states 1.5e-3.
-300 epochs: MSE_E 3.90e-3; 3 000 epochs: 3.47e-3 (a better fit, not a lower MSE_E). Light LNN 100/100 failed (seed:
-failed); HNN stat 0.195 / 6.80e-3 (seed 9.55e-2 / 4.69e-3); MLP baseline 0.825 / 0.417 (seed 0.264 / 2.08e-2).
-Extension to 4 / 5 / 6 bodies (100 states x 10 s): stat E 8.33e-4 / 2.54e-3 / 1.61e-2 directly (MSE_E 1.40e-3 /
-4.20e-3 / 1.76; max |E(t) - E(0)| 2.5 / 3.6 / 185 against mean |E| 0.32 / 0.45 / 0.74, none failed) and 4.15e-4 /
-1.52e-3 / 1.65e-2 after fine-tuning (MSE_E 9.47e-4 / 4.05e-3 / 0.145).
+Measured numbers at full size: ``docs/results_modlanet.md``.
 """
 
 from __future__ import annotations
@@ -86,19 +57,19 @@ import bea
 from integrators import reference_flow, systems
 from bea.files import atomic_save
 
-from .metrics import level_set_error
-from .modlanet import ModLaNet
-from .modlanet_data import n_body_data, pendulum_chain_data, pendulum_chain_snapshots
-from .neural_baselines import VectorFieldModel, canonical_data, parameter_count, seed_baseline, vector_field_data
-from .rollout import (angles_mod_2pi, random_initial_states, rollout_metrics, rollout_ode, rollout_variational, true_energy,
+from learners.metrics import level_set_error
+from learners.modlanet import ModLaNet
+from learners.modlanet.data import n_body_data, pendulum_chain_data, pendulum_chain_snapshots
+from learners.neural.baselines import VectorFieldModel, canonical_data, parameter_count, paper_baseline, vector_field_data
+from learners.neural.rollout import (angles_mod_2pi, random_initial_states, rollout_metrics, rollout_ode, rollout_variational, true_energy,
                       velocities_from_momenta)
-from .training import inverse_lagrangian, recovered_energy, recovered_lagrangian, train
+from learners.neural.training import inverse_lagrangian, recovered_energy, recovered_lagrangian, train
 
-__all__ = ["ModLaNetConfig", "run", "table", "SEED_TABLE", "FULL", "SMALL", "main"]
+__all__ = ["ModLaNetConfig", "run", "table", "PAPER_TABLE", "FULL", "SMALL", "main"]
 
-#: the seed's Table 2 (params, "MSE_q", "MSE_E"; ``None``: "failed"). Its code computes both as
-#: :func:`~learners.rollout.seed_statistic` (a norm over 601 time points divided by 601), not as mean squares
-SEED_TABLE: Dict[str, Dict[str, Tuple[str, Optional[float], Optional[float]]]] = {
+#: the paper's Table 2 (params, "MSE_q", "MSE_E"; ``None``: "failed"). Its code computes both as
+#: :func:`~learners.neural.rollout.paper_statistic` (a norm over 601 time points divided by 601), not as mean squares
+PAPER_TABLE: Dict[str, Dict[str, Tuple[str, Optional[float], Optional[float]]]] = {
     "double_pendulum": {
         "ModLaNet": ("6.2k", 1.28, 4.60e-2),
         "Light LNN": ("6.2k", None, None),
@@ -123,13 +94,13 @@ _LABELS = {"light_lnn": "Light LNN", "light_hnn": "Light HNN", "lnn": "LNN", "hn
 
 @dataclass(frozen=True)
 class ModLaNetConfig:
-    """One experiment (defaults: the seed's settings for the double pendulum, sized for 2 CPU cores).
+    """One experiment (defaults: the paper's settings for the double pendulum, sized for 2 CPU cores).
 
-    ``n_traj``/``t_max``/``rate`` ``None``: the seed's data (pendulum 100 x 10 s x 10/s; three-body
+    ``n_traj``/``t_max``/``rate`` ``None``: the paper's data (pendulum 100 x 10 s x 10/s; three-body
     200 x 5 s x 20/s). ``max_velocity``: scales the initial (angular) velocities of the pendulum
-    (the seed: 10) in the data, the snapshots and the rollout states. ``substeps``: RK4 steps per
+    (the paper: 10) in the data, the snapshots and the rollout states. ``substeps``: RK4 steps per
     output interval ``dt_out`` (``dt_out / substeps <= 0.0025`` keeps RK4's own MSE_E near 1e-6 for the
-    seed's pendulum states, see :mod:`learners.rollout`). ``variational_h``: step of the variational
+    paper's pendulum states, see :mod:`learners.neural.rollout`). ``variational_h``: step of the variational
     rollout of the acceleration-trained ModLaNet (``None``: skip it); must divide ``dt_out``."""
 
     system: str = "double_pendulum"
@@ -181,7 +152,7 @@ class ModLaNetConfig:
         return ", ".join(f"{k}={v}" for k, v in asdict(self).items())
 
 
-#: full size for the double pendulum (the seed's data, 100 states x 30 s, extension to 3 and 4 pendula)
+#: full size for the double pendulum (the paper's data, 100 states x 30 s, extension to 3 and 4 pendula)
 FULL = {
     "double_pendulum": ModLaNetConfig(),
     # ModLaNet 1,000 epochs without early stopping (300 leave MSE_E 1.3x higher). A few close encounters dominate
@@ -229,7 +200,7 @@ def _data(cfg: ModLaNetConfig, k: Optional[int] = None, n_samples: Optional[int]
 
 
 def _states(cfg: ModLaNetConfig, k: Optional[int], n: int, seed: int):
-    """The seed's random initial states; pendulum velocities scaled by ``max_velocity / 10``."""
+    """The paper's random initial states; pendulum velocities scaled by ``max_velocity / 10``."""
     name = f"{k or 2}-pendulum" if cfg.system == "double_pendulum" else f"{k or 3}-body"
     q0, v0 = random_initial_states(name, n, seed=seed)
     if cfg.system == "double_pendulum":
@@ -306,7 +277,7 @@ def _rollout_row(name: str, model, params: int, q0, v0, ts, q_ref, v_ref, cfg, c
     except (ValueError, RuntimeError, torch.linalg.LinAlgError) as err:  # a model whose rollout cannot run = failed
         qh = vh = torch.full_like(q_ref, float("nan"))
         metrics = {"failed": q0.shape[0], "states": q0.shape[0], "error": str(err)[:200],
-                   **{f"{k}{s}": float("nan") for k in ("mse_q", "mse_E", "seed_q", "seed_E") for s in ("", "_std", "_median")}}
+                   **{f"{k}{s}": float("nan") for k in ("mse_q", "mse_E", "paper_q", "paper_E") for s in ("", "_std", "_median")}}
     row = {"model": name, "params": params, **metrics, "q": qh, "v": vh,
            "energy_curve": _energy_curve(qh, vh, q_ref, v_ref, energy)}
     return row
@@ -315,9 +286,9 @@ def _rollout_row(name: str, model, params: int, q0, v0, ts, q_ref, v_ref, cfg, c
 def _train_baseline(kind: str, cfg: ModLaNetConfig, data, clock):
     light = kind.startswith("light_")
     base = kind[len("light_"):] if light else kind
-    model = seed_baseline(base, cfg.system, light=light, seed=cfg.seed)
+    model = paper_baseline(base, cfg.system, light=light, seed=cfg.seed)
     kw = _train_kwargs(cfg, cfg.baseline_epochs)
-    if base == "hnn":  # the seed: canonical data, loss on the whole vector field (qdot, pdot)
+    if base == "hnn":  # the paper: canonical data, loss on the whole vector field (qdot, pdot)
         p, pdot = canonical_data(_system(cfg), data.q, data.v)
         res = clock(f"train {kind}", train, VectorFieldModel(model), vector_field_data(data.q, p, data.v, pdot), **kw)
     else:
@@ -459,7 +430,7 @@ def _extension(cfg: ModLaNetConfig, model: ModLaNet, n_train: int, clock, log) -
             m["energy_curve"] = _energy_curve(qs, vs, q_ref, v_ref, energy)
             m["q"] = qs
             row[stage] = m
-            log(f"  {k} elements, {stage}: MSE_q {m['mse_q']:.3e}, MSE_E {m['mse_E']:.3e} (seed statistic {m['seed_E']:.3e}), "
+            log(f"  {k} elements, {stage}: MSE_q {m['mse_q']:.3e}, MSE_E {m['mse_E']:.3e} (paper statistic {m['paper_E']:.3e}), "
                 f"max |E(t) - E(0)| {m['max_energy_deviation']:.3e} (mean |E| {m['true_energy_scale']:.3e}), failed {m['failed']}")
         rows.append(row)
     return rows
@@ -512,8 +483,8 @@ def run(config: ModLaNetConfig = FULL["double_pendulum"], log: Callable[[str], N
         rows.append(r)
         models[kind] = bm
     for r in rows:
-        log(f"  {r['model']:<26} MSE_q {r['mse_q']:.3e}  MSE_E {r['mse_E']:.3e}  seed statistic q {r['seed_q']:.3e} "
-            f"E {r['seed_E']:.3e}  failed {r['failed']}/{r['states']}")
+        log(f"  {r['model']:<26} MSE_q {r['mse_q']:.3e}  MSE_E {r['mse_E']:.3e}  paper statistic q {r['paper_q']:.3e} "
+            f"E {r['paper_E']:.3e}  failed {r['failed']}/{r['states']}")
 
     out: Dict[str, Any] = {"config": cfg, "rows": rows, "reference": {"times": ts, "q": q_ref, "v": v_ref},
                            "train": res, "models": models}
@@ -532,7 +503,7 @@ def run(config: ModLaNetConfig = FULL["double_pendulum"], log: Callable[[str], N
 
 # ---------------------------------------------------------------------------------------------- table
 def _cells(r: Dict[str, Any]) -> str:
-    return "".join(f"{_fmt(r.get(k, float('nan'))):>11}" for k in ("mse_q", "mse_E", "seed_q", "seed_E"))
+    return "".join(f"{_fmt(r.get(k, float('nan'))):>11}" for k in ("mse_q", "mse_E", "paper_q", "paper_E"))
 
 
 def _fmt(x: Optional[float]) -> str:
@@ -544,26 +515,26 @@ def _fmt(x: Optional[float]) -> str:
 
 
 def table(results: Dict[str, Any]) -> str:
-    """The rows of :func:`run` next to the seed's Table 2, then the position-only variant and the extension.
+    """The rows of :func:`run` next to the paper's Table 2, then the position-only variant and the extension.
 
     Columns: ``MSE_q``, ``MSE_E`` -- mean squared errors; ``stat q``, ``stat E`` -- the same rollouts in
-    the statistic the seed's code prints as "MSE" (:func:`~learners.rollout.seed_statistic`), the one to
-    hold against the seed's columns (``seed params``, ``seed q``, ``seed E``, its Table 2)."""
+    the statistic the paper's code prints as "MSE" (:func:`~learners.neural.rollout.paper_statistic`), the one to
+    hold against the paper's columns (``paper params``, ``paper q``, ``paper E``, its Table 2)."""
     cfg: ModLaNetConfig = results["config"]
-    seed = SEED_TABLE[cfg.system]
+    paper = PAPER_TABLE[cfg.system]
     head = (f"{'model':<27}{'params':>8}{'MSE_q':>11}{'MSE_E':>11}{'stat q':>11}{'stat E':>11}{'failed':>8} |"
-            f"{'seed params':>12}{'seed q':>12}{'seed E':>12}")
+            f"{'paper params':>12}{'paper q':>12}{'paper E':>12}")
     lines = [f"{cfg.system}: {cfg.n_states} states x {cfg.t_rollout:g} s (MSE_q on "
              f"{'angles mod 2 pi' if cfg.system == 'double_pendulum' else 'positions'}, MSE_E with the true energy; "
-             f"stat: ||error||_F / T over {int(round(cfg.t_rollout / cfg.dt_out)) + 1} time points as the seed's code, "
+             f"stat: ||error||_F / T over {int(round(cfg.t_rollout / cfg.dt_out)) + 1} time points as the paper's code, "
              f"{'unwrapped angles' if cfg.system == 'double_pendulum' else 'positions'})", head, "-" * len(head)]
     for r in results["rows"]:
         key = r["model"].split(" (")[0]
-        sp, sq, se = seed.get(key, ("", None, None)) if key in seed else ("-", float("nan"), float("nan"))
+        sp, sq, se = paper.get(key, ("", None, None)) if key in paper else ("-", float("nan"), float("nan"))
         failed = f"{r['failed']}/{r['states']}"
-        seed_cells = (f"{sp:>12}{_fmt(sq):>12}{_fmt(se):>12}" if key in seed else f"{'-':>12}{'-':>12}{'-':>12}")
-        lines.append(f"{r['model']:<27}{r['params']:>8}{_cells(r)}{failed:>8} |{seed_cells}")
-    for key, (sp, sq, se) in seed.items():  # seed rows not run here
+        paper_cells = (f"{sp:>12}{_fmt(sq):>12}{_fmt(se):>12}" if key in paper else f"{'-':>12}{'-':>12}{'-':>12}")
+        lines.append(f"{r['model']:<27}{r['params']:>8}{_cells(r)}{failed:>8} |{paper_cells}")
+    for key, (sp, sq, se) in paper.items():  # paper rows not run here
         if not any(r["model"].split(" (")[0] == key for r in results["rows"]):
             lines.append(f"{key + ' (not run)':<27}{'':>8}{'':>44}{'':>8} |{sp:>12}{_fmt(sq):>12}{_fmt(se):>12}")
     po = results.get("position_only")
@@ -585,10 +556,10 @@ def table(results: Dict[str, Any]) -> str:
     for e in results.get("extension", []):
         d, f = e["direct"], e.get("finetuned")
         s = (f"extension to {e['elements']} elements ({cfg.extension_states} states x {cfg.extension_t:g} s): direct MSE_q "
-             f"{_fmt(d['mse_q'])}, MSE_E {_fmt(d['mse_E'])} (stat {_fmt(d['seed_E'])}), max|dE| {_fmt(d['max_energy_deviation'])}")
+             f"{_fmt(d['mse_q'])}, MSE_E {_fmt(d['mse_E'])} (stat {_fmt(d['paper_E'])}), max|dE| {_fmt(d['max_energy_deviation'])}")
         if f:
             s += (f"; fine-tuned ({e['finetune']['samples']} samples, {e['finetune']['epochs']} epochs) MSE_q {_fmt(f['mse_q'])}, "
-                  f"MSE_E {_fmt(f['mse_E'])} (stat {_fmt(f['seed_E'])}), max|dE| {_fmt(f['max_energy_deviation'])}")
+                  f"MSE_E {_fmt(f['mse_E'])} (stat {_fmt(f['paper_E'])}), max|dE| {_fmt(f['max_energy_deviation'])}")
         lines.append(s)
     t = results.get("timings", {})
     if t:
@@ -598,7 +569,7 @@ def table(results: Dict[str, Any]) -> str:
 
 # ---------------------------------------------------------------------------------------------- CLI
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
-    p = argparse.ArgumentParser(prog="python -m learners.modlanet_experiments", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m pipelines.modlanet_experiments", description=__doc__.split("\n")[0])
     p.add_argument("--system", choices=("double_pendulum", "three_body"), default="double_pendulum")
     p.add_argument("--small", action="store_true", help="reduced size (tests, about a minute)")
     p.add_argument("--epochs", type=int, default=None, help="ModLaNet and baseline epochs (default: the config's)")

@@ -2,7 +2,7 @@ r"""Shared machinery of the GP Lagrangian models: kernel set-up, hyperparameter 
 
 A model observes *data functionals* of the unknown Lagrangian (DEL residuals for LSI, continuous
 Euler--Lagrange residuals for LGP), all with target zero, plus a normalisation with a non-zero
-target (:mod:`learners.normalisation`), and conditions a :class:`~learners.gp.FunctionalGP` on them.
+target (:mod:`learners.shadow.normalisation`), and conditions a :class:`~learners.shadow.gp.FunctionalGP` on them.
 
 Hyperparameters (lengthscale(s) of the RBF kernel, the nugget :math:`\rho = \sigma_n^2/\sigma_f^2`
 and the outputscale :math:`\sigma_f^2`) are fixed or learned on a training subset of at most
@@ -37,7 +37,7 @@ Calibration (either objective): every fifth training trajectory is held back whi
 end the posterior variances are scaled (``FunctionalGP.variance_scale``, the mean is unchanged) so that
 95.4% of the held-back DEL/EL residuals lie within two posterior standard deviations.
 
-``lengthscale=`` (or the seed's ``epsilon=``, :math:`\ell = \varepsilon/\sqrt2`) fixes the
+``lengthscale=`` (or the paper's ``epsilon=``, :math:`\ell = \varepsilon/\sqrt2`) fixes the
 lengthscale and skips learning; ``noise=`` then sets :math:`\rho` (default ``1e-12``).
 """
 
@@ -53,7 +53,9 @@ from tqdm.auto import tqdm
 
 import bea
 
-from ._checks import check_states, check_step
+from .. import saving
+from ..saving import recorded
+from .._checks import check_states, check_step
 from .functionals import Functionals
 from .gp import FunctionalGP
 from .kernels import FunctionalKernel, RBFKernel
@@ -71,7 +73,7 @@ GRID_NOISES = (1e-12,)
 
 
 def solve_with_retry(make_integrator, newton: Dict, q0, qdot0, steps: int, legendre=None):
-    """``make_integrator(**options).solve(...)``; with the default Newton options, a failure at the
+    """``make_integrator(**options).solve(...).q``; with the default Newton options, a failure at the
     rounding level of the posterior mean (a model whose dynamics are tiny against the size of its
     coefficients, e.g. with the vertex normalisation) is retried with looser step tolerances, with a
     warning. Explicit options are used as given."""
@@ -80,11 +82,11 @@ def solve_with_retry(make_integrator, newton: Dict, q0, qdot0, steps: int, legen
     from integrators import ConvergenceError
 
     if newton:
-        return make_integrator(**newton).solve(q0, qdot0, steps, legendre=legendre)
+        return make_integrator(**newton).solve(q0, qdot0, steps, legendre=legendre).q
     for xtol in (None, 1e-8, 1e-6):
         opts = {} if xtol is None else {"xtol": xtol}
         try:
-            out = make_integrator(**opts).solve(q0, qdot0, steps, legendre=legendre)
+            out = make_integrator(**opts).solve(q0, qdot0, steps, legendre=legendre).q
         except ConvergenceError as err:
             last = err
             continue
@@ -103,6 +105,7 @@ def _exp_positive() -> Positive:
 class FunctionalLagrangianModel(gpytorch.Module):
     r"""Base class of :class:`~learners.InverseModifiedLagrangianGP` and :class:`~learners.LagrangianGP`."""
 
+    @recorded
     def __init__(self, h: float, scheme: Union[str, "bea.Scheme"] = "midpoint", *, kernel: Optional[FunctionalKernel] = None,
                  normalisation: Union[str, Normalisation, None] = "mass", objective: str = "mll",
                  lengthscale: Union[float, Sequence[float], torch.Tensor, None] = None, epsilon: Optional[float] = None,
@@ -143,6 +146,35 @@ class FunctionalLagrangianModel(gpytorch.Module):
         #: model's Lagrangian is unit**2 * L'(x'); None/1.0: the data's own units
         self._center: Optional[torch.Tensor] = None
         self._unit: float = 1.0
+        self._init_state()
+
+    def _init_state(self) -> None:
+        """Attributes of a subclass's fitted state (none here)."""
+
+    # ------------------------------------------------------------------ saving
+    def save(self, path) -> "Path":
+        """Write the fitted model (constructor arguments, hyperparameters, posterior) to ``path`` atomically
+        (:mod:`learners.saving`); :meth:`load` gives it back without refitting."""
+        from . import persist
+
+        return saving.write(self, path, self._init_args, persist.fitted_state(self))
+
+    @classmethod
+    def load(cls, path, map_location=None):
+        """The model saved in ``path`` by :meth:`save`; :class:`~learners.saving.ModelFileError` if the file holds
+        another class or format version."""
+        from . import persist
+
+        config, state = saving.read(path, cls, map_location)
+        model = cls(**config)
+        persist.restore(model, state)
+        return model
+
+    def _fitted_extra(self) -> dict:
+        return {}
+
+    def _restore_extra(self, extra: dict) -> None:
+        pass
 
     # ------------------------------------------------------------------ set-up
     def _make_gp(self, D: int) -> FunctionalGP:
@@ -355,7 +387,7 @@ class FunctionalLagrangianModel(gpytorch.Module):
 
     @property
     def conditioning(self):
-        """:class:`~learners.gp.ConditioningInfo` of the final solve (size, jitter, condition estimate)."""
+        """:class:`~learners.shadow.gp.ConditioningInfo` of the final solve (size, jitter, condition estimate)."""
         self._require_fit()
         return self.gp.info
 
@@ -370,7 +402,7 @@ class FunctionalLagrangianModel(gpytorch.Module):
     __call__ = lagrangian
 
     def c_lagrangian(self):
-        """The posterior mean as C (gradient and Hessian in closed form, :mod:`learners.compiled_mean`),
+        """The posterior mean as C (gradient and Hessian in closed form, :mod:`learners.shadow.compiled_mean`),
         so that integrators given the model itself step it on their compiled path
         (:mod:`integrators.compiled`). The C form is that of the GP's own coordinates, so it is offered
         only when they are the data's (no standardisation); raises ``integrators.compiled.NotLowerable``

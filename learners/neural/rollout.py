@@ -1,22 +1,22 @@
-r"""Rollouts and the seed's prediction metrics (ModLaNet seed, §5.2 and Table 2; THEORY.md §7).
+r"""Rollouts and the paper's prediction metrics (ModLaNet paper, §5.2 and Table 2; THEORY.md §7).
 
-Protocol of the seed: from 100 random initial states (:func:`random_initial_states`, the seed's
+Protocol of the paper: from 100 random initial states (:func:`random_initial_states`, the paper's
 sampling), integrate the learned model and the true system over 30 s (601 time points), compare the
 positions and the *true* energy along both, and report mean and standard deviation over the initial
 states (:func:`rollout_metrics`). Two statistics per state:
 
 * :func:`mse_q`, :func:`mse_energy` -- mean squared errors over time (what "MSE" says);
-* :func:`seed_statistic` -- what the seed's code actually prints as "MSE" in its Table 2:
+* :func:`paper_statistic` -- what the paper's code actually prints as "MSE" in its Table 2:
   :math:`\lVert\hat x - x\rVert_F / T` over the 601 time points (a root, not a mean square). Only this
-  one is comparable with the seed's numbers.
+  one is comparable with the paper's numbers.
 
 * :func:`rollout_ode` -- models with ``.acceleration(q, v)`` (ModLaNet, LNN, MLP baseline) or
   ``.time_derivative(q, v)`` (HNN, vector-field baseline), or a plain callable ``A(q, v)``.
   ``method="rk4"`` (default): classical fixed-step Runge--Kutta 4 in torch, all initial states as one
-  batch, ``substeps`` steps per output interval. The seed uses SciPy's ``solve_ivp`` (RK45,
+  batch, ``substeps`` steps per output interval. The paper uses SciPy's ``solve_ivp`` (RK45,
   ``rtol=1e-12``) one trajectory at a time; with 100 states and an autograd acceleration that is
   slow on 2 cores, and an adaptive solver stalls when a poorly trained model produces stiff or
-  exploding fields (the seed's "failed" rows). A fixed step costs a known number of model calls,
+  exploding fields (the paper's "failed" rows). A fixed step costs a known number of model calls,
   keeps the batch together and marks divergent trajectories as failed instead of stalling; its
   error is :math:`O(\Delta t^4)` (tests check the observed order against
   :func:`integrators.reference_flow`). ``method="RK45" | "DOP853" | ...`` runs ``solve_ivp`` on the
@@ -24,11 +24,11 @@ states (:func:`rollout_metrics`). Two statistics per state:
 * :func:`rollout_variational` -- Lagrangian models (ModLaNet, LNN, a ``bea`` series) through
   :class:`integrators.VariationalIntegrator`: :math:`p_0 = \partial L/\partial v(q_0, \dot q_0)`
   (or of ``legendre``), velocities from the discrete momenta.
-* :func:`mse_q`, :func:`mse_energy`, :func:`seed_statistic`, :func:`rollout_metrics` -- the metrics.
+* :func:`mse_q`, :func:`mse_energy`, :func:`paper_statistic`, :func:`rollout_metrics` -- the metrics.
 * :func:`true_energy` -- the exact energy of an :mod:`integrators.systems` system (or of any torch
   Lagrangian through :func:`bea.energy`).
 
-Example (the seed's protocol; an HNN rolls out in canonical coordinates)::
+Example (the paper's protocol; an HNN rolls out in canonical coordinates)::
 
     system = integrators.systems.n_pendulum(2, g=9.8)
     q0, v0 = random_initial_states(system, 100, seed=0)
@@ -40,7 +40,7 @@ Example (the seed's protocol; an HNN rolls out in canonical coordinates)::
     qh, ph = rollout_ode(hnn, q0, p0, ts, substeps=20)
     rollout_metrics(qh, velocities_from_momenta(system, qh, ph), qr, vr, true_energy(system))
 
-Step size: with the seed's double-pendulum states (energies up to ~150) RK4 on the *true*
+Step size: with the paper's double-pendulum states (energies up to ~150) RK4 on the *true*
 acceleration over 30 s gives MSE_E 0.47 at dt = 0.01 and 6e-7 at dt = 0.0025 (20 states), so
 dt <= 0.0025 keeps the integrator's share far below the trained models' errors (ModLaNet MSE_E 2.4e-2).
 """
@@ -57,13 +57,16 @@ from scipy.integrate import solve_ivp
 
 import bea
 from integrators import VariationalIntegrator
+from integrators._checks import check_states
+
+from .._checks import as_tensor
 
 __all__ = [
     "rollout_ode",
     "rollout_variational",
     "mse_q",
     "mse_energy",
-    "seed_statistic",
+    "paper_statistic",
     "rollout_metrics",
     "random_initial_states",
     "true_energy",
@@ -80,24 +83,11 @@ BLOWUP = 1e8
 
 # ---------------------------------------------------------------------------------------------- checks
 def _tensor(x, name: str) -> torch.Tensor:
-    if isinstance(x, torch.Tensor):
-        t = x.detach()
-    else:
-        arr = np.asarray(x)
-        if arr.dtype == object or arr.dtype.kind not in "biuf":
-            raise TypeError(f"{name} must be a tensor or array of real numbers, got {type(x).__name__}")
-        t = torch.as_tensor(arr)
-    return t.to(torch.float64)
+    return as_tensor(x, name)
 
 
 def _initial(q0, v0) -> Tuple[torch.Tensor, torch.Tensor]:
-    q0, v0 = _tensor(q0, "q0"), _tensor(v0, "v0")
-    if q0.dim() < 1 or q0.shape != v0.shape:
-        raise ValueError(f"q0 and v0 must have the same shape (batch..., n), got {tuple(q0.shape)} and {tuple(v0.shape)}")
-    for t, name in ((q0, "q0"), (v0, "v0")):
-        if not bool(torch.isfinite(t).all()):
-            raise ValueError(f"{name} contains non-finite values (NaN or inf)")
-    return q0, v0
+    return check_states(q0, v0, names=("q0", "v0"))
 
 
 def _times(times) -> torch.Tensor:
@@ -149,13 +139,13 @@ def rollout_ode(model, q0, v0, times, *, method: str = "rk4", substeps: int = 1,
     ``times[0]`` is the time of the initial state. ``method="rk4"``: classical Runge--Kutta of order
     4 with ``substeps`` equal steps per interval of ``times`` (any increasing grid), batched, without
     parameter gradients; a trajectory whose state turns non-finite or exceeds :data:`BLOWUP` (or,
-    for a model with a ``singular`` attribute such as :class:`~learners.neural_baselines.LNN`, meets a
+    for a model with a ``singular`` attribute such as :class:`~learners.neural.baselines.LNN`, meets a
     singular Hessian) is frozen at NaN from then on (count them with ``torch.isnan(q[-1]).any(-1)``). Other methods go
-    to SciPy's ``solve_ivp`` (e.g. ``"RK45"`` as the seed, ``"DOP853"``) on the whole batch as one
+    to SciPy's ``solve_ivp`` (e.g. ``"RK45"`` as the paper, ``"DOP853"``) on the whole batch as one
     system, tolerances ``rtol``, ``atol``; a failure raises ``ValueError``. ``progress`` shows a
     ``tqdm`` bar (RK4).
 
-    For an :class:`~learners.neural_baselines.HNN` (or a vector-field baseline) pass canonical
+    For an :class:`~learners.neural.baselines.HNN` (or a vector-field baseline) pass canonical
     ``(q0, p0)`` and read the second output as momenta.
     """
     q0, v0 = _initial(q0, v0)
@@ -251,7 +241,7 @@ def rollout_variational(lagrangian, q0, v0, h: float, steps: int, *, scheme="mid
                         velocities: bool = True, progress: Optional[bool] = None, max_step: Optional[float] = None
                         ) -> Tuple[torch.Tensor, Optional[torch.Tensor], torch.Tensor]:
     r"""The variational integrator of ``scheme`` with step ``h`` for a Lagrangian model (any torch
-    ``L(q, v)``: :class:`~learners.neural_baselines.LNN`, ModLaNet, a ``bea`` series, a system).
+    ``L(q, v)``: :class:`~learners.neural.baselines.LNN`, ModLaNet, a ``bea`` series, a system).
 
     Initial momentum :math:`p_0 = \partial L/\partial v(q_0, v_0)`, or of ``legendre`` (e.g.
     :math:`\mathrm{mod}_N(L_{inv})` for a model of the inverse modified Lagrangian). Returns
@@ -270,7 +260,8 @@ def rollout_variational(lagrangian, q0, v0, h: float, steps: int, *, scheme="mid
         for m in modules:
             m.requires_grad_(False)
         vi = VariationalIntegrator(lagrangian, h, scheme, progress=progress, max_step=max_step)
-        qs, valid = vi.solve(q0, v0, steps, legendre=legendre, on_failure="mask")
+        sol = vi.solve(q0, v0, steps, legendre=legendre, on_failure="mask")
+        qs, valid = sol.q, sol.valid
         vs = None
         if velocities:
             vs = torch.full_like(qs, float("nan"))
@@ -304,22 +295,22 @@ def mse_q(pred, ref, *, positions: Optional[Callable[[torch.Tensor], torch.Tenso
 
     .. math:: \mathrm{MSE}_q^{(b)} = \frac1T\sum_{t}\frac1n\sum_{i}\big(\hat q_i^{(b)}(t) - q_i^{(b)}(t)\big)^2,
 
-    for each initial state ``b`` (a true mean square; the seed's Table 2 reports :func:`seed_statistic`
+    for each initial state ``b`` (a true mean square; the paper's Table 2 reports :func:`paper_statistic`
     instead); returns its mean over the initial states, or the vector ``(batch...)`` if ``per_state``.
     ``positions`` maps coordinates first (e.g. :func:`pendulum_positions` for Cartesian bob positions).
     A failed (NaN) prediction gives NaN for its state (see
     :func:`rollout_metrics`, which counts and excludes them).
 
-    The seed's double pendulum is chaotic at its energies: over 30 s two *reference* solutions
+    The paper's double pendulum is chaotic at its energies: over 30 s two *reference* solutions
     (DOP853 at rtol 1e-10 and 1e-13) already differ by MSE_q = 0.17 in Cartesian positions and 50 in
     unwrapped angles (20 states, 9 of them diverging; identical to 1e-13 up to 10 s). MSE_q at 30 s is
     therefore dominated by chaos; MSE_E (the true energy is conserved) is the informative number.
 
-    Which positions: the seed's code compares the coordinates as integrated (unwrapped angles) in
-    :func:`seed_statistic`, the number its Table 2 reports. For a mean square, unwrapped angles are
+    Which positions: the paper's code compares the coordinates as integrated (unwrapped angles) in
+    :func:`paper_statistic`, the number its Table 2 reports. For a mean square, unwrapped angles are
     meaningless on this chaotic system (chance level -- the reference against the reference of *another*
     initial state, 100 seed states, 30 s -- 1.5e4), so the experiments use angles mod :math:`2\pi`
-    (``positions=angles_mod_2pi``, chance level 6.96; Cartesian positions 1.55). In the seed's statistic
+    (``positions=angles_mod_2pi``, chance level 6.96; Cartesian positions 1.55). In the paper's statistic
     the chance level is 6.0 for unwrapped angles (its ModLaNet 1.28, HNN 4.91, baseline 3.42) and 0.15
     for angles mod :math:`2\pi`, below every entry of its table -- which confirms unwrapped angles there.
     """
@@ -351,7 +342,7 @@ def mse_energy(pred_q, pred_v, ref_q, ref_v, energy: Energy, *, reference: str =
 
     .. math:: \mathrm{MSE}_E^{(b)} = \frac1T\sum_t \big(E(\hat q^{(b)}(t), \hat v^{(b)}(t)) - E_{ref}^{(b)}(t)\big)^2,
 
-    with :math:`E_{ref}(t) = E(q(t), v(t))` along the reference (``reference="trajectory"``, the seed:
+    with :math:`E_{ref}(t) = E(q(t), v(t))` along the reference (``reference="trajectory"``, the paper:
     the error is taken against the ground-truth trajectory, then averaged over time) or
     :math:`E(q(0), v(0))` (``"initial"``); the two agree to the reference solver's accuracy since
     :math:`E` is conserved. Mean over initial states, or ``(batch...)`` if ``per_state``.
@@ -365,8 +356,8 @@ def mse_energy(pred_q, pred_v, ref_q, ref_v, energy: Energy, *, reference: str =
     return per if per_state else per.mean()
 
 
-def seed_statistic(pred, ref, *, per_state: bool = False) -> torch.Tensor:
-    r"""The number the seed's code prints as "MSE" in Table 2 (``analysis/analyze-*.ipynb`` of
+def paper_statistic(pred, ref, *, per_state: bool = False) -> torch.Tensor:
+    r"""The number the paper's code prints as "MSE" in Table 2 (``analysis/analyze-*.ipynb`` of
     YupuLu/ModLaNets): for each initial state ``b`` the Frobenius norm of the error over time and
     components divided by the number of time points,
 
@@ -375,8 +366,8 @@ def seed_statistic(pred, ref, *, per_state: bool = False) -> torch.Tensor:
 
     with ``pred``, ``ref`` of shape ``(T, batch..., k)`` (``k`` coordinates, or ``k = 1`` for the energy).
     It is *not* a mean squared error: it scales as :math:`T^{-1/2}` and as the root of the MSE, so it is
-    comparable with the seed's numbers only on the seed's grid (30 s at 20 per second, ``T = 601``).
-    The seed applies it to the coordinates as integrated (Cartesian positions of the bodies; *unwrapped*
+    comparable with the paper's numbers only on the paper's grid (30 s at 20 per second, ``T = 601``).
+    The paper applies it to the coordinates as integrated (Cartesian positions of the bodies; *unwrapped*
     angles of the pendulum) and to the true energy of each rollout. Returns the mean over states, or the
     vector ``(batch...)`` if ``per_state`` (NaN for a failed state)."""
     pred, ref = _pair(pred, ref, "values")
@@ -387,23 +378,23 @@ def seed_statistic(pred, ref, *, per_state: bool = False) -> torch.Tensor:
 
 def rollout_metrics(pred_q, pred_v, ref_q, ref_v, energy: Energy, *,
                     positions: Optional[Callable[[torch.Tensor], torch.Tensor]] = None) -> Dict[str, float]:
-    """The seed's Table 2 entries for one model, each as the mean over the initial states that did not
+    """The paper's Table 2 entries for one model, each as the mean over the initial states that did not
     fail, with ``_std`` (over those states) and ``_median`` (the lower middle value for an even count; on
     chaotic systems a few close encounters dominate the mean):
 
     * ``mse_q``, ``mse_E``: mean squared errors over time (:func:`mse_q` with ``positions``, :func:`mse_energy`);
-    * ``seed_q``, ``seed_E``: :func:`seed_statistic` of the coordinates as integrated and of the true
-      energy -- the number the seed's code prints as "MSE" (comparable with its table on its 601-point grid);
-    * ``failed``: the number of states whose rollout diverged (NaN) -- the seed writes "failed" when a
+    * ``paper_q``, ``paper_E``: :func:`paper_statistic` of the coordinates as integrated and of the true
+      energy -- the number the paper's code prints as "MSE" (comparable with its table on its 601-point grid);
+    * ``failed``: the number of states whose rollout diverged (NaN) -- the paper writes "failed" when a
       model's rollouts break down -- and ``states``."""
     q_per = mse_q(pred_q, ref_q, positions=positions, per_state=True).reshape(-1)
     Ep, Er = _energies(pred_q, pred_v, ref_q, ref_v, energy)
     e_per = ((Ep - Er) ** 2).mean(0).reshape(-1)
-    sq_per = seed_statistic(pred_q, ref_q, per_state=True).reshape(-1)
-    se_per = seed_statistic(Ep[..., None], Er[..., None], per_state=True).reshape(-1)
+    sq_per = paper_statistic(pred_q, ref_q, per_state=True).reshape(-1)
+    se_per = paper_statistic(Ep[..., None], Er[..., None], per_state=True).reshape(-1)
     ok = torch.isfinite(q_per) & torch.isfinite(e_per)
     out = {"failed": int((~ok).sum()), "states": int(ok.numel())}
-    for key, per in (("mse_q", q_per), ("mse_E", e_per), ("seed_q", sq_per), ("seed_E", se_per)):
+    for key, per in (("mse_q", q_per), ("mse_E", e_per), ("paper_q", sq_per), ("paper_E", se_per)):
         good = per[ok]
         out[key] = float(good.mean()) if good.numel() else float("nan")
         out[key + "_std"] = float(good.std(unbiased=False)) if good.numel() else float("nan")
@@ -413,7 +404,7 @@ def rollout_metrics(pred_q, pred_v, ref_q, ref_v, energy: Energy, *,
 
 def angles_mod_2pi(theta: torch.Tensor) -> torch.Tensor:
     r""":math:`\theta \bmod 2\pi \in [0, 2\pi)`, elementwise: the comparison of positions that matches the
-    seed's Table 2 for the double pendulum (see :func:`mse_q`)."""
+    paper's Table 2 for the double pendulum (see :func:`mse_q`)."""
     return torch.remainder(theta, 2 * math.pi)
 
 
@@ -468,22 +459,22 @@ def velocities_from_momenta(lagrangian, q, p, *, tol: float = 1e-12, maxiter: in
 
 
 def random_initial_states(system, n: int = 100, seed: int = 0) -> Tuple[torch.Tensor, torch.Tensor]:
-    r"""``n`` random initial states ``(q0, v0)`` (each ``(n, dof)``, float64) drawn as in the seed's code
+    r"""``n`` random initial states ``(q0, v0)`` (each ``(n, dof)``, float64) drawn as in the paper's code
     (``random_config`` of YupuLu/ModLaNets), deterministic in ``seed`` (NumPy ``default_rng``).
 
     ``system``: an :mod:`integrators.systems` system named ``"<k>-pendulum"`` or ``"<N>-body"``, or the
     strings ``"double_pendulum"`` / ``"three_body"``.
 
-    * pendulum chain (unit masses and lengths, as the seed): each angle :math:`\theta_i \sim U(0, 2\pi)`,
-      each angular velocity :math:`\omega_i \sim U(-10, 10)` (the seed draws a "momentum" in
+    * pendulum chain (unit masses and lengths, as the paper): each angle :math:`\theta_i \sim U(0, 2\pi)`,
+      each angular velocity :math:`\omega_i \sim U(-10, 10)` (the paper draws a "momentum" in
       :math:`[-10, 10]` and divides it by :math:`m_i l_i^2 = 1`);
     * ``N`` bodies (unit masses, G = 1): a point :math:`p_0 \sim U([-1, 1]^2)` rescaled to radius
       :math:`r \sim U(1, 5)`; body ``i`` at :math:`R(2\pi i/N)\,p_0`; velocity
       :math:`R(2\pi i/N)\big[\hat t\, s \odot (1 + \nu\, u_i)\big]`, with :math:`\hat t` the unit tangent,
       :math:`u_i \sim U([-1, 1]^2)`, :math:`\nu = 0.5` and
-      :math:`s^2 = \frac{1}{2r}\sum_{k=1}^{N-1} 1/\sin(\pi k/N)`, the seed's formula. That base speed
+      :math:`s^2 = \frac{1}{2r}\sum_{k=1}^{N-1} 1/\sin(\pi k/N)`, the paper's formula. That base speed
       is :math:`\sqrt2` times the circular-orbit speed of the regular polygon
-      (:math:`\frac{1}{4r}\sum_k 1/\sin(\pi k/N)`), so many states are unbound -- the seed notes that
+      (:math:`\frac{1}{4r}\sum_k 1/\sin(\pi k/N)`), so many states are unbound -- the paper notes that
       particles often escape.
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:

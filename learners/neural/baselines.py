@@ -1,35 +1,35 @@
-r"""The seed's neural baselines for ModLaNet (THEORY.md §7, seed Table 2): LNN, HNN and a plain MLP.
+r"""The paper's neural baselines for ModLaNet (THEORY.md §7, paper Table 2): LNN, HNN and a plain MLP.
 
 All three are float64 ``nn.Module``\ s with ``.acceleration(q, v)`` (shape ``(..., n)`` in and out,
 batched over the leading dimensions), so the shared acceleration-loss training loop
-(``learners.training.train(model, data, loss="acceleration")``) and the rollouts of
-:mod:`learners.rollout` treat them exactly like :class:`learners.ModLaNet`. Each also has
+(``learners.neural.training.train(model, data, loss="acceleration")``) and the rollouts of
+:mod:`learners.neural.rollout` treat them exactly like :class:`learners.ModLaNet`. Each also has
 ``.time_derivative(q, v) -> (qdot, vdot)``, the first-order vector field that a rollout integrates.
 
 * :class:`LNN` (Cranmer et al. 2020): one MLP :math:`L_\theta(q, v)`; the acceleration is the
-  Euler--Lagrange solve (seed eq. 4)
+  Euler--Lagrange solve (paper eq. 4)
 
   .. math:: \ddot q = \Big(\frac{\partial^2 L}{\partial v^2}\Big)^{-1}
             \Big(\frac{\partial L}{\partial q} - \frac{\partial^2 L}{\partial v\,\partial q}\,\dot q\Big),
 
   see :func:`euler_lagrange_acceleration`.
 * :class:`HNN` (Greydanus et al. 2019): one MLP :math:`H_\theta(q, p)`;
-  :math:`\dot q = \partial H/\partial p`, :math:`\dot p = -\partial H/\partial q`. The seed trains it on
+  :math:`\dot q = \partial H/\partial p`, :math:`\dot p = -\partial H/\partial q`. The paper trains it on
   *canonical* data, :math:`p = \partial L/\partial v` of the true Lagrangian, with the L2 loss on the
   whole vector field :math:`(\dot q, \dot p)` (``field_type="solenoidal"``); :func:`canonical_data` makes
   such data from ``(q, v)``. ``.acceleration(q, p)`` is :math:`\dot p`; to fit both halves, as the
   seed, train :class:`VectorFieldModel` (``hnn``) on :func:`vector_field_data` -- with the
   :math:`\dot p` half alone :math:`\partial H/\partial p` stays untrained and a rollout is meaningless.
-* :class:`MLPBaseline`: the seed's "baseline", a three-layer MLP for the evolution function, either
-  :math:`(q, v) \mapsto \ddot q` (``output="acceleration"``, seed eq. 1) or, as in the seed's code,
+* :class:`MLPBaseline`: the paper's "baseline", a three-layer MLP for the evolution function, either
+  :math:`(q, v) \mapsto \ddot q` (``output="acceleration"``, paper eq. 1) or, as in the paper's code,
   :math:`(q, p) \mapsto (\dot q, \dot p)` (``output="vector_field"``).
 
-``wrap_angles=True`` feeds :math:`q \bmod 2\pi` to the network, as the seed does for the pendulum
+``wrap_angles=True`` feeds :math:`q \bmod 2\pi` to the network, as the paper does for the pendulum
 (its data and rollouts apply ``x % (2 pi)``); rollouts keep the unwrapped angles.
 
-The MLP is the seed's: ``Linear(d_in, w) -> act -> Linear(w, w) -> act -> Linear(w, d_out, bias=False)``,
-so :func:`parameter_count` is :math:`w(d_{in} + 2) + w^2 + w\,d_{out}`. :data:`SEED_WIDTHS` holds the
-seed's widths and :func:`seed_baseline` builds them; the counts are listed in :data:`SEED_PARAMETERS`.
+The MLP is the paper's: ``Linear(d_in, w) -> act -> Linear(w, w) -> act -> Linear(w, d_out, bias=False)``,
+so :func:`parameter_count` is :math:`w(d_{in} + 2) + w^2 + w\,d_{out}`. :data:`PAPER_WIDTHS` holds the
+paper's widths and :func:`paper_baseline` builds them; the counts are listed in :data:`PAPER_PARAMETERS`.
 """
 
 from __future__ import annotations
@@ -41,6 +41,10 @@ import torch
 from torch import nn
 
 from bea.autodiff import check_regular
+from integrators._checks import check_states
+
+from .mlp import MLP, positive_int
+from ..saving import SavableModule, recorded, register
 
 __all__ = [
     "MLP",
@@ -52,57 +56,32 @@ __all__ = [
     "VectorFieldModel",
     "vector_field_data",
     "parameter_count",
-    "seed_baseline",
-    "SEED_WIDTHS",
-    "SEED_PARAMETERS",
+    "paper_baseline",
+    "PAPER_WIDTHS",
+    "PAPER_PARAMETERS",
 ]
 
-#: hidden widths of the seed's code (YupuLu/ModLaNets, experiment-*/data file names): the full and
+#: hidden widths of the paper's code (YupuLu/ModLaNets, experiment-*/data file names): the full and
 #: the "light" versions, per system
-SEED_WIDTHS = {
+PAPER_WIDTHS = {
     "double_pendulum": {"lnn": 600, "hnn": 200, "baseline": 200, "light": 75},
     "three_body": {"lnn": 600, "hnn": 200, "baseline": 200, "light": 70},
 }
 
-#: parameter counts as printed in the seed's Table 2 (for comparison with :func:`parameter_count`)
-SEED_PARAMETERS = {
+#: parameter counts as printed in the paper's Table 2 (for comparison with :func:`parameter_count`)
+PAPER_PARAMETERS = {
     "double_pendulum": {"modlanet": 6200, "light_lnn": 6200, "light_hnn": 6200, "lnn": 364200, "hnn": 43200, "baseline": 41400},
     "three_body": {"modlanet": 5600, "light_lnn": 5600, "light_hnn": 5600, "lnn": 364200, "hnn": 43200, "baseline": 43000},
 }
 
-_ACTIVATIONS = {"tanh": nn.Tanh, "softplus": nn.Softplus}
-
-
 # ---------------------------------------------------------------------------------------------- checks
 def _state(q, v, n: int, names=("q", "v")) -> Tuple[torch.Tensor, torch.Tensor]:
     """``(q, v)`` as float64 tensors of one shape ``(..., n)`` with finite entries, else ``ValueError``."""
-    out = []
-    for x, name in zip((q, v), names):
-        if not isinstance(x, torch.Tensor):
-            try:
-                x = torch.as_tensor(x, dtype=torch.float64)
-            except Exception as err:
-                raise TypeError(f"{name} must be a tensor or array of real numbers, got {type(x).__name__}") from err
-        if not x.is_floating_point():
-            x = x.to(torch.float64)
-        out.append(x if x.dtype == torch.float64 else x.to(torch.float64))
-    q, v = out
-    if q.dim() < 1 or q.shape[-1] != n or v.shape != q.shape:
-        raise ValueError(f"{names[0]} and {names[1]} must both have shape (..., {n}), got {tuple(q.shape)} and {tuple(v.shape)}")
-    for x, name in zip((q, v), names):
-        if not bool(torch.isfinite(x).all()):
-            raise ValueError(f"{name} contains non-finite values (NaN or inf)")
-    return q, v
-
-
-def _count(n, what: str) -> int:
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"{what} must be a positive integer, got {n!r}")
-    return n
+    return check_states(q, v, n, names, mismatch=f"the model has n={n}")
 
 
 def _wrap(q: torch.Tensor, wrap: bool) -> torch.Tensor:
-    # the seed feeds angles modulo 2 pi to its networks (x % (2 pi)); derivative 1 almost everywhere
+    # the paper feeds angles modulo 2 pi to its networks (x % (2 pi)); derivative 1 almost everywhere
     return torch.remainder(q, 2 * math.pi) if wrap else q
 
 
@@ -111,52 +90,16 @@ def _leaf(x: torch.Tensor) -> torch.Tensor:
     return x.view_as(x) if x.requires_grad else x.detach().requires_grad_(True)
 
 
-# ---------------------------------------------------------------------------------------------- MLP
-class MLP(nn.Module):
-    r"""The seed's three-layer MLP, float64:
-    :math:`x \mapsto W_3\,\sigma(W_2\,\sigma(W_1 x + b_1) + b_2)` (no bias in the last layer).
-
-    ``init="xavier"`` (the seed's HNN/baseline: Xavier-normal weights) or ``"lnn"`` (Cranmer et al.
-    2020, App. C, as in the seed's LNN: weight standard deviations :math:`2.2/\sqrt{d_{in}}`,
-    :math:`0.58\cdot 2/\sqrt{(d_{in}+d_{out})/2}` and :math:`\sqrt{d_{out}}` for the three layers).
-    ``seed`` makes the initial weights reproducible without touching the global generator."""
-
-    def __init__(self, d_in: int, width: int, d_out: int, activation: str = "tanh", init: str = "xavier",
-                 seed: Optional[int] = None):
-        super().__init__()
-        d_in, width, d_out = _count(d_in, "d_in"), _count(width, "width"), _count(d_out, "d_out")
-        if activation not in _ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)} (smooth, so that second derivatives exist), "
-                             f"got {activation!r}")
-        if init not in ("xavier", "lnn"):
-            raise ValueError(f"init must be 'xavier' or 'lnn', got {init!r}")
-        self.activation = activation
-        with torch.random.fork_rng(enabled=seed is not None):
-            if seed is not None:
-                torch.manual_seed(seed)
-            self.linear1 = nn.Linear(d_in, width, dtype=torch.float64)
-            self.linear2 = nn.Linear(width, width, dtype=torch.float64)
-            self.linear3 = nn.Linear(width, d_out, bias=False, dtype=torch.float64)
-            layers = (self.linear1, self.linear2, self.linear3)
-            with torch.no_grad():
-                for i, lin in enumerate(layers):
-                    out_f, in_f = lin.weight.shape
-                    if init == "xavier":
-                        nn.init.xavier_normal_(lin.weight)
-                    elif i == 0:
-                        lin.weight.normal_(0.0, 2.2 / math.sqrt(in_f))
-                    elif i == len(layers) - 1:
-                        lin.weight.normal_(0.0, math.sqrt(out_f))
-                    else:
-                        lin.weight.normal_(0.0, 0.58 * (i + 1) / math.sqrt((in_f + out_f) / 2))
-        self.act = _ACTIVATIONS[activation]()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear3(self.act(self.linear2(self.act(self.linear1(x)))))
+def _paper_mlp(d_in: int, d_out: int, width: int, activation: str, init: str, seed: Optional[int]) -> MLP:
+    r"""The paper's three-layer MLP, :math:`x \mapsto W_3\,\sigma(W_2\,\sigma(W_1 x + b_1) + b_2)` (no bias in the
+    last layer), ``init="xavier"`` (HNN, baseline) or ``"lnn"``; ``seed`` makes the weights reproducible."""
+    if init not in ("xavier", "lnn"):
+        raise ValueError(f"init must be 'xavier' or 'lnn', got {init!r}")
+    return MLP(d_in, d_out, width, 2, activation, init, bias_out=False, seed=seed)
 
 
 def parameter_count(model: nn.Module) -> int:
-    """Number of trainable scalars of ``model`` (the seed's ``count_parameters``)."""
+    """Number of trainable scalars of ``model`` (the paper's ``count_parameters``)."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"parameter_count needs an nn.Module, got {type(model).__name__}")
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -172,7 +115,7 @@ def euler_lagrange_acceleration(lagrangian: Callable[[torch.Tensor, torch.Tensor
               M_{ij} = \frac{\partial^2 L}{\partial v_i \partial v_j},\quad
               (L_{vq})_{ij} = \frac{\partial^2 L}{\partial v_i \partial q_j},
 
-    from :math:`\tfrac{d}{dt}\partial_v L = \partial_q L` expanded by the chain rule (seed eq. 3--4).
+    from :math:`\tfrac{d}{dt}\partial_v L = \partial_q L` expanded by the chain rule (paper eq. 3--4).
     All derivatives come from autograd: one gradient, then one row of the Hessian per coordinate
     (``n`` further backward passes over the whole batch, valid because ``L`` is pointwise over it).
 
@@ -181,7 +124,7 @@ def euler_lagrange_acceleration(lagrangian: Callable[[torch.Tensor, torch.Tensor
     ``regularisation`` :math:`\epsilon \ge 0` is added to the diagonal of ``M`` (0: none). Where ``M``
     is singular (smallest singular value below ``1e-12`` of the largest, or not finite),
     ``singular="raise"`` raises ``ValueError``; ``singular="nan"`` returns NaN at those points (a
-    rollout then marks the trajectory as failed, as the seed reports for LNN).
+    rollout then marks the trajectory as failed, as the paper reports for LNN).
     """
     if singular not in ("raise", "nan"):
         raise ValueError(f"singular must be 'raise' or 'nan', got {singular!r}")
@@ -233,7 +176,8 @@ def _create_graph(create_graph: Optional[bool]) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------- LNN
-class LNN(nn.Module):
+@register
+class LNN(nn.Module, SavableModule):
     r"""Lagrangian neural network: one MLP :math:`L_\theta(q, v)` on :math:`\mathbb R^{2n}`
     (seed: width 600, softplus, the LNN initialisation; 364.2k parameters for the double pendulum).
 
@@ -243,12 +187,13 @@ class LNN(nn.Module):
     default raises ``ValueError`` on a singular Hessian :math:`\partial^2 L/\partial v^2`.
     """
 
+    @recorded
     def __init__(self, n: int, width: int = 600, activation: str = "softplus", init: str = "lnn", *,
                  regularisation: float = 0.0, singular: str = "raise", wrap_angles: bool = False, seed: Optional[int] = None):
         super().__init__()
-        self.n = _count(n, "n")
+        self.n = positive_int(n, "n")
         self.wrap_angles = bool(wrap_angles)
-        self.net = MLP(2 * self.n, width, 1, activation, init, seed)
+        self.net = _paper_mlp(2 * self.n, 1, width, activation, init, seed)
         self.regularisation = float(regularisation)
         self.singular = singular
 
@@ -269,35 +214,37 @@ class LNN(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------- HNN
-class HNN(nn.Module):
+@register
+class HNN(nn.Module, SavableModule):
     r"""Hamiltonian neural network: an MLP on :math:`(q, p) \in \mathbb R^{2n}` with ``n_outputs``
     outputs, the last of which is :math:`H_\theta(q, p)`; the vector field is the symplectic gradient
 
     .. math:: \dot q = \partial H/\partial p, \qquad \dot p = -\partial H/\partial q.
 
-    The seed's code (after Greydanus et al.) has two outputs and, with ``field_type="solenoidal"``,
+    The paper's code (after Greydanus et al.) has two outputs and, with ``field_type="solenoidal"``,
     uses only the second as the Hamiltonian; ``n_outputs=2`` keeps its parameter count (the unused
     first output gets zero gradients). Width 200, tanh, Xavier initialisation.
 
-    Coordinates: the seed trains the HNN on canonical data (true momenta :math:`p = \partial L/\partial v`,
+    Coordinates: the paper trains the HNN on canonical data (true momenta :math:`p = \partial L/\partial v`,
     :func:`canonical_data`), with the loss on both halves of :meth:`time_derivative`. Data without
     momenta can be fed with :math:`p := v` (``momenta="velocity"``, a convention only: then
     ``acceleration`` is :math:`-\partial H/\partial q` at :math:`p = v`, exact when the mass matrix is
     the identity). Either way ``acceleration(q, p)`` returns :math:`\dot p`, so the shared
-    acceleration loss trains it on the :math:`\dot p` half only; the seed's loss on both halves is
+    acceleration loss trains it on the :math:`\dot p` half only; the paper's loss on both halves is
     ``train(VectorFieldModel(hnn), vector_field_data(q, p, qdot, pdot))``.
     """
 
+    @recorded
     def __init__(self, n: int, width: int = 200, activation: str = "tanh", init: str = "xavier", *,
                  n_outputs: int = 2, momenta: str = "canonical", wrap_angles: bool = False, seed: Optional[int] = None):
         super().__init__()
         if momenta not in ("canonical", "velocity"):
             raise ValueError(f"momenta must be 'canonical' (p = dL/dv of the true Lagrangian) or 'velocity' (p := v), "
                              f"got {momenta!r}")
-        self.n = _count(n, "n")
+        self.n = positive_int(n, "n")
         self.momenta = momenta
         self.wrap_angles = bool(wrap_angles)
-        self.net = MLP(2 * self.n, width, _count(n_outputs, "n_outputs"), activation, init, seed)
+        self.net = _paper_mlp(2 * self.n, positive_int(n_outputs, "n_outputs"), width, activation, init, seed)
 
     def forward(self, q: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
         """The Hamiltonian :math:`H(q, p)`, shape ``(...)``."""
@@ -323,24 +270,26 @@ class HNN(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------- baseline
-class MLPBaseline(nn.Module):
-    r"""The seed's "baseline": a three-layer MLP for the evolution function (width 200, tanh, Xavier).
+@register
+class MLPBaseline(nn.Module, SavableModule):
+    r"""The paper's "baseline": a three-layer MLP for the evolution function (width 200, tanh, Xavier).
 
-    ``output="acceleration"``: :math:`(q, v) \mapsto \ddot q` (seed eq. 1), ``time_derivative`` is
-    :math:`(v, \ddot q)`. ``output="vector_field"`` (the seed's code: the HNN network with
+    ``output="acceleration"``: :math:`(q, v) \mapsto \ddot q` (paper eq. 1), ``time_derivative`` is
+    :math:`(v, \ddot q)`. ``output="vector_field"`` (the paper's code: the HNN network with
     ``baseline=True`` on canonical data): :math:`(q, p) \mapsto (\dot q, \dot p)`, ``acceleration``
     returns the second half.
     """
 
+    @recorded
     def __init__(self, n: int, width: int = 200, activation: str = "tanh", init: str = "xavier", *,
                  output: str = "acceleration", wrap_angles: bool = False, seed: Optional[int] = None):
         super().__init__()
         if output not in ("acceleration", "vector_field"):
             raise ValueError(f"output must be 'acceleration' or 'vector_field', got {output!r}")
-        self.n = _count(n, "n")
+        self.n = positive_int(n, "n")
         self.output = output
         self.wrap_angles = bool(wrap_angles)
-        self.net = MLP(2 * self.n, width, self.n if output == "acceleration" else 2 * self.n, activation, init, seed)
+        self.net = _paper_mlp(2 * self.n, self.n if output == "acceleration" else 2 * self.n, width, activation, init, seed)
 
     def forward(self, q, v) -> torch.Tensor:
         q, v = _state(q, v, self.n)
@@ -358,11 +307,12 @@ class MLPBaseline(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------- vector-field loss
-class VectorFieldModel(nn.Module):
+@register
+class VectorFieldModel(nn.Module, SavableModule):
     r"""Adapter that lets the shared acceleration-loss loop fit a *first-order* model on its whole
-    vector field, as the seed trains HNN and its baseline: the loss
+    vector field, as the paper trains HNN and its baseline: the loss
     :math:`\operatorname{mean}|(\hat{\dot q}, \hat{\dot p}) - (\dot q, \dot p)|^2` over the ``2n``
-    components (the seed's ``L2_loss`` on ``time_derivative``).
+    components (the paper's ``L2_loss`` on ``time_derivative``).
 
     The adapter has ``n = 2 * model.n``; ``acceleration(z, z)`` with ``z = (q, p)`` (``(..., 2n)``; the
     second argument is ignored) returns ``torch.cat(model.time_derivative(q, p), -1)``. Build its data
@@ -372,6 +322,7 @@ class VectorFieldModel(nn.Module):
         train(VectorFieldModel(hnn), vector_field_data(q, p, v, pdot), loss="acceleration", ...)
     """
 
+    @recorded
     def __init__(self, model: nn.Module):
         super().__init__()
         if not callable(getattr(model, "time_derivative", None)) or not isinstance(getattr(model, "n", None), int):
@@ -401,7 +352,7 @@ def vector_field_data(q, p, qdot, pdot) -> Tuple[torch.Tensor, torch.Tensor, tor
 # ---------------------------------------------------------------------------------------------- helpers
 def canonical_data(lagrangian: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], q, v) -> Tuple[torch.Tensor, torch.Tensor]:
     r"""Canonical training data for :class:`HNN` / ``MLPBaseline(output="vector_field")`` from states
-    ``(q, v)`` of the *true* Lagrangian (the seed's "hnn" datasets):
+    ``(q, v)`` of the *true* Lagrangian (the paper's "hnn" datasets):
     :math:`p = \partial L/\partial v` and, on solutions, :math:`\dot p = \tfrac{d}{dt}\partial L/\partial v
     = \partial L/\partial q` (Euler--Lagrange); :math:`\dot q = v`. Returns ``(p, pdot)``, detached."""
     if not callable(lagrangian):
@@ -417,14 +368,14 @@ def canonical_data(lagrangian: Callable[[torch.Tensor, torch.Tensor], torch.Tens
     return gv.detach(), (torch.zeros_like(q) if gq is None else gq.detach())
 
 
-def seed_baseline(kind: str, system: str = "double_pendulum", *, light: bool = False, seed: Optional[int] = None) -> nn.Module:
-    r"""A baseline with the seed's settings: ``kind`` in ``"lnn"``, ``"hnn"``, ``"baseline"``; ``system``
-    in ``"double_pendulum"`` (n = 2) or ``"three_body"`` (n = 6); ``light=True`` for the seed's light
-    versions (width 75 / 70). Angles are wrapped to :math:`[0, 2\pi)` for the pendulum, as the seed."""
-    if system not in SEED_WIDTHS:
-        raise ValueError(f"system must be one of {sorted(SEED_WIDTHS)}, got {system!r}")
+def paper_baseline(kind: str, system: str = "double_pendulum", *, light: bool = False, seed: Optional[int] = None) -> nn.Module:
+    r"""A baseline with the paper's settings: ``kind`` in ``"lnn"``, ``"hnn"``, ``"baseline"``; ``system``
+    in ``"double_pendulum"`` (n = 2) or ``"three_body"`` (n = 6); ``light=True`` for the paper's light
+    versions (width 75 / 70). Angles are wrapped to :math:`[0, 2\pi)` for the pendulum, as the paper."""
+    if system not in PAPER_WIDTHS:
+        raise ValueError(f"system must be one of {sorted(PAPER_WIDTHS)}, got {system!r}")
     n = 2 if system == "double_pendulum" else 6
-    width = SEED_WIDTHS[system]["light" if light else kind] if kind in ("lnn", "hnn", "baseline") else None
+    width = PAPER_WIDTHS[system]["light" if light else kind] if kind in ("lnn", "hnn", "baseline") else None
     wrap = system == "double_pendulum"
     if kind == "lnn":
         return LNN(n, width, wrap_angles=wrap, seed=seed)

@@ -63,7 +63,7 @@ class FunctionalGP(gpytorch.Module):
 
     Parameters
     ----------
-    kernel : a :class:`~learners.kernels.FunctionalKernel` (default: RBF with one lengthscale).
+    kernel : a :class:`~learners.shadow.kernels.FunctionalKernel` (default: RBF with one lengthscale).
     noise : initial noise variance :math:`\sigma_n^2` (a ``gpytorch`` Gaussian likelihood holds it,
         with lower bound ``min_noise``).
     """

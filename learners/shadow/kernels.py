@@ -6,7 +6,7 @@ operations that autograd can differentiate to any order (GPyTorch's own ``RBFKer
 its distance uses a norm, whose derivative is undefined at coincident points).
 
 :class:`FunctionalKernel` builds the covariance of two families of functionals
-(:class:`~learners.functionals.Functionals`), atom by atom:
+(:class:`~learners.shadow.functionals.Functionals`), atom by atom:
 
 .. math::  \Theta_{ij} = \sigma_f^2 \sum_{k \in i}\sum_{l \in j} c_k c_l\,
            \partial_{t_1}\cdots\partial_{t_a}\,\partial_{s_1}\cdots\partial_{s_b}\,
@@ -88,7 +88,7 @@ def _autograd_block(kernel: SmoothKernel, X, U, Y, V) -> torch.Tensor:
 
 class RBFKernel(SmoothKernel):
     r"""Squared exponential :math:`k(x, y) = \exp\big(-\tfrac12 \sum_d (x_d - y_d)^2/\ell_d^2\big)`
-    (one lengthscale, or one per input with ``ard_num_dims=D``). The seed's
+    (one lengthscale, or one per input with ``ard_num_dims=D``). The paper's
     :math:`\exp(-\|x - y\|^2/\varepsilon^2)` is :math:`\ell = \varepsilon/\sqrt2`. Functional blocks
     in closed form (see the module docstring)."""
 
@@ -144,7 +144,7 @@ class FunctionalKernel(gpytorch.kernels.Kernel):
     r"""The covariance :math:`\Theta = \sigma_f^2\,\Lambda\Lambda'^\top k` of two families of linear
     functionals under :math:`L \sim \mathcal{GP}(0, \sigma_f^2 k)`, for a :class:`SmoothKernel` ``k``.
 
-    ``forward(F1, F2)`` takes :class:`~learners.functionals.Functionals` (not tensors: call it
+    ``forward(F1, F2)`` takes :class:`~learners.shadow.functionals.Functionals` (not tensors: call it
     directly, not through ``__call__``) and returns the dense (F1.count, F2.count) matrix. The
     outputscale :math:`\sigma_f^2` is a GPyTorch parameter with a positivity constraint.
     ``closed_form=False`` forces the generic autograd path.
@@ -155,7 +155,7 @@ class FunctionalKernel(gpytorch.kernels.Kernel):
         if base_kernel is None:
             base_kernel = RBFKernel()
         if not isinstance(base_kernel, SmoothKernel):
-            raise TypeError("base_kernel must be a learners.kernels.SmoothKernel (with a smooth pairwise form), "
+            raise TypeError("base_kernel must be a learners.shadow.kernels.SmoothKernel (with a smooth pairwise form), "
                             f"got {type(base_kernel).__name__}")
         self.base_kernel = base_kernel
         self.closed_form = closed_form
@@ -178,7 +178,7 @@ class FunctionalKernel(gpytorch.kernels.Kernel):
 
     def forward(self, F1: Functionals, F2: Functionals, diag: bool = False, **params) -> torch.Tensor:  # type: ignore[override]
         if not isinstance(F1, Functionals) or not isinstance(F2, Functionals):
-            raise TypeError("FunctionalKernel.forward takes two learners.functionals.Functionals")
+            raise TypeError("FunctionalKernel.forward takes two learners.shadow.functionals.Functionals")
         if F1.dim != F2.dim:
             raise ValueError(f"functionals on spaces of different dimensions: {F1.dim} and {F2.dim}")
         if diag:

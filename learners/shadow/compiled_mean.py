@@ -1,6 +1,6 @@
 r"""The GP posterior mean with an RBF kernel as C, for the compiled integrator path.
 
-:class:`~learners.kernels.AtomExpansion` with an RBF kernel is
+:class:`~learners.shadow.kernels.AtomExpansion` with an RBF kernel is
 
 .. math::  f(x) = \sigma_f^2 \sum_k e_k P_k(r_k), \quad r_k = (x - y_k)/\ell, \quad e_k = e^{-|r_k|^2/2},
            \quad P_k(r) = c_k + \tilde v_k\cdot r + c^{(2)}_k (\tilde u_k\cdot r)(\tilde d_k\cdot r),

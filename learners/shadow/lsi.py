@@ -40,10 +40,10 @@ from typing import Callable, Dict, Optional, Union
 import torch
 
 import bea
-from integrators import ConvergenceError, NotRegularError, VariationalIntegrator
+from integrators import ConvergenceError, NotRegularError, VariationalIntegrator, modified
 
-from ._checks import as_tensor, check_finite, check_order, check_snapshots
-from .base import FunctionalLagrangianModel, solve_with_retry
+from .._checks import as_tensor, check_finite, check_order, check_snapshots
+from .hyperparameters import FunctionalLagrangianModel, solve_with_retry
 from .functionals import AtomSet, Functionals, del_residuals, discrete_momenta, triples_from_snapshots
 from .normalisation import MassNormalisation
 
@@ -91,13 +91,13 @@ class InverseModifiedLagrangianGP(FunctionalLagrangianModel):
     ----------
     h : the sampling step of the data (= the step of the integrator that will use :math:`L_{inv}`).
     scheme : a :mod:`bea` scheme or its name (``"midpoint"``, ``"trapezoidal"``, ...).
-    kernel : a :class:`~learners.kernels.FunctionalKernel`, used as given (no learning); default: RBF,
-        hyperparameters learned (see :mod:`learners.base`).
-    normalisation : ``"mass"`` (default; :class:`~learners.normalisation.MassNormalisation`),
-        ``"vertices"`` (the seed's) or a :class:`~learners.normalisation.Normalisation`.
-    objective : ``"mll"`` (default) or ``"heldout"`` (see :mod:`learners.base` for the choice);
+    kernel : a :class:`~learners.shadow.kernels.FunctionalKernel`, used as given (no learning); default: RBF,
+        hyperparameters learned (see :mod:`learners.shadow.hyperparameters`).
+    normalisation : ``"mass"`` (default; :class:`~learners.shadow.normalisation.MassNormalisation`),
+        ``"vertices"`` (the paper's) or a :class:`~learners.shadow.normalisation.Normalisation`.
+    objective : ``"mll"`` (default) or ``"heldout"`` (see :mod:`learners.shadow.hyperparameters` for the choice);
         ignored when ``lengthscale``/``epsilon`` is given.
-    lengthscale, epsilon : fix the RBF lengthscale (``epsilon``: the seed's
+    lengthscale, epsilon : fix the RBF lengthscale (``epsilon``: the paper's
         :math:`\exp(-\|x-y\|^2/\varepsilon^2)`); ``noise``: the relative nugget then (default 1e-12).
     ard : one lengthscale per input of :math:`(q, v)` (default) or one shared.
     iterations : objective evaluations of the pattern search after the coarse grid;
@@ -106,8 +106,14 @@ class InverseModifiedLagrangianGP(FunctionalLagrangianModel):
     progress : ``tqdm`` bar while learning (None: only on a terminal).
     """
 
-    def __init__(self, h: float, scheme: Union[str, "bea.Scheme"] = "midpoint", **options):
-        super().__init__(h, scheme, **options)
+    # the constructor, with its explicit signature, is FunctionalLagrangianModel.__init__
+    def _fitted_extra(self) -> dict:
+        return {"snapshots": self.snapshots, "data_level": self.data_level()}
+
+    def _restore_extra(self, extra: dict) -> None:
+        self.snapshots, self._data_level = extra["snapshots"], extra["data_level"]
+
+    def _init_state(self) -> None:
         self._recovered: Dict[object, TorchLagrangian] = {}
         self.snapshots: Optional[torch.Tensor] = None
         self._data_level: Optional[float] = None
@@ -247,13 +253,7 @@ class InverseModifiedLagrangianGP(FunctionalLagrangianModel):
             return self._lagrangian_std
         key = ("std", N)
         if key not in self._recovered:
-            f = bea.series_function("modified_lagrangian", self.scheme, N, self.n)
-            Linv, h = self._lagrangian_std, self.h
-
-            def L_rec(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-                return f(Linv, q, v, h)
-
-            self._recovered[key] = L_rec
+            self._recovered[key] = modified.modified_lagrangian(self._lagrangian_std, N, self.h, self.scheme)
         return self._recovered[key]
 
     def energy(self, order: int = 2) -> TorchLagrangian:
@@ -352,7 +352,8 @@ class InverseModifiedLagrangianGP(FunctionalLagrangianModel):
         r"""Discrete momenta of :math:`\bar L_{inv}` along positions ``qs`` ``(steps + 1, batch..., n)``:
         :math:`p_0 = -D_1L_\Delta(q_0, q_1)`, :math:`p_j = D_2L_\Delta(q_{j-1}, q_j)` (in time chunks)."""
         qs = self._positions(qs)
-        return self._unit * _chunked_momenta(self._integrator_std(), self._to_standard(qs), chunk)
+        return self._unit * modified.momenta(None, self._to_standard(qs), self.h, self.scheme, chunk,
+                                                  integrator=self._integrator_std())
 
     def velocities(self, qs, order: int = 2, chunk: Optional[int] = None) -> torch.Tensor:
         r"""Velocities along positions ``qs`` ``(steps + 1, batch..., n)`` (e.g. from :meth:`predict` or the
@@ -364,16 +365,15 @@ class InverseModifiedLagrangianGP(FunctionalLagrangianModel):
         return self._unit * self._velocities_std(self._to_standard(qs), order, chunk)
 
     def _velocities_std(self, qs_std: torch.Tensor, order: int, chunk: Optional[int]) -> torch.Tensor:
-        return _chunked_velocities(self._integrator_std(), qs_std, self._recovered_std(order), chunk or _chunk(order))
+        return modified.velocities(None, qs_std, order, self.h, self.scheme, chunk, integrator=self._integrator_std(),
+                                   recovered=self._recovered_std(order))
 
     def energies(self, qs, order: int = 2, chunk: Optional[int] = None) -> torch.Tensor:
         r""":math:`H_{rec}[N]` along positions ``qs`` with the velocities of :meth:`velocities`; shape
         ``(steps + 1, batch...)``."""
         qs = self._positions(qs)
-        chunk = chunk or _chunk(order)
-        q_std = self._to_standard(qs)
-        v_std = self._velocities_std(q_std, order, chunk)
-        return self._unit ** 2 * _chunked_energy(bea.energy(self._recovered_std(order)), q_std, v_std, chunk)
+        return self._unit ** 2 * modified.energies(None, self._to_standard(qs), order, self.h, self.scheme, chunk,
+                                                   integrator=self._integrator_std(), recovered=self._recovered_std(order))
 
     def _positions(self, qs) -> torch.Tensor:
         self._require_fit()
@@ -383,39 +383,6 @@ class InverseModifiedLagrangianGP(FunctionalLagrangianModel):
                              f"got {tuple(qs.shape)}")
         check_finite(qs, "qs")
         return qs
-
-
-def _chunk(order: int) -> int:
-    return 1000 if order <= 2 else 200
-
-
-def _chunked_momenta(integ, qs: torch.Tensor, chunk: int) -> torch.Tensor:
-    T1 = qs.shape[0]
-    if T1 <= chunk:
-        return integ.momenta(qs)
-    parts = [integ.momenta(qs[:chunk])]
-    for a in range(chunk, T1, chunk):
-        b = min(a + chunk, T1)
-        parts.append(integ.momenta(qs[a - 1:b])[1:])  # rows a..b-1: D2 L_d(q_(j-1), q_j)
-    return torch.cat(parts)
-
-
-def _chunked_velocities(integ, qs: torch.Tensor, L: TorchLagrangian, chunk: int) -> torch.Tensor:
-    p = _chunked_momenta(integ, qs, chunk)
-    T1 = qs.shape[0]
-    if T1 <= chunk:
-        return integ.velocities(qs, lagrangian=L, momenta=p)
-    parts = []
-    for a in range(0, T1, chunk):
-        b = min(a + chunk, T1)
-        lo = a if b - a >= 2 else a - 1  # the velocity solver wants at least two positions
-        v = integ.velocities(qs[lo:b], lagrangian=L, momenta=p[lo:b])
-        parts.append(v[a - lo:])
-    return torch.cat(parts)
-
-
-def _chunked_energy(H: TorchLagrangian, qs: torch.Tensor, v: torch.Tensor, chunk: int) -> torch.Tensor:
-    return torch.cat([H(qs[a:a + chunk], v[a:a + chunk]).detach() for a in range(0, qs.shape[0], chunk)])
 
 
 class StandardisedMean:

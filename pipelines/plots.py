@@ -1,6 +1,6 @@
-"""Figures of the experiments (as in the seed): trajectories and their errors, energies along the
+"""Figures of the experiments (as in the paper): trajectories and their errors, energies along the
 prediction, level sets of the identified energies against the true ones. Each function takes a
-:class:`learners.experiments.Results` and returns a matplotlib figure."""
+:class:`pipelines.shadow_experiments.Results` and returns a matplotlib figure."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 
 from bea.files import atomic_savefig
 
-from .experiments import Results
+from .shadow_experiments import Results
 
 __all__ = ["trajectories", "energies", "level_sets", "save_all"]
 
@@ -83,14 +83,14 @@ def level_sets(res: Results):
     """Level sets of the true energy (thick grey) and of the identified ones (colour; affinely mapped onto the
     true energy, which keeps their level sets, and drawn at the same levels) on the experiment's grid,
     with the level-set error density :math:`\\mu` in the background (n = 1 only; the values were kept by
-    :func:`learners.experiments.run`)."""
+    :func:`pipelines.shadow_experiments.run`)."""
     plt = _plt()
     cfg = res.config
     levels = res.info["levels"]
     q, v = res.info["level_states"]
     if q.shape[-1] != 1:
         raise ValueError("level-set figures are drawn for n = 1 only")
-    from .experiments import _system
+    from .shadow_experiments import _system
 
     points = cfg.level_points
     shape = (points, points)

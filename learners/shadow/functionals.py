@@ -19,11 +19,11 @@ with :math:`\partial_u L(x) = u\cdot\nabla L(x)`. Examples:
 * the continuous Euler--Lagrange residual
   :math:`e_{v_i}^\top\nabla^2L\,(v, a) - \partial_{q_i}L` (an order-2 and an order-1 atom; the
   LGP baseline);
-* normalisations that rule out :math:`L \equiv \mathrm{const}` (:mod:`learners.normalisation`).
+* normalisations that rule out :math:`L \equiv \mathrm{const}` (:mod:`learners.shadow.normalisation`).
 
 A :class:`Functionals` object holds ``F`` functionals: per order, the atoms' points, directions,
 coefficients and the index of the functional each atom belongs to (``owner``). The kernel
-:class:`learners.kernels.FunctionalKernel` applies two such families to a base kernel on both sides.
+:class:`learners.shadow.kernels.FunctionalKernel` applies two such families to a base kernel on both sides.
 """
 
 from __future__ import annotations

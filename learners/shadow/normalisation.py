@@ -3,7 +3,7 @@ r"""Normalisations: functionals with non-zero targets that rule out the trivial 
 Every constant :math:`L` satisfies all DEL (and EL) conditions, and :math:`sL + \tfrac{d}{dt}\xi(q)`
 has the same motions as :math:`L` (THEORY.md §1, §6). A normalisation fixes the scale ``c``:
 
-* :class:`VertexNormalisation` (the seed's, THEORY.md §6): with ``z`` running over the
+* :class:`VertexNormalisation` (the paper's, THEORY.md §6): with ``z`` running over the
   :math:`2^{2n}` vertices of :math:`[0,1]^{2n}`,
 
   .. math:: \frac{1}{n!\,4^n}\sum_z \sum_{i=1}^n \frac{\partial L}{\partial v_i}(z) = c, \qquad L(0) = 0.
@@ -48,7 +48,7 @@ class Normalisation:
 
 
 class VertexNormalisation(Normalisation):
-    r"""The seed's quadrature of :math:`\int_{[0,1]^{2n}} \sum_i \partial L/\partial v_i = c` plus :math:`L(0) = 0`."""
+    r"""The paper's quadrature of :math:`\int_{[0,1]^{2n}} \sum_i \partial L/\partial v_i = c` plus :math:`L(0) = 0`."""
 
     def __init__(self, c: float = 1.0):
         c = float(c)

@@ -3,7 +3,7 @@ position-trained models with the variational integrator and :mod:`bea`.
 
 Two losses (THEORY.md §2, §7):
 
-``"acceleration"`` (the seed's)
+``"acceleration"`` (the paper's)
     data :math:`(q, v, a)`, each ``(N, n)``; :math:`\ell = \operatorname{mean}\,|\hat a(q, v) - a|^2` with
     :math:`\hat a` = ``model.acceleration(q, v)`` (every model of the project exposes it).
 
@@ -50,12 +50,12 @@ from tqdm.auto import tqdm
 
 import bea
 from bea.closed_form import midpoint_inv2, midpoint_mod2
+from integrators import modified
 
+from .._checks import as_tensor, check_finite, check_order, check_snapshots, check_step
+from ..shadow.functionals import triples_from_snapshots
 
-from ._checks import as_tensor, check_finite, check_order, check_snapshots, check_step
-from .functionals import triples_from_snapshots
-
-__all__ = ["train", "TrainResult", "del_residuals", "del_loss", "acceleration_loss", "recovered_lagrangian",
+__all__ = ["train", "TrainResult", "del_residual_values", "del_loss", "acceleration_loss", "recovered_lagrangian",
            "recovered_energy", "predict_positions", "midpoint_mod2", "inverse_lagrangian"]
 
 TorchLagrangian = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -96,9 +96,10 @@ def acceleration_loss(model, q: torch.Tensor, v: torch.Tensor, a: torch.Tensor) 
     return (model.acceleration(q, v) - a).pow(2).mean()
 
 
-def del_residuals(lagrangian: TorchLagrangian, triples: torch.Tensor, h: float, scheme="midpoint"):
-    r"""DEL residuals :math:`r_j` and discrete momenta :math:`p_j = D_2L_\Delta(q_{j-1}, q_j)` of ``lagrangian``
-    at ``triples`` ``(B, 3, n)``; both ``(B, n)``, differentiable in the Lagrangian's parameters."""
+def del_residual_values(lagrangian: TorchLagrangian, triples: torch.Tensor, h: float, scheme="midpoint"):
+    r"""The *values* of the DEL residuals :math:`r_j` and discrete momenta :math:`p_j = D_2L_\Delta(q_{j-1}, q_j)` of ``lagrangian``
+    at ``triples`` ``(B, 3, n)``; both ``(B, n)``, differentiable in the Lagrangian's parameters. (The DEL residuals
+    as linear *functionals* of an unknown Lagrangian, for the GP, are :func:`learners.shadow.functionals.del_residuals`.)"""
     sch = bea.get_scheme(scheme)
     a, c = triples[:, 0], triples[:, 2]
     b = triples[:, 1].detach().clone().requires_grad_(True)
@@ -112,7 +113,7 @@ def del_residuals(lagrangian: TorchLagrangian, triples: torch.Tensor, h: float, 
 def del_loss(lagrangian: TorchLagrangian, triples: torch.Tensor, h: float, scheme="midpoint",
              normalisation: str = "momentum") -> torch.Tensor:
     r"""The ``"del"`` loss of the module docstring on a batch of triples."""
-    r, p = del_residuals(lagrangian, triples, h, scheme)
+    r, p = del_residual_values(lagrangian, triples, h, scheme)
     num = (r / h).pow(2).sum(-1).mean()
     if normalisation == "h":
         return num
@@ -127,7 +128,7 @@ def _acceleration_data(data, n: Optional[int]):
         parts = tuple(data)
     else:
         raise ValueError("acceleration data must be a tuple (q, v, a) of tensors (N, n), or an object with .q, .v, .a "
-                         "(e.g. learners.modlanet_data.AccelerationData)")
+                         "(e.g. learners.modlanet.data.AccelerationData)")
     q, v, a = (as_tensor(x, name) for x, name in zip(parts, ("q", "v", "a")))
     if not (q.shape == v.shape == a.shape) or q.dim() < 1:
         raise ValueError(f"q, v and a must have the same shape (N, n), got {tuple(q.shape)}, {tuple(v.shape)}, {tuple(a.shape)}")
@@ -184,7 +185,7 @@ def train(model: torch.nn.Module, data, loss: str = "acceleration", scheme: Unio
     :math:`\max_i |q_{j+1,i} - q_{j-1,i}|/2 \approx h|\dot q|_\infty` is at most ``max_step`` (positions only, no
     velocities needed). The truncation error of :math:`\mathrm{inv}_N` grows like :math:`(h\omega)^{N+2}`, so on fast
     triples even the true Lagrangian leaves a large DEL residual that biases the fit: on the double pendulum at the
-    seed's speeds (``h = 0.1``) the loss of :math:`\mathrm{inv}_2(L_{true})` is 0.25 on all triples and 1.9e-4 on those
+    paper's speeds (``h = 0.1``) the loss of :math:`\mathrm{inv}_2(L_{true})` is 0.25 on all triples and 1.9e-4 on those
     with ``max_step = 0.6`` (30% of them).
     """
     if not isinstance(model, torch.nn.Module):
@@ -325,49 +326,35 @@ def _fit(model, res, batch_loss, evaluate, tr_idx, val_idx, opt, sched, schedule
 
 
 # ---------------------------------------------------------------------------------------------- prediction
-#: above this dimension, midpoint mod_2 uses the closed form (bea's generic n = 6 derivation takes > 10 min)
+# mod_N / inv_N of a model, its energy and predictions: one implementation, integrators.modified; these
+# names are kept for the README and the notebooks (``method`` is accepted for compatibility: every value
+# takes the dimension-free formula).
+def _method(method: str) -> None:
+    if method not in ("auto", "bea", "formula"):
+        raise ValueError(f"method must be 'auto', 'bea' or 'formula', got {method!r}")
+
+
 def recovered_lagrangian(model: TorchLagrangian, order: int = 2, h: float = 0.1, scheme="midpoint",
                          method: str = "auto") -> TorchLagrangian:
-    r""":math:`L_{rec} = \mathrm{mod}_N(L_{inv})` truncated at :math:`h^N` for a model trained as :math:`L_{inv}`
-    (``"del"`` loss) at step ``h``: :func:`bea.series_function`, the dimension-free formula of ``scheme``
-    (derived once, cached on disk) applied to the model, for any dimension. ``method`` is kept for
-    compatibility: ``"auto"``, ``"bea"`` and ``"formula"`` (formerly a midpoint closed form at order 2,
-    now the same general formula) all take this route. ``order=0`` returns the model itself."""
-    return _series_lagrangian("modified_lagrangian", model, order, h, scheme, method)
+    r""":math:`L_{rec} = \mathrm{mod}_N(L_{inv})` for a model trained as :math:`L_{inv}` (``"del"`` loss) at step ``h``
+    (:func:`integrators.modified.modified_lagrangian`). ``order=0`` returns the model itself."""
+    _method(method)
+    return modified.modified_lagrangian(model, order, check_step(h), scheme)
 
 
 def inverse_lagrangian(model: TorchLagrangian, order: int = 2, h: float = 0.1, scheme="midpoint",
                        method: str = "auto") -> TorchLagrangian:
-    r""":math:`L_{inv} = \mathrm{inv}_N(L)` truncated at :math:`h^N` for a model of the *true* Lagrangian
-    (THEORY.md §4): the scheme applied to it reproduces the flow of ``model`` to :math:`O(h^{N+1})`.
-    Midpoint, ``N = 2``: :math:`L_{inv} = L - \frac{h^2}{24}(A^\top MA - v^\top L_{qq}v)`, any ``n``
-    (``method`` as in :func:`recovered_lagrangian`). ``order=0``: the model itself."""
-    return _series_lagrangian("inverse_modified_lagrangian", model, order, h, scheme, method)
-
-
-def _series_lagrangian(kind: str, model: TorchLagrangian, order: int, h: float, scheme, method: str) -> TorchLagrangian:
-    """``mod_N`` (``kind="modified_lagrangian"``) or ``inv_N`` of ``model`` by the dimension-free formula."""
-    sch = bea.get_scheme(scheme)
-    N = check_order(order, sch.symmetric)
-    h = check_step(h)
-    if method not in ("auto", "bea", "formula"):
-        raise ValueError(f"method must be 'auto', 'bea' or 'formula', got {method!r}")
-    if N == 0:
-        return model
-    f = bea.series_function(kind, sch, N, getattr(model, "n", None))
-
-    def L_series(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return f(model, q, v, h)
-
-    L_series.order = N  # type: ignore[attr-defined]
-    return L_series
+    r""":math:`L_{inv} = \mathrm{inv}_N(L)` for a model of the *true* Lagrangian (THEORY.md §4)
+    (:func:`integrators.modified.inverse_lagrangian`). ``order=0``: the model itself."""
+    _method(method)
+    return modified.inverse_lagrangian(model, order, check_step(h), scheme)
 
 
 def recovered_energy(model: TorchLagrangian, order: int = 2, h: float = 0.1, scheme="midpoint",
                      method: str = "auto") -> TorchLagrangian:
-    r"""The identified energy :math:`H_{rec}[N] = \partial_vL_{rec}\cdot v - L_{rec}`,
-    :math:`L_{rec} = \mathrm{mod}_N(\text{model})` (:func:`recovered_lagrangian`), as a torch callable ``H(q, v)``."""
-    return bea.energy(recovered_lagrangian(model, order, h, scheme, method))
+    r"""The identified energy :math:`H_{rec}[N] = \partial_vL_{rec}\cdot v - L_{rec}` (:func:`recovered_lagrangian`)."""
+    _method(method)
+    return modified.recovered_energy(model, order, check_step(h), scheme)
 
 
 class _Frozen:
@@ -404,8 +391,7 @@ def predict_positions(model: TorchLagrangian, q0, qdot0, steps: int, h: float, s
     ``inverse_order=N > 0``: for a model trained with ``train(..., inverse_order=N)`` (a model of the true
     :math:`L`): the scheme integrates :math:`\mathrm{inv}_N(\text{model})` and :math:`p_0 = \partial_v\text{model}`
     (``order`` is then ignored)."""
-    from integrators import VariationalIntegrator
-
+    _method(method)
     q0, qdot0 = as_tensor(q0, "q0"), as_tensor(qdot0, "qdot0")
     check_finite(q0, "q0")
     check_finite(qdot0, "qdot0")
@@ -414,9 +400,6 @@ def predict_positions(model: TorchLagrangian, q0, qdot0, steps: int, h: float, s
         raise ValueError(f"dimension mismatch: q0 and qdot0 must have shape (batch..., {n}), got {tuple(q0.shape)} and "
                          f"{tuple(qdot0.shape)}")
     with _Frozen(model), torch.enable_grad():
-        if inverse_order:
-            legendre, integrated = model, inverse_lagrangian(model, inverse_order, h, scheme, method)
-        else:
-            legendre, integrated = recovered_lagrangian(model, order, h, scheme, method), model
-        integ = VariationalIntegrator(integrated, h, scheme, **newton)
-        return integ.solve(q0, qdot0, steps, legendre=legendre, on_failure=on_failure)
+        sol = modified.predict(model, q0, qdot0, steps, check_step(h), scheme, order, inverse_order=inverse_order,
+                               on_failure=on_failure, **newton)
+    return sol.q if on_failure == "raise" else (sol.q, sol.valid)

@@ -1,4 +1,4 @@
-r"""Baselines of the seed paper: a GP Lagrangian fitted to the *continuous* Euler--Lagrange equation.
+r"""Baselines of the reference paper: a GP Lagrangian fitted to the *continuous* Euler--Lagrange equation.
 
 :class:`LagrangianGP` conditions :math:`L \sim \mathcal{GP}(0, k)` on the EL residuals
 
@@ -15,7 +15,7 @@ at states :math:`(q, v)` with accelerations :math:`a`, plus the same normalisati
 
 Both learn an approximation of the *exact* Lagrangian; predictions apply the scheme to it directly
 (:math:`p_0 = \partial_vL(q_0, \dot q_0)`), so they carry the scheme's :math:`O(h^2)` error, which
-LSI compensates by construction. Same hyperparameter machinery as LSI (:mod:`learners.base`).
+LSI compensates by construction. Same hyperparameter machinery as LSI (:mod:`learners.shadow.hyperparameters`).
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ import torch
 
 import bea
 
-from ._checks import as_tensor, check_finite, check_order, check_snapshots, check_step
-from .base import FunctionalLagrangianModel, solve_with_retry
+from .._checks import as_tensor, check_finite, check_order, check_snapshots, check_step
+from .hyperparameters import FunctionalLagrangianModel, solve_with_retry
 from .functionals import Functionals, euler_lagrange_residuals, gradient_evaluations
-from .shadow_gp import DEFAULT_NEWTON
+from .lsi import DEFAULT_NEWTON
 
 __all__ = ["LagrangianGP", "finite_differences"]
 
@@ -57,9 +57,15 @@ class LagrangianGP(FunctionalLagrangianModel):
     objective, lengthscale/epsilon, noise, ard, iterations, max_train_functionals, progress).
     """
 
-    def __init__(self, h: float, scheme: Union[str, "bea.Scheme"] = "midpoint", **options):
-        super().__init__(h, scheme, **options)
-        self.kind = None
+    # the constructor, with its explicit signature, is FunctionalLagrangianModel.__init__
+    def _fitted_extra(self) -> dict:
+        return {"kind": self.kind}
+
+    def _restore_extra(self, extra: dict) -> None:
+        self.kind = extra["kind"]
+
+    def _init_state(self) -> None:
+        self.kind: Optional[str] = None
 
     def __repr__(self) -> str:
         return f"LagrangianGP(h={self.h}, scheme={self.scheme!r}, {self.kind or 'not fitted'})"

@@ -2,10 +2,10 @@ r"""The experiments of THEORY.md §6 as functions: data, fits, predictions, iden
 
 :func:`run` executes one configuration (:class:`ExperimentConfig`) end to end and returns a
 :class:`Results` object with the numbers, the trajectories and the models; :func:`table` prints the
-numbers next to the seed's reference values. Used by the notebooks ``03_pendulum_shadow`` and
-``04_henon_heiles``, by ``python -m bea demo`` (:mod:`learners.demo`) and ``benchmarks/shadow.py``.
+numbers next to the paper's reference values. Used by the notebooks ``03_pendulum_shadow`` and
+``04_henon_heiles``, by ``python -m bea demo`` (:mod:`pipelines.demo`) and ``benchmarks/shadow.py``.
 
-Configurations: :data:`PENDULUM` (the seed's reference experiment: ``h = 0.5``, 400 trajectories x
+Configurations: :data:`PENDULUM` (the paper's reference experiment: ``h = 0.5``, 400 trajectories x
 5 steps, prediction over 10,000 steps from ``q0 = 0.3``), :data:`PENDULUM_SMALL` (the same at a
 size for tests), :data:`HENON_HEILES` (``n = 2``, ``h = 0.1``, 200 trajectories x 5 steps) and
 :data:`HENON_HEILES_SMALL`.
@@ -21,15 +21,15 @@ import torch
 
 import bea
 
-from .baselines import LagrangianGP
-from .metrics import energy_band, grid_states, level_set_field, max_trajectory_error
-from .shadow_gp import InverseModifiedLagrangianGP
+from learners import LagrangianGP
+from learners.metrics import energy_band, grid_states, level_set_field, max_trajectory_error
+from learners import InverseModifiedLagrangianGP
 
 __all__ = ["ExperimentConfig", "Results", "run", "table", "PENDULUM", "PENDULUM_DEMO", "PENDULUM_SMALL", "HENON_HEILES",
            "HENON_HEILES_SMALL",
            "REFERENCE"]
 
-#: the seed's numbers for the pendulum experiment (THEORY.md §6)
+#: the paper's numbers for the pendulum experiment (THEORY.md §6)
 REFERENCE = {
     "traj_lsi": 4.9e-4,
     "ls_inv": 0.102,
@@ -60,7 +60,7 @@ class ExperimentConfig:
     level_box: Sequence[Tuple[float, float]] = ((-1.2, 1.2), (-0.6, 0.6))
     level_points: int = 30  #: grid points per axis (n = 1) or Halton points in all (n > 1)
     lsi: Dict[str, Any] = field(default_factory=dict)  #: keyword arguments of InverseModifiedLagrangianGP
-    baseline_epsilon: Optional[float] = 5.0  #: fixed RBF epsilon of LGP/LGPExact as in the seed (None: learn)
+    baseline_epsilon: Optional[float] = 5.0  #: fixed RBF epsilon of LGP/LGPExact as in the paper (None: learn)
     validation_traj: int = 100  #: held-out trajectories for DEL residuals and calibration
     exact_floor_steps: int = 0  #: > 0: also integrate the exact inverse modified Lagrangian (series) that long
     progress: Optional[bool] = None
@@ -283,7 +283,7 @@ def _exact_floor(system, cfg: ExperimentConfig, q0, v0, timings) -> Dict[str, fl
         def L_rec(q, v, fN=fN):
             return fN(L_inv, q, v, cfg.h)
 
-        qs = vi.solve(q0, v0, steps, legendre=L_rec)
+        qs = vi.solve(q0, v0, steps, legendre=L_rec).q
         v = vi.velocities(qs, lagrangian=L_rec)
         out[f"floor_band_rec{N}"] = energy_band(bea.energy(L_rec)(qs, v).detach())
         out["floor_traj"] = max_trajectory_error(qs, q_ref)
@@ -301,7 +301,7 @@ def _fmt(x: Optional[float]) -> str:
 
 
 def table(res: Results, reference: bool = True) -> str:
-    """The results as a plain-text table, with the seed's reference numbers (pendulum) alongside."""
+    """The results as a plain-text table, with the paper's reference numbers (pendulum) alongside."""
     m, cfg = res.metrics, res.config
     ref = REFERENCE if (reference and cfg.system == "pendulum") else {}
     bsteps = res.info.get("baseline_steps")
@@ -329,11 +329,11 @@ def table(res: Results, reference: bool = True) -> str:
              ("held-out DEL residual, mean posterior std", m.get("heldout_std_mean"), None),
              ("held-out residuals within 2 sigma (calibration)", m.get("calibration_2sigma"), None)]
     w = max(len(r[0]) for r in rows)
-    head = f"{'quantity':<{w}}  {'this run':>10}  {'seed':>10}"
+    head = f"{'quantity':<{w}}  {'this run':>10}  {'paper':>10}"
     lines = [head, "-" * len(head)]
     for label, val, rv in rows:
         lines.append(f"{label:<{w}}  {_fmt(val):>10}  {_fmt(rv):>10}")
     if "band_rec2" in ref:
-        lines.append("(*) the seed's band is in the units of its normalisation, which shrinks L; ours are the true pendulum's "
+        lines.append("(*) the paper's band is in the units of its normalisation, which shrinks L; ours are the true pendulum's "
                      "(tr d2L/dv2 = 1), where mod_2's truncation alone leaves the band of the 'exact L_inv' row.")
     return "\n".join(lines)

@@ -30,6 +30,9 @@ from typing import Callable, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
+from ..neural.mlp import MLP, positive_int
+from ..saving import recorded, register
+
 __all__ = [
     "MLP",
     "Transform",
@@ -46,66 +49,6 @@ __all__ = [
 
 DTYPE = torch.float64
 
-_ACTIVATIONS = ("tanh", "softplus")
-
-
-def _activation(name: str):
-    """``(f, f')`` with ``f'`` written in terms of the pre-activation."""
-    if name == "tanh":
-        return torch.tanh, lambda z, y: 1 - y * y
-    if name == "softplus":
-        return nn.functional.softplus, lambda z, y: torch.sigmoid(z)
-    raise ValueError(f"activation must be one of {_ACTIVATIONS}, got {name!r}")
-
-
-def _positive_int(x, what: str) -> int:
-    if isinstance(x, bool) or not isinstance(x, int) or x < 1:
-        raise ValueError(f"{what} must be a positive integer, got {x!r}")
-    return x
-
-
-class MLP(nn.Module):
-    r"""``in_dim → hidden → … → hidden → out_dim`` (``layers`` hidden layers), float64, with its own
-    initialisation from a :class:`torch.Generator` (uniform :math:`\pm 1/\sqrt{\text{fan-in}}`, as torch's
-    default scale) so that building a model never touches torch's global random state."""
-
-    def __init__(self, in_dim: int, out_dim: int, hidden: int = 50, layers: int = 2, activation: str = "tanh",
-                 generator: Optional[torch.Generator] = None):
-        super().__init__()
-        self.in_dim, self.out_dim = _positive_int(in_dim, "in_dim"), _positive_int(out_dim, "out_dim")
-        hidden, layers = _positive_int(hidden, "hidden"), _positive_int(layers, "layers")
-        self.activation = activation
-        self._act, self._dact = _activation(activation)
-        dims = [in_dim] + [hidden] * layers + [out_dim]
-        # skip_init: no draw from torch's global generator (nn.Linear's own reset_parameters would)
-        self.linears = nn.ModuleList(nn.utils.skip_init(nn.Linear, a, b, dtype=DTYPE) for a, b in zip(dims[:-1], dims[1:]))
-        with torch.no_grad():
-            for lin in self.linears:
-                bound = 1.0 / math.sqrt(lin.in_features)
-                lin.weight.copy_(torch.rand(lin.weight.shape, generator=generator, dtype=DTYPE) * 2 * bound - bound)
-                lin.bias.copy_(torch.rand(lin.bias.shape, generator=generator, dtype=DTYPE) * 2 * bound - bound)
-
-    def forward(self, z: torch.Tensor) -> torch.Tensor:
-        last = len(self.linears) - 1
-        for k, lin in enumerate(self.linears):
-            z = lin(z)
-            if k < last:
-                z = self._act(z)
-        return z
-
-    def tangent(self, z: torch.Tensor, dz: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        r"""``(MLP(z), J_MLP(z) dz)``: forward-mode propagation, :math:`dz \mapsto W dz`, then
-        :math:`\sigma'(\cdot)\odot`."""
-        last = len(self.linears) - 1
-        for k, lin in enumerate(self.linears):
-            z = lin(z)
-            dz = dz @ lin.weight.T
-            if k < last:
-                y = self._act(z)
-                dz = self._dact(z, y) * dz
-                z = y
-        return z, dz
-
 
 # ---------------------------------------------------------------------------------------------- transforms
 class Transform(nn.Module):
@@ -121,12 +64,14 @@ class Transform(nn.Module):
         return torch.func.jvp(self.forward, (q,), (qdot,))
 
 
+@register
 class Identity(Transform):
     """Global coordinates already: :math:`T(q) = q` (``dim`` = local = global dimension)."""
 
+    @recorded
     def __init__(self, dim: int = 2):
         super().__init__()
-        self.in_dim = self.out_dim = _positive_int(dim, "dim")
+        self.in_dim = self.out_dim = positive_int(dim, "dim")
 
     def forward(self, q):
         return q
@@ -138,11 +83,13 @@ class Identity(Transform):
         return f"dim={self.in_dim}"
 
 
+@register
 class AngleOnRod(Transform):
     r"""A bob on a massless rod of length ``length``: :math:`\theta \mapsto l(\sin\theta, -\cos\theta)`,
     velocity :math:`l(\cos\theta, \sin\theta)\dot\theta` (angle from the downward vertical, ``y`` up).
     ``learn_length=True`` makes the length a parameter (kept positive through its logarithm)."""
 
+    @recorded
     def __init__(self, length: float = 1.0, learn_length: bool = False):
         super().__init__()
         length = float(length)
@@ -172,19 +119,21 @@ class AngleOnRod(Transform):
         return f"length={float(self.length):g}"
 
 
+@register
 class MLPTransform(Transform):
     r"""Learned :math:`T(q) = \mathrm{MLP}(\phi(q))`; ``periodic=True`` uses :math:`\phi(q) = (\cos q, \sin q)`
     (angles: the map is :math:`2\pi`-periodic, as the physical position is), else :math:`\phi(q) = q`.
-    The velocity is the exact Jacobian–vector product (the seed's alternative to a second network
+    The velocity is the exact Jacobian–vector product (the paper's alternative to a second network
     :math:`T_{\dot q}`, THEORY.md §7): :math:`\dot x = J_{\mathrm{MLP}}\,J_\phi\,\dot q`."""
 
+    @recorded
     def __init__(self, in_dim: int = 1, out_dim: int = 2, hidden: int = 16, layers: int = 2, activation: str = "tanh",
                  periodic: bool = False, generator: Optional[torch.Generator] = None):
         super().__init__()
-        self.in_dim, self.out_dim = _positive_int(in_dim, "in_dim"), _positive_int(out_dim, "out_dim")
+        self.in_dim, self.out_dim = positive_int(in_dim, "in_dim"), positive_int(out_dim, "out_dim")
         self.periodic = bool(periodic)
         feat = 2 * in_dim if self.periodic else in_dim
-        self.net = MLP(feat, out_dim, hidden, layers, activation, generator)
+        self.net = MLP(feat, out_dim, hidden, layers, activation, generator=generator)
 
     def _features(self, q, qdot=None):
         if not self.periodic:
@@ -213,35 +162,39 @@ class CallableTransform(Transform):
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {type(fn).__name__}")
         self.fn = fn
-        self.in_dim, self.out_dim = _positive_int(in_dim, "in_dim"), _positive_int(out_dim, "out_dim")
+        self.in_dim, self.out_dim = positive_int(in_dim, "in_dim"), positive_int(out_dim, "out_dim")
 
     def forward(self, q):
         return self.fn(q)
 
 
 # ---------------------------------------------------------------------------------------------- energy cells
+@register
 class PotentialCell(nn.Module):
     r"""One-body potential :math:`U_1(x)`: an MLP :math:`\mathbb R^d \to \mathbb R`; ``(..., d) -> (...)``."""
 
+    @recorded
     def __init__(self, dim: int = 2, hidden: int = 50, layers: int = 2, activation: str = "tanh",
                  generator: Optional[torch.Generator] = None):
         super().__init__()
-        self.dim = _positive_int(dim, "dim")
-        self.net = MLP(dim, 1, hidden, layers, activation, generator)
+        self.dim = positive_int(dim, "dim")
+        self.net = MLP(dim, 1, hidden, layers, activation, generator=generator)
 
     def forward(self, x):
         return self.net(x)[..., 0]
 
 
+@register
 class PairCell(nn.Module):
     r"""Pair potential :math:`U_2(x_i, x_j) = \tfrac12[f(x_i \oplus x_j) + f(x_j \oplus x_i)]`, ``f`` an MLP
     :math:`\mathbb R^{2d} \to \mathbb R` (symmetric by construction, :math:`U_{ij} = U_{ji}`)."""
 
+    @recorded
     def __init__(self, dim: int = 2, hidden: int = 50, layers: int = 2, activation: str = "tanh",
                  generator: Optional[torch.Generator] = None):
         super().__init__()
-        self.dim = _positive_int(dim, "dim")
-        self.net = MLP(2 * dim, 1, hidden, layers, activation, generator)
+        self.dim = positive_int(dim, "dim")
+        self.net = MLP(2 * dim, 1, hidden, layers, activation, generator=generator)
 
     def forward(self, xi, xj):
         a = self.net(torch.cat([xi, xj], -1))[..., 0]
@@ -262,10 +215,12 @@ class FixedCell(nn.Module):
         return self.fn(*x)
 
 
+@register
 class UniformGravity(nn.Module):
     r"""Known one-body potential :math:`U_1(x) = g\,x_{\text{axis}}` (default ``y``, up); with :math:`c_1 = 1`
     the model's :math:`c_1\sum_i m_iU_1(x_i)` is the gravitational energy :math:`\sum_i m_i g y_i`."""
 
+    @recorded
     def __init__(self, g: float = 9.8, axis: int = 1):
         super().__init__()
         self.g, self.axis = float(g), int(axis)
@@ -277,10 +232,12 @@ class UniformGravity(nn.Module):
         return f"g={self.g}, axis={self.axis}"
 
 
+@register
 class NewtonianPair(nn.Module):
     r"""Known pair potential :math:`U_2(x_i, x_j) = -G/|x_i - x_j|`; with :math:`c_2 = 1` the model's pair
     energy is :math:`-\sum_{i<j} G m_im_j/|x_i - x_j|`."""
 
+    @recorded
     def __init__(self, G: float = 1.0):
         super().__init__()
         self.G = float(G)
@@ -323,7 +280,7 @@ def check_transforms(transforms, n: int, dim: int) -> Tuple[Optional[Transform],
                         f"got {type(transforms).__name__}")
     for k, t in enumerate(items):
         if not isinstance(t, Transform):
-            raise TypeError(f"transform {k} must be a learners.modlanet_parts.Transform (wrap a function in CallableTransform), "
+            raise TypeError(f"transform {k} must be a learners.modlanet.elements.Transform (wrap a function in CallableTransform), "
                             f"got {type(t).__name__}")
         if t.out_dim != dim:
             raise ValueError(f"dimension mismatch: transform {k} ({type(t).__name__}) maps to R^{t.out_dim}, but the model's "

@@ -1,12 +1,12 @@
 """``python -m bea demo``: Lagrangian Shadow Integration of the pendulum, end to end, on built-in data.
 
-Generates the seed's reference data (400 pendulum trajectories x 5 steps at h = 0.5, positions only),
+Generates the paper's reference data (400 pendulum trajectories x 5 steps at h = 0.5, positions only),
 learns the inverse modified Lagrangian (GP, hyperparameters by marginal likelihood), predicts 10,000
 steps from q0 = 0.3, identifies L, H and the velocities with mod_2 and mod_4, fits the LGP and
-LGPExact baselines, prints the table next to the seed's numbers and writes the figures (and the
+LGPExact baselines, prints the table next to the paper's numbers and writes the figures (and the
 numbers as JSON) to an output directory. About 2 minutes on 2 cores.
 
-    python -m learners.demo [--out DIR] [--small] [--no-baselines] [--no-figures]
+    python -m pipelines.demo [--out DIR] [--small] [--no-baselines] [--no-figures]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ __all__ = ["main", "parser"]
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="bea demo", description="Lagrangian Shadow Integration of the pendulum, end to end "
-                                "(data, fit, prediction, identification, baselines), with the seed's numbers alongside.")
+                                "(data, fit, prediction, identification, baselines), with the paper's numbers alongside.")
     p.add_argument("--out", default="bea-demo", help="directory for the figures and results.json (default: ./bea-demo)")
     p.add_argument("--small", action="store_true", help="a reduced size (100 trajectories, 1,000 steps; ~15 s) for a quick check")
     p.add_argument("--no-baselines", action="store_true", help="skip LGP and LGPExact")
@@ -40,7 +40,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     import matplotlib
 
     matplotlib.use("Agg")
-    from . import experiments
+    from . import shadow_experiments as experiments
 
     cfg = experiments.PENDULUM_SMALL if args.small else experiments.PENDULUM_DEMO
     cfg = replace(cfg, progress=False)

@@ -12,7 +12,7 @@ and the Lagrangian
 .. math::  L(q, \dot q) = \sum_i \tfrac12 m_i|\dot x_i|^2
            - c_1\sum_i m_i U_1(x_i) - c_2\sum_{i<j} m_im_j\,U_2(x_i, x_j)
 
-(the seed's :math:`\tfrac12\sum_{i\ne j}` with a symmetric :math:`U_2`). One network per element type:
+(the paper's :math:`\tfrac12\sum_{i\ne j}` with a symmetric :math:`U_2`). One network per element type:
 :math:`U_1`, :math:`U_2` and (when learned) :math:`T` are shared by all elements. Masses are
 :math:`m_i = e^{s_i}`, learnable except ``fixed_mass`` (default element 0, mass 1): :math:`L \to sL` leaves
 the motions unchanged (THEORY.md §1), and the fixed mass removes that freedom.
@@ -33,9 +33,11 @@ from typing import List, Optional, Sequence, Union
 import torch
 from torch import nn
 
+from integrators._checks import check_states
 
-from .neural_baselines import euler_lagrange_acceleration
-from .modlanet_parts import (DTYPE, AngleOnRod, Identity, MLPTransform, NewtonianPair, Transform, UniformGravity, as_cell,
+from ..neural.baselines import euler_lagrange_acceleration
+from ..saving import SavableModule, recorded, register
+from .elements import (DTYPE, AngleOnRod, Identity, MLPTransform, NewtonianPair, Transform, UniformGravity, as_cell,
                              check_transforms)
 
 __all__ = ["ModLaNet", "check_parents"]
@@ -93,18 +95,19 @@ def _positive_list(values, n: int, what: str) -> List[float]:
     return out
 
 
-class ModLaNet(nn.Module):
+@register
+class ModLaNet(nn.Module, SavableModule):
     r"""Modular Lagrangian network (see the module docstring for the mathematics).
 
     Parameters
     ----------
     parents : parent of each element (``-1``: the origin); its length is the number of elements ``N``.
-    transforms : a :class:`~learners.modlanet_parts.Transform` shared by all elements, or one per element
-        (e.g. :class:`~learners.modlanet_parts.AngleOnRod` with different lengths).
+    transforms : a :class:`~learners.modlanet.elements.Transform` shared by all elements, or one per element
+        (e.g. :class:`~learners.modlanet.elements.AngleOnRod` with different lengths).
     dim : dimension ``d`` of the global frame.
     potential, pair : the cells :math:`U_1`, :math:`U_2`: ``"mlp"`` (learned, shared), ``None`` (no such
         term), an ``nn.Module`` or a callable (``U1(x)``, ``U2(xi, xj)``; e.g.
-        :class:`~learners.modlanet_parts.UniformGravity`, :class:`~learners.modlanet_parts.NewtonianPair`).
+        :class:`~learners.modlanet.elements.UniformGravity`, :class:`~learners.modlanet.elements.NewtonianPair`).
     hidden, layers, activation : size of the learned energy cells (``layers`` hidden layers of width
         ``hidden``).
     masses : initial masses (a number or one per element; default 1). ``fixed_mass``: the element whose
@@ -114,6 +117,7 @@ class ModLaNet(nn.Module):
         generator can be passed instead as ``generator``.
     """
 
+    @recorded
     def __init__(self, parents: Sequence[int], transforms: Union[Transform, Sequence[Transform]], dim: int = 2, *,
                  potential="mlp", pair="mlp", hidden: int = 50, layers: int = 2, activation: str = "tanh",
                  masses: Union[float, Sequence[float]] = 1.0, fixed_mass: Optional[int] = 0, learn_masses: bool = True,
@@ -168,9 +172,9 @@ class ModLaNet(nn.Module):
     def pendulum_chain(cls, n: int = 2, *, transform: str = "mlp", lengths: Union[float, Sequence[float]] = 1.0,
                        transform_hidden: int = 16, **kwargs) -> "ModLaNet":
         r"""A chain of ``n`` pendula (parents ``[-1, 0, 1, …]``), angles from the downward vertical, in the
-        plane. ``transform="mlp"``: a learned periodic :class:`~learners.modlanet_parts.MLPTransform`
-        (the seed's setting; ``transform_hidden`` wide), ``"rod"``: the known
-        :class:`~learners.modlanet_parts.AngleOnRod` maps with ``lengths``. Other options as in the
+        plane. ``transform="mlp"``: a learned periodic :class:`~learners.modlanet.elements.MLPTransform`
+        (the paper's setting; ``transform_hidden`` wide), ``"rod"``: the known
+        :class:`~learners.modlanet.elements.AngleOnRod` maps with ``lengths``. Other options as in the
         class. With the defaults (energy cells 50 wide) the model has 5 959 parameters for ``n = 2``.
 
         The true Lagrangian (masses 1, ``g = 9.8``): ``pendulum_chain(n, transform="rod",
@@ -191,7 +195,7 @@ class ModLaNet(nn.Module):
 
     @classmethod
     def bodies(cls, n: int = 3, dim: int = 2, **kwargs) -> "ModLaNet":
-        r"""``n`` free bodies in ``dim`` dimensions, global coordinates (:class:`~learners.modlanet_parts.Identity`),
+        r"""``n`` free bodies in ``dim`` dimensions, global coordinates (:class:`~learners.modlanet.elements.Identity`),
         all attached to the origin; ``q = (x_1, y_1, x_2, …)``. With the defaults: 5 606 parameters for
         ``n = 3``. The true gravitational Lagrangian (``G = 1``, masses 1):
         ``bodies(n, potential=None, pair=NewtonianPair(1.0), learn_masses=False, learn_weights=False)``."""
@@ -222,15 +226,9 @@ class ModLaNet(nn.Module):
 
     # ------------------------------------------------------------------ Lagrangian
     def _check_qv(self, q: torch.Tensor, v: torch.Tensor):
-        if not isinstance(q, torch.Tensor) or not isinstance(v, torch.Tensor):
-            raise TypeError(f"q and v must be torch tensors, got {type(q).__name__} and {type(v).__name__}")
-        if q.shape != v.shape or q.dim() < 1:
-            raise ValueError(f"q and v must have the same shape (..., n), got {tuple(q.shape)} and {tuple(v.shape)}")
-        if q.shape[-1] != self.n:
-            raise ValueError(f"dimension mismatch: q has {q.shape[-1]} coordinates in its last dimension, but this ModLaNet has "
-                             f"n = {self.n} ({self.n_elements} elements with local dimensions {self.local_dims}); build the "
-                             f"model for this system (or .extend(...) it) or pass states of shape (..., {self.n})")
-        return q.to(DTYPE), v.to(DTYPE)
+        return check_states(q, v, self.n, mismatch=(
+            f"dimension mismatch: this ModLaNet has n = {self.n} ({self.n_elements} elements with local dimensions "
+            f"{self.local_dims}); build the model for this system (or .extend(...) it)"), finite=False)
 
     def global_states(self, q: torch.Tensor, v: torch.Tensor):
         r"""Global positions and velocities :math:`(x, \dot x)`, each ``(..., N, d)``."""

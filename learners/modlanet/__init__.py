@@ -1,0 +1,10 @@
+r"""ModLaNet: modular Lagrangian networks built from shared element networks (THEORY.md §7).
+
+Modules: :mod:`~learners.modlanet.elements` (MLPs, local-to-global transforms, energy cells),
+:mod:`~learners.modlanet.model` (:class:`ModLaNet`), :mod:`~learners.modlanet.data` (acceleration and
+snapshot data of pendulum chains and n bodies).
+"""
+
+from .model import ModLaNet, check_parents
+
+__all__ = ["ModLaNet", "check_parents"]

@@ -1,0 +1,6 @@
+r"""Neural Lagrangian/Hamiltonian baselines and the training and rollout shared with ModLaNet.
+
+Modules: :mod:`~learners.neural.baselines` (LNN, HNN, MLP baselines), :mod:`~learners.neural.training`
+(acceleration and DEL losses, the training loop, prediction of position-trained models),
+:mod:`~learners.neural.rollout` (rollouts and the paper's prediction metrics).
+"""

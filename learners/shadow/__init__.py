@@ -1,0 +1,10 @@
+r"""GP shadow learning: Gaussian-process models of (inverse modified) Lagrangians from positions.
+
+Modules: :mod:`~learners.shadow.functionals` (linear functionals as derivative atoms),
+:mod:`~learners.shadow.kernels` (kernels with functionals on both sides), :mod:`~learners.shadow.gp`
+(the conditioned GP, exact Cholesky solve), :mod:`~learners.shadow.normalisation`,
+:mod:`~learners.shadow.hyperparameters` (the shared model: kernel set-up, hyperparameter learning,
+conditioning), :mod:`~learners.shadow.lsi` (Lagrangian Shadow Integration),
+:mod:`~learners.shadow.lgp` (the LGP / LGPExact baselines), :mod:`~learners.shadow.compiled_mean`
+(the posterior mean as C for the compiled integrator).
+"""

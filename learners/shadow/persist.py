@@ -1,0 +1,50 @@
+r"""The fitted state of the GP Lagrangian models as tensors, for :mod:`learners.saving`.
+
+The posterior is kept exactly as fitted -- the Cholesky factor :math:`R` of the conditioned covariance,
+the weights :math:`\beta = (K + \sigma_n^2 I)^{-1} y`, the conditioning functionals (their atoms) and the
+hyperparameters (the GP's ``state_dict``) -- so a loaded model predicts the same numbers without
+refitting. The fit's ``history`` (hyperparameter search trace) is not saved.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any, Dict
+
+from .functionals import AtomSet, Functionals
+from .gp import ConditioningInfo, _merge_atoms
+from .kernels import AtomExpansion
+
+
+def _functionals_state(F: Functionals) -> Dict[str, Any]:
+    return {"dim": F.dim, "count": F.count, "targets": F.targets,
+            "atoms": {str(m): [a.points, a.dirs, a.coef, a.owner] for m, a in F.atoms.items()}}
+
+
+def _functionals(state: Dict[str, Any]) -> Functionals:
+    atoms = {int(m): AtomSet(*parts) for m, parts in state["atoms"].items()}
+    return Functionals(state["dim"], state["count"], atoms, state["targets"])
+
+
+def fitted_state(model) -> Dict[str, Any]:
+    """Tensors and numbers of a fitted :class:`~learners.shadow.hyperparameters.FunctionalLagrangianModel`."""
+    model._require_fit()
+    gp = model.gp
+    return {"n": model.n, "center": model._center, "unit": model._unit, "gp": gp.state_dict(), "chol": gp._chol,
+            "beta": gp._beta.detach(), "functionals": _functionals_state(gp.train_functionals), "info": asdict(gp.info),
+            "variance_scale": gp.variance_scale, "subclass": model._fitted_extra()}
+
+
+def restore(model, state: Dict[str, Any]) -> None:
+    """Put a saved fitted state into a freshly constructed model (no refit)."""
+    model.n, model._center, model._unit = state["n"], state["center"], state["unit"]
+    gp = model._make_gp(2 * model.n)
+    gp.load_state_dict(state["gp"])
+    F = _functionals(state["functionals"])
+    gp.train_functionals, gp._chol, gp._beta = F, state["chol"], state["beta"]
+    gp.info = ConditioningInfo(**state["info"])
+    gp.variance_scale = state["variance_scale"]
+    gp._mean_atoms = _merge_atoms(F, gp._beta)
+    gp._mean_fn = AtomExpansion(gp.kernel, gp._mean_atoms, differentiable=False)
+    model.gp = gp
+    model._restore_extra(state["subclass"])
