@@ -31,7 +31,8 @@ from ..derive import KINDS, _mesh_weights, evaluate_scheme, mesh_lambda
 from ..hseries import EXACT, HSeries, Poly, Q
 from ..errors import InconsistentSchemeError, UnsupportedSchemeError
 from ..schemes import Scheme
-from .algebra import Algebra, LagrangianSubstitution, lagrangian_at
+from .algebra import Algebra, lagrangian_at
+from .substitution import LagrangianSubstitution
 from .trees import OPEN, Forest, single_node
 from .vectors import VecSeries
 
