@@ -122,22 +122,17 @@ def _reduce_mass(g: Graph) -> Optional[int]:
     return bare
 
 
-def _compact(g: Graph) -> Graph:
-    keep = [i for i, node in enumerate(g) if node is not None]
-    new = {old: i for i, old in enumerate(keep)}
-    out = []
-    for old in keep:
-        out.append([[k, (new[c[0]], c[1]) if isinstance(c, tuple) else c] for k, c in g[old]])
-    return out
-
-
 def _encode(g: Graph, x: int, ps: Optional[int]) -> tuple:
     qs, vs = [], []
-    for s, (k, c) in enumerate(g[x]):
-        if s == ps:
-            continue
-        ch = _encode(g, c[0], c[1]) if isinstance(c, tuple) else (0, c)
-        (qs if k == 0 else vs).append(ch)
+    s = 0
+    for k, c in g[x]:
+        if s != ps:
+            ch = _encode(g, c[0], c[1]) if type(c) is tuple else (0, c)
+            if k:
+                vs.append(ch)
+            else:
+                qs.append(ch)
+        s += 1
     qs.sort()
     vs.sort()
     if ps is None:
@@ -145,41 +140,45 @@ def _encode(g: Graph, x: int, ps: Optional[int]) -> tuple:
     return (1, g[x][ps][0], tuple(qs), tuple(vs))
 
 
-def _components(g: Graph) -> List[List[int]]:
-    seen = [False] * len(g)
+def _adjacency(g: Graph) -> Dict[int, List[int]]:
+    """Neighbours of each remaining node (removed nodes, ``None``, are skipped)."""
+    return {x: [c[0] for _, c in node if type(c) is tuple] for x, node in enumerate(g) if node is not None}
+
+
+def _components(adj: Dict[int, List[int]]) -> List[List[int]]:
+    seen = set()
     comps = []
-    for start in range(len(g)):
-        if seen[start]:
+    for start in adj:
+        if start in seen:
             continue
         stack, comp = [start], []
-        seen[start] = True
+        seen.add(start)
         while stack:
             x = stack.pop()
             comp.append(x)
-            for _, c in g[x]:
-                if isinstance(c, tuple) and not seen[c[0]]:
-                    seen[c[0]] = True
-                    stack.append(c[0])
+            for y in adj[x]:
+                if y not in seen:
+                    seen.add(y)
+                    stack.append(y)
         comps.append(comp)
     return comps
 
 
-def _centres(g: Graph, comp: List[int]) -> List[int]:
+def _centres(adj: Dict[int, List[int]], comp: List[int]) -> List[int]:
+    """The one or two central nodes of a tree (peeling leaves layer by layer)."""
     if len(comp) <= 2:
         return comp
-    deg = {x: sum(isinstance(c, tuple) for _, c in g[x]) for x in comp}
+    deg = {x: len(adj[x]) for x in comp}
     layer = [x for x in comp if deg[x] <= 1]
     left = len(comp)
     while left > 2:
         left -= len(layer)
         nxt = []
         for x in layer:
-            for _, c in g[x]:
-                if isinstance(c, tuple):
-                    y = c[0]
-                    deg[y] -= 1
-                    if deg[y] == 1:
-                        nxt.append(y)
+            for y in adj[x]:
+                deg[y] -= 1
+                if deg[y] == 1:
+                    nxt.append(y)
         layer = nxt
     return layer
 
@@ -187,8 +186,12 @@ def _centres(g: Graph, comp: List[int]) -> List[int]:
 def canonical(g: Graph) -> List[Tree]:
     """Canonical tuples of the connected components of ``g`` (``g`` is modified)."""
     bare = _reduce_mass(g)
-    g = _compact(g)
-    out = [min(_encode(g, x, None) for x in _centres(g, comp)) for comp in _components(g)]
+    adj = _adjacency(g)
+    if len(adj) == 1:
+        (x,) = adj
+        out = [_encode(g, x, None)]
+    else:
+        out = [min(_encode(g, x, None) for x in _centres(adj, comp)) for comp in _components(adj)]
     if bare is not None:
         out.append((3, bare))
     return out
