@@ -42,10 +42,11 @@ import torch
 import bea
 from integrators import ConvergenceError, NotRegularError, VariationalIntegrator
 
-from ._checks import as_tensor, check_finite, check_order, check_snapshots
+from ._checks import as_tensor, check_finite, check_order, check_snapshots, check_states
 from .base import FunctionalLagrangianModel, solve_with_retry
 from .functionals import AtomSet, Functionals, del_residuals, discrete_momenta, triples_from_snapshots
 from .normalisation import MassNormalisation
+from .uncertainty import LinearisedQuantity, Reference, jet_order, momentum_functionals, posterior_variance, weighted
 
 __all__ = ["InverseModifiedLagrangianGP", "DEFAULT_NEWTON", "ExtrapolationWarning", "ExtrapolationError",
            "EXTRAPOLATION_FACTOR"]
@@ -256,10 +257,116 @@ class InverseModifiedLagrangianGP(FunctionalLagrangianModel):
             self._recovered[key] = L_rec
         return self._recovered[key]
 
-    def energy(self, order: int = 2) -> TorchLagrangian:
+    def energy(self, order: int = 2, return_std: bool = False, reference=None):
         r"""The recovered energy :math:`H_{rec}[N] = \partial_vL_{rec}\cdot v - L_{rec}` (``order=0``: the
-        energy of :math:`\bar L_{inv}` itself, uncorrected), a torch callable ``H(q, v)``."""
-        return bea.energy(self.recovered_lagrangian(order))
+        energy of :math:`\bar L_{inv}` itself, uncorrected), a torch callable ``H(q, v)``.
+
+        ``return_std=True``: ``H(q, v)`` returns ``(mean, std)`` (shapes ``(...)``, data's units), the std of
+        the GP posterior pushed through :math:`\mathrm{mod}_N` by linearisation (:mod:`learners.uncertainty`).
+        ``reference=(q_ref, v_ref)`` (one state, shape ``(n,)``): differences :math:`H(q, v) - H(q_ref, v_ref)`
+        and their std (the two values' covariance accounted for) -- the energy is determined only up to a
+        constant, and up to the scale the normalisation fixes."""
+        H_mean = bea.energy(self.recovered_lagrangian(order))
+        if not return_std and reference is None:
+            return H_mean
+        N = check_order(order, self.scheme.symmetric)
+        ref = None
+        if reference is not None:
+            try:
+                q_r, v_r = reference
+            except (TypeError, ValueError):
+                raise TypeError("reference must be a pair (q_ref, v_ref) of one state each") from None
+            q_r, v_r = check_states(q_r, v_r, self.n)
+            if q_r.numel() != self.n:
+                raise ValueError(f"reference must be one state: q_ref and v_ref of shape ({self.n},), got {tuple(q_r.shape)}")
+            ref = (q_r.reshape(self.n), v_r.reshape(self.n))
+
+        def H(q, v):
+            q, v = check_states(q, v, self.n)
+            lead = q.shape[:-1]
+            qf, vf = q.detach().reshape(-1, self.n), v.detach().reshape(-1, self.n)
+            mean = H_mean(qf, vf).detach()
+            x = self._standard_state(qf, vf)
+            G = LinearisedQuantity(self._quantity("energy", N), x, 1, self._jet_order("energy", N))
+            R = None
+            if ref is not None:
+                mean = mean - H_mean(ref[0][None], ref[1][None]).detach()
+                R = Reference(self._standard_state(ref[0], ref[1]).expand_as(x))
+            var = posterior_variance(self.gp, G, R)[:, 0, 0]
+            std = self._unit ** 2 * var.clamp_min(0).sqrt()
+            return (mean.reshape(lead), std.reshape(lead)) if return_std else mean.reshape(lead)
+
+        return H
+
+    # ------------------------------------------------------------------ uncertainty (learners.uncertainty)
+    def _quantity(self, what: str, order: int):
+        r"""The recovered quantity as a function of the Lagrangian, in standardised coordinates:
+        ``"energy"`` :math:`H(\mathrm{mod}_N L)`, ``"momentum"`` :math:`-\partial_v\mathrm{mod}_N L` and
+        ``"lagrangian"`` :math:`-\mathrm{mod}_N L` (the jet parts of the energy at a state, of the velocities
+        and of the energy along positions)."""
+        f = None if order == 0 else bea.series_function("modified_lagrangian", self.scheme, order, self.n)
+        h = self.h
+
+        def rec(L):
+            return L if f is None else (lambda q, v: f(L, q, v, h))
+
+        if what == "energy":
+            return lambda L, q, v: bea.energy(rec(L))(q, v)
+        if what == "momentum":
+            return lambda L, q, v: -bea.momentum(rec(L))(q, v)
+        return lambda L, q, v: -rec(L)(q, v)
+
+    def _jet_order(self, what: str, order: int) -> int:
+        key = ("jet", what, order)
+        if key not in self._recovered:
+            k = self.n if what == "momentum" else 1
+            x0 = torch.cat([torch.zeros(self.n, dtype=torch.float64), 0.3 * torch.ones(self.n, dtype=torch.float64)])[None]
+            self._recovered[key] = jet_order(self.gp, self._quantity(what, order), x0, k)
+        return self._recovered[key]
+
+    def _mass_std(self, order: int, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        r""":math:`\partial_v^2 \mathrm{mod}_N\bar L'` at standardised states (B, n) -> (B, n, n)."""
+        L = self._recovered_std(order)
+        with torch.enable_grad():
+            vv = v.detach().clone().requires_grad_(True)
+            (g,) = torch.autograd.grad(L(q.detach(), vv).sum(), vv, create_graph=True)
+            rows = [torch.autograd.grad(g[:, i].sum(), vv, retain_graph=i < self.n - 1)[0] for i in range(self.n)]
+        return torch.stack(rows, 1).detach()
+
+    def _along_positions_std(self, q_std: torch.Tensor, v_std: torch.Tensor, order: int, what: str, every: int,
+                             reference: Optional[int] = None) -> torch.Tensor:
+        r"""Posterior std (standardised units) of the velocities (``what="momentum"``: (S+1, B, n)) or energies
+        (``"lagrangian"``: (S+1, B)) along positions, at rows ``0, every, 2 every, ...`` (NaN elsewhere);
+        energies minus those at time index ``reference`` if given."""
+        S1, n = q_std.shape[0], self.n
+        q3, v3 = q_std.reshape(S1, -1, n), v_std.reshape(S1, -1, n)
+        Bt = q3.shape[1]
+        P = momentum_functionals(q3, self.h, self.scheme)  # row j * Bt + b
+        times = torch.arange(0, S1, every)
+        rows = (times[:, None] * Bt + torch.arange(Bt)).reshape(-1)
+        x = torch.cat([q3, v3], -1).reshape(-1, 2 * n)
+        k = n if what == "momentum" else 1
+        P_rows = P.subset((rows[:, None] * n + torch.arange(n)).reshape(-1))
+        if what == "momentum":
+            atoms = P_rows
+        else:
+            atoms = weighted(P_rows, v3.reshape(-1, n)[rows], n)
+        G = LinearisedQuantity(self._quantity(what, order), x[rows], k, self._jet_order(what, order), atoms)
+        ref = None
+        if reference is not None:
+            r_rows = reference * Bt + torch.arange(Bt).repeat(times.numel())
+            P_ref = P.subset((r_rows[:, None] * n + torch.arange(n)).reshape(-1))
+            ref = Reference(x[r_rows], weighted(P_ref, v3.reshape(-1, n)[r_rows], n))
+        cov = posterior_variance(self.gp, G, ref)
+        if what == "momentum":
+            Minv = torch.linalg.inv(self._mass_std(order, q3.reshape(-1, n)[rows], v3.reshape(-1, n)[rows]))
+            cov = Minv @ cov @ Minv.transpose(1, 2)
+            std = torch.full((S1 * Bt, n), float("nan"), dtype=torch.float64)
+            std[rows] = torch.diagonal(cov, dim1=1, dim2=2).clamp_min(0).sqrt()
+            return std.reshape(q_std.shape)
+        std = torch.full((S1 * Bt,), float("nan"), dtype=torch.float64)
+        std[rows] = cov[:, 0, 0].clamp_min(0).sqrt()
+        return std.reshape(q_std.shape[:-1])
 
     def integrator(self, **newton):
         """The :class:`integrators.VariationalIntegrator` of the scheme on :math:`\bar L_{inv}` (data's units)."""
@@ -354,26 +461,55 @@ class InverseModifiedLagrangianGP(FunctionalLagrangianModel):
         qs = self._positions(qs)
         return self._unit * _chunked_momenta(self._integrator_std(), self._to_standard(qs), chunk)
 
-    def velocities(self, qs, order: int = 2, chunk: Optional[int] = None) -> torch.Tensor:
+    def velocities(self, qs, order: int = 2, chunk: Optional[int] = None, return_std: bool = False, std_every: int = 1):
         r"""Velocities along positions ``qs`` ``(steps + 1, batch..., n)`` (e.g. from :meth:`predict` or the
         data, time first): solve :math:`\partial_vL_{rec}(q_j, \dot q_j) = p_j` with :math:`p_j` the
         discrete momenta of :math:`\bar L_{inv}` (batched Newton, ``chunk`` time steps at a time;
         default 1000 for ``order <= 2`` and 200 above, where the nested derivatives of ``mod_N`` take
-        about 12 MB per position)."""
+        about 12 MB per position).
+
+        ``return_std=True`` also returns the posterior std of each component (same shape), by linearising
+        :math:`\partial_vL_{rec}(q_j, \dot q_j) = p_j`: :math:`\delta\dot q_j = M_{rec}^{-1}(\delta p_j -
+        \partial_v\,\delta L_{rec}(q_j, \dot q_j))`, both terms linear in :math:`\delta L_{inv}`
+        (:mod:`learners.uncertainty`); at every ``std_every``-th time step only (NaN elsewhere), as it costs
+        more than the velocities."""
         qs = self._positions(qs)
-        return self._unit * self._velocities_std(self._to_standard(qs), order, chunk)
+        q_std = self._to_standard(qs)
+        v_std = self._velocities_std(q_std, order, chunk)
+        if not return_std:
+            return self._unit * v_std
+        N = check_order(order, self.scheme.symmetric)
+        std = self._along_positions_std(q_std, v_std, N, "momentum", _every(std_every))
+        return self._unit * v_std, self._unit * std
 
     def _velocities_std(self, qs_std: torch.Tensor, order: int, chunk: Optional[int]) -> torch.Tensor:
         return _chunked_velocities(self._integrator_std(), qs_std, self._recovered_std(order), chunk or _chunk(order))
 
-    def energies(self, qs, order: int = 2, chunk: Optional[int] = None) -> torch.Tensor:
+    def energies(self, qs, order: int = 2, chunk: Optional[int] = None, return_std: bool = False, std_every: int = 1,
+                 reference: Optional[int] = None):
         r""":math:`H_{rec}[N]` along positions ``qs`` with the velocities of :meth:`velocities`; shape
-        ``(steps + 1, batch...)``."""
+        ``(steps + 1, batch...)``.
+
+        ``reference``: a time index; the energies minus the energy there (per trajectory).
+        ``return_std=True`` also returns the posterior std (same shape; of the differences with
+        ``reference``), by linearisation: :math:`H_{rec} = p\cdot\dot q - L_{rec}` at the solved velocity, so
+        :math:`\delta H_j = \dot q_j\cdot\delta p_j - \delta L_{rec}(q_j, \dot q_j)` (:mod:`learners.uncertainty`);
+        at every ``std_every``-th time step only (NaN elsewhere)."""
         qs = self._positions(qs)
         chunk = chunk or _chunk(order)
         q_std = self._to_standard(qs)
         v_std = self._velocities_std(q_std, order, chunk)
-        return self._unit ** 2 * _chunked_energy(bea.energy(self._recovered_std(order)), q_std, v_std, chunk)
+        E = self._unit ** 2 * _chunked_energy(bea.energy(self._recovered_std(order)), q_std, v_std, chunk)
+        if reference is not None:
+            if isinstance(reference, bool) or not isinstance(reference, int) or not -qs.shape[0] <= reference < qs.shape[0]:
+                raise ValueError(f"reference must be a time index in [0, {qs.shape[0]}), got {reference!r}")
+            reference %= qs.shape[0]
+            E = E - E[reference]
+        if not return_std:
+            return E
+        N = check_order(order, self.scheme.symmetric)
+        std = self._along_positions_std(q_std, v_std, N, "lagrangian", _every(std_every), reference)
+        return E, self._unit ** 2 * std
 
     def _positions(self, qs) -> torch.Tensor:
         self._require_fit()
@@ -383,6 +519,12 @@ class InverseModifiedLagrangianGP(FunctionalLagrangianModel):
                              f"got {tuple(qs.shape)}")
         check_finite(qs, "qs")
         return qs
+
+
+def _every(k) -> int:
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"std_every must be a positive integer, got {k!r}")
+    return k
 
 
 def _chunk(order: int) -> int:
