@@ -401,6 +401,27 @@ def momentum_functionals(qs: torch.Tensor, h: float, scheme) -> Functionals:
     return Functionals.cat([first, later])
 
 
+def repeat_functionals(F: Functionals, index: torch.Tensor) -> Functionals:
+    """The functionals ``index`` of ``F`` (repeats allowed, unlike :meth:`Functionals.subset`), renumbered
+    0..len(index)-1."""
+    index = torch.as_tensor(index, dtype=torch.long)
+    atoms = {}
+    for m, A in F.atoms.items():
+        parts = []
+        for u in torch.unique(index):
+            rows = torch.nonzero(index == u).flatten()
+            sel = A.select(A.owner == u)
+            k = len(sel)
+            if k == 0:
+                continue
+            parts.append(AtomSet(sel.points.repeat(rows.numel(), 1), sel.dirs.repeat(rows.numel(), 1, 1),
+                                 sel.coef.repeat(rows.numel()), rows.repeat_interleave(k)))
+        if parts:
+            atoms[m] = AtomSet(torch.cat([a.points for a in parts]), torch.cat([a.dirs for a in parts]),
+                               torch.cat([a.coef for a in parts]), torch.cat([a.owner for a in parts]))
+    return Functionals(F.dim, int(index.numel()), atoms)
+
+
 def weighted(F: Functionals, w: torch.Tensor, k: int) -> Functionals:
     r"""Per-row combinations :math:`\sum_i w_{b,i} F_{b k + i}` (``w`` (B, k)): one functional per row."""
     flat = w.reshape(-1)
