@@ -35,17 +35,17 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Callable, Dict, Optional, Union
+from typing import Callable, Dict, Optional
 
 import torch
 
-import bea
 from integrators import ConvergenceError, NotRegularError, VariationalIntegrator, modified
 
 from .._checks import as_tensor, check_finite, check_order, check_snapshots
 from .hyperparameters import FunctionalLagrangianModel, solve_with_retry
 from .functionals import AtomSet, Functionals, del_residuals, discrete_momenta, triples_from_snapshots
 from .normalisation import MassNormalisation
+from .recovery import RecoveryMixin
 
 __all__ = ["InverseModifiedLagrangianGP", "DEFAULT_NEWTON", "ExtrapolationWarning", "ExtrapolationError",
            "EXTRAPOLATION_FACTOR"]
@@ -83,7 +83,7 @@ class ExtrapolationError(ValueError):
     """Raised instead of :class:`ExtrapolationWarning` with ``predict(..., on_extrapolation="raise")``."""
 
 
-class InverseModifiedLagrangianGP(FunctionalLagrangianModel):
+class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
     r"""GP model of the inverse modified Lagrangian of ``scheme`` at step ``h`` (Lagrangian Shadow
     Integration), learned from position snapshots.
 
@@ -169,7 +169,7 @@ class InverseModifiedLagrangianGP(FunctionalLagrangianModel):
         r"""Functionals of :math:`L = \sigma^2 L'(A x)` as functionals of :math:`L'`: points mapped by
         :math:`A`, directions divided by :math:`\sigma` (one factor per derivative), coefficients times
         :math:`\sigma^2`."""
-        n, s = self.n, self._unit
+        s = self._unit
         shift = torch.cat([self._center, torch.zeros_like(self._center)])
         atoms = {m: AtomSet((A.points - shift) / s, A.dirs / s, A.coef * s ** 2, A.owner) for m, A in G.atoms.items()}
         return Functionals(G.dim, G.count, atoms, G.targets)
@@ -255,11 +255,6 @@ class InverseModifiedLagrangianGP(FunctionalLagrangianModel):
         if key not in self._recovered:
             self._recovered[key] = modified.modified_lagrangian(self._lagrangian_std, N, self.h, self.scheme)
         return self._recovered[key]
-
-    def energy(self, order: int = 2) -> TorchLagrangian:
-        r"""The recovered energy :math:`H_{rec}[N] = \partial_vL_{rec}\cdot v - L_{rec}` (``order=0``: the
-        energy of :math:`\bar L_{inv}` itself, uncorrected), a torch callable ``H(q, v)``."""
-        return bea.energy(self.recovered_lagrangian(order))
 
     def integrator(self, **newton):
         """The :class:`integrators.VariationalIntegrator` of the scheme on :math:`\bar L_{inv}` (data's units)."""
@@ -347,43 +342,6 @@ class InverseModifiedLagrangianGP(FunctionalLagrangianModel):
                     raise ExtrapolationError(msg)
                 warnings.warn(msg, ExtrapolationWarning, stacklevel=3)
         return std
-
-    def momenta(self, qs, chunk: int = 1000) -> torch.Tensor:
-        r"""Discrete momenta of :math:`\bar L_{inv}` along positions ``qs`` ``(steps + 1, batch..., n)``:
-        :math:`p_0 = -D_1L_\Delta(q_0, q_1)`, :math:`p_j = D_2L_\Delta(q_{j-1}, q_j)` (in time chunks)."""
-        qs = self._positions(qs)
-        return self._unit * modified.momenta(None, self._to_standard(qs), self.h, self.scheme, chunk,
-                                                  integrator=self._integrator_std())
-
-    def velocities(self, qs, order: int = 2, chunk: Optional[int] = None) -> torch.Tensor:
-        r"""Velocities along positions ``qs`` ``(steps + 1, batch..., n)`` (e.g. from :meth:`predict` or the
-        data, time first): solve :math:`\partial_vL_{rec}(q_j, \dot q_j) = p_j` with :math:`p_j` the
-        discrete momenta of :math:`\bar L_{inv}` (batched Newton, ``chunk`` time steps at a time;
-        default 1000 for ``order <= 2`` and 200 above, where the nested derivatives of ``mod_N`` take
-        about 12 MB per position)."""
-        qs = self._positions(qs)
-        return self._unit * self._velocities_std(self._to_standard(qs), order, chunk)
-
-    def _velocities_std(self, qs_std: torch.Tensor, order: int, chunk: Optional[int]) -> torch.Tensor:
-        return modified.velocities(None, qs_std, order, self.h, self.scheme, chunk, integrator=self._integrator_std(),
-                                   recovered=self._recovered_std(order))
-
-    def energies(self, qs, order: int = 2, chunk: Optional[int] = None) -> torch.Tensor:
-        r""":math:`H_{rec}[N]` along positions ``qs`` with the velocities of :meth:`velocities`; shape
-        ``(steps + 1, batch...)``."""
-        qs = self._positions(qs)
-        return self._unit ** 2 * modified.energies(None, self._to_standard(qs), order, self.h, self.scheme, chunk,
-                                                   integrator=self._integrator_std(), recovered=self._recovered_std(order))
-
-    def _positions(self, qs) -> torch.Tensor:
-        self._require_fit()
-        qs = as_tensor(qs, "qs")
-        if qs.dim() < 2 or qs.shape[0] < 2 or qs.shape[-1] != self.n:
-            raise ValueError(f"qs must have shape (steps + 1, batch..., {self.n}) with at least two positions, "
-                             f"got {tuple(qs.shape)}")
-        check_finite(qs, "qs")
-        return qs
-
 
 class StandardisedMean:
     r""":math:`\bar L'_{inv}` of a fitted model in its standardised coordinates, callable as ``L(q, v)``

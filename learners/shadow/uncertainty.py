@@ -1,0 +1,433 @@
+r"""Posterior uncertainty of quantities recovered from a learned inverse modified Lagrangian.
+
+LSI identifies the energy and the velocities through the *nonlinear* map
+:math:`L_{inv} \mapsto L_{rec} = \mathrm{mod}_N(L_{inv})` (THEORY.md §4, §6). Around the posterior
+mean :math:`\bar L` a recovered quantity :math:`Q[L]` is linearised,
+
+.. math::  Q[\bar L + \delta L] = Q[\bar L] + G[\delta L] + O(\delta L^2),
+
+and under the GP posterior :math:`\delta L` is Gaussian, so :math:`G[\delta L]` has the variance
+
+.. math::  \operatorname{Var} G = G G' k - G K_\Lambda^{\top} (\Theta + \sigma_n^2 I)^{-1} K_\Lambda G'^{\top}
+
+(:mod:`learners.shadow.gp`): one more functional-kernel evaluation. Every :math:`G` used here is the sum of
+
+* a *jet part* :math:`T_b[\delta L] = \tfrac{d}{d\varepsilon} Q_b[\bar L + \varepsilon\,\delta L]|_0`,
+  where :math:`Q_b` depends on :math:`L` only through its derivatives (up to some order :math:`p`) at
+  one state :math:`x_b` -- the energy :math:`H(\mathrm{mod}_N L)(x_b)`, the momentum
+  :math:`\partial_v \mathrm{mod}_N L(x_b)` -- evaluated by :mod:`bea`'s torch functions for any
+  ``n`` and scheme;
+* an optional *atom part* :math:`A_b`, a linear functional made of derivative atoms
+  (:mod:`learners.functionals`), e.g. the discrete momentum :math:`p_j[L]`.
+
+**Jet parts, exactly and without derivative tensors.** All :math:`T_b` applied to a whole family of
+functions :math:`g_1..g_C` cost one evaluation of :math:`Q` and one backward pass: evaluate
+:math:`Q_b` on :math:`\bar L + \sum_c w_{bc}\, g_c` with a separate coefficient row :math:`w_b` per
+state (state ``b`` only sees row ``b``), and differentiate with respect to :math:`w` at zero. The
+families needed are:
+
+* the kernel sections of the training functionals, :math:`g_i = \sigma_f^2 \Lambda_i^y k(\cdot, y)`,
+  which give the cross-covariances :math:`T_b[g_i] = \operatorname{Cov}(T_b, \Lambda_i)`;
+* Gaussian features for the prior term. For the RBF kernel with lengthscales :math:`\ell`
+  (tilde: divided by :math:`\ell`) the expansion
+  :math:`e^{-|\tilde s - \tilde t|^2/2} = \sum_\gamma \varphi_\gamma(\tilde s)\varphi_\gamma(\tilde t)`,
+  :math:`\varphi_\gamma(z) = e^{-|z|^2/2} z^\gamma/\sqrt{\gamma!}` (multi-indices :math:`\gamma`; from
+  :math:`e^{\tilde s\cdot\tilde t} = \sum_\gamma \tilde s^\gamma \tilde t^\gamma/\gamma!`), holds everywhere. A
+  functional of the jet of order :math:`p` at :math:`x_b` annihilates :math:`\varphi_\gamma(\cdot - x_b)` for
+  :math:`|\gamma| > p` (all its derivatives of order :math:`\le p` vanish at :math:`x_b`), so with
+  :math:`c_{b\gamma} = T_b[\varphi_\gamma((\cdot - x_b)/\ell)]`
+
+  .. math::  T_b T_b' k = \sigma_f^2 \sum_{|\gamma| \le p} c_{b\gamma} c'_{b\gamma}, \qquad
+             T_b^x k(x, y) = \sigma_f^2 \sum_{|\gamma| \le p} c_{b\gamma}\, \varphi_\gamma((y - x_b)/\ell):
+
+  *exact* finite sums, no truncation. The second gives the covariance of a jet part with any other
+  functional (an atom part, or the jet part at a reference state) as that functional applied to an
+  explicit function. The order :math:`p` is found once per quantity by probing (the features of
+  the first orders above it must give exact zeros).
+
+Energies are determined only up to a constant (and the scale of the normalisation), so
+differences :math:`Q_b - Q_{ref}` with their own variance (the covariance of the two is subtracted)
+are what calibration compares (:class:`Reference`).
+
+Only the :class:`~learners.shadow.kernels.RBFKernel` (the default) has the feature expansion; other kernels
+raise ``TypeError``. Everything here works in the model's standardised coordinates.
+
+Size: one algorithm -- the Gaussian-feature expansion of the prior, the kernel sections at the data and
+the linearisation through ``mod_N`` -- whose pieces share private data structures and are only correct
+together; split, they would need a public interface for internals.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, List, Optional, Sequence, Tuple
+
+import torch
+
+from .functionals import AtomSet, Functionals
+from .kernels import RBFKernel
+
+__all__ = ["GaussianFeatures", "LinearisedQuantity", "Reference", "posterior_variance", "jet_order"]
+
+Quantity = Callable[[Callable, torch.Tensor, torch.Tensor], torch.Tensor]
+
+#: entries (states x basis functions) of one coefficient block in a linearisation pass: bounds memory,
+#: since every nested derivative that ``mod_N`` takes keeps tensors of this size
+PASS_ENTRIES = 200_000
+#: highest derivative order probed for a jet part (mod_N energies of the orders used need <= N + 3)
+MAX_JET_ORDER = 14
+
+
+class GaussianFeatures:
+    r"""The functions :math:`\varphi_\gamma(z) = e^{-|z|^2/2} z^\gamma/\sqrt{\gamma!}`, :math:`|\gamma| \le p`, of
+    :math:`z \in \mathbb R^D`, in graded order (degree 0, 1, ..., p); :attr:`degree` gives each one's
+    :math:`|\gamma|`. Monomials are built degree by degree (each a product of a lower one and one
+    coordinate), so every derivative is ordinary autograd."""
+
+    def __init__(self, D: int, order: int):
+        self.D, self.order = D, order
+        parents: List[torch.Tensor] = []
+        variables: List[torch.Tensor] = []
+        exps = [torch.zeros(1, D, dtype=torch.long)]
+        last = [torch.zeros(1, dtype=torch.long)]
+        for k in range(1, order + 1):
+            prev_exp, prev_last = exps[-1], last[-1]
+            par, var = [], []
+            for i in range(prev_exp.shape[0]):
+                for d in range(int(prev_last[i]), D):
+                    par.append(i)
+                    var.append(d)
+            par_t, var_t = torch.tensor(par, dtype=torch.long), torch.tensor(var, dtype=torch.long)
+            e = prev_exp[par_t].clone()
+            e[torch.arange(len(par)), var_t] += 1
+            parents.append(par_t)
+            variables.append(var_t)
+            exps.append(e)
+            last.append(var_t)
+        self._parents, self._vars = parents, variables
+        self.exponents = torch.cat(exps)
+        self.degree = self.exponents.sum(-1)
+        log_fact = torch.lgamma(self.exponents.to(torch.float64) + 1).sum(-1)
+        self._scale = torch.exp(-0.5 * log_fact)
+
+    def __len__(self) -> int:
+        return self.exponents.shape[0]
+
+    def __call__(self, z: torch.Tensor) -> torch.Tensor:
+        """Values at ``z`` (B, D) -> (B, len(self))."""
+        layer = torch.ones(z.shape[0], 1, dtype=z.dtype)
+        layers = [layer]
+        for par, var in zip(self._parents, self._vars):
+            layer = layer[:, par] * z[:, var]
+            layers.append(layer)
+        mono = torch.cat(layers, -1)
+        return torch.exp(-0.5 * (z * z).sum(-1, keepdim=True)) * mono * self._scale
+
+
+def _rbf(gp) -> Tuple[RBFKernel, torch.Tensor, torch.Tensor]:
+    base = gp.kernel.base_kernel
+    if not isinstance(base, RBFKernel):
+        raise TypeError(f"uncertainty of recovered quantities needs the RBF kernel (its Gaussian feature expansion makes the "
+                        f"prior term exact), got {type(base).__name__}; fit with the default kernel")
+    ls = base.lengthscale.detach().reshape(-1)
+    return base, ls, gp.kernel.outputscale.detach()
+
+
+# ---------------------------------------------------------------------------------------------- columns
+class _Columns:
+    """A family of basis functions evaluated at the rows' points: ``__call__(xp)`` -> (B, size)."""
+
+    size: int
+
+    def __call__(self, xp: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class _Sections(_Columns):
+    r"""Kernel sections :math:`\sigma_f^2\Lambda_i^y k(x, y)` of shared functionals (every row the same)."""
+
+    def __init__(self, gp, F: Functionals):
+        self.base, _, self.scale = _rbf(gp)
+        self.F, self.size = F, F.count
+
+    def __call__(self, xp):
+        out = xp.new_zeros(xp.shape[0], self.size)
+        empty = xp.new_zeros(xp.shape[0], 0, xp.shape[1])
+        for A in self.F.atoms.values():
+            blk = self.base.derivative_block(xp, empty, A.points, A.dirs) * A.coef
+            out = out.index_add(1, A.owner, blk)
+        return self.scale * out
+
+
+class _RowSections(_Columns):
+    r"""Kernel sections of per-row functionals: functional ``b * k + j`` of ``F`` belongs to row ``b``;
+    column ``j`` at row ``b`` is :math:`\sigma_f^2 A_{b,j}^y k(x_b, y)`."""
+
+    def __init__(self, gp, F: Functionals, k: int):
+        self.base, _, self.scale = _rbf(gp)
+        self.F, self.size = F, k
+
+    def __call__(self, xp):
+        B = xp.shape[0]
+        out = xp.new_zeros(B, self.size)
+        empty = xp.new_zeros(B, 0, xp.shape[1])
+        for A in self.F.atoms.values():
+            row, col = A.owner // self.size, A.owner % self.size
+            blk = self.base.derivative_block(xp, empty, A.points, A.dirs) * A.coef  # (B, atoms)
+            own = blk.gather(0, row[None, :]).squeeze(0)  # atom a evaluated at its own row
+            out = out.index_put((row, col), own, accumulate=True)
+        return self.scale * out
+
+
+class _Features(_Columns):
+    r""":math:`\varphi_\gamma((x - c_b)/\ell)` centred at each row's state :math:`c_b`."""
+
+    def __init__(self, centres: torch.Tensor, ls: torch.Tensor, feats: GaussianFeatures):
+        self.centres, self.ls, self.feats, self.size = centres, ls, feats, len(feats)
+
+    def __call__(self, xp):
+        return self.feats((xp - self.centres) / self.ls)
+
+
+class _RowFunctions(_Columns):
+    r"""One explicit function per row and output: :math:`\sum_\gamma c_{b o\gamma} \varphi_\gamma((x - r_b)/\ell)`
+    (the kernel applied to a reference state's jet part), columns ``o``."""
+
+    def __init__(self, centres: torch.Tensor, coef: torch.Tensor, ls: torch.Tensor, feats: GaussianFeatures):
+        self.centres, self.coef, self.ls, self.feats = centres, coef, ls, feats
+        self.size = coef.shape[1]
+
+    def __call__(self, xp):
+        phi = self.feats((xp - self.centres) / self.ls)  # (B, M)
+        return torch.einsum("bm,bom->bo", phi, self.coef)
+
+
+def _linearise(mean: Callable, quantity: Quantity, x: torch.Tensor, columns: Sequence[_Columns], k: int) -> List[torch.Tensor]:
+    r"""Per column family, the tensor (B, k, size) of :math:`T_{b,o}[g_c]`: the derivative of output ``o`` of
+    ``quantity(L, q, v)`` at state ``b`` along basis function ``c``, at :math:`L = \bar L` (``mean``)."""
+    B, D = x.shape
+    n = D // 2
+    with torch.enable_grad():
+        W = [torch.zeros(B, c.size, dtype=x.dtype, requires_grad=True) for c in columns]
+
+        def L(q, v):
+            xp = torch.cat([q, v], -1)
+            if xp.shape != (B, D):
+                raise RuntimeError(f"internal: the recovered quantity evaluated L at a batch of shape {tuple(xp.shape)}, "
+                                   f"not the ({B}, {D}) states it linearises (one row per state is required)")
+            out = mean(xp)
+            for c, w in zip(columns, W):
+                out = out + (c(xp) * w).sum(-1)
+            return out
+
+        q = x[:, :n].detach().clone()
+        v = x[:, n:].detach().clone()
+        val = quantity(L, q, v).reshape(B, k)
+        rows = []
+        for o in range(k):
+            gs = torch.autograd.grad(val[:, o].sum(), W, retain_graph=o < k - 1, allow_unused=True)
+            rows.append([torch.zeros_like(w) if g is None else g for g, w in zip(gs, W)])
+    return [torch.stack([r[i] for r in rows], 1).detach() for i in range(len(columns))]
+
+
+def jet_order(gp, quantity: Quantity, x: torch.Tensor, k: int, start: int = 3) -> int:
+    r"""The highest derivative order :math:`p` of :math:`\bar L` on which the jet part of ``quantity`` depends,
+    probed at the state ``x`` (1, D): features up to order ``start`` are applied, and the order is raised
+    until the two orders above the highest one that contributes give exact zeros."""
+    _, ls, _ = _rbf(gp)
+    D = x.shape[-1]
+    top = start
+    while True:
+        feats = GaussianFeatures(D, top)
+        (c,) = _linearise(gp.mean, quantity, x, [_Features(x, ls, feats)], k)
+        nz = (c != 0).any(1).any(0)  # (M,)
+        p = int(feats.degree[nz].max()) if bool(nz.any()) else 0
+        if p <= top - 2:
+            return p
+        if top >= MAX_JET_ORDER:
+            raise RuntimeError(f"the recovered quantity depends on derivatives of L of order > {MAX_JET_ORDER - 2}; "
+                               "raise learners.shadow.uncertainty.MAX_JET_ORDER")
+        top = min(top + 2, MAX_JET_ORDER)
+
+
+@dataclass
+class LinearisedQuantity:
+    r"""A recovered quantity :math:`G_b = A_b + T_b` with ``k`` outputs per state: ``quantity(L, q, v)`` (B, k)
+    whose linearisation at the posterior mean is the jet part, at the states ``x`` (B, D), plus the
+    optional atom part ``atoms`` (functional ``b * k + o`` of row ``b``, output ``o``), and the jet order
+    ``p``."""
+
+    quantity: Quantity
+    x: torch.Tensor
+    k: int
+    p: int
+    atoms: Optional[Functionals] = None
+
+
+@dataclass
+class Reference:
+    r"""The same quantity at reference states, one per row (``x`` (B, D), ``atoms`` as in
+    :class:`LinearisedQuantity`): the variance is then that of :math:`G_b - G_{ref(b)}` (``k = 1``)."""
+
+    x: torch.Tensor
+    atoms: Optional[Functionals] = None
+
+
+def _rows(F: Optional[Functionals], rows: torch.Tensor, k: int) -> Optional[Functionals]:
+    """The functionals of the rows ``rows`` (per-row families of ``k``), renumbered."""
+    if F is None:
+        return None
+    idx = (rows[:, None] * k + torch.arange(k)).reshape(-1)
+    return F.subset(idx)
+
+
+def _apply_rowfunction(F: Functionals, centres: torch.Tensor, coef: torch.Tensor, ls: torch.Tensor,
+                       feats: GaussianFeatures, k: int) -> torch.Tensor:
+    r"""Atom functionals ``F`` (functional ``b * k + o``) applied to row ``b``'s explicit function
+    :math:`\sum_\gamma c_{b\gamma}\varphi_\gamma((y - r_b)/\ell)` (``coef`` (B, M)): (B, k)."""
+    B = centres.shape[0]
+    out = torch.zeros(B * k, dtype=torch.float64)
+    for m, A in F.atoms.items():
+        row = A.owner // k
+        with torch.enable_grad():
+            y = A.points.detach().clone().requires_grad_(True)
+            val = (feats((y - centres[row]) / ls) * coef[row]).sum(-1)
+            for r in range(m):
+                (g,) = torch.autograd.grad(val.sum(), y, create_graph=r < m - 1)
+                val = (g * A.dirs[:, r]).sum(-1)
+        out = out.index_add(0, A.owner, A.coef * val.detach())
+    return out.reshape(B, k)
+
+
+def posterior_variance(gp, G: LinearisedQuantity, reference: Optional[Reference] = None, chunk: Optional[int] = None) -> torch.Tensor:
+    r"""Posterior covariance (B, k, k) of :math:`G_b` (or variance (B, 1, 1) of :math:`G_b - G_{ref(b)}`), in the
+    GP's units, times ``gp.variance_scale`` (as every posterior variance of the model).
+
+    *Rounding floor.* The posterior variance is the prior variance minus :math:`|R^{-1}k|^2`, two numbers
+    that agree to many digits where the data pin the quantity down; the triangular solve with the
+    Cholesky factor :math:`R` of the training covariance loses up to :math:`\kappa(R)\,\epsilon` of the
+    prior relative to it (:math:`\kappa(R)^2` = ``gp.info.cond_estimate``, :math:`\epsilon` the float64
+    unit roundoff). Variances below that level are rounding noise (even negative ones occur): the
+    diagonal is raised to :math:`\kappa(R)\,\epsilon` times the prior variance."""
+    if reference is not None and G.k != 1:
+        raise ValueError("differences to a reference state are for scalar quantities (k = 1)")
+    base, ls, s2 = _rbf(gp)
+    F = gp.train_functionals
+    feats = GaussianFeatures(G.x.shape[-1], G.p)
+    B, M = G.x.shape[0], len(feats)
+    if chunk is None:
+        chunk = max(1, PASS_ENTRIES // (F.count + 2 * M + 2 * G.k))
+    out = []
+    for a in range(0, B, chunk):
+        rows = torch.arange(a, min(a + chunk, B))
+        out.append(_chunk_covariance(gp, G, reference, rows, feats, base, ls, s2))
+    return gp.variance_scale * torch.cat(out)
+
+
+def _jet_and_atoms(gp, G: LinearisedQuantity, x: torch.Tensor, atoms: Optional[Functionals], feats, ls, s2,
+                   extra: Sequence[_Columns] = ()):
+    r"""Prior covariance (B, k, k), cross-covariance with the training functionals (B, k, F), the feature
+    coefficients (B, k, M) of the jet part, and the extra columns' blocks."""
+    F, k = gp.train_functionals, G.k
+    cols: List[_Columns] = [_Sections(gp, F), _Features(x, ls, feats)]
+    if atoms is not None:
+        cols.append(_RowSections(gp, atoms, k))
+    cols += list(extra)
+    blocks = _linearise(gp.mean, G.quantity, x, cols, k)
+    K_T, c = blocks[0], blocks[1]
+    prior = s2 * c @ c.transpose(1, 2)
+    K = K_T
+    if atoms is not None:
+        X = blocks[2]  # X[b, o, j] = Cov(T_{b,o}, A_{b,j})
+        B = x.shape[0]
+        K_A = gp.kernel.forward(atoms, F).reshape(B, k, -1)
+        AA = gp.kernel.forward(atoms, atoms)
+        idx = torch.arange(B * k).reshape(B, k)
+        AA = AA[idx[:, :, None], idx[:, None, :]]
+        prior = prior + AA + X + X.transpose(1, 2)
+        K = K_T + K_A
+    return prior, K, c, blocks[3 if atoms is not None else 2:]
+
+
+def _chunk_covariance(gp, G: LinearisedQuantity, ref: Optional[Reference], rows, feats, base, ls, s2) -> torch.Tensor:
+    x = G.x[rows]
+    atoms = _rows(G.atoms, rows, G.k)
+    R = gp._chol
+    if ref is None:
+        prior, K, _, _ = _jet_and_atoms(gp, G, x, atoms, feats, ls, s2)
+        V = torch.linalg.solve_triangular(R, K.reshape(-1, K.shape[-1]).T, upper=False)  # (F, B k)
+        V = V.T.reshape(K.shape)
+        return _floored(gp, prior - V @ V.transpose(1, 2), prior)
+    # the reference rows: their own prior, cross-covariances and feature coefficients first
+    xr = ref.x[rows]
+    atoms_r = _rows(ref.atoms, rows, 1)
+    prior_r, K_r, c_r, _ = _jet_and_atoms(gp, G, xr, atoms_r, feats, ls, s2)
+    extra: List[_Columns] = [_RowFunctions(xr, c_r, ls, feats)]  # sigma_f^-2 T_ref^y k(x, y), per row
+    if atoms_r is not None:
+        extra.append(_RowSections(gp, atoms_r, 1))  # sigma_f^2 A_ref^y k(x, y)
+    prior_b, K_b, _, ext = _jet_and_atoms(gp, G, x, atoms, feats, ls, s2, extra)
+    cross = s2 * ext[0][:, 0, 0]  # Cov(T_b, T_ref)
+    if atoms_r is not None:
+        cross = cross + ext[1][:, 0, 0]  # Cov(T_b, A_ref)
+    if atoms is not None:
+        cross = cross + s2 * _apply_rowfunction(atoms, xr, c_r[:, 0], ls, feats, 1)[:, 0]  # Cov(A_b, T_ref)
+        if atoms_r is not None:
+            AA = gp.kernel.forward(atoms, atoms_r)
+            cross = cross + torch.diagonal(AA)  # Cov(A_b, A_ref)
+    Kd = (K_b - K_r)[:, 0, :]  # (B, F)
+    V = torch.linalg.solve_triangular(R, Kd.T, upper=False)
+    prior = prior_b[:, 0, 0] + prior_r[:, 0, 0] - 2 * cross
+    return _floored(gp, (prior - (V * V).sum(0))[:, None, None], prior[:, None, None])
+
+
+def _floored(gp, cov: torch.Tensor, prior: torch.Tensor) -> torch.Tensor:
+    """The diagonal of ``cov`` raised to the rounding floor (see :func:`posterior_variance`)."""
+    floor = math.sqrt(gp.info.cond_estimate) * torch.finfo(torch.float64).eps * torch.diagonal(prior, dim1=1, dim2=2).abs()
+    d = torch.diagonal(cov, dim1=1, dim2=2)
+    return cov + torch.diag_embed(torch.clamp(floor - d, min=0))
+
+
+def momentum_functionals(qs: torch.Tensor, h: float, scheme) -> Functionals:
+    r"""The discrete momenta along positions ``qs`` (S+1, B, n) as functionals, rows time-major
+    (row ``j * B + b``, functional ``row * n + i``): :math:`p_0 = -D_1L_\Delta(q_0, q_1)`,
+    :math:`p_j = D_2L_\Delta(q_{j-1}, q_j)` (``integrators.VariationalIntegrator.momenta``)."""
+    import bea
+
+    from .functionals import _linear_atoms, discrete_momenta
+
+    sch = bea.get_scheme(scheme)
+    S1, B, n = qs.shape
+    later = discrete_momenta(torch.stack([qs[:-1], qs[1:]], -2).reshape(-1, 2, n), h, sch)  # rows B .. S1*B-1
+    a = qs[0].detach().clone().requires_grad_(True)
+    b = qs[1].detach()
+    first = _linear_atoms(lambda L: -sch(L, a, b, h), a, n)  # rows 0 .. B-1
+    return Functionals.cat([first, later])
+
+
+def repeat_functionals(F: Functionals, index: torch.Tensor) -> Functionals:
+    """The functionals ``index`` of ``F`` (repeats allowed, unlike :meth:`Functionals.subset`), renumbered
+    0..len(index)-1."""
+    index = torch.as_tensor(index, dtype=torch.long)
+    atoms = {}
+    for m, A in F.atoms.items():
+        parts = []
+        for u in torch.unique(index):
+            rows = torch.nonzero(index == u).flatten()
+            sel = A.select(A.owner == u)
+            k = len(sel)
+            if k == 0:
+                continue
+            parts.append(AtomSet(sel.points.repeat(rows.numel(), 1), sel.dirs.repeat(rows.numel(), 1, 1),
+                                 sel.coef.repeat(rows.numel()), rows.repeat_interleave(k)))
+        if parts:
+            atoms[m] = AtomSet(torch.cat([a.points for a in parts]), torch.cat([a.dirs for a in parts]),
+                               torch.cat([a.coef for a in parts]), torch.cat([a.owner for a in parts]))
+    return Functionals(F.dim, int(index.numel()), atoms)
+
+
+def weighted(F: Functionals, w: torch.Tensor, k: int) -> Functionals:
+    r"""Per-row combinations :math:`\sum_i w_{b,i} F_{b k + i}` (``w`` (B, k)): one functional per row."""
+    flat = w.reshape(-1)
+    atoms = {m: AtomSet(A.points, A.dirs, A.coef * flat[A.owner], A.owner // k) for m, A in F.atoms.items()}
+    return Functionals(F.dim, F.count // k, atoms)
