@@ -30,7 +30,6 @@ from typing import List, NoReturn, Optional
 
 from ._version import __version__
 from .errors import BeaError
-from .schemes import available_schemes
 
 #: exit status for bad input (argparse uses 2 as well) and for anything unexpected
 EXIT_USAGE = 2
@@ -54,8 +53,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"bea {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     d = sub.add_parser("derive", help="derive a modified (or inverse modified) Lagrangian or modified equation")
-    d.add_argument("--scheme", default="midpoint", help=f"one of {', '.join(available_schemes())}, "
-                   "or generalised_midpoint:ALPHA (default: midpoint)")
+    d.add_argument("--scheme", default="midpoint", help="midpoint, trapezoidal or generalised_midpoint:ALPHA "
+                   "(ALPHA in [0, 1] is required, e.g. generalised_midpoint:0.3; default: midpoint)")
     d.add_argument("--order", type=int, default=2, help="highest power of h kept (default: 2; at most 12)")
     d.add_argument("--dim", type=int, default=None, help="write the result in components for n degrees of freedom "
                    "(at most 6); default: vector notation, valid for every n")

@@ -32,13 +32,13 @@ import math
 from typing import Callable, Optional, Tuple, Union
 
 import torch
-from tqdm import tqdm
 
 import bea
 
 from ._admissible import check_regular_at, check_scheme
 from ._checks import as_float64, check_finite, check_lagrangian_output, check_pair, check_step_size, check_steps
 from .newton import ConvergenceError, NewtonOptions, NewtonResult, autograd_system, describe_failure, newton, vmap_system
+from .progress import progress_bar
 
 __all__ = ["VariationalIntegrator", "ConvergenceError", "EXECUTIONS"]
 
@@ -75,7 +75,8 @@ class VariationalIntegrator:
         :mod:`bea` series) or ``"vmap"`` (:func:`torch.func.jacrev` under :func:`torch.func.vmap`; the
         Lagrangian must be functorch-compatible).
     progress : show a ``tqdm`` bar: ``True``, ``False``, or ``None`` (runs of at least
-        :data:`PROGRESS_MIN_STEPS` steps, on a terminal).
+        :data:`PROGRESS_MIN_STEPS` steps; off a terminal, a line on stderr every 30 s with
+        the time left, see :mod:`integrators.progress`).
     max_step : optional bound on one step's displacement :math:`\lVert q_{j+1} - q_j\rVert_\infty`. The
         step equation is implicit and can have several roots; Newton started from the extrapolated guess
         usually finds the one that tends to :math:`q_j` as :math:`h \to 0`, but for a poorly behaved
@@ -257,13 +258,12 @@ class VariationalIntegrator:
         steps = out.shape[0] - 1
         B, n = out.shape[1], out.shape[-1]
         show = progress if progress is not None else self.progress
-        disable = (None if steps - j0 >= PROGRESS_MIN_STEPS else True) if show is None else not show
         rows: Optional[torch.Tensor] = None  # trajectories still running, None = all
         valid_until = torch.full((B,), steps, dtype=torch.long)
         jac = None
         stepper = self._stepper(n, (steps - j0) * B, out)
         used = set()
-        with tqdm(total=steps - j0, disable=disable, desc="integrating", unit="step", leave=False) as bar:
+        with progress_bar(steps - j0, "integrating", "step", show, long=steps - j0 >= PROGRESS_MIN_STEPS) as bar:
             j = j0
             while j < steps:
                 if stepper is not None:

@@ -41,6 +41,7 @@ import torch
 
 import bea
 from integrators import ConvergenceError, NotRegularError, VariationalIntegrator
+from integrators.progress import progress_bar
 
 from ._checks import as_tensor, check_finite, check_order, check_snapshots
 from .base import FunctionalLagrangianModel, solve_with_retry
@@ -406,11 +407,14 @@ def _chunked_velocities(integ, qs: torch.Tensor, L: TorchLagrangian, chunk: int)
     if T1 <= chunk:
         return integ.velocities(qs, lagrangian=L, momenta=p)
     parts = []
-    for a in range(0, T1, chunk):
-        b = min(a + chunk, T1)
-        lo = a if b - a >= 2 else a - 1  # the velocity solver wants at least two positions
-        v = integ.velocities(qs[lo:b], lagrangian=L, momenta=p[lo:b])
-        parts.append(v[a - lo:])
+    # a long computation (minutes for 10^4 states at order 4): report it, also off a terminal
+    with progress_bar(T1, "velocities", "state", long=T1 > 2 * chunk) as bar:
+        for a in range(0, T1, chunk):
+            b = min(a + chunk, T1)
+            lo = a if b - a >= 2 else a - 1  # the velocity solver wants at least two positions
+            v = integ.velocities(qs[lo:b], lagrangian=L, momenta=p[lo:b])
+            parts.append(v[a - lo:])
+            bar.update(b - a)
     return torch.cat(parts)
 
 
