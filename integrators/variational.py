@@ -1,7 +1,7 @@
 r"""Batched variational integrators for any torch Lagrangian and any :mod:`bea` scheme.
 
 A scheme turns the Lagrangian :math:`L` into a discrete Lagrangian :math:`L_\Delta(a, b)`
-(THEORY.md §2). With the discrete momenta
+(docs/theory/mechanics.md). With the discrete momenta
 
 .. math::  p_j = D_2 L_\Delta(q_{j-1}, q_j) = -D_1 L_\Delta(q_j, q_{j+1}),
 
@@ -171,7 +171,7 @@ class VariationalIntegrator:
 
         The initial momentum is :math:`p_0 = \partial L/\partial v(q_0, \dot q_0)` with ``L`` the
         integrated Lagrangian, or ``legendre`` if given (e.g. the recovered Lagrangian
-        :math:`\mathrm{mod}_N(L_{inv})` when integrating a learned :math:`L_{inv}`, THEORY.md §6).
+        :math:`\mathrm{mod}_N(L_{inv})` when integrating a learned :math:`L_{inv}`, docs/theory/lsi.md).
 
         Returns the positions, shape ``(steps + 1, batch..., n)``. With ``on_failure="mask"`` a
         trajectory whose Newton solve fails is stopped instead of raising

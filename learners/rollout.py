@@ -1,4 +1,4 @@
-r"""Rollouts and the seed's prediction metrics (ModLaNet seed, §5.2 and Table 2; THEORY.md §7).
+r"""Rollouts and the seed's prediction metrics (ModLaNet seed, §5.2 and Table 2; docs/theory/modlanet.md).
 
 Protocol of the seed: from 100 random initial states (:func:`random_initial_states`, the seed's
 sampling), integrate the learned model and the true system over 30 s (601 time points), compare the

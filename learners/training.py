@@ -1,7 +1,7 @@
 r"""Training loop for Lagrangian networks (ModLaNet and the neural baselines), and prediction of
 position-trained models with the variational integrator and :mod:`bea`.
 
-Two losses (THEORY.md §2, §7):
+Two losses (docs/theory/mechanics.md, docs/theory/modlanet.md):
 
 ``"acceleration"`` (the seed's)
     data :math:`(q, v, a)`, each ``(N, n)``; :math:`\ell = \operatorname{mean}\,|\hat a(q, v) - a|^2` with
@@ -339,7 +339,7 @@ def recovered_lagrangian(model: TorchLagrangian, order: int = 2, h: float = 0.1,
 def inverse_lagrangian(model: TorchLagrangian, order: int = 2, h: float = 0.1, scheme="midpoint",
                        method: str = "auto") -> TorchLagrangian:
     r""":math:`L_{inv} = \mathrm{inv}_N(L)` truncated at :math:`h^N` for a model of the *true* Lagrangian
-    (THEORY.md §4): the scheme applied to it reproduces the flow of ``model`` to :math:`O(h^{N+1})`.
+    (docs/theory/inverse.md): the scheme applied to it reproduces the flow of ``model`` to :math:`O(h^{N+1})`.
     Midpoint, ``N = 2``: :math:`L_{inv} = L - \frac{h^2}{24}(A^\top MA - v^\top L_{qq}v)`, any ``n``
     (``method`` as in :func:`recovered_lagrangian`). ``order=0``: the model itself."""
     return _series_lagrangian("inverse_modified_lagrangian", model, order, h, scheme, method)
@@ -398,7 +398,7 @@ def predict_positions(model: TorchLagrangian, q0, qdot0, steps: int, h: float, s
     r"""Positions ``(steps + 1, batch..., n)`` of a model trained as :math:`L_{inv}` (``"del"`` loss, step ``h``):
     the scheme's variational integrator on the model (:class:`integrators.VariationalIntegrator`) from
     ``(q0, qdot0)``, with the initial momentum :math:`p_0 = \partial_v\,\mathrm{mod}_N(\text{model})(q_0, \dot q_0)`
-    (THEORY.md §6; ``order=0``: the model's own momentum). ``newton``: options of the integrator (``xtol``,
+    (docs/theory/lsi.md; ``order=0``: the model's own momentum). ``newton``: options of the integrator (``xtol``,
     ``maxiter``, …); ``on_failure="mask"`` returns ``(q, valid)`` as the integrator does.
 
     ``inverse_order=N > 0``: for a model trained with ``train(..., inverse_order=N)`` (a model of the true

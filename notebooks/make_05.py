@@ -12,7 +12,7 @@ code = lambda s: cells.append(nbf.v4.new_code_cell(s))  # noqa: E731
 
 md("""# 05 — ModLaNet: modular Lagrangian networks
 
-A **ModLaNet** (THEORY.md §7) writes the Lagrangian of a system of elements (pendulum bobs, bodies) as
+A **ModLaNet** (docs/theory/modlanet.md) writes the Lagrangian of a system of elements (pendulum bobs, bodies) as
 
 $$L(q, \\dot q) = \\sum_i \\tfrac12 m_i |\\dot x_i|^2 - c_1 \\sum_i m_i U_1(x_i) - c_2 \\sum_{i<j} m_i m_j U_2(x_i, x_j),$$
 
