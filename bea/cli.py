@@ -1,7 +1,9 @@
 """Command line.
 
-``python -m bea derive --scheme S --order N --dim n [--inverse] [--format ...]``
-    print a modified (or inverse modified) Lagrangian or modified equation.
+``python -m bea derive --scheme S --order N --dim n [--inverse] [--format ...] [--all-terms]``
+    print a modified (or inverse modified) Lagrangian or modified equation (long coefficients shortened
+    unless ``--all-terms``). A derivation that is not cached and expected to take more than 2 s is
+    announced on stderr first, with the expected time (:mod:`bea.cost`) and the cache folder.
 ``python -m bea demo [--out DIR] [--small] ...``
     Lagrangian Shadow Integration of the pendulum end to end (:mod:`pipelines.demo`).
 ``python -m bea sweep SPEC.toml [--out DIR] [--address ADDR] [--serial] [--resume]``
@@ -30,7 +32,7 @@ from typing import List, NoReturn, Optional
 
 from ._version import __version__
 from .errors import BeaError
-from .schemes import available_schemes
+from .series import MAX_TERMS
 
 #: exit status for bad input (argparse uses 2 as well) and for anything unexpected
 EXIT_USAGE = 2
@@ -54,8 +56,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"bea {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     d = sub.add_parser("derive", help="derive a modified (or inverse modified) Lagrangian or modified equation")
-    d.add_argument("--scheme", default="midpoint", help=f"one of {', '.join(available_schemes())}, "
-                   "or generalised_midpoint:ALPHA (default: midpoint)")
+    d.add_argument("--scheme", default="midpoint", help="midpoint, trapezoidal or generalised_midpoint:ALPHA "
+                   "(ALPHA in [0, 1] is required, e.g. generalised_midpoint:0.3; default: midpoint)")
     d.add_argument("--order", type=int, default=2, help="highest power of h kept (default: 2; at most 12)")
     d.add_argument("--dim", type=int, default=None, help="write the result in components for n degrees of freedom "
                    "(at most 6); default: vector notation, valid for every n")
@@ -65,6 +67,8 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--format", choices=("sympy", "latex", "torch"), default="sympy",
                    help="SymPy expressions, LaTeX, or the generated torch source (default: sympy)")
     d.add_argument("--no-cache", action="store_true", help="derive from scratch, ignoring the on-disk cache")
+    d.add_argument("--all-terms", action="store_true", help=f"print every term (default: at most {MAX_TERMS} terms of "
+                   "each coefficient, and how many are left out; high orders have millions of characters)")
     # Listed here for ``bea --help``; its options belong to pipelines.demo, which parses them itself.
     sub.add_parser("demo", add_help=False, help="learn the pendulum from positions only, end to end "
                    "(python -m bea demo --help for its options)")
@@ -145,6 +149,29 @@ def check_output_dir(out: Path) -> None:
         raise _OutError(f"--out {out} is not writable ({err.strerror or err} in {probe}); choose a writable directory") from None
 
 
+def _announce(kind: str, scheme: str, order: int, dim: Optional[int], cache: bool) -> None:
+    """Before a derivation that is not in the cache: one line on stderr with the expected time and the cache
+    folder (a cold high-order derivation runs for minutes without output otherwise)."""
+    from . import api, cache as _cache
+    from .cost import describe, estimate
+
+    sch = api._scheme(scheme)  # validates the scheme (one-line error) before anything else
+    api._check_order(order, sch)
+    if dim is not None:
+        api._check_dim(dim)
+    where = _cache.cache_dir()
+    key = api._cache_key(kind, sch, order, "any" if dim is None else dim) if cache else None
+    if key is not None and _cache.entry_path(key, where, "trees" if dim is None else "main").exists():
+        return
+    seconds, basis = estimate(kind, order, dim)
+    if seconds is not None and seconds < 2:
+        return
+    span = "every n" if dim is None else f"n = {dim}"
+    store = f"the result will be cached in {where}" if key is not None else "--no-cache: the result is not stored"
+    print(f"bea: deriving the {kind.replace('_', ' ')} of {sch!r} to h^{order} for {span}; not cached yet, expect "
+          f"{describe(seconds)} on 2 cores ({basis}); {store}", file=sys.stderr, flush=True)
+
+
 def _fail(message: str, status: int) -> int:
     print(f"bea: error: {' '.join(str(message).split())}", file=sys.stderr)
     return status
@@ -189,11 +216,13 @@ def _main(argv: List[str]) -> int:
     from . import api
 
     kind = "inverse_modified_lagrangian" if args.inverse else "modified_equation" if args.equation else "modified_lagrangian"
+    _announce(kind, args.scheme, args.order, args.dim, not args.no_cache)
     series = getattr(api, kind)(args.scheme, args.order, dim=args.dim, cache=not args.no_cache)
+    max_terms = None if args.all_terms else MAX_TERMS
     if args.format == "sympy":
-        print(series)
+        print(series.text(max_terms))
     elif args.format == "latex":
-        print(series.latex())
+        print(series.latex(max_terms))
     elif series.dim is None:
         print(f"# {series!r}\n# evaluated in torch from its trees for any n: bea.compile_torch(kind, scheme, order)")
     else:

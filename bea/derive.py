@@ -5,7 +5,7 @@ per scheme), in any dimension ``n`` and to any order ``N`` (the highest power of
 They operate on a generic Lagrangian (see :mod:`bea.jets`); concrete Lagrangians are handled by
 substituting their derivatives into the generic result (:mod:`bea.concrete`).
 
-Method (Vermeeren 2017; ``THEORY.md`` §3--4):
+Method (Vermeeren 2017; docs/theory/modified.md, docs/theory/inverse.md):
 
 1. *Modified equation.* Vary the discrete action at :math:`q_j = q(t) + h\varepsilon`,
    :math:`S = L_\Delta(q(t-h), q_j) + L_\Delta(q_j, q(t+h))`; the coefficient of

@@ -220,16 +220,23 @@ class Trapezoidal(Scheme):
         return h / 2 * (L(a, v) + L(b, v))
 
 
+_ALPHA_MISSING = ("the generalised midpoint rule needs its parameter alpha in [0, 1]: GeneralisedMidpoint('0.3'), or the "
+                  "name 'generalised_midpoint:0.3' (alpha = 1/2 is the midpoint rule, 'midpoint')")
+
+
 class GeneralisedMidpoint(Scheme):
     r"""Generalised midpoint :math:`L_\Delta(a, b) = h\, L\big((1-\alpha) a + \alpha b, \tfrac{b-a}{h}\big)`.
 
     Symmetric only for :math:`\alpha = 1/2`; otherwise odd powers of ``h`` appear and the method is
     of order 1 (order 2 for separable Lagrangians, whose :math:`h^1` term is a total derivative).
+    ``alpha`` has no default: a forgotten parameter would silently give the midpoint rule.
     """
 
     name = "generalised_midpoint"
 
-    def __init__(self, alpha: Union[int, float, str, Fraction] = Fraction(1, 2)):
+    def __init__(self, alpha: Union[int, float, str, Fraction, None] = None):
+        if alpha is None:
+            raise BeaTypeError(_ALPHA_MISSING)
         try:
             self.alpha = exact(alpha)
         except (ValueError, TypeError, ZeroDivisionError, OverflowError) as err:
@@ -297,8 +304,8 @@ def available_schemes() -> list:
 def get_scheme(scheme: Union[str, Scheme]) -> Scheme:
     """Return a scheme object from a scheme or its name.
 
-    Names: ``"midpoint"``, ``"trapezoidal"``, ``"generalised_midpoint"`` (α = ½) and
-    ``"generalised_midpoint(alpha=0.3)"`` / ``"generalised_midpoint:0.3"``.
+    Names: ``"midpoint"``, ``"trapezoidal"`` and ``"generalised_midpoint:0.3"`` /
+    ``"generalised_midpoint(alpha=0.3)"`` (the parameter is required).
     """
     if isinstance(scheme, Scheme):
         return scheme
@@ -315,6 +322,8 @@ def get_scheme(scheme: Union[str, Scheme]) -> Scheme:
     if key not in _REGISTRY:
         shown = scheme if len(scheme) <= 60 else scheme[:57] + "..."
         raise BeaValueError(f"unknown scheme {shown!r}; choose one of {', '.join(available_schemes())} or pass a Scheme object")
-    if alpha is not None:
+    if key == "generalised_midpoint":
+        if alpha is None:
+            raise BeaValueError(f"scheme {scheme.strip()!r} lacks its parameter: {_ALPHA_MISSING}")
         return GeneralisedMidpoint(alpha)
     return _REGISTRY[key]()

@@ -5,6 +5,11 @@ r"""The public result object: a truncated series in ``h`` with SymPy coefficient
 >>> s.coefficients[2]                                   # SymPy expression of L's derivatives
 >>> s.latex()                                           # readable LaTeX (L^{(i,j)} notation)
 >>> f = s.to_torch()                                    # f(L, q, v, h) for any torch Lagrangian
+
+Display: ``repr(s)`` is a one-line summary (kind, scheme, order, terms per power of ``h``); ``str(s)``
+and ``s.latex()`` show at most :data:`MAX_TERMS` terms of each coefficient and say how many they leave
+out, because a high order or dimension gives coefficients of millions of characters. Long output is
+opt-in: ``s.text(max_terms=None)``, ``s.latex(max_terms=None)``, or ``s.coefficients`` itself.
 """
 
 from __future__ import annotations
@@ -23,6 +28,38 @@ H = sympy.Symbol("h", positive=True)
 _TORCH_FUNCS: Dict[str, str] = {
     name: name for name in ("sin", "cos", "tan", "exp", "log", "sqrt", "sinh", "cosh", "tanh", "atan", "asin", "acos")
 }
+
+
+#: terms of one coefficient that ``str()`` and :meth:`Series.latex` show by default
+MAX_TERMS = 20
+
+
+def _check_max_terms(max_terms) -> None:
+    if max_terms is not None and (isinstance(max_terms, bool) or not isinstance(max_terms, int) or max_terms < 1):
+        raise BeaValueError(f"max_terms must be a positive integer or None (all terms), got {max_terms!r}")
+
+
+def shorten(c, max_terms: Optional[int]):
+    """``(shown, left_out)``: ``c`` (a SymPy expression or column ``Matrix``) with at most ``max_terms`` terms
+    per entry, in printing order, and the number of terms left out (``max_terms=None``: all)."""
+    _check_max_terms(max_terms)
+    if max_terms is None:
+        return c, 0
+    if isinstance(c, sympy.MatrixBase):
+        parts = [shorten(e, max_terms) for e in c]
+        return sympy.Matrix(c.shape[0], c.shape[1], [e for e, _ in parts]), sum(k for _, k in parts)
+    terms = c.as_ordered_terms() if isinstance(c, sympy.Add) else [c]
+    if len(terms) <= max_terms:
+        return c, 0
+    return sympy.Add(*terms[:max_terms]), len(terms) - max_terms
+
+
+def more_terms(left_out: int, latex: bool = False) -> str:
+    """The marker appended to a shortened coefficient."""
+    if not left_out:
+        return ""
+    note = f"{left_out} more term{'s' if left_out > 1 else ''}"
+    return rf" + \dots\ \text{{({note})}}" if latex else f" + ... ({note}; max_terms=None shows all)"
 
 
 class Series:
@@ -135,13 +172,15 @@ class Series:
         names[Lsym] = "L"
         return e.xreplace(subs), names
 
-    def latex(self) -> str:
+    def latex(self, max_terms: Optional[int] = MAX_TERMS) -> str:
         r"""LaTeX of the whole series, with :math:`L^{(i,j)} = \partial_q^i\partial_v^j L` (1-D) or
-        :math:`L_{q_1 v_2}` (n-D) instead of ``Derivative`` objects."""
+        :math:`L_{q_1 v_2}` (n-D) instead of ``Derivative`` objects. At most ``max_terms`` terms of each
+        coefficient are shown, followed by how many were left out; ``max_terms=None`` gives all of them."""
         parts = []
         for k, c in self.coefficients.items():
+            c, left = shorten(c, max_terms)
             disp, names = self._display_expr(c)
-            body = sympy.latex(disp, symbol_names=names)
+            body = sympy.latex(disp, symbol_names=names) + more_terms(left, latex=True)
             if k == 0:
                 parts.append(body)
             else:
@@ -153,18 +192,37 @@ class Series:
     def _repr_latex_(self) -> str:
         return f"$\\displaystyle {self.latex()}$"
 
+    @property
+    def n_terms(self) -> Dict[int, int]:
+        """Number of monomials per power of ``h`` (summed over the components of the modified equation)."""
+        out = {}
+        for k, c in sorted(self._raw.coeffs.items()):
+            size = sum(len(p) for p in c) if isinstance(c, list) else len(c) if hasattr(c, "__len__") else 1
+            if size:
+                out[k] = size
+        return out
+
     def __repr__(self) -> str:
         what = "L(q, v)" if self.generic else str(self.lagrangian)
-        return f"<Series {self.kind} of {what}, scheme={self.scheme!r}, n={self.dim}, to h^{self.order}>"
+        if len(what) > 60:
+            what = what[:57] + "..."
+        sizes = ", ".join(f"h^{k}: {n}" for k, n in self.n_terms.items())
+        return f"<Series {self.kind} of {what}, scheme={self.scheme!r}, n={self.dim}, to h^{self.order}; terms {sizes}>"
 
-    def __str__(self) -> str:
+    def text(self, max_terms: Optional[int] = MAX_TERMS) -> str:
+        """Plain text: the summary line, then one line per power of ``h`` with at most ``max_terms`` terms
+        (``None``: all). ``str(series)`` is ``series.text()``."""
         lines = [repr(self)]
         if self.generic:
             lines.append("  (L_qv = d^2 L / dq dv, ...; all derivatives at (q, v))")
         for k, c in self.coefficients.items():
+            c, left = shorten(c, max_terms)
             disp, _ = self._display_expr(c)
-            lines.append(f"  h^{k}: {disp}")
+            lines.append(f"  h^{k}: {disp}{more_terms(left)}")
         return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.text()
 
     # ------------------------------------------------------------------ torch
     @property

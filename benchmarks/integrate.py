@@ -11,7 +11,7 @@ steps, vmap over trajectories, jit) when ``jax`` is installed (``pip install ".[
 columns are skipped otherwise). Ratios are of throughputs measured in this run; compile times are
 reported separately (ours: once per process and Lagrangian; JAX: once per shape and step count).
 
-Side by side it also times what the peer codes do (THEORY.md §6): a Python loop over trajectories
+Side by side it also times what the peer codes do (docs/theory/lsi.md): a Python loop over trajectories
 and steps, each step one ``scipy.optimize.fsolve`` on the same discrete Euler-Lagrange equation, and
 reports the ratio of throughputs at batch 1000. Every path is checked against the others.
 """

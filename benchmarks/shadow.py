@@ -2,7 +2,7 @@
 
     python benchmarks/shadow.py [--quick] [--objectives] [--scaling-max 6400]
 
-Reference size: the pendulum experiment of THEORY.md §6 (400 trajectories x 5 steps at h = 0.5,
+Reference size: the pendulum experiment of docs/theory/lsi.md (400 trajectories x 5 steps at h = 0.5,
 1,600 DEL triples). Prints
 
 * fit time (hyperparameter search + final exact solve) -- target <= 20 s;

@@ -1,6 +1,6 @@
 r"""Convergence studies: global errors against exact and modified flows, and observed orders.
 
-The experiments of THEORY.md §5, for any :class:`~integrators.systems.System` and :mod:`bea` scheme.
+The experiments of docs/theory/orders.md, for any :class:`~integrators.systems.System` and :mod:`bea` scheme.
 Each returns one error per step size; :func:`observed_order` fits the slope of
 :math:`\log(\text{error})` against :math:`\log h` by least squares.
 

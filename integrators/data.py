@@ -1,6 +1,6 @@
 r"""Position-only snapshot data: generate, save, load and validate.
 
-Learning an inverse modified Lagrangian (THEORY.md §6) needs trajectories sampled at a uniform step
+Learning an inverse modified Lagrangian (docs/theory/lsi.md) needs trajectories sampled at a uniform step
 ``h``, positions only, as a tensor ``(n_traj, n_steps + 1, n)``.
 
 * :func:`snapshots` -- initial conditions from a scrambled Halton sequence

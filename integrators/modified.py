@@ -1,7 +1,7 @@
 r"""Modified and inverse modified Lagrangians of *any* torch model: apply, predict, energy, velocities.
 
 The one implementation shared by every learner (the GP of :mod:`learners.shadow`, ModLaNet and the
-neural baselines, any ``L(q, v)``; THEORY.md §4, §6):
+neural baselines, any ``L(q, v)``; docs/theory/inverse.md, docs/theory/lsi.md):
 
 * :func:`modified_lagrangian` -- :math:`\mathrm{mod}_N(L)` truncated at :math:`h^N`: for a model learned
   as the inverse modified Lagrangian :math:`L_{inv}` of a scheme, the recovered Lagrangian
@@ -29,6 +29,7 @@ import torch
 import bea
 
 from ._checks import as_float64, check_finite, check_order
+from .progress import progress_bar
 from .solution import Solution
 from .variational import VariationalIntegrator
 
@@ -133,11 +134,14 @@ def velocities(model: TorchLagrangian, qs, order: int, h: float, scheme="midpoin
     if T1 <= chunk:
         return integ.velocities(qs, lagrangian=L, momenta=p)
     parts = []
-    for a in range(0, T1, chunk):
-        b = min(a + chunk, T1)
-        lo = a if b - a >= 2 else a - 1  # the velocity solver wants at least two positions
-        v = integ.velocities(qs[lo:b], lagrangian=L, momenta=p[lo:b])
-        parts.append(v[a - lo:])
+    # a long computation (minutes for 10^4 states at order 4): report it, also off a terminal
+    with progress_bar(T1, "velocities", "state", long=T1 > 2 * chunk) as bar:
+        for a in range(0, T1, chunk):
+            b = min(a + chunk, T1)
+            lo = a if b - a >= 2 else a - 1  # the velocity solver wants at least two positions
+            v = integ.velocities(qs[lo:b], lagrangian=L, momenta=p[lo:b])
+            parts.append(v[a - lo:])
+            bar.update(b - a)
     return torch.cat(parts)
 
 

@@ -1,7 +1,7 @@
 r"""Batched variational integrators for any torch Lagrangian and any :mod:`bea` scheme.
 
 A scheme turns the Lagrangian :math:`L` into a discrete Lagrangian :math:`L_\Delta(a, b)`
-(THEORY.md §2). With the discrete momenta
+(docs/theory/mechanics.md). With the discrete momenta
 
 .. math::  p_j = D_2 L_\Delta(q_{j-1}, q_j) = -D_1 L_\Delta(q_j, q_{j+1}),
 
@@ -32,7 +32,6 @@ import math
 from typing import Callable, Optional, Tuple, Union
 
 import torch
-from tqdm import tqdm
 
 import bea
 
@@ -40,6 +39,7 @@ from ._admissible import check_regular_at, check_scheme
 from ._checks import as_float64, check_finite, check_lagrangian_output, check_states, check_step_size, check_steps
 from .newton import ConvergenceError, NewtonOptions, NewtonResult, autograd_system, describe_failure, newton, vmap_system
 from .solution import Solution
+from .progress import progress_bar
 
 __all__ = ["VariationalIntegrator", "ConvergenceError", "EXECUTIONS"]
 
@@ -76,7 +76,8 @@ class VariationalIntegrator:
         :mod:`bea` series) or ``"vmap"`` (:func:`torch.func.jacrev` under :func:`torch.func.vmap`; the
         Lagrangian must be functorch-compatible).
     progress : show a ``tqdm`` bar: ``True``, ``False``, or ``None`` (runs of at least
-        :data:`PROGRESS_MIN_STEPS` steps, on a terminal).
+        :data:`PROGRESS_MIN_STEPS` steps; off a terminal, a line on stderr every 30 s with
+        the time left, see :mod:`integrators.progress`).
     max_step : optional bound on one step's displacement :math:`\lVert q_{j+1} - q_j\rVert_\infty`. The
         step equation is implicit and can have several roots; Newton started from the extrapolated guess
         usually finds the one that tends to :math:`q_j` as :math:`h \to 0`, but for a poorly behaved
@@ -171,7 +172,7 @@ class VariationalIntegrator:
 
         The initial momentum is :math:`p_0 = \partial L/\partial v(q_0, \dot q_0)` with ``L`` the
         integrated Lagrangian, or ``legendre`` if given (e.g. the recovered Lagrangian
-        :math:`\mathrm{mod}_N(L_{inv})` when integrating a learned :math:`L_{inv}`, THEORY.md §6).
+        :math:`\mathrm{mod}_N(L_{inv})` when integrating a learned :math:`L_{inv}`, docs/theory/lsi.md).
 
         Returns a :class:`~integrators.solution.Solution`: the positions ``q``, shape
         ``(steps + 1, batch..., n)``, ``valid`` of shape ``(steps + 1, batch...)`` and Newton statistics.
@@ -258,14 +259,13 @@ class VariationalIntegrator:
         steps = out.shape[0] - 1
         B, n = out.shape[1], out.shape[-1]
         show = progress if progress is not None else self.progress
-        disable = (None if steps - j0 >= PROGRESS_MIN_STEPS else True) if show is None else not show
         rows: Optional[torch.Tensor] = None  # trajectories still running, None = all
         valid_until = torch.full((B,), steps, dtype=torch.long, device=out.device)
         jac = None
         stepper = self._stepper(n, (steps - j0) * B, out)
         used = set()
         stats = {"newton_iterations": 0, "eager_steps": 0, "compiled_steps": 0}
-        with tqdm(total=steps - j0, disable=disable, desc="integrating", unit="step", leave=False) as bar:
+        with progress_bar(steps - j0, "integrating", "step", show, long=steps - j0 >= PROGRESS_MIN_STEPS) as bar:
             j = j0
             while j < steps:
                 if stepper is not None:

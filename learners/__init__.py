@@ -1,6 +1,6 @@
 r"""learners: Gaussian-process models of (inverse modified) Lagrangians from position data.
 
-Lagrangian Shadow Integration (THEORY.md §6):
+Lagrangian Shadow Integration (docs/theory/lsi.md):
 
 >>> from learners import InverseModifiedLagrangianGP
 >>> model = InverseModifiedLagrangianGP(h=0.5).fit(snapshots)     # (n_traj, n_steps + 1, n) positions

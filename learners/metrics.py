@@ -1,4 +1,4 @@
-r"""Error measures of THEORY.md §6: trajectory error, level-set error of an energy, energy band,
+r"""Error measures of docs/theory/lsi.md: trajectory error, level-set error of an energy, energy band,
 velocity error, calibration of predicted uncertainties.
 
 Lagrangians and energies are determined by the dynamics only up to scale, constants and (for

@@ -8,7 +8,7 @@ code = lambda s: cells.append(nbf.v4.new_code_cell(s))  # noqa: E731
 
 md("""# 01 — Correction formulas with `bea`
 
-Modified and inverse modified Lagrangians (variational backward error analysis, THEORY.md §3–4) for the
+Modified and inverse modified Lagrangians (variational backward error analysis, docs/theory/modified.md, docs/theory/inverse.md) for the
 midpoint, trapezoidal and generalised midpoint rules; a check against the harmonic oscillator's closed forms;
 and how to apply a formula to your own torch Lagrangian.""")
 code("""import sympy, torch

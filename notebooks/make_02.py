@@ -8,7 +8,7 @@ code = lambda s: cells.append(nbf.v4.new_code_cell(s))  # noqa: E731
 
 md("""# 02 — Orders of convergence of modified and inverse modified Lagrangians
 
-The experiments of THEORY.md §5 with the batched variational integrators of `integrators`, for the midpoint and
+The experiments of docs/theory/orders.md with the batched variational integrators of `integrators`, for the midpoint and
 trapezoidal rules, on the pendulum $L = v^2/2 + \\cos q$ and on the Hénon–Heiles system ($n = 2$):
 
 1. the discrete solution of $L$ against the exact flow of $L$: order 2;

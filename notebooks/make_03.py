@@ -12,7 +12,7 @@ code = lambda s: cells.append(nbf.v4.new_code_cell(s))  # noqa: E731
 md("""# 03 — Lagrangian Shadow Integration: the pendulum
 
 Learn an **inverse modified Lagrangian** $L_{inv}$ of the midpoint rule from *position snapshots only*, with a
-Gaussian process conditioned on the discrete Euler–Lagrange (DEL) equations of every data triple (THEORY.md §6).
+Gaussian process conditioned on the discrete Euler–Lagrange (DEL) equations of every data triple (docs/theory/lsi.md).
 Then
 
 * **predict**: the midpoint rule applied to $L_{inv}$ reproduces the exact motions — no discretisation error;
@@ -21,7 +21,7 @@ Then
 
 Baselines (seed): **LGP**, a GP Lagrangian fitted to the continuous EL equation with finite-difference velocities
 and accelerations, and **LGPExact**, the same with exact derivatives. Reference numbers are the seed's
-(THEORY.md §6).
+(docs/theory/lsi.md).
 
 Set `BEA_FULL=1` in the environment for the reference size (400 trajectories × 5 steps, 10,000 prediction steps).""")
 code("""import os, time

@@ -12,7 +12,7 @@ code = lambda s: cells.append(nbf.v4.new_code_cell(s))  # noqa: E731
 
 md("""# 05 — ModLaNet: modular Lagrangian networks
 
-A **ModLaNet** (THEORY.md §7) writes the Lagrangian of a system of elements (pendulum bobs, bodies) as
+A **ModLaNet** (docs/theory/modlanet.md) writes the Lagrangian of a system of elements (pendulum bobs, bodies) as
 
 $$L(q, \\dot q) = \\sum_i \\tfrac12 m_i |\\dot x_i|^2 - c_1 \\sum_i m_i U_1(x_i) - c_2 \\sum_{i<j} m_i m_j U_2(x_i, x_j),$$
 
@@ -98,8 +98,8 @@ $\\mathrm{mod}_2(L_{inv}) = L + O(h^4)$. The level-set error $\\mu = \\sin\\angl
 scale and constants. Its improvement from $N = 0$ to $N = 2$ shows once the model's own error is below the
 $O(h^2)$ term — at the reduced size it is not.
 
-Along the prediction, by contrast, $\mathrm{mod}_2$ helps whatever the model's error: the midpoint rule applied to
-$L_{inv}$ conserves $H(\mathrm{mod}_2 L_{inv})$ to $O(h^4)$ but $H(L_{inv})$ only to $O(h^2)$. The *relative band*
+Along the prediction, by contrast, $\\mathrm{mod}_2$ helps whatever the model's error: the midpoint rule applied to
+$L_{inv}$ conserves $H(\\mathrm{mod}_2 L_{inv})$ to $O(h^4)$ but $H(L_{inv})$ only to $O(h^2)$. The *relative band*
 (variation in time divided by the spread over the initial states, invariant under $H \to aH + b$) shows it.""")
 code("""if po:
     print(f"position-only rollout (h = {po['h']}): MSE_q {po['mse_q']:.3e}, MSE_E {po['mse_E']:.3e}, failed {po['failed']}")

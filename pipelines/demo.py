@@ -28,7 +28,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="bea demo", description="Lagrangian Shadow Integration of the pendulum, end to end "
                                 "(data, fit, prediction, identification, baselines), with the paper's numbers alongside.")
     p.add_argument("--out", default="bea-demo", help="directory for the figures and results.json (default: ./bea-demo)")
-    p.add_argument("--small", action="store_true", help="a reduced size (100 trajectories, 1,000 steps; ~15 s) for a quick check")
+    p.add_argument("--small", action="store_true", help="a reduced size (100 trajectories, 1,000 steps) for a quick check: "
+                   "about 30 s on an idle machine (24 s of CPU measured), a minute on a busy one")
     p.add_argument("--no-baselines", action="store_true", help="skip LGP and LGPExact")
     p.add_argument("--no-figures", action="store_true", help="print the table only")
     p.add_argument("--quiet", action="store_true", help="print only the table")

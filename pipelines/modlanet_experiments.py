@@ -1,4 +1,4 @@
-r"""The ModLaNet experiments of THEORY.md §7 (paper Table 2 and §5.3) as one function.
+r"""The ModLaNet experiments of docs/theory/modlanet.md (paper Table 2 and §5.3) as one function.
 
 :func:`run` executes a :class:`ModLaNetConfig` for ``"double_pendulum"`` or ``"three_body"``:
 

@@ -1,4 +1,4 @@
-r"""The experiments of THEORY.md §6 as functions: data, fits, predictions, identification, metrics.
+r"""The experiments of docs/theory/lsi.md as functions: data, fits, predictions, identification, metrics.
 
 :func:`run` executes one configuration (:class:`ExperimentConfig`) end to end and returns a
 :class:`Results` object with the numbers, the trajectories and the models; :func:`table` prints the
@@ -29,7 +29,7 @@ __all__ = ["ExperimentConfig", "Results", "run", "table", "PENDULUM", "PENDULUM_
            "HENON_HEILES_SMALL",
            "REFERENCE"]
 
-#: the paper's numbers for the pendulum experiment (THEORY.md §6)
+#: the paper's numbers for the pendulum experiment (docs/theory/lsi.md)
 REFERENCE = {
     "traj_lsi": 4.9e-4,
     "ls_inv": 0.102,

@@ -1,4 +1,5 @@
-"""Closed forms: the h^2 formulas of THEORY.md §3 and the harmonic-oscillator frequencies §3-4."""
+"""Closed forms: the h^2 formulas of docs/theory/modified.md and the harmonic-oscillator frequencies of
+docs/theory/modified.md and docs/theory/inverse.md."""
 
 import pytest
 import sympy

@@ -1,4 +1,4 @@
-"""Observed orders of convergence (THEORY.md §5), fitted by least squares on log(error) vs log(h).
+"""Observed orders of convergence (docs/theory/orders.md), fitted by least squares on log(error) vs log(h).
 
 Tolerances: ±0.2 on the plain order 2, ±0.3 on the orders N + 2 (N + 1 for the generalised
 midpoint rule) of modified and inverse modified Lagrangians, as the issue asks. Step sizes are chosen

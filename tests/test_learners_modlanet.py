@@ -1,4 +1,4 @@
-"""ModLaNet (THEORY.md §7) at CI size: exact element energies reproduce the analytic Lagrangians and
+"""ModLaNet (docs/theory/modlanet.md) at CI size: exact element energies reproduce the analytic Lagrangians and
 reference accelerations, ``.extend`` reuses the cells, short trainings (acceleration loss and the
 position-only DEL loss) lower the validation loss, gradients reach the cells, bad input is refused.
 

@@ -74,7 +74,7 @@ def test_position_only_variant(res):
         assert 0 <= po["level_set"][N] < 0.3
     # mod_2 improves the identified energy along the prediction: the midpoint rule on L_inv conserves
     # H(mod_2 L_inv) up to O(h^4) but H(L_inv) only up to O(h^2), whatever the model's own error (variational BEA,
-    # THEORY.md §3). Relative band (variation in time / spread over the states), measured 0.139 (N = 0) and
+    # docs/theory/modified.md). Relative band (variation in time / spread over the states), measured 0.139 (N = 0) and
     # 0.0225 (N = 2), 6.2x; asserted 3x
     assert po["energy_band"][2] * 3 < po["energy_band"][0]
 

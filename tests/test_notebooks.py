@@ -1,5 +1,11 @@
-"""Notebooks run top to bottom from a clean checkout."""
+"""Notebooks: stored executed (figures visible when browsed), in step with their scripts, and runnable top to
+bottom from a clean checkout.
 
+``notebooks/build.py`` regenerates them. The cell check is cheap (it runs the make scripts, which only build
+cells); each notebook is executed once, as before.
+"""
+
+import importlib.util
 from pathlib import Path
 
 import nbformat
@@ -7,10 +13,42 @@ import pytest
 from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+NAMES = {"01": "01_correction_formulas.ipynb", "02": "02_convergence_orders.ipynb", "03": "03_pendulum_shadow.ipynb",
+         "04": "04_henon_heiles.ipynb", "05": "05_modlanet.ipynb"}
 
 
-@pytest.mark.parametrize("name", ["01_correction_formulas.ipynb", "02_convergence_orders.ipynb", "03_pendulum_shadow.ipynb",
-                                  "04_henon_heiles.ipynb", "05_modlanet.ipynb"])
+def _build_module():
+    spec = importlib.util.spec_from_file_location("notebooks_build", NOTEBOOKS / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _cells(nb):
+    return [(c.cell_type, c.source) for c in nb.cells]
+
+
+def test_every_script_has_a_notebook():
+    assert set(_build_module().scripts()) == set(NAMES)
+
+
+@pytest.mark.parametrize("key", sorted(NAMES))
+def test_stored_notebook_matches_its_script_and_has_outputs(key):
+    build = _build_module()
+    generated, path = build.generate(build.scripts()[key])
+    assert path.name == NAMES[key]
+    stored = nbformat.read(NOTEBOOKS / NAMES[key], as_version=4)
+    assert _cells(stored) == _cells(generated), (
+        f"{NAMES[key]} differs from notebooks/make_{key}.py: run `python3 notebooks/build.py {key}`")
+    code = [c for c in stored.cells if c.cell_type == "code"]
+    assert all(c.execution_count is not None for c in code), f"{NAMES[key]} is stored unexecuted: run notebooks/build.py"
+    assert not [o for c in code for o in c.outputs if o.output_type == "error"]
+    shows = sum(c.source.count("plt.show()") for c in code)
+    figures = sum("image/png" in o.get("data", {}) for c in code for o in c.outputs)
+    assert figures >= shows > 0 or key == "01" and figures >= 1, f"{NAMES[key]}: {figures} stored figures for {shows} plt.show()"
+
+
+@pytest.mark.parametrize("name", sorted(NAMES.values()))
 def test_notebook_executes(name, tmp_path, monkeypatch):
     monkeypatch.setenv("MPLBACKEND", "Agg")
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)

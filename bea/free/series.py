@@ -14,7 +14,7 @@ from typing import Callable, Dict, Optional
 
 import sympy
 
-from ..series import H, Series
+from ..series import MAX_TERMS, H, Series, more_terms, shorten
 from ..symbolic import Frame
 from .components import to_components
 from .derive import FreeRaw
@@ -110,11 +110,13 @@ class FreeSeries(Series):
         return Series(to_components(self._free, n), self.scheme, Frame.generic_frame(n))
 
     # ------------------------------------------------------------------ display
-    def latex(self) -> str:
-        r"""LaTeX of the whole series in vector notation."""
+    def latex(self, max_terms: Optional[int] = MAX_TERMS) -> str:
+        r"""LaTeX of the whole series in vector notation, at most ``max_terms`` terms of each coefficient
+        (``None``: all)."""
         parts = []
         for k, c in self.coefficients.items():
-            body = sympy.latex(c, symbol_names=self._names)
+            c, left = shorten(c, max_terms)
+            body = sympy.latex(c, symbol_names=self._names) + more_terms(left, latex=True)
             parts.append(body if k == 0 else f"{'h' if k == 1 else f'h^{{{k}}}'} \\left({body}\\right)")
         return f"{_LHS[self.kind]} = " + " + ".join(parts) + f" + \\mathcal{{O}}(h^{{{self.order + 1}}})"
 
@@ -122,10 +124,12 @@ class FreeSeries(Series):
         sizes = ", ".join(f"h^{k}: {n}" for k, n in self.n_terms.items())
         return f"<Series {self.kind} of L(q, v), scheme={self.scheme!r}, any n, to h^{self.order}; terms {sizes}>"
 
-    def __str__(self) -> str:
+    def text(self, max_terms: Optional[int] = MAX_TERMS) -> str:
+        """Plain text, at most ``max_terms`` terms of each coefficient (``None``: all); ``str()`` uses it."""
         lines = [repr(self), "  (L_qv[v, .] = d^2L/dq dv applied to v; Minv = (d^2L/dv^2)^-1; all at (q, v))"]
         for k, c in self.coefficients.items():
-            lines.append(f"  h^{k}: {c}")
+            c, left = shorten(c, max_terms)
+            lines.append(f"  h^{k}: {c}{more_terms(left)}")
         return "\n".join(lines)
 
     # ------------------------------------------------------------------ torch

@@ -1,4 +1,4 @@
-r"""ModLaNet: modular Lagrangian networks built from shared element networks (THEORY.md §7).
+r"""ModLaNet: modular Lagrangian networks built from shared element networks (docs/theory/modlanet.md).
 
 Modules: :mod:`~learners.modlanet.elements` (MLPs, local-to-global transforms, energy cells),
 :mod:`~learners.modlanet.model` (:class:`ModLaNet`), :mod:`~learners.modlanet.data` (acceleration and

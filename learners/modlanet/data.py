@@ -1,4 +1,4 @@
-r"""Data for ModLaNet experiments (THEORY.md §7): multi-pendulum and planar ``N``-body trajectories from the
+r"""Data for ModLaNet experiments (docs/theory/modlanet.md): multi-pendulum and planar ``N``-body trajectories from the
 exact Euler–Lagrange flow (:func:`integrators.reference_flow`, DOP853 at ``1e-13``), as ``(q, v, a)``
 samples for the acceleration loss or as position-only snapshots for the DEL loss.
 

@@ -2,7 +2,7 @@ r"""Building blocks of :class:`learners.modlanet.ModLaNet`: MLPs, local→global
 
 Everything is float64 and pointwise over leading (batch) dimensions.
 
-Transforms (THEORY.md §7) map the local coordinates :math:`q_i \in \mathbb R^k` of element ``i`` to its
+Transforms (docs/theory/modlanet.md) map the local coordinates :math:`q_i \in \mathbb R^k` of element ``i`` to its
 position relative to its origin, :math:`x_i - x_{O_i} = T(q_i) \in \mathbb R^d`, and its velocity by the
 chain rule, :math:`\dot x_i - \dot x_{O_i} = J_T(q_i)\,\dot q_i` (:meth:`Transform.tangent`):
 
@@ -124,7 +124,7 @@ class MLPTransform(Transform):
     r"""Learned :math:`T(q) = \mathrm{MLP}(\phi(q))`; ``periodic=True`` uses :math:`\phi(q) = (\cos q, \sin q)`
     (angles: the map is :math:`2\pi`-periodic, as the physical position is), else :math:`\phi(q) = q`.
     The velocity is the exact Jacobian–vector product (the paper's alternative to a second network
-    :math:`T_{\dot q}`, THEORY.md §7): :math:`\dot x = J_{\mathrm{MLP}}\,J_\phi\,\dot q`."""
+    :math:`T_{\dot q}`, docs/theory/modlanet.md): :math:`\dot x = J_{\mathrm{MLP}}\,J_\phi\,\dot q`."""
 
     @recorded
     def __init__(self, in_dim: int = 1, out_dim: int = 2, hidden: int = 16, layers: int = 2, activation: str = "tanh",

@@ -1,4 +1,4 @@
-r"""ModLaNet: a Lagrangian assembled from element energies on a computation tree (THEORY.md §7).
+r"""ModLaNet: a Lagrangian assembled from element energies on a computation tree (docs/theory/modlanet.md).
 
 Elements :math:`i = 1..N` with local coordinates :math:`q_i \in \mathbb R^{k_i}` (the model's ``q`` is their
 concatenation, :math:`n = \sum_i k_i`) and a parent list (``-1``: the origin). Positions and velocities
@@ -15,7 +15,7 @@ and the Lagrangian
 (the paper's :math:`\tfrac12\sum_{i\ne j}` with a symmetric :math:`U_2`). One network per element type:
 :math:`U_1`, :math:`U_2` and (when learned) :math:`T` are shared by all elements. Masses are
 :math:`m_i = e^{s_i}`, learnable except ``fixed_mass`` (default element 0, mass 1): :math:`L \to sL` leaves
-the motions unchanged (THEORY.md §1), and the fixed mass removes that freedom.
+the motions unchanged (docs/theory/mechanics.md), and the fixed mass removes that freedom.
 
 The model is a torch Lagrangian ``L(q, v)`` (``(..., n)`` → ``(...)``): it plugs into
 :class:`integrators.VariationalIntegrator`, :func:`bea.energy`, :func:`bea.acceleration` and the code

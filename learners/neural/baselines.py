@@ -1,4 +1,4 @@
-r"""The paper's neural baselines for ModLaNet (THEORY.md §7, paper Table 2): LNN, HNN and a plain MLP.
+r"""The seed's neural baselines for ModLaNet (docs/theory/modlanet.md, paper Table 2): LNN, HNN and a plain MLP.
 
 All three are float64 ``nn.Module``\ s with ``.acceleration(q, v)`` (shape ``(..., n)`` in and out,
 batched over the leading dimensions), so the shared acceleration-loss training loop

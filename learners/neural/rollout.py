@@ -1,4 +1,4 @@
-r"""Rollouts and the paper's prediction metrics (ModLaNet paper, §5.2 and Table 2; THEORY.md §7).
+r"""Rollouts and the paper's prediction metrics (ModLaNet paper, §5.2 and Table 2; docs/theory/modlanet.md).
 
 Protocol of the paper: from 100 random initial states (:func:`random_initial_states`, the paper's
 sampling), integrate the learned model and the true system over 30 s (601 time points), compare the

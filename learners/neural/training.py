@@ -1,7 +1,7 @@
 r"""Training loop for Lagrangian networks (ModLaNet and the neural baselines), and prediction of
 position-trained models with the variational integrator and :mod:`bea`.
 
-Two losses (THEORY.md §2, §7):
+Two losses (docs/theory/mechanics.md, docs/theory/modlanet.md):
 
 ``"acceleration"`` (the paper's)
     data :math:`(q, v, a)`, each ``(N, n)``; :math:`\ell = \operatorname{mean}\,|\hat a(q, v) - a|^2` with
@@ -344,7 +344,7 @@ def recovered_lagrangian(model: TorchLagrangian, order: int = 2, h: float = 0.1,
 
 def inverse_lagrangian(model: TorchLagrangian, order: int = 2, h: float = 0.1, scheme="midpoint",
                        method: str = "auto") -> TorchLagrangian:
-    r""":math:`L_{inv} = \mathrm{inv}_N(L)` for a model of the *true* Lagrangian (THEORY.md §4)
+    r""":math:`L_{inv} = \mathrm{inv}_N(L)` for a model of the *true* Lagrangian (docs/theory/inverse.md)
     (:func:`integrators.modified.inverse_lagrangian`). ``order=0``: the model itself."""
     _method(method)
     return modified.inverse_lagrangian(model, order, check_step(h), scheme)
@@ -385,7 +385,7 @@ def predict_positions(model: TorchLagrangian, q0, qdot0, steps: int, h: float, s
     r"""Positions ``(steps + 1, batch..., n)`` of a model trained as :math:`L_{inv}` (``"del"`` loss, step ``h``):
     the scheme's variational integrator on the model (:class:`integrators.VariationalIntegrator`) from
     ``(q0, qdot0)``, with the initial momentum :math:`p_0 = \partial_v\,\mathrm{mod}_N(\text{model})(q_0, \dot q_0)`
-    (THEORY.md §6; ``order=0``: the model's own momentum). ``newton``: options of the integrator (``xtol``,
+    (docs/theory/lsi.md; ``order=0``: the model's own momentum). ``newton``: options of the integrator (``xtol``,
     ``maxiter``, …); ``on_failure="mask"`` returns ``(q, valid)`` as the integrator does.
 
     ``inverse_order=N > 0``: for a model trained with ``train(..., inverse_order=N)`` (a model of the true

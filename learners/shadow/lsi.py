@@ -1,7 +1,7 @@
 r"""Lagrangian Shadow Integration: a GP inverse modified Lagrangian from position snapshots.
 
 Data: positions only, at a uniform step ``h``, shaped ``(n_traj, n_steps + 1, n)``. Each triple
-:math:`(q_{j-1}, q_j, q_{j+1})` gives ``n`` linear conditions on :math:`L_{inv}` (THEORY.md §6),
+:math:`(q_{j-1}, q_j, q_{j+1})` gives ``n`` linear conditions on :math:`L_{inv}` (docs/theory/lsi.md),
 
 .. math::  D_2L_{inv,\Delta}(q_{j-1}, q_j) + D_1L_{inv,\Delta}(q_j, q_{j+1}) = 0,
 
@@ -10,7 +10,7 @@ on :math:`TQ = \mathbb R^{2n}` conditioned on these functionals gives the poster
 :math:`\bar L_{inv}` (:meth:`InverseModifiedLagrangianGP.lagrangian`) and uncertainty
 (:meth:`~InverseModifiedLagrangianGP.variance`, :meth:`~InverseModifiedLagrangianGP.del_residuals`).
 
-Afterwards (THEORY.md §4, §6): the scheme applied to :math:`\bar L_{inv}` predicts motions; the
+Afterwards (docs/theory/inverse.md, docs/theory/lsi.md): the scheme applied to :math:`\bar L_{inv}` predicts motions; the
 recovered Lagrangian :math:`L_{rec} = \mathrm{mod}_N(\bar L_{inv})` (``bea`` code generation, any
 order ``N``) gives the initial momentum :math:`p_0 = \partial_vL_{rec}(q_0, \dot q_0)`, velocities
 (solve :math:`\partial_vL_{rec}(q_j, \dot q_j) = p_j`, :math:`p_j` the discrete momenta) and the energy
@@ -54,7 +54,7 @@ TorchLagrangian = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 #: Newton options for prediction: the posterior mean is a sum of thousands of terms with large
 #: coefficients, so its rounding noise sets the attainable step accuracy -- Newton corrections stall
-#: at about 5e-11 on the pendulum of THEORY.md §6. A tolerance below that floor costs an extra Jacobian
+#: at about 5e-11 on the pendulum of docs/theory/lsi.md. A tolerance below that floor costs an extra Jacobian
 #: per step (the stall test needs two more iterations) and changes no trajectory digit that matters
 #: (max error over 2,000 steps 2.53e-6 with xtol 1e-12, 2.55e-6 with 1e-10, 1.4x faster).
 DEFAULT_NEWTON = {"xtol": 1e-10, "maxiter": 50}
@@ -270,7 +270,7 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
                 **newton):
         r"""Positions ``(steps + 1, batch..., n)`` from ``(q0, qdot0)`` (shape ``(batch..., n)``): the scheme
         on :math:`\bar L_{inv}` with :math:`p_0 = \partial_vL_{rec}(q_0, \dot q_0)`, :math:`L_{rec}` of
-        ``order`` (THEORY.md §6). Batched: all initial conditions advance together; computed in the
+        ``order`` (docs/theory/lsi.md). Batched: all initial conditions advance together; computed in the
         standardised coordinates and mapped back (module docstring).
 
         *Extrapolation.* The posterior standard deviation of the DEL residual at every predicted triple

@@ -1,9 +1,9 @@
 r"""Normalisations: functionals with non-zero targets that rule out the trivial Lagrangian.
 
 Every constant :math:`L` satisfies all DEL (and EL) conditions, and :math:`sL + \tfrac{d}{dt}\xi(q)`
-has the same motions as :math:`L` (THEORY.md §1, §6). A normalisation fixes the scale ``c``:
+has the same motions as :math:`L` (docs/theory/mechanics.md, docs/theory/lsi.md). A normalisation fixes the scale ``c``:
 
-* :class:`VertexNormalisation` (the paper's, THEORY.md §6): with ``z`` running over the
+* :class:`VertexNormalisation` (the paper's, docs/theory/lsi.md): with ``z`` running over the
   :math:`2^{2n}` vertices of :math:`[0,1]^{2n}`,
 
   .. math:: \frac{1}{n!\,4^n}\sum_z \sum_{i=1}^n \frac{\partial L}{\partial v_i}(z) = c, \qquad L(0) = 0.

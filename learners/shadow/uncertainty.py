@@ -1,7 +1,7 @@
 r"""Posterior uncertainty of quantities recovered from a learned inverse modified Lagrangian.
 
 LSI identifies the energy and the velocities through the *nonlinear* map
-:math:`L_{inv} \mapsto L_{rec} = \mathrm{mod}_N(L_{inv})` (THEORY.md §4, §6). Around the posterior
+:math:`L_{inv} \mapsto L_{rec} = \mathrm{mod}_N(L_{inv})` (docs/theory/inverse.md, docs/theory/lsi.md). Around the posterior
 mean :math:`\bar L` a recovered quantity :math:`Q[L]` is linearised,
 
 .. math::  Q[\bar L + \delta L] = Q[\bar L] + G[\delta L] + O(\delta L^2),

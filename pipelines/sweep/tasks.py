@@ -237,7 +237,7 @@ def _convergence_check(p: Dict[str, Any]) -> None:
 
 
 def expected_order(p: Dict[str, Any]) -> int:
-    """The theoretical order of convergence of a convergence task (THEORY.md §5)."""
+    """The theoretical order of convergence of a convergence task (docs/theory/orders.md)."""
     import bea
 
     symmetric = bool(bea.get_scheme(p["scheme"]).symmetric)

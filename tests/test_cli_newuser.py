@@ -1,0 +1,60 @@
+"""What a new user meets on the command line: --version, announced long derivations with the cache folder,
+shortened output with --all-terms for everything, and the generalised midpoint rule's required parameter."""
+
+import pytest
+
+import bea
+from bea import cli
+from bea.cost import describe, estimate
+
+
+def _run(capsys, argv):
+    status = cli.main(argv)
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_version(capsys):
+    status, out, _ = _run(capsys, ["--version"])
+    assert status == 0 and out.strip() == f"bea {bea.__version__}"
+
+
+def test_a_long_cold_derivation_is_announced_with_time_and_cache_folder(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("BEA_CACHE_DIR", str(tmp_path))
+    cli._announce("inverse_modified_lagrangian", "midpoint", 6, None, True)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "to h^6 for every n" in err
+    assert "about 6 minutes" in err and "(measured)" in err and f"cached in {tmp_path}" in err
+    cli._announce("modified_lagrangian", "midpoint", 4, 3, False)
+    err = capsys.readouterr().err
+    assert "more than 10 minutes" in err and "not stored" in err
+
+
+def test_quick_or_cached_derivations_are_silent(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("BEA_CACHE_DIR", str(tmp_path))
+    status, out, err = _run(capsys, ["derive", "--order", "4"])     # about 1.5 s cold: below the 2 s threshold
+    assert status == 0 and err == ""
+    assert "more terms; max_terms=None shows all" in out               # 96 terms at h^4, 20 shown
+    cli._announce("modified_lagrangian", "midpoint", 4, None, True)  # cached now
+    assert capsys.readouterr().err == ""
+    status, out_all, _ = _run(capsys, ["derive", "--order", "4", "--all-terms"])
+    assert status == 0 and "more terms" not in out_all and len(out_all) > 2 * len(out)
+
+
+def test_estimates_follow_the_benchmarks():
+    assert estimate("modified_lagrangian", 4, 2) == (2.42, "measured")
+    assert estimate("inverse_modified_lagrangian", 8, 1) == (10.6, "measured")
+    seconds, basis = estimate("modified_lagrangian", 12, 1)
+    assert basis == "extrapolated" and seconds == pytest.approx(60.2 * 20)   # one step of two orders beyond 10
+    assert estimate("modified_lagrangian", 6, 2)[0] is None
+    assert describe(0.3) == "under a second" and describe(370) == "about 6 minutes" and describe(7200) == "about 2 hours"
+
+
+@pytest.mark.parametrize("name", ["generalised_midpoint", "generalised_midpoint:", "generalized-midpoint()"])
+def test_generalised_midpoint_needs_alpha(capsys, name):
+    status, _, err = _run(capsys, ["derive", "--scheme", name])
+    assert status == 2 and err.count("\n") == 1
+    assert "lacks its parameter" in err and "generalised_midpoint:0.3" in err
+    with pytest.raises(bea.BeaTypeError, match="needs its parameter alpha"):
+        bea.GeneralisedMidpoint()
+    assert bea.get_scheme("generalised_midpoint:0.5") == bea.GeneralisedMidpoint("1/2")
