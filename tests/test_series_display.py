@@ -17,8 +17,8 @@ def test_repr_is_one_line_summary_with_term_counts(dim):
     r = repr(s)
     assert "\n" not in r and len(r) < 200
     assert "to h^4" in r and "h^4: " in r
-    # the counts are those of the stored polynomials: 96 trees (any n) and 52 monomials (n = 1) at h^4
-    assert s.n_terms[4] == (96 if dim is None else 52)
+    # the counts are those of the stored polynomials: 30 trees (any n) and 52 monomials (n = 1) at h^4
+    assert s.n_terms[4] == (30 if dim is None else 52)
 
 
 @pytest.mark.parametrize("dim", [None, 1])
@@ -32,7 +32,7 @@ def test_str_and_latex_are_shortened_and_full_output_is_opt_in(dim):
     assert f"\\text{{({left} more terms)}}" in s.latex()
     full_tex, full_text = s.latex(max_terms=None), s.text(max_terms=None)
     assert "more terms" not in full_tex and "more terms" not in full_text
-    assert len(full_tex) > 2 * len(s.latex())
+    assert len(full_tex) > len(s.latex()) and full_tex.count("frac") >= terms
     # the h^2 coefficient is short: shown whole either way
     h2 = [line for line in str(s).splitlines() if line.startswith("  h^2:")]
     assert len(h2) == 1 and "more term" not in h2[0]

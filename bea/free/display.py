@@ -5,7 +5,9 @@ brackets (q-slots first): :math:`v`, a jet :math:`q^{(k)}`, or :math:`M^{-1} X` 
 the covector ``X`` (the subtree hanging from it, whose joining slot is left out). Examples:
 :math:`L_{qq}[v, v]`, :math:`L_{q}[M^{-1} L_{qv}[v]]` (that is
 :math:`L_q \cdot M^{-1} L_{qv} v`). A vector-valued term is :math:`M^{-1}` applied to a covector,
-or a bare vector such as :math:`v`. The leaf :math:`A = M^{-1}(L_q - L_{qv}[v])` is the
+or a bare vector such as :math:`v`. Where the hanging node has slots of both kinds, ``~`` marks the
+slot the edge joins (first of its kind), e.g. :math:`L_{qv}[\sim, v]` joined at its q-slot, so that
+distinct trees have distinct names. The leaf :math:`A = M^{-1}(L_q - L_{qv}[v])` is the
 acceleration of the Euler-Lagrange equation of ``L``; the formulas use it in place of :math:`L_q`,
 e.g. the midpoint :math:`h^2` term is :math:`(L_{vv}[A, A] - L_{qq}[v, v])/24`.
 """
@@ -31,6 +33,13 @@ def _leaf(code: int, latex: bool) -> str:
     raise ValueError(f"leaf {code} has no name")
 
 
+_JOIN, _JOIN_LATEX = "~", r"\sim"
+
+
+def _join_first(arg: str):
+    return (arg not in (_JOIN, _JOIN_LATEX), arg)
+
+
 def _minv(latex: bool) -> str:
     return "M^{-1} " if latex else "Minv "
 
@@ -52,7 +61,10 @@ def _node(g: Graph, x: int, ps: Optional[int], latex: bool) -> str:
             continue
         else:
             groups[k].append(_leaf(c, latex))
-    args = sorted(groups[0]) + sorted(groups[1])
+    if ps is not None and a and b:
+        # the joining slot's kind is not implied by the name: mark it, so that names stay distinct
+        groups[g[x][ps][0]].append(_JOIN_LATEX if latex else _JOIN)
+    args = sorted(groups[0], key=_join_first) + sorted(groups[1], key=_join_first)
     return name + (("[" + ", ".join(args) + "]") if args else "")
 
 
