@@ -46,6 +46,7 @@ from ._checks import as_tensor, check_finite, check_order, check_snapshots
 from .base import FunctionalLagrangianModel, solve_with_retry
 from .functionals import AtomSet, Functionals, del_residuals, discrete_momenta, triples_from_snapshots
 from .normalisation import MassNormalisation
+from .rbf_jet import JetLagrangian, RBFJet
 
 __all__ = ["InverseModifiedLagrangianGP", "DEFAULT_NEWTON", "ExtrapolationWarning", "ExtrapolationError",
            "EXTRAPOLATION_FACTOR"]
@@ -109,6 +110,7 @@ class InverseModifiedLagrangianGP(FunctionalLagrangianModel):
     def __init__(self, h: float, scheme: Union[str, "bea.Scheme"] = "midpoint", **options):
         super().__init__(h, scheme, **options)
         self._recovered: Dict[object, TorchLagrangian] = {}
+        self._jet: Optional[Union[RBFJet, bool]] = None  # None: not tried yet; False: no closed form
         self.snapshots: Optional[torch.Tensor] = None
         self._data_level: Optional[float] = None
 
@@ -149,6 +151,7 @@ class InverseModifiedLagrangianGP(FunctionalLagrangianModel):
         self._fit_functionals(F, groups, P, P_groups, normalisation=norm)
         self.snapshots = S
         self._recovered = {}
+        self._jet = None
         self._data_level = None
         return self
 
@@ -240,15 +243,39 @@ class InverseModifiedLagrangianGP(FunctionalLagrangianModel):
             self._recovered[N] = L_rec
         return self._recovered[N]
 
-    def _recovered_std(self, order: int) -> TorchLagrangian:
-        r""":math:`\mathrm{mod}_N(\bar L'_{inv})` in the standardised coordinates."""
+    def _closed_form_jet(self) -> Optional[RBFJet]:
+        """The closed-form jet of the posterior mean (:mod:`learners.rbf_jet`), or None where there is none
+        (a kernel other than the RBF, or no C compiler): autograd through the atom sums is used then."""
+        if getattr(self, "_jet", None) is None:  # (models saved before this attribute existed)
+            from integrators.ccompile import CompileError
+
+            try:
+                jet = RBFJet(self.gp._mean_fn)
+                jet._fn(2)  # builds the library now, so that a missing compiler shows here
+                self._jet = jet
+            except (ValueError, CompileError):
+                self._jet = False
+        return self._jet or None
+
+    def _mean_std(self, order: int = 2, jets: bool = True) -> TorchLagrangian:
+        r""":math:`\bar L'_{inv}` (standardised coordinates) as given to formulas and solvers: with ``jets``, a
+        :class:`~learners.rbf_jet.JetLagrangian` (every derivative closed-form, one pass over the atoms per
+        batch of states, starting at ``order``) where the kernel has one; else the autograd mean."""
+        jet = self._closed_form_jet() if jets else None
+        return JetLagrangian(jet, order) if jet is not None else self._lagrangian_std
+
+    def _recovered_std(self, order: int, jets: bool = True) -> TorchLagrangian:
+        r""":math:`\mathrm{mod}_N(\bar L'_{inv})` in the standardised coordinates; ``jets``: derivatives of
+        :math:`\bar L'_{inv}` from its closed-form jet (:meth:`_mean_std`; same values to rounding)."""
         N = check_order(order, self.scheme.symmetric)
+        key = ("std", N, jets)
         if N == 0:
-            return self._lagrangian_std
-        key = ("std", N)
+            if key not in self._recovered:
+                self._recovered[key] = self._mean_std(2, jets)
+            return self._recovered[key]
         if key not in self._recovered:
             f = bea.series_function("modified_lagrangian", self.scheme, N, self.n)
-            Linv, h = self._lagrangian_std, self.h
+            Linv, h = self._mean_std(N, jets), self.h
 
             def L_rec(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
                 return f(Linv, q, v, h)
@@ -352,25 +379,38 @@ class InverseModifiedLagrangianGP(FunctionalLagrangianModel):
         r"""Discrete momenta of :math:`\bar L_{inv}` along positions ``qs`` ``(steps + 1, batch..., n)``:
         :math:`p_0 = -D_1L_\Delta(q_0, q_1)`, :math:`p_j = D_2L_\Delta(q_{j-1}, q_j)` (in time chunks)."""
         qs = self._positions(qs)
-        return self._unit * _chunked_momenta(self._integrator_std(), self._to_standard(qs), chunk)
+        return self._unit * _chunked_momenta(self._momentum_integrator(), self._to_standard(qs), chunk)
+
+    def _momentum_integrator(self, jets: bool = True) -> VariationalIntegrator:
+        """The scheme on :math:`\bar L'_{inv}` for discrete momenta: first derivatives only, from the
+        closed-form jet where there is one."""
+        return VariationalIntegrator(self._mean_std(1, jets), self.h, self.scheme, **DEFAULT_NEWTON)
 
     def velocities(self, qs, order: int = 2, chunk: Optional[int] = None) -> torch.Tensor:
         r"""Velocities along positions ``qs`` ``(steps + 1, batch..., n)`` (e.g. from :meth:`predict` or the
         data, time first): solve :math:`\partial_vL_{rec}(q_j, \dot q_j) = p_j` with :math:`p_j` the
-        discrete momenta of :math:`\bar L_{inv}` (batched Newton, ``chunk`` time steps at a time;
-        default 1000 for ``order <= 2`` and 200 above, where the nested derivatives of ``mod_N`` take
-        about 12 MB per position)."""
+        discrete momenta of :math:`\bar L_{inv}` (batched Newton over ``chunk`` time steps at a time).
+
+        With the RBF kernel the derivatives of :math:`\bar L_{inv}` that :math:`\mathrm{mod}_N` and Newton
+        need come from its closed-form jet (:mod:`learners.rbf_jet`: one pass over the atoms per Newton
+        iteration; default ``chunk`` 10,000 for ``order <= 2``, 4,000 above); otherwise by autograd
+        (default ``chunk`` 1000 for ``order <= 2`` and 200 above, where the nested derivatives of
+        ``mod_N`` take about 12 MB per position)."""
         qs = self._positions(qs)
         return self._unit * self._velocities_std(self._to_standard(qs), order, chunk)
 
-    def _velocities_std(self, qs_std: torch.Tensor, order: int, chunk: Optional[int]) -> torch.Tensor:
-        return _chunked_velocities(self._integrator_std(), qs_std, self._recovered_std(order), chunk or _chunk(order))
+    def _velocities_std(self, qs_std: torch.Tensor, order: int, chunk: Optional[int], jets: bool = True) -> torch.Tensor:
+        chunk = chunk or _chunk(order, jets and self._closed_form_jet() is not None)
+        L = self._recovered_std(order, jets)
+        p = _chunked_momenta(self._momentum_integrator(jets), qs_std, chunk)
+        _probe_newton_derivatives(L, qs_std[0].reshape(-1, self.n)[:1], p[0].reshape(-1, self.n)[:1])
+        return _chunked_velocities(self._integrator_std(), qs_std, L, p, chunk)
 
     def energies(self, qs, order: int = 2, chunk: Optional[int] = None) -> torch.Tensor:
         r""":math:`H_{rec}[N]` along positions ``qs`` with the velocities of :meth:`velocities`; shape
         ``(steps + 1, batch...)``."""
         qs = self._positions(qs)
-        chunk = chunk or _chunk(order)
+        chunk = chunk or _chunk(order, self._closed_form_jet() is not None)
         q_std = self._to_standard(qs)
         v_std = self._velocities_std(q_std, order, chunk)
         return self._unit ** 2 * _chunked_energy(bea.energy(self._recovered_std(order)), q_std, v_std, chunk)
@@ -385,8 +425,25 @@ class InverseModifiedLagrangianGP(FunctionalLagrangianModel):
         return qs
 
 
-def _chunk(order: int) -> int:
+def _chunk(order: int, jets: bool = False) -> int:
+    if jets:
+        return 10_000 if order <= 2 else 4000
     return 1000 if order <= 2 else 200
+
+
+def _probe_newton_derivatives(L: TorchLagrangian, q: torch.Tensor, p: torch.Tensor) -> None:
+    """Take, at one state, the derivatives that Newton's method on :math:`\partial_vL = p` takes (value,
+    gradient in ``v``, its Jacobian), so that a :class:`~learners.rbf_jet.JetLagrangian` inside ``L`` learns
+    the order it needs before the whole batch (otherwise it would extend the batch's jet order by order).
+    The velocity used is ``p`` itself (any state will do); failures are left to the real solve."""
+    try:
+        with torch.enable_grad():
+            v = p.detach().clone().requires_grad_(True)
+            (g,) = torch.autograd.grad(L(q, v).sum(), v, create_graph=True)
+            for i in range(g.shape[-1]):
+                torch.autograd.grad(g[..., i].sum(), v, retain_graph=True, allow_unused=True)
+    except (ValueError, RuntimeError, ArithmeticError):
+        pass
 
 
 def _chunked_momenta(integ, qs: torch.Tensor, chunk: int) -> torch.Tensor:
@@ -400,8 +457,7 @@ def _chunked_momenta(integ, qs: torch.Tensor, chunk: int) -> torch.Tensor:
     return torch.cat(parts)
 
 
-def _chunked_velocities(integ, qs: torch.Tensor, L: TorchLagrangian, chunk: int) -> torch.Tensor:
-    p = _chunked_momenta(integ, qs, chunk)
+def _chunked_velocities(integ, qs: torch.Tensor, L: TorchLagrangian, p: torch.Tensor, chunk: int) -> torch.Tensor:
     T1 = qs.shape[0]
     if T1 <= chunk:
         return integ.velocities(qs, lagrangian=L, momenta=p)
