@@ -432,7 +432,7 @@ def _chunk(order: int, jets: bool = False) -> int:
 
 
 def _probe_newton_derivatives(L: TorchLagrangian, q: torch.Tensor, p: torch.Tensor) -> None:
-    """Take, at one state, the derivatives that Newton's method on :math:`\partial_vL = p` takes (value,
+    r"""Take, at one state, the derivatives that Newton's method on :math:`\partial_vL = p` takes (value,
     gradient in ``v``, its Jacobian), so that a :class:`~learners.rbf_jet.JetLagrangian` inside ``L`` learns
     the order it needs before the whole batch (otherwise it would extend the batch's jet order by order).
     The velocity used is ``p`` itself (any state will do); failures are left to the real solve."""
