@@ -230,6 +230,11 @@ class RBFJet:
         self._fns: Dict[int, object] = {}
         self._factors: Dict[int, torch.Tensor] = {}
 
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_fns"], state["_factors"] = {}, {}  # loaded libraries are per process: rebuilt on first use
+        return state
+
     def columns(self, K: int) -> List[MultiIndex]:
         """The multi-indices of the columns of ``self(X, K)``."""
         return multi_indices(self.D, K)
@@ -339,6 +344,11 @@ class JetLagrangian:
         self.n = jet.D // 2
         self.order = int(order)
         self._last: Optional[_Table] = None
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_last"] = None
+        return state
 
     def __call__(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if q.shape != v.shape or q.shape[-1] != self.n:

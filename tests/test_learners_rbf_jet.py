@@ -7,6 +7,7 @@ not to eps. The models here use a nugget of 1e-8 (|c|max ~ 9e2), where both path
 """
 
 import math
+import pickle
 
 import pytest
 import torch
@@ -82,6 +83,9 @@ def test_jet_lagrangian_to_third_order_and_reuse(model):
     for k in [()] + need:
         assert float((got[k] - ref[k]).abs().max()) <= 1e-10 * scale, k
     assert computed == [2, 3]  # one jet at these states, extended once to order 3
+    jet = pickle.loads(pickle.dumps(RBFJet(model.gp._mean_fn)))  # the compiled library is rebuilt, not pickled
+    X = torch.cat([q, v], -1)
+    assert torch.equal(jet(X, 3), L.jet.jet(X, 3))
 
 
 class _Counting:
