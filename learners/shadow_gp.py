@@ -288,7 +288,7 @@ class InverseModifiedLagrangianGP(FunctionalLagrangianModel):
             return self._recovered[key]
         if key not in self._recovered:
             f = bea.series_function("modified_lagrangian", self.scheme, N, self.n)
-            Linv, h = self._mean_std(N, jets), self.h
+            Linv, h = self._mean_std(N + 2, jets), self.h  # N + 2: what Newton on d/dv mod_N asks for (fewer builds)
 
             def L_rec(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
                 return f(Linv, q, v, h)

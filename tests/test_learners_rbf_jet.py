@@ -157,3 +157,14 @@ def test_velocity_guess_orders():
     assert float((g - exact).abs().max()) <= h**2 * w**3 / 2
     two = _velocity_guess(qs[:2], h)
     assert torch.allclose(two, ((qs[1] - qs[0]) / h).expand(2, 1))
+
+
+def test_velocities_through_jets_two_degrees_of_freedom():
+    """n = 2 (Henon-Heiles, h = 0.1): mod_2 by the dimension-free evaluator, fed by the jet in four
+    variables, on 13 predicted states; against the autograd path, measured 4.9e-12 relative (31 states)."""
+    S = snapshots(integrators.systems.henon_heiles(), 0.1, 40, 5, seed=0)
+    m = InverseModifiedLagrangianGP(0.1, lengthscale=0.5, noise=1e-8).fit(S)
+    qs = m.predict(torch.tensor([[0.1, -0.1]]), torch.tensor([[0.1, 0.15]]), 12)
+    q = m._to_standard(qs)
+    fast, slow = m._velocities_std(q, 2, None), m._velocities_std(q, 2, None, jets=False)
+    assert float((fast - slow).abs().max()) <= 1e-10 * float(slow.abs().max())
