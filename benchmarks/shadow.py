@@ -8,10 +8,13 @@ Reference size: the pendulum experiment of docs/theory/lsi.md (400 trajectories 
 * fit time (hyperparameter search + final exact solve) -- target <= 20 s;
 * a 10,000-step prediction from q0 = 0.3 on the compiled integrator path (target <= 3 s, trajectory
   error 1.3e-5 +- 10%) and, in the same run, on the eager path; batched throughput;
-* identification: generating mod_2 / mod_4 (cold cache), level sets on the 30 x 30 grid,
-  velocities (and H_rec) at 1,000 predicted positions, and velocities at order 2 on the 10^4
-  predicted states (target <= 5 s) with the peak RSS of the process (``resource.getrusage``;
-  target < 2 GB; ``--skip-velocities-1e4`` leaves it out);
+* identification: generating mod_2 / mod_4 (cold cache), level sets on the 30 x 30 grid, and
+  velocities at orders 2 and 4 on the 10^4 predicted states (target <= 5 s at order 2), through the
+  closed-form jets of the GP mean (learners/shadow/rbf_jet.py); the autograd path on the first 200 of them in
+  the same run (speed ratio, max |v_jets - v_autograd|); the peak RSS of the 10^4-state velocities
+  call measured in isolation: a fresh subprocess conditions the same GP (fixed learned
+  hyperparameters), resets its high-water mark (``/proc/self/clear_refs``) and reads ``VmHWM`` after the
+  call (target < 2 GB; ``--skip-velocities-1e4`` leaves all of it out);
 * the scaling of the fit with the number of triples (400 ... 6400): fixed hyperparameters (kernel
   assembly + Cholesky) and with the default hyperparameter search;
 * ``--objectives``: marginal likelihood against held-out DEL residuals (the choice documented in
@@ -21,8 +24,11 @@ Reference size: the pendulum experiment of docs/theory/lsi.md (400 trajectories 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -41,6 +47,53 @@ def _t(fn, *a, **k):
 
 def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def _status_mb(field: str) -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return float(line.split()[1]) / 1024
+    return float("nan")
+
+
+#: run in a fresh interpreter by _isolated_velocities: condition the GP with the given hyperparameters, predict
+#: the states, then measure the velocities call alone (the high-water mark is reset just before it)
+_ISOLATED = r"""
+import json, sys, time, torch
+torch.set_default_dtype(torch.float64)
+import integrators
+from integrators.data import snapshots
+from learners import InverseModifiedLagrangianGP
+a = json.loads(sys.argv[1])
+S = snapshots(integrators.systems.pendulum(), a["h"], 400, 5, seed=0)
+m = InverseModifiedLagrangianGP(a["h"], lengthscale=a["lengthscale"], noise=a["noise"]).fit(S)
+qs = m.predict(torch.tensor([[0.3]]), torch.zeros(1, 1), a["steps"])[: a["states"]]
+m.velocities(qs[:4], a["order"])  # builds the C library of the jet (once per process)
+def status(field):
+    for line in open("/proc/self/status"):
+        if line.startswith(field + ":"):
+            return float(line.split()[1]) / 1024
+rss0 = status("VmRSS")
+try:
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
+    reset = True
+except OSError:
+    reset = False
+t = time.perf_counter()
+v = m.velocities(qs, a["order"])
+dt = time.perf_counter() - t
+print(json.dumps({"seconds": dt, "rss_before_mb": rss0, "peak_mb": status("VmHWM"), "reset": reset}))
+"""
+
+
+def _isolated_velocities(hyper, steps: int, states: int, order: int) -> dict:
+    arg = json.dumps({"h": H, "lengthscale": hyper["lengthscale"], "noise": hyper["noise"], "steps": steps,
+                      "states": states, "order": order})
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-c", _ISOLATED, arg], capture_output=True, text=True, env=env, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -83,8 +136,8 @@ def main() -> None:
     t_gen2 = time.perf_counter() - t0
     import integrators.variational as V
 
-    warm = model.integrator(execution="compiled")
-    warm.solve(q0, v0, 2, legendre=model.recovered_lagrangian(2)).q  # builds the C library (once per process and model)
+    warm = model._integrator_std(execution="compiled")  # the path predict takes (standardised coordinates)
+    warm.solve(q0, v0, 2, legendre=model._recovered_std(2))  # builds the C library (once per process and model)
     t_build = warm.compile_seconds
     qs, t_pred = _t(model.predict, q0, v0, steps)
     rows.append((f"prediction, {steps} steps, compiled path (target <= 3 s for 10,000)",
@@ -115,16 +168,26 @@ def main() -> None:
         e, t_ls = _t(level_set_error, model.energy(N), pend.energy, states=st)
         rows.append((f"level sets on 30 x 30 grid, N = {N}", f"{t_ls:.2f} s (error {e:.2e})"))
     if not args.skip_velocities_1e4 and qs.shape[0] >= 10_000:
-        rss0 = _peak_rss_mb()
-        v, t_v = _t(model.velocities, qs[:10_000], 2)
-        err = float((v - v_ref[:10_000]).abs().max())
-        rows.append(("velocities at 10^4 states, N = 2 (target <= 5 s, peak RSS < 2 GB)",
-                     f"{t_v:.2f} s (max error {err:.2e}); peak RSS {_peak_rss_mb():.0f} MB (before: {rss0:.0f} MB)"))
-    sub = qs[: min(1001, qs.shape[0])]
-    for N in (2, 4):
-        v, t_v = _t(model.velocities, sub, N)
-        err = float((v - v_ref[: sub.shape[0]]).abs().max())
-        rows.append((f"velocities at {sub.shape[0]} positions, N = {N}", f"{t_v:.2f} s (max error {err:.2e})"))
+        q4 = qs[:10_000]
+        for N in (2, 4):
+            model.velocities(q4[:4], N)  # builds the jet's C library (once per process and order)
+            v, t_v = _t(model.velocities, q4, N)
+            err = float((v - v_ref[:10_000]).abs().max())
+            sub = q4[:200]
+            v_fast, t_fast = _t(model.velocities, sub, N)
+            q_std = model._to_standard(sub)
+            v_slow, t_slow = _t(model._velocities_std, q_std, N, None, jets=False)
+            v_slow = model._unit * v_slow
+            dv = float((v_fast - v_slow).abs().max()) / float(v_slow.abs().max())
+            rows.append((f"velocities at 10^4 states, N = {N}" + (" (target <= 5 s)" if N == 2 else ""),
+                         f"{t_v:.2f} s (max error {err:.2e}); first 200 states: jets {t_fast:.2f} s, autograd "
+                         f"{t_slow:.2f} s ({t_slow / t_fast:.0f}x), max |v_jets - v_autograd| / max |v| = {dv:.1e}"))
+        iso = _isolated_velocities(model.hyperparameters, steps, 10_000, 2)
+        rows.append(("  isolated 10^4-state velocities call, N = 2 (fresh process; target < 2 GB)",
+                     f"{iso['seconds']:.2f} s; peak RSS during the call {iso['peak_mb']:.0f} MB, "
+                     f"{iso['peak_mb'] - iso['rss_before_mb']:+.0f} MB over the RSS before it"
+                     + ("" if iso["reset"] else " (high-water mark not reset: the process peak)")))
+        rows.append(("  peak RSS of this whole benchmark process so far", f"{_peak_rss_mb():.0f} MB"))
 
     # ------------------------------------------------------------------ scaling
     scaling = []

@@ -106,7 +106,7 @@ def _positions(qs) -> torch.Tensor:
     return qs
 
 
-def momenta(model: TorchLagrangian, qs, h: float, scheme="midpoint", chunk: int = 1000, *,
+def discrete_momenta(model: TorchLagrangian, qs, h: float, scheme="midpoint", chunk: int = 1000, *,
             integrator: Optional[VariationalIntegrator] = None) -> torch.Tensor:
     r"""Discrete momenta of the model along ``qs`` ``(steps + 1, batch..., n)``: :math:`p_0 = -D_1L_\Delta(q_0, q_1)`,
     :math:`p_j = D_2L_\Delta(q_{j-1}, q_j)`, in time chunks (``integrator``: one already built for the model)."""
@@ -122,14 +122,15 @@ def momenta(model: TorchLagrangian, qs, h: float, scheme="midpoint", chunk: int 
 
 
 def velocities(model: TorchLagrangian, qs, order: int, h: float, scheme="midpoint", chunk: Optional[int] = None, *,
-               integrator: Optional[VariationalIntegrator] = None, recovered: Optional[TorchLagrangian] = None
-               ) -> torch.Tensor:
+               integrator: Optional[VariationalIntegrator] = None, recovered: Optional[TorchLagrangian] = None,
+               momenta: Optional[torch.Tensor] = None) -> torch.Tensor:
     r"""Velocities along ``qs``: solve :math:`\partial_vL_{rec}(q_j, \dot q_j) = p_j` (batched Newton), :math:`p_j` the
-    discrete momenta of the model, :math:`L_{rec} = \mathrm{mod}_N(\text{model})` (or ``recovered`` if given)."""
+    discrete momenta of the model (or ``momenta`` if given), :math:`L_{rec} = \mathrm{mod}_N(\text{model})` (or
+    ``recovered`` if given)."""
     integ, qs = _integrator(model, h, scheme, integrator), _positions(qs)
     L = recovered if recovered is not None else modified_lagrangian(model, order, h, scheme)
     chunk = chunk or chunk_for(order)
-    p = momenta(model, qs, h, scheme, chunk, integrator=integ)
+    p = momenta if momenta is not None else discrete_momenta(model, qs, h, scheme, chunk, integrator=integ)
     T1 = qs.shape[0]
     if T1 <= chunk:
         return integ.velocities(qs, lagrangian=L, momenta=p)
@@ -155,3 +156,7 @@ def energies(model: TorchLagrangian, qs, order: int, h: float, scheme="midpoint"
     v = velocities(model, qs, order, h, scheme, chunk, integrator=integrator, recovered=L)
     H = bea.energy(L)
     return torch.cat([H(qs[a:a + chunk], v[a:a + chunk]).detach() for a in range(0, qs.shape[0], chunk)])
+
+
+#: the discrete momenta along positions (:func:`discrete_momenta`)
+momenta = discrete_momenta

@@ -105,11 +105,14 @@ def _exp_positive() -> Positive:
 class FunctionalLagrangianModel(gpytorch.Module):
     r"""Base class of :class:`~learners.InverseModifiedLagrangianGP` and :class:`~learners.LagrangianGP`."""
 
+    #: hyperparameter-search evaluations when ``iterations`` is not given
+    default_iterations = 16
+
     @recorded
     def __init__(self, h: float, scheme: Union[str, "bea.Scheme"] = "midpoint", *, kernel: Optional[FunctionalKernel] = None,
                  normalisation: Union[str, Normalisation, None] = "mass", objective: str = "mll",
                  lengthscale: Union[float, Sequence[float], torch.Tensor, None] = None, epsilon: Optional[float] = None,
-                 noise: Optional[float] = None, ard: bool = True, iterations: int = 16, max_train_functionals: int = 600,
+                 noise: Optional[float] = None, ard: bool = True, iterations: Optional[int] = None, max_train_functionals: int = 600,
                  progress: Optional[bool] = None, seed: int = 0):
         super().__init__()
         self.h = check_step(h)
@@ -124,6 +127,8 @@ class FunctionalLagrangianModel(gpytorch.Module):
             lengthscale = float(epsilon) / math.sqrt(2)
         if noise is not None and not (math.isfinite(float(noise)) and float(noise) >= MIN_NOISE):
             raise ValueError(f"noise (relative nugget) must be a finite number >= {MIN_NOISE:g}, got {noise}")
+        if iterations is None:
+            iterations = self.default_iterations
         if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 0:
             raise ValueError(f"iterations must be an integer >= 0, got {iterations!r}")
         if isinstance(max_train_functionals, bool) or not isinstance(max_train_functionals, int) or max_train_functionals < 10:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Union
 
 import torch
 
@@ -46,8 +46,9 @@ from .hyperparameters import FunctionalLagrangianModel, solve_with_retry
 from .functionals import AtomSet, Functionals, del_residuals, discrete_momenta, triples_from_snapshots
 from .normalisation import MassNormalisation
 from .recovery import RecoveryMixin
+from .rbf_jet import RBFJet
 
-__all__ = ["InverseModifiedLagrangianGP", "DEFAULT_NEWTON", "ExtrapolationWarning", "ExtrapolationError",
+__all__ = ["InverseModifiedLagrangianGP", "DEFAULT_NEWTON", "SEARCH_ITERATIONS", "ExtrapolationWarning", "ExtrapolationError",
            "EXTRAPOLATION_FACTOR"]
 
 TorchLagrangian = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -58,6 +59,17 @@ TorchLagrangian = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 #: per step (the stall test needs two more iterations) and changes no trajectory digit that matters
 #: (max error over 2,000 steps 2.53e-6 with xtol 1e-12, 2.55e-6 with 1e-10, 1.4x faster).
 DEFAULT_NEWTON = {"xtol": 1e-10, "maxiter": 50}
+
+#: default budget of the hyperparameter search (:mod:`learners.shadow.hyperparameters`): enough for the pattern search to
+#: converge (it stops when its steps fall below 5%; 46 evaluations on the reference pendulum of
+#: ``benchmarks/shadow.py``). Why not fewer: a search cut short stops wherever its path happens to be,
+#: and the path depends on the starting nugget, whose meaning in the data's units changed with the
+#: standardisation (a relative nugget rho on DEL rows of the standardised fit is rho / sigma^2 in data
+#: units). With 16 evaluations the reference model went from trajectory error 1.3e-5 (data units) to
+#: 2.6e-5 (standardised) at the 10,000th step; converged, it is 4.2e-6, with a better marginal
+#: likelihood (-8323 against -7802) and better level sets (H_rec[2] 2.5e-4 against 3.7e-4, H_rec[4]
+#: 1.8e-5 against 2.7e-5).
+SEARCH_ITERATIONS = 64
 
 #: a predicted state counts as an extrapolation where the posterior std of its DEL residual exceeds this
 #: multiple of its level on the data (``data_level``). Why 100 (CI pendulum, 60 trajectories): along
@@ -100,11 +112,14 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
     lengthscale, epsilon : fix the RBF lengthscale (``epsilon``: the paper's
         :math:`\exp(-\|x-y\|^2/\varepsilon^2)`); ``noise``: the relative nugget then (default 1e-12).
     ard : one lengthscale per input of :math:`(q, v)` (default) or one shared.
-    iterations : objective evaluations of the pattern search after the coarse grid;
+    iterations : most objective evaluations of the pattern search after the coarse grid (default
+        :data:`SEARCH_ITERATIONS`: the search normally stops by itself first);
         ``max_train_functionals``: size of the training subset used while learning (the final fit
         uses all data).
     progress : ``tqdm`` bar while learning (None: only on a terminal).
     """
+
+    default_iterations = SEARCH_ITERATIONS
 
     # the constructor, with its explicit signature, is FunctionalLagrangianModel.__init__
     def _fitted_extra(self) -> dict:
@@ -115,6 +130,7 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
 
     def _init_state(self) -> None:
         self._recovered: Dict[object, TorchLagrangian] = {}
+        self._jet: Optional[Union[RBFJet, bool]] = None  # None: not tried yet; False: no closed form
         self.snapshots: Optional[torch.Tensor] = None
         self._data_level: Optional[float] = None
 
@@ -155,6 +171,7 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         self._fit_functionals(F, groups, P, P_groups, normalisation=norm)
         self.snapshots = S
         self._recovered = {}
+        self._jet = None
         self._data_level = None
         return self
 
@@ -246,14 +263,18 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
             self._recovered[N] = L_rec
         return self._recovered[N]
 
-    def _recovered_std(self, order: int) -> TorchLagrangian:
-        r""":math:`\mathrm{mod}_N(\bar L'_{inv})` in the standardised coordinates."""
+    def _recovered_std(self, order: int, jets: bool = True) -> TorchLagrangian:
+        r""":math:`\mathrm{mod}_N(\bar L'_{inv})` in the standardised coordinates; ``jets``: derivatives of
+        :math:`\bar L'_{inv}` from its closed-form jet (:meth:`_mean_std`; same values to rounding)."""
         N = check_order(order, self.scheme.symmetric)
+        key = ("std", N, jets)
         if N == 0:
-            return self._lagrangian_std
-        key = ("std", N)
+            if key not in self._recovered:
+                self._recovered[key] = self._mean_std(2, jets)
+            return self._recovered[key]
         if key not in self._recovered:
-            self._recovered[key] = modified.modified_lagrangian(self._lagrangian_std, N, self.h, self.scheme)
+            # N + 2: the derivatives Newton on d/dv mod_N asks for (fewer jet builds)
+            self._recovered[key] = modified.modified_lagrangian(self._mean_std(N + 2, jets), N, self.h, self.scheme)
         return self._recovered[key]
 
     def integrator(self, **newton):
@@ -265,6 +286,11 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
     def _integrator_std(self, **newton):
         opts = {**DEFAULT_NEWTON, **newton}
         return VariationalIntegrator(StandardisedMean(self), self.h, self.scheme, **opts)
+
+    def _momentum_integrator(self, jets: bool = True) -> VariationalIntegrator:
+        r"""The scheme on :math:`\bar L'_{inv}` for discrete momenta: first derivatives only, from the
+        closed-form jet where there is one."""
+        return VariationalIntegrator(self._mean_std(1, jets), self.h, self.scheme, **DEFAULT_NEWTON)
 
     def predict(self, q0, qdot0, steps: int, order: int = 2, *, return_std: bool = False, on_extrapolation: str = "warn",
                 **newton):

@@ -8,7 +8,7 @@ deviations push the GP posterior through :math:`\mathrm{mod}_N` by linearisation
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -16,12 +16,36 @@ import bea
 from integrators import modified
 
 from .._checks import as_tensor, check_finite, check_order, check_states
+from .rbf_jet import JetLagrangian, RBFJet
 from .uncertainty import (LinearisedQuantity, Reference, jet_order, momentum_functionals, posterior_variance,
                           repeat_functionals, weighted)
+
+TorchLagrangian = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 class RecoveryMixin:
     """Energy, momenta, velocities and energies of a fitted LSI model, with posterior stds."""
+
+    def _closed_form_jet(self) -> Optional[RBFJet]:
+        """The closed-form jet of the posterior mean (:mod:`learners.shadow.rbf_jet`), or None where there is none
+        (a kernel other than the RBF, or no C compiler): autograd through the atom sums is used then."""
+        if getattr(self, "_jet", None) is None:  # (models saved before this attribute existed)
+            from integrators.ccompile import CompileError
+
+            try:
+                jet = RBFJet(self.gp._mean_fn)
+                jet._fn(2)  # builds the library now, so that a missing compiler shows here
+                self._jet = jet
+            except (ValueError, CompileError):
+                self._jet = False
+        return self._jet or None
+
+    def _mean_std(self, order: int = 2, jets: bool = True) -> TorchLagrangian:
+        r""":math:`\bar L'_{inv}` (standardised coordinates) as given to formulas and solvers: with ``jets``, a
+        :class:`~learners.shadow.rbf_jet.JetLagrangian` (every derivative closed-form, one pass over the atoms per
+        batch of states, starting at ``order``) where the kernel has one; else the autograd mean."""
+        jet = self._closed_form_jet() if jets else None
+        return JetLagrangian(jet, order) if jet is not None else self._lagrangian_std
 
     def energy(self, order: int = 2, return_std: bool = False, reference=None, truncation: bool = True):
         r"""The recovered energy :math:`H_{rec}[N] = \partial_vL_{rec}\cdot v - L_{rec}` (``order=0``: the
@@ -150,15 +174,19 @@ class RecoveryMixin:
         :math:`p_0 = -D_1L_\Delta(q_0, q_1)`, :math:`p_j = D_2L_\Delta(q_{j-1}, q_j)` (in time chunks)."""
         qs = self._positions(qs)
         return self._unit * modified.momenta(None, self._to_standard(qs), self.h, self.scheme, chunk,
-                                                  integrator=self._integrator_std())
+                                             integrator=self._momentum_integrator())
+
 
     def velocities(self, qs, order: int = 2, chunk: Optional[int] = None, return_std: bool = False, std_every: int = 1,
                    truncation: bool = True):
         r"""Velocities along positions ``qs`` ``(steps + 1, batch..., n)`` (e.g. from :meth:`predict` or the
         data, time first): solve :math:`\partial_vL_{rec}(q_j, \dot q_j) = p_j` with :math:`p_j` the
-        discrete momenta of :math:`\bar L_{inv}` (batched Newton, ``chunk`` time steps at a time;
-        default 1000 for ``order <= 2`` and 200 above, where the nested derivatives of ``mod_N`` take
-        about 12 MB per position).
+        discrete momenta of :math:`\bar L_{inv}` (batched Newton over ``chunk`` time steps at a time).
+        With the RBF kernel the derivatives of :math:`\bar L_{inv}` that :math:`\mathrm{mod}_N` and Newton
+        need come from its closed-form jet (:mod:`learners.shadow.rbf_jet`: one pass over the atoms per Newton
+        iteration; default ``chunk`` 10,000 for ``order <= 2``, 4,000 above); otherwise by autograd
+        (default ``chunk`` 1000 for ``order <= 2`` and 200 above, where the nested derivatives of
+        ``mod_N`` take about 12 MB per position).
 
         ``return_std=True`` also returns the posterior std of each component (same shape), by linearising
         :math:`\partial_vL_{rec}(q_j, \dot q_j) = p_j`: :math:`\delta\dot q_j = M_{rec}^{-1}(\delta p_j -
@@ -178,9 +206,13 @@ class RecoveryMixin:
             std = (std ** 2 + (v_next - v_std) ** 2).sqrt()
         return self._unit * v_std, self._unit * std
 
-    def _velocities_std(self, qs_std: torch.Tensor, order: int, chunk: Optional[int]) -> torch.Tensor:
+    def _velocities_std(self, qs_std: torch.Tensor, order: int, chunk: Optional[int], jets: bool = True) -> torch.Tensor:
+        chunk = chunk or _chunk(order, jets and self._closed_form_jet() is not None)
+        L = self._recovered_std(order, jets)
+        p = modified.momenta(None, qs_std, self.h, self.scheme, chunk, integrator=self._momentum_integrator(jets))
+        _probe_newton_derivatives(L, qs_std[0].reshape(-1, self.n)[:1], p[0].reshape(-1, self.n)[:1])
         return modified.velocities(None, qs_std, order, self.h, self.scheme, chunk, integrator=self._integrator_std(),
-                                   recovered=self._recovered_std(order))
+                                   recovered=L, momenta=p)
 
     def energies(self, qs, order: int = 2, chunk: Optional[int] = None, return_std: bool = False, std_every: int = 1,
                  reference: Optional[int] = None, truncation: bool = True):
@@ -193,7 +225,7 @@ class RecoveryMixin:
         :math:`\delta H_j = \dot q_j\cdot\delta p_j - \delta L_{rec}(q_j, \dot q_j)` (:mod:`learners.shadow.uncertainty`);
         at every ``std_every``-th time step only (NaN elsewhere); ``truncation`` as in :meth:`energy`."""
         qs = self._positions(qs)
-        chunk = chunk or modified.chunk_for(order)
+        chunk = chunk or _chunk(order, self._closed_form_jet() is not None)
         q_std = self._to_standard(qs)
         v_std = self._velocities_std(q_std, order, chunk)
         H = bea.energy(self._recovered_std(order))
@@ -220,6 +252,27 @@ class RecoveryMixin:
                              f"got {tuple(qs.shape)}")
         check_finite(qs, "qs")
         return qs
+
+
+def _chunk(order: int, jets: bool = False) -> int:
+    if jets:
+        return 10_000 if order <= 2 else 4000
+    return modified.chunk_for(order)
+
+
+def _probe_newton_derivatives(L, q: torch.Tensor, p: torch.Tensor) -> None:
+    r"""Take, at one state, the derivatives that Newton's method on :math:`\partial_vL = p` takes (value,
+    gradient in ``v``, its Jacobian), so that a :class:`~learners.shadow.rbf_jet.JetLagrangian` inside ``L``
+    learns the order it needs before the whole batch (otherwise it would extend the batch's jet order by
+    order). The velocity used is ``p`` itself (any state will do); failures are left to the real solve."""
+    try:
+        with torch.enable_grad():
+            v = p.detach().clone().requires_grad_(True)
+            (g,) = torch.autograd.grad(L(q, v).sum(), v, create_graph=True)
+            for i in range(g.shape[-1]):
+                torch.autograd.grad(g[..., i].sum(), v, retain_graph=True, allow_unused=True)
+    except (ValueError, RuntimeError, ArithmeticError):
+        pass
 
 
 def next_order(order: int, scheme) -> int:

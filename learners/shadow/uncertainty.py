@@ -18,7 +18,7 @@ and under the GP posterior :math:`\delta L` is Gaussian, so :math:`G[\delta L]` 
   :math:`\partial_v \mathrm{mod}_N L(x_b)` -- evaluated by :mod:`bea`'s torch functions for any
   ``n`` and scheme;
 * an optional *atom part* :math:`A_b`, a linear functional made of derivative atoms
-  (:mod:`learners.functionals`), e.g. the discrete momentum :math:`p_j[L]`.
+  (:mod:`learners.shadow.functionals`), e.g. the discrete momentum :math:`p_j[L]`.
 
 **Jet parts, exactly and without derivative tensors.** All :math:`T_b` applied to a whole family of
 functions :math:`g_1..g_C` cost one evaluation of :math:`Q` and one backward pass: evaluate
