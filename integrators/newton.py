@@ -98,11 +98,21 @@ class ConvergenceError(ValueError):
         self.residuals = list(residuals)
 
 
+def batch_index(b: int, batch_shape: Tuple[int, ...]) -> tuple:
+    """The flat (C-order) batch position ``b`` as an index into ``batch_shape`` (``()`` when it is empty);
+    integer arithmetic, so no tensor (and no device) is involved."""
+    out = []
+    for size in reversed(batch_shape):
+        b, r = divmod(b, size)
+        out.append(r)
+    return tuple(reversed(out))
+
+
 def describe_failure(result: NewtonResult, batch_shape: Tuple[int, ...], limit: int = 8) -> Tuple[list, list, str]:
     """Batch indices (unflattened to ``batch_shape``) and residuals of the elements that did not
     converge, and a short text listing the first ``limit`` of them."""
     bad = torch.nonzero(~result.converged).flatten()
-    idx = [tuple(int(i) for i in torch.unravel_index(torch.tensor(int(b)), batch_shape)) if batch_shape else () for b in bad]
+    idx = [batch_index(int(b), batch_shape) for b in bad]
     res = [float(result.residual[b]) for b in bad]
     shown = ", ".join(f"{i if len(i) != 1 else i[0]}: {r:.3g}" + (" (non-finite/singular)" if bool(result.failed[b]) else "")
                       for i, r, b in zip(idx[:limit], res[:limit], bad[:limit]))
