@@ -53,20 +53,23 @@ def _check_domain(domain: Any, n: Optional[int]) -> np.ndarray:
     return box
 
 
-def halton_initial_conditions(domain, n_traj: int, seed: Optional[int] = 0) -> Tuple[torch.Tensor, torch.Tensor]:
-    """``n_traj`` initial conditions ``(q0, qdot0)``, each ``(n_traj, n)``, from a scrambled Halton
-    sequence (seeded) scaled to the box ``domain`` = ``[(low, high)] * 2n`` (positions, then velocities)."""
+def halton_initial_conditions(domain, n_traj: int, seed: Optional[int] = 0, *, device: Optional[Union[str, torch.device]] = None
+                              ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``n_traj`` initial conditions ``(q0, qdot0)``, each ``(n_traj, n)`` float64 on ``device`` (default: the
+    CPU), from a scrambled Halton sequence (seeded) scaled to the box ``domain`` = ``[(low, high)] * 2n``
+    (positions, then velocities). The points are drawn on the CPU, so they are the same on every device."""
     n_traj = check_steps(n_traj, "n_traj")
     box = _check_domain(domain, None)
     n = box.shape[0] // 2
     u = qmc.Halton(d=2 * n, scramble=True, rng=seed).random(n_traj)
     x = box[:, 0] + (box[:, 1] - box[:, 0]) * u
-    x = torch.from_numpy(x)
+    x = torch.from_numpy(x).to(device)
     return x[:, :n].contiguous(), x[:, n:].contiguous()
 
 
 def snapshots(system_or_lagrangian, h: float, n_traj: int, n_steps: int, domain=None, seed: Optional[int] = 0,
-              noise: float = 0.0, *, return_initial: bool = False, rtol: float = 1e-13, atol: float = 1e-13):
+              noise: float = 0.0, *, return_initial: bool = False, rtol: float = 1e-13, atol: float = 1e-13,
+              device: Optional[Union[str, torch.device]] = None):
     r"""Position-only trajectories of the Euler--Lagrange flow, shape ``(n_traj, n_steps + 1, n)``.
 
     ``system_or_lagrangian``: a :class:`~integrators.systems.System` (its ``domain`` is the default),
@@ -74,7 +77,9 @@ def snapshots(system_or_lagrangian, h: float, n_traj: int, n_steps: int, domain=
     required). Initial conditions: scrambled Halton points in ``domain`` (``seed``); positions at
     :math:`t_k = k h` from :func:`~integrators.reference.reference_flow`; ``noise`` is the standard
     deviation of independent Gaussian noise added to every position (seeded too).
-    With ``return_initial=True`` returns ``(q, (q0, qdot0))``.
+    With ``return_initial=True`` returns ``(q, (q0, qdot0))``. Float64 tensors on ``device`` (default: the
+    CPU; a torch Lagrangian is evaluated there); the numbers do not depend on the device beyond rounding,
+    as the random draws and the reference integration run on the CPU.
     """
     h = check_step_size(h)
     n_traj = check_steps(n_traj, "n_traj")
@@ -89,13 +94,13 @@ def snapshots(system_or_lagrangian, h: float, n_traj: int, n_steps: int, domain=
     box = _check_domain(domain, n)
     ss = np.random.SeedSequence(seed)
     halton_seed, noise_seed = ss.spawn(2)
-    q0, v0 = halton_initial_conditions(box, n_traj, seed=np.random.default_rng(halton_seed))
+    q0, v0 = halton_initial_conditions(box, n_traj, seed=np.random.default_rng(halton_seed), device=device)
     times = h * np.arange(n_steps + 1)
     qs, _ = reference_flow(system_or_lagrangian, q0, v0, times, rtol=rtol, atol=atol)
     q = qs.transpose(0, 1).contiguous()  # (n_traj, T, n)
     if noise > 0:
         rng = np.random.default_rng(noise_seed)
-        q = q + torch.from_numpy(rng.normal(0.0, noise, size=tuple(q.shape)))
+        q = q + torch.from_numpy(rng.normal(0.0, noise, size=tuple(q.shape))).to(q.device)
     return (q, (q0, v0)) if return_initial else q
 
 

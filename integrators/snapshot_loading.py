@@ -269,10 +269,12 @@ def _validate(trajs: List[_Traj], time_tol: float) -> Snapshots:
     return Snapshots(q=q, h=float(h0), t0=t0)
 
 
-def load_snapshots(path: Union[PathLike, Sequence[PathLike]], *, time_tol: float = 1e-6) -> Snapshots:
+def load_snapshots(path: Union[PathLike, Sequence[PathLike]], *, time_tol: float = 1e-6,
+                   device: Optional[Union[str, torch.device]] = None) -> Snapshots:
     """Read and validate snapshot data (see the module docstring for the formats).
 
-    Returns :class:`Snapshots` ``(q, h, t0)`` with ``q`` of shape ``(n_traj, T, n)``. Raises
+    Returns :class:`Snapshots` ``(q, h, t0)`` with ``q`` of shape ``(n_traj, T, n)`` (float64 tensors on
+    ``device``, default the CPU). Raises
     :class:`SnapshotError` (a ``ValueError``) naming the file, the row and the problem: unreadable
     numbers, non-finite values, missing columns or arrays, inconsistent shapes or lengths, times that
     do not increase or are not uniform within ``time_tol`` (relative to the step)."""
@@ -281,4 +283,5 @@ def load_snapshots(path: Union[PathLike, Sequence[PathLike]], *, time_tol: float
     trajs: List[_Traj] = []
     for f in _files(path):
         trajs.extend(_read_csv(f) if f.suffix == ".csv" else _read_npz(f))
-    return _validate(trajs, time_tol)
+    snap = _validate(trajs, time_tol)
+    return snap._replace(q=snap.q.to(device), t0=snap.t0.to(device))

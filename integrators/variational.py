@@ -89,7 +89,13 @@ class VariationalIntegrator:
         the compiled path, raising ``ValueError`` (with the reason) where it is unavailable;
         ``"eager"``: never compile. :attr:`last_execution` tells which path the latest run took,
         :attr:`compile_seconds` what building the compiled stepper cost (paid once per integrator
-        and ``n``; the C library once per process and Lagrangian).
+        and ``n``; the C library once per process and Lagrangian). The compiled path runs on the CPU:
+        for data on another device (a GPU) ``"auto"`` takes the eager path, ``"compiled"`` raises
+        ``ValueError``.
+
+    Devices and dtypes: the positions follow the initial data, which are converted to float64 and keep
+    their device; the Lagrangian must accept tensors on that device. Every tensor returned (positions,
+    ``valid``, momenta, velocities, energies) is on the device of the data given.
     """
 
     def __init__(self, lagrangian: TorchLagrangian, h: float, scheme: Union[str, bea.Scheme] = "midpoint", *,
@@ -218,7 +224,8 @@ class VariationalIntegrator:
         mode = self.execution or DEFAULT_EXECUTION
         if mode == "eager" or out.device.type != "cpu":
             if mode == "compiled":
-                raise ValueError(f"execution='compiled' runs on the CPU; the data are on {out.device}")
+                raise ValueError(f"execution='compiled' runs in C on the CPU, but the data are on {out.device}: move q0 "
+                                 "and qdot0 with .cpu(), or use execution='auto' or 'eager' (the eager path runs on any device)")
             return None
         if n in self._steppers:
             return self._steppers[n]
