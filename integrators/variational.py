@@ -17,7 +17,8 @@ The same step starts the initial value problem from :math:`(q_0, \dot q_0)` with
 automatic differentiation of the scheme's discrete Lagrangian: nothing here is scheme-specific.
 
 All trajectories of a batch advance together: one vectorised Newton solve per time step
-(:mod:`integrators.newton`), each trajectory with its own convergence test.
+(:mod:`integrators.newton`), each trajectory with its own convergence test. This module drives the
+march; one eager step, its retry and its failure reports are in :mod:`integrators._stepping`.
 
 Two execution paths take the same steps: the *eager* path above (any torch Lagrangian), and the
 *compiled* path (:mod:`integrators.compiled`: the march in C, for Lagrangians with a C form --
