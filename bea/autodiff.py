@@ -56,7 +56,9 @@ def check_step(h: Any, q: torch.Tensor) -> Any:
     not ``bool``), or a real floating-point tensor whose shape broadcasts to the batch shape
     ``q.shape[:-1]`` *without changing it* (0-d, or e.g. ``(B,)`` for ``q`` of shape ``(B, n)``). A tensor
     shaped like ``q`` itself, ``(B, n)`` with ``n > 1`` or ``(B, 1)``, would broadcast the result to the
-    wrong shape and is refused. Tensor values are not inspected (a NaN propagates pointwise). A tensor
+    wrong shape and is refused, as is a tensor on another device than ``q`` (except a 0-d CPU tensor, which mixes with any
+    device as a number does).
+    Tensor values are not inspected (a NaN propagates pointwise). A tensor
     ``h`` that requires grad is supported: the result is differentiable with respect to it."""
     if isinstance(h, torch.Tensor):
         if not h.is_floating_point():
@@ -66,6 +68,9 @@ def check_step(h: Any, q: torch.Tensor) -> Any:
             ok = torch.broadcast_shapes(h.shape, batch) == batch
         except RuntimeError:
             ok = False
+        if h.device != q.device and not (h.dim() == 0 and h.device.type == "cpu"):  # a 0-d CPU tensor mixes with any device
+            raise BeaValueError(f"h is a tensor on {h.device}, but q is on {q.device}: put h on the device of q "
+                                "(h.to(q.device)), or pass a number or a 0-d CPU tensor")
         if not ok:
             raise BeaValueError(
                 f"h has shape {tuple(h.shape)}, which does not broadcast to the batch shape {tuple(batch)} of q "

@@ -3,190 +3,26 @@ r"""Truncated power series in ``h`` with sparse polynomial coefficients.
 This is the arithmetic kernel of the derivations. SymPy expressions are far too slow for the
 expansions behind an ``h^8`` modified Lagrangian, so the engine works with
 
-* **polynomials** over :math:`\mathbb{Q}`: a ``dict`` mapping a *monomial* to its coefficient,
-  where a monomial is a sorted tuple of variable indices with repetition
+* **polynomials** over :math:`\mathbb{Q}` (:mod:`bea.poly`): a ``dict`` mapping a *monomial* to its
+  coefficient, where a monomial is a sorted tuple of variable indices with repetition
   (``(3, 3, 7)`` is :math:`x_3^2 x_7`);
 * **h-series** :class:`HSeries`: a list of such polynomials, entry ``k`` being the coefficient of
   :math:`h^k`, together with the highest power that is *known* (``order``). Operations track that
   order exactly, so a scheme that divides by ``h`` loses one power of precision visibly instead of
   silently producing wrong high-order terms.
 
-Every series carries :class:`Rules` that put monomials in normal form:
-
-* variables with an index below ``rules.nil`` are first-order infinitesimals (a monomial with two
-  of them vanishes); they carry the variation :math:`q_j \to q_j + h\varepsilon` used to read
-  off discrete Euler--Lagrange equations;
-* ``rules.reduce = (lead, replacement)`` rewrites any monomial divisible by the monomial ``lead``
-  by substituting the polynomial ``replacement`` for ``lead``. The engine uses it for
-  :math:`\det(M)\cdot\delta = 1` (:math:`\delta = 1/\det M`) with ``lead`` the product of the
-  diagonal of :math:`M` and :math:`\delta`: a single relation is its own Gröbner basis, so this
-  gives a canonical normal form and keeps expressions free of identically-zero terms.
+Every series carries the :class:`~bea.poly.Rules` that put its monomials in normal form
+(infinitesimal variables, the relation :math:`\det(M)\cdot\delta = 1`; see :mod:`bea.poly`).
+The polynomial names (``Q``, ``Poly``, ``pmul``, ...) are re-exported here, where the engine has
+always imported them from.
 """
 
 from __future__ import annotations
 
-from fractions import Fraction
-from typing import Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Dict, Iterable, List, Mapping, Tuple
 
-try:  # gmpy2's rationals are about 10x faster than fractions.Fraction
-    from gmpy2 import mpq as Q
-except ImportError:  # pragma: no cover - exercised only without gmpy2
-    Q = Fraction  # type: ignore[misc,assignment]
-
-Monomial = Tuple[int, ...]
-Poly = Dict[Monomial, object]
-
-ONE: Monomial = ()
-
-
-def to_rational(x: object):
-    """Exact rational from an int, Fraction, gmpy2 rational, SymPy Rational or :class:`Exact`."""
-    exact = getattr(x, "exact", None)
-    if exact is not None:
-        return Q(exact.numerator, exact.denominator)
-    if isinstance(x, bool):
-        raise TypeError("a boolean is not a coefficient")
-    if isinstance(x, int):
-        return Q(x)
-    if isinstance(x, float):
-        # exact binary value of the float: correct, if not pretty. Use Fraction or
-        # bea.schemes.exact() for decimal constants such as 0.3.
-        return Q(*x.as_integer_ratio())
-    if isinstance(x, Fraction):
-        return Q(x.numerator, x.denominator)
-    if type(x) is type(Q(0)):
-        return x
-    p, q = getattr(x, "p", None), getattr(x, "q", None)  # sympy.Rational
-    if isinstance(p, int) and isinstance(q, int):
-        return Q(p, q)
-    raise TypeError(f"cannot use {x!r} (type {type(x).__name__}) as an exact coefficient")
-
-
-# --------------------------------------------------------------------------- polynomials
-
-
-def padd(p: Poly, q: Poly, scale=1) -> Poly:
-    """``p + scale*q`` (new dict)."""
-    out = dict(p)
-    for m, c in q.items():
-        v = out.get(m, 0) + scale * c
-        if v:
-            out[m] = v
-        else:
-            out.pop(m, None)
-    return out
-
-
-def pscale(p: Poly, c) -> Poly:
-    if not c:
-        return {}
-    return {m: c * a for m, a in p.items()}
-
-
-class Rules:
-    """Normal-form rules for monomials (see module docstring). Immutable."""
-
-    __slots__ = ("nil", "lead", "replacement", "_lead_set")
-
-    def __init__(self, nil: int = 0, reduce: Optional[Tuple[Monomial, "Poly"]] = None):
-        self.nil = nil
-        self.lead, self.replacement = reduce if reduce is not None else (None, None)
-        self._lead_set = set(self.lead) if self.lead else None
-
-    def __repr__(self) -> str:
-        return f"Rules(nil={self.nil}, lead={self.lead})"
-
-
-PLAIN = Rules()
-
-
-def _divides(lead: Monomial, m: Monomial) -> bool:
-    for x in set(lead):
-        if m.count(x) < lead.count(x):
-            return False
-    return True
-
-
-def _remove(m: Monomial, lead: Monomial) -> Monomial:
-    lst = list(m)
-    for x in lead:
-        lst.remove(x)
-    return tuple(lst)
-
-
-def reduce_monomial(m: Monomial, rules: Rules) -> List[Tuple[Monomial, object]]:
-    """Normal form of one monomial as ``[(monomial, coefficient), ...]``."""
-    nil = rules.nil
-    if nil and len(m) > 1 and m[1] < nil:
-        return []
-    lead = rules.lead
-    if lead is None or not rules._lead_set.issubset(m) or not _divides(lead, m):
-        return [(m, 1)]
-    rest = _remove(m, lead)
-    out: Dict[Monomial, object] = {}
-    for rm, rc in rules.replacement.items():
-        for mm, cc in reduce_monomial(merge(rest, rm), rules):
-            out[mm] = out.get(mm, 0) + rc * cc
-    return [(mm, c) for mm, c in out.items() if c]
-
-
-def merge(a: Monomial, b: Monomial) -> Monomial:
-    if not a:
-        return b
-    if not b:
-        return a
-    return tuple(sorted(a + b))
-
-
-def pmul(p: Poly, q: Poly, rules: Rules = PLAIN, out: Optional[Poly] = None) -> Poly:
-    """Product of two polynomials, in normal form under ``rules``; accumulated into ``out`` if given."""
-    if len(p) > len(q):
-        p, q = q, p
-    accumulate = out is not None
-    if out is None:
-        out = {}
-    get = out.get
-    nil = rules.nil
-    lead_set = rules._lead_set
-    for m1, c1 in p.items():
-        for m2, c2 in q.items():
-            m = merge(m1, m2)
-            if nil and len(m) > 1 and m[1] < nil:
-                continue
-            if lead_set is not None and lead_set.issubset(m):
-                for mm, cc in reduce_monomial(m, rules):
-                    out[mm] = get(mm, 0) + c1 * c2 * cc
-                continue
-            out[m] = get(m, 0) + c1 * c2
-    return out if accumulate else {m: c for m, c in out.items() if c}
-
-
-def pmul_var(p: Poly, var: int, rules: Rules = PLAIN) -> Poly:
-    """``var * p``."""
-    out: Poly = {}
-    for m, c in p.items():
-        for mm, cc in reduce_monomial(tuple(sorted(m + (var,))), rules):
-            out[mm] = out.get(mm, 0) + c * cc
-    return {m: c for m, c in out.items() if c}
-
-
-def pdiff(p: Poly, var: int) -> Poly:
-    """Partial derivative with respect to variable ``var``."""
-    out: Poly = {}
-    for m, c in p.items():
-        k = m.count(var)
-        if k:
-            i = m.index(var)
-            mm = m[:i] + m[i + 1 :]
-            out[mm] = out.get(mm, 0) + k * c
-    return {m: c for m, c in out.items() if c}
-
-
-def pvars(p: Poly) -> set:
-    return {x for m in p for x in m}
-
-
-# --------------------------------------------------------------------------- h-series
+from .poly import ONE, PLAIN, Monomial, Poly, Q, Rules, padd, pdiff, pmul, pmul_var, pscale, pvars  # noqa: F401
+from .poly import merge, reduce_monomial, to_rational  # noqa: F401
 
 
 EXACT = 10**6  # "order" of an exact series (a constant, h, h^2/2): known to every power
@@ -387,15 +223,10 @@ def add_all(items: Iterable[HSeries], order: int = EXACT, nil: Rules = PLAIN) ->
     return out
 
 
-def substitute(a: HSeries, values: Mapping[int, HSeries], order: int) -> HSeries:
-    """Replace each variable in ``values`` by a series, truncating at ``h^order``.
-
-    Variables not in ``values`` are kept. Powers of the substituted series are cached, because the
-    same factor (e.g. :math:`\\ddot q`) occurs in many monomials. The result is known to the lowest
-    order that any contributing term is known to.
-    """
-    nil = a.nil
-    # precision each power var^k needs: order minus the lowest h-degree of a monomial using it
+def _power_precision(a: HSeries, values: Mapping[int, HSeries], order: int) -> Dict[Tuple[int, int], int]:
+    """The power of ``h`` to which each power ``var^k`` of a substituted variable is needed: ``order``
+    minus the lowest ``h``-degree of a monomial of ``a`` that uses it, raised to cover ``var^j``,
+    ``j < k`` (``var^k`` is built from ``var^(k-1)``)."""
     need: Dict[Tuple[int, int], int] = {}
     for hk in range(min(len(a.c), order + 1)):
         for mono in a.c[hk]:
@@ -406,10 +237,22 @@ def substitute(a: HSeries, values: Mapping[int, HSeries], order: int) -> HSeries
                     if need.get(key, -1) < order - hk:
                         need[key] = order - hk
                 prev = x
-    for (x, k), p in list(need.items()):  # var^k is built from var^(k-1)
+    for (x, k), p in list(need.items()):
         for j in range(1, k):
             if need.get((x, j), -1) < p:
                 need[(x, j)] = p
+    return need
+
+
+def substitute(a: HSeries, values: Mapping[int, HSeries], order: int) -> HSeries:
+    """Replace each variable in ``values`` by a series, truncating at ``h^order``.
+
+    Variables not in ``values`` are kept. Powers of the substituted series are cached, because the
+    same factor (e.g. :math:`\\ddot q`) occurs in many monomials. The result is known to the lowest
+    order that any contributing term is known to.
+    """
+    nil = a.nil
+    need = _power_precision(a, values, order)
     powers: Dict[Tuple[int, int], HSeries] = {}
 
     def power(var: int, k: int) -> HSeries:

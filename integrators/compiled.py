@@ -203,6 +203,15 @@ def _ptr(a: np.ndarray, kind=_f64p):
     return a.ctypes.data_as(kind)
 
 
+def _require_cpu(**tensors: Optional[torch.Tensor]) -> None:
+    """The C loop reads and writes host memory: tensors on another device are refused by name (the
+    integrator's ``execution="auto"`` never gets here with them; it takes the eager path)."""
+    for name, t in tensors.items():
+        if t is not None and t.device.type != "cpu":
+            raise ValueError(f"the compiled stepper runs in C on the CPU, but {name} is on {t.device}: move the data "
+                             "with .cpu(), or integrate on that device with execution='eager' (or 'auto')")
+
+
 class CompiledStepper:
     """The compiled march for one Lagrangian, scheme, step ``h`` and ``n`` (see the module docstring).
 
@@ -236,7 +245,8 @@ class CompiledStepper:
 
     def lagrangian_derivatives(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """Gradient ``(m, 2n)`` and Hessian ``(m, 2n, 2n)`` of the C form of :math:`L` at states ``x``
-        ``(m, 2n)`` (to check it against autograd)."""
+        ``(m, 2n)`` (to check it against autograd); CPU tensors only."""
+        _require_cpu(x=x)
         x_np = np.ascontiguousarray(x.detach().numpy(), dtype=np.float64)
         m, D = x_np.shape
         g, H = np.empty((m, D)), np.empty((m, D, D))
@@ -254,6 +264,7 @@ class CompiledStepper:
 
         Returns ``(j_stop, p, jac, status)``: the step reached, the momenta and Jacobians there, and,
         if ``j_stop < j_end``, the per-element status of the failed step (nonzero = failed)."""
+        _require_cpu(out=out, p=p, jac=jac, rows=rows, first_guess=first_guess)
         n = self.n
         B = p.shape[0]
         out_np = out.detach().numpy()

@@ -98,11 +98,21 @@ class ConvergenceError(ValueError):
         self.residuals = list(residuals)
 
 
+def batch_index(b: int, batch_shape: Tuple[int, ...]) -> tuple:
+    """The flat (C-order) batch position ``b`` as an index into ``batch_shape`` (``()`` when it is empty);
+    integer arithmetic, so no tensor (and no device) is involved."""
+    out = []
+    for size in reversed(batch_shape):
+        b, r = divmod(b, size)
+        out.append(r)
+    return tuple(reversed(out))
+
+
 def describe_failure(result: NewtonResult, batch_shape: Tuple[int, ...], limit: int = 8) -> Tuple[list, list, str]:
     """Batch indices (unflattened to ``batch_shape``) and residuals of the elements that did not
     converge, and a short text listing the first ``limit`` of them."""
     bad = torch.nonzero(~result.converged).flatten()
-    idx = [tuple(int(i) for i in torch.unravel_index(torch.tensor(int(b)), batch_shape)) if batch_shape else () for b in bad]
+    idx = [batch_index(int(b), batch_shape) for b in bad]
     res = [float(result.residual[b]) for b in bad]
     shown = ", ".join(f"{i if len(i) != 1 else i[0]}: {r:.3g}" + (" (non-finite/singular)" if bool(result.failed[b]) else "")
                       for i, r, b in zip(idx[:limit], res[:limit], bad[:limit]))
@@ -122,6 +132,45 @@ def _solve(J: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
     return d
 
 
+def _convergence_test(J_act: Optional[torch.Tensor], r: torch.Tensor, x_act: torch.Tensor, rn: torch.Tensor,
+                      finite: torch.Tensor, it: int, prev_err: Optional[torch.Tensor], xtol: float, ftol: float):
+    """The acceptance test of the module docstring for the active elements: ``(d, err, ok)`` with ``d`` the
+    correction that the latest Jacobian ``J_act`` predicts (None without one), ``err`` its scaled size and
+    ``ok`` whether the element has converged."""
+    if J_act is not None:
+        d = _solve(J_act, r)  # NaN where J_act is singular: never accepted
+        err = (d.abs() / (1 + x_act.abs())).amax(-1)
+        ok = err <= xtol
+        if it >= 2:  # stalled at rounding level: tiny, and no longer shrinking quadratically
+            ok = ok | ((err <= STALL_FACTOR * xtol) & (err >= 0.1 * prev_err))
+    else:
+        d = None
+        err = torch.full_like(rn, float("inf"))
+        ok = torch.zeros_like(finite)
+    if ftol > 0:
+        ok = ok | (rn <= ftol)
+    return d, err, ok
+
+
+def _correction(it: int, d: Optional[torch.Tensor], err: torch.Tensor, keep: torch.Tensor, J_act: Optional[torch.Tensor],
+                r: torch.Tensor, jac_fn: Callable[[], torch.Tensor], reuse_jacobian: bool):
+    """The next correction ``dx`` of the active elements and the Jacobian ``J`` it used: ``(J, dx, fresh)``,
+    ``fresh`` telling whether a new Jacobian was evaluated.
+
+    The first correction is a chord step with ``jac0`` (no new Jacobian) for every element whose predicted
+    correction is small; a Newton step with a fresh Jacobian for the others and for all later corrections.
+    Decided per element: a trajectory's iterates never depend on its batch."""
+    chord = err <= 0.1 if it == 0 and d is not None and reuse_jacobian else None
+    if chord is not None and bool(chord[keep].all()):
+        return J_act, d, False
+    J = jac_fn()
+    dx = _solve(J, r)
+    if chord is not None and bool(chord.any()):
+        dx = torch.where(chord.unsqueeze(-1), d, dx)
+        J = torch.where(chord[:, None, None], J_act, J)
+    return J, dx, True
+
+
 def newton(evaluate: Evaluator, x0: torch.Tensor, args: Sequence[torch.Tensor] = (), *, options: NewtonOptions = NewtonOptions(),
            jac0: Optional[torch.Tensor] = None) -> NewtonResult:
     """Solve ``B`` independent systems ``r(x_b; args_b) = 0`` from the starting guesses ``x0`` (B, n).
@@ -135,12 +184,8 @@ def newton(evaluate: Evaluator, x0: torch.Tensor, args: Sequence[torch.Tensor] =
     B, n = x0.shape
     xtol, ftol = float(options.xtol), float(options.ftol)
     x = x0.detach().clone()
-    converged = torch.zeros(B, dtype=torch.bool, device=x.device)
-    failed = torch.zeros_like(converged)
-    residual = torch.full((B,), float("inf"), dtype=x.dtype, device=x.device)
-    correction = torch.full_like(residual, float("inf"))
+    # residual, correction, converged, failed and aux_out are first set by iteration 0 (all elements active)
     jac_store = None if jac0 is None else jac0.detach()
-    aux_out: Optional[torch.Tensor] = None
     ids: Optional[torch.Tensor] = None  # indices of the active elements; None while all are active
     x_act, args_act, J_act = x, list(args), jac_store
     prev_err: Optional[torch.Tensor] = None  # size of the last correction, same measure as err
@@ -149,18 +194,7 @@ def newton(evaluate: Evaluator, x0: torch.Tensor, args: Sequence[torch.Tensor] =
         r, aux, jac_fn = evaluate(x_act, *args_act)
         rn = r.abs().amax(-1)  # NaN propagates through amax
         finite = torch.isfinite(rn) & torch.isfinite(x_act).all(-1)
-        if J_act is not None:
-            d = _solve(J_act, r)  # NaN where J_act is singular: never accepted
-            err = (d.abs() / (1 + x_act.abs())).amax(-1)
-            ok = err <= xtol
-            if it >= 2:  # stalled at rounding level: tiny, and no longer shrinking quadratically
-                ok = ok | ((err <= STALL_FACTOR * xtol) & (err >= 0.1 * prev_err))
-        else:
-            d = None
-            err = torch.full_like(rn, float("inf"))
-            ok = torch.zeros_like(finite)
-        if ftol > 0:
-            ok = ok | (rn <= ftol)
+        d, err, ok = _convergence_test(J_act, r, x_act, rn, finite, it, prev_err, xtol, ftol)
         if ids is None:
             residual, correction, converged, failed, aux_out = rn, err, ok, ~finite, aux
         else:
@@ -172,23 +206,10 @@ def newton(evaluate: Evaluator, x0: torch.Tensor, args: Sequence[torch.Tensor] =
         keep = finite & ~ok
         if it == options.maxiter or not bool(keep.any()):
             break
-        # the first correction is a chord step with jac0 (no new Jacobian) for every element whose
-        # predicted correction is small; a Newton step with a fresh Jacobian for the others and for all
-        # later corrections. Decided per element: a trajectory's iterates never depend on its batch.
-        chord = err <= 0.1 if it == 0 and d is not None and options.reuse_jacobian else None
-        if chord is not None and bool(chord[keep].all()):
-            J, dx = J_act, d
-        else:
-            J = jac_fn()
+        J, dx, fresh = _correction(it, d, err, keep, J_act, r, jac_fn, options.reuse_jacobian)
+        if fresh:
             jacobians += 1
-            dx = _solve(J, r)
-            if chord is not None and bool(chord.any()):
-                dx = torch.where(chord.unsqueeze(-1), d, dx)
-                J = torch.where(chord[:, None, None], J_act, J)
-            if ids is None:
-                jac_store = J
-            else:
-                jac_store[ids] = J
+            jac_store = J if ids is None else jac_store.index_put_((ids,), J)
         all_kept = ids is None and bool(keep.all())
         if all_kept:  # everyone iterates on: no indexing
             x = x_act = x - dx
@@ -197,9 +218,8 @@ def newton(evaluate: Evaluator, x0: torch.Tensor, args: Sequence[torch.Tensor] =
             continue
         if ids is None:
             ids = torch.arange(B, device=x.device)
-            residual, correction, converged, failed = residual.clone(), correction.clone(), converged.clone(), failed.clone()
-            jac_store = None if jac_store is None else jac_store.clone()
-            aux_out = None if aux_out is None else aux_out.clone()
+            residual, correction, converged, failed, jac_store, aux_out = (
+                None if t is None else t.clone() for t in (residual, correction, converged, failed, jac_store, aux_out))
         new_ids = ids[keep]
         x[new_ids] = x_act[keep] - dx[keep]
         ids = new_ids

@@ -20,7 +20,7 @@ can exceed the tolerance by up to about the square root of the batch size; pass
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Callable, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import sympy
@@ -42,9 +42,13 @@ class ReferenceFlowError(ValueError):
 Acceleration = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
-def acceleration_function(lagrangian, q: Optional[Sequence] = None, v: Optional[Sequence] = None) -> Tuple[Acceleration, Optional[int]]:
+def acceleration_function(lagrangian, q: Optional[Sequence] = None, v: Optional[Sequence] = None, *,
+                          device: Optional[Union[str, torch.device]] = None) -> Tuple[Acceleration, Optional[int]]:
     r"""A NumPy function ``A(q, v)`` (arrays ``(B, n)`` to ``(B, n)``) giving :math:`M^{-1}(\partial_q L -
-    L_{vq} v)`, and the dimension ``n`` if known (``None`` for torch callables)."""
+    L_{vq} v)`, and the dimension ``n`` if known (``None`` for torch callables).
+
+    A torch Lagrangian is evaluated on ``device`` (default: the CPU), where its parameters live (e.g. a
+    network on a GPU); the states travel there and the accelerations back to NumPy at every call."""
     if isinstance(lagrangian, SymbolicLagrangian):
         return lagrangian.acceleration_numpy(), lagrangian.n
     if isinstance(lagrangian, sympy.Basic):
@@ -60,8 +64,8 @@ def acceleration_function(lagrangian, q: Optional[Sequence] = None, v: Optional[
     acc = bea.acceleration(lagrangian)
 
     def A(qn: np.ndarray, vn: np.ndarray) -> np.ndarray:
-        out = acc(torch.from_numpy(qn), torch.from_numpy(vn))
-        return out.detach().numpy()
+        out = acc(torch.from_numpy(qn).to(device), torch.from_numpy(vn).to(device))
+        return out.detach().cpu().numpy()
 
     return A, None
 
@@ -71,7 +75,8 @@ def reference_flow(lagrangian, q0, qdot0, times, *, q: Optional[Sequence] = None
                    each: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
     r"""Integrate the Euler--Lagrange equations of ``lagrangian`` from ``(q0, qdot0)`` at time ``t0``
     (default ``times[0]``) and return ``(q, qdot)`` at ``times``, each of shape
-    ``(len(times), batch..., n)`` (float64 torch tensors).
+    ``(len(times), batch..., n)`` (float64 torch tensors on the device of ``q0``: SciPy integrates on the
+    CPU, and a torch Lagrangian is evaluated on that device).
 
     ``q0, qdot0``: shape ``(batch..., n)``. ``times``: strictly monotonic 1-D sequence, on either side of
     ``t0`` or both (times before ``t0`` are integrated backward in time). Raises
@@ -92,7 +97,7 @@ def reference_flow(lagrangian, q0, qdot0, times, *, q: Optional[Sequence] = None
     for name, tol in (("rtol", rtol), ("atol", atol)):
         if not tol > 0:
             raise ValueError(f"{name} must be positive, got {tol}")
-    A, n_sym = acceleration_function(lagrangian, q, v)
+    A, n_sym = acceleration_function(lagrangian, q, v, device=q0.device)
     batch, n = q0.shape[:-1], q0.shape[-1]
     if n_sym is not None and n != n_sym:
         raise ValueError(f"q0 has {n} coordinates in its last dimension, but the Lagrangian has n={n_sym}")
@@ -101,8 +106,8 @@ def reference_flow(lagrangian, q0, qdot0, times, *, q: Optional[Sequence] = None
     out = np.empty((ts.size, y0.shape[0], 2 * n))
     for g in groups:
         out[:, g] = _integrate(A, y0[g], n, start, ts, rtol, atol, method)
-    qs = torch.from_numpy(out[..., :n].copy()).reshape(ts.size, *batch, n)
-    vs = torch.from_numpy(out[..., n:].copy()).reshape(ts.size, *batch, n)
+    qs = torch.from_numpy(out[..., :n].copy()).reshape(ts.size, *batch, n).to(q0.device)
+    vs = torch.from_numpy(out[..., n:].copy()).reshape(ts.size, *batch, n).to(q0.device)
     return qs, vs
 
 

@@ -17,7 +17,8 @@ The same step starts the initial value problem from :math:`(q_0, \dot q_0)` with
 automatic differentiation of the scheme's discrete Lagrangian: nothing here is scheme-specific.
 
 All trajectories of a batch advance together: one vectorised Newton solve per time step
-(:mod:`integrators.newton`), each trajectory with its own convergence test.
+(:mod:`integrators.newton`), each trajectory with its own convergence test. This module drives the
+march; one eager step, its retry and its failure reports are in :mod:`integrators._stepping`.
 
 Two execution paths take the same steps: the *eager* path above (any torch Lagrangian), and the
 *compiled* path (:mod:`integrators.compiled`: the march in C, for Lagrangians with a C form --
@@ -27,7 +28,6 @@ rounding; ``execution=`` chooses, and the default ``"auto"`` compiles long runs 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Callable, Optional, Tuple, Union
 
@@ -37,7 +37,8 @@ import bea
 
 from ._admissible import check_regular_at, check_scheme
 from ._checks import as_float64, check_finite, check_lagrangian_output, check_states, check_step_size, check_steps
-from .newton import ConvergenceError, NewtonOptions, NewtonResult, autograd_system, describe_failure, newton, vmap_system
+from ._stepping import eager_step
+from .newton import ConvergenceError, NewtonOptions, autograd_system, describe_failure, newton, vmap_system
 from .solution import Solution
 from .progress import progress_bar
 
@@ -90,7 +91,13 @@ class VariationalIntegrator:
         the compiled path, raising ``ValueError`` (with the reason) where it is unavailable;
         ``"eager"``: never compile. :attr:`last_execution` tells which path the latest run took,
         :attr:`compile_seconds` what building the compiled stepper cost (paid once per integrator
-        and ``n``; the C library once per process and Lagrangian).
+        and ``n``; the C library once per process and Lagrangian). The compiled path runs on the CPU:
+        for data on another device (a GPU) ``"auto"`` takes the eager path, ``"compiled"`` raises
+        ``ValueError``.
+
+    Devices and dtypes: the positions follow the initial data, which are converted to float64 and keep
+    their device; the Lagrangian must accept tensors on that device. Every tensor returned (positions,
+    ``valid``, momenta, velocities, energies) is on the device of the data given.
     """
 
     def __init__(self, lagrangian: TorchLagrangian, h: float, scheme: Union[str, bea.Scheme] = "midpoint", *,
@@ -214,24 +221,13 @@ class VariationalIntegrator:
         out[0], out[1] = a, b
         return self._march(out, 1, p1.detach(), first_guess=None, batch=batch, on_failure=on_failure, progress=progress)
 
-    def _predict(self, out: torch.Tensor, j: int, rows: Optional[torch.Tensor]) -> torch.Tensor:
-        """Polynomial extrapolation of q_{j+1} from up to six previous positions (error O(h^6))."""
-        def q(k):
-            return out[k] if rows is None else out[k, rows]
-        if j >= 5:
-            return 6 * (q(j) + q(j - 4)) - 15 * (q(j - 1) + q(j - 3)) + 20 * q(j - 2) - q(j - 5)
-        if j >= 3:
-            return 4 * q(j) - 6 * q(j - 1) + 4 * q(j - 2) - q(j - 3)
-        if j == 2:
-            return 3 * q(j) - 3 * q(j - 1) + q(j - 2)
-        return 2 * q(j) - q(j - 1)
-
     def _stepper(self, n: int, work: int, out: torch.Tensor):
         """The compiled stepper for ``n`` coordinates, or None for the eager path (see ``execution``)."""
         mode = self.execution or DEFAULT_EXECUTION
         if mode == "eager" or out.device.type != "cpu":
             if mode == "compiled":
-                raise ValueError(f"execution='compiled' runs on the CPU; the data are on {out.device}")
+                raise ValueError(f"execution='compiled' runs in C on the CPU, but the data are on {out.device}: move q0 "
+                                 "and qdot0 with .cpu(), or use execution='auto' or 'eager' (the eager path runs on any device)")
             return None
         if n in self._steppers:
             return self._steppers[n]
@@ -279,8 +275,8 @@ class VariationalIntegrator:
                         continue
                 # one eager step (the whole run without a stepper; else the step where the compiled loop stopped)
                 used.add("eager")
-                rows, p, jac, stop = self._eager_step(out, j, p, jac, rows, first_guess, batch, B, on_failure, valid_until,
-                                                      stats)
+                rows, p, jac, stop = eager_step(self, out, j, p, jac, rows, first_guess, batch, on_failure, valid_until,
+                                                stats)
                 stats["eager_steps"] += 1
                 if stop:
                     break
@@ -290,95 +286,6 @@ class VariationalIntegrator:
         q = out.reshape(steps + 1, *batch, out.shape[-1])
         valid = torch.arange(steps + 1, device=out.device)[:, None] <= valid_until[None, :]
         return Solution(q, valid.reshape(steps + 1, *batch), execution=self.last_execution, **stats)
-
-    def _eager_step(self, out, j, p, jac, rows, first_guess, batch, B, on_failure, valid_until, stats):
-        """Step ``j -> j + 1`` of the active ``rows`` by the eager path; returns ``(rows, p, jac, all_failed)``."""
-        a = out[j] if rows is None else out[j, rows]
-        if self.jacobian == "autograd":
-            a = a.detach().requires_grad_(True)
-        guess = first_guess if j == 0 else self._predict(out, j, rows)
-        res = newton(self._step_eval, guess, (a, p), options=self.options, jac0=jac)
-        if not bool(res.converged.all()):
-            res = self._retry(res, a, p, out, j, rows)
-        stats["newton_iterations"] += res.iterations
-        far = self._far_roots(res, a)
-        if far is not None and on_failure == "raise":
-            self._raise_far(res, a, far, j, batch, rows)
-        if far is not None:
-            res = dataclasses.replace(res, converged=res.converged & ~far)
-        if not bool(res.converged.all()):
-            if on_failure == "raise":
-                self._raise(res, j, batch, rows, B)
-            ok = res.converged
-            failed_rows = (torch.arange(B, device=out.device) if rows is None else rows)[~ok]
-            valid_until[failed_rows] = j
-            rows = torch.nonzero(ok).flatten() if rows is None else rows[ok]
-            if rows.numel() == 0:
-                return rows, p, jac, True
-            res_x, p = res.x[ok], res.aux[ok]
-            jac = None if res.jacobian is None else res.jacobian[ok]
-        else:
-            res_x, p, jac = res.x, res.aux, res.jacobian
-        if rows is None:
-            out[j + 1] = res_x
-        else:
-            out[j + 1, rows] = res_x
-        return rows, p, jac, False
-
-    def _retry(self, res: NewtonResult, a, p, out, j, rows) -> NewtonResult:
-        """Elements that failed from the extrapolated guess get a second chance, with plain Newton
-        steps from the most conservative guess: the previous position."""
-        bad = torch.nonzero(~res.converged).flatten()
-        guess = a[bad]
-        again = newton(self._step_eval, guess, (a[bad], p[bad]), options=self.options)
-        x, aux = res.x.clone(), res.aux.clone()
-        conv, failed, resid = res.converged.clone(), res.failed.clone(), res.residual.clone()
-        x[bad], aux[bad], conv[bad], failed[bad], resid[bad] = again.x, again.aux, again.converged, again.failed, again.residual
-        jac = res.jacobian.clone() if res.jacobian is not None else None
-        if jac is not None and again.jacobian is not None:
-            jac[bad] = again.jacobian
-        return NewtonResult(x=x, aux=aux, converged=conv, failed=failed, residual=resid, correction=res.correction,
-                            jacobian=jac, iterations=res.iterations + again.iterations)
-
-    def _far_roots(self, res: NewtonResult, a: torch.Tensor) -> Optional[torch.Tensor]:
-        """Converged elements whose root lies beyond ``max_step`` from ``q_j`` (None if there are none)."""
-        if self.max_step is None:
-            return None
-        with torch.no_grad():
-            far = res.converged & ((res.x.detach() - a.detach()).abs().amax(-1) > self.max_step)
-        return far if bool(far.any()) else None
-
-    def _raise_far(self, res: NewtonResult, a: torch.Tensor, far: torch.Tensor, j: int, batch, rows) -> None:
-        k = int(torch.nonzero(far)[0, 0])
-        b = k if rows is None else int(rows[k])
-        index = tuple(int(i) for i in torch.unravel_index(torch.tensor(b), tuple(batch))) if len(batch) else ()
-        jump = float((res.x[k].detach() - a[k].detach()).abs().max())
-        raise ConvergenceError(
-            f"at step {j + 1} (solving for q_{j + 1} from q_{j}) Newton's method converged to a root {jump:.3g} away from "
-            f"q_{j} for {int(far.sum())} trajectories (first at batch index {index}), beyond max_step={self.max_step:g}: "
-            f"another root of the implicit step equation, not the continuation of the motion. Reduce h, check the "
-            f"Lagrangian in this region, or pass on_failure='mask' to stop those trajectories there.",
-            step=j + 1, indices=[index], residuals=[float(res.residual[k])])
-
-    def _raise(self, res: NewtonResult, j: int, batch, rows, B: int) -> None:
-        if rows is not None:  # map back to the original batch positions
-            full = torch.ones(B, dtype=torch.bool)
-            full[rows] = res.converged
-            resid = torch.zeros(full.shape, dtype=res.residual.dtype)
-            resid[rows] = res.residual
-            failed = torch.zeros_like(full)
-            failed[rows] = res.failed
-            res = NewtonResult(x=res.x, aux=None, converged=full, failed=failed, residual=resid, correction=res.correction,
-                               jacobian=None, iterations=res.iterations)
-        idx, resids, text = describe_failure(res, tuple(batch))
-        total = res.converged.numel()
-        raise ConvergenceError(
-            f"Newton's method did not converge at step {j + 1} (solving for q_{j + 1} from q_{j}) for {len(idx)} of {total} "
-            f"trajectories {text}, residual = max-norm of the discrete Euler-Lagrange residual. The step size h={self.h} is probably too "
-            f"large for this Lagrangian, or the motion left the region where it is regular: reduce h, raise maxiter "
-            f"(now {self.options.maxiter}) or loosen xtol (now {self.options.xtol:g}); pass on_failure='mask' to keep the "
-            f"partial trajectories.",
-            step=j + 1, indices=idx, residuals=resids)
 
     # ------------------------------------------------------------------ momenta, velocities, energies
     def _positions(self, qs, name: str = "qs") -> torch.Tensor:

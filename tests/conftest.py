@@ -83,3 +83,14 @@ def execution_path(request, monkeypatch):
     else:
         monkeypatch.setattr(V, "DEFAULT_EXECUTION", "eager")
     return request.param
+
+
+#: the devices of this machine: the CPU always, CUDA when present (issue 14: the same suite passes on a GPU)
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    """Run a test once per available device (a ``torch.device``); tests check that every tensor they get
+    back is on the device, and has the dtype, of the data they gave."""
+    return torch.device(request.param)

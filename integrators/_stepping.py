@@ -1,0 +1,133 @@
+r"""One eager time step of :class:`~integrators.variational.VariationalIntegrator`, and what it does on failure.
+
+Step :math:`j \to j + 1` of the active trajectories solves :math:`D_1L_\Delta(q_j, q_{j+1}) + p_j = 0`
+for :math:`q_{j+1}` by the batched Newton method of :mod:`integrators.newton`, from a polynomial
+extrapolation of the previous positions (:func:`extrapolate`). Elements that fail from that guess are
+retried from :math:`q_j` itself (:func:`retry`); roots farther than ``max_step`` from :math:`q_j` count
+as failures (:func:`far_roots`). What remains failed either raises
+:class:`~integrators.newton.ConvergenceError` naming the step and batch indices, or (``on_failure="mask"``)
+stops those trajectories. The driver (:meth:`VariationalIntegrator._march`) owns the loop over steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import torch
+
+from .newton import ConvergenceError, NewtonResult, batch_index, describe_failure, newton
+
+__all__ = ["extrapolate", "eager_step"]
+
+
+def extrapolate(out: torch.Tensor, j: int, rows: Optional[torch.Tensor]) -> torch.Tensor:
+    """Polynomial extrapolation of q_{j+1} from up to six previous positions (error O(h^6))."""
+    def q(k):
+        return out[k] if rows is None else out[k, rows]
+    if j >= 5:
+        return 6 * (q(j) + q(j - 4)) - 15 * (q(j - 1) + q(j - 3)) + 20 * q(j - 2) - q(j - 5)
+    if j >= 3:
+        return 4 * q(j) - 6 * q(j - 1) + 4 * q(j - 2) - q(j - 3)
+    if j == 2:
+        return 3 * q(j) - 3 * q(j - 1) + q(j - 2)
+    return 2 * q(j) - q(j - 1)
+
+
+def eager_step(integ, out: torch.Tensor, j: int, p: torch.Tensor, jac: Optional[torch.Tensor], rows: Optional[torch.Tensor],
+               first_guess: Optional[torch.Tensor], batch, on_failure: str, valid_until: torch.Tensor, stats: dict):
+    """Step ``j -> j + 1`` of the active ``rows`` (None: all) of ``out`` ``(steps + 1, B, n)`` by the eager path
+    of the integrator ``integ``; returns ``(rows, p, jac, all_failed)``. Failed trajectories raise, or with
+    ``on_failure="mask"`` get ``valid_until = j`` and leave ``rows``."""
+    B = out.shape[1]
+    a = out[j] if rows is None else out[j, rows]
+    if integ.jacobian == "autograd":
+        a = a.detach().requires_grad_(True)
+    guess = first_guess if j == 0 else extrapolate(out, j, rows)
+    res = newton(integ._step_eval, guess, (a, p), options=integ.options, jac0=jac)
+    if not bool(res.converged.all()):
+        res = retry(integ._step_eval, integ.options, res, a, p)
+    stats["newton_iterations"] += res.iterations
+    far = far_roots(res, a, integ.max_step)
+    if far is not None and on_failure == "raise":
+        raise_far(res, a, far, j, batch, rows, integ.max_step)
+    if far is not None:
+        res = dataclasses.replace(res, converged=res.converged & ~far)
+    if not bool(res.converged.all()):
+        if on_failure == "raise":
+            raise_not_converged(res, j, batch, rows, B, integ.h, integ.options)
+        ok = res.converged
+        failed_rows = (torch.arange(B, device=out.device) if rows is None else rows)[~ok]
+        valid_until[failed_rows] = j
+        rows = torch.nonzero(ok).flatten() if rows is None else rows[ok]
+        if rows.numel() == 0:
+            return rows, p, jac, True
+        res_x, p = res.x[ok], res.aux[ok]
+        jac = None if res.jacobian is None else res.jacobian[ok]
+    else:
+        res_x, p, jac = res.x, res.aux, res.jacobian
+    if rows is None:
+        out[j + 1] = res_x
+    else:
+        out[j + 1, rows] = res_x
+    return rows, p, jac, False
+
+
+def retry(step_eval, options, res: NewtonResult, a: torch.Tensor, p: torch.Tensor) -> NewtonResult:
+    """Elements that failed from the extrapolated guess get a second chance, with plain Newton
+    steps from the most conservative guess: the previous position."""
+    bad = torch.nonzero(~res.converged).flatten()
+    guess = a[bad]
+    again = newton(step_eval, guess, (a[bad], p[bad]), options=options)
+    x, aux = res.x.clone(), res.aux.clone()
+    conv, failed, resid = res.converged.clone(), res.failed.clone(), res.residual.clone()
+    x[bad], aux[bad], conv[bad], failed[bad], resid[bad] = again.x, again.aux, again.converged, again.failed, again.residual
+    jac = res.jacobian.clone() if res.jacobian is not None else None
+    if jac is not None and again.jacobian is not None:
+        jac[bad] = again.jacobian
+    return NewtonResult(x=x, aux=aux, converged=conv, failed=failed, residual=resid, correction=res.correction,
+                        jacobian=jac, iterations=res.iterations + again.iterations)
+
+
+def far_roots(res: NewtonResult, a: torch.Tensor, max_step: Optional[float]) -> Optional[torch.Tensor]:
+    """Converged elements whose root lies beyond ``max_step`` from ``q_j`` (None if there are none)."""
+    if max_step is None:
+        return None
+    with torch.no_grad():
+        far = res.converged & ((res.x.detach() - a.detach()).abs().amax(-1) > max_step)
+    return far if bool(far.any()) else None
+
+
+def raise_far(res: NewtonResult, a: torch.Tensor, far: torch.Tensor, j: int, batch, rows, max_step: float) -> None:
+    k = int(torch.nonzero(far)[0, 0])
+    b = k if rows is None else int(rows[k])
+    index = batch_index(b, tuple(batch))
+    jump = float((res.x[k].detach() - a[k].detach()).abs().max())
+    raise ConvergenceError(
+        f"at step {j + 1} (solving for q_{j + 1} from q_{j}) Newton's method converged to a root {jump:.3g} away from "
+        f"q_{j} for {int(far.sum())} trajectories (first at batch index {index}), beyond max_step={max_step:g}: "
+        f"another root of the implicit step equation, not the continuation of the motion. Reduce h, check the "
+        f"Lagrangian in this region, or pass on_failure='mask' to stop those trajectories there.",
+        step=j + 1, indices=[index], residuals=[float(res.residual[k])])
+
+
+def raise_not_converged(res: NewtonResult, j: int, batch, rows, B: int, h: float, options) -> None:
+    if rows is not None:  # map back to the original batch positions
+        dev = res.converged.device
+        full = torch.ones(B, dtype=torch.bool, device=dev)
+        full[rows] = res.converged
+        resid = torch.zeros(full.shape, dtype=res.residual.dtype, device=dev)
+        resid[rows] = res.residual
+        failed = torch.zeros_like(full)
+        failed[rows] = res.failed
+        res = NewtonResult(x=res.x, aux=None, converged=full, failed=failed, residual=resid, correction=res.correction,
+                           jacobian=None, iterations=res.iterations)
+    idx, resids, text = describe_failure(res, tuple(batch))
+    total = res.converged.numel()
+    raise ConvergenceError(
+        f"Newton's method did not converge at step {j + 1} (solving for q_{j + 1} from q_{j}) for {len(idx)} of {total} "
+        f"trajectories {text}, residual = max-norm of the discrete Euler-Lagrange residual. The step size h={h} is probably too "
+        f"large for this Lagrangian, or the motion left the region where it is regular: reduce h, raise maxiter "
+        f"(now {options.maxiter}) or loosen xtol (now {options.xtol:g}); pass on_failure='mask' to keep the "
+        f"partial trajectories.",
+        step=j + 1, indices=idx, residuals=resids)
