@@ -61,7 +61,7 @@ from .gp import FunctionalGP
 from .kernels import FunctionalKernel, RBFKernel
 from .normalisation import Normalisation, get_normalisation
 
-__all__ = ["FunctionalLagrangianModel", "MIN_NOISE", "solve_with_retry"]
+__all__ = ["FunctionalLagrangianModel", "MIN_NOISE"]
 
 #: smallest nugget rho = sigma_n^2 / sigma_f^2 (keeps the posterior mean smooth at rounding level)
 MIN_NOISE = 1e-13
@@ -70,32 +70,6 @@ MIN_NOISE = 1e-13
 GRID_SCALES = (0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0)
 #: nuggets of the coarse grid
 GRID_NOISES = (1e-12,)
-
-
-def solve_with_retry(make_integrator, newton: Dict, q0, qdot0, steps: int, legendre=None):
-    """``make_integrator(**options).solve(...).q``; with the default Newton options, a failure at the
-    rounding level of the posterior mean (a model whose dynamics are tiny against the size of its
-    coefficients, e.g. with the vertex normalisation) is retried with looser step tolerances, with a
-    warning. Explicit options are used as given."""
-    import warnings
-
-    from integrators import ConvergenceError
-
-    if newton:
-        return make_integrator(**newton).solve(q0, qdot0, steps, legendre=legendre).q
-    for xtol in (None, 1e-8, 1e-6):
-        opts = {} if xtol is None else {"xtol": xtol}
-        try:
-            out = make_integrator(**opts).solve(q0, qdot0, steps, legendre=legendre).q
-        except ConvergenceError as err:
-            last = err
-            continue
-        if xtol is not None:
-            warnings.warn(f"Newton's method stalled at the rounding level of the learned Lagrangian; predicted with "
-                          f"xtol={xtol:g} (the learned dynamics are small against its rounding noise -- a different "
-                          f"normalisation or a larger nugget helps)", RuntimeWarning, stacklevel=3)
-        return out
-    raise last
 
 
 def _exp_positive() -> Positive:

@@ -27,7 +27,8 @@ import torch
 import bea
 
 from .._checks import as_tensor, check_finite, check_order, check_snapshots, check_step
-from .hyperparameters import FunctionalLagrangianModel, solve_with_retry
+from .hyperparameters import FunctionalLagrangianModel
+from .retry import solve_with_retry
 from .functionals import Functionals, euler_lagrange_residuals, gradient_evaluations
 from .lsi import DEFAULT_NEWTON
 

@@ -42,7 +42,8 @@ import torch
 from integrators import ConvergenceError, NotRegularError, VariationalIntegrator, modified
 
 from .._checks import as_tensor, check_finite, check_order, check_snapshots
-from .hyperparameters import FunctionalLagrangianModel, solve_with_retry
+from .hyperparameters import FunctionalLagrangianModel
+from .retry import solve_with_retry
 from .functionals import AtomSet, Functionals, del_residuals, discrete_momenta, triples_from_snapshots
 from .normalisation import MassNormalisation
 from .recovery import RecoveryMixin
