@@ -154,21 +154,26 @@ class _Segment:
         return torch.einsum("tk,kbn->tbn", T @ self.C, Y)
 
 
-def _newton(seg: _Segment, acc: Acceleration, jac_acc: Acceleration, qa, va, V, lu, tol: float, maxiter: int):
-    """Iterate on ``R(V) = 0`` (node 0 fixed); refresh the Jacobian from ``jac_acc`` when the
+def _correction(seg: _Segment, acc: Acceleration, qa, va, V, lu) -> torch.Tensor:
+    """:math:`J^{-1}R(V)` at the nodes ``1..K`` (``NaN`` where ``R`` is not finite)."""
+    _, R = seg.residual(acc, qa, va, V)
+    K, B, n = R.shape
+    return torch.linalg.lu_solve(*lu, R.permute(1, 0, 2).reshape(B, K * n, 1)).reshape(B, K, n).permute(1, 0, 2)
+
+
+def _newton(seg: _Segment, acc: Acceleration, qa, va, V, tol: float, maxiter: int):
+    """Newton's method on ``R(V) = 0`` (node 0 fixed), the Jacobian of ``acc`` refreshed whenever the
     iteration contracts slowly. Returns ``(V, Q, lu)`` or ``None`` if it does not converge."""
-    prev = math.inf
+    prev, lu = math.inf, None
     for _ in range(maxiter):
-        Q, R = seg.residual(acc, qa, va, V)
-        if not bool(torch.isfinite(R).all()):
-            return None
         if lu is None:
-            lu = seg.jacobian(jac_acc, Q, V)
-        K, B, n = R.shape
-        dV = torch.linalg.lu_solve(*lu, R.permute(1, 0, 2).reshape(B, K * n, 1)).reshape(B, K, n).permute(1, 0, 2)
+            lu = seg.jacobian(acc, seg.positions(qa, V), V)
+        dV = _correction(seg, acc, qa, va, V, lu)
+        step = float(dV.abs().amax())
+        if not math.isfinite(step):
+            return None
         V = V.clone()
         V[1:] -= dV
-        step = float(dV.abs().amax())
         if step <= tol:
             return V, seg.positions(qa, V), lu
         if step > 0.25 * prev:  # slow contraction: a fresh Jacobian at the current iterate
@@ -177,19 +182,53 @@ def _newton(seg: _Segment, acc: Acceleration, jac_acc: Acceleration, qa, va, V, 
     return None
 
 
+def _anderson(seg: _Segment, acc: Acceleration, qa, va, V, lu, tol: float, maxiter: int, memory: int = 5):
+    r"""The fixed point of :math:`V \mapsto V - J_c^{-1}R(V)` (the companion Jacobian ``lu`` kept),
+    with Anderson acceleration: each new iterate combines the last ``memory`` ones to minimise the
+    linearised correction, per trajectory. Near the solution the map is almost affine, so this acts
+    like GMRES on the preconditioned collocation equations: a few evaluations of ``acc`` instead of a
+    linear contraction by :math:`\|I - J_c^{-1}J\|` per evaluation. Returns ``(V, Q)`` or ``None``."""
+    X, F = [], []  # iterates and their corrections -J^{-1}R, flattened per trajectory
+    B = V.shape[1]
+    for _ in range(maxiter):
+        f = -_correction(seg, acc, qa, va, V, lu)
+        step = float(f.abs().amax())
+        if not math.isfinite(step):
+            return None
+        x = V[1:].permute(1, 0, 2).reshape(B, -1)
+        fx = f.permute(1, 0, 2).reshape(B, -1)
+        if step <= tol:
+            V = V.clone()
+            V[1:] += f
+            return V, seg.positions(qa, V)
+        X, F = (X + [x])[-memory - 1:], (F + [fx])[-memory - 1:]
+        new = x + fx
+        if len(X) > 1:
+            dX = torch.stack([X[i + 1] - X[i] for i in range(len(X) - 1)], -1)  # (B, K n, m)
+            dF = torch.stack([F[i + 1] - F[i] for i in range(len(F) - 1)], -1)
+            gamma = torch.linalg.lstsq(dF, fx.unsqueeze(-1)).solution  # min |f - dF gamma| per trajectory
+            new = new - ((dX + dF) @ gamma).squeeze(-1)
+        V = V.clone()
+        V[1:] = new.reshape(B, -1, V.shape[-1]).permute(1, 0, 2)
+    return None
+
+
 def _solve_segment(seg: _Segment, acc, near, qa, va, rtol: float, atol: float, maxiter: int):
     scale = 1 + float(torch.cat([qa, va], -1).abs().amax())
     tol = 0.1 * (atol + rtol * scale)
     V0 = va.expand(len(seg.x), *va.shape).clone()
-    first = _newton(seg, near, near, qa, va, V0, None, tol, maxiter)
+    first = _newton(seg, near, qa, va, V0, tol, maxiter)
     if first is None:
         return None
     V, Q, lu = first
     if near is not acc:
-        out = _newton(seg, acc, near, qa, va, V, lu, tol, maxiter)
+        # the target's flow is about as smooth: a companion that is barely resolved means a segment too long
+        if seg.tail(V, Q) > 0.1 * (atol + rtol * scale):
+            return None
+        out = _anderson(seg, acc, qa, va, V, lu, tol, maxiter)
         if out is None:
             return None
-        V, Q, _ = out
+        V, Q = out
     if seg.tail(V, Q) > atol + rtol * scale:
         return None
     return Q, V
@@ -246,25 +285,25 @@ def collocation_flow(lagrangian, q0, qdot0, times, *, near=None, t0: Optional[fl
 
 
 def _march(acc, companion, qa, va, start, end, ts, side, out, rtol, atol, nodes, max_segment, maxiter) -> None:
-    """Segments from ``start`` to ``end`` (either direction), each halved until it converges."""
+    """Segments from ``start`` to ``end`` (either direction). A segment that fails is halved, and the
+    segments after it keep the shorter length (the flow's time scale rarely changes much)."""
     span = end - start
-    pieces = 1 if max_segment is None else max(1, math.ceil(abs(span) / max_segment - 1e-12))
-    pending = [(start + span * k / pieces, start + span * (k + 1) / pieces, 0) for k in range(pieces)][::-1]
-    while pending:
-        ta, tb, depth = pending.pop()
+    length = span if max_segment is None else math.copysign(min(abs(span), max_segment), span)
+    shortest = abs(span) / 2**MAX_DEPTH
+    ta = start
+    while (end - ta) * span > 1e-12 * abs(span):
+        tb = end if abs(end - ta) <= abs(length) * (1 + 1e-12) else ta + length
         seg = _Segment(ta, tb, nodes)
         res = _solve_segment(seg, acc, companion, qa, va, rtol, atol, maxiter)
         if res is None:
-            if depth >= MAX_DEPTH:
-                raise ReferenceFlowError(f"the collocation did not converge on [{ta!r}, {tb!r}] after {depth} halvings "
-                                         "(a singularity on the way, or tolerances below rounding?)")
-            mid = (ta + tb) / 2
-            pending += [(mid, tb, depth + 1), (ta, mid, depth + 1)]
+            if abs(tb - ta) <= shortest:
+                raise ReferenceFlowError(f"the collocation did not converge on [{ta!r}, {tb!r}], a segment of 1/2**{MAX_DEPTH} of "
+                                         "the span (a singularity on the way, or tolerances below rounding?)")
+            length = (tb - ta) / 2
             continue
         Q, V = res
-        lo, hi = min(ta, tb), max(ta, tb)
-        inside = side & (ts >= lo) & (ts <= hi)
+        inside = side & (ts >= min(ta, tb)) & (ts <= max(ta, tb))
         if inside.any():
             out[0, inside] = seg.interpolate(Q, ts[inside])
             out[1, inside] = seg.interpolate(V, ts[inside])
-        qa, va = Q[-1], V[-1]
+        qa, va, ta = Q[-1], V[-1], tb
