@@ -47,7 +47,7 @@ from ._checks import as_float64, check_states
 from .reference import ReferenceFlowError
 from .symbolic import SymbolicLagrangian
 
-__all__ = ["collocation_flow", "el_acceleration", "chebyshev_matrices"]
+__all__ = ["collocation_flow", "el_acceleration", "chebyshev_matrices", "SingularMassError"]
 
 Acceleration = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -55,6 +55,14 @@ Acceleration = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 MAX_DEPTH = 8
 #: trailing Chebyshev coefficients whose size estimates the collocation error
 TAIL = 3
+
+
+class SingularMassError(ReferenceFlowError):
+    r"""The mass matrix :math:`\partial^2L/\partial v^2` is singular at a state the iteration visited."""
+
+    def __init__(self):
+        super().__init__("the mass matrix d^2L/dv^2 is singular at some state: the Lagrangian is not regular there and the "
+                         "Euler-Lagrange equations do not determine the acceleration")
 
 
 def el_acceleration(L: Callable, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -77,8 +85,7 @@ def el_acceleration(L: Callable, q: torch.Tensor, v: torch.Tensor) -> torch.Tens
     try:
         return torch.linalg.solve(M, rhs)
     except RuntimeError:  # torch.linalg.LinAlgError
-        raise ReferenceFlowError("the mass matrix d^2L/dv^2 is singular at some state: the Lagrangian is not regular "
-                                 "there and the Euler-Lagrange equations do not determine the acceleration") from None
+        raise SingularMassError() from None
 
 
 def _acceleration(lagrangian) -> Acceleration:
@@ -89,8 +96,8 @@ def _acceleration(lagrangian) -> Acceleration:
             n = q.shape[-1]
             try:
                 out = A(q.reshape(-1, n).numpy(), v.reshape(-1, n).numpy())
-            except ValueError as err:
-                raise ReferenceFlowError(str(err)) from None
+            except ValueError:  # SymbolicLagrangian: singular M
+                raise SingularMassError() from None
             return torch.from_numpy(np.ascontiguousarray(out)).reshape(q.shape)
 
         return acc
@@ -214,6 +221,15 @@ def _anderson(seg: _Segment, acc: Acceleration, qa, va, V, lu, tol: float, maxit
 
 
 def _solve_segment(seg: _Segment, acc, near, qa, va, rtol: float, atol: float, maxiter: int):
+    """``(Q, V)`` at the nodes, or the reason why not (a string): not converged, not resolved, or a
+    singular mass matrix at some iterate (a shorter segment keeps the iterates closer to the flow)."""
+    try:
+        return _solve_segment_or_none(seg, acc, near, qa, va, rtol, atol, maxiter) or "it did not converge or is not resolved"
+    except SingularMassError as err:
+        return str(err)
+
+
+def _solve_segment_or_none(seg: _Segment, acc, near, qa, va, rtol: float, atol: float, maxiter: int):
     scale = 1 + float(torch.cat([qa, va], -1).abs().amax())
     tol = 0.1 * (atol + rtol * scale)
     V0 = va.expand(len(seg.x), *va.shape).clone()
@@ -295,10 +311,10 @@ def _march(acc, companion, qa, va, start, end, ts, side, out, rtol, atol, nodes,
         tb = end if abs(end - ta) <= abs(length) * (1 + 1e-12) else ta + length
         seg = _Segment(ta, tb, nodes)
         res = _solve_segment(seg, acc, companion, qa, va, rtol, atol, maxiter)
-        if res is None:
+        if isinstance(res, str):
             if abs(tb - ta) <= shortest:
-                raise ReferenceFlowError(f"the collocation did not converge on [{ta!r}, {tb!r}], a segment of 1/2**{MAX_DEPTH} of "
-                                         "the span (a singularity on the way, or tolerances below rounding?)")
+                raise ReferenceFlowError(f"the collocation failed on [{ta!r}, {tb!r}], a segment of 1/2**{MAX_DEPTH} of the span: "
+                                         f"{res} (a singularity on the way, or tolerances below rounding?)")
             length = (tb - ta) / 2
             continue
         Q, V = res

@@ -72,7 +72,7 @@ def test_collocation_input_errors():
 def test_singular_mass_on_the_way_raises():
     # M = 1 - q^2 vanishes at |q| = 1, which the free motion from q = 0.9 with v = 1 reaches
     L = lambda q, v: 0.5 * (1 - q**2).squeeze(-1) * v.squeeze(-1) ** 2  # noqa: E731
-    with pytest.raises(ReferenceFlowError):
+    with pytest.raises(ReferenceFlowError, match="collocation failed"):
         collocation_flow(L, torch.tensor([[0.9]]), torch.tensor([[1.0]]), [0.0, 1.0])
 
 
