@@ -102,7 +102,8 @@ def _acceleration(lagrangian) -> Acceleration:
 
         return acc
     if not callable(lagrangian):
-        raise TypeError(f"the Lagrangian must be a torch callable L(q, v) or a SymbolicLagrangian, got {type(lagrangian).__name__}")
+        raise TypeError("the Lagrangian must be a torch callable L(q, v) or a SymbolicLagrangian, "
+                        f"got {type(lagrangian).__name__}")
     return lambda q, v: el_acceleration(lagrangian, q, v)
 
 
@@ -271,7 +272,8 @@ def collocation_flow(lagrangian, q0, qdot0, times, *, near=None, t0: Optional[fl
     ``lagrangian``: a torch callable ``L(q, v)`` (evaluated on ``(..., batch..., n)``, see the module
     docstring) or a :class:`~integrators.symbolic.SymbolicLagrangian`. ``near``: a cheap companion
     Lagrangian whose flow is close (e.g. ``L`` for :math:`L_{mod}[N]`): it supplies the starting guess
-    and the Newton Jacobian; by default ``lagrangian`` itself. ``rtol, atol``: bound on the
+    and the Newton Jacobian; by default ``lagrangian`` itself (then each Jacobian costs one call at
+    ``4n`` times the points: give ``near`` when ``lagrangian`` is expensive). ``rtol, atol``: bound on the
     trailing Chebyshev coefficients per segment, relative to ``1 + max|(q, v)|`` at the segment's
     start. ``nodes``: ``K``, the polynomial degree per segment; ``max_segment``: the longest segment
     (default: the whole span, halved where needed). Raises
@@ -281,7 +283,7 @@ def collocation_flow(lagrangian, q0, qdot0, times, *, near=None, t0: Optional[fl
     q0, qdot0 = check_states(q0, qdot0, names=("q0", "qdot0"))
     ts, start = _check_times(times, t0)
     for name, tol in (("rtol", rtol), ("atol", atol)):
-        if not (isinstance(tol, (int, float)) and tol > 0):
+        if isinstance(tol, bool) or not (isinstance(tol, (int, float)) and tol > 0):
             raise ValueError(f"{name} must be a positive number, got {tol!r}")
     if isinstance(nodes, bool) or not isinstance(nodes, int) or not 4 <= nodes <= 64:
         raise ValueError(f"nodes must be an integer in [4, 64] (the degree of the collocation polynomial), got {nodes!r}")
@@ -313,8 +315,8 @@ def _march(acc, companion, qa, va, start, end, ts, side, out, rtol, atol, nodes,
         res = _solve_segment(seg, acc, companion, qa, va, rtol, atol, maxiter)
         if isinstance(res, str):
             if abs(tb - ta) <= shortest:
-                raise ReferenceFlowError(f"the collocation failed on [{ta!r}, {tb!r}], a segment of 1/2**{MAX_DEPTH} of the span: "
-                                         f"{res} (a singularity on the way, or tolerances below rounding?)")
+                raise ReferenceFlowError(f"the collocation failed on [{ta!r}, {tb!r}], a segment of 1/2**{MAX_DEPTH} of the "
+                                         f"span: {res} (a singularity on the way, or tolerances below rounding?)")
             length = (tb - ta) / 2
             continue
         Q, V = res

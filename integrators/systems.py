@@ -73,7 +73,8 @@ class System(SymbolicLagrangian):
         if not isinstance(q, torch.Tensor) or not isinstance(v, torch.Tensor):
             raise TypeError("q and v must be torch tensors of shape (..., n)")
         if q.shape[-1:] != (self.n,) or v.shape != q.shape:
-            raise ValueError(f"{self.name} needs q and v of the same shape (..., {self.n}); got {tuple(q.shape)} and {tuple(v.shape)}")
+            raise ValueError(f"{self.name} needs q and v of the same shape (..., {self.n}); "
+                             f"got {tuple(q.shape)} and {tuple(v.shape)}")
         return self._torch_form(q, v)
 
     def __repr__(self) -> str:

@@ -72,5 +72,6 @@ if __name__ == "__main__":  # the table of observed orders: PYTHONPATH=. python3
     for case in CASES:
         t0 = time.perf_counter()
         errs = errors(*case.values)
-        print(f"{case.values[0]:15s} {case.values[1]:12s} {case.values[2]:2d} {case.values[3]:9s} "
-              f"{C.observed_order(HS, errs):6.3f} {time.perf_counter() - t0:8.1f}  " + "  ".join(f"{e:.3g}" for e in errs), flush=True)
+        system, scheme, N, study = case.values
+        print(f"{system:15s} {scheme:12s} {N:2d} {study:9s} {C.observed_order(HS, errs):6.3f} {time.perf_counter() - t0:8.1f}  "
+              + "  ".join(f"{e:.3g}" for e in errs), flush=True)
