@@ -2,7 +2,9 @@
 
 * :class:`VariationalIntegrator` -- any torch Lagrangian, any :mod:`bea` scheme, thousands of
   trajectories at once (:mod:`integrators.variational`, Newton in :mod:`integrators.newton`).
-* :func:`reference_flow` -- accurate Euler--Lagrange flows with SciPy (:mod:`integrators.reference`).
+* :func:`reference_flow` -- accurate Euler--Lagrange flows with SciPy (:mod:`integrators.reference`);
+  :func:`collocation_flow` -- the same by Chebyshev collocation, for expensive Lagrangians such as
+  :mod:`bea` series of torch Lagrangians (:mod:`integrators.collocation`).
 * :mod:`integrators.systems` -- example systems, each a SymPy Lagrangian usable as torch.
 * :mod:`integrators.data` -- position-only snapshot data: generate, save, load and validate.
 * :mod:`integrators.convergence` -- errors against exact and modified flows, observed orders.
@@ -10,9 +12,10 @@
 Depends on :mod:`bea` (schemes and series); :mod:`bea` never imports this package.
 """
 
-from . import convergence, data, modified, systems
+from . import collocation, convergence, data, modified, systems
 from ._admissible import InconsistentSchemeError, NotRegularError
 from .newton import ConvergenceError, NewtonOptions
+from .collocation import collocation_flow
 from .reference import ReferenceFlowError, reference_flow
 from .symbolic import SymbolicLagrangian
 from .systems import System
@@ -27,11 +30,13 @@ __all__ = [
     "InconsistentSchemeError",
     "NewtonOptions",
     "reference_flow",
+    "collocation_flow",
     "ReferenceFlowError",
     "SymbolicLagrangian",
     "System",
     "systems",
     "data",
     "convergence",
+    "collocation",
     "modified",
 ]

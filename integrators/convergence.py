@@ -19,17 +19,26 @@ Each returns one error per step size; :func:`observed_order` fits the slope of
 
 Errors are the maximum over all grid times in ``[0, T]``, all trajectories and all coordinates of
 :math:`|q_k - q(t_k)|`.
+
+``system`` is a :class:`~integrators.systems.System` (a SymPy Lagrangian) or any torch Lagrangian
+``L(q, v)``, of any dimension. ``formula="generic"`` (the default) applies :mod:`bea`'s dimension-free
+series to it by autograd (:func:`bea.series_function`: any ``n``, the route a learned Lagrangian takes);
+``formula="concrete"`` uses the SymPy derivation for the system (a ``SymbolicLagrangian``; the component
+engine, practical for ``n <= 2``). The exact flow of :math:`EL(L_{mod}[N])` in the generic case is the
+Chebyshev collocation flow (:func:`integrators.collocation.collocation_flow`, companion ``L``): one flow
+for all step sizes, :math:`L_{mod}` taking its ``h`` per trajectory.
 """
 
 from __future__ import annotations
 
-from typing import Callable, List, Sequence
+from typing import Callable, List, Optional, Sequence
 
 import numpy as np
 import torch
 
 import bea
 
+from .collocation import collocation_flow
 from .reference import reference_flow
 from .symbolic import SymbolicLagrangian
 from .variational import VariationalIntegrator
@@ -40,6 +49,7 @@ __all__ = [
     "torch_series",
     "discrete_vs_exact",
     "discrete_vs_modified_flow",
+    "modified_flows",
     "inverse_modified_vs_exact",
     "modified_energy_oscillation",
 ]
@@ -111,21 +121,53 @@ def discrete_vs_exact(system, scheme, hs: Sequence[float], T: float, q0, qdot0, 
     return errors
 
 
-def discrete_vs_modified_flow(system: SymbolicLagrangian, scheme, N: int, hs: Sequence[float], T: float, q0, qdot0,
-                              **integrator_options) -> List[float]:
+def discrete_vs_modified_flow(system, scheme, N: int, hs: Sequence[float], T: float, q0, qdot0, formula: str = "generic",
+                              reference_options: Optional[dict] = None, **integrator_options) -> List[float]:
     r"""Global error of the scheme on ``system`` against the exact flow of :math:`EL(L_{mod}[N])` from
-    ``(q0, qdot0)``; the discrete solution starts from the first two positions of that flow."""
-    Lmod = series_lagrangian(system, scheme, N, "modified_lagrangian")
+    ``(q0, qdot0)``; the discrete solution starts from the first two positions of that flow.
+    ``reference_options``: keywords for :func:`~integrators.collocation.collocation_flow` (generic
+    formula only)."""
+    if formula == "concrete":
+        Lmod = series_lagrangian(system, scheme, N, "modified_lagrangian")
+        flows = [reference_flow(Lmod.bind(h=h), q0, qdot0, h * np.arange(_steps(T, h) + 1))[0] for h in hs]
+    elif formula == "generic":
+        flows = modified_flows(system, scheme, N, hs, T, q0, qdot0, **(reference_options or {}))
+    else:
+        raise ValueError(f"formula must be 'generic' or 'concrete', got {formula!r}")
     errors = []
-    for h in hs:
-        steps = _steps(T, h)
-        qm, _ = reference_flow(Lmod.bind(h=h), q0, qdot0, h * np.arange(steps + 1))
-        qs = VariationalIntegrator(system, h, scheme, **integrator_options).solve_from_positions(qm[0], qm[1], steps).q
+    for h, qm in zip(hs, flows):
+        vi = VariationalIntegrator(system, h, scheme, **integrator_options)
+        qs = vi.solve_from_positions(qm[0], qm[1], qm.shape[0] - 1).q
         errors.append(_err(qs, qm))
     return errors
 
 
-def inverse_modified_vs_exact(system: SymbolicLagrangian, scheme, N: int, hs: Sequence[float], T: float, q0, qdot0,
+def modified_flows(system, scheme, N: int, hs: Sequence[float], T: float, q0, qdot0, **options) -> List[torch.Tensor]:
+    r"""Positions of the exact flow of :math:`EL(L_{mod}[N])` (generic formula applied to the torch
+    Lagrangian ``system``) from ``(q0, qdot0)`` at the grid times :math:`kh \le T` of every ``h`` in
+    ``hs``: one tensor ``(T/h + 1, batch..., n)`` per step size. One collocation flow for all step
+    sizes (``h`` per trajectory), the companion ``system`` steering its Newton iteration; ``options``
+    go to :func:`~integrators.collocation.collocation_flow`."""
+    q0, qdot0 = torch.as_tensor(q0, dtype=torch.float64), torch.as_tensor(qdot0, dtype=torch.float64)
+    if q0.shape != qdot0.shape or q0.dim() == 0:
+        raise ValueError(f"q0 and qdot0 must have one shape (batch..., n), got {tuple(q0.shape)} and {tuple(qdot0.shape)}")
+    batch, n = q0.shape[:-1], q0.shape[-1]
+    B, H = int(np.prod(batch, dtype=np.int64)), len(hs)
+    grids = [h * np.arange(_steps(T, h) + 1) for h in hs]
+    times = np.unique(np.round(np.concatenate(grids), 12))
+    f = bea.series_function("modified_lagrangian", scheme, N, n)
+    h_per_trajectory = torch.tensor([float(h) for h in hs], dtype=torch.float64).repeat_interleave(B)
+
+    def Lmod(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:  # q: (..., H * B, n), h broadcast over the leading axes
+        return f(system, q, v, h_per_trajectory)
+
+    qs, _ = collocation_flow(Lmod, q0.reshape(1, B, n).expand(H, B, n).reshape(H * B, n),
+                             qdot0.reshape(1, B, n).expand(H, B, n).reshape(H * B, n), times, near=system, **options)
+    qs = qs.reshape(len(times), H, *batch, n)
+    return [qs[np.searchsorted(times, np.round(g, 12)), i] for i, g in enumerate(grids)]
+
+
+def inverse_modified_vs_exact(system, scheme, N: int, hs: Sequence[float], T: float, q0, qdot0,
                               formula: str = "generic", start: str = "positions", **integrator_options) -> List[float]:
     r"""Global error of the scheme on :math:`L_{inv}[N]` against the exact flow of ``system`` from
     ``(q0, qdot0)``. ``start="positions"``: from the exact :math:`q(0), q(h)`; ``start="momentum"``:

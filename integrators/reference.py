@@ -16,6 +16,9 @@ A whole batch of initial conditions is integrated as one ODE system (one vectori
 per stage). Its error control uses the RMS norm over all components, so the per-trajectory error
 can exceed the tolerance by up to about the square root of the batch size; pass
 ``each=True`` to integrate each trajectory separately when that matters.
+
+For a Lagrangian that is expensive to differentiate (a :mod:`bea` series of a torch Lagrangian), the
+Chebyshev collocation of :func:`integrators.collocation.collocation_flow` needs far fewer evaluations.
 """
 
 from __future__ import annotations

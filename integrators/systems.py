@@ -11,6 +11,7 @@ then velocities) for :func:`integrators.data.snapshots`.
 :func:`variable_mass_pendulum` :math:`\tfrac12(1 + c q^2) v^2 + \cos q`, position-dependent mass
 :func:`n_pendulum`         planar chain of ``n`` pendula in absolute angles from the downward vertical
 :func:`coupled_oscillators` chain of ``n`` unit masses, springs to the origin and between neighbours
+:func:`fpu_chain`          FPU-:math:`\beta` chain of ``n`` unit masses with fixed ends
 :func:`henon_heiles`       :math:`\tfrac12|v|^2 - \tfrac12|q|^2 - \lambda(x^2 y - y^3/3)`
 :func:`kepler`             :math:`\tfrac12|v|^2 + \mu/|q|` in the plane
 :func:`n_body`             planar gravitational ``N``-body problem, :math:`q = (x_1, y_1, x_2, \dots)`;
@@ -22,9 +23,10 @@ then velocities) for :func:`integrators.data.snapshots`.
 from __future__ import annotations
 
 import math
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 import sympy
+import torch
 
 from .symbolic import SymbolicLagrangian
 
@@ -34,6 +36,7 @@ __all__ = [
     "variable_mass_pendulum",
     "n_pendulum",
     "coupled_oscillators",
+    "fpu_chain",
     "henon_heiles",
     "kepler",
     "n_body",
@@ -45,16 +48,34 @@ Box = List[Tuple[float, float]]
 
 
 class System(SymbolicLagrangian):
-    """A named example system: a SymPy Lagrangian plus a default domain of initial conditions."""
+    """A named example system: a SymPy Lagrangian plus a default domain of initial conditions.
 
-    def __init__(self, expr, q, v, name: str, domain: Optional[Sequence[Tuple[float, float]]] = None, params=(), values=None):
+    ``torch_form``: an optional vectorised torch ``L(q, v)`` equal to ``expr`` (tested), used when the
+    system is called on tensors: a few tensor operations instead of one per term of the expanded
+    expression, which matters under nested autograd (a :mod:`bea` series applied to the system)."""
+
+    def __init__(self, expr, q, v, name: str, domain: Optional[Sequence[Tuple[float, float]]] = None, params=(), values=None,
+                 torch_form: Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = None):
         super().__init__(expr, q, v, params=params, name=name, values=values)
+        if torch_form is not None and params:
+            raise ValueError("a torch_form cannot take the parameters of the SymPy expression; give it without params")
+        self._torch_form = torch_form
         if domain is None:
             domain = [(-1.0, 1.0)] * (2 * self.n)
         domain = [(float(lo), float(hi)) for lo, hi in domain]
         if len(domain) != 2 * self.n:
             raise ValueError(f"the domain of {name} needs {2 * self.n} intervals (positions, then velocities), got {len(domain)}")
         self.domain: Box = domain
+
+    def __call__(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if self._torch_form is None:
+            return super().__call__(q, v)
+        if not isinstance(q, torch.Tensor) or not isinstance(v, torch.Tensor):
+            raise TypeError("q and v must be torch tensors of shape (..., n)")
+        if q.shape[-1:] != (self.n,) or v.shape != q.shape:
+            raise ValueError(f"{self.name} needs q and v of the same shape (..., {self.n}); "
+                             f"got {tuple(q.shape)} and {tuple(v.shape)}")
+        return self._torch_form(q, v)
 
     def __repr__(self) -> str:
         return f"<System {self.name} (n={self.n}): L = {self.expr}>"
@@ -127,7 +148,24 @@ def n_pendulum(n: int = 2, masses: Union[Number, Sequence[Number]] = 1, lengths:
     T = sum(ms[i] * sum(ls[k] * ls[j] * sympy.cos(q[k] - q[j]) * v[k] * v[j] for k in range(i + 1) for j in range(i + 1)) / 2
             for i in range(n))
     U = -sum(ms[i] * g * sum(ls[k] * sympy.cos(q[k]) for k in range(i + 1)) for i in range(n))
-    return System(T - U, q, v, f"{n}-pendulum", domain=[(-math.pi / 2, math.pi / 2)] * n + [(-1.0, 1.0)] * n)
+    return System(T - U, q, v, f"{n}-pendulum", domain=[(-math.pi / 2, math.pi / 2)] * n + [(-1.0, 1.0)] * n,
+                  torch_form=_pendulum_chain_torch([float(m) for m in ms], [float(lk) for lk in ls], float(g)))
+
+
+def _pendulum_chain_torch(ms: List[float], ls: List[float], g: float):
+    r""":math:`\tfrac12 v^T M(q) v + g\sum_k l_k S_k\cos q_k` with :math:`M_{jk} = l_j l_k S_{\max(j,k)}
+    \cos(q_j - q_k)`, :math:`S_k = \sum_{i \ge k} m_i` (the mass below joint ``k``)."""
+    n = len(ms)
+    S = torch.tensor([sum(ms[k:]) for k in range(n)], dtype=torch.float64)
+    lt = torch.tensor(ls, dtype=torch.float64)
+    idx = torch.arange(n)
+    weight = lt[:, None] * lt[None, :] * S[torch.maximum(idx[:, None], idx[None, :])]
+
+    def L(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        M = weight.to(q) * torch.cos(q[..., :, None] - q[..., None, :])
+        return 0.5 * (v[..., :, None] * M * v[..., None, :]).sum((-1, -2)) + g * ((lt * S).to(q) * torch.cos(q)).sum(-1)
+
+    return L
 
 
 def coupled_oscillators(n: int = 2, k: Number = 1, coupling: Number = sympy.Rational(1, 2)) -> System:
@@ -139,6 +177,28 @@ def coupled_oscillators(n: int = 2, k: Number = 1, coupling: Number = sympy.Rati
     q, v = _coords(n)
     L = sum(vi**2 for vi in v) / 2 - k * sum(qi**2 for qi in q) / 2 - kappa * sum((q[i + 1] - q[i]) ** 2 for i in range(n - 1)) / 2
     return System(L, q, v, f"{n}-coupled-oscillators", domain=[(-1.0, 1.0)] * (2 * n))
+
+
+def fpu_chain(n: int = 8, beta: Number = 1, k: Number = 1) -> System:
+    r"""Fermi--Pasta--Ulam--Tsingou :math:`\beta` chain of ``n`` unit masses with fixed ends
+    (:math:`q_0 = q_{n+1} = 0`): :math:`L = \tfrac12|v|^2 - \sum_{i=0}^{n} \big(\tfrac k2 d_i^2 +
+    \tfrac\beta4 d_i^4\big)`, :math:`d_i = q_{i+1} - q_i`. Linear frequencies
+    :math:`2\sqrt k\sin(j\pi/(2n+2))`, :math:`j = 1..n`."""
+    n = _count(n, "n")
+    k, beta = _positive(k, "k"), _num(beta, "beta")
+    if beta.is_negative:
+        raise ValueError(f"beta must be >= 0 (else the potential is unbounded below), got {beta}")
+    q, v = _coords(n)
+    ext = [sympy.Integer(0), *q, sympy.Integer(0)]
+    d = [ext[i + 1] - ext[i] for i in range(n + 1)]
+    L = sum(vi**2 for vi in v) / 2 - sum(k * di**2 / 2 + beta * di**4 / 4 for di in d)
+    kf, bf = float(k), float(beta)
+
+    def L_torch(qt: torch.Tensor, vt: torch.Tensor) -> torch.Tensor:
+        dt = torch.diff(torch.nn.functional.pad(qt, (1, 1)), dim=-1)
+        return 0.5 * (vt * vt).sum(-1) - (kf / 2 * dt**2 + bf / 4 * dt**4).sum(-1)
+
+    return System(L, q, v, f"{n}-fpu-beta", domain=[(-0.5, 0.5)] * (2 * n), torch_form=L_torch)
 
 
 def henon_heiles(lam: Number = 1) -> System:

@@ -17,6 +17,7 @@ ALL_SYSTEMS = [
     systems.n_pendulum(2),
     systems.n_pendulum(3, masses=[1, 2, 1], lengths=[1, 0.5, 0.7]),
     systems.coupled_oscillators(3),
+    systems.fpu_chain(4, beta=0.5, k=2),
     systems.henon_heiles(),
     systems.kepler(),
     systems.n_body((1, 1, 1)),
