@@ -94,18 +94,27 @@ def c_lagrangian_of_expansion(ex: AtomExpansion, n: int):
         D = ex._Y.shape[1]
         if D != 2 * n:
             raise NotLowerable(f"the expansion lives on R^{D}, not on (q, v) with n = {n}")
-        Y, V = ex._Y, ex._V
-        c = ex._const + (Y * V).sum(-1)  # c0 - c2 u.d: the constant of P in r
-        if ex._second:
-            c2, U, Dd = ex._c2, ex._U, ex._Dd
-            two = c2 != 0
-        else:
-            two = torch.zeros(Y.shape[0], dtype=torch.bool)
-        one = ~two
-        first = torch.cat([Y[one], V[one], c[one, None]], 1).reshape(-1)
-        parts = [torch.tensor([float(D), float(int(one.sum())), float(int(two.sum()))], dtype=torch.float64),
-                 ex._scale.reshape(1).to(torch.float64), ex._ls.reshape(-1).expand(D).to(torch.float64), first]
-        if bool(two.any()):
-            parts.append(torch.cat([Y[two], V[two], c[two, None], c2[two, None], U[two], Dd[two]], 1).reshape(-1))
+        counts, atoms = packed_atoms(ex)
+        parts = [torch.tensor([float(D)], dtype=torch.float64), counts, ex._scale.reshape(1).to(torch.float64),
+                 ex._ls.reshape(-1).expand(D).to(torch.float64), atoms]
         params = np.ascontiguousarray(torch.cat(parts).numpy(), dtype=np.float64)
-    return CLagrangian(n=n, source=SOURCE, params=params, cost=int(Y.shape[0]))
+    return CLagrangian(n=n, source=SOURCE, params=params, cost=int(ex._Y.shape[0]))
+
+
+def packed_atoms(ex: AtomExpansion):
+    """The atoms of an RBF expansion as the C code reads them: ``(counts, atoms)`` with ``counts = [K1, K2]``
+    and ``atoms`` the ``K1`` first-order rows ``(y, v, c)`` then the ``K2`` second-order rows
+    ``(y, v, c, c2, u, d)``, flattened (``c = c0 + y.v``: the constant of the atom's polynomial in ``r``)."""
+    Y, V = ex._Y, ex._V
+    c = ex._const + (Y * V).sum(-1)
+    if ex._second:
+        c2, U, Dd = ex._c2, ex._U, ex._Dd
+        two = c2 != 0
+    else:
+        two = torch.zeros(Y.shape[0], dtype=torch.bool)
+    one = ~two
+    rows = [torch.cat([Y[one], V[one], c[one, None]], 1).reshape(-1)]
+    if bool(two.any()):
+        rows.append(torch.cat([Y[two], V[two], c[two, None], c2[two, None], U[two], Dd[two]], 1).reshape(-1))
+    counts = torch.tensor([float(int(one.sum())), float(int(two.sum()))], dtype=torch.float64)
+    return counts, torch.cat(rows)

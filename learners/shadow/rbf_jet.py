@@ -40,6 +40,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
+from .compiled_mean import packed_atoms
 from .kernels import AtomExpansion
 
 __all__ = ["RBFJet", "JetLagrangian", "multi_indices", "MAX_JET_COLUMNS", "jet_source"]
@@ -226,20 +227,10 @@ class RBFJet:
         if not isinstance(ex, AtomExpansion) or not ex.fast:
             raise ValueError("a closed-form jet needs the RBF posterior mean (atoms of order <= 2, fixed hyperparameters)")
         with torch.no_grad():
-            Y, V = ex._Y, ex._V
+            Y = ex._Y
             self.D = int(Y.shape[1])
-            c = ex._const + (Y * V).sum(-1)  # c0 - c2 u.d: the constant of P in r
-            if ex._second:
-                c2, U, Dd = ex._c2, ex._U, ex._Dd
-                two = c2 != 0
-            else:
-                two = torch.zeros(Y.shape[0], dtype=torch.bool)
-            one = ~two
-            parts = [torch.tensor([float(int(one.sum())), float(int(two.sum()))], dtype=torch.float64),
-                     ex._ls.reshape(-1).expand(self.D).to(torch.float64),
-                     torch.cat([Y[one], V[one], c[one, None]], 1).reshape(-1)]
-            if bool(two.any()):
-                parts.append(torch.cat([Y[two], V[two], c[two, None], c2[two, None], U[two], Dd[two]], 1).reshape(-1))
+            counts, atoms = packed_atoms(ex)
+            parts = [counts, ex._ls.reshape(-1).expand(self.D).to(torch.float64), atoms]
             self._params = np.ascontiguousarray(torch.cat(parts).numpy(), dtype=np.float64)
             self._ell = ex._ls.reshape(-1).expand(self.D).to(torch.float64).clone()
             self._scale = float(ex._scale)
