@@ -92,7 +92,8 @@ def lower_lagrangian(L: Any) -> CLagrangian:
     from .symbolic import SymbolicLagrangian
 
     if isinstance(L, SymbolicLagrangian):
-        if type(L).__call__ is not SymbolicLagrangian.__call__:  # a subclass computing something else
+        # a subclass computing something else (a System's vectorised torch form equals its expression: tested)
+        if type(L).__call__ is not SymbolicLagrangian.__call__ and not getattr(L, "computes_expr", False):
             raise NotLowerable(f"{type(L).__name__} overrides __call__: its SymPy expression may not be what it computes")
         return _lower_sympy(L)
     raise NotLowerable(f"a {type(L).__name__} has no C form (only SymPy Lagrangians and objects with c_lagrangian())")

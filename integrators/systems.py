@@ -67,6 +67,10 @@ class System(SymbolicLagrangian):
             raise ValueError(f"the domain of {name} needs {2 * self.n} intervals (positions, then velocities), got {len(domain)}")
         self.domain: Box = domain
 
+    #: its ``__call__`` computes ``expr`` (the torch form is the same function, vectorised), so the
+    #: compiled path may lower ``expr``
+    computes_expr = True
+
     def __call__(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if self._torch_form is None:
             return super().__call__(q, v)
