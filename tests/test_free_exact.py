@@ -60,8 +60,25 @@ def _nonzero(c):
 # --------------------------------------------------------------------------- symbolic oracle
 
 
+_FREE, _COMPONENTS = {}, {}
+
+
+def _free(scheme):
+    """One free derivation per scheme for the whole module, one component derivation per scheme and n: the
+    kinds and orders share their intermediate results (the modified equation, the modified Lagrangian)."""
+    if repr(scheme) not in _FREE:
+        _FREE[repr(scheme)] = FreeDerivation(scheme)
+    return _FREE[repr(scheme)]
+
+
+def _components(scheme, n):
+    if (repr(scheme), n) not in _COMPONENTS:
+        _COMPONENTS[repr(scheme), n] = Derivation(scheme, n)
+    return _COMPONENTS[repr(scheme), n]
+
+
 def _agree_symbolic(scheme, n, order, kinds):
-    free, comp = FreeDerivation(scheme), Derivation(scheme, n)
+    free, comp = _free(scheme), _components(scheme, n)
     for kind in kinds:
         fr = derive_free(scheme, kind, order, free)
         cr = derive_raw(scheme, kind, order, n, comp)
@@ -144,7 +161,7 @@ def _agree_by_evaluation(scheme, kind, n, order, seed=0, fast=True, L=None):
         L, q, v = _polynomial_lagrangian(n, seed)
     else:
         L, q, v = L
-    fr = derive_free(scheme, kind, order)
+    fr = derive_free(scheme, kind, order, _free(scheme))
     series = getattr(bea, kind)(scheme, order, lagrangian=L, q=q, v=v, fast=fast)
     for q0, v0 in _points(n, seed):
         at = dict(zip((*q, *v), (*q0, *v0)))
