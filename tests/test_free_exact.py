@@ -105,7 +105,10 @@ def test_n2_order2_custom_scheme_symbolic():
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("scheme", SCHEMES, ids=repr)
 def test_n1_to_order6_symbolic(scheme, kind):
-    _agree_symbolic(scheme, 1, _order(scheme, 6), (kind,))
+    order = _order(scheme, 6)
+    if isinstance(scheme, bea.GeneralisedMidpoint) and kind == "inverse_modified_lagrangian":
+        order = 4  # the free inverse of a non-symmetric scheme: order 4 in 14 s, order 5 not in 10 minutes
+    _agree_symbolic(scheme, 1, order, (kind,))
 
 
 @pytest.mark.slow
