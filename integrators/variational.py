@@ -61,6 +61,10 @@ DEFAULT_EXECUTION = "auto"
 class VariationalIntegrator:
     r"""The variational integrator of ``scheme`` for the Lagrangian ``lagrangian`` with step ``h``.
 
+    The positions follow the initial data, which are converted to float64 and keep their device; the
+    Lagrangian must accept tensors on that device. Every tensor returned (positions, ``valid``, momenta,
+    velocities, energies) is on the device of the data given.
+
     Parameters
     ----------
     lagrangian : callable ``L(q, v) -> Tensor``, ``q, v`` of shape ``(..., n)``, result ``(...)``,
@@ -95,9 +99,6 @@ class VariationalIntegrator:
         for data on another device (a GPU) ``"auto"`` takes the eager path, ``"compiled"`` raises
         ``ValueError``.
 
-    Devices and dtypes: the positions follow the initial data, which are converted to float64 and keep
-    their device; the Lagrangian must accept tensors on that device. Every tensor returned (positions,
-    ``valid``, momenta, velocities, energies) is on the device of the data given.
     """
 
     def __init__(self, lagrangian: TorchLagrangian, h: float, scheme: Union[str, bea.Scheme] = "midpoint", *,
