@@ -19,10 +19,17 @@ Two oracles, both exact (rational arithmetic, no tolerance):
 Each comparison also asserts that the highest coefficient it checks is not zero, so that it cannot pass
 on two empty series.
 
-Slow tests (``@pytest.mark.slow``, deselected by default in setup.cfg; run them with
-``OMP_NUM_THREADS=1 python3 -m pytest tests/test_free_exact.py -m slow``): n = 1 to order 6, n = 2 to
-order 4 symbolically, n = 3 to order 4 by evaluation; and, to keep CI within its budget, the cheaper cases for
-the schemes beyond the midpoint rule (and the custom scheme at n = 3, order 2).
+Orders: 6 (n = 1), 4 (n = 2) and 2 (n = 3) for the symmetric schemes -- MIXED is one, detected, not
+declared -- and one less for GeneralisedMidpoint(1/3). Limits of the symbolic oracle, covered by evaluation
+instead: the modified equation at n = 2 is symbolic to order 2 (3 for the non-symmetric scheme), since the
+component derivation at order 4 does not finish in 12 minutes; the inverse of GeneralisedMidpoint(1/3) at
+n = 1 stops at order 4, since the free derivation at order 5 does not finish in 10 minutes.
+
+Slow tests (``@pytest.mark.slow``, deselected by default in setup.cfg; about 12 minutes together on a
+loaded 2-core machine; run them with ``OMP_NUM_THREADS=1 python3 -m pytest tests/test_free_exact.py -m slow``):
+n = 1 to order 6 and n = 2 to order 4 symbolically, n = 3 to order 4 by evaluation; and, to keep CI
+within its budget, the evaluation cases of the schemes beyond the midpoint rule (and the custom scheme at
+n = 3, order 2).
 """
 
 import random
@@ -123,7 +130,12 @@ def test_n1_to_order6_symbolic(scheme, kind):
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("scheme", SCHEMES, ids=repr)
 def test_n2_to_order4_symbolic(scheme, kind):
-    _agree_symbolic(scheme, 2, _order(scheme, 4), (kind,))
+    order = _order(scheme, 4)
+    if kind == "modified_equation" and order == 4:
+        # the component modified equation at n = 2, order 4 (and the expansion of its 1,500 trees into
+        # components) does not finish in 12 minutes: order 2 here, order 4 by evaluation
+        order = 2
+    _agree_symbolic(scheme, 2, order, (kind,))
 
 
 # --------------------------------------------------------------------------- evaluation oracle
