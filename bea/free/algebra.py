@@ -228,9 +228,16 @@ class Algebra:
     def derivative(self, S: HSeries, F: HSeries, limit: int = EXACT) -> HSeries:
         """Total derivative of a tree series along :math:`\\ddot q = F` (Leibniz over factors)."""
         val = S.valuation()
+        order = min(S.order, limit) if val == EXACT else min(S.order, limit, F.order + val)
+        return self.leibniz(S, lambda i, prec: self.d_tree(i, F, prec), order)
+
+    @staticmethod
+    def leibniz(S: HSeries, d_tree, order: int) -> HSeries:
+        """A derivation applied to a tree series by the Leibniz rule over the factors of each
+        monomial; ``d_tree(i, prec)`` is its value on tree ``i`` as a series to ``h^prec``."""
+        val = S.valuation()
         if val == EXACT:
-            return HSeries([], min(S.order, limit))
-        order = min(S.order, limit, F.order + val)
+            return HSeries([], order)
         out: List[Poly] = [{} for _ in range(order + 1)]
         for hk in range(val, min(len(S.c), order + 1)):
             for m, c in S.c[hk].items():
@@ -239,7 +246,7 @@ class Algebra:
                         continue
                     r = m.count(x)
                     rest = m[:idx] + m[idx + 1 :]
-                    dx = self.d_tree(x, F, order - hk)
+                    dx = d_tree(x, order - hk)
                     for k2 in range(min(len(dx.c), order - hk + 1)):
                         for m2, c2 in dx.c[k2].items():
                             _acc(out, hk + k2, tuple(sorted(rest + m2)), r * c * c2)

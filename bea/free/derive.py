@@ -24,6 +24,7 @@ with :math:`L`: :math:`A_X = A + (M + \delta M)^{-1}(\delta_q - \delta_{qv}[v] -
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
@@ -32,8 +33,9 @@ from ..hseries import EXACT, HSeries, Poly, Q
 from ..errors import InconsistentSchemeError, UnsupportedSchemeError
 from ..schemes import Scheme
 from .algebra import Algebra, lagrangian_at
+from .shift import Shift
 from .substitution import LagrangianSubstitution
-from .trees import OPEN, Forest, single_node
+from .trees import A, OPEN, Forest, single_node
 from .vectors import VecSeries
 
 
@@ -59,6 +61,8 @@ class FreeDerivation:
         self._symmetric: Optional[bool] = scheme.symmetric
         self._F: Optional[HSeries] = None
         self._lmod: Dict[int, HSeries] = {}
+        self._linv: Dict[int, HSeries] = {}
+        self._lam: Dict[int, HSeries] = {}
         self.L = self.forest.id(single_node((), ()))
 
     # ------------------------------------------------------------------ helpers
@@ -157,16 +161,25 @@ class FreeDerivation:
         return bool(self.scheme.symmetric)
 
     # ------------------------------------------------------------------ steps 2-3
+    def _mesh_points(self, order: int):
+        return VecSeries.taylor(-Q(1, 2), order + 2), VecSeries.taylor(Q(1, 2), order + 2)
+
+    def _mesh(self, order: int) -> HSeries:
+        r"""The meshed Lagrangian :math:`\Lambda = L_\Delta(q(t-h/2), q(t+h/2))/h` to ``h^order``, jets unsubstituted."""
+        if order not in self._lam:
+            lam, odd_zero = mesh_lambda(self.scheme, self._eval_scheme(*self._mesh_points(order)), self._h(), order, {(self.L,): Q(1)})
+            if self._symmetric is None and order >= 3:
+                self._symmetric = odd_zero
+            elif self._symmetric and not odd_zero:
+                raise InconsistentSchemeError(f"scheme {self.scheme!r} is declared symmetric but its expansion has odd powers of h")
+            self._lam[order] = lam
+        return self._lam[order]
+
     def modified_lagrangian(self, order: int) -> HSeries:
         if order in self._lmod:
             return self._lmod[order]
-        a = VecSeries.taylor(-Q(1, 2), order + 2)
-        b = VecSeries.taylor(Q(1, 2), order + 2)
-        lam, odd_zero = mesh_lambda(self.scheme, self._eval_scheme(a, b), self._h(), order, {(self.L,): Q(1)})
-        if self._symmetric is None:
-            self._symmetric = odd_zero
-        elif self._symmetric and not odd_zero:
-            raise InconsistentSchemeError(f"scheme {self.scheme!r} is declared symmetric but its expansion has odd powers of h")
+        lam = self._mesh(max(order, 3))
+        lam = lam.truncate(order)
         F = self.modified_equation(max(order - 1, 0))
         values = self._jet_values(F, order, [lam])
         lam = self.alg.substitute_jets(lam, values, order)
@@ -188,6 +201,59 @@ class FreeDerivation:
 
     # ------------------------------------------------------------------ step 4
     def inverse_modified_lagrangian(self, order: int) -> HSeries:
+        r""":math:`L_{inv} = L + \sum_{k \ge 1} h^k Y_k` whose discrete flow is the exact flow of ``L``.
+
+        The modified equation of :math:`L_{inv}` is :math:`\ddot q = A`, the Euler-Lagrange
+        equation of ``L``; so, with the jets :math:`q^{(k)} = D_A^{k-2} A` of the exact flow, the
+        defining identity :math:`\mathrm{mod}(L_{inv}) = L` reads
+        :math:`\Lambda_{L_{inv}} = \frac{\sinh(hD_A/2)}{hD_A/2} L`, the mean of ``L`` over the step
+        along the exact flow. The meshed Lagrangian
+        :math:`\Lambda_X = L_\Delta[X](q(t-h/2), q(t+h/2))/h` is linear in ``X`` and tends to ``X``,
+        which gives each :math:`Y_k` explicitly:
+        :math:`Y_k = [\frac{\sinh(hD_A/2)}{hD_A/2} L - \Lambda_L]_k - \sum_{1 \le j < k} [\Lambda_{Y_j}]_{k-j}`.
+        Only the exact flow of ``L`` and the Taylor expansion of the :math:`Y_j` at the scheme's
+        points enter (:mod:`bea.free.shift`), not the modified equation.
+        """
+        if order in self._linv:
+            return self._linv[order]
+        lam = self._mesh(order)
+        if any(len(m) != 1 for p in lam.c for m in p):
+            # a discrete Lagrangian that is not linear in L: substitute into the modified Lagrangian
+            out = self._inverse_by_substitution(order)
+            self._linv[order] = out
+            return out
+        f = self.forest
+        FA = HSeries([{(f.id((3, A)),): Q(1)}], EXACT)
+        rest = (self._exact_mean(order) - lam).truncate(order)
+        jets = self._jet_values(FA, order, [rest])
+        rest = self.alg.normalize(self.alg.substitute_jets(rest, jets, order))
+        a, b = self._mesh_points(order)
+        shift = Shift(self.alg)
+        coeffs: List[Poly] = [{(self.L,): Q(1)}]
+        for k in range(1, order + 1):
+            yk = {} if self.symmetric and k % 2 else dict(rest[k])
+            coeffs.append(yk)
+            if not yk or k == order:
+                continue
+            prec = order - k
+            ld = evaluate_scheme(self.scheme, lambda x, y, Y=yk: shift.at(Y, x, y, prec + 1), a, b, self._h())
+            lam_y, _ = mesh_lambda(self.scheme, ld, self._h(), prec, yk)
+            rest = rest - HSeries([{}] * k + self.alg.normalize(self.alg.substitute_jets(lam_y, jets, prec)).c, order)
+        out = self.alg.normalize(HSeries(coeffs, order))
+        self._linv[order] = out
+        return out
+
+    def _exact_mean(self, order: int) -> HSeries:
+        r""":math:`\frac{\sinh(hD/2)}{hD/2} L = \frac1h \int_{-h/2}^{h/2} L(q(t+s), \dot q(t+s))\, ds`
+        to ``h^order``, in the jets of the curve (the discrete Lagrangian of the exact flow, per step)."""
+        x = VecSeries.taylor(1, order)
+        y = VecSeries([{k + 1: Q(1, math.factorial(k))} for k in range(order + 1)], order)
+        along = self.alg.normalize(lagrangian_at(self.forest, x, y))
+        return HSeries([{m: c * Q(1, 2**k * (k + 1)) for m, c in p.items()} if k % 2 == 0 else {} for k, p in enumerate(along.c)], order)
+
+    def _inverse_by_substitution(self, order: int) -> HSeries:
+        r"""The inverse by iteration, :math:`Y_k = -[\mathrm{mod}(L + \sum_{j<k} h^j Y_j) - L]_k`,
+        substituting into the generic modified Lagrangian (:mod:`bea.free.substitution`)."""
         P = self.modified_lagrangian(order)
         sub = LagrangianSubstitution(self.forest)
         coeffs: List[Poly] = [{(self.L,): Q(1)}]

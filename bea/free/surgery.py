@@ -71,13 +71,15 @@ def total_derivative_parts(
     return out
 
 
-def partial_parts(g: Graph, kind: int, port: int) -> List[Tuple[int, Graph]]:
+def partial_parts(g: Graph, kind: int, port: int, constant_jets: bool = False) -> List[Tuple[int, Graph]]:
     r"""Terms of the partial derivative :math:`\partial_q` (``kind`` 0) or :math:`\partial_v`
     (``kind`` 1) of the forest ``g`` in a direction given by the leaf ``port`` (to be glued later).
 
     A node gains a slot holding ``port``; an edge :math:`M^{-1}` gives
     :math:`-M^{-1}(\partial M)M^{-1}` (a node :math:`L^{(1,2)}` or :math:`L^{(0,3)}` inserted);
-    for :math:`\partial_v` a leaf :math:`v` becomes ``port``.
+    for :math:`\partial_v` a leaf :math:`v` becomes ``port``. Jet leaves :math:`q^{(k)}` are an
+    error unless ``constant_jets`` (they are then independent of :math:`(q, v)`: a Taylor
+    expansion in which the jets are substituted afterwards).
     """
     out = []
     for x, node in enumerate(g):
@@ -100,7 +102,8 @@ def partial_parts(g: Graph, kind: int, port: int) -> List[Tuple[int, Graph]]:
                 connect(h, z, 0, x, s)
                 out.append((-1, h))
             elif not isinstance(c, tuple) and 2 <= c < OPEN:
-                raise TreeError("partial derivative of a tree with jets")
+                if not constant_jets:
+                    raise TreeError("partial derivative of a tree with jets")
             elif c == A:
                 for sign, vec in _accel_partials(kind, port):
                     out.append((sign, attach_vector(g, x, s, vec, None)))
