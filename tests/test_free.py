@@ -20,6 +20,9 @@ KINDS = ("modified_equation", "modified_lagrangian", "inverse_modified_lagrangia
 MIXED = bea.CustomScheme(lambda L, a, b, h: h / 2 * L((a + b) / 2, (b - a) / h) + h / 4 * (L(a, (b - a) / h) + L(b, (b - a) / h)),
                          name="mid-trap-average")
 SCHEMES = [bea.Midpoint(), bea.Trapezoidal(), bea.GeneralisedMidpoint("1/3"), MIXED]
+#: a discrete Lagrangian that is not linear in L (consistent: the square is O(h^3))
+SQUARE = bea.CustomScheme(lambda L, a, b, h: h / 2 * (L(a, (b - a) / h) + L(b, (b - a) / h))
+                          + h / 8 * (L(a, (b - a) / h) - L(b, (b - a) / h)) ** 2, name="trap-plus-square")
 
 
 def _agree(scheme, n, order, kinds=KINDS):
@@ -38,6 +41,25 @@ def _agree(scheme, n, order, kinds=KINDS):
 @pytest.mark.parametrize("scheme", SCHEMES, ids=repr)
 def test_exact_agreement_with_components_n1(scheme):
     _agree(scheme, 1, 4 if scheme.symmetric else 3)
+
+
+def test_scheme_not_linear_in_L_agrees_with_components():
+    # products of values of L: the first variation keeps the terms linear in the variation, and the
+    # inverse falls back to substitution into the modified Lagrangian
+    _agree(SQUARE, 1, 4)
+    _agree(SQUARE, 2, 2)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES, ids=repr)
+def test_inverse_by_mean_value_equals_inverse_by_substitution(scheme):
+    # two independent constructions of L_inv (exact mean of L minus the scheme's expansion, against
+    # substituting L_inv into the generic modified Lagrangian) give the same normal form, exactly
+    order = 4
+    d = FreeDerivation(scheme)
+    new = d.inverse_modified_lagrangian(order)
+    old = d._inverse_by_substitution(order)
+    assert [dict(new[k]) for k in range(order + 1)] == [dict(old[k]) for k in range(order + 1)]
+    assert sum(len(new[k]) for k in range(1, order + 1)) > 0
 
 
 @pytest.mark.parametrize("scheme", [bea.Midpoint(), bea.Trapezoidal(), bea.GeneralisedMidpoint("1/3")], ids=repr)
@@ -71,16 +93,16 @@ def _lagrangian(n, seed=0):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("n,order", [(1, 4), (2, 2)])
-def test_torch_agrees_with_component_code(kind, n, order):
+@pytest.mark.parametrize("n,order,scheme", [(1, 4, "midpoint"), (2, 2, "midpoint"), (2, 2, SQUARE)])
+def test_torch_agrees_with_component_code(kind, n, order, scheme):
     if kind == "modified_equation":
         order = 2
     L = _lagrangian(n)
     g = torch.Generator().manual_seed(1)
     q = torch.randn(7, n, generator=g, dtype=torch.float64)
     v = torch.randn(7, n, generator=g, dtype=torch.float64)
-    free = bea.compile_torch(kind, "midpoint", order)
-    comp = bea.compile_torch(kind, "midpoint", order, dim=n)
+    free = bea.compile_torch(kind, scheme, order)
+    comp = bea.compile_torch(kind, scheme, order, dim=n)
     a, b = free(L, q, v, 0.3), comp(L, q, v, 0.3)
     assert a.shape == b.shape
     assert torch.allclose(a, b, rtol=1e-12, atol=1e-12 * float(b.abs().max()))

@@ -12,7 +12,12 @@ on tree polynomials (:mod:`bea.free.trees`), so that one derivation holds for ev
    replaced by :math:`D_F^{m-2}F`. Because :math:`D` restricted to solutions of
    :math:`\ddot q = F` is :math:`D_F`, the modified Lagrangian is
    :math:`\frac{hD_F/2}{\sinh(hD_F/2)}\Lambda` truncated at :math:`h^N`.
-3. *Inverse.* :math:`L_{inv} \leftarrow L_{inv} - [\mathrm{mod}(L_{inv}) - L]_k`, ``k = 1..N``,
+3. *Inverse.* The modified equation of :math:`L_{inv}` is the Euler-Lagrange equation of
+   :math:`L`, so :math:`\Lambda_{L_{inv}}` on the exact flow must equal the mean of :math:`L`
+   over a step, :math:`\frac{\sinh(hD_A/2)}{hD_A/2} L`; as :math:`\Lambda_X` is linear in
+   :math:`X`, this gives :math:`L_{inv} = L + \sum_k h^k Y_k` term by term (see
+   :meth:`FreeDerivation.inverse_modified_lagrangian`). A discrete Lagrangian that is not linear
+   in :math:`L` falls back on :math:`L_{inv} \leftarrow L_{inv} - [\mathrm{mod}(L_{inv}) - L]_k`,
    where :math:`\mathrm{mod}(X)` substitutes :math:`X` for :math:`L` in the generic formula.
 
 Throughout, :math:`L_q` is eliminated in favour of the Euler-Lagrange acceleration
@@ -117,7 +122,9 @@ class FreeDerivation:
         qp = VecSeries.taylor(1, K + 1)
         S = self._eval_scheme(qm, q0) + self._eval_scheme(q0, qp)
         f = self.forest
-        E = HSeries([{m: c for m, c in p.items() if any(f.is_covector(x) for x in m)} for p in S.c], S.order)
+        # the first variation: monomials linear in the variation (a discrete Lagrangian that is a
+        # product of values of L also yields higher powers, one open slot per varied factor)
+        E = HSeries([{m: c for m, c in p.items() if sum(f.is_covector(x) for x in m) == 1} for p in S.c], S.order)
         if E.order < K:
             raise InconsistentSchemeError(f"scheme {self.scheme!r} loses too many powers of h (known to h^{E.order}, need h^{K})")
         if E.valuation() < 2:
