@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Tuple
 from ..errors import InconsistentSchemeError
 from ..hseries import EXACT, HSeries, Poly, Q
 from .surgery import attach_vector, eliminate_lq, has_lq, total_derivative_parts
-from .trees import A, OPEN, PORT, UPPER, V, Forest, Graph, TreeError, find_leaf, single_node
+from .trees import A, OPEN, PORT, UPPER, V, Forest, Graph, TreeError, copy_graph, find_leaf, single_node
 from .vectors import POSITION, VecSeries
 
 ACC = PORT - 1  # placeholder leaf for q'' = F while differentiating
@@ -105,6 +105,7 @@ class Algebra:
         self._group_memo: Dict[Tuple[int, int], Dict[int, list]] = {}
         self._raise_memo: Dict[int, Tuple[int, ...]] = {}
         self._normal: Dict[int, list] = {}
+        self._jet_memo: Dict[int, HSeries] = {}
 
     # ----------------------------------------------------------- total derivative
     def _vector_terms(self, F: HSeries, prec: int) -> Dict[int, list]:
@@ -251,6 +252,40 @@ class Algebra:
                         for m2, c2 in dx.c[k2].items():
                             _acc(out, hk + k2, tuple(sorted(rest + m2)), r * c * c2)
         return HSeries(out, order)
+
+    def jet_derivative(self, S: HSeries, order: int) -> HSeries:
+        r"""The total derivative :math:`D = v\cdot\partial_q + \ddot q\cdot\partial_v + \sum_k q^{(k+1)}\cdot\partial_{q^{(k)}}`
+        of a series in the jets of an arbitrary curve (no equation of motion imposed): a node gains
+        a q-slot holding :math:`v` or a v-slot holding :math:`\ddot q`, and a leaf :math:`q^{(k)}`
+        becomes :math:`q^{(k+1)}`. The trees must be plain nodes with jet leaves (no
+        :math:`M^{-1}`, no acceleration :math:`A`: the series before normalisation)."""
+        f = self.forest
+
+        def d_tree(i: int, prec: int) -> HSeries:
+            res = self._jet_memo.get(i)
+            if res is None:
+                g = f.graph(i)
+                out: Poly = {}
+                for x, node in enumerate(g):
+                    variants = []
+                    for extra in ((0, V), (1, 2)):
+                        h = copy_graph(g)
+                        h[x].append(list(extra))
+                        variants.append(h)
+                    for s, (_, c) in enumerate(node):
+                        if not isinstance(c, int) or not V <= c < OPEN:
+                            raise TreeError("jet derivative of a tree with edges, A or free indices")
+                        h = copy_graph(g)
+                        h[x][s][1] = c + 1
+                        variants.append(h)
+                    for h in variants:
+                        m = f.monomial(h)
+                        out[m] = out.get(m, 0) + 1
+                res = HSeries([{m: Q(c) for m, c in out.items() if c}], EXACT)
+                self._jet_memo[i] = res
+            return res
+
+        return self.leibniz(S, d_tree, order)
 
     # ----------------------------------------------------------- jets
     def jet_tree(self, i: int, values: Dict[int, HSeries], prec: int) -> HSeries:

@@ -67,20 +67,21 @@ class FreeDerivation:
         self._F: Optional[HSeries] = None
         self._lmod: Dict[int, HSeries] = {}
         self._linv: Dict[int, HSeries] = {}
-        self._lam: Dict[int, HSeries] = {}
+        self._lam: Dict[tuple, HSeries] = {}
         self.L = self.forest.id(single_node((), ()))
 
     # ------------------------------------------------------------------ helpers
     def _h(self) -> HSeries:
         return HSeries.h_power(1, 1, EXACT)
 
-    def _eval_scheme(self, a: VecSeries, b: VecSeries) -> HSeries:
+    def _eval_scheme(self, a: VecSeries, b: VecSeries, normalize: bool = True) -> HSeries:
         forest = self.forest
 
         def L(x, y):
             if not isinstance(x, VecSeries) or not isinstance(y, VecSeries):
                 raise UnsupportedSchemeError("L must be called with the position and velocity built from a, b and h")
-            return self.alg.normalize(lagrangian_at(forest, x, y))
+            val = lagrangian_at(forest, x, y)
+            return self.alg.normalize(val) if normalize else val
 
         return evaluate_scheme(self.scheme, L, a, b, self._h())
 
@@ -171,32 +172,43 @@ class FreeDerivation:
     def _mesh_points(self, order: int):
         return VecSeries.taylor(-Q(1, 2), order + 2), VecSeries.taylor(Q(1, 2), order + 2)
 
-    def _mesh(self, order: int) -> HSeries:
-        r"""The meshed Lagrangian :math:`\Lambda = L_\Delta(q(t-h/2), q(t+h/2))/h` to ``h^order``, jets unsubstituted."""
-        if order not in self._lam:
-            lam, odd_zero = mesh_lambda(self.scheme, self._eval_scheme(*self._mesh_points(order)), self._h(), order, {(self.L,): Q(1)})
+    def _mesh(self, order: int, normalize: bool = True) -> HSeries:
+        r"""The meshed Lagrangian :math:`\Lambda = L_\Delta(q(t-h/2), q(t+h/2))/h` to ``h^order``, jets
+        unsubstituted; ``normalize=False`` keeps :math:`L_q` (plain nodes with jet leaves)."""
+        key = (order, normalize)
+        if key not in self._lam:
+            ld = self._eval_scheme(*self._mesh_points(order), normalize=normalize)
+            lam, odd_zero = mesh_lambda(self.scheme, ld, self._h(), order, {(self.L,): Q(1)})
             if self._symmetric is None and order >= 3:
                 self._symmetric = odd_zero
             elif self._symmetric and not odd_zero:
                 raise InconsistentSchemeError(f"scheme {self.scheme!r} is declared symmetric but its expansion has odd powers of h")
-            self._lam[order] = lam
-        return self._lam[order]
+            self._lam[key] = lam
+        return self._lam[key]
 
     def modified_lagrangian(self, order: int) -> HSeries:
+        r""":math:`L_{mod} = \frac{hD/2}{\sinh(hD/2)}\Lambda` on the solutions of the modified equation.
+
+        The operator is applied first in the jets of an arbitrary curve, where :math:`D` only shifts
+        jets (:meth:`~bea.free.algebra.Algebra.jet_derivative`) and the series stays small (64
+        terms at :math:`h^6` for the midpoint rule); the jets :math:`q^{(k)} = D_F^{k-2}F` of the
+        modified equation are substituted once, at the end. Both orders of the two steps give the
+        same series, because :math:`D` restricted to solutions of :math:`\ddot q = F` is :math:`D_F`.
+        """
         if order in self._lmod:
             return self._lmod[order]
-        lam = self._mesh(max(order, 3))
-        lam = lam.truncate(order)
-        F = self.modified_equation(max(order - 1, 0))
-        values = self._jet_values(F, order, [lam])
-        lam = self.alg.substitute_jets(lam, values, order)
+        self._mesh(max(order, 3))  # decides the symmetry before the modified equation needs it
+        lam = self._mesh(max(order, 3), normalize=False).truncate(order)
         weights = _mesh_weights(order)
         out = lam
         d = lam
         for k in range(1, order // 2 + 1):
-            d = self.alg.derivative(self.alg.derivative(d, F, order - 2 * k), F, order - 2 * k)
+            d = self.alg.jet_derivative(self.alg.jet_derivative(d, order - 2 * k), order - 2 * k)
             out = out + HSeries([{}] * (2 * k) + [{(): weights[k]}], EXACT) * d
         out = out.truncate(order)
+        F = self.modified_equation(max(order - 1, 0))
+        values = self._jet_values(F, order, [out])
+        out = self.alg.normalize(self.alg.substitute_jets(out, values, order)).truncate(order)
         self._lmod[order] = out
         return out
 
