@@ -17,7 +17,7 @@ import copy
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Union
+from typing import Callable, Dict, List, Optional, Union
 
 import torch
 from tqdm.auto import tqdm
@@ -148,13 +148,19 @@ def train(model: torch.nn.Module, data, loss: str = "acceleration", scheme: Unio
         return _evaluate(model, batch_loss, idx, max(batch_size, 1024))
 
     res = TrainResult(loss=loss, n_train=int(tr_idx.numel()), n_val=int(val_idx.numel()))
-    # any failure (a diverging loss, an interrupt, an error in the model) leaves the model at its best state so
-    # far (_fit keeps it in res._best_state; the initial state before the first improvement), never at the
-    # values that failed
+    _restoring_on_failure(model, res, lambda: _fit(model, res, batch_loss, evaluate, tr_idx, val_idx, opt, sched, schedule,
+                                                   params, epochs, batch_size, patience, grad_clip, min_rel_improvement,
+                                                   gen, progress, lr, loss))
+    return res
+
+
+def _restoring_on_failure(model, res: TrainResult, fit: Callable[[], None]) -> None:
+    """Run ``fit``. Any failure (a diverging loss, an interrupt, an error in the model) leaves the model at its best
+    state so far (``_fit`` keeps it in ``res._best_state``; the initial state before the first improvement), never at
+    the values that failed."""
     res._best_state = copy.deepcopy(model.state_dict())
     try:
-        _fit(model, res, batch_loss, evaluate, tr_idx, val_idx, opt, sched, schedule, params, epochs, batch_size, patience,
-             grad_clip, min_rel_improvement, gen, progress, lr, loss)
+        fit()
     except BaseException as err:
         model.load_state_dict(res._best_state)
         model.eval()
@@ -164,7 +170,6 @@ def train(model: torch.nn.Module, data, loss: str = "acceleration", scheme: Unio
         raise
     finally:
         del res._best_state
-    return res
 
 
 def _check_options(model, epochs, batch_size, patience, lr, del_normalisation):
