@@ -14,7 +14,8 @@ from learners.metrics import level_set_error
 from learners.modlanet.data import pendulum_chain_snapshots
 from learners.neural.baselines import parameter_count
 from learners.neural.rollout import rollout_metrics, rollout_variational, true_energy
-from learners.neural.training import inverse_lagrangian, recovered_energy, recovered_lagrangian, train
+from learners.neural.prediction import inverse_lagrangian, recovered_energy, recovered_lagrangian
+from learners.neural.training import train
 
 from .modlanet_config import ModLaNetConfig
 from .modlanet_stages import _data, _energy_curve, _modlanet, _positions, _rollout_row, _system, _train_kwargs
