@@ -142,14 +142,7 @@ def euler_lagrange_acceleration(lagrangian: Callable[[torch.Tensor, torch.Tensor
             raise ValueError("the Lagrangian does not depend on the velocities: d^2L/dv^2 = 0, no acceleration is defined")
         if gq is None:
             gq = torch.zeros_like(qq)
-        rows_vv, rows_vq = [], []
-        for i in range(n):
-            dq, dv = torch.autograd.grad(gv[..., i].sum(), (qq, vv), create_graph=create_graph, retain_graph=True,
-                                         allow_unused=True)
-            rows_vq.append(torch.zeros_like(qq) if dq is None else dq)
-            rows_vv.append(torch.zeros_like(vv) if dv is None else dv)
-        M = torch.stack(rows_vv, -2)  # (..., n, n), M[..., i, j] = d^2 L / dv_i dv_j
-        Lvq = torch.stack(rows_vq, -2)  # (..., n, n), Lvq[..., i, j] = d^2 L / dv_i dq_j
+        M, Lvq = _velocity_hessian_rows(gv, qq, vv, create_graph)
         if not create_graph:
             gq = gq.detach()
         rhs = gq - (Lvq @ vv.detach().unsqueeze(-1) if not create_graph else Lvq @ vv.unsqueeze(-1)).squeeze(-1)
@@ -159,15 +152,36 @@ def euler_lagrange_acceleration(lagrangian: Callable[[torch.Tensor, torch.Tensor
         if singular == "raise":
             check_regular(M)
         else:
-            with torch.no_grad():
-                s = torch.linalg.svdvals(M)
-                bad = ~(s[..., -1] > 1e-12 * s[..., 0]) | ~torch.isfinite(s[..., 0])
-            if bool(bad.any()):
-                M = torch.where(bad[..., None, None], torch.eye(n, dtype=M.dtype, device=M.device), M)
+            M, bad = _singular_to_identity(M)
         a = torch.linalg.solve(M, rhs.unsqueeze(-1)).squeeze(-1)
         if bad is not None and bool(bad.any()):
             a = torch.where(bad[..., None], torch.full_like(a, float("nan")), a)
     return a if create_graph else a.detach()
+
+
+def _velocity_hessian_rows(gv: torch.Tensor, qq: torch.Tensor, vv: torch.Tensor, create_graph: bool
+                           ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``M[..., i, j] = d^2 L / dv_i dv_j`` and ``Lvq[..., i, j] = d^2 L / dv_i dq_j``, each ``(..., n, n)``, from the
+    velocity gradient ``gv`` (built with ``create_graph``): one backward pass per row."""
+    rows_vv, rows_vq = [], []
+    for i in range(vv.shape[-1]):
+        dq, dv = torch.autograd.grad(gv[..., i].sum(), (qq, vv), create_graph=create_graph, retain_graph=True,
+                                     allow_unused=True)
+        rows_vq.append(torch.zeros_like(qq) if dq is None else dq)
+        rows_vv.append(torch.zeros_like(vv) if dv is None else dv)
+    return torch.stack(rows_vv, -2), torch.stack(rows_vq, -2)
+
+
+def _singular_to_identity(M: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``M`` with its singular matrices (smallest singular value below 1e-12 of the largest, or not finite)
+    replaced by the identity, so that one solve serves the batch, and the mask of those (``bad``)."""
+    n = M.shape[-1]
+    with torch.no_grad():
+        s = torch.linalg.svdvals(M)
+        bad = ~(s[..., -1] > 1e-12 * s[..., 0]) | ~torch.isfinite(s[..., 0])
+    if bool(bad.any()):
+        M = torch.where(bad[..., None, None], torch.eye(n, dtype=M.dtype, device=M.device), M)
+    return M, bad
 
 
 def _create_graph(create_graph: Optional[bool]) -> bool:

@@ -1,34 +1,8 @@
-r"""Training loop for Lagrangian networks (ModLaNet and the neural baselines), and prediction of
-position-trained models with the variational integrator and :mod:`bea`.
+r"""Training loop for Lagrangian networks (ModLaNet and the neural baselines).
 
-Two losses (docs/theory/mechanics.md, docs/theory/modlanet.md):
-
-``"acceleration"`` (the paper's)
-    data :math:`(q, v, a)`, each ``(N, n)``; :math:`\ell = \operatorname{mean}\,|\hat a(q, v) - a|^2` with
-    :math:`\hat a` = ``model.acceleration(q, v)`` (every model of the project exposes it).
-
-``"del"`` (positions only, new here)
-    data: snapshots ``(n_traj, n_steps + 1, n)`` at step ``h``, nothing else. The model is taken as the
-    *inverse modified* Lagrangian :math:`L_{inv}` of ``scheme``: for each triple
-    :math:`(q_{j-1}, q_j, q_{j+1})` the discrete Euler–Lagrange residual of the scheme's
-    :math:`L_\Delta` (:func:`bea.get_scheme`, the same definition the integrators use)
-
-    .. math::  r_j = D_2L_\Delta(q_{j-1}, q_j) + D_1L_\Delta(q_j, q_{j+1})
-                   = \partial_{q_j}\big[L_\Delta(q_{j-1}, q_j) + L_\Delta(q_j, q_{j+1})\big]
-
-    (autograd with ``create_graph``, so the loss is differentiable in the parameters) vanishes exactly
-    when the scheme applied to the model reproduces the data. :math:`r_j = O(h)` (it is :math:`h` times a
-    force), so it is divided by :math:`h`. Non-triviality: :math:`L \equiv 0`, or any
-    :math:`sL` with :math:`s \to 0`, has :math:`r = 0`. ModLaNet's kinetic term is structural and one
-    mass is fixed, so with given transforms the scale is pinned; a learned transform can still shrink
-    (:math:`x \to \epsilon x` scales :math:`T` by :math:`\epsilon^2`). The default normalisation
-    ``del_normalisation="momentum"`` divides by the mean squared discrete momentum
-    :math:`p_j = D_2L_\Delta(q_{j-1}, q_j)` of the same batch,
-
-    .. math::  \ell = \frac{\operatorname{mean}_j |r_j/h|^2}{\operatorname{mean}_j |p_j|^2},
-
-    which is invariant under :math:`L \to sL`: no scale, of the masses or of a learned transform, can
-    lower it, while :math:`L \equiv 0` is excluded by the structure. ``"h"`` uses the numerator alone.
+Losses: ``"acceleration"`` (the paper's) and ``"del"`` (positions only), defined in
+:mod:`learners.neural.losses`. Prediction of position-trained models is in :mod:`learners.neural.prediction`;
+its names (and the losses') are re-exported here, where they were defined before the split.
 
 Optimisation: Adam, a cosine (default) or reduce-on-plateau schedule, shuffled mini-batches, a
 validation split, early stopping with ``patience`` and restoration of the best state, a ``tqdm`` bar.
@@ -49,16 +23,15 @@ import torch
 from tqdm.auto import tqdm
 
 import bea
-from bea.closed_form import midpoint_inv2, midpoint_mod2
-from integrators import modified
+from bea.closed_form import midpoint_mod2
 
-from .._checks import as_tensor, check_finite, check_order, check_snapshots, check_step
+from .._checks import as_tensor, check_finite, check_snapshots, check_step
 from ..shadow.functionals import triples_from_snapshots
+from .losses import acceleration_loss, del_loss, del_residual_values
+from .prediction import inverse_lagrangian, predict_positions, recovered_energy, recovered_lagrangian
 
 __all__ = ["train", "TrainResult", "del_residual_values", "del_loss", "acceleration_loss", "recovered_lagrangian",
            "recovered_energy", "predict_positions", "midpoint_mod2", "inverse_lagrangian"]
-
-TorchLagrangian = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 @dataclass
@@ -88,36 +61,6 @@ class TrainResult:
     def __repr__(self) -> str:
         return (f"TrainResult(loss={self.loss!r}, val {self.initial_val:.3e} -> {self.best_val:.3e} (best at epoch "
                 f"{self.best_epoch} of {self.epochs_run}{', stopped early' if self.stopped_early else ''}), {self.seconds:.1f} s)")
-
-
-# ---------------------------------------------------------------------------------------------- losses
-def acceleration_loss(model, q: torch.Tensor, v: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
-    r""":math:`\operatorname{mean}|\hat a - a|^2` over the batch and the coordinates."""
-    return (model.acceleration(q, v) - a).pow(2).mean()
-
-
-def del_residual_values(lagrangian: TorchLagrangian, triples: torch.Tensor, h: float, scheme="midpoint"):
-    r"""The *values* of the DEL residuals :math:`r_j` and discrete momenta :math:`p_j = D_2L_\Delta(q_{j-1}, q_j)` of ``lagrangian``
-    at ``triples`` ``(B, 3, n)``; both ``(B, n)``, differentiable in the Lagrangian's parameters. (The DEL residuals
-    as linear *functionals* of an unknown Lagrangian, for the GP, are :func:`learners.shadow.functionals.del_residuals`.)"""
-    sch = bea.get_scheme(scheme)
-    a, c = triples[:, 0], triples[:, 2]
-    b = triples[:, 1].detach().clone().requires_grad_(True)
-    L = lambda q, v: lagrangian(q.view_as(q), v.view_as(v))  # partial derivatives when v is computed from q
-    with torch.enable_grad():
-        (p,) = torch.autograd.grad(sch(L, a, b, h).sum(), b, create_graph=True)
-        (m,) = torch.autograd.grad(sch(L, b, c, h).sum(), b, create_graph=True)
-    return p + m, p
-
-
-def del_loss(lagrangian: TorchLagrangian, triples: torch.Tensor, h: float, scheme="midpoint",
-             normalisation: str = "momentum") -> torch.Tensor:
-    r"""The ``"del"`` loss of the module docstring on a batch of triples."""
-    r, p = del_residual_values(lagrangian, triples, h, scheme)
-    num = (r / h).pow(2).sum(-1).mean()
-    if normalisation == "h":
-        return num
-    return num / p.pow(2).sum(-1).mean()
 
 
 # ---------------------------------------------------------------------------------------------- data
@@ -157,16 +100,15 @@ def _check_positive_int(x, name):
         raise ValueError(f"{name} must be a positive integer, got {x!r}")
     return x
 
-
 # ---------------------------------------------------------------------------------------------- training
 def train(model: torch.nn.Module, data, loss: str = "acceleration", scheme: Union[str, "bea.Scheme"] = "midpoint",
           h: Optional[float] = None, epochs: int = 100, lr: float = 1e-3, batch_size: int = 256, val_fraction: float = 0.1,
           patience: Optional[int] = 20, seed: int = 0, progress: bool = True, schedule: Optional[str] = "cosine",
           weight_decay: float = 0.0, grad_clip: Optional[float] = None, del_normalisation: str = "momentum",
           min_rel_improvement: float = 1e-4, inverse_order: int = 0, max_step: Optional[float] = None) -> TrainResult:
-    r"""Train ``model`` on ``data`` with the ``"acceleration"`` or the position-only ``"del"`` loss (module
-    docstring). The model's parameters are updated in place; the best state on the validation split is
-    restored at the end.
+    r"""Train ``model`` on ``data`` with the ``"acceleration"`` or the position-only ``"del"`` loss
+    (:mod:`learners.neural.losses`). The model's parameters are updated in place; the best state on the
+    validation split is restored at the end.
 
     ``data``: ``(q, v, a)`` (or an object with ``.q, .v, .a``) for ``"acceleration"``; snapshots
     ``(n_traj, n_steps + 1, n)`` at step ``h`` for ``"del"`` (then ``h`` is required; the split is over
@@ -188,6 +130,49 @@ def train(model: torch.nn.Module, data, loss: str = "acceleration", scheme: Unio
     paper's speeds (``h = 0.1``) the loss of :math:`\mathrm{inv}_2(L_{true})` is 0.25 on all triples and 1.9e-4 on those
     with ``max_step = 0.6`` (30% of them).
     """
+    epochs, batch_size, patience = _check_options(model, epochs, batch_size, patience, lr, del_normalisation)
+    gen = torch.Generator().manual_seed(int(seed))
+    if loss == "acceleration":
+        tensors, batch_loss = _acceleration_objective(model, data)
+    elif loss == "del":
+        tensors, batch_loss = _del_objective(model, data, scheme, h, del_normalisation, inverse_order, max_step)
+    else:
+        raise ValueError(f"loss must be 'acceleration' or 'del', got {loss!r}")
+    tr_idx, val_idx = _split(tensors[0].shape[0], val_fraction, gen)
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("the model has no trainable parameters")
+    opt, sched = _optimiser(params, lr, weight_decay, schedule, epochs, patience)
+
+    def evaluate(idx) -> float:
+        return _evaluate(model, batch_loss, idx, max(batch_size, 1024))
+
+    res = TrainResult(loss=loss, n_train=int(tr_idx.numel()), n_val=int(val_idx.numel()))
+    _restoring_on_failure(model, res, lambda: _fit(model, res, batch_loss, evaluate, tr_idx, val_idx, opt, sched, schedule,
+                                                   params, epochs, batch_size, patience, grad_clip, min_rel_improvement,
+                                                   gen, progress, lr, loss))
+    return res
+
+
+def _restoring_on_failure(model, res: TrainResult, fit: Callable[[], None]) -> None:
+    """Run ``fit``. Any failure (a diverging loss, an interrupt, an error in the model) leaves the model at its best
+    state so far (``_fit`` keeps it in ``res._best_state``; the initial state before the first improvement), never at
+    the values that failed."""
+    res._best_state = copy.deepcopy(model.state_dict())
+    try:
+        fit()
+    except BaseException as err:
+        model.load_state_dict(res._best_state)
+        model.eval()
+        if isinstance(err, FloatingPointError):
+            raise FloatingPointError(f"{err}. The model was restored to its best state (epoch {res.best_epoch}, validation "
+                                     f"loss {res.best_val:.3e})") from None
+        raise
+    finally:
+        del res._best_state
+
+
+def _check_options(model, epochs, batch_size, patience, lr, del_normalisation):
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     epochs = _check_positive_int(epochs, "epochs")
@@ -198,43 +183,49 @@ def train(model: torch.nn.Module, data, loss: str = "acceleration", scheme: Unio
         raise ValueError(f"lr must be a positive number, got {lr!r}")
     if del_normalisation not in ("momentum", "h"):
         raise ValueError(f"del_normalisation must be 'momentum' or 'h', got {del_normalisation!r}")
-    gen = torch.Generator().manual_seed(int(seed))
-    n_model = getattr(model, "n", None)
-    if loss == "acceleration":
-        if not callable(getattr(model, "acceleration", None)):
-            raise TypeError("the 'acceleration' loss needs a model with an .acceleration(q, v) method")
-        tensors = _acceleration_data(data, n_model)
+    return epochs, batch_size, patience
 
-        def batch_loss(idx):
-            return acceleration_loss(model, *(t[idx] for t in tensors))
-    elif loss == "del":
-        if h is None:
-            raise ValueError("the 'del' loss needs the sampling step h of the snapshots: train(..., loss='del', h=0.1)")
-        h = check_step(h)
-        sch = bea.get_scheme(scheme)
-        S = check_snapshots(data, n_model, "the training snapshots")
-        T = triples_from_snapshots(S)
-        if max_step is not None:
-            if not (isinstance(max_step, (int, float)) and max_step > 0 and math.isfinite(max_step)):
-                raise ValueError(f"max_step must be a positive number (a displacement per step), got {max_step!r}")
-            keep = ((T[:, 2] - T[:, 0]).abs() / 2).amax(-1) <= max_step
-            if int(keep.sum()) < 2:
-                raise ValueError(f"max_step={max_step} keeps {int(keep.sum())} of {T.shape[0]} triples: the data move faster "
-                                 f"than that per step; raise max_step or sample with a smaller h")
-            T = T[keep]
-        tensors = (T,)
-        target = inverse_lagrangian(model, inverse_order, h, sch) if inverse_order else model
 
-        def batch_loss(idx):
-            return del_loss(target, tensors[0][idx], h, sch, del_normalisation)
-    else:
-        raise ValueError(f"loss must be 'acceleration' or 'del', got {loss!r}")
+def _acceleration_objective(model, data):
+    """The training tensors ``(q, v, a)`` and the loss of a batch of their indices."""
+    if not callable(getattr(model, "acceleration", None)):
+        raise TypeError("the 'acceleration' loss needs a model with an .acceleration(q, v) method")
+    tensors = _acceleration_data(data, getattr(model, "n", None))
 
-    N = tensors[0].shape[0]
-    tr_idx, val_idx = _split(N, val_fraction, gen)
-    params = [p for p in model.parameters() if p.requires_grad]
-    if not params:
-        raise ValueError("the model has no trainable parameters")
+    def batch_loss(idx):
+        return acceleration_loss(model, *(t[idx] for t in tensors))
+    return tensors, batch_loss
+
+
+def _del_objective(model, data, scheme, h, del_normalisation, inverse_order, max_step):
+    """The training triples ``(T,)`` and the loss of a batch of their indices."""
+    if h is None:
+        raise ValueError("the 'del' loss needs the sampling step h of the snapshots: train(..., loss='del', h=0.1)")
+    h = check_step(h)
+    sch = bea.get_scheme(scheme)
+    S = check_snapshots(data, getattr(model, "n", None), "the training snapshots")
+    T = _slow_triples(triples_from_snapshots(S), max_step)
+    target = inverse_lagrangian(model, inverse_order, h, sch) if inverse_order else model
+
+    def batch_loss(idx):
+        return del_loss(target, T[idx], h, sch, del_normalisation)
+    return (T,), batch_loss
+
+
+def _slow_triples(T: torch.Tensor, max_step: Optional[float]) -> torch.Tensor:
+    """The triples whose half central difference is at most ``max_step`` (all of them for ``None``)."""
+    if max_step is None:
+        return T
+    if not (isinstance(max_step, (int, float)) and max_step > 0 and math.isfinite(max_step)):
+        raise ValueError(f"max_step must be a positive number (a displacement per step), got {max_step!r}")
+    keep = ((T[:, 2] - T[:, 0]).abs() / 2).amax(-1) <= max_step
+    if int(keep.sum()) < 2:
+        raise ValueError(f"max_step={max_step} keeps {int(keep.sum())} of {T.shape[0]} triples: the data move faster "
+                         f"than that per step; raise max_step or sample with a smaller h")
+    return T[keep]
+
+
+def _optimiser(params, lr, weight_decay, schedule, epochs, patience):
     opt = torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
     if schedule == "cosine":
         sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs, eta_min=lr / 100)
@@ -244,33 +235,17 @@ def train(model: torch.nn.Module, data, loss: str = "acceleration", scheme: Unio
         sched = None
     else:
         raise ValueError(f"schedule must be 'cosine', 'plateau' or None, got {schedule!r}")
+    return opt, sched
 
-    def evaluate(idx) -> float:
-        model.eval()
-        total, chunk = 0.0, max(batch_size, 1024)
-        for a in range(0, idx.numel(), chunk):
-            part = idx[a:a + chunk]
-            total += float(batch_loss(part).detach()) * part.numel()
-        return total / idx.numel()
 
-    res = TrainResult(loss=loss, n_train=int(tr_idx.numel()), n_val=int(val_idx.numel()))
-    # any failure (a diverging loss, an interrupt, an error in the model) leaves the model at its best state so
-    # far (_fit keeps it in res._best_state; the initial state before the first improvement), never at the
-    # values that failed
-    res._best_state = copy.deepcopy(model.state_dict())
-    try:
-        _fit(model, res, batch_loss, evaluate, tr_idx, val_idx, opt, sched, schedule, params, epochs, batch_size, patience,
-             grad_clip, min_rel_improvement, gen, progress, lr, loss)
-    except BaseException as err:
-        model.load_state_dict(res._best_state)
-        model.eval()
-        if isinstance(err, FloatingPointError):
-            raise FloatingPointError(f"{err}. The model was restored to its best state (epoch {res.best_epoch}, validation "
-                                     f"loss {res.best_val:.3e})") from None
-        raise
-    finally:
-        del res._best_state
-    return res
+def _evaluate(model, batch_loss, idx, chunk: int) -> float:
+    """The mean loss over the indices ``idx``, in chunks, in eval() mode."""
+    model.eval()
+    total = 0.0
+    for a in range(0, idx.numel(), chunk):
+        part = idx[a:a + chunk]
+        total += float(batch_loss(part).detach()) * part.numel()
+    return total / idx.numel()
 
 
 def _fit(model, res, batch_loss, evaluate, tr_idx, val_idx, opt, sched, schedule, params, epochs, batch_size, patience,
@@ -323,83 +298,3 @@ def _fit(model, res, batch_loss, evaluate, tr_idx, val_idx, opt, sched, schedule
     model.load_state_dict(best_state)
     model.eval()
     res.seconds = time.perf_counter() - t0
-
-
-# ---------------------------------------------------------------------------------------------- prediction
-# mod_N / inv_N of a model, its energy and predictions: one implementation, integrators.modified; these
-# names are kept for the README and the notebooks (``method`` is accepted for compatibility: every value
-# takes the dimension-free formula).
-def _method(method: str) -> None:
-    if method not in ("auto", "bea", "formula"):
-        raise ValueError(f"method must be 'auto', 'bea' or 'formula', got {method!r}")
-
-
-def recovered_lagrangian(model: TorchLagrangian, order: int = 2, h: float = 0.1, scheme="midpoint",
-                         method: str = "auto") -> TorchLagrangian:
-    r""":math:`L_{rec} = \mathrm{mod}_N(L_{inv})` for a model trained as :math:`L_{inv}` (``"del"`` loss) at step ``h``
-    (:func:`integrators.modified.modified_lagrangian`). ``order=0`` returns the model itself."""
-    _method(method)
-    return modified.modified_lagrangian(model, order, check_step(h), scheme)
-
-
-def inverse_lagrangian(model: TorchLagrangian, order: int = 2, h: float = 0.1, scheme="midpoint",
-                       method: str = "auto") -> TorchLagrangian:
-    r""":math:`L_{inv} = \mathrm{inv}_N(L)` for a model of the *true* Lagrangian (docs/theory/inverse.md)
-    (:func:`integrators.modified.inverse_lagrangian`). ``order=0``: the model itself."""
-    _method(method)
-    return modified.inverse_lagrangian(model, order, check_step(h), scheme)
-
-
-def recovered_energy(model: TorchLagrangian, order: int = 2, h: float = 0.1, scheme="midpoint",
-                     method: str = "auto") -> TorchLagrangian:
-    r"""The identified energy :math:`H_{rec}[N] = \partial_vL_{rec}\cdot v - L_{rec}` (:func:`recovered_lagrangian`)."""
-    _method(method)
-    return modified.recovered_energy(model, order, check_step(h), scheme)
-
-
-class _Frozen:
-    """Parameters temporarily without ``requires_grad`` (no parameter graphs while integrating), model in eval()."""
-
-    def __init__(self, model):
-        self.model = model
-
-    def __enter__(self):
-        self.flags = [(p, p.requires_grad) for p in self.model.parameters()] if isinstance(self.model, torch.nn.Module) else []
-        self.mode = getattr(self.model, "training", None)
-        for p, _ in self.flags:
-            p.requires_grad_(False)
-        if self.mode is not None:
-            self.model.eval()
-        return self.model
-
-    def __exit__(self, *exc):
-        for p, f in self.flags:
-            p.requires_grad_(f)
-        if self.mode is not None:
-            self.model.train(self.mode)
-        return False
-
-
-def predict_positions(model: TorchLagrangian, q0, qdot0, steps: int, h: float, scheme="midpoint", order: int = 2,
-                      on_failure: str = "raise", method: str = "auto", inverse_order: int = 0, **newton) -> torch.Tensor:
-    r"""Positions ``(steps + 1, batch..., n)`` of a model trained as :math:`L_{inv}` (``"del"`` loss, step ``h``):
-    the scheme's variational integrator on the model (:class:`integrators.VariationalIntegrator`) from
-    ``(q0, qdot0)``, with the initial momentum :math:`p_0 = \partial_v\,\mathrm{mod}_N(\text{model})(q_0, \dot q_0)`
-    (docs/theory/lsi.md; ``order=0``: the model's own momentum). ``newton``: options of the integrator (``xtol``,
-    ``maxiter``, …); ``on_failure="mask"`` returns ``(q, valid)`` as the integrator does.
-
-    ``inverse_order=N > 0``: for a model trained with ``train(..., inverse_order=N)`` (a model of the true
-    :math:`L`): the scheme integrates :math:`\mathrm{inv}_N(\text{model})` and :math:`p_0 = \partial_v\text{model}`
-    (``order`` is then ignored)."""
-    _method(method)
-    q0, qdot0 = as_tensor(q0, "q0"), as_tensor(qdot0, "qdot0")
-    check_finite(q0, "q0")
-    check_finite(qdot0, "qdot0")
-    n = getattr(model, "n", None)
-    if n is not None and (q0.shape[-1] != n or q0.shape != qdot0.shape):
-        raise ValueError(f"dimension mismatch: q0 and qdot0 must have shape (batch..., {n}), got {tuple(q0.shape)} and "
-                         f"{tuple(qdot0.shape)}")
-    with _Frozen(model), torch.enable_grad():
-        sol = modified.predict(model, q0, qdot0, steps, check_step(h), scheme, order, inverse_order=inverse_order,
-                               on_failure=on_failure, **newton)
-    return sol.q if on_failure == "raise" else (sol.q, sol.valid)

@@ -39,17 +39,18 @@ end the posterior variances are scaled (``FunctionalGP.variance_scale``, the mea
 
 ``lengthscale=`` (or the paper's ``epsilon=``, :math:`\ell = \varepsilon/\sqrt2`) fixes the
 lengthscale and skips learning; ``noise=`` then sets :math:`\rho` (default ``1e-12``).
+
+The search itself is in :mod:`learners.shadow.hyperparameter_search`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Dict, Optional, Sequence, Tuple, Union
+from typing import Dict, Optional, Sequence, Union
 
 import gpytorch
 import torch
 from gpytorch.constraints import Positive
-from tqdm.auto import tqdm
 
 import bea
 
@@ -58,18 +59,12 @@ from ..saving import recorded
 from .._checks import check_states, check_step
 from .functionals import Functionals
 from .gp import FunctionalGP
+from .hyperparameter_search import (MIN_NOISE, grid_best, grid_search, objective, pattern_search, set_hyperparameters, settle, spread,
+                                    training_subsets)
 from .kernels import FunctionalKernel, RBFKernel
 from .normalisation import Normalisation, get_normalisation
 
 __all__ = ["FunctionalLagrangianModel", "MIN_NOISE"]
-
-#: smallest nugget rho = sigma_n^2 / sigma_f^2 (keeps the posterior mean smooth at rounding level)
-MIN_NOISE = 1e-13
-
-#: relative lengthscales of the coarse grid (times the RMS spread of the data atoms)
-GRID_SCALES = (0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0)
-#: nuggets of the coarse grid
-GRID_NOISES = (1e-12,)
 
 
 def _exp_positive() -> Positive:
@@ -163,29 +158,11 @@ class FunctionalLagrangianModel(gpytorch.Module):
             base = RBFKernel(ard_num_dims=D if self.ard else None, lengthscale_constraint=_exp_positive())
             kernel = FunctionalKernel(base, outputscale_constraint=_exp_positive())
         gp = FunctionalGP(kernel, noise=1e-12, min_noise=0.0)
-        # the nugget on a log scale; its floor MIN_NOISE (relative to the outputscale) is enforced in _set_hyper
+        # the nugget on a log scale; its floor MIN_NOISE (relative to the outputscale) is enforced in set_hyperparameters
         gp.likelihood = gpytorch.likelihoods.GaussianLikelihood(noise_constraint=_exp_positive())
         gp.likelihood.noise = torch.tensor(1e-12, dtype=torch.float64)
         gp.to(torch.float64)  # parameters in float64 whatever the caller's default dtype
         return gp
-
-    @staticmethod
-    def _spread(F: Functionals) -> torch.Tensor:
-        pts = torch.cat([a.points for a in F.atoms.values()])
-        return pts.std(0).clamp_min(1e-8)
-
-    def _set_hyper(self, gp: FunctionalGP, lengthscale, noise: float, outputscale: float = 1.0) -> None:
-        base = gp.kernel.base_kernel
-        ls = torch.as_tensor(lengthscale, dtype=torch.float64).reshape(-1)
-        if ls.numel() == 1:
-            ls = ls.expand(base.raw_lengthscale.shape[-1])
-        if ls.numel() != base.raw_lengthscale.shape[-1]:
-            raise ValueError(f"lengthscale needs 1 or {base.raw_lengthscale.shape[-1]} values, got {ls.numel()}")
-        if not bool((ls > 0).all()) or not bool(torch.isfinite(ls).all()):
-            raise ValueError(f"lengthscales must be positive and finite, got {ls.tolist()}")
-        base.lengthscale = ls.reshape(base.raw_lengthscale.shape)
-        gp.kernel.outputscale = outputscale
-        gp.likelihood.noise = torch.tensor([max(noise * outputscale, MIN_NOISE * outputscale * 1.0001)], dtype=torch.float64)
 
     # ------------------------------------------------------------------ learning
     def _fit_functionals(self, F_data: Functionals, groups: torch.Tensor, P: Functionals, P_groups: torch.Tensor,
@@ -205,7 +182,7 @@ class FunctionalLagrangianModel(gpytorch.Module):
             self._freeze()
         elif self.fixed_lengthscale is not None:
             ls = torch.as_tensor(self.fixed_lengthscale, dtype=torch.float64) / self._unit  # given in the data's units
-            self._set_hyper(gp, ls, self.fixed_noise if self.fixed_noise is not None else 1e-12)
+            set_hyperparameters(gp, ls, self.fixed_noise if self.fixed_noise is not None else 1e-12)
             self._freeze()
         else:
             self._learn(F_data, groups, P, P_groups, F_norm)
@@ -217,120 +194,28 @@ class FunctionalLagrangianModel(gpytorch.Module):
         for p in self.gp.parameters():
             p.requires_grad_(False)
 
-    def _split(self, groups: torch.Tensor, count: int) -> Tuple[torch.Tensor, torch.Tensor]:
-        ids = torch.unique(groups)
-        if ids.numel() >= 5:
-            val_ids = ids[4::5]
-            val = torch.isin(groups, val_ids)
-        else:  # few trajectories: interleave functionals
-            val = torch.zeros(count, dtype=torch.bool)
-            val[4::5] = True
-        if int(val.sum()) == 0 or int((~val).sum()) == 0:
-            raise ValueError("too little data to learn hyperparameters (need at least 5 functionals); fix them with lengthscale=")
-        return torch.nonzero(~val).flatten(), torch.nonzero(val).flatten()
-
     def _learn(self, F_data: Functionals, groups: torch.Tensor, P: Functionals, P_groups: torch.Tensor,
                F_norm: Functionals) -> None:
+        """Search the hyperparameters (:mod:`learners.shadow.hyperparameter_search`) on a training subset, validated
+        on held-back trajectories (their residuals and momenta), then calibrate the variances on those."""
         gp = self.gp
-        tr, va = self._split(groups, F_data.count)
-        gen = torch.Generator().manual_seed(self.seed)
-        if tr.numel() > self.max_train_functionals:  # whole trajectories, chosen at random
-            tr_groups = torch.unique(groups[tr])
-            perm = tr_groups[torch.randperm(tr_groups.numel(), generator=gen)]
-            per = max(1, tr.numel() // tr_groups.numel())
-            keep = perm[: max(1, self.max_train_functionals // per)]
-            tr = tr[torch.isin(groups[tr], keep)]
-        if va.numel() > self.max_train_functionals // 2:
-            va_groups = torch.unique(groups[va])
-            per = max(1, va.numel() // va_groups.numel())
-            keep = va_groups[torch.randperm(va_groups.numel(), generator=gen)][: max(1, self.max_train_functionals // 2 // per)]
-            va = va[torch.isin(groups[va], keep)]
+        tr, va = training_subsets(groups, F_data.count, self.max_train_functionals, self.seed)
         F_tr = Functionals.cat([F_data.subset(tr), F_norm])
         F_va = F_data.subset(va)
         P_va = P.subset(torch.nonzero(torch.isin(P_groups, torch.unique(groups[va]))).flatten())
-        G_va = Functionals.cat([F_va, P_va])
-        spread = self._spread(F_data)
-
-        def objective() -> float:
-            if self.objective == "mll":  # profiled over the outputscale: sigma_f^2* = y' (K1 + rho I)^-1 y / F
-                gp.kernel.outputscale = 1.0
-                R, _ = gp.factor(F_tr)
-                y = F_tr.targets
-                alpha = torch.linalg.solve_triangular(R, y[:, None], upper=False)[:, 0]
-                F = y.numel()
-                s2 = float(alpha @ alpha) / F
-                return 0.5 * F * math.log(s2) + float(torch.log(torch.diagonal(R)).sum()) + 0.5 * F * (1 + math.log(2 * math.pi))
-            gp.condition(F_tr)
-            both = gp.functional_mean(G_va)
-            r2, p2 = both[:F_va.count].pow(2), both[F_va.count:].pow(2).mean()
-            return float(torch.log(r2 + 1e-30 * p2).mean() - torch.log(p2))
-
-        def evaluate(theta: torch.Tensor) -> float:
-            self._set_hyper(gp, torch.exp(theta[:-1]), max(float(torch.exp(theta[-1])), MIN_NOISE))
-            try:
-                val = objective()
-            except RuntimeError:
-                return math.inf
-            return val if math.isfinite(val) else math.inf
-
+        evaluate = objective(gp, self.objective, F_tr, F_va, Functionals.cat([F_va, P_va]))
+        scale0 = float(spread(F_data).pow(2).mean().sqrt())
         with torch.no_grad():
             for p in gp.parameters():
                 p.requires_grad_(False)
-            # 1. coarse grid over a shared lengthscale
             d = gp.kernel.base_kernel.raw_lengthscale.shape[-1]
-            scale0 = float(spread.pow(2).mean().sqrt())
-            grid = []
-            for s in GRID_SCALES:
-                for rho in GRID_NOISES:
-                    theta = torch.tensor([math.log(s * scale0)] * d + [math.log(rho)], dtype=torch.float64)
-                    grid.append((s * scale0, rho, evaluate(theta)))
-            self.history["grid"] = grid
-            ok = [g for g in grid if math.isfinite(g[2])]
-            if not ok:
-                raise RuntimeError("no hyperparameters on the grid gave a usable fit; fix them with lengthscale= and noise=")
-            l0, r0, best = min(ok, key=lambda g: g[2])
-            theta = torch.tensor([math.log(l0)] * d + [math.log(r0)], dtype=torch.float64)
+            # 1. coarse grid over a shared lengthscale
+            self.history["grid"] = grid = grid_search(evaluate, d, scale0)
+            theta, best = grid_best(grid, d)
             # 2. pattern search on the log-parameters (per-input lengthscales with ard=True, then the nugget)
-            steps = torch.tensor([math.log(1.5)] * d + [math.log(10.0)], dtype=torch.float64)
-            trace = []
-            disable = None if self.progress is None else not self.progress
-            bar = tqdm(total=self.iterations, desc="hyperparameters", disable=disable,
-                       leave=False)
-            evals = 0
-            while evals < self.iterations and float(steps[0]) > math.log(1.05):
-                improved = False
-                for c in range(d + 1):
-                    for sign in (1.0, -1.0):
-                        if evals >= self.iterations:
-                            break
-                        trial = theta.clone()
-                        trial[c] += sign * steps[c]
-                        if c == d and float(torch.exp(trial[c])) < MIN_NOISE:
-                            continue
-                        val = evaluate(trial)
-                        evals += 1
-                        bar.update(1)
-                        trace.append(val)
-                        if val < best:
-                            best, theta, improved = val, trial, True
-                            ls = ",".join(f"{float(x):.3g}" for x in torch.exp(theta[:-1]))
-                            bar.set_postfix(objective=f"{best:.3f}", lengthscale=ls)
-                            break
-                if not improved:
-                    steps = steps / 2
-            bar.close()
-            self.history["search"] = trace
+            theta, best, self.history["search"] = pattern_search(evaluate, theta, best, self.iterations, self.progress)
             self.history["objective"] = best
-            # settle on the best point
-            if self.objective == "mll":
-                gp.kernel.outputscale = 1.0
-                self._set_hyper(gp, torch.exp(theta[:-1]), max(float(torch.exp(theta[-1])), MIN_NOISE))
-                R, _ = gp.factor(F_tr)
-                alpha = torch.linalg.solve_triangular(R, F_tr.targets[:, None], upper=False)[:, 0]
-                s2 = float(alpha @ alpha) / F_tr.count
-                self._set_hyper(gp, torch.exp(theta[:-1]), max(float(torch.exp(theta[-1])), MIN_NOISE), outputscale=s2)
-            else:
-                self._set_hyper(gp, torch.exp(theta[:-1]), max(float(torch.exp(theta[-1])), MIN_NOISE))
+            settle(gp, self.objective, theta, F_tr)
             self._calibrate(F_tr, F_va)
 
     def _calibrate(self, F_tr: Functionals, F_va: Functionals) -> None:

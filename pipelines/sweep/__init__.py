@@ -9,7 +9,8 @@ r"""Experiment sweeps: grids of convergence studies, LSI fits and ModLaNet train
 Command line: ``python -m bea sweep SPEC.toml [--out DIR] [--address ADDR] [--serial] [--resume]``.
 
 Modules, one job each: :mod:`~pipelines.sweep.spec` (TOML, validation), :mod:`~pipelines.sweep.tasks`
-(task kinds calling the library), :mod:`~pipelines.sweep.records` (one checksummed JSON record per
+(task kinds calling the library: :mod:`~pipelines.sweep.kinds`, :mod:`~pipelines.sweep.convergence_kind`,
+:mod:`~pipelines.sweep.experiment_kinds`), :mod:`~pipelines.sweep.records` (one checksummed JSON record per
 task, atomic), :mod:`~pipelines.sweep.execute` (serial and Ray execution), :mod:`~pipelines.sweep.report`
 (CSV tables, plots), :mod:`~pipelines.sweep.api` (:func:`run`). Ray is imported only when a sweep runs on it.
 """
