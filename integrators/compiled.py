@@ -39,7 +39,7 @@ from __future__ import annotations
 import ctypes
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 import numpy as np
 import sympy
@@ -72,12 +72,15 @@ class CLagrangian:
     writing the gradient ``g`` (``2n``) and the row-major Hessian ``H`` (``2n x 2n``) of :math:`L` at
     the state ``x = (q_1..q_n, v_1..v_n)``; ``params`` is the array passed as ``P``. ``cost``: relative
     cost of one evaluation (1 for a closed formula; the number of terms of a sum), used to size
-    chunks. The source must come from code, never from data read at run time."""
+    chunks. ``refresh``: optional, returns the current ``params`` (same layout); called before every
+    chunk of steps, so a Lagrangian whose numbers change (a network still training) is never stepped
+    with stale ones. The source must come from code, never from data read at run time."""
 
     n: int
     source: str
     params: np.ndarray = field(default_factory=lambda: np.zeros(1))
     cost: int = 1
+    refresh: Optional[Callable[[], np.ndarray]] = None
 
 
 # ---------------------------------------------------------------------------------- lowering
@@ -229,6 +232,7 @@ class CompiledStepper:
         self.params = np.ascontiguousarray(clag.params, dtype=np.float64).reshape(-1)
         if self.params.size == 0:
             self.params = np.zeros(1)
+        self._refresh = clag.refresh
         self.cost = max(1, int(clag.cost)) * self.points.shape[0]
         lib = load_library(TEMPLATE.replace("/*@LAGRANGIAN@*/", clag.source))
         self.lower_seconds = time.perf_counter() - t0 - lib.compile_seconds
@@ -248,11 +252,20 @@ class CompiledStepper:
         """Gradient ``(m, 2n)`` and Hessian ``(m, 2n, 2n)`` of the C form of :math:`L` at states ``x``
         ``(m, 2n)`` (to check it against autograd); CPU tensors only."""
         _require_cpu(x=x)
+        self._refresh_params()
         x_np = np.ascontiguousarray(x.detach().numpy(), dtype=np.float64)
         m, D = x_np.shape
         g, H = np.empty((m, D)), np.empty((m, D, D))
         self._derivs(m, D, _ptr(x_np), _ptr(self.params), _ptr(g), _ptr(H))
         return torch.from_numpy(g), torch.from_numpy(H)
+
+    def _refresh_params(self) -> None:
+        if self._refresh is None:
+            return
+        params = np.ascontiguousarray(self._refresh(), dtype=np.float64).reshape(-1)
+        if params.shape != self.params.shape:
+            raise RuntimeError(f"internal: refreshed parameters have {params.size} numbers, the C form {self.params.size}")
+        self.params = params
 
     def chunk_steps(self, batch: int, work: int = 1 << 18) -> int:
         """Steps per call: about ``work`` element-evaluations, so the progress bar moves."""
@@ -266,6 +279,7 @@ class CompiledStepper:
         Returns ``(j_stop, p, jac, status)``: the step reached, the momenta and Jacobians there, and,
         if ``j_stop < j_end``, the per-element status of the failed step (nonzero = failed)."""
         _require_cpu(out=out, p=p, jac=jac, rows=rows, first_guess=first_guess)
+        self._refresh_params()
         n = self.n
         B = p.shape[0]
         out_np = out.detach().numpy()
