@@ -96,6 +96,52 @@ static void mlp_jets(int m, int nlin, const int *dims, const double *w, int act,
     }
 }
 
+/* a scalar MLP (dims[nlin] = 1) on jets, as mlp_jets but cheaper: full jets up to the last hidden layer's
+   input h, then only values and gradients of its pre-activations z = W h + b; the Hessian
+   sum_o w_o (act'(z_o) W_o . hess h + act''(z_o) grad z_o grad z_o^T) is formed with the adjoint
+   beta = W^T (w * act'(z)) (reverse mode over the last layer) */
+static void mlp_scalar_jets(int m, int nlin, const int *dims, const double *w, int act, const double *in, double *out,
+                            double *t0, double *t1) {
+    const int S = JS(m);
+    const double *cur = in;
+    for (int k = 0; k < nlin - 2; k++) {
+        const int a = dims[k], b = dims[k + 1];
+        double *dst = k % 2 ? t1 : t0;
+        jet_lin(m, a, b, w, w + a * b, cur, dst);
+        w += a * b + b;
+        jet_act(m, act, b, dst, NULL);
+        cur = dst;
+    }
+    const int a = dims[nlin - 2], b = dims[nlin - 1];
+    const double *W = w, *bias = w + a * b, *wo = bias + b, *bo = wo + b;
+    double beta[b], zz[1 + m], *oH = out + 1 + m;
+    for (int k = 0; k < S; k++) out[k] = 0.0;
+    for (int o = 0; o < b; o++) {
+        double f[4];
+        for (int k = 0; k <= m; k++) zz[k] = 0.0;
+        for (int i = 0; i < a; i++) {
+            const double wi = W[o * a + i], *x = cur + (long)i * S;
+            for (int k = 0; k <= m; k++) zz[k] += wi * x[k];
+        }
+        zz[0] += bias[o];
+        act_derivs(act, zz[0], f);
+        const double c1 = wo[o] * f[1], c2 = wo[o] * f[2];
+        out[0] += wo[o] * f[0];
+        for (int j = 0; j < m; j++) {
+            out[1 + j] += c1 * zz[1 + j];
+            for (int l = 0; l < m; l++) oH[j * m + l] += c2 * zz[1 + j] * zz[1 + l];
+        }
+        beta[o] = c1;
+    }
+    for (int i = 0; i < a; i++) {
+        double bi = 0.0;
+        const double *x = cur + (long)i * S + 1 + m;
+        for (int o = 0; o < b; o++) bi += W[o * a + i] * beta[o];
+        for (int k = 0; k < m * m; k++) oH[k] += bi * x[k];
+    }
+    out[0] += bo[0];
+}
+
 /* (MLP(z), J_MLP(z) dz) on jets, as MLP.tangent: dz -> W dz, then act'(z) * dz at hidden layers.
    z0, z1, d0, d1, s: work arrays of (max width) jets; tmp: one jet */
 static void mlp_tangent_jets(int m, int nlin, const int *dims, const double *w, int act, const double *z, const double *dz,

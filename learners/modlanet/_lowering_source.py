@@ -21,6 +21,12 @@ def _mlp_flops(mlp, m: int) -> int:
     return sum(a * b for a, b in zip(dims[:-1], dims[1:])) * _js(m)
 
 
+def _mlp_call(dims) -> str:
+    """The C function evaluating a cell network on jets: the reverse-mode last layer needs a scalar output
+    and a hidden layer."""
+    return "mlp_scalar_jets" if dims[-1] == 1 and len(dims) >= 3 else "mlp_jets"
+
+
 class _Gen:
     def __init__(self, structure):
         (self.n, self.d, self.parents, self.order, self.local_dims, self.offsets, self.trans, self.pot, self.pair,
@@ -85,7 +91,7 @@ class _Gen:
             name = self.array("DU1", dims) if i == 0 else "DU1"
             self.flops += _mlp_flops(c[1], d)
             b.append(f"    seed_inputs({d}, {d}, X + {i * d} * SD, NULL, SD, cin);")
-            b.append(f"    mlp_jets({d}, {len(dims) - 1}, {name}, P + {off}, {act}, cin, u, c0, c1);")
+            b.append(f"    {_mlp_call(dims)}({d}, {len(dims) - 1}, {name}, P + {off}, {act}, cin, u, c0, c1);")
         else:
             _, og, axis = c
             b.append(f"    for (int k = 0; k < JS({d}); k++) u[k] = 0.0;")
@@ -102,7 +108,7 @@ class _Gen:
             self.flops += 2 * _mlp_flops(c[1], 2 * d)
             for src, dst in (((xi, xj), "ua"), ((xj, xi), "ub")):
                 b.append(f"    seed_inputs({2 * d}, {d}, {src[0]}, {src[1]}, SD, cin);")
-                b.append(f"    mlp_jets({2 * d}, {len(dims) - 1}, {name}, P + {off}, {act}, cin, {dst}, c0, c1);")
+                b.append(f"    {_mlp_call(dims)}({2 * d}, {len(dims) - 1}, {name}, P + {off}, {act}, cin, {dst}, c0, c1);")
             b.append(f"    pair_symmetrise({d}, ua, ub, u);")
         else:
             b.append(f"    newton_pair_jet({d}, P[{c[1]}], {xi}, {xj}, SD, u);")
