@@ -74,13 +74,16 @@ class CLagrangian:
     cost of one evaluation (1 for a closed formula; the number of terms of a sum), used to size
     chunks. ``refresh``: optional, returns the current ``params`` (same layout); called before every
     chunk of steps, so a Lagrangian whose numbers change (a network still training) is never stepped
-    with stale ones. The source must come from code, never from data read at run time."""
+    with stale ones. ``vectorise``: build with the host's vector instructions
+    (:data:`integrators.ccompile.VECTOR_FLAGS`; the same operations lane by lane, for sources with long
+    inner loops such as networks). The source must come from code, never from data read at run time."""
 
     n: int
     source: str
     params: np.ndarray = field(default_factory=lambda: np.zeros(1))
     cost: int = 1
     refresh: Optional[Callable[[], np.ndarray]] = None
+    vectorise: bool = False
 
 
 # ---------------------------------------------------------------------------------- lowering
@@ -234,7 +237,7 @@ class CompiledStepper:
             self.params = np.zeros(1)
         self._refresh = clag.refresh
         self.cost = max(1, int(clag.cost)) * self.points.shape[0]
-        lib = load_library(TEMPLATE.replace("/*@LAGRANGIAN@*/", clag.source))
+        lib = load_library(TEMPLATE.replace("/*@LAGRANGIAN@*/", clag.source), vectorise=clag.vectorise)
         self.lower_seconds = time.perf_counter() - t0 - lib.compile_seconds
         self.compile_seconds = lib.compile_seconds
         fn = lib.lib.bea_march

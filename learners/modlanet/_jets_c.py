@@ -99,9 +99,10 @@ static void mlp_jets(int m, int nlin, const int *dims, const double *w, int act,
 /* a scalar MLP (dims[nlin] = 1) on jets, as mlp_jets but cheaper: full jets up to the last hidden layer's
    input h, then only values and gradients of its pre-activations z = W h + b; the Hessian
    sum_o w_o (act'(z_o) W_o . hess h + act''(z_o) grad z_o grad z_o^T) is formed with the adjoint
-   beta = W^T (w * act'(z)) (reverse mode over the last layer) */
-static void mlp_scalar_jets(int m, int nlin, const int *dims, const double *w, int act, const double *in, double *out,
-                            double *t0, double *t1) {
+   beta = W^T (w * act'(z)) (reverse mode over the last layer). WT: that layer's W transposed (a x b), so
+   that the products run over contiguous rows (the same sums, in the same order) */
+static void mlp_scalar_jets(int m, int nlin, const int *dims, const double *w, const double *WT, int act,
+                            const double *in, double *out, double *t0, double *t1) {
     const int S = JS(m);
     const double *cur = in;
     for (int k = 0; k < nlin - 2; k++) {
@@ -114,30 +115,38 @@ static void mlp_scalar_jets(int m, int nlin, const int *dims, const double *w, i
     }
     const int a = dims[nlin - 2], b = dims[nlin - 1];
     const double *W = w, *bias = w + a * b, *wo = bias + b, *bo = wo + b;
-    double beta[b], zz[1 + m], *oH = out + 1 + m;
+    double Z[(1 + m) * b], beta[b], bi[a], *oH = out + 1 + m;
+    for (int k = 0; k < (1 + m) * b; k++) Z[k] = 0.0;
+    for (int i = 0; i < a; i++) {
+        const double *wt = WT + (long)i * b, *x = cur + (long)i * S;
+        for (int k = 0; k <= m; k++) {
+            const double xk = x[k];
+            double *zk = Z + k * b;
+            for (int o = 0; o < b; o++) zk[o] += wt[o] * xk;
+        }
+    }
     for (int k = 0; k < S; k++) out[k] = 0.0;
     for (int o = 0; o < b; o++) {
         double f[4];
-        for (int k = 0; k <= m; k++) zz[k] = 0.0;
-        for (int i = 0; i < a; i++) {
-            const double wi = W[o * a + i], *x = cur + (long)i * S;
-            for (int k = 0; k <= m; k++) zz[k] += wi * x[k];
-        }
-        zz[0] += bias[o];
-        act_derivs(act, zz[0], f);
+        Z[o] += bias[o];
+        act_derivs(act, Z[o], f);
         const double c1 = wo[o] * f[1], c2 = wo[o] * f[2];
         out[0] += wo[o] * f[0];
         for (int j = 0; j < m; j++) {
-            out[1 + j] += c1 * zz[1 + j];
-            for (int l = 0; l < m; l++) oH[j * m + l] += c2 * zz[1 + j] * zz[1 + l];
+            const double zj = Z[(1 + j) * b + o];
+            out[1 + j] += c1 * zj;
+            for (int l = 0; l < m; l++) oH[j * m + l] += c2 * zj * Z[(1 + l) * b + o];
         }
         beta[o] = c1;
     }
+    for (int i = 0; i < a; i++) bi[i] = 0.0;
+    for (int o = 0; o < b; o++) {
+        const double *wr = W + (long)o * a, bo_ = beta[o];
+        for (int i = 0; i < a; i++) bi[i] += wr[i] * bo_;
+    }
     for (int i = 0; i < a; i++) {
-        double bi = 0.0;
         const double *x = cur + (long)i * S + 1 + m;
-        for (int o = 0; o < b; o++) bi += W[o * a + i] * beta[o];
-        for (int k = 0; k < m * m; k++) oH[k] += bi * x[k];
+        for (int k = 0; k < m * m; k++) oH[k] += bi[i] * x[k];
     }
     out[0] += bo[0];
 }

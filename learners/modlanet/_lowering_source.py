@@ -21,10 +21,13 @@ def _mlp_flops(mlp, m: int) -> int:
     return sum(a * b for a, b in zip(dims[:-1], dims[1:])) * _js(m)
 
 
-def _mlp_call(dims) -> str:
-    """The C function evaluating a cell network on jets: the reverse-mode last layer needs a scalar output
-    and a hidden layer."""
-    return "mlp_scalar_jets" if dims[-1] == 1 and len(dims) >= 3 else "mlp_jets"
+def _mlp_call(mlp, m: int, inputs: str, out: str) -> str:
+    """The call evaluating a cell network on jets: with the reverse-mode last layer where its transposed
+    weights were packed (a scalar output and a hidden layer), else the forward one."""
+    off, dims, act, wt = mlp
+    if wt >= 0:
+        return f"mlp_scalar_jets({m}, {len(dims) - 1}, DIMS, P + {off}, P + {wt}, {act}, {inputs}, {out}, c0, c1);"
+    return f"mlp_jets({m}, {len(dims) - 1}, DIMS, P + {off}, {act}, {inputs}, {out}, c0, c1);"
 
 
 class _Gen:
@@ -66,7 +69,7 @@ class _Gen:
                 b.append(f"    jet_embed({m}, {gi}, {loc} + {c} * JS({m}), D, {add}, {arr} + {i * self.d + c} * SD);")
 
     def _mlp_transform(self, i: int, k: int, t):
-        _, _, periodic, (off, dims, act) = t
+        _, _, periodic, (off, dims, act, _) = t
         m, b = 2 * k, self.body
         name = self.array(f"DT{i}", dims)
         self.flops += 2 * _mlp_flops(t[3], m)
@@ -87,11 +90,11 @@ class _Gen:
         d, c, b = self.d, self.pot, self.body
         coef = f"-P[{self.oc1}] * P[{self.om + i}]"
         if c[0] == "mlp":
-            off, dims, act = c[1]
-            name = self.array("DU1", dims) if i == 0 else "DU1"
+            if i == 0:
+                self.array("DU1", c[1][1])
             self.flops += _mlp_flops(c[1], d)
             b.append(f"    seed_inputs({d}, {d}, X + {i * d} * SD, NULL, SD, cin);")
-            b.append(f"    {_mlp_call(dims)}({d}, {len(dims) - 1}, {name}, P + {off}, {act}, cin, u, c0, c1);")
+            b.append("    " + _mlp_call(c[1], d, "cin", "u").replace("DIMS", "DU1"))
         else:
             _, og, axis = c
             b.append(f"    for (int k = 0; k < JS({d}); k++) u[k] = 0.0;")
@@ -103,12 +106,12 @@ class _Gen:
         d, c, b = self.d, self.pair, self.body
         xi, xj = f"X + {i * d} * SD", f"X + {j * d} * SD"
         if c[0] == "mlp":
-            off, dims, act = c[1]
-            name = self.array("DU2", dims) if first else "DU2"
+            if first:
+                self.array("DU2", c[1][1])
             self.flops += 2 * _mlp_flops(c[1], 2 * d)
             for src, dst in (((xi, xj), "ua"), ((xj, xi), "ub")):
                 b.append(f"    seed_inputs({2 * d}, {d}, {src[0]}, {src[1]}, SD, cin);")
-                b.append(f"    {_mlp_call(dims)}({2 * d}, {len(dims) - 1}, {name}, P + {off}, {act}, cin, {dst}, c0, c1);")
+                b.append("    " + _mlp_call(c[1], 2 * d, "cin", dst).replace("DIMS", "DU2"))
             b.append(f"    pair_symmetrise({d}, ua, ub, u);")
         else:
             b.append(f"    newton_pair_jet({d}, P[{c[1]}], {xi}, {xj}, SD, u);")

@@ -17,7 +17,8 @@ r"""A ModLaNet as C, for the compiled integrator path (:mod:`integrators.compile
 * :math:`L = \sum_i \tfrac12 m_i|\dot x_i|^2 - c_1\sum_i m_iU_1(x_i) - c_2\sum_{i<j}m_im_jU_2(x_i, x_j)`.
 
 The C source depends only on the model's *structure* (sizes, element kinds, activations: offsets are
-constants), so it is compiled once per process and structure; the weights, masses, ``c1``, ``c2`` and
+constants), so it is compiled once per process and structure (with the host's vector instructions: the layer loops
+run over contiguous rows); the weights, masses, ``c1``, ``c2`` and
 lengths are a run-time array that :attr:`CLagrangian.refresh` repacks before every chunk of steps, so
 an integrator never steps with weights older than the model's (training may continue between rollouts).
 
@@ -64,7 +65,9 @@ class _Plan:
         self.size += t.numel()
         return self.size - t.numel()
 
-    def mlp(self, net) -> tuple:
+    def mlp(self, net, scalar: bool = False) -> tuple:
+        """``(offset, dims, activation, offset of W^T)``; for ``scalar`` networks (one output, a hidden layer:
+        energy cells) the last hidden layer's weights are packed again, transposed, after the rest (-1: not)."""
         if type(net) is not MLP:
             raise NotLowerable(f"a {type(net).__name__} network has no C form (only learners.neural.mlp.MLP)")
         if net.activation not in ACTIVATIONS:
@@ -76,7 +79,10 @@ class _Plan:
             dims.append(lin.out_features)
             self.add(lin.weight)
             self.add(lin.bias if lin.bias is not None else torch.zeros(lin.out_features, dtype=torch.float64))
-        return off, tuple(dims), ACTIVATIONS[net.activation]
+        wt = -1
+        if scalar and dims[-1] == 1 and len(dims) >= 3:
+            wt = self.add(net.linears[-2].weight.t().contiguous())
+        return off, tuple(dims), ACTIVATIONS[net.activation], wt
 
     def transform(self, t) -> tuple:
         if type(t) is E.Identity:
@@ -91,7 +97,7 @@ class _Plan:
         if c is None:
             return None
         if kind == "potential" and type(c) is E.PotentialCell or kind == "pair" and type(c) is E.PairCell:
-            return ("mlp", self.mlp(c.net))
+            return ("mlp", self.mlp(c.net, scalar=True))
         if kind == "potential" and type(c) is E.UniformGravity and 0 <= c.axis < d:
             return ("grav", self.add(torch.tensor(c.g, dtype=torch.float64)), c.axis)
         if kind == "pair" and type(c) is E.NewtonianPair and d <= 8:
@@ -145,4 +151,5 @@ def c_lagrangian(model) -> CLagrangian:
                                "was lowered to C; build a new VariationalIntegrator for the changed model")
         return pack(current)
 
-    return CLagrangian(n=model.n, source=JETS + source, params=pack(parts), cost=cost, refresh=refresh)
+    return CLagrangian(n=model.n, source=JETS + source, params=pack(parts), cost=cost, refresh=refresh,
+                       vectorise=True)
