@@ -23,7 +23,7 @@ def _rate(vi, q0, v0, steps):
 
 
 def modlanet_rows(quick: bool = False):
-    """Rows ``(label, value)``: compiled vs eager rates at batch 1 x 300 steps and batch 100, their ratio,
+    """Rows ``(label, value)``: compiled vs eager rates at batch 1 x 300 steps, batch 100 and 1000, their ratio,
     the max difference, and the one-off lowering + compile time."""
     from integrators import VariationalIntegrator
     from integrators.compiled import CompiledStepper
@@ -40,14 +40,16 @@ def modlanet_rows(quick: bool = False):
     rows.append(("  lower to C + compile (once per process and model structure)",
                  f"{vc.compile_seconds:.2f} s (first solve {time.perf_counter() - t0:.2f} s)"))
     ve = VariationalIntegrator(model, H, execution="eager")
-    for B, steps in ((1, 300), (100, 10 if quick else 30)):
+    from learners.modlanet.lowering import AUTO_MAX_BATCH
+
+    for B, steps in ((1, 300), (100, 10 if quick else 30), (1000, 3 if quick else 10)):
         q0 = torch.stack([torch.linspace(-0.8, 0.8, B), torch.linspace(0.5, -0.5, B)], -1) if B > 1 else torch.tensor([[0.5, -0.3]])
         v0 = torch.zeros(B, 2)
         sc, rc = _rate(vc, q0, v0, steps)
         se, re = _rate(ve, q0, v0, steps)
         rows.append((f"  batch {B} x {steps} steps: compiled / eager (trajectory-steps/s)",
                      f"{rc:,.0f} / {re:,.0f} = {rc / re:.1f}x; max |q_compiled - q_eager| = {float((sc.q - se.q).abs().max()):.1e}"
-                     f" ({sc.execution})"))
+                     f"; execution='auto' takes the {'compiled' if B <= AUTO_MAX_BATCH else 'eager'} path"))
     paper = ModLaNet.pendulum_chain(2)  # learned transform too: L, g, H per state
     st = CompiledStepper(paper, bea.get_scheme("midpoint"), H, 2)
     x = torch.rand(1000, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 2 - 1

@@ -76,7 +76,9 @@ class CLagrangian:
     chunk of steps, so a Lagrangian whose numbers change (a network still training) is never stepped
     with stale ones. ``vectorise``: build with the host's vector instructions
     (:data:`integrators.ccompile.VECTOR_FLAGS`; the same operations lane by lane, for sources with long
-    inner loops such as networks). The source must come from code, never from data read at run time."""
+    inner loops such as networks). ``auto_max_batch``: under ``execution="auto"`` larger batches take the
+    eager path (where batched torch overtakes the C loop, which costs the same per element at any batch);
+    None: no limit. The source must come from code, never from data read at run time."""
 
     n: int
     source: str
@@ -84,6 +86,7 @@ class CLagrangian:
     cost: int = 1
     refresh: Optional[Callable[[], np.ndarray]] = None
     vectorise: bool = False
+    auto_max_batch: Optional[int] = None
 
 
 # ---------------------------------------------------------------------------------- lowering
@@ -236,6 +239,7 @@ class CompiledStepper:
         if self.params.size == 0:
             self.params = np.zeros(1)
         self._refresh = clag.refresh
+        self.auto_max_batch = clag.auto_max_batch
         self.cost = max(1, int(clag.cost)) * self.points.shape[0]
         lib = load_library(TEMPLATE.replace("/*@LAGRANGIAN@*/", clag.source), vectorise=clag.vectorise)
         self.lower_seconds = time.perf_counter() - t0 - lib.compile_seconds

@@ -70,6 +70,21 @@ def test_rollout_compiled_equals_eager(batch):
     assert float((sc.q - se.q).abs().max()) <= 1e-12
 
 
+def test_auto_leaves_large_batches_to_the_eager_path(monkeypatch):
+    """Under execution="auto", batches up to AUTO_MAX_BATCH take the C loop, larger ones the eager path (batched
+    torch is faster per trajectory there)."""
+    from learners.modlanet import lowering
+
+    monkeypatch.setattr(lowering, "AUTO_MAX_BATCH", 2)
+    monkeypatch.setattr(V, "AUTO_MIN_WORK", 1)
+    model = _double_pendulum()
+    q0 = torch.tensor([[0.5, -0.3], [1.0, 0.2], [-0.4, 0.8]], dtype=torch.float64)
+    vi = VariationalIntegrator(model, 0.05, execution="auto")
+    assert vi.solve(q0[:2], torch.zeros(2, 2), 5).execution == "compiled"
+    assert vi.solve(q0, torch.zeros(3, 2), 5).execution == "eager"
+    assert VariationalIntegrator(model, 0.05, execution="compiled").solve(q0, torch.zeros(3, 2), 5).execution == "compiled"
+
+
 def test_weights_changed_after_lowering_are_used():
     """An integrator built (and its C compiled) before the weights change -- training continued in place, or a
     state dict loaded -- steps the current model: equal to an eager run of the changed model to 1e-12, and

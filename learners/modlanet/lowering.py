@@ -21,6 +21,8 @@ constants), so it is compiled once per process and structure (with the host's ve
 run over contiguous rows); the weights, masses, ``c1``, ``c2`` and
 lengths are a run-time array that :attr:`CLagrangian.refresh` repacks before every chunk of steps, so
 an integrator never steps with weights older than the model's (training may continue between rollouts).
+The C loop costs the same per trajectory at any batch, while batched torch gets cheaper per trajectory:
+under ``execution="auto"`` batches above :data:`AUTO_MAX_BATCH` stay on the eager path.
 
 Lowered: :class:`~learners.modlanet.elements.Identity`, ``AngleOnRod``, ``MLPTransform`` transforms;
 ``PotentialCell``, ``PairCell``, ``UniformGravity``, ``NewtonianPair`` cells; :class:`~learners.neural.mlp.MLP`
@@ -42,12 +44,14 @@ from ..neural.mlp import MLP
 from . import elements as E
 from ._jets_c import SOURCE as JETS
 
-__all__ = ["c_lagrangian", "ACTIVATIONS"]
+__all__ = ["c_lagrangian", "ACTIVATIONS", "AUTO_MAX_BATCH"]
 
 #: activations with a C form (code in the C helpers)
 ACTIVATIONS = {"tanh": 0, "softplus": 1}
-#: largest stack the generated C may use (bytes); bigger models are not lowered
-STACK_LIMIT = 1 << 19
+#: batches above this roll out eagerly under execution="auto": double pendulum, cells 2 x 50, one core,
+#: trajectory-steps/s compiled / eager: 7.3 k / 6.2 k at batch 100, 7.4 k / 15.4 k at batch 1000
+#: (benchmarks/RESULTS_speed.md); the C loop costs the same per trajectory at any batch
+AUTO_MAX_BATCH = 200
 
 
 class _Plan:
@@ -152,4 +156,4 @@ def c_lagrangian(model) -> CLagrangian:
         return pack(current)
 
     return CLagrangian(n=model.n, source=JETS + source, params=pack(parts), cost=cost, refresh=refresh,
-                       vectorise=True)
+                       vectorise=True, auto_max_batch=AUTO_MAX_BATCH)
