@@ -1,6 +1,6 @@
 """Benchmark of Lagrangian Shadow Integration (learners): fit, prediction, identification, scaling.
 
-    python benchmarks/shadow.py [--quick] [--objectives] [--scaling-max 6400]
+    python benchmarks/shadow.py [--quick] [--objectives] [--scaling-max 6400] [--modlanet-only]
 
 Reference size: the pendulum experiment of docs/theory/lsi.md (400 trajectories x 5 steps at h = 0.5,
 1,600 DEL triples). Prints
@@ -17,6 +17,8 @@ Reference size: the pendulum experiment of docs/theory/lsi.md (400 trajectories 
   call (target < 2 GB; ``--skip-velocities-1e4`` leaves all of it out);
 * the scaling of the fit with the number of triples (400 ... 6400): fixed hyperparameters (kernel
   assembly + Cholesky) and with the default hyperparameter search;
+* ModLaNet rollouts, compiled against eager in the same run (benchmarks/_modlanet_bench.py;
+  ``--modlanet-only`` runs just that section);
 * ``--objectives``: marginal likelihood against held-out DEL residuals (the choice documented in
   learners/shadow/hyperparameters.py): lengthscales, fit time, trajectory error, level-set errors.
 """
@@ -103,7 +105,11 @@ def main() -> None:
     ap.add_argument("--scaling-max", type=int, default=6400, help="largest number of triples in the scaling table")
     ap.add_argument("--skip-velocities-1e4", action="store_true", help="leave out velocities on 10^4 states")
     ap.add_argument("--skip-eager", action="store_true", help="do not time the eager prediction path")
+    ap.add_argument("--modlanet-only", action="store_true", help="only the ModLaNet compiled/eager rollout section")
     args = ap.parse_args()
+    if args.modlanet_only:
+        _print_modlanet(args.quick)
+        return
     os.environ.setdefault("BEA_CACHE_DIR", tempfile.mkdtemp(prefix="bea-bench-"))  # cold derivations
 
     import bea
@@ -222,6 +228,18 @@ def main() -> None:
             hp = m.hyperparameters
             print(f"{obj:>8}: fit {tf:5.2f} s, lengthscales {hp['lengthscale']}, nugget {hp['noise']:.1e}; "
                   f"max |q - q_ref| {e:.2e}; level sets H_rec[2] {ls[0]:.2e}, H_rec[4] {ls[1]:.2e}")
+    _print_modlanet(args.quick)
+
+
+def _print_modlanet(quick: bool) -> None:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from _modlanet_bench import modlanet_rows
+
+    rows = modlanet_rows(quick)
+    w = max(len(r[0]) for r in rows)
+    print("\nModLaNet rollouts, compiled and eager integrator paths (same run)")
+    for label, val in rows:
+        print(f"{label:<{w}}  {val}")
 
 
 if __name__ == "__main__":

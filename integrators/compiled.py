@@ -13,7 +13,8 @@ What is compiled, and when (nothing else changes semantics):
   - a :class:`~integrators.symbolic.SymbolicLagrangian` (every :mod:`integrators.systems` system):
     :math:`g, H` are differentiated in SymPy, common subexpressions shared, printed as C;
   - any object with a method ``c_lagrangian()`` returning a :class:`CLagrangian` (e.g. the GP
-    posterior mean of :mod:`learners`, whose derivatives are closed-form sums over its atoms).
+    posterior mean of :mod:`learners`, whose derivatives are closed-form sums over its atoms, and a
+    ModLaNet, whose networks are evaluated on second-order jets).
 
 * The scheme must evaluate :math:`L` at points affine in the two slots with constant weights,
   :math:`L_\Delta(a, b) = \sum_k w_k L(y_k)`, :math:`y_k = o_k + A_k a + B_k b` (midpoint,
@@ -22,7 +23,7 @@ What is compiled, and when (nothing else changes semantics):
   :math:`D_1L_\Delta = \sum_k w_k A_k^\top g(y_k)`, :math:`D_2L_\Delta = \sum_k w_k B_k^\top g(y_k)`
   and :math:`D_{12}L_\Delta = \sum_k w_k A_k^\top H(y_k) B_k`.
 
-Anything else (torch closures, networks, :mod:`bea` series, other schemes) is not lowered and the
+Anything else (torch closures, other networks, :mod:`bea` series, other schemes) is not lowered and the
 integrator uses its eager path. Newton's iteration is the one of :mod:`integrators.newton`, element
 by element, with the same extrapolated guesses, chord step, tolerances and stall test, so compiled
 and eager trajectories agree to rounding. At the first step where any element fails to converge,
@@ -39,7 +40,7 @@ from __future__ import annotations
 import ctypes
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 import numpy as np
 import sympy
@@ -72,12 +73,21 @@ class CLagrangian:
     writing the gradient ``g`` (``2n``) and the row-major Hessian ``H`` (``2n x 2n``) of :math:`L` at
     the state ``x = (q_1..q_n, v_1..v_n)``; ``params`` is the array passed as ``P``. ``cost``: relative
     cost of one evaluation (1 for a closed formula; the number of terms of a sum), used to size
-    chunks. The source must come from code, never from data read at run time."""
+    chunks. ``refresh``: optional, returns the current ``params`` (same layout); called before every
+    chunk of steps, so a Lagrangian whose numbers change (a network still training) is never stepped
+    with stale ones. ``vectorise``: build with the host's vector instructions
+    (:data:`integrators.ccompile.VECTOR_FLAGS`; the same operations lane by lane, for sources with long
+    inner loops such as networks). ``auto_max_batch``: under ``execution="auto"`` larger batches take the
+    eager path (where batched torch overtakes the C loop, which costs the same per element at any batch);
+    None: no limit. The source must come from code, never from data read at run time."""
 
     n: int
     source: str
     params: np.ndarray = field(default_factory=lambda: np.zeros(1))
     cost: int = 1
+    refresh: Optional[Callable[[], np.ndarray]] = None
+    vectorise: bool = False
+    auto_max_batch: Optional[int] = None
 
 
 # ---------------------------------------------------------------------------------- lowering
@@ -229,8 +239,10 @@ class CompiledStepper:
         self.params = np.ascontiguousarray(clag.params, dtype=np.float64).reshape(-1)
         if self.params.size == 0:
             self.params = np.zeros(1)
+        self._refresh = clag.refresh
+        self.auto_max_batch = clag.auto_max_batch
         self.cost = max(1, int(clag.cost)) * self.points.shape[0]
-        lib = load_library(TEMPLATE.replace("/*@LAGRANGIAN@*/", clag.source))
+        lib = load_library(TEMPLATE.replace("/*@LAGRANGIAN@*/", clag.source), vectorise=clag.vectorise)
         self.lower_seconds = time.perf_counter() - t0 - lib.compile_seconds
         self.compile_seconds = lib.compile_seconds
         fn = lib.lib.bea_march
@@ -248,11 +260,20 @@ class CompiledStepper:
         """Gradient ``(m, 2n)`` and Hessian ``(m, 2n, 2n)`` of the C form of :math:`L` at states ``x``
         ``(m, 2n)`` (to check it against autograd); CPU tensors only."""
         _require_cpu(x=x)
+        self._refresh_params()
         x_np = np.ascontiguousarray(x.detach().numpy(), dtype=np.float64)
         m, D = x_np.shape
         g, H = np.empty((m, D)), np.empty((m, D, D))
         self._derivs(m, D, _ptr(x_np), _ptr(self.params), _ptr(g), _ptr(H))
         return torch.from_numpy(g), torch.from_numpy(H)
+
+    def _refresh_params(self) -> None:
+        if self._refresh is None:
+            return
+        params = np.ascontiguousarray(self._refresh(), dtype=np.float64).reshape(-1)
+        if params.shape != self.params.shape:
+            raise RuntimeError(f"internal: refreshed parameters have {params.size} numbers, the C form {self.params.size}")
+        self.params = params
 
     def chunk_steps(self, batch: int, work: int = 1 << 18) -> int:
         """Steps per call: about ``work`` element-evaluations, so the progress bar moves."""
@@ -266,6 +287,7 @@ class CompiledStepper:
         Returns ``(j_stop, p, jac, status)``: the step reached, the momenta and Jacobians there, and,
         if ``j_stop < j_end``, the per-element status of the failed step (nonzero = failed)."""
         _require_cpu(out=out, p=p, jac=jac, rows=rows, first_guess=first_guess)
+        self._refresh_params()
         n = self.n
         B = p.shape[0]
         out_np = out.detach().numpy()

@@ -230,8 +230,9 @@ class VariationalIntegrator:
                 raise ValueError(f"execution='compiled' runs in C on the CPU, but the data are on {out.device}: move q0 "
                                  "and qdot0 with .cpu(), or use execution='auto' or 'eager' (the eager path runs on any device)")
             return None
+        batch = out.shape[1]
         if n in self._steppers:
-            return self._steppers[n]
+            return self._fits_auto(self._steppers[n], mode, batch)
         if mode == "auto" and work < AUTO_MIN_WORK:
             return None
         if n not in self._stepper_errors:
@@ -245,11 +246,18 @@ class VariationalIntegrator:
             else:
                 self._steppers[n] = stepper
                 self.compile_seconds += stepper.compile_seconds + stepper.lower_seconds
-                return stepper
+                return self._fits_auto(stepper, mode, batch)
         if mode == "compiled":
             raise ValueError(f"execution='compiled' is not available for this integrator: {self._stepper_errors[n]}; "
                              f"use execution='auto' or 'eager'")
         return None
+
+    @staticmethod
+    def _fits_auto(stepper, mode: str, batch: int):
+        """``"auto"`` leaves batches larger than the C form's ``auto_max_batch`` to the eager path (a network's
+        batched torch evaluation overtakes the per-element C loop there)."""
+        limit = stepper.auto_max_batch
+        return None if (mode == "auto" and limit is not None and batch > limit) else stepper
 
     def _march(self, out: torch.Tensor, j0: int, p: torch.Tensor, first_guess: Optional[torch.Tensor], batch, on_failure: str,
                progress: Optional[bool]):

@@ -1,7 +1,7 @@
 """Rollouts (learners.neural.rollout.rollout_variational) take the integrators' compiled path where the
 Lagrangian lowers to C (SymPy systems, the GP posterior mean) and agree with the eager path to 1e-12;
-a Lagrangian without a C form (a ModLaNet, any torch closure) rolls out eagerly under the default
-``execution="auto"``."""
+a Lagrangian without a C form (a ModLaNet with a plain-callable cell, any torch closure) rolls out eagerly
+under the default ``execution="auto"`` (ModLaNets that lower: tests/test_learners_modlanet_compiled.py)."""
 
 import pytest
 import torch
@@ -9,7 +9,7 @@ import torch
 import integrators
 import integrators.variational as V
 from learners import ModLaNet
-from learners.modlanet.elements import AngleOnRod, UniformGravity
+from learners.modlanet.elements import AngleOnRod
 from learners.neural.rollout import rollout_variational
 
 
@@ -40,10 +40,10 @@ def test_rollout_compiled_equals_eager(system, monkeypatch):
 
 
 def test_rollout_of_a_modlanet_falls_back_to_eager(monkeypatch):
-    """A ModLaNet has no C form: under "auto" the rollout runs eagerly (and equals an explicit eager run);
-    forcing "compiled" raises a ValueError that names the way out."""
-    model = ModLaNet.pendulum_chain(1, transform="rod", potential=UniformGravity(9.8), pair=None, learn_masses=False,
-                                    learn_weights=False)
+    """A ModLaNet with a potential given as a plain callable has no C form: under "auto" the rollout runs
+    eagerly (and equals an explicit eager run); forcing "compiled" raises a ValueError that names the way out."""
+    model = ModLaNet.pendulum_chain(1, transform="rod", potential=lambda x: 9.8 * x[..., 1], pair=None,
+                                    learn_masses=False, learn_weights=False)
     assert isinstance(model.element_transform(0), AngleOnRod)
     q0, v0 = torch.tensor([[0.3]]), torch.zeros(1, 1)
     qa, _, _ = _rollout(model, q0, v0, 100, "auto", monkeypatch)

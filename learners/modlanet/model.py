@@ -281,6 +281,14 @@ class ModLaNet(nn.Module, SavableModule):
         x, xdot = self.global_states(q, v)
         return self.kinetic(x, xdot) + self.potential_energy(x)
 
+    def c_lagrangian(self):
+        """The model as C for the compiled integrator path (:func:`learners.modlanet.lowering.c_lagrangian`;
+        weights read afresh before every chunk of steps); :class:`integrators.compiled.NotLowerable` for
+        parts without a C form (the integrator then steps eagerly)."""
+        from .lowering import c_lagrangian
+
+        return c_lagrangian(self)
+
     # ------------------------------------------------------------------ dynamics
     def acceleration(self, q: torch.Tensor, v: torch.Tensor, create_graph: Optional[bool] = None) -> torch.Tensor:
         r"""Euler–Lagrange acceleration :math:`\ddot q = M^{-1}(\partial_qL - L_{vq}\dot q)`, batched ``(..., n)``.
