@@ -1,10 +1,11 @@
 """Identification from positions at n = 4 (issue 16, acceptance): the order-4 gain at CI size.
 
 The FPU-beta chain of 4 masses (pipelines.identification.CI: 200 x 5 snapshots at h = 0.5, lengthscale fixed):
-level-set errors of H_rec[N] at 16 Halton states inside the data's box. Measured at CI size (40 states):
-H_rec[0] 0.047, H_rec[2] 0.017, H_rec[4] 0.0092. The order-4 term is ~h^4 = 0.06 relative to the h^2 one, so
-it must lower the error as long as the GP's own error (about the H_rec[4] value) is smaller than the h^2
-truncation left in H_rec[2]; asserted: strictly below, with a margin of 20%.
+level-set errors of H_rec[N] at 8 Halton states inside the data's box (the energy's gradient through mod_4 at
+n = 4 is autograd: about 2 s a state). Measured on these 8 states: H_rec[2] 0.0140, H_rec[4] 0.0101; on the 40 of
+the CI experiment: H_rec[0] 0.047, H_rec[2] 0.017, H_rec[4] 0.0092. The order-4 term removes the h^4 part of the
+error of H_rec[2] and leaves the GP's own; asserted: strictly below, with a margin of 15% (measured 27%).
+About 40 s on an idle 2-core machine (80 s at load 5).
 """
 
 import pytest
@@ -16,13 +17,13 @@ from pipelines import identification as ident
 def chain():
     cfg = ident.CI
     system = ident.chain_system(cfg)
-    return cfg, system, ident.fit_chain(cfg, system, {})
+    return cfg, system, ident.fit_chain(cfg, system, {}, calibrate=False)  # means only
 
 
 def test_order_4_beats_order_2_at_n_4(chain):
     cfg, system, lsi = chain
-    ls = ident.level_set_errors(cfg, lsi, system, (2, 4), 16)
-    assert ls["ls4"] < 0.8 * ls["ls2"], ls
+    ls = ident.level_set_errors(cfg, lsi, system, (2, 4), 8)
+    assert ls["ls4"] < 0.85 * ls["ls2"], ls
     assert ls["ls2"] < 0.05, ls  # the corrected energy is identified at all (uncorrected: 0.047)
 
 
