@@ -263,6 +263,8 @@ def _heldout(cfg, lsi, system, m, timings, series) -> None:
 def _modlanet_config(cfg: IdentificationConfig):
     from .modlanet_experiments import FULL as ML_FULL, SMALL as ML_SMALL
 
+    if cfg.modlanet not in ("small", "full"):
+        raise ValueError(f"modlanet must be 'small' or 'full' (which ModLaNet configuration's data), got {cfg.modlanet!r}")
     base = (ML_SMALL if cfg.modlanet == "small" else ML_FULL)["double_pendulum"]
     epochs = cfg.modlanet_epochs or base.del_epochs
     # the acceleration-trained model and its rollouts are not compared here: one epoch, no baselines, no extension
