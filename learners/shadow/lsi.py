@@ -47,7 +47,7 @@ from .retry import solve_with_retry
 from .functionals import AtomSet, Functionals, del_residuals, discrete_momenta, triples_from_snapshots
 from .normalisation import MassNormalisation
 from .recovery import RecoveryMixin
-from .rbf_jet import RBFJet
+from .rbf_jet import RBFJet, jets_fit
 
 __all__ = ["InverseModifiedLagrangianGP", "DEFAULT_NEWTON", "SEARCH_ITERATIONS", "ExtrapolationWarning", "ExtrapolationError",
            "EXTRAPOLATION_FACTOR"]
@@ -268,6 +268,7 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         r""":math:`\mathrm{mod}_N(\bar L'_{inv})` in the standardised coordinates; ``jets``: derivatives of
         :math:`\bar L'_{inv}` from its closed-form jet (:meth:`_mean_std`; same values to rounding)."""
         N = check_order(order, self.scheme.symmetric)
+        jets = jets and jets_fit(self.n, N)
         key = ("std", N, jets)
         if N == 0:
             if key not in self._recovered:

@@ -43,7 +43,7 @@ import torch
 from .compiled_mean import packed_atoms
 from .kernels import AtomExpansion
 
-__all__ = ["RBFJet", "JetLagrangian", "multi_indices", "MAX_JET_COLUMNS", "jet_source"]
+__all__ = ["RBFJet", "JetLagrangian", "multi_indices", "MAX_JET_COLUMNS", "jet_source", "jets_fit"]
 
 #: largest number of partial derivatives per state (binom(D + K, K)); beyond it the generated C would be
 #: impractically large and autograd is the better tool
@@ -367,3 +367,10 @@ class JetLagrangian:
             table = _Table(self, X.clone(), self.order)
             self._last = table
         return _JetNode.apply(q, v, table, (0,) * (2 * self.n))
+
+
+def jets_fit(n: int, order: int) -> bool:
+    r"""Whether the closed-form jet of :math:`\bar L'_{inv}` up to the derivatives that :math:`\mathrm{mod}_N`, its
+    energy and Newton's method take (order ``N + 3`` in ``2n`` variables) stays within :data:`MAX_JET_COLUMNS`
+    (e.g. not ``N = 4`` at ``n = 4``: autograd then)."""
+    return order == 0 or math.comb(2 * n + order + 3, order + 3) <= MAX_JET_COLUMNS

@@ -16,7 +16,7 @@ import bea
 from integrators import modified
 
 from .._checks import as_tensor, check_finite, check_order, check_states
-from .rbf_jet import JetLagrangian, RBFJet
+from .rbf_jet import JetLagrangian, RBFJet, jets_fit
 from .uncertainty import (LinearisedQuantity, Reference, jet_order, momentum_functionals, posterior_variance,
                           repeat_functionals, weighted)
 
@@ -207,8 +207,9 @@ class RecoveryMixin:
         return self._unit * v_std, self._unit * std
 
     def _velocities_std(self, qs_std: torch.Tensor, order: int, chunk: Optional[int], jets: bool = True) -> torch.Tensor:
-        chunk = chunk or _chunk(order, jets and self._closed_form_jet() is not None)
-        L = self._recovered_std(order, jets)
+        deep = jets and jets_fit(self.n, order)  # momenta need first derivatives only: the jet always serves them
+        chunk = chunk or _chunk(order, deep and self._closed_form_jet() is not None)
+        L = self._recovered_std(order, deep)
         p = modified.momenta(None, qs_std, self.h, self.scheme, chunk, integrator=self._momentum_integrator(jets))
         _probe_newton_derivatives(L, qs_std[0].reshape(-1, self.n)[:1], p[0].reshape(-1, self.n)[:1])
         return modified.velocities(None, qs_std, order, self.h, self.scheme, chunk, integrator=self._integrator_std(),
@@ -225,7 +226,7 @@ class RecoveryMixin:
         :math:`\delta H_j = \dot q_j\cdot\delta p_j - \delta L_{rec}(q_j, \dot q_j)` (:mod:`learners.shadow.uncertainty`);
         at every ``std_every``-th time step only (NaN elsewhere); ``truncation`` as in :meth:`energy`."""
         qs = self._positions(qs)
-        chunk = chunk or _chunk(order, self._closed_form_jet() is not None)
+        chunk = chunk or _chunk(order, self._closed_form_jet() is not None and jets_fit(self.n, order))
         q_std = self._to_standard(qs)
         v_std = self._velocities_std(q_std, order, chunk)
         H = bea.energy(self._recovered_std(order))
