@@ -1,6 +1,6 @@
 """Benchmark of sweeps (pipelines.sweep): the same grid serially and on a local Ray instance, in one run.
 
-    python benchmarks/sweep.py [--spec sweeps/lsi.toml] [--cpus 2]
+    python benchmarks/sweep.py [--spec sweeps/lsi.toml] [--cpus 2] [--set steps=2000]
 
 Default grid: ``sweeps/lsi.toml``, 24 LSI tasks (2 step sizes x 4 data sizes x 3 seeds, one CPU each).
 Both runs start from the same warm derivation cache (a warm-up task outside the grid fills it), so
@@ -25,10 +25,27 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
+def _with_defaults(path: str, settings: list):
+    """The spec file, or its table with ``[defaults]`` entries overridden (``KEY=VALUE``, VALUE in TOML)."""
+    if not settings:
+        return path
+    import tomllib
+
+    data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    for item in settings:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--set {item!r}: expected KEY=VALUE, e.g. --set steps=2000")
+        data.setdefault("defaults", {})[key.strip()] = tomllib.loads(f"v = {value}")["v"]
+    return data
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--spec", default=str(ROOT / "sweeps" / "lsi.toml"))
     ap.add_argument("--cpus", type=int, default=2, help="CPUs of the local Ray instance (default 2)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a [defaults] entry of the spec (a TOML value), e.g. --set steps=2000 for longer tasks")
     args = ap.parse_args()
     os.environ.setdefault("BEA_CACHE_DIR", tempfile.mkdtemp(prefix="bea-bench-sweep-"))  # inherited by Ray's workers
 
@@ -37,7 +54,7 @@ def main() -> None:
     from pipelines.sweep.execute import run_task
     from pipelines.sweep.records import derived_seed, task_id
 
-    spec = load(args.spec)
+    spec = load(_with_defaults(args.spec, args.set))
     t = spec.tasks[0]
     warm = dict(t.params, seed=10**6)  # outside the grid: fills the derivation cache for both runs
     t0 = time.perf_counter()
