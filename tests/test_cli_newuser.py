@@ -21,10 +21,10 @@ def test_version(capsys):
 
 def test_a_long_cold_derivation_is_announced_with_time_and_cache_folder(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("BEA_CACHE_DIR", str(tmp_path))
-    cli._announce("inverse_modified_lagrangian", "midpoint", 6, None, True)
+    cli._announce("inverse_modified_lagrangian", "midpoint", 8, None, True)
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "to h^6 for every n" in err
-    assert "about 80 s" in err and "(measured)" in err and f"cached in {tmp_path}" in err
+    assert err.count("\n") == 1 and "to h^8 for every n" in err
+    assert "about 8 minutes" in err and "(measured)" in err and f"cached in {tmp_path}" in err
     cli._announce("modified_lagrangian", "midpoint", 4, 3, False)
     err = capsys.readouterr().err
     assert "more than 10 minutes" in err and "not stored" in err
