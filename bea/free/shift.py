@@ -24,7 +24,7 @@ from ..errors import InconsistentSchemeError
 from ..hseries import EXACT, HSeries, Poly, Q
 from .algebra import ACC_A, Algebra, _acc
 from .surgery import partial_parts
-from .trees import OPEN, PORT, V, copy_graph, find_leaf, single_node
+from .trees import OPEN, PORT, V, copy_graph, find_leaf
 from .vectors import POSITION, VecSeries
 
 # A velocity that an increment inserted: a constant of the expansion, turned back into v at the end.
