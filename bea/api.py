@@ -69,7 +69,8 @@ def _check_dim(dim) -> int:
     if dim > MAX_DIM:
         raise BeaValueError(
             f"dim={dim} is above the supported maximum {MAX_DIM}: the generic derivation's cost grows about 13-fold "
-            "per dimension; for the midpoint rule at h^2 in any dimension use bea.midpoint_mod2 / bea.midpoint_inv2"
+            "per dimension; omit dim= to derive once for every n (vector notation, evaluated in torch at any n), "
+            "and use .components(n) only for small n"
         )
     return dim
 
