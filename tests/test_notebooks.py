@@ -49,13 +49,7 @@ def test_stored_notebook_matches_its_script_and_has_outputs(key):
     assert figures >= shows > 0 or key == "01" and figures >= 1, f"{NAMES[key]}: {figures} stored figures for {shows} plt.show()"
 
 
-#: executed only under -m slow (CI budget): notebook 06 runs two identification experiments (3-4 minutes on
-#: 2 cores); its pipeline is exercised at reduced size by tests/test_identification.py, and its stored
-#: copy is checked against its script above
-SLOW = {"06_identification.ipynb"}
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in sorted(NAMES.values())])
+@pytest.mark.parametrize("name", sorted(NAMES.values()))
 def test_notebook_executes(name, tmp_path, monkeypatch):
     monkeypatch.setenv("MPLBACKEND", "Agg")
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
