@@ -19,13 +19,19 @@ from .functionals import Functionals
 from .gp import FunctionalGP
 
 __all__ = ["MIN_NOISE", "set_hyperparameters", "training_subsets", "spread", "objective", "grid_search",
-           "grid_best", "pattern_search", "settle"]
+           "grid_best", "velocity_grid", "pattern_search", "settle"]
 
 #: smallest nugget rho = sigma_n^2 / sigma_f^2 (keeps the posterior mean smooth at rounding level)
 MIN_NOISE = 1e-13
 
 #: relative lengthscales of the coarse grid (times the RMS spread of the data atoms)
 GRID_SCALES = (0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0)
+#: further relative lengthscales of the ``"positions"`` objective's grid (it does not collapse to short ones, and
+#: Lagrangians are often smooth on scales far beyond the data's spread)
+LONG_SCALES = (2.8, 4.0, 5.6, 8.0, 11.0, 16.0)
+#: factors tried on the velocity lengthscales alone (:func:`velocity_grid`): a Lagrangian is typically a
+#: low-degree function of the velocities, so it is smoother in them than in the positions
+VELOCITY_FACTORS = (1.0, 2.0, 4.0, 8.0, 16.0)
 #: nuggets of the coarse grid
 GRID_NOISES = (1e-12,)
 
@@ -99,11 +105,19 @@ def _profiled(gp: FunctionalGP, F_tr: Functionals) -> Tuple[torch.Tensor, float]
     return R, float(alpha @ alpha) / F_tr.count
 
 
-def objective(gp: FunctionalGP, kind: str, F_tr: Functionals, F_va: Functionals, G_va: Functionals) -> Objective:
+def objective(gp: FunctionalGP, kind: str, F_tr: Functionals, F_va: Functionals, G_va: Functionals,
+              positions: Optional[Callable[[Callable], float]] = None) -> Objective:
     r""":math:`\theta \mapsto` the objective ``kind`` (``"mll"``: negative log marginal likelihood of ``F_tr``
-    profiled over the outputscale; ``"heldout"``: held-out log residual on ``G_va`` = ``F_va`` and momenta),
-    ``inf`` where the fit fails."""
+    profiled over the outputscale; ``"heldout"``: held-out log residual on ``G_va`` = ``F_va`` and momenta;
+    ``"positions"``: ``positions`` applied to the posterior mean conditioned on ``F_tr``, the held-out one-step
+    position errors of :mod:`learners.shadow.position_objective`), ``inf`` where the fit fails."""
+    if kind == "positions" and positions is None:
+        raise ValueError("the 'positions' objective needs held-out triples (positions=)")
+
     def value() -> float:
+        if kind == "positions":
+            gp.condition(F_tr)
+            return positions(lambda q, v: gp.mean(torch.cat([q, v], -1)))
         if kind == "mll":  # profiled over the outputscale: sigma_f^2* = y' (K1 + rho I)^-1 y / F
             R, s2 = _profiled(gp, F_tr)
             F = F_tr.count
@@ -123,11 +137,11 @@ def objective(gp: FunctionalGP, kind: str, F_tr: Functionals, F_va: Functionals,
     return evaluate
 
 
-def grid_search(evaluate: Objective, d: int, scale0: float) -> List[tuple]:
-    r"""The coarse grid over one shared lengthscale (:data:`GRID_SCALES` times ``scale0``) and the nuggets
-    :data:`GRID_NOISES`: the list of ``(lengthscale, nugget, objective)``."""
+def grid_search(evaluate: Objective, d: int, scale0: float, long: bool = False) -> List[tuple]:
+    r"""The coarse grid over one shared lengthscale (:data:`GRID_SCALES`, and :data:`LONG_SCALES` if ``long``,
+    times ``scale0``) and the nuggets :data:`GRID_NOISES`: the list of ``(lengthscale, nugget, objective)``."""
     grid = []
-    for s in GRID_SCALES:
+    for s in GRID_SCALES + (LONG_SCALES if long else ()):
         for rho in GRID_NOISES:
             theta = torch.tensor([math.log(s * scale0)] * d + [math.log(rho)], dtype=torch.float64)
             grid.append((s * scale0, rho, evaluate(theta)))
@@ -141,6 +155,22 @@ def grid_best(grid: List[tuple], d: int) -> Tuple[torch.Tensor, float]:
         raise RuntimeError("no hyperparameters on the grid gave a usable fit; fix them with lengthscale= and noise=")
     l0, r0, best = min(ok, key=lambda g: g[2])
     return torch.tensor([math.log(l0)] * d + [math.log(r0)], dtype=torch.float64), best
+
+
+def velocity_grid(evaluate: Objective, d: int, scale0: float) -> List[tuple]:
+    r"""With one lengthscale per input of :math:`(q, v)` (``d = 2n``): the grid of a position lengthscale
+    :math:`\ell_q` (:data:`GRID_SCALES` and :data:`LONG_SCALES` times ``scale0``) shared by the positions and a
+    velocity lengthscale :math:`\ell_v = f\,\ell_q`, :math:`f` in :data:`VELOCITY_FACTORS`, at the nuggets
+    :data:`GRID_NOISES`: the list of ``(theta, objective)``."""
+    n = d // 2
+    grid = []
+    for s in GRID_SCALES + LONG_SCALES:
+        for f in VELOCITY_FACTORS:
+            for rho in GRID_NOISES:
+                theta = torch.tensor([math.log(s * scale0)] * n + [math.log(f * s * scale0)] * n + [math.log(rho)],
+                                     dtype=torch.float64)
+                grid.append((theta, evaluate(theta)))
+    return grid
 
 
 def pattern_search(evaluate: Objective, theta: torch.Tensor, best: float, iterations: int,

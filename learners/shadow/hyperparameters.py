@@ -10,7 +10,7 @@ and the outputscale :math:`\sigma_f^2`) are fixed or learned on a training subse
 then a pattern search on the log-parameters (per-input lengthscales with ``ard=True``, and the
 nugget), ``iterations`` evaluations with a ``tqdm`` bar. No gradients: every objective involves a
 solve with a covariance of condition number ~1e11-1e13, whose hyperparameter gradients are too
-inaccurate to follow (Adam on them went uphill in our trials). Two objectives:
+inaccurate to follow (Adam on them went uphill in our trials). Three objectives:
 
 ``"mll"`` (default)
     The log marginal likelihood of all observations, profiled over :math:`\sigma_f^2` (closed form
@@ -33,7 +33,21 @@ Which works better here (full pendulum, ``benchmarks/shadow.py --objectives``): 
 identifies badly -- level-set errors 0.013 (:math:`H_{rec}[2]`) and 0.026 (:math:`H_{rec}[4]`, worse
 than N = 2) against 5e-4 and 4e-5 with ``"mll"``. Hence ``"mll"``.
 
-Calibration (either objective): every fifth training trajectory is held back while learning; at the
+``"positions"`` (LSI only)
+    The held-out one-step position error (:mod:`learners.shadow.position_objective`): from each held-back
+    triple, the move of :math:`q_{j+1}` that one Newton step of the scheme on the candidate posterior mean
+    would make, :math:`\delta c = -(\partial_c r)^{-1} r`; minimise the mean of :math:`\log\|\delta c\|^2`.
+    Needed for :math:`n \ge 3`: there ``"mll"`` and ``"heldout"`` drift to lengthscales of a fraction of the
+    data's spread and outputscales of 1e-17, a Lagrangian nearly zero away from the normalisation point
+    that satisfies the zero DEL targets trivially (FPU chain, ``n = 4``: level-set error 0.74 for
+    :math:`H_{rec}[2]`). A flat Lagrangian cannot predict a position, so this objective cannot drift
+    there. Its grid is two-dimensional (:func:`~learners.shadow.hyperparameter_search.velocity_grid`: one
+    lengthscale for the positions, one for the velocities, long ones included), 65 evaluations, each a
+    solve on the training subset: give ``max_train_functionals`` about the size of the data, since the best
+    lengthscale shrinks as the data grow (on the chain: 1.6 and 12.6 in the data's units with the whole
+    training set, 4.2 and 34 with 400 functionals).
+
+Calibration (any objective): every fifth training trajectory is held back while learning; at the
 end the posterior variances are scaled (``FunctionalGP.variance_scale``, the mean is unchanged) so that
 95.4% of the held-back DEL/EL residuals lie within two posterior standard deviations.
 
@@ -60,7 +74,7 @@ from .._checks import check_states, check_step
 from .functionals import Functionals
 from .gp import FunctionalGP
 from .hyperparameter_search import (MIN_NOISE, grid_best, grid_search, objective, pattern_search, set_hyperparameters, settle, spread,
-                                    training_subsets)
+                                    training_subsets, velocity_grid)
 from .kernels import FunctionalKernel, RBFKernel
 from .normalisation import Normalisation, get_normalisation
 
@@ -76,6 +90,8 @@ class FunctionalLagrangianModel(gpytorch.Module):
 
     #: hyperparameter-search evaluations when ``iterations`` is not given
     default_iterations = 16
+    #: the hyperparameter objectives this model offers
+    objectives = ("mll", "heldout")
 
     @recorded
     def __init__(self, h: float, scheme: Union[str, "bea.Scheme"] = "midpoint", *, kernel: Optional[FunctionalKernel] = None,
@@ -86,8 +102,9 @@ class FunctionalLagrangianModel(gpytorch.Module):
         super().__init__()
         self.h = check_step(h)
         self.scheme = bea.get_scheme(scheme)
-        if objective not in ("heldout", "mll"):
-            raise ValueError(f"objective must be 'heldout' or 'mll', got {objective!r}")
+        if objective not in self.objectives:
+            raise ValueError(f"objective must be one of {', '.join(map(repr, self.objectives))} for "
+                             f"{type(self).__name__}, got {objective!r}")
         if epsilon is not None:
             if lengthscale is not None:
                 raise ValueError("give lengthscale= or epsilon=, not both")
@@ -203,20 +220,32 @@ class FunctionalLagrangianModel(gpytorch.Module):
         F_tr = Functionals.cat([F_data.subset(tr), F_norm])
         F_va = F_data.subset(va)
         P_va = P.subset(torch.nonzero(torch.isin(P_groups, torch.unique(groups[va]))).flatten())
-        evaluate = objective(gp, self.objective, F_tr, F_va, Functionals.cat([F_va, P_va]))
+        positions = self._position_objective(torch.unique(groups[va])) if self.objective == "positions" else None
+        evaluate = objective(gp, self.objective, F_tr, F_va, Functionals.cat([F_va, P_va]), positions)
         scale0 = float(spread(F_data).pow(2).mean().sqrt())
         with torch.no_grad():
             for p in gp.parameters():
                 p.requires_grad_(False)
             d = gp.kernel.base_kernel.raw_lengthscale.shape[-1]
-            # 1. coarse grid over a shared lengthscale
-            self.history["grid"] = grid = grid_search(evaluate, d, scale0)
-            theta, best = grid_best(grid, d)
+            if positions is not None and d == F_data.dim:
+                # 1. coarse grid over the position and velocity lengthscales, long ones too (this objective
+                # does not collapse to short ones)
+                self.history["grid"] = vgrid = velocity_grid(evaluate, d, scale0)
+                theta, best = min(vgrid, key=lambda g: g[1])
+                if not math.isfinite(best):
+                    raise RuntimeError("no hyperparameters on the grid gave a usable fit; fix them with lengthscale= and noise=")
+            else:  # 1. coarse grid over a shared lengthscale
+                self.history["grid"] = grid = grid_search(evaluate, d, scale0, long=positions is not None)
+                theta, best = grid_best(grid, d)
             # 2. pattern search on the log-parameters (per-input lengthscales with ard=True, then the nugget)
             theta, best, self.history["search"] = pattern_search(evaluate, theta, best, self.iterations, self.progress)
             self.history["objective"] = best
             settle(gp, self.objective, theta, F_tr)
             self._calibrate(F_tr, F_va)
+
+    def _position_objective(self, trajectories: torch.Tensor):
+        """The ``"positions"`` objective on the given held-back trajectories (models that learn from positions)."""
+        raise ValueError(f"{type(self).__name__} does not learn from positions: use objective='mll' or 'heldout'")
 
     def _calibrate(self, F_tr: Functionals, F_va: Functionals) -> None:
         r"""Scale the posterior variances (``gp.variance_scale``: :math:`\sigma_f^2` and the nugget together,

@@ -108,7 +108,8 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         hyperparameters learned (see :mod:`learners.shadow.hyperparameters`).
     normalisation : ``"mass"`` (default; :class:`~learners.shadow.normalisation.MassNormalisation`),
         ``"vertices"`` (the paper's) or a :class:`~learners.shadow.normalisation.Normalisation`.
-    objective : ``"mll"`` (default) or ``"heldout"`` (see :mod:`learners.shadow.hyperparameters` for the choice);
+    objective : ``"mll"`` (default), ``"heldout"`` or ``"positions"`` (held-out one-step position errors; use it
+        for ``n >= 3``, where the other two collapse; see :mod:`learners.shadow.hyperparameters` for the choice);
         ignored when ``lengthscale``/``epsilon`` is given.
     lengthscale, epsilon : fix the RBF lengthscale (``epsilon``: the paper's
         :math:`\exp(-\|x-y\|^2/\varepsilon^2)`); ``noise``: the relative nugget then (default 1e-12).
@@ -121,6 +122,7 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
     """
 
     default_iterations = SEARCH_ITERATIONS
+    objectives = ("mll", "heldout", "positions")
 
     # the constructor, with its explicit signature, is FunctionalLagrangianModel.__init__
     def _fitted_extra(self) -> dict:
@@ -169,12 +171,21 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         pairs = torch.stack([Sd[:, :-1], Sd[:, 1:]], -2).reshape(-1, 2, n)
         P = discrete_momenta(pairs, self.h, self.scheme)
         P_groups = torch.arange(T).repeat_interleave((m - 1) * n)
-        self._fit_functionals(F, groups, P, P_groups, normalisation=norm)
+        self._standard_snapshots = Sd  # for the "positions" objective while learning
+        try:
+            self._fit_functionals(F, groups, P, P_groups, normalisation=norm)
+        finally:
+            del self._standard_snapshots
         self.snapshots = S
         self._recovered = {}
         self._jet = None
         self._data_level = None
         return self
+
+    def _position_objective(self, trajectories: torch.Tensor):
+        from .position_objective import position_objective
+
+        return position_objective(triples_from_snapshots(self._standard_snapshots[trajectories]), self.h, self.scheme)
 
     # ------------------------------------------------------------------ units
     def _to_standard(self, q: torch.Tensor) -> torch.Tensor:
