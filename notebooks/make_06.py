@@ -18,9 +18,12 @@ plus the first omitted term of the series.
 
 Two experiments (`pipelines/identification.py`):
 
-* a chain with $n = 4$ degrees of freedom — the FPU-$\\beta$ chain of 4 masses with fixed ends, $h = 0.5$ — with
+* a chain with $n = 4$ degrees of freedom — the FPU-$\\beta$ chain of 4 masses with fixed ends, $h = 0.45$ — with
   $H_{rec}[0]$, $H_{rec}[2]$ and $H_{rec}[4]$ (the order-4 correction at $n = 4$ comes from the dimension-free
-  engine `bea.free`);
+  engine `bea.free`). The GP's lengthscales (one for the positions, one for the velocities) are those the
+  `"positions"` hyperparameter objective selects on these data (held-out one-step position errors,
+  `learners/shadow/position_objective.py`), fixed to save the minutes of that search; the likelihood, at $n \\ge 3$,
+  runs to a near-zero Lagrangian instead;
 * the double pendulum ($n = 2$, position-dependent mass) on the data of the ModLaNet experiment: the GP and the
   position-only ModLaNet side by side, same snapshots, same $h$.
 
@@ -49,7 +52,7 @@ md("""Reading the tables:
   the energy is identified up to): each order of correction lowers the error until the GP's own error is reached;
   at $n = 4$, $H_{rec}[4]$ is below $H_{rec}[2]$.
 * **Band**: the variation of $H_{rec}[2]$ along the prediction against the posterior std of the GP part. At
-  $h = 0.5$ the variation is mostly the $h^4$ truncation of $\mathrm{mod}_2$, which this band leaves out (it would
+  $h = 0.45$ the variation is mostly the $h^4$ truncation of $\mathrm{mod}_2$, which this band leaves out (it would
   need $H_{rec}[4]$ at every step); the held-out z-scores include it.
 * **Calibration**: the fraction of held-out energy differences (to one reference state) within $2\\sigma$, compared
   with the true differences in the identified energy's units (one scale fitted by least squares).
