@@ -35,7 +35,7 @@ import sympy
 
 import bea
 
-from ._taylor_c import header, monomials
+from ._taylor_c import monomials, size
 from .compiled import MAX_N, CLagrangian, NotLowerable
 
 __all__ = ["CTaylor", "series_c_lagrangian", "formula_program", "KINDS"]
@@ -44,8 +44,8 @@ __all__ = ["CTaylor", "series_c_lagrangian", "formula_program", "KINDS"]
 KINDS = ("modified_lagrangian", "inverse_modified_lagrangian")
 
 J2 = r"""
-#define J2S (1 + TP_D + TP_D * TP_D)
-/* second-order jets in the TP_D variables x: (value, gradient, Hessian row-major) */
+#define J2S (1 + J2D + J2D * J2D)
+/* second-order jets in the J2D variables x: (value, gradient, Hessian row-major) */
 static void j2_const(double c, double *o) {
     for (int k = 0; k < J2S; k++) o[k] = 0.0;
     o[0] = c;
@@ -62,7 +62,7 @@ static void j2_axpy(double c, const double *a, double *o) {
     for (int k = 0; k < J2S; k++) o[k] += c * a[k];
 }
 static void j2_mul(const double *a, const double *b, double *o) {
-    const int D = TP_D;
+    const int D = J2D;
     o[0] = a[0] * b[0];
     for (int i = 0; i < D; i++) o[1 + i] = a[0] * b[1 + i] + b[0] * a[1 + i];
     for (int i = 0; i < D; i++)
@@ -72,7 +72,7 @@ static void j2_mul(const double *a, const double *b, double *o) {
 }
 /* o = a^e */
 static void j2_pow(const double *a, double e, double *o) {
-    const int D = TP_D;
+    const int D = J2D;
     const double f0 = pow(a[0], e), f1 = e * pow(a[0], e - 1.0), f2 = e * (e - 1.0) * pow(a[0], e - 2.0);
     for (int i = 0; i < D; i++)
         for (int j = 0; j < D; j++) o[1 + D + i * D + j] = f1 * a[1 + D + i * D + j] + f2 * a[1 + i] * a[1 + j];
@@ -87,9 +87,9 @@ class CTaylor:
     r"""A model's Taylor polynomial in C, for :func:`series_c_lagrangian`.
 
     ``source`` defines ``static void lag_taylor(const double *x, const double *P, double *T)`` writing the
-    coefficients :math:`\partial^\beta M(x)/\beta!`, :math:`|\beta| \le` ``order``, in
-    :func:`integrators._taylor_c.monomials` order, using the helpers of :func:`integrators._taylor_c.header`
-    (inserted before it). ``params``, ``cost``, ``refresh``, ``vectorise`` as for
+    coefficients :math:`\partial^\beta M(x)/\beta!`, :math:`|\beta| \le` ``order``, in the order of
+    ``integrators._taylor_c.monomials(2n, order)``; it may use the helpers of ``integrators._taylor_c.header``
+    (for polynomials in variables of its choice), which it then includes. ``params``, ``cost``, ``refresh``, ``vectorise`` as for
     :class:`~integrators.compiled.CLagrangian`."""
 
     n: int
@@ -195,7 +195,7 @@ def _gather_table(alpha: Tuple[int, ...], D: int, K: int) -> Tuple[List[int], Li
 
 def formula_program(kind: str, scheme, order: int, n: int) -> Tuple[int, str, int]:
     """``(K, source, ops)``: the degree of the Taylor polynomial the series needs, the C of ``lag_derivs`` for
-    it (to follow :func:`header` and the model's ``lag_taylor``), and its number of jet operations."""
+    it (to follow the jet helpers and the model's ``lag_taylor``), and its number of jet operations."""
     if kind not in KINDS:
         raise NotLowerable(f"the series {kind!r} has no C form (only {', '.join(KINDS)})")
     series = getattr(bea, kind)(scheme, order).components(n)
@@ -207,7 +207,7 @@ def formula_program(kind: str, scheme, order: int, n: int) -> Tuple[int, str, in
     K = max(sum(a) for a in alphas.values()) + 2
     names = {hs: "hj"}
     lines = ["static void lag_derivs(const double *x, const double *P, double *g, double *H) {",
-             "    double T[TP_S], hj[J2S];", "    lag_taylor(x, P + 1, T);", "    j2_const(P[0], hj);"]
+             f"    double T[{size(D, K)}], hj[J2S];", "    lag_taylor(x, P + 1, T);", "    j2_const(P[0], hj);"]
     head = []
     for k, (s, alpha) in enumerate(sorted(alphas.items(), key=lambda kv: (sum(kv[1]), kv[1]))):
         idx, fac = _gather_table(alpha, D, K)
@@ -225,9 +225,9 @@ def formula_program(kind: str, scheme, order: int, n: int) -> Tuple[int, str, in
         prog.names[s] = prog.emit(e)
     result = prog.emit(reduced)
     body = lines + prog.lines + [
-        "    for (int i = 0; i < TP_D; i++) {",
+        "    for (int i = 0; i < J2D; i++) {",
         f"        g[i] = {result}[1 + i];",
-        f"        for (int j = 0; j < TP_D; j++) H[i * TP_D + j] = {result}[1 + TP_D + i * TP_D + j];",
+        f"        for (int j = 0; j < J2D; j++) H[i * J2D + j] = {result}[1 + J2D + i * J2D + j];",
         "    }", "}"]
     return K, "\n".join(head) + "\n" + "\n".join(body) + "\n", prog.count
 
@@ -270,6 +270,6 @@ def series_c_lagrangian(kind: str, scheme, order: int, h: float, model) -> CLagr
         def refresh() -> np.ndarray:
             return np.concatenate([hv, np.asarray(taylor.refresh(), dtype=np.float64).reshape(-1)])
     params = np.concatenate([hv, np.asarray(taylor.params, dtype=np.float64).reshape(-1)])
-    source = header(2 * n, K) + J2 + taylor.source + body
+    source = f"#define J2D {2 * n}\n" + J2 + taylor.source + body
     cost = taylor.cost + max(1, ops * (2 * n) ** 2 // 100)
     return CLagrangian(n=n, source=source, params=params, cost=cost, refresh=refresh, vectorise=taylor.vectorise)

@@ -34,7 +34,7 @@ static void act_series(int act, double z, int kmax, double *f) {
     }
     /* m(y) = y' as a polynomial: 1 - y^2 (tanh), y - y^2 (sigmoid) */
     const double m0 = act == 0 ? 1.0 : 0.0, m1 = act == 0 ? 0.0 : 1.0, m2 = -1.0;
-    for (int i = 0; i < 16; i++) P[i] = 0.0;
+    P[0] = 0.0;
     P[1] = 1.0;
     for (int k = 1; k < k0; k++) fact *= k;
     for (int k = k0; k <= kmax; k++) {
@@ -42,8 +42,8 @@ static void act_series(int act, double z, int kmax, double *f) {
         double v = 0.0;
         for (int i = deg; i >= 0; i--) v = v * y + P[i];
         f[k] = v / fact;
-        /* P <- P'(y) m(y) */
-        for (int i = 0; i < 16; i++) Q[i] = 0.0;
+        /* P <- P'(y) m(y) (degree + 1) */
+        for (int i = 0; i <= deg + 1; i++) Q[i] = 0.0;
         for (int i = 1; i <= deg; i++) {
             const double c = i * P[i];
             Q[i - 1] += c * m0;
@@ -51,7 +51,7 @@ static void act_series(int act, double z, int kmax, double *f) {
             Q[i + 1] += c * m2;
         }
         deg += 1;
-        for (int i = 0; i < 16; i++) P[i] = Q[i];
+        for (int i = 0; i <= deg; i++) P[i] = Q[i];
     }
 }
 
@@ -140,9 +140,8 @@ static void tp_mlp_tangent(int nlin, const int *dims, const double *w, int act, 
     }
 }
 
-/* AngleOnRod on the variables (th, om): lo = l (sin, -cos), ldo = l om (cos, sin) */
-static void tp_rod(double th, double om, int dq, int dv, double l, double *lo, double *ldo, double *t, double *w,
-                   double *pw) {
+/* AngleOnRod at th (variable dq): lo = l (sin, -cos), its derivative in th jt = l (cos, sin) */
+static void tp_rod(double th, int dq, double l, double *lo, double *jt, double *t, double *pw) {
     double s[TP_S], c[TP_S];
     tp_seed(th, dq, t);
     tp_trig(0, t, s, pw);
@@ -150,33 +149,27 @@ static void tp_rod(double th, double om, int dq, int dv, double l, double *lo, d
     for (int k = 0; k < TP_S; k++) {
         lo[k] = l * s[k];
         lo[TP_S + k] = -l * c[k];
+        jt[k] = l * c[k];
+        jt[TP_S + k] = l * s[k];
     }
-    tp_seed(om, dv, w);
-    for (int k = 0; k < TP_S; k++) w[k] *= l;
-    tp_mul(w, c, ldo);
-    tp_mul(w, s, ldo + TP_S);
 }
 
-/* periodic features of q (variable dq; its velocity dv) at feature c of 2k: lz_c = cos q, lz_{k+c} = sin q,
-   ldz_c = -sin q qdot, ldz_{k+c} = cos q qdot */
-static void tp_angle_features(double q, double qd, int dq, int dv, int c, int k, double *lz, double *ldz, double *t,
-                              double *w, double *pw) {
-    double ms[TP_S];
+/* periodic features of q (variable dq) at feature c of 2k: lz_c = cos q, lz_{k+c} = sin q, and their
+   derivatives in q, dz_c = -sin q, dz_{k+c} = cos q (dz: the features' derivative in the direction of q) */
+static void tp_angle_features(double q, int dq, int c, int k, double *lz, double *dz, double *t, double *pw) {
     tp_seed(q, dq, t);
-    tp_seed(qd, dv, w);
     tp_trig(1, t, lz + (long)c * TP_S, pw);
     tp_trig(0, t, lz + (long)(k + c) * TP_S, pw);
-    for (int i = 0; i < TP_S; i++) ms[i] = -lz[(long)(k + c) * TP_S + i];
-    tp_mul(ms, w, ldz + (long)c * TP_S);
-    tp_mul(lz + (long)c * TP_S, w, ldz + (long)(k + c) * TP_S);
+    for (int i = 0; i < TP_S; i++) {
+        dz[(long)c * TP_S + i] = -lz[(long)(k + c) * TP_S + i];
+        dz[(long)(k + c) * TP_S + i] = lz[(long)c * TP_S + i];
+    }
 }
 
-/* out += c |y|^2 / 2 for d polynomials y */
-static void tp_half_square_add(int d, const double *y, double c, double *out, double *tmp) {
-    for (int i = 0; i < d; i++) {
-        tp_mul(y + (long)i * TP_S, y + (long)i * TP_S, tmp);
-        tp_axpy(0.5 * c, tmp, out);
-    }
+/* out += c a b */
+static void tp_mul_add(double c, const double *a, const double *b, double *out, double *tmp) {
+    tp_mul(a, b, tmp);
+    tp_axpy(c, tmp, out);
 }
 
 /* u = -G / |xi - xj| (d polynomials each) */
