@@ -42,6 +42,9 @@ __all__ = ["CTaylor", "series_c_lagrangian", "formula_program", "KINDS"]
 
 #: the series with a C form (functions of the derivatives of the model at one point)
 KINDS = ("modified_lagrangian", "inverse_modified_lagrangian")
+#: larger component formulas stay eager: midpoint inv_2 has 25 terms for n = 2, 163 for n = 3, 1 211 for n = 4
+#: (C generated in about 1 s); inv_4 has 10 528 for n = 2 (27 s to generate, minutes to compile)
+MAX_TERMS = 2000
 
 J2 = r"""
 #define J2S (1 + J2D + J2D * J2D)
@@ -199,6 +202,10 @@ def formula_program(kind: str, scheme, order: int, n: int) -> Tuple[int, str, in
     if kind not in KINDS:
         raise NotLowerable(f"the series {kind!r} has no C form (only {', '.join(KINDS)})")
     series = getattr(bea, kind)(scheme, order).components(n)
+    terms = sum(len(sympy.Add.make_args(c)) for c in series.coefficients.values())
+    if terms > MAX_TERMS:
+        raise NotLowerable(f"the {kind} of order {order} has {terms} terms for n = {n} (more than {MAX_TERMS}: "
+                           "its C form would take long to generate and compile); the series runs eagerly")
     hs = sympy.Symbol("h_step")
     total = sum((series.h ** k * c for k, c in series.coefficients.items()), sympy.Integer(0))
     total = total.xreplace({series.h: hs})
@@ -272,4 +279,6 @@ def series_c_lagrangian(kind: str, scheme, order: int, h: float, model) -> CLagr
     params = np.concatenate([hv, np.asarray(taylor.params, dtype=np.float64).reshape(-1)])
     source = f"#define J2D {2 * n}\n" + J2 + taylor.source + body
     cost = taylor.cost + max(1, ops * (2 * n) ** 2 // 100)
+    # no auto_max_batch: with its nested autograd passes the eager series stays slower at any batch (midpoint
+    # inv_2 of the double pendulum, cells 2 x 50: compiled / eager 2.9x at batch 100, 1.4x at 4 000; RESULTS_speed.md)
     return CLagrangian(n=n, source=source, params=params, cost=cost, refresh=refresh, vectorise=taylor.vectorise)
