@@ -6,12 +6,12 @@ A polynomial in ``D`` variables of total degree at most ``K`` is the array of it
 :math:`c_\beta = \partial^\beta f(x_0)/\beta!` over the multi-indices :math:`|\beta| \le K`, in
 :func:`monomials` order: graded (degree 0, then 1, ...), so index ``1 + i`` is the variable ``i``.
 With coefficients (not derivatives) a product is a plain truncated convolution,
-:math:`(ab)_\gamma = \sum_{\alpha + \beta = \gamma} a_\alpha b_\beta`, done from a table of the index
-triples; a smooth scalar function of a polynomial is its Taylor series in :math:`\delta = a - a_0`,
+:math:`(ab)_\gamma = \sum_{\alpha + \beta = \gamma} a_\alpha b_\beta`, written out coefficient by
+coefficient; a smooth scalar function of a polynomial is its Taylor series in :math:`\delta = a - a_0`,
 :math:`\phi(a) = \sum_{k \le K} \phi^{(k)}(a_0)/k!\,\delta^k`, where :math:`\delta` has no constant term,
 so :math:`\delta^k` has none below degree :math:`k` (the products skip those coefficients).
 
-:func:`header` writes the sizes (``TP_D``, ``TP_K``, ``TP_S``), the tables and the helpers for one
+:func:`header` writes the sizes (``TP_D``, ``TP_K``, ``TP_S``) and the helpers for one
 ``(D, K)``; only integers enter it."""
 
 from __future__ import annotations
@@ -42,34 +42,72 @@ def size(D: int, K: int) -> int:
     return comb(D + K, K)
 
 
-def _tables(D: int, K: int):
+def _products(D: int, K: int, min_a: int = 0, min_b: int = 0) -> Dict[int, List[Tuple[int, int]]]:
+    """``{k: [(i, j), ...]}``: the coefficient pairs of a truncated product landing on monomial ``k``, the first
+    factor's monomial of degree at least ``min_a``, the second's at least ``min_b``."""
     mons = monomials(D, K)
     index: Dict[Tuple[int, ...], int] = {m: k for k, m in enumerate(mons)}
-    full, nc = [], []
+    out: Dict[int, List[Tuple[int, int]]] = {}
     for i, a in enumerate(mons):
         for j, b in enumerate(mons):
-            if sum(a) + sum(b) > K:
-                continue
-            t = (i, j, index[tuple(x + y for x, y in zip(a, b))])
-            full.append(t)
-            if sum(a) >= 1 and sum(b) >= 1:
-                nc.append(t)
-    # nc is sorted by the degree of its first factor (graded order): start[m] = first triple with deg >= m
-    start = [next((k for k, t in enumerate(nc) if sum(mons[t[0]]) >= m), len(nc)) for m in range(K + 2)]
-    return full, nc, start
+            if sum(a) >= min_a and sum(b) >= min_b and sum(a) + sum(b) <= K:
+                out.setdefault(index[tuple(x + y for x, y in zip(a, b))], []).append((i, j))
+    return out
 
 
-def _array(name: str, values) -> str:
-    return f"static const int {name}[] = {{{', '.join(str(int(v)) for v in values)}}};"
+def _sum(pairs, a: str, b: str) -> str:
+    return " + ".join(f"{a}[{i}] * {b}[{j}]" for i, j in pairs) if pairs else "0.0"
+
+
+def _unrolled(D: int, K: int) -> str:
+    """``tp_mul`` and ``tp_powers`` written out for one ``(D, K)``: every coefficient one expression with constant
+    indices (a table-driven loop spends its time on the indirect loads)."""
+    S = size(D, K)
+    full = _products(D, K)
+    lines = ["/* c = a b, truncated at degree TP_K (c distinct from a and b) */",
+             "static void tp_mul(const double *a, const double *b, double *c) {"]
+    lines += [f"    c[{k}] = {_sum(full.get(k, []), 'a', 'b')};" for k in range(S)]
+    lines += ["}", "",
+              "/* pw[(k - 1) TP_S ..]: delta^k for k = 1..TP_K, delta = a - a_0: delta^k starts at degree k, so",
+              "   delta^(k-1) delta takes only first factors of degree >= k - 1 */",
+              "static void tp_powers(const double *a, double *pw) {",
+              "    for (int k = 0; k < TP_S; k++) pw[k] = a[k];",
+              "    pw[0] = 0.0;"]
+    degree = [sum(m) for m in monomials(D, K)]
+    for p in range(2, K + 1):
+        prods = _products(D, K, p - 1, 1)
+        prev, cur = f"(pw + {(p - 2) * S})", f"(pw + {(p - 1) * S})"
+        lines += [f"    {cur}[{k}] = {_sum(prods.get(k, []), prev, 'pw') if degree[k] >= p else '0.0'};"
+                  for k in range(S)]
+    lines.append("}")
+    return "\n".join(lines + _lin(S)) + "\n"
+
+
+def _lin(S: int) -> List[str]:
+    """``tp_lin``: the sums run in ``S`` named accumulators when ``S <= 64``, so that they stay in registers (an
+    accumulator array, or ``out`` itself, makes every term a store and a load); the same sums in the same order."""
+    head = ["", "/* nout polynomials out_o = sum_i W[o, i] in_i + bias[o] (bias NULL: none), W row-major (nout, nin);",
+            "   out distinct from in */",
+            "static void tp_lin(int nin, int nout, const double *restrict W, const double *restrict bias,",
+            "                   const double *restrict in, double *restrict out) {",
+            "    for (int o = 0; o < nout; o++) {"]
+    if S > 64:
+        body = ["        double *y = out + (long)o * TP_S;", "        for (int k = 0; k < TP_S; k++) y[k] = 0.0;",
+                "        for (int i = 0; i < nin; i++) {",
+                "            const double w = W[o * nin + i], *x = in + (long)i * TP_S;",
+                "            for (int k = 0; k < TP_S; k++) y[k] += w * x[k];", "        }",
+                "        if (bias) y[0] += bias[o];"]
+    else:
+        body = ["        double " + ", ".join(f"a{k} = 0.0" for k in range(S)) + ";",
+                "        for (int i = 0; i < nin; i++) {",
+                "            const double w = W[o * nin + i], *x = in + (long)i * TP_S;"]
+        body += [f"            a{k} += w * x[{k}];" for k in range(S)]
+        body += ["        }", "        if (bias) a0 += bias[o];", "        double *y = out + (long)o * TP_S;"]
+        body += [f"        y[{k}] = a{k};" for k in range(S)]
+    return head + body + ["    }", "}"]
 
 
 HELPERS = r"""
-/* c = a b, truncated at degree TP_K (c distinct from a and b) */
-static void tp_mul(const double *a, const double *b, double *c) {
-    for (int k = 0; k < TP_S; k++) c[k] = 0.0;
-    for (int t = 0; t < TP_NMUL; t++) c[TP_MUL[3 * t + 2]] += a[TP_MUL[3 * t]] * b[TP_MUL[3 * t + 1]];
-}
-
 /* out += c a */
 static void tp_axpy(double c, const double *a, double *out) {
     for (int k = 0; k < TP_S; k++) out[k] += c * a[k];
@@ -82,19 +120,6 @@ static void tp_seed(double v, int dir, double *out) {
     out[1 + dir] = 1.0;
 }
 
-/* pw[(k - 1) TP_S ..]: delta^k for k = 1..TP_K, delta = a - a_0 (delta^k starts at degree k: the products
-   take only the table rows whose first factor has degree >= k - 1) */
-static void tp_powers(const double *a, double *pw) {
-    for (int k = 0; k < TP_S; k++) pw[k] = a[k];
-    pw[0] = 0.0;
-    for (int p = 2; p <= TP_K; p++) {
-        const double *prev = pw + (p - 2) * TP_S;
-        double *cur = pw + (p - 1) * TP_S;
-        for (int k = 0; k < TP_S; k++) cur[k] = 0.0;
-        for (int t = TP_NCSTART[p - 1]; t < TP_NNC; t++) cur[TP_NC[3 * t + 2]] += prev[TP_NC[3 * t]] * pw[TP_NC[3 * t + 1]];
-    }
-}
-
 /* out = sum_k f[k] delta^k (f[k] = phi^(k)(a_0)/k!), from the powers of tp_powers */
 static void tp_series(const double *pw, const double *f, double *out) {
     for (int k = 0; k < TP_S; k++) out[k] = 0.0;
@@ -102,26 +127,10 @@ static void tp_series(const double *pw, const double *f, double *out) {
     for (int p = 1; p <= TP_K; p++) tp_axpy(f[p], pw + (p - 1) * TP_S, out);
 }
 
-/* nout polynomials out_o = sum_i W[o, i] in_i + bias[o] (bias NULL: none), W row-major (nout, nin) */
-static void tp_lin(int nin, int nout, const double *W, const double *bias, const double *in, double *out) {
-    for (int o = 0; o < nout; o++) {
-        double *y = out + (long)o * TP_S;
-        for (int k = 0; k < TP_S; k++) y[k] = 0.0;
-        for (int i = 0; i < nin; i++) {
-            const double w = W[o * nin + i], *x = in + (long)i * TP_S;
-            for (int k = 0; k < TP_S; k++) y[k] += w * x[k];
-        }
-        if (bias) y[0] += bias[o];
-    }
-}
 """
 
 
 def header(D: int, K: int) -> str:
-    """Sizes, multiplication tables and the ``tp_*`` helpers for polynomials in ``D`` variables to degree ``K``."""
-    full, nc, start = _tables(D, K)
-    lines = [f"#define TP_D {D}", f"#define TP_K {K}", f"#define TP_S {size(D, K)}",
-             f"#define TP_NMUL {len(full)}", f"#define TP_NNC {len(nc)}",
-             _array("TP_MUL", [x for t in full for x in t]), _array("TP_NC", [x for t in nc for x in t] or [0]),
-             _array("TP_NCSTART", start)]
-    return "\n".join(lines) + "\n" + HELPERS
+    """Sizes and the ``tp_*`` helpers for polynomials in ``D`` variables to degree ``K``."""
+    lines = [f"#define TP_D {D}", f"#define TP_K {K}", f"#define TP_S {size(D, K)}"]
+    return "\n".join(lines) + "\n" + _unrolled(D, K) + HELPERS

@@ -14,10 +14,11 @@ Networks run layer by layer as :mod:`learners.neural.mlp` does (and :meth:`MLP.t
 then :math:`\sigma'(z)\odot dz`), every value a polynomial."""
 
 SOURCE = r"""
-/* f[k] = act^(k)(z)/k!, k = 0..kmax (kmax <= 10); 0: tanh, 1: softplus (linear above 20, as torch) */
+/* f[k] = act^(k)(z)/k!, k = 0..kmax (kmax <= TP_K + 1); 0: tanh, 1: softplus (linear above 20, as torch).
+   ACT_P[act][k]: the coefficients of P_k (module docstring; ACT_W of them), FACT[k] = k! */
 static void act_series(int act, double z, int kmax, double *f) {
-    double P[16], Q[16], y, fact = 1.0;
-    int deg = 1, k0;
+    double y;
+    int k0;
     for (int k = 0; k <= kmax; k++) f[k] = 0.0;
     if (act == 1 && z > 20.0) {
         f[0] = z;
@@ -32,26 +33,11 @@ static void act_series(int act, double z, int kmax, double *f) {
         f[0] = log1p(exp(z));
         k0 = 1;
     }
-    /* m(y) = y' as a polynomial: 1 - y^2 (tanh), y - y^2 (sigmoid) */
-    const double m0 = act == 0 ? 1.0 : 0.0, m1 = act == 0 ? 0.0 : 1.0, m2 = -1.0;
-    P[0] = 0.0;
-    P[1] = 1.0;
-    for (int k = 1; k < k0; k++) fact *= k;
     for (int k = k0; k <= kmax; k++) {
-        if (k > 0) fact *= k;
+        const double *P = ACT_P + (act * (TP_K + 2) + k) * ACT_W;
         double v = 0.0;
-        for (int i = deg; i >= 0; i--) v = v * y + P[i];
-        f[k] = v / fact;
-        /* P <- P'(y) m(y) (degree + 1) */
-        for (int i = 0; i <= deg + 1; i++) Q[i] = 0.0;
-        for (int i = 1; i <= deg; i++) {
-            const double c = i * P[i];
-            Q[i - 1] += c * m0;
-            Q[i] += c * m1;
-            Q[i + 1] += c * m2;
-        }
-        deg += 1;
-        for (int i = 0; i <= deg; i++) P[i] = Q[i];
+        for (int i = ACT_W - 1; i >= 0; i--) v = v * y + P[i];
+        f[k] = v / FACT[k];
     }
 }
 

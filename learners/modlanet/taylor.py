@@ -20,6 +20,7 @@ rollouts never leaves stale numbers; what has no C form raises :class:`~integrat
 
 from __future__ import annotations
 
+from math import factorial
 from typing import List
 
 from integrators._taylor_c import header, monomials, size
@@ -33,6 +34,27 @@ __all__ = ["c_taylor", "STACK_LIMIT"]
 
 #: largest stack the generated function may use (bytes); bigger models or degrees are not lowered
 STACK_LIMIT = 1 << 21
+
+
+def _activation_tables(K: int) -> str:
+    """``ACT_P``: the polynomials :math:`P_k` (in :math:`y = \\tanh z`, resp. the sigmoid :math:`p`) of the
+    activations' derivatives :math:`k \\le K + 1` (:mod:`learners.modlanet._taylor_c`), exact integers;
+    ``FACT``: the factorials."""
+    W = K + 3
+    rows = []
+    for m, first in (((1, 0, -1), 0), ((0, 1, -1), 1)):  # y' = 1 - y^2 (tanh), p' = p - p^2 (sigmoid)
+        P = [0, 1] + [0] * (W - 2)
+        for k in range(K + 2):
+            if k < first:
+                rows.append([0] * W)
+                continue
+            rows.append(list(P))
+            dP = [i * P[i] for i in range(1, W)] + [0]
+            P = [sum(dP[i - e] * m[e] for e in range(3) if 0 <= i - e < W) for i in range(W)]
+    flat = ", ".join(f"{float(c)!r}" for r in rows for c in r)
+    fact = ", ".join(f"{float(factorial(k))!r}" for k in range(K + 2))
+    return (f"#define ACT_W {W}\nstatic const double ACT_P[] = {{{flat}}};\n"
+            f"static const double FACT[] = {{{fact}}};\n")
 
 
 class _Gen:
@@ -218,7 +240,7 @@ def generate(structure, K: int):
         "    for (int k = 0; k < TP_S; k++) LQ[k] = 0.0;",
     ]
     source = "\n".join(g.head + decl + g.body + ["}"]) + "\n"
-    return header(n, K) + HELPERS + source, max(1, g.flops // 100)
+    return header(n, K) + _activation_tables(K) + HELPERS + source, max(1, g.flops // 100)
 
 
 def c_taylor(model, order: int) -> CTaylor:
