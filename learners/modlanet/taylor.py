@@ -70,7 +70,8 @@ class _Gen:
         self.body: List[str] = []
         self.flops = 0
         mlps = [t[3] for t in self.trans if t[0] == "mlp"]
-        self.wt = max([max(m[1]) for m in mlps] + [2 * max(self.local_dims), self.d])
+        # work arrays hold a network's widest layer, 2k features, d offsets or the k x d derivatives jt
+        self.wt = max([max(m[1]) for m in mlps] + [2 * max(self.local_dims), self.d, max(self.local_dims) * self.d])
         cells = [c[1] for c in (self.pot, self.pair) if c is not None and c[0] == "mlp"]
         self.wc = max([max(m[1]) for m in cells] + [2 * self.d])
 
