@@ -13,7 +13,7 @@ from integrators.compiled import CompiledStepper, NotLowerable
 from integrators.modified import inverse_lagrangian, modified_lagrangian
 from integrators.series_c import series_c_lagrangian
 from learners import ModLaNet
-from learners.modlanet.elements import CallableTransform, UniformGravity
+from learners.modlanet.elements import CallableTransform, NewtonianPair, UniformGravity
 
 MODELS = {
     # known rods, learned one-body and pair cells
@@ -23,7 +23,12 @@ MODELS = {
     "pendulum-softplus": lambda: ModLaNet.pendulum_chain(1, transform="rod", activation="softplus", hidden=10, seed=2),
     "chain3-gravity": lambda: ModLaNet.pendulum_chain(3, transform="rod", lengths=[1.0, 0.8, 0.6],
                                                       potential=UniformGravity(9.8), hidden=8),
+    # global coordinates: one body in 3-D (its 3 x 3 offset derivatives), two on a line with the Newtonian pair
+    "body-3d": lambda: ModLaNet.bodies(1, dim=3, hidden=8, seed=3),
+    "bodies-line-newton": lambda: ModLaNet.bodies(2, dim=1, pair=NewtonianPair(1.0), hidden=8, seed=3),
 }
+#: position offsets keeping the bodies apart (the Newtonian pair is singular at contact)
+SHIFTS = {"bodies-line-newton": torch.tensor([0.0, 3.0], dtype=torch.float64)}
 
 
 def _frozen(model):
@@ -50,6 +55,8 @@ def test_inverse_lagrangian_derivatives_equal_autograd(name):
     L = inverse_lagrangian(model, 2, h)
     stepper = CompiledStepper(L, bea.get_scheme("midpoint"), h, n)
     x = torch.rand(3, 2 * n, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 2 - 1
+    if name in SHIFTS:
+        x[:, :n] += SHIFTS[name]
     gc, Hc = stepper.lagrangian_derivatives(x)
     for k in range(3):
         ga, Ha = _autograd_derivatives(L, x[k], n)
