@@ -240,6 +240,8 @@ def formula_program(kind: str, scheme, order: int, n: int) -> Tuple[int, str, in
     return K, "\n".join(head) + "\n" + "\n".join(body) + "\n", prog.count
 
 
+#: formulas kept per process (schemes compare by value; a CustomScheme by its function)
+FORMULA_CACHE_SIZE = 32
 _formulas: Dict[Any, Tuple[int, str, int]] = {}
 _lock = threading.Lock()
 
@@ -256,6 +258,8 @@ def _cached_formula(kind: str, scheme, order: int, n: int) -> Tuple[int, str, in
         hit = formula_program(kind, scheme, order, n)
         with _lock:
             _formulas[key] = hit
+            while len(_formulas) > FORMULA_CACHE_SIZE:  # oldest first (dicts keep insertion order)
+                _formulas.pop(next(iter(_formulas)))
     return hit
 
 
