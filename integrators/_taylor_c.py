@@ -84,27 +84,36 @@ def _unrolled(D: int, K: int) -> str:
 
 
 def _lin(S: int) -> List[str]:
-    """``tp_lin``: the sums run in ``S`` named accumulators when ``S <= 64``, so that they stay in registers (an
-    accumulator array, or ``out`` itself, makes every term a store and a load); the same sums in the same order."""
+    """``tp_lin``: for ``S <= 64`` the sums run in registers, 4 coefficients per vector (GNU C vector types, which gcc
+    and clang accept) and the last ``S % 4`` in scalars: an accumulator array, or ``out`` itself, makes every term a
+    store and a load. Each lane does the scalar operations in the scalar order, so the results are the same."""
     head = ["", "/* nout polynomials out_o = sum_i W[o, i] in_i + bias[o] (bias NULL: none), W row-major (nout, nin);",
-            "   out distinct from in */",
-            "static void tp_lin(int nin, int nout, const double *restrict W, const double *restrict bias,",
-            "                   const double *restrict in, double *restrict out) {",
-            "    for (int o = 0; o < nout; o++) {"]
+            "   out distinct from in */"]
+    sig = ["static void tp_lin(int nin, int nout, const double *restrict W, const double *restrict bias,",
+           "                   const double *restrict in, double *restrict out) {",
+           "    for (int o = 0; o < nout; o++) {"]
     if S > 64:
         body = ["        double *y = out + (long)o * TP_S;", "        for (int k = 0; k < TP_S; k++) y[k] = 0.0;",
                 "        for (int i = 0; i < nin; i++) {",
                 "            const double w = W[o * nin + i], *x = in + (long)i * TP_S;",
                 "            for (int k = 0; k < TP_S; k++) y[k] += w * x[k];", "        }",
                 "        if (bias) y[0] += bias[o];"]
-    else:
-        body = ["        double " + ", ".join(f"a{k} = 0.0" for k in range(S)) + ";",
-                "        for (int i = 0; i < nin; i++) {",
-                "            const double w = W[o * nin + i], *x = in + (long)i * TP_S;"]
-        body += [f"            a{k} += w * x[{k}];" for k in range(S)]
-        body += ["        }", "        if (bias) a0 += bias[o];", "        double *y = out + (long)o * TP_S;"]
-        body += [f"        y[{k}] = a{k};" for k in range(S)]
-    return head + body + ["    }", "}"]
+        return head + sig + body + ["    }", "}"]
+    nv = S // 4
+    tail = list(range(4 * nv, S))
+    body = [f"        tp_v4 v{c} = {{0.0, 0.0, 0.0, 0.0}};" for c in range(nv)]
+    body += [f"        double s{k} = 0.0;" for k in tail]
+    body += ["        for (int i = 0; i < nin; i++) {",
+             "            const double w = W[o * nin + i], *x = in + (long)i * TP_S;",
+             "            const tp_v4 wv = {w, w, w, w};", "            tp_v4 xv;"]
+    for c in range(nv):
+        body += [f"            memcpy(&xv, x + {4 * c}, sizeof xv);", f"            v{c} += wv * xv;"]
+    body += [f"            s{k} += w * x[{k}];" for k in tail]
+    body += ["            (void)xv;", "        }", "        double *y = out + (long)o * TP_S;"]
+    body += [f"        memcpy(y + {4 * c}, &v{c}, sizeof v{c});" for c in range(nv)]
+    body += [f"        y[{k}] = s{k};" for k in tail]
+    body += ["        if (bias) y[0] += bias[o];"]
+    return head + ["typedef double tp_v4 __attribute__((vector_size(32)));"] + sig + body + ["    }", "}"]
 
 
 HELPERS = r"""
