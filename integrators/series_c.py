@@ -47,6 +47,12 @@ KINDS = ("modified_lagrangian", "inverse_modified_lagrangian")
 #: (27 s to generate, 20 108 operations, minutes to compile)
 MAX_TERMS = 2000
 
+
+def max_dimension(order: int) -> int:
+    """Largest ``n`` whose component formula is derived at all: midpoint inv_2 takes 0.9 s for n = 4 and 89 s for
+    n = 5 (10 080 terms, beyond MAX_TERMS anyway); at order 4, n = 2 takes 0.3 s (then rejected by MAX_TERMS)."""
+    return 4 if order <= 2 else 2
+
 J2 = r"""
 #define J2S (1 + J2D + J2D * J2D)
 /* second-order jets in the J2D variables x: (value, gradient, Hessian row-major) */
@@ -202,6 +208,10 @@ def formula_program(kind: str, scheme, order: int, n: int) -> Tuple[int, str, in
     it (to follow the jet helpers and the model's ``lag_taylor``), and its number of jet operations."""
     if kind not in KINDS:
         raise NotLowerable(f"the series {kind!r} has no C form (only {', '.join(KINDS)})")
+    limit = max_dimension(order)
+    if n > limit:
+        raise NotLowerable(f"the component formula of the {kind} of order {order} is derived for n <= {limit} only "
+                           f"(n = {n}: minutes of SymPy); the series runs eagerly")
     series = getattr(bea, kind)(scheme, order).components(n)
     terms = sum(len(sympy.Add.make_args(c)) for c in series.coefficients.values())
     if terms > MAX_TERMS:

@@ -165,7 +165,11 @@ def test_without_a_c_form_the_eager_path_gives_equal_results(monkeypatch):
 
 
 def test_large_formulas_stay_eager():
-    """inv_4 for n = 2 has 10 528 terms in components: not generated (NotLowerable, before any SymPy work on it)."""
+    """inv_4 for n = 2 has 10 528 terms in components: not turned into C (NotLowerable before the common
+    subexpressions); inv_2 for n = 5 is not even derived in components (89 s of SymPy)."""
     model = _frozen(MODELS["chain-rod"]())
     with pytest.raises(NotLowerable, match="terms"):
         inverse_lagrangian(model, 4, 0.05).c_lagrangian()
+    bodies = _frozen(ModLaNet.bodies(5, dim=1, hidden=4))
+    with pytest.raises(NotLowerable, match="n <= 4"):
+        inverse_lagrangian(bodies, 2, 0.05).c_lagrangian()
