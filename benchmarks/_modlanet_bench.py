@@ -59,4 +59,44 @@ def modlanet_rows(quick: bool = False):
     t_c = (time.perf_counter() - t) / 1000
     rows.append(("  paper's model (learned transform, 5 959 parameters): g, H of L in C",
                  f"{t_c * 1e6:.0f} us per state (compile {st.compile_seconds:.2f} s)"))
+    return rows + inverse_rows(model, paper, quick)
+
+
+def _per_state_us(L, n: int, h: float) -> tuple:
+    """(us per evaluation of L_inv, g, H in C over 1000 states, lowering + compile seconds)."""
+    from integrators.compiled import CompiledStepper
+    import bea
+
+    t0 = time.perf_counter()
+    st = CompiledStepper(L, bea.get_scheme("midpoint"), h, n)
+    build = time.perf_counter() - t0
+    x = torch.rand(1000, 2 * n, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 2 - 1
+    t = time.perf_counter()
+    st.lagrangian_derivatives(x)
+    return (time.perf_counter() - t) / 1000 * 1e6, build
+
+
+def inverse_rows(model, paper, quick: bool = False):
+    """The position-only rollouts: the midpoint rule on inv_2(M) (integrators.series_c: M's Taylor polynomials to
+    degree 4 in C, the formula on second-order jets), compiled against eager in the same run, rates compared
+    (eager runs only a few steps: about 30 nested autograd passes per step). Batch 1 on the rod model (h = 0.05), and
+    batch 100 with the paper's learned-transform model at h = 0.1, the size and step of the position-only pipeline
+    (10 steps: its random weights let one trajectory fail at step 18)."""
+    from integrators import VariationalIntegrator
+    from integrators.modified import inverse_lagrangian
+
+    rows = [("position-only rollouts: midpoint rule on inv_2(M), compiled vs eager (same run)", "")]
+    for label, m, h, B, n_c, n_e in (("rod model", model, H, 1, 300, 10 if quick else 20),
+                                     ("paper's model", paper, 0.1, 100, 5 if quick else 10, 1 if quick else 2)):
+        m.requires_grad_(False)
+        L = inverse_lagrangian(m, 2, h)
+        us, build = _per_state_us(L, 2, h)
+        q0 = torch.stack([torch.linspace(-0.8, 0.8, B), torch.linspace(0.5, -0.5, B)], -1) if B > 1 else torch.tensor([[0.5, -0.3]])
+        v0 = torch.zeros(B, 2)
+        sc, rc = _rate(VariationalIntegrator(L, h, execution="compiled"), q0, v0, n_c)
+        se, re = _rate(VariationalIntegrator(L, h, execution="eager"), q0, v0, n_e)
+        dq = float((sc.q[: n_e + 1] - se.q).abs().max())
+        rows.append((f"  {label}, h = {h}, batch {B}: compiled {n_c} / eager {n_e} steps (steps/s)",
+                     f"{rc / B:,.1f} / {re / B:,.2f} = {rc / re:.0f}x; max |dq| = {dq:.1e} over {n_e} steps; "
+                     f"L_inv, g, H in C {us:.0f} us per state (lower + compile {build:.2f} s)"))
     return rows

@@ -13,8 +13,9 @@ What is compiled, and when (nothing else changes semantics):
   - a :class:`~integrators.symbolic.SymbolicLagrangian` (every :mod:`integrators.systems` system):
     :math:`g, H` are differentiated in SymPy, common subexpressions shared, printed as C;
   - any object with a method ``c_lagrangian()`` returning a :class:`CLagrangian` (e.g. the GP
-    posterior mean of :mod:`learners`, whose derivatives are closed-form sums over its atoms, and a
-    ModLaNet, whose networks are evaluated on second-order jets).
+    posterior mean of :mod:`learners`, whose derivatives are closed-form sums over its atoms, a
+    ModLaNet, whose networks are evaluated on second-order jets, and a :mod:`bea` series of a model
+    with a Taylor form in C, :mod:`integrators.series_c`, such as :math:`\mathrm{inv}_2` of a ModLaNet).
 
 * The scheme must evaluate :math:`L` at points affine in the two slots with constant weights,
   :math:`L_\Delta(a, b) = \sum_k w_k L(y_k)`, :math:`y_k = o_k + A_k a + B_k b` (midpoint,
@@ -23,8 +24,8 @@ What is compiled, and when (nothing else changes semantics):
   :math:`D_1L_\Delta = \sum_k w_k A_k^\top g(y_k)`, :math:`D_2L_\Delta = \sum_k w_k B_k^\top g(y_k)`
   and :math:`D_{12}L_\Delta = \sum_k w_k A_k^\top H(y_k) B_k`.
 
-Anything else (torch closures, other networks, :mod:`bea` series, other schemes) is not lowered and the
-integrator uses its eager path. Newton's iteration is the one of :mod:`integrators.newton`, element
+Anything else (torch closures, other networks, series of models without a Taylor form, other schemes) is
+not lowered and the integrator uses its eager path. Newton's iteration is the one of :mod:`integrators.newton`, element
 by element, with the same extrapolated guesses, chord step, tolerances and stall test, so compiled
 and eager trajectories agree to rounding. At the first step where any element fails to converge,
 becomes non-finite or jumps beyond ``max_step``, the compiled loop stops *before* that step and the

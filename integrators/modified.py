@@ -52,6 +52,14 @@ def _series(kind: str, model: TorchLagrangian, order: int, h: float, scheme) -> 
         return f(model, q, v, h)
 
     L_series.order = N  # type: ignore[attr-defined]
+
+    def c_lagrangian():
+        # the compiled integrator path, for models with a Taylor form in C (else NotLowerable: eager)
+        from .series_c import series_c_lagrangian
+
+        return series_c_lagrangian(kind, sch, N, h, model)
+
+    L_series.c_lagrangian = c_lagrangian  # type: ignore[attr-defined]
     return L_series
 
 

@@ -28,7 +28,8 @@ Lowered: :class:`~learners.modlanet.elements.Identity`, ``AngleOnRod``, ``MLPTra
 ``PotentialCell``, ``PairCell``, ``UniformGravity``, ``NewtonianPair`` cells; :class:`~learners.neural.mlp.MLP`
 with ``tanh`` or ``softplus``; float64 parameters. Anything else (a ``CallableTransform``, a plain callable
 cell, a subclass overriding the computation) raises :class:`integrators.compiled.NotLowerable` and the
-integrator takes its eager path.
+integrator takes its eager path. Series of the model (:math:`\mathrm{inv}_2(M)`, which needs derivatives up to
+order 4) use its Taylor form, :mod:`learners.modlanet.taylor`, built from the same :func:`plan`.
 """
 
 from __future__ import annotations

@@ -289,6 +289,14 @@ class ModLaNet(nn.Module, SavableModule):
 
         return c_lagrangian(self)
 
+    def c_taylor(self, order: int):
+        """The model's Taylor polynomial to degree ``order`` in C (:func:`learners.modlanet.taylor.c_taylor`): how a
+        :mod:`bea` series of it, e.g. ``integrators.modified.inverse_lagrangian(model, 2, h)``, takes the compiled
+        integrator path; :class:`integrators.compiled.NotLowerable` where it has no C form."""
+        from .taylor import c_taylor
+
+        return c_taylor(self, order)
+
     # ------------------------------------------------------------------ dynamics
     def acceleration(self, q: torch.Tensor, v: torch.Tensor, create_graph: Optional[bool] = None) -> torch.Tensor:
         r"""Euler–Lagrange acceleration :math:`\ddot q = M^{-1}(\partial_qL - L_{vq}\dot q)`, batched ``(..., n)``.
