@@ -125,12 +125,9 @@ class _Gen:
                     + (2 * self.wc + 2 * self.d + 3) * SC)
 
 
-def generate(structure) -> Tuple[str, int]:
-    """``(source, cost)``: the C of ``lag_derivs`` for a ModLaNet structure (:func:`lowering.plan`) and
-    its cost relative to a closed formula (flops / 100), for chunk sizes."""
-    g = _Gen(structure)
-    if g.stack_bytes() > STACK_LIMIT:
-        raise NotLowerable(f"the C form would need {g.stack_bytes()} bytes of stack (limit {STACK_LIMIT}): too many coordinates")
+def emit_terms(g) -> None:
+    """The C of every element, kinetic and potential term and pair interaction, in the structure's order, by a
+    generator ``g`` (this module's or :mod:`learners.modlanet.taylor`'s: the same walk, other arithmetic)."""
     for i in g.order:
         g.element(i)
     for i in range(len(g.parents)):
@@ -139,6 +136,15 @@ def generate(structure) -> Tuple[str, int]:
             g.potential(i)
     for k, (i, j) in enumerate(g.pairs):
         g.pair_term(i, j, k == 0)
+
+
+def generate(structure) -> Tuple[str, int]:
+    """``(source, cost)``: the C of ``lag_derivs`` for a ModLaNet structure (:func:`lowering.plan`) and
+    its cost relative to a closed formula (flops / 100), for chunk sizes."""
+    g = _Gen(structure)
+    if g.stack_bytes() > STACK_LIMIT:
+        raise NotLowerable(f"the C form would need {g.stack_bytes()} bytes of stack (limit {STACK_LIMIT}): too many coordinates")
+    emit_terms(g)
     N, d = len(g.parents), g.d
     decl = [
         f"#define D {g.D}", f"#define SD JS({g.D})", f"#define SL JS({g.mloc})", f"#define SC JS({2 * d})",

@@ -28,6 +28,7 @@ from integrators.compiled import NotLowerable
 from integrators.series_c import CTaylor
 
 from ._taylor_c import SOURCE as HELPERS
+from ._lowering_source import emit_terms
 from .lowering import pack, plan
 
 __all__ = ["c_taylor", "STACK_LIMIT"]
@@ -219,14 +220,7 @@ def generate(structure, K: int):
     if g.stack_bytes() > STACK_LIMIT:
         raise NotLowerable(f"the Taylor form of degree {K} would need {g.stack_bytes()} bytes of stack (limit "
                            f"{STACK_LIMIT}): too many coordinates or too wide networks")
-    for i in g.order:
-        g.element(i)
-    for i in range(len(g.parents)):
-        g.kinetic(i)
-        if g.pot is not None:
-            g.potential(i)
-    for k, (i, j) in enumerate(g.pairs):
-        g.pair_term(i, j, k == 0)
+    emit_terms(g)
     g.assemble()
     N, d, n, wt, wc = len(g.parents), g.d, g.n, g.wt, g.wc
     decl = [
