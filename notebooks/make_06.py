@@ -52,7 +52,7 @@ md("""Reading the tables:
   the energy is identified up to): each order of correction lowers the error until the GP's own error is reached;
   at $n = 4$, $H_{rec}[4]$ is below $H_{rec}[2]$.
 * **Band**: the variation of $H_{rec}[2]$ along the prediction against the posterior std of the GP part. At
-  $h = 0.45$ the variation is mostly the $h^4$ truncation of $\mathrm{mod}_2$, which this band leaves out (it would
+  $h = 0.45$ the variation is mostly the $h^4$ truncation of $\\mathrm{mod}_2$, which this band leaves out (it would
   need $H_{rec}[4]$ at every step); the held-out z-scores include it.
 * **Calibration**: the fraction of held-out energy differences (to one reference state) within $2\\sigma$, compared
   with the true differences in the identified energy's units (one scale fitted by least squares).
