@@ -3,7 +3,8 @@ r"""The search for the hyperparameters of a GP Lagrangian model: lengthscale(s),
 search uses no gradients, are described in :mod:`learners.shadow.hyperparameters`).
 
 The parameters searched are :math:`\theta = (\log\ell_1, \dots, \log\ell_d, \log\rho)`: a coarse grid over
-one shared lengthscale (:func:`grid_search`), then a pattern search on :math:`\theta`
+one shared lengthscale (:func:`grid_search`; for the ``"positions"`` objective with one lengthscale per input, a
+grid over one position and one velocity lengthscale, :func:`velocity_grid`), then a pattern search on :math:`\theta`
 (:func:`pattern_search`); :func:`settle` sets the best point, with the profiled outputscale for ``"mll"``.
 """
 
