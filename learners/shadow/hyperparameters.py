@@ -73,10 +73,12 @@ from ..saving import recorded
 from .._checks import check_states, check_step
 from .functionals import Functionals
 from .gp import FunctionalGP
+from .guards import check_fitted
 from .hyperparameter_search import (MIN_NOISE, grid_best, grid_search, objective, pattern_search, set_hyperparameters, settle, spread,
                                     training_subsets, velocity_grid)
 from .kernels import FunctionalKernel, RBFKernel
 from .normalisation import Normalisation, get_normalisation
+from .units import StandardUnits
 
 __all__ = ["FunctionalLagrangianModel", "MIN_NOISE"]
 
@@ -85,7 +87,7 @@ def _exp_positive() -> Positive:
     return Positive(transform=torch.exp, inv_transform=torch.log)
 
 
-class FunctionalLagrangianModel(gpytorch.Module):
+class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
     r"""Base class of :class:`~learners.InverseModifiedLagrangianGP` and :class:`~learners.LagrangianGP`."""
 
     #: hyperparameter-search evaluations when ``iterations`` is not given
@@ -133,10 +135,9 @@ class FunctionalLagrangianModel(gpytorch.Module):
         self.gp: Optional[FunctionalGP] = None
         self.history: Dict[str, list] = {}
         self.n: Optional[int] = None
-        #: units of the data (see InverseModifiedLagrangianGP.fit): the GP lives on x' = ((q - center)/unit, v/unit) and the
-        #: model's Lagrangian is unit**2 * L'(x'); None/1.0: the data's own units
-        self._center: Optional[torch.Tensor] = None
-        self._unit: float = 1.0
+        #: units of the data (learners.shadow.units): the GP lives on x' = ((q - center)/unit, v/speed), at the step
+        #: h' = _step, and the model's Lagrangian is speed**2 * L'(x'); None/1.0: the data's own units
+        self._set_units(None, 1.0, None)
         self._init_state()
 
     def _init_state(self) -> None:
@@ -172,7 +173,9 @@ class FunctionalLagrangianModel(gpytorch.Module):
         if self._user_kernel is not None:
             kernel = self._user_kernel
         else:
-            base = RBFKernel(ard_num_dims=D if self.ard else None, lengthscale_constraint=_exp_positive())
+            # a fixed lengthscale is given in the data's units: one per input in the standardised ones (learners.shadow.units)
+            ard = self.ard or self.fixed_lengthscale is not None
+            base = RBFKernel(ard_num_dims=D if ard else None, lengthscale_constraint=_exp_positive())
             kernel = FunctionalKernel(base, outputscale_constraint=_exp_positive())
         gp = FunctionalGP(kernel, noise=1e-12, min_noise=0.0)
         # the nugget on a log scale; its floor MIN_NOISE (relative to the outputscale) is enforced in set_hyperparameters
@@ -198,14 +201,21 @@ class FunctionalLagrangianModel(gpytorch.Module):
             gp.likelihood.noise = torch.tensor([rho * float(gp.kernel.outputscale.detach())], dtype=torch.float64)
             self._freeze()
         elif self.fixed_lengthscale is not None:
-            ls = torch.as_tensor(self.fixed_lengthscale, dtype=torch.float64) / self._unit  # given in the data's units
-            set_hyperparameters(gp, ls, self.fixed_noise if self.fixed_noise is not None else 1e-12)
+            set_hyperparameters(gp, self._fixed_lengthscale_std(D), self.fixed_noise if self.fixed_noise is not None else 1e-12)
             self._freeze()
         else:
             self._learn(F_data, groups, P, P_groups, F_norm)
         with torch.no_grad():
             gp.condition(Functionals.cat([F_data, F_norm]))
         gp.variance_scale = self._variance_scale
+        check_fitted(self, torch.cat([a.points for a in F_data.atoms.values()]))  # never a silent NaN model
+
+    def _fixed_lengthscale_std(self, D: int) -> torch.Tensor:
+        """``lengthscale=`` (data's units, one or one per input) in the standardised coordinates, one per input."""
+        ls = torch.as_tensor(self.fixed_lengthscale, dtype=torch.float64).reshape(-1)
+        if ls.numel() not in (1, D):
+            raise ValueError(f"lengthscale needs 1 or {D} values (positions, then velocities), got {ls.numel()}")
+        return ls.expand(D) / self._input_units(D // 2)
 
     def _freeze(self) -> None:
         for p in self.gp.parameters():
@@ -273,9 +283,10 @@ class FunctionalLagrangianModel(gpytorch.Module):
         """Lengthscale(s), outputscale and relative nugget in use."""
         self._require_fit()
         gp = self.gp
-        ls = gp.kernel.base_kernel.lengthscale.detach().reshape(-1) * self._unit  # in the data's units
+        ls = gp.kernel.base_kernel.lengthscale.detach().reshape(-1)
+        ls = ls * self._input_units(self.n) if ls.numel() > 1 or self._time != 1.0 else ls * self._unit  # data's units
         return {"lengthscale": ls.tolist() if ls.numel() > 1 else float(ls),
-                "outputscale": float(gp.kernel.outputscale) * gp.variance_scale * self._unit ** 4,
+                "outputscale": float(gp.kernel.outputscale) * gp.variance_scale * self._speed ** 4,
                 "noise": float(gp.noise) / float(gp.kernel.outputscale)}
 
     @property
@@ -290,7 +301,7 @@ class FunctionalLagrangianModel(gpytorch.Module):
         ``q, v`` of shape ``(..., n)`` -> ``(...)``; differentiable to any order (autograd)."""
         self._require_fit()
         q, v = check_states(q, v, self.n)
-        return self._unit ** 2 * self.gp.mean(self._standard_state(q, v))
+        return self._speed ** 2 * self.gp.mean(self._standard_state(q, v))
 
     __call__ = lagrangian
 
@@ -303,7 +314,7 @@ class FunctionalLagrangianModel(gpytorch.Module):
         self._require_fit()
         from integrators.compiled import NotLowerable
 
-        if self._unit != 1.0 or (self._center is not None and bool(self._center.any())):
+        if self._standardised:
             raise NotLowerable("the model is standardised: step StandardisedMean(model) in its coordinates instead")
         return self._standardised_c_lagrangian()
 
@@ -317,13 +328,7 @@ class FunctionalLagrangianModel(gpytorch.Module):
         self._require_fit()
         q, v = check_states(q, v, self.n)
         with torch.no_grad():
-            return self._unit ** 4 * self.gp.variance(self._standard_state(q.detach(), v.detach()))
-
-    def _standard_state(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """``(q, v)`` in the GP's coordinates ``((q - center)/unit, v/unit)``, concatenated."""
-        if self._center is None:
-            return torch.cat([q, v], -1)
-        return torch.cat([(q - self._center) / self._unit, v / self._unit], -1)
+            return self._speed ** 4 * self.gp.variance(self._standard_state(q.detach(), v.detach()))
 
     def _require_fit(self) -> None:
         if self.gp is None or self.gp._beta is None:

@@ -15,11 +15,14 @@ at states :math:`(q, v)` with accelerations :math:`a`, plus the same normalisati
 
 Both learn an approximation of the *exact* Lagrangian; predictions apply the scheme to it directly
 (:math:`p_0 = \partial_vL(q_0, \dot q_0)`), so they carry the scheme's :math:`O(h^2)` error, which
-LSI compensates by construction. Same hyperparameter machinery as LSI (:mod:`learners.shadow.hyperparameters`).
+LSI compensates by construction. Same hyperparameter machinery as LSI (:mod:`learners.shadow.hyperparameters`),
+and the same standardised units of position and time (:mod:`learners.shadow.units`): the fit does not depend on
+the units of ``q`` or ``h``, and every output is mapped back to the data's.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Callable, Optional, Union
 
 import torch
@@ -30,7 +33,9 @@ from .._checks import as_tensor, check_finite, check_order, check_snapshots, che
 from .hyperparameters import FunctionalLagrangianModel
 from .retry import solve_with_retry
 from .functionals import Functionals, euler_lagrange_residuals, gradient_evaluations
-from .lsi import DEFAULT_NEWTON
+from .guards import RUNAWAY_FACTOR, check_prediction, runaway
+from .lsi import DEFAULT_NEWTON, ExtrapolationWarning, StandardisedMean
+from .units import position_units, standard_step, standard_time
 
 __all__ = ["LagrangianGP", "finite_differences"]
 
@@ -71,8 +76,13 @@ class LagrangianGP(FunctionalLagrangianModel):
     def __repr__(self) -> str:
         return f"LagrangianGP(h={self.h}, scheme={self.scheme!r}, {self.kind or 'not fitted'})"
     def fit(self, snapshots) -> "LagrangianGP":
-        """LGP: fit to position snapshots ``(n_traj, n_steps + 1, n)`` (finite-difference derivatives)."""
-        q, v, a = finite_differences(snapshots, self.h)
+        """LGP: fit to position snapshots ``(n_traj, n_steps + 1, n)`` (finite-difference derivatives, taken in the
+        standardised units: :func:`~learners.shadow.units.standard_step`)."""
+        S = check_snapshots(snapshots)
+        center, unit = position_units(S)
+        Sd = (S - center) / unit
+        self._set_units(center, unit, standard_step(Sd))
+        q, v, a = finite_differences(Sd, self._h_std)
         T, m, n = q.shape
         self._fit_states(q.reshape(-1, n), v.reshape(-1, n), a.reshape(-1, n), torch.arange(T).repeat_interleave(m))
         self.kind = "LGP (finite differences)"
@@ -97,11 +107,16 @@ class LagrangianGP(FunctionalLagrangianModel):
                 raise ValueError(f"trajectory must label each of the {q.shape[0]} states, got shape {tuple(groups.shape)}")
         if q.shape[0] < 2:
             raise ValueError("need at least two states")
-        self._fit_states(q, v, a, groups)
+        center, unit = position_units(q)
+        tau = standard_time(v, unit)
+        self._set_units(center, unit, self.h / tau)
+        s = self._speed
+        self._fit_states(self._to_standard(q), v / s, a * (tau / s), groups)  # a' = a tau^2 / sigma
         self.kind = "LGPExact (given derivatives)"
         return self
 
     def _fit_states(self, q, v, a, groups) -> None:
+        """Condition on the EL residuals at standardised states ``q, v, a`` (B, n)."""
         n = q.shape[-1]
         self.n = n
         F = euler_lagrange_residuals(q, v, a)
@@ -134,8 +149,28 @@ class LagrangianGP(FunctionalLagrangianModel):
         q0, qdot0 = as_tensor(q0, "q0"), as_tensor(qdot0, "qdot0")
         if q0.shape != qdot0.shape or q0.dim() < 1 or q0.shape[-1] != self.n:
             raise ValueError(f"q0 and qdot0 must have shape (batch..., {self.n}), got {tuple(q0.shape)} and {tuple(qdot0.shape)}")
-        return solve_with_retry(self.integrator, newton, q0, qdot0, steps)
+        check_finite(q0, "q0")
+        check_finite(qdot0, "qdot0")
+        qs = solve_with_retry(self._integrator_std, newton, self._to_standard(q0), qdot0 / self._speed, steps)
+        check_prediction(qs, "LagrangianGP.predict", self._from_standard)
+        far = runaway(qs)
+        if bool(far.any()):
+            idx = tuple(int(i) for i in torch.nonzero(far)[0])
+            warnings.warn(f"the prediction leaves the data: {int(far.sum())} predicted positions lie more than "
+                          f"{RUNAWAY_FACTOR:g} data spreads from the data's centre (first at (step, batch...) = {idx}, "
+                          f"position {self._from_standard(qs[idx]).tolist()}), where the learned Lagrangian is not "
+                          "determined by the data. Start inside the data's region", ExtrapolationWarning, stacklevel=2)
+        return self._from_standard(qs)
+
+    def _integrator_std(self, **newton):
+        """The scheme on the posterior mean in the standardised coordinates (C form), at the step :math:`h'`."""
+        from integrators import VariationalIntegrator
+
+        return VariationalIntegrator(StandardisedMean(self), self._h_std, self.scheme, **{**DEFAULT_NEWTON, **newton})
+
     def velocities(self, qs, order: int = 0) -> torch.Tensor:
-        """Velocities from the discrete momenta of the learned :math:`L` along ``qs``."""
+        """Velocities from the discrete momenta of the learned :math:`L` along ``qs`` ``(steps + 1, batch..., n)``."""
         self.recovered_lagrangian(order)
-        return self.integrator().velocities(qs)
+        qs = as_tensor(qs, "qs")
+        check_finite(qs, "qs")
+        return self._speed * self._integrator_std().velocities(self._to_standard(qs))

@@ -44,8 +44,10 @@ from integrators import ConvergenceError, NotRegularError, VariationalIntegrator
 from .._checks import as_tensor, check_finite, check_order, check_snapshots
 from .hyperparameters import FunctionalLagrangianModel
 from .retry import solve_with_retry
-from .functionals import AtomSet, Functionals, del_residuals, discrete_momenta, triples_from_snapshots
+from .guards import RUNAWAY_FACTOR, check_prediction, runaway
+from .functionals import Functionals, del_residuals, discrete_momenta, triples_from_snapshots
 from .normalisation import MassNormalisation
+from .units import position_units, standard_step
 from .recovery import RecoveryMixin
 from .rbf_jet import RBFJet, jets_fit
 
@@ -151,25 +153,19 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         conditioned on all DEL residuals and the normalisation; :attr:`conditioning` reports the solve."""
         S = check_snapshots(snapshots)
         T, m, n = S.shape
-        center = S.mean((0, 1))
-        spread = (S - center).pow(2).mean((0, 1)).sqrt()  # (n,) standard deviation of each coordinate
-        flat = torch.nonzero(spread <= 1e-13 * (center.abs() + 1e-300)).flatten()
-        if flat.numel():
-            i = int(flat[0])
-            raise ValueError(f"coordinate q{i} takes the same value ({float(center[i])!r}) in every snapshot: the data show "
-                             f"no motion in it, so they say nothing about its dynamics. Give trajectories that move "
-                             f"(initial velocities or positions away from equilibrium)")
-        unit = float(spread.pow(2).mean().sqrt())
+        center, unit = position_units(S)
+        Sd = (S - center) / unit
+        self.n = n
+        self._set_units(center, unit, standard_step(Sd))
+        h = self._h_std
         norm = self.normalisation
         if isinstance(norm, MassNormalisation) and norm.point is not None:  # given in the data's units
             x0 = norm.point.reshape(-1).to(torch.float64)
-            norm = MassNormalisation(norm.c, point=torch.cat([(x0[:n] - center) / unit, x0[n:] / unit]))
-        self.n, self._center, self._unit = n, center, unit
-        Sd = (S - center) / unit
-        F = del_residuals(triples_from_snapshots(Sd), self.h, self.scheme)
+            norm = MassNormalisation(norm.c, point=self._standard_state(x0[:n], x0[n:]))
+        F = del_residuals(triples_from_snapshots(Sd), h, self.scheme)
         groups = torch.arange(T).repeat_interleave((m - 2) * n)
         pairs = torch.stack([Sd[:, :-1], Sd[:, 1:]], -2).reshape(-1, 2, n)
-        P = discrete_momenta(pairs, self.h, self.scheme)
+        P = discrete_momenta(pairs, h, self.scheme)
         P_groups = torch.arange(T).repeat_interleave((m - 1) * n)
         self._standard_snapshots = Sd  # for the "positions" objective while learning
         try:
@@ -185,23 +181,7 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
     def _position_objective(self, trajectories: torch.Tensor):
         from .position_objective import position_objective
 
-        return position_objective(triples_from_snapshots(self._standard_snapshots[trajectories]), self.h, self.scheme)
-
-    # ------------------------------------------------------------------ units
-    def _to_standard(self, q: torch.Tensor) -> torch.Tensor:
-        return (q - self._center) / self._unit
-
-    def _from_standard(self, q: torch.Tensor) -> torch.Tensor:
-        return q * self._unit + self._center
-
-    def _standard_functionals(self, G: Functionals) -> Functionals:
-        r"""Functionals of :math:`L = \sigma^2 L'(A x)` as functionals of :math:`L'`: points mapped by
-        :math:`A`, directions divided by :math:`\sigma` (one factor per derivative), coefficients times
-        :math:`\sigma^2`."""
-        s = self._unit
-        shift = torch.cat([self._center, torch.zeros_like(self._center)])
-        atoms = {m: AtomSet((A.points - shift) / s, A.dirs / s, A.coef * s ** 2, A.owner) for m, A in G.atoms.items()}
-        return Functionals(G.dim, G.count, atoms, G.targets)
+        return position_objective(triples_from_snapshots(self._standard_snapshots[trajectories]), self._h_std, self.scheme)
 
     def _lagrangian_std(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """:math:`\bar L'_{inv}` in the standardised coordinates."""
@@ -211,7 +191,7 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
     def del_residuals(self, snapshots_or_triples, return_std: bool = True):
         r"""Posterior mean (and standard deviation) of the DEL residuals at new data: triples
         ``(B, 3, n)`` or snapshots ``(n_traj, m, n)`` (all their triples, trajectory-major). Returns
-        tensors of shape ``(B, n)``, in the data's units (:math:`\sigma` times those of :math:`L'`)."""
+        tensors of shape ``(B, n)``, in the data's units (:math:`s = \sigma/\tau` times those of :math:`L'`)."""
         self._require_fit()
         x = as_tensor(snapshots_or_triples, "triples")
         check_finite(x, "triples")
@@ -221,12 +201,12 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
             triples = triples_from_snapshots(check_snapshots(x, self.n))
         mean, std = self._residual_posterior(self._to_standard(triples), return_std)
         if not return_std:
-            return self._unit * mean
-        return self._unit * mean, self._unit * std
+            return self._speed * mean
+        return self._speed * mean, self._speed * std
 
     def _residual_posterior(self, triples_std: torch.Tensor, return_std: bool = True):
         """Posterior mean and std (or None) of the DEL residuals of :math:`L'` at standardised triples, ``(B, n)``."""
-        G = del_residuals(triples_std, self.h, self.scheme)
+        G = del_residuals(triples_std, self._h_std, self.scheme)
         with torch.no_grad():
             if not return_std:
                 return self.gp.functional_mean(G).reshape(-1, self.n), None
@@ -259,17 +239,17 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
     def recovered_lagrangian(self, order: int = 2) -> TorchLagrangian:
         r""":math:`L_{rec} = \mathrm{mod}_N(\bar L_{inv})` truncated at :math:`h^N` (``order`` = N; 0 gives
         :math:`\bar L_{inv}` itself), from :func:`bea.compile_torch` (derived once, cached on disk), in the
-        data's units (:math:`\sigma^2\,\mathrm{mod}_N(\bar L'_{inv})` of the standardised coordinates)."""
+        data's units (:math:`s^2\,\mathrm{mod}_N(\bar L'_{inv})` at the step :math:`h'`, :mod:`learners.shadow.units`)."""
         self._require_fit()
         N = check_order(order, self.scheme.symmetric)
         if N == 0:
             return self.lagrangian
         if N not in self._recovered:
-            L_std, unit = self._recovered_std(N), self._unit
+            L_std, speed = self._recovered_std(N), self._speed
             to_std = self._to_standard
 
             def L_rec(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-                return unit ** 2 * L_std(to_std(q), v / unit)
+                return speed ** 2 * L_std(to_std(q), v / speed)
 
             L_rec.order = N  # type: ignore[attr-defined]
             self._recovered[N] = L_rec
@@ -287,7 +267,7 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
             return self._recovered[key]
         if key not in self._recovered:
             # N + 2: the derivatives Newton on d/dv mod_N asks for (fewer jet builds)
-            self._recovered[key] = modified.modified_lagrangian(self._mean_std(N + 2, jets), N, self.h, self.scheme)
+            self._recovered[key] = modified.modified_lagrangian(self._mean_std(N + 2, jets), N, self._h_std, self.scheme)
         return self._recovered[key]
 
     def integrator(self, **newton):
@@ -298,12 +278,12 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
 
     def _integrator_std(self, **newton):
         opts = {**DEFAULT_NEWTON, **newton}
-        return VariationalIntegrator(StandardisedMean(self), self.h, self.scheme, **opts)
+        return VariationalIntegrator(StandardisedMean(self), self._h_std, self.scheme, **opts)
 
     def _momentum_integrator(self, jets: bool = True) -> VariationalIntegrator:
         r"""The scheme on :math:`\bar L'_{inv}` for discrete momenta: first derivatives only, from the
         closed-form jet where there is one."""
-        return VariationalIntegrator(self._mean_std(1, jets), self.h, self.scheme, **DEFAULT_NEWTON)
+        return VariationalIntegrator(self._mean_std(1, jets), self._h_std, self.scheme, **DEFAULT_NEWTON)
 
     def predict(self, q0, qdot0, steps: int, order: int = 2, *, return_std: bool = False, on_extrapolation: str = "warn",
                 **newton):
@@ -330,12 +310,13 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
             raise ValueError(f"q0 and qdot0 must have shape (batch..., {self.n}), got {tuple(q0.shape)} and {tuple(qdot0.shape)}")
         check_finite(q0, "q0")
         check_finite(qdot0, "qdot0")
-        q0s, v0s = self._to_standard(q0), qdot0 / self._unit
+        q0s, v0s = self._to_standard(q0), qdot0 / self._speed
         try:
             qs = solve_with_retry(self._integrator_std, newton, q0s, v0s, steps, legendre=self._recovered_std(order))
         except (ConvergenceError, NotRegularError) as err:
             if on_extrapolation != "ignore":  # is the start itself outside the data? then that is the cause
-                lin = torch.stack([q0s - self.h * v0s, q0s, q0s + self.h * v0s], -2).reshape(-1, 3, self.n)
+                h = self._h_std
+                lin = torch.stack([q0s - h * v0s, q0s, q0s + h * v0s], -2).reshape(-1, 3, self.n)
                 ratio = float(self._residual_posterior(lin)[1].amax()) / max(self.data_level(), 1e-300)
                 if ratio > EXTRAPOLATION_FACTOR:
                     raise ExtrapolationError(
@@ -344,20 +325,23 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
                         f"{EXTRAPOLATION_FACTOR:g}x), so the learned dynamics are not determined. Start inside the data's "
                         "region, or add data there") from err
             raise
+        check_prediction(qs, "InverseModifiedLagrangianGP.predict", self._from_standard)
         std = None
         if return_std or on_extrapolation != "ignore":
             std = self._check_extrapolation(qs, on_extrapolation, every=not return_std)
         out = self._from_standard(qs)
-        return (out, self._unit * std) if return_std else out
+        return (out, self._speed * std) if return_std else out
 
     def _check_extrapolation(self, qs: torch.Tensor, mode: str, every: bool = False) -> torch.Tensor:
         """Posterior std of the DEL residual at the interior positions of ``qs`` (standardised), NaN at the
-        ends; warns or raises (``mode``) where it exceeds EXTRAPOLATION_FACTOR times the data level.
+        ends; warns or raises (``mode``) where it exceeds EXTRAPOLATION_FACTOR times the data level, is not a
+        number, or where a position is a runaway (:func:`~learners.shadow.guards.runaway`).
         ``every``: only up to CHECK_POINTS evenly spaced positions per trajectory (NaN elsewhere): the
         variances cost as much as the prediction itself when taken at every step of a long run."""
         S1, n = qs.shape[0], self.n
         flat = qs.reshape(S1, -1, n)
         std = torch.full_like(flat, float("nan"))
+        bad = runaway(flat)  # (steps + 1, batch): far beyond the data, whatever the std says
         if S1 >= 3:
             mid = torch.arange(1, S1 - 1)
             if every and mid.numel() > CHECK_POINTS:
@@ -365,25 +349,28 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
             trip = torch.stack([flat[mid - 1], flat[mid], flat[mid + 1]], 2).reshape(-1, 3, n)  # (time-major) x batch
             parts = [self._residual_posterior(trip[a:a + CHECK_CHUNK])[1] for a in range(0, trip.shape[0], CHECK_CHUNK)]
             std[mid] = torch.cat(parts).reshape(mid.numel(), -1, n)
-        std = std.reshape(qs.shape)
-        if mode != "ignore" and S1 >= 3:
-            level = self.data_level()
-            worst = std.nan_to_num(-1.0).amax(-1)  # (steps + 1, batch...)
-            bad = worst > EXTRAPOLATION_FACTOR * level
-            if bool(bad.any()):
-                idx = tuple(int(i) for i in torch.nonzero(bad)[0])
-                ratio = float(worst[idx]) / level if level > 0 else math.inf
-                msg = (f"the prediction leaves the data: at {int(bad.sum())} predicted positions the posterior std of the DEL "
-                       f"residual is more than {EXTRAPOLATION_FACTOR:g}x its level on the data (first at index (step, "
-                       f"batch...) = {idx}: {ratio:.3g}x, position {self._from_standard(qs[idx]).tolist()}); the learned "
-                       "dynamics there are not determined by the data. Start inside the data's region, or add data there")
-                if mode == "raise":
-                    raise ExtrapolationError(msg)
-                warnings.warn(msg, ExtrapolationWarning, stacklevel=3)
-        return std
+            if mode != "ignore":
+                bad[mid] |= ~(std[mid] <= EXTRAPOLATION_FACTOR * self.data_level()).all(-1)  # NaN std counts
+        if mode != "ignore" and bool(bad.any()):
+            self._report_extrapolation(qs, std.reshape(qs.shape), bad.reshape(qs.shape[:-1]), mode)
+        return std.reshape(qs.shape)
+
+    def _report_extrapolation(self, qs: torch.Tensor, std: torch.Tensor, bad: torch.Tensor, mode: str) -> None:
+        idx = tuple(int(i) for i in torch.nonzero(bad)[0])
+        level = self.data_level()
+        ratio = float(std[idx].amax()) / level if level > 0 else math.inf
+        far = float(qs[idx].abs().amax())
+        msg = (f"the prediction leaves the data: at {int(bad.sum())} predicted positions the posterior std of the DEL "
+               f"residual is more than {EXTRAPOLATION_FACTOR:g}x its level on the data, or the position is more than "
+               f"{RUNAWAY_FACTOR:g} data spreads from the data's centre (first at index (step, batch...) = {idx}: std "
+               f"{ratio:.3g}x, {far:.3g} spreads, position {self._from_standard(qs[idx]).tolist()}); the learned "
+               "dynamics there are not determined by the data. Start inside the data's region, or add data there")
+        if mode == "raise":
+            raise ExtrapolationError(msg)
+        warnings.warn(msg, ExtrapolationWarning, stacklevel=4)
 
 class StandardisedMean:
-    r""":math:`\bar L'_{inv}` of a fitted model in its standardised coordinates, callable as ``L(q, v)``
+    r""":math:`\bar L'_{inv}` (LSI) or :math:`\bar L'` (LGP) of a fitted model in its standardised coordinates, callable as ``L(q, v)``
     and with the C form of the posterior mean, so that predictions step on the integrators' compiled path."""
 
     def __init__(self, model: "InverseModifiedLagrangianGP"):
@@ -391,7 +378,7 @@ class StandardisedMean:
         self.n = model.n
 
     def __call__(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return self.model._lagrangian_std(q, v)
+        return self.model.gp.mean(torch.cat([q, v], -1))
 
     def c_lagrangian(self):
         return self.model._standardised_c_lagrangian()

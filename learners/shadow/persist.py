@@ -30,14 +30,15 @@ def fitted_state(model) -> Dict[str, Any]:
     """Tensors and numbers of a fitted :class:`~learners.shadow.hyperparameters.FunctionalLagrangianModel`."""
     model._require_fit()
     gp = model.gp
-    return {"n": model.n, "center": model._center, "unit": model._unit, "gp": gp.state_dict(), "chol": gp._chol,
+    return {"n": model.n, "center": model._center, "unit": model._unit, "step": model._step, "gp": gp.state_dict(), "chol": gp._chol,
             "beta": gp._beta.detach(), "functionals": _functionals_state(gp.train_functionals), "info": asdict(gp.info),
             "variance_scale": gp.variance_scale, "subclass": model._fitted_extra()}
 
 
 def restore(model, state: Dict[str, Any]) -> None:
     """Put a saved fitted state into a freshly constructed model (no refit)."""
-    model.n, model._center, model._unit = state["n"], state["center"], state["unit"]
+    model.n = state["n"]
+    model._set_units(state["center"], state["unit"], state.get("step"))  # files before the time unit: h' = h
     gp = model._make_gp(2 * model.n)
     gp.load_state_dict(state["gp"])
     F = _functionals(state["functionals"])

@@ -87,7 +87,7 @@ class RecoveryMixin:
             if ref is not None:
                 mean = mean - H_mean(ref[0][None], ref[1][None]).detach()
                 R = Reference(self._standard_state(ref[0], ref[1]).expand_as(x))
-            var = self._unit ** 4 * posterior_variance(self.gp, G, R)[:, 0, 0].clamp_min(0)
+            var = self._speed ** 4 * posterior_variance(self.gp, G, R)[:, 0, 0].clamp_min(0)
             if truncation:
                 H_next = bea.energy(self.recovered_lagrangian(next_order(N, self.scheme)))
                 nxt = H_next(qf, vf).detach()
@@ -106,7 +106,7 @@ class RecoveryMixin:
         ``"lagrangian"`` :math:`-\mathrm{mod}_N L` (the jet parts of the energy at a state, of the velocities
         and of the energy along positions)."""
         f = None if order == 0 else bea.series_function("modified_lagrangian", self.scheme, order, self.n)
-        h = self.h
+        h = self._h_std
 
         def rec(L):
             return L if f is None else (lambda q, v: f(L, q, v, h))
@@ -142,7 +142,7 @@ class RecoveryMixin:
         S1, n = q_std.shape[0], self.n
         q3, v3 = q_std.reshape(S1, -1, n), v_std.reshape(S1, -1, n)
         Bt = q3.shape[1]
-        P = momentum_functionals(q3, self.h, self.scheme)  # row j * Bt + b
+        P = momentum_functionals(q3, self._h_std, self.scheme)  # row j * Bt + b
         times = torch.arange(0, S1, every)
         rows = (times[:, None] * Bt + torch.arange(Bt)).reshape(-1)
         x = torch.cat([q3, v3], -1).reshape(-1, 2 * n)
@@ -173,7 +173,7 @@ class RecoveryMixin:
         r"""Discrete momenta of :math:`\bar L_{inv}` along positions ``qs`` ``(steps + 1, batch..., n)``:
         :math:`p_0 = -D_1L_\Delta(q_0, q_1)`, :math:`p_j = D_2L_\Delta(q_{j-1}, q_j)` (in time chunks)."""
         qs = self._positions(qs)
-        return self._unit * modified.momenta(None, self._to_standard(qs), self.h, self.scheme, chunk,
+        return self._speed * modified.momenta(None, self._to_standard(qs), self._h_std, self.scheme, chunk,
                                              integrator=self._momentum_integrator())
 
 
@@ -198,21 +198,21 @@ class RecoveryMixin:
         q_std = self._to_standard(qs)
         v_std = self._velocities_std(q_std, order, chunk)
         if not return_std:
-            return self._unit * v_std
+            return self._speed * v_std
         N = check_order(order, self.scheme.symmetric)
         std = self._along_positions_std(q_std, v_std, N, "momentum", _every(std_every))
         if truncation:
             v_next = self._velocities_std(q_std, next_order(N, self.scheme), chunk)
             std = (std ** 2 + (v_next - v_std) ** 2).sqrt()
-        return self._unit * v_std, self._unit * std
+        return self._speed * v_std, self._speed * std
 
     def _velocities_std(self, qs_std: torch.Tensor, order: int, chunk: Optional[int], jets: bool = True) -> torch.Tensor:
         deep = jets and jets_fit(self.n, order)  # momenta need first derivatives only: the jet always serves them
         chunk = chunk or _chunk(order, deep and self._closed_form_jet() is not None)
         L = self._recovered_std(order, deep)
-        p = modified.momenta(None, qs_std, self.h, self.scheme, chunk, integrator=self._momentum_integrator(jets))
+        p = modified.momenta(None, qs_std, self._h_std, self.scheme, chunk, integrator=self._momentum_integrator(jets))
         _probe_newton_derivatives(L, qs_std[0].reshape(-1, self.n)[:1], p[0].reshape(-1, self.n)[:1])
-        return modified.velocities(None, qs_std, order, self.h, self.scheme, chunk, integrator=self._integrator_std(),
+        return modified.velocities(None, qs_std, order, self._h_std, self.scheme, chunk, integrator=self._integrator_std(),
                                    recovered=L, momenta=p)
 
     def energies(self, qs, order: int = 2, chunk: Optional[int] = None, return_std: bool = False, std_every: int = 1,
@@ -230,7 +230,7 @@ class RecoveryMixin:
         q_std = self._to_standard(qs)
         v_std = self._velocities_std(q_std, order, chunk)
         H = bea.energy(self._recovered_std(order))
-        E = self._unit ** 2 * torch.cat([H(q_std[a:a + chunk], v_std[a:a + chunk]).detach() for a in range(0, q_std.shape[0], chunk)])
+        E = self._speed ** 2 * torch.cat([H(q_std[a:a + chunk], v_std[a:a + chunk]).detach() for a in range(0, q_std.shape[0], chunk)])
         if reference is not None:
             if isinstance(reference, bool) or not isinstance(reference, int) or not -qs.shape[0] <= reference < qs.shape[0]:
                 raise ValueError(f"reference must be a time index in [0, {qs.shape[0]}), got {reference!r}")
@@ -239,7 +239,7 @@ class RecoveryMixin:
         if not return_std:
             return E
         N = check_order(order, self.scheme.symmetric)
-        std = self._unit ** 2 * self._along_positions_std(q_std, v_std, N, "lagrangian", _every(std_every), reference)
+        std = self._speed ** 2 * self._along_positions_std(q_std, v_std, N, "lagrangian", _every(std_every), reference)
         if truncation:
             E_next = self.energies(qs, next_order(N, self.scheme), chunk, reference=reference)
             std = (std ** 2 + (E_next - E) ** 2).sqrt()

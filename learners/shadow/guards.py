@@ -1,0 +1,77 @@
+r"""Checks that a GP Lagrangian model never returns a non-finite or runaway answer silently.
+
+* :func:`check_fitted`, at the end of every fit: the weights :math:`\beta = \Theta^{-1}y` of the posterior mean,
+  the hyperparameters and the posterior mean at (up to :data:`FIT_PROBES`) data states must be finite, else
+  :class:`NonFiniteModelError` names what is not finite, the hyperparameters and the conditioning of the solve.
+* :func:`check_prediction`, on predicted positions in the standardised coordinates
+  (:mod:`learners.shadow.units`, where the data have zero mean and unit RMS spread): a non-finite position is
+  a :class:`NonFiniteModelError` (the step where it starts, and the last finite position); :func:`runaway`
+  gives the positions farther than :data:`RUNAWAY_FACTOR` data spreads from the data's centre, which the
+  models report as an extrapolation (:class:`~learners.shadow.lsi.ExtrapolationWarning`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional
+
+import torch
+
+__all__ = ["NonFiniteModelError", "check_fitted", "check_prediction", "runaway", "RUNAWAY_FACTOR", "FIT_PROBES"]
+
+#: a predicted position farther than this many data spreads (RMS standard deviation of the positions) from the
+#: data's centre has left the data's region by orders of magnitude. Why 100: standardised data lie within a few
+#: spreads of the centre (the CI pendulum's reach 4.5, rotating orbits included), and a GP mean is determined
+#: within a few lengthscales of its data (at most 16 spreads on the search's grid), so 100 is more than an order
+#: of magnitude beyond both.
+RUNAWAY_FACTOR = 100.0
+#: data states at which the posterior mean is evaluated at the end of a fit
+FIT_PROBES = 256
+
+
+class NonFiniteModelError(FloatingPointError):
+    """A fit ended with a non-finite model, or a prediction became non-finite."""
+
+
+def check_fitted(model, states: torch.Tensor) -> None:
+    r"""Raise :class:`NonFiniteModelError` unless the fitted ``model``'s weights, hyperparameters and posterior mean
+    at ``states`` (K, 2n; standardised, the first :data:`FIT_PROBES` evenly spaced ones are used) are finite."""
+    gp = model.gp
+    hyper = {name: p.detach().reshape(-1).tolist() for name, p in gp.named_parameters()}  # raw (unconstrained) values
+    cause = None
+    if not bool(torch.isfinite(gp._beta).all()):
+        cause = f"{int((~torch.isfinite(gp._beta)).sum())} of the {gp._beta.numel()} weights of the posterior mean"
+    elif not all(math.isfinite(x) for values in hyper.values() for x in values):
+        cause = "the hyperparameters"
+    else:
+        idx = torch.unique(torch.linspace(0, states.shape[0] - 1, min(FIT_PROBES, states.shape[0])).round().long())
+        with torch.no_grad():
+            mean = gp.mean(states[idx])
+        if not bool(torch.isfinite(mean).all()):
+            cause = f"the posterior mean at {int((~torch.isfinite(mean)).sum())} of {idx.numel()} data states"
+    if cause is not None:
+        raise NonFiniteModelError(
+            f"the fit of {type(model).__name__} ended with a non-finite model: {cause} are not finite (raw hyperparameters "
+            f"{hyper}; solve: {gp.info}). The kernel or the hyperparameters overflow on these data: "
+            "let the model learn them, or fix other values with lengthscale= and noise=")
+
+
+def check_prediction(qs: torch.Tensor, what: str, to_data: Optional[Callable] = None) -> None:
+    """Raise :class:`NonFiniteModelError` if the predicted positions ``qs`` (steps + 1, batch..., n) are not all finite."""
+    ok = torch.isfinite(qs.reshape(qs.shape[0], -1)).all(-1)
+    if bool(ok.all()):
+        return
+    k = int(torch.nonzero(~ok)[0])
+    last = qs[k - 1] if k > 0 else None
+    if last is not None and to_data is not None:
+        last = to_data(last)
+    raise NonFiniteModelError(
+        f"{what}: the predicted positions are not finite from step {k} on (last finite positions: "
+        f"{None if last is None else last.reshape(-1).tolist()[:6]}). The learned dynamics are not determined there "
+        "(a prediction that left the data, or a learned Lagrangian that is not regular): start inside the data's "
+        "region, predict fewer steps, or add data there")
+
+
+def runaway(qs: torch.Tensor) -> torch.Tensor:
+    """Mask ``(steps + 1, batch...)`` of standardised positions farther than :data:`RUNAWAY_FACTOR` from the centre."""
+    return qs.abs().amax(-1) > RUNAWAY_FACTOR

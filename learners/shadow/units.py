@@ -1,0 +1,135 @@
+r"""The standardised coordinates in which the GP Lagrangian models learn: units of position *and* time.
+
+A model fitted to positions :math:`q` sampled at a step :math:`h` learns in the coordinates
+
+.. math::  q' = (q - \bar q)/\sigma, \qquad t' = t/\tau, \qquad v' = v\,\tau/\sigma, \qquad h' = h/\tau,
+
+with :math:`\bar q` the mean position (per coordinate), :math:`\sigma` the RMS over coordinates of their
+standard deviations (one scale for all coordinates, so rotations and the kernel's geometry are kept) and
+:math:`\tau` a time unit chosen from the data: the one in which the step velocities :math:`(q'_{k+1} -
+q'_k)/h'` have unit RMS, i.e.
+
+.. math::  h' = \Big(\tfrac{1}{K n}\sum_{k,i} (q'_{k+1,i} - q'_{k,i})^2\Big)^{1/2}, \qquad \tau = h/h'
+
+(:func:`standard_step`; given velocities instead, :math:`\tau = \sigma/\mathrm{RMS}(v)`, :func:`standard_time`).
+:math:`h'` is computed from the positions alone, so the standardised problem -- data, step, kernel
+search, solve -- is the same, bit for bit, whatever unit :math:`h` is given in: scaling :math:`h` by
+:math:`c` (same positions) scales :math:`\tau` by :math:`c` and nothing else.
+
+The model's Lagrangian in the data's units is :math:`L(q, v) = s^2 L'(q', v')` with :math:`s = \sigma/\tau`
+the unit of velocity. Every scheme's discrete Lagrangian then satisfies :math:`L_\Delta(a, b; h) =
+(\sigma^2/\tau)\,L'_\Delta(a', b'; h')` (it is :math:`h` times a quadrature of :math:`L` at velocities
+:math:`(b - a)/h`), so the discrete motions of :math:`L` are those of :math:`L'` mapped back, and
+:math:`\partial_v^2 L = \partial_{v'}^2 L'` keeps the mass normalisation in the data's units. Outputs map
+back with one factor per unit: positions :math:`\sigma q' + \bar q`, velocities :math:`s v'`, momenta
+:math:`s p'`, DEL residuals :math:`s r'`, energies and Lagrangians :math:`s^2`, their variances
+:math:`s^4`, lengthscales :math:`\sigma` (positions) and :math:`s` (velocities); :math:`\mathrm{mod}_N`
+is taken at :math:`h'`.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+
+from .functionals import AtomSet, Functionals
+
+__all__ = ["position_units", "standard_step", "standard_time", "StandardUnits"]
+
+
+def position_units(S: torch.Tensor) -> Tuple[torch.Tensor, float]:
+    r"""Origin :math:`\bar q` (n,) and scale :math:`\sigma` of positions ``S`` (..., n); a coordinate that never
+    moves is an error (nothing to learn about its dynamics)."""
+    flat_S = S.reshape(-1, S.shape[-1])
+    center = flat_S.mean(0)
+    spread = (flat_S - center).pow(2).mean(0).sqrt()  # (n,) standard deviation of each coordinate
+    flat = torch.nonzero(spread <= 1e-13 * (center.abs() + 1e-300)).flatten()
+    if flat.numel():
+        i = int(flat[0])
+        raise ValueError(f"coordinate q{i} takes the same value ({float(center[i])!r}) in every snapshot: the data show "
+                         f"no motion in it, so they say nothing about its dynamics. Give trajectories that move "
+                         f"(initial velocities or positions away from equilibrium)")
+    return center, float(spread.pow(2).mean().sqrt())
+
+
+def standard_step(S_std: torch.Tensor) -> float:
+    r""":math:`h'`, the step in the time unit where the step velocities of standardised snapshots ``S_std``
+    (n_traj, m, n) have unit RMS (module docstring)."""
+    step = float((S_std[:, 1:] - S_std[:, :-1]).pow(2).mean().sqrt())
+    if not step > 1e-13:  # positions standardised to unit spread: a smaller RMS step is rounding noise
+        raise ValueError("no trajectory moves between consecutive snapshots (each stays at one position), so the data "
+                         "say nothing about the dynamics. Give trajectories that move (initial velocities or positions "
+                         "away from equilibrium)")
+    return step
+
+
+def standard_time(v: torch.Tensor, unit: float) -> float:
+    r""":math:`\tau = \sigma/\mathrm{RMS}(v)` for given velocities ``v`` (..., n): the time unit in which they have
+    unit RMS after standardisation (the rule of :func:`standard_step` for exact velocities)."""
+    rms = float(v.pow(2).mean().sqrt())
+    if not rms > 0:
+        raise ValueError("every velocity is zero, so the states say nothing about the dynamics (and fix no time unit). "
+                         "Give states that move")
+    return unit / rms
+
+
+class StandardUnits:
+    r"""Maps between the data's units and the standardised coordinates of a fitted model (module docstring).
+
+    State: ``_center`` :math:`\bar q` (None: no shift), ``_unit`` :math:`\sigma`, ``_step`` :math:`h'` (None:
+    the time unit is the data's, :math:`h' = h`); ``h`` is the model's step in the data's units."""
+
+    h: float
+    _center: Optional[torch.Tensor] = None
+    _unit: float = 1.0
+    _step: Optional[float] = None
+
+    def _set_units(self, center: Optional[torch.Tensor], unit: float, step: Optional[float]) -> None:
+        self._center, self._unit, self._step = center, float(unit), (None if step is None else float(step))
+
+    @property
+    def _h_std(self) -> float:
+        """:math:`h'`, the step in the standardised time unit."""
+        return self.h if self._step is None else self._step
+
+    @property
+    def _time(self) -> float:
+        r""":math:`\tau = h/h'`, the time unit in the data's units."""
+        return 1.0 if self._step is None else self.h / self._step
+
+    @property
+    def _speed(self) -> float:
+        r""":math:`s = \sigma/\tau`, the unit of velocity (and the factor of momenta and DEL residuals)."""
+        return self._unit / self._time
+
+    @property
+    def _standardised(self) -> bool:
+        return self._unit != 1.0 or self._time != 1.0 or (self._center is not None and bool(self._center.any()))
+
+    def _to_standard(self, q: torch.Tensor) -> torch.Tensor:
+        return q if self._center is None else (q - self._center) / self._unit
+
+    def _from_standard(self, q: torch.Tensor) -> torch.Tensor:
+        return q if self._center is None else q * self._unit + self._center
+
+    def _standard_state(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """``(q, v)`` in the GP's coordinates ``((q - center)/unit, v/speed)``, concatenated."""
+        return torch.cat([self._to_standard(q), v / self._speed], -1)
+
+    def _input_units(self, n: int) -> torch.Tensor:
+        r"""The unit of each GP input in the data's units: :math:`\sigma` (n positions), :math:`s` (n velocities)."""
+        return torch.tensor([self._unit] * n + [self._speed] * n, dtype=torch.float64)
+
+    def _standard_functionals(self, G: Functionals) -> Functionals:
+        r"""Functionals of :math:`L = s^2 L'(x')` (points and directions in the data's units) as functionals of
+        :math:`L'`: points mapped, each direction component divided by its input's unit (one factor per
+        derivative), coefficients times :math:`s^2`."""
+        n = G.dim // 2
+        units = self._input_units(n)
+        center = self._center if self._center is not None else torch.zeros(n, dtype=torch.float64)
+        shift = torch.cat([center, torch.zeros_like(center)])
+        atoms = {m: AtomSet((A.points - shift) / units, A.dirs / units, A.coef * self._speed ** 2, A.owner)
+                 for m, A in G.atoms.items()}
+        return Functionals(G.dim, G.count, atoms, G.targets)
+
