@@ -183,7 +183,7 @@ def main() -> None:
             v_fast, t_fast = _t(model.velocities, sub, N)
             q_std = model._to_standard(sub)
             v_slow, t_slow = _t(model._velocities_std, q_std, N, None, jets=False)
-            v_slow = model._unit * v_slow
+            v_slow = model._speed * v_slow
             dv = float((v_fast - v_slow).abs().max()) / float(v_slow.abs().max())
             rows.append((f"velocities at 10^4 states, N = {N}" + (" (target <= 5 s)" if N == 2 else ""),
                          f"{t_v:.2f} s (max error {err:.2e}); first 200 states: jets {t_fast:.2f} s, autograd "

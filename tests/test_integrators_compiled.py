@@ -43,8 +43,8 @@ def test_gp_learned_lagrangian_paths_agree():
 
     S = snapshots(systems.pendulum(), 0.5, 12, 5, seed=0)
     model = InverseModifiedLagrangianGP(0.5, lengthscale=[1.5, 1.5], noise=1e-4).fit(S)
-    # the GP lives in standardised coordinates (learners.shadow.lsi): its C form is that of StandardisedMean
-    stepper = CompiledStepper(StandardisedMean(model), model.scheme, 0.5, 1)
+    # the GP lives in standardised coordinates and time (learners.shadow.units): its C form is that of StandardisedMean
+    stepper = CompiledStepper(StandardisedMean(model), model.scheme, model._h_std, 1)
     x = torch.tensor([[0.3, 0.1], [0.5, -0.2], [-0.1, 0.4]]).requires_grad_(True)
     g, H = stepper.lagrangian_derivatives(x.detach())
     (ga,) = torch.autograd.grad(model.gp.mean(x).sum(), x, create_graph=True)

@@ -56,7 +56,7 @@ def test_linear_case_is_the_functional_posterior(henon):
     qr, vr = torch.tensor([0.05, -0.1], dtype=torch.float64), torch.tensor([0.1, 0.2], dtype=torch.float64)
     x, xr = m._standard_state(q, v), m._standard_state(qr[None], vr[None])
     _, C = m.gp.functional_posterior(Functionals.cat([_energy_functionals(x, 2), _energy_functionals(xr, 2)]), full_cov=True)
-    u4 = m._unit ** 4
+    u4 = m._speed ** 4
     _, std = m.energy(0, return_std=True, truncation=False)(q, v)
     assert torch.allclose(std ** 2, u4 * C.diagonal()[:7], rtol=1e-6, atol=0)
     _, std_d = m.energy(0, return_std=True, reference=(qr, vr), truncation=False)(q, v)
@@ -143,7 +143,7 @@ def _difference_std(m, order, q, v, qr, vr):
 
     x, xr = m._standard_state(q, v), m._standard_state(qr, vr)
     G = LinearisedQuantity(m._quantity("energy", order), x, 1, m._jet_order("energy", order))
-    var = m._unit ** 4 * posterior_variance(m.gp, G, Reference(xr))[:, 0, 0]
+    var = m._speed ** 4 * posterior_variance(m.gp, G, Reference(xr))[:, 0, 0]
     H, Hn = m.energy(order), m.energy(next_order(order, m.scheme))
     trunc = (H(q, v) - H(qr, vr) - Hn(q, v) + Hn(qr, vr)).detach()
     return (var + trunc ** 2).sqrt()
@@ -155,7 +155,7 @@ def _normalisation_scale(m, system, h):
     Lagrangian, series to order 4: the h^6 term changes s by ~1e-6 at h = 0.1, against errors of 1e-4 relative)."""
     x0 = m.gp.train_functionals.atoms[2].points[-1]
     n = m.n
-    q0, v0 = m._center + m._unit * x0[:n], m._unit * x0[n:]
+    q0, v0 = m._center + m._unit * x0[:n], m._speed * x0[n:]
     finv = bea.series_function("inverse_modified_lagrangian", "midpoint", 4, n)
     vv = v0[None].clone().requires_grad_(True)
     (gv,) = torch.autograd.grad(finv(system, q0[None], vv, h).sum(), vv, create_graph=True)

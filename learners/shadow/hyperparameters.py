@@ -173,9 +173,7 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         if self._user_kernel is not None:
             kernel = self._user_kernel
         else:
-            # a fixed lengthscale is given in the data's units: one per input in the standardised ones (learners.shadow.units)
-            ard = self.ard or self.fixed_lengthscale is not None
-            base = RBFKernel(ard_num_dims=D if ard else None, lengthscale_constraint=_exp_positive())
+            base = RBFKernel(ard_num_dims=D if self.ard else None, lengthscale_constraint=_exp_positive())
             kernel = FunctionalKernel(base, outputscale_constraint=_exp_positive())
         gp = FunctionalGP(kernel, noise=1e-12, min_noise=0.0)
         # the nugget on a log scale; its floor MIN_NOISE (relative to the outputscale) is enforced in set_hyperparameters
@@ -211,11 +209,16 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         check_fitted(self, torch.cat([a.points for a in F_data.atoms.values()]))  # never a silent NaN model
 
     def _fixed_lengthscale_std(self, D: int) -> torch.Tensor:
-        """``lengthscale=`` (data's units, one or one per input) in the standardised coordinates, one per input."""
+        """``lengthscale=`` (data's units, one or one per input) in the standardised coordinates."""
         ls = torch.as_tensor(self.fixed_lengthscale, dtype=torch.float64).reshape(-1)
-        if ls.numel() not in (1, D):
-            raise ValueError(f"lengthscale needs 1 or {D} values (positions, then velocities), got {ls.numel()}")
-        return ls.expand(D) / self._input_units(D // 2)
+        return ls / self._input_units(D // 2) if ls.numel() == D else ls / self._unit
+
+    @property
+    def _learns_time_unit(self) -> bool:
+        """Whether the fit chooses its time unit from the data (:mod:`learners.shadow.units`): when it learns the
+        hyperparameters. A kernel fixed by the user (``kernel=``, ``lengthscale=``) is applied in the data's
+        time unit, as given."""
+        return self._user_kernel is None and self.fixed_lengthscale is None
 
     def _freeze(self) -> None:
         for p in self.gp.parameters():

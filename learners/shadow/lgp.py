@@ -16,8 +16,10 @@ at states :math:`(q, v)` with accelerations :math:`a`, plus the same normalisati
 Both learn an approximation of the *exact* Lagrangian; predictions apply the scheme to it directly
 (:math:`p_0 = \partial_vL(q_0, \dot q_0)`), so they carry the scheme's :math:`O(h^2)` error, which
 LSI compensates by construction. Same hyperparameter machinery as LSI (:mod:`learners.shadow.hyperparameters`),
-and the same standardised units of position and time (:mod:`learners.shadow.units`): the fit does not depend on
-the units of ``q`` or ``h``, and every output is mapped back to the data's.
+and, when it learns the hyperparameters, the same standardised units of position and time
+(:mod:`learners.shadow.units`): the fit then does not depend on the units of ``q`` or ``h``, and every output is
+mapped back to the data's. A kernel fixed by the user (``epsilon=5``, the paper's baseline) is fitted in the data's
+units, as given.
 """
 
 from __future__ import annotations
@@ -77,12 +79,15 @@ class LagrangianGP(FunctionalLagrangianModel):
         return f"LagrangianGP(h={self.h}, scheme={self.scheme!r}, {self.kind or 'not fitted'})"
     def fit(self, snapshots) -> "LagrangianGP":
         """LGP: fit to position snapshots ``(n_traj, n_steps + 1, n)`` (finite-difference derivatives, taken in the
-        standardised units: :func:`~learners.shadow.units.standard_step`)."""
+        standardised units of :mod:`learners.shadow.units` when the hyperparameters are learned)."""
         S = check_snapshots(snapshots)
-        center, unit = position_units(S)
-        Sd = (S - center) / unit
-        self._set_units(center, unit, standard_step(Sd))
-        q, v, a = finite_differences(Sd, self._h_std)
+        if self._learns_time_unit:
+            center, unit = position_units(S)
+            S = (S - center) / unit
+            self._set_units(center, unit, standard_step(S))
+        else:  # a kernel fixed in the data's units (the paper's baseline, epsilon = 5) is fitted there
+            self._set_units(None, 1.0, None)
+        q, v, a = finite_differences(S, self._h_std)
         T, m, n = q.shape
         self._fit_states(q.reshape(-1, n), v.reshape(-1, n), a.reshape(-1, n), torch.arange(T).repeat_interleave(m))
         self.kind = "LGP (finite differences)"
@@ -107,11 +112,14 @@ class LagrangianGP(FunctionalLagrangianModel):
                 raise ValueError(f"trajectory must label each of the {q.shape[0]} states, got shape {tuple(groups.shape)}")
         if q.shape[0] < 2:
             raise ValueError("need at least two states")
-        center, unit = position_units(q)
-        tau = standard_time(v, unit)
-        self._set_units(center, unit, self.h / tau)
-        s = self._speed
-        self._fit_states(self._to_standard(q), v / s, a * (tau / s), groups)  # a' = a tau^2 / sigma
+        if self._learns_time_unit:
+            center, unit = position_units(q)
+            tau = standard_time(v, unit)
+            self._set_units(center, unit, self.h / tau)
+            q, v, a = self._to_standard(q), v / self._speed, a * (tau / self._speed)  # a' = a tau^2 / sigma
+        else:
+            self._set_units(None, 1.0, None)
+        self._fit_states(q, v, a, groups)
         self.kind = "LGPExact (given derivatives)"
         return self
 

@@ -156,7 +156,7 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         center, unit = position_units(S)
         Sd = (S - center) / unit
         self.n = n
-        self._set_units(center, unit, standard_step(Sd))
+        self._set_units(center, unit, standard_step(Sd) if self._learns_time_unit else None)
         h = self._h_std
         norm = self.normalisation
         if isinstance(norm, MassNormalisation) and norm.point is not None:  # given in the data's units
