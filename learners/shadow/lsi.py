@@ -39,7 +39,7 @@ from typing import Callable, Dict, Optional, Union
 
 import torch
 
-from integrators import ConvergenceError, NotRegularError, VariationalIntegrator, modified
+from integrators import VariationalIntegrator, modified
 
 from .._checks import as_tensor, check_finite, check_order, check_snapshots
 from .hyperparameters import FunctionalLagrangianModel
@@ -313,7 +313,7 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         q0s, v0s = self._to_standard(q0), qdot0 / self._speed
         try:
             qs = solve_with_retry(self._integrator_std, newton, q0s, v0s, steps, legendre=self._recovered_std(order))
-        except (ConvergenceError, NotRegularError) as err:
+        except ValueError as err:  # ConvergenceError, NotRegularError, a non-finite initial momentum
             if on_extrapolation != "ignore":  # is the start itself outside the data? then that is the cause
                 h = self._h_std
                 lin = torch.stack([q0s - h * v0s, q0s, q0s + h * v0s], -2).reshape(-1, 3, self.n)
