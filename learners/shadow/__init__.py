@@ -6,5 +6,6 @@ Modules: :mod:`~learners.shadow.functionals` (linear functionals as derivative a
 :mod:`~learners.shadow.hyperparameters` (the shared model: kernel set-up, hyperparameter learning,
 conditioning), :mod:`~learners.shadow.lsi` (Lagrangian Shadow Integration),
 :mod:`~learners.shadow.lgp` (the LGP / LGPExact baselines), :mod:`~learners.shadow.compiled_mean`
-(the posterior mean as C for the compiled integrator).
+(the posterior mean as C for the compiled integrator), :mod:`~learners.shadow.units` (the standardised units of
+position and time), :mod:`~learners.shadow.guards` (no silent non-finite or runaway answers).
 """

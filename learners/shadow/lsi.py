@@ -16,19 +16,27 @@ order ``N``) gives the initial momentum :math:`p_0 = \partial_vL_{rec}(q_0, \dot
 (solve :math:`\partial_vL_{rec}(q_j, \dot q_j) = p_j`, :math:`p_j` the discrete momenta) and the energy
 :math:`H_{rec} = \partial_vL_{rec}\cdot v - L_{rec}`.
 
-*Units.* Learning is equivariant under a change of units and origin :math:`q \to s\,q + c`: the data
-are standardised, :math:`q' = (q - \bar q)/\sigma` with :math:`\bar q` the mean position (per
+*Units.* Learning is equivariant under a change of units and origin of positions, :math:`q \to s\,q + c`, and
+of time, :math:`h \to c\,h` with the same positions: the fit runs in standardised coordinates
+(:mod:`learners.shadow.units`), :math:`q' = (q - \bar q)/\sigma` with :math:`\bar q` the mean position (per
 coordinate) and :math:`\sigma` the RMS over coordinates of their standard deviations (one scale for all
-coordinates, so rotations and the kernel's geometry are kept), and velocities :math:`v' = v/\sigma`
-(they are :math:`(b - a)/h`). The GP models :math:`L'(q', v')` there, and the model's Lagrangian in the
-data's units is :math:`L(q, v) = \sigma^2 L'(q', v')` -- the scheme commutes with affine maps, so
-:math:`L` has the motions of :math:`L'` mapped back, and the factor :math:`\sigma^2` makes the mass
-normalisation hold in the data's units. Predictions are computed in the standardised coordinates and
-mapped back; every output (Lagrangian, momenta :math:`\sigma p'`, velocities :math:`\sigma v'`,
-energies :math:`\sigma^2 H'`, DEL residuals :math:`\sigma r'`, lengthscales) is in the data's units.
+coordinates, so rotations and the kernel's geometry are kept), and time :math:`t' = t/\tau` with the time unit
+:math:`\tau = h/h'` chosen from the positions alone (:math:`h'` makes the RMS of the step velocities
+:math:`(q'_{k+1} - q'_k)/h'` equal to one). Velocities are :math:`v' = v/s`, :math:`s = \sigma/\tau`. The GP
+models :math:`L'(q', v')` at the step :math:`h'`, the same problem bit for bit whatever the units of :math:`q`
+and :math:`h`, and the model's Lagrangian in the data's units is :math:`L(q, v) = s^2 L'(q', v')` -- the scheme
+commutes with these maps, so :math:`L` has the motions of :math:`L'` mapped back, and the factor :math:`s^2`
+makes the mass normalisation hold in the data's units. Predictions are computed in the standardised
+coordinates and mapped back; every output (Lagrangian, momenta :math:`s p'`, velocities :math:`s v'`, energies
+:math:`s^2 H'`, DEL residuals :math:`s r'`, their stds, lengthscales :math:`\sigma\ell'_q` and :math:`s\ell'_v`)
+is in the data's units, so scaling :math:`h` by :math:`c` scales velocities by :math:`1/c` and energies by
+:math:`1/c^2` and leaves the motion unchanged (``tests/test_learners_time_units.py``). A kernel fixed by the user
+(``kernel=``, ``lengthscale=``) is applied in the data's time unit (:math:`\tau = 1`), as given.
 
-*Extrapolation.* :meth:`~InverseModifiedLagrangianGP.predict` checks the posterior: see
-:data:`EXTRAPOLATION_FACTOR`.
+*Extrapolation.* :meth:`~InverseModifiedLagrangianGP.predict` checks the posterior (see
+:data:`EXTRAPOLATION_FACTOR`) and the distance from the data (:data:`~learners.shadow.guards.RUNAWAY_FACTOR`);
+a fit that ends with a non-finite model and a non-finite prediction raise
+:class:`~learners.shadow.guards.NonFiniteModelError` (:mod:`learners.shadow.guards`).
 """
 
 from __future__ import annotations
