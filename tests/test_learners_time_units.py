@@ -186,3 +186,22 @@ def test_runaway_lgp_prediction_warns(cases, monkeypatch):
                         lambda *a, **k: 10.0 ** torch.linspace(0, 44, 21, dtype=torch.float64).reshape(21, 1, 1).expand(21, 2, 1))
     with pytest.warns(ExtrapolationWarning, match=r"more than 100 data spreads .*position \["):
         m.predict(case["q0"], case["v0"], 20)
+
+
+def test_a_start_that_fails_outside_the_data_names_the_cause(cases, monkeypatch):
+    """Far from the data the learned Lagrangian can vanish to underflow, and mod_2's momentum at the start is then
+    NaN: the integrator's ValueError ("pass finite numbers") would blame the caller. From a start outside the data
+    it becomes an ExtrapolationError naming the cause; inside the data the original error is kept."""
+    import learners.shadow.lsi as lsi_module
+
+    case, m = _fitted(cases, "pendulum", "default", 1.0)
+
+    def nan_momentum(*args, **kwargs):
+        raise ValueError("the initial momentum dL/dv(q0, qdot0) contains 1 non-finite value(s)")
+
+    monkeypatch.setattr(lsi_module, "solve_with_retry", nan_momentum)
+    with pytest.raises(ExtrapolationError, match=r"failed \(ValueError\) from initial states outside the data"):
+        m.predict([[50.0]], [[30.0]], 10)
+    with pytest.raises(ValueError, match="initial momentum") as info:
+        m.predict(case["q0"], case["v0"], 10)
+    assert not isinstance(info.value, ExtrapolationError)
