@@ -191,10 +191,11 @@ def test_runaway_lgp_prediction_warns(cases, monkeypatch):
 def test_a_start_that_fails_outside_the_data_names_the_cause(cases, monkeypatch):
     """Far from the data the learned Lagrangian can vanish to underflow, and mod_2's momentum at the start is then
     NaN: the integrator's ValueError ("pass finite numbers") would blame the caller. From a start outside the data
-    it becomes an ExtrapolationError naming the cause; inside the data the original error is kept."""
+    it becomes an ExtrapolationError naming the cause (the posterior std there is 7e4x its level on the data);
+    with on_extrapolation="ignore" the original error is kept."""
     import learners.shadow.lsi as lsi_module
 
-    case, m = _fitted(cases, "pendulum", "default", 1.0)
+    _, m = _fitted(cases, "pendulum", "default", 1.0)
 
     def nan_momentum(*args, **kwargs):
         raise ValueError("the initial momentum dL/dv(q0, qdot0) contains 1 non-finite value(s)")
@@ -203,5 +204,5 @@ def test_a_start_that_fails_outside_the_data_names_the_cause(cases, monkeypatch)
     with pytest.raises(ExtrapolationError, match=r"failed \(ValueError\) from initial states outside the data"):
         m.predict([[50.0]], [[30.0]], 10)
     with pytest.raises(ValueError, match="initial momentum") as info:
-        m.predict(case["q0"], case["v0"], 10)
+        m.predict([[50.0]], [[30.0]], 10, on_extrapolation="ignore")
     assert not isinstance(info.value, ExtrapolationError)
