@@ -22,7 +22,7 @@ of time, :math:`h \to c\,h` with the same positions: the fit runs in standardise
 coordinate) and :math:`\sigma` the RMS over coordinates of their standard deviations (one scale for all
 coordinates, so rotations and the kernel's geometry are kept), and time :math:`t' = t/\tau` with the time unit
 :math:`\tau = h/h'` chosen from the positions alone (:math:`h'` makes the RMS of the step velocities
-:math:`(q'_{k+1} - q'_k)/h'` equal to one). Velocities are :math:`v' = v/s`, :math:`s = \sigma/\tau`. The GP
+:math:`(q'_{k+1} - q'_k)/h'` equal to :data:`~learners.shadow.units.VELOCITY_RMS` = 1/2). Velocities are :math:`v' = v/s`, :math:`s = \sigma/\tau`. The GP
 models :math:`L'(q', v')` at the step :math:`h'`, the same problem bit for bit whatever the units of :math:`q`
 and :math:`h`, and the model's Lagrangian in the data's units is :math:`L(q, v) = s^2 L'(q', v')` -- the scheme
 commutes with these maps, so :math:`L` has the motions of :math:`L'` mapped back, and the factor :math:`s^2`
