@@ -199,7 +199,9 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
             gp.likelihood.noise = torch.tensor([rho * float(gp.kernel.outputscale.detach())], dtype=torch.float64)
             self._freeze()
         elif self.fixed_lengthscale is not None:
-            set_hyperparameters(gp, self._fixed_lengthscale_std(D), self.fixed_noise if self.fixed_noise is not None else 1e-12)
+            # given in the data's units; the time unit is then the data's (_learns_time_unit), so one scale serves q and v
+            ls = torch.as_tensor(self.fixed_lengthscale, dtype=torch.float64) / self._unit
+            set_hyperparameters(gp, ls, self.fixed_noise if self.fixed_noise is not None else 1e-12)
             self._freeze()
         else:
             self._learn(F_data, groups, P, P_groups, F_norm)
@@ -207,11 +209,6 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
             gp.condition(Functionals.cat([F_data, F_norm]))
         gp.variance_scale = self._variance_scale
         check_fitted(self, torch.cat([a.points for a in F_data.atoms.values()]))  # never a silent NaN model
-
-    def _fixed_lengthscale_std(self, D: int) -> torch.Tensor:
-        """``lengthscale=`` (data's units, one or one per input) in the standardised coordinates."""
-        ls = torch.as_tensor(self.fixed_lengthscale, dtype=torch.float64).reshape(-1)
-        return ls / self._input_units(D // 2) if ls.numel() == D else ls / self._unit
 
     @property
     def _learns_time_unit(self) -> bool:
