@@ -21,7 +21,7 @@ __all__ = ["NonFiniteModelError", "check_fitted", "check_prediction", "runaway",
 
 #: a predicted position farther than this many data spreads (RMS standard deviation of the positions) from the
 #: data's centre has left the data's region by orders of magnitude. Why 100: standardised data lie within a few
-#: spreads of the centre (the CI pendulum's reach 4.5, rotating orbits included), and a GP mean is determined
+#: spreads of the centre (the CI pendulum's reach 4.3, rotating orbits included), and a GP mean is determined
 #: within a few lengthscales of its data (at most 16 spreads on the search's grid), so 100 is more than an order
 #: of magnitude beyond both.
 RUNAWAY_FACTOR = 100.0
