@@ -13,11 +13,11 @@ r"""Checks that a GP Lagrangian model never returns a non-finite or runaway answ
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional
+from typing import Callable, Optional, Tuple
 
 import torch
 
-__all__ = ["NonFiniteModelError", "check_fitted", "check_prediction", "runaway", "RUNAWAY_FACTOR", "FIT_PROBES"]
+__all__ = ["NonFiniteModelError", "check_fitted", "check_prediction", "runaway", "data_region", "RUNAWAY_FACTOR", "FIT_PROBES"]
 
 #: a predicted position farther than this many data spreads (RMS standard deviation of the positions) from the
 #: data's centre has left the data's region by orders of magnitude. Why 100: standardised data lie within a few
@@ -72,6 +72,16 @@ def check_prediction(qs: torch.Tensor, what: str, to_data: Optional[Callable] = 
         "region, predict fewer steps, or add data there")
 
 
-def runaway(qs: torch.Tensor) -> torch.Tensor:
-    """Mask ``(steps + 1, batch...)`` of standardised positions farther than :data:`RUNAWAY_FACTOR` from the centre."""
+def runaway(qs: torch.Tensor, region: Optional[Tuple[torch.Tensor, float]] = None) -> torch.Tensor:
+    """Mask ``(steps + 1, batch...)`` of positions farther than :data:`RUNAWAY_FACTOR` data spreads from the data's
+    centre: ``qs`` standardised, or in the data's units with ``region`` = :func:`data_region` of the data."""
+    if region is not None:
+        qs = (qs - region[0]) / region[1]
     return qs.abs().amax(-1) > RUNAWAY_FACTOR
+
+
+def data_region(q: torch.Tensor) -> Tuple[torch.Tensor, float]:
+    """Centre (n,) and RMS spread of positions ``q`` (..., n), for :func:`runaway` on a model fitted in the data's units."""
+    flat = q.reshape(-1, q.shape[-1])
+    center = flat.mean(0)
+    return center, max(float((flat - center).pow(2).mean().sqrt()), 1e-300)

@@ -35,7 +35,7 @@ from .._checks import as_tensor, check_finite, check_order, check_snapshots, che
 from .hyperparameters import FunctionalLagrangianModel
 from .retry import solve_with_retry
 from .functionals import Functionals, euler_lagrange_residuals, gradient_evaluations
-from .guards import RUNAWAY_FACTOR, check_prediction, runaway
+from .guards import RUNAWAY_FACTOR, check_prediction, data_region, runaway
 from .lsi import DEFAULT_NEWTON, ExtrapolationWarning, StandardisedMean
 from .units import position_units, standard_step, standard_time
 
@@ -67,13 +67,14 @@ class LagrangianGP(FunctionalLagrangianModel):
 
     # the constructor, with its explicit signature, is FunctionalLagrangianModel.__init__
     def _fitted_extra(self) -> dict:
-        return {"kind": self.kind}
+        return {"kind": self.kind, "region": self._region}
 
     def _restore_extra(self, extra: dict) -> None:
-        self.kind = extra["kind"]
+        self.kind, self._region = extra["kind"], extra.get("region")  # (files before the runaway check: none)
 
     def _init_state(self) -> None:
         self.kind: Optional[str] = None
+        self._region = None  # centre and spread of the data's positions, for the runaway check of predict
 
     def __repr__(self) -> str:
         return f"LagrangianGP(h={self.h}, scheme={self.scheme!r}, {self.kind or 'not fitted'})"
@@ -81,6 +82,7 @@ class LagrangianGP(FunctionalLagrangianModel):
         """LGP: fit to position snapshots ``(n_traj, n_steps + 1, n)`` (finite-difference derivatives, taken in the
         standardised units of :mod:`learners.shadow.units` when the hyperparameters are learned)."""
         S = check_snapshots(snapshots)
+        self._region = data_region(S)
         if self._learns_time_unit:
             center, unit = position_units(S)
             S = (S - center) / unit
@@ -112,6 +114,7 @@ class LagrangianGP(FunctionalLagrangianModel):
                 raise ValueError(f"trajectory must label each of the {q.shape[0]} states, got shape {tuple(groups.shape)}")
         if q.shape[0] < 2:
             raise ValueError("need at least two states")
+        self._region = data_region(q)
         if self._learns_time_unit:
             center, unit = position_units(q)
             tau = standard_time(v, unit)
@@ -161,14 +164,15 @@ class LagrangianGP(FunctionalLagrangianModel):
         check_finite(qdot0, "qdot0")
         qs = solve_with_retry(self._integrator_std, newton, self._to_standard(q0), qdot0 / self._speed, steps)
         check_prediction(qs, "LagrangianGP.predict", self._from_standard)
-        far = runaway(qs)
+        qs = self._from_standard(qs)
+        far = runaway(qs, self._region) if self._region is not None else torch.zeros(qs.shape[:-1], dtype=torch.bool)
         if bool(far.any()):
             idx = tuple(int(i) for i in torch.nonzero(far)[0])
             warnings.warn(f"the prediction leaves the data: {int(far.sum())} predicted positions lie more than "
                           f"{RUNAWAY_FACTOR:g} data spreads from the data's centre (first at (step, batch...) = {idx}, "
-                          f"position {self._from_standard(qs[idx]).tolist()}), where the learned Lagrangian is not "
+                          f"position {qs[idx].tolist()}), where the learned Lagrangian is not "
                           "determined by the data. Start inside the data's region", ExtrapolationWarning, stacklevel=2)
-        return self._from_standard(qs)
+        return qs
 
     def _integrator_std(self, **newton):
         """The scheme on the posterior mean in the standardised coordinates (C form), at the step :math:`h'`."""
