@@ -176,10 +176,15 @@ def test_runaway_prediction_warns_even_where_the_std_does_not(cases, monkeypatch
     assert not bool(guards.runaway(m._to_standard(case["S"])).any())  # the data themselves are not runaways
 
 
-def test_runaway_lgp_prediction_warns(cases, monkeypatch):
+@pytest.mark.parametrize("fixed", [False, True])
+def test_runaway_lgp_prediction_warns(cases, monkeypatch, fixed):
     """LGP has no posterior check of its predictions; a runaway (forced: positions growing to 4e44, the size the
-    issue saw returned silently) warns with the position."""
+    issue saw returned silently) warns with the position -- also with the paper's fixed kernel (epsilon = 5),
+    fitted in the data's units, where "100 data spreads" is measured in the data's spread all the same."""
     case, m = _fitted(cases, "pendulum", "lgp", 1.0)
+    if fixed:
+        m = LagrangianGP(case["h"], epsilon=5.0).fit(case["S"])
+        assert m._center is None  # not standardised
     import learners.shadow.lgp as lgp_module
 
     monkeypatch.setattr(lgp_module, "solve_with_retry",
