@@ -306,7 +306,8 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         prediction is an extrapolation: ``on_extrapolation="warn"`` (default) issues an
         :class:`ExtrapolationWarning`, ``"raise"`` raises :class:`ExtrapolationError`, ``"ignore"`` skips the
         test. The test looks at :data:`CHECK_POINTS` evenly spaced positions per trajectory (every position
-        with ``return_std=True``). ``return_std=True`` returns ``(q, std)`` with ``std`` of the same shape as ``q``: the posterior
+        with ``return_std=True``); a position more than :data:`~learners.shadow.guards.RUNAWAY_FACTOR` data spreads
+        from the data's centre counts too, and non-finite positions raise ``NonFiniteModelError``. ``return_std=True`` returns ``(q, std)`` with ``std`` of the same shape as ``q``: the posterior
         std of the DEL residual centred at each position, in the data's units (NaN at the first and last
         position, which are not the middle of a triple)."""
         self._require_fit()
