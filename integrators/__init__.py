@@ -12,6 +12,8 @@
 Depends on :mod:`bea` (schemes and series); :mod:`bea` never imports this package.
 """
 
+from bea.errors import BeaError
+
 from . import collocation, convergence, data, modified, systems
 from ._admissible import InconsistentSchemeError, NotRegularError
 from .newton import ConvergenceError, NewtonOptions
@@ -25,6 +27,7 @@ from .variational import VariationalIntegrator
 __all__ = [
     "VariationalIntegrator",
     "Solution",
+    "BeaError",
     "ConvergenceError",
     "NotRegularError",
     "InconsistentSchemeError",

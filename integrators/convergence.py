@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 import bea
+from bea.errors import BeaTypeError, BeaValueError
 
 from .collocation import collocation_flow
 from .reference import reference_flow
@@ -61,9 +62,9 @@ def observed_order(hs: Sequence[float], errors: Sequence[float]) -> float:
     r"""Least-squares slope of :math:`\log(\text{error})` against :math:`\log h`."""
     hs, errors = np.asarray(hs, dtype=float), np.asarray(errors, dtype=float)
     if hs.shape != errors.shape or hs.ndim != 1 or hs.size < 2:
-        raise ValueError(f"need at least two step sizes and one error per step size, got {hs.shape} and {errors.shape}")
+        raise BeaValueError(f"need at least two step sizes and one error per step size, got {hs.shape} and {errors.shape}")
     if np.any(hs <= 0) or np.any(~(errors > 0)) or not np.all(np.isfinite(errors)):
-        raise ValueError(f"step sizes and errors must be positive and finite to fit a slope; errors = {errors}")
+        raise BeaValueError(f"step sizes and errors must be positive and finite to fit a slope; errors = {errors}")
     return float(np.polyfit(np.log(hs), np.log(errors), 1)[0])
 
 
@@ -72,9 +73,9 @@ def series_lagrangian(system: SymbolicLagrangian, scheme, N: int, kind: str = "m
     :class:`~integrators.symbolic.SymbolicLagrangian` with the parameter ``h`` (bind it with
     ``.bind(h=...)``), from :mod:`bea`'s concrete derivation."""
     if kind not in KINDS:
-        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+        raise BeaValueError(f"kind must be one of {KINDS}, got {kind!r}")
     if not isinstance(system, SymbolicLagrangian):
-        raise TypeError("series_lagrangian needs a symbolic Lagrangian (a System or SymbolicLagrangian)")
+        raise BeaTypeError("series_lagrangian needs a symbolic Lagrangian (a System or SymbolicLagrangian)")
     series = getattr(bea, kind)(scheme, N, lagrangian=system.expr, q=list(system.q), v=list(system.v))
     return SymbolicLagrangian(series.expr, system.q, system.v, params=(series.h,), name=f"{kind}[{N}]({system.name})")
 
@@ -86,11 +87,11 @@ def torch_series(system: Callable, scheme, N: int, kind: str, h: float, formula:
     (derivatives by autograd -- the route a learned Lagrangian takes); ``"concrete"``: the SymPy
     derivation for ``system`` (a :class:`~integrators.symbolic.SymbolicLagrangian`), compiled."""
     if kind not in KINDS:
-        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+        raise BeaValueError(f"kind must be one of {KINDS}, got {kind!r}")
     if formula == "concrete":
         return series_lagrangian(system, scheme, N, kind).bind(h=h)
     if formula != "generic":
-        raise ValueError(f"formula must be 'generic' or 'concrete', got {formula!r}")
+        raise BeaValueError(f"formula must be 'generic' or 'concrete', got {formula!r}")
     f = bea.series_function(kind, scheme, N, getattr(system, "n", None))
 
     def L(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -102,7 +103,7 @@ def torch_series(system: Callable, scheme, N: int, kind: str, h: float, formula:
 def _steps(T: float, h: float) -> int:
     steps = int(round(T / h))
     if steps < 2 or abs(steps * h - T) > 1e-9 * T:
-        raise ValueError(f"T={T} must be a multiple (>= 2) of every step size h; h={h} is not")
+        raise BeaValueError(f"T={T} must be a multiple (>= 2) of every step size h; h={h} is not")
     return steps
 
 
@@ -133,7 +134,7 @@ def discrete_vs_modified_flow(system, scheme, N: int, hs: Sequence[float], T: fl
     elif formula == "generic":
         flows = modified_flows(system, scheme, N, hs, T, q0, qdot0, **(reference_options or {}))
     else:
-        raise ValueError(f"formula must be 'generic' or 'concrete', got {formula!r}")
+        raise BeaValueError(f"formula must be 'generic' or 'concrete', got {formula!r}")
     errors = []
     for h, qm in zip(hs, flows):
         vi = VariationalIntegrator(system, h, scheme, **integrator_options)
@@ -150,7 +151,7 @@ def modified_flows(system, scheme, N: int, hs: Sequence[float], T: float, q0, qd
     go to :func:`~integrators.collocation.collocation_flow`."""
     q0, qdot0 = torch.as_tensor(q0, dtype=torch.float64), torch.as_tensor(qdot0, dtype=torch.float64)
     if q0.shape != qdot0.shape or q0.dim() == 0:
-        raise ValueError(f"q0 and qdot0 must have one shape (batch..., n), got {tuple(q0.shape)} and {tuple(qdot0.shape)}")
+        raise BeaValueError(f"q0 and qdot0 must have one shape (batch..., n), got {tuple(q0.shape)} and {tuple(qdot0.shape)}")
     batch, n = q0.shape[:-1], q0.shape[-1]
     B, H = int(np.prod(batch, dtype=np.int64)), len(hs)
     grids = [h * np.arange(_steps(T, h) + 1) for h in hs]
@@ -174,7 +175,7 @@ def inverse_modified_vs_exact(system, scheme, N: int, hs: Sequence[float], T: fl
     from :math:`(q_0, \dot q_0)` with :math:`p_0 = \partial L/\partial v(q_0, \dot q_0)` of the true
     ``L`` (``legendre=``), as when predicting with a learned :math:`L_{inv}`."""
     if start not in ("positions", "momentum"):
-        raise ValueError(f"start must be 'positions' or 'momentum', got {start!r}")
+        raise BeaValueError(f"start must be 'positions' or 'momentum', got {start!r}")
     errors = []
     for h in hs:
         steps = _steps(T, h)

@@ -27,6 +27,7 @@ from typing import Callable, Optional, Union
 import torch
 
 import bea
+from bea.errors import BeaTypeError, BeaValueError
 
 from ._checks import as_float64, check_finite, check_order
 from .progress import progress_bar
@@ -43,7 +44,7 @@ def _series(kind: str, model: TorchLagrangian, order: int, h: float, scheme) -> 
     sch = bea.get_scheme(scheme)
     N = check_order(order, sch.symmetric)
     if not callable(model):
-        raise TypeError(f"model must be a callable Lagrangian L(q, v), got {type(model).__name__}")
+        raise BeaTypeError(f"model must be a callable Lagrangian L(q, v), got {type(model).__name__}")
     if N == 0:
         return model
     f = bea.series_function(kind, sch, N, getattr(model, "n", None))
@@ -109,7 +110,7 @@ def _integrator(model, h: float, scheme, integrator: Optional[VariationalIntegra
 def _positions(qs) -> torch.Tensor:
     qs = as_float64(qs, "qs").detach()
     if qs.dim() < 2 or qs.shape[0] < 2:
-        raise ValueError(f"qs must have shape (steps + 1, batch..., n) with at least two positions, got {tuple(qs.shape)}")
+        raise BeaValueError(f"qs must have shape (steps + 1, batch..., n) with at least two positions, got {tuple(qs.shape)}")
     check_finite(qs, "qs")
     return qs
 

@@ -16,6 +16,8 @@ sides), :mod:`~learners.shadow.gp` (the conditioned GP, exact Cholesky solve), :
 :mod:`~pipelines.demo`.
 """
 
+from bea.errors import BeaError, NotRegularError
+
 from .shadow.lgp import LagrangianGP, finite_differences
 from .shadow.functionals import (Functionals, del_residuals, discrete_momenta, euler_lagrange_residuals, point_evaluations,
                           triples_from_snapshots)
@@ -26,16 +28,18 @@ from .neural.baselines import (HNN, LNN, MLPBaseline, VectorFieldModel, canonica
 from .shadow.normalisation import MassNormalisation, Normalisation, VertexNormalisation
 from .neural.rollout import (angles_mod_2pi, mse_energy, mse_q, pendulum_positions, random_initial_states, rollout_metrics,
                       rollout_ode, rollout_variational, paper_statistic, true_energy, velocities_from_momenta)
+from .saving import ModelFileError
 from .shadow.lsi import ExtrapolationError, ExtrapolationWarning, InverseModifiedLagrangianGP
 from .modlanet.model import ModLaNet
 from .modlanet.data import (AccelerationData, double_pendulum_data, n_body_data, n_body_snapshots, pendulum_chain_data,
                             pendulum_chain_snapshots, three_body_data)
-from .neural.training import TrainResult, predict_positions, recovered_energy, recovered_lagrangian, train
+from .neural.training import TrainResult, TrainingDivergedError, predict_positions, recovered_energy, recovered_lagrangian, train
 
 __all__ = [
     "ModLaNet",
     "train",
     "TrainResult",
+    "TrainingDivergedError",
     "predict_positions",
     "recovered_lagrangian",
     "recovered_energy",
@@ -49,6 +53,9 @@ __all__ = [
     "InverseModifiedLagrangianGP",
     "ExtrapolationWarning",
     "ExtrapolationError",
+    "BeaError",
+    "NotRegularError",
+    "ModelFileError",
     "LagrangianGP",
     "finite_differences",
     "FunctionalGP",

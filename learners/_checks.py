@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bea.errors import BeaValueError
 from integrators._checks import as_float64, check_finite, check_order, check_step_size
 from integrators._checks import check_states as _check_states
 
@@ -25,14 +26,14 @@ def check_snapshots(snapshots: Any, n: int | None = None, name: str = "snapshots
     s = as_tensor(snapshots, name)
     if s.dim() != 3:
         hint = " (one trajectory? use snapshots[None])" if s.dim() == 2 else ""
-        raise ValueError(f"{name} must have shape (n_traj, n_steps + 1, n), got {tuple(s.shape)}{hint}")
+        raise BeaValueError(f"{name} must have shape (n_traj, n_steps + 1, n), got {tuple(s.shape)}{hint}")
     if s.shape[0] < 1 or s.shape[2] < 1:
-        raise ValueError(f"{name} must contain at least one trajectory and one coordinate, got shape {tuple(s.shape)}")
+        raise BeaValueError(f"{name} must contain at least one trajectory and one coordinate, got shape {tuple(s.shape)}")
     if s.shape[1] < 3:
-        raise ValueError(f"each trajectory needs at least 3 positions (one DEL triple q_(j-1), q_j, q_(j+1)), "
+        raise BeaValueError(f"each trajectory needs at least 3 positions (one DEL triple q_(j-1), q_j, q_(j+1)), "
                          f"got {s.shape[1]} per trajectory (shape {tuple(s.shape)})")
     if n is not None and s.shape[2] != n:
-        raise ValueError(f"{name} have n={s.shape[2]} coordinates, but the model was fitted with n={n}")
+        raise BeaValueError(f"{name} have n={s.shape[2]} coordinates, but the model was fitted with n={n}")
     check_finite(s, name)
     return s
 

@@ -52,6 +52,8 @@ import torch
 from learners import InverseModifiedLagrangianGP
 from learners.metrics import max_trajectory_error
 
+from bea.errors import BeaValueError
+
 from .identification_report import figure, table
 from .shadow_experiments import _level_sets, _level_states, _strided_velocities, _timed
 
@@ -178,7 +180,7 @@ def run_chain(cfg: IdentificationConfig = CI, log=print):
     system = chain_system(cfg)
     n, h = cfg.chain_n, cfg.h
     if len(cfg.q0) != n or len(cfg.qdot0) != n:
-        raise ValueError(f"q0 and qdot0 need {n} entries each (chain_n = {n}), got {len(cfg.q0)} and {len(cfg.qdot0)}")
+        raise BeaValueError(f"q0 and qdot0 need {n} entries each (chain_n = {n}), got {len(cfg.q0)} and {len(cfg.qdot0)}")
     timings: Dict[str, float] = {}
     m: Dict[str, float] = {}
     lsi = fit_chain(cfg, system, timings)
@@ -269,7 +271,7 @@ def _modlanet_config(cfg: IdentificationConfig):
     from .modlanet_experiments import FULL as ML_FULL, SMALL as ML_SMALL
 
     if cfg.modlanet not in ("small", "full"):
-        raise ValueError(f"modlanet must be 'small' or 'full' (which ModLaNet configuration's data), got {cfg.modlanet!r}")
+        raise BeaValueError(f"modlanet must be 'small' or 'full' (which ModLaNet configuration's data), got {cfg.modlanet!r}")
     base = (ML_SMALL if cfg.modlanet == "small" else ML_FULL)["double_pendulum"]
     epochs = cfg.modlanet_epochs or base.del_epochs
     # the acceleration-trained model and its rollouts are not compared here: one epoch, no baselines, no extension

@@ -18,6 +18,8 @@ from learners.neural.rollout import (angles_mod_2pi, random_initial_states, roll
                                      true_energy, velocities_from_momenta)
 from learners.neural.training import train
 
+from bea.errors import BeaValueError
+
 from .modlanet_config import ModLaNetConfig
 
 
@@ -27,7 +29,7 @@ def _system(cfg: ModLaNetConfig, k: Optional[int] = None):
         return systems.n_pendulum(k or 2, g=9.8)
     if cfg.system == "three_body":
         return systems.n_body([1] * (k or 3), G=1.0)
-    raise ValueError(f"system must be 'double_pendulum' or 'three_body', got {cfg.system!r}")
+    raise BeaValueError(f"system must be 'double_pendulum' or 'three_body', got {cfg.system!r}")
 
 
 def _positions(cfg: ModLaNetConfig):

@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 
 import bea
+from bea.errors import BeaValueError
 
 from learners import LagrangianGP
 from learners.metrics import energy_band, grid_states, level_set_field, max_trajectory_error
@@ -97,7 +98,7 @@ def _system(name: str):
     try:
         return getattr(systems, name)()
     except AttributeError:
-        raise ValueError(f"unknown system {name!r}; one of the functions in integrators.systems") from None
+        raise BeaValueError(f"unknown system {name!r}; one of the functions in integrators.systems") from None
 
 
 def _exact_states(system, h: float, q0: torch.Tensor, v0: torch.Tensor, n_steps: int):

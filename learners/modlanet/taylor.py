@@ -247,7 +247,7 @@ def c_taylor(model, order: int) -> CTaylor:
     def refresh():
         now, current = plan(model)
         if now != structure:
-            raise RuntimeError("the ModLaNet's structure (elements, cells, layer sizes or activations) changed after it "
+            raise BeaRuntimeError("the ModLaNet's structure (elements, cells, layer sizes or activations) changed after it "
                                "was lowered to C; build a new VariationalIntegrator for the changed model")
         return pack(current)
 

@@ -9,6 +9,8 @@ import torch
 
 from integrators import modified
 
+from bea.errors import BeaValueError
+
 from .._checks import as_tensor, check_finite, check_step
 from .losses import TorchLagrangian
 
@@ -20,7 +22,7 @@ __all__ = ["recovered_lagrangian", "recovered_energy", "inverse_lagrangian", "pr
 # takes the dimension-free formula).
 def _method(method: str) -> None:
     if method not in ("auto", "bea", "formula"):
-        raise ValueError(f"method must be 'auto', 'bea' or 'formula', got {method!r}")
+        raise BeaValueError(f"method must be 'auto', 'bea' or 'formula', got {method!r}")
 
 
 def recovered_lagrangian(model: TorchLagrangian, order: int = 2, h: float = 0.1, scheme="midpoint",
@@ -86,7 +88,7 @@ def predict_positions(model: TorchLagrangian, q0, qdot0, steps: int, h: float, s
     check_finite(qdot0, "qdot0")
     n = getattr(model, "n", None)
     if n is not None and (q0.shape[-1] != n or q0.shape != qdot0.shape):
-        raise ValueError(f"dimension mismatch: q0 and qdot0 must have shape (batch..., {n}), got {tuple(q0.shape)} and "
+        raise BeaValueError(f"dimension mismatch: q0 and qdot0 must have shape (batch..., {n}), got {tuple(q0.shape)} and "
                          f"{tuple(qdot0.shape)}")
     with _Frozen(model), torch.enable_grad():
         sol = modified.predict(model, q0, qdot0, steps, check_step(h), scheme, order, inverse_order=inverse_order,

@@ -51,6 +51,8 @@ from scipy.integrate import solve_ivp
 from integrators import VariationalIntegrator
 from integrators._checks import check_states
 
+from bea.errors import BeaTypeError, BeaValueError
+
 from .._checks import as_tensor
 from .energy import true_energy, velocities_from_momenta
 from .initial_states import random_initial_states
@@ -86,11 +88,11 @@ def _initial(q0, v0) -> Tuple[torch.Tensor, torch.Tensor]:
 def _times(times) -> torch.Tensor:
     ts = _tensor(times, "times")
     if ts.dim() != 1 or ts.numel() < 2:
-        raise ValueError(f"times must be a 1-D sequence of at least two times, got shape {tuple(ts.shape)}")
+        raise BeaValueError(f"times must be a 1-D sequence of at least two times, got shape {tuple(ts.shape)}")
     if not bool(torch.isfinite(ts).all()):
-        raise ValueError("times contains non-finite values")
+        raise BeaValueError("times contains non-finite values")
     if not bool((ts[1:] > ts[:-1]).all()):
-        raise ValueError("times must be strictly increasing")
+        raise BeaValueError("times must be strictly increasing")
     return ts
 
 
@@ -110,7 +112,7 @@ def _field(model) -> Callable[[torch.Tensor, torch.Tensor], Tuple[torch.Tensor, 
         def f(q, v):
             return v, _tensor(model(q, v), "the acceleration")
     else:
-        raise TypeError(f"model must have .acceleration(q, v) or .time_derivative(q, v), or be a callable A(q, v); "
+        raise BeaTypeError(f"model must have .acceleration(q, v) or .time_derivative(q, v), or be a callable A(q, v); "
                         f"got {type(model).__name__}")
     return f
 
@@ -144,7 +146,7 @@ def rollout_ode(model, q0, v0, times, *, method: str = "rk4", substeps: int = 1,
     q0, v0 = _initial(q0, v0)
     ts = _times(times)
     if isinstance(substeps, bool) or not isinstance(substeps, int) or substeps < 1:
-        raise ValueError(f"substeps must be a positive integer, got {substeps!r}")
+        raise BeaValueError(f"substeps must be a positive integer, got {substeps!r}")
     f = _field(model)
     batch, n = q0.shape[:-1], q0.shape[-1]
     q, v = q0.reshape(-1, n).clone(), v0.reshape(-1, n).clone()
@@ -224,7 +226,7 @@ def _scipy(f, q, v, ts, method, rtol, atol):
     t = ts.numpy()
     sol = solve_ivp(rhs, (float(t[0]), float(t[-1])), y0, method=method, t_eval=t, rtol=rtol, atol=atol)
     if not sol.success or sol.y.shape[1] != t.size:
-        raise ValueError(f"solve_ivp ({method}) failed: {sol.message}")
+        raise BeaValueError(f"solve_ivp ({method}) failed: {sol.message}")
     y = torch.from_numpy(sol.y.T.copy()).reshape(t.size, B, 2 * n)
     return y[..., :n], y[..., n:]
 

@@ -25,6 +25,7 @@ from typing import Callable, Optional, Union
 import torch
 
 import bea
+from bea.errors import BeaValueError
 
 from .._checks import as_tensor, check_finite, check_order, check_snapshots, check_step
 from .hyperparameters import FunctionalLagrangianModel
@@ -82,7 +83,7 @@ class LagrangianGP(FunctionalLagrangianModel):
         then trajectories group the validation split); ``trajectory`` (B,) optionally labels them."""
         q, v, a = as_tensor(q, "q"), as_tensor(v, "v"), as_tensor(a, "a")
         if not (q.shape == v.shape == a.shape) or q.dim() not in (2, 3):
-            raise ValueError(f"q, v, a must have the same shape (B, n) or (n_traj, m, n), got {tuple(q.shape)}, "
+            raise BeaValueError(f"q, v, a must have the same shape (B, n) or (n_traj, m, n), got {tuple(q.shape)}, "
                              f"{tuple(v.shape)}, "
                              f"{tuple(a.shape)}")
         for t, name in ((q, "q"), (v, "v"), (a, "a")):
@@ -94,9 +95,9 @@ class LagrangianGP(FunctionalLagrangianModel):
         else:
             groups = torch.arange(q.shape[0]) if trajectory is None else torch.as_tensor(trajectory, dtype=torch.long)
             if groups.shape != (q.shape[0],):
-                raise ValueError(f"trajectory must label each of the {q.shape[0]} states, got shape {tuple(groups.shape)}")
+                raise BeaValueError(f"trajectory must label each of the {q.shape[0]} states, got shape {tuple(groups.shape)}")
         if q.shape[0] < 2:
-            raise ValueError("need at least two states")
+            raise BeaValueError("need at least two states")
         self._fit_states(q, v, a, groups)
         self.kind = "LGPExact (given derivatives)"
         return self
@@ -116,7 +117,7 @@ class LagrangianGP(FunctionalLagrangianModel):
         """The learned Lagrangian itself (LGP learns :math:`L`, not :math:`L_{inv}`); only ``order=0``."""
         self._require_fit()
         if check_order(order, None) != 0:
-            raise ValueError("LagrangianGP learns the exact Lagrangian directly: there is no correction of order > 0")
+            raise BeaValueError("LagrangianGP learns the exact Lagrangian directly: there is no correction of order > 0")
         return self.lagrangian
 
     def energy(self, order: int = 0) -> TorchLagrangian:
@@ -133,7 +134,7 @@ class LagrangianGP(FunctionalLagrangianModel):
         self._require_fit()
         q0, qdot0 = as_tensor(q0, "q0"), as_tensor(qdot0, "qdot0")
         if q0.shape != qdot0.shape or q0.dim() < 1 or q0.shape[-1] != self.n:
-            raise ValueError(f"q0 and qdot0 must have shape (batch..., {self.n}), got {tuple(q0.shape)} and {tuple(qdot0.shape)}")
+            raise BeaValueError(f"q0 and qdot0 must have shape (batch..., {self.n}), got {tuple(q0.shape)} and {tuple(qdot0.shape)}")
         return solve_with_retry(self.integrator, newton, q0, qdot0, steps)
     def velocities(self, qs, order: int = 0) -> torch.Tensor:
         """Velocities from the discrete momenta of the learned :math:`L` along ``qs``."""

@@ -41,6 +41,7 @@ import torch
 
 from integrators import ConvergenceError, NotRegularError, VariationalIntegrator, modified
 
+from bea.errors import BeaValueError
 from .._checks import as_tensor, check_finite, check_order, check_snapshots
 from .hyperparameters import FunctionalLagrangianModel
 from .retry import solve_with_retry
@@ -92,7 +93,7 @@ class ExtrapolationWarning(UserWarning):
     """A prediction left the region where the data determine the learned dynamics."""
 
 
-class ExtrapolationError(ValueError):
+class ExtrapolationError(BeaValueError):
     """Raised instead of :class:`ExtrapolationWarning` with ``predict(..., on_extrapolation="raise")``."""
 
 
@@ -156,7 +157,7 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         flat = torch.nonzero(spread <= 1e-13 * (center.abs() + 1e-300)).flatten()
         if flat.numel():
             i = int(flat[0])
-            raise ValueError(f"coordinate q{i} takes the same value ({float(center[i])!r}) in every snapshot: the data show "
+            raise BeaValueError(f"coordinate q{i} takes the same value ({float(center[i])!r}) in every snapshot: the data show "
                              f"no motion in it, so they say nothing about its dynamics. Give trajectories that move "
                              f"(initial velocities or positions away from equilibrium)")
         unit = float(spread.pow(2).mean().sqrt())
@@ -323,11 +324,11 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         position, which are not the middle of a triple)."""
         self._require_fit()
         if on_extrapolation not in ("warn", "raise", "ignore"):
-            raise ValueError(f"on_extrapolation must be 'warn', 'raise' or 'ignore', got {on_extrapolation!r}")
+            raise BeaValueError(f"on_extrapolation must be 'warn', 'raise' or 'ignore', got {on_extrapolation!r}")
         q0 = as_tensor(q0, "q0")
         qdot0 = as_tensor(qdot0, "qdot0")
         if q0.shape != qdot0.shape or q0.dim() < 1 or q0.shape[-1] != self.n:
-            raise ValueError(f"q0 and qdot0 must have shape (batch..., {self.n}), got {tuple(q0.shape)} and {tuple(qdot0.shape)}")
+            raise BeaValueError(f"q0 and qdot0 must have shape (batch..., {self.n}), got {tuple(q0.shape)} and {tuple(qdot0.shape)}")
         check_finite(q0, "q0")
         check_finite(qdot0, "qdot0")
         q0s, v0s = self._to_standard(q0), qdot0 / self._unit
