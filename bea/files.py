@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import IO, Callable, Iterator, Union
 
-from .errors import BeaValueError
+from .errors import BeaIsADirectoryError, BeaValueError
 
 __all__ = ["atomic_write", "atomic_write_text", "atomic_save", "atomic_savefig"]
 

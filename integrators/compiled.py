@@ -47,7 +47,7 @@ import numpy as np
 import sympy
 import torch
 
-from bea.errors import BeaError, BeaValueError
+from bea.errors import BeaError, BeaRuntimeError, BeaValueError
 from ._march_c import TEMPLATE
 from .ccompile import CompileError, load_library
 from .newton import STALL_FACTOR, NewtonOptions

@@ -30,7 +30,7 @@ from typing import Any, Callable, Dict, Tuple, Type, Union
 import torch
 
 from bea.files import atomic_save
-from bea.errors import BeaValueError
+from bea.errors import BeaFileNotFoundError, BeaValueError
 
 __all__ = ["ModelFileError", "FORMAT", "VERSION", "recorded", "register", "write", "read", "encode", "decode"]
 

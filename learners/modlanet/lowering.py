@@ -39,6 +39,7 @@ from typing import List, Tuple
 import numpy as np
 import torch
 
+from bea.errors import BeaRuntimeError
 from integrators.compiled import MAX_N, CLagrangian, NotLowerable
 
 from ..neural.mlp import MLP

@@ -23,6 +23,7 @@ from __future__ import annotations
 from math import factorial
 from typing import List
 
+from bea.errors import BeaRuntimeError
 from integrators._taylor_c import header, monomials, size
 from integrators.compiled import NotLowerable
 from integrators.series_c import CTaylor

@@ -33,7 +33,7 @@ import gpytorch
 import torch
 from gpytorch.constraints import GreaterThan
 
-from bea.errors import BeaValueError
+from bea.errors import BeaRuntimeError, BeaValueError
 
 from .functionals import AtomSet, Functionals, point_evaluations
 from .kernels import AtomExpansion, FunctionalKernel

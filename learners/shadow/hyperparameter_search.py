@@ -16,7 +16,7 @@ from typing import Callable, List, Optional, Tuple
 import torch
 from tqdm.auto import tqdm
 
-from bea.errors import BeaValueError
+from bea.errors import BeaRuntimeError, BeaValueError
 
 from .functionals import Functionals
 from .gp import FunctionalGP

@@ -67,7 +67,7 @@ import torch
 from gpytorch.constraints import Positive
 
 import bea
-from bea.errors import BeaValueError
+from bea.errors import BeaRuntimeError, BeaValueError
 
 from .. import saving
 from ..saving import recorded

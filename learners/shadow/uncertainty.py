@@ -65,7 +65,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 
-from bea.errors import BeaTypeError, BeaValueError
+from bea.errors import BeaRuntimeError, BeaTypeError, BeaValueError
 
 from .functionals import AtomSet, Functionals
 from .kernels import RBFKernel

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Union
 
-from bea.errors import BeaError
+from bea.errors import BeaError, BeaOSError
 from . import report as _report
 from .execute import execute
 from .records import atomic_write, scan

@@ -29,7 +29,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
-from bea.errors import BeaValueError
+from bea.errors import BeaValueError, MissingDependencyError
 
 from .records import write_record
 from .spec import Execution, Spec, Task
