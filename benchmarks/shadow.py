@@ -70,7 +70,7 @@ from learners import InverseModifiedLagrangianGP
 a = json.loads(sys.argv[1])
 S = snapshots(integrators.systems.pendulum(), a["h"], 400, 5, seed=0)
 m = InverseModifiedLagrangianGP(a["h"], lengthscale=a["lengthscale"], noise=a["noise"]).fit(S)
-qs = m.predict(torch.tensor([[0.3]]), torch.zeros(1, 1), a["steps"])[: a["states"]]
+qs = m.predict(torch.tensor([[0.3]]), torch.zeros(1, 1), a["steps"]).q[: a["states"]]
 m.velocities(qs[:4], a["order"])  # builds the C library of the jet (once per process)
 def status(field):
     for line in open("/proc/self/status"):
@@ -223,7 +223,7 @@ def main() -> None:
         for obj in ("mll", "heldout"):
             m = InverseModifiedLagrangianGP(H, objective=obj, progress=False)
             _, tf = _t(m.fit, S)
-            e = max_trajectory_error(m.predict(q0, v0, 2000), q2) if steps >= 2000 else float("nan")
+            e = max_trajectory_error(m.predict(q0, v0, 2000).q, q2) if steps >= 2000 else float("nan")
             ls = [level_set_error(m.energy(N), pend.energy, states=st) for N in (2, 4)]
             hp = m.hyperparameters
             print(f"{obj:>8}: fit {tf:5.2f} s, lengthscales {hp['lengthscale']}, nugget {hp['noise']:.1e}; "

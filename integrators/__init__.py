@@ -21,12 +21,13 @@ from .collocation import collocation_flow
 from .reference import ReferenceFlowError, reference_flow
 from .symbolic import SymbolicLagrangian
 from .systems import System
-from .solution import Solution
+from .trajectory import Trajectory, positions
 from .variational import VariationalIntegrator
 
 __all__ = [
     "VariationalIntegrator",
-    "Solution",
+    "Trajectory",
+    "positions",
     "BeaError",
     "ConvergenceError",
     "NotRegularError",
@@ -43,3 +44,11 @@ __all__ = [
     "collocation",
     "modified",
 ]
+
+
+def __getattr__(name: str):
+    if name == "Solution":  # the old name of Trajectory, deprecated
+        from . import solution
+
+        return solution.Solution
+    raise AttributeError(f"module 'integrators' has no attribute {name!r}")

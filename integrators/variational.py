@@ -40,7 +40,7 @@ from ._admissible import check_regular_at, check_scheme
 from ._checks import as_float64, check_finite, check_lagrangian_output, check_states, check_step_size, check_steps
 from ._stepping import eager_step
 from .newton import ConvergenceError, NewtonOptions, autograd_system, describe_failure, newton, vmap_system
-from .solution import Solution
+from .trajectory import Trajectory, positions
 from .progress import progress_bar
 
 __all__ = ["VariationalIntegrator", "ConvergenceError", "EXECUTIONS"]
@@ -183,8 +183,8 @@ class VariationalIntegrator:
         integrated Lagrangian, or ``legendre`` if given (e.g. the recovered Lagrangian
         :math:`\mathrm{mod}_N(L_{inv})` when integrating a learned :math:`L_{inv}`, docs/theory/lsi.md).
 
-        Returns a :class:`~integrators.solution.Solution`: the positions ``q``, shape
-        ``(steps + 1, batch..., n)``, ``valid`` of shape ``(steps + 1, batch...)`` and Newton statistics.
+        Returns a :class:`~integrators.Trajectory`: the positions ``q``, shape ``(steps + 1, batch..., n)``,
+        ``valid`` of shape ``(steps + 1, batch...)``, the times ``t = h j`` and Newton statistics (``stats``).
         With ``on_failure="mask"`` a trajectory whose Newton solve fails is stopped instead of raising
         :class:`~integrators.newton.ConvergenceError`; ``q`` is NaN exactly where ``valid`` is False.
         """
@@ -211,7 +211,7 @@ class VariationalIntegrator:
         r"""Integrate from two positions :math:`q_0, q_1` (one step apart), shape ``(batch..., n)``:
         :math:`p_1 = D_2L_\Delta(q_0, q_1)`, then the discrete Euler--Lagrange equations.
 
-        Returns a :class:`~integrators.solution.Solution` whose ``q`` has the given ``q0, q1`` as its first two
+        Returns a :class:`~integrators.Trajectory` whose ``q`` has the given ``q0, q1`` as its first two
         rows (``steps >= 1``); ``on_failure`` as in :meth:`solve`."""
         q0, q1, steps, on_failure = _initial_data(q0, q1, ("q0", "q1"), steps, on_failure)
         batch, n = q0.shape[:-1], q0.shape[-1]
@@ -295,11 +295,12 @@ class VariationalIntegrator:
         self.last_execution = "+".join(sorted(used)) if used else None
         q = out.reshape(steps + 1, *batch, out.shape[-1])
         valid = torch.arange(steps + 1, device=out.device)[:, None] <= valid_until[None, :]
-        return Solution(q, valid.reshape(steps + 1, *batch), execution=self.last_execution, **stats)
+        t = self.h * torch.arange(steps + 1, dtype=q.dtype, device=q.device)
+        return Trajectory(q, valid.reshape(steps + 1, *batch), t=t, stats={**stats, "execution": self.last_execution})
 
     # ------------------------------------------------------------------ momenta, velocities, energies
     def _positions(self, qs, name: str = "qs") -> torch.Tensor:
-        qs = as_float64(qs, name)
+        qs = as_float64(positions(qs), name)  # a Trajectory or its positions
         if qs.dim() < 2 or qs.shape[0] < 2:
             raise BeaValueError(f"{name} must have shape (steps + 1, batch..., n) with at least two positions, got {tuple(qs.shape)}")
         check_finite(qs, name)
@@ -307,8 +308,8 @@ class VariationalIntegrator:
 
     def momenta(self, qs) -> torch.Tensor:
         r"""Discrete momenta :math:`p_0 = -D_1L_\Delta(q_0, q_1)`, :math:`p_j = D_2L_\Delta(q_{j-1}, q_j)`
-        (:math:`j \ge 1`) of a discrete trajectory ``qs`` of shape ``(steps + 1, batch..., n)``;
-        same shape."""
+        (:math:`j \ge 1`) of a discrete trajectory ``qs`` (a :class:`~integrators.Trajectory` or its positions,
+        shape ``(steps + 1, batch..., n)``); same shape."""
         qs = self._positions(qs)
         d1, d2 = self._slot_derivatives(qs[:-1], qs[1:])
         return torch.cat([-d1[:1], d2], 0).detach()

@@ -4,9 +4,9 @@ Lagrangian Shadow Integration (docs/theory/lsi.md):
 
 >>> from learners import InverseModifiedLagrangianGP
 >>> model = InverseModifiedLagrangianGP(h=0.5).fit(snapshots)     # (n_traj, n_steps + 1, n) positions
->>> qs = model.predict(q0, qdot0, steps=1000)                       # the scheme on L_inv, p0 from mod_2(L_inv)
+>>> traj = model.predict(q0, qdot0, steps=1000)                     # the scheme on L_inv, p0 from mod_2(L_inv)
 >>> H = model.energy(order=2)                                       # identified energy H_rec[2]
->>> v = model.velocities(qs, order=2)
+>>> v = model.velocities(traj, order=2)                             # traj.q: positions (1001, batch, n), traj.t
 
 Modules: :mod:`~learners.shadow.functionals` (linear functionals as derivative atoms: DEL/EL residuals,
 momenta, point values), :mod:`~learners.shadow.kernels` (the kernel with functionals applied on both

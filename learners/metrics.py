@@ -19,6 +19,7 @@ from typing import Callable, Optional, Sequence, Tuple
 import torch
 
 from bea.errors import BeaValueError
+from integrators.trajectory import positions
 
 __all__ = ["grid_states", "level_set_error", "level_set_field", "max_trajectory_error", "energy_band", "calibration"]
 
@@ -68,7 +69,8 @@ def level_set_error(H: Energy, H_ref: Energy, box: Sequence[Tuple[float, float]]
 
 
 def max_trajectory_error(qs: torch.Tensor, q_ref: torch.Tensor) -> float:
-    r""":math:`\max_j \|q_j - q_{ref}(t_j)\|_\infty` (same shapes)."""
+    r""":math:`\max_j \|q_j - q_{ref}(t_j)\|_\infty` (same shapes; each a :class:`~integrators.Trajectory` or its positions)."""
+    qs, q_ref = positions(qs), positions(q_ref)
     if qs.shape != q_ref.shape:
         raise BeaValueError(f"trajectories of different shapes: {tuple(qs.shape)} and {tuple(q_ref.shape)}")
     return float((qs - q_ref).abs().max())

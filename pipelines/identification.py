@@ -190,7 +190,7 @@ def run_chain(cfg: IdentificationConfig = CI, log=print):
     v0 = torch.tensor([list(cfg.qdot0)], dtype=torch.float64)
     times = h * torch.arange(cfg.steps + 1, dtype=torch.float64)
     q_ref, v_ref = reference_flow(system, q0, v0, times)
-    q = _timed(timings, "predict", lsi.predict, q0, v0, cfg.steps, order=2, on_extrapolation="ignore")
+    q = _timed(timings, "predict", lsi.predict, q0, v0, cfg.steps, order=2, on_extrapolation="ignore").q
     m["traj"] = max_trajectory_error(q, q_ref)
     m.update(level_set_errors(cfg, lsi, system, (0, *cfg.orders), cfg.level_points, timings))
     log("chain level-set errors: " + ", ".join(f"H_rec[{N}] {m[f'ls{N}']:.3g}" for N in (0, *cfg.orders)))
@@ -331,7 +331,7 @@ def _rollout_each(gp: InverseModifiedLagrangianGP, q0: torch.Tensor, v0: torch.T
     vs = torch.full_like(qs, float("nan"))
     for b in range(q0.shape[0]):
         try:
-            qb = gp.predict(q0[b:b + 1], v0[b:b + 1], steps, order=2, on_extrapolation="ignore")
+            qb = gp.predict(q0[b:b + 1], v0[b:b + 1], steps, order=2, on_extrapolation="ignore").q
             vs[:, b:b + 1] = gp.velocities(qb, order=2)
             qs[:, b:b + 1] = qb
         except (ConvergenceError, NotRegularError, ValueError, RuntimeError):

@@ -114,9 +114,8 @@ def _rollout_row(name: str, model, params: int, q0, v0, ts, q_ref, v_ref, cfg, c
             vh = velocities_from_momenta(system, qh, ph)
         elif kind == "variational":
             k = int(round(cfg.dt_out / cfg.variational_h))
-            q_all, v_all, _ = clock(f"rollout {name}", rollout_variational, model, q0, v0, cfg.variational_h,
-                                    k * (ts.numel() - 1))
-            qh, vh = q_all[::k], v_all[::k]
+            traj = clock(f"rollout {name}", rollout_variational, model, q0, v0, cfg.variational_h, k * (ts.numel() - 1))
+            qh, vh = traj.q[::k], traj.v[::k]
         else:
             qh, vh = clock(f"rollout {name}", rollout_ode, model, q0, v0, ts, substeps=cfg.substeps)
         metrics = rollout_metrics(qh, vh, q_ref, v_ref, energy, positions=_positions(cfg))

@@ -165,7 +165,7 @@ def run(cfg: ExperimentConfig = PENDULUM, baselines: bool = True, log=print) -> 
     t = time.perf_counter()
     q_ref, v_ref = reference_flow(system, q0, v0, times)
     timings["reference"] = time.perf_counter() - t
-    q_lsi = _timed(timings, "predict_lsi", lsi.predict, q0, v0, cfg.steps, order=2)
+    q_lsi = _timed(timings, "predict_lsi", lsi.predict, q0, v0, cfg.steps, order=2).q
     metrics["traj_lsi"] = max_trajectory_error(q_lsi, q_ref)
     series.update(times=times, q_ref=q_ref[:, 0], v_ref=v_ref[:, 0], q_lsi=q_lsi[:, 0])
     log(f"LSI prediction: {cfg.steps} steps in {timings['predict_lsi']:.1f} s, max |q - q_ref| = {metrics['traj_lsi']:.2e}")
@@ -221,7 +221,7 @@ def run(cfg: ExperimentConfig = PENDULUM, baselines: bool = True, log=print) -> 
         metrics["ls_lgp"] = _level_sets(levels, "LGP", lgp.energy(), H_ref, states)
         metrics["ls_lgpe"] = _level_sets(levels, "LGPExact", lgpe.energy(), H_ref, states)
         for key, model in (("lgp", lgp), ("lgpe", lgpe)):
-            qb = _timed(timings, f"predict_{key}", model.predict, q0, v0, bsteps)
+            qb = _timed(timings, f"predict_{key}", model.predict, q0, v0, bsteps).q
             metrics[f"traj_{key}"] = max_trajectory_error(qb, q_ref[: bsteps + 1])
             series[f"q_{key}"] = qb[:, 0]
         metrics[f"traj_lsi_{bsteps}"] = max_trajectory_error(q_lsi[: bsteps + 1], q_ref[: bsteps + 1])

@@ -42,16 +42,16 @@ def test_mask_mode_returns_a_solution_with_invalid_rows():
 
 def test_old_uses_warn_and_still_work(run):
     _, _, _, sol = run
-    with pytest.warns(DeprecationWarning, match="sol.q and sol.valid"):
+    with pytest.warns(DeprecationWarning, match="traj.q, traj.valid"):
         q, valid = sol
     assert q is sol.q and valid is sol.valid
-    with pytest.warns(DeprecationWarning, match="use sol.q"):
+    with pytest.warns(DeprecationWarning, match="use traj.q"):
         assert sol.shape == (21, 2, 1)
-    with pytest.warns(DeprecationWarning, match="use sol.q"):
+    with pytest.warns(DeprecationWarning, match="use traj.q"):
         assert torch.equal(sol[-1], sol.q[-1])
-    with pytest.warns(DeprecationWarning, match="use sol.q"):
+    with pytest.warns(DeprecationWarning, match="use traj.q"):
         assert torch.equal(sol - sol.q, torch.zeros_like(sol.q))
-    with pytest.warns(DeprecationWarning, match="use sol.q"):
+    with pytest.warns(DeprecationWarning, match="use traj.q"):
         assert torch.equal(torch.abs(sol), sol.q.abs())
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the new API warns about nothing

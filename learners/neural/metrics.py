@@ -21,6 +21,7 @@ from typing import Callable, Dict, Optional, Tuple
 import torch
 
 from bea.errors import BeaValueError
+from integrators.trajectory import positions as positions_of  # a Trajectory or its positions
 
 from .._checks import as_tensor
 from .energy import Energy
@@ -29,7 +30,7 @@ __all__ = ["mse_q", "mse_energy", "paper_statistic", "rollout_metrics", "pendulu
 
 
 def _pair(pred, ref, name: str) -> Tuple[torch.Tensor, torch.Tensor]:
-    pred, ref = as_tensor(pred, f"{name} (prediction)"), as_tensor(ref, f"{name} (reference)")
+    pred, ref = (as_tensor(positions_of(x), f"{name} ({what})") for x, what in ((pred, "prediction"), (ref, "reference")))
     if pred.shape != ref.shape or pred.dim() < 2:
         raise BeaValueError(f"prediction and reference must have the same shape (time, batch..., n) with time first, "
                          f"got {tuple(pred.shape)} and {tuple(ref.shape)}")

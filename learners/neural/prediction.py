@@ -5,9 +5,11 @@ variational integrator (docs/theory/inverse.md, docs/theory/lsi.md).
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
-from integrators import modified
+from integrators import Trajectory, modified
 
 from bea.errors import BeaValueError
 
@@ -72,12 +74,12 @@ class _Frozen:
 
 
 def predict_positions(model: TorchLagrangian, q0, qdot0, steps: int, h: float, scheme="midpoint", order: int = 2,
-                      on_failure: str = "raise", method: str = "auto", inverse_order: int = 0, **newton) -> torch.Tensor:
-    r"""Positions ``(steps + 1, batch..., n)`` of a model trained as :math:`L_{inv}` (``"del"`` loss, step ``h``):
+                      on_failure: str = "raise", method: str = "auto", inverse_order: int = 0, **newton) -> Trajectory:
+    r"""A :class:`~integrators.Trajectory` (positions ``q``, ``(steps + 1, batch..., n)``, ``valid``, times ``t``) of a model trained as :math:`L_{inv}` (``"del"`` loss, step ``h``):
     the scheme's variational integrator on the model (:class:`integrators.VariationalIntegrator`) from
     ``(q0, qdot0)``, with the initial momentum :math:`p_0 = \partial_v\,\mathrm{mod}_N(\text{model})(q_0, \dot q_0)`
     (docs/theory/lsi.md; ``order=0``: the model's own momentum). ``newton``: options of the integrator (``xtol``,
-    ``maxiter``, …); ``on_failure="mask"`` returns ``(q, valid)`` as the integrator does.
+    ``maxiter``, …); ``on_failure="mask"`` stops a failed trajectory and marks it in ``valid`` as the integrator does.
 
     ``inverse_order=N > 0``: for a model trained with ``train(..., inverse_order=N)`` (a model of the true
     :math:`L`): the scheme integrates :math:`\mathrm{inv}_N(\text{model})` and :math:`p_0 = \partial_v\text{model}`
@@ -93,4 +95,6 @@ def predict_positions(model: TorchLagrangian, q0, qdot0, steps: int, h: float, s
     with _Frozen(model), torch.enable_grad():
         sol = modified.predict(model, q0, qdot0, steps, check_step(h), scheme, order, inverse_order=inverse_order,
                                on_failure=on_failure, **newton)
-    return sol.q if on_failure == "raise" else (sol.q, sol.valid)
+    # legacy: acts as the tensor q (on_failure="raise") or unpacks as (q, valid) as before (deprecated)
+    mask = on_failure != "raise"
+    return dataclasses.replace(sol, legacy=("q", "valid") if mask else None, legacy_tuple=mask)

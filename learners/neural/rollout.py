@@ -48,7 +48,7 @@ from typing import Callable, Optional, Tuple
 import torch
 from scipy.integrate import solve_ivp
 
-from integrators import VariationalIntegrator
+from integrators import Trajectory, VariationalIntegrator
 from integrators._checks import check_states
 
 from bea.errors import BeaTypeError, BeaValueError
@@ -234,15 +234,16 @@ def _scipy(f, q, v, ts, method, rtol, atol):
 # ---------------------------------------------------------------------------------------------- variational rollouts
 def rollout_variational(lagrangian, q0, v0, h: float, steps: int, *, scheme="midpoint", legendre=None,
                         velocities: bool = True, progress: Optional[bool] = None, max_step: Optional[float] = None
-                        ) -> Tuple[torch.Tensor, Optional[torch.Tensor], torch.Tensor]:
+                        ) -> Trajectory:
     r"""The variational integrator of ``scheme`` with step ``h`` for a Lagrangian model (any torch
     ``L(q, v)``: :class:`~learners.neural.baselines.LNN`, ModLaNet, a ``bea`` series, a system).
 
     Initial momentum :math:`p_0 = \partial L/\partial v(q_0, v_0)`, or of ``legendre`` (e.g.
-    :math:`\mathrm{mod}_N(L_{inv})` for a model of the inverse modified Lagrangian). Returns
-    ``(q, v, valid)``: positions ``(steps + 1, batch..., n)``, velocities (the Legendre inverse of the
-    discrete momenta, :meth:`integrators.VariationalIntegrator.velocities`, with ``legendre`` if
-    given; ``None`` if ``velocities=False``) and ``valid`` ``(steps + 1, batch...)``. A trajectory whose
+    :math:`\mathrm{mod}_N(L_{inv})` for a model of the inverse modified Lagrangian). Returns a
+    :class:`~integrators.Trajectory`: positions ``q`` ``(steps + 1, batch..., n)``, velocities ``v`` (the Legendre
+    inverse of the discrete momenta, :meth:`integrators.VariationalIntegrator.velocities`, with ``legendre`` if
+    given; ``None`` if ``velocities=False``), ``valid`` ``(steps + 1, batch...)`` and times ``t``. (It unpacks as
+    the ``(q, v, valid)`` returned before, with a ``DeprecationWarning``.) A trajectory whose
     Newton solve fails -- or whose step lands farther than ``max_step`` from the last position (another
     root of the implicit step, see :class:`integrators.VariationalIntegrator`) -- is stopped (NaN,
     ``valid`` False) instead of raising. Parameters of an ``nn.Module`` are frozen during the rollout
@@ -270,4 +271,4 @@ def rollout_variational(lagrangian, q0, v0, h: float, steps: int, *, scheme="mid
         for m, flags in zip(modules, saved):
             for p, flag in zip(m.parameters(), flags):
                 p.requires_grad_(flag)
-    return qs, vs, valid
+    return Trajectory(qs, valid, t=sol.t, v=vs, stats=sol.stats, legacy=("q", "v", "valid"), legacy_tuple=True)

@@ -20,12 +20,14 @@ LSI compensates by construction. Same hyperparameter machinery as LSI (:mod:`lea
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, Optional, Union
 
 import torch
 
 import bea
 from bea.errors import BeaValueError
+from integrators import Trajectory
 
 from .._checks import as_tensor, check_finite, check_order, check_snapshots, check_step
 from .hyperparameters import FunctionalLagrangianModel
@@ -129,13 +131,15 @@ class LagrangianGP(FunctionalLagrangianModel):
 
         self._require_fit()
         return VariationalIntegrator(self, self.h, self.scheme, **{**DEFAULT_NEWTON, **newton})  # the model: C form of the mean
-    def predict(self, q0, qdot0, steps: int, **newton) -> torch.Tensor:
-        """The scheme on the learned :math:`L` from ``(q0, qdot0)``, :math:`p_0 = \\partial_vL(q_0, \\dot q_0)`."""
+    def predict(self, q0, qdot0, steps: int, **newton) -> Trajectory:
+        """The scheme on the learned :math:`L` from ``(q0, qdot0)``, :math:`p_0 = \\partial_vL(q_0, \\dot q_0)`:
+        a :class:`~integrators.Trajectory` (positions ``q``, ``(steps + 1, batch..., n)``; times ``t``)."""
         self._require_fit()
         q0, qdot0 = as_tensor(q0, "q0"), as_tensor(qdot0, "qdot0")
         if q0.shape != qdot0.shape or q0.dim() < 1 or q0.shape[-1] != self.n:
             raise BeaValueError(f"q0 and qdot0 must have shape (batch..., {self.n}), got {tuple(q0.shape)} and {tuple(qdot0.shape)}")
-        return solve_with_retry(self.integrator, newton, q0, qdot0, steps)
+        # legacy=None: used as the tensor q it returned before (deprecated)
+        return dataclasses.replace(solve_with_retry(self.integrator, newton, q0, qdot0, steps), legacy=None)
     def velocities(self, qs, order: int = 0) -> torch.Tensor:
         """Velocities from the discrete momenta of the learned :math:`L` along ``qs``."""
         self.recovered_lagrangian(order)

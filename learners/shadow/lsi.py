@@ -39,10 +39,10 @@ from typing import Callable, Dict, Optional, Union
 
 import torch
 
-from integrators import ConvergenceError, NotRegularError, VariationalIntegrator, modified
+from integrators import ConvergenceError, NotRegularError, Trajectory, VariationalIntegrator, modified
 
 from bea.errors import BeaValueError
-from .._checks import as_tensor, check_finite, check_order, check_snapshots
+from .._checks import as_tensor, check_finite, check_order, check_snapshots, snapshot_layout
 from .hyperparameters import FunctionalLagrangianModel
 from .retry import solve_with_retry
 from .functionals import AtomSet, Functionals, del_residuals, discrete_momenta, triples_from_snapshots
@@ -211,10 +211,10 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
     # ------------------------------------------------------------------ posterior
     def del_residuals(self, snapshots_or_triples, return_std: bool = True):
         r"""Posterior mean (and standard deviation) of the DEL residuals at new data: triples
-        ``(B, 3, n)`` or snapshots ``(n_traj, m, n)`` (all their triples, trajectory-major). Returns
+        ``(B, 3, n)``, snapshots ``(n_traj, m, n)`` or a Trajectory (all their triples, trajectory-major). Returns
         tensors of shape ``(B, n)``, in the data's units (:math:`\sigma` times those of :math:`L'`)."""
         self._require_fit()
-        x = as_tensor(snapshots_or_triples, "triples")
+        x = as_tensor(snapshot_layout(snapshots_or_triples), "triples")
         check_finite(x, "triples")
         if x.dim() == 3 and x.shape[1] == 3 and x.shape[-1] == self.n:
             triples = x
@@ -308,7 +308,8 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
 
     def predict(self, q0, qdot0, steps: int, order: int = 2, *, return_std: bool = False, on_extrapolation: str = "warn",
                 **newton):
-        r"""Positions ``(steps + 1, batch..., n)`` from ``(q0, qdot0)`` (shape ``(batch..., n)``): the scheme
+        r"""A :class:`~integrators.Trajectory` from ``(q0, qdot0)`` (shape ``(batch..., n)``): positions ``q``
+        ``(steps + 1, batch..., n)``, times ``t``, and ``std`` with ``return_std=True``. The scheme
         on :math:`\bar L_{inv}` with :math:`p_0 = \partial_vL_{rec}(q_0, \dot q_0)`, :math:`L_{rec}` of
         ``order`` (docs/theory/lsi.md). Batched: all initial conditions advance together; computed in the
         standardised coordinates and mapped back (module docstring).
@@ -319,7 +320,7 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         prediction is an extrapolation: ``on_extrapolation="warn"`` (default) issues an
         :class:`ExtrapolationWarning`, ``"raise"`` raises :class:`ExtrapolationError`, ``"ignore"`` skips the
         test. The test looks at :data:`CHECK_POINTS` evenly spaced positions per trajectory (every position
-        with ``return_std=True``). ``return_std=True`` returns ``(q, std)`` with ``std`` of the same shape as ``q``: the posterior
+        with ``return_std=True``). ``return_std=True`` fills ``std``, of the same shape as ``q``: the posterior
         std of the DEL residual centred at each position, in the data's units (NaN at the first and last
         position, which are not the middle of a triple)."""
         self._require_fit()
@@ -333,7 +334,7 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         check_finite(qdot0, "qdot0")
         q0s, v0s = self._to_standard(q0), qdot0 / self._unit
         try:
-            qs = solve_with_retry(self._integrator_std, newton, q0s, v0s, steps, legendre=self._recovered_std(order))
+            sol = solve_with_retry(self._integrator_std, newton, q0s, v0s, steps, legendre=self._recovered_std(order))
         except (ConvergenceError, NotRegularError) as err:
             if on_extrapolation != "ignore":  # is the start itself outside the data? then that is the cause
                 lin = torch.stack([q0s - self.h * v0s, q0s, q0s + self.h * v0s], -2).reshape(-1, 3, self.n)
@@ -347,9 +348,10 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
             raise
         std = None
         if return_std or on_extrapolation != "ignore":
-            std = self._check_extrapolation(qs, on_extrapolation, every=not return_std)
-        out = self._from_standard(qs)
-        return (out, self._unit * std) if return_std else out
+            std = self._check_extrapolation(sol.q, on_extrapolation, every=not return_std)
+        # legacy: unpacks as the (q, std) it returned before with return_std=True, else acts as the tensor q (deprecated)
+        return Trajectory(self._from_standard(sol.q), sol.valid, t=sol.t, std=self._unit * std if return_std else None,
+                          stats=sol.stats, legacy=("q", "std") if return_std else None, legacy_tuple=return_std)
 
     def _check_extrapolation(self, qs: torch.Tensor, mode: str, every: bool = False) -> torch.Tensor:
         """Posterior std of the DEL residual at the interior positions of ``qs`` (standardised), NaN at the

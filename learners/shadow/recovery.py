@@ -15,6 +15,7 @@ import torch
 import bea
 from bea.errors import BeaTypeError, BeaValueError
 from integrators import modified
+from integrators.trajectory import positions
 
 from .._checks import as_tensor, check_finite, check_order, check_states
 from .rbf_jet import JetLagrangian, RBFJet, jets_fit
@@ -248,7 +249,7 @@ class RecoveryMixin:
 
     def _positions(self, qs) -> torch.Tensor:
         self._require_fit()
-        qs = as_tensor(qs, "qs")
+        qs = as_tensor(positions(qs), "qs")  # a Trajectory or its positions
         if qs.dim() < 2 or qs.shape[0] < 2 or qs.shape[-1] != self.n:
             raise BeaValueError(f"qs must have shape (steps + 1, batch..., {self.n}) with at least two positions, "
                              f"got {tuple(qs.shape)}")
