@@ -123,7 +123,8 @@ def main() -> None:
     S = snapshots(pend, H, 400, 5, seed=0)
     steps = 1000 if args.quick else 10000
     q0, v0 = torch.tensor([[0.3]]), torch.zeros(1, 1)
-    q_ref, v_ref = reference_flow(pend, q0, v0, H * torch.arange(steps + 1, dtype=torch.float64))
+    flow = reference_flow(pend, q0, v0, H * torch.arange(steps + 1, dtype=torch.float64))
+    q_ref, v_ref = flow.q, flow.v
     rows = []
 
     # ------------------------------------------------------------------ fit

@@ -47,6 +47,7 @@ from bea.errors import BeaTypeError, BeaValueError, NotRegularError
 from ._checks import as_float64, check_states
 from .reference import ReferenceFlowError
 from .symbolic import SymbolicLagrangian
+from .trajectory import Trajectory
 
 __all__ = ["collocation_flow", "el_acceleration", "chebyshev_matrices", "SingularMassError"]
 
@@ -266,9 +267,11 @@ def _check_times(times, t0) -> Tuple[np.ndarray, float]:
 
 def collocation_flow(lagrangian, q0, qdot0, times, *, near=None, t0: Optional[float] = None, rtol: float = 1e-12,
                      atol: float = 1e-12, nodes: int = 24, max_segment: Optional[float] = None,
-                     maxiter: int = 40) -> Tuple[torch.Tensor, torch.Tensor]:
+                     maxiter: int = 40) -> Trajectory:
     r"""The Euler--Lagrange flow of ``lagrangian`` from ``(q0, qdot0)`` at time ``t0`` (default
-    ``times[0]``), at ``times``: ``(q, qdot)``, each ``(len(times), batch..., n)`` (float64).
+    ``times[0]``), at ``times``: a :class:`~integrators.Trajectory` with ``t = times``, positions ``q`` and
+    velocities ``v``, each ``(len(times), batch..., n)`` (float64; it unpacks as the ``(q, qdot)`` returned
+    before, with a ``DeprecationWarning``).
 
     ``lagrangian``: a torch callable ``L(q, v)`` (evaluated on ``(..., batch..., n)``, see the module
     docstring) or a :class:`~integrators.symbolic.SymbolicLagrangian`. ``near``: a cheap companion
@@ -300,7 +303,8 @@ def collocation_flow(lagrangian, q0, qdot0, times, *, near=None, t0: Optional[fl
         if side.any():
             end = float(ts[side][np.argmax(np.abs(ts[side] - start))])
             _march(acc, companion, qa, va, start, end, ts, side, out, rtol, atol, nodes, max_segment, maxiter)
-    return out[0].reshape(ts.size, *batch, n), out[1].reshape(ts.size, *batch, n)
+    return Trajectory(out[0].reshape(ts.size, *batch, n), t=torch.from_numpy(np.array(ts, dtype=np.float64)),
+                      v=out[1].reshape(ts.size, *batch, n), legacy=("q", "v"), legacy_tuple=True)
 
 
 def _march(acc, companion, qa, va, start, end, ts, side, out, rtol, atol, nodes, max_segment, maxiter) -> None:

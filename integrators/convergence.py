@@ -117,7 +117,7 @@ def discrete_vs_exact(system, scheme, hs: Sequence[float], T: float, q0, qdot0, 
     for h in hs:
         steps = _steps(T, h)
         qs = VariationalIntegrator(system, h, scheme, **integrator_options).solve(q0, qdot0, steps).q
-        qe, _ = reference_flow(system, q0, qdot0, h * np.arange(steps + 1))
+        qe = reference_flow(system, q0, qdot0, h * np.arange(steps + 1)).q
         errors.append(_err(qs, qe))
     return errors
 
@@ -130,7 +130,7 @@ def discrete_vs_modified_flow(system, scheme, N: int, hs: Sequence[float], T: fl
     formula only)."""
     if formula == "concrete":
         Lmod = series_lagrangian(system, scheme, N, "modified_lagrangian")
-        flows = [reference_flow(Lmod.bind(h=h), q0, qdot0, h * np.arange(_steps(T, h) + 1))[0] for h in hs]
+        flows = [reference_flow(Lmod.bind(h=h), q0, qdot0, h * np.arange(_steps(T, h) + 1)).q for h in hs]
     elif formula == "generic":
         flows = modified_flows(system, scheme, N, hs, T, q0, qdot0, **(reference_options or {}))
     else:
@@ -162,8 +162,8 @@ def modified_flows(system, scheme, N: int, hs: Sequence[float], T: float, q0, qd
     def Lmod(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:  # q: (..., H * B, n), h broadcast over the leading axes
         return f(system, q, v, h_per_trajectory)
 
-    qs, _ = collocation_flow(Lmod, q0.reshape(1, B, n).expand(H, B, n).reshape(H * B, n),
-                             qdot0.reshape(1, B, n).expand(H, B, n).reshape(H * B, n), times, near=system, **options)
+    qs = collocation_flow(Lmod, q0.reshape(1, B, n).expand(H, B, n).reshape(H * B, n),
+                          qdot0.reshape(1, B, n).expand(H, B, n).reshape(H * B, n), times, near=system, **options).q
     qs = qs.reshape(len(times), H, *batch, n)
     return [qs[np.searchsorted(times, np.round(g, 12)), i] for i, g in enumerate(grids)]
 
@@ -179,7 +179,7 @@ def inverse_modified_vs_exact(system, scheme, N: int, hs: Sequence[float], T: fl
     errors = []
     for h in hs:
         steps = _steps(T, h)
-        qe, _ = reference_flow(system, q0, qdot0, h * np.arange(steps + 1))
+        qe = reference_flow(system, q0, qdot0, h * np.arange(steps + 1)).q
         Linv = torch_series(system, scheme, N, "inverse_modified_lagrangian", h, formula)
         vi = VariationalIntegrator(Linv, h, scheme, **integrator_options)
         if start == "positions":

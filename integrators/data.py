@@ -97,7 +97,7 @@ def snapshots(system_or_lagrangian, h: float, n_traj: int, n_steps: int, domain=
     halton_seed, noise_seed = ss.spawn(2)
     q0, v0 = halton_initial_conditions(box, n_traj, seed=np.random.default_rng(halton_seed), device=device)
     times = h * np.arange(n_steps + 1)
-    qs, _ = reference_flow(system_or_lagrangian, q0, v0, times, rtol=rtol, atol=atol)
+    qs = reference_flow(system_or_lagrangian, q0, v0, times, rtol=rtol, atol=atol).q
     q = qs.transpose(0, 1).contiguous()  # (n_traj, T, n)
     if noise > 0:
         rng = np.random.default_rng(noise_seed)

@@ -35,6 +35,7 @@ import bea
 from bea.errors import BeaTypeError, BeaValueError
 from ._checks import as_float64, check_states
 from .symbolic import SymbolicLagrangian
+from .trajectory import Trajectory
 
 __all__ = ["reference_flow", "acceleration_function", "ReferenceFlowError"]
 
@@ -76,11 +77,12 @@ def acceleration_function(lagrangian, q: Optional[Sequence] = None, v: Optional[
 
 def reference_flow(lagrangian, q0, qdot0, times, *, q: Optional[Sequence] = None, v: Optional[Sequence] = None,
                    t0: Optional[float] = None, rtol: float = 1e-13, atol: float = 1e-13, method: str = "DOP853",
-                   each: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+                   each: bool = False) -> Trajectory:
     r"""Integrate the Euler--Lagrange equations of ``lagrangian`` from ``(q0, qdot0)`` at time ``t0``
-    (default ``times[0]``) and return ``(q, qdot)`` at ``times``, each of shape
-    ``(len(times), batch..., n)`` (float64 torch tensors on the device of ``q0``: SciPy integrates on the
-    CPU, and a torch Lagrangian is evaluated on that device).
+    (default ``times[0]``): a :class:`~integrators.Trajectory` with ``t = times``, positions ``q`` and velocities
+    ``v``, each of shape ``(len(times), batch..., n)`` (float64 torch tensors on the device of ``q0``: SciPy
+    integrates on the CPU, and a torch Lagrangian is evaluated on that device). (It unpacks as the
+    ``(q, qdot)`` returned before, with a ``DeprecationWarning``.)
 
     ``q0, qdot0``: shape ``(batch..., n)``. ``times``: strictly monotonic 1-D sequence, on either side of
     ``t0`` or both (times before ``t0`` are integrated backward in time). Raises
@@ -112,7 +114,8 @@ def reference_flow(lagrangian, q0, qdot0, times, *, q: Optional[Sequence] = None
         out[:, g] = _integrate(A, y0[g], n, start, ts, rtol, atol, method)
     qs = torch.from_numpy(out[..., :n].copy()).reshape(ts.size, *batch, n).to(q0.device)
     vs = torch.from_numpy(out[..., n:].copy()).reshape(ts.size, *batch, n).to(q0.device)
-    return qs, vs
+    t = torch.from_numpy(ts.copy()).to(q0.device)
+    return Trajectory(qs, t=t, v=vs, stats={"method": method}, legacy=("q", "v"), legacy_tuple=True)
 
 
 def _integrate(A: Acceleration, y0: np.ndarray, n: int, t0: float, ts: np.ndarray, rtol: float, atol: float, method: str) -> np.ndarray:

@@ -189,7 +189,8 @@ def run_chain(cfg: IdentificationConfig = CI, log=print):
     q0 = torch.tensor([list(cfg.q0)], dtype=torch.float64)
     v0 = torch.tensor([list(cfg.qdot0)], dtype=torch.float64)
     times = h * torch.arange(cfg.steps + 1, dtype=torch.float64)
-    q_ref, v_ref = reference_flow(system, q0, v0, times)
+    flow = reference_flow(system, q0, v0, times)
+    q_ref, v_ref = flow.q, flow.v
     q = _timed(timings, "predict", lsi.predict, q0, v0, cfg.steps, order=2, on_extrapolation="ignore").q
     m["traj"] = max_trajectory_error(q, q_ref)
     m.update(level_set_errors(cfg, lsi, system, (0, *cfg.orders), cfg.level_points, timings))

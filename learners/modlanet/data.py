@@ -134,7 +134,8 @@ def _samples(system, q0, v0, t_max: float, rate: float, n_samples: Optional[int]
     if steps < 1:
         raise BeaValueError(f"t_max * rate must be >= 1, got {t_max} * {rate}")
     times = torch.linspace(0.0, t_max, steps + 1, dtype=torch.float64)
-    qs, vs = reference_flow(system, q0, v0, times)  # (T, B, n)
+    flow = reference_flow(system, q0, v0, times)
+    qs, vs = flow.q, flow.v  # (T, B, n)
     T, B, n = qs.shape
     q = qs.transpose(0, 1).reshape(-1, n)
     v = vs.transpose(0, 1).reshape(-1, n)
@@ -198,7 +199,7 @@ def three_body_data(n_traj: Optional[int] = None, **kwargs) -> AccelerationData:
 def _snapshots(system, q0, v0, n_steps: int, h: float, return_initial: bool):
     n_steps, h = _count(n_steps, "n_steps"), _positive(h, "h")
     times = h * torch.arange(n_steps + 1, dtype=torch.float64)
-    qs, _ = reference_flow(system, q0, v0, times)
+    qs = reference_flow(system, q0, v0, times).q
     S = qs.transpose(0, 1).contiguous()  # (n_traj, n_steps + 1, n)
     return (S, (q0, v0)) if return_initial else S
 

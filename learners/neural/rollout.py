@@ -29,7 +29,8 @@ Example (the paper's protocol; an HNN rolls out in canonical coordinates)::
     system = integrators.systems.n_pendulum(2, g=9.8)
     q0, v0 = random_initial_states(system, 100, seed=0)
     ts = torch.linspace(0, 30, 601)
-    qr, vr = integrators.reference_flow(system, q0, v0, ts)
+    ref = integrators.reference_flow(system, q0, v0, ts)            # a Trajectory: ref.q, ref.v, ref.t
+    qr, vr = ref.q, ref.v
     qm, vm = rollout_ode(model, q0, v0, ts, substeps=20)            # dt = 0.0025
     rollout_metrics(qm, vm, qr, vr, true_energy(system), positions=pendulum_positions)
     p0, _ = canonical_data(system, q0, v0)
