@@ -52,6 +52,7 @@ from scipy.integrate import solve_ivp
 from integrators import Trajectory, VariationalIntegrator
 from integrators._checks import check_states
 
+from bea.deprecation import renamed
 from bea.errors import BeaTypeError, BeaValueError
 
 from .._checks import as_tensor
@@ -233,13 +234,14 @@ def _scipy(f, q, v, ts, method, rtol, atol):
 
 
 # ---------------------------------------------------------------------------------------------- variational rollouts
-def rollout_variational(lagrangian, q0, v0, h: float, steps: int, *, scheme="midpoint", legendre=None,
+@renamed(v0="qdot0")
+def rollout_variational(lagrangian, q0, qdot0, h: float, steps: int, *, scheme="midpoint", legendre=None,
                         velocities: bool = True, progress: Optional[bool] = None, max_step: Optional[float] = None
                         ) -> Trajectory:
     r"""The variational integrator of ``scheme`` with step ``h`` for a Lagrangian model (any torch
     ``L(q, v)``: :class:`~learners.neural.baselines.LNN`, ModLaNet, a ``bea`` series, a system).
 
-    Initial momentum :math:`p_0 = \partial L/\partial v(q_0, v_0)`, or of ``legendre`` (e.g.
+    Initial momentum :math:`p_0 = \partial L/\partial v(q_0, \dot q_0)`, or of ``legendre`` (e.g.
     :math:`\mathrm{mod}_N(L_{inv})` for a model of the inverse modified Lagrangian). Returns a
     :class:`~integrators.Trajectory`: positions ``q`` ``(steps + 1, batch..., n)``, velocities ``v`` (the Legendre
     inverse of the discrete momenta, :meth:`integrators.VariationalIntegrator.velocities`, with ``legendre`` if
@@ -250,14 +252,14 @@ def rollout_variational(lagrangian, q0, v0, h: float, steps: int, *, scheme="mid
     ``valid`` False) instead of raising. Parameters of an ``nn.Module`` are frozen during the rollout
     (and restored).
     """
-    q0, v0 = _initial(q0, v0)
+    q0, qdot0 = _initial(q0, qdot0)
     modules = [m for m in (lagrangian, legendre) if isinstance(m, torch.nn.Module)]
     saved = [[p.requires_grad for p in m.parameters()] for m in modules]
     try:
         for m in modules:
             m.requires_grad_(False)
         vi = VariationalIntegrator(lagrangian, h, scheme, progress=progress, max_step=max_step)
-        sol = vi.solve(q0, v0, steps, legendre=legendre, on_failure="mask")
+        sol = vi.solve(q0, qdot0, steps, legendre=legendre, on_failure="mask")
         qs, valid = sol.q, sol.valid
         vs = None
         if velocities:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Union
 
@@ -37,6 +38,16 @@ __all__ = ["train", "TrainResult", "TrainingDivergedError", "del_residual_values
 
 class TrainingDivergedError(BeaError, FloatingPointError):
     """The training loss became NaN or infinite; the model is restored to its best state."""
+
+
+def _h_before_scheme(h, scheme):
+    """``(h, scheme)``; before issue 29 ``train`` took ``scheme`` before ``h``: a scheme in the place of ``h``
+    (positional arguments in the old order) still works, with a DeprecationWarning."""
+    if not isinstance(h, (str, bea.Scheme)):
+        return h, scheme
+    warnings.warn("train(model, data, loss, scheme, h) is deprecated and will be removed in the next release: h comes "
+                  "before scheme now; pass them by keyword, train(..., h=..., scheme=...)", DeprecationWarning, stacklevel=3)
+    return (None if isinstance(scheme, (str, bea.Scheme)) else scheme), h
 
 
 @dataclass
@@ -106,8 +117,8 @@ def _check_positive_int(x, name):
     return x
 
 # ---------------------------------------------------------------------------------------------- training
-def train(model: torch.nn.Module, data, loss: str = "acceleration", scheme: Union[str, "bea.Scheme"] = "midpoint",
-          h: Optional[float] = None, epochs: int = 100, lr: float = 1e-3, batch_size: int = 256, val_fraction: float = 0.1,
+def train(model: torch.nn.Module, data, loss: str = "acceleration", h: Optional[float] = None,
+          scheme: Union[str, "bea.Scheme"] = "midpoint", epochs: int = 100, lr: float = 1e-3, batch_size: int = 256, val_fraction: float = 0.1,
           patience: Optional[int] = 20, seed: int = 0, progress: bool = True, schedule: Optional[str] = "cosine",
           weight_decay: float = 0.0, grad_clip: Optional[float] = None, del_normalisation: str = "momentum",
           min_rel_improvement: float = 1e-4, inverse_order: int = 0, max_step: Optional[float] = None) -> TrainResult:
@@ -136,6 +147,7 @@ def train(model: torch.nn.Module, data, loss: str = "acceleration", scheme: Unio
     with ``max_step = 0.6`` (30% of them).
     """
     epochs, batch_size, patience = _check_options(model, epochs, batch_size, patience, lr, del_normalisation)
+    h, scheme = _h_before_scheme(h, scheme)
     gen = torch.Generator().manual_seed(int(seed))
     if loss == "acceleration":
         tensors, batch_loss = _acceleration_objective(model, data)
