@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Union
 
-from bea.errors import BeaError, BeaOSError
+from bea.errors import BeaOSError
 from . import report as _report
 from .execute import execute
 from .records import atomic_write, scan
@@ -28,7 +28,7 @@ from .spec import Spec, load
 __all__ = ["run", "SweepResults", "OutputExists"]
 
 
-class OutputExists(BeaError, FileExistsError):
+class OutputExists(BeaOSError, FileExistsError):
     """The output folder holds records of an earlier run and ``resume`` was not asked for."""
 
 
