@@ -8,6 +8,10 @@
 * :mod:`integrators.systems` -- example systems, each a SymPy Lagrangian usable as torch.
 * :mod:`integrators.data` -- position-only snapshot data: generate, save, load and validate.
 * :mod:`integrators.convergence` -- errors against exact and modified flows, observed orders.
+* :class:`Trajectory` -- what every producer of trajectories returns (``t``, ``q``, ``valid``, ``v``/``p``,
+  ``std``, ``stats``; time first), and what the consumers (``momenta``, ``velocities``, ...) take.
+
+Errors descend from :class:`bea.BeaError`, exported here as ``BeaError`` (docs/api/overview.md).
 
 Depends on :mod:`bea` (schemes and series); :mod:`bea` never imports this package.
 """

@@ -140,7 +140,15 @@ class Trajectory:
         return (f"Trajectory(q: {tuple(self.q.shape)} {self.q.dtype} on {self.q.device}{extra}, "
                 f"failed trajectories: {failed}{stats})")
 
+    def __bool__(self) -> bool:  # a Trajectory is always true (not len(q) > 0 through the deprecated __len__)
+        return True
+
     # -------------------------------------------------------------- deprecated: the old return types
+    def __array__(self, dtype=None, copy=None):
+        _deprecated(_tensor_message("Trajectory"))
+        out = self.q.detach().cpu().numpy()
+        return out if dtype is None else out.astype(dtype)
+
     def __iter__(self):
         if self.legacy is None:
             _deprecated(_tensor_message("Trajectory"))

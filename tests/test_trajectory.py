@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
@@ -148,6 +149,11 @@ def test_old_return_forms_warn_and_still_work(produced):
         assert torch.equal(produced["lgp.predict"][:, 0], produced["lgp.predict"].q[:, 0])
     with pytest.warns(DeprecationWarning, match="use traj.q"):
         assert len(list(iter(produced["lgp.predict"]))) == STEPS + 1  # iterated over time, as the tensor did
+    with pytest.warns(DeprecationWarning, match="use traj.q"):
+        assert np.array_equal(np.asarray(produced["lgp.predict"]), produced["lgp.predict"].q.numpy())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert produced["lgp.predict"]  # truth is not a deprecated tensor use
     with pytest.warns(DeprecationWarning, match="use integrators.Trajectory"):
         from integrators import Solution
     assert Solution is Trajectory
