@@ -93,7 +93,8 @@ def run(config: ModLaNetConfig = FULL["double_pendulum"], log: Callable[[str], N
     # reference rollouts
     q0, v0 = _states(cfg, None, cfg.n_states, seed=cfg.seed + 1000)
     ts = _times(cfg.t_rollout, cfg.dt_out)
-    q_ref, v_ref = clock("reference", reference_flow, system, q0, v0, ts)
+    flow = clock("reference", reference_flow, system, q0, v0, ts)
+    q_ref, v_ref = flow.q, flow.v
 
     # ModLaNet on accelerations
     model = _modlanet(cfg)

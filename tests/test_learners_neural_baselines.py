@@ -216,14 +216,16 @@ def test_rk4_rollout_converges_to_the_reference_flow_with_order_four():
     qr, vr = flow.q, flow.v
     errs = []
     for sub in (4, 8, 16):
-        qs, vs = rollout_ode(TrueAcceleration(system), q0, v0, ts, substeps=sub)
+        flow = rollout_ode(TrueAcceleration(system), q0, v0, ts, substeps=sub)
+        qs, vs = flow.q, flow.v
         assert qs.shape == (11, 3, 2) and vs.shape == (11, 3, 2)
         errs.append(((qs - qr) ** 2 + (vs - vr) ** 2).mean().sqrt().item())
     orders = [math.log2(errs[i] / errs[i + 1]) for i in range(2)]
     assert all(3.8 < p < 4.3 for p in orders), (errs, orders)
     assert errs[-1] < 1e-8
     # the seed's solver family (solve_ivp) agrees with the reference to its tolerance
-    qs, vs = rollout_ode(TrueAcceleration(system), q0, v0, ts, method="DOP853", rtol=1e-12, atol=1e-12)
+    flow = rollout_ode(TrueAcceleration(system), q0, v0, ts, method="DOP853", rtol=1e-12, atol=1e-12)
+    qs, vs = flow.q, flow.v
     assert torch.allclose(qs, qr, rtol=0, atol=1e-9)
 
 
@@ -233,7 +235,8 @@ def test_rollouts_of_a_model_batched_and_divergent_trajectories_fail_alone():
             return q ** 3
 
     q0 = torch.tensor([[5.0], [0.01]])
-    qs, vs = rollout_ode(Explodes(), q0, torch.zeros_like(q0), torch.linspace(0, 3, 31), substeps=4)
+    flow = rollout_ode(Explodes(), q0, torch.zeros_like(q0), torch.linspace(0, 3, 31), substeps=4)
+    qs, vs = flow.q, flow.v
     assert torch.isnan(qs[-1, 0]).all() and torch.allclose(qs[-1, 1], torch.tensor([0.01]), rtol=1e-3)
     res = rollout_metrics(qs, vs, qs.nan_to_num(1.0), vs.nan_to_num(0.0), lambda q, v: (v ** 2 / 2).sum(-1))
     assert res["failed"] == 1 and res["states"] == 2 and res["mse_q"] == 0.0
@@ -242,10 +245,12 @@ def test_rollouts_of_a_model_batched_and_divergent_trajectories_fail_alone():
 def test_untrained_lnn_rollout_runs_and_hnn_rollout_in_canonical_coordinates():
     q0, v0 = random_initial_states("double_pendulum", 4, seed=0)
     ts = torch.linspace(0, 0.2, 3)
-    qs, vs = rollout_ode(LNN(2, 16, seed=0), q0, v0, ts)
+    flow = rollout_ode(LNN(2, 16, seed=0), q0, v0, ts)
+    qs, vs = flow.q, flow.v
     assert qs.shape == (3, 4, 2)
     p0, _ = canonical_data(DP, q0, v0)
-    qh, ph = rollout_ode(HNN(2, 16, seed=0), q0, p0, ts)
+    canonical = rollout_ode(HNN(2, 16, seed=0), q0, p0, ts)
+    qh, ph = canonical.q, canonical.p
     assert torch.isfinite(qh).all() and torch.isfinite(ph).all()
 
 

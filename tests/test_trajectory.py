@@ -15,7 +15,7 @@ import torch
 
 from integrators import Trajectory, VariationalIntegrator, modified, systems
 from integrators.data import snapshots
-from learners import InverseModifiedLagrangianGP, LagrangianGP, predict_positions, rollout_variational
+from learners import InverseModifiedLagrangianGP, LagrangianGP, predict_positions, rollout_ode, rollout_variational
 from learners.metrics import max_trajectory_error
 from learners.neural.metrics import mse_q
 
@@ -50,6 +50,7 @@ def produced(gps):
             "modified.predict": modified.predict(oscillator, Q0, V0, STEPS, H, order=2),
             "predict_positions": predict_positions(oscillator, Q0, V0, STEPS, H, on_failure="mask"),
             "rollout_variational": rollout_variational(PENDULUM, Q0, V0, H, STEPS),
+            "rollout_ode": rollout_ode(lambda q, v: -torch.sin(q), Q0, V0, H * torch.arange(STEPS + 1, dtype=torch.float64)),
             "lsi.predict": lsi.predict(Q0, V0, STEPS, on_extrapolation="ignore", return_std=True),
             "lgp.predict": lgp.predict(Q0, V0, STEPS),
             "from_snapshots": Trajectory.from_snapshots(snapshots(PENDULUM, H, 2, STEPS, seed=1), h=H),
@@ -57,7 +58,7 @@ def produced(gps):
     return out
 
 
-PRODUCERS = ["solve", "solve_from_positions", "modified.predict", "predict_positions", "rollout_variational",
+PRODUCERS = ["solve", "solve_from_positions", "modified.predict", "predict_positions", "rollout_variational", "rollout_ode",
              "lsi.predict", "lgp.predict", "from_snapshots"]
 
 

@@ -31,11 +31,11 @@ Example (the paper's protocol; an HNN rolls out in canonical coordinates)::
     ts = torch.linspace(0, 30, 601)
     ref = integrators.reference_flow(system, q0, v0, ts)            # a Trajectory: ref.q, ref.v, ref.t
     qr, vr = ref.q, ref.v
-    qm, vm = rollout_ode(model, q0, v0, ts, substeps=20)            # dt = 0.0025
-    rollout_metrics(qm, vm, qr, vr, true_energy(system), positions=pendulum_positions)
+    m = rollout_ode(model, q0, v0, ts, substeps=20)                 # dt = 0.0025: m.q, m.v
+    rollout_metrics(m.q, m.v, qr, vr, true_energy(system), positions=pendulum_positions)
     p0, _ = canonical_data(system, q0, v0)
-    qh, ph = rollout_ode(hnn, q0, p0, ts, substeps=20)
-    rollout_metrics(qh, velocities_from_momenta(system, qh, ph), qr, vr, true_energy(system))
+    c = rollout_ode(hnn, q0, p0, ts, substeps=20)                   # canonical: c.q, c.p
+    rollout_metrics(c.q, velocities_from_momenta(system, c.q, c.p), qr, vr, true_energy(system))
 
 Step size: with the paper's double-pendulum states (energies up to ~150) RK4 on the *true*
 acceleration over 30 s gives MSE_E 0.47 at dt = 0.01 and 6e-7 at dt = 0.0025 (20 states), so
@@ -119,6 +119,17 @@ def _field(model) -> Callable[[torch.Tensor, torch.Tensor], Tuple[torch.Tensor, 
     return f
 
 
+def _canonical(model) -> bool:
+    """Whether ``model`` steps canonical states ``(q, p)``: its ``time_derivative`` names its second argument p."""
+    import inspect
+
+    td = getattr(model, "time_derivative", None)
+    try:
+        return td is not None and list(inspect.signature(td).parameters)[1:2] == ["p"]
+    except (TypeError, ValueError):  # a builtin without a signature: not canonical by declaration
+        return False
+
+
 def _takes_create_graph(fn) -> bool:
     try:
         import inspect
@@ -129,9 +140,12 @@ def _takes_create_graph(fn) -> bool:
 
 # ---------------------------------------------------------------------------------------------- ODE rollouts
 def rollout_ode(model, q0, v0, times, *, method: str = "rk4", substeps: int = 1, rtol: float = 1e-10,
-                atol: float = 1e-10, progress: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+                atol: float = 1e-10, progress: bool = False) -> Trajectory:
     r"""Integrate :math:`\ddot q = f(q, \dot q)` of ``model`` from ``(q0, v0)`` (shape ``(batch..., n)``)
-    and return ``(q, v)`` at ``times``, each of shape ``(len(times), batch..., n)``, float64.
+    and return a :class:`~integrators.Trajectory` at ``t = times``: positions ``q`` and velocities ``v`` (momenta
+    ``p`` for a canonical model, below), each of shape ``(len(times), batch..., n)``, float64; ``valid`` False
+    where a trajectory was frozen at NaN. (It unpacks as the ``(q, v)`` returned before, with a
+    ``DeprecationWarning``.)
 
     ``times[0]`` is the time of the initial state. ``method="rk4"``: classical Runge--Kutta of order
     4 with ``substeps`` equal steps per interval of ``times`` (any increasing grid), batched, without
@@ -142,8 +156,8 @@ def rollout_ode(model, q0, v0, times, *, method: str = "rk4", substeps: int = 1,
     system, tolerances ``rtol``, ``atol``; a failure raises ``ValueError``. ``progress`` shows a
     ``tqdm`` bar (RK4).
 
-    For an :class:`~learners.neural.baselines.HNN` (or a vector-field baseline) pass canonical
-    ``(q0, p0)`` and read the second output as momenta.
+    For an :class:`~learners.neural.baselines.HNN` (a model whose ``time_derivative`` takes ``(q, p)``) pass
+    canonical ``(q0, p0)``; the result carries ``p`` instead of ``v``.
     """
     q0, v0 = _initial(q0, v0)
     ts = _times(times)
@@ -164,7 +178,9 @@ def rollout_ode(model, q0, v0, times, *, method: str = "rk4", substeps: int = 1,
     finally:
         if singular is not None:
             model.singular = singular
-    return qs.reshape(ts.numel(), *batch, n), vs.reshape(ts.numel(), *batch, n)
+    qs, vs = qs.reshape(ts.numel(), *batch, n), vs.reshape(ts.numel(), *batch, n)
+    second = "p" if _canonical(model) else "v"
+    return Trajectory(qs, torch.isfinite(qs).all(-1), t=ts.to(qs), **{second: vs}, legacy=("q", second), legacy_tuple=True)
 
 
 def _rk4(f, q, v, ts, substeps, progress):
