@@ -128,3 +128,20 @@ def test_train_takes_h_before_scheme_and_the_old_order_warns():
         assert _h_before_scheme("trapezoidal", 0.1) == (0.1, "trapezoidal")  # train(m, S, "del", "trapezoidal", 0.1)
     with pytest.warns(DeprecationWarning, match="h comes before scheme"):
         assert _h_before_scheme("trapezoidal", "midpoint") == (None, "trapezoidal")  # only the scheme, positionally
+
+
+def test_the_recovered_lagrangian_no_longer_assumes_a_step():
+    """recovered_lagrangian and its siblings took h = 0.1 silently (wrong for a model trained at another step);
+    omitted, it now warns (and still is 0.1 for one release); given, nothing is said."""
+    from learners import recovered_energy, recovered_lagrangian
+    from learners.neural.prediction import inverse_lagrangian
+
+    def model(q, v):
+        return 0.5 * (v**2 - q**2).sum(-1)
+
+    for fn in (recovered_lagrangian, inverse_lagrangian, recovered_energy):
+        with pytest.warns(DeprecationWarning, match=fn.__name__ + r"\(\) without h is deprecated.*pass h="):
+            fn(model, 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert recovered_lagrangian(model, 0, 0.5) is model  # order 0: the model itself

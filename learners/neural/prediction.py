@@ -6,6 +6,8 @@ variational integrator (docs/theory/inverse.md, docs/theory/lsi.md).
 from __future__ import annotations
 
 import dataclasses
+import warnings
+from typing import Optional
 
 import torch
 
@@ -27,27 +29,37 @@ def _method(method: str) -> None:
         raise BeaValueError(f"method must be 'auto', 'bea' or 'formula', got {method!r}")
 
 
-def recovered_lagrangian(model: TorchLagrangian, order: int = 2, h: float = 0.1, scheme="midpoint",
+def _step(h, name: str) -> float:
+    """The step ``h``; omitted, it was silently 0.1 before issue 29 (wrong for a model trained at another step):
+    for one release it still is, with a DeprecationWarning."""
+    if h is None:
+        warnings.warn(f"{name}() without h is deprecated and will be an error in the next release: the step defaults to "
+                      "0.1, which is wrong for a model trained at another step; pass h=", DeprecationWarning, stacklevel=3)
+        return 0.1
+    return check_step(h)
+
+
+def recovered_lagrangian(model: TorchLagrangian, order: int = 2, h: Optional[float] = None, scheme="midpoint",
                          method: str = "auto") -> TorchLagrangian:
     r""":math:`L_{rec} = \mathrm{mod}_N(L_{inv})` for a model trained as :math:`L_{inv}` (``"del"`` loss) at step ``h``
     (:func:`integrators.modified.modified_lagrangian`). ``order=0`` returns the model itself."""
     _method(method)
-    return modified.modified_lagrangian(model, order, check_step(h), scheme)
+    return modified.modified_lagrangian(model, order, _step(h, "recovered_lagrangian"), scheme)
 
 
-def inverse_lagrangian(model: TorchLagrangian, order: int = 2, h: float = 0.1, scheme="midpoint",
+def inverse_lagrangian(model: TorchLagrangian, order: int = 2, h: Optional[float] = None, scheme="midpoint",
                        method: str = "auto") -> TorchLagrangian:
     r""":math:`L_{inv} = \mathrm{inv}_N(L)` for a model of the *true* Lagrangian (docs/theory/inverse.md)
     (:func:`integrators.modified.inverse_lagrangian`). ``order=0``: the model itself."""
     _method(method)
-    return modified.inverse_lagrangian(model, order, check_step(h), scheme)
+    return modified.inverse_lagrangian(model, order, _step(h, "inverse_lagrangian"), scheme)
 
 
-def recovered_energy(model: TorchLagrangian, order: int = 2, h: float = 0.1, scheme="midpoint",
+def recovered_energy(model: TorchLagrangian, order: int = 2, h: Optional[float] = None, scheme="midpoint",
                      method: str = "auto") -> TorchLagrangian:
     r"""The identified energy :math:`H_{rec}[N] = \partial_vL_{rec}\cdot v - L_{rec}` (:func:`recovered_lagrangian`)."""
     _method(method)
-    return modified.recovered_energy(model, order, check_step(h), scheme)
+    return modified.recovered_energy(model, order, _step(h, "recovered_energy"), scheme)
 
 
 class _Frozen:
