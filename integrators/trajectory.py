@@ -37,6 +37,8 @@ import torch
 
 from bea.errors import BeaTypeError, BeaValueError
 
+from ._checks import as_float64, check_step_size
+
 __all__ = ["Trajectory", "positions"]
 
 _STATS = ("newton_iterations", "eager_steps", "compiled_steps", "execution")
@@ -91,12 +93,10 @@ class Trajectory:
     def from_snapshots(cls, snapshots, h: Optional[float] = None, t0: float = 0.0) -> "Trajectory":
         r"""A trajectory from snapshot data ``(trajectory, time, n)``: ``q = snapshots`` transposed to
         ``(time, trajectory, n)``; ``t = t0 + h j`` when the step ``h`` is given."""
-        from ._checks import as_float64
-
         s = as_float64(snapshots, "snapshots")
         if s.dim() != 3:
             raise BeaValueError(f"snapshots must have shape (trajectory, time, n), got {tuple(s.shape)}")
-        t = None if h is None else t0 + float(h) * torch.arange(s.shape[1], dtype=s.dtype, device=s.device)
+        t = None if h is None else t0 + check_step_size(h, "h") * torch.arange(s.shape[1], dtype=s.dtype, device=s.device)
         return cls(s.transpose(0, 1), valid=torch.isfinite(s).all(-1).transpose(0, 1), t=t)
 
     def to_snapshots(self) -> torch.Tensor:
