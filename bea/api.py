@@ -13,7 +13,7 @@ from . import cache as _cache
 from ._version import __version__
 from .concrete import PolynomialLagrangian
 from .derive import KINDS, Derivation, Raw, derive_raw
-from .errors import BeaTypeError, BeaValueError
+from .errors import BeaTypeError, BeaValueError, CacheFormatError
 from .jets import Jets
 from .schemes import Scheme, get_scheme
 from .series import Series
@@ -149,7 +149,7 @@ def free_raw(kind: str, scheme: SchemeLike, order: int, cache: bool = True) -> F
             return raw
     raw = derive_free(sch, kind, order)
     if not sch.symmetric and raw.symmetric and order % 2:
-        raise ValueError(f"{sch!r} turned out symmetric (only even powers of h); use an even order")
+        raise BeaValueError(f"{sch!r} turned out symmetric (only even powers of h); use an even order")
     if key is not None:
         _cache.save(key, {"trees": encode_free(raw)}, part="trees")
     return raw
@@ -158,7 +158,7 @@ def free_raw(kind: str, scheme: SchemeLike, order: int, cache: bool = True) -> F
 def _valid_free(body, kind: str, order: int) -> FreeRaw:
     raw = decode_raw(body["trees"])
     if raw.kind != kind or raw.order != order:
-        raise ValueError("entry for another derivation")
+        raise CacheFormatError("entry for another derivation")
     return raw
 
 

@@ -43,6 +43,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
+from .errors import BeaError, CacheFormatError, InternalError
 from .files import atomic_write
 from .hseries import Q
 from .jets import Jets
@@ -73,12 +74,12 @@ class CacheUnavailableWarning(CacheWarning):
     """The cache directory cannot be used; bea goes on without the on-disk cache (issued once per directory)."""
 
 
-class CacheFormatError(ValueError):
-    """Stored data does not have the structure this engine writes."""
-
-
-class _Unusable(Exception):
+class _Unusable(BeaError):
     """The directory or its key file cannot be used (internal)."""
+
+
+class _MalformedKey(_Unusable):
+    """The key file's content is not a key: possibly still being written by another process (internal)."""
 
 
 def cache_dir() -> Path:
@@ -95,7 +96,7 @@ def _canonical(obj: Any) -> bytes:
 
 def entry_path(key: Dict[str, Any], directory: Optional[Path] = None, part: str = "main") -> Path:
     if not isinstance(part, str) or not _PART.match(part):
-        raise ValueError(f"internal: invalid cache part name {part!r}")
+        raise InternalError(f"internal: invalid cache part name {part!r}")
     d = Path(directory) if directory is not None else cache_dir()
     digest = hashlib.sha256(_canonical({"format": FORMAT, "key": key})).hexdigest()[:32]
     label = re.sub(r"[^A-Za-z0-9_]", "_", str(key.get("kind", "entry")))[:40]
@@ -153,7 +154,7 @@ def _read_secret(path: Path) -> bytes:
     except (UnicodeDecodeError, ValueError):
         secret = b""
     if len(secret) != 32:
-        raise _Unusable(f"the key file {path} is malformed")
+        raise _MalformedKey(f"the key file {path} is malformed")
     return secret
 
 
@@ -198,9 +199,7 @@ def _secret(directory: Path, create: bool) -> Optional[bytes]:
             if not create:
                 return None
             _create_secret(path)
-        except _Unusable as err:
-            if "malformed" not in str(err):
-                raise
+        except _MalformedKey as err:
             last = err  # possibly being written by the exclusive-create fallback
             time.sleep(0.05)
     raise last or _Unusable(f"cannot create the key file {path}")

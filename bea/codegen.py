@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Callable, Dict, List
 
+from .errors import InternalError
 from .hseries import Poly
 from .jets import Jets
 
@@ -33,7 +34,7 @@ def _var_name(jets: Jets, idx: int) -> str:
         return f"v_{key[1]}"
     if key[0] == "jet" and key[2] == 0:
         return f"q_{key[1]}"
-    raise ValueError(f"internal: cannot generate code for variable {key}")
+    raise InternalError(f"internal: cannot generate code for variable {key}")
 
 
 def _coef(c) -> str:

@@ -14,6 +14,7 @@ from typing import Dict, List, Optional
 
 import sympy
 
+from .errors import InternalError
 from .hseries import EXACT, HSeries, Poly, Q, dot, pdiff
 from .jets import Jets
 from .symbolic import Frame
@@ -77,7 +78,7 @@ class PolynomialLagrangian:
             for j in range(n):
                 lead = M[i][j][0]
                 if any(len(mono) for mono in lead):
-                    raise ValueError("internal: the mass matrix of a concrete polynomial Lagrangian must be constant")
+                    raise InternalError("internal: the mass matrix of a concrete polynomial Lagrangian must be constant")
         dM = [[HSeries([{}] + M[i][j].c[1:], M[i][j].order, J.nil) for j in range(n)] for i in range(n)]
         top = min(order, min(x.order for row in dM for x in row))
         total = [row[:] for row in W0]

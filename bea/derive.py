@@ -28,7 +28,7 @@ from typing import Dict, List, Optional
 
 from .hseries import EXACT, HSeries, Poly, Q, SeriesVector, mul, pdiff, substitute
 from .jets import Jets
-from .errors import InconsistentSchemeError, UnsupportedSchemeError
+from .errors import BeaValueError, InconsistentSchemeError, InternalError, UnsupportedSchemeError
 from .schemes import Scheme
 
 KINDS = ("modified_equation", "modified_lagrangian", "inverse_modified_lagrangian")
@@ -277,7 +277,7 @@ class Derivation:
         values = self._jet_values(F, order, [mesh])
         out = substitute(mesh, values, order)
         if out.order < order:
-            raise ValueError(f"internal: modified Lagrangian known only to h^{out.order}")
+            raise InternalError(f"internal: modified Lagrangian known only to h^{out.order}")
         self._lmod[order] = out
         return out
 
@@ -345,7 +345,7 @@ class Derivation:
                 continue
             Y = self.apply_modified(X, k)
             if Y[0] != L[0] or any(Y[j] for j in range(1, k)):
-                raise ArithmeticError(f"internal: inverse iteration inconsistent below h^{k}")
+                raise InternalError(f"internal: inverse iteration inconsistent below h^{k}")
             if Y[k]:
                 X = X - HSeries([{} for _ in range(k)] + [Y[k]], EXACT, J.nil)
         return X.truncate(order) if X.order >= order else X
@@ -364,7 +364,7 @@ class Derivation:
             sub._symmetric = symmetric
             Y = sub.modified_lagrangian(k)
             if Y[0] != X[0] or any(Y[j] for j in range(1, k)):
-                raise ArithmeticError(f"internal: inverse iteration inconsistent below h^{k}")
+                raise InternalError(f"internal: inverse iteration inconsistent below h^{k}")
             if Y[k]:
                 X = X - HSeries([{} for _ in range(k)] + [Y[k]], EXACT, J.nil)
         return X.truncate_soft(order) if X.order >= order else X
@@ -383,5 +383,5 @@ def derive_raw(scheme: Scheme, kind: str, order: int, n: int, derivation: Option
         s = d.inverse_modified_lagrangian(order)
         coeffs = {k: s[k] for k in range(order + 1)}
     else:
-        raise ValueError(f"unknown derivation {kind!r}; one of {KINDS}")
+        raise BeaValueError(f"unknown derivation {kind!r}; one of {KINDS}")
     return Raw(kind=kind, jets=d.jets, order=order, coeffs=coeffs, symmetric=d.symmetric)

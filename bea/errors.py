@@ -1,9 +1,15 @@
-"""Typed exceptions of :mod:`bea`.
+"""Typed exceptions of :mod:`bea`, and the root of every exception of the project.
 
 Every error that bad input can cause is one of these. Each also derives from the built-in
 exception a caller would expect (``ValueError`` for a bad value, ``TypeError`` for a bad type),
 so ``except ValueError`` keeps working; ``except bea.BeaError`` catches them all (the CLI does,
 and prints the message on one line). Messages name the problem and the fix.
+
+:class:`BeaError` is the one root: ``integrators``, ``learners`` and ``pipelines`` export this same
+class, and their own errors (``ConvergenceError``, ``SnapshotError``, ``ModelFileError``,
+``ExtrapolationError``, ``SpecError``, ...) derive from it. A condition that two packages can detect
+has one class here (a singular mass matrix is :class:`NotRegularError` whether ``bea`` or the
+integrator finds it), so a caller tells errors apart by class, never by message text.
 """
 
 from __future__ import annotations
@@ -15,6 +21,14 @@ __all__ = [
     "InconsistentSchemeError",
     "UnsupportedSchemeError",
     "NotRegularError",
+    "SeriesError",
+    "CacheFormatError",
+    "InternalError",
+    "BeaRuntimeError",
+    "BeaOSError",
+    "BeaFileNotFoundError",
+    "BeaIsADirectoryError",
+    "MissingDependencyError",
 ]
 
 
@@ -41,3 +55,40 @@ class UnsupportedSchemeError(BeaTypeError):
 
 class NotRegularError(BeaValueError):
     r"""The Lagrangian's Hessian :math:`\partial^2 L/\partial v^2` is singular."""
+
+
+class SeriesError(BeaValueError):
+    r"""A truncated series in :math:`h` was asked for what it does not determine: a coefficient beyond
+    the order it is known to, or a quotient by something other than :math:`c\,h^k`."""
+
+
+class CacheFormatError(BeaValueError):
+    """Stored data does not have the structure this engine writes."""
+
+
+class InternalError(BeaValueError):
+    """An invariant of the engine failed: a bug, please report it with the call that caused it.
+
+    (It derives from ``ValueError`` because these conditions raised ``ValueError`` before; a caller
+    should not rely on catching it.)"""
+
+
+class BeaRuntimeError(BeaError, RuntimeError):
+    """A call that cannot proceed in the object's present state (not fitted yet, its structure changed
+    after it was compiled, no candidate on a search grid gave a usable fit)."""
+
+
+class BeaOSError(BeaError, OSError):
+    """A file-system condition (files written by a run that do not verify, ...); also an ``OSError``."""
+
+
+class BeaFileNotFoundError(BeaOSError, FileNotFoundError):
+    """A file named by the caller does not exist; also a ``FileNotFoundError``."""
+
+
+class BeaIsADirectoryError(BeaOSError, IsADirectoryError):
+    """A directory was given where a file name is needed; also an ``IsADirectoryError``."""
+
+
+class MissingDependencyError(BeaError, ImportError):
+    """An optional dependency needed for this call is not installed; the message names the ``pip install``."""

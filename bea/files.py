@@ -18,6 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import IO, Callable, Iterator, Union
 
+from .errors import BeaIsADirectoryError, BeaValueError
+
 __all__ = ["atomic_write", "atomic_write_text", "atomic_save", "atomic_savefig"]
 
 PathLike = Union[str, os.PathLike]
@@ -29,11 +31,11 @@ def atomic_write(path: PathLike, mode: str = "w", **open_kwargs) -> Iterator[IO]
     as for :func:`open`, e.g. ``newline=""``); on a normal exit of the block it replaces ``path``
     atomically (see the module docstring), on an exception it is removed and ``path`` is unchanged."""
     if mode not in ("w", "wb"):
-        raise ValueError(f"mode must be 'w' or 'wb', got {mode!r}")
+        raise BeaValueError(f"mode must be 'w' or 'wb', got {mode!r}")
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
-        raise IsADirectoryError(f"{path}: is a directory; give a file name")
+        raise BeaIsADirectoryError(f"{path}: is a directory; give a file name")
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
     try:
         if "b" not in mode:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, List, Mapping, Tuple
 
+from .errors import BeaTypeError, BeaValueError, InconsistentSchemeError, SeriesError
 from .poly import ONE, PLAIN, Monomial, Poly, Q, Rules, padd, pdiff, pmul, pmul_var, pscale, pvars  # noqa: F401
 from .poly import merge, reduce_monomial, to_rational  # noqa: F401
 
@@ -65,7 +66,7 @@ class HSeries:
     def __getitem__(self, k: int) -> Poly:
         """Coefficient of ``h^k`` (zero beyond the stored list; error beyond ``order``)."""
         if k > self.order:
-            raise ValueError(f"series known only to h^{self.order}; h^{k} was asked for")
+            raise SeriesError(f"series known only to h^{self.order}; h^{k} was asked for")
         return self.c[k] if k < len(self.c) else {}
 
     def valuation(self) -> int:
@@ -80,7 +81,7 @@ class HSeries:
     def truncate(self, order: int) -> "HSeries":
         """Keep powers up to ``h^order``; ``order`` may not exceed what is known."""
         if order > self.order:
-            raise ValueError(f"series known only to h^{self.order}, cannot extend to h^{order}")
+            raise SeriesError(f"series known only to h^{self.order}, cannot extend to h^{order}")
         return HSeries(self.c, order, self.nil)
 
     def truncate_soft(self, order: int) -> "HSeries":
@@ -150,7 +151,7 @@ class HSeries:
 
     def __pow__(self, k: int):
         if not isinstance(k, int) or k < 0:
-            raise TypeError("only non-negative integer powers of series are supported")
+            raise BeaTypeError("only non-negative integer powers of series are supported")
         out = HSeries.const(1, EXACT, self.nil)
         for _ in range(k):
             out = out * self
@@ -163,9 +164,9 @@ class HSeries:
             raise ZeroDivisionError("division by a series that is zero")
         lead = d.c[k]
         if list(lead) != [ONE] or len(d.c) > k + 1:
-            raise ValueError("a series can only be divided by a constant times a power of h")
+            raise SeriesError("a series can only be divided by a constant times a power of h")
         if self.valuation() < k:
-            raise ValueError(
+            raise InconsistentSchemeError(
                 f"cannot divide by h^{k}: the dividend has a term of lower order in h "
                 "(is the discrete Lagrangian consistent?)"
             )
@@ -316,7 +317,7 @@ class SeriesVector:
     def _zip(self, other, op):
         if isinstance(other, SeriesVector):
             if len(other) != len(self):
-                raise ValueError(f"vector length mismatch: {len(self)} and {len(other)}")
+                raise BeaValueError(f"vector length mismatch: {len(self)} and {len(other)}")
             return SeriesVector(op(a, b) for a, b in zip(self.items, other.items))
         return SeriesVector(op(a, other) for a in self.items)
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from .errors import BeaValueError, InconsistentSchemeError, InternalError
 from .hseries import EXACT, HSeries, Poly, Q, Rules, add_all, diff, mul, padd, pdiff, pmul
 
 Slots = Tuple[int, ...]
@@ -34,7 +35,7 @@ class Jets:
 
     def __init__(self, n: int):
         if not isinstance(n, int) or n < 1:
-            raise ValueError(f"dimension must be a positive integer, got {n!r}")
+            raise BeaValueError(f"dimension must be a positive integer, got {n!r}")
         self.n = n
         self.kind: List[tuple] = []
         self._index: Dict[tuple, int] = {}
@@ -141,7 +142,7 @@ class Jets:
         n = self.n
         args = [a if isinstance(a, HSeries) else HSeries.const(a, EXACT, self.nil) for a in (*x, *y)]
         if len(args) != 2 * n:
-            raise ValueError(f"the Lagrangian takes q and v of length {n}; got {len(x)} and {len(y)}")
+            raise InconsistentSchemeError(f"the Lagrangian takes q and v of length {n}; got {len(x)} and {len(y)}")
         deltas: List[HSeries] = []
         for s, a in enumerate(args):
             i, k = (s, 0) if s < n else (s - n, 1)
@@ -149,7 +150,7 @@ class Jets:
             base = {m: c for m, c in a[0].items() if not (m and m[0] < self.n)}
             if base != want:
                 name = f"q_{i + 1}" if k == 0 else f"v_{i + 1}"
-                raise ValueError(
+                raise InconsistentSchemeError(
                     f"inconsistent scheme: the {name} argument of L does not tend to "
                     f"{'q(t)' if k == 0 else 'the velocity'} as h -> 0 (discrete Lagrangians must "
                     "approximate the action over one step)"
@@ -202,7 +203,7 @@ class Jets:
             elif jet_space:
                 D0 = {(self.jet(i, k + 1),): Q(1)}
             else:
-                raise ValueError("internal: higher jets must be eliminated before differentiating along F")
+                raise InternalError("internal: higher jets must be eliminated before differentiating along F")
         elif key[0] == "L":
             m = key[1]
             for i in range(n):
@@ -216,7 +217,7 @@ class Jets:
                 D0 = padd(D0, pmul(w, x0, self.rules))
                 C = [padd(C[i], pmul(w, xc[i], self.rules)) for i in range(n)]
         elif key[0] not in ("eps", "param"):
-            raise ValueError(f"internal: unknown variable {key}")
+            raise InternalError(f"internal: unknown variable {key}")
         cache[var] = (D0, C)
         return cache[var]
 
@@ -276,7 +277,7 @@ class Jets:
                 _, i, k = key
                 hit = (k == 0 and slot == i) or (k == 1 and slot == n + i)
                 if k > 1:
-                    raise ValueError("internal: partial derivative of an expression with higher jets")
+                    raise InternalError("internal: partial derivative of an expression with higher jets")
                 if not hit:
                     continue
                 dv = HSeries.const(1, EXACT, self.nil)

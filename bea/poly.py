@@ -21,6 +21,8 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Dict, List, Optional, Tuple
 
+from .errors import BeaTypeError
+
 try:  # gmpy2's rationals are about 10x faster than fractions.Fraction
     from gmpy2 import mpq as Q
 except ImportError:  # pragma: no cover - exercised only without gmpy2
@@ -38,7 +40,7 @@ def to_rational(x: object):
     if exact is not None:
         return Q(exact.numerator, exact.denominator)
     if isinstance(x, bool):
-        raise TypeError("a boolean is not a coefficient")
+        raise BeaTypeError("a boolean is not a coefficient")
     if isinstance(x, int):
         return Q(x)
     if isinstance(x, float):
@@ -52,7 +54,7 @@ def to_rational(x: object):
     p, q = getattr(x, "p", None), getattr(x, "q", None)  # sympy.Rational
     if isinstance(p, int) and isinstance(q, int):
         return Q(p, q)
-    raise TypeError(f"cannot use {x!r} (type {type(x).__name__}) as an exact coefficient")
+    raise BeaTypeError(f"cannot use {x!r} (type {type(x).__name__}) as an exact coefficient")
 
 
 # --------------------------------------------------------------------------- polynomials

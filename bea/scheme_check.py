@@ -102,7 +102,7 @@ class _Sym:
 
     def __pow__(self, k):
         if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-            raise TypeError(f"only non-negative integer powers are allowed in a discrete Lagrangian, got **{k!r}")
+            raise UnsupportedSchemeError(f"only non-negative integer powers are allowed in a discrete Lagrangian, got **{k!r}")
         return _Sym(self.e**k, self.ctx)
 
     def _sympy_(self):  # lets sympy.sin(x) build sin(...), so that the message can name sin
@@ -128,7 +128,7 @@ def evaluate(scheme, n: int) -> Tuple[sympy.Expr, _Context]:
     def L(x, y):
         args = [*x, *y]
         if len(args) != 2 * n:
-            raise ValueError(f"L takes q and v of length {n} each; the scheme passed {len(list(x))} and {len(list(y))}")
+            raise InconsistentSchemeError(f"L takes q and v of length {n} each; the scheme passed {len(list(x))} and {len(list(y))}")
         return _Sym(Lf(*[h._lift(t) for t in args]), ctx)
 
     try:
@@ -235,23 +235,24 @@ def _check_dim(scheme, n: int) -> None:
     try:
         Ld = scheme.discrete_lagrangian(L, a, b, h)
         if not isinstance(Ld, HSeries):
-            raise TypeError(f"it returned {type(Ld).__name__}")
-        if Ld.valuation() < 1:
-            raise InconsistentSchemeError(
-                f"inconsistent scheme {scheme!r}: L_Delta does not vanish as h -> 0; a discrete Lagrangian approximates "
-                "the action over one step, integral of L dt ~ h L(q, v), so it needs an overall factor h, as in "
-                f"h*L((a+b)/2, (b-a)/h){floats}"
-            )
-        lam0 = (Ld / h)[0]
-    except BeaError:
+            raise UnsupportedSchemeError(f"scheme {scheme!r}: its discrete Lagrangian returned {type(Ld).__name__}, "
+                                         f"not a series; it may use {_ALLOWED}")
+        lam0 = (Ld / h)[0] if Ld.valuation() >= 1 else None
+    except UnsupportedSchemeError:
         raise
-    except ValueError as err:  # the series engine's own consistency messages (arguments of L, division by h)
+    except ValueError as err:  # the series engine's consistency errors (arguments of L, division by h), by class
         cause = str(err).removeprefix("inconsistent scheme: ")
         raise InconsistentSchemeError(f"inconsistent scheme {scheme!r}: {cause}{floats}") from err
     except (TypeError, AttributeError, ZeroDivisionError) as err:
         raise UnsupportedSchemeError(
             f"scheme {scheme!r}: its discrete Lagrangian could not be evaluated on series ({err}); it may use {_ALLOWED}"
         ) from err
+    if lam0 is None:
+        raise InconsistentSchemeError(
+            f"inconsistent scheme {scheme!r}: L_Delta does not vanish as h -> 0; a discrete Lagrangian approximates "
+            "the action over one step, integral of L dt ~ h L(q, v), so it needs an overall factor h, as in "
+            f"h*L((a+b)/2, (b-a)/h){floats}"
+        )
     L0 = J.L(())
     if lam0 == {(L0,): Q(1)}:
         return

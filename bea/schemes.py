@@ -55,10 +55,10 @@ class Exact(float):
         if isinstance(value, Exact):
             frac = value.exact
         elif isinstance(value, bool):
-            raise TypeError(f"exact() needs a number, got the boolean {value!r}")
+            raise BeaTypeError(f"exact() needs a number, got the boolean {value!r}")
         elif isinstance(value, str) and _huge_exponent(value):
             # Fraction('1e999999999') would build a billion-digit integer
-            raise ValueError(f"{value!r} is out of range for an exact constant")
+            raise BeaValueError(f"{value!r} is out of range for an exact constant")
         elif isinstance(value, float):
             frac = Fraction(repr(value))  # the decimal the user typed: 0.3 -> 3/10
         else:

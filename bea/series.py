@@ -20,7 +20,7 @@ import sympy
 
 from .codegen import generate_source, load_source
 from .derive import Raw
-from .errors import BeaTypeError, BeaValueError
+from .errors import BeaTypeError, BeaValueError, SeriesError
 from .symbolic import Frame, poly_to_sympy
 
 H = sympy.Symbol("h", positive=True)
@@ -126,7 +126,7 @@ class Series:
     def coefficient(self, k: int):
         """Coefficient of ``h^k`` (zero if absent); ``k`` may not exceed :attr:`order`."""
         if k > self.order:
-            raise BeaValueError(f"this series was truncated at h^{self.order}; h^{k} is not known")
+            raise SeriesError(f"this series was truncated at h^{self.order}; h^{k} is not known")
         c = self.coefficients.get(k)
         if c is None:
             return sympy.zeros(self.dim, 1) if self.kind == "modified_equation" else sympy.S.Zero
@@ -137,7 +137,7 @@ class Series:
         if not isinstance(order, int) or order < 0:
             raise BeaValueError(f"order must be a non-negative integer, got {order!r}")
         if order > self.order:
-            raise BeaValueError(f"cannot truncate at h^{order}: the series is only known to h^{self.order}")
+            raise SeriesError(f"cannot truncate at h^{order}: the series is only known to h^{self.order}")
         raw = Raw(self.kind, self._raw.jets, order, {k: c for k, c in self._raw.coeffs.items() if k <= order}, self.symmetric)
         return Series(raw, self.scheme, self._frame)
 

@@ -15,7 +15,7 @@ from typing import Callable, Dict, List, Sequence
 import sympy
 from sympy.core.function import AppliedUndef
 
-from .errors import BeaTypeError, BeaValueError, NotRegularError
+from .errors import BeaTypeError, BeaValueError, InternalError, NotRegularError
 from .hseries import Poly
 from .jets import Jets
 
@@ -118,7 +118,7 @@ class Frame:
                     return self.q[i]
             if key[0] == "param":
                 return self.params[key[1]]
-            raise ValueError(f"internal: unexpected variable {key} in a result")
+            raise InternalError(f"internal: unexpected variable {key} in a result")
 
         return val
 

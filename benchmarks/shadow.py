@@ -70,7 +70,7 @@ from learners import InverseModifiedLagrangianGP
 a = json.loads(sys.argv[1])
 S = snapshots(integrators.systems.pendulum(), a["h"], 400, 5, seed=0)
 m = InverseModifiedLagrangianGP(a["h"], lengthscale=a["lengthscale"], noise=a["noise"]).fit(S)
-qs = m.predict(torch.tensor([[0.3]]), torch.zeros(1, 1), a["steps"])[: a["states"]]
+qs = m.predict(torch.tensor([[0.3]]), torch.zeros(1, 1), a["steps"]).q[: a["states"]]
 m.velocities(qs[:4], a["order"])  # builds the C library of the jet (once per process)
 def status(field):
     for line in open("/proc/self/status"):
@@ -123,7 +123,8 @@ def main() -> None:
     S = snapshots(pend, H, 400, 5, seed=0)
     steps = 1000 if args.quick else 10000
     q0, v0 = torch.tensor([[0.3]]), torch.zeros(1, 1)
-    q_ref, v_ref = reference_flow(pend, q0, v0, H * torch.arange(steps + 1, dtype=torch.float64))
+    flow = reference_flow(pend, q0, v0, H * torch.arange(steps + 1, dtype=torch.float64))
+    q_ref, v_ref = flow.q, flow.v
     rows = []
 
     # ------------------------------------------------------------------ fit
@@ -145,14 +146,16 @@ def main() -> None:
     warm = model._integrator_std(execution="compiled")  # the path predict takes (standardised coordinates)
     warm.solve(q0, v0, 2, legendre=model._recovered_std(2))  # builds the C library (once per process and model)
     t_build = warm.compile_seconds
-    qs, t_pred = _t(model.predict, q0, v0, steps)
+    pred, t_pred = _t(model.predict, q0, v0, steps)
+    qs = pred.q
     rows.append((f"prediction, {steps} steps, compiled path (target <= 3 s for 10,000)",
                  f"{t_pred:.2f} s = {steps / t_pred:.0f} steps/s; max |q - q_ref| = {max_trajectory_error(qs, q_ref):.2e}"))
     if not args.skip_eager:
         default = V.DEFAULT_EXECUTION
         V.DEFAULT_EXECUTION = "eager"
         try:
-            qe, t_eager = _t(model.predict, q0, v0, steps)
+            eager, t_eager = _t(model.predict, q0, v0, steps)
+            qe = eager.q
         finally:
             V.DEFAULT_EXECUTION = default
         rows.append((f"prediction, {steps} steps, eager path (same run)",
@@ -223,7 +226,7 @@ def main() -> None:
         for obj in ("mll", "heldout"):
             m = InverseModifiedLagrangianGP(H, objective=obj, progress=False)
             _, tf = _t(m.fit, S)
-            e = max_trajectory_error(m.predict(q0, v0, 2000), q2) if steps >= 2000 else float("nan")
+            e = max_trajectory_error(m.predict(q0, v0, 2000).q, q2) if steps >= 2000 else float("nan")
             ls = [level_set_error(m.energy(N), pend.energy, states=st) for N in (2, 4)]
             hp = m.hyperparameters
             print(f"{obj:>8}: fit {tf:5.2f} s, lengthscales {hp['lengthscale']}, nugget {hp['noise']:.1e}; "

@@ -8,9 +8,15 @@
 * :mod:`integrators.systems` -- example systems, each a SymPy Lagrangian usable as torch.
 * :mod:`integrators.data` -- position-only snapshot data: generate, save, load and validate.
 * :mod:`integrators.convergence` -- errors against exact and modified flows, observed orders.
+* :class:`Trajectory` -- what every producer of trajectories returns (``t``, ``q``, ``valid``, ``v``/``p``,
+  ``std``, ``stats``; time first), and what the consumers (``momenta``, ``velocities``, ...) take.
+
+Errors descend from :class:`bea.BeaError`, exported here as ``BeaError`` (docs/api/overview.md).
 
 Depends on :mod:`bea` (schemes and series); :mod:`bea` never imports this package.
 """
+
+from bea.errors import BeaError
 
 from . import collocation, convergence, data, modified, systems
 from ._admissible import InconsistentSchemeError, NotRegularError
@@ -19,12 +25,14 @@ from .collocation import collocation_flow
 from .reference import ReferenceFlowError, reference_flow
 from .symbolic import SymbolicLagrangian
 from .systems import System
-from .solution import Solution
+from .trajectory import Trajectory, positions
 from .variational import VariationalIntegrator
 
 __all__ = [
     "VariationalIntegrator",
-    "Solution",
+    "Trajectory",
+    "positions",
+    "BeaError",
     "ConvergenceError",
     "NotRegularError",
     "InconsistentSchemeError",
@@ -40,3 +48,11 @@ __all__ = [
     "collocation",
     "modified",
 ]
+
+
+def __getattr__(name: str):
+    if name == "Solution":  # the old name of Trajectory, deprecated
+        from . import solution
+
+        return solution.Solution
+    raise AttributeError(f"module 'integrators' has no attribute {name!r}")

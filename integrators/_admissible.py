@@ -31,19 +31,12 @@ from typing import Callable
 import torch
 
 import bea
+from bea.errors import InconsistentSchemeError, NotRegularError  # one class per condition across the packages
 
 __all__ = ["NotRegularError", "InconsistentSchemeError", "REGULARITY_RTOL", "check_scheme", "check_regular_at"]
 
 #: sigma_min(M) <= REGULARITY_RTOL * ||H_h||_2 counts as singular (module docstring)
 REGULARITY_RTOL = 1e-12
-
-
-class NotRegularError(ValueError):
-    """The Lagrangian's mass matrix :math:`\\partial^2L/\\partial v^2` is singular at an initial state."""
-
-
-class InconsistentSchemeError(ValueError):
-    """The scheme's discrete Euler--Lagrange equations do not tend to those of :math:`L` as h -> 0."""
 
 
 def check_scheme(scheme: bea.Scheme) -> None:
@@ -56,11 +49,11 @@ def check_scheme(scheme: bea.Scheme) -> None:
             check()
         else:
             bea.modified_equation(scheme, 0, dim=1, cache=False)
-    except ValueError as err:
-        if "inconsistent" not in str(err):
-            raise
+    except InconsistentSchemeError as err:
         raise InconsistentSchemeError(f"{err}; the integrator would converge to the wrong dynamics (or none). A scheme "
                                       "must satisfy L_Delta(q(t), q(t+h))/h -> L(q, q') as h -> 0, e.g. h*L((a+b)/2, (b-a)/h)") from None
+    except ValueError:  # another bad value (as before the check was typed): the caller's to see, not a warning
+        raise
     except Exception as err:  # a scheme that bea cannot expand symbolically (torch-only code): say so, do not block
         warnings.warn(f"could not verify that the scheme {scheme!r} is consistent ({type(err).__name__}: {err}); "
                       "bea's symbolic expansion of it failed", RuntimeWarning, stacklevel=3)

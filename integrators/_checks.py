@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from bea.autodiff import check_state
+from bea.errors import BeaTypeError, BeaValueError
 
 
 def as_float64(x: Any, name: str) -> torch.Tensor:
@@ -23,14 +24,14 @@ def as_float64(x: Any, name: str) -> torch.Tensor:
         try:
             arr = np.asarray(x)
         except Exception as err:  # pragma: no cover - numpy raises many types
-            raise TypeError(f"{name} must be a tensor or array of numbers, got {type(x).__name__}") from err
+            raise BeaTypeError(f"{name} must be a tensor or array of numbers, got {type(x).__name__}") from err
         if arr.dtype == object or arr.dtype.kind not in "biufc":
-            raise TypeError(f"{name} must contain real numbers, got an array of dtype {arr.dtype}")
+            raise BeaTypeError(f"{name} must contain real numbers, got an array of dtype {arr.dtype}")
         t = torch.as_tensor(arr)
     if t.dtype == torch.bool:
-        raise TypeError(f"{name} must contain real numbers, got a bool tensor")
+        raise BeaTypeError(f"{name} must contain real numbers, got a bool tensor")
     if t.is_complex():
-        raise TypeError(f"{name} must be real, got a complex tensor")
+        raise BeaTypeError(f"{name} must be real, got a complex tensor")
     return t.to(torch.float64)
 
 
@@ -39,28 +40,28 @@ def check_finite(t: torch.Tensor, name: str) -> None:
     bad = ~torch.isfinite(t)
     if bool(bad.any()):
         idx = tuple(int(i) for i in torch.nonzero(bad)[0])
-        raise ValueError(f"{name} contains {int(bad.sum())} non-finite value(s) (NaN or inf), the first at index {idx}: "
+        raise BeaValueError(f"{name} contains {int(bad.sum())} non-finite value(s) (NaN or inf), the first at index {idx}: "
                          f"{float(t[idx])}; pass finite numbers")
 
 
 def check_step_size(h: Any, name: str = "h") -> float:
     if isinstance(h, torch.Tensor):
         if h.numel() != 1:
-            raise TypeError(f"{name} must be a positive number, got a tensor of shape {tuple(h.shape)}")
+            raise BeaTypeError(f"{name} must be a positive number, got a tensor of shape {tuple(h.shape)}")
         h = h.item()
     if isinstance(h, bool) or not isinstance(h, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name} must be a positive number, got {h!r}")
+        raise BeaTypeError(f"{name} must be a positive number, got {h!r}")
     h = float(h)
     if not math.isfinite(h) or h <= 0:
-        raise ValueError(f"{name} must be a positive finite number, got {h}")
+        raise BeaValueError(f"{name} must be a positive finite number, got {h}")
     return h
 
 
 def check_steps(steps: Any, name: str = "steps") -> int:
     if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)):
-        raise TypeError(f"{name} must be a positive integer, got {steps!r}")
+        raise BeaTypeError(f"{name} must be a positive integer, got {steps!r}")
     if steps <= 0:
-        raise ValueError(f"{name} must be >= 1 (the number of time steps to take), got {steps}")
+        raise BeaValueError(f"{name} must be >= 1 (the number of time steps to take), got {steps}")
     return int(steps)
 
 
@@ -79,19 +80,19 @@ def check_states(q: Any, v: Any, n: Optional[int] = None, names: Tuple[str, str]
 def check_order(order, symmetric: Optional[bool]) -> int:
     """``order`` as a non-negative int; even for a symmetric scheme (only even powers of h)."""
     if isinstance(order, bool) or not isinstance(order, int) and not hasattr(order, "__index__"):
-        raise TypeError(f"order must be a non-negative integer (the highest power of h kept), got {order!r}")
+        raise BeaTypeError(f"order must be a non-negative integer (the highest power of h kept), got {order!r}")
     order = int(order)
     if order < 0:
-        raise ValueError(f"order must be >= 0, got {order}")
+        raise BeaValueError(f"order must be >= 0, got {order}")
     if symmetric and order % 2:
-        raise ValueError(f"the scheme is symmetric (only even powers of h): use an even order, got {order}")
+        raise BeaValueError(f"the scheme is symmetric (only even powers of h): use an even order, got {order}")
     return order
 
 
 def check_lagrangian_output(out: Any, q: torch.Tensor, what: str = "the Lagrangian") -> torch.Tensor:
     if not isinstance(out, torch.Tensor):
-        raise TypeError(f"{what} must return a torch tensor, got {type(out).__name__}")
+        raise BeaTypeError(f"{what} must return a torch tensor, got {type(out).__name__}")
     if out.shape != q.shape[:-1]:
-        raise ValueError(f"{what} must return one value per state: shape {tuple(q.shape[:-1])} for q of shape {tuple(q.shape)} "
+        raise BeaValueError(f"{what} must return one value per state: shape {tuple(q.shape[:-1])} for q of shape {tuple(q.shape)} "
                          f"(reduce over the last dimension only, e.g. .sum(-1)); got shape {tuple(out.shape)}")
     return out

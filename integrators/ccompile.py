@@ -24,6 +24,7 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import Optional
+from bea.errors import BeaError
 
 __all__ = ["CompileError", "CompiledLibrary", "find_compiler", "load_library", "LIBRARY_CACHE_SIZE"]
 
@@ -41,7 +42,7 @@ CFLAGS = ("-O2", "-shared", "-fPIC", "-ffp-contract=off", "-fno-math-errno", "-s
 VECTOR_FLAGS = ("-march=native", "-ftree-vectorize", "-fno-trapping-math")
 
 
-class CompileError(RuntimeError):
+class CompileError(BeaError, RuntimeError):
     """The C compiler is missing or rejected the generated source."""
 
 

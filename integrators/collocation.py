@@ -43,9 +43,11 @@ from typing import Callable, Optional, Tuple
 import numpy as np
 import torch
 
+from bea.errors import BeaTypeError, BeaValueError, NotRegularError
 from ._checks import as_float64, check_states
 from .reference import ReferenceFlowError
 from .symbolic import SymbolicLagrangian
+from .trajectory import Trajectory
 
 __all__ = ["collocation_flow", "el_acceleration", "chebyshev_matrices", "SingularMassError"]
 
@@ -57,7 +59,7 @@ MAX_DEPTH = 8
 TAIL = 3
 
 
-class SingularMassError(ReferenceFlowError):
+class SingularMassError(ReferenceFlowError, NotRegularError):
     r"""The mass matrix :math:`\partial^2L/\partial v^2` is singular at a state the iteration visited."""
 
     def __init__(self):
@@ -102,7 +104,7 @@ def _acceleration(lagrangian) -> Acceleration:
 
         return acc
     if not callable(lagrangian):
-        raise TypeError("the Lagrangian must be a torch callable L(q, v) or a SymbolicLagrangian, "
+        raise BeaTypeError("the Lagrangian must be a torch callable L(q, v) or a SymbolicLagrangian, "
                         f"got {type(lagrangian).__name__}")
     return lambda q, v: el_acceleration(lagrangian, q, v)
 
@@ -254,20 +256,22 @@ def _solve_segment_or_none(seg: _Segment, acc, near, qa, va, rtol: float, atol: 
 def _check_times(times, t0) -> Tuple[np.ndarray, float]:
     ts = np.asarray(as_float64(times, "times").cpu().numpy(), dtype=np.float64)
     if ts.ndim != 1 or ts.size == 0 or not np.all(np.isfinite(ts)):
-        raise ValueError(f"times must be a non-empty 1-D sequence of finite numbers, got shape {ts.shape}")
+        raise BeaValueError(f"times must be a non-empty 1-D sequence of finite numbers, got shape {ts.shape}")
     if ts.size > 1 and not (np.all(np.diff(ts) > 0) or np.all(np.diff(ts) < 0)):
-        raise ValueError("times must be strictly increasing (or strictly decreasing)")
+        raise BeaValueError("times must be strictly increasing (or strictly decreasing)")
     start = float(ts[0]) if t0 is None else float(t0)
     if not math.isfinite(start):
-        raise ValueError(f"t0 must be finite, got {t0}")
+        raise BeaValueError(f"t0 must be finite, got {t0}")
     return ts, start
 
 
 def collocation_flow(lagrangian, q0, qdot0, times, *, near=None, t0: Optional[float] = None, rtol: float = 1e-12,
                      atol: float = 1e-12, nodes: int = 24, max_segment: Optional[float] = None,
-                     maxiter: int = 40) -> Tuple[torch.Tensor, torch.Tensor]:
+                     maxiter: int = 40) -> Trajectory:
     r"""The Euler--Lagrange flow of ``lagrangian`` from ``(q0, qdot0)`` at time ``t0`` (default
-    ``times[0]``), at ``times``: ``(q, qdot)``, each ``(len(times), batch..., n)`` (float64).
+    ``times[0]``), at ``times``: a :class:`~integrators.Trajectory` with ``t = times``, positions ``q`` and
+    velocities ``v``, each ``(len(times), batch..., n)`` (float64; it unpacks as the ``(q, qdot)`` returned
+    before, with a ``DeprecationWarning``).
 
     ``lagrangian``: a torch callable ``L(q, v)`` (evaluated on ``(..., batch..., n)``, see the module
     docstring) or a :class:`~integrators.symbolic.SymbolicLagrangian`. ``near``: a cheap companion
@@ -284,11 +288,11 @@ def collocation_flow(lagrangian, q0, qdot0, times, *, near=None, t0: Optional[fl
     ts, start = _check_times(times, t0)
     for name, tol in (("rtol", rtol), ("atol", atol)):
         if isinstance(tol, bool) or not (isinstance(tol, (int, float)) and tol > 0):
-            raise ValueError(f"{name} must be a positive number, got {tol!r}")
+            raise BeaValueError(f"{name} must be a positive number, got {tol!r}")
     if isinstance(nodes, bool) or not isinstance(nodes, int) or not 4 <= nodes <= 64:
-        raise ValueError(f"nodes must be an integer in [4, 64] (the degree of the collocation polynomial), got {nodes!r}")
+        raise BeaValueError(f"nodes must be an integer in [4, 64] (the degree of the collocation polynomial), got {nodes!r}")
     if max_segment is not None and not (isinstance(max_segment, (int, float)) and max_segment > 0):
-        raise ValueError(f"max_segment must be a positive number or None, got {max_segment!r}")
+        raise BeaValueError(f"max_segment must be a positive number or None, got {max_segment!r}")
     acc = _acceleration(lagrangian)
     companion = acc if near is None else _acceleration(near)
     batch, n = q0.shape[:-1], q0.shape[-1]
@@ -299,7 +303,8 @@ def collocation_flow(lagrangian, q0, qdot0, times, *, near=None, t0: Optional[fl
         if side.any():
             end = float(ts[side][np.argmax(np.abs(ts[side] - start))])
             _march(acc, companion, qa, va, start, end, ts, side, out, rtol, atol, nodes, max_segment, maxiter)
-    return out[0].reshape(ts.size, *batch, n), out[1].reshape(ts.size, *batch, n)
+    return Trajectory(out[0].reshape(ts.size, *batch, n), t=torch.from_numpy(np.array(ts, dtype=np.float64)),
+                      v=out[1].reshape(ts.size, *batch, n), legacy=("q", "v"), legacy_tuple=True)
 
 
 def _march(acc, companion, qa, va, start, end, ts, side, out, rtol, atol, nodes, max_segment, maxiter) -> None:

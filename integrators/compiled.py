@@ -47,6 +47,7 @@ import numpy as np
 import sympy
 import torch
 
+from bea.errors import BeaError, BeaRuntimeError, BeaValueError
 from ._march_c import TEMPLATE
 from .ccompile import CompileError, load_library
 from .newton import STALL_FACTOR, NewtonOptions
@@ -62,7 +63,7 @@ C_FUNCTIONS = {"sin": "sin", "cos": "cos", "tan": "tan", "exp": "exp", "log": "l
                "atan2": "atan2"}
 
 
-class NotLowerable(Exception):
+class NotLowerable(BeaError):
     """The Lagrangian or scheme has no C form here (the eager path is used); the message says why."""
 
 
@@ -220,7 +221,7 @@ def _require_cpu(**tensors: Optional[torch.Tensor]) -> None:
     integrator's ``execution="auto"`` never gets here with them; it takes the eager path)."""
     for name, t in tensors.items():
         if t is not None and t.device.type != "cpu":
-            raise ValueError(f"the compiled stepper runs in C on the CPU, but {name} is on {t.device}: move the data "
+            raise BeaValueError(f"the compiled stepper runs in C on the CPU, but {name} is on {t.device}: move the data "
                              "with .cpu(), or integrate on that device with execution='eager' (or 'auto')")
 
 
@@ -273,7 +274,7 @@ class CompiledStepper:
             return
         params = np.ascontiguousarray(self._refresh(), dtype=np.float64).reshape(-1)
         if params.shape != self.params.shape:
-            raise RuntimeError(f"internal: refreshed parameters have {params.size} numbers, the C form {self.params.size}")
+            raise BeaRuntimeError(f"internal: refreshed parameters have {params.size} numbers, the C form {self.params.size}")
         self.params = params
 
     def chunk_steps(self, batch: int, work: int = 1 << 18) -> int:
@@ -293,7 +294,7 @@ class CompiledStepper:
         B = p.shape[0]
         out_np = out.detach().numpy()
         if not out.is_contiguous():
-            raise ValueError("internal: the output array must be contiguous")
+            raise BeaValueError("internal: the output array must be contiguous")
         p_np = np.ascontiguousarray(p.detach().numpy(), dtype=np.float64).copy()
         has_jac = jac is not None
         jac_np = (np.ascontiguousarray(jac.detach().numpy(), dtype=np.float64).copy() if has_jac

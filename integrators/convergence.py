@@ -37,6 +37,8 @@ import numpy as np
 import torch
 
 import bea
+from bea.deprecation import renamed
+from bea.errors import BeaTypeError, BeaValueError
 
 from .collocation import collocation_flow
 from .reference import reference_flow
@@ -61,36 +63,40 @@ def observed_order(hs: Sequence[float], errors: Sequence[float]) -> float:
     r"""Least-squares slope of :math:`\log(\text{error})` against :math:`\log h`."""
     hs, errors = np.asarray(hs, dtype=float), np.asarray(errors, dtype=float)
     if hs.shape != errors.shape or hs.ndim != 1 or hs.size < 2:
-        raise ValueError(f"need at least two step sizes and one error per step size, got {hs.shape} and {errors.shape}")
+        raise BeaValueError(f"need at least two step sizes and one error per step size, got {hs.shape} and {errors.shape}")
     if np.any(hs <= 0) or np.any(~(errors > 0)) or not np.all(np.isfinite(errors)):
-        raise ValueError(f"step sizes and errors must be positive and finite to fit a slope; errors = {errors}")
+        raise BeaValueError(f"step sizes and errors must be positive and finite to fit a slope; errors = {errors}")
     return float(np.polyfit(np.log(hs), np.log(errors), 1)[0])
 
 
-def series_lagrangian(system: SymbolicLagrangian, scheme, N: int, kind: str = "modified_lagrangian") -> SymbolicLagrangian:
+@renamed(N="order")
+def series_lagrangian(system: SymbolicLagrangian, scheme, order: int, kind: str = "modified_lagrangian") -> SymbolicLagrangian:
     r""":math:`L_{mod}[N]` or :math:`L_{inv}[N]` of a symbolic Lagrangian as a
     :class:`~integrators.symbolic.SymbolicLagrangian` with the parameter ``h`` (bind it with
     ``.bind(h=...)``), from :mod:`bea`'s concrete derivation."""
+    N = order  # the truncation order, N in the formulas
     if kind not in KINDS:
-        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+        raise BeaValueError(f"kind must be one of {KINDS}, got {kind!r}")
     if not isinstance(system, SymbolicLagrangian):
-        raise TypeError("series_lagrangian needs a symbolic Lagrangian (a System or SymbolicLagrangian)")
+        raise BeaTypeError("series_lagrangian needs a symbolic Lagrangian (a System or SymbolicLagrangian)")
     series = getattr(bea, kind)(scheme, N, lagrangian=system.expr, q=list(system.q), v=list(system.v))
     return SymbolicLagrangian(series.expr, system.q, system.v, params=(series.h,), name=f"{kind}[{N}]({system.name})")
 
 
-def torch_series(system: Callable, scheme, N: int, kind: str, h: float, formula: str = "generic") -> Callable:
+@renamed(N="order")
+def torch_series(system: Callable, scheme, order: int, kind: str, h: float, formula: str = "generic") -> Callable:
     r"""A torch Lagrangian for :math:`L_{mod}[N]` or :math:`L_{inv}[N]` at step ``h``.
 
     ``formula="generic"``: :mod:`bea`'s generic formula applied to the torch Lagrangian ``system``
     (derivatives by autograd -- the route a learned Lagrangian takes); ``"concrete"``: the SymPy
     derivation for ``system`` (a :class:`~integrators.symbolic.SymbolicLagrangian`), compiled."""
+    N = order  # the truncation order, N in the formulas
     if kind not in KINDS:
-        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+        raise BeaValueError(f"kind must be one of {KINDS}, got {kind!r}")
     if formula == "concrete":
         return series_lagrangian(system, scheme, N, kind).bind(h=h)
     if formula != "generic":
-        raise ValueError(f"formula must be 'generic' or 'concrete', got {formula!r}")
+        raise BeaValueError(f"formula must be 'generic' or 'concrete', got {formula!r}")
     f = bea.series_function(kind, scheme, N, getattr(system, "n", None))
 
     def L(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -102,7 +108,7 @@ def torch_series(system: Callable, scheme, N: int, kind: str, h: float, formula:
 def _steps(T: float, h: float) -> int:
     steps = int(round(T / h))
     if steps < 2 or abs(steps * h - T) > 1e-9 * T:
-        raise ValueError(f"T={T} must be a multiple (>= 2) of every step size h; h={h} is not")
+        raise BeaValueError(f"T={T} must be a multiple (>= 2) of every step size h; h={h} is not")
     return steps
 
 
@@ -116,24 +122,26 @@ def discrete_vs_exact(system, scheme, hs: Sequence[float], T: float, q0, qdot0, 
     for h in hs:
         steps = _steps(T, h)
         qs = VariationalIntegrator(system, h, scheme, **integrator_options).solve(q0, qdot0, steps).q
-        qe, _ = reference_flow(system, q0, qdot0, h * np.arange(steps + 1))
+        qe = reference_flow(system, q0, qdot0, h * np.arange(steps + 1)).q
         errors.append(_err(qs, qe))
     return errors
 
 
-def discrete_vs_modified_flow(system, scheme, N: int, hs: Sequence[float], T: float, q0, qdot0, formula: str = "generic",
+@renamed(N="order")
+def discrete_vs_modified_flow(system, scheme, order: int, hs: Sequence[float], T: float, q0, qdot0, formula: str = "generic",
                               reference_options: Optional[dict] = None, **integrator_options) -> List[float]:
     r"""Global error of the scheme on ``system`` against the exact flow of :math:`EL(L_{mod}[N])` from
     ``(q0, qdot0)``; the discrete solution starts from the first two positions of that flow.
     ``reference_options``: keywords for :func:`~integrators.collocation.collocation_flow` (generic
     formula only)."""
+    N = order  # the truncation order, N in the formulas
     if formula == "concrete":
         Lmod = series_lagrangian(system, scheme, N, "modified_lagrangian")
-        flows = [reference_flow(Lmod.bind(h=h), q0, qdot0, h * np.arange(_steps(T, h) + 1))[0] for h in hs]
+        flows = [reference_flow(Lmod.bind(h=h), q0, qdot0, h * np.arange(_steps(T, h) + 1)).q for h in hs]
     elif formula == "generic":
         flows = modified_flows(system, scheme, N, hs, T, q0, qdot0, **(reference_options or {}))
     else:
-        raise ValueError(f"formula must be 'generic' or 'concrete', got {formula!r}")
+        raise BeaValueError(f"formula must be 'generic' or 'concrete', got {formula!r}")
     errors = []
     for h, qm in zip(hs, flows):
         vi = VariationalIntegrator(system, h, scheme, **integrator_options)
@@ -142,15 +150,17 @@ def discrete_vs_modified_flow(system, scheme, N: int, hs: Sequence[float], T: fl
     return errors
 
 
-def modified_flows(system, scheme, N: int, hs: Sequence[float], T: float, q0, qdot0, **options) -> List[torch.Tensor]:
+@renamed(N="order")
+def modified_flows(system, scheme, order: int, hs: Sequence[float], T: float, q0, qdot0, **options) -> List[torch.Tensor]:
     r"""Positions of the exact flow of :math:`EL(L_{mod}[N])` (generic formula applied to the torch
     Lagrangian ``system``) from ``(q0, qdot0)`` at the grid times :math:`kh \le T` of every ``h`` in
     ``hs``: one tensor ``(T/h + 1, batch..., n)`` per step size. One collocation flow for all step
     sizes (``h`` per trajectory), the companion ``system`` steering its Newton iteration; ``options``
     go to :func:`~integrators.collocation.collocation_flow`."""
+    N = order  # the truncation order, N in the formulas
     q0, qdot0 = torch.as_tensor(q0, dtype=torch.float64), torch.as_tensor(qdot0, dtype=torch.float64)
     if q0.shape != qdot0.shape or q0.dim() == 0:
-        raise ValueError(f"q0 and qdot0 must have one shape (batch..., n), got {tuple(q0.shape)} and {tuple(qdot0.shape)}")
+        raise BeaValueError(f"q0 and qdot0 must have one shape (batch..., n), got {tuple(q0.shape)} and {tuple(qdot0.shape)}")
     batch, n = q0.shape[:-1], q0.shape[-1]
     B, H = int(np.prod(batch, dtype=np.int64)), len(hs)
     grids = [h * np.arange(_steps(T, h) + 1) for h in hs]
@@ -161,24 +171,26 @@ def modified_flows(system, scheme, N: int, hs: Sequence[float], T: float, q0, qd
     def Lmod(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:  # q: (..., H * B, n), h broadcast over the leading axes
         return f(system, q, v, h_per_trajectory)
 
-    qs, _ = collocation_flow(Lmod, q0.reshape(1, B, n).expand(H, B, n).reshape(H * B, n),
-                             qdot0.reshape(1, B, n).expand(H, B, n).reshape(H * B, n), times, near=system, **options)
+    qs = collocation_flow(Lmod, q0.reshape(1, B, n).expand(H, B, n).reshape(H * B, n),
+                          qdot0.reshape(1, B, n).expand(H, B, n).reshape(H * B, n), times, near=system, **options).q
     qs = qs.reshape(len(times), H, *batch, n)
     return [qs[np.searchsorted(times, np.round(g, 12)), i] for i, g in enumerate(grids)]
 
 
-def inverse_modified_vs_exact(system, scheme, N: int, hs: Sequence[float], T: float, q0, qdot0,
+@renamed(N="order")
+def inverse_modified_vs_exact(system, scheme, order: int, hs: Sequence[float], T: float, q0, qdot0,
                               formula: str = "generic", start: str = "positions", **integrator_options) -> List[float]:
     r"""Global error of the scheme on :math:`L_{inv}[N]` against the exact flow of ``system`` from
     ``(q0, qdot0)``. ``start="positions"``: from the exact :math:`q(0), q(h)`; ``start="momentum"``:
     from :math:`(q_0, \dot q_0)` with :math:`p_0 = \partial L/\partial v(q_0, \dot q_0)` of the true
     ``L`` (``legendre=``), as when predicting with a learned :math:`L_{inv}`."""
+    N = order  # the truncation order, N in the formulas
     if start not in ("positions", "momentum"):
-        raise ValueError(f"start must be 'positions' or 'momentum', got {start!r}")
+        raise BeaValueError(f"start must be 'positions' or 'momentum', got {start!r}")
     errors = []
     for h in hs:
         steps = _steps(T, h)
-        qe, _ = reference_flow(system, q0, qdot0, h * np.arange(steps + 1))
+        qe = reference_flow(system, q0, qdot0, h * np.arange(steps + 1)).q
         Linv = torch_series(system, scheme, N, "inverse_modified_lagrangian", h, formula)
         vi = VariationalIntegrator(Linv, h, scheme, **integrator_options)
         if start == "positions":
@@ -189,11 +201,13 @@ def inverse_modified_vs_exact(system, scheme, N: int, hs: Sequence[float], T: fl
     return errors
 
 
-def modified_energy_oscillation(system: SymbolicLagrangian, scheme, N: int, hs: Sequence[float], T: float, q0, qdot0,
+@renamed(N="order")
+def modified_energy_oscillation(system: SymbolicLagrangian, scheme, order: int, hs: Sequence[float], T: float, q0, qdot0,
                                 **integrator_options) -> List[float]:
     r"""Oscillation amplitude (max - min over the run, max over trajectories) of
     :math:`H_{mod}[N]` along the discrete solution of ``system`` from ``(q0, qdot0)``; the
     velocities solve :math:`\partial L_{mod}/\partial v(q_j, \dot q_j) = p_j` with the discrete momenta."""
+    N = order  # the truncation order, N in the formulas
     Lmod = series_lagrangian(system, scheme, N, "modified_lagrangian")
     amplitudes = []
     for h in hs:

@@ -25,6 +25,7 @@ import torch
 from scipy.stats import qmc
 
 from bea.files import atomic_save, atomic_write
+from bea.errors import BeaTypeError, BeaValueError
 from ._checks import as_float64, check_step_size, check_steps
 from .reference import reference_flow
 from .snapshot_loading import SnapshotError, Snapshots, load_snapshots
@@ -40,16 +41,16 @@ def _check_domain(domain: Any, n: Optional[int]) -> np.ndarray:
     try:
         box = np.asarray(domain, dtype=np.float64)
     except (TypeError, ValueError):
-        raise ValueError(f"domain must be a list of (low, high) pairs, positions then velocities; got {domain!r}") from None
+        raise BeaValueError(f"domain must be a list of (low, high) pairs, positions then velocities; got {domain!r}") from None
     if box.ndim == 2 and box.shape[1] == 2 and n is not None and box.shape[0] != 2 * n:
-        raise ValueError(f"domain needs {2 * n} (low, high) pairs for this n={n} system (positions, then velocities), got {box.shape[0]}")
+        raise BeaValueError(f"domain needs {2 * n} (low, high) pairs for this n={n} system (positions, then velocities), got {box.shape[0]}")
     if box.ndim != 2 or box.shape[1] != 2 or box.shape[0] % 2 or box.shape[0] == 0:
-        raise ValueError(f"domain must have shape (2n, 2): a (low, high) pair for each position and each velocity; got shape {box.shape}")
+        raise BeaValueError(f"domain must have shape (2n, 2): a (low, high) pair for each position and each velocity; got shape {box.shape}")
     if not np.all(np.isfinite(box)):
-        raise ValueError("domain contains non-finite bounds")
+        raise BeaValueError("domain contains non-finite bounds")
     if np.any(box[:, 1] < box[:, 0]):
         i = int(np.nonzero(box[:, 1] < box[:, 0])[0][0])
-        raise ValueError(f"domain interval {i} has low > high: {tuple(box[i])}")
+        raise BeaValueError(f"domain interval {i} has low > high: {tuple(box[i])}")
     return box
 
 
@@ -85,18 +86,18 @@ def snapshots(system_or_lagrangian, h: float, n_traj: int, n_steps: int, domain=
     n_traj = check_steps(n_traj, "n_traj")
     n_steps = check_steps(n_steps, "n_steps")
     if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not math.isfinite(noise) or noise < 0:
-        raise ValueError(f"noise must be a finite number >= 0 (standard deviation), got {noise!r}")
+        raise BeaValueError(f"noise must be a finite number >= 0 (standard deviation), got {noise!r}")
     n = system_or_lagrangian.n if isinstance(system_or_lagrangian, SymbolicLagrangian) else None
     if domain is None:
         domain = getattr(system_or_lagrangian, "domain", None)
         if domain is None:
-            raise ValueError("give domain=[(low, high)] * 2n (positions, then velocities) for a Lagrangian without a default domain")
+            raise BeaValueError("give domain=[(low, high)] * 2n (positions, then velocities) for a Lagrangian without a default domain")
     box = _check_domain(domain, n)
     ss = np.random.SeedSequence(seed)
     halton_seed, noise_seed = ss.spawn(2)
     q0, v0 = halton_initial_conditions(box, n_traj, seed=np.random.default_rng(halton_seed), device=device)
     times = h * np.arange(n_steps + 1)
-    qs, _ = reference_flow(system_or_lagrangian, q0, v0, times, rtol=rtol, atol=atol)
+    qs = reference_flow(system_or_lagrangian, q0, v0, times, rtol=rtol, atol=atol).q
     q = qs.transpose(0, 1).contiguous()  # (n_traj, T, n)
     if noise > 0:
         rng = np.random.default_rng(noise_seed)
@@ -109,7 +110,7 @@ def _check_time_origin(t0: Any) -> float:
     if isinstance(t0, torch.Tensor) and t0.numel() == 1 and not t0.is_complex() and t0.dtype != torch.bool:
         t0 = t0.item()
     if isinstance(t0, bool) or not isinstance(t0, (int, float, np.integer, np.floating)):
-        raise TypeError(f"t0 must be a real number (the time of the first snapshot), got {t0!r} of type {type(t0).__name__}")
+        raise BeaTypeError(f"t0 must be a real number (the time of the first snapshot), got {t0!r} of type {type(t0).__name__}")
     t0 = float(t0)
     if not math.isfinite(t0):
         raise SnapshotError(f"t0 must be a finite number, got {t0}")

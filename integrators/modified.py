@@ -11,7 +11,7 @@ neural baselines, any ``L(q, v)``; docs/theory/inverse.md, docs/theory/lsi.md):
 * :func:`recovered_energy` -- :math:`H_{rec}[N] = \partial_vL_{rec}\cdot v - L_{rec}`;
 * :func:`predict` -- the scheme on the model from :math:`(q_0, \dot q_0)` with
   :math:`p_0 = \partial_v L_{rec}(q_0, \dot q_0)` (or, for a model of the true :math:`L`, the scheme on
-  :math:`\mathrm{inv}_N(L)` with :math:`p_0 = \partial_v L`), a :class:`~integrators.solution.Solution`;
+  :math:`\mathrm{inv}_N(L)` with :math:`p_0 = \partial_v L`), a :class:`~integrators.Trajectory`;
 * :func:`velocities`, :func:`energies` -- along positions: solve
   :math:`\partial_vL_{rec}(q_j, \dot q_j) = p_j` with :math:`p_j` the discrete momenta of the model, then
   :math:`H_{rec}[N](q_j, \dot q_j)`; in time chunks to bound memory.
@@ -27,10 +27,11 @@ from typing import Callable, Optional, Union
 import torch
 
 import bea
+from bea.errors import BeaTypeError, BeaValueError
 
 from ._checks import as_float64, check_finite, check_order
 from .progress import progress_bar
-from .solution import Solution
+from .trajectory import Trajectory, positions
 from .variational import VariationalIntegrator
 
 __all__ = ["modified_lagrangian", "inverse_lagrangian", "recovered_energy", "predict", "velocities", "energies",
@@ -43,7 +44,7 @@ def _series(kind: str, model: TorchLagrangian, order: int, h: float, scheme) -> 
     sch = bea.get_scheme(scheme)
     N = check_order(order, sch.symmetric)
     if not callable(model):
-        raise TypeError(f"model must be a callable Lagrangian L(q, v), got {type(model).__name__}")
+        raise BeaTypeError(f"model must be a callable Lagrangian L(q, v), got {type(model).__name__}")
     if N == 0:
         return model
     f = bea.series_function(kind, sch, N, getattr(model, "n", None))
@@ -83,7 +84,7 @@ def recovered_energy(model: TorchLagrangian, order: int, h: float, scheme: Union
 
 def predict(model: TorchLagrangian, q0, qdot0, steps: int, h: float, scheme: Union[str, "bea.Scheme"] = "midpoint",
             order: int = 2, *, inverse_order: int = 0, on_failure: str = "raise", progress: Optional[bool] = None,
-            **newton) -> Solution:
+            **newton) -> Trajectory:
     r"""Positions from ``(q0, qdot0)`` (shape ``(batch..., n)``) of a model learned as :math:`L_{inv}`: the
     scheme on the model with :math:`p_0 = \partial_v\,\mathrm{mod}_N(\text{model})(q_0, \dot q_0)`.
     ``inverse_order = N > 0``: a model of the true :math:`L`; the scheme integrates
@@ -107,9 +108,9 @@ def _integrator(model, h: float, scheme, integrator: Optional[VariationalIntegra
 
 
 def _positions(qs) -> torch.Tensor:
-    qs = as_float64(qs, "qs").detach()
+    qs = as_float64(positions(qs), "qs").detach()  # a Trajectory or its positions
     if qs.dim() < 2 or qs.shape[0] < 2:
-        raise ValueError(f"qs must have shape (steps + 1, batch..., n) with at least two positions, got {tuple(qs.shape)}")
+        raise BeaValueError(f"qs must have shape (steps + 1, batch..., n) with at least two positions, got {tuple(qs.shape)}")
     check_finite(qs, "qs")
     return qs
 

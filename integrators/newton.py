@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Sequence, Tuple
 
 import torch
+from bea.errors import BeaValueError
 
 __all__ = ["NewtonOptions", "NewtonResult", "ConvergenceError", "newton", "autograd_system", "vmap_system", "describe_failure"]
 
@@ -63,11 +64,11 @@ class NewtonOptions:
         for name in ("xtol", "ftol"):
             val = getattr(self, name)
             if isinstance(val, bool) or not isinstance(val, (int, float)) or not val >= 0 or val == float("inf"):
-                raise ValueError(f"{name} must be a finite number >= 0, got {val!r}")
+                raise BeaValueError(f"{name} must be a finite number >= 0, got {val!r}")
         if self.xtol == 0 and self.ftol == 0:
-            raise ValueError("xtol and ftol are both 0: no iterate could ever be accepted; set xtol (e.g. 1e-13)")
+            raise BeaValueError("xtol and ftol are both 0: no iterate could ever be accepted; set xtol (e.g. 1e-13)")
         if isinstance(self.maxiter, bool) or not isinstance(self.maxiter, int) or self.maxiter < 1:
-            raise ValueError(f"maxiter must be an integer >= 1, got {self.maxiter!r}")
+            raise BeaValueError(f"maxiter must be an integer >= 1, got {self.maxiter!r}")
 
 
 @dataclass
@@ -84,7 +85,7 @@ class NewtonResult:
     iterations: int  #: Jacobian evaluations made
 
 
-class ConvergenceError(ValueError):
+class ConvergenceError(BeaValueError):
     """Newton's method did not converge for some batch elements.
 
     Attributes: ``step`` (time step, if known), ``indices`` (batch indices, tuples), ``residuals``

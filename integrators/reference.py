@@ -32,13 +32,15 @@ from scipy.integrate import solve_ivp
 
 import bea
 
+from bea.errors import BeaTypeError, BeaValueError
 from ._checks import as_float64, check_states
 from .symbolic import SymbolicLagrangian
+from .trajectory import Trajectory
 
 __all__ = ["reference_flow", "acceleration_function", "ReferenceFlowError"]
 
 
-class ReferenceFlowError(ValueError):
+class ReferenceFlowError(BeaValueError):
     """The reference integration failed (a singularity or a collision on the way, a step size below
     rounding, non-finite values); the message gives SciPy's reason and the time reached."""
 
@@ -56,13 +58,13 @@ def acceleration_function(lagrangian, q: Optional[Sequence] = None, v: Optional[
         return lagrangian.acceleration_numpy(), lagrangian.n
     if isinstance(lagrangian, sympy.Basic):
         if q is None or v is None:
-            raise ValueError("a SymPy Lagrangian needs its coordinate and velocity symbols: reference_flow(expr, ..., q=[...], v=[...])")
+            raise BeaValueError("a SymPy Lagrangian needs its coordinate and velocity symbols: reference_flow(expr, ..., q=[...], v=[...])")
         sl = SymbolicLagrangian(lagrangian, q, v)
         return sl.acceleration_numpy(), sl.n
     if q is not None or v is not None:
-        raise ValueError("q= and v= (symbols) are only meaningful for a SymPy Lagrangian")
+        raise BeaValueError("q= and v= (symbols) are only meaningful for a SymPy Lagrangian")
     if not callable(lagrangian):
-        raise TypeError(f"lagrangian must be a torch callable L(q, v), a System/SymbolicLagrangian or a SymPy expression, "
+        raise BeaTypeError(f"lagrangian must be a torch callable L(q, v), a System/SymbolicLagrangian or a SymPy expression, "
                         f"got {type(lagrangian).__name__}")
     acc = bea.acceleration(lagrangian)
 
@@ -75,11 +77,12 @@ def acceleration_function(lagrangian, q: Optional[Sequence] = None, v: Optional[
 
 def reference_flow(lagrangian, q0, qdot0, times, *, q: Optional[Sequence] = None, v: Optional[Sequence] = None,
                    t0: Optional[float] = None, rtol: float = 1e-13, atol: float = 1e-13, method: str = "DOP853",
-                   each: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+                   each: bool = False) -> Trajectory:
     r"""Integrate the Euler--Lagrange equations of ``lagrangian`` from ``(q0, qdot0)`` at time ``t0``
-    (default ``times[0]``) and return ``(q, qdot)`` at ``times``, each of shape
-    ``(len(times), batch..., n)`` (float64 torch tensors on the device of ``q0``: SciPy integrates on the
-    CPU, and a torch Lagrangian is evaluated on that device).
+    (default ``times[0]``): a :class:`~integrators.Trajectory` with ``t = times``, positions ``q`` and velocities
+    ``v``, each of shape ``(len(times), batch..., n)`` (float64 torch tensors on the device of ``q0``: SciPy
+    integrates on the CPU, and a torch Lagrangian is evaluated on that device). (It unpacks as the
+    ``(q, qdot)`` returned before, with a ``DeprecationWarning``.)
 
     ``q0, qdot0``: shape ``(batch..., n)``. ``times``: strictly monotonic 1-D sequence, on either side of
     ``t0`` or both (times before ``t0`` are integrated backward in time). Raises
@@ -89,21 +92,21 @@ def reference_flow(lagrangian, q0, qdot0, times, *, q: Optional[Sequence] = None
     q0, qdot0 = check_states(q0, qdot0, names=("q0", "qdot0"))
     ts = np.asarray(as_float64(times, "times").cpu().numpy(), dtype=np.float64)
     if ts.ndim != 1 or ts.size == 0:
-        raise ValueError(f"times must be a non-empty 1-D sequence, got shape {ts.shape}")
+        raise BeaValueError(f"times must be a non-empty 1-D sequence, got shape {ts.shape}")
     if not np.all(np.isfinite(ts)):
-        raise ValueError("times contains non-finite values")
+        raise BeaValueError("times contains non-finite values")
     if ts.size > 1:
         dt = np.diff(ts)
         if not (np.all(dt > 0) or np.all(dt < 0)):
-            raise ValueError("times must be strictly increasing (or strictly decreasing)")
+            raise BeaValueError("times must be strictly increasing (or strictly decreasing)")
     start = float(ts[0]) if t0 is None else float(t0)
     for name, tol in (("rtol", rtol), ("atol", atol)):
         if not tol > 0:
-            raise ValueError(f"{name} must be positive, got {tol}")
+            raise BeaValueError(f"{name} must be positive, got {tol}")
     A, n_sym = acceleration_function(lagrangian, q, v, device=q0.device)
     batch, n = q0.shape[:-1], q0.shape[-1]
     if n_sym is not None and n != n_sym:
-        raise ValueError(f"q0 has {n} coordinates in its last dimension, but the Lagrangian has n={n_sym}")
+        raise BeaValueError(f"q0 has {n} coordinates in its last dimension, but the Lagrangian has n={n_sym}")
     y0 = torch.cat([q0.reshape(-1, n), qdot0.reshape(-1, n)], -1).cpu().numpy()  # (B, 2n)
     groups = [np.arange(y0.shape[0])] if not each else [np.array([b]) for b in range(y0.shape[0])]
     out = np.empty((ts.size, y0.shape[0], 2 * n))
@@ -111,7 +114,8 @@ def reference_flow(lagrangian, q0, qdot0, times, *, q: Optional[Sequence] = None
         out[:, g] = _integrate(A, y0[g], n, start, ts, rtol, atol, method)
     qs = torch.from_numpy(out[..., :n].copy()).reshape(ts.size, *batch, n).to(q0.device)
     vs = torch.from_numpy(out[..., n:].copy()).reshape(ts.size, *batch, n).to(q0.device)
-    return qs, vs
+    t = torch.from_numpy(ts.copy()).to(q0.device)
+    return Trajectory(qs, t=t, v=vs, stats={"method": method}, legacy=("q", "v"), legacy_tuple=True)
 
 
 def _integrate(A: Acceleration, y0: np.ndarray, n: int, t0: float, ts: np.ndarray, rtol: float, atol: float, method: str) -> np.ndarray:

@@ -31,13 +31,14 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
+from bea.errors import BeaTypeError, BeaValueError
 
 __all__ = ["load_snapshots", "Snapshots", "SnapshotError"]
 
 PathLike = Union[str, os.PathLike]
 
 
-class SnapshotError(ValueError):
+class SnapshotError(BeaValueError):
     """Invalid snapshot data; the message names the file, the row and the problem."""
 
 
@@ -66,7 +67,7 @@ def _files(path) -> List[Path]:
         out = [Path(p) for p in path]
     else:
         if isinstance(path, bool) or not isinstance(path, (str, os.PathLike)):
-            raise TypeError(f"path must be a file or directory name (str or os.PathLike) or a list of them, got {type(path).__name__}")
+            raise BeaTypeError(f"path must be a file or directory name (str or os.PathLike) or a list of them, got {type(path).__name__}")
         p = Path(path)
         if p.is_dir():
             out = sorted(x for x in p.iterdir() if x.suffix in (".csv", ".npz") and not x.is_dir())
@@ -279,7 +280,7 @@ def load_snapshots(path: Union[PathLike, Sequence[PathLike]], *, time_tol: float
     numbers, non-finite values, missing columns or arrays, inconsistent shapes or lengths, times that
     do not increase or are not uniform within ``time_tol`` (relative to the step)."""
     if not (isinstance(time_tol, (int, float)) and not isinstance(time_tol, bool) and 0 <= time_tol < 1):
-        raise ValueError(f"time_tol must be a number in [0, 1), got {time_tol!r}")
+        raise BeaValueError(f"time_tol must be a number in [0, 1), got {time_tol!r}")
     trajs: List[_Traj] = []
     for f in _files(path):
         trajs.extend(_read_csv(f) if f.suffix == ".csv" else _read_npz(f))

@@ -21,6 +21,8 @@ import numpy as np
 import sympy
 import torch
 
+from bea.errors import BeaTypeError, BeaValueError
+
 __all__ = ["SymbolicLagrangian", "TORCH_FUNCTIONS"]
 
 #: SymPy function names and their torch implementations (used by :func:`sympy.lambdify`)
@@ -37,10 +39,10 @@ def _symbols(seq, what: str) -> Tuple[sympy.Symbol, ...]:
     try:
         out = tuple(seq)
     except TypeError:
-        raise TypeError(f"{what} must be a sequence of SymPy symbols, got {seq!r}") from None
+        raise BeaTypeError(f"{what} must be a sequence of SymPy symbols, got {seq!r}") from None
     for s in out:
         if not isinstance(s, sympy.Symbol):
-            raise TypeError(f"{what} must contain SymPy symbols, got {s!r} ({type(s).__name__})")
+            raise BeaTypeError(f"{what} must contain SymPy symbols, got {s!r} ({type(s).__name__})")
     return out
 
 
@@ -65,13 +67,13 @@ class SymbolicLagrangian:
         self.v = _symbols(v, "v")
         self.params = _symbols(params, "params")
         if len(self.q) != len(self.v) or not self.q:
-            raise ValueError(f"q and v must list the same positive number of symbols, got {len(self.q)} and {len(self.v)}")
+            raise BeaValueError(f"q and v must list the same positive number of symbols, got {len(self.q)} and {len(self.v)}")
         if len(set(self.q + self.v + self.params)) != 2 * len(self.q) + len(self.params):
-            raise ValueError("the symbols in q, v and params must be distinct")
+            raise BeaValueError("the symbols in q, v and params must be distinct")
         free = self.expr.free_symbols - set(self.q + self.v + self.params)
         if free:
             names = ", ".join(sorted(map(str, free)))
-            raise ValueError(f"the Lagrangian contains undeclared symbols {names}: substitute numbers or list them in params=")
+            raise BeaValueError(f"the Lagrangian contains undeclared symbols {names}: substitute numbers or list them in params=")
         self.n = len(self.q)
         self.name = name or "L"
         self.values: Dict[sympy.Symbol, float] = {}
@@ -85,10 +87,10 @@ class SymbolicLagrangian:
             sym = k if isinstance(k, sympy.Symbol) else sympy.Symbol(str(k))
             match = [p for p in self.params if p == sym or p.name == sym.name]
             if not match:
-                raise ValueError(f"{k!r} is not a parameter of {self.name} (parameters: {list(self.params)})")
+                raise BeaValueError(f"{k!r} is not a parameter of {self.name} (parameters: {list(self.params)})")
             x = float(val)
             if not math.isfinite(x):
-                raise ValueError(f"parameter {k} must be finite, got {val!r}")
+                raise BeaValueError(f"parameter {k} must be finite, got {val!r}")
             self.values[match[0]] = x
 
     def bind(self, values: Optional[Mapping] = None, **kwargs) -> "SymbolicLagrangian":
@@ -103,7 +105,7 @@ class SymbolicLagrangian:
     def _param_values(self) -> Tuple[float, ...]:
         missing = [p for p in self.params if p not in self.values]
         if missing:
-            raise ValueError(f"give numbers for the parameters {missing} of {self.name} first, e.g. .bind({missing[0]}=...)")
+            raise BeaValueError(f"give numbers for the parameters {missing} of {self.name} first, e.g. .bind({missing[0]}=...)")
         return tuple(self.values[p] for p in self.params)
 
     # ------------------------------------------------------------------ symbolic derived quantities
@@ -134,9 +136,9 @@ class SymbolicLagrangian:
 
     def _eval_torch(self, key: str, expr, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if not isinstance(q, torch.Tensor) or not isinstance(v, torch.Tensor):
-            raise TypeError("q and v must be torch tensors of shape (..., n)")
+            raise BeaTypeError("q and v must be torch tensors of shape (..., n)")
         if q.shape[-1:] != (self.n,) or v.shape != q.shape:
-            raise ValueError(f"{self.name} needs q and v of the same shape (..., {self.n}); got {tuple(q.shape)} and {tuple(v.shape)}")
+            raise BeaValueError(f"{self.name} needs q and v of the same shape (..., {self.n}); got {tuple(q.shape)} and {tuple(v.shape)}")
         fn = self._torch_fn(key, expr)
         out = fn(*q.unbind(-1), *v.unbind(-1), *self._param_values())
         if not isinstance(out, torch.Tensor):
@@ -171,7 +173,7 @@ class SymbolicLagrangian:
             try:
                 return np.linalg.solve(Mn, bn[..., None])[..., 0]
             except np.linalg.LinAlgError:
-                raise ValueError(f"the mass matrix d^2L/dv^2 of {self.name} is singular at some state: "
+                raise BeaValueError(f"the mass matrix d^2L/dv^2 of {self.name} is singular at some state: "
                                  "the Euler-Lagrange equations do not determine the acceleration") from None
 
         return A

@@ -28,6 +28,8 @@ from typing import Callable, List, Optional, Sequence, Tuple, Union
 import sympy
 import torch
 
+from bea.errors import BeaTypeError, BeaValueError
+
 from .symbolic import SymbolicLagrangian
 
 __all__ = [
@@ -58,13 +60,13 @@ class System(SymbolicLagrangian):
                  torch_form: Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = None):
         super().__init__(expr, q, v, params=params, name=name, values=values)
         if torch_form is not None and params:
-            raise ValueError("a torch_form cannot take the parameters of the SymPy expression; give it without params")
+            raise BeaValueError("a torch_form cannot take the parameters of the SymPy expression; give it without params")
         self._torch_form = torch_form
         if domain is None:
             domain = [(-1.0, 1.0)] * (2 * self.n)
         domain = [(float(lo), float(hi)) for lo, hi in domain]
         if len(domain) != 2 * self.n:
-            raise ValueError(f"the domain of {name} needs {2 * self.n} intervals (positions, then velocities), got {len(domain)}")
+            raise BeaValueError(f"the domain of {name} needs {2 * self.n} intervals (positions, then velocities), got {len(domain)}")
         self.domain: Box = domain
 
     #: its ``__call__`` computes ``expr`` (the torch form is the same function, vectorised), so the
@@ -75,9 +77,9 @@ class System(SymbolicLagrangian):
         if self._torch_form is None:
             return super().__call__(q, v)
         if not isinstance(q, torch.Tensor) or not isinstance(v, torch.Tensor):
-            raise TypeError("q and v must be torch tensors of shape (..., n)")
+            raise BeaTypeError("q and v must be torch tensors of shape (..., n)")
         if q.shape[-1:] != (self.n,) or v.shape != q.shape:
-            raise ValueError(f"{self.name} needs q and v of the same shape (..., {self.n}); "
+            raise BeaValueError(f"{self.name} needs q and v of the same shape (..., {self.n}); "
                              f"got {tuple(q.shape)} and {tuple(v.shape)}")
         return self._torch_form(q, v)
 
@@ -87,24 +89,24 @@ class System(SymbolicLagrangian):
 
 def _num(x, what: str) -> sympy.Expr:
     if isinstance(x, bool) or not isinstance(x, (int, float, sympy.Expr)):
-        raise TypeError(f"{what} must be a number, got {x!r}")
+        raise BeaTypeError(f"{what} must be a number, got {x!r}")
     if isinstance(x, float) and not math.isfinite(x):
-        raise ValueError(f"{what} must be finite, got {x}")
+        raise BeaValueError(f"{what} must be finite, got {x}")
     return sympy.nsimplify(x) if isinstance(x, float) else sympy.sympify(x)
 
 
 def _positive(x, what: str) -> sympy.Expr:
     e = _num(x, what)
     if not e.is_positive:
-        raise ValueError(f"{what} must be positive, got {x}")
+        raise BeaValueError(f"{what} must be positive, got {x}")
     return e
 
 
 def _count(n, what: str, minimum: int = 1) -> int:
     if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"{what} must be an integer, got {n!r}")
+        raise BeaTypeError(f"{what} must be an integer, got {n!r}")
     if n < minimum:
-        raise ValueError(f"{what} must be >= {minimum}, got {n}")
+        raise BeaValueError(f"{what} must be >= {minimum}, got {n}")
     return n
 
 
@@ -128,7 +130,7 @@ def variable_mass_pendulum(c: Number = sympy.Rational(1, 4)) -> System:
     :math:`h^1` term of a non-symmetric scheme is not a total derivative (default ``c = 1/4``)."""
     c = _num(c, "c")
     if c.is_negative:
-        raise ValueError(f"c must be >= 0 (else the mass 1 + c q^2 vanishes somewhere), got {c}")
+        raise BeaValueError(f"c must be >= 0 (else the mass 1 + c q^2 vanishes somewhere), got {c}")
     (q,), (v,) = _coords(1)
     L = (1 + c * q**2) * v**2 / 2 + sympy.cos(q)
     return System(L, [q], [v], "variable_mass_pendulum", domain=[(-2.0, 2.0), (-1.0, 1.0)])
@@ -143,7 +145,7 @@ def n_pendulum(n: int = 2, masses: Union[Number, Sequence[Number]] = 1, lengths:
     ms = [masses] * n if not isinstance(masses, (list, tuple)) else list(masses)
     ls = [lengths] * n if not isinstance(lengths, (list, tuple)) else list(lengths)
     if len(ms) != n or len(ls) != n:
-        raise ValueError(f"give one mass and one length per link: n={n}, got {len(ms)} masses and {len(ls)} lengths")
+        raise BeaValueError(f"give one mass and one length per link: n={n}, got {len(ms)} masses and {len(ls)} lengths")
     ms = [_positive(m, "mass") for m in ms]
     ls = [_positive(lk, "length") for lk in ls]
     g = _positive(g, "g")
@@ -191,7 +193,7 @@ def fpu_chain(n: int = 8, beta: Number = 1, k: Number = 1) -> System:
     n = _count(n, "n")
     k, beta = _positive(k, "k"), _num(beta, "beta")
     if beta.is_negative:
-        raise ValueError(f"beta must be >= 0 (else the potential is unbounded below), got {beta}")
+        raise BeaValueError(f"beta must be >= 0 (else the potential is unbounded below), got {beta}")
     q, v = _coords(n)
     ext = [sympy.Integer(0), *q, sympy.Integer(0)]
     d = [ext[i + 1] - ext[i] for i in range(n + 1)]
@@ -229,7 +231,7 @@ def n_body(masses: Sequence[Number] = (1, 1, 1), G: Number = 1) -> System:
     r"""Planar gravitational ``N``-body problem, :math:`q = (x_1, y_1, \dots, x_N, y_N)`:
     :math:`L = \sum_i \tfrac12 m_i|\dot x_i|^2 + \sum_{i<j} G m_i m_j/|x_i - x_j|`."""
     if isinstance(masses, (int, float)):
-        raise TypeError("masses must be a sequence with one mass per body, e.g. (1, 1, 1)")
+        raise BeaTypeError("masses must be a sequence with one mass per body, e.g. (1, 1, 1)")
     ms = [_positive(m, "mass") for m in masses]
     N = _count(len(ms), "number of bodies", 2)
     G = _positive(G, "G")

@@ -34,12 +34,13 @@ from typing import Callable, Optional, Tuple, Union
 import torch
 
 import bea
+from bea.errors import BeaTypeError, BeaValueError
 
 from ._admissible import check_regular_at, check_scheme
 from ._checks import as_float64, check_finite, check_lagrangian_output, check_states, check_step_size, check_steps
 from ._stepping import eager_step
 from .newton import ConvergenceError, NewtonOptions, autograd_system, describe_failure, newton, vmap_system
-from .solution import Solution
+from .trajectory import Trajectory, positions
 from .progress import progress_bar
 
 __all__ = ["VariationalIntegrator", "ConvergenceError", "EXECUTIONS"]
@@ -105,7 +106,7 @@ class VariationalIntegrator:
                  xtol: float = 1e-16, ftol: float = 0.0, maxiter: int = 20, jacobian: str = "autograd",
                  progress: Optional[bool] = None, max_step: Optional[float] = None, execution: Optional[str] = None):
         if not callable(lagrangian):
-            raise TypeError(f"lagrangian must be a callable L(q, v) returning a tensor, got {type(lagrangian).__name__}")
+            raise BeaTypeError(f"lagrangian must be a callable L(q, v) returning a tensor, got {type(lagrangian).__name__}")
         self.lagrangian = lagrangian
         # Schemes may pass the same tensor as a position and, through v = (b - a)/h, inside the
         # velocity (trapezoidal: L(a, (b - a)/h)). A Lagrangian that differentiates with respect to
@@ -117,15 +118,15 @@ class VariationalIntegrator:
         check_scheme(self.scheme)  # once per scheme object (integrators._admissible)
         self.options = NewtonOptions(xtol=xtol, ftol=ftol, maxiter=maxiter)
         if jacobian not in ("autograd", "vmap"):
-            raise ValueError(f"jacobian must be 'autograd' or 'vmap', got {jacobian!r}")
+            raise BeaValueError(f"jacobian must be 'autograd' or 'vmap', got {jacobian!r}")
         self.jacobian = jacobian
         self.progress = progress
         if max_step is not None and (isinstance(max_step, bool) or not isinstance(max_step, (int, float))
                                      or not (max_step > 0 and math.isfinite(max_step))):
-            raise ValueError(f"max_step must be a positive finite number or None, got {max_step!r}")
+            raise BeaValueError(f"max_step must be a positive finite number or None, got {max_step!r}")
         self.max_step = None if max_step is None else float(max_step)
         if execution is not None and execution not in EXECUTIONS:
-            raise ValueError(f"execution must be one of {', '.join(map(repr, EXECUTIONS))}, got {execution!r}")
+            raise BeaValueError(f"execution must be one of {', '.join(map(repr, EXECUTIONS))}, got {execution!r}")
         self.execution = execution
         self._step_eval = self._make_step_evaluator()
         #: compiled steppers by n (None: tried, not available; the reason in _stepper_errors)
@@ -182,8 +183,8 @@ class VariationalIntegrator:
         integrated Lagrangian, or ``legendre`` if given (e.g. the recovered Lagrangian
         :math:`\mathrm{mod}_N(L_{inv})` when integrating a learned :math:`L_{inv}`, docs/theory/lsi.md).
 
-        Returns a :class:`~integrators.solution.Solution`: the positions ``q``, shape
-        ``(steps + 1, batch..., n)``, ``valid`` of shape ``(steps + 1, batch...)`` and Newton statistics.
+        Returns a :class:`~integrators.Trajectory`: the positions ``q``, shape ``(steps + 1, batch..., n)``,
+        ``valid`` of shape ``(steps + 1, batch...)``, the times ``t = h j`` and Newton statistics (``stats``).
         With ``on_failure="mask"`` a trajectory whose Newton solve fails is stopped instead of raising
         :class:`~integrators.newton.ConvergenceError`; ``q`` is NaN exactly where ``valid`` is False.
         """
@@ -192,14 +193,14 @@ class VariationalIntegrator:
         qf, vf = q0.reshape(-1, n), qdot0.reshape(-1, n)
         legendre = self.lagrangian if legendre is None else legendre
         if not callable(legendre):
-            raise TypeError(f"legendre must be a callable Lagrangian L(q, v), got {type(legendre).__name__}")
+            raise BeaTypeError(f"legendre must be a callable Lagrangian L(q, v), got {type(legendre).__name__}")
         with torch.enable_grad():
             qq, vv = qf.detach().requires_grad_(True), vf.detach().requires_grad_(True)
             val = check_lagrangian_output(legendre(qq, vv), qq, "the Lagrangian giving the initial momentum")
             check_finite(val.detach(), "the Lagrangian at the initial data (q0, qdot0)")
             (p0,) = torch.autograd.grad(val.sum(), vv, allow_unused=True)
         if p0 is None:
-            raise ValueError("the Lagrangian does not depend on the velocities: no momentum, no dynamics")
+            raise BeaValueError("the Lagrangian does not depend on the velocities: no momentum, no dynamics")
         check_finite(p0, "the initial momentum dL/dv(q0, qdot0)")
         check_regular_at(self._L, qf, vf, self.h, "initial states (q0, qdot0)")
         out = qf.new_full((steps + 1, qf.shape[0], n), float("nan"))
@@ -210,7 +211,7 @@ class VariationalIntegrator:
         r"""Integrate from two positions :math:`q_0, q_1` (one step apart), shape ``(batch..., n)``:
         :math:`p_1 = D_2L_\Delta(q_0, q_1)`, then the discrete Euler--Lagrange equations.
 
-        Returns a :class:`~integrators.solution.Solution` whose ``q`` has the given ``q0, q1`` as its first two
+        Returns a :class:`~integrators.Trajectory` whose ``q`` has the given ``q0, q1`` as its first two
         rows (``steps >= 1``); ``on_failure`` as in :meth:`solve`."""
         q0, q1, steps, on_failure = _initial_data(q0, q1, ("q0", "q1"), steps, on_failure)
         batch, n = q0.shape[:-1], q0.shape[-1]
@@ -227,7 +228,7 @@ class VariationalIntegrator:
         mode = self.execution or DEFAULT_EXECUTION
         if mode == "eager" or out.device.type != "cpu":
             if mode == "compiled":
-                raise ValueError(f"execution='compiled' runs in C on the CPU, but the data are on {out.device}: move q0 "
+                raise BeaValueError(f"execution='compiled' runs in C on the CPU, but the data are on {out.device}: move q0 "
                                  "and qdot0 with .cpu(), or use execution='auto' or 'eager' (the eager path runs on any device)")
             return None
         batch = out.shape[1]
@@ -248,7 +249,7 @@ class VariationalIntegrator:
                 self.compile_seconds += stepper.compile_seconds + stepper.lower_seconds
                 return self._fits_auto(stepper, mode, batch)
         if mode == "compiled":
-            raise ValueError(f"execution='compiled' is not available for this integrator: {self._stepper_errors[n]}; "
+            raise BeaValueError(f"execution='compiled' is not available for this integrator: {self._stepper_errors[n]}; "
                              f"use execution='auto' or 'eager'")
         return None
 
@@ -294,20 +295,21 @@ class VariationalIntegrator:
         self.last_execution = "+".join(sorted(used)) if used else None
         q = out.reshape(steps + 1, *batch, out.shape[-1])
         valid = torch.arange(steps + 1, device=out.device)[:, None] <= valid_until[None, :]
-        return Solution(q, valid.reshape(steps + 1, *batch), execution=self.last_execution, **stats)
+        t = self.h * torch.arange(steps + 1, dtype=q.dtype, device=q.device)
+        return Trajectory(q, valid.reshape(steps + 1, *batch), t=t, stats={**stats, "execution": self.last_execution})
 
     # ------------------------------------------------------------------ momenta, velocities, energies
     def _positions(self, qs, name: str = "qs") -> torch.Tensor:
-        qs = as_float64(qs, name)
+        qs = as_float64(positions(qs), name)  # a Trajectory or its positions
         if qs.dim() < 2 or qs.shape[0] < 2:
-            raise ValueError(f"{name} must have shape (steps + 1, batch..., n) with at least two positions, got {tuple(qs.shape)}")
+            raise BeaValueError(f"{name} must have shape (steps + 1, batch..., n) with at least two positions, got {tuple(qs.shape)}")
         check_finite(qs, name)
         return qs
 
     def momenta(self, qs) -> torch.Tensor:
         r"""Discrete momenta :math:`p_0 = -D_1L_\Delta(q_0, q_1)`, :math:`p_j = D_2L_\Delta(q_{j-1}, q_j)`
-        (:math:`j \ge 1`) of a discrete trajectory ``qs`` of shape ``(steps + 1, batch..., n)``;
-        same shape."""
+        (:math:`j \ge 1`) of a discrete trajectory ``qs`` (a :class:`~integrators.Trajectory` or its positions,
+        shape ``(steps + 1, batch..., n)``); same shape."""
         qs = self._positions(qs)
         d1, d2 = self._slot_derivatives(qs[:-1], qs[1:])
         return torch.cat([-d1[:1], d2], 0).detach()
@@ -320,10 +322,10 @@ class VariationalIntegrator:
         qs = self._positions(qs)
         L = self.lagrangian if lagrangian is None else lagrangian
         if not callable(L):
-            raise TypeError(f"lagrangian must be a callable L(q, v), got {type(L).__name__}")
+            raise BeaTypeError(f"lagrangian must be a callable L(q, v), got {type(L).__name__}")
         p = self.momenta(qs) if momenta is None else as_float64(momenta, "momenta")
         if p.shape != qs.shape:
-            raise ValueError(f"momenta must have the shape of qs {tuple(qs.shape)}, got {tuple(p.shape)}")
+            raise BeaValueError(f"momenta must have the shape of qs {tuple(qs.shape)}, got {tuple(p.shape)}")
         guess = _velocity_guess(qs, self.h)
         n = qs.shape[-1]
         qf, pf, gf = qs.reshape(-1, n), p.reshape(-1, n), guess.reshape(-1, n)
@@ -386,5 +388,5 @@ def _initial_data(x, y, names, steps, on_failure):
 
 def _check_on_failure(on_failure: str) -> str:
     if on_failure not in ("raise", "mask"):
-        raise ValueError(f"on_failure must be 'raise' or 'mask', got {on_failure!r}")
+        raise BeaValueError(f"on_failure must be 'raise' or 'mask', got {on_failure!r}")
     return on_failure

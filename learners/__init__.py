@@ -4,9 +4,9 @@ Lagrangian Shadow Integration (docs/theory/lsi.md):
 
 >>> from learners import InverseModifiedLagrangianGP
 >>> model = InverseModifiedLagrangianGP(h=0.5).fit(snapshots)     # (n_traj, n_steps + 1, n) positions
->>> qs = model.predict(q0, qdot0, steps=1000)                       # the scheme on L_inv, p0 from mod_2(L_inv)
+>>> traj = model.predict(q0, qdot0, steps=1000)                     # the scheme on L_inv, p0 from mod_2(L_inv)
 >>> H = model.energy(order=2)                                       # identified energy H_rec[2]
->>> v = model.velocities(qs, order=2)
+>>> v = model.velocities(traj, order=2)                             # traj.q: positions (1001, batch, n), traj.t
 
 Modules: :mod:`~learners.shadow.functionals` (linear functionals as derivative atoms: DEL/EL residuals,
 momenta, point values), :mod:`~learners.shadow.kernels` (the kernel with functionals applied on both
@@ -15,6 +15,8 @@ sides), :mod:`~learners.shadow.gp` (the conditioned GP, exact Cholesky solve), :
 (LGP, LGPExact), :mod:`~learners.metrics`, :mod:`~pipelines.shadow_experiments`, :mod:`~pipelines.plots`,
 :mod:`~pipelines.demo`.
 """
+
+from bea.errors import BeaError, NotRegularError
 
 from .shadow.lgp import LagrangianGP, finite_differences
 from .shadow.functionals import (Functionals, del_residuals, discrete_momenta, euler_lagrange_residuals, point_evaluations,
@@ -27,16 +29,18 @@ from .shadow.normalisation import MassNormalisation, Normalisation, VertexNormal
 from .neural.rollout import (angles_mod_2pi, mse_energy, mse_q, pendulum_positions, random_initial_states, rollout_metrics,
                       rollout_ode, rollout_variational, paper_statistic, true_energy, velocities_from_momenta)
 from .shadow.guards import NonFiniteModelError
+from .saving import ModelFileError
 from .shadow.lsi import ExtrapolationError, ExtrapolationWarning, InverseModifiedLagrangianGP
 from .modlanet.model import ModLaNet
 from .modlanet.data import (AccelerationData, double_pendulum_data, n_body_data, n_body_snapshots, pendulum_chain_data,
                             pendulum_chain_snapshots, three_body_data)
-from .neural.training import TrainResult, predict_positions, recovered_energy, recovered_lagrangian, train
+from .neural.training import TrainResult, TrainingDivergedError, predict_positions, recovered_energy, recovered_lagrangian, train
 
 __all__ = [
     "ModLaNet",
     "train",
     "TrainResult",
+    "TrainingDivergedError",
     "predict_positions",
     "recovered_lagrangian",
     "recovered_energy",
@@ -51,6 +55,9 @@ __all__ = [
     "ExtrapolationWarning",
     "ExtrapolationError",
     "NonFiniteModelError",
+    "BeaError",
+    "NotRegularError",
+    "ModelFileError",
     "LagrangianGP",
     "finite_differences",
     "FunctionalGP",

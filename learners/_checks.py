@@ -11,8 +11,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from bea.errors import BeaValueError
 from integrators._checks import as_float64, check_finite, check_order, check_step_size
 from integrators._checks import check_states as _check_states
+from integrators.trajectory import Trajectory
 
 
 def as_tensor(x: Any, name: str) -> torch.Tensor:
@@ -21,20 +23,27 @@ def as_tensor(x: Any, name: str) -> torch.Tensor:
 
 
 def check_snapshots(snapshots: Any, n: int | None = None, name: str = "snapshots") -> torch.Tensor:
-    """Snapshots of shape ``(n_traj, n_steps + 1, n)`` with at least three positions per trajectory."""
-    s = as_tensor(snapshots, name)
+    """Snapshots of shape ``(n_traj, n_steps + 1, n)`` with at least three positions per trajectory, or a
+    :class:`~integrators.Trajectory` (time first), taken in that layout (:meth:`~integrators.Trajectory.to_snapshots`)."""
+    s = as_tensor(snapshot_layout(snapshots), name)
     if s.dim() != 3:
         hint = " (one trajectory? use snapshots[None])" if s.dim() == 2 else ""
-        raise ValueError(f"{name} must have shape (n_traj, n_steps + 1, n), got {tuple(s.shape)}{hint}")
+        raise BeaValueError(f"{name} must have shape (n_traj, n_steps + 1, n), got {tuple(s.shape)}{hint}")
     if s.shape[0] < 1 or s.shape[2] < 1:
-        raise ValueError(f"{name} must contain at least one trajectory and one coordinate, got shape {tuple(s.shape)}")
+        raise BeaValueError(f"{name} must contain at least one trajectory and one coordinate, got shape {tuple(s.shape)}")
     if s.shape[1] < 3:
-        raise ValueError(f"each trajectory needs at least 3 positions (one DEL triple q_(j-1), q_j, q_(j+1)), "
+        raise BeaValueError(f"each trajectory needs at least 3 positions (one DEL triple q_(j-1), q_j, q_(j+1)), "
                          f"got {s.shape[1]} per trajectory (shape {tuple(s.shape)})")
     if n is not None and s.shape[2] != n:
-        raise ValueError(f"{name} have n={s.shape[2]} coordinates, but the model was fitted with n={n}")
+        raise BeaValueError(f"{name} have n={s.shape[2]} coordinates, but the model was fitted with n={n}")
     check_finite(s, name)
     return s
+
+
+def snapshot_layout(x: Any) -> Any:
+    """``x`` in the snapshot layout ``(n_traj, time, n)``: a :class:`~integrators.Trajectory` (time first) is
+    transposed (:meth:`~integrators.Trajectory.to_snapshots`); anything else is returned as it is."""
+    return x.to_snapshots() if isinstance(x, Trajectory) else x
 
 
 def check_step(h: Any) -> float:

@@ -18,6 +18,9 @@ from typing import Callable, Optional, Sequence, Tuple
 
 import torch
 
+from bea.errors import BeaValueError
+from integrators.trajectory import positions
+
 __all__ = ["grid_states", "level_set_error", "level_set_field", "max_trajectory_error", "energy_band", "calibration"]
 
 Energy = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -30,7 +33,7 @@ def grid_states(box: Sequence[Tuple[float, float]] = PENDULUM_BOX, points: int =
     r"""A tensor grid over ``box`` (2n intervals: positions, then velocities) with ``points`` per axis,
     as ``(q, v)`` of shape ``(points^{2n}, n)``."""
     if len(box) % 2:
-        raise ValueError(f"box needs 2n intervals (positions, then velocities), got {len(box)}")
+        raise BeaValueError(f"box needs 2n intervals (positions, then velocities), got {len(box)}")
     axes = [torch.linspace(lo, hi, points, dtype=torch.float64) for lo, hi in box]
     mesh = torch.stack(torch.meshgrid(*axes, indexing="ij"), -1).reshape(-1, len(box))
     n = len(box) // 2
@@ -66,9 +69,10 @@ def level_set_error(H: Energy, H_ref: Energy, box: Sequence[Tuple[float, float]]
 
 
 def max_trajectory_error(qs: torch.Tensor, q_ref: torch.Tensor) -> float:
-    r""":math:`\max_j \|q_j - q_{ref}(t_j)\|_\infty` (same shapes)."""
+    r""":math:`\max_j \|q_j - q_{ref}(t_j)\|_\infty` (same shapes; each a :class:`~integrators.Trajectory` or its positions)."""
+    qs, q_ref = positions(qs), positions(q_ref)
     if qs.shape != q_ref.shape:
-        raise ValueError(f"trajectories of different shapes: {tuple(qs.shape)} and {tuple(q_ref.shape)}")
+        raise BeaValueError(f"trajectories of different shapes: {tuple(qs.shape)} and {tuple(q_ref.shape)}")
     return float((qs - q_ref).abs().max())
 
 
@@ -84,5 +88,5 @@ def calibration(residuals: torch.Tensor, std: torch.Tensor, k: float = 2.0) -> f
     r"""Fraction of residuals within ``k`` posterior standard deviations (0.954 for a calibrated
     Gaussian at ``k = 2``)."""
     if residuals.shape != std.shape:
-        raise ValueError(f"residuals {tuple(residuals.shape)} and std {tuple(std.shape)} differ in shape")
+        raise BeaValueError(f"residuals {tuple(residuals.shape)} and std {tuple(std.shape)} differ in shape")
     return float((residuals.abs() <= k * std).double().mean())

@@ -30,6 +30,7 @@ from typing import Any, Callable, Dict, Tuple, Type, Union
 import torch
 
 from bea.files import atomic_save
+from bea.errors import BeaFileNotFoundError, BeaValueError
 
 __all__ = ["ModelFileError", "FORMAT", "VERSION", "recorded", "register", "write", "read", "encode", "decode"]
 
@@ -42,7 +43,7 @@ REGISTRY: Dict[str, type] = {}
 PathLike = Union[str, Path]
 
 
-class ModelFileError(ValueError):
+class ModelFileError(BeaValueError):
     """A model file that cannot be loaded as asked: not a model file, another format version, another class."""
 
 
@@ -111,7 +112,7 @@ def read(path: PathLike, cls: Type, map_location: Union[str, torch.device, None]
     """``(config, state)`` of a model file written for ``cls``; :class:`ModelFileError` otherwise."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such model file")
+        raise BeaFileNotFoundError(f"{path}: no such model file")
     try:
         payload = torch.load(path, map_location=map_location or "cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, AttributeError) as err:

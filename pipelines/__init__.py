@@ -3,3 +3,7 @@
 The layer above :mod:`learners`: dependencies point one way, ``bea <- integrators <- learners <-
 pipelines``; nothing below imports this package (``python -m bea sweep`` imports it only when asked).
 """
+
+from bea.errors import BeaError  # the root of every exception of the project, exported by each package
+
+__all__ = ["BeaError"]

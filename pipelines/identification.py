@@ -52,6 +52,8 @@ import torch
 from learners import InverseModifiedLagrangianGP
 from learners.metrics import max_trajectory_error
 
+from bea.errors import BeaValueError
+
 from .identification_report import figure, table
 from .shadow_experiments import _level_sets, _level_states, _strided_velocities, _timed
 
@@ -178,7 +180,7 @@ def run_chain(cfg: IdentificationConfig = CI, log=print):
     system = chain_system(cfg)
     n, h = cfg.chain_n, cfg.h
     if len(cfg.q0) != n or len(cfg.qdot0) != n:
-        raise ValueError(f"q0 and qdot0 need {n} entries each (chain_n = {n}), got {len(cfg.q0)} and {len(cfg.qdot0)}")
+        raise BeaValueError(f"q0 and qdot0 need {n} entries each (chain_n = {n}), got {len(cfg.q0)} and {len(cfg.qdot0)}")
     timings: Dict[str, float] = {}
     m: Dict[str, float] = {}
     lsi = fit_chain(cfg, system, timings)
@@ -187,8 +189,9 @@ def run_chain(cfg: IdentificationConfig = CI, log=print):
     q0 = torch.tensor([list(cfg.q0)], dtype=torch.float64)
     v0 = torch.tensor([list(cfg.qdot0)], dtype=torch.float64)
     times = h * torch.arange(cfg.steps + 1, dtype=torch.float64)
-    q_ref, v_ref = reference_flow(system, q0, v0, times)
-    q = _timed(timings, "predict", lsi.predict, q0, v0, cfg.steps, order=2, on_extrapolation="ignore")
+    flow = reference_flow(system, q0, v0, times)
+    q_ref, v_ref = flow.q, flow.v
+    q = _timed(timings, "predict", lsi.predict, q0, v0, cfg.steps, order=2, on_extrapolation="ignore").q
     m["traj"] = max_trajectory_error(q, q_ref)
     m.update(level_set_errors(cfg, lsi, system, (0, *cfg.orders), cfg.level_points, timings))
     log("chain level-set errors: " + ", ".join(f"H_rec[{N}] {m[f'ls{N}']:.3g}" for N in (0, *cfg.orders)))
@@ -269,7 +272,7 @@ def _modlanet_config(cfg: IdentificationConfig):
     from .modlanet_experiments import FULL as ML_FULL, SMALL as ML_SMALL
 
     if cfg.modlanet not in ("small", "full"):
-        raise ValueError(f"modlanet must be 'small' or 'full' (which ModLaNet configuration's data), got {cfg.modlanet!r}")
+        raise BeaValueError(f"modlanet must be 'small' or 'full' (which ModLaNet configuration's data), got {cfg.modlanet!r}")
     base = (ML_SMALL if cfg.modlanet == "small" else ML_FULL)["double_pendulum"]
     epochs = cfg.modlanet_epochs or base.del_epochs
     # the acceleration-trained model and its rollouts are not compared here: one epoch, no baselines, no extension
@@ -329,7 +332,7 @@ def _rollout_each(gp: InverseModifiedLagrangianGP, q0: torch.Tensor, v0: torch.T
     vs = torch.full_like(qs, float("nan"))
     for b in range(q0.shape[0]):
         try:
-            qb = gp.predict(q0[b:b + 1], v0[b:b + 1], steps, order=2, on_extrapolation="ignore")
+            qb = gp.predict(q0[b:b + 1], v0[b:b + 1], steps, order=2, on_extrapolation="ignore").q
             vs[:, b:b + 1] = gp.velocities(qb, order=2)
             qs[:, b:b + 1] = qb
         except (ConvergenceError, NotRegularError, ValueError, RuntimeError):

@@ -56,6 +56,7 @@ from typing import Any, Callable, Dict, Optional, Sequence
 import torch
 
 from bea.files import atomic_save
+from bea.errors import BeaValueError
 from integrators import reference_flow
 from learners.neural.baselines import parameter_count
 from learners.neural.training import train
@@ -78,9 +79,9 @@ def run(config: ModLaNetConfig = FULL["double_pendulum"], log: Callable[[str], N
     ``position_only``, ``extension``, ``models`` and ``timings`` (seconds per stage)."""
     cfg = config
     if cfg.system not in ("double_pendulum", "three_body"):
-        raise ValueError(f"system must be 'double_pendulum' or 'three_body', got {cfg.system!r}")
+        raise BeaValueError(f"system must be 'double_pendulum' or 'three_body', got {cfg.system!r}")
     if cfg.variational_h is not None and abs(cfg.dt_out / cfg.variational_h - round(cfg.dt_out / cfg.variational_h)) > 1e-9:
-        raise ValueError(f"variational_h ({cfg.variational_h}) must divide dt_out ({cfg.dt_out})")
+        raise BeaValueError(f"variational_h ({cfg.variational_h}) must divide dt_out ({cfg.dt_out})")
     clock = _Clock(log)
     t_start = time.perf_counter()
     torch_threads = torch.get_num_threads()
@@ -92,7 +93,8 @@ def run(config: ModLaNetConfig = FULL["double_pendulum"], log: Callable[[str], N
     # reference rollouts
     q0, v0 = _states(cfg, None, cfg.n_states, seed=cfg.seed + 1000)
     ts = _times(cfg.t_rollout, cfg.dt_out)
-    q_ref, v_ref = clock("reference", reference_flow, system, q0, v0, ts)
+    flow = clock("reference", reference_flow, system, q0, v0, ts)
+    q_ref, v_ref = flow.q, flow.v
 
     # ModLaNet on accelerations
     model = _modlanet(cfg)

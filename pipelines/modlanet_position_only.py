@@ -52,8 +52,8 @@ def _position_only(cfg: ModLaNetConfig, q0, v0, q_ref, v_ref, ts, clock, log) ->
         integrated, legendre = model, recovered_lagrangian(model, 2, h, method="formula")
         energies = {N: recovered_energy(model, N, h, method="formula") for N in (0, 2)}
     # a step longer than any in the training triples is outside the data: another root of the step, counted as failed
-    qs, _, valid = clock("rollout modlanet (del)", rollout_variational, integrated, q0, v0, h, steps, legendre=legendre,
-                         velocities=False, max_step=cfg.del_max_step)
+    qs = clock("rollout modlanet (del)", rollout_variational, integrated, q0, v0, h, steps, legendre=legendre,
+               velocities=False, max_step=cfg.del_max_step).q
     vs = clock("velocities (del)", _velocities, model, integrated, legendre, qs, h)
     qr, vr = q_ref[::k][: steps + 1], v_ref[::k][: steps + 1]
     metrics = rollout_metrics(qs, vs, qr, vr, energy, positions=_positions(cfg))

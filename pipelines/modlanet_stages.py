@@ -18,6 +18,8 @@ from learners.neural.rollout import (angles_mod_2pi, random_initial_states, roll
                                      true_energy, velocities_from_momenta)
 from learners.neural.training import train
 
+from bea.errors import BeaValueError
+
 from .modlanet_config import ModLaNetConfig
 
 
@@ -27,7 +29,7 @@ def _system(cfg: ModLaNetConfig, k: Optional[int] = None):
         return systems.n_pendulum(k or 2, g=9.8)
     if cfg.system == "three_body":
         return systems.n_body([1] * (k or 3), G=1.0)
-    raise ValueError(f"system must be 'double_pendulum' or 'three_body', got {cfg.system!r}")
+    raise BeaValueError(f"system must be 'double_pendulum' or 'three_body', got {cfg.system!r}")
 
 
 def _positions(cfg: ModLaNetConfig):
@@ -108,15 +110,16 @@ def _rollout_row(name: str, model, params: int, q0, v0, ts, q_ref, v_ref, cfg, c
     try:
         if kind == "hnn":
             p0, _ = canonical_data(system, q0, v0)
-            qh, ph = clock(f"rollout {name}", rollout_ode, model, q0, p0, ts, substeps=cfg.substeps)
+            canonical = clock(f"rollout {name}", rollout_ode, model, q0, p0, ts, substeps=cfg.substeps)
+            qh, ph = canonical.q, canonical.p
             vh = velocities_from_momenta(system, qh, ph)
         elif kind == "variational":
             k = int(round(cfg.dt_out / cfg.variational_h))
-            q_all, v_all, _ = clock(f"rollout {name}", rollout_variational, model, q0, v0, cfg.variational_h,
-                                    k * (ts.numel() - 1))
-            qh, vh = q_all[::k], v_all[::k]
+            traj = clock(f"rollout {name}", rollout_variational, model, q0, v0, cfg.variational_h, k * (ts.numel() - 1))
+            qh, vh = traj.q[::k], traj.v[::k]
         else:
-            qh, vh = clock(f"rollout {name}", rollout_ode, model, q0, v0, ts, substeps=cfg.substeps)
+            traj = clock(f"rollout {name}", rollout_ode, model, q0, v0, ts, substeps=cfg.substeps)
+            qh, vh = traj.q, traj.v
         metrics = rollout_metrics(qh, vh, q_ref, v_ref, energy, positions=_positions(cfg))
     except (ValueError, RuntimeError, torch.linalg.LinAlgError) as err:  # a model whose rollout cannot run = failed
         qh = vh = torch.full_like(q_ref, float("nan"))
@@ -147,7 +150,8 @@ def _extension(cfg: ModLaNetConfig, model: ModLaNet, n_train: int, clock, log) -
         energy = true_energy(system)
         q0, v0 = _states(cfg, k, cfg.extension_states, seed=cfg.seed + 100 + k)
         ts = _times(cfg.extension_t, cfg.dt_out)
-        q_ref, v_ref = clock(f"reference {k}", reference_flow, system, q0, v0, ts)
+        flow = clock(f"reference {k}", reference_flow, system, q0, v0, ts)
+        q_ref, v_ref = flow.q, flow.v
         ext = model.extend(k)
         row: Dict[str, Any] = {"elements": k, "params": parameter_count(ext), "times": ts, "q_ref": q_ref}
         for stage in ("direct", "finetuned"):
@@ -158,7 +162,8 @@ def _extension(cfg: ModLaNetConfig, model: ModLaNet, n_train: int, clock, log) -
                             **_train_kwargs(cfg, math.ceil(cfg.finetune_epoch_fraction * cfg.epochs)))
                 row["finetune"] = {"samples": n_ft, "epochs": res.epochs_run, "val": (res.initial_val, res.best_val)}
             try:
-                qs, vs = clock(f"rollout {k} ({stage})", rollout_ode, ext, q0, v0, ts, substeps=cfg.substeps)
+                traj = clock(f"rollout {k} ({stage})", rollout_ode, ext, q0, v0, ts, substeps=cfg.substeps)
+                qs, vs = traj.q, traj.v
             except (ValueError, RuntimeError) as err:
                 qs = vs = torch.full_like(q_ref, float("nan"))
                 log(f"  extension {k} ({stage}) failed: {err}")

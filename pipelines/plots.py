@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from bea.files import atomic_savefig
+from bea.errors import BeaValueError
 
 from .shadow_experiments import Results
 
@@ -89,7 +90,7 @@ def level_sets(res: Results):
     levels = res.info["levels"]
     q, v = res.info["level_states"]
     if q.shape[-1] != 1:
-        raise ValueError("level-set figures are drawn for n = 1 only")
+        raise BeaValueError("level-set figures are drawn for n = 1 only")
     from .shadow_experiments import _system
 
     points = cfg.level_points

@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 
 import bea
+from bea.errors import BeaValueError
 
 from learners import LagrangianGP
 from learners.metrics import energy_band, grid_states, level_set_field, max_trajectory_error
@@ -97,14 +98,15 @@ def _system(name: str):
     try:
         return getattr(systems, name)()
     except AttributeError:
-        raise ValueError(f"unknown system {name!r}; one of the functions in integrators.systems") from None
+        raise BeaValueError(f"unknown system {name!r}; one of the functions in integrators.systems") from None
 
 
 def _exact_states(system, h: float, q0: torch.Tensor, v0: torch.Tensor, n_steps: int):
     """Exact positions, velocities and accelerations at the snapshot times (for LGPExact)."""
     from integrators import reference_flow
 
-    q, v = reference_flow(system, q0, v0, h * torch.arange(n_steps + 1, dtype=torch.float64))
+    flow = reference_flow(system, q0, v0, h * torch.arange(n_steps + 1, dtype=torch.float64))
+    q, v = flow.q, flow.v
     q, v = q.transpose(0, 1).contiguous(), v.transpose(0, 1).contiguous()
     a = bea.acceleration(system)(q.reshape(-1, q.shape[-1]), v.reshape(-1, q.shape[-1])).detach().reshape(q.shape)
     return q, v, a
@@ -162,9 +164,10 @@ def run(cfg: ExperimentConfig = PENDULUM, baselines: bool = True, log=print) -> 
     v0 = torch.tensor([list(cfg.qdot0)], dtype=torch.float64)
     times = h * torch.arange(cfg.steps + 1, dtype=torch.float64)
     t = time.perf_counter()
-    q_ref, v_ref = reference_flow(system, q0, v0, times)
+    flow = reference_flow(system, q0, v0, times)
+    q_ref, v_ref = flow.q, flow.v
     timings["reference"] = time.perf_counter() - t
-    q_lsi = _timed(timings, "predict_lsi", lsi.predict, q0, v0, cfg.steps, order=2)
+    q_lsi = _timed(timings, "predict_lsi", lsi.predict, q0, v0, cfg.steps, order=2).q
     metrics["traj_lsi"] = max_trajectory_error(q_lsi, q_ref)
     series.update(times=times, q_ref=q_ref[:, 0], v_ref=v_ref[:, 0], q_lsi=q_lsi[:, 0])
     log(f"LSI prediction: {cfg.steps} steps in {timings['predict_lsi']:.1f} s, max |q - q_ref| = {metrics['traj_lsi']:.2e}")
@@ -220,7 +223,7 @@ def run(cfg: ExperimentConfig = PENDULUM, baselines: bool = True, log=print) -> 
         metrics["ls_lgp"] = _level_sets(levels, "LGP", lgp.energy(), H_ref, states)
         metrics["ls_lgpe"] = _level_sets(levels, "LGPExact", lgpe.energy(), H_ref, states)
         for key, model in (("lgp", lgp), ("lgpe", lgpe)):
-            qb = _timed(timings, f"predict_{key}", model.predict, q0, v0, bsteps)
+            qb = _timed(timings, f"predict_{key}", model.predict, q0, v0, bsteps).q
             metrics[f"traj_{key}"] = max_trajectory_error(qb, q_ref[: bsteps + 1])
             series[f"q_{key}"] = qb[:, 0]
         metrics[f"traj_lsi_{bsteps}"] = max_trajectory_error(q_lsi[: bsteps + 1], q_ref[: bsteps + 1])
@@ -276,7 +279,7 @@ def _exact_floor(system, cfg: ExperimentConfig, q0, v0, timings) -> Dict[str, fl
     steps = cfg.exact_floor_steps
     vi = VariationalIntegrator(L_inv, cfg.h, "midpoint", xtol=1e-13, maxiter=50)
     out = {}
-    q_ref, _ = reference_flow(system, q0, v0, cfg.h * torch.arange(steps + 1, dtype=torch.float64))
+    q_ref = reference_flow(system, q0, v0, cfg.h * torch.arange(steps + 1, dtype=torch.float64)).q
     for N in (2,):
         fN = bea.series_function("modified_lagrangian", "midpoint", N, n)
 

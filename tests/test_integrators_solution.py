@@ -1,12 +1,12 @@
-"""VariationalIntegrator.solve returns one type, a Solution; the old tensor / tuple uses still work, with a
-DeprecationWarning, for one release."""
+"""VariationalIntegrator.solve returns one type, a Trajectory (formerly Solution); the old tensor / tuple uses
+still work, with a DeprecationWarning, for one release."""
 
 import warnings
 
 import pytest
 import torch
 
-from integrators import Solution, VariationalIntegrator, systems
+from integrators import Trajectory, VariationalIntegrator, systems
 
 PENDULUM = systems.pendulum()
 
@@ -20,7 +20,7 @@ def run():
 
 def test_solution_fields_and_newton_statistics(run):
     vi, q0, v0, sol = run
-    assert isinstance(sol, Solution) and sol.q.shape == (21, 2, 1) and sol.valid.shape == (21, 2)
+    assert isinstance(sol, Trajectory) and sol.q.shape == (21, 2, 1) and sol.valid.shape == (21, 2)
     assert sol.valid.dtype == torch.bool and sol.all_valid and sol.steps == 20
     assert torch.equal(sol.q[0], q0)
     # eager path: one Newton solve per step, each at least one Jacobian evaluation
@@ -29,7 +29,7 @@ def test_solution_fields_and_newton_statistics(run):
     assert "newton_iterations" in repr(sol) and "failed trajectories: 0" in repr(sol)
     # the same solution from solve_from_positions, starting at its first two rows
     again = vi.solve_from_positions(sol.q[0], sol.q[1], 20)
-    assert isinstance(again, Solution) and float((again.q - sol.q).abs().max()) <= 1e-12
+    assert isinstance(again, Trajectory) and float((again.q - sol.q).abs().max()) <= 1e-12
 
 
 def test_mask_mode_returns_a_solution_with_invalid_rows():
@@ -42,16 +42,16 @@ def test_mask_mode_returns_a_solution_with_invalid_rows():
 
 def test_old_uses_warn_and_still_work(run):
     _, _, _, sol = run
-    with pytest.warns(DeprecationWarning, match="sol.q and sol.valid"):
+    with pytest.warns(DeprecationWarning, match="traj.q, traj.valid"):
         q, valid = sol
     assert q is sol.q and valid is sol.valid
-    with pytest.warns(DeprecationWarning, match="use sol.q"):
+    with pytest.warns(DeprecationWarning, match="use traj.q"):
         assert sol.shape == (21, 2, 1)
-    with pytest.warns(DeprecationWarning, match="use sol.q"):
+    with pytest.warns(DeprecationWarning, match="use traj.q"):
         assert torch.equal(sol[-1], sol.q[-1])
-    with pytest.warns(DeprecationWarning, match="use sol.q"):
+    with pytest.warns(DeprecationWarning, match="use traj.q"):
         assert torch.equal(sol - sol.q, torch.zeros_like(sol.q))
-    with pytest.warns(DeprecationWarning, match="use sol.q"):
+    with pytest.warns(DeprecationWarning, match="use traj.q"):
         assert torch.equal(torch.abs(sol), sol.q.abs())
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the new API warns about nothing

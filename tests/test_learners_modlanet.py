@@ -245,7 +245,7 @@ def test_del_training_from_positions_lowers_validation_loss(snapshot_data):
     # measured: 1.9e1 -> 4.9e-2 (~380x); the acceptance bar is 10x
     assert res.improvement >= 10
     q0, v0 = (x[:3] * 0.5 for x in snapshot_data[1])
-    qs = predict_positions(model, q0, v0, steps=5, h=0.1, order=2)
+    qs = predict_positions(model, q0, v0, steps=5, h=0.1, order=2).q
     assert qs.shape == (6, 3, 2) and torch.isfinite(qs).all()
 
 
@@ -269,8 +269,8 @@ def test_exact_model_as_inverse_lagrangian_prediction_and_recovered_energy(snaps
     true = true_chain(2)
     q0, v0 = (x[:4] for x in snapshot_data[1])
     h = 0.05
-    qs = predict_positions(true, q0, v0, steps=40, h=h, order=0)
-    ref, _ = reference_flow(systems.n_pendulum(2, g=G_EARTH), q0, v0, h * torch.arange(41))
+    qs = predict_positions(true, q0, v0, steps=40, h=h, order=0).q
+    ref = reference_flow(systems.n_pendulum(2, g=G_EARTH), q0, v0, h * torch.arange(41)).q
     # midpoint's global O(h^2) error over 2 s: measured 0.043 rad
     assert (qs - ref).abs().max().item() < 0.1
     # variational BEA: the discrete motion conserves the energy of mod_2(L) better than that of L
@@ -324,7 +324,7 @@ def test_closed_form_midpoint_mod2_matches_bea_and_scales_to_three_bodies():
     bodies = ModLaNet.bodies(3, hidden=8)
     qb = torch.tensor([[1.0, 0.0, -0.5, 0.9, -0.5, -0.9]])
     vb = torch.tensor([[0.0, 0.6, -0.5, -0.3, 0.5, -0.3]])
-    qs = predict_positions(bodies, qb, vb, steps=3, h=0.1, order=2)
+    qs = predict_positions(bodies, qb, vb, steps=3, h=0.1, order=2).q
     assert qs.shape == (4, 1, 6) and torch.isfinite(qs).all()
 
 
@@ -344,7 +344,7 @@ def test_inverse_order_puts_inv2_of_the_true_lagrangian_into_the_del_residual(sn
     gen, closed = inverse_lagrangian(true, 2, 0.1, method="bea"), inverse_lagrangian(true, 2, 0.1, method="formula")
     assert (gen(q, v) - closed(q, v)).abs().max().item() < 1e-12
     # the scheme on inv_2(L) with p0 = dL/dv follows the data (exact flow) to O(h^4) locally: measured 0.011 rad in 2 s
-    qs = predict_positions(true, q0[:3], v0[:3], steps=20, h=0.1, inverse_order=2)
+    qs = predict_positions(true, q0[:3], v0[:3], steps=20, h=0.1, inverse_order=2).q
     assert (qs - S[:3].transpose(0, 1)).abs().max().item() < 0.05
     # a short training with the inverse-order DEL loss runs and lowers the loss
     model = ModLaNet.pendulum_chain(2, transform="rod", hidden=8)

@@ -106,8 +106,10 @@ def test_canonical_data_and_legendre_inverse():
     p, pdot = canonical_data(DP, q, v)
     # pdot = dL/dq equals d/dt dL/dv along the flow: check with a centred difference of the reference flow
     dt = 1e-4
-    qf, vf = reference_flow(DP, q, v, [0.0, dt])
-    qb, vb = reference_flow(DP, q, v, [0.0, -dt])
+    flow = reference_flow(DP, q, v, [0.0, dt])
+    qf, vf = flow.q, flow.v
+    flow = reference_flow(DP, q, v, [0.0, -dt])
+    qb, vb = flow.q, flow.v
     p_pm = canonical_data(DP, torch.stack([qb[1], qf[1]]), torch.stack([vb[1], vf[1]]))[0]
     assert torch.allclose((p_pm[1] - p_pm[0]) / (2 * dt), pdot, rtol=1e-5, atol=1e-5)
     assert torch.allclose(velocities_from_momenta(DP, q, p), v, rtol=1e-12, atol=1e-12)
@@ -210,17 +212,20 @@ def test_rk4_rollout_converges_to_the_reference_flow_with_order_four():
     q0 = torch.tensor([[0.5, -0.3], [1.0, 0.2], [-0.4, 0.8]])
     v0 = torch.tensor([[0.0, 0.5], [-0.3, 0.1], [0.2, -0.6]])
     ts = torch.linspace(0, 2, 11)
-    qr, vr = reference_flow(system, q0, v0, ts)
+    flow = reference_flow(system, q0, v0, ts)
+    qr, vr = flow.q, flow.v
     errs = []
     for sub in (4, 8, 16):
-        qs, vs = rollout_ode(TrueAcceleration(system), q0, v0, ts, substeps=sub)
+        flow = rollout_ode(TrueAcceleration(system), q0, v0, ts, substeps=sub)
+        qs, vs = flow.q, flow.v
         assert qs.shape == (11, 3, 2) and vs.shape == (11, 3, 2)
         errs.append(((qs - qr) ** 2 + (vs - vr) ** 2).mean().sqrt().item())
     orders = [math.log2(errs[i] / errs[i + 1]) for i in range(2)]
     assert all(3.8 < p < 4.3 for p in orders), (errs, orders)
     assert errs[-1] < 1e-8
     # the seed's solver family (solve_ivp) agrees with the reference to its tolerance
-    qs, vs = rollout_ode(TrueAcceleration(system), q0, v0, ts, method="DOP853", rtol=1e-12, atol=1e-12)
+    flow = rollout_ode(TrueAcceleration(system), q0, v0, ts, method="DOP853", rtol=1e-12, atol=1e-12)
+    qs, vs = flow.q, flow.v
     assert torch.allclose(qs, qr, rtol=0, atol=1e-9)
 
 
@@ -230,7 +235,8 @@ def test_rollouts_of_a_model_batched_and_divergent_trajectories_fail_alone():
             return q ** 3
 
     q0 = torch.tensor([[5.0], [0.01]])
-    qs, vs = rollout_ode(Explodes(), q0, torch.zeros_like(q0), torch.linspace(0, 3, 31), substeps=4)
+    flow = rollout_ode(Explodes(), q0, torch.zeros_like(q0), torch.linspace(0, 3, 31), substeps=4)
+    qs, vs = flow.q, flow.v
     assert torch.isnan(qs[-1, 0]).all() and torch.allclose(qs[-1, 1], torch.tensor([0.01]), rtol=1e-3)
     res = rollout_metrics(qs, vs, qs.nan_to_num(1.0), vs.nan_to_num(0.0), lambda q, v: (v ** 2 / 2).sum(-1))
     assert res["failed"] == 1 and res["states"] == 2 and res["mse_q"] == 0.0
@@ -239,10 +245,12 @@ def test_rollouts_of_a_model_batched_and_divergent_trajectories_fail_alone():
 def test_untrained_lnn_rollout_runs_and_hnn_rollout_in_canonical_coordinates():
     q0, v0 = random_initial_states("double_pendulum", 4, seed=0)
     ts = torch.linspace(0, 0.2, 3)
-    qs, vs = rollout_ode(LNN(2, 16, seed=0), q0, v0, ts)
+    flow = rollout_ode(LNN(2, 16, seed=0), q0, v0, ts)
+    qs, vs = flow.q, flow.v
     assert qs.shape == (3, 4, 2)
     p0, _ = canonical_data(DP, q0, v0)
-    qh, ph = rollout_ode(HNN(2, 16, seed=0), q0, p0, ts)
+    canonical = rollout_ode(HNN(2, 16, seed=0), q0, p0, ts)
+    qh, ph = canonical.q, canonical.p
     assert torch.isfinite(qh).all() and torch.isfinite(ph).all()
 
 
@@ -250,13 +258,15 @@ def test_variational_rollout_of_the_true_lagrangian():
     q0 = torch.tensor([[0.5, -0.3], [1.0, 0.2]])
     v0 = torch.tensor([[0.0, 0.5], [-0.3, 0.1]])
     h, steps = 0.01, 100
-    qs, vs, valid = rollout_variational(DP, q0, v0, h, steps)
-    qr, vr = reference_flow(DP, q0, v0, torch.arange(steps + 1) * h)
+    traj = rollout_variational(DP, q0, v0, h, steps)
+    qs, vs, valid = traj.q, traj.v, traj.valid
+    flow = reference_flow(DP, q0, v0, torch.arange(steps + 1) * h)
+    qr, vr = flow.q, flow.v
     assert valid.all() and qs.shape == (steps + 1, 2, 2)
     assert (qs - qr).abs().max() < 5e-3 and (vs - vr).abs().max() < 2e-2   # midpoint: O(h^2)
     # an nn.Module Lagrangian: parameters frozen during the rollout and restored afterwards
     w = Wrapped(DP)
-    qw, _, _ = rollout_variational(w, q0, v0, h, 10, velocities=False)
+    qw = rollout_variational(w, q0, v0, h, 10, velocities=False).q
     assert torch.allclose(qw, qs[:11], rtol=0, atol=1e-12)
     assert all(p.requires_grad for p in w.parameters())
 
@@ -317,7 +327,8 @@ def test_true_energy_is_conserved_by_the_reference_and_matches_bea():
     E = true_energy(THREE)
     Eb = true_energy(lambda q, v: THREE(q, v))
     assert torch.allclose(E(q0, v0), Eb(q0, v0), rtol=1e-12, atol=1e-12)
-    qs, vs = reference_flow(THREE, q0, v0, torch.linspace(0, 1, 5))
+    flow = reference_flow(THREE, q0, v0, torch.linspace(0, 1, 5))
+    qs, vs = flow.q, flow.v
     assert mse_energy(qs, vs, qs, vs, E).item() == 0.0
     assert mse_energy(qs, vs, qs, vs, E, reference="initial").item() < 1e-18
 

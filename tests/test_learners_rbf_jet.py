@@ -107,12 +107,12 @@ def test_velocities_through_jets_equal_autograd_path(model, order):
     (N = 2); the errors against the true velocities agree to 1e-9."""
     pend = integrators.systems.pendulum()
     q0, v0 = torch.tensor([[0.3]]), torch.zeros(1, 1)
-    qs = model.predict(q0, v0, 60)
+    qs = model.predict(q0, v0, 60).q
     q_std = model._to_standard(qs)
     fast = model._velocities_std(q_std, order, None)
     slow = model._velocities_std(q_std, order, None, jets=False)
     assert float((fast - slow).abs().max()) <= 1e-10 * float(slow.abs().max())
-    _, v_ref = reference_flow(pend, q0, v0, H * torch.arange(61, dtype=torch.float64))
+    v_ref = reference_flow(pend, q0, v0, H * torch.arange(61, dtype=torch.float64)).v
     err_fast = float((model._speed * fast - v_ref).abs().max())
     err_slow = float((model._speed * slow - v_ref).abs().max())
     assert err_fast < 1e-2 and abs(err_fast - err_slow) <= 1e-9
@@ -164,7 +164,7 @@ def test_velocities_through_jets_two_degrees_of_freedom():
     variables, on 13 predicted states; against the autograd path, measured 4.9e-12 relative (31 states)."""
     S = snapshots(integrators.systems.henon_heiles(), 0.1, 40, 5, seed=0)
     m = InverseModifiedLagrangianGP(0.1, lengthscale=0.5, noise=1e-8).fit(S)
-    qs = m.predict(torch.tensor([[0.1, -0.1]]), torch.tensor([[0.1, 0.15]]), 12)
+    qs = m.predict(torch.tensor([[0.1, -0.1]]), torch.tensor([[0.1, 0.15]]), 12).q
     q = m._to_standard(qs)
     fast, slow = m._velocities_std(q, 2, None), m._velocities_std(q, 2, None, jets=False)
     assert float((fast - slow).abs().max()) <= 1e-10 * float(slow.abs().max())

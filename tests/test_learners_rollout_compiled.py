@@ -15,7 +15,8 @@ from learners.neural.rollout import rollout_variational
 
 def _rollout(L, q0, v0, steps, mode, monkeypatch, h=0.05):
     monkeypatch.setattr(V, "DEFAULT_EXECUTION", mode)
-    return rollout_variational(L, q0, v0, h, steps, velocities=False)
+    traj = rollout_variational(L, q0, v0, h, steps, velocities=False)
+    return traj.q, traj.v, traj.valid
 
 
 @pytest.mark.parametrize("system", ["pendulum", "kepler"])

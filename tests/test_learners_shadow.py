@@ -44,7 +44,8 @@ def lsi(data):
 @pytest.fixture(scope="module")
 def reference(pendulum):
     q0, v0 = torch.tensor([[0.3]]), torch.zeros(1, 1)
-    q, v = reference_flow(pendulum, q0, v0, H * torch.arange(201, dtype=torch.float64))
+    flow = reference_flow(pendulum, q0, v0, H * torch.arange(201, dtype=torch.float64))
+    q, v = flow.q, flow.v
     return q0, v0, q, v
 
 
@@ -128,9 +129,10 @@ def test_two_degrees_of_freedom_batched(tmp_path):
     m = InverseModifiedLagrangianGP(0.1, progress=False).fit(S)
     q0 = torch.tensor([[0.1, -0.1], [0.0, 0.1], [-0.1, 0.05]])
     v0 = torch.tensor([[0.1, 0.15], [0.1, 0.0], [0.0, -0.1]])
-    qs = m.predict(q0, v0, 100)
+    qs = m.predict(q0, v0, 100).q
     assert qs.shape == (101, 3, 2)
-    q_ref, v_ref = reference_flow(hh, q0, v0, 0.1 * torch.arange(101, dtype=torch.float64))
+    flow = reference_flow(hh, q0, v0, 0.1 * torch.arange(101, dtype=torch.float64))
+    q_ref, v_ref = flow.q, flow.v
     assert max_trajectory_error(qs, q_ref) < 1e-4
     v = m.velocities(qs, order=2)
     assert v.shape == qs.shape
@@ -210,7 +212,7 @@ def test_float64_whatever_the_default_dtype(data):
     torch.set_default_dtype(torch.float32)
     try:
         m = InverseModifiedLagrangianGP(H, **FAST).fit(data[:20].float())
-        qs = m.predict([[0.3]], [[0.0]], 10)
+        qs = m.predict([[0.3]], [[0.0]], 10).q
         assert qs.dtype == torch.float64 and torch.get_default_dtype() == torch.float32
         assert m.lagrangian(torch.zeros(2, 1, requires_grad=True), torch.zeros(2, 1)).dtype == torch.float64
     finally:

@@ -204,7 +204,8 @@ def test_velocities_and_energies_along_positions(lsi, pendulum):
     from integrators import reference_flow
 
     q0, v0 = torch.tensor([[0.4]], dtype=torch.float64), torch.tensor([[0.1]], dtype=torch.float64)
-    q_ref, v_ref = reference_flow(pendulum, q0, v0, 0.5 * torch.arange(41, dtype=torch.float64))
+    flow = reference_flow(pendulum, q0, v0, 0.5 * torch.arange(41, dtype=torch.float64))
+    q_ref, v_ref = flow.q, flow.v
     v, sv = lsi.velocities(q_ref, 2, return_std=True, std_every=2)
     assert v.shape == sv.shape == (41, 1, 1)
     assert bool(torch.isnan(sv[1::2]).all()) and bool(torch.isfinite(sv[::2]).all())

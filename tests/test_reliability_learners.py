@@ -34,7 +34,7 @@ def data(pendulum):
 @pytest.fixture(scope="module")
 def reference(pendulum):
     q0, v0 = torch.tensor([[0.3], [-0.8]], dtype=torch.float64), torch.tensor([[0.0], [0.4]], dtype=torch.float64)
-    q, _ = reference_flow(pendulum, q0, v0, H * torch.arange(STEPS + 1, dtype=torch.float64))
+    q = reference_flow(pendulum, q0, v0, H * torch.arange(STEPS + 1, dtype=torch.float64)).q
     return q0, v0, q
 
 
@@ -54,7 +54,7 @@ def test_lsi_is_equivariant_under_a_change_of_units(lsi, data, reference, s, c):
     e1 = max_trajectory_error(lsi.predict(q0, v0, STEPS), q_ref)
     assert e1 < 1e-3  # the unscaled fit is good (measured 3.0e-4 over both orbits), so the comparison means something
     m = InverseModifiedLagrangianGP(H, **FAST).fit(data * s + c)
-    qs = m.predict(q0 * s + c, v0 * s, STEPS)
+    qs = m.predict(q0 * s + c, v0 * s, STEPS).q
     es = max_trajectory_error((qs - c) / s, q_ref)
     assert es <= 2 * e1, (es, e1)
     ls1, lss = lsi.hyperparameters["lengthscale"], m.hyperparameters["lengthscale"]
@@ -74,7 +74,7 @@ def test_fixed_lengthscale_is_in_the_data_units(data, reference):
     q0, v0, q_ref = reference
     e1 = max_trajectory_error(InverseModifiedLagrangianGP(H, lengthscale=[1.8, 4.0]).fit(data).predict(q0, v0, STEPS), q_ref)
     m = InverseModifiedLagrangianGP(H, lengthscale=[1.8e3, 4.0e3]).fit(data * 1e3)
-    e3 = max_trajectory_error(m.predict(q0 * 1e3, v0 * 1e3, STEPS) / 1e3, q_ref)
+    e3 = max_trajectory_error(m.predict(q0 * 1e3, v0 * 1e3, STEPS).q / 1e3, q_ref)
     assert e3 <= 2 * e1 and e1 < 1e-3
 
 
@@ -85,7 +85,8 @@ def test_far_prediction_warns_and_can_raise(lsi):
     residuals there is ~1e5 times its level on the data (threshold 100). Before the fix the only sign was a
     RuntimeWarning about Newton's rounding."""
     with pytest.warns(ExtrapolationWarning, match="leaves the data"):
-        q, std = lsi.predict([[50.0]], [[30.0]], 10, return_std=True)
+        far = lsi.predict([[50.0]], [[30.0]], 10, return_std=True)
+    q, std = far.q, far.std
     assert q.shape == std.shape == (11, 1, 1)
     assert torch.isnan(std[0]).all() and torch.isnan(std[-1]).all()
     assert float(std[1:-1].min()) > 100 * lsi.data_level()
@@ -104,16 +105,17 @@ def test_prediction_inside_the_data_is_quiet_and_reports_a_small_std(lsi, refere
     q0, v0, _ = reference
     with warnings.catch_warnings():
         warnings.simplefilter("error", ExtrapolationWarning)
-        q, std = lsi.predict(q0, v0, STEPS, return_std=True, on_extrapolation="raise")
+        pred = lsi.predict(q0, v0, STEPS, return_std=True, on_extrapolation="raise")
+    q, std = pred.q, pred.std
     assert std.shape == q.shape and bool(torch.isfinite(std[1:-1]).all())
     assert float(std[1:-1].max()) < 10 * lsi.data_level()
-    assert torch.equal(q, lsi.predict(q0, v0, STEPS))  # the check does not change the prediction
+    assert torch.equal(q, lsi.predict(q0, v0, STEPS).q)  # the check does not change the prediction
 
 
 def test_returned_std_scales_with_the_units(lsi, data):
     m = InverseModifiedLagrangianGP(H, **FAST).fit(data * 1e3)
-    _, s1 = lsi.predict([[0.3]], [[0.0]], 20, return_std=True)
-    _, s3 = m.predict([[300.0]], [[0.0]], 20, return_std=True)
+    s1 = lsi.predict([[0.3]], [[0.0]], 20, return_std=True).std
+    s3 = m.predict([[300.0]], [[0.0]], 20, return_std=True).std
     assert torch.allclose(s3[1:-1] / 1e3, s1[1:-1], rtol=1e-3)
 
 
@@ -168,12 +170,12 @@ def test_no_process_global_settings_are_touched(data, monkeypatch):
     def work():
         try:
             m = InverseModifiedLagrangianGP(H, **FAST).fit(data[:20].float())
-            qs = m.predict([[0.3]], [[0.0]], 10)
+            qs = m.predict([[0.3]], [[0.0]], 10).q
             out["q"], out["v"] = qs, m.velocities(qs)
             out["L"] = m.lagrangian(torch.zeros(2, 1, requires_grad=True), torch.zeros(2, 1))
             integ = integrators.VariationalIntegrator(integrators.systems.pendulum(), H)
             out["ref"] = integ.solve(torch.zeros(3, 1, dtype=torch.float32), torch.ones(3, 1, dtype=torch.float32), 20).q
-            out["flow"] = reference_flow(integrators.systems.pendulum(), [[0.1]], [[0.0]], [0.0, 0.5])[0]
+            out["flow"] = reference_flow(integrators.systems.pendulum(), [[0.1]], [[0.0]], [0.0, 0.5]).q
         except Exception as err:  # pragma: no cover - reported below
             errors.append(err)
 

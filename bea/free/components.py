@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 from typing import Dict, List, Optional
 
+from ..errors import BeaValueError, InternalError
 from ..derive import Raw
 from ..hseries import Poly, Q, padd, pmul
 from ..jets import Jets
@@ -40,7 +41,7 @@ class _Expander:
             return [self._accel(i) for i in range(n)]
         if c == UPPER:
             return [J.W_poly(i, free) for i in range(n)]
-        raise ValueError(f"internal: cannot expand leaf {c} into components")
+        raise InternalError(f"internal: cannot expand leaf {c} into components")
 
     def _accel(self, i: int) -> Poly:
         r""":math:`A_i = \sum_j (M^{-1})_{ij} (L_{q_j} - \sum_k L_{q_k v_j} v_k)`."""
@@ -81,13 +82,13 @@ class _Expander:
         tr = self.forest.trees[t]
         if tr[0] == 3:
             if tr[1] not in (V, A):
-                raise ValueError("internal: a bare jet in a result")
+                raise InternalError("internal: a bare jet in a result")
             res = {(self.J.vel(free),): Q(1)} if tr[1] == V else self._accel(free)
         else:
             g = decode(tr)
             ups = find_leaf(g, UPPER)
             if find_leaf(g, OPEN):
-                raise ValueError("internal: a covector in a result")
+                raise InternalError("internal: a covector in a result")
             if ups:
                 x, s = ups[0]
                 res = _sum(pmul(self.J.W_poly(free, j), self._value(g, x, s, j, free), self.J.rules) for j in range(self.n))
@@ -121,7 +122,7 @@ def to_components(raw: FreeRaw, n: int, jets: Optional[Jets] = None) -> Raw:
     """The component form of a dimension-free result in dimension ``n``."""
     J = jets or Jets(n)
     if J.n != n:
-        raise ValueError(f"jets of dimension {J.n} given for n={n}")
+        raise BeaValueError(f"jets of dimension {J.n} given for n={n}")
     ex = _Expander(J, raw.forest)
     coeffs: Dict[int, object] = {}
     for k, p in raw.coeffs.items():

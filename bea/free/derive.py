@@ -35,7 +35,7 @@ from typing import Dict, List, Optional
 
 from ..derive import KINDS, _mesh_weights, evaluate_scheme, mesh_lambda
 from ..hseries import EXACT, HSeries, Poly, Q
-from ..errors import InconsistentSchemeError, UnsupportedSchemeError
+from ..errors import BeaValueError, InconsistentSchemeError, UnsupportedSchemeError
 from ..schemes import Scheme
 from .algebra import Algebra, lagrangian_at
 from .shift import Shift
@@ -306,6 +306,6 @@ def derive_free(scheme: Scheme, kind: str, order: int, derivation: Optional[Free
     elif kind == "inverse_modified_lagrangian":
         s = d.inverse_modified_lagrangian(order)
     else:
-        raise ValueError(f"unknown derivation {kind!r}; one of {KINDS}")
+        raise BeaValueError(f"unknown derivation {kind!r}; one of {KINDS}")
     coeffs = {k: s[k] for k in range(order + 1)}
     return FreeRaw(kind, d.forest, order, coeffs, d.symmetric)

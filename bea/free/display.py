@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Optional
 
 from .trees import OPEN, UPPER, V, A, Graph, Tree, decode, find_leaf
+from ..errors import InternalError
 
 
 def _leaf(code: int, latex: bool) -> str:
@@ -30,7 +31,7 @@ def _leaf(code: int, latex: bool) -> str:
         if latex:
             return r"\ddot q" if code == 2 else (r"\dddot q" if code == 3 else f"q^{{({code})}}")
         return "q" + "'" * code
-    raise ValueError(f"leaf {code} has no name")
+    raise InternalError(f"leaf {code} has no name")
 
 
 _JOIN, _JOIN_LATEX = "~", r"\sim"

@@ -32,7 +32,7 @@ from typing import Dict, List, Tuple
 import torch
 
 from ..autodiff import _evaluate, check_regular, check_state
-from ..errors import NotRegularError
+from ..errors import BeaTypeError, BeaValueError, InternalError, NotRegularError
 from ..hseries import Poly
 from .trees import A, UPPER, V, Tree
 
@@ -154,7 +154,7 @@ class _Point:
                 return _DIR_W
             if ch[1] == A:
                 return _DIR_A
-            raise ValueError(f"internal: leaf {ch[1]} cannot be evaluated")
+            raise InternalError(f"internal: leaf {ch[1]} cannot be evaluated")
         i = self.dir_ids.get(ch)
         if i is None:
             i = len(self.dir_ids) + 3
@@ -191,7 +191,7 @@ class _Point:
         """Scalar tree ``(B,)``; vector tree ``(B, n)``."""
         if t[0] == 3:
             if t[1] not in (V, A):
-                raise ValueError("internal: a bare jet cannot be evaluated")
+                raise InternalError("internal: a bare jet cannot be evaluated")
             return self.v if t[1] == V else self.accel()
         h = _height(t, self.heights)
         val = self.phi(h, self._prefix(t[1], t[2]))
@@ -214,19 +214,19 @@ def _has_upper(t: tuple) -> bool:
 def _check_step(h, batch_shape: torch.Size, like: torch.Tensor):
     if isinstance(h, torch.Tensor):
         if not h.is_floating_point():
-            raise TypeError(f"h must be a floating-point number or tensor, got a tensor of dtype {h.dtype}")
+            raise BeaTypeError(f"h must be a floating-point number or tensor, got a tensor of dtype {h.dtype}")
         try:
             shape = torch.broadcast_shapes(h.shape, batch_shape)
         except RuntimeError:
             shape = None
         if shape != batch_shape:
-            raise ValueError(
+            raise BeaValueError(
                 f"h has shape {tuple(h.shape)}, which does not broadcast to the batch shape {tuple(batch_shape)} of q "
                 "(h is a number, a 0-d tensor, or one step per state)"
             )
         return h.to(like.dtype).expand(batch_shape).reshape(-1)
     if isinstance(h, bool) or not isinstance(h, Real):
-        raise TypeError(f"h must be a real number or a tensor, got {type(h).__name__} {h!r}")
+        raise BeaTypeError(f"h must be a real number or a tensor, got {type(h).__name__} {h!r}")
     return float(h)
 
 
@@ -255,7 +255,7 @@ class TreeFunction:
 
     def __call__(self, L, q: torch.Tensor, v: torch.Tensor, h) -> torch.Tensor:
         if not callable(L):
-            raise TypeError(f"L must be a callable L(q, v) -> tensor, got {type(L).__name__}")
+            raise BeaTypeError(f"L must be a callable L(q, v) -> tensor, got {type(L).__name__}")
         check_state(q, v)
         batch = q.shape[:-1]
         n = q.shape[-1]

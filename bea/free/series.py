@@ -14,6 +14,7 @@ from typing import Callable, Dict, Optional
 
 import sympy
 
+from ..errors import BeaTypeError, BeaValueError, SeriesError
 from ..series import MAX_TERMS, H, Series, more_terms, shorten
 from ..symbolic import Frame
 from .components import to_components
@@ -92,21 +93,21 @@ class FreeSeries(Series):
 
     def coefficient(self, k: int):
         if k > self.order:
-            raise ValueError(f"this series was truncated at h^{self.order}; h^{k} is not known")
+            raise SeriesError(f"this series was truncated at h^{self.order}; h^{k} is not known")
         return self.coefficients.get(k, sympy.S.Zero)
 
     def truncate(self, order: int) -> "FreeSeries":
         if not isinstance(order, int) or order < 0:
-            raise ValueError(f"order must be a non-negative integer, got {order!r}")
+            raise BeaValueError(f"order must be a non-negative integer, got {order!r}")
         if order > self.order:
-            raise ValueError(f"cannot truncate at h^{order}: the series is only known to h^{self.order}")
+            raise SeriesError(f"cannot truncate at h^{order}: the series is only known to h^{self.order}")
         r = self._free
         return FreeSeries(FreeRaw(r.kind, r.forest, order, {k: p for k, p in r.coeffs.items() if k <= order}, r.symmetric), self.scheme)
 
     def components(self, n: int) -> Series:
         """The same series written in components for dimension ``n`` (a component :class:`Series`)."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"n must be a positive integer, got {n!r}")
+            raise BeaValueError(f"n must be a positive integer, got {n!r}")
         return Series(to_components(self._free, n), self.scheme, Frame.generic_frame(n))
 
     # ------------------------------------------------------------------ display
@@ -135,7 +136,7 @@ class FreeSeries(Series):
     # ------------------------------------------------------------------ torch
     @property
     def source(self) -> str:
-        raise TypeError("a dimension-free series is evaluated from its trees; there is no generated source")
+        raise BeaTypeError("a dimension-free series is evaluated from its trees; there is no generated source")
 
     def to_torch(self) -> Callable:
         """``f(L, q, v, h)`` for ``q, v`` of shape ``(..., n)`` with any ``n`` (see :class:`TreeFunction`)."""

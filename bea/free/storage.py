@@ -11,6 +11,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any, Dict, List
 
+from ..errors import CacheFormatError
 from ..hseries import Q
 from .derive import FreeRaw
 from .trees import A, UPPER, V, Forest, canonical, decode
@@ -24,35 +25,35 @@ def _to_json(t: tuple) -> list:
 
 def _check_child(x: Any) -> tuple:
     if not isinstance(x, list) or not x or x[0] not in (0, 1):
-        raise ValueError("malformed tree child")
+        raise CacheFormatError("malformed tree child")
     if x[0] == 0:
         if len(x) != 2 or type(x[1]) is not int or x[1] not in _VALID_LEAVES:
-            raise ValueError("malformed leaf")
+            raise CacheFormatError("malformed leaf")
         return (0, x[1])
     if len(x) != 4 or x[1] not in (0, 1):
-        raise ValueError("malformed edge")
+        raise CacheFormatError("malformed edge")
     return (1, x[1], _check_group(x[2]), _check_group(x[3]))
 
 
 def _check_group(g: Any) -> tuple:
     if not isinstance(g, list) or len(g) > 64:
-        raise ValueError("malformed slot group")
+        raise CacheFormatError("malformed slot group")
     return tuple(_check_child(c) for c in g)
 
 
 def tree_from_json(x: Any) -> tuple:
     if not isinstance(x, list) or not x:
-        raise ValueError("malformed tree")
+        raise CacheFormatError("malformed tree")
     if x[0] == 3:
         if len(x) != 2 or x[1] not in (V, A):
-            raise ValueError("malformed bare vector")
+            raise CacheFormatError("malformed bare vector")
         return (3, x[1])
     if x[0] != 2 or len(x) != 3:
-        raise ValueError("malformed tree root")
+        raise CacheFormatError("malformed tree root")
     t = (2, _check_group(x[1]), _check_group(x[2]))
     (canon,) = canonical(decode(t)) or [None]  # a stored tree must already be canonical
     if canon != t:
-        raise ValueError("stored tree is not in canonical form")
+        raise CacheFormatError("stored tree is not in canonical form")
     return t
 
 
@@ -73,7 +74,7 @@ def encode(raw: FreeRaw) -> Dict[str, Any]:
 
 def decode_raw(data: Dict[str, Any]) -> FreeRaw:
     if not isinstance(data, dict):
-        raise ValueError("malformed entry")
+        raise CacheFormatError("malformed entry")
     forest = Forest()
     ids: List[int] = [forest.id(tree_from_json(t)) for t in data["trees"]]
     coeffs: Dict[int, dict] = {}
@@ -81,11 +82,11 @@ def decode_raw(data: Dict[str, Any]) -> FreeRaw:
         poly = {}
         for m, c in terms:
             if not isinstance(c, str):
-                raise ValueError("malformed coefficient")
+                raise CacheFormatError("malformed coefficient")
             frac = Fraction(c)
             poly[tuple(sorted(ids[i] for i in m))] = Q(frac.numerator, frac.denominator)
         coeffs[int(k)] = poly
     order = data["order"]
     if type(order) is not int or sorted(coeffs) != list(range(order + 1)):
-        raise ValueError("malformed coefficient table")
+        raise CacheFormatError("malformed coefficient table")
     return FreeRaw(str(data["kind"]), forest, order, coeffs, bool(data["symmetric"]))

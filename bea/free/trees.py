@@ -43,6 +43,7 @@ complete -- and the terms are far fewer, since every :math:`A` stands for two tr
 from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
+from ..errors import InternalError
 
 V = 1
 A = 102
@@ -54,7 +55,7 @@ Graph = List[list]  # list of nodes; node = list of [kind, content]
 Tree = tuple
 
 
-class TreeError(ArithmeticError):
+class TreeError(InternalError, ArithmeticError):
     """Internal inconsistency of a tree computation (a bug, not bad input)."""
 
 

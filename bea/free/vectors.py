@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Dict, List
 
+from ..errors import InconsistentSchemeError, SeriesError, UnsupportedSchemeError
 from ..hseries import EXACT, ONE, HSeries, Q, to_rational
 
 POSITION = 0
@@ -57,7 +58,7 @@ class VecSeries:
 
     def __getitem__(self, k: int) -> Dict[int, object]:
         if k > self.order:
-            raise ValueError(f"vector series known only to h^{self.order}")
+            raise SeriesError(f"vector series known only to h^{self.order}")
         return self.c[k] if k < len(self.c) else {}
 
     def _same(self, o: "VecSeries", sign) -> "VecSeries":
@@ -87,7 +88,7 @@ class VecSeries:
     def _scale_series(self, s: HSeries) -> "VecSeries":
         for p in s.c:
             if any(m != ONE for m in p):
-                raise TypeError("a position can only be multiplied by numbers and powers of h, not by L")
+                raise UnsupportedSchemeError("a position can only be multiplied by numbers and powers of h, not by L")
         vs = s.valuation()
         if vs == EXACT:
             return VecSeries([], EXACT)
@@ -123,9 +124,9 @@ class VecSeries:
                 raise ZeroDivisionError("division of a position by a zero series")
             lead = o.c[k]
             if list(lead) != [ONE] or len(o.c) > k + 1:
-                raise ValueError("a position can only be divided by a number times a power of h")
+                raise SeriesError("a position can only be divided by a number times a power of h")
             if any(self.c[j] for j in range(min(k, len(self.c)))):
-                raise ValueError(
+                raise InconsistentSchemeError(
                     f"cannot divide by h^{k}: the argument has a term of lower order in h "
                     "(is the discrete Lagrangian consistent?)"
                 )

@@ -34,6 +34,8 @@ import torch
 from integrators import reference_flow, systems
 from integrators.reference import acceleration_function
 
+from bea.errors import BeaValueError
+
 __all__ = [
     "AccelerationData",
     "pendulum_initial_states",
@@ -69,13 +71,13 @@ class AccelerationData(NamedTuple):
 
 def _count(x, what: str) -> int:
     if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < 1:
-        raise ValueError(f"{what} must be a positive integer, got {x!r}")
+        raise BeaValueError(f"{what} must be a positive integer, got {x!r}")
     return int(x)
 
 
 def _positive(x, what: str) -> float:
     if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
-        raise ValueError(f"{what} must be a positive number, got {x!r}")
+        raise BeaValueError(f"{what} must be a positive number, got {x!r}")
     return float(x)
 
 
@@ -86,7 +88,7 @@ def pendulum_initial_states(n: int, n_traj: int, seed: Optional[int] = 0, max_ve
     :math:`U(-\text{max\_velocity}, \text{max\_velocity})`."""
     n, n_traj = _count(n, "n"), _count(n_traj, "n_traj")
     if not max_velocity >= 0:
-        raise ValueError(f"max_velocity must be >= 0, got {max_velocity!r}")
+        raise BeaValueError(f"max_velocity must be >= 0, got {max_velocity!r}")
     rng = np.random.default_rng(seed)
     lo, hi = float(angle_range[0]), float(angle_range[1])
     q = rng.uniform(lo, hi, size=(n_traj, n))
@@ -100,10 +102,10 @@ def body_initial_states(n: int, n_traj: int, seed: Optional[int] = 0, G: float =
     rotating polygon of the module docstring."""
     n, n_traj = _count(n, "n"), _count(n_traj, "n_traj")
     if n < 2:
-        raise ValueError(f"the N-body data need n >= 2 bodies, got {n}")
+        raise BeaValueError(f"the N-body data need n >= 2 bodies, got {n}")
     G, speed = _positive(G, "G"), _positive(speed, "speed")
     if not 0 < min_radius <= max_radius:
-        raise ValueError(f"need 0 < min_radius <= max_radius, got {min_radius}, {max_radius}")
+        raise BeaValueError(f"need 0 < min_radius <= max_radius, got {min_radius}, {max_radius}")
     rng = np.random.default_rng(seed)
     phi0 = rng.uniform(0, 2 * math.pi, size=n_traj)
     r = rng.uniform(min_radius, max_radius, size=n_traj)
@@ -130,9 +132,10 @@ def _samples(system, q0, v0, t_max: float, rate: float, n_samples: Optional[int]
     t_max, rate = _positive(t_max, "t_max"), _positive(rate, "rate")
     steps = int(round(t_max * rate))
     if steps < 1:
-        raise ValueError(f"t_max * rate must be >= 1, got {t_max} * {rate}")
+        raise BeaValueError(f"t_max * rate must be >= 1, got {t_max} * {rate}")
     times = torch.linspace(0.0, t_max, steps + 1, dtype=torch.float64)
-    qs, vs = reference_flow(system, q0, v0, times)  # (T, B, n)
+    flow = reference_flow(system, q0, v0, times)
+    qs, vs = flow.q, flow.v  # (T, B, n)
     T, B, n = qs.shape
     q = qs.transpose(0, 1).reshape(-1, n)
     v = vs.transpose(0, 1).reshape(-1, n)
@@ -146,7 +149,7 @@ def _samples(system, q0, v0, t_max: float, rate: float, n_samples: Optional[int]
         data = data.subset(slice(0, n_samples))
     for name, x in zip(data._fields, data):
         if not bool(torch.isfinite(x.double() if x.dtype != torch.long else x.double()).all()):
-            raise ValueError(f"the generated {name} contains non-finite values (a near-collision?): change seed or the sampling ranges")
+            raise BeaValueError(f"the generated {name} contains non-finite values (a near-collision?): change seed or the sampling ranges")
     return data
 
 
@@ -196,7 +199,7 @@ def three_body_data(n_traj: Optional[int] = None, **kwargs) -> AccelerationData:
 def _snapshots(system, q0, v0, n_steps: int, h: float, return_initial: bool):
     n_steps, h = _count(n_steps, "n_steps"), _positive(h, "h")
     times = h * torch.arange(n_steps + 1, dtype=torch.float64)
-    qs, _ = reference_flow(system, q0, v0, times)
+    qs = reference_flow(system, q0, v0, times).q
     S = qs.transpose(0, 1).contiguous()  # (n_traj, n_steps + 1, n)
     return (S, (q0, v0)) if return_initial else S
 

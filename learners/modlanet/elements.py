@@ -30,6 +30,8 @@ from typing import Callable, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
+from bea.errors import BeaTypeError, BeaValueError
+
 from ..neural.mlp import MLP, positive_int
 from ..saving import recorded, register
 
@@ -94,7 +96,7 @@ class AngleOnRod(Transform):
         super().__init__()
         length = float(length)
         if not math.isfinite(length) or length <= 0:
-            raise ValueError(f"the rod length must be a positive number, got {length}")
+            raise BeaValueError(f"the rod length must be a positive number, got {length}")
         self.in_dim, self.out_dim = 1, 2
         log_len = torch.tensor(math.log(length), dtype=DTYPE)
         if learn_length:
@@ -160,7 +162,7 @@ class CallableTransform(Transform):
     def __init__(self, fn: Callable[[torch.Tensor], torch.Tensor], in_dim: int, out_dim: int):
         super().__init__()
         if not callable(fn):
-            raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+            raise BeaTypeError(f"fn must be callable, got {type(fn).__name__}")
         self.fn = fn
         self.in_dim, self.out_dim = positive_int(in_dim, "in_dim"), positive_int(out_dim, "out_dim")
 
@@ -208,7 +210,7 @@ class FixedCell(nn.Module):
     def __init__(self, fn: Callable[..., torch.Tensor]):
         super().__init__()
         if not callable(fn):
-            raise TypeError(f"a potential cell must be callable, got {type(fn).__name__}")
+            raise BeaTypeError(f"a potential cell must be callable, got {type(fn).__name__}")
         self.fn = fn
 
     def forward(self, *x):
@@ -256,14 +258,14 @@ def as_cell(cell, kind: str, dim: int, hidden: int, layers: int, activation: str
         return None
     if isinstance(cell, str):
         if cell != "mlp":
-            raise ValueError(f"{kind} must be 'mlp', None, an nn.Module or a callable, got {cell!r}")
+            raise BeaValueError(f"{kind} must be 'mlp', None, an nn.Module or a callable, got {cell!r}")
         cls = PotentialCell if kind == "potential" else PairCell
         return cls(dim, hidden, layers, activation, generator)
     if isinstance(cell, nn.Module):
         return cell
     if callable(cell):
         return FixedCell(cell)
-    raise TypeError(f"{kind} must be 'mlp', None, an nn.Module or a callable, got {type(cell).__name__}")
+    raise BeaTypeError(f"{kind} must be 'mlp', None, an nn.Module or a callable, got {type(cell).__name__}")
 
 
 def check_transforms(transforms, n: int, dim: int) -> Tuple[Optional[Transform], Optional[Sequence[Transform]]]:
@@ -273,16 +275,16 @@ def check_transforms(transforms, n: int, dim: int) -> Tuple[Optional[Transform],
     elif isinstance(transforms, (list, tuple, nn.ModuleList)):
         items, shared = list(transforms), None
         if len(items) != n:
-            raise ValueError(f"give one transform per element: {n} elements (len(parents)), got {len(items)} transforms; "
+            raise BeaValueError(f"give one transform per element: {n} elements (len(parents)), got {len(items)} transforms; "
                              f"or pass a single Transform shared by all elements")
     else:
-        raise TypeError(f"transforms must be a Transform (shared) or a list of Transforms (one per element), "
+        raise BeaTypeError(f"transforms must be a Transform (shared) or a list of Transforms (one per element), "
                         f"got {type(transforms).__name__}")
     for k, t in enumerate(items):
         if not isinstance(t, Transform):
-            raise TypeError(f"transform {k} must be a learners.modlanet.elements.Transform (wrap a function in CallableTransform), "
+            raise BeaTypeError(f"transform {k} must be a learners.modlanet.elements.Transform (wrap a function in CallableTransform), "
                             f"got {type(t).__name__}")
         if t.out_dim != dim:
-            raise ValueError(f"dimension mismatch: transform {k} ({type(t).__name__}) maps to R^{t.out_dim}, but the model's "
+            raise BeaValueError(f"dimension mismatch: transform {k} ({type(t).__name__}) maps to R^{t.out_dim}, but the model's "
                              f"global dimension is dim={dim}; build the model with dim={t.out_dim} or use a transform with out_dim={dim}")
     return shared, (None if shared is not None else items)

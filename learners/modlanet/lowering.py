@@ -39,6 +39,7 @@ from typing import List, Tuple
 import numpy as np
 import torch
 
+from bea.errors import BeaRuntimeError
 from integrators.compiled import MAX_N, CLagrangian, NotLowerable
 
 from ..neural.mlp import MLP
@@ -152,7 +153,7 @@ def c_lagrangian(model) -> CLagrangian:
     def refresh() -> np.ndarray:
         now, current = plan(model)
         if now != structure:
-            raise RuntimeError("the ModLaNet's structure (elements, cells, layer sizes or activations) changed after it "
+            raise BeaRuntimeError("the ModLaNet's structure (elements, cells, layer sizes or activations) changed after it "
                                "was lowered to C; build a new VariationalIntegrator for the changed model")
         return pack(current)
 

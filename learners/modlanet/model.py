@@ -33,6 +33,7 @@ from typing import List, Optional, Sequence, Union
 import torch
 from torch import nn
 
+from bea.errors import BeaValueError, NotRegularError
 from integrators._checks import check_states
 
 from ..neural.baselines import euler_lagrange_acceleration
@@ -48,21 +49,21 @@ def check_parents(parents) -> List[int]:
     for the global origin) and return a traversal order, parents before children. ``ValueError`` for an
     index out of range, a self-loop or a cycle."""
     if isinstance(parents, (str, bytes)) or not hasattr(parents, "__len__"):
-        raise ValueError(f"parents must be a list of integers (-1 = attached to the origin), got {parents!r}")
+        raise BeaValueError(f"parents must be a list of integers (-1 = attached to the origin), got {parents!r}")
     ps = list(parents)
     n = len(ps)
     if n == 0:
-        raise ValueError("parents is empty: a ModLaNet needs at least one element, e.g. parents=[-1]")
+        raise BeaValueError("parents is empty: a ModLaNet needs at least one element, e.g. parents=[-1]")
     for i, p in enumerate(ps):
         if isinstance(p, bool) or not isinstance(p, (int,)) and not (hasattr(p, "__index__")):
-            raise ValueError(f"parents[{i}] must be an integer, got {p!r}")
+            raise BeaValueError(f"parents[{i}] must be an integer, got {p!r}")
         p = int(p)
         ps[i] = p
         if p < -1 or p >= n:
-            raise ValueError(f"invalid parent list: parents[{i}] = {p} is out of range for {n} elements; use -1 (the origin) "
+            raise BeaValueError(f"invalid parent list: parents[{i}] = {p} is out of range for {n} elements; use -1 (the origin) "
                              f"or the index 0..{n - 1} of another element")
         if p == i:
-            raise ValueError(f"invalid parent list: element {i} is its own parent; use -1 to attach it to the origin")
+            raise BeaValueError(f"invalid parent list: element {i} is its own parent; use -1 to attach it to the origin")
     order: List[int] = []
     state = [0] * n  # 0 unvisited, 1 on the current path, 2 done
     for start in range(n):
@@ -74,7 +75,7 @@ def check_parents(parents) -> List[int]:
             i = ps[i]
         if i != -1 and state[i] == 1:
             cyc = path[path.index(i):]
-            raise ValueError(f"invalid parent list: the elements {cyc} form a cycle ({' -> '.join(map(str, cyc + [cyc[0]]))}); "
+            raise BeaValueError(f"invalid parent list: the elements {cyc} form a cycle ({' -> '.join(map(str, cyc + [cyc[0]]))}); "
                              f"a computation tree needs every chain of parents to end at -1 (the origin)")
         for j in reversed(path):
             state[j] = 2
@@ -85,12 +86,12 @@ def check_parents(parents) -> List[int]:
 def _positive_list(values, n: int, what: str) -> List[float]:
     vals = [values] * n if isinstance(values, (int, float)) else list(values)
     if len(vals) != n:
-        raise ValueError(f"give one {what} per element: {n} elements, got {len(vals)}")
+        raise BeaValueError(f"give one {what} per element: {n} elements, got {len(vals)}")
     out = []
     for v in vals:
         v = float(v)
         if not math.isfinite(v) or v <= 0:
-            raise ValueError(f"every {what} must be a positive finite number, got {v}")
+            raise BeaValueError(f"every {what} must be a positive finite number, got {v}")
         out.append(v)
     return out
 
@@ -128,7 +129,7 @@ class ModLaNet(nn.Module, SavableModule):
         self.parents = [int(p) for p in parents]
         N = len(self.parents)
         if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
-            raise ValueError(f"dim must be a positive integer (the dimension of the global frame), got {dim!r}")
+            raise BeaValueError(f"dim must be a positive integer (the dimension of the global frame), got {dim!r}")
         self.dim = dim
         shared, per = check_transforms(transforms, N, dim)
         self.transform = shared
@@ -145,7 +146,7 @@ class ModLaNet(nn.Module, SavableModule):
         m = _positive_list(masses, N, "mass")
         if fixed_mass is not None:
             if isinstance(fixed_mass, bool) or not isinstance(fixed_mass, int) or not 0 <= fixed_mass < N:
-                raise ValueError(f"fixed_mass must be an element index 0..{N - 1} or None, got {fixed_mass!r}")
+                raise BeaValueError(f"fixed_mass must be an element index 0..{N - 1} or None, got {fixed_mass!r}")
         self.fixed_mass = fixed_mass
         self.learn_masses = bool(learn_masses)
         logm = torch.tensor([math.log(x) for x in m], dtype=DTYPE)
@@ -180,7 +181,7 @@ class ModLaNet(nn.Module, SavableModule):
         The true Lagrangian (masses 1, ``g = 9.8``): ``pendulum_chain(n, transform="rod",
         potential=UniformGravity(9.8), pair=None, learn_masses=False, learn_weights=False)``."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"n must be a positive integer (number of pendula), got {n!r}")
+            raise BeaValueError(f"n must be a positive integer (number of pendula), got {n!r}")
         if transform == "rod":
             ts: Union[Transform, List[Transform]] = [AngleOnRod(length) for length in _positive_list(lengths, n, "length")]
         elif transform == "mlp":
@@ -190,7 +191,7 @@ class ModLaNet(nn.Module, SavableModule):
         elif isinstance(transform, Transform):
             ts = transform
         else:
-            raise ValueError(f"transform must be 'mlp', 'rod' or a Transform, got {transform!r}")
+            raise BeaValueError(f"transform must be 'mlp', 'rod' or a Transform, got {transform!r}")
         return cls([-1] + list(range(n - 1)), ts, 2, **kwargs)
 
     @classmethod
@@ -200,7 +201,7 @@ class ModLaNet(nn.Module, SavableModule):
         ``n = 3``. The true gravitational Lagrangian (``G = 1``, masses 1):
         ``bodies(n, potential=None, pair=NewtonianPair(1.0), learn_masses=False, learn_weights=False)``."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"n must be a positive integer (number of bodies), got {n!r}")
+            raise BeaValueError(f"n must be a positive integer (number of bodies), got {n!r}")
         return cls([-1] * n, Identity(dim), dim, **kwargs)
 
     # ------------------------------------------------------------------ structure
@@ -311,17 +312,15 @@ class ModLaNet(nn.Module, SavableModule):
             bad = ~torch.isfinite(t.detach())
             if bool(bad.any()):
                 idx = tuple(int(i) for i in torch.nonzero(bad)[0])
-                raise ValueError(f"{name} contains {int(bad.sum())} non-finite value(s) (NaN or inf), the first at index {idx}; "
+                raise BeaValueError(f"{name} contains {int(bad.sum())} non-finite value(s) (NaN or inf), the first at index {idx}; "
                                  f"remove or repair those states")
         try:
             return euler_lagrange_acceleration(self, q, v, create_graph=create_graph)
-        except ValueError as err:
-            if "not regular" not in str(err):
-                raise
+        except NotRegularError as err:
             self._singular_mass(err)
 
-    def _singular_mass(self, err: ValueError) -> None:
-        raise ValueError(
+    def _singular_mass(self, err: NotRegularError) -> None:
+        raise NotRegularError(
             f"singular mass matrix d^2L/dv^2 ({err}). The kinetic energy sum_i m_i |J_T(q_i) qdot_i|^2/2 "
             f"lost rank: a learned transform with a vanishing Jacobian, or a mass that underflowed (masses = "
             f"{[round(float(m), 6) for m in self.masses.detach()]}). Use a given transform (AngleOnRod/Identity), re-initialise "
@@ -339,7 +338,7 @@ class ModLaNet(nn.Module, SavableModule):
         (``[-1, 0, 1, …]``) continues as a chain, free elements (all ``-1``) stay free; any other tree
         needs ``parents``."""
         if isinstance(n_elements, bool) or not isinstance(n_elements, int) or n_elements < 1:
-            raise ValueError(f"n_elements must be a positive integer, got {n_elements!r}")
+            raise BeaValueError(f"n_elements must be a positive integer, got {n_elements!r}")
         N = self.n_elements
         if parents is None:
             if self.parents == [-1] + list(range(N - 1)):
@@ -347,11 +346,11 @@ class ModLaNet(nn.Module, SavableModule):
             elif all(p == -1 for p in self.parents):
                 parents = [-1] * n_elements
             else:
-                raise ValueError(f"this model's tree {self.parents} is neither a chain nor free elements: give parents= "
+                raise BeaValueError(f"this model's tree {self.parents} is neither a chain nor free elements: give parents= "
                                  f"for the {n_elements}-element system")
         parents = list(parents)
         if len(parents) != n_elements:
-            raise ValueError(f"parents has {len(parents)} entries for n_elements={n_elements}")
+            raise BeaValueError(f"parents has {len(parents)} entries for n_elements={n_elements}")
         check_parents(parents)
         if self.transform is not None:
             ts: Union[Transform, List[Transform]] = copy.deepcopy(self.transform)

@@ -23,6 +23,7 @@ from __future__ import annotations
 from math import factorial
 from typing import List
 
+from bea.errors import BeaRuntimeError
 from integrators._taylor_c import header, monomials, size
 from integrators.compiled import NotLowerable
 from integrators.series_c import CTaylor
@@ -247,7 +248,7 @@ def c_taylor(model, order: int) -> CTaylor:
     def refresh():
         now, current = plan(model)
         if now != structure:
-            raise RuntimeError("the ModLaNet's structure (elements, cells, layer sizes or activations) changed after it "
+            raise BeaRuntimeError("the ModLaNet's structure (elements, cells, layer sizes or activations) changed after it "
                                "was lowered to C; build a new VariationalIntegrator for the changed model")
         return pack(current)
 

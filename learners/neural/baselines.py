@@ -41,25 +41,14 @@ import torch
 from torch import nn
 
 from bea.autodiff import check_regular
+from bea.errors import BeaTypeError, BeaValueError
 from integrators._checks import check_states
 
 from .mlp import MLP, positive_int
 from ..saving import SavableModule, recorded, register
 
-__all__ = [
-    "MLP",
-    "LNN",
-    "HNN",
-    "MLPBaseline",
-    "euler_lagrange_acceleration",
-    "canonical_data",
-    "VectorFieldModel",
-    "vector_field_data",
-    "parameter_count",
-    "paper_baseline",
-    "PAPER_WIDTHS",
-    "PAPER_PARAMETERS",
-]
+__all__ = ["MLP", "LNN", "HNN", "MLPBaseline", "euler_lagrange_acceleration", "canonical_data", "VectorFieldModel",
+           "vector_field_data", "parameter_count", "paper_baseline", "PAPER_WIDTHS", "PAPER_PARAMETERS"]
 
 #: hidden widths of the paper's code (YupuLu/ModLaNets, experiment-*/data file names): the full and
 #: the "light" versions, per system
@@ -94,14 +83,14 @@ def _paper_mlp(d_in: int, d_out: int, width: int, activation: str, init: str, se
     r"""The paper's three-layer MLP, :math:`x \mapsto W_3\,\sigma(W_2\,\sigma(W_1 x + b_1) + b_2)` (no bias in the
     last layer), ``init="xavier"`` (HNN, baseline) or ``"lnn"``; ``seed`` makes the weights reproducible."""
     if init not in ("xavier", "lnn"):
-        raise ValueError(f"init must be 'xavier' or 'lnn', got {init!r}")
+        raise BeaValueError(f"init must be 'xavier' or 'lnn', got {init!r}")
     return MLP(d_in, d_out, width, 2, activation, init, bias_out=False, seed=seed)
 
 
 def parameter_count(model: nn.Module) -> int:
     """Number of trainable scalars of ``model`` (the paper's ``count_parameters``)."""
     if not isinstance(model, nn.Module):
-        raise TypeError(f"parameter_count needs an nn.Module, got {type(model).__name__}")
+        raise BeaTypeError(f"parameter_count needs an nn.Module, got {type(model).__name__}")
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
@@ -127,19 +116,19 @@ def euler_lagrange_acceleration(lagrangian: Callable[[torch.Tensor, torch.Tensor
     rollout then marks the trajectory as failed, as the paper reports for LNN).
     """
     if singular not in ("raise", "nan"):
-        raise ValueError(f"singular must be 'raise' or 'nan', got {singular!r}")
+        raise BeaValueError(f"singular must be 'raise' or 'nan', got {singular!r}")
     if not (regularisation >= 0 and math.isfinite(regularisation)):
-        raise ValueError(f"regularisation must be a finite number >= 0, got {regularisation}")
+        raise BeaValueError(f"regularisation must be a finite number >= 0, got {regularisation}")
     n = q.shape[-1]
     with torch.enable_grad():
         qq, vv = _leaf(q), _leaf(v)
         L = lagrangian(qq, vv)
         if not isinstance(L, torch.Tensor) or L.shape != q.shape[:-1]:
             got = tuple(L.shape) if isinstance(L, torch.Tensor) else type(L).__name__
-            raise ValueError(f"the Lagrangian must return one value per state, shape {tuple(q.shape[:-1])}, got {got}")
+            raise BeaValueError(f"the Lagrangian must return one value per state, shape {tuple(q.shape[:-1])}, got {got}")
         gq, gv = torch.autograd.grad(L.sum(), (qq, vv), create_graph=True, allow_unused=True)
         if gv is None:
-            raise ValueError("the Lagrangian does not depend on the velocities: d^2L/dv^2 = 0, no acceleration is defined")
+            raise BeaValueError("the Lagrangian does not depend on the velocities: d^2L/dv^2 = 0, no acceleration is defined")
         if gq is None:
             gq = torch.zeros_like(qq)
         M, Lvq = _velocity_hessian_rows(gv, qq, vv, create_graph)
@@ -213,7 +202,7 @@ class LNN(nn.Module, SavableModule):
 
     def forward(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if q.shape[-1:] != (self.n,) or v.shape != q.shape:
-            raise ValueError(f"q and v must both have shape (..., {self.n}), got {tuple(q.shape)} and {tuple(v.shape)}")
+            raise BeaValueError(f"q and v must both have shape (..., {self.n}), got {tuple(q.shape)} and {tuple(v.shape)}")
         return self.net(torch.cat([_wrap(q, self.wrap_angles), v], -1)).squeeze(-1)
 
     def acceleration(self, q, v, create_graph: Optional[bool] = None) -> torch.Tensor:
@@ -253,7 +242,7 @@ class HNN(nn.Module, SavableModule):
                  n_outputs: int = 2, momenta: str = "canonical", wrap_angles: bool = False, seed: Optional[int] = None):
         super().__init__()
         if momenta not in ("canonical", "velocity"):
-            raise ValueError(f"momenta must be 'canonical' (p = dL/dv of the true Lagrangian) or 'velocity' (p := v), "
+            raise BeaValueError(f"momenta must be 'canonical' (p = dL/dv of the true Lagrangian) or 'velocity' (p := v), "
                              f"got {momenta!r}")
         self.n = positive_int(n, "n")
         self.momenta = momenta
@@ -263,7 +252,7 @@ class HNN(nn.Module, SavableModule):
     def forward(self, q: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
         """The Hamiltonian :math:`H(q, p)`, shape ``(...)``."""
         if q.shape[-1:] != (self.n,) or p.shape != q.shape:
-            raise ValueError(f"q and p must both have shape (..., {self.n}), got {tuple(q.shape)} and {tuple(p.shape)}")
+            raise BeaValueError(f"q and p must both have shape (..., {self.n}), got {tuple(q.shape)} and {tuple(p.shape)}")
         return self.net(torch.cat([_wrap(q, self.wrap_angles), p], -1))[..., -1]
 
     def time_derivative(self, q, p, create_graph: Optional[bool] = None) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -299,7 +288,7 @@ class MLPBaseline(nn.Module, SavableModule):
                  output: str = "acceleration", wrap_angles: bool = False, seed: Optional[int] = None):
         super().__init__()
         if output not in ("acceleration", "vector_field"):
-            raise ValueError(f"output must be 'acceleration' or 'vector_field', got {output!r}")
+            raise BeaValueError(f"output must be 'acceleration' or 'vector_field', got {output!r}")
         self.n = positive_int(n, "n")
         self.output = output
         self.wrap_angles = bool(wrap_angles)
@@ -340,14 +329,14 @@ class VectorFieldModel(nn.Module, SavableModule):
     def __init__(self, model: nn.Module):
         super().__init__()
         if not callable(getattr(model, "time_derivative", None)) or not isinstance(getattr(model, "n", None), int):
-            raise TypeError("VectorFieldModel needs a model with .n and .time_derivative(q, p) (HNN, MLPBaseline)")
+            raise BeaTypeError("VectorFieldModel needs a model with .n and .time_derivative(q, p) (HNN, MLPBaseline)")
         self.model = model
         self.n = 2 * model.n
 
     def acceleration(self, z, z_again=None, create_graph: Optional[bool] = None) -> torch.Tensor:
         z = torch.as_tensor(z, dtype=torch.float64)
         if z.dim() < 1 or z.shape[-1] != self.n:
-            raise ValueError(f"z = (q, p) must have shape (..., {self.n}), got {tuple(z.shape)}")
+            raise BeaValueError(f"z = (q, p) must have shape (..., {self.n}), got {tuple(z.shape)}")
         m = self.model.n
         dq, dp = self.model.time_derivative(z[..., :m], z[..., m:], create_graph=create_graph)
         return torch.cat([dq, dp], -1)
@@ -358,7 +347,7 @@ def vector_field_data(q, p, qdot, pdot) -> Tuple[torch.Tensor, torch.Tensor, tor
     of :class:`VectorFieldModel` for the shared ``train(..., loss="acceleration")``."""
     parts = [torch.as_tensor(x, dtype=torch.float64) for x in (q, p, qdot, pdot)]
     if any(x.shape != parts[0].shape for x in parts) or parts[0].dim() < 1:
-        raise ValueError(f"q, p, qdot and pdot must have the same shape (N, n), got {[tuple(x.shape) for x in parts]}")
+        raise BeaValueError(f"q, p, qdot and pdot must have the same shape (N, n), got {[tuple(x.shape) for x in parts]}")
     z = torch.cat(parts[:2], -1)
     return z, z, torch.cat(parts[2:], -1)
 
@@ -370,7 +359,7 @@ def canonical_data(lagrangian: Callable[[torch.Tensor, torch.Tensor], torch.Tens
     :math:`p = \partial L/\partial v` and, on solutions, :math:`\dot p = \tfrac{d}{dt}\partial L/\partial v
     = \partial L/\partial q` (Euler--Lagrange); :math:`\dot q = v`. Returns ``(p, pdot)``, detached."""
     if not callable(lagrangian):
-        raise TypeError(f"lagrangian must be a callable L(q, v), got {type(lagrangian).__name__}")
+        raise BeaTypeError(f"lagrangian must be a callable L(q, v), got {type(lagrangian).__name__}")
     q = torch.as_tensor(q, dtype=torch.float64)
     q, v = _state(q, v, q.shape[-1] if q.dim() else 0)
     with torch.enable_grad():
@@ -378,7 +367,7 @@ def canonical_data(lagrangian: Callable[[torch.Tensor, torch.Tensor], torch.Tens
         L = lagrangian(qq, vv)
         gq, gv = torch.autograd.grad(L.sum(), (qq, vv), allow_unused=True)
     if gv is None:
-        raise ValueError("the Lagrangian does not depend on the velocities: no momenta")
+        raise BeaValueError("the Lagrangian does not depend on the velocities: no momenta")
     return gv.detach(), (torch.zeros_like(q) if gq is None else gq.detach())
 
 
@@ -387,7 +376,7 @@ def paper_baseline(kind: str, system: str = "double_pendulum", *, light: bool = 
     in ``"double_pendulum"`` (n = 2) or ``"three_body"`` (n = 6); ``light=True`` for the paper's light
     versions (width 75 / 70). Angles are wrapped to :math:`[0, 2\pi)` for the pendulum, as the paper."""
     if system not in PAPER_WIDTHS:
-        raise ValueError(f"system must be one of {sorted(PAPER_WIDTHS)}, got {system!r}")
+        raise BeaValueError(f"system must be one of {sorted(PAPER_WIDTHS)}, got {system!r}")
     n = 2 if system == "double_pendulum" else 6
     width = PAPER_WIDTHS[system]["light" if light else kind] if kind in ("lnn", "hnn", "baseline") else None
     wrap = system == "double_pendulum"
@@ -397,4 +386,4 @@ def paper_baseline(kind: str, system: str = "double_pendulum", *, light: bool = 
         return HNN(n, width, wrap_angles=wrap, seed=seed)
     if kind == "baseline":
         return MLPBaseline(n, width, wrap_angles=wrap, seed=seed)
-    raise ValueError(f"kind must be 'lnn', 'hnn' or 'baseline', got {kind!r}")
+    raise BeaValueError(f"kind must be 'lnn', 'hnn' or 'baseline', got {kind!r}")

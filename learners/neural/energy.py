@@ -14,6 +14,7 @@ from typing import Callable
 import torch
 
 import bea
+from bea.errors import BeaTypeError, BeaValueError
 
 from .._checks import as_tensor
 
@@ -30,7 +31,7 @@ def true_energy(system) -> Energy:
     if hasattr(system, "energy") and callable(system.energy) and hasattr(system, "expr"):
         return system.energy
     if not callable(system):
-        raise TypeError(f"true_energy needs a System or a torch Lagrangian L(q, v), got {type(system).__name__}")
+        raise BeaTypeError(f"true_energy needs a System or a torch Lagrangian L(q, v), got {type(system).__name__}")
     H = bea.energy(system)
     return lambda q, v: H(q, v).detach()
 
@@ -41,7 +42,7 @@ def velocities_from_momenta(lagrangian, q, p, *, tol: float = 1e-12, maxiter: in
     Used to compare HNN rollouts in :math:`(q, p)` with the true energy :math:`E(q, v)`."""
     q, p = as_tensor(q, "q"), as_tensor(p, "p")
     if q.shape != p.shape or q.dim() < 1:
-        raise ValueError(f"q and p must have the same shape (..., n), got {tuple(q.shape)} and {tuple(p.shape)}")
+        raise BeaValueError(f"q and p must have the same shape (..., n), got {tuple(q.shape)} and {tuple(p.shape)}")
     n = q.shape[-1]
     qf, pf = q.reshape(-1, n), p.reshape(-1, n)
     ok = torch.isfinite(qf).all(-1) & torch.isfinite(pf).all(-1)   # failed rollouts (NaN) stay NaN

@@ -10,6 +10,8 @@ from typing import Optional, Tuple, Union
 import numpy as np
 import torch
 
+from bea.errors import BeaValueError
+
 __all__ = ["random_initial_states"]
 
 
@@ -35,7 +37,7 @@ def random_initial_states(system, n: int = 100, seed: int = 0, *, device: Option
       particles often escape.
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive integer, got {n!r}")
+        raise BeaValueError(f"n must be a positive integer, got {n!r}")
     name = system if isinstance(system, str) else getattr(system, "name", "")
     name = {"double_pendulum": "2-pendulum", "three_body": "3-body"}.get(name, name)
     rng = np.random.default_rng(seed)
@@ -64,7 +66,7 @@ def random_initial_states(system, n: int = 100, seed: int = 0, *, device: Option
                 vel = tangent * s * (1 + nu * (2 * rng.random(2) - 1))
                 v0[b, 2 * i: 2 * i + 2] = _rotate(vel, i * theta)
         return _tensors(q0, v0, device, dtype)
-    raise ValueError(f"random_initial_states knows pendulum chains ('<k>-pendulum', 'double_pendulum') and N-body systems "
+    raise BeaValueError(f"random_initial_states knows pendulum chains ('<k>-pendulum', 'double_pendulum') and N-body systems "
                      f"('<N>-body', 'three_body'), got {name!r}")
 
 

@@ -20,6 +20,9 @@ from typing import Callable, Dict, Optional, Tuple
 
 import torch
 
+from bea.errors import BeaValueError
+from integrators.trajectory import positions as positions_of  # a Trajectory or its positions
+
 from .._checks import as_tensor
 from .energy import Energy
 
@@ -27,12 +30,12 @@ __all__ = ["mse_q", "mse_energy", "paper_statistic", "rollout_metrics", "pendulu
 
 
 def _pair(pred, ref, name: str) -> Tuple[torch.Tensor, torch.Tensor]:
-    pred, ref = as_tensor(pred, f"{name} (prediction)"), as_tensor(ref, f"{name} (reference)")
+    pred, ref = (as_tensor(positions_of(x), f"{name} ({what})") for x, what in ((pred, "prediction"), (ref, "reference")))
     if pred.shape != ref.shape or pred.dim() < 2:
-        raise ValueError(f"prediction and reference must have the same shape (time, batch..., n) with time first, "
+        raise BeaValueError(f"prediction and reference must have the same shape (time, batch..., n) with time first, "
                          f"got {tuple(pred.shape)} and {tuple(ref.shape)}")
     if not bool(torch.isfinite(ref).all()):
-        raise ValueError(f"the reference {name} contains non-finite values")
+        raise BeaValueError(f"the reference {name} contains non-finite values")
     return pred, ref
 
 
@@ -73,7 +76,7 @@ def _energies(pred_q, pred_v, ref_q, ref_v, energy: Energy) -> Tuple[torch.Tenso
     pq, rq = _pair(pred_q, ref_q, "positions")
     pv, rv = _pair(pred_v, ref_v, "velocities")
     if pq.shape != pv.shape:
-        raise ValueError(f"positions and velocities must have the same shape, got {tuple(pq.shape)} and {tuple(pv.shape)}")
+        raise BeaValueError(f"positions and velocities must have the same shape, got {tuple(pq.shape)} and {tuple(pv.shape)}")
     with torch.no_grad():
         ok = torch.isfinite(pq).all(-1) & torch.isfinite(pv).all(-1)
         Ep = energy(torch.where(ok[..., None], pq, rq), torch.where(ok[..., None], pv, rv)).detach()
@@ -95,7 +98,7 @@ def mse_energy(pred_q, pred_v, ref_q, ref_v, energy: Energy, *, reference: str =
     :math:`E` is conserved. Mean over initial states, or ``(batch...)`` if ``per_state``.
     """
     if reference not in ("trajectory", "initial"):
-        raise ValueError(f"reference must be 'trajectory' or 'initial', got {reference!r}")
+        raise BeaValueError(f"reference must be 'trajectory' or 'initial', got {reference!r}")
     Ep, Er = _energies(pred_q, pred_v, ref_q, ref_v, energy)
     if reference == "initial":
         Er = Er[:1].expand_as(Er)

@@ -25,6 +25,8 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import nn
 
+from bea.errors import BeaValueError
+
 __all__ = ["MLP", "activation", "positive_int"]
 
 DTYPE = torch.float64
@@ -34,7 +36,7 @@ INITS = ("uniform", "xavier", "lnn")
 
 def positive_int(x, what: str) -> int:
     if isinstance(x, bool) or not isinstance(x, int) or x < 1:
-        raise ValueError(f"{what} must be a positive integer, got {x!r}")
+        raise BeaValueError(f"{what} must be a positive integer, got {x!r}")
     return x
 
 
@@ -44,7 +46,7 @@ def activation(name: str):
         return torch.tanh, lambda z, y: 1 - y * y
     if name == "softplus":
         return nn.functional.softplus, lambda z, y: torch.sigmoid(z)
-    raise ValueError(f"activation must be one of {ACTIVATIONS} (smooth, so that second derivatives exist), got {name!r}")
+    raise BeaValueError(f"activation must be one of {ACTIVATIONS} (smooth, so that second derivatives exist), got {name!r}")
 
 
 class MLP(nn.Module):
@@ -57,7 +59,7 @@ class MLP(nn.Module):
         self.in_dim, self.out_dim = positive_int(d_in, "d_in"), positive_int(d_out, "d_out")
         width, layers = positive_int(width, "width"), positive_int(layers, "layers")
         if init not in INITS:
-            raise ValueError(f"init must be one of {INITS}, got {init!r}")
+            raise BeaValueError(f"init must be one of {INITS}, got {init!r}")
         self.activation = activation
         self._act, self._dact = _activation(activation)
         dims = [d_in] + [width] * layers + [d_out]

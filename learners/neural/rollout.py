@@ -29,12 +29,13 @@ Example (the paper's protocol; an HNN rolls out in canonical coordinates)::
     system = integrators.systems.n_pendulum(2, g=9.8)
     q0, v0 = random_initial_states(system, 100, seed=0)
     ts = torch.linspace(0, 30, 601)
-    qr, vr = integrators.reference_flow(system, q0, v0, ts)
-    qm, vm = rollout_ode(model, q0, v0, ts, substeps=20)            # dt = 0.0025
-    rollout_metrics(qm, vm, qr, vr, true_energy(system), positions=pendulum_positions)
+    ref = integrators.reference_flow(system, q0, v0, ts)            # a Trajectory: ref.q, ref.v, ref.t
+    qr, vr = ref.q, ref.v
+    m = rollout_ode(model, q0, v0, ts, substeps=20)                 # dt = 0.0025: m.q, m.v
+    rollout_metrics(m.q, m.v, qr, vr, true_energy(system), positions=pendulum_positions)
     p0, _ = canonical_data(system, q0, v0)
-    qh, ph = rollout_ode(hnn, q0, p0, ts, substeps=20)
-    rollout_metrics(qh, velocities_from_momenta(system, qh, ph), qr, vr, true_energy(system))
+    c = rollout_ode(hnn, q0, p0, ts, substeps=20)                   # canonical: c.q, c.p
+    rollout_metrics(c.q, velocities_from_momenta(system, c.q, c.p), qr, vr, true_energy(system))
 
 Step size: with the paper's double-pendulum states (energies up to ~150) RK4 on the *true*
 acceleration over 30 s gives MSE_E 0.47 at dt = 0.01 and 6e-7 at dt = 0.0025 (20 states), so
@@ -48,8 +49,11 @@ from typing import Callable, Optional, Tuple
 import torch
 from scipy.integrate import solve_ivp
 
-from integrators import VariationalIntegrator
+from integrators import Trajectory, VariationalIntegrator
 from integrators._checks import check_states
+
+from bea.deprecation import renamed
+from bea.errors import BeaTypeError, BeaValueError
 
 from .._checks import as_tensor
 from .energy import true_energy, velocities_from_momenta
@@ -86,11 +90,11 @@ def _initial(q0, v0) -> Tuple[torch.Tensor, torch.Tensor]:
 def _times(times) -> torch.Tensor:
     ts = _tensor(times, "times")
     if ts.dim() != 1 or ts.numel() < 2:
-        raise ValueError(f"times must be a 1-D sequence of at least two times, got shape {tuple(ts.shape)}")
+        raise BeaValueError(f"times must be a 1-D sequence of at least two times, got shape {tuple(ts.shape)}")
     if not bool(torch.isfinite(ts).all()):
-        raise ValueError("times contains non-finite values")
+        raise BeaValueError("times contains non-finite values")
     if not bool((ts[1:] > ts[:-1]).all()):
-        raise ValueError("times must be strictly increasing")
+        raise BeaValueError("times must be strictly increasing")
     return ts
 
 
@@ -110,9 +114,20 @@ def _field(model) -> Callable[[torch.Tensor, torch.Tensor], Tuple[torch.Tensor, 
         def f(q, v):
             return v, _tensor(model(q, v), "the acceleration")
     else:
-        raise TypeError(f"model must have .acceleration(q, v) or .time_derivative(q, v), or be a callable A(q, v); "
+        raise BeaTypeError(f"model must have .acceleration(q, v) or .time_derivative(q, v), or be a callable A(q, v); "
                         f"got {type(model).__name__}")
     return f
+
+
+def _canonical(model) -> bool:
+    """Whether ``model`` steps canonical states ``(q, p)``: its ``time_derivative`` names its second argument p."""
+    import inspect
+
+    td = getattr(model, "time_derivative", None)
+    try:
+        return td is not None and list(inspect.signature(td).parameters)[1:2] == ["p"]
+    except (TypeError, ValueError):  # a builtin without a signature: not canonical by declaration
+        return False
 
 
 def _takes_create_graph(fn) -> bool:
@@ -125,9 +140,12 @@ def _takes_create_graph(fn) -> bool:
 
 # ---------------------------------------------------------------------------------------------- ODE rollouts
 def rollout_ode(model, q0, v0, times, *, method: str = "rk4", substeps: int = 1, rtol: float = 1e-10,
-                atol: float = 1e-10, progress: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+                atol: float = 1e-10, progress: bool = False) -> Trajectory:
     r"""Integrate :math:`\ddot q = f(q, \dot q)` of ``model`` from ``(q0, v0)`` (shape ``(batch..., n)``)
-    and return ``(q, v)`` at ``times``, each of shape ``(len(times), batch..., n)``, float64.
+    and return a :class:`~integrators.Trajectory` at ``t = times``: positions ``q`` and velocities ``v`` (momenta
+    ``p`` for a canonical model, below), each of shape ``(len(times), batch..., n)``, float64; ``valid`` False
+    where a trajectory was frozen at NaN. (It unpacks as the ``(q, v)`` returned before, with a
+    ``DeprecationWarning``.)
 
     ``times[0]`` is the time of the initial state. ``method="rk4"``: classical Runge--Kutta of order
     4 with ``substeps`` equal steps per interval of ``times`` (any increasing grid), batched, without
@@ -138,13 +156,13 @@ def rollout_ode(model, q0, v0, times, *, method: str = "rk4", substeps: int = 1,
     system, tolerances ``rtol``, ``atol``; a failure raises ``ValueError``. ``progress`` shows a
     ``tqdm`` bar (RK4).
 
-    For an :class:`~learners.neural.baselines.HNN` (or a vector-field baseline) pass canonical
-    ``(q0, p0)`` and read the second output as momenta.
+    For an :class:`~learners.neural.baselines.HNN` (a model whose ``time_derivative`` takes ``(q, p)``) pass
+    canonical ``(q0, p0)``; the result carries ``p`` instead of ``v``.
     """
     q0, v0 = _initial(q0, v0)
     ts = _times(times)
     if isinstance(substeps, bool) or not isinstance(substeps, int) or substeps < 1:
-        raise ValueError(f"substeps must be a positive integer, got {substeps!r}")
+        raise BeaValueError(f"substeps must be a positive integer, got {substeps!r}")
     f = _field(model)
     batch, n = q0.shape[:-1], q0.shape[-1]
     q, v = q0.reshape(-1, n).clone(), v0.reshape(-1, n).clone()
@@ -160,7 +178,9 @@ def rollout_ode(model, q0, v0, times, *, method: str = "rk4", substeps: int = 1,
     finally:
         if singular is not None:
             model.singular = singular
-    return qs.reshape(ts.numel(), *batch, n), vs.reshape(ts.numel(), *batch, n)
+    qs, vs = qs.reshape(ts.numel(), *batch, n), vs.reshape(ts.numel(), *batch, n)
+    second = "p" if _canonical(model) else "v"
+    return Trajectory(qs, torch.isfinite(qs).all(-1), t=ts.to(qs), **{second: vs}, legacy=("q", second), legacy_tuple=True)
 
 
 def _rk4(f, q, v, ts, substeps, progress):
@@ -224,36 +244,38 @@ def _scipy(f, q, v, ts, method, rtol, atol):
     t = ts.numpy()
     sol = solve_ivp(rhs, (float(t[0]), float(t[-1])), y0, method=method, t_eval=t, rtol=rtol, atol=atol)
     if not sol.success or sol.y.shape[1] != t.size:
-        raise ValueError(f"solve_ivp ({method}) failed: {sol.message}")
+        raise BeaValueError(f"solve_ivp ({method}) failed: {sol.message}")
     y = torch.from_numpy(sol.y.T.copy()).reshape(t.size, B, 2 * n)
     return y[..., :n], y[..., n:]
 
 
 # ---------------------------------------------------------------------------------------------- variational rollouts
-def rollout_variational(lagrangian, q0, v0, h: float, steps: int, *, scheme="midpoint", legendre=None,
+@renamed(v0="qdot0")
+def rollout_variational(lagrangian, q0, qdot0, h: float, steps: int, *, scheme="midpoint", legendre=None,
                         velocities: bool = True, progress: Optional[bool] = None, max_step: Optional[float] = None
-                        ) -> Tuple[torch.Tensor, Optional[torch.Tensor], torch.Tensor]:
+                        ) -> Trajectory:
     r"""The variational integrator of ``scheme`` with step ``h`` for a Lagrangian model (any torch
     ``L(q, v)``: :class:`~learners.neural.baselines.LNN`, ModLaNet, a ``bea`` series, a system).
 
-    Initial momentum :math:`p_0 = \partial L/\partial v(q_0, v_0)`, or of ``legendre`` (e.g.
-    :math:`\mathrm{mod}_N(L_{inv})` for a model of the inverse modified Lagrangian). Returns
-    ``(q, v, valid)``: positions ``(steps + 1, batch..., n)``, velocities (the Legendre inverse of the
-    discrete momenta, :meth:`integrators.VariationalIntegrator.velocities`, with ``legendre`` if
-    given; ``None`` if ``velocities=False``) and ``valid`` ``(steps + 1, batch...)``. A trajectory whose
+    Initial momentum :math:`p_0 = \partial L/\partial v(q_0, \dot q_0)`, or of ``legendre`` (e.g.
+    :math:`\mathrm{mod}_N(L_{inv})` for a model of the inverse modified Lagrangian). Returns a
+    :class:`~integrators.Trajectory`: positions ``q`` ``(steps + 1, batch..., n)``, velocities ``v`` (the Legendre
+    inverse of the discrete momenta, :meth:`integrators.VariationalIntegrator.velocities`, with ``legendre`` if
+    given; ``None`` if ``velocities=False``), ``valid`` ``(steps + 1, batch...)`` and times ``t``. (It unpacks as
+    the ``(q, v, valid)`` returned before, with a ``DeprecationWarning``.) A trajectory whose
     Newton solve fails -- or whose step lands farther than ``max_step`` from the last position (another
     root of the implicit step, see :class:`integrators.VariationalIntegrator`) -- is stopped (NaN,
     ``valid`` False) instead of raising. Parameters of an ``nn.Module`` are frozen during the rollout
     (and restored).
     """
-    q0, v0 = _initial(q0, v0)
+    q0, qdot0 = _initial(q0, qdot0)
     modules = [m for m in (lagrangian, legendre) if isinstance(m, torch.nn.Module)]
     saved = [[p.requires_grad for p in m.parameters()] for m in modules]
     try:
         for m in modules:
             m.requires_grad_(False)
         vi = VariationalIntegrator(lagrangian, h, scheme, progress=progress, max_step=max_step)
-        sol = vi.solve(q0, v0, steps, legendre=legendre, on_failure="mask")
+        sol = vi.solve(q0, qdot0, steps, legendre=legendre, on_failure="mask")
         qs, valid = sol.q, sol.valid
         vs = None
         if velocities:
@@ -268,4 +290,4 @@ def rollout_variational(lagrangian, q0, v0, h: float, steps: int, *, scheme="mid
         for m, flags in zip(modules, saved):
             for p, flag in zip(m.parameters(), flags):
                 p.requires_grad_(flag)
-    return qs, vs, valid
+    return Trajectory(qs, valid, t=sol.t, v=vs, stats=sol.stats, legacy=("q", "v", "valid"), legacy_tuple=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Union
 
@@ -23,6 +24,7 @@ import torch
 from tqdm.auto import tqdm
 
 import bea
+from bea.errors import BeaError, BeaTypeError, BeaValueError
 from bea.closed_form import midpoint_mod2
 
 from .._checks import as_tensor, check_finite, check_snapshots, check_step
@@ -30,8 +32,22 @@ from ..shadow.functionals import triples_from_snapshots
 from .losses import acceleration_loss, del_loss, del_residual_values
 from .prediction import inverse_lagrangian, predict_positions, recovered_energy, recovered_lagrangian
 
-__all__ = ["train", "TrainResult", "del_residual_values", "del_loss", "acceleration_loss", "recovered_lagrangian",
+__all__ = ["train", "TrainResult", "TrainingDivergedError", "del_residual_values", "del_loss", "acceleration_loss", "recovered_lagrangian",
            "recovered_energy", "predict_positions", "midpoint_mod2", "inverse_lagrangian"]
+
+
+class TrainingDivergedError(BeaError, FloatingPointError):
+    """The training loss became NaN or infinite; the model is restored to its best state."""
+
+
+def _h_before_scheme(h, scheme):
+    """``(h, scheme)``; before issue 29 ``train`` took ``scheme`` before ``h``: a scheme in the place of ``h``
+    (positional arguments in the old order) still works, with a DeprecationWarning."""
+    if not isinstance(h, (str, bea.Scheme)):
+        return h, scheme
+    warnings.warn("train(model, data, loss, scheme, h) is deprecated and will be removed in the next release: h comes "
+                  "before scheme now; pass them by keyword, train(..., h=..., scheme=...)", DeprecationWarning, stacklevel=3)
+    return (None if isinstance(scheme, (str, bea.Scheme)) else scheme), h
 
 
 @dataclass
@@ -70,16 +86,16 @@ def _acceleration_data(data, n: Optional[int]):
     elif isinstance(data, (tuple, list)) and len(data) == 3:
         parts = tuple(data)
     else:
-        raise ValueError("acceleration data must be a tuple (q, v, a) of tensors (N, n), or an object with .q, .v, .a "
+        raise BeaValueError("acceleration data must be a tuple (q, v, a) of tensors (N, n), or an object with .q, .v, .a "
                          "(e.g. learners.modlanet.data.AccelerationData)")
     q, v, a = (as_tensor(x, name) for x, name in zip(parts, ("q", "v", "a")))
     if not (q.shape == v.shape == a.shape) or q.dim() < 1:
-        raise ValueError(f"q, v and a must have the same shape (N, n), got {tuple(q.shape)}, {tuple(v.shape)}, {tuple(a.shape)}")
+        raise BeaValueError(f"q, v and a must have the same shape (N, n), got {tuple(q.shape)}, {tuple(v.shape)}, {tuple(a.shape)}")
     if q.dim() == 1:
         q, v, a = q[:, None], v[:, None], a[:, None]
     q, v, a = (x.reshape(-1, x.shape[-1]) for x in (q, v, a))
     if n is not None and q.shape[-1] != n:
-        raise ValueError(f"dimension mismatch: the data have n={q.shape[-1]} coordinates, the model has n={n}")
+        raise BeaValueError(f"dimension mismatch: the data have n={q.shape[-1]} coordinates, the model has n={n}")
     for x, name in ((q, "q"), (v, "v"), (a, "a")):
         check_finite(x, f"the training data {name}")
     return q, v, a
@@ -87,22 +103,22 @@ def _acceleration_data(data, n: Optional[int]):
 
 def _split(N: int, val_fraction: float, gen: torch.Generator):
     if not (isinstance(val_fraction, (int, float)) and 0 < val_fraction < 1):
-        raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction!r}")
+        raise BeaValueError(f"val_fraction must be in (0, 1), got {val_fraction!r}")
     n_val = max(1, int(round(val_fraction * N)))
     if N - n_val < 1:
-        raise ValueError(f"too little data for a validation split: {N} samples with val_fraction={val_fraction}")
+        raise BeaValueError(f"too little data for a validation split: {N} samples with val_fraction={val_fraction}")
     perm = torch.randperm(N, generator=gen)
     return perm[n_val:], perm[:n_val]
 
 
 def _check_positive_int(x, name):
     if isinstance(x, bool) or not isinstance(x, int) or x < 1:
-        raise ValueError(f"{name} must be a positive integer, got {x!r}")
+        raise BeaValueError(f"{name} must be a positive integer, got {x!r}")
     return x
 
 # ---------------------------------------------------------------------------------------------- training
-def train(model: torch.nn.Module, data, loss: str = "acceleration", scheme: Union[str, "bea.Scheme"] = "midpoint",
-          h: Optional[float] = None, epochs: int = 100, lr: float = 1e-3, batch_size: int = 256, val_fraction: float = 0.1,
+def train(model: torch.nn.Module, data, loss: str = "acceleration", h: Optional[float] = None,
+          scheme: Union[str, "bea.Scheme"] = "midpoint", epochs: int = 100, lr: float = 1e-3, batch_size: int = 256, val_fraction: float = 0.1,
           patience: Optional[int] = 20, seed: int = 0, progress: bool = True, schedule: Optional[str] = "cosine",
           weight_decay: float = 0.0, grad_clip: Optional[float] = None, del_normalisation: str = "momentum",
           min_rel_improvement: float = 1e-4, inverse_order: int = 0, max_step: Optional[float] = None) -> TrainResult:
@@ -131,17 +147,18 @@ def train(model: torch.nn.Module, data, loss: str = "acceleration", scheme: Unio
     with ``max_step = 0.6`` (30% of them).
     """
     epochs, batch_size, patience = _check_options(model, epochs, batch_size, patience, lr, del_normalisation)
+    h, scheme = _h_before_scheme(h, scheme)
     gen = torch.Generator().manual_seed(int(seed))
     if loss == "acceleration":
         tensors, batch_loss = _acceleration_objective(model, data)
     elif loss == "del":
         tensors, batch_loss = _del_objective(model, data, scheme, h, del_normalisation, inverse_order, max_step)
     else:
-        raise ValueError(f"loss must be 'acceleration' or 'del', got {loss!r}")
+        raise BeaValueError(f"loss must be 'acceleration' or 'del', got {loss!r}")
     tr_idx, val_idx = _split(tensors[0].shape[0], val_fraction, gen)
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
-        raise ValueError("the model has no trainable parameters")
+        raise BeaValueError("the model has no trainable parameters")
     opt, sched = _optimiser(params, lr, weight_decay, schedule, epochs, patience)
 
     def evaluate(idx) -> float:
@@ -165,7 +182,7 @@ def _restoring_on_failure(model, res: TrainResult, fit: Callable[[], None]) -> N
         model.load_state_dict(res._best_state)
         model.eval()
         if isinstance(err, FloatingPointError):
-            raise FloatingPointError(f"{err}. The model was restored to its best state (epoch {res.best_epoch}, validation "
+            raise TrainingDivergedError(f"{err}. The model was restored to its best state (epoch {res.best_epoch}, validation "
                                      f"loss {res.best_val:.3e})") from None
         raise
     finally:
@@ -174,22 +191,22 @@ def _restoring_on_failure(model, res: TrainResult, fit: Callable[[], None]) -> N
 
 def _check_options(model, epochs, batch_size, patience, lr, del_normalisation):
     if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        raise BeaTypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     epochs = _check_positive_int(epochs, "epochs")
     batch_size = _check_positive_int(batch_size, "batch_size")
     if patience is not None:
         patience = _check_positive_int(patience, "patience")
     if not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)):
-        raise ValueError(f"lr must be a positive number, got {lr!r}")
+        raise BeaValueError(f"lr must be a positive number, got {lr!r}")
     if del_normalisation not in ("momentum", "h"):
-        raise ValueError(f"del_normalisation must be 'momentum' or 'h', got {del_normalisation!r}")
+        raise BeaValueError(f"del_normalisation must be 'momentum' or 'h', got {del_normalisation!r}")
     return epochs, batch_size, patience
 
 
 def _acceleration_objective(model, data):
     """The training tensors ``(q, v, a)`` and the loss of a batch of their indices."""
     if not callable(getattr(model, "acceleration", None)):
-        raise TypeError("the 'acceleration' loss needs a model with an .acceleration(q, v) method")
+        raise BeaTypeError("the 'acceleration' loss needs a model with an .acceleration(q, v) method")
     tensors = _acceleration_data(data, getattr(model, "n", None))
 
     def batch_loss(idx):
@@ -200,7 +217,7 @@ def _acceleration_objective(model, data):
 def _del_objective(model, data, scheme, h, del_normalisation, inverse_order, max_step):
     """The training triples ``(T,)`` and the loss of a batch of their indices."""
     if h is None:
-        raise ValueError("the 'del' loss needs the sampling step h of the snapshots: train(..., loss='del', h=0.1)")
+        raise BeaValueError("the 'del' loss needs the sampling step h of the snapshots: train(..., loss='del', h=0.1)")
     h = check_step(h)
     sch = bea.get_scheme(scheme)
     S = check_snapshots(data, getattr(model, "n", None), "the training snapshots")
@@ -217,10 +234,10 @@ def _slow_triples(T: torch.Tensor, max_step: Optional[float]) -> torch.Tensor:
     if max_step is None:
         return T
     if not (isinstance(max_step, (int, float)) and max_step > 0 and math.isfinite(max_step)):
-        raise ValueError(f"max_step must be a positive number (a displacement per step), got {max_step!r}")
+        raise BeaValueError(f"max_step must be a positive number (a displacement per step), got {max_step!r}")
     keep = ((T[:, 2] - T[:, 0]).abs() / 2).amax(-1) <= max_step
     if int(keep.sum()) < 2:
-        raise ValueError(f"max_step={max_step} keeps {int(keep.sum())} of {T.shape[0]} triples: the data move faster "
+        raise BeaValueError(f"max_step={max_step} keeps {int(keep.sum())} of {T.shape[0]} triples: the data move faster "
                          f"than that per step; raise max_step or sample with a smaller h")
     return T[keep]
 
@@ -234,7 +251,7 @@ def _optimiser(params, lr, weight_decay, schedule, epochs, patience):
     elif schedule is None:
         sched = None
     else:
-        raise ValueError(f"schedule must be 'cosine', 'plateau' or None, got {schedule!r}")
+        raise BeaValueError(f"schedule must be 'cosine', 'plateau' or None, got {schedule!r}")
     return opt, sched
 
 
@@ -257,7 +274,7 @@ def _fit(model, res, batch_loss, evaluate, tr_idx, val_idx, opt, sched, schedule
     res.history["train"].append(evaluate(tr_idx))
     res.history["lr"].append(lr)
     if not math.isfinite(res.best_val):
-        raise ValueError(f"the initial validation loss is {res.best_val}: the model is not usable on these data "
+        raise BeaValueError(f"the initial validation loss is {res.best_val}: the model is not usable on these data "
                          f"(check the data scale or the model's initialisation)")
     since_best = 0
     bar = tqdm(range(1, epochs + 1), disable=not progress, desc=f"train ({loss})", unit="epoch", leave=False)
@@ -270,7 +287,7 @@ def _fit(model, res, batch_loss, evaluate, tr_idx, val_idx, opt, sched, schedule
             opt.zero_grad(set_to_none=True)
             ell = batch_loss(idx)
             if not torch.isfinite(ell):
-                raise FloatingPointError(f"the training loss became {float(ell.detach())} at epoch {epoch}; lower lr (now {lr}) "
+                raise TrainingDivergedError(f"the training loss became {float(ell.detach())} at epoch {epoch}; lower lr (now {lr}) "
                                          f"or set grad_clip")
             ell.backward()
             if grad_clip is not None:

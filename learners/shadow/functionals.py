@@ -34,6 +34,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Union
 import torch
 
 import bea
+from bea.errors import BeaValueError
 
 __all__ = [
     "AtomSet",
@@ -87,10 +88,10 @@ class Functionals:
     def __post_init__(self):
         for m, a in self.atoms.items():
             if a.dirs.shape[1] != m or a.points.shape[-1] != self.dim:
-                raise ValueError(f"atom set of order {m} has directions {tuple(a.dirs.shape)} and points {tuple(a.points.shape)} "
+                raise BeaValueError(f"atom set of order {m} has directions {tuple(a.dirs.shape)} and points {tuple(a.points.shape)} "
                                  f"for dimension D={self.dim}")
         if self.targets is not None and self.targets.shape != (self.count,):
-            raise ValueError(f"targets must have shape ({self.count},), got {tuple(self.targets.shape)}")
+            raise BeaValueError(f"targets must have shape ({self.count},), got {tuple(self.targets.shape)}")
 
     @property
     def n_atoms(self) -> int:
@@ -101,10 +102,10 @@ class Functionals:
         """Concatenate families (same ``dim``); targets are concatenated when all parts have them."""
         parts = list(parts)
         if not parts:
-            raise ValueError("nothing to concatenate")
+            raise BeaValueError("nothing to concatenate")
         dim = parts[0].dim
         if any(p.dim != dim for p in parts):
-            raise ValueError(f"functionals of different dimensions: {[p.dim for p in parts]}")
+            raise BeaValueError(f"functionals of different dimensions: {[p.dim for p in parts]}")
         atoms: Dict[int, List[AtomSet]] = {}
         offset = 0
         for p in parts:

@@ -33,6 +33,8 @@ import gpytorch
 import torch
 from gpytorch.constraints import GreaterThan
 
+from bea.errors import BeaRuntimeError, BeaValueError
+
 from .functionals import AtomSet, Functionals, point_evaluations
 from .kernels import AtomExpansion, FunctionalKernel
 
@@ -104,7 +106,7 @@ class FunctionalGP(gpytorch.Module):
         while int(info) != 0:
             jitter = 1e-12 * scale if jitter == 0 else jitter * 10
             if jitter > MAX_JITTER * scale:
-                raise RuntimeError(
+                raise BeaRuntimeError(
                     f"the covariance of the {F.count} functionals is not positive definite even with a relative jitter of "
                     f"{MAX_JITTER:g}: the data or the hyperparameters are degenerate (duplicate trajectories? a lengthscale "
                     f"far too large?)")
@@ -118,7 +120,7 @@ class FunctionalGP(gpytorch.Module):
         """Condition on the functionals ``F`` with observed values ``targets`` (default ``F.targets``)."""
         y = F.targets if targets is None else targets
         if y is None:
-            raise ValueError("no targets: give targets= or functionals with .targets")
+            raise BeaValueError("no targets: give targets= or functionals with .targets")
         R, info = self.factor(F)
         beta = torch.cholesky_solve(y[:, None].to(R.dtype), R)[:, 0]
         self.train_functionals, self._chol, self._beta, self.info = F, R, beta, info
@@ -128,7 +130,7 @@ class FunctionalGP(gpytorch.Module):
 
     def _require(self) -> None:
         if self._beta is None:
-            raise RuntimeError("condition the GP on data first (fit)")
+            raise BeaRuntimeError("condition the GP on data first (fit)")
 
     # ------------------------------------------------------------------ posterior
     def mean(self, x: torch.Tensor) -> torch.Tensor:

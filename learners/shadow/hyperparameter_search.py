@@ -16,6 +16,8 @@ from typing import Callable, List, Optional, Tuple
 import torch
 from tqdm.auto import tqdm
 
+from bea.errors import BeaRuntimeError, BeaValueError
+
 from .functionals import Functionals
 from .gp import FunctionalGP
 
@@ -46,9 +48,9 @@ def set_hyperparameters(gp: FunctionalGP, lengthscale, noise: float, outputscale
     if ls.numel() == 1:
         ls = ls.expand(base.raw_lengthscale.shape[-1])
     if ls.numel() != base.raw_lengthscale.shape[-1]:
-        raise ValueError(f"lengthscale needs 1 or {base.raw_lengthscale.shape[-1]} values, got {ls.numel()}")
+        raise BeaValueError(f"lengthscale needs 1 or {base.raw_lengthscale.shape[-1]} values, got {ls.numel()}")
     if not bool((ls > 0).all()) or not bool(torch.isfinite(ls).all()):
-        raise ValueError(f"lengthscales must be positive and finite, got {ls.tolist()}")
+        raise BeaValueError(f"lengthscales must be positive and finite, got {ls.tolist()}")
     base.lengthscale = ls.reshape(base.raw_lengthscale.shape)
     gp.kernel.outputscale = outputscale
     gp.likelihood.noise = torch.tensor([max(noise * outputscale, MIN_NOISE * outputscale * 1.0001)], dtype=torch.float64)
@@ -68,7 +70,7 @@ def _split(groups: torch.Tensor, count: int) -> Tuple[torch.Tensor, torch.Tensor
         val = torch.zeros(count, dtype=torch.bool)
         val[4::5] = True
     if int(val.sum()) == 0 or int((~val).sum()) == 0:
-        raise ValueError("too little data to learn hyperparameters (need at least 5 functionals); fix them with lengthscale=")
+        raise BeaValueError("too little data to learn hyperparameters (need at least 5 functionals); fix them with lengthscale=")
     return torch.nonzero(~val).flatten(), torch.nonzero(val).flatten()
 
 
@@ -113,7 +115,7 @@ def objective(gp: FunctionalGP, kind: str, F_tr: Functionals, F_va: Functionals,
     ``"positions"``: ``positions`` applied to the posterior mean conditioned on ``F_tr``, the held-out one-step
     position errors of :mod:`learners.shadow.position_objective`), ``inf`` where the fit fails."""
     if kind == "positions" and positions is None:
-        raise ValueError("the 'positions' objective needs held-out triples (positions=)")
+        raise BeaValueError("the 'positions' objective needs held-out triples (positions=)")
 
     def value() -> float:
         if kind == "positions":
@@ -153,7 +155,7 @@ def grid_best(grid: List[tuple], d: int) -> Tuple[torch.Tensor, float]:
     r"""The best :math:`\theta` on the ``grid`` of :func:`grid_search` and its objective."""
     ok = [g for g in grid if math.isfinite(g[2])]
     if not ok:
-        raise RuntimeError("no hyperparameters on the grid gave a usable fit; fix them with lengthscale= and noise=")
+        raise BeaRuntimeError("no hyperparameters on the grid gave a usable fit; fix them with lengthscale= and noise=")
     l0, r0, best = min(ok, key=lambda g: g[2])
     return torch.tensor([math.log(l0)] * d + [math.log(r0)], dtype=torch.float64), best
 

@@ -67,6 +67,7 @@ import torch
 from gpytorch.constraints import Positive
 
 import bea
+from bea.errors import BeaRuntimeError, BeaValueError
 
 from .. import saving
 from ..saving import recorded
@@ -105,22 +106,22 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         self.h = check_step(h)
         self.scheme = bea.get_scheme(scheme)
         if objective not in self.objectives:
-            raise ValueError(f"objective must be one of {', '.join(map(repr, self.objectives))} for "
+            raise BeaValueError(f"objective must be one of {', '.join(map(repr, self.objectives))} for "
                              f"{type(self).__name__}, got {objective!r}")
         if epsilon is not None:
             if lengthscale is not None:
-                raise ValueError("give lengthscale= or epsilon=, not both")
+                raise BeaValueError("give lengthscale= or epsilon=, not both")
             if not float(epsilon) > 0:
-                raise ValueError(f"epsilon must be positive, got {epsilon}")
+                raise BeaValueError(f"epsilon must be positive, got {epsilon}")
             lengthscale = float(epsilon) / math.sqrt(2)
         if noise is not None and not (math.isfinite(float(noise)) and float(noise) >= MIN_NOISE):
-            raise ValueError(f"noise (relative nugget) must be a finite number >= {MIN_NOISE:g}, got {noise}")
+            raise BeaValueError(f"noise (relative nugget) must be a finite number >= {MIN_NOISE:g}, got {noise}")
         if iterations is None:
             iterations = self.default_iterations
         if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 0:
-            raise ValueError(f"iterations must be an integer >= 0, got {iterations!r}")
+            raise BeaValueError(f"iterations must be an integer >= 0, got {iterations!r}")
         if isinstance(max_train_functionals, bool) or not isinstance(max_train_functionals, int) or max_train_functionals < 10:
-            raise ValueError(f"max_train_functionals must be an integer >= 10 (the size of the subset used to learn the "
+            raise BeaValueError(f"max_train_functionals must be an integer >= 10 (the size of the subset used to learn the "
                              f"hyperparameters), got {max_train_functionals!r}")
         self._user_kernel = kernel
         self.normalisation = get_normalisation(normalisation)
@@ -243,7 +244,7 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
                 self.history["grid"] = vgrid = velocity_grid(evaluate, d, scale0)
                 theta, best = min(vgrid, key=lambda g: g[1])
                 if not math.isfinite(best):
-                    raise RuntimeError("no hyperparameters on the grid gave a usable fit; fix them with lengthscale= and noise=")
+                    raise BeaRuntimeError("no hyperparameters on the grid gave a usable fit; fix them with lengthscale= and noise=")
             else:  # 1. coarse grid over a shared lengthscale
                 self.history["grid"] = grid = grid_search(evaluate, d, scale0, long=positions is not None)
                 theta, best = grid_best(grid, d)
@@ -255,7 +256,7 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
 
     def _position_objective(self, trajectories: torch.Tensor):
         """The ``"positions"`` objective on the given held-back trajectories (models that learn from positions)."""
-        raise ValueError(f"{type(self).__name__} does not learn from positions: use objective='mll' or 'heldout'")
+        raise BeaValueError(f"{type(self).__name__} does not learn from positions: use objective='mll' or 'heldout'")
 
     def _calibrate(self, F_tr: Functionals, F_va: Functionals) -> None:
         r"""Scale the posterior variances (``gp.variance_scale``: :math:`\sigma_f^2` and the nugget together,
@@ -332,4 +333,4 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
 
     def _require_fit(self) -> None:
         if self.gp is None or self.gp._beta is None:
-            raise RuntimeError(f"{type(self).__name__} is not fitted yet: call .fit(...) first")
+            raise BeaRuntimeError(f"{type(self).__name__} is not fitted yet: call .fit(...) first")

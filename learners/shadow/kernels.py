@@ -38,6 +38,8 @@ import gpytorch
 import torch
 from gpytorch.constraints import Positive
 
+from bea.errors import BeaTypeError, BeaValueError
+
 from .functionals import AtomSet, Functionals
 
 __all__ = ["SmoothKernel", "RBFKernel", "FunctionalKernel", "AtomExpansion"]
@@ -155,7 +157,7 @@ class FunctionalKernel(gpytorch.kernels.Kernel):
         if base_kernel is None:
             base_kernel = RBFKernel()
         if not isinstance(base_kernel, SmoothKernel):
-            raise TypeError("base_kernel must be a learners.shadow.kernels.SmoothKernel (with a smooth pairwise form), "
+            raise BeaTypeError("base_kernel must be a learners.shadow.kernels.SmoothKernel (with a smooth pairwise form), "
                             f"got {type(base_kernel).__name__}")
         self.base_kernel = base_kernel
         self.closed_form = closed_form
@@ -178,9 +180,9 @@ class FunctionalKernel(gpytorch.kernels.Kernel):
 
     def forward(self, F1: Functionals, F2: Functionals, diag: bool = False, **params) -> torch.Tensor:  # type: ignore[override]
         if not isinstance(F1, Functionals) or not isinstance(F2, Functionals):
-            raise TypeError("FunctionalKernel.forward takes two learners.shadow.functionals.Functionals")
+            raise BeaTypeError("FunctionalKernel.forward takes two learners.shadow.functionals.Functionals")
         if F1.dim != F2.dim:
-            raise ValueError(f"functionals on spaces of different dimensions: {F1.dim} and {F2.dim}")
+            raise BeaValueError(f"functionals on spaces of different dimensions: {F1.dim} and {F2.dim}")
         if diag:
             return self.diagonal(F1)
         out = None

@@ -24,12 +24,15 @@ units, as given.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from typing import Callable, Optional, Union
 
 import torch
 
 import bea
+from bea.errors import BeaValueError
+from integrators import Trajectory
 
 from .._checks import as_tensor, check_finite, check_order, check_snapshots, check_step
 from .hyperparameters import FunctionalLagrangianModel
@@ -99,7 +102,7 @@ class LagrangianGP(FunctionalLagrangianModel):
         then trajectories group the validation split); ``trajectory`` (B,) optionally labels them."""
         q, v, a = as_tensor(q, "q"), as_tensor(v, "v"), as_tensor(a, "a")
         if not (q.shape == v.shape == a.shape) or q.dim() not in (2, 3):
-            raise ValueError(f"q, v, a must have the same shape (B, n) or (n_traj, m, n), got {tuple(q.shape)}, "
+            raise BeaValueError(f"q, v, a must have the same shape (B, n) or (n_traj, m, n), got {tuple(q.shape)}, "
                              f"{tuple(v.shape)}, "
                              f"{tuple(a.shape)}")
         for t, name in ((q, "q"), (v, "v"), (a, "a")):
@@ -111,9 +114,9 @@ class LagrangianGP(FunctionalLagrangianModel):
         else:
             groups = torch.arange(q.shape[0]) if trajectory is None else torch.as_tensor(trajectory, dtype=torch.long)
             if groups.shape != (q.shape[0],):
-                raise ValueError(f"trajectory must label each of the {q.shape[0]} states, got shape {tuple(groups.shape)}")
+                raise BeaValueError(f"trajectory must label each of the {q.shape[0]} states, got shape {tuple(groups.shape)}")
         if q.shape[0] < 2:
-            raise ValueError("need at least two states")
+            raise BeaValueError("need at least two states")
         self._region = data_region(q)
         if self._learns_time_unit:
             center, unit = position_units(q)
@@ -142,7 +145,7 @@ class LagrangianGP(FunctionalLagrangianModel):
         """The learned Lagrangian itself (LGP learns :math:`L`, not :math:`L_{inv}`); only ``order=0``."""
         self._require_fit()
         if check_order(order, None) != 0:
-            raise ValueError("LagrangianGP learns the exact Lagrangian directly: there is no correction of order > 0")
+            raise BeaValueError("LagrangianGP learns the exact Lagrangian directly: there is no correction of order > 0")
         return self.lagrangian
 
     def energy(self, order: int = 0) -> TorchLagrangian:
@@ -154,17 +157,18 @@ class LagrangianGP(FunctionalLagrangianModel):
 
         self._require_fit()
         return VariationalIntegrator(self, self.h, self.scheme, **{**DEFAULT_NEWTON, **newton})  # the model: C form of the mean
-    def predict(self, q0, qdot0, steps: int, **newton) -> torch.Tensor:
-        """The scheme on the learned :math:`L` from ``(q0, qdot0)``, :math:`p_0 = \\partial_vL(q_0, \\dot q_0)`."""
+    def predict(self, q0, qdot0, steps: int, **newton) -> Trajectory:
+        """The scheme on the learned :math:`L` from ``(q0, qdot0)``, :math:`p_0 = \\partial_vL(q_0, \\dot q_0)`:
+        a :class:`~integrators.Trajectory` (positions ``q``, ``(steps + 1, batch..., n)``; times ``t``)."""
         self._require_fit()
         q0, qdot0 = as_tensor(q0, "q0"), as_tensor(qdot0, "qdot0")
         if q0.shape != qdot0.shape or q0.dim() < 1 or q0.shape[-1] != self.n:
-            raise ValueError(f"q0 and qdot0 must have shape (batch..., {self.n}), got {tuple(q0.shape)} and {tuple(qdot0.shape)}")
+            raise BeaValueError(f"q0 and qdot0 must have shape (batch..., {self.n}), got {tuple(q0.shape)} and {tuple(qdot0.shape)}")
         check_finite(q0, "q0")
         check_finite(qdot0, "qdot0")
-        qs = solve_with_retry(self._integrator_std, newton, self._to_standard(q0), qdot0 / self._speed, steps)
-        check_prediction(qs, "LagrangianGP.predict", self._from_standard)
-        qs = self._from_standard(qs)
+        sol = solve_with_retry(self._integrator_std, newton, self._to_standard(q0), qdot0 / self._speed, steps)
+        check_prediction(sol.q, "LagrangianGP.predict", self._from_standard)
+        qs = self._from_standard(sol.q)
         far = runaway(qs, self._region) if self._region is not None else torch.zeros(qs.shape[:-1], dtype=torch.bool)
         if bool(far.any()):
             idx = tuple(int(i) for i in torch.nonzero(far)[0])
@@ -172,7 +176,9 @@ class LagrangianGP(FunctionalLagrangianModel):
                           f"{RUNAWAY_FACTOR:g} data spreads from the data's centre (first at (step, batch...) = {idx}, "
                           f"position {qs[idx].tolist()}), where the learned Lagrangian is not "
                           "determined by the data. Start inside the data's region", ExtrapolationWarning, stacklevel=2)
-        return qs
+        t = None if sol.t is None else sol.t * (self.h / self._h_std)  # the solve's times are in the standardised unit
+        # legacy=None: used as the tensor q it returned before (deprecated)
+        return dataclasses.replace(sol, q=qs, t=t, legacy=None)
 
     def _integrator_std(self, **newton):
         """The scheme on the posterior mean in the standardised coordinates (C form), at the step :math:`h'`."""
@@ -183,6 +189,6 @@ class LagrangianGP(FunctionalLagrangianModel):
     def velocities(self, qs, order: int = 0) -> torch.Tensor:
         """Velocities from the discrete momenta of the learned :math:`L` along ``qs`` ``(steps + 1, batch..., n)``."""
         self.recovered_lagrangian(order)
-        qs = as_tensor(qs, "qs")
+        qs = as_tensor(positions(qs), "qs")
         check_finite(qs, "qs")
         return self._speed * self._integrator_std().velocities(self._to_standard(qs))

@@ -47,9 +47,10 @@ from typing import Callable, Dict, Optional, Union
 
 import torch
 
-from integrators import VariationalIntegrator, modified
+from integrators import ConvergenceError, NotRegularError, Trajectory, VariationalIntegrator, modified
 
-from .._checks import as_tensor, check_finite, check_order, check_snapshots
+from bea.errors import BeaValueError
+from .._checks import as_tensor, check_finite, check_order, check_snapshots, snapshot_layout
 from .hyperparameters import FunctionalLagrangianModel
 from .retry import solve_with_retry
 from .guards import RUNAWAY_FACTOR, check_prediction, runaway
@@ -102,7 +103,7 @@ class ExtrapolationWarning(UserWarning):
     """A prediction left the region where the data determine the learned dynamics."""
 
 
-class ExtrapolationError(ValueError):
+class ExtrapolationError(BeaValueError):
     """Raised instead of :class:`ExtrapolationWarning` with ``predict(..., on_extrapolation="raise")``."""
 
 
@@ -198,10 +199,10 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
     # ------------------------------------------------------------------ posterior
     def del_residuals(self, snapshots_or_triples, return_std: bool = True):
         r"""Posterior mean (and standard deviation) of the DEL residuals at new data: triples
-        ``(B, 3, n)`` or snapshots ``(n_traj, m, n)`` (all their triples, trajectory-major). Returns
+        ``(B, 3, n)``, snapshots ``(n_traj, m, n)`` or a Trajectory (all their triples, trajectory-major). Returns
         tensors of shape ``(B, n)``, in the data's units (:math:`s = \sigma/\tau` times those of :math:`L'`)."""
         self._require_fit()
-        x = as_tensor(snapshots_or_triples, "triples")
+        x = as_tensor(snapshot_layout(snapshots_or_triples), "triples")
         check_finite(x, "triples")
         if x.dim() == 3 and x.shape[1] == 3 and x.shape[-1] == self.n:
             triples = x
@@ -295,7 +296,8 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
 
     def predict(self, q0, qdot0, steps: int, order: int = 2, *, return_std: bool = False, on_extrapolation: str = "warn",
                 **newton):
-        r"""Positions ``(steps + 1, batch..., n)`` from ``(q0, qdot0)`` (shape ``(batch..., n)``): the scheme
+        r"""A :class:`~integrators.Trajectory` from ``(q0, qdot0)`` (shape ``(batch..., n)``): positions ``q``
+        ``(steps + 1, batch..., n)``, times ``t``, and ``std`` with ``return_std=True``. The scheme
         on :math:`\bar L_{inv}` with :math:`p_0 = \partial_vL_{rec}(q_0, \dot q_0)`, :math:`L_{rec}` of
         ``order`` (docs/theory/lsi.md). Batched: all initial conditions advance together; computed in the
         standardised coordinates and mapped back (module docstring).
@@ -307,21 +309,22 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         :class:`ExtrapolationWarning`, ``"raise"`` raises :class:`ExtrapolationError`, ``"ignore"`` skips the
         test. The test looks at :data:`CHECK_POINTS` evenly spaced positions per trajectory (every position
         with ``return_std=True``); a position more than :data:`~learners.shadow.guards.RUNAWAY_FACTOR` data spreads
-        from the data's centre counts too, and non-finite positions raise ``NonFiniteModelError``. ``return_std=True`` returns ``(q, std)`` with ``std`` of the same shape as ``q``: the posterior
+        from the data's centre counts too, and non-finite positions raise ``NonFiniteModelError``. ``return_std=True``
+        fills ``std``, of the same shape as ``q``: the posterior
         std of the DEL residual centred at each position, in the data's units (NaN at the first and last
         position, which are not the middle of a triple)."""
         self._require_fit()
         if on_extrapolation not in ("warn", "raise", "ignore"):
-            raise ValueError(f"on_extrapolation must be 'warn', 'raise' or 'ignore', got {on_extrapolation!r}")
+            raise BeaValueError(f"on_extrapolation must be 'warn', 'raise' or 'ignore', got {on_extrapolation!r}")
         q0 = as_tensor(q0, "q0")
         qdot0 = as_tensor(qdot0, "qdot0")
         if q0.shape != qdot0.shape or q0.dim() < 1 or q0.shape[-1] != self.n:
-            raise ValueError(f"q0 and qdot0 must have shape (batch..., {self.n}), got {tuple(q0.shape)} and {tuple(qdot0.shape)}")
+            raise BeaValueError(f"q0 and qdot0 must have shape (batch..., {self.n}), got {tuple(q0.shape)} and {tuple(qdot0.shape)}")
         check_finite(q0, "q0")
         check_finite(qdot0, "qdot0")
         q0s, v0s = self._to_standard(q0), qdot0 / self._speed
         try:
-            qs = solve_with_retry(self._integrator_std, newton, q0s, v0s, steps, legendre=self._recovered_std(order))
+            sol = solve_with_retry(self._integrator_std, newton, q0s, v0s, steps, legendre=self._recovered_std(order))
         except ValueError as err:  # ConvergenceError, NotRegularError, a non-finite initial momentum
             if on_extrapolation != "ignore":  # is the start itself outside the data? then that is the cause
                 h = self._h_std
@@ -334,12 +337,14 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
                         f"{EXTRAPOLATION_FACTOR:g}x), so the learned dynamics are not determined. Start inside the data's "
                         "region, or add data there") from err
             raise
-        check_prediction(qs, "InverseModifiedLagrangianGP.predict", self._from_standard)
+        check_prediction(sol.q, "InverseModifiedLagrangianGP.predict", self._from_standard)
         std = None
         if return_std or on_extrapolation != "ignore":
-            std = self._check_extrapolation(qs, on_extrapolation, every=not return_std)
-        out = self._from_standard(qs)
-        return (out, self._speed * std) if return_std else out
+            std = self._check_extrapolation(sol.q, on_extrapolation, every=not return_std)
+        t = None if sol.t is None else sol.t * (self.h / self._h_std)  # the solve's times are in the standardised unit
+        # legacy: unpacks as the (q, std) it returned before with return_std=True, else acts as the tensor q (deprecated)
+        return Trajectory(self._from_standard(sol.q), sol.valid, t=t, std=self._speed * std if return_std else None,
+                          stats=sol.stats, legacy=("q", "std") if return_std else None, legacy_tuple=return_std)
 
     def _check_extrapolation(self, qs: torch.Tensor, mode: str, every: bool = False) -> torch.Tensor:
         """Posterior std of the DEL residual at the interior positions of ``qs`` (standardised), NaN at the

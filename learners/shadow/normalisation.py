@@ -33,6 +33,8 @@ from typing import Optional, Union
 
 import torch
 
+from bea.errors import BeaValueError
+
 from .functionals import AtomSet, Functionals
 
 __all__ = ["Normalisation", "VertexNormalisation", "MassNormalisation", "get_normalisation"]
@@ -53,7 +55,7 @@ class VertexNormalisation(Normalisation):
     def __init__(self, c: float = 1.0):
         c = float(c)
         if not math.isfinite(c) or c == 0:
-            raise ValueError(f"the normalisation constant c must be finite and non-zero, got {c}")
+            raise BeaValueError(f"the normalisation constant c must be finite and non-zero, got {c}")
         self.c = c
 
     def __repr__(self) -> str:
@@ -77,7 +79,7 @@ class MassNormalisation(Normalisation):
     def __init__(self, c: float = 1.0, point: Optional[torch.Tensor] = None):
         c = float(c)
         if not math.isfinite(c) or c == 0:
-            raise ValueError(f"the normalisation constant c must be finite and non-zero, got {c}")
+            raise BeaValueError(f"the normalisation constant c must be finite and non-zero, got {c}")
         self.c = c
         self.point = None if point is None else torch.as_tensor(point, dtype=torch.float64)
 
@@ -102,4 +104,4 @@ def get_normalisation(spec: Union[str, Normalisation, None]) -> Normalisation:
         return MassNormalisation()
     if isinstance(spec, Normalisation):
         return spec
-    raise ValueError(f"normalisation must be 'vertices', 'mass' or a learners.Normalisation, got {spec!r}")
+    raise BeaValueError(f"normalisation must be 'vertices', 'mass' or a learners.Normalisation, got {spec!r}")

@@ -40,6 +40,8 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
+from bea.errors import BeaValueError
+
 from .compiled_mean import packed_atoms
 from .kernels import AtomExpansion
 
@@ -225,7 +227,7 @@ class RBFJet:
 
     def __init__(self, ex: AtomExpansion):
         if not isinstance(ex, AtomExpansion) or not ex.fast:
-            raise ValueError("a closed-form jet needs the RBF posterior mean (atoms of order <= 2, fixed hyperparameters)")
+            raise BeaValueError("a closed-form jet needs the RBF posterior mean (atoms of order <= 2, fixed hyperparameters)")
         with torch.no_grad():
             Y = ex._Y
             self.D = int(Y.shape[1])
@@ -252,7 +254,7 @@ class RBFJet:
         if fn is None:
             M = math.comb(self.D + K, K)
             if M > MAX_JET_COLUMNS:
-                raise ValueError(f"a jet of order {K} in {self.D} variables has {M} partial derivatives per state, more than "
+                raise BeaValueError(f"a jet of order {K} in {self.D} variables has {M} partial derivatives per state, more than "
                                  f"MAX_JET_COLUMNS = {MAX_JET_COLUMNS}; use autograd for such orders")
             from integrators.ccompile import load_library  # learners depend on integrators, not the reverse
 
@@ -272,7 +274,7 @@ class RBFJet:
         """``(B, M)``: column ``j`` is :math:`\\partial^{\\alpha_j} f` at the rows of ``X`` ``(B, D)``,
         :math:`\\alpha_j` the ``j``-th of :meth:`columns`."""
         if X.dim() != 2 or X.shape[1] != self.D:
-            raise ValueError(f"states must have shape (B, {self.D}), got {tuple(X.shape)}")
+            raise BeaValueError(f"states must have shape (B, {self.D}), got {tuple(X.shape)}")
         fn = self._fn(K)
         B = X.shape[0]
         Bp = -(-B // LANES) * LANES  # whole groups of lanes: pad with copies of the last state
@@ -347,7 +349,7 @@ class JetLagrangian:
 
     def __init__(self, jet: RBFJet, order: int = 2):
         if jet.D % 2:
-            raise ValueError(f"a Lagrangian lives on (q, v): the expansion's dimension {jet.D} must be even")
+            raise BeaValueError(f"a Lagrangian lives on (q, v): the expansion's dimension {jet.D} must be even")
         self.jet = jet
         self.n = jet.D // 2
         self.order = int(order)
@@ -360,7 +362,7 @@ class JetLagrangian:
 
     def __call__(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if q.shape != v.shape or q.shape[-1] != self.n:
-            raise ValueError(f"q and v must have the same shape (..., {self.n}), got {tuple(q.shape)} and {tuple(v.shape)}")
+            raise BeaValueError(f"q and v must have the same shape (..., {self.n}), got {tuple(q.shape)} and {tuple(v.shape)}")
         X = torch.cat([q, v], -1).detach().reshape(-1, 2 * self.n).to(torch.float64)
         table = self._last
         if table is None or table.X.shape != X.shape or not torch.equal(table.X, X):

@@ -13,7 +13,9 @@ from typing import Callable, Optional
 import torch
 
 import bea
+from bea.errors import BeaTypeError, BeaValueError
 from integrators import modified
+from integrators.trajectory import positions
 
 from .._checks import as_tensor, check_finite, check_order, check_states
 from .rbf_jet import JetLagrangian, RBFJet, jets_fit
@@ -70,10 +72,10 @@ class RecoveryMixin:
             try:
                 q_r, v_r = reference
             except (TypeError, ValueError):
-                raise TypeError("reference must be a pair (q_ref, v_ref) of one state each") from None
+                raise BeaTypeError("reference must be a pair (q_ref, v_ref) of one state each") from None
             q_r, v_r = check_states(q_r, v_r, self.n)
             if q_r.numel() != self.n:
-                raise ValueError(f"reference must be one state: q_ref and v_ref of shape ({self.n},), got {tuple(q_r.shape)}")
+                raise BeaValueError(f"reference must be one state: q_ref and v_ref of shape ({self.n},), got {tuple(q_r.shape)}")
             ref = (q_r.reshape(self.n), v_r.reshape(self.n))
 
         def H(q, v):
@@ -233,7 +235,7 @@ class RecoveryMixin:
         E = self._speed ** 2 * torch.cat([H(q_std[a:a + chunk], v_std[a:a + chunk]).detach() for a in range(0, q_std.shape[0], chunk)])
         if reference is not None:
             if isinstance(reference, bool) or not isinstance(reference, int) or not -qs.shape[0] <= reference < qs.shape[0]:
-                raise ValueError(f"reference must be a time index in [0, {qs.shape[0]}), got {reference!r}")
+                raise BeaValueError(f"reference must be a time index in [0, {qs.shape[0]}), got {reference!r}")
             reference %= qs.shape[0]
             E = E - E[reference]
         if not return_std:
@@ -247,9 +249,9 @@ class RecoveryMixin:
 
     def _positions(self, qs) -> torch.Tensor:
         self._require_fit()
-        qs = as_tensor(qs, "qs")
+        qs = as_tensor(positions(qs), "qs")  # a Trajectory or its positions
         if qs.dim() < 2 or qs.shape[0] < 2 or qs.shape[-1] != self.n:
-            raise ValueError(f"qs must have shape (steps + 1, batch..., {self.n}) with at least two positions, "
+            raise BeaValueError(f"qs must have shape (steps + 1, batch..., {self.n}) with at least two positions, "
                              f"got {tuple(qs.shape)}")
         check_finite(qs, "qs")
         return qs
@@ -283,5 +285,5 @@ def next_order(order: int, scheme) -> int:
 
 def _every(k) -> int:
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"std_every must be a positive integer, got {k!r}")
+        raise BeaValueError(f"std_every must be a positive integer, got {k!r}")
     return k

@@ -9,16 +9,16 @@ from integrators import ConvergenceError
 
 
 def solve_with_retry(make_integrator, newton: Dict, q0, qdot0, steps: int, legendre=None):
-    """``make_integrator(**options).solve(...).q``; with the default Newton options, a failure at the
+    """``make_integrator(**options).solve(...)`` (a :class:`~integrators.Trajectory`); with the default Newton options, a failure at the
     rounding level of the posterior mean (a model whose dynamics are tiny against the size of its
     coefficients, e.g. with the vertex normalisation) is retried with looser step tolerances, with a
     warning. Explicit options are used as given."""
     if newton:
-        return make_integrator(**newton).solve(q0, qdot0, steps, legendre=legendre).q
+        return make_integrator(**newton).solve(q0, qdot0, steps, legendre=legendre)
     for xtol in (None, 1e-8, 1e-6):
         opts = {} if xtol is None else {"xtol": xtol}
         try:
-            out = make_integrator(**opts).solve(q0, qdot0, steps, legendre=legendre).q
+            out = make_integrator(**opts).solve(q0, qdot0, steps, legendre=legendre)
         except ConvergenceError as err:
             last = err
             continue

@@ -65,6 +65,8 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 
+from bea.errors import BeaRuntimeError, BeaTypeError, BeaValueError
+
 from .functionals import AtomSet, Functionals
 from .kernels import RBFKernel
 
@@ -128,7 +130,7 @@ class GaussianFeatures:
 def _rbf(gp) -> Tuple[RBFKernel, torch.Tensor, torch.Tensor]:
     base = gp.kernel.base_kernel
     if not isinstance(base, RBFKernel):
-        raise TypeError(f"uncertainty of recovered quantities needs the RBF kernel (its Gaussian feature expansion makes the "
+        raise BeaTypeError(f"uncertainty of recovered quantities needs the RBF kernel (its Gaussian feature expansion makes the "
                         f"prior term exact), got {type(base).__name__}; fit with the default kernel")
     ls = base.lengthscale.detach().reshape(-1)
     return base, ls, gp.kernel.outputscale.detach()
@@ -214,7 +216,7 @@ def _linearise(mean: Callable, quantity: Quantity, x: torch.Tensor, columns: Seq
         def L(q, v):
             xp = torch.cat([q, v], -1)
             if xp.shape != (B, D):
-                raise RuntimeError(f"internal: the recovered quantity evaluated L at a batch of shape {tuple(xp.shape)}, "
+                raise BeaRuntimeError(f"internal: the recovered quantity evaluated L at a batch of shape {tuple(xp.shape)}, "
                                    f"not the ({B}, {D}) states it linearises (one row per state is required)")
             out = mean(xp)
             for c, w in zip(columns, W):
@@ -246,7 +248,7 @@ def jet_order(gp, quantity: Quantity, x: torch.Tensor, k: int, start: int = 3) -
         if p <= top - 2:
             return p
         if top >= MAX_JET_ORDER:
-            raise RuntimeError(f"the recovered quantity depends on derivatives of L of order > {MAX_JET_ORDER - 2}; "
+            raise BeaRuntimeError(f"the recovered quantity depends on derivatives of L of order > {MAX_JET_ORDER - 2}; "
                                "raise learners.shadow.uncertainty.MAX_JET_ORDER")
         top = min(top + 2, MAX_JET_ORDER)
 
@@ -311,7 +313,7 @@ def posterior_variance(gp, G: LinearisedQuantity, reference: Optional[Reference]
     unit roundoff). Variances below that level are rounding noise (even negative ones occur): the
     diagonal is raised to :math:`\kappa(R)\,\epsilon` times the prior variance."""
     if reference is not None and G.k != 1:
-        raise ValueError("differences to a reference state are for scalar quantities (k = 1)")
+        raise BeaValueError("differences to a reference state are for scalar quantities (k = 1)")
     base, ls, s2 = _rbf(gp)
     F = gp.train_functionals
     feats = GaussianFeatures(G.x.shape[-1], G.p)

@@ -15,9 +15,11 @@ task, atomic), :mod:`~pipelines.sweep.execute` (serial and Ray execution), :mod:
 (CSV tables, plots), :mod:`~pipelines.sweep.api` (:func:`run`). Ray is imported only when a sweep runs on it.
 """
 
+from bea.errors import BeaError
+
 from .api import OutputExists, SweepResults, run
 from .spec import Spec, SpecError, Task, load
 from .tasks import Kind, Param, ParamError, TaskOutput, register
 
-__all__ = ["run", "SweepResults", "OutputExists", "load", "Spec", "SpecError", "Task", "Kind", "Param", "ParamError",
+__all__ = ["BeaError", "run", "SweepResults", "OutputExists", "load", "Spec", "SpecError", "Task", "Kind", "Param", "ParamError",
            "TaskOutput", "register"]

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Union
 
+from bea.errors import BeaOSError
 from . import report as _report
 from .execute import execute
 from .records import atomic_write, scan
@@ -27,7 +28,7 @@ from .spec import Spec, load
 __all__ = ["run", "SweepResults", "OutputExists"]
 
 
-class OutputExists(FileExistsError):
+class OutputExists(BeaOSError, FileExistsError):
     """The output folder holds records of an earlier run and ``resume`` was not asked for."""
 
 
@@ -114,7 +115,7 @@ def run(spec_or_path: Union[Spec, str, os.PathLike, Mapping[str, Any]], out: Uni
     # re-read what was written: the results hold exactly the verified files
     written, problems = scan(rec_dir, [r["task_id"] for r in new])
     if problems:  # pragma: no cover - a file damaged between our write and our read
-        raise OSError(f"records written by this run do not verify: {problems[:3]}")
+        raise BeaOSError(f"records written by this run do not verify: {problems[:3]}")
     by_id.update(written)
     records = [by_id[t.task_id] for t in spec.tasks]
     rep = _report.write(spec, records, out, plots=plots)

@@ -29,6 +29,8 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
+from bea.errors import BeaValueError, MissingDependencyError
+
 from .records import write_record
 from .spec import Execution, Spec, Task
 from .tasks import Kind
@@ -177,14 +179,14 @@ def _execute_ray(kind: Kind, todo: Sequence[Task], ex: Execution, address: Optio
     try:
         import ray
     except ImportError:
-        raise ImportError("running a sweep on Ray needs the ray package: pip install 'bea[sweep]' "
+        raise MissingDependencyError("running a sweep on Ray needs the ray package: pip install 'bea[sweep]' "
                           "(or run serially with --serial / serial=True)") from None
     import logging
 
     started_here = False
     if ray.is_initialized():
         if address is not None:
-            raise ValueError("Ray is already initialised in this process; omit address to use that connection, "
+            raise BeaValueError("Ray is already initialised in this process; omit address to use that connection, "
                              "or call ray.shutdown() first")
     else:
         common = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
@@ -198,7 +200,7 @@ def _execute_ray(kind: Kind, todo: Sequence[Task], ex: Execution, address: Optio
     try:
         cpus = ray.cluster_resources().get("CPU", 0)
         if cpus < ex.num_cpus:
-            raise ValueError(f"each task needs num_cpus = {ex.num_cpus}, but the Ray cluster has {cpus:g} CPUs: "
+            raise BeaValueError(f"each task needs num_cpus = {ex.num_cpus}, but the Ray cluster has {cpus:g} CPUs: "
                              "no task could start (lower execution.num_cpus or add nodes)")
         remote = ray.remote(_ray_entry).options(num_cpus=ex.num_cpus, max_retries=ex.max_retries, retry_exceptions=False)
         kind_ref = ray.put(kind)

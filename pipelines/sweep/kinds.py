@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional, Tuple
+from bea.errors import BeaTypeError, BeaValueError
 
 __all__ = ["Param", "Kind", "TaskOutput", "ParamError", "REQUIRED", "KINDS", "register", "get_kind"]
 
@@ -18,7 +19,7 @@ class _Required:
 REQUIRED = _Required()
 
 
-class ParamError(ValueError):
+class ParamError(BeaValueError):
     """A parameter value that cannot run; ``key`` names the parameter."""
 
     def __init__(self, key: str, message: str):
@@ -66,7 +67,7 @@ KINDS: Dict[str, Kind] = {}
 def register(kind: Kind) -> Kind:
     """Add (or replace) a task kind; returns it."""
     if not isinstance(kind, Kind):
-        raise TypeError(f"register needs a pipelines.sweep.tasks.Kind, got {type(kind).__name__}")
+        raise BeaTypeError(f"register needs a pipelines.sweep.tasks.Kind, got {type(kind).__name__}")
     KINDS[kind.name] = kind
     return kind
 
@@ -75,4 +76,4 @@ def get_kind(name: str) -> Kind:
     try:
         return KINDS[name]
     except KeyError:
-        raise ValueError(f"unknown kind {name!r} (one of {', '.join(sorted(KINDS))})") from None
+        raise BeaValueError(f"unknown kind {name!r} (one of {', '.join(sorted(KINDS))})") from None

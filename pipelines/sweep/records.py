@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from bea import files
+from bea.errors import BeaValueError
 
 __all__ = ["FORMAT", "canonical", "task_id", "derived_seed", "seal", "write_record", "read_record", "scan",
            "atomic_write", "encode", "decode", "CorruptRecord"]
@@ -43,7 +44,7 @@ STATUSES = ("ok", "failed")
 REQUIRED = ("format", "task_id", "kind", "params", "seed", "status", "metrics", "timings", "host", "versions", "checksum")
 
 
-class CorruptRecord(ValueError):
+class CorruptRecord(BeaValueError):
     """A record file that cannot be trusted (the message says why)."""
 
 
@@ -147,7 +148,7 @@ def read_record(path: Path) -> Dict[str, Any]:
 
 
 def _reject_constant(name: str):
-    raise ValueError(f"non-standard JSON constant {name}")
+    raise BeaValueError(f"non-standard JSON constant {name}")
 
 
 def scan(folder: Path, wanted: Optional[Iterable[str]] = None) -> Tuple[Dict[str, Dict[str, Any]], List[str]]:

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
+from bea.errors import BeaTypeError, BeaValueError
 from . import records
 from .tasks import REQUIRED, Kind, ParamError, get_kind, KINDS
 
@@ -60,7 +61,7 @@ EXECUTION_KEYS = ("num_cpus", "max_retries", "local_cpus", "object_store_mb")
 REPORT_KEYS = ("metrics", "x")
 
 
-class SpecError(ValueError):
+class SpecError(BeaValueError):
     """An invalid sweep specification; ``source`` is the file (or ``<dict>``), ``key`` the offending key."""
 
     def __init__(self, source: str, key: str, problem: str):
@@ -178,7 +179,7 @@ def check_value(value: Any, hint: Any, where: str, source: str) -> Any:
             raise bad()
         vt = args[1] if len(args) == 2 else Any
         return {str(k): check_value(v, vt, f"{where}.{k}", source) for k, v in value.items()}
-    raise TypeError(f"unsupported parameter type {hint!r} at {where}")  # a kind's schema, not user input
+    raise BeaTypeError(f"unsupported parameter type {hint!r} at {where}")  # a kind's schema, not user input
 
 
 def _plain(value: Any, where: str, source: str) -> Any:
@@ -236,7 +237,7 @@ def load(spec: Union["Spec", str, os.PathLike, Mapping[str, Any]]) -> Spec:
         except tomllib.TOMLDecodeError as err:
             raise SpecError(str(path), "file", f"not valid TOML: {err}") from None
         return parse(data, str(path), text, default_name=path.stem)
-    raise TypeError(f"a sweep specification is a TOML file path, a dict or a Spec, got {type(spec).__name__}")
+    raise BeaTypeError(f"a sweep specification is a TOML file path, a dict or a Spec, got {type(spec).__name__}")
 
 
 def parse(data: Mapping[str, Any], source: str = "<dict>", text: str = "", default_name: str = "sweep") -> Spec:
