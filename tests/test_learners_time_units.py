@@ -17,7 +17,7 @@ import pytest
 import sympy
 import torch
 
-from integrators import reference_flow, systems
+from integrators import Trajectory, reference_flow, systems
 from integrators.data import snapshots
 from learners import InverseModifiedLagrangianGP, LagrangianGP
 from learners.metrics import max_trajectory_error
@@ -45,7 +45,7 @@ def anharmonic3():
 def _case(system, h, n_traj, q0, v0, steps):
     S = snapshots(system, h, n_traj, 5, seed=0)
     q0, v0 = torch.tensor(q0, dtype=torch.float64), torch.tensor(v0, dtype=torch.float64)
-    q_ref, _ = reference_flow(system, q0, v0, h * torch.arange(steps + 1, dtype=torch.float64))
+    q_ref = reference_flow(system, q0, v0, h * torch.arange(steps + 1, dtype=torch.float64)).q
     return {"S": S, "h": h, "q0": q0, "v0": v0, "q_ref": q_ref, "steps": steps, "models": {}}
 
 
@@ -75,7 +75,7 @@ def _check_equivariance(cases, system, kind, c):
     assert m._h_std == base._h_std and m._time == pytest.approx(c * base._time, rel=1e-14)
     assert torch.equal(m.gp._beta, base.gp._beta)
     q0, v0, steps = case["q0"], case["v0"], case["steps"]
-    q1, qc = base.predict(q0, v0, steps), m.predict(q0, v0 / c, steps)
+    q1, qc = base.predict(q0, v0, steps).q, m.predict(q0, v0 / c, steps).q
     e1, ec = max_trajectory_error(q1, case["q_ref"]), max_trajectory_error(qc, case["q_ref"])
     assert ec <= 3 * e1, (ec, e1)
     assert float((qc - q1).abs().max()) <= 1e-7 * float(q1.abs().max())
@@ -151,7 +151,7 @@ def test_non_finite_prediction_raises(cases, monkeypatch):
     def nan_from_7(*args, **kwargs):
         q = torch.zeros(21, 2, 1, dtype=torch.float64)
         q[7:] = float("nan")
-        return q
+        return Trajectory(q)
 
     monkeypatch.setattr(lsi_module, "solve_with_retry", nan_from_7)
     with pytest.raises(NonFiniteModelError, match="not finite from step 7"):
@@ -166,10 +166,10 @@ def test_runaway_prediction_warns_even_where_the_std_does_not(cases, monkeypatch
 
     case, m = _fitted(cases, "pendulum", "default", 1.0)
     runaway = 10.0 ** torch.linspace(-1, 44, 21, dtype=torch.float64).reshape(21, 1, 1).expand(21, 2, 1)
-    monkeypatch.setattr(lsi_module, "solve_with_retry", lambda *a, **k: runaway)
+    monkeypatch.setattr(lsi_module, "solve_with_retry", lambda *a, **k: Trajectory(runaway))
     monkeypatch.setattr(lsi_module, "EXTRAPOLATION_FACTOR", float("inf"))
     with pytest.warns(ExtrapolationWarning, match=r"more than 100 data spreads .* at index \(step, batch...\) = \(2, 0\)"):
-        q = m.predict(case["q0"], case["v0"], 20)
+        q = m.predict(case["q0"], case["v0"], 20).q
     assert torch.equal(q, m._from_standard(runaway))  # returned, with the warning
     with pytest.raises(ExtrapolationError, match="data spreads"):
         m.predict(case["q0"], case["v0"], 20, on_extrapolation="raise")
@@ -188,7 +188,7 @@ def test_runaway_lgp_prediction_warns(cases, monkeypatch, fixed):
     import learners.shadow.lgp as lgp_module
 
     monkeypatch.setattr(lgp_module, "solve_with_retry",
-                        lambda *a, **k: 10.0 ** torch.linspace(0, 44, 21, dtype=torch.float64).reshape(21, 1, 1).expand(21, 2, 1))
+                        lambda *a, **k: Trajectory(10.0 ** torch.linspace(0, 44, 21, dtype=torch.float64).reshape(21, 1, 1).expand(21, 2, 1)))
     with pytest.warns(ExtrapolationWarning, match=r"more than 100 data spreads .*position \["):
         m.predict(case["q0"], case["v0"], 20)
 

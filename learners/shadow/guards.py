@@ -17,6 +17,8 @@ from typing import Callable, Optional, Tuple
 
 import torch
 
+from bea.errors import BeaError
+
 __all__ = ["NonFiniteModelError", "check_fitted", "check_prediction", "runaway", "data_region", "RUNAWAY_FACTOR", "FIT_PROBES"]
 
 #: a predicted position farther than this many data spreads (RMS standard deviation of the positions) from the
@@ -29,7 +31,7 @@ RUNAWAY_FACTOR = 100.0
 FIT_PROBES = 256
 
 
-class NonFiniteModelError(FloatingPointError):
+class NonFiniteModelError(BeaError, FloatingPointError):
     """A fit ended with a non-finite model, or a prediction became non-finite."""
 
 

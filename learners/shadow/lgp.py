@@ -33,6 +33,7 @@ import torch
 import bea
 from bea.errors import BeaValueError
 from integrators import Trajectory
+from integrators.trajectory import positions
 
 from .._checks import as_tensor, check_finite, check_order, check_snapshots, check_step
 from .hyperparameters import FunctionalLagrangianModel

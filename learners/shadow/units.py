@@ -33,6 +33,8 @@ from typing import Optional, Tuple
 
 import torch
 
+from bea.errors import BeaValueError
+
 from .functionals import AtomSet, Functionals
 
 __all__ = ["position_units", "standard_step", "standard_time", "StandardUnits", "VELOCITY_RMS"]
@@ -58,7 +60,7 @@ def position_units(S: torch.Tensor) -> Tuple[torch.Tensor, float]:
     flat = torch.nonzero(spread <= 1e-13 * (center.abs() + 1e-300)).flatten()
     if flat.numel():
         i = int(flat[0])
-        raise ValueError(f"coordinate q{i} takes the same value ({float(center[i])!r}) in every snapshot: the data show "
+        raise BeaValueError(f"coordinate q{i} takes the same value ({float(center[i])!r}) in every snapshot: the data show "
                          f"no motion in it, so they say nothing about its dynamics. Give trajectories that move "
                          f"(initial velocities or positions away from equilibrium)")
     return center, float(spread.pow(2).mean().sqrt())
@@ -69,7 +71,7 @@ def standard_step(S_std: torch.Tensor) -> float:
     (n_traj, m, n) have the RMS :data:`VELOCITY_RMS` (module docstring)."""
     step = float((S_std[:, 1:] - S_std[:, :-1]).pow(2).mean().sqrt()) / VELOCITY_RMS
     if not step > 1e-13:  # positions standardised to unit spread: a smaller step is rounding noise
-        raise ValueError("no trajectory moves between consecutive snapshots (each stays at one position), so the data "
+        raise BeaValueError("no trajectory moves between consecutive snapshots (each stays at one position), so the data "
                          "say nothing about the dynamics. Give trajectories that move (initial velocities or positions "
                          "away from equilibrium)")
     return step
@@ -81,7 +83,7 @@ def standard_time(v: torch.Tensor, unit: float) -> float:
     for exact velocities)."""
     rms = float(v.pow(2).mean().sqrt())
     if not rms > 0:
-        raise ValueError("every velocity is zero, so the states say nothing about the dynamics (and fix no time unit). "
+        raise BeaValueError("every velocity is zero, so the states say nothing about the dynamics (and fix no time unit). "
                          "Give states that move")
     return VELOCITY_RMS * unit / rms
 
