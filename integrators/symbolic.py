@@ -21,6 +21,8 @@ import numpy as np
 import sympy
 import torch
 
+from bea.symbolic import check_expression
+
 __all__ = ["SymbolicLagrangian", "TORCH_FUNCTIONS"]
 
 #: SymPy function names and their torch implementations (used by :func:`sympy.lambdify`)
@@ -60,7 +62,8 @@ class SymbolicLagrangian:
 
     def __init__(self, expr, q: Sequence, v: Sequence, params: Sequence = (), name: Optional[str] = None,
                  values: Optional[Mapping] = None):
-        self.expr = sympy.sympify(expr)
+        # bea's gate: a string is refused, never parsed (sympify would run eval on it)
+        self.expr = check_expression(expr)
         self.q = _symbols(q, "q")
         self.v = _symbols(v, "v")
         self.params = _symbols(params, "params")
