@@ -12,7 +12,7 @@ from ._version import __version__
 from .api import compile_torch, inverse_modified_lagrangian, modified_equation, modified_lagrangian, series_function
 from .autodiff import acceleration, energy, momentum
 from .closed_form import midpoint_inv2, midpoint_mod2
-from .errors import BeaError, BeaTypeError, BeaValueError, InconsistentSchemeError, NotRegularError, UnsupportedSchemeError
+from .errors import BeaError, BeaTypeError, BeaValueError, InconsistentSchemeError, NotRegularError, NotRegularFileError, UnsupportedSchemeError
 from .schemes import CustomScheme, GeneralisedMidpoint, Midpoint, Scheme, Trapezoidal, exact, get_scheme
 from .free.series import FreeSeries
 from .series import Series
@@ -45,4 +45,5 @@ __all__ = [
     "InconsistentSchemeError",
     "UnsupportedSchemeError",
     "NotRegularError",
+    "NotRegularFileError",
 ]

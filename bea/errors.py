@@ -15,6 +15,7 @@ __all__ = [
     "InconsistentSchemeError",
     "UnsupportedSchemeError",
     "NotRegularError",
+    "NotRegularFileError",
 ]
 
 
@@ -41,3 +42,9 @@ class UnsupportedSchemeError(BeaTypeError):
 
 class NotRegularError(BeaValueError):
     r"""The Lagrangian's Hessian :math:`\partial^2 L/\partial v^2` is singular."""
+
+
+class NotRegularFileError(BeaError, OSError):
+    """A path to be read is a named pipe, a device, a socket, a directory (or, where links are refused, a
+    symbolic link) instead of a regular file: reading it could block forever or never end, so it is not opened
+    for reading (:func:`bea.reading.open_regular`)."""

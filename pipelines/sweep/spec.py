@@ -45,10 +45,13 @@ import itertools
 import json
 import math
 import os
+import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+
+from bea.reading import read_regular
 
 from . import records
 from .tasks import REQUIRED, Kind, ParamError, get_kind, KINDS
@@ -224,7 +227,7 @@ def load(spec: Union["Spec", str, os.PathLike, Mapping[str, Any]]) -> Spec:
     if isinstance(spec, (str, os.PathLike)):
         path = Path(spec)
         try:
-            text = path.read_text(encoding="utf-8")
+            text = read_regular(path, "a sweep specification").decode("utf-8")  # no FIFO: it would block
         except (OSError, UnicodeDecodeError) as err:
             raise SpecError(str(path), "file", f"cannot read the specification: {err}") from None
         try:
@@ -257,6 +260,7 @@ def parse(data: Mapping[str, Any], source: str = "<dict>", text: str = "", defau
     for key, val in (("name", name), ("description", description)):
         if not isinstance(val, str):
             raise SpecError(source, key, f"expected a string, got {_describe(val)}")
+    check_name(name, source, given="name" in data)
 
     schema = kind.params()
     defaults = _params(_table(data, "defaults", source), schema, "defaults", source, kind_name)
@@ -321,6 +325,24 @@ def parse(data: Mapping[str, Any], source: str = "<dict>", text: str = "", defau
     execution = _execution(_table(data, "execution", source), source)
     report = _report(_table(data, "report", source), schema, source)
     return Spec(kind_name, name, tuple(tasks), execution, report, description, source, text)
+
+
+#: a sweep's name becomes a folder name (``sweep-results/<name>``): letters, digits, ``_ . -``, starting with a
+#: letter or digit -- so no separator, no ``..``, no absolute path, nothing a shell or a file system treats specially
+_PLAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+
+
+def check_name(name: str, source: str, given: bool = True) -> str:
+    """``name`` if it is a plain folder name, else :class:`SpecError` on the key ``name`` of ``source``."""
+    if _PLAIN_NAME.match(name) and ".." not in name:
+        return name
+    fix = ("use letters, digits, '_', '.' and '-' only (at most 100, starting with a letter or digit, no '..'); "
+           "the output folder is sweep-results/<name>, and --out chooses another place")
+    if not given:
+        raise SpecError(source, "name", f"the file's stem {name!r} is not a plain name, and the spec gives no name = "
+                                        f"\"...\" to use instead: {fix}")
+    raise SpecError(source, "name", f"{name!r} is not a plain name (it would place the results outside "
+                                    f"sweep-results/ or in an odd folder): {fix}")
 
 
 def _short(params: Dict[str, Any], width: int = 160) -> str:
