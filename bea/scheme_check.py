@@ -185,21 +185,24 @@ def fingerprint(scheme, dims: Iterable[int] = (1, 2)) -> str:
         parts.append(f"n={n}:{sympy.srepr(sympy.expand(expr))}")
     if scheme.symmetric is False:  # True and None give the same results (symmetry is detected); False does not
         parts.append("declared-not-symmetric")
-    return "ld1:" + hashlib.sha256("\n".join(parts).encode()).hexdigest()
+    # "ld2": keys written since declarations are verified (check_declarations) -- never shared with "ld1" entries,
+    # one of which may hold the series of a scheme that lied about its symmetry
+    return "ld2:" + hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
 # fingerprint -> None (consistent) or (exception class, message); schemes are few, so no eviction
-_VERDICTS: Dict[str, Optional[Tuple[type, str]]] = {}
+_VERDICTS: Dict[Tuple[str, Optional[bool]], Optional[Tuple[type, str]]] = {}
 
 
 def check_consistent(scheme) -> None:
     """Raise :class:`InconsistentSchemeError` or :class:`UnsupportedSchemeError` (naming the cause)
     unless ``scheme`` is a consistent discrete Lagrangian the engine can evaluate. Cached per fingerprint."""
-    key = fingerprint(scheme)
+    key = (fingerprint(scheme), scheme.symmetric)  # the declaration is checked too: part of the verdict's key
     if key not in _VERDICTS:
         try:
             for n in (1, 2):
                 _check_dim(scheme, n)
+            check_declarations(scheme)
         except (InconsistentSchemeError, UnsupportedSchemeError) as err:
             _VERDICTS[key] = (type(err), str(err))
         else:
@@ -207,6 +210,34 @@ def check_consistent(scheme) -> None:
     verdict = _VERDICTS[key]
     if verdict is not None:
         raise verdict[0](verdict[1])
+
+
+def check_declarations(scheme) -> None:
+    r"""Verify what a scheme declares about itself before any derivation trusts it (and before anything is
+    cached): ``symmetric=True`` promises :math:`L_\Delta(L, b, a, -h) = -L_\Delta(L, a, b, h)` identically, and the
+    engines then skip every odd power of ``h`` (in the modified equation without looking); ``symmetric=False``
+    promises the opposite. Checked exactly, on an undefined ``L`` in dimensions 1 and 2 (where a scheme's
+    code could branch on ``n``, the fingerprint of the derivation's dimension keeps its entries apart).
+    ``None`` declares nothing: symmetry is detected from the expansion."""
+    if scheme.symmetric is None:
+        return
+    for n in (1, 2):
+        expr, _ = evaluate(scheme, n)
+        a, b, h, _ = _symbols(n)
+        swap = {**dict(zip(a, b)), **dict(zip(b, a)), h: -h}
+        symmetric = sympy.expand(expr + expr.subs(swap, simultaneous=True)) == 0
+        if symmetric != scheme.symmetric:
+            break
+    else:
+        return
+    if scheme.symmetric:
+        raise InconsistentSchemeError(
+            f"scheme {scheme!r} is declared symmetric=True, but L_Delta(L, b, a, -h) != -L_Delta(L, a, b, h) (n = {n}): "
+            "its series have odd powers of h, which the declaration would drop. Declare symmetric=None (detected) "
+            "or False")
+    raise InconsistentSchemeError(
+        f"scheme {scheme!r} is declared symmetric=False, but L_Delta(L, b, a, -h) = -L_Delta(L, a, b, h) (n = {n}): it "
+        "is symmetric. Declare symmetric=None (detected) or True")
 
 
 def _check_dim(scheme, n: int) -> None:
