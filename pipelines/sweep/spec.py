@@ -59,7 +59,10 @@ from .tasks import REQUIRED, Kind, ParamError, get_kind, KINDS
 __all__ = ["Spec", "Task", "Execution", "SpecError", "load"]
 
 TOP_KEYS = ("kind", "name", "description", "defaults", "grid", "points", "execution", "report")
-EXECUTION_KEYS = ("num_cpus", "max_retries", "local_cpus", "object_store_mb")
+EXECUTION_KEYS = ("num_cpus", "max_retries", "local_cpus", "object_store_mb", "max_tasks")
+#: tasks a specification may expand to unless ``[execution] max_tasks`` raises the limit: each task is a Python
+#: object and a record file, so 27 million of them exhaust memory and disk before the first one finishes
+MAX_TASKS = 100_000
 REPORT_KEYS = ("metrics", "x")
 
 
@@ -89,6 +92,7 @@ class Execution:
     max_retries: int = 3
     local_cpus: Optional[int] = None
     object_store_mb: int = 200
+    max_tasks: int = MAX_TASKS
 
 
 @dataclass(frozen=True)
@@ -278,13 +282,15 @@ def parse(data: Mapping[str, Any], source: str = "<dict>", text: str = "", defau
         if not values:
             raise SpecError(source, where, "empty list: every grid key needs at least one value")
         grid[key] = [check_value(v, schema[key].hint, f"{where}[{i}]", source) for i, v in enumerate(values)]
-        texts = [records.canonical(v) for v in grid[key]]
-        for i, t in enumerate(texts):
-            if t in texts[:i]:
+        seen_values: Dict[str, int] = {}  # a dict, not a list scan: long lists stay linear
+        for i, t in enumerate(records.canonical(v) for v in grid[key]):
+            if t in seen_values:
                 raise SpecError(source, f"{where}[{i}]", f"the value {t} appears twice in the list (the same tasks twice)")
+            seen_values[t] = i
     points_raw = data.get("points", [])
     if not isinstance(points_raw, list) or not all(isinstance(p, Mapping) for p in points_raw):
         raise SpecError(source, "points", "expected an array of tables ([[points]] entries)")
+    _check_task_count(grid_raw, points_raw, _table(data, "execution", source), source)
     points = [_params(dict(p), schema, f"points[{i}]", source, kind_name) for i, p in enumerate(points_raw)]
     if not grid and not points:
         raise SpecError(source, "grid", "no tasks: give at least one parameter list in [grid] or one [[points]] entry")
@@ -327,6 +333,22 @@ def parse(data: Mapping[str, Any], source: str = "<dict>", text: str = "", defau
     return Spec(kind_name, name, tuple(tasks), execution, report, description, source, text)
 
 
+def _check_task_count(grid_raw: Mapping[str, Any], points_raw: list, execution: Mapping[str, Any], source: str) -> int:
+    """The number of tasks, counted from the list lengths before any is built; :class:`SpecError` beyond the limit
+    (``[execution] max_tasks``, default :data:`MAX_TASKS`)."""
+    limit = check_value(execution.get("max_tasks", MAX_TASKS), int, "execution.max_tasks", source)
+    if limit < 1:
+        raise SpecError(source, "execution.max_tasks", f"must be >= 1, got {limit}")
+    lengths = [len(v) for v in grid_raw.values() if isinstance(v, list)]
+    count = (math.prod(lengths) if lengths else 0) + len(points_raw)
+    if count > limit:
+        shape = " x ".join(f"{len(v)} {k}" for k, v in grid_raw.items() if isinstance(v, list))
+        raise SpecError(source, "grid", f"{count:,} tasks ({shape or 'points'}{' + ' + str(len(points_raw)) + ' points' if shape and points_raw else ''}) "
+                                        f"exceed the limit of {limit:,}: shorten the lists or split the sweep, or raise the "
+                                        f"limit with [execution] max_tasks = {count} if the machine can hold them")
+    return count
+
+
 #: a sweep's name becomes a folder name (``sweep-results/<name>``): letters, digits, ``_ . -``, starting with a
 #: letter or digit -- so no separator, no ``..``, no absolute path, nothing a shell or a file system treats specially
 _PLAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -364,7 +386,7 @@ def _execution(table: Dict[str, Any], source: str) -> Execution:
         if key not in EXECUTION_KEYS:
             raise _unknown(source, f"execution.{key}", key, EXECUTION_KEYS)
     vals = {k: check_value(v, int, f"execution.{k}", source) for k, v in table.items()}
-    minimum = {"num_cpus": 1, "max_retries": 0, "local_cpus": 1, "object_store_mb": 75}
+    minimum = {"num_cpus": 1, "max_retries": 0, "local_cpus": 1, "object_store_mb": 75, "max_tasks": 1}
     for k, v in vals.items():
         if v < minimum[k]:
             raise SpecError(source, f"execution.{k}", f"must be >= {minimum[k]}, got {v}")
