@@ -25,6 +25,7 @@ Layout (every table optional except ``kind`` and at least one task)::
     max_retries = 3                 # re-runs of a task whose worker process died
     local_cpus = 2                  # CPUs of a local Ray instance started by the sweep (default: all)
     object_store_mb = 200           # object store of that instance (records are small)
+    max_tasks = 100000              # refuse more tasks than this, counted before any is built (the default)
 
     [report]
     metrics = ["error"]             # metrics plotted (default: the kind's)
@@ -45,7 +46,6 @@ import itertools
 import json
 import math
 import os
-import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,24 +54,14 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 from bea.reading import read_regular
 
 from . import records
+from .limits import MAX_TASKS, SpecError, check_name, check_task_count
 from .tasks import REQUIRED, Kind, ParamError, get_kind, KINDS
 
 __all__ = ["Spec", "Task", "Execution", "SpecError", "load"]
 
 TOP_KEYS = ("kind", "name", "description", "defaults", "grid", "points", "execution", "report")
 EXECUTION_KEYS = ("num_cpus", "max_retries", "local_cpus", "object_store_mb", "max_tasks")
-#: tasks a specification may expand to unless ``[execution] max_tasks`` raises the limit: each task is a Python
-#: object and a record file, so 27 million of them exhaust memory and disk before the first one finishes
-MAX_TASKS = 100_000
 REPORT_KEYS = ("metrics", "x")
-
-
-class SpecError(ValueError):
-    """An invalid sweep specification; ``source`` is the file (or ``<dict>``), ``key`` the offending key."""
-
-    def __init__(self, source: str, key: str, problem: str):
-        super().__init__(f"{source}: {key}: {problem}")
-        self.source, self.key, self.problem = source, key, problem
 
 
 @dataclass(frozen=True)
@@ -290,7 +280,7 @@ def parse(data: Mapping[str, Any], source: str = "<dict>", text: str = "", defau
     points_raw = data.get("points", [])
     if not isinstance(points_raw, list) or not all(isinstance(p, Mapping) for p in points_raw):
         raise SpecError(source, "points", "expected an array of tables ([[points]] entries)")
-    _check_task_count(grid_raw, points_raw, _table(data, "execution", source), source)
+    check_task_count(grid_raw, points_raw, _table(data, "execution", source), source, check_value)
     points = [_params(dict(p), schema, f"points[{i}]", source, kind_name) for i, p in enumerate(points_raw)]
     if not grid and not points:
         raise SpecError(source, "grid", "no tasks: give at least one parameter list in [grid] or one [[points]] entry")
@@ -331,40 +321,6 @@ def parse(data: Mapping[str, Any], source: str = "<dict>", text: str = "", defau
     execution = _execution(_table(data, "execution", source), source)
     report = _report(_table(data, "report", source), schema, source)
     return Spec(kind_name, name, tuple(tasks), execution, report, description, source, text)
-
-
-def _check_task_count(grid_raw: Mapping[str, Any], points_raw: list, execution: Mapping[str, Any], source: str) -> int:
-    """The number of tasks, counted from the list lengths before any is built; :class:`SpecError` beyond the limit
-    (``[execution] max_tasks``, default :data:`MAX_TASKS`)."""
-    limit = check_value(execution.get("max_tasks", MAX_TASKS), int, "execution.max_tasks", source)
-    if limit < 1:
-        raise SpecError(source, "execution.max_tasks", f"must be >= 1, got {limit}")
-    lengths = [len(v) for v in grid_raw.values() if isinstance(v, list)]
-    count = (math.prod(lengths) if lengths else 0) + len(points_raw)
-    if count > limit:
-        shape = " x ".join(f"{len(v)} {k}" for k, v in grid_raw.items() if isinstance(v, list))
-        raise SpecError(source, "grid", f"{count:,} tasks ({shape or 'points'}{' + ' + str(len(points_raw)) + ' points' if shape and points_raw else ''}) "
-                                        f"exceed the limit of {limit:,}: shorten the lists or split the sweep, or raise the "
-                                        f"limit with [execution] max_tasks = {count} if the machine can hold them")
-    return count
-
-
-#: a sweep's name becomes a folder name (``sweep-results/<name>``): letters, digits, ``_ . -``, starting with a
-#: letter or digit -- so no separator, no ``..``, no absolute path, nothing a shell or a file system treats specially
-_PLAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
-
-
-def check_name(name: str, source: str, given: bool = True) -> str:
-    """``name`` if it is a plain folder name, else :class:`SpecError` on the key ``name`` of ``source``."""
-    if _PLAIN_NAME.match(name) and ".." not in name:
-        return name
-    fix = ("use letters, digits, '_', '.' and '-' only (at most 100, starting with a letter or digit, no '..'); "
-           "the output folder is sweep-results/<name>, and --out chooses another place")
-    if not given:
-        raise SpecError(source, "name", f"the file's stem {name!r} is not a plain name, and the spec gives no name = "
-                                        f"\"...\" to use instead: {fix}")
-    raise SpecError(source, "name", f"{name!r} is not a plain name (it would place the results outside "
-                                    f"sweep-results/ or in an odd folder): {fix}")
 
 
 def _short(params: Dict[str, Any], width: int = 160) -> str:
