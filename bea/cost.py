@@ -46,6 +46,10 @@ def estimate(kind: str, order: int, dim: Optional[int]) -> Tuple[Optional[float]
     if (dim, order) in _COMPONENT:
         mod, both = _COMPONENT[(dim, order)]
         return (both if inverse else mod), "measured"
+    above = sorted(o for d, o in _COMPONENT if d == dim and o > order)
+    if above:  # odd orders (non-symmetric schemes) and order 0: bounded by the next measured order
+        mod, both = _COMPONENT[(dim, above[0])]
+        return (both if inverse else mod), f"at most the time measured at order {above[0]}"
     smaller = [(d, o) for d, o in _BEYOND_10_MIN if d <= dim and o <= order]
     if smaller or dim >= 3 and order >= 4:
         return None, "the benchmarks did not finish in 10 minutes"

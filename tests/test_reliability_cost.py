@@ -83,6 +83,9 @@ def test_the_measured_table_covers_the_dimensions_that_are_accepted():
     assert cost.estimate("modified_lagrangian", 2, 4) == (2.1, "measured")
     assert cost.estimate("inverse_modified_lagrangian", 2, 5) == (347.0, "measured")
     assert cost.estimate("modified_lagrangian", 2, 6)[0] is None
+    # odd orders (non-symmetric schemes) are bounded by the next measured even order, not "unknown"
+    assert cost.estimate("modified_equation", 1, 2) == (0.14, "at most the time measured at order 2")
+    assert cost.estimate("inverse_modified_lagrangian", 3, 1) == (0.35, "at most the time measured at order 4")
     cost.check_affordable("inverse_modified_lagrangian", 2, 5, False)  # 6 minutes: within the hour
     cost.check_affordable("modified_lagrangian", 8, None, False)  # 473 s measured
 
