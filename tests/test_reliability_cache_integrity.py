@@ -109,3 +109,16 @@ def test_declarations_are_accepted_exactly_when_true(alpha, declared):
     Lf = sympy.Function("L")
     e = s.discrete_lagrangian(lambda x, y: Lf(x, y), a, b, h)
     assert (sympy.expand(e + e.subs({a: b, b: a, h: -h}, simultaneous=True)) == 0) == truth
+
+
+def test_the_exemption_of_bea_s_own_schemes_is_the_identity():
+    """bea's schemes skip the symbolic check when they declare their own value; that value is the identity's."""
+    from bea.scheme_check import _builtin_symmetry, symmetric_identity
+
+    for s in (bea.Midpoint(), bea.Trapezoidal(), *(bea.GeneralisedMidpoint(a) for a in ("0", "1/3", "1/2", "0.7", "1"))):
+        assert _builtin_symmetry(s) == s.symmetric == symmetric_identity(s)[0], s
+    forced = bea.Midpoint()
+    forced.symmetric = False  # not its own value: checked like any other declaration
+    with pytest.raises(InconsistentSchemeError, match="declared symmetric=False"):
+        forced.check_consistent()
+    assert _builtin_symmetry(weighted(Fraction(1, 2), "custom")) is None
