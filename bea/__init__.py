@@ -14,7 +14,7 @@ from .autodiff import acceleration, energy, momentum
 from .closed_form import midpoint_inv2, midpoint_mod2
 from .errors import (BeaError, BeaFileNotFoundError, BeaIsADirectoryError, BeaOSError, BeaRuntimeError, BeaTypeError,
                      BeaValueError, CacheFormatError, InconsistentSchemeError, InternalError, MissingDependencyError,
-                     NotRegularError, SeriesError, UnsupportedSchemeError)
+                     NotRegularError, NotRegularFileError, SeriesError, UnsupportedSchemeError)
 from .schemes import CustomScheme, GeneralisedMidpoint, Midpoint, Scheme, Trapezoidal, exact, get_scheme
 from .free.series import FreeSeries
 from .series import Series
@@ -55,4 +55,5 @@ __all__ = [
     "BeaFileNotFoundError",
     "BeaIsADirectoryError",
     "MissingDependencyError",
+    "NotRegularFileError",
 ]

@@ -12,6 +12,7 @@ from typing import Callable, Optional, Sequence, Union
 from . import cache as _cache
 from ._version import __version__
 from .concrete import PolynomialLagrangian
+from .cost import check_affordable
 from .derive import KINDS, Derivation, Raw, derive_raw
 from .errors import BeaTypeError, BeaValueError, CacheFormatError
 from .jets import Jets
@@ -120,14 +121,16 @@ def _decoder(kind: str, order: int, dim: int):
     return decode
 
 
-def generic_raw(kind: str, scheme: SchemeLike, order: int, dim: int, cache: bool = True) -> Raw:
+def generic_raw(kind: str, scheme: SchemeLike, order: int, dim: int, cache: bool = True, allow_slow: bool = False) -> Raw:
     """Coefficients in jet variables for the generic Lagrangian (from the cache when possible: a
-    validated, authenticated entry; anything else is regenerated)."""
+    validated, authenticated entry; anything else is regenerated). A derivation expected to exceed
+    :data:`bea.cost.LIMIT_SECONDS` is refused unless ``allow_slow`` (:func:`bea.cost.check_affordable`)."""
     sch, key = _lookup(kind, scheme, order, dim, cache)
     if key is not None:
         raw = _cache.load(key, validate=_decoder(kind, order, dim))
         if raw is not None:
             return raw
+    check_affordable(kind, order, dim, allow_slow)  # a cache miss: estimate before starting
     raw = derive_raw(sch, kind, order, dim, Derivation(sch, dim))
     if not sch.symmetric and raw.symmetric and order % 2:
         raise BeaValueError(f"{sch!r} turned out symmetric (only even powers of h); use an even order")
@@ -136,7 +139,7 @@ def generic_raw(kind: str, scheme: SchemeLike, order: int, dim: int, cache: bool
     return raw
 
 
-def free_raw(kind: str, scheme: SchemeLike, order: int, cache: bool = True) -> FreeRaw:
+def free_raw(kind: str, scheme: SchemeLike, order: int, cache: bool = True, allow_slow: bool = False) -> FreeRaw:
     """Dimension-free coefficients (trees) for the generic Lagrangian, from the cache when possible.
 
     Cache entries are data (trees and rationals), validated when read; nothing is executed."""
@@ -147,6 +150,7 @@ def free_raw(kind: str, scheme: SchemeLike, order: int, cache: bool = True) -> F
         raw = _cache.load(key, part="trees", validate=lambda body: _valid_free(body, kind, order))
         if raw is not None:
             return raw
+    check_affordable(kind, order, None, allow_slow)  # a cache miss: estimate before starting
     raw = derive_free(sch, kind, order)
     if not sch.symmetric and raw.symmetric and order % 2:
         raise BeaValueError(f"{sch!r} turned out symmetric (only even powers of h); use an even order")
@@ -162,19 +166,21 @@ def _valid_free(body, kind: str, order: int) -> FreeRaw:
     return raw
 
 
-def _derive(kind: str, scheme: SchemeLike, order: int, dim: Optional[int], lagrangian, q, v, params, cache: bool, fast: bool = True) -> Series:
+def _derive(kind: str, scheme: SchemeLike, order: int, dim: Optional[int], lagrangian, q, v, params, cache: bool, fast: bool = True,
+            allow_slow: bool = False) -> Series:
     """``fast``: derive polynomial Lagrangians with constant mass directly (see :mod:`bea.concrete`)
     instead of substituting into the generic formula."""
     sch = _scheme(scheme)
     _check_flag("cache", cache)
     _check_flag("fast", fast)
+    _check_flag("allow_slow", allow_slow)
     if lagrangian is None:
         if q is not None or v is not None or not (params is None or (isinstance(params, (list, tuple)) and not params)):
             raise BeaValueError("q, v and params are only meaningful with a concrete lagrangian=...; for the generic L pass dim=n")
         if dim is None:
-            return FreeSeries(free_raw(kind, sch, order, cache), sch)
+            return FreeSeries(free_raw(kind, sch, order, cache, allow_slow), sch)
         n = _check_dim(dim)
-        raw = generic_raw(kind, sch, order, n, cache)
+        raw = generic_raw(kind, sch, order, n, cache, allow_slow)
         return Series(raw, sch, Frame.generic_frame(n))
     frame = validate_concrete(lagrangian, q, v, params)
     _check_dim(frame.n)
@@ -188,32 +194,36 @@ def _derive(kind: str, scheme: SchemeLike, order: int, dim: Optional[int], lagra
         if poly is not None:
             raw = derive_raw(sch, kind, order, frame.n, Derivation(sch, frame.n, jets=jets, concrete=poly))
             return Series(raw, sch, frame)
-    raw = generic_raw(kind, sch, order, frame.n, cache)
+    raw = generic_raw(kind, sch, order, frame.n, cache, allow_slow)
     return Series(raw, sch, frame)
 
 
 def modified_equation(scheme: SchemeLike, order: int, dim: Optional[int] = None, *, lagrangian=None, q: Optional[Sequence] = None,
-                      v: Optional[Sequence] = None, params: Sequence = (), cache: bool = True, fast: bool = True) -> Series:
+                      v: Optional[Sequence] = None, params: Sequence = (), cache: bool = True, fast: bool = True,
+                      allow_slow: bool = False) -> Series:
     r"""Modified equation :math:`\ddot q = F_h(q, \dot q) = \sum_{k \le N} h^k A_k` of ``scheme``:
     the discrete solution interpolates, to :math:`O(h^{N+1})`, a solution of this ODE."""
-    return _derive("modified_equation", scheme, order, dim, lagrangian, q, v, params, cache, fast)
+    return _derive("modified_equation", scheme, order, dim, lagrangian, q, v, params, cache, fast, allow_slow)
 
 
 def modified_lagrangian(scheme: SchemeLike, order: int, dim: Optional[int] = None, *, lagrangian=None, q: Optional[Sequence] = None,
-                        v: Optional[Sequence] = None, params: Sequence = (), cache: bool = True, fast: bool = True) -> Series:
+                        v: Optional[Sequence] = None, params: Sequence = (), cache: bool = True, fast: bool = True,
+                        allow_slow: bool = False) -> Series:
     r"""Modified Lagrangian :math:`L_{mod} = L + \sum_{k \le N} h^k L_k`: its Euler--Lagrange
     equations are the modified equation of ``scheme`` applied to ``L`` (Vermeeren 2017)."""
-    return _derive("modified_lagrangian", scheme, order, dim, lagrangian, q, v, params, cache, fast)
+    return _derive("modified_lagrangian", scheme, order, dim, lagrangian, q, v, params, cache, fast, allow_slow)
 
 
 def inverse_modified_lagrangian(scheme: SchemeLike, order: int, dim: Optional[int] = None, *, lagrangian=None, q: Optional[Sequence] = None,
-                                v: Optional[Sequence] = None, params: Sequence = (), cache: bool = True, fast: bool = True) -> Series:
+                                v: Optional[Sequence] = None, params: Sequence = (), cache: bool = True, fast: bool = True,
+                                allow_slow: bool = False) -> Series:
     r"""Inverse modified Lagrangian :math:`L_{inv}` with :math:`\mathrm{mod}(L_{inv}) = L`: the
     scheme applied to :math:`L_{inv}` reproduces the exact flow of ``L`` to :math:`O(h^{N+1})`."""
-    return _derive("inverse_modified_lagrangian", scheme, order, dim, lagrangian, q, v, params, cache, fast)
+    return _derive("inverse_modified_lagrangian", scheme, order, dim, lagrangian, q, v, params, cache, fast, allow_slow)
 
 
-def compile_torch(kind: str, scheme: SchemeLike, order: int, dim: Optional[int] = None, cache: bool = True) -> Callable:
+def compile_torch(kind: str, scheme: SchemeLike, order: int, dim: Optional[int] = None, cache: bool = True,
+                  allow_slow: bool = False) -> Callable:
     """``f(L, q, v, h)`` for a generic series.
 
     Without ``dim`` (the default) the function is dimension-free: ``q, v`` may have any last
@@ -224,17 +234,18 @@ def compile_torch(kind: str, scheme: SchemeLike, order: int, dim: Optional[int] 
     :mod:`bea.cache`)."""
     if not isinstance(kind, str):
         raise BeaTypeError(f"kind must be a string, one of {', '.join(KINDS)}; got {type(kind).__name__}")
+    _check_flag("allow_slow", allow_slow)
     if kind not in KINDS:
         raise BeaValueError(f"unknown kind {_short(kind)}; one of {', '.join(KINDS)}")
     if dim is None:
         sch = _scheme(scheme)
-        return FreeSeries(free_raw(kind, sch, order, cache), sch).to_torch()
+        return FreeSeries(free_raw(kind, sch, order, cache, allow_slow), sch).to_torch()
     sch, key = _lookup(kind, scheme, order, dim, cache)
     if key is not None:
         fn = _cache.load(key, part="source", validate=_load_generated)
         if fn is not None:
             return fn
-    raw = generic_raw(kind, sch, order, dim, cache)
+    raw = generic_raw(kind, sch, order, dim, cache, allow_slow)
     series = Series(raw, sch, Frame.generic_frame(dim))
     fn = series.to_torch()
     if key is not None:
@@ -251,7 +262,8 @@ def _load_generated(body) -> Callable:
     return load_source(source, "generated")
 
 
-def series_function(kind: str, scheme: SchemeLike, order: int, n: Optional[int] = None, cache: bool = True) -> Callable:
+def series_function(kind: str, scheme: SchemeLike, order: int, n: Optional[int] = None, cache: bool = True,
+                    allow_slow: bool = False) -> Callable:
     """``f(L, q, v, h)`` by the cheapest exact route, for library code that knows its dimension.
 
     The dimension-free function (:func:`compile_torch` without ``dim``) in general. For ``n = 1``
@@ -260,5 +272,5 @@ def series_function(kind: str, scheme: SchemeLike, order: int, n: Optional[int] 
     rounding (``tests/test_free.py``).
     """
     if n == 1:
-        return compile_torch(kind, scheme, order, dim=1, cache=cache)
-    return compile_torch(kind, scheme, order, cache=cache)
+        return compile_torch(kind, scheme, order, dim=1, cache=cache, allow_slow=allow_slow)
+    return compile_torch(kind, scheme, order, cache=cache, allow_slow=allow_slow)

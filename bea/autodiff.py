@@ -208,12 +208,18 @@ def inverse_mass(d: Dict[Tuple[int, ...], torch.Tensor], n: int) -> List[List[to
 
 
 def check_regular(M: torch.Tensor, scale: Optional[torch.Tensor] = None) -> None:
-    """Raise a ``ValueError`` naming the points where the mass matrix ``M`` (..., n, n) is singular:
+    r"""Raise a ``ValueError`` naming the points where the mass matrix ``M`` (..., n, n) is singular:
     its smallest singular value is at most :data:`REGULARITY_TOL` times its largest or, if given, times
     ``scale`` (..., the size of L's other first and second derivatives at each point). The relative
     test with ``scale`` also covers ``n = 1``, where ``M`` alone has no reference: ``L = v^4/12 + cos q`` at
     ``v = 1e-100`` has ``M = 1e-200`` against ``|L_q| ~ 0.3``, and the formulas, which divide by powers of
     ``M``, would return ``inf``. (Units where M is 1e12 times smaller than the forces trip it too: rescale.)
+
+    An absolute floor applies as well: :math:`\sigma_{min}(M)` must exceed :func:`mass_floor` (the square
+    root of the smallest normal number of M's dtype, 1.5e-154 in float64). The formulas divide by powers of
+    ``M`` (``1/det M`` in components, :math:`M^{-1}` applied repeatedly in the trees), so a *uniformly* tiny
+    ``M`` -- which has no spread of eigenvalues and may dwarf nothing (``L = 1e-300 |v|^2``) -- would
+    underflow or overflow them. ``c L`` has the motion of ``L``: rescaling is the fix.
 
     Points where ``M`` is not finite are not tested: they come from non-finite inputs (e.g. a Newton
     iterate that diverged), and their NaN propagates so that the caller sees which points failed (the
@@ -234,15 +240,68 @@ def check_regular(M: torch.Tensor, scale: Optional[torch.Tensor] = None) -> None
         else:  # non-finite derivatives elsewhere in the jet: NaN propagates there (see above), no test
             scale = scale.detach().to(smax.dtype)
             ref = torch.where(torch.isfinite(scale), torch.maximum(smax, scale), smax)
-        bad = ~(smin > REGULARITY_TOL * ref) & finite
-    if bool(bad.any()):
-        count = int(bad.sum())
-        idx = tuple(int(i) for i in torch.nonzero(bad)[0]) if bad.dim() else ()
+        singular = ~(smin > REGULARITY_TOL * ref) & finite
+        tiny = ~(smin > mass_floor(M.dtype)) & finite & ~singular
+    for bad, why in ((singular, "its Hessian d^2L/dv^2 is singular there (smallest |eigenvalue| at most "
+                                f"{REGULARITY_TOL:g} x the size of L's other derivatives), so the Euler-Lagrange "
+                                "equations do not determine the acceleration"),
+                     (tiny, f"its Hessian d^2L/dv^2 is below {mass_floor(M.dtype):.2g} there, too small for "
+                            f"{M.dtype} arithmetic: the formulas divide by powers of it and would overflow. If L is "
+                            "uniformly tiny, rescale it (c L has the same motion)")):
+        if bool(bad.any()):
+            count = int(bad.sum())
+            idx = tuple(int(i) for i in torch.nonzero(bad)[0]) if bad.dim() else ()
+            raise NotRegularError(
+                f"the Lagrangian is not regular at {count} of {bad.numel()} points (first at batch index {idx}): "
+                f"{why}. Formulas of backward error analysis need a regular Lagrangian."
+            )
+
+
+def mass_floor(dtype: torch.dtype) -> float:
+    r"""The smallest admissible :math:`\sigma_{min}(M)`: the square root of the dtype's smallest normal
+    number, so that ``M``, its square and their inverses are all representable."""
+    return math.sqrt(torch.finfo(dtype).tiny)
+
+
+def check_finite_result(L: TorchLagrangian, q: torch.Tensor, v: torch.Tensor, h: Any, out: torch.Tensor) -> torch.Tensor:
+    r"""``out`` (a series evaluated at ``(q, v, h)``) if it is finite wherever it should be, else
+    :class:`NotRegularError`. Shared by the component and the dimension-free functions.
+
+    Non-finite values are expected -- and propagate -- where an input is not finite: ``q``, ``v``, ``h``, or
+    ``L`` and its first derivatives at the point (a diverged Newton iterate, a Kepler collision). Anywhere
+    else they mean that ``M`` is too small or too ill-conditioned for floating point there, which
+    :func:`check_regular` did not see (e.g. only a higher derivative dwarfs ``M``): an error, never a silent
+    NaN or infinity. The fast path is one reduction over ``out``."""
+    if bool(torch.isfinite(out).all()):
+        return out
+    with torch.no_grad():
+        bad = ~torch.isfinite(out.detach())
+        if bad.dim() == q.dim():  # the modified equation: (..., n)
+            bad = bad.any(-1)
+        ok = torch.isfinite(q.detach()).all(-1) & torch.isfinite(v.detach()).all(-1)
+        if isinstance(h, torch.Tensor):
+            ok = ok & torch.broadcast_to(torch.isfinite(h.detach()), ok.shape)
+        suspect = bad & ok
+    if not bool(suspect.any()):
+        return out
+    with torch.enable_grad():
+        qs = q.detach()[suspect].requires_grad_(True)
+        vs = v.detach()[suspect].requires_grad_(True)
+        val = _evaluate(L, qs, vs)
+        gq, gv = torch.autograd.grad(val.sum(), (qs, vs), allow_unused=True) if val.requires_grad else (None, None)
+    jet_ok = torch.isfinite(val.detach())
+    for g in (gq, gv):
+        if g is not None:
+            jet_ok = jet_ok & torch.isfinite(g).all(-1)
+    if bool(jet_ok.any()):
+        first = tuple(int(i) for i in torch.nonzero(suspect)[int(torch.nonzero(jet_ok)[0])])
         raise NotRegularError(
-            f"the Lagrangian is not regular at {count} of {bad.numel()} points (first at batch index {idx}): "
-            "its Hessian d^2L/dv^2 is singular there, so the Euler-Lagrange equations do not determine the "
-            "acceleration. Formulas of backward error analysis need a regular Lagrangian."
+            f"the series is not finite at {int(jet_ok.sum())} of {suspect.numel()} points where q, v, h, L and its "
+            f"first derivatives are finite (first at batch index {first}): d^2L/dv^2 is too small or too "
+            "ill-conditioned there for floating point (the formulas divide by powers of it). Formulas of backward "
+            "error analysis need a regular Lagrangian; if L is uniformly tiny, rescale it (c L has the same motion)"
         )
+    return out
 
 
 def momentum(L: TorchLagrangian) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:

@@ -43,8 +43,9 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
-from .errors import BeaError, CacheFormatError, InternalError
+from .errors import BeaError, CacheFormatError, InternalError, NotRegularFileError
 from .files import atomic_write
+from .reading import open_regular, read_regular
 from .hseries import Q
 from .jets import Jets
 
@@ -131,24 +132,21 @@ def _stale(path: Path, reason: str) -> None:
 
 def _read_secret(path: Path) -> bytes:
     """The key in ``path``; FileNotFoundError if absent, _Unusable if insecure or malformed."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(path, flags)
+    try:  # a regular file only (a FIFO would block the open), and not through a symbolic link
+        fh = open_regular(path, "the cache key", follow_symlinks=False)
     except FileNotFoundError:
         raise
+    except NotRegularFileError as err:
+        raise _Unusable(f"the key file {path} is not a regular file ({err})") from err
     except OSError as err:
         raise _Unusable(f"cannot open the key file {path} ({err.strerror or err}; a symbolic link is refused)") from err
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise _Unusable(f"the key file {path} is not a regular file")
+    with fh:
+        st = os.fstat(fh.fileno())
         if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
             raise _Unusable(f"the key file {path} belongs to another user (uid {st.st_uid})")
         if st.st_mode & 0o077:
             raise _Unusable(f"the key file {path} is accessible to other users (mode {stat.S_IMODE(st.st_mode):o}; must be 600)")
-        text = os.read(fd, 200)
-    finally:
-        os.close(fd)
+        text = fh.read(200)
     try:
         secret = bytes.fromhex(text.decode("ascii").strip())
     except (UnicodeDecodeError, ValueError):
@@ -245,8 +243,11 @@ def load(key: Dict[str, Any], directory: Optional[Path] = None, *, part: str = "
     signals invalid content by raising any ``Exception``."""
     path = entry_path(key, directory, part)
     try:
-        data = path.read_bytes()
+        data = read_regular(path, "a cache entry")
     except FileNotFoundError:
+        return None
+    except NotRegularFileError as err:  # a FIFO or a directory where an entry belongs: regenerate over it
+        _stale(path, str(err))
         return None
     except OSError as err:
         _unavailable(path.parent, err)

@@ -67,6 +67,8 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--format", choices=("sympy", "latex", "torch"), default="sympy",
                    help="SymPy expressions, LaTeX, or the generated torch source (default: sympy)")
     d.add_argument("--no-cache", action="store_true", help="derive from scratch, ignoring the on-disk cache")
+    d.add_argument("--allow-slow", action="store_true", help="start a derivation expected to take more than an hour "
+                   "(refused otherwise, with the estimate)")
     d.add_argument("--all-terms", action="store_true", help=f"print every term (default: at most {MAX_TERMS} terms of "
                    "each coefficient, and how many are left out; high orders have millions of characters)")
     # Listed here for ``bea --help``; its options belong to pipelines.demo, which parses them itself.
@@ -149,11 +151,11 @@ def check_output_dir(out: Path) -> None:
         raise _OutError(f"--out {out} is not writable ({err.strerror or err} in {probe}); choose a writable directory") from None
 
 
-def _announce(kind: str, scheme: str, order: int, dim: Optional[int], cache: bool) -> None:
+def _announce(kind: str, scheme: str, order: int, dim: Optional[int], cache: bool, allow_slow: bool = False) -> None:
     """Before a derivation that is not in the cache: one line on stderr with the expected time and the cache
     folder (a cold high-order derivation runs for minutes without output otherwise)."""
     from . import api, cache as _cache
-    from .cost import describe, estimate
+    from .cost import check_affordable, describe, estimate
 
     sch = api._scheme(scheme)  # validates the scheme (one-line error) before anything else
     api._check_order(order, sch)
@@ -163,6 +165,7 @@ def _announce(kind: str, scheme: str, order: int, dim: Optional[int], cache: boo
     key = api._cache_key(kind, sch, order, "any" if dim is None else dim) if cache else None
     if key is not None and _cache.entry_path(key, where, "trees" if dim is None else "main").exists():
         return
+    check_affordable(kind, order, dim, allow_slow)  # beyond the limit: refused with the estimate, before the line
     seconds, basis = estimate(kind, order, dim)
     if seconds is not None and seconds < 2:
         return
@@ -216,8 +219,8 @@ def _main(argv: List[str]) -> int:
     from . import api
 
     kind = "inverse_modified_lagrangian" if args.inverse else "modified_equation" if args.equation else "modified_lagrangian"
-    _announce(kind, args.scheme, args.order, args.dim, not args.no_cache)
-    series = getattr(api, kind)(args.scheme, args.order, dim=args.dim, cache=not args.no_cache)
+    _announce(kind, args.scheme, args.order, args.dim, not args.no_cache, args.allow_slow)
+    series = getattr(api, kind)(args.scheme, args.order, dim=args.dim, cache=not args.no_cache, allow_slow=args.allow_slow)
     max_terms = None if args.all_terms else MAX_TERMS
     if args.format == "sympy":
         print(series.text(max_terms))

@@ -14,10 +14,12 @@ tensor operations close to the number of distinct factors rather than of monomia
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from typing import Callable, Dict, List
 
 from .errors import InternalError
+from .autodiff import check_finite_result
 from .hseries import Poly
 from .jets import Jets
 
@@ -146,6 +148,12 @@ def load_source(source: str, func_name: str) -> Callable:
     namespace: Dict[str, object] = {"__name__": f"bea_generated_{func_name}"}
     code = compile(source, f"<bea generated {func_name}>", "exec")
     exec(code, namespace)  # noqa: S102 - generated in this process, or read from an HMAC-authenticated cache entry
-    fn = namespace[func_name]
+    raw = namespace[func_name]
+
+    @functools.wraps(raw)  # type: ignore[arg-type]
+    def fn(L, q, v, h):
+        # the same output check as the dimension-free functions: NaN/inf only where an input is not finite
+        return check_finite_result(L, q, v, h, raw(L, q, v, h))
+
     fn.__bea_source__ = source  # type: ignore[attr-defined]
-    return fn  # type: ignore[return-value]
+    return fn

@@ -29,6 +29,7 @@ __all__ = [
     "BeaFileNotFoundError",
     "BeaIsADirectoryError",
     "MissingDependencyError",
+    "NotRegularFileError",
 ]
 
 
@@ -92,3 +93,7 @@ class BeaIsADirectoryError(BeaOSError, IsADirectoryError):
 
 class MissingDependencyError(BeaError, ImportError):
     """An optional dependency needed for this call is not installed; the message names the ``pip install``."""
+class NotRegularFileError(BeaOSError):
+    """A path to be read is a named pipe, a device, a socket, a directory (or, where links are refused, a
+    symbolic link) instead of a regular file: reading it could block forever or never end, so it is not opened
+    for reading (:func:`bea.reading.open_regular`)."""

@@ -185,21 +185,24 @@ def fingerprint(scheme, dims: Iterable[int] = (1, 2)) -> str:
         parts.append(f"n={n}:{sympy.srepr(sympy.expand(expr))}")
     if scheme.symmetric is False:  # True and None give the same results (symmetry is detected); False does not
         parts.append("declared-not-symmetric")
-    return "ld1:" + hashlib.sha256("\n".join(parts).encode()).hexdigest()
+    # "ld2": keys written since declarations are verified (check_declarations) -- never shared with "ld1" entries,
+    # one of which may hold the series of a scheme that lied about its symmetry
+    return "ld2:" + hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
 # fingerprint -> None (consistent) or (exception class, message); schemes are few, so no eviction
-_VERDICTS: Dict[str, Optional[Tuple[type, str]]] = {}
+_VERDICTS: Dict[Tuple[str, Optional[bool]], Optional[Tuple[type, str]]] = {}
 
 
 def check_consistent(scheme) -> None:
     """Raise :class:`InconsistentSchemeError` or :class:`UnsupportedSchemeError` (naming the cause)
     unless ``scheme`` is a consistent discrete Lagrangian the engine can evaluate. Cached per fingerprint."""
-    key = fingerprint(scheme)
+    key = (fingerprint(scheme), scheme.symmetric)  # the declaration is checked too: part of the verdict's key
     if key not in _VERDICTS:
         try:
             for n in (1, 2):
                 _check_dim(scheme, n)
+            check_declarations(scheme)
         except (InconsistentSchemeError, UnsupportedSchemeError) as err:
             _VERDICTS[key] = (type(err), str(err))
         else:
@@ -207,6 +210,53 @@ def check_consistent(scheme) -> None:
     verdict = _VERDICTS[key]
     if verdict is not None:
         raise verdict[0](verdict[1])
+
+
+def check_declarations(scheme) -> None:
+    r"""Verify what a scheme declares about itself before any derivation trusts it (and before anything is
+    cached): ``symmetric=True`` promises :math:`L_\Delta(L, b, a, -h) = -L_\Delta(L, a, b, h)` identically, and the
+    engines then skip every odd power of ``h`` (in the modified equation without looking); ``symmetric=False``
+    promises the opposite. Checked exactly by :func:`symmetric_identity`; bea's own schemes declaring their own
+    value are exempt (about 20 ms a scheme saved in every process; ``tests/test_reliability_cache_integrity.py``
+    checks that value against the identity). ``None`` declares nothing: symmetry is detected from the expansion."""
+    if scheme.symmetric is None or scheme.symmetric == _builtin_symmetry(scheme):
+        return
+    holds, n = symmetric_identity(scheme)
+    if holds == scheme.symmetric:
+        return
+    if scheme.symmetric:
+        raise InconsistentSchemeError(
+            f"scheme {scheme!r} is declared symmetric=True, but L_Delta(L, b, a, -h) != -L_Delta(L, a, b, h) (n = {n}): "
+            "its series have odd powers of h, which the declaration would drop. Declare symmetric=None (detected) "
+            "or False")
+    raise InconsistentSchemeError(
+        f"scheme {scheme!r} is declared symmetric=False, but L_Delta(L, b, a, -h) = -L_Delta(L, a, b, h) (n = {n}): it "
+        "is symmetric. Declare symmetric=None (detected) or True")
+
+
+def symmetric_identity(scheme) -> Tuple[bool, int]:
+    r"""``(holds, n)``: whether :math:`L_\Delta(L, b, a, -h) = -L_\Delta(L, a, b, h)` exactly, on an undefined ``L`` in
+    dimensions 1 and 2, and the first dimension where it fails (2 if it holds)."""
+    for n in (1, 2):
+        expr, _ = evaluate(scheme, n)
+        a, b, h, _ = _symbols(n)
+        swap = {**dict(zip(a, b)), **dict(zip(b, a)), h: -h}
+        if sympy.expand(expr + expr.subs(swap, simultaneous=True)) != 0:
+            return False, n
+    return True, 2
+
+
+def _builtin_symmetry(scheme) -> Optional[bool]:
+    """The symmetry of bea's own schemes by their definition (``None`` for any other scheme)."""
+    from fractions import Fraction
+
+    from .schemes import GeneralisedMidpoint, Midpoint, Trapezoidal
+
+    if type(scheme) in (Midpoint, Trapezoidal):
+        return True
+    if type(scheme) is GeneralisedMidpoint:
+        return scheme.alpha.exact == Fraction(1, 2)
+    return None
 
 
 def _check_dim(scheme, n: int) -> None:

@@ -136,8 +136,13 @@ def _symbol_list(name: str, value) -> List[sympy.Symbol]:
     return list(value)
 
 
-def _check_expression(L) -> sympy.Expr:
-    """The Lagrangian as a SymPy expression, without ever parsing or evaluating a string."""
+def check_expression(L) -> sympy.Expr:
+    """The Lagrangian as a SymPy expression, without ever parsing or evaluating a string.
+
+    The one gate for user expressions in every package (``bea``, ``integrators``): a ``str`` or ``bytes``
+    is refused, never handed to :func:`sympy.sympify` (whose parser runs ``eval``); Python ``int``/``float``
+    become SymPy numbers; anything else must already be a scalar SymPy ``Expr`` with finite constants,
+    no undefined functions and no ``I``."""
     if isinstance(L, (str, bytes)):
         raise BeaTypeError(
             "lagrangian must be a SymPy expression, not a string: strings are not parsed, because SymPy's parser "
@@ -170,7 +175,7 @@ def validate_concrete(lagrangian, q: Sequence, v: Sequence, params: Sequence = (
     """Check a concrete SymPy Lagrangian and its declared symbols; return its :class:`Frame`.
 
     Only SymPy expressions are accepted (strings are refused, never parsed: SymPy's parser runs ``eval``)."""
-    L = _check_expression(lagrangian)
+    L = check_expression(lagrangian)
     if q is None or v is None:
         raise BeaValueError("a concrete lagrangian needs its coordinate symbols q=[...] and velocity symbols v=[...]")
     q, v = _symbol_list("q", q), _symbol_list("v", v)

@@ -169,7 +169,7 @@ def scheme_points(scheme, n: int, h: float) -> np.ndarray:
         return s
 
     try:
-        value = sympy.expand(sympy.sympify(scheme(probe, a, b, h)))
+        value = sympy.expand(sympy.sympify(scheme(probe, a, b, h), strict=True))  # strict: never parses a string
     except Exception as err:  # a scheme written for torch only: not symbolic
         raise NotLowerable(f"the scheme {scheme!r} cannot be run on SymPy symbols ({type(err).__name__})") from None
     if not calls:
@@ -190,7 +190,7 @@ def scheme_points(scheme, n: int, h: float) -> np.ndarray:
         A = np.zeros((D, n))
         B = np.zeros((D, n))
         for i, yi in enumerate(y):
-            yi = sympy.expand(sympy.sympify(yi))
+            yi = sympy.expand(sympy.sympify(yi, strict=True))
             if yi.free_symbols - set(slots):
                 raise NotLowerable(f"the scheme {scheme!r} evaluates L at points that are not affine in the slots")
             zero = {s: 0 for s in slots}

@@ -34,7 +34,7 @@ import bea
 
 from bea.errors import BeaTypeError, BeaValueError
 from ._checks import as_float64, check_states
-from .symbolic import SymbolicLagrangian
+from .symbolic import SymbolicLagrangian, check_expression
 from .trajectory import Trajectory
 
 __all__ = ["reference_flow", "acceleration_function", "ReferenceFlowError"]
@@ -56,6 +56,8 @@ def acceleration_function(lagrangian, q: Optional[Sequence] = None, v: Optional[
     network on a GPU); the states travel there and the accelerations back to NumPy at every call."""
     if isinstance(lagrangian, SymbolicLagrangian):
         return lagrangian.acceleration_numpy(), lagrangian.n
+    if isinstance(lagrangian, (str, bytes)) or (q is not None or v is not None) and not isinstance(lagrangian, sympy.Basic):
+        check_expression(lagrangian)  # bea's gate: a string (or an object only str() of which is an expression) raises
     if isinstance(lagrangian, sympy.Basic):
         if q is None or v is None:
             raise BeaValueError("a SymPy Lagrangian needs its coordinate and velocity symbols: reference_flow(expr, ..., q=[...], v=[...])")

@@ -33,6 +33,8 @@ import numpy as np
 import torch
 from bea.errors import BeaTypeError, BeaValueError
 
+from bea.reading import open_regular, read_regular
+
 __all__ = ["load_snapshots", "Snapshots", "SnapshotError"]
 
 PathLike = Union[str, os.PathLike]
@@ -92,8 +94,8 @@ def _csv_rows(f: Path) -> List[List[str]]:
     """The rows of a UTF-8 CSV file (a UTF-8 byte-order mark is accepted and dropped); other encodings
     and binary content raise :class:`SnapshotError` naming the file."""
     try:
-        raw = f.read_bytes()
-    except OSError as err:
+        raw = read_regular(f, "a snapshot file")  # a FIFO in its place would block: refused, not opened
+    except OSError as err:  # NotRegularFileError is one, and says what the path is
         raise SnapshotError(f"{f}: cannot read the file ({err.strerror or err})") from None
     if raw.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in raw:
         raise SnapshotError(f"{f}: not a UTF-8 text file (NUL bytes: UTF-16 or binary data); save the CSV as UTF-8")
@@ -181,8 +183,10 @@ def _csv_columns(f: Path, hline: int, header: List[str]) -> Tuple[int, Optional[
 
 def _read_npz(f: Path) -> List[_Traj]:
     try:
-        with np.load(f, allow_pickle=False) as z:
+        with open_regular(f, "a snapshot file") as fh, np.load(fh, allow_pickle=False) as z:
             data = {k: z[k] for k in z.files}
+    except OSError as err:
+        raise SnapshotError(f"{f}: cannot read the file ({err.strerror or err})") from None
     except Exception as err:
         raise SnapshotError(f"{f}: cannot read as .npz ({err})") from None
     for key in ("t", "q"):

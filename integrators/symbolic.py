@@ -22,6 +22,7 @@ import sympy
 import torch
 
 from bea.errors import BeaTypeError, BeaValueError
+from bea.symbolic import check_expression
 
 __all__ = ["SymbolicLagrangian", "TORCH_FUNCTIONS"]
 
@@ -62,7 +63,8 @@ class SymbolicLagrangian:
 
     def __init__(self, expr, q: Sequence, v: Sequence, params: Sequence = (), name: Optional[str] = None,
                  values: Optional[Mapping] = None):
-        self.expr = sympy.sympify(expr)
+        # bea's gate: a string is refused, never parsed (sympify would run eval on it)
+        self.expr = check_expression(expr)
         self.q = _symbols(q, "q")
         self.v = _symbols(v, "v")
         self.params = _symbols(params, "params")

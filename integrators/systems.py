@@ -92,7 +92,9 @@ def _num(x, what: str) -> sympy.Expr:
         raise BeaTypeError(f"{what} must be a number, got {x!r}")
     if isinstance(x, float) and not math.isfinite(x):
         raise BeaValueError(f"{what} must be finite, got {x}")
-    return sympy.nsimplify(x) if isinstance(x, float) else sympy.sympify(x)
+    if isinstance(x, float):
+        return sympy.nsimplify(x)
+    return sympy.Integer(x) if isinstance(x, int) else x
 
 
 def _positive(x, what: str) -> sympy.Expr:

@@ -31,6 +31,7 @@ import torch
 
 from bea.files import atomic_save
 from bea.errors import BeaFileNotFoundError, BeaValueError
+from bea.reading import NotRegularFileError, open_regular
 
 __all__ = ["ModelFileError", "FORMAT", "VERSION", "recorded", "register", "write", "read", "encode", "decode"]
 
@@ -111,10 +112,15 @@ def write(model: Any, path: PathLike, config: Dict[str, Any], state: Dict[str, A
 def read(path: PathLike, cls: Type, map_location: Union[str, torch.device, None] = None) -> Tuple[Dict, Dict]:
     """``(config, state)`` of a model file written for ``cls``; :class:`ModelFileError` otherwise."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise BeaFileNotFoundError(f"{path}: no such model file")
+    try:  # a regular file only: a FIFO or a device would block the read
+        fh = open_regular(path, "a model file")
+    except NotRegularFileError as err:
+        raise ModelFileError(str(err)) from None
     try:
-        payload = torch.load(path, map_location=map_location or "cpu", weights_only=True)
+        with fh:
+            payload = torch.load(fh, map_location=map_location or "cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, AttributeError) as err:
         raise ModelFileError(f"{path}: not a model file of bea's learners (torch.load with weights_only=True failed: "
                              f"{str(err).splitlines()[0] if str(err) else type(err).__name__})") from None

@@ -25,7 +25,7 @@ def test_a_long_cold_derivation_is_announced_with_time_and_cache_folder(capsys, 
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "to h^8 for every n" in err
     assert "about 8 minutes" in err and "(measured)" in err and f"cached in {tmp_path}" in err
-    cli._announce("modified_lagrangian", "midpoint", 4, 3, False)
+    cli._announce("modified_lagrangian", "midpoint", 4, 3, False, allow_slow=True)  # refused without it (issue 24)
     err = capsys.readouterr().err
     assert "more than 10 minutes" in err and "not stored" in err
 

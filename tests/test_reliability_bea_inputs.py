@@ -82,7 +82,7 @@ def test_check_consistent_is_cached_and_cheap():
     assert again < 0.25 and first < 5.0  # ~5 ms and ~30 ms on an idle core; generous for shared machines
     from bea.scheme_check import _VERDICTS
 
-    assert _VERDICTS[s.fingerprint()] is None
+    assert _VERDICTS[(s.fingerprint(), s.symmetric)] is None  # keyed by the declaration too (issue 24)
 
 
 def test_matrix_lagrangian_and_coordinate_as_parameter():

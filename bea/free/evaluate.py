@@ -31,7 +31,7 @@ from typing import Dict, List, Tuple
 
 import torch
 
-from ..autodiff import _evaluate, check_regular, check_state
+from ..autodiff import _evaluate, check_finite_result, check_regular, check_state
 from ..errors import BeaTypeError, BeaValueError, InternalError, NotRegularError
 from ..hseries import Poly
 from .trees import A, UPPER, V, Tree
@@ -79,11 +79,10 @@ class _Point:
                 (r,) = torch.autograd.grad(gv[..., i].sum(), ts, create_graph=True, allow_unused=True)
                 rows.append(torch.zeros_like(v) if r is None else r)
             M = torch.stack(rows, -2)
-            # n >= 2: the spread of M's eigenvalues is the test; n = 1 has no spread, so M is compared with the
-            # first derivatives instead (L = v^4/12 + cos q at v = 1e-100: M = 1e-200 against L_q ~ 1)
-            scale = None
-            if q.shape[-1] == 1:
-                scale = gv.detach().abs().amax(-1) if gq is None else torch.maximum(gv.detach().abs().amax(-1), gq.detach().abs().amax(-1))
+            # M is compared with L's first derivatives at every n, as in the component formulas: a uniformly
+            # small M has no spread of eigenvalues (L = sum v^4/12 + sum cos q at v = 1e-100: M = 1e-200 I
+            # against L_q ~ 1), and check_regular's absolute floor catches a uniformly tiny L
+            scale = gv.detach().abs().amax(-1) if gq is None else torch.maximum(gv.detach().abs().amax(-1), gq.detach().abs().amax(-1))
             check_regular(M, scale)
             # one dimension: a division is an order of magnitude cheaper than LU for small batches
             self._lu = (M[..., 0, :],) if M.shape[-1] == 1 else torch.linalg.lu_factor(M)
@@ -265,7 +264,8 @@ class TreeFunction:
         else:
             with torch.enable_grad():
                 out = self._evaluate(L, q.reshape(-1, n), v.reshape(-1, n), hh).detach()
-        return out.reshape(*batch, n) if self.vector else out.reshape(batch)
+        out = out.reshape(*batch, n) if self.vector else out.reshape(batch)
+        return check_finite_result(L, q, v, h, out)  # h as given: hh is flattened
 
     def _evaluate(self, L, q, v, h):
         pt = _Point(L, q, v)

@@ -23,7 +23,7 @@ from bea.errors import BeaOSError
 from . import report as _report
 from .execute import execute
 from .records import atomic_write, scan
-from .spec import Spec, load
+from .spec import Spec, check_name, load
 
 __all__ = ["run", "SweepResults", "OutputExists"]
 
@@ -92,7 +92,8 @@ def run(spec_or_path: Union[Spec, str, os.PathLike, Mapping[str, Any]], out: Uni
     (:class:`OutputExists`). ``progress``: a bar counting finished tasks (``None``: on a terminal).
     ``plots``: also draw the figures."""
     spec = load(spec_or_path)
-    out = Path(out) if out is not None else Path("sweep-results") / spec.name
+    # a Spec built by hand skips parse(): its name is checked here too before it becomes a folder
+    out = Path(out) if out is not None else Path("sweep-results") / check_name(spec.name, spec.source)
     rec_dir = out / "records"
     rec_dir.mkdir(parents=True, exist_ok=True)
     if not resume:

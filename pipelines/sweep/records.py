@@ -35,6 +35,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from bea import files
 from bea.errors import BeaValueError
+from bea.reading import read_regular
 
 __all__ = ["FORMAT", "canonical", "task_id", "derived_seed", "seal", "write_record", "read_record", "scan",
            "atomic_write", "encode", "decode", "CorruptRecord"]
@@ -125,7 +126,7 @@ def read_record(path: Path) -> Dict[str, Any]:
     """Read and verify one record; raises :class:`CorruptRecord` naming the problem."""
     path = Path(path)
     try:
-        raw = json.loads(path.read_bytes().decode("utf-8"), parse_constant=_reject_constant)
+        raw = json.loads(read_regular(path, "a sweep record").decode("utf-8"), parse_constant=_reject_constant)
     except (OSError, UnicodeDecodeError, ValueError) as err:
         raise CorruptRecord(f"{path.name}: unreadable or not JSON ({err})") from None
     if not isinstance(raw, dict):

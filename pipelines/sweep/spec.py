@@ -25,6 +25,7 @@ Layout (every table optional except ``kind`` and at least one task)::
     max_retries = 3                 # re-runs of a task whose worker process died
     local_cpus = 2                  # CPUs of a local Ray instance started by the sweep (default: all)
     object_store_mb = 200           # object store of that instance (records are small)
+    max_tasks = 100000              # refuse more tasks than this, counted before any is built (the default)
 
     [report]
     metrics = ["error"]             # metrics plotted (default: the kind's)
@@ -51,22 +52,17 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from bea.errors import BeaTypeError, BeaValueError
+from bea.reading import read_regular
+
 from . import records
+from .limits import MAX_TASKS, SpecError, check_name, check_task_count
 from .tasks import REQUIRED, Kind, ParamError, get_kind, KINDS
 
 __all__ = ["Spec", "Task", "Execution", "SpecError", "load"]
 
 TOP_KEYS = ("kind", "name", "description", "defaults", "grid", "points", "execution", "report")
-EXECUTION_KEYS = ("num_cpus", "max_retries", "local_cpus", "object_store_mb")
+EXECUTION_KEYS = ("num_cpus", "max_retries", "local_cpus", "object_store_mb", "max_tasks")
 REPORT_KEYS = ("metrics", "x")
-
-
-class SpecError(BeaValueError):
-    """An invalid sweep specification; ``source`` is the file (or ``<dict>``), ``key`` the offending key."""
-
-    def __init__(self, source: str, key: str, problem: str):
-        super().__init__(f"{source}: {key}: {problem}")
-        self.source, self.key, self.problem = source, key, problem
 
 
 @dataclass(frozen=True)
@@ -87,6 +83,7 @@ class Execution:
     max_retries: int = 3
     local_cpus: Optional[int] = None
     object_store_mb: int = 200
+    max_tasks: int = MAX_TASKS
 
 
 @dataclass(frozen=True)
@@ -225,7 +222,7 @@ def load(spec: Union["Spec", str, os.PathLike, Mapping[str, Any]]) -> Spec:
     if isinstance(spec, (str, os.PathLike)):
         path = Path(spec)
         try:
-            text = path.read_text(encoding="utf-8")
+            text = read_regular(path, "a sweep specification").decode("utf-8")  # no FIFO: it would block
         except (OSError, UnicodeDecodeError) as err:
             raise SpecError(str(path), "file", f"cannot read the specification: {err}") from None
         try:
@@ -258,6 +255,7 @@ def parse(data: Mapping[str, Any], source: str = "<dict>", text: str = "", defau
     for key, val in (("name", name), ("description", description)):
         if not isinstance(val, str):
             raise SpecError(source, key, f"expected a string, got {_describe(val)}")
+    check_name(name, source, given="name" in data)
 
     schema = kind.params()
     defaults = _params(_table(data, "defaults", source), schema, "defaults", source, kind_name)
@@ -275,13 +273,15 @@ def parse(data: Mapping[str, Any], source: str = "<dict>", text: str = "", defau
         if not values:
             raise SpecError(source, where, "empty list: every grid key needs at least one value")
         grid[key] = [check_value(v, schema[key].hint, f"{where}[{i}]", source) for i, v in enumerate(values)]
-        texts = [records.canonical(v) for v in grid[key]]
-        for i, t in enumerate(texts):
-            if t in texts[:i]:
+        seen_values: Dict[str, int] = {}  # a dict, not a list scan: long lists stay linear
+        for i, t in enumerate(records.canonical(v) for v in grid[key]):
+            if t in seen_values:
                 raise SpecError(source, f"{where}[{i}]", f"the value {t} appears twice in the list (the same tasks twice)")
+            seen_values[t] = i
     points_raw = data.get("points", [])
     if not isinstance(points_raw, list) or not all(isinstance(p, Mapping) for p in points_raw):
         raise SpecError(source, "points", "expected an array of tables ([[points]] entries)")
+    check_task_count(grid_raw, points_raw, _table(data, "execution", source), source, check_value)
     points = [_params(dict(p), schema, f"points[{i}]", source, kind_name) for i, p in enumerate(points_raw)]
     if not grid and not points:
         raise SpecError(source, "grid", "no tasks: give at least one parameter list in [grid] or one [[points]] entry")
@@ -343,7 +343,7 @@ def _execution(table: Dict[str, Any], source: str) -> Execution:
         if key not in EXECUTION_KEYS:
             raise _unknown(source, f"execution.{key}", key, EXECUTION_KEYS)
     vals = {k: check_value(v, int, f"execution.{k}", source) for k, v in table.items()}
-    minimum = {"num_cpus": 1, "max_retries": 0, "local_cpus": 1, "object_store_mb": 75}
+    minimum = {"num_cpus": 1, "max_retries": 0, "local_cpus": 1, "object_store_mb": 75, "max_tasks": 1}
     for k, v in vals.items():
         if v < minimum[k]:
             raise SpecError(source, f"execution.{k}", f"must be >= {minimum[k]}, got {v}")
