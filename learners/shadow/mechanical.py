@@ -44,8 +44,9 @@ features centred at any :math:`c`) and
 :math:`x_b` annihilates every :math:`\Phi_{\gamma\beta}` centred at :math:`q_b` with :math:`|\gamma| > p`, so the
 sum over :math:`|\gamma| \le p`, :math:`|\beta| \le d` is exact (:class:`MechanicalFeatures`).
 
-The posterior mean is evaluated through ``derivative_block`` (ordinary torch operations: autograd gives
-every derivative the integrators and :math:`\mathrm{mod}_N` ask for).
+The posterior mean has its own closed form (:class:`MechanicalExpansion`: the derivatives along the atoms'
+directions multiplied out, a few dense products), in ordinary torch operations: autograd gives every
+derivative the integrators and :math:`\mathrm{mod}_N` ask for.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ from ..saving import recorded, register
 from .kernels import SmoothKernel
 from .uncertainty import GaussianFeatures
 
-__all__ = ["MechanicalKernel", "MechanicalFeatures", "DEFAULT_DEGREE"]
+__all__ = ["MechanicalKernel", "MechanicalFeatures", "MechanicalExpansion", "DEFAULT_DEGREE"]
 
 #: default degree of the polynomial in the velocities: N + 2 for the series truncated at h^N, N = 4 (the
 #: highest order the README's identification tables use)
@@ -149,6 +150,10 @@ class MechanicalKernel(SmoothKernel):
             total = total + dE * dP
         return E0 * total
 
+    def expansion(self, atoms, outputscale: torch.Tensor) -> "MechanicalExpansion":
+        """The posterior mean over ``atoms`` (orders <= 2) in closed form, hyperparameters frozen."""
+        return MechanicalExpansion(self, atoms, outputscale)
+
     def feature_map(self, D: int, order: int) -> "MechanicalFeatures":
         """The exact feature expansion for functionals of jet order ``order`` (module docstring)."""
         lq, lv = self.scales(D)
@@ -198,3 +203,65 @@ class MechanicalFeatures:
         g = self.gauss((x[:, :n] - centres[:, :n]) / self.lq)
         p = self.mono(x[:, n:] / self.lv) * self._w
         return (g[:, :, None] * p[:, None, :]).reshape(x.shape[0], -1)
+
+
+class MechanicalExpansion:
+    r"""The posterior mean :math:`f(x) = \sigma_f^2\sum_k c_k\,\partial_{w_{k,1}}\cdots\partial_{w_{k,m}}k(x, y_k)`
+    (derivatives on the second argument, atoms of order :math:`m \le 2`) of the mechanical kernel, with the
+    atoms scaled once. With :math:`r = \tilde q - \tilde y^q`, :math:`E = e^{-|r|^2/2}`, :math:`b = 1 + \tilde v\cdot\tilde y^v`,
+    :math:`\rho_j = r\cdot\tilde w^q_j`, :math:`\nu_j = \tilde v\cdot\tilde w^v_j`, the atom's term is :math:`E\,T` with
+
+    .. math::  T_0 = b^d, \qquad T_1 = \rho_1 b^d + d\,b^{d-1}\nu_1, \qquad
+               T_2 = (\rho_1\rho_2 - \tilde w^q_1\cdot\tilde w^q_2)\,b^d + d\,b^{d-1}(\rho_1\nu_2 + \rho_2\nu_1)
+               + d(d-1)\,b^{d-2}\nu_1\nu_2
+
+    (the derivatives of :math:`E` and :math:`b^d` along :math:`y`, multiplied out): a few dense products per call,
+    ordinary torch operations that autograd differentiates to any order (what the integrators and
+    :math:`\mathrm{mod}_N` need)."""
+
+    def __init__(self, kernel: MechanicalKernel, atoms, outputscale: torch.Tensor):
+        with torch.no_grad():
+            D = next(iter(atoms.values())).points.shape[-1]
+            self.n, self.d = D // 2, kernel.degree
+            lq, lv = kernel.scales(D)
+            self._lq, self._lv = lq.detach().clone(), lv.detach().clone()
+            self._scale = outputscale.detach().clone()
+            self._groups = []
+            n = self.n
+            for m, A in atoms.items():
+                if m > 2:
+                    raise ValueError(f"the mechanical posterior mean takes atoms of order <= 2, got order {m}")
+                Yq, Yv = A.points[:, :n] / self._lq, A.points[:, n:] / self._lv
+                Wq = [A.dirs[:, j, :n] / self._lq for j in range(m)]
+                Wv = [A.dirs[:, j, n:] / self._lv for j in range(m)]
+                g = {"m": m, "c": A.coef.clone(), "Yq_t": Yq.T.contiguous(), "Yv_t": Yv.T.contiguous(),
+                     "ynorm": 0.5 * (Yq * Yq).sum(-1),
+                     "Wq_t": [w.T.contiguous() for w in Wq], "Wv_t": [w.T.contiguous() for w in Wv],
+                     "yw": [(Yq * w).sum(-1) for w in Wq]}
+                if m == 2:
+                    g["ww"] = (Wq[0] * Wq[1]).sum(-1)
+                self._groups.append(g)
+
+    def __call__(self, X: torch.Tensor) -> torch.Tensor:
+        n, d = self.n, self.d
+        Xq, Xv = X[:, :n] / self._lq, X[:, n:] / self._lv
+        xnorm = 0.5 * (Xq * Xq).sum(-1, keepdim=True)
+        out = X.new_zeros(X.shape[0])
+        for g in self._groups:
+            m = g["m"]
+            E = torch.exp(Xq @ g["Yq_t"] - xnorm - g["ynorm"])
+            b = 1 + Xv @ g["Yv_t"]
+            if m == 0:
+                T = b ** d
+            else:
+                rho = [Xq @ w - yw for w, yw in zip(g["Wq_t"], g["yw"])]
+                nu = [Xv @ w for w in g["Wv_t"]]
+                b1 = b ** (d - 1)
+                if m == 1:
+                    T = rho[0] * b1 * b + d * b1 * nu[0]
+                else:
+                    b2 = b ** (d - 2)
+                    T = ((rho[0] * rho[1] - g["ww"]) * b2 * b * b + d * b1 * (rho[0] * nu[1] + rho[1] * nu[0])
+                         + d * (d - 1) * b2 * nu[0] * nu[1])
+            out = out + (E * T) @ g["c"]
+        return self._scale * out
