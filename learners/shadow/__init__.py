@@ -6,5 +6,7 @@ Modules: :mod:`~learners.shadow.functionals` (linear functionals as derivative a
 :mod:`~learners.shadow.hyperparameters` (the shared model: kernel set-up, hyperparameter learning,
 conditioning), :mod:`~learners.shadow.lsi` (Lagrangian Shadow Integration),
 :mod:`~learners.shadow.lgp` (the LGP / LGPExact baselines), :mod:`~learners.shadow.compiled_mean`
-(the posterior mean as C for the compiled integrator).
+(the posterior mean as C for the compiled integrator), :mod:`~learners.shadow.mechanical` (the opt-in
+mechanical kernel: RBF in the positions times a polynomial in the velocities) and
+:mod:`~learners.shadow.kernel_choice` (the ``kernel=`` option).
 """

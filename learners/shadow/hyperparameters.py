@@ -4,8 +4,9 @@ A model observes *data functionals* of the unknown Lagrangian (DEL residuals for
 Euler--Lagrange residuals for LGP), all with target zero, plus a normalisation with a non-zero
 target (:mod:`learners.shadow.normalisation`), and conditions a :class:`~learners.shadow.gp.FunctionalGP` on them.
 
-Hyperparameters (lengthscale(s) of the RBF kernel, the nugget :math:`\rho = \sigma_n^2/\sigma_f^2`
-and the outputscale :math:`\sigma_f^2`) are fixed or learned on a training subset of at most
+Hyperparameters (lengthscale(s) of the RBF kernel -- or, with ``kernel="mechanical"``, the position lengthscales
+and velocity scales of :class:`~learners.shadow.mechanical.MechanicalKernel`, searched the same way --, the nugget
+:math:`\rho = \sigma_n^2/\sigma_f^2` and the outputscale :math:`\sigma_f^2`) are fixed or learned on a training subset of at most
 ``max_train_functionals`` functionals (whole trajectories): a coarse grid over one shared lengthscale,
 then a pattern search on the log-parameters (per-input lengthscales with ``ard=True``, and the
 nugget), ``iterations`` evaluations with a ``tqdm`` bar. No gradients: every objective involves a

@@ -124,7 +124,7 @@ class MechanicalKernel(SmoothKernel):
         firstQ += [-(Xq @ Vq[:, r].T) + (Vq[:, r] * Yq).sum(-1)[None, :] for r in range(b)]
         firstA = [Uv[:, r] @ Yv.T for r in range(a)] + [Xv @ Vv[:, r].T for r in range(b)]
 
-        def pairQ(i: int, j: int) -> torch.Tensor:
+        def _pairQ(i: int, j: int) -> torch.Tensor:
             if i < a and j < a:
                 return (Uq[:, i] * Uq[:, j]).sum(-1)[:, None]
             if i >= a and j >= a:
@@ -132,13 +132,23 @@ class MechanicalKernel(SmoothKernel):
             ii, jj = (i, j - a) if i < a else (j, i - a)
             return -(Uq[:, ii] @ Vq[:, jj].T)
 
-        def pairA(i: int, j: int):
+        def _pairA(i: int, j: int):
             if (i < a) == (j < a):
                 return None  # a is bilinear: no second derivative within one side
             ii, jj = (i, j - a) if i < a else (j, i - a)
             return Uv[:, ii] @ Vv[:, jj].T
 
         m = a + b
+        # every pair's matrix once (the partition sums of the 2^m splits share them)
+        cacheQ = {(i, j): _pairQ(i, j) for i in range(m) for j in range(i + 1, m)}
+        cacheA = {(i, j): _pairA(i, j) for i in range(m) for j in range(i + 1, m)}
+
+        def pairQ(i: int, j: int):
+            return cacheQ[(i, j)]
+
+        def pairA(i: int, j: int):
+            return cacheA[(i, j)]
+
         E0 = torch.exp(-Q0)
         f = _power_derivatives(1 + a0, self.degree, m)  # f[k] = d^k/da^k (1 + a)^d at a0
         total = X.new_zeros(A, B)
@@ -162,7 +172,11 @@ class MechanicalKernel(SmoothKernel):
 
 def _power_derivatives(base: torch.Tensor, d: int, m: int) -> List[torch.Tensor]:
     r""":math:`f^{(k)}(a) = \frac{d!}{(d-k)!}(1 + a)^{d-k}`, ``base`` :math:`= 1 + a`, for :math:`k \le \min(m, d)`."""
-    return [math.perm(d, k) * base ** (d - k) for k in range(min(m, d) + 1)]
+    top = min(m, d)
+    powers = [base ** (d - top)]  # one pow, then products: b^(d-top), ..., b^d
+    for _ in range(top):
+        powers.append(powers[-1] * base)
+    return [math.perm(d, k) * powers[top - k] for k in range(top + 1)]
 
 
 def _graded_partitions(idx: List[int], first: List[torch.Tensor], pair) -> Dict[int, torch.Tensor]:
