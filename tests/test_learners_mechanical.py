@@ -97,8 +97,8 @@ def test_feature_expansion_is_exact_for_jets():
 
 
 def test_posterior_mean_closed_form_matches_autograd():
-    """The mean's own closed form (MechanicalExpansion) and the generic sum of derivative blocks agree in value,
-    gradient and Hessian, on random atoms of orders 0, 1 and 2 (no cancellation, so rounding is ~1e-16)."""
+    """The mean's own closed form (MechanicalExpansion: value, and its closed-form gradient as the backward) and the
+    generic sum of derivative blocks agree in value, gradient, Hessian and a third derivative, on random atoms of orders 0, 1 and 2 (no cancellation, so rounding is ~1e-16)."""
     torch.manual_seed(5)
     FK = FunctionalKernel(_kernel(5)).to(torch.float64)
     FK.outputscale = 0.7
@@ -111,8 +111,9 @@ def test_posterior_mean_closed_form_matches_autograd():
     def jet(f):
         val = f(X)
         (g,) = torch.autograd.grad(val.sum(), X, create_graph=True)
-        H = torch.stack([torch.autograd.grad(g[:, i].sum(), X, retain_graph=True)[0] for i in range(4)], 1)
-        return val.detach(), g.detach(), H
+        H = torch.stack([torch.autograd.grad(g[:, i].sum(), X, retain_graph=True, create_graph=True)[0] for i in range(4)], 1)
+        (third,) = torch.autograd.grad(H[:, 0, 1].sum(), X)  # a third derivative, as mod_N takes
+        return val.detach(), g.detach(), H.detach(), third
 
     for a, b in zip(jet(fast), jet(generic)):
         assert float((a - b).abs().max()) <= ROUNDING * float(b.abs().max())

@@ -257,25 +257,90 @@ class MechanicalExpansion:
                 self._groups.append(g)
 
     def __call__(self, X: torch.Tensor) -> torch.Tensor:
+        return _MechanicalValue.apply(X, self)
+
+    def _parts(self, X: torch.Tensor):
+        """Scaled inputs and, per atom group, (group, E, b, powers b^(d-j), rho_j, nu_j)."""
         n, d = self.n, self.d
         Xq, Xv = X[:, :n] / self._lq, X[:, n:] / self._lv
         xnorm = 0.5 * (Xq * Xq).sum(-1, keepdim=True)
-        out = X.new_zeros(X.shape[0])
+        out = []
         for g in self._groups:
             m = g["m"]
             E = torch.exp(Xq @ g["Yq_t"] - xnorm - g["ynorm"])
             b = 1 + Xv @ g["Yv_t"]
-            if m == 0:
-                T = b ** d
-            else:
-                rho = [Xq @ w - yw for w, yw in zip(g["Wq_t"], g["yw"])]
-                nu = [Xv @ w for w in g["Wv_t"]]
-                b1 = b ** (d - 1)
-                if m == 1:
-                    T = rho[0] * b1 * b + d * b1 * nu[0]
-                else:
-                    b2 = b ** (d - 2)
-                    T = ((rho[0] * rho[1] - g["ww"]) * b2 * b * b + d * b1 * (rho[0] * nu[1] + rho[1] * nu[0])
-                         + d * (d - 1) * b2 * nu[0] * nu[1])
-            out = out + (E * T) @ g["c"]
+            top = min(m + 1, d)  # b^(d - j) for j = 0 .. m + 1 (the gradient needs one more)
+            pw = [b ** (d - top)]
+            for _ in range(top):
+                pw.append(pw[-1] * b)
+            powers = [pw[top - j] if j <= top else torch.zeros_like(b) for j in range(m + 2)]
+            rho = [Xq @ w - yw for w, yw in zip(g["Wq_t"], g["yw"])]
+            nu = [Xv @ w for w in g["Wv_t"]]
+            out.append((g, E, powers, rho, nu))
+        return Xq, Xv, out
+
+    def value(self, X: torch.Tensor) -> torch.Tensor:
+        """:math:`f` at the rows of ``X`` (B, D) -> (B,)."""
+        _, _, parts = self._parts(X)
+        out = X.new_zeros(X.shape[0])
+        for g, E, P, rho, nu in parts:
+            out = out + (E * _T(g, self.d, P, rho, nu)) @ g["c"]
         return self._scale * out
+
+    def gradient(self, X: torch.Tensor) -> torch.Tensor:
+        r""":math:`\nabla f` at the rows of ``X`` (B, D): with :math:`G = E\,c`,
+        :math:`\nabla_{\tilde q} = \sum_k G_k[-r_k T_k + \sum_j \partial_{\rho_j}T_k\,\tilde w^q_{j,k}]`,
+        :math:`\nabla_{\tilde v} = \sum_k G_k[\partial_b T_k\,\tilde y^v_k + \sum_j \partial_{\nu_j}T_k\,\tilde w^v_{j,k}]`
+        (ordinary torch operations: differentiable again, for the Hessians Newton's method takes)."""
+        Xq, _, parts = self._parts(X)
+        gq, gv = torch.zeros_like(Xq), torch.zeros_like(Xq)
+        for g, E, P, rho, nu in parts:
+            G = E * g["c"]
+            GT = G * _T(g, self.d, P, rho, nu)
+            gq = gq - Xq * GT.sum(-1, keepdim=True) + GT @ g["Yq_t"].T
+            dT_drho, dT_dnu, dT_db = _T_partials(g, self.d, P, rho, nu)
+            gv = gv + (G * dT_db) @ g["Yv_t"].T
+            for j in range(g["m"]):
+                gq = gq + (G * dT_drho[j]) @ g["Wq_t"][j].T
+                gv = gv + (G * dT_dnu[j]) @ g["Wv_t"][j].T
+        return self._scale * torch.cat([gq / self._lq, gv / self._lv], -1)
+
+
+def _T(g, d: int, P, rho, nu) -> torch.Tensor:
+    """The atom terms T_m of :class:`MechanicalExpansion` (``P[j]`` = b^(d-j))."""
+    m = g["m"]
+    if m == 0:
+        return P[0]
+    if m == 1:
+        return rho[0] * P[0] + d * P[1] * nu[0]
+    return (rho[0] * rho[1] - g["ww"]) * P[0] + d * P[1] * (rho[0] * nu[1] + rho[1] * nu[0]) + d * (d - 1) * P[2] * nu[0] * nu[1]
+
+
+def _T_partials(g, d: int, P, rho, nu):
+    """Partial derivatives of T_m in rho_j, nu_j and b (``P[j]`` = b^(d-j))."""
+    m = g["m"]
+    if m == 0:
+        return [], [], d * P[1]
+    if m == 1:
+        return [P[0]], [d * P[1]], d * rho[0] * P[1] + d * (d - 1) * P[2] * nu[0]
+    c1, c2, c3 = d, d * (d - 1), d * (d - 1) * (d - 2)
+    drho = [rho[1] * P[0] + c1 * P[1] * nu[1], rho[0] * P[0] + c1 * P[1] * nu[0]]
+    dnu = [c1 * P[1] * rho[1] + c2 * P[2] * nu[1], c1 * P[1] * rho[0] + c2 * P[2] * nu[0]]
+    db = c1 * (rho[0] * rho[1] - g["ww"]) * P[1] + c2 * P[2] * (rho[0] * nu[1] + rho[1] * nu[0]) + c3 * P[3] * nu[0] * nu[1]
+    return drho, dnu, db
+
+
+class _MechanicalValue(torch.autograd.Function):
+    """The mean as one autograd node whose backward is the closed-form gradient (itself built of ordinary torch
+    operations, so Newton's Hessians differentiate one closed form instead of a graph of the value's graph)."""
+
+    @staticmethod
+    def forward(ctx, X, ex):
+        ctx.save_for_backward(X)
+        ctx.ex = ex
+        return ex.value(X)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (X,) = ctx.saved_tensors
+        return grad_out[:, None] * ctx.ex.gradient(X), None
