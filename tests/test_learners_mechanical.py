@@ -191,7 +191,7 @@ def test_velocities_with_std_and_save_load(pendulum_fits, tmp_path):
     assert torch.allclose(loaded.velocities(q_ref, order=2), v, rtol=0, atol=1e-12)
 
 
-def test_kernel_template_and_lgp():
+def test_kernel_template_and_lgp(tmp_path):
     """A MechanicalKernel given as kernel= is a template: the model learns its own copy (the template keeps its
     values) of the requested degree; LagrangianGP takes the option too and predicts the pendulum's motion."""
     S = I.data.snapshots(I.systems.pendulum(), 0.2, n_traj=20, n_steps=5, seed=0)
@@ -201,6 +201,10 @@ def test_kernel_template_and_lgp():
     base = m.gp.kernel.base_kernel
     assert base is not template and base.degree == 3 and torch.equal(template.lengthscale.detach(), before)
     assert len(m.hyperparameters["lengthscale"]) == 2  # (position lengthscale, velocity scale) for n = 1
+    loaded = InverseModifiedLagrangianGP.load(m.save(tmp_path / "template.pt"))  # the file records the template
+    assert loaded.gp.kernel.base_kernel.degree == 3
+    x = torch.tensor([[0.2]]), torch.tensor([[0.1]])
+    assert torch.equal(loaded.lagrangian(*x), m.lagrangian(*x))
     lgp = LagrangianGP(0.2, kernel="mechanical", iterations=4, progress=False).fit(S)
     assert isinstance(lgp.gp.kernel.base_kernel, MechanicalKernel)
     q0, v0 = torch.tensor([[0.3]]), torch.zeros(1, 1)
