@@ -105,7 +105,7 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
     h : the sampling step of the data (= the step of the integrator that will use :math:`L_{inv}`).
     scheme : a :mod:`bea` scheme or its name (``"midpoint"``, ``"trapezoidal"``, ...).
     kernel : ``"rbf"`` (default) or ``"mechanical"`` (:class:`~learners.shadow.mechanical.MechanicalKernel`: RBF in
-        :math:`q` times a polynomial of degree 6 in :math:`v`; ``MechanicalKernel(degree=d)`` for another degree),
+        :math:`q` times a polynomial of degree 8 in :math:`v`; ``MechanicalKernel(degree=d)`` for another degree),
         hyperparameters learned (see :mod:`learners.shadow.hyperparameters`); or a
         :class:`~learners.shadow.kernels.FunctionalKernel`, used as given (no learning).
     normalisation : ``"mass"`` (default; :class:`~learners.shadow.normalisation.MassNormalisation`),
