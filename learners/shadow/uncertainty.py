@@ -212,7 +212,9 @@ class _RowSections(_Columns):
 class _Features(_Columns):
     r"""The kernel's features (e.g. :math:`\varphi_\gamma((x - c_b)/\ell)`) centred at each row's state :math:`c_b`."""
 
-    def __init__(self, centres: torch.Tensor, fmap):
+    def __init__(self, centres: torch.Tensor, fmap, feats: Optional[GaussianFeatures] = None):
+        if feats is not None:  # (centres, lengthscales, Gaussian features): the RBF's map
+            fmap = _GaussianMap(fmap, feats)
         self.centres, self.fmap, self.size = centres, fmap, len(fmap)
 
     def __call__(self, xp):
