@@ -23,6 +23,7 @@ from .shadow.functionals import (Functionals, del_residuals, discrete_momenta, e
                           triples_from_snapshots)
 from .shadow.gp import ConditioningInfo, FunctionalGP
 from .shadow.kernels import FunctionalKernel, RBFKernel, SmoothKernel
+from .shadow.mechanical import MechanicalKernel
 from .neural.baselines import (HNN, LNN, MLPBaseline, VectorFieldModel, canonical_data, euler_lagrange_acceleration,
                                parameter_count, paper_baseline, vector_field_data)
 from .shadow.normalisation import MassNormalisation, Normalisation, VertexNormalisation
@@ -64,6 +65,7 @@ __all__ = [
     "ConditioningInfo",
     "FunctionalKernel",
     "RBFKernel",
+    "MechanicalKernel",
     "SmoothKernel",
     "Functionals",
     "del_residuals",

@@ -7,5 +7,7 @@ Modules: :mod:`~learners.shadow.functionals` (linear functionals as derivative a
 conditioning), :mod:`~learners.shadow.lsi` (Lagrangian Shadow Integration),
 :mod:`~learners.shadow.lgp` (the LGP / LGPExact baselines), :mod:`~learners.shadow.compiled_mean`
 (the posterior mean as C for the compiled integrator), :mod:`~learners.shadow.units` (the standardised units of
-position and time), :mod:`~learners.shadow.guards` (no silent non-finite or runaway answers).
+position and time), :mod:`~learners.shadow.guards` (no silent non-finite or runaway answers),
+:mod:`~learners.shadow.mechanical` (the opt-in mechanical kernel: RBF in the positions times a polynomial in the
+velocities) and :mod:`~learners.shadow.kernel_choice` (the ``kernel=`` option).
 """

@@ -4,8 +4,9 @@ A model observes *data functionals* of the unknown Lagrangian (DEL residuals for
 Euler--Lagrange residuals for LGP), all with target zero, plus a normalisation with a non-zero
 target (:mod:`learners.shadow.normalisation`), and conditions a :class:`~learners.shadow.gp.FunctionalGP` on them.
 
-Hyperparameters (lengthscale(s) of the RBF kernel, the nugget :math:`\rho = \sigma_n^2/\sigma_f^2`
-and the outputscale :math:`\sigma_f^2`) are fixed or learned on a training subset of at most
+Hyperparameters (lengthscale(s) of the RBF kernel -- or, with ``kernel="mechanical"``, the position lengthscales
+and velocity scales of :class:`~learners.shadow.mechanical.MechanicalKernel`, searched the same way --, the nugget
+:math:`\rho = \sigma_n^2/\sigma_f^2` and the outputscale :math:`\sigma_f^2`) are fixed or learned on a training subset of at most
 ``max_train_functionals`` functionals (whole trajectories): a coarse grid over one shared lengthscale,
 then a pattern search on the log-parameters (per-input lengthscales with ``ard=True``, and the
 nugget), ``iterations`` evaluations with a ``tqdm`` bar. No gradients: every objective involves a
@@ -77,7 +78,8 @@ from .gp import FunctionalGP
 from .guards import check_fitted
 from .hyperparameter_search import (MIN_NOISE, grid_best, grid_search, objective, pattern_search, set_hyperparameters, settle, spread,
                                     training_subsets, velocity_grid)
-from .kernels import FunctionalKernel, RBFKernel
+from .kernel_choice import KernelOption, base_kernel, kernel_option
+from .kernels import FunctionalKernel
 from .normalisation import Normalisation, get_normalisation
 from .units import StandardUnits
 
@@ -97,7 +99,7 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
     objectives = ("mll", "heldout")
 
     @recorded
-    def __init__(self, h: float, scheme: Union[str, "bea.Scheme"] = "midpoint", *, kernel: Optional[FunctionalKernel] = None,
+    def __init__(self, h: float, scheme: Union[str, "bea.Scheme"] = "midpoint", *, kernel: KernelOption = None,
                  normalisation: Union[str, Normalisation, None] = "mass", objective: str = "mll",
                  lengthscale: Union[float, Sequence[float], torch.Tensor, None] = None, epsilon: Optional[float] = None,
                  noise: Optional[float] = None, ard: bool = True, iterations: Optional[int] = None, max_train_functionals: int = 600,
@@ -123,7 +125,7 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         if isinstance(max_train_functionals, bool) or not isinstance(max_train_functionals, int) or max_train_functionals < 10:
             raise BeaValueError(f"max_train_functionals must be an integer >= 10 (the size of the subset used to learn the "
                              f"hyperparameters), got {max_train_functionals!r}")
-        self._user_kernel = kernel
+        self._user_kernel, self._kernel_template = kernel_option(kernel)
         self.normalisation = get_normalisation(normalisation)
         self.objective = objective
         self.fixed_lengthscale = lengthscale
@@ -174,7 +176,7 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         if self._user_kernel is not None:
             kernel = self._user_kernel
         else:
-            base = RBFKernel(ard_num_dims=D if self.ard else None, lengthscale_constraint=_exp_positive())
+            base = base_kernel(self._kernel_template, D, self.ard, _exp_positive())
             kernel = FunctionalKernel(base, outputscale_constraint=_exp_positive())
         gp = FunctionalGP(kernel, noise=1e-12, min_noise=0.0)
         # the nugget on a log scale; its floor MIN_NOISE (relative to the outputscale) is enforced in set_hyperparameters

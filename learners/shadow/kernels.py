@@ -239,14 +239,18 @@ class AtomExpansion:
 
     (order 0, 1 and 2 atoms), evaluated as one autograd node whose backward is the analytic gradient
     :math:`\sigma_f^2 \sum_k e_k(\nabla P_k - r_k P_k)/\ell`, itself written in differentiable torch
-    operations (so higher derivatives, as :mod:`bea` needs, work). Other kernels use
-    ``derivative_block``.
+    operations (so higher derivatives, as :mod:`bea` needs, work). A kernel with an ``expansion(atoms, outputscale)``
+    method supplies its own closed form (the mechanical kernel); other kernels use ``derivative_block``.
     """
 
     def __init__(self, kernel: FunctionalKernel, atoms: Dict[int, AtomSet], differentiable: bool = False):
         self.kernel = kernel
         self.atoms = atoms
         self.fast = isinstance(kernel.base_kernel, RBFKernel) and set(atoms) <= {0, 1, 2} and not differentiable
+        # another kernel's own closed form of the mean (learners.shadow.mechanical.MechanicalExpansion), if it has one
+        self._custom = None
+        if not self.fast and not differentiable and atoms and hasattr(kernel.base_kernel, "expansion") and set(atoms) <= {0, 1, 2}:
+            self._custom = kernel.base_kernel.expansion(atoms, kernel.outputscale)
         if self.fast:
             with torch.no_grad():
                 ls = kernel.base_kernel.lengthscale.reshape(-1).detach().clone()
@@ -281,6 +285,8 @@ class AtomExpansion:
         X = x.reshape(-1, x.shape[-1])
         if self.fast:
             return _RBFExpansion.apply(X, self).reshape(lead)
+        if self._custom is not None:
+            return self._custom(X).reshape(lead)
         empty = X.new_zeros(X.shape[0], 0, X.shape[-1])
         out = None
         for A in self.atoms.values():

@@ -115,8 +115,10 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
     ----------
     h : the sampling step of the data (= the step of the integrator that will use :math:`L_{inv}`).
     scheme : a :mod:`bea` scheme or its name (``"midpoint"``, ``"trapezoidal"``, ...).
-    kernel : a :class:`~learners.shadow.kernels.FunctionalKernel`, used as given (no learning); default: RBF,
-        hyperparameters learned (see :mod:`learners.shadow.hyperparameters`).
+    kernel : ``"rbf"`` (default) or ``"mechanical"`` (:class:`~learners.shadow.mechanical.MechanicalKernel`: RBF in
+        :math:`q` times a polynomial of degree 8 in :math:`v`; ``MechanicalKernel(degree=d)`` for another degree),
+        hyperparameters learned (see :mod:`learners.shadow.hyperparameters`); or a
+        :class:`~learners.shadow.kernels.FunctionalKernel`, used as given (no learning).
     normalisation : ``"mass"`` (default; :class:`~learners.shadow.normalisation.MassNormalisation`),
         ``"vertices"`` (the paper's) or a :class:`~learners.shadow.normalisation.Normalisation`.
     objective : ``"mll"`` (default), ``"heldout"`` or ``"positions"`` (held-out one-step position errors; use it

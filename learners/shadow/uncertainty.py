@@ -49,8 +49,9 @@ Energies are determined only up to a constant (and the scale of the normalisatio
 differences :math:`Q_b - Q_{ref}` with their own variance (the covariance of the two is subtracted)
 are what calibration compares (:class:`Reference`).
 
-Only the :class:`~learners.shadow.kernels.RBFKernel` (the default) has the feature expansion; other kernels
-raise ``TypeError``. Everything here works in the model's standardised coordinates.
+The :class:`~learners.shadow.kernels.RBFKernel` (the default) has the Gaussian features above; another kernel
+supplies its own exact expansion as ``feature_map(D, p)`` (the mechanical kernel:
+:class:`~learners.shadow.mechanical.MechanicalFeatures`), and one without raises ``TypeError``. Everything here works in the model's standardised coordinates.
 
 Size: one algorithm -- the Gaussian-feature expansion of the prior, the kernel sections at the data and
 the linearisation through ``mod_N`` -- whose pieces share private data structures and are only correct
@@ -84,11 +85,11 @@ MAX_JET_ORDER = 14
 class GaussianFeatures:
     r"""The functions :math:`\varphi_\gamma(z) = e^{-|z|^2/2} z^\gamma/\sqrt{\gamma!}`, :math:`|\gamma| \le p`, of
     :math:`z \in \mathbb R^D`, in graded order (degree 0, 1, ..., p); :attr:`degree` gives each one's
-    :math:`|\gamma|`. Monomials are built degree by degree (each a product of a lower one and one
+    :math:`|\gamma|` (``gaussian=False``: the scaled monomials :math:`z^\gamma/\sqrt{\gamma!}` alone). Monomials are built degree by degree (each a product of a lower one and one
     coordinate), so every derivative is ordinary autograd."""
 
-    def __init__(self, D: int, order: int):
-        self.D, self.order = D, order
+    def __init__(self, D: int, order: int, gaussian: bool = True):
+        self.D, self.order, self.gaussian = D, order, gaussian
         parents: List[torch.Tensor] = []
         variables: List[torch.Tensor] = []
         exps = [torch.zeros(1, D, dtype=torch.long)]
@@ -123,17 +124,45 @@ class GaussianFeatures:
         for par, var in zip(self._parents, self._vars):
             layer = layer[:, par] * z[:, var]
             layers.append(layer)
-        mono = torch.cat(layers, -1)
-        return torch.exp(-0.5 * (z * z).sum(-1, keepdim=True)) * mono * self._scale
+        mono = torch.cat(layers, -1) * self._scale
+        return torch.exp(-0.5 * (z * z).sum(-1, keepdim=True)) * mono if self.gaussian else mono
 
 
-def _rbf(gp) -> Tuple[RBFKernel, torch.Tensor, torch.Tensor]:
+class _GaussianMap:
+    r"""The RBF kernel's features :math:`\varphi_\gamma((x - c)/\ell)`, :math:`|\gamma| \le p`:
+    ``__call__(x, centres)`` (B, D), (B, D) -> (B, M)."""
+
+    def __init__(self, ls: torch.Tensor, feats: GaussianFeatures):
+        self.ls, self.feats = ls, feats
+
+    def __len__(self) -> int:
+        return len(self.feats)
+
+    def __call__(self, x: torch.Tensor, centres: torch.Tensor) -> torch.Tensor:
+        return self.feats((x - centres) / self.ls)
+
+
+def _kernel(gp) -> Tuple[torch.nn.Module, torch.Tensor]:
     base = gp.kernel.base_kernel
-    if not isinstance(base, RBFKernel):
-        raise BeaTypeError(f"uncertainty of recovered quantities needs the RBF kernel (its Gaussian feature expansion makes the "
-                        f"prior term exact), got {type(base).__name__}; fit with the default kernel")
+    if not isinstance(base, RBFKernel) and not hasattr(base, "feature_map"):
+        raise BeaTypeError(f"uncertainty of recovered quantities needs a kernel with an exact feature expansion (the RBF, the "
+                           f"mechanical kernel), got {type(base).__name__}; fit with one of those")
+    return base, gp.kernel.outputscale.detach()
+
+
+def _feature_map(base, D: int, order: int):
+    """The kernel's exact feature expansion for functionals of jet order ``order``."""
+    if isinstance(base, RBFKernel):
+        return _GaussianMap(base.lengthscale.detach().reshape(-1), GaussianFeatures(D, order))
+    return base.feature_map(D, order)
+
+
+def _probe_scales(base, D: int) -> torch.Tensor:
+    """Per-input scales (D,) of the test functions of :func:`jet_order` (the kernel's lengthscales)."""
     ls = base.lengthscale.detach().reshape(-1)
-    return base, ls, gp.kernel.outputscale.detach()
+    if ls.numel() == 1 or ls.numel() == D:
+        return ls.expand(D)
+    return ls.repeat_interleave(D // ls.numel())  # e.g. (position, velocity) scales of the mechanical kernel
 
 
 # ---------------------------------------------------------------------------------------------- columns
@@ -150,7 +179,7 @@ class _Sections(_Columns):
     r"""Kernel sections :math:`\sigma_f^2\Lambda_i^y k(x, y)` of shared functionals (every row the same)."""
 
     def __init__(self, gp, F: Functionals):
-        self.base, _, self.scale = _rbf(gp)
+        self.base, self.scale = _kernel(gp)
         self.F, self.size = F, F.count
 
     def __call__(self, xp):
@@ -167,7 +196,7 @@ class _RowSections(_Columns):
     column ``j`` at row ``b`` is :math:`\sigma_f^2 A_{b,j}^y k(x_b, y)`."""
 
     def __init__(self, gp, F: Functionals, k: int):
-        self.base, _, self.scale = _rbf(gp)
+        self.base, self.scale = _kernel(gp)
         self.F, self.size = F, k
 
     def __call__(self, xp):
@@ -183,25 +212,27 @@ class _RowSections(_Columns):
 
 
 class _Features(_Columns):
-    r""":math:`\varphi_\gamma((x - c_b)/\ell)` centred at each row's state :math:`c_b`."""
+    r"""The kernel's features (e.g. :math:`\varphi_\gamma((x - c_b)/\ell)`) centred at each row's state :math:`c_b`."""
 
-    def __init__(self, centres: torch.Tensor, ls: torch.Tensor, feats: GaussianFeatures):
-        self.centres, self.ls, self.feats, self.size = centres, ls, feats, len(feats)
+    def __init__(self, centres: torch.Tensor, fmap, feats: Optional[GaussianFeatures] = None):
+        if feats is not None:  # (centres, lengthscales, Gaussian features): the RBF's map
+            fmap = _GaussianMap(fmap, feats)
+        self.centres, self.fmap, self.size = centres, fmap, len(fmap)
 
     def __call__(self, xp):
-        return self.feats((xp - self.centres) / self.ls)
+        return self.fmap(xp, self.centres)
 
 
 class _RowFunctions(_Columns):
     r"""One explicit function per row and output: :math:`\sum_\gamma c_{b o\gamma} \varphi_\gamma((x - r_b)/\ell)`
     (the kernel applied to a reference state's jet part), columns ``o``."""
 
-    def __init__(self, centres: torch.Tensor, coef: torch.Tensor, ls: torch.Tensor, feats: GaussianFeatures):
-        self.centres, self.coef, self.ls, self.feats = centres, coef, ls, feats
+    def __init__(self, centres: torch.Tensor, coef: torch.Tensor, fmap):
+        self.centres, self.coef, self.fmap = centres, coef, fmap
         self.size = coef.shape[1]
 
     def __call__(self, xp):
-        phi = self.feats((xp - self.centres) / self.ls)  # (B, M)
+        phi = self.fmap(xp, self.centres)  # (B, M)
         return torch.einsum("bm,bom->bo", phi, self.coef)
 
 
@@ -237,12 +268,12 @@ def jet_order(gp, quantity: Quantity, x: torch.Tensor, k: int, start: int = 3) -
     r"""The highest derivative order :math:`p` of :math:`\bar L` on which the jet part of ``quantity`` depends,
     probed at the state ``x`` (1, D): features up to order ``start`` are applied, and the order is raised
     until the two orders above the highest one that contributes give exact zeros."""
-    _, ls, _ = _rbf(gp)
     D = x.shape[-1]
+    ls = _probe_scales(_kernel(gp)[0], D)
     top = start
     while True:
         feats = GaussianFeatures(D, top)
-        (c,) = _linearise(gp.mean, quantity, x, [_Features(x, ls, feats)], k)
+        (c,) = _linearise(gp.mean, quantity, x, [_Features(x, _GaussianMap(ls, feats))], k)
         nz = (c != 0).any(1).any(0)  # (M,)
         p = int(feats.degree[nz].max()) if bool(nz.any()) else 0
         if p <= top - 2:
@@ -284,8 +315,7 @@ def _rows(F: Optional[Functionals], rows: torch.Tensor, k: int) -> Optional[Func
     return F.subset(idx)
 
 
-def _apply_rowfunction(F: Functionals, centres: torch.Tensor, coef: torch.Tensor, ls: torch.Tensor,
-                       feats: GaussianFeatures, k: int) -> torch.Tensor:
+def _apply_rowfunction(F: Functionals, centres: torch.Tensor, coef: torch.Tensor, fmap, k: int) -> torch.Tensor:
     r"""Atom functionals ``F`` (functional ``b * k + o``) applied to row ``b``'s explicit function
     :math:`\sum_\gamma c_{b\gamma}\varphi_\gamma((y - r_b)/\ell)` (``coef`` (B, M)): (B, k)."""
     B = centres.shape[0]
@@ -294,7 +324,7 @@ def _apply_rowfunction(F: Functionals, centres: torch.Tensor, coef: torch.Tensor
         row = A.owner // k
         with torch.enable_grad():
             y = A.points.detach().clone().requires_grad_(True)
-            val = (feats((y - centres[row]) / ls) * coef[row]).sum(-1)
+            val = (fmap(y, centres[row]) * coef[row]).sum(-1)
             for r in range(m):
                 (g,) = torch.autograd.grad(val.sum(), y, create_graph=r < m - 1)
                 val = (g * A.dirs[:, r]).sum(-1)
@@ -314,25 +344,25 @@ def posterior_variance(gp, G: LinearisedQuantity, reference: Optional[Reference]
     diagonal is raised to :math:`\kappa(R)\,\epsilon` times the prior variance."""
     if reference is not None and G.k != 1:
         raise BeaValueError("differences to a reference state are for scalar quantities (k = 1)")
-    base, ls, s2 = _rbf(gp)
+    base, s2 = _kernel(gp)
     F = gp.train_functionals
-    feats = GaussianFeatures(G.x.shape[-1], G.p)
+    feats = _feature_map(base, G.x.shape[-1], G.p)
     B, M = G.x.shape[0], len(feats)
     if chunk is None:
         chunk = max(1, PASS_ENTRIES // (F.count + 2 * M + 2 * G.k))
     out = []
     for a in range(0, B, chunk):
         rows = torch.arange(a, min(a + chunk, B))
-        out.append(_chunk_covariance(gp, G, reference, rows, feats, base, ls, s2))
+        out.append(_chunk_covariance(gp, G, reference, rows, feats, s2))
     return gp.variance_scale * torch.cat(out)
 
 
-def _jet_and_atoms(gp, G: LinearisedQuantity, x: torch.Tensor, atoms: Optional[Functionals], feats, ls, s2,
+def _jet_and_atoms(gp, G: LinearisedQuantity, x: torch.Tensor, atoms: Optional[Functionals], feats, s2,
                    extra: Sequence[_Columns] = ()):
     r"""Prior covariance (B, k, k), cross-covariance with the training functionals (B, k, F), the feature
     coefficients (B, k, M) of the jet part, and the extra columns' blocks."""
     F, k = gp.train_functionals, G.k
-    cols: List[_Columns] = [_Sections(gp, F), _Features(x, ls, feats)]
+    cols: List[_Columns] = [_Sections(gp, F), _Features(x, feats)]
     if atoms is not None:
         cols.append(_RowSections(gp, atoms, k))
     cols += list(extra)
@@ -352,28 +382,28 @@ def _jet_and_atoms(gp, G: LinearisedQuantity, x: torch.Tensor, atoms: Optional[F
     return prior, K, c, blocks[3 if atoms is not None else 2:]
 
 
-def _chunk_covariance(gp, G: LinearisedQuantity, ref: Optional[Reference], rows, feats, base, ls, s2) -> torch.Tensor:
+def _chunk_covariance(gp, G: LinearisedQuantity, ref: Optional[Reference], rows, feats, s2) -> torch.Tensor:
     x = G.x[rows]
     atoms = _rows(G.atoms, rows, G.k)
     R = gp._chol
     if ref is None:
-        prior, K, _, _ = _jet_and_atoms(gp, G, x, atoms, feats, ls, s2)
+        prior, K, _, _ = _jet_and_atoms(gp, G, x, atoms, feats, s2)
         V = torch.linalg.solve_triangular(R, K.reshape(-1, K.shape[-1]).T, upper=False)  # (F, B k)
         V = V.T.reshape(K.shape)
         return _floored(gp, prior - V @ V.transpose(1, 2), prior)
     # the reference rows: their own prior, cross-covariances and feature coefficients first
     xr = ref.x[rows]
     atoms_r = _rows(ref.atoms, rows, 1)
-    prior_r, K_r, c_r, _ = _jet_and_atoms(gp, G, xr, atoms_r, feats, ls, s2)
-    extra: List[_Columns] = [_RowFunctions(xr, c_r, ls, feats)]  # sigma_f^-2 T_ref^y k(x, y), per row
+    prior_r, K_r, c_r, _ = _jet_and_atoms(gp, G, xr, atoms_r, feats, s2)
+    extra: List[_Columns] = [_RowFunctions(xr, c_r, feats)]  # sigma_f^-2 T_ref^y k(x, y), per row
     if atoms_r is not None:
         extra.append(_RowSections(gp, atoms_r, 1))  # sigma_f^2 A_ref^y k(x, y)
-    prior_b, K_b, _, ext = _jet_and_atoms(gp, G, x, atoms, feats, ls, s2, extra)
+    prior_b, K_b, _, ext = _jet_and_atoms(gp, G, x, atoms, feats, s2, extra)
     cross = s2 * ext[0][:, 0, 0]  # Cov(T_b, T_ref)
     if atoms_r is not None:
         cross = cross + ext[1][:, 0, 0]  # Cov(T_b, A_ref)
     if atoms is not None:
-        cross = cross + s2 * _apply_rowfunction(atoms, xr, c_r[:, 0], ls, feats, 1)[:, 0]  # Cov(A_b, T_ref)
+        cross = cross + s2 * _apply_rowfunction(atoms, xr, c_r[:, 0], feats, 1)[:, 0]  # Cov(A_b, T_ref)
         if atoms_r is not None:
             AA = gp.kernel.forward(atoms, atoms_r)
             cross = cross + torch.diagonal(AA)  # Cov(A_b, A_ref)

@@ -1,0 +1,52 @@
+r"""The ``kernel=`` option of the GP Lagrangian models: which kernel, and whether its hyperparameters are learned.
+
+* ``None`` or ``"rbf"`` (default): :class:`~learners.shadow.kernels.RBFKernel` on :math:`(q, v)`, learned;
+* ``"mechanical"``: :class:`~learners.shadow.mechanical.MechanicalKernel` of the default degree, learned;
+* a :class:`~learners.shadow.mechanical.MechanicalKernel` (e.g. ``MechanicalKernel(degree=4)``): a template that
+  carries the options; the model builds its own copy for the data's dimension and learns its scales (the
+  template is not modified, and a model file records it);
+* a :class:`~learners.shadow.kernels.FunctionalKernel`: used exactly as given, no learning.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple, Union
+
+from bea.errors import BeaTypeError, BeaValueError
+
+from .kernels import FunctionalKernel, RBFKernel, SmoothKernel
+from .mechanical import MechanicalKernel
+
+__all__ = ["KERNELS", "kernel_option", "base_kernel"]
+
+#: the kernels a string may name
+KERNELS = ("rbf", "mechanical")
+
+KernelOption = Union[str, MechanicalKernel, FunctionalKernel, None]
+
+
+def kernel_option(kernel: KernelOption) -> Tuple[Optional[FunctionalKernel], Optional[MechanicalKernel]]:
+    """``(kernel used as given, template of a learned kernel)``; both None for the learned RBF."""
+    if kernel is None or (isinstance(kernel, str) and kernel == "rbf"):
+        return None, None
+    if isinstance(kernel, str):
+        if kernel == "mechanical":
+            return None, MechanicalKernel()
+        raise BeaValueError(f"kernel must be one of {', '.join(map(repr, KERNELS))}, a MechanicalKernel (its options) or a "
+                         f"FunctionalKernel (used as given), got {kernel!r}")
+    if isinstance(kernel, MechanicalKernel):
+        return None, kernel
+    if isinstance(kernel, FunctionalKernel):
+        return kernel, None
+    if isinstance(kernel, SmoothKernel):
+        raise BeaTypeError(f"a {type(kernel).__name__} cannot be learned as kernel=: wrap it as FunctionalKernel(base) with its "
+                        f"hyperparameters set (used as given), or use 'rbf' or 'mechanical'")
+    raise BeaTypeError(f"kernel must be a string ({', '.join(map(repr, KERNELS))}), a MechanicalKernel or a FunctionalKernel, "
+                    f"got a {type(kernel).__name__}")
+
+
+def base_kernel(template: Optional[MechanicalKernel], D: int, ard: bool, constraint) -> SmoothKernel:
+    """A fresh base kernel to learn on :math:`\\mathbb R^D`: the RBF, or a copy of ``template``."""
+    if template is None:
+        return RBFKernel(ard_num_dims=D if ard else None, lengthscale_constraint=constraint)
+    return template.build(D, ard, constraint)
