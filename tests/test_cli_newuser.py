@@ -1,6 +1,8 @@
 """What a new user meets on the command line: --version, announced long derivations with the cache folder,
 shortened output with --all-terms for everything, and the generalised midpoint rule's required parameter."""
 
+import ast
+
 import pytest
 
 import bea
@@ -34,7 +36,8 @@ def test_quick_or_cached_derivations_are_silent(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("BEA_CACHE_DIR", str(tmp_path))
     status, out, err = _run(capsys, ["derive", "--order", "4"])     # about 1.3 s cold: below the 2 s threshold
     assert status == 0 and err == ""
-    assert "more terms; max_terms=None shows all" in out               # 30 terms at h^4, 20 shown
+    assert "more terms; --all-terms shows all" in out                  # 30 terms at h^4, 20 shown: in CLI terms
+    assert "max_terms" not in out
     cli._announce("modified_lagrangian", "midpoint", 4, None, True)  # cached now
     assert capsys.readouterr().err == ""
     status, out_all, _ = _run(capsys, ["derive", "--order", "4", "--all-terms"])
@@ -58,3 +61,18 @@ def test_generalised_midpoint_needs_alpha(capsys, name):
     with pytest.raises(bea.BeaTypeError, match="needs its parameter alpha"):
         bea.GeneralisedMidpoint()
     assert bea.get_scheme("generalised_midpoint:0.5") == bea.GeneralisedMidpoint("1/2")
+
+
+def test_cli_messages_speak_of_flags_not_python(capsys):
+    status, _, err = _run(capsys, ["derive", "--scheme", "leapfrog"])
+    assert status == 2 and "unknown scheme 'leapfrog'" in err and "midpoint" in err
+    assert "Scheme object" not in err and "bea.CustomScheme" in err
+
+
+def test_torch_format_without_dim_prints_source_that_builds_the_function(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("BEA_CACHE_DIR", str(tmp_path))
+    status, out, _ = _run(capsys, ["derive", "--order", "2", "--format", "torch"])
+    assert status == 0 and "no generated torch code" in out and "--dim N" in out
+    ast.parse(out)                                           # the printed source is a Python program ...
+    assert "f = bea.modified_lagrangian('midpoint', 2).to_torch()" in out   # ... that builds the function
+    assert "#   h^2: -L_qq[v, v]/24 + L_vv[A, A]/24" in out       # with the series' terms as comments
