@@ -163,13 +163,13 @@ def _announce(kind: str, scheme: str, order: int, dim: Optional[int], cache: boo
     key = api._cache_key(kind, sch, order, "any" if dim is None else dim) if cache else None
     if key is not None and _cache.entry_path(key, where, "trees" if dim is None else "main").exists():
         return
-    seconds, basis = estimate(kind, order, dim)
+    seconds, basis = estimate(kind, order, dim, scheme)
     if seconds is not None and seconds < 2:
         return
     span = "every n" if dim is None else f"n = {dim}"
     store = f"the result will be cached in {where}" if key is not None else "--no-cache: the result is not stored"
     print(f"bea: deriving the {kind.replace('_', ' ')} of {sch!r} to h^{order} for {span}; not cached yet, expect "
-          f"{describe(seconds)} on 2 cores ({basis}); {store}", file=sys.stderr, flush=True)
+          f"{describe(seconds)} of CPU time ({basis}; longer on a busy machine); {store}", file=sys.stderr, flush=True)
 
 
 #: library phrasing -> the command line's: the same messages reach Python users, who pass keywords and objects

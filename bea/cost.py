@@ -1,52 +1,77 @@
-"""What a cold derivation costs: measured wall times, so that the CLI can say what is coming.
+"""What a cold derivation costs, from measured times, so that the CLI can say what is coming.
 
-Times in seconds on 2 CPU cores (the README's benchmarks, midpoint rule; the trapezoidal rule costs about
-the same), for a modified Lagrangian; the inverse one needs the modified series of a larger Lagrangian and
-costs the sum of both columns of the benchmark. Entries beyond the measured ones are extrapolated with the
-observed growth (about 20-fold per two orders), and said to be so.
+The model is the measurements themselves: CPU seconds of each derivation as ``bea derive`` runs it (a fresh
+process, an empty cache, the midpoint rule), one table per engine and kind, from ``benchmarks/derive_cost.py``
+(the run recorded in ``docs/data/derive_cost.json``). Between measured orders the time is interpolated
+log-linearly; beyond the last one it grows by the last measured factor per two orders, and is said to be
+extrapolated. The engine is single-threaded Python, so CPU time is the wall time of an idle core; on a busy
+machine the wall time is longer, by about the load per core. ``tests/test_report_tables.py`` checks the
+model against the recorded run: every measured derivation within 2x.
+
+Other schemes: the trapezoidal rule's dimension-free inverse costs more than the midpoint rule's (4.4x at
+``h^6``, 7.2x at ``h^8`` in ``benchmarks/derive_free.py``); every other combination costs about the same.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Dict, Optional, Tuple
 
-#: dimension-free engine (dim=None): modified + inverse, benchmarks/derive_free.py
-_FREE: Dict[int, float] = {2: 0.03, 4: 0.2, 6: 3.6, 8: 473.0}  # the slower of midpoint and trapezoidal
-#: component engine: (dim, order) -> (modified, modified + inverse), benchmarks/derive.py
-_COMPONENT: Dict[Tuple[int, int], Tuple[float, float]] = {
-    (1, 2): (0.09, 0.14), (1, 4): (0.16, 0.35), (1, 6): (0.30, 1.04), (1, 8): (2.91, 10.6), (1, 10): (60.2, 205.0),
-    (2, 2): (0.14, 0.26), (2, 4): (2.42, 5.8), (3, 2): (0.20, 0.47),
+#: CPU seconds, midpoint rule, cold: (dim or None for dimension-free, kind) -> {order: seconds}
+_MEASURED: Dict[Tuple[Optional[int], str], Dict[int, float]] = {
+    (None, "modified_lagrangian"): {2: 0.04, 4: 0.051, 6: 1.48, 8: 150.0},
+    (None, "inverse_modified_lagrangian"): {2: 0.038, 4: 0.044, 6: 0.662, 8: 50.0},
+    # order 10 at n = 1 from benchmarks/derive.py (mod; mod + inv in one process), not rerun: minutes
+    (1, "modified_lagrangian"): {2: 0.09, 4: 0.16, 6: 0.30, 8: 2.91, 10: 60.2},
+    (1, "inverse_modified_lagrangian"): {2: 0.14, 4: 0.35, 6: 1.04, 8: 10.6, 10: 204.7},
+    (2, "modified_lagrangian"): {2: 0.14, 4: 2.42},
+    (2, "inverse_modified_lagrangian"): {2: 0.26, 4: 5.8},
+    (3, "modified_lagrangian"): {2: 0.20},
+    (3, "inverse_modified_lagrangian"): {2: 0.47},
 }
-#: (dim, order) measured not to finish in 10 minutes
+#: (dim, order) measured not to finish in 10 minutes (benchmarks/derive.py); higher orders and dims neither
 _BEYOND_10_MIN = {(2, 6), (3, 4)}
-_GROWTH_PER_TWO_ORDERS = 20.0
-_FREE_GROWTH_PER_TWO_ORDERS = 130.0  # 6 -> 8 in the benchmark
+#: the trapezoidal (and any non-midpoint) rule's dimension-free inverse, relative to the midpoint rule's
+_OTHER_SCHEME_FREE_INVERSE = {6: 4.4, 8: 7.2}
 
 
-def estimate(kind: str, order: int, dim: Optional[int]) -> Tuple[Optional[float], str]:
-    """``(seconds, basis)``: the expected cold wall time (``None``: unknown but over 10 minutes) and how it
-    was obtained (``"measured"``, ``"extrapolated"``, or why only a lower bound is known)."""
-    inverse = kind == "inverse_modified_lagrangian"
-    if dim is None:
-        if order in _FREE:
-            return _FREE[order], "measured"
-        below = max((o for o in _FREE if o < order), default=min(_FREE))
-        return _FREE[below] * _FREE_GROWTH_PER_TWO_ORDERS ** ((order - below) / 2), "extrapolated"
-    if (dim, order) in _COMPONENT:
-        mod, both = _COMPONENT[(dim, order)]
-        return (both if inverse else mod), "measured"
-    smaller = [(d, o) for d, o in _BEYOND_10_MIN if d <= dim and o <= order]
-    if smaller or dim >= 3 and order >= 4:
+def _too_long(dim: Optional[int], order: int) -> bool:
+    return dim is not None and any(d <= dim and o <= order for d, o in _BEYOND_10_MIN)
+
+
+def _from_table(table: Dict[int, float], order: int) -> Tuple[float, str]:
+    if order in table:
+        return table[order], "measured"
+    orders = sorted(table)
+    below = [o for o in orders if o < order]
+    above = [o for o in orders if o > order]
+    if below and above:  # log-linear between the neighbours
+        a, b = below[-1], above[0]
+        w = (order - a) / (b - a)
+        return math.exp((1 - w) * math.log(table[a]) + w * math.log(table[b])), "interpolated"
+    if len(orders) >= 2 and below:  # beyond: the last measured growth per two orders
+        a, b = orders[-2], orders[-1]
+        growth = (table[b] / table[a]) ** (2 / (b - a))
+        return table[b] * growth ** ((order - b) / 2), "extrapolated"
+    o = orders[0]
+    return table[o] * 20.0 ** ((order - o) / 2), "extrapolated"  # one point: the component engine's usual 20x
+
+
+def estimate(kind: str, order: int, dim: Optional[int], scheme: str = "midpoint") -> Tuple[Optional[float], str]:
+    """``(seconds, basis)``: the expected cold CPU time (``None``: unknown but over 10 minutes) and how it was
+    obtained (``"measured"``, ``"interpolated"``, ``"extrapolated"``, or why only a lower bound is known).
+    ``modified_equation`` is estimated by the modified Lagrangian, which needs it (an upper bound)."""
+    if _too_long(dim, order):
         return None, "the benchmarks did not finish in 10 minutes"
-    if dim == 1 and order > 10:
-        mod, both = _COMPONENT[(1, 10)]
-        return (both if inverse else mod) * _GROWTH_PER_TWO_ORDERS ** ((order - 10) / 2), "extrapolated"
-    known = [o for d, o in _COMPONENT if d == dim and o < order]
-    if known:
-        o = max(known)
-        mod, both = _COMPONENT[(dim, o)]
-        return (both if inverse else mod) * _GROWTH_PER_TWO_ORDERS ** ((order - o) / 2), "extrapolated"
-    return None, "the benchmarks did not finish in 10 minutes"
+    key = (dim, "modified_lagrangian" if kind == "modified_equation" else kind)
+    if key not in _MEASURED:
+        return None, f"not measured for n = {dim}; larger n cost far more"
+    seconds, basis = _from_table(_MEASURED[key], order)
+    if dim is None and kind == "inverse_modified_lagrangian" and scheme.strip().lower() != "midpoint":
+        seconds *= _OTHER_SCHEME_FREE_INVERSE.get(order, 1.0 if order < 6 else max(_OTHER_SCHEME_FREE_INVERSE.values()))
+    if seconds > 600 and basis == "extrapolated":
+        return None, "extrapolated beyond 10 minutes"
+    return seconds, basis
 
 
 def describe(seconds: Optional[float]) -> str:
