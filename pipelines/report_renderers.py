@@ -63,7 +63,8 @@ def demo_cost(d: dict) -> str:
     mc, t = d.get("machine") or {}, d["timings"]
     cpu = f", {mc['cpu_s']:.0f} s of CPU" if mc.get("cpu_s") is not None else ""
     mem = f", peak memory {mc['peak_rss_gb']:.2f} GB" if mc.get("peak_rss_gb") is not None else ""
-    threads = f", {mc['torch_threads']} torch thread(s)" if mc.get("torch_threads") else ""
+    n = mc.get("torch_threads")
+    threads = f", {n} torch thread{'s' if n != 1 else ''}" if n else ""
     return (f"The recorded run (`docs/data/demo.json`) took {t['total']:.0f} s wall{cpu}{mem}, on {machine(d)}{threads}; "
             f"of that, the GP fit {t.get('fit_lsi', 0):.0f} s and the prediction {t.get('predict_lsi', 0):.0f} s.")
 
