@@ -1,12 +1,14 @@
 """What a cold derivation costs, from measured times, so that the CLI can say what is coming.
 
-The model is the measurements themselves: CPU seconds of each derivation as ``bea derive`` runs it (a fresh
-process, an empty cache, the midpoint rule), one table per engine and kind, from ``benchmarks/derive_cost.py``
-(the run recorded in ``docs/data/derive_cost.json``). Between measured orders the time is interpolated
-log-linearly; beyond the last one it grows by the last measured factor per two orders, and is said to be
-extrapolated. The engine is single-threaded Python, so CPU time is the wall time of an idle core; on a busy
-machine the wall time is longer, by about the load per core. ``tests/test_report_tables.py`` checks the
-model against the recorded run: every measured derivation within 2x.
+The model is fitted to measurements: CPU seconds of each derivation as ``bea derive`` runs it (a fresh process,
+an empty cache, the midpoint rule), one table per engine and kind, from a run of ``benchmarks/derive_cost.py``
+(5 Dec 2026, load 7-11 on 2 cores). Between measured orders the time is interpolated log-linearly; beyond the
+last one it grows by the last measured factor per two orders, and is said to be extrapolated. The engine is
+single-threaded Python, so CPU time is the wall time of an idle core, and it hardly depends on the load (a
+second run at load 12-13 agreed within 8%); on a busy machine the *wall* time is longer, by about the load per
+core. ``tests/test_report_tables.py`` checks the model against the run recorded in
+``docs/data/derive_cost.json`` (a second, independent run, except the dimension-free order 8, which takes a
+quarter of an hour of wall time on a busy machine and was measured once): every measured derivation within 2x.
 
 Other schemes: the trapezoidal rule's dimension-free inverse costs more than the midpoint rule's (4.4x at
 ``h^6``, 7.2x at ``h^8`` in ``benchmarks/derive_free.py``); every other combination costs about the same.
@@ -19,17 +21,19 @@ from typing import Dict, Optional, Tuple
 
 #: CPU seconds, midpoint rule, cold: (dim or None for dimension-free, kind) -> {order: seconds}
 _MEASURED: Dict[Tuple[Optional[int], str], Dict[int, float]] = {
-    (None, "modified_lagrangian"): {2: 0.04, 4: 0.051, 6: 1.48, 8: 150.0},
-    (None, "inverse_modified_lagrangian"): {2: 0.038, 4: 0.044, 6: 0.662, 8: 50.0},
-    # order 10 at n = 1 from benchmarks/derive.py (mod; mod + inv in one process), not rerun: minutes
-    (1, "modified_lagrangian"): {2: 0.09, 4: 0.16, 6: 0.30, 8: 2.91, 10: 60.2},
-    (1, "inverse_modified_lagrangian"): {2: 0.14, 4: 0.35, 6: 1.04, 8: 10.6, 10: 204.7},
-    (2, "modified_lagrangian"): {2: 0.14, 4: 2.42},
-    (2, "inverse_modified_lagrangian"): {2: 0.26, 4: 5.8},
-    (3, "modified_lagrangian"): {2: 0.20},
-    (3, "inverse_modified_lagrangian"): {2: 0.47},
+    (None, "modified_lagrangian"): {2: 0.040, 4: 0.051, 6: 1.48, 8: 162.0},
+    (None, "inverse_modified_lagrangian"): {2: 0.038, 4: 0.044, 6: 0.662, 8: 50.5},
+    # order 10 at n = 1 from benchmarks/derive.py, an earlier engine (modified; modified + inverse in one
+    # process): not rerun, it takes minutes; it only steers the extrapolation beyond order 8
+    (1, "modified_lagrangian"): {2: 0.042, 4: 0.045, 6: 0.140, 8: 2.46, 10: 60.2},
+    (1, "inverse_modified_lagrangian"): {2: 0.039, 4: 0.054, 6: 0.364, 8: 4.96, 10: 204.7},
+    (2, "modified_lagrangian"): {2: 0.043, 4: 2.54},
+    (2, "inverse_modified_lagrangian"): {2: 0.043, 4: 3.96},
+    (3, "modified_lagrangian"): {2: 0.073},
+    (3, "inverse_modified_lagrangian"): {2: 0.083},
 }
-#: (dim, order) measured not to finish in 10 minutes (benchmarks/derive.py); higher orders and dims neither
+#: (dim, order) measured not to finish in 10 minutes (benchmarks/derive.py), nor in 5 minutes of wall time at load
+#: 7-11 (benchmarks/derive_cost.py); higher orders and dimensions neither
 _BEYOND_10_MIN = {(2, 6), (3, 4)}
 #: the trapezoidal (and any non-midpoint) rule's dimension-free inverse, relative to the midpoint rule's
 _OTHER_SCHEME_FREE_INVERSE = {6: 4.4, 8: 7.2}
