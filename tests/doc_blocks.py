@@ -10,8 +10,10 @@ Conventions, visible on the rendered page because they are comment lines inside 
   stands for any text (so a shown output may give only the leading digits of a number).
 
 Python blocks of one page run in one process, in page order, since they build on each other; bash blocks run
-with ``bash -e`` in a fresh folder. Both get an empty cache (``$BEA_CACHE_DIR``) and ``BEA_SMALL=1``, which blocks
-that offer a reduced size read.
+with ``bash -e`` in a fresh folder (holding links to ``sweeps/`` and ``notebooks/``, since the pages run their
+commands from the repository root). Both get an empty cache (``$BEA_CACHE_DIR``), ``BEA_SMALL=1``, which blocks
+that offer a reduced size read, and ``OMP_NUM_THREADS=1``, so that the suite degrades gracefully on a shared
+machine (``docs/reliability.md``); shown outputs are rounded enough not to depend on it.
 """
 
 from __future__ import annotations
