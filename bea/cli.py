@@ -165,19 +165,42 @@ def _announce(kind: str, scheme: str, order: int, dim: Optional[int], cache: boo
     key = api._cache_key(kind, sch, order, "any" if dim is None else dim) if cache else None
     if key is not None and _cache.entry_path(key, where, "trees" if dim is None else "main").exists():
         return
-    check_affordable(kind, order, dim, allow_slow)  # beyond the limit: refused with the estimate, before the line
-    seconds, basis = estimate(kind, order, dim)
+    check_affordable(kind, order, dim, allow_slow, scheme)  # beyond the limit: refused with the estimate, before the line
+    seconds, basis = estimate(kind, order, dim, scheme)
     if seconds is not None and seconds < 2:
         return
     span = "every n" if dim is None else f"n = {dim}"
     store = f"the result will be cached in {where}" if key is not None else "--no-cache: the result is not stored"
     print(f"bea: deriving the {kind.replace('_', ' ')} of {sch!r} to h^{order} for {span}; not cached yet, expect "
-          f"{describe(seconds)} on 2 cores ({basis}); {store}", file=sys.stderr, flush=True)
+          f"{describe(seconds)} of CPU time ({basis}; longer on a busy machine); {store}", file=sys.stderr, flush=True)
+
+
+#: library phrasing -> the command line's: the same messages reach Python users, who pass keywords and objects
+_CLI_WORDS = {
+    "max_terms=None shows all": "--all-terms shows all",
+    " or pass a Scheme object": " (a scheme of your own needs Python: bea.CustomScheme)",
+}
+
+
+def _in_cli_terms(text: str) -> str:
+    for python, cli in _CLI_WORDS.items():
+        text = text.replace(python, cli)
+    return text
 
 
 def _fail(message: str, status: int) -> int:
-    print(f"bea: error: {' '.join(str(message).split())}", file=sys.stderr)
+    print(f"bea: error: {_in_cli_terms(' '.join(str(message).split()))}", file=sys.stderr)
     return status
+
+
+def _torch_source(series, kind: str, scheme: str, order: int) -> str:
+    """What ``--format torch`` prints without ``--dim``: a dimension-free series has no generated code (torch
+    evaluates its trees for any n, ``bea.free.evaluate.TreeFunction``), so the source that builds the function,
+    with its terms as comments."""
+    terms = "\n".join(f"# {line}" for line in _in_cli_terms(series.text(MAX_TERMS)).splitlines())
+    return (f"{terms}\n#\n# A dimension-free series has no generated torch code: torch evaluates its trees for any n\n"
+            f"# (bea.free.evaluate.TreeFunction). This builds the function; --dim N prints the generated code for n = N.\n"
+            f"import bea\n\nf = bea.{kind}({scheme!r}, {order}).to_torch()   # f(L, q, v, h); q, v of shape (..., n)\n")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -223,11 +246,11 @@ def _main(argv: List[str]) -> int:
     series = getattr(api, kind)(args.scheme, args.order, dim=args.dim, cache=not args.no_cache, allow_slow=args.allow_slow)
     max_terms = None if args.all_terms else MAX_TERMS
     if args.format == "sympy":
-        print(series.text(max_terms))
+        print(_in_cli_terms(series.text(max_terms)))
     elif args.format == "latex":
         print(series.latex(max_terms))
     elif series.dim is None:
-        print(f"# {series!r}\n# evaluated in torch from its trees for any n: bea.compile_torch(kind, scheme, order)")
+        print(_torch_source(series, kind, args.scheme, args.order), end="")
     else:
         print(series.source, end="")
     return 0

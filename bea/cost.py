@@ -1,13 +1,22 @@
-"""What a cold derivation costs: measured wall times, so that the CLI can say what is coming.
+"""What a cold derivation costs, from measured times, so that the CLI can say what is coming.
 
-Times in seconds on 2 CPU cores (the README's benchmarks, midpoint rule; the trapezoidal rule costs about
-the same), for a modified Lagrangian; the inverse one needs the modified series of a larger Lagrangian and
-costs the sum of both columns of the benchmark. Entries beyond the measured ones are extrapolated with the
-observed growth (about 20-fold per two orders), and said to be so.
+The model is fitted to measurements: CPU seconds of each derivation as ``bea derive`` runs it (a fresh process,
+an empty cache, the midpoint rule), one table per engine and kind, from a run of ``benchmarks/derive_cost.py``
+(5 Dec 2026, load 7-11 on 2 cores). Between measured orders the time is interpolated log-linearly; beyond the
+last one it grows by the last measured factor per two orders, and is said to be extrapolated. The engine is
+single-threaded Python, so CPU time is the wall time of an idle core, and it hardly depends on the load (a
+second run at load 12-13 agreed within 8%); on a busy machine the *wall* time is longer, by about the load per
+core. ``tests/test_report_tables.py`` checks the model against the run recorded in
+``docs/data/derive_cost.json`` (a second, independent run, except the dimension-free order 8, which takes a
+quarter of an hour of wall time on a busy machine and was measured once): every measured derivation within 2x.
+
+Other schemes: the trapezoidal rule's dimension-free inverse costs more than the midpoint rule's (4.4x at
+``h^6``, 7.2x at ``h^8`` in ``benchmarks/derive_free.py``); every other combination costs about the same.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Dict, Optional, Tuple
 
 from .errors import BeaValueError
@@ -20,51 +29,72 @@ LIMIT_SECONDS = 3600.0
 class TooSlowError(BeaValueError):
     """A derivation expected to run longer than :data:`LIMIT_SECONDS`, asked for without ``allow_slow=True``."""
 
-#: dimension-free engine (dim=None): modified + inverse, benchmarks/derive_free.py
-_FREE: Dict[int, float] = {2: 0.03, 4: 0.2, 6: 3.6, 8: 473.0}  # the slower of midpoint and trapezoidal
-#: component engine: (dim, order) -> (modified, modified + inverse), benchmarks/derive.py
-_COMPONENT: Dict[Tuple[int, int], Tuple[float, float]] = {
-    (1, 2): (0.09, 0.14), (1, 4): (0.16, 0.35), (1, 6): (0.30, 1.04), (1, 8): (2.91, 10.6), (1, 10): (60.2, 205.0),
-    (2, 2): (0.14, 0.26), (2, 4): (2.42, 5.8), (3, 2): (0.20, 0.47),
-    (4, 2): (2.1, 4.1), (5, 2): (148.0, 347.0),  # issue 24, measured with generic_raw on the shared 2 cores
+
+#: CPU seconds, midpoint rule, cold: (dim or None for dimension-free, kind) -> {order: seconds}
+_MEASURED: Dict[Tuple[Optional[int], str], Dict[int, float]] = {
+    (None, "modified_lagrangian"): {2: 0.040, 4: 0.051, 6: 1.48, 8: 162.0},
+    (None, "inverse_modified_lagrangian"): {2: 0.038, 4: 0.044, 6: 0.662, 8: 50.5},
+    # order 10 at n = 1 from benchmarks/derive.py, an earlier engine (modified; modified + inverse in one
+    # process): not rerun, it takes minutes; it only steers the extrapolation beyond order 8
+    (1, "modified_lagrangian"): {2: 0.042, 4: 0.045, 6: 0.140, 8: 2.46, 10: 60.2},
+    (1, "inverse_modified_lagrangian"): {2: 0.039, 4: 0.054, 6: 0.364, 8: 4.96, 10: 204.7},
+    (2, "modified_lagrangian"): {2: 0.043, 4: 2.54},
+    (2, "inverse_modified_lagrangian"): {2: 0.043, 4: 3.96},
+    (3, "modified_lagrangian"): {2: 0.073},
+    (3, "inverse_modified_lagrangian"): {2: 0.083},
+    # n = 4, 5 at h^2: wall seconds with generic_raw on the shared 2 cores (issue 24), an upper bound of CPU time
+    (4, "modified_lagrangian"): {2: 2.1},
+    (4, "inverse_modified_lagrangian"): {2: 4.1},
+    (5, "modified_lagrangian"): {2: 148.0},
+    (5, "inverse_modified_lagrangian"): {2: 347.0},
 }
-#: (dim, order) measured not to finish in 10 minutes (n = 6 at h^2: bea.api.MAX_DIM)
-_BEYOND_10_MIN = {(2, 6), (3, 4), (6, 2)}
-_GROWTH_PER_TWO_ORDERS = 20.0
-_FREE_GROWTH_PER_TWO_ORDERS = 130.0  # 6 -> 8 in the benchmark
+#: (dim, order) measured not to finish in 10 minutes (benchmarks/derive.py), nor in 5 minutes of wall time at load
+#: 7-11 (benchmarks/derive_cost.py); higher orders and dimensions neither
+_BEYOND_10_MIN = {(2, 6), (3, 4), (6, 2)}  # n = 6 at h^2: bea.api.MAX_DIM
+#: the trapezoidal (and any non-midpoint) rule's dimension-free inverse, relative to the midpoint rule's
+_OTHER_SCHEME_FREE_INVERSE = {6: 4.4, 8: 7.2}
 
 
-def estimate(kind: str, order: int, dim: Optional[int]) -> Tuple[Optional[float], str]:
-    """``(seconds, basis)``: the expected cold wall time (``None``: unknown but over 10 minutes) and how it
-    was obtained (``"measured"``, ``"extrapolated"``, or why only a lower bound is known)."""
-    inverse = kind == "inverse_modified_lagrangian"
-    if dim is None:
-        if order in _FREE:
-            return _FREE[order], "measured"
-        below = max((o for o in _FREE if o < order), default=min(_FREE))
-        return _FREE[below] * _FREE_GROWTH_PER_TWO_ORDERS ** ((order - below) / 2), "extrapolated"
-    if (dim, order) in _COMPONENT:
-        mod, both = _COMPONENT[(dim, order)]
-        return (both if inverse else mod), "measured"
-    above = sorted(o for d, o in _COMPONENT if d == dim and o > order)
-    if above:  # odd orders (non-symmetric schemes) and order 0: bounded by the next measured order
-        mod, both = _COMPONENT[(dim, above[0])]
-        return (both if inverse else mod), f"at most the time measured at order {above[0]}"
-    smaller = [(d, o) for d, o in _BEYOND_10_MIN if d <= dim and o <= order]
-    if smaller or dim >= 3 and order >= 4:
+def _too_long(dim: Optional[int], order: int) -> bool:
+    return dim is not None and any(d <= dim and o <= order for d, o in _BEYOND_10_MIN)
+
+
+def _from_table(table: Dict[int, float], order: int) -> Tuple[float, str]:
+    if order in table:
+        return table[order], "measured"
+    orders = sorted(table)
+    if order < orders[0]:  # order 0, or odd orders of non-symmetric schemes: no more than the next measured order
+        return table[orders[0]], f"at most the time measured at order {orders[0]}"
+    below = [o for o in orders if o < order]
+    above = [o for o in orders if o > order]
+    if below and above:  # log-linear between the neighbours
+        a, b = below[-1], above[0]
+        w = (order - a) / (b - a)
+        return math.exp((1 - w) * math.log(table[a]) + w * math.log(table[b])), "interpolated"
+    if len(orders) >= 2 and below:  # beyond: the last measured growth per two orders
+        a, b = orders[-2], orders[-1]
+        growth = (table[b] / table[a]) ** (2 / (b - a))
+        return table[b] * growth ** ((order - b) / 2), "extrapolated"
+    o = orders[0]
+    return table[o] * 20.0 ** ((order - o) / 2), "extrapolated"  # one point: the component engine's usual 20x
+
+
+def estimate(kind: str, order: int, dim: Optional[int], scheme: str = "midpoint") -> Tuple[Optional[float], str]:
+    """``(seconds, basis)``: the expected cold CPU time (``None``: unknown but over 10 minutes) and how it was
+    obtained (``"measured"``, ``"interpolated"``, ``"extrapolated"``, or why only a lower bound is known).
+    ``modified_equation`` is estimated by the modified Lagrangian, which needs it (an upper bound)."""
+    if _too_long(dim, order):
         return None, "the benchmarks did not finish in 10 minutes"
-    if dim == 1 and order > 10:
-        mod, both = _COMPONENT[(1, 10)]
-        return (both if inverse else mod) * _GROWTH_PER_TWO_ORDERS ** ((order - 10) / 2), "extrapolated"
-    known = [o for d, o in _COMPONENT if d == dim and o < order]
-    if known:
-        o = max(known)
-        mod, both = _COMPONENT[(dim, o)]
-        return (both if inverse else mod) * _GROWTH_PER_TWO_ORDERS ** ((order - o) / 2), "extrapolated"
-    return None, "the benchmarks did not finish in 10 minutes"
+    key = (dim, "modified_lagrangian" if kind == "modified_equation" else kind)
+    if key not in _MEASURED:
+        return None, f"not measured for n = {dim}; larger n cost far more"
+    seconds, basis = _from_table(_MEASURED[key], order)
+    if dim is None and kind == "inverse_modified_lagrangian" and scheme.strip().lower() != "midpoint":
+        seconds *= _OTHER_SCHEME_FREE_INVERSE.get(order, 1.0 if order < 6 else max(_OTHER_SCHEME_FREE_INVERSE.values()))
+    return seconds, basis
 
 
-def check_affordable(kind: str, order: int, dim: Optional[int], allow_slow: bool) -> None:
+def check_affordable(kind: str, order: int, dim: Optional[int], allow_slow: bool, scheme: str = "midpoint") -> None:
     """Raise :class:`TooSlowError` with the estimate unless the cold derivation of ``kind`` to ``h^order`` (``dim``:
     its dimension, ``None`` for the dimension-free engine) is expected within :data:`LIMIT_SECONDS`, or
     ``allow_slow`` is true. Called only on a cache miss: a cached result costs nothing."""
@@ -72,13 +102,13 @@ def check_affordable(kind: str, order: int, dim: Optional[int], allow_slow: bool
         from .errors import BeaTypeError
 
         raise BeaTypeError(f"allow_slow must be True or False, got {type(allow_slow).__name__}")
-    seconds, basis = estimate(kind, order, dim)
+    seconds, basis = estimate(kind, order, dim, scheme)
     if allow_slow or (seconds is not None and seconds <= LIMIT_SECONDS):
         return
     span = "for every n (dimension-free)" if dim is None else f"for n = {dim}"
     raise TooSlowError(
         f"the {kind.replace('_', ' ')} to h^{order} {span} is not cached, and deriving it is expected to take "
-        f"{describe(seconds)} on 2 cores ({basis}); derivations not known to finish within {describe(LIMIT_SECONDS)} are "
+        f"{describe(seconds)} of CPU time ({basis}); derivations not known to finish within {describe(LIMIT_SECONDS)} are "
         "refused: lower the order or "
         "the dimension (the dimension-free form serves every n), or pass allow_slow=True (CLI: --allow-slow) to start "
         "it anyway"

@@ -1,6 +1,6 @@
 """Regenerate every notebook from its script and store it executed, with outputs, at CI size.
 
-    python3 notebooks/build.py            # all five (about 10 minutes on 2 cores)
+    python3 notebooks/build.py            # all of them, six today (about 10 minutes on 2 cores)
     python3 notebooks/build.py 03 05      # some of them
     python3 notebooks/build.py --no-execute   # cells only (outputs dropped), e.g. to review a diff quickly
 
@@ -12,13 +12,16 @@ reduced size that the tests run; set ``BEA_FULL=1`` and open a notebook in Jupyt
 
 The figures of the stored notebooks are also written to ``docs/figures/notebooks/NN_k.png`` for the
 documentation site. ``tests/test_notebooks.py`` fails when a stored notebook's cells differ from what its
-script produces, so edit the script and rerun this command.
+script produces, so edit the script and rerun this command. Cell ids are derived from the cells' content
+(:func:`stable_ids`), so rebuilding an unchanged notebook leaves its file unchanged apart from outputs that
+differ between runs (timings, addresses).
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import hashlib
 import os
 import runpy
 import sys
@@ -53,7 +56,19 @@ def generate(script: Path):
         runpy.run_path(str(script), run_name="__main__")
     if "nb" not in captured:
         raise RuntimeError(f"{script.name} did not produce a notebook (it must end with nbformat.write(nb, path))")
+    stable_ids(captured["nb"])
     return captured["nb"], captured["path"]
+
+
+def stable_ids(nb) -> None:
+    """Give every cell an id derived from its type and source (nbformat draws random ones, so each rebuild
+    rewrote every id: a diff of dozens of lines for identical content). A repeated cell gets ``-2``, ``-3``, ...;
+    editing one cell changes that cell's id only."""
+    seen: Dict[str, int] = {}
+    for cell in nb.cells:
+        base = hashlib.sha256(f"{cell.cell_type}\0{cell.source}".encode()).hexdigest()[:12]
+        seen[base] = seen.get(base, 0) + 1
+        cell["id"] = base if seen[base] == 1 else f"{base}-{seen[base]}"
 
 
 def _kernel_env() -> Dict[str, str]:

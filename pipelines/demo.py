@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import sys
 import time
 from dataclasses import asdict, replace
@@ -46,7 +48,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     cfg = experiments.PENDULUM_SMALL if args.small else experiments.PENDULUM_DEMO
     cfg = replace(cfg, progress=False)
     log = (lambda *a, **k: None) if args.quiet else (lambda *a, **k: print(*a, **k, flush=True))
-    t0 = time.perf_counter()
+    t0, load_before = time.perf_counter(), _load()
     try:
         res = experiments.run(cfg, baselines=not args.no_baselines, log=log)
     except (ValueError, RuntimeError) as err:
@@ -65,12 +67,44 @@ def main(argv: Optional[List[str]] = None) -> int:
         res.timings["figures"] = time.perf_counter() - t
     res.timings["total"] = time.perf_counter() - t0
     summary = {"config": {k: v for k, v in asdict(cfg).items()}, "metrics": res.metrics, "timings": res.timings,
-               "info": {k: v for k, v in res.info.items() if k not in ("levels", "level_states")}}
+               "info": {k: v for k, v in res.info.items() if k not in ("levels", "level_states")},
+               "machine": _machine(load_before)}
     atomic_write_text(out / "results.json", json.dumps(summary, indent=2, default=str))
     written.append(str(out / "results.json"))
     log(f"\nwrote {', '.join(written)}")
     log(f"total {res.timings['total']:.0f} s")
     return 0
+
+
+def _load() -> Optional[float]:
+    """The 1-minute load average (None where the system has none): timings mean little without it."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
+def _machine(load_before: Optional[float]) -> dict:
+    """Where and how the numbers were measured: cores, load before and after, CPU time, peak memory (the docs'
+    statements of cost are generated from these, ``pipelines.report_tables``)."""
+    info = {"cpus": os.cpu_count(), "load_before": load_before, "load_after": _load(), "platform": platform.platform(),
+            "torch_threads": None, "cpu_s": None, "peak_rss_gb": None}
+    try:
+        import torch
+
+        info["torch_threads"] = torch.get_num_threads()
+    except ImportError:  # pragma: no cover - the demo needs torch anyway
+        pass
+    try:
+        import resource
+
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        info["cpu_s"] = round(usage.ru_utime + usage.ru_stime, 1)
+        # ru_maxrss is in KiB on Linux, in bytes on macOS
+        info["peak_rss_gb"] = round(usage.ru_maxrss / (2**30 if sys.platform == "darwin" else 2**20), 2)
+    except ImportError:  # Windows
+        pass
+    return info
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -40,7 +40,7 @@ r"""The ModLaNet experiments of docs/theory/modlanet.md (paper Table 2 and §5.3
     python -m pipelines.modlanet_experiments --system double_pendulum      # full size (hours on 2 cores)
     python -m pipelines.modlanet_experiments --system three_body --epochs 3000 --no-baselines --no-extension
 
-Measured numbers at full size: ``docs/results_modlanet.md``.
+Measured numbers at full size: ``docs/results/modlanet_log.md``.
 
 The stages live in :mod:`pipelines.modlanet_stages` and :mod:`pipelines.modlanet_position_only`, the settings in
 :mod:`pipelines.modlanet_config`, the table in :mod:`pipelines.modlanet_table`; their names are re-exported here.

@@ -41,6 +41,9 @@ def test_stored_notebook_matches_its_script_and_has_outputs(key):
     stored = nbformat.read(NOTEBOOKS / NAMES[key], as_version=4)
     assert _cells(stored) == _cells(generated), (
         f"{NAMES[key]} differs from notebooks/make_{key}.py: run `python3 notebooks/build.py {key}`")
+    # cell ids come from the content, so a rebuild of unchanged cells rewrites none of them (issue 25)
+    assert [c.id for c in stored.cells] == [c.id for c in generated.cells] == [
+        c.id for c in build.generate(build.scripts()[key])[0].cells]
     code = [c for c in stored.cells if c.cell_type == "code"]
     assert all(c.execution_count is not None for c in code), f"{NAMES[key]} is stored unexecuted: run notebooks/build.py"
     assert not [o for c in code for o in c.outputs if o.output_type == "error"]
@@ -56,3 +59,16 @@ def test_notebook_executes(name, tmp_path, monkeypatch):
     NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors
+
+
+def test_stable_ids_change_only_the_edited_cell_and_keep_repeats_distinct():
+    build = _build_module()
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("a"), nbformat.v4.new_code_cell("x = 1"),
+                                         nbformat.v4.new_code_cell("x = 1")])
+    build.stable_ids(nb)
+    ids = [c.id for c in nb.cells]
+    assert len(set(ids)) == 3 and ids[2] == ids[1] + "-2"
+    nb.cells[0].source = "b"
+    build.stable_ids(nb)
+    assert [c.id for c in nb.cells][1:] == ids[1:] and nb.cells[0].id != ids[0]
+    nbformat.validate(nb)

@@ -5,7 +5,9 @@ Blocks that would take minutes at full size read ``BEA_SMALL=1`` (they say so), 
 has no such switch and must finish in under a minute as written. The limits are wall-clock seconds on the CI
 machine (2 cores, nothing else running); each block was measured well below its limit. Blocks allowed more
 than a minute (the integrator, LSI and ModLaNet tours, about 2 minutes together) run with ``-m slow`` only,
-to keep the default suite within the CI budget; the tour and the short blocks run always.
+to keep the default suite within the CI budget; the tour and the short blocks run always. A line's output shown
+as ``# -> TEXT`` is compared with what it prints (``tests/doc_blocks.py``); the README's bash blocks run in
+``tests/test_docs_blocks.py``.
 """
 
 import os
@@ -16,6 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+import doc_blocks
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -57,3 +61,6 @@ def test_readme_block_runs_within_its_stated_time(index, tmp_path):
     elapsed = time.perf_counter() - t0
     assert r.returncode == 0, f"README Python block {index + 1} failed:\n{r.stderr[-3000:]}"
     assert elapsed <= limit
+    # what a line shows as ``# -> output`` is what it prints (tests/doc_blocks.py)
+    missing = doc_blocks.check_outputs(doc_blocks.Block("README.md", index + 1, "python", code), r.stdout)
+    assert not missing, f"README Python block {index + 1} shows {missing}; it printed:\n{r.stdout[-3000:]}"
