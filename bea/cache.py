@@ -44,12 +44,13 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
 from .files import atomic_write
-from .hseries import Q
+from .poly import parse_rational
 from .jets import Jets
 
 __all__ = [
     "CacheWarning",
     "CacheUnavailableWarning",
+    "CacheInsecureWarning",
     "CacheFormatError",
     "cache_dir",
     "entry_path",
@@ -71,6 +72,11 @@ class CacheWarning(UserWarning):
 
 class CacheUnavailableWarning(CacheWarning):
     """The cache directory cannot be used; bea goes on without the on-disk cache (issued once per directory)."""
+
+
+class CacheInsecureWarning(CacheWarning):
+    """The cache directory is writable by every user: others can delete or replace entries (replaced ones fail
+    authentication and are regenerated, so results stay right; issued once per directory)."""
 
 
 class CacheFormatError(ValueError):
@@ -188,7 +194,29 @@ def _create_secret(path: Path) -> None:
             pass
 
 
+def _check_directory(directory: Path) -> None:
+    """A :class:`CacheInsecureWarning` (once per directory and process) if ``directory`` is writable by others."""
+    try:
+        mode = os.stat(directory).st_mode
+    except OSError:
+        return  # absent: created 0700 by save(); unreadable: reported by the caller
+    if not mode & stat.S_IWOTH:
+        return
+    with _warn_lock:
+        if str(directory) in _insecure:
+            return
+        _insecure.add(str(directory))
+    warnings.warn(f"bea cache directory {directory} is writable by every user (mode {stat.S_IMODE(mode):o}): others can "
+                  f"delete or replace its entries (replaced ones fail authentication and are regenerated). Run "
+                  f"'chmod o-w {directory}' or set BEA_CACHE_DIR to a directory of your own", CacheInsecureWarning,
+                  stacklevel=5)
+
+
+_insecure: set = set()
+
+
 def _secret(directory: Path, create: bool) -> Optional[bytes]:
+    _check_directory(directory)
     path = directory / KEY_FILE
     last: Optional[_Unusable] = None
     for attempt in range(20):
@@ -314,9 +342,6 @@ def encode_coeffs(jets: Jets, coeffs: Dict[int, object]) -> Dict[str, Any]:
     }
 
 
-_RATIONAL = re.compile(r"^(-?[0-9]{1,4000})/([0-9]{1,4000})$")
-
-
 def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
@@ -362,13 +387,14 @@ def decode_coeffs(n: int, data: Dict[str, Any], *, vector: Optional[bool] = None
             m, c = term
             if not all(_is_int(x) and 0 <= x < nvar for x in m) or m != sorted(m):
                 raise CacheFormatError(f"invalid monomial {m!r}")
-            match = _RATIONAL.match(c)
-            if match is None or int(match.group(2)) == 0:
-                raise CacheFormatError(f"invalid coefficient {c[:50]!r} (an integer over a positive integer is required)")
+            try:
+                value = parse_rational(c)
+            except ValueError as err:
+                raise CacheFormatError(str(err)) from None
             mono = tuple(m)
             if mono in out:
                 raise CacheFormatError(f"duplicated monomial {m!r}")
-            out[mono] = Q(int(match.group(1)), int(match.group(2)))
+            out[mono] = value
         return out
 
     coeffs = {}

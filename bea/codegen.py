@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Callable, Dict, List
 
+from .autodiff import overflow_is_typed
 from .hseries import Poly
 from .jets import Jets
 
@@ -145,6 +146,6 @@ def load_source(source: str, func_name: str) -> Callable:
     namespace: Dict[str, object] = {"__name__": f"bea_generated_{func_name}"}
     code = compile(source, f"<bea generated {func_name}>", "exec")
     exec(code, namespace)  # noqa: S102 - generated in this process, or read from an HMAC-authenticated cache entry
-    fn = namespace[func_name]
+    fn = overflow_is_typed(namespace[func_name])  # h**k overflowing: a BeaValueError naming h
     fn.__bea_source__ = source  # type: ignore[attr-defined]
     return fn  # type: ignore[return-value]

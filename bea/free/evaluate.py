@@ -26,12 +26,11 @@ parameters of ``L``; under ``torch.no_grad()`` the result is computed and return
 
 from __future__ import annotations
 
-from numbers import Real
 from typing import Dict, List, Tuple
 
 import torch
 
-from ..autodiff import _evaluate, check_regular, check_state
+from ..autodiff import _evaluate, check_call, check_regular, check_step, overflow_is_typed
 from ..errors import NotRegularError
 from ..hseries import Poly
 from .trees import A, UPPER, V, Tree
@@ -211,23 +210,11 @@ def _has_upper(t: tuple) -> bool:
     return False
 
 
-def _check_step(h, batch_shape: torch.Size, like: torch.Tensor):
-    if isinstance(h, torch.Tensor):
-        if not h.is_floating_point():
-            raise TypeError(f"h must be a floating-point number or tensor, got a tensor of dtype {h.dtype}")
-        try:
-            shape = torch.broadcast_shapes(h.shape, batch_shape)
-        except RuntimeError:
-            shape = None
-        if shape != batch_shape:
-            raise ValueError(
-                f"h has shape {tuple(h.shape)}, which does not broadcast to the batch shape {tuple(batch_shape)} of q "
-                "(h is a number, a 0-d tensor, or one step per state)"
-            )
-        return h.to(like.dtype).expand(batch_shape).reshape(-1)
-    if isinstance(h, bool) or not isinstance(h, Real):
-        raise TypeError(f"h must be a real number or a tensor, got {type(h).__name__} {h!r}")
-    return float(h)
+def _step(h, batch_shape: torch.Size, q: torch.Tensor):
+    """``h`` checked (:func:`bea.autodiff.check_step`: a finite real number, or a floating tensor broadcasting to the
+    batch shape); a tensor is expanded to one step per flattened state."""
+    h = check_step(h, q)
+    return h.to(q.dtype).expand(batch_shape).reshape(-1) if isinstance(h, torch.Tensor) else h
 
 
 class TreeFunction:
@@ -252,14 +239,16 @@ class TreeFunction:
                     used.update(m)
         self.used = sorted(used)
         self.__doc__ = (description + "\n\n" + (TreeFunction.__doc__ or "")).strip()
+        self._typed = overflow_is_typed(self._apply)  # h**k overflowing: a BeaValueError naming h
 
     def __call__(self, L, q: torch.Tensor, v: torch.Tensor, h) -> torch.Tensor:
-        if not callable(L):
-            raise TypeError(f"L must be a callable L(q, v) -> tensor, got {type(L).__name__}")
-        check_state(q, v)
+        return self._typed(L, q, v, h)
+
+    def _apply(self, L, q: torch.Tensor, v: torch.Tensor, h) -> torch.Tensor:
+        check_call(L, q, v, 0.0, None)
         batch = q.shape[:-1]
         n = q.shape[-1]
-        hh = _check_step(h, batch, q)
+        hh = _step(h, batch, q)
         if torch.is_grad_enabled():
             out = self._evaluate(L, q.reshape(-1, n), v.reshape(-1, n), hh)
         else:
