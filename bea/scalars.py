@@ -24,8 +24,9 @@ from .errors import BeaTypeError, BeaValueError
 
 __all__ = ["to_fraction"]
 
-# a decimal or rational as typed; more than 400 exponent digits or 200 characters would build huge integers
-_DECIMAL = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d{1,3})?(/\d+)?")
+# a decimal or rational as typed, ASCII digits only (\d would take other scripts' digits); at most three exponent
+# digits and 200 characters, so that Fraction never builds a huge integer ("1e999999999")
+_DECIMAL = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?(/[0-9]+)?")
 
 
 def _from_text(text: str, what: str) -> Fraction:
