@@ -3,7 +3,8 @@ r"""Exact rational values of the real scalars a caller may pass as a scheme cons
 A constant :math:`c` of a scheme enters the symbolic derivation as a rational number, so it is converted
 to a :class:`fractions.Fraction`:
 
-* ``int``, :class:`~fractions.Fraction`, NumPy and torch integers, SymPy ``Integer``/``Rational``: exactly;
+* ``int``, :class:`~fractions.Fraction`, :func:`bea.schemes.exact` constants, NumPy and torch integers, SymPy
+  ``Integer``/``Rational``: exactly;
 * decimal strings (``"0.3"``, ``"1/3"``, ``"1e-1"``): exactly, as written;
 * binary floats (Python, NumPy of any width, torch 0-d tensors, SymPy ``Float``): the shortest decimal that
   rounds to the same value *in the float's own format* (``0.3``, ``np.float32(0.3)`` and ``Float('0.3')``
@@ -76,6 +77,8 @@ def to_fraction(value: Any, what: str = "the constant") -> Fraction:
         raise BeaTypeError(f"{what} must be a number, got the boolean {value!r}")
     if isinstance(value, (int, Fraction)):
         return Fraction(value)
+    if isinstance(getattr(value, "exact", None), Fraction):  # bea.schemes.Exact: a float that knows its rational
+        return value.exact
     if isinstance(value, str):
         return _from_text(value, what)
     module = type(value).__module__.split(".")[0]

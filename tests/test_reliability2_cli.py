@@ -98,6 +98,7 @@ def test_bad_alpha_on_the_command_line_is_one_line(capsys, alpha, match):
     (torch.tensor(0.25, dtype=torch.bfloat16), Fraction(1, 4)), (torch.tensor(1), Fraction(1)),
     (torch.tensor(0.3, dtype=torch.float64, requires_grad=True), Fraction(3, 10)),
     (Fraction(2, 7), Fraction(2, 7)), (0.3, Fraction(3, 10)), ("1/3", Fraction(1, 3)),
+    (bea.schemes.exact("1/3"), Fraction(1, 3)),  # an Exact is a float that knows its rational: kept, not rounded
 ])
 def test_generalised_midpoint_takes_scalars_of_every_library_exactly(value, exact):
     assert GeneralisedMidpoint(value).alpha.exact == exact
