@@ -142,10 +142,10 @@ def _digest_into(h, value: Any) -> None:
         for v in value:
             _digest_into(h, v)
     elif isinstance(value, dict):
-        keys = sorted(value, key=str)
+        keys = sorted(value, key=lambda k: (type(k).__name__, str(k)))  # 1 and "1" are different keys
         h.update(f"D{len(keys)}:".encode())
         for k in keys:
-            _digest_into(h, str(k))
+            _digest_into(h, k)
             _digest_into(h, value[k])
     else:
         raise ModelFileError(f"a model file cannot hold a {type(value).__name__}")

@@ -30,7 +30,7 @@ from typing import Dict, List, Tuple
 
 import torch
 
-from ..autodiff import _evaluate, check_call, check_regular, check_step, overflow_is_typed
+from ..autodiff import _evaluate, check_call, check_regular, overflow_is_typed
 from ..errors import NotRegularError
 from ..hseries import Poly
 from .trees import A, UPPER, V, Tree
@@ -210,13 +210,6 @@ def _has_upper(t: tuple) -> bool:
     return False
 
 
-def _step(h, batch_shape: torch.Size, q: torch.Tensor):
-    """``h`` checked (:func:`bea.autodiff.check_step`: a finite real number, or a floating tensor broadcasting to the
-    batch shape); a tensor is expanded to one step per flattened state."""
-    h = check_step(h, q)
-    return h.to(q.dtype).expand(batch_shape).reshape(-1) if isinstance(h, torch.Tensor) else h
-
-
 class TreeFunction:
     r"""``f(L, q, v, h)``: a dimension-free series applied to a torch Lagrangian.
 
@@ -245,10 +238,11 @@ class TreeFunction:
         return self._typed(L, q, v, h)
 
     def _apply(self, L, q: torch.Tensor, v: torch.Tensor, h) -> torch.Tensor:
-        check_call(L, q, v, 0.0, None)
+        hh = check_call(L, q, v, h, None)  # the checks of the generated functions (bea.autodiff)
         batch = q.shape[:-1]
         n = q.shape[-1]
-        hh = _step(h, batch, q)
+        if isinstance(hh, torch.Tensor):  # one step per flattened state
+            hh = hh.to(q.dtype).expand(batch).reshape(-1)
         if torch.is_grad_enabled():
             out = self._evaluate(L, q.reshape(-1, n), v.reshape(-1, n), hh)
         else:
