@@ -5,7 +5,7 @@ to a :class:`fractions.Fraction`:
 
 * ``int``, :class:`~fractions.Fraction`, :func:`bea.schemes.exact` constants, NumPy and torch integers, SymPy
   ``Integer``/``Rational``: exactly;
-* decimal strings (``"0.3"``, ``"1/3"``, ``"1e-1"``): exactly, as written;
+* decimal strings (``"0.3"``, ``"1/3"``, ``"1e-1"``) and :class:`decimal.Decimal`: exactly, as written;
 * binary floats (Python, NumPy of any width, torch 0-d tensors, SymPy ``Float``): the shortest decimal that
   rounds to the same value *in the float's own format* (``0.3``, ``np.float32(0.3)`` and ``Float('0.3')``
   are all :math:`3/10`) -- the number the user typed, not the nearest binary fraction;
@@ -16,7 +16,9 @@ to a :class:`fractions.Fraction`:
 
 from __future__ import annotations
 
+import decimal
 import math
+import numbers
 import re
 from fractions import Fraction
 from typing import Any
@@ -98,7 +100,13 @@ def to_fraction(value: Any, what: str = "the constant") -> Fraction:
         return _from_tensor(value, what)
     if module == "sympy":
         return _from_sympy(value, what)
+    if isinstance(value, decimal.Decimal):
+        if not value.is_finite():
+            raise BeaValueError(f"{what} must be a finite real number, got {value}")
+        return Fraction(value)
+    if isinstance(value, numbers.Rational):  # gmpy2's mpq and other registered rationals
+        return Fraction(int(value.numerator), int(value.denominator))
     if isinstance(value, float):
         return _from_float(value, repr(float(value)), what)
-    raise BeaTypeError(f"{what} must be a real number (int, float, Fraction, decimal string, NumPy/torch/SymPy "
+    raise BeaTypeError(f"{what} must be a real number (int, float, Fraction, Decimal, decimal string, NumPy/torch/SymPy "
                        f"scalar), got {type(value).__name__}")

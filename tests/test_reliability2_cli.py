@@ -8,6 +8,7 @@ torch 0-d and ``Fraction`` values exactly and refuses NaN, infinities and non-sc
 import os
 import subprocess
 import sys
+from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
 
@@ -99,6 +100,7 @@ def test_bad_alpha_on_the_command_line_is_one_line(capsys, alpha, match):
     (torch.tensor(0.3, dtype=torch.float64, requires_grad=True), Fraction(3, 10)),
     (Fraction(2, 7), Fraction(2, 7)), (0.3, Fraction(3, 10)), ("1/3", Fraction(1, 3)),
     (bea.schemes.exact("1/3"), Fraction(1, 3)),  # an Exact is a float that knows its rational: kept, not rounded
+    (Decimal("0.35"), Fraction(7, 20)),
 ])
 def test_generalised_midpoint_takes_scalars_of_every_library_exactly(value, exact):
     assert GeneralisedMidpoint(value).alpha.exact == exact
@@ -112,7 +114,7 @@ def test_generalised_midpoint_takes_scalars_of_every_library_exactly(value, exac
     (0.3 + 0j, bea.BeaTypeError, "real number"), (torch.tensor(0.3 + 0j), bea.BeaTypeError, "real number"),
     (sympy.Symbol("a"), bea.BeaTypeError, "real number"), (True, bea.BeaTypeError, "boolean"),
     (np.bool_(True), bea.BeaTypeError, "boolean"), ([0.3], bea.BeaTypeError, "real number"),
-    ("1e999999999", bea.BeaValueError, "must be a number"),
+    ("1e999999999", bea.BeaValueError, "must be a number"), (Decimal("NaN"), bea.BeaValueError, "finite"),
 ])
 def test_generalised_midpoint_refuses_non_scalars_and_non_finite_values(value, error, match):
     with pytest.raises(error, match=match):
