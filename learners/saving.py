@@ -243,7 +243,7 @@ def _converted(path: Path, cls: Type, build: Callable[[], Any]) -> Any:
             return build()
         except ModelFileError:
             raise
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError, RecursionError) as err:
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError, ArithmeticError) as err:
             raise ModelFileError(f"{path}: the model file does not fit {cls.__name__} ({type(err).__name__}: "
                                  f"{' '.join(str(err).split())[:200]}); it was not written by {cls.__name__}.save "
                                  f"of this version, or was edited") from None
