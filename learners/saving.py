@@ -193,6 +193,11 @@ def write(model: Any, path: PathLike, config: Dict[str, Any], state: Dict[str, A
     return atomic_save(path, lambda f: f.write(data))
 
 
+def _is(value: Any, expected: Any) -> bool:
+    """``value == expected`` for a value read from a file, which may be of any type (a tensor's ``==`` is a tensor)."""
+    return type(value) is type(expected) and value == expected
+
+
 def _payload(path: Path, cls: Type, map_location) -> Dict[str, Any]:
     """The file's dict, its format, version, class, checksum and sizes checked."""
     if not path.is_file():
@@ -203,12 +208,12 @@ def _payload(path: Path, cls: Type, map_location) -> Dict[str, Any]:
             IndexError, RecursionError, MemoryError, OverflowError) as err:
         raise ModelFileError(f"{path}: not a model file of bea's learners (torch.load with weights_only=True failed: "
                              f"{str(err).splitlines()[0] if str(err) else type(err).__name__})") from None
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+    if not isinstance(payload, dict) or not _is(payload.get("format"), FORMAT):
         raise ModelFileError(f"{path}: not a model file of bea's learners (no format {FORMAT!r})")
-    if payload.get("version") != VERSION:
+    if not _is(payload.get("version"), VERSION):
         raise ModelFileError(f"{path}: model file format version {payload.get('version')!r}; this version of the "
                              f"learners reads version {VERSION} -- save the model again with the version that loads it")
-    if payload.get("class") != cls.__name__:
+    if not _is(payload.get("class"), cls.__name__):
         raise ModelFileError(f"{path}: the file holds a {payload.get('class')}, not a {cls.__name__}; load it with "
                              f"{payload.get('class')}.load")
     missing = [k for k in ("config", "state", "sha256") if k not in payload]
@@ -216,7 +221,7 @@ def _payload(path: Path, cls: Type, map_location) -> Dict[str, Any]:
         raise ModelFileError(f"{path}: the model file lacks {', '.join(missing)}; it is truncated or was not written by "
                              f"{cls.__name__}.save -- save the model again")
     try:
-        sound = payload["sha256"] == digest(payload)
+        sound = _is(payload["sha256"], digest(payload))
     except RecursionError:
         sound = False
     if not sound:
