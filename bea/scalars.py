@@ -29,7 +29,7 @@ __all__ = ["to_fraction"]
 
 # a decimal or rational as typed, ASCII digits only (\d would take other scripts' digits); at most three exponent
 # digits and 200 characters, so that Fraction never builds a huge integer ("1e999999999")
-_DECIMAL = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?(/[0-9]+)?")
+_DECIMAL = re.compile(r"[+-]?(([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?|[0-9]+/[0-9]+)")
 
 
 def _from_text(text: str, what: str) -> Fraction:
@@ -40,6 +40,8 @@ def _from_text(text: str, what: str) -> Fraction:
         return Fraction(t)
     except ZeroDivisionError:
         raise BeaValueError(f"{what} {text!r} divides by zero") from None
+    except ValueError:  # the pattern is stricter than Fraction's; kept typed should they ever disagree
+        raise BeaValueError(f"{what} must be a number such as 0.3, 1e-1 or 1/3, got {text[:60]!r}") from None
 
 
 def _from_float(x: float, text: str, what: str) -> Fraction:

@@ -115,6 +115,7 @@ def test_generalised_midpoint_takes_scalars_of_every_library_exactly(value, exac
     (sympy.Symbol("a"), bea.BeaTypeError, "real number"), (True, bea.BeaTypeError, "boolean"),
     (np.bool_(True), bea.BeaTypeError, "boolean"), ([0.3], bea.BeaTypeError, "real number"),
     ("1e999999999", bea.BeaValueError, "must be a number"), (Decimal("NaN"), bea.BeaValueError, "finite"),
+    ("0./0", bea.BeaValueError, "must be a number"), ("1/0", bea.BeaValueError, "divides by zero"),
 ])
 def test_generalised_midpoint_refuses_non_scalars_and_non_finite_values(value, error, match):
     with pytest.raises(error, match=match):
