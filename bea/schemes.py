@@ -56,7 +56,10 @@ class Exact(float):
             frac = Fraction(value)
         else:  # the decimal the user typed: 0.3 -> 3/10; NumPy, torch and SymPy scalars alike (bea.scalars)
             frac = to_fraction(value, "an exact constant")
-        obj = super().__new__(cls, float(frac))
+        try:
+            obj = super().__new__(cls, float(frac))
+        except OverflowError:  # 1e310 is exact as a Fraction but has no float
+            raise BeaValueError(f"{value!r} is out of range for an exact constant (beyond float64's 1.8e308)") from None
         obj.exact = frac
         return obj
 
