@@ -89,12 +89,44 @@ def check_step(h: Any, q: torch.Tensor) -> Any:
     return value
 
 
-def check_call(L: Any, q: torch.Tensor, v: torch.Tensor, h: Any, n: int) -> Any:
-    """All argument checks of a generated ``f(L, q, v, h)``; returns the validated ``h``."""
+#: dtypes the series functions refuse: 3-4 significant digits, and torch's linear algebra (the regularity test,
+#: det M, solves with M) has no kernels for them
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def check_precision(q: torch.Tensor) -> None:
+    """:class:`BeaTypeError` for the dtypes in :data:`LOW_PRECISION`, at every ``n`` (at ``n = 1`` they would run,
+    at ``n >= 2`` torch's ``eigvalsh`` raises ``NotImplementedError``: one rule, said up front)."""
+    if q.dtype in LOW_PRECISION:
+        raise BeaTypeError(f"q and v are {q.dtype} tensors: too few digits for the h-series, and torch's linear algebra "
+                           "does not support them; convert them with q.double(), v.double() (or .float())")
+
+
+def check_call(L: Any, q: torch.Tensor, v: torch.Tensor, h: Any, n: Optional[int]) -> Any:
+    """All argument checks of a series function ``f(L, q, v, h)`` (generated for ``n``, or dimension-free with
+    ``n=None``); returns the validated ``h``."""
     if not callable(L):
         raise BeaTypeError(f"L must be a callable torch Lagrangian L(q, v) -> (...), got {type(L).__name__}")
     check_state(q, v, n)
+    check_precision(q)
     return check_step(h, q)
+
+
+def overflow_is_typed(fn: Callable) -> Callable:
+    """Wrap a series function ``f(L, q, v, h)`` so that an ``OverflowError`` becomes a :class:`BeaValueError`
+    naming ``h``. Python's ``float`` power raises it where ``|h|^k`` exceeds the float64 range (``h = 1e300``,
+    ``k = 2``), deep inside the evaluation; converted here, at the boundary, by its type."""
+
+    @functools.wraps(fn)
+    def series_function(L, q, v, h):
+        try:
+            return fn(L, q, v, h)
+        except OverflowError as err:
+            raise BeaValueError(f"h = {str(h)[:40]} is too large: a power of h in the series overflows float64 ({err}); "
+                                "the series expands in a small step h (|h| times the system's frequencies well "
+                                "below 1)") from None
+
+    return series_function
 
 
 def _grad_mode_aware(fn):
@@ -125,6 +157,9 @@ def _evaluate(L: TorchLagrangian, q: torch.Tensor, v: torch.Tensor) -> torch.Ten
     out = L(q, v)
     if not isinstance(out, torch.Tensor):
         raise BeaTypeError(f"the Lagrangian must return a tensor, got {type(out).__name__}")
+    if out.is_complex():  # autograd would fail deep inside ("grad can be implicitly created only for real ...")
+        raise BeaTypeError(f"the Lagrangian must return real values, got a {out.dtype} tensor; a Lagrangian is a real "
+                           "function of (q, v): return its real part if the imaginary part is meant to vanish")
     if out.shape != q.shape[:-1]:
         raise BeaValueError(
             f"the Lagrangian must return shape {tuple(q.shape[:-1])} for q of shape {tuple(q.shape)} "

@@ -46,12 +46,12 @@ from typing import Any, Callable, Dict, Optional
 from .errors import BeaError, CacheFormatError, InternalError, NotRegularFileError
 from .files import atomic_write
 from .reading import open_regular, read_regular
-from .hseries import Q
-from .jets import Jets
+from .coeff_storage import CacheFormatError, decode_coeffs, encode_coeffs  # noqa: F401 - part of this module's API
 
 __all__ = [
     "CacheWarning",
     "CacheUnavailableWarning",
+    "CacheInsecureWarning",
     "CacheFormatError",
     "cache_dir",
     "entry_path",
@@ -73,6 +73,11 @@ class CacheWarning(UserWarning):
 
 class CacheUnavailableWarning(CacheWarning):
     """The cache directory cannot be used; bea goes on without the on-disk cache (issued once per directory)."""
+
+
+class CacheInsecureWarning(CacheWarning):
+    """The cache directory is writable by every user: others can delete or replace entries (replaced ones fail
+    authentication and are regenerated, so results stay right; issued once per directory)."""
 
 
 class _Unusable(BeaError):
@@ -187,7 +192,29 @@ def _create_secret(path: Path) -> None:
             pass
 
 
+def _check_directory(directory: Path) -> None:
+    """A :class:`CacheInsecureWarning` (once per directory and process) if ``directory`` is writable by others."""
+    try:
+        mode = os.stat(directory).st_mode
+    except OSError:
+        return  # absent: created 0700 by save(); unreadable: reported by the caller
+    if not mode & stat.S_IWOTH:
+        return
+    with _warn_lock:
+        if str(directory) in _insecure:
+            return
+        _insecure.add(str(directory))
+    warnings.warn(f"bea cache directory {directory} is writable by every user (mode {stat.S_IMODE(mode):o}): others can "
+                  f"delete or replace its entries (replaced ones fail authentication and are regenerated). Run "
+                  f"'chmod o-w {directory}' or set BEA_CACHE_DIR to a directory of your own", CacheInsecureWarning,
+                  stacklevel=5)
+
+
+_insecure: set = set()
+
+
 def _secret(directory: Path, create: bool) -> Optional[bytes]:
+    _check_directory(directory)
     path = directory / KEY_FILE
     last: Optional[_Unusable] = None
     for attempt in range(20):
@@ -284,108 +311,3 @@ def load(key: Dict[str, Any], directory: Optional[Path] = None, *, part: str = "
     except Exception as err:  # noqa: BLE001 - any failure means the content cannot be used
         _stale(path, f"invalid content: {type(err).__name__}: {str(err)[:200]}")
         return None
-
-
-# ------------------------------------------------------------------ coefficients
-
-
-def _key_to_json(key: tuple) -> list:
-    return [list(x) if isinstance(x, tuple) else x for x in key]
-
-
-def _key_from_json(raw: Any) -> tuple:
-    if not isinstance(raw, list):
-        raise CacheFormatError("a variable must be a list")
-    return tuple(tuple(x) if isinstance(x, list) else x for x in raw)
-
-
-def encode_coeffs(jets: Jets, coeffs: Dict[int, object]) -> Dict[str, Any]:
-    """JSON-able form of a derivation result: the variable table and, per power of h, a
-    polynomial (``{"poly": ...}``) or a vector of them (``{"vector": [...]}``)."""
-
-    def enc(p):
-        return [[list(m), f"{int(c.numerator)}/{int(c.denominator)}"] for m, c in p.items()]
-
-    return {
-        "variables": [_key_to_json(k) for k in jets.kind],
-        "coefficients": {
-            str(k): ({"vector": [enc(p) for p in c]} if isinstance(c, list) else {"poly": enc(c)}) for k, c in coeffs.items()
-        },
-    }
-
-
-_RATIONAL = re.compile(r"^(-?[0-9]{1,4000})/([0-9]{1,4000})$")
-
-
-def _is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def _check_variable(key: tuple, n: int) -> None:
-    tag = key[0] if key else None
-    if tag == "L" and len(key) == 2 and isinstance(key[1], tuple):
-        slots = key[1]
-        if all(_is_int(s) and 0 <= s < 2 * n for s in slots) and list(slots) == sorted(slots):
-            return
-    elif tag == "jet" and len(key) == 3 and _is_int(key[1]) and _is_int(key[2]) and 0 <= key[1] < n and 0 <= key[2] < 10_000:
-        return
-    elif tag == "param" and len(key) == 2 and _is_int(key[1]) and 0 <= key[1] < 10_000:
-        return
-    raise CacheFormatError(f"unknown variable {key!r}")
-
-
-def decode_coeffs(n: int, data: Dict[str, Any], *, vector: Optional[bool] = None, order: Optional[int] = None):
-    """Inverse of :func:`encode_coeffs`, validating everything: a :class:`Jets` with the same variable
-    table, and coefficients. ``vector``/``order``, if given, are checked too. Raises
-    :class:`CacheFormatError` for anything this engine would not have written (a zero denominator, an
-    unknown variable, an index out of range, a monomial out of order, a zero or duplicated term...)."""
-    if not isinstance(data, dict) or not isinstance(data.get("variables"), list) or not isinstance(data.get("coefficients"), dict):
-        raise CacheFormatError("expected {'variables': [...], 'coefficients': {...}}")
-    jets = Jets(n)
-    keys = [_key_from_json(r) for r in data["variables"]]
-    if keys[: len(jets.kind)] != jets.kind:
-        raise CacheFormatError("variable table of the cache entry does not match this engine")
-    for key in keys[len(jets.kind) :]:
-        _check_variable(key, n)
-        if key in jets._index:
-            raise CacheFormatError(f"duplicated variable {key!r}")
-        jets._new(key)
-    nvar = len(jets.kind)
-
-    def dec(p):
-        if not isinstance(p, list):
-            raise CacheFormatError("a polynomial must be a list of terms")
-        out = {}
-        for term in p:
-            if not (isinstance(term, list) and len(term) == 2 and isinstance(term[0], list) and isinstance(term[1], str)):
-                raise CacheFormatError("a term must be [monomial, 'num/den']")
-            m, c = term
-            if not all(_is_int(x) and 0 <= x < nvar for x in m) or m != sorted(m):
-                raise CacheFormatError(f"invalid monomial {m!r}")
-            match = _RATIONAL.match(c)
-            if match is None or int(match.group(2)) == 0:
-                raise CacheFormatError(f"invalid coefficient {c[:50]!r} (an integer over a positive integer is required)")
-            mono = tuple(m)
-            if mono in out:
-                raise CacheFormatError(f"duplicated monomial {m!r}")
-            out[mono] = Q(int(match.group(1)), int(match.group(2)))
-        return out
-
-    coeffs = {}
-    for k, c in data["coefficients"].items():
-        if not (isinstance(k, str) and k.isdigit() and len(k) < 6) or not isinstance(c, dict) or len(c) != 1:
-            raise CacheFormatError(f"invalid coefficient entry {k!r}")
-        power = int(k)
-        if order is not None and power > order:
-            raise CacheFormatError(f"coefficient of h^{power} beyond the order {order}")
-        if "vector" in c:
-            if vector is False or not isinstance(c["vector"], list) or len(c["vector"]) != n:
-                raise CacheFormatError("unexpected vector coefficient")
-            coeffs[power] = [dec(p) for p in c["vector"]]
-        elif "poly" in c:
-            if vector is True:
-                raise CacheFormatError("expected a vector coefficient")
-            coeffs[power] = dec(c["poly"])
-        else:
-            raise CacheFormatError(f"invalid coefficient entry {k!r}")
-    return jets, coeffs

@@ -28,22 +28,25 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import List, NoReturn, Optional
+from typing import List, NoReturn, Optional, Union
 
 from ._version import __version__
 from .errors import BeaError
 from .series import MAX_TERMS
+
+__all__ = ["main", "OneLineParser", "check_output_dir"]
 
 #: exit status for bad input (argparse uses 2 as well) and for anything unexpected
 EXIT_USAGE = 2
 EXIT_INTERNAL = 1
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error on one line (no usage block)."""
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a usage error on one line of stderr (no usage block), exit status 2; every
+    parser of the command line (``bea``, ``bea demo``) is one."""
 
     def error(self, message: str) -> NoReturn:
-        print(f"bea: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        print(f"bea: error: {' '.join(message.split())} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
 
 
@@ -52,9 +55,9 @@ class _OutError(BeaError, ValueError):
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="bea", description="Variational backward error analysis.")
+    p = OneLineParser(prog="bea", description="Variational backward error analysis.")
     p.add_argument("--version", action="version", version=f"bea {__version__}")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     d = sub.add_parser("derive", help="derive a modified (or inverse modified) Lagrangian or modified equation")
     d.add_argument("--scheme", default="midpoint", help="midpoint, trapezoidal or generalised_midpoint:ALPHA "
                    "(ALPHA in [0, 1] is required, e.g. generalised_midpoint:0.3; default: midpoint)")
@@ -115,8 +118,9 @@ def _sweep(args) -> int:
     return 1 if res.failed else 0
 
 
-def _demo_out(argv: List[str]) -> Optional[Path]:
-    """The ``--out`` directory of ``bea demo`` (its default when not given), or ``None`` for ``--help``."""
+def _demo_out(argv: List[str]) -> Optional[str]:
+    """The ``--out`` directory of ``bea demo`` as typed (its default when not given), or ``None`` for ``--help``.
+    A string, not a ``Path``: ``Path('')`` is ``.``, which would hide an empty ``--out``."""
     if any(a in ("-h", "--help") for a in argv):
         return None
     out = "bea-demo"  # pipelines.demo's default
@@ -125,14 +129,15 @@ def _demo_out(argv: List[str]) -> Optional[Path]:
             out = argv[i + 1]
         elif a.startswith("--out="):
             out = a.split("=", 1)[1]
-    return Path(out)
+    return out
 
 
-def check_output_dir(out: Path) -> None:
+def check_output_dir(out: Union[str, Path]) -> None:
     """Raise :class:`BeaError` unless ``out`` is, or can be created as, a writable directory. Cheap: it
     runs before minutes of work, so that a bad path fails at once rather than after the work."""
-    if str(out) == "":
-        raise _OutError("--out is empty: give a directory for the figures and results.json")
+    if not str(out).strip():  # Path('') is '.': checked on the string
+        raise _OutError("--out is empty: give a directory for the figures and results.json (e.g. --out bea-demo)")
+    out = Path(out)
     if out.exists() and not out.is_dir():
         raise _OutError(f"--out {out} is an existing file; the demo writes a directory (figures and results.json): "
                         "choose a directory path")

@@ -19,7 +19,7 @@ from collections import Counter
 from typing import Callable, Dict, List
 
 from .errors import InternalError
-from .autodiff import check_finite_result
+from .autodiff import check_finite_result, overflow_is_typed
 from .hseries import Poly
 from .jets import Jets
 
@@ -148,7 +148,7 @@ def load_source(source: str, func_name: str) -> Callable:
     namespace: Dict[str, object] = {"__name__": f"bea_generated_{func_name}"}
     code = compile(source, f"<bea generated {func_name}>", "exec")
     exec(code, namespace)  # noqa: S102 - generated in this process, or read from an HMAC-authenticated cache entry
-    raw = namespace[func_name]
+    raw = overflow_is_typed(namespace[func_name])  # h**k overflowing: a BeaValueError naming h
 
     @functools.wraps(raw)  # type: ignore[arg-type]
     def fn(L, q, v, h):

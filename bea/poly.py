@@ -18,10 +18,11 @@ Products are put in normal form by :class:`Rules`:
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 from typing import Dict, List, Optional, Tuple
 
-from .errors import BeaTypeError
+from .errors import BeaTypeError, BeaValueError
 
 try:  # gmpy2's rationals are about 10x faster than fractions.Fraction
     from gmpy2 import mpq as Q
@@ -32,6 +33,29 @@ Monomial = Tuple[int, ...]
 Poly = Dict[Monomial, object]
 
 ONE: Monomial = ()
+
+
+#: the most digits a stored numerator or denominator may have (the largest the engine writes, at order 24
+#: on the concrete path, have a few hundred); a longer one is refused before ``int()`` reads it
+MAX_DIGITS = 4000
+_CANONICAL = re.compile(r"(0|-?[1-9][0-9]{0,%d})/([1-9][0-9]{0,%d})" % (MAX_DIGITS - 1, MAX_DIGITS - 1))
+
+
+def parse_rational(text: object):
+    """The rational written as ``"p/q"`` by the engine, checked to be in exactly that canonical form: ASCII digits
+    only (``[0-9]``, not ``\\d``, which accepts other scripts' digits), no sign but an optional ``-`` on ``p``, no
+    ``_``, spaces, decimals or exponents, no leading zeros, ``q >= 1``, lowest terms (``0`` as ``"0/1"``), at most
+    :data:`MAX_DIGITS` digits each. ``ValueError`` otherwise (``"0.5"``, ``"1_0/24"``, ``"2/4"``,
+    ``"1e999999999"`` -- refused by the pattern, without building a huge integer)."""
+    m = _CANONICAL.fullmatch(text) if isinstance(text, str) else None
+    if m is None:
+        raise BeaValueError(f"invalid coefficient {str(text)[:50]!r} (canonical 'p/q': ASCII digits, q >= 1, at most "
+                         f"{MAX_DIGITS} digits each)")
+    q = int(m.group(2))
+    value = Q(int(m.group(1)), q)
+    if value.denominator != q:  # Q reduces: a different denominator means p/q was not in lowest terms
+        raise BeaValueError(f"invalid coefficient {text[:50]!r} (not in lowest terms)")
+    return value
 
 
 def to_rational(x: object):

@@ -24,6 +24,7 @@ from fractions import Fraction
 from typing import Any, Callable, Dict, Optional, Union
 
 from .errors import BeaTypeError, BeaValueError
+from .scalars import to_fraction
 
 __all__ = [
     "Scheme",
@@ -35,11 +36,6 @@ __all__ = [
     "get_scheme",
     "available_schemes",
 ]
-
-
-def _huge_exponent(text: str) -> bool:
-    m = re.search(r"[eE]\s*([+-]?\d+)", text)
-    return len(text) > 200 or (m is not None and abs(int(m.group(1)[:6])) > 400)
 
 
 class Exact(float):
@@ -56,14 +52,14 @@ class Exact(float):
             frac = value.exact
         elif isinstance(value, bool):
             raise BeaTypeError(f"exact() needs a number, got the boolean {value!r}")
-        elif isinstance(value, str) and _huge_exponent(value):
-            # Fraction('1e999999999') would build a billion-digit integer
-            raise BeaValueError(f"{value!r} is out of range for an exact constant")
-        elif isinstance(value, float):
-            frac = Fraction(repr(value))  # the decimal the user typed: 0.3 -> 3/10
-        else:
+        elif isinstance(value, (int, Fraction)):
             frac = Fraction(value)
-        obj = super().__new__(cls, float(frac))
+        else:  # the decimal the user typed: 0.3 -> 3/10; NumPy, torch and SymPy scalars alike (bea.scalars)
+            frac = to_fraction(value, "an exact constant")
+        try:
+            obj = super().__new__(cls, float(frac))
+        except OverflowError:  # 1e310 is exact as a Fraction but has no float
+            raise BeaValueError(f"{value!r} is out of range for an exact constant (beyond float64's 1.8e308)") from None
         obj.exact = frac
         return obj
 
@@ -234,13 +230,11 @@ class GeneralisedMidpoint(Scheme):
 
     name = "generalised_midpoint"
 
-    def __init__(self, alpha: Union[int, float, str, Fraction, None] = None):
+    def __init__(self, alpha: Any = None):
         if alpha is None:
             raise BeaTypeError(_ALPHA_MISSING)
-        try:
-            self.alpha = exact(alpha)
-        except (ValueError, TypeError, ZeroDivisionError, OverflowError) as err:
-            raise BeaValueError(f"alpha must be a number in [0, 1] (e.g. 0.3, '1/3' or Fraction(1, 3)), got {alpha!r}") from err
+        # exact: NumPy, torch 0-d and SymPy scalars too; NaN, inf, arrays, complex: a typed error naming alpha
+        self.alpha = exact(to_fraction(alpha, "alpha (in [0, 1], e.g. 0.3, '1/3' or Fraction(1, 3))"))
         if not 0 <= self.alpha.exact <= 1:
             raise BeaValueError(f"alpha must lie in [0, 1], got {alpha!r}")
         self.symmetric = self.alpha.exact == Fraction(1, 2)
@@ -311,14 +305,19 @@ def get_scheme(scheme: Union[str, Scheme]) -> Scheme:
         return scheme
     if not isinstance(scheme, str):
         raise BeaTypeError(f"scheme must be a bea.schemes.Scheme or its name (e.g. 'midpoint'), got {type(scheme).__name__}")
-    key = scheme.strip().lower().replace("-", "_").replace(" ", "")
+    # the name is normalised ("Generalised-Midpoint"), the parameter is not: "-" and "e" belong to "-0.1", "1e-1"
+    name, sep, rest = re.match(r"\s*([^:(]*)([:(]?)(.*)", scheme, re.S).groups()
+    key = name.strip().lower().replace("-", "_").replace(" ", "")
     alpha: Optional[str] = None
-    if key.startswith("generalised_midpoint") or key.startswith("generalized_midpoint"):
-        rest = key.split("midpoint", 1)[1]
+    if key in ("generalised_midpoint", "generalized_midpoint"):
         key = "generalised_midpoint"
-        if rest:
-            rest = rest.strip("():").replace("alpha=", "")
-            alpha = rest or None
+        rest = rest.strip()
+        if sep == "(":
+            rest = rest[:-1] if rest.endswith(")") else rest
+            rest = re.sub(r"^alpha\s*=", "", rest.strip())
+        alpha = rest.strip() or None
+    elif sep:
+        key = scheme.strip()  # a parameter after a scheme that takes none: unknown
     if key not in _REGISTRY:
         shown = scheme if len(scheme) <= 60 else scheme[:57] + "..."
         raise BeaValueError(f"unknown scheme {shown!r}; choose one of {', '.join(available_schemes())} or pass a Scheme object")

@@ -110,6 +110,10 @@ def _csv_rows(f: Path) -> List[List[str]]:
         raise SnapshotError(f"{f}: not a readable CSV file ({err})") from None
 
 
+#: a number in a CSV: a decimal with ASCII digits and an optional exponent, or nan/inf (refused below as not finite)
+_NUMBER = re.compile(r"[+-]?(([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?|(?i:nan|inf|infinity))")
+
+
 def _read_csv(f: Path) -> List[_Traj]:
     lines = _csv_rows(f)
     numbered = [(i + 1, row) for i, row in enumerate(lines) if any(c.strip() for c in row)]
@@ -125,10 +129,10 @@ def _read_csv(f: Path) -> List[_Traj]:
         vals = []
         for col, label in [(tcol, header[tcol].strip())] + [(i, c) for _, i, c in qcols]:
             s = row[col].strip()
-            try:
-                x = float(s)
-            except ValueError:
-                raise SnapshotError(f"{f}, line {lineno}, column '{label}': cannot read {s!r} as a number") from None
+            if not _NUMBER.fullmatch(s):  # float() alone would take "1_000" and non-ASCII digits ("１.5")
+                raise SnapshotError(f"{f}, line {lineno}, column '{label}': cannot read {s[:40]!r} as a number (plain "
+                                    "decimal with ASCII digits, e.g. 0.25, -1.5e-3)")
+            x = float(s)
             if not math.isfinite(x):
                 raise SnapshotError(f"{f}, line {lineno}, column '{label}': the value is {s} (not finite)")
             vals.append(x)

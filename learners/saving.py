@@ -15,12 +15,27 @@ A file holds one dict, written by :func:`torch.save` and read with ``torch.load(
     (Cholesky factor, weights, the conditioning functionals) -- loaded as it was, not refitted, so a
     loaded model predicts the same numbers.
 
+``sha256``
+    a SHA-256 over the canonical form of all the above (:func:`digest`: type tags, lengths, sorted keys,
+    floats as ``float.hex``, tensors as dtype, shape and raw bytes -- independent of how pickle lays the
+    file out). It is checked at load: an edited or corrupted file (a doubled ``unit``, a flipped bit in a
+    weight) is refused with :class:`ModelFileError`. This detects accidents, not forgery: anyone can
+    recompute it, and nothing in a file is executed either way.
+
+Before anything is built, the sizes a file declares are bounded (:func:`check_sizes`): every size
+(``n``, ``dim``, ``width``, ``hidden``, ``layers``, ...) at most :data:`MAX_SIZE`, every list at most
+:data:`MAX_SIZE` long, and each network's ``width² x (layers + 1)`` at most :data:`MAX_PARAMETERS`; so a
+crafted ``"hidden": 10**9`` is a :class:`ModelFileError`, not a 16 GB allocation. A file whose keys or
+tensors do not fit the class (a missing ``chol``, a wrong shape) is a :class:`ModelFileError` too, and
+loading never touches the global random generator (constructors' initial draws happen in a forked state).
+
 Files are written atomically (:func:`bea.files.atomic_save`).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import inspect
 import io
 import pickle
@@ -33,10 +48,19 @@ from bea.files import atomic_save
 from bea.errors import BeaFileNotFoundError, BeaValueError
 from bea.reading import NotRegularFileError, open_regular
 
-__all__ = ["ModelFileError", "FORMAT", "VERSION", "recorded", "register", "write", "read", "encode", "decode"]
+__all__ = ["ModelFileError", "FORMAT", "VERSION", "MAX_SIZE", "MAX_PARAMETERS", "recorded", "register", "write", "read",
+           "load", "encode", "decode", "digest", "check_sizes"]
 
 FORMAT = "bea.learners.model"
-VERSION = 1
+#: 2: the file carries a checksum (version 1 files are refused: save the model again)
+VERSION = 2
+
+#: the largest size a model file may declare (a width, a dimension, a number of layers, a list's length)
+MAX_SIZE = 4096
+#: the most parameters one declared network may have: width² x (layers + 1) (2**26: 512 MiB in float64)
+MAX_PARAMETERS = 2 ** 26
+#: the keys of a configuration or state that declare a size
+SIZE_KEYS = frozenset({"n", "dim", "in_dim", "out_dim", "width", "hidden", "layers", "n_outputs"})
 
 #: the classes a file may name (nested components); nothing else is ever constructed from a file
 REGISTRY: Dict[str, type] = {}
@@ -45,7 +69,8 @@ PathLike = Union[str, Path]
 
 
 class ModelFileError(BeaValueError):
-    """A model file that cannot be loaded as asked: not a model file, another format version, another class."""
+    """A model file that cannot be loaded as asked: not a model file, another format version, another class, a
+    checksum that does not match, sizes beyond the limits, contents that do not fit the class."""
 
 
 def register(cls: type) -> type:
@@ -99,19 +124,83 @@ def decode(value: Any) -> Any:
     return value
 
 
+def _digest_into(h, value: Any) -> None:
+    if isinstance(value, torch.Tensor):
+        t = value.detach().cpu().contiguous()
+        h.update(f"T{t.dtype}{tuple(t.shape)}:".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    elif value is None or isinstance(value, bool):
+        h.update(f"C{value};".encode())
+    elif isinstance(value, int):
+        h.update(f"I{value};".encode())
+    elif isinstance(value, float):
+        h.update(f"F{value.hex()};".encode())
+    elif isinstance(value, str):
+        b = value.encode("utf-8", "surrogatepass")
+        h.update(f"S{len(b)}:".encode() + b)
+    elif isinstance(value, (list, tuple)):
+        h.update(f"L{len(value)}:".encode())
+        for v in value:
+            _digest_into(h, v)
+    elif isinstance(value, dict):
+        keys = sorted(value, key=lambda k: (type(k).__name__, str(k)))  # 1 and "1" are different keys
+        h.update(f"D{len(keys)}:".encode())
+        for k in keys:
+            _digest_into(h, k)
+            _digest_into(h, value[k])
+    else:
+        raise ModelFileError(f"a model file cannot hold a {type(value).__name__}")
+
+
+def digest(payload: Dict[str, Any]) -> str:
+    """SHA-256 (hex) of the canonical form of ``payload`` without its ``sha256`` entry (see the module docstring)."""
+    h = hashlib.sha256()
+    _digest_into(h, {k: v for k, v in payload.items() if k != "sha256"})
+    return h.hexdigest()
+
+
+def check_sizes(value: Any, where: str = "the file") -> None:
+    """:class:`ModelFileError` unless every size ``value`` declares is within :data:`MAX_SIZE` and each network
+    within :data:`MAX_PARAMETERS` (see the module docstring); tensors are not looked at (they are already read)."""
+    if isinstance(value, (list, tuple)):
+        if len(value) > MAX_SIZE:
+            raise ModelFileError(f"{where} declares a list of {len(value)} entries; at most {MAX_SIZE} are allowed")
+        for i, v in enumerate(value):
+            check_sizes(v, f"{where}[{i}]")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            declared = k in SIZE_KEYS and isinstance(v, int) and not isinstance(v, bool)
+            if declared and not 0 <= v <= MAX_SIZE:
+                raise ModelFileError(f"{where} declares {k} = {v}; model files allow 0 <= {k} <= {MAX_SIZE} "
+                                     f"(learners.saving.MAX_SIZE): the file is corrupt or not from a saved model")
+            if not isinstance(v, torch.Tensor):
+                check_sizes(v, f"{where}[{k!r}]")
+        width = value.get("width", value.get("hidden"))
+        layers = value.get("layers", 2)
+        if isinstance(width, int) and isinstance(layers, int) and width * width * (layers + 1) > MAX_PARAMETERS:
+            raise ModelFileError(f"{where} declares a network of width {width} with {layers} layers, about "
+                                 f"{width * width * (layers + 1):.2e} parameters; at most {MAX_PARAMETERS:.2e} "
+                                 f"(learners.saving.MAX_PARAMETERS)")
+
+
 def write(model: Any, path: PathLike, config: Dict[str, Any], state: Dict[str, Any]) -> Path:
-    """Write a model file for ``model`` atomically; returns the path."""
+    """Write a model file for ``model`` atomically, with its checksum; returns the path."""
     payload = {"format": FORMAT, "version": VERSION, "class": type(model).__name__,
                "config": encode(config, f"the configuration of {type(model).__name__}"), "state": state}
+    payload["sha256"] = digest(payload)
     buf = io.BytesIO()
     torch.save(payload, buf)
     data = buf.getvalue()
     return atomic_save(path, lambda f: f.write(data))
 
 
-def read(path: PathLike, cls: Type, map_location: Union[str, torch.device, None] = None) -> Tuple[Dict, Dict]:
-    """``(config, state)`` of a model file written for ``cls``; :class:`ModelFileError` otherwise."""
-    path = Path(path)
+def _is(value: Any, expected: Any) -> bool:
+    """``value == expected`` for a value read from a file, which may be of any type (a tensor's ``==`` is a tensor)."""
+    return type(value) is type(expected) and value == expected
+
+
+def _payload(path: Path, cls: Type, map_location) -> Dict[str, Any]:
+    """The file's dict, its format, version, class, checksum and sizes checked."""
     if not path.exists():
         raise BeaFileNotFoundError(f"{path}: no such model file")
     try:  # a regular file only: a FIFO or a device would block the read
@@ -121,18 +210,62 @@ def read(path: PathLike, cls: Type, map_location: Union[str, torch.device, None]
     try:
         with fh:
             payload = torch.load(fh, map_location=map_location or "cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, AttributeError) as err:
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, AttributeError, TypeError, KeyError,
+            IndexError, RecursionError, MemoryError, OverflowError) as err:
         raise ModelFileError(f"{path}: not a model file of bea's learners (torch.load with weights_only=True failed: "
                              f"{str(err).splitlines()[0] if str(err) else type(err).__name__})") from None
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+    if not isinstance(payload, dict) or not _is(payload.get("format"), FORMAT):
         raise ModelFileError(f"{path}: not a model file of bea's learners (no format {FORMAT!r})")
-    if payload.get("version") != VERSION:
+    if not _is(payload.get("version"), VERSION):
         raise ModelFileError(f"{path}: model file format version {payload.get('version')!r}; this version of the "
                              f"learners reads version {VERSION} -- save the model again with the version that loads it")
-    if payload.get("class") != cls.__name__:
+    if not _is(payload.get("class"), cls.__name__):
         raise ModelFileError(f"{path}: the file holds a {payload.get('class')}, not a {cls.__name__}; load it with "
                              f"{payload.get('class')}.load")
-    return decode(payload["config"]), payload["state"]
+    missing = [k for k in ("config", "state", "sha256") if k not in payload]
+    if missing:
+        raise ModelFileError(f"{path}: the model file lacks {', '.join(missing)}; it is truncated or was not written by "
+                             f"{cls.__name__}.save -- save the model again")
+    try:
+        sound = _is(payload["sha256"], digest(payload))
+    except RecursionError:
+        sound = False
+    if not sound:
+        raise ModelFileError(f"{path}: checksum mismatch -- the model file was modified or corrupted after it was "
+                             f"saved; save the model again")
+    check_sizes(payload["config"], f"{path}: the configuration")
+    check_sizes(payload["state"], f"{path}: the state")
+    return payload
+
+
+def read(path: PathLike, cls: Type, map_location: Union[str, torch.device, None] = None) -> Tuple[Dict, Dict]:
+    """``(config, state)`` of a model file written for ``cls``; :class:`ModelFileError` otherwise. Components
+    named in the configuration are constructed (in a forked random state)."""
+    path = Path(path)
+    payload = _payload(path, cls, map_location)
+    return _converted(path, cls, lambda: (decode(payload["config"]), payload["state"]))
+
+
+def _converted(path: Path, cls: Type, build: Callable[[], Any]) -> Any:
+    """``build()`` in a forked random state (constructors draw initial weights that the file then replaces), an
+    internal error of a file that does not fit ``cls`` (found by its type) turned into :class:`ModelFileError`."""
+    with torch.random.fork_rng(devices=[]):
+        try:
+            return build()
+        except ModelFileError:
+            raise
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError, ArithmeticError) as err:
+            raise ModelFileError(f"{path}: the model file does not fit {cls.__name__} ({type(err).__name__}: "
+                                 f"{' '.join(str(err).split())[:200]}); it was not written by {cls.__name__}.save "
+                                 f"of this version, or was edited") from None
+
+
+def load(path: PathLike, cls: Type, map_location, restore: Callable[[Dict, Dict], Any]) -> Any:
+    """The model ``restore(config, state)`` builds from the file ``path`` written for ``cls``; every problem with
+    the file is a :class:`ModelFileError` and the global random generator is left as it was."""
+    path = Path(path)
+    payload = _payload(path, cls, map_location)
+    return _converted(path, cls, lambda: restore(decode(payload["config"]), payload["state"]))
 
 
 class SavableModule:
@@ -145,8 +278,9 @@ class SavableModule:
     @classmethod
     def load(cls, path: PathLike, map_location: Union[str, torch.device, None] = None):
         """The model saved in ``path`` by :meth:`save` (:class:`ModelFileError` for another class or version)."""
-        config, state = read(path, cls, map_location)
-        model = cls(**config)
-        model.load_state_dict(state["state_dict"])
-        model.eval()
-        return model
+        def restore(config, state):
+            model = cls(**config)
+            model.load_state_dict(state["state_dict"])
+            return model.eval()
+
+        return load(path, cls, map_location, restore)

@@ -21,13 +21,14 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import List, Optional
 
+from bea.cli import OneLineParser
 from bea.files import atomic_write_text
 
 __all__ = ["main", "parser"]
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="bea demo", description="Lagrangian Shadow Integration of the pendulum, end to end "
+    p = OneLineParser(prog="bea demo", description="Lagrangian Shadow Integration of the pendulum, end to end "
                                 "(data, fit, prediction, identification, baselines), with the paper's numbers alongside.")
     p.add_argument("--out", default="bea-demo", help="directory for the figures and results.json (default: ./bea-demo)")
     p.add_argument("--small", action="store_true", help="a reduced size (100 trajectories, 1,000 steps) for a quick check: "
@@ -39,7 +40,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    if not args.out.strip():  # Path('') would be the current folder
+        p.error("--out is empty: give a directory for the figures and results.json (e.g. --out bea-demo)")
     import matplotlib
 
     matplotlib.use("Agg")

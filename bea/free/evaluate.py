@@ -26,13 +26,12 @@ parameters of ``L``; under ``torch.no_grad()`` the result is computed and return
 
 from __future__ import annotations
 
-from numbers import Real
 from typing import Dict, List, Tuple
 
 import torch
 
-from ..autodiff import _evaluate, check_finite_result, check_regular, check_state
-from ..errors import BeaTypeError, BeaValueError, InternalError, NotRegularError
+from ..autodiff import _evaluate, check_call, check_finite_result, check_regular, overflow_is_typed
+from ..errors import InternalError, NotRegularError
 from ..hseries import Poly
 from .trees import A, UPPER, V, Tree
 
@@ -210,25 +209,6 @@ def _has_upper(t: tuple) -> bool:
     return False
 
 
-def _check_step(h, batch_shape: torch.Size, like: torch.Tensor):
-    if isinstance(h, torch.Tensor):
-        if not h.is_floating_point():
-            raise BeaTypeError(f"h must be a floating-point number or tensor, got a tensor of dtype {h.dtype}")
-        try:
-            shape = torch.broadcast_shapes(h.shape, batch_shape)
-        except RuntimeError:
-            shape = None
-        if shape != batch_shape:
-            raise BeaValueError(
-                f"h has shape {tuple(h.shape)}, which does not broadcast to the batch shape {tuple(batch_shape)} of q "
-                "(h is a number, a 0-d tensor, or one step per state)"
-            )
-        return h.to(like.dtype).expand(batch_shape).reshape(-1)
-    if isinstance(h, bool) or not isinstance(h, Real):
-        raise BeaTypeError(f"h must be a real number or a tensor, got {type(h).__name__} {h!r}")
-    return float(h)
-
-
 class TreeFunction:
     r"""``f(L, q, v, h)``: a dimension-free series applied to a torch Lagrangian.
 
@@ -251,14 +231,17 @@ class TreeFunction:
                     used.update(m)
         self.used = sorted(used)
         self.__doc__ = (description + "\n\n" + (TreeFunction.__doc__ or "")).strip()
+        self._typed = overflow_is_typed(self._apply)  # h**k overflowing: a BeaValueError naming h
 
     def __call__(self, L, q: torch.Tensor, v: torch.Tensor, h) -> torch.Tensor:
-        if not callable(L):
-            raise BeaTypeError(f"L must be a callable L(q, v) -> tensor, got {type(L).__name__}")
-        check_state(q, v)
+        return self._typed(L, q, v, h)
+
+    def _apply(self, L, q: torch.Tensor, v: torch.Tensor, h) -> torch.Tensor:
+        hh = check_call(L, q, v, h, None)  # the checks of the generated functions (bea.autodiff)
         batch = q.shape[:-1]
         n = q.shape[-1]
-        hh = _check_step(h, batch, q)
+        if isinstance(hh, torch.Tensor):  # one step per flattened state
+            hh = hh.to(q.dtype).expand(batch).reshape(-1)
         if torch.is_grad_enabled():
             out = self._evaluate(L, q.reshape(-1, n), v.reshape(-1, n), hh)
         else:

@@ -8,11 +8,10 @@ derives afresh).
 
 from __future__ import annotations
 
-from fractions import Fraction
 from typing import Any, Dict, List
 
 from ..errors import CacheFormatError
-from ..hseries import Q
+from ..poly import parse_rational
 from .derive import FreeRaw
 from .trees import A, UPPER, V, Forest, canonical, decode
 
@@ -81,10 +80,7 @@ def decode_raw(data: Dict[str, Any]) -> FreeRaw:
     for k, terms in data["coefficients"].items():
         poly = {}
         for m, c in terms:
-            if not isinstance(c, str):
-                raise CacheFormatError("malformed coefficient")
-            frac = Fraction(c)
-            poly[tuple(sorted(ids[i] for i in m))] = Q(frac.numerator, frac.denominator)
+            poly[tuple(sorted(ids[i] for i in m))] = parse_rational(c)  # canonical "p/q" only, bounded digits
         coeffs[int(k)] = poly
     order = data["order"]
     if type(order) is not int or sorted(coeffs) != list(range(order + 1)):

@@ -8,17 +8,21 @@ Optimisation: Adam, a cosine (default) or reduce-on-plateau schedule, shuffled m
 validation split, early stopping with ``patience`` and restoration of the best state, a ``tqdm`` bar.
 Randomness (split, shuffling) comes from a :class:`torch.Generator` seeded with ``seed``; torch's global
 random state is not touched (model initialisation is seeded separately, see
-:class:`~learners.modlanet.ModLaNet`). The model is left in ``eval()`` mode.
+:class:`~learners.modlanet.ModLaNet`). The model is left in ``eval()`` mode. Nor is the environment: torch
+imports ``torch._dynamo`` the first time an optimiser is built, and that import writes
+``TORCHINDUCTOR_CACHE_DIR`` into ``os.environ``; :func:`_environment_kept` undoes it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
+import os
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Union
+from typing import Callable, Dict, Iterator, List, Optional, Union
 
 import torch
 from tqdm.auto import tqdm
@@ -159,16 +163,34 @@ def train(model: torch.nn.Module, data, loss: str = "acceleration", h: Optional[
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise BeaValueError("the model has no trainable parameters")
-    opt, sched = _optimiser(params, lr, weight_decay, schedule, epochs, patience)
+    with _environment_kept():
+        opt, sched = _optimiser(params, lr, weight_decay, schedule, epochs, patience)
 
     def evaluate(idx) -> float:
         return _evaluate(model, batch_loss, idx, max(batch_size, 1024))
 
     res = TrainResult(loss=loss, n_train=int(tr_idx.numel()), n_val=int(val_idx.numel()))
-    _restoring_on_failure(model, res, lambda: _fit(model, res, batch_loss, evaluate, tr_idx, val_idx, opt, sched, schedule,
-                                                   params, epochs, batch_size, patience, grad_clip, min_rel_improvement,
-                                                   gen, progress, lr, loss))
+    with _environment_kept():
+        _restoring_on_failure(model, res, lambda: _fit(model, res, batch_loss, evaluate, tr_idx, val_idx, opt, sched, schedule,
+                                                       params, epochs, batch_size, patience, grad_clip,
+                                                       min_rel_improvement, gen, progress, lr, loss))
     return res
+
+
+@contextlib.contextmanager
+def _environment_kept() -> Iterator[None]:
+    """Undo what torch writes into ``os.environ`` inside the block (see the module docstring): variables it
+    adds are removed, values it changes are put back (the block runs in the caller's thread, so what it changes
+    is torch's doing)."""
+    before = dict(os.environ)
+    try:
+        yield
+    finally:
+        for k in [k for k in os.environ if k not in before]:
+            del os.environ[k]
+        for k, v in before.items():
+            if os.environ.get(k) != v:
+                os.environ[k] = v
 
 
 def _restoring_on_failure(model, res: TrainResult, fit: Callable[[], None]) -> None:

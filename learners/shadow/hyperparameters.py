@@ -160,10 +160,12 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         another class or format version."""
         from . import persist
 
-        config, state = saving.read(path, cls, map_location)
-        model = cls(**config)
-        persist.restore(model, state)
-        return model
+        def restore(config, state):
+            model = cls(**config)
+            persist.restore(model, state)
+            return model
+
+        return saving.load(path, cls, map_location, restore)
 
     def _fitted_extra(self) -> dict:
         return {}

@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Union
 
 from bea.errors import BeaOSError
+from bea.files import atomic_write_bytes
+
 from . import report as _report
 from .execute import execute
-from .records import atomic_write, scan
+from .records import scan
 from .spec import Spec, check_name, load
 
 __all__ = ["run", "SweepResults", "OutputExists"]
@@ -105,11 +107,11 @@ def run(spec_or_path: Union[Spec, str, os.PathLike, Mapping[str, Any]], out: Uni
     finished = {tid: r for tid, r in good.items() if r["status"] == "ok"}
     todo = [t for t in spec.tasks if t.task_id not in finished]
     spec_name = "spec.toml" if spec.source != "<dict>" else "spec.json"
-    atomic_write(out / spec_name, spec.text.encode())
+    atomic_write_bytes(out / spec_name, spec.text.encode())
     manifest = {"name": spec.name, "kind": spec.kind, "description": spec.description, "source": spec.source,
                 "tasks": [t.task_id for t in spec.tasks], "executor": "serial" if serial else "ray",
                 "address": address, "started": _now(), "finished": None, "resume": resume}
-    atomic_write(out / "sweep.json", json.dumps(manifest, indent=1).encode())
+    atomic_write_bytes(out / "sweep.json", json.dumps(manifest, indent=1).encode())
 
     new = execute(spec, todo, rec_dir, serial=serial, address=address, progress=progress)
     by_id = {**finished, **{r["task_id"]: r for r in new}}
@@ -123,6 +125,6 @@ def run(spec_or_path: Union[Spec, str, os.PathLike, Mapping[str, Any]], out: Uni
     manifest.update(finished=_now(), counts={"tasks": len(records), "ok": sum(r["status"] == "ok" for r in records),
                                              "failed": sum(r["status"] != "ok" for r in records), "ran": len(new),
                                              "reused": len(finished), "corrupt": len(corrupt)})
-    atomic_write(out / "sweep.json", json.dumps(manifest, indent=1).encode())
+    atomic_write_bytes(out / "sweep.json", json.dumps(manifest, indent=1).encode())
     return SweepResults(spec, out, records, ran=len(new), reused=len(finished), corrupt=corrupt, files=rep["files"],
                         slopes=rep["slopes"], summary=rep["summary"], notes=rep["notes"])

@@ -80,6 +80,9 @@ def _convergence_check(p: Dict[str, Any]) -> None:
     for key in ("h", "T"):
         if not (p[key] > 0 and math.isfinite(p[key])):
             raise ParamError(key, f"{key} must be a positive finite number, got {p[key]}")
+    if not math.isfinite(p["T"] / p["h"]):
+        raise ParamError("h", f"T / h = {p['T']} / {p['h']} overflows: T must be a multiple (>= 2) of h, a step count "
+                              "that can be run")
     steps = round(p["T"] / p["h"])
     if steps < 2 or abs(steps * p["h"] - p["T"]) > 1e-9 * p["T"]:
         raise ParamError("h", f"T = {p['T']} must be a multiple (>= 2) of h = {p['h']}")

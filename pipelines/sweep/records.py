@@ -21,8 +21,9 @@ again. (The checksum detects truncation and corruption, not deliberate forgery: 
 never executed.) Non-finite floats are stored as ``{"$float": "nan" | "inf" | "-inf"}`` so that the
 files stay standard JSON.
 
-Writes are atomic: a temporary file in the same folder, ``fsync``, then ``os.replace`` -- a reader
-sees the old file or the new one, never half of one.
+Writes are atomic (:func:`bea.files.atomic_write_bytes`: a temporary file in the same folder, ``fsync``,
+then ``os.replace``) -- a reader sees the old file or the new one, never half of one -- and follow the
+user's umask.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from bea.errors import BeaValueError
 from bea.reading import read_regular
 
 __all__ = ["FORMAT", "canonical", "task_id", "derived_seed", "seal", "write_record", "read_record", "scan",
-           "atomic_write", "encode", "decode", "CorruptRecord"]
+           "encode", "decode", "CorruptRecord"]
 
 FORMAT = "bea-sweep-record/1"
 STATUSES = ("ok", "failed")
@@ -106,19 +107,12 @@ def seal(record: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (:func:`bea.files.atomic_write`: temporary file, fsync,
-    ``os.replace``)."""
-    with files.atomic_write(path, "wb") as fh:
-        fh.write(data)
-
-
 def write_record(folder: Path, record: Dict[str, Any]) -> Path:
     """Seal ``record`` and write it to ``folder/<task_id>.json`` atomically; returns the path."""
     sealed = seal(record)
     path = Path(folder) / f"{sealed['task_id']}.json"
     text = json.dumps(encode(sealed), sort_keys=True, indent=1, ensure_ascii=True, allow_nan=False) + "\n"
-    atomic_write(path, text.encode())
+    files.atomic_write_bytes(path, text.encode())
     return path
 
 

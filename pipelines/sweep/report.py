@@ -26,7 +26,9 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .records import atomic_write, canonical
+from bea.files import atomic_write_bytes
+
+from .records import canonical
 from .spec import Spec
 
 __all__ = ["table", "slopes", "seed_summary", "write"]
@@ -89,7 +91,7 @@ def _csv(path: Path, cols: Sequence[str], rows: Sequence[Dict[str, Any]]) -> Pat
     w.writerow(cols)
     for row in rows:
         w.writerow([_cell(row.get(c)) for c in cols])
-    atomic_write(path, buf.getvalue().encode())
+    atomic_write_bytes(path, buf.getvalue().encode())
     return path
 
 
@@ -256,7 +258,7 @@ def _safe(name: str) -> str:
 def _save(fig, path: Path) -> Path:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
-    atomic_write(path, buf.getvalue())
+    atomic_write_bytes(path, buf.getvalue())
     return path
 
 

@@ -210,7 +210,17 @@ def _table(data: Mapping, key: str, source: str) -> Dict[str, Any]:
 
 # ------------------------------------------------------------------------------------------- parse
 def load(spec: Union["Spec", str, os.PathLike, Mapping[str, Any]]) -> Spec:
-    """A validated :class:`Spec` from a TOML file path, a dict of the same shape, or a :class:`Spec`."""
+    """A validated :class:`Spec` from a TOML file path, a dict of the same shape, or a :class:`Spec`. Every
+    problem with its content is a :class:`SpecError` (values nested too deeply for Python's parser included)."""
+    try:
+        return _load(spec)
+    except RecursionError:  # tomllib, json and the checks recurse once per level of nesting
+        source = str(spec) if isinstance(spec, (str, os.PathLike)) else "<dict>"
+        raise SpecError(source, "file", "values are nested too deeply (lists or tables inside each other hundreds of "
+                                        "levels deep); a sweep parameter is a number, a string or a short list") from None
+
+
+def _load(spec: Union["Spec", str, os.PathLike, Mapping[str, Any]]) -> Spec:
     if isinstance(spec, Spec):
         return spec
     if isinstance(spec, Mapping):
@@ -313,6 +323,9 @@ def parse(data: Mapping[str, Any], source: str = "<dict>", text: str = "", defau
             kind.check(params)
         except ParamError as err:
             raise SpecError(source, origins.get(err.key, err.key), f"{err} ({origin}: {_short(params)})") from None
+        except ArithmeticError as err:  # a kind's check computing with extreme values (T = 1e308, h = 1e-10)
+            raise SpecError(source, origin, f"the values are out of range ({type(err).__name__}: {err}; "
+                                            f"{_short(params)}); use moderate magnitudes") from None
         tid = records.task_id(kind_name, params)
         if tid in seen:
             raise SpecError(source, origin, f"the same task as {seen[tid]} ({_short(params)}); remove the duplicate")
