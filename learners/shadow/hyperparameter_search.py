@@ -20,7 +20,8 @@ from .functionals import Functionals
 from .gp import FunctionalGP
 
 __all__ = ["MIN_NOISE", "set_hyperparameters", "training_subsets", "spread", "objective", "grid_search",
-           "grid_best", "velocity_grid", "pattern_search", "settle"]
+           "grid_best", "velocity_grid", "pattern_search", "settle", "split_functionals", "collapsed",
+           "COLLAPSE_OUTPUTSCALE"]
 
 #: smallest nugget rho = sigma_n^2 / sigma_f^2 (keeps the posterior mean smooth at rounding level)
 MIN_NOISE = 1e-13
@@ -33,6 +34,10 @@ LONG_SCALES = (2.8, 4.0, 5.6, 8.0, 11.0, 16.0)
 #: factors tried on the velocity lengthscales alone (:func:`velocity_grid`): a Lagrangian is typically a
 #: low-degree function of the velocities, so it is smoother in them than in the positions
 VELOCITY_FACTORS = (1.0, 2.0, 4.0, 8.0, 16.0)
+#: a profiled outputscale below this (standardised units, where the mass normalisation makes the Lagrangian O(1))
+#: means the likelihood collapsed to a Lagrangian ~0 away from the normalisation point (measured 1e-17..1e-24 at
+#: n >= 3; well-posed fits: pendulum and Henon-Heiles are checked in tests/test_learners_shadow_auto.py)
+COLLAPSE_OUTPUTSCALE = 1e-8
 #: nuggets of the coarse grid
 GRID_NOISES = (1e-12,)
 
@@ -70,6 +75,11 @@ def _split(groups: torch.Tensor, count: int) -> Tuple[torch.Tensor, torch.Tensor
     if int(val.sum()) == 0 or int((~val).sum()) == 0:
         raise ValueError("too little data to learn hyperparameters (need at least 5 functionals); fix them with lengthscale=")
     return torch.nonzero(~val).flatten(), torch.nonzero(val).flatten()
+
+
+def split_functionals(groups: torch.Tensor, count: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Indices of all training and all validation functionals (:func:`_split`)."""
+    return _split(groups, count)
 
 
 def training_subsets(groups: torch.Tensor, count: int, max_train: int, seed: int) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -218,3 +228,8 @@ def settle(gp: FunctionalGP, kind: str, theta: torch.Tensor, F_tr: Functionals) 
         _set_theta(gp, theta, outputscale=s2)
     else:
         _set_theta(gp, theta)
+
+
+def collapsed(gp: FunctionalGP) -> bool:
+    """Whether the profiled outputscale set by :func:`settle` for ``"mll"`` is below :data:`COLLAPSE_OUTPUTSCALE`."""
+    return float(gp.kernel.outputscale) < COLLAPSE_OUTPUTSCALE

@@ -60,6 +60,7 @@ The search itself is in :mod:`learners.shadow.hyperparameter_search`.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Dict, Optional, Sequence, Union
 
 import gpytorch
@@ -71,14 +72,21 @@ import bea
 from .. import saving
 from ..saving import recorded
 from .._checks import check_states, check_step
+from .calibration import Calibration
 from .functionals import Functionals
 from .gp import FunctionalGP
-from .hyperparameter_search import (MIN_NOISE, grid_best, grid_search, objective, pattern_search, set_hyperparameters, settle, spread,
-                                    training_subsets, velocity_grid)
+from .hyperparameter_search import (MIN_NOISE, collapsed, grid_best, grid_search, objective, pattern_search, set_hyperparameters,
+                                    settle, split_functionals, spread, training_subsets)
+from .position_search import REFINE_EVALUATIONS, refine, subset_grid, tied_theta
 from .kernels import FunctionalKernel, RBFKernel
 from .normalisation import Normalisation, get_normalisation
 
-__all__ = ["FunctionalLagrangianModel", "MIN_NOISE"]
+__all__ = ["FunctionalLagrangianModel", "MIN_NOISE", "IdentifiabilityWarning"]
+
+
+class IdentifiabilityWarning(UserWarning):
+    """The data do not determine the learned model well (a collapsed hyperparameter search, held-out positions
+    predicted badly, a recovered series whose higher order does not help); the message names the remedy."""
 
 
 def _exp_positive() -> Positive:
@@ -91,11 +99,11 @@ class FunctionalLagrangianModel(gpytorch.Module):
     #: hyperparameter-search evaluations when ``iterations`` is not given
     default_iterations = 16
     #: the hyperparameter objectives this model offers
-    objectives = ("mll", "heldout")
+    objectives = ("auto", "mll", "heldout")
 
     @recorded
     def __init__(self, h: float, scheme: Union[str, "bea.Scheme"] = "midpoint", *, kernel: Optional[FunctionalKernel] = None,
-                 normalisation: Union[str, Normalisation, None] = "mass", objective: str = "mll",
+                 normalisation: Union[str, Normalisation, None] = "mass", objective: str = "auto",
                  lengthscale: Union[float, Sequence[float], torch.Tensor, None] = None, epsilon: Optional[float] = None,
                  noise: Optional[float] = None, ard: bool = True, iterations: Optional[int] = None, max_train_functionals: int = 600,
                  progress: Optional[bool] = None, seed: int = 0):
@@ -113,9 +121,7 @@ class FunctionalLagrangianModel(gpytorch.Module):
             lengthscale = float(epsilon) / math.sqrt(2)
         if noise is not None and not (math.isfinite(float(noise)) and float(noise) >= MIN_NOISE):
             raise ValueError(f"noise (relative nugget) must be a finite number >= {MIN_NOISE:g}, got {noise}")
-        if iterations is None:
-            iterations = self.default_iterations
-        if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 0:
+        if iterations is not None and (isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 0):
             raise ValueError(f"iterations must be an integer >= 0, got {iterations!r}")
         if isinstance(max_train_functionals, bool) or not isinstance(max_train_functionals, int) or max_train_functionals < 10:
             raise ValueError(f"max_train_functionals must be an integer >= 10 (the size of the subset used to learn the "
@@ -123,6 +129,9 @@ class FunctionalLagrangianModel(gpytorch.Module):
         self._user_kernel = kernel
         self.normalisation = get_normalisation(normalisation)
         self.objective = objective
+        #: the objective the last fit used ("auto" resolved; None when the hyperparameters were fixed)
+        self.objective_used: Optional[str] = None
+        self._calibration: Dict[str, Calibration] = {}
         self.fixed_lengthscale = lengthscale
         self.fixed_noise = noise
         self.ard = ard
@@ -192,6 +201,7 @@ class FunctionalLagrangianModel(gpytorch.Module):
         F_norm = (normalisation or self.normalisation).functionals(D // 2, center)
         self.gp = gp = self._make_gp(D)
         self.history = {}
+        self._calibration = {}
         self._variance_scale = 1.0
         if self._user_kernel is not None:  # used as given
             rho = self.fixed_noise if self.fixed_noise is not None else 1e-12
@@ -211,37 +221,79 @@ class FunctionalLagrangianModel(gpytorch.Module):
         for p in self.gp.parameters():
             p.requires_grad_(False)
 
+    def _resolved_objective(self, n: int) -> str:
+        r"""The objective ``"auto"`` stands for: ``"positions"`` for a model that learns from positions with
+        :math:`n \ge 3` (there the other two collapse, :mod:`learners.shadow.position_objective`), else ``"mll"``
+        (identical to the results before ``"auto"`` existed; :meth:`_learn` still switches to ``"positions"`` if
+        the likelihood collapses)."""
+        if self.objective != "auto":
+            return self.objective
+        return "positions" if n >= 3 and "positions" in self.objectives else "mll"
+
     def _learn(self, F_data: Functionals, groups: torch.Tensor, P: Functionals, P_groups: torch.Tensor,
                F_norm: Functionals) -> None:
-        """Search the hyperparameters (:mod:`learners.shadow.hyperparameter_search`) on a training subset, validated
-        on held-back trajectories (their residuals and momenta), then calibrate the variances on those."""
+        """Search the hyperparameters (:mod:`learners.shadow.hyperparameter_search`, :mod:`learners.shadow.position_search`)
+        on a training subset, validated on held-back trajectories (their residuals and momenta), then calibrate the
+        variances on those."""
         gp = self.gp
+        kind = self._resolved_objective(F_data.dim // 2)
         tr, va = training_subsets(groups, F_data.count, self.max_train_functionals, self.seed)
         F_tr = Functionals.cat([F_data.subset(tr), F_norm])
         F_va = F_data.subset(va)
         P_va = P.subset(torch.nonzero(torch.isin(P_groups, torch.unique(groups[va]))).flatten())
-        positions = self._position_objective(torch.unique(groups[va])) if self.objective == "positions" else None
-        evaluate = objective(gp, self.objective, F_tr, F_va, Functionals.cat([F_va, P_va]), positions)
         scale0 = float(spread(F_data).pow(2).mean().sqrt())
         with torch.no_grad():
             for p in gp.parameters():
                 p.requires_grad_(False)
-            d = gp.kernel.base_kernel.raw_lengthscale.shape[-1]
-            if positions is not None and d == F_data.dim:
-                # 1. coarse grid over the position and velocity lengthscales, long ones too (this objective
-                # does not collapse to short ones)
-                self.history["grid"] = vgrid = velocity_grid(evaluate, d, scale0)
-                theta, best = min(vgrid, key=lambda g: g[1])
-                if not math.isfinite(best):
-                    raise RuntimeError("no hyperparameters on the grid gave a usable fit; fix them with lengthscale= and noise=")
-            else:  # 1. coarse grid over a shared lengthscale
-                self.history["grid"] = grid = grid_search(evaluate, d, scale0, long=positions is not None)
-                theta, best = grid_best(grid, d)
-            # 2. pattern search on the log-parameters (per-input lengthscales with ard=True, then the nugget)
-            theta, best, self.history["search"] = pattern_search(evaluate, theta, best, self.iterations, self.progress)
-            self.history["objective"] = best
-            settle(gp, self.objective, theta, F_tr)
+            if kind != "positions":
+                theta = self._search(kind, F_tr, F_va, P_va, None, scale0)
+                if self.objective == "auto" and collapsed(gp) and "positions" in self.objectives:
+                    warnings.warn(f"the marginal likelihood collapsed (outputscale {float(gp.kernel.outputscale):.2g}, "
+                                  "a Lagrangian ~0 away from the normalisation point): learning the hyperparameters with "
+                                  "objective='positions' instead", IdentifiabilityWarning, stacklevel=4)
+                    kind = "positions"
+            if kind == "positions":
+                positions = self._position_objective(torch.unique(groups[va]))
+                F_tr, theta = self._search_positions(F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0)
+            self.objective_used = self.history["objective_used"] = kind
+            settle(gp, kind, theta, F_tr)
             self._calibrate(F_tr, F_va)
+            self._calibrate_quantities(torch.unique(groups[va]))
+
+    def _search(self, kind: str, F_tr: Functionals, F_va: Functionals, P_va: Functionals, positions, scale0: float):
+        """Coarse grid over a shared lengthscale, then the pattern search on every log-parameter: the best theta."""
+        evaluate = objective(self.gp, kind, F_tr, F_va, Functionals.cat([F_va, P_va]), positions)
+        d = self.gp.kernel.base_kernel.raw_lengthscale.shape[-1]
+        self.history["grid"] = grid = grid_search(evaluate, d, scale0, long=positions is not None)
+        theta, best = grid_best(grid, d)
+        iterations = self.default_iterations if self.iterations is None else self.iterations
+        theta, best, self.history["search"] = pattern_search(evaluate, theta, best, iterations, self.progress)
+        self.history["objective"] = best
+        return theta
+
+    def _search_positions(self, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0: float):
+        """The ``"positions"`` search (:mod:`learners.shadow.position_search`): grid on the training subset, refinement
+        with all training functionals. Returns those functionals and the best theta."""
+        gp, n = self.gp, F_data.dim // 2
+        if gp.kernel.base_kernel.raw_lengthscale.shape[-1] != F_data.dim:  # one shared lengthscale (ard=False)
+            return F_tr, self._search("positions", F_tr, F_va, P_va, positions, scale0)
+        G_va = Functionals.cat([F_va, P_va])
+        self.history["grid"] = grid = subset_grid(objective(gp, "positions", F_tr, F_va, G_va, positions), n, scale0)
+        lq, lv, best = min(grid, key=lambda g: g[2])
+        if not math.isfinite(best):
+            raise RuntimeError("no hyperparameters on the grid gave a usable fit; fix them with lengthscale= and noise=")
+        tr_all, _ = split_functionals(groups, F_data.count)
+        F_all = Functionals.cat([F_data.subset(tr_all), F_norm])
+        evaluations = REFINE_EVALUATIONS if self.iterations is None else self.iterations
+        if evaluations > 0:
+            evaluate = objective(gp, "positions", F_all, F_va, G_va, positions)
+            lq, lv, best, self.history["search"] = refine(evaluate, n, lq, lv, evaluations)
+        self.history["objective"] = best
+        return F_all, tied_theta(lq, lv, n)
+
+    def _calibrate_quantities(self, trajectories: torch.Tensor) -> None:
+        """Calibrate the variances of recovered quantities on the held-back ``trajectories`` (models that recover
+        them; nothing here)."""
 
     def _position_objective(self, trajectories: torch.Tensor):
         """The ``"positions"`` objective on the given held-back trajectories (models that learn from positions)."""
@@ -266,6 +318,22 @@ class FunctionalLagrangianModel(gpytorch.Module):
             if math.isfinite(s) and s > 0:
                 self.history["calibration_factor"] = s
                 self._variance_scale = s
+                zs = z / math.sqrt(s)
+                self._calibration["del"] = Calibration(s, float(zs.pow(2).mean().sqrt()), float((zs <= 2).double().mean()),
+                                                       int(zs.numel()))
+
+    @property
+    def calibration(self) -> Dict[str, Calibration]:
+        r"""The calibrations of the last fit by quantity (:mod:`learners.shadow.calibration`): ``"del"`` (DEL residuals:
+        ``predict``'s std) and, for LSI, ``"energy"`` (energies and velocities); empty when the hyperparameters were
+        fixed. Each gives the variance scale, and the RMS z-score, fraction within :math:`2\sigma` and count of the
+        held-back values it was fitted on."""
+        return dict(self._calibration)
+
+    def _variance_factor(self, quantity: str) -> float:
+        """What the posterior variances (already times the ``"del"`` scale) are multiplied by for ``quantity``."""
+        cal = self._calibration.get(quantity)
+        return 1.0 if cal is None else cal.scale / self.gp.variance_scale
 
     # ------------------------------------------------------------------ hyperparameters after fitting
     @property

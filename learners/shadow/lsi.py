@@ -42,6 +42,7 @@ import torch
 from integrators import ConvergenceError, NotRegularError, VariationalIntegrator, modified
 
 from .._checks import as_tensor, check_finite, check_order, check_snapshots
+from .calibration import Calibration
 from .hyperparameters import FunctionalLagrangianModel
 from .retry import solve_with_retry
 from .functionals import AtomSet, Functionals, del_residuals, discrete_momenta, triples_from_snapshots
@@ -108,9 +109,11 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         hyperparameters learned (see :mod:`learners.shadow.hyperparameters`).
     normalisation : ``"mass"`` (default; :class:`~learners.shadow.normalisation.MassNormalisation`),
         ``"vertices"`` (the paper's) or a :class:`~learners.shadow.normalisation.Normalisation`.
-    objective : ``"mll"`` (default), ``"heldout"`` or ``"positions"`` (held-out one-step position errors; use it
-        for ``n >= 3``, where the other two collapse; see :mod:`learners.shadow.hyperparameters` for the choice);
-        ignored when ``lengthscale``/``epsilon`` is given.
+    objective : ``"auto"`` (default: ``"mll"`` for ``n <= 2`` -- switching to ``"positions"`` with an
+        :class:`~learners.shadow.hyperparameters.IdentifiabilityWarning` if the likelihood collapses -- and
+        ``"positions"`` for ``n >= 3``), ``"mll"``, ``"heldout"`` or ``"positions"`` (held-out one-step position
+        errors; the other two collapse for ``n >= 3``; see :mod:`learners.shadow.hyperparameters` for the choice);
+        ignored when ``lengthscale``/``epsilon`` is given. :attr:`objective_used` says which one ran.
     lengthscale, epsilon : fix the RBF lengthscale (``epsilon``: the paper's
         :math:`\exp(-\|x-y\|^2/\varepsilon^2)`); ``noise``: the relative nugget then (default 1e-12).
     ard : one lengthscale per input of :math:`(q, v)` (default) or one shared.
@@ -122,14 +125,17 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
     """
 
     default_iterations = SEARCH_ITERATIONS
-    objectives = ("mll", "heldout", "positions")
+    objectives = ("auto", "mll", "heldout", "positions")
 
     # the constructor, with its explicit signature, is FunctionalLagrangianModel.__init__
     def _fitted_extra(self) -> dict:
-        return {"snapshots": self.snapshots, "data_level": self.data_level()}
+        return {"snapshots": self.snapshots, "data_level": self.data_level(), "objective_used": self.objective_used,
+                "calibration": {k: c.as_dict() for k, c in self._calibration.items()}}
 
     def _restore_extra(self, extra: dict) -> None:
         self.snapshots, self._data_level = extra["snapshots"], extra["data_level"]
+        self.objective_used = extra.get("objective_used")
+        self._calibration = {k: Calibration(**c) for k, c in extra.get("calibration", {}).items()}
 
     def _init_state(self) -> None:
         self._recovered: Dict[object, TorchLagrangian] = {}
@@ -186,6 +192,26 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         from .position_objective import position_objective
 
         return position_objective(triples_from_snapshots(self._standard_snapshots[trajectories]), self.h, self.scheme)
+
+    def _calibrate_quantities(self, trajectories: torch.Tensor) -> None:
+        """The ``"energy"`` calibration (:mod:`learners.shadow.calibration`) on up to CALIBRATION_TRAJECTORIES of the
+        held-back ``trajectories``, with the GP conditioned on the training functionals; then the warnings of
+        :func:`~learners.shadow.identifiability.check_fit`."""
+        from .calibration import CALIBRATION_TRAJECTORIES, energy_calibration
+        from .identifiability import check_fit
+
+        S = self._standard_snapshots[trajectories[:CALIBRATION_TRAJECTORIES]]
+        self.gp.variance_scale = 1.0
+        try:
+            cal = energy_calibration(self, self._from_standard(S).transpose(0, 1), floor=self._variance_scale)
+        except (RuntimeError, ValueError, ArithmeticError, TypeError) as err:  # e.g. a kernel without feature expansion
+            self.history["energy_calibration_error"] = repr(err)
+            cal = None
+        finally:  # caches built on the training-only posterior
+            self._recovered, self._jet = {}, None
+        if cal is not None:
+            self._calibration["energy"] = cal
+        check_fit(self, self._standard_snapshots[trajectories])
 
     # ------------------------------------------------------------------ units
     def _to_standard(self, q: torch.Tensor) -> torch.Tensor:

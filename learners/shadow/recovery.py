@@ -87,7 +87,7 @@ class RecoveryMixin:
             if ref is not None:
                 mean = mean - H_mean(ref[0][None], ref[1][None]).detach()
                 R = Reference(self._standard_state(ref[0], ref[1]).expand_as(x))
-            var = self._unit ** 4 * posterior_variance(self.gp, G, R)[:, 0, 0].clamp_min(0)
+            var = self._unit ** 4 * self._variance_factor("energy") * posterior_variance(self.gp, G, R)[:, 0, 0].clamp_min(0)
             if truncation:
                 H_next = bea.energy(self.recovered_lagrangian(next_order(N, self.scheme)))
                 nxt = H_next(qf, vf).detach()
@@ -158,7 +158,7 @@ class RecoveryMixin:
             r_rows = reference * Bt + torch.arange(Bt).repeat(times.numel())
             P_ref = repeat_functionals(P, (r_rows[:, None] * n + torch.arange(n)).reshape(-1))
             ref = Reference(x[r_rows], weighted(P_ref, v3.reshape(-1, n)[r_rows], n))
-        cov = posterior_variance(self.gp, G, ref)
+        cov = self._variance_factor("energy") * posterior_variance(self.gp, G, ref)
         if what == "momentum":
             Minv = torch.linalg.inv(self._mass_std(order, q3.reshape(-1, n)[rows], v3.reshape(-1, n)[rows]))
             cov = Minv @ cov @ Minv.transpose(1, 2)
