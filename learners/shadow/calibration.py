@@ -34,7 +34,7 @@ import torch
 
 import bea
 
-__all__ = ["Calibration", "TARGET_Z", "TARGET_COVERAGE", "CALIBRATION_TRAJECTORIES", "scale_for", "energy_calibration"]
+__all__ = ["ensure_energy_calibration", "Calibration", "TARGET_Z", "TARGET_COVERAGE", "CALIBRATION_TRAJECTORIES", "scale_for", "energy_calibration"]
 
 #: |z| quantile matched by the energy calibration: a Gaussian has 90% of |z| below 1.645
 TARGET_Z, TARGET_COVERAGE = 1.6449, 0.90
@@ -104,3 +104,38 @@ def energy_calibration(model, qs: torch.Tensor, order: int = 2, floor: float = 0
     z = _z(err, var, trunc, s)
     ratio = float(torch.median(trunc.abs() / (s * var).sqrt().clamp_min(1e-300)))
     return Calibration(s, float(z.pow(2).mean().sqrt()), float((z <= 2).double().mean()), int(z.numel()), ratio)
+
+
+def ensure_energy_calibration(model) -> None:
+    r"""Run the ``"energy"`` calibration of ``model``'s last fit if it is still pending (on the first std of an
+    energy or velocity, or ``model.calibration``): the GP conditioned on the training functionals of the search only
+    (one more solve), on up to :data:`CALIBRATION_TRAJECTORIES` of the held-back trajectories, the scale at least
+    the ``"del"`` one; then the warning of :func:`~learners.shadow.identifiability.check_orders`. The model's own
+    posterior is restored afterwards. On failure (e.g. a kernel without a feature expansion) the reason goes to
+    ``model.history["energy_calibration_error"]`` and the ``"del"`` scale stays in use."""
+    from .identifiability import check_orders
+
+    pending = getattr(model, "_pending_calibration", None)
+    if pending is None:
+        return
+    model._pending_calibration = None
+    F_tr, S = pending
+    final, caches = model.gp, (model._recovered, model._jet)
+    gp = model._make_gp(2 * model.n)
+    gp.load_state_dict(final.state_dict())
+    for p in gp.parameters():
+        p.requires_grad_(False)
+    try:
+        with torch.no_grad():
+            gp.condition(F_tr)
+        model.gp, model._recovered, model._jet = gp, {}, None
+        qs = model._from_standard(S[:CALIBRATION_TRAJECTORIES]).transpose(0, 1)
+        cal = energy_calibration(model, qs, floor=final.variance_scale)
+    except (RuntimeError, ValueError, ArithmeticError, TypeError) as err:
+        model.history["energy_calibration_error"] = repr(err)
+        cal = None
+    finally:
+        model.gp, (model._recovered, model._jet) = final, caches
+    if cal is not None:
+        model._calibration["energy"] = cal
+        check_orders(model)

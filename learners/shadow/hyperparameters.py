@@ -76,8 +76,8 @@ from .calibration import Calibration
 from .functionals import Functionals
 from .gp import FunctionalGP
 from .hyperparameter_search import (MIN_NOISE, collapsed, grid_best, grid_search, objective, pattern_search, set_hyperparameters,
-                                    settle, split_functionals, spread, training_subsets)
-from .position_search import REFINE_EVALUATIONS, refine, subset_grid, tied_theta
+                                    settle, spread, training_subsets)
+from .position_search import search_positions
 from .kernels import FunctionalKernel, RBFKernel
 from .normalisation import Normalisation, get_normalisation
 
@@ -202,6 +202,7 @@ class FunctionalLagrangianModel(gpytorch.Module):
         self.gp = gp = self._make_gp(D)
         self.history = {}
         self._calibration = {}
+        self._pending_calibration = None
         self._variance_scale = 1.0
         if self._user_kernel is not None:  # used as given
             rho = self.fixed_noise if self.fixed_noise is not None else 1e-12
@@ -258,7 +259,7 @@ class FunctionalLagrangianModel(gpytorch.Module):
             self.objective_used = self.history["objective_used"] = kind
             settle(gp, kind, theta, F_tr)
             self._calibrate(F_tr, F_va)
-            self._calibrate_quantities(torch.unique(groups[va]))
+            self._calibrate_quantities(torch.unique(groups[va]), F_tr)
 
     def _search(self, kind: str, F_tr: Functionals, F_va: Functionals, P_va: Functionals, positions, scale0: float):
         """Coarse grid over a shared lengthscale, then the pattern search on every log-parameter: the best theta."""
@@ -272,26 +273,11 @@ class FunctionalLagrangianModel(gpytorch.Module):
         return theta
 
     def _search_positions(self, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0: float):
-        """The ``"positions"`` search (:mod:`learners.shadow.position_search`): grid on the training subset, refinement
-        with all training functionals. Returns those functionals and the best theta."""
-        gp, n = self.gp, F_data.dim // 2
-        if gp.kernel.base_kernel.raw_lengthscale.shape[-1] != F_data.dim:  # one shared lengthscale (ard=False)
+        if self.gp.kernel.base_kernel.raw_lengthscale.shape[-1] != F_data.dim:  # one shared lengthscale (ard=False)
             return F_tr, self._search("positions", F_tr, F_va, P_va, positions, scale0)
-        G_va = Functionals.cat([F_va, P_va])
-        self.history["grid"] = grid = subset_grid(objective(gp, "positions", F_tr, F_va, G_va, positions), n, scale0)
-        lq, lv, best = min(grid, key=lambda g: g[2])
-        if not math.isfinite(best):
-            raise RuntimeError("no hyperparameters on the grid gave a usable fit; fix them with lengthscale= and noise=")
-        tr_all, _ = split_functionals(groups, F_data.count)
-        F_all = Functionals.cat([F_data.subset(tr_all), F_norm])
-        evaluations = REFINE_EVALUATIONS if self.iterations is None else self.iterations
-        if evaluations > 0:
-            evaluate = objective(gp, "positions", F_all, F_va, G_va, positions)
-            lq, lv, best, self.history["search"] = refine(evaluate, n, lq, lv, evaluations)
-        self.history["objective"] = best
-        return F_all, tied_theta(lq, lv, n)
+        return search_positions(self, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0)
 
-    def _calibrate_quantities(self, trajectories: torch.Tensor) -> None:
+    def _calibrate_quantities(self, trajectories: torch.Tensor, F_tr: Functionals) -> None:
         """Calibrate the variances of recovered quantities on the held-back ``trajectories`` (models that recover
         them; nothing here)."""
 
@@ -328,6 +314,10 @@ class FunctionalLagrangianModel(gpytorch.Module):
         ``predict``'s std) and, for LSI, ``"energy"`` (energies and velocities); empty when the hyperparameters were
         fixed. Each gives the variance scale, and the RMS z-score, fraction within :math:`2\sigma` and count of the
         held-back values it was fitted on."""
+        if getattr(self, "_pending_calibration", None) is not None:
+            from .calibration import ensure_energy_calibration
+
+            ensure_energy_calibration(self)
         return dict(self._calibration)
 
     def _variance_factor(self, quantity: str) -> float:

@@ -20,15 +20,15 @@ import warnings
 
 import torch
 
-__all__ = ["ONE_STEP_LIMIT", "check_fit"]
+__all__ = ["ONE_STEP_LIMIT", "check_one_step", "check_orders"]
 
 #: relative one-step position error (to the typical step) above which the fit warns
 ONE_STEP_LIMIT = 0.05
 
 
-def check_fit(model, snapshots_std: torch.Tensor) -> None:
-    """Warn (:class:`~learners.shadow.hyperparameters.IdentifiabilityWarning`) as in the module docstring;
-    ``snapshots_std``: the held-back trajectories in the standardised coordinates."""
+def check_one_step(model, snapshots_std: torch.Tensor) -> None:
+    """Warn (:class:`~learners.shadow.hyperparameters.IdentifiabilityWarning`) on the held-out one-step error (module
+    docstring); ``snapshots_std``: the held-back trajectories in the standardised coordinates."""
     from .hyperparameters import IdentifiabilityWarning
 
     T = snapshots_std.shape[0]
@@ -42,9 +42,15 @@ def check_fit(model, snapshots_std: torch.Tensor) -> None:
                           f"predicted position is off by {rel:.2g} of a step (limit {ONE_STEP_LIMIT:g}). Give more "
                           f"trajectories (the dimension is n = {model.n}), or trajectories that cover the region of "
                           "interest", IdentifiabilityWarning, stacklevel=5)
+
+
+def check_orders(model) -> None:
+    """Warn where the first omitted term of mod_2 is below the calibrated GP std of the energy (module docstring)."""
+    from .hyperparameters import IdentifiabilityWarning
+
     cal = model._calibration.get("energy")
     if cal is not None and cal.truncation_ratio is not None and cal.truncation_ratio < 1:
         warnings.warn(f"H_rec[4] will be no more accurate than H_rec[2]: the first omitted term of mod_2 is "
                       f"{cal.truncation_ratio:.2g}x the GP's own std of the energy (median over {cal.count} held-back "
                       "states), so the GP's error dominates. More trajectories lower the GP's error; a larger step h "
-                      "raises the term that order 4 corrects", IdentifiabilityWarning, stacklevel=5)
+                      "raises the term that order 4 corrects", IdentifiabilityWarning, stacklevel=4)

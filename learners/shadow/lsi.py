@@ -42,13 +42,14 @@ import torch
 from integrators import ConvergenceError, NotRegularError, VariationalIntegrator, modified
 
 from .._checks import as_tensor, check_finite, check_order, check_snapshots
-from .calibration import Calibration
+from .calibration import Calibration, ensure_energy_calibration
 from .hyperparameters import FunctionalLagrangianModel
 from .retry import solve_with_retry
 from .functionals import AtomSet, Functionals, del_residuals, discrete_momenta, triples_from_snapshots
 from .normalisation import MassNormalisation
 from .recovery import RecoveryMixin
 from .rbf_jet import RBFJet, jets_fit
+from .compiled_mean import StandardisedMean  # noqa: F401  (re-exported: its old home)
 
 __all__ = ["InverseModifiedLagrangianGP", "DEFAULT_NEWTON", "SEARCH_ITERATIONS", "ExtrapolationWarning", "ExtrapolationError",
            "EXTRAPOLATION_FACTOR"]
@@ -109,11 +110,10 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         hyperparameters learned (see :mod:`learners.shadow.hyperparameters`).
     normalisation : ``"mass"`` (default; :class:`~learners.shadow.normalisation.MassNormalisation`),
         ``"vertices"`` (the paper's) or a :class:`~learners.shadow.normalisation.Normalisation`.
-    objective : ``"auto"`` (default: ``"mll"`` for ``n <= 2`` -- switching to ``"positions"`` with an
-        :class:`~learners.shadow.hyperparameters.IdentifiabilityWarning` if the likelihood collapses -- and
-        ``"positions"`` for ``n >= 3``), ``"mll"``, ``"heldout"`` or ``"positions"`` (held-out one-step position
-        errors; the other two collapse for ``n >= 3``; see :mod:`learners.shadow.hyperparameters` for the choice);
-        ignored when ``lengthscale``/``epsilon`` is given. :attr:`objective_used` says which one ran.
+    objective : ``"auto"`` (default: ``"mll"`` for ``n <= 2``, switching to ``"positions"`` with an IdentifiabilityWarning
+        if the likelihood collapses; ``"positions"`` for ``n >= 3``, where the others collapse), ``"mll"``, ``"heldout"``
+        or ``"positions"`` (:mod:`learners.shadow.hyperparameters`); ignored when ``lengthscale``/``epsilon`` is given.
+        :attr:`objective_used` says which one ran.
     lengthscale, epsilon : fix the RBF lengthscale (``epsilon``: the paper's
         :math:`\exp(-\|x-y\|^2/\varepsilon^2)`); ``noise``: the relative nugget then (default 1e-12).
     ard : one lengthscale per input of :math:`(q, v)` (default) or one shared.
@@ -129,6 +129,7 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
 
     # the constructor, with its explicit signature, is FunctionalLagrangianModel.__init__
     def _fitted_extra(self) -> dict:
+        ensure_energy_calibration(self)
         return {"snapshots": self.snapshots, "data_level": self.data_level(), "objective_used": self.objective_used,
                 "calibration": {k: c.as_dict() for k, c in self._calibration.items()}}
 
@@ -136,12 +137,14 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         self.snapshots, self._data_level = extra["snapshots"], extra["data_level"]
         self.objective_used = extra.get("objective_used")
         self._calibration = {k: Calibration(**c) for k, c in extra.get("calibration", {}).items()}
+        self._pending_calibration = None
 
     def _init_state(self) -> None:
         self._recovered: Dict[object, TorchLagrangian] = {}
         self._jet: Optional[Union[RBFJet, bool]] = None  # None: not tried yet; False: no closed form
         self.snapshots: Optional[torch.Tensor] = None
         self._data_level: Optional[float] = None
+        self._pending_calibration = None  # (training functionals, held-back standardised snapshots) of the last fit
 
     def __repr__(self) -> str:
         state = f"fitted on {self.snapshots.shape[0]} trajectories" if self.snapshots is not None else "not fitted"
@@ -193,25 +196,13 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
 
         return position_objective(triples_from_snapshots(self._standard_snapshots[trajectories]), self.h, self.scheme)
 
-    def _calibrate_quantities(self, trajectories: torch.Tensor) -> None:
-        """The ``"energy"`` calibration (:mod:`learners.shadow.calibration`) on up to CALIBRATION_TRAJECTORIES of the
-        held-back ``trajectories``, with the GP conditioned on the training functionals; then the warnings of
-        :func:`~learners.shadow.identifiability.check_fit`."""
-        from .calibration import CALIBRATION_TRAJECTORIES, energy_calibration
-        from .identifiability import check_fit
+    def _calibrate_quantities(self, trajectories: torch.Tensor, F_tr) -> None:
+        """Keep what the ``"energy"`` calibration needs (:func:`~learners.shadow.calibration.ensure_energy_calibration`:
+        run on first demand, as it costs more than many fits), warn on held-out one-step errors."""
+        from .identifiability import check_one_step
 
-        S = self._standard_snapshots[trajectories[:CALIBRATION_TRAJECTORIES]]
-        self.gp.variance_scale = 1.0
-        try:
-            cal = energy_calibration(self, self._from_standard(S).transpose(0, 1), floor=self._variance_scale)
-        except (RuntimeError, ValueError, ArithmeticError, TypeError) as err:  # e.g. a kernel without feature expansion
-            self.history["energy_calibration_error"] = repr(err)
-            cal = None
-        finally:  # caches built on the training-only posterior
-            self._recovered, self._jet = {}, None
-        if cal is not None:
-            self._calibration["energy"] = cal
-        check_fit(self, self._standard_snapshots[trajectories])
+        self._pending_calibration = (F_tr, self._standard_snapshots[trajectories])
+        check_one_step(self, self._standard_snapshots[trajectories])
 
     # ------------------------------------------------------------------ units
     def _to_standard(self, q: torch.Tensor) -> torch.Tensor:
@@ -407,17 +398,3 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
                     raise ExtrapolationError(msg)
                 warnings.warn(msg, ExtrapolationWarning, stacklevel=3)
         return std
-
-class StandardisedMean:
-    r""":math:`\bar L'_{inv}` of a fitted model in its standardised coordinates, callable as ``L(q, v)``
-    and with the C form of the posterior mean, so that predictions step on the integrators' compiled path."""
-
-    def __init__(self, model: "InverseModifiedLagrangianGP"):
-        self.model = model
-        self.n = model.n
-
-    def __call__(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return self.model._lagrangian_std(q, v)
-
-    def c_lagrangian(self):
-        return self.model._standardised_c_lagrangian()

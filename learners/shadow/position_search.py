@@ -28,7 +28,7 @@ from typing import Callable, List, Tuple
 
 import torch
 
-__all__ = ["SCALES", "VELOCITY_FACTORS", "REFINE_EVALUATIONS", "NUGGET", "subset_grid", "refine", "tied_theta"]
+__all__ = ["search_positions", "SCALES", "VELOCITY_FACTORS", "REFINE_EVALUATIONS", "NUGGET", "subset_grid", "refine", "tied_theta"]
 
 #: position lengthscales of the grid, relative to the RMS spread of the data's atoms (factor 2 apart: the
 #: refinement closes the gaps)
@@ -66,23 +66,44 @@ def refine(evaluate: Objective, n: int, ell_q: float, ell_v: float, evaluations:
     x = torch.tensor([math.log(ell_q), math.log(ell_v)], dtype=torch.float64)
     best = evaluate(tied_theta(ell_q, ell_v, n))
     trace = [best]
-    directions = [torch.tensor(d, dtype=torch.float64) for d in ((-1.0, -1.0), (1.0, 1.0), (-1.0, 0.0), (1.0, 0.0),
-                                                                    (0.0, -1.0), (0.0, 1.0))]
+    directions = [(-1.0, -1.0), (1.0, 1.0), (-1.0, 0.0), (1.0, 0.0), (0.0, -1.0), (0.0, 1.0)]
     step = math.log(1.5)
     while len(trace) < evaluations + 1 and step > math.log(1.1):
         improved = False
-        for d in directions:
+        for k, d in enumerate(directions):
             if len(trace) >= evaluations + 1:
                 break
-            trial = x + step * d
+            trial = x + step * torch.tensor(d, dtype=torch.float64)
             val = evaluate(tied_theta(math.exp(float(trial[0])), math.exp(float(trial[1])), n))
             trace.append(val)
             if val < best:
                 best, x, improved = val, trial, True
-                # keep going the same way first: the next sweep starts with the direction that improved
-                directions.remove(d)
-                directions.insert(0, d)
+                directions.insert(0, directions.pop(k))  # the next sweep starts in the direction that improved
                 break
         if not improved:
             step /= 2
     return math.exp(float(x[0])), math.exp(float(x[1])), best, trace
+
+
+def search_positions(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0: float):
+    """Both stages for ``model`` (a :class:`~learners.shadow.hyperparameters.FunctionalLagrangianModel` with one
+    lengthscale per input): grid with the training subset ``F_tr``, refinement with all training functionals
+    (``model.iterations`` solves, default :data:`REFINE_EVALUATIONS`). Returns those functionals and the best theta;
+    the grid and the refinement's trace go to ``model.history``."""
+    from .functionals import Functionals
+    from .hyperparameter_search import objective, split_functionals
+
+    gp, n = model.gp, F_data.dim // 2
+    G_va = Functionals.cat([F_va, P_va])
+    model.history["grid"] = grid = subset_grid(objective(gp, "positions", F_tr, F_va, G_va, positions), n, scale0)
+    lq, lv, best = min(grid, key=lambda g: g[2])
+    if not math.isfinite(best):
+        raise RuntimeError("no hyperparameters on the grid gave a usable fit; fix them with lengthscale= and noise=")
+    tr_all, _ = split_functionals(groups, F_data.count)
+    F_all = Functionals.cat([F_data.subset(tr_all), F_norm])
+    evaluations = REFINE_EVALUATIONS if model.iterations is None else model.iterations
+    if evaluations > 0:
+        evaluate = objective(gp, "positions", F_all, F_va, G_va, positions)
+        lq, lv, best, model.history["search"] = refine(evaluate, n, lq, lv, evaluations)
+    model.history["objective"] = best
+    return F_all, tied_theta(lq, lv, n)

@@ -16,6 +16,7 @@ import bea
 from integrators import modified
 
 from .._checks import as_tensor, check_finite, check_order, check_states
+from .calibration import ensure_energy_calibration
 from .rbf_jet import JetLagrangian, RBFJet, jets_fit
 from .uncertainty import (LinearisedQuantity, Reference, jet_order, momentum_functionals, posterior_variance,
                           repeat_functionals, weighted)
@@ -64,6 +65,8 @@ class RecoveryMixin:
         H_mean = bea.energy(self.recovered_lagrangian(order))
         if not return_std and reference is None:
             return H_mean
+        if return_std:
+            ensure_energy_calibration(self)
         N = check_order(order, self.scheme.symmetric)
         ref = None
         if reference is not None:
@@ -199,6 +202,7 @@ class RecoveryMixin:
         v_std = self._velocities_std(q_std, order, chunk)
         if not return_std:
             return self._unit * v_std
+        ensure_energy_calibration(self)
         N = check_order(order, self.scheme.symmetric)
         std = self._along_positions_std(q_std, v_std, N, "momentum", _every(std_every))
         if truncation:
@@ -238,6 +242,7 @@ class RecoveryMixin:
             E = E - E[reference]
         if not return_std:
             return E
+        ensure_energy_calibration(self)
         N = check_order(order, self.scheme.symmetric)
         std = self._unit ** 2 * self._along_positions_std(q_std, v_std, N, "lagrangian", _every(std_every), reference)
         if truncation:
