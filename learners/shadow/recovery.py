@@ -92,7 +92,10 @@ class RecoveryMixin:
                 R = Reference(self._standard_state(ref[0], ref[1]).expand_as(x))
             var = self._unit ** 4 * self._variance_factor("energy") * posterior_variance(self.gp, G, R)[:, 0, 0].clamp_min(0)
             if truncation:
-                H_next = bea.energy(self.recovered_lagrangian(next_order(N, self.scheme)))
+                # few states: autograd; the closed-form jet of the next order is compiled C that takes minutes to
+                # build at n >= 3 (48 states at n = 3: 0.5 s by autograd), worth it only for large batches
+                L_next = self._recovered_std(next_order(N, self.scheme), jets=qf.shape[0] > SMALL_BATCH)
+                H_next = bea.energy(lambda q_, v_: self._unit ** 2 * L_next(self._to_standard(q_), v_ / self._unit))
                 nxt = H_next(qf, vf).detach()
                 if ref is not None:
                     nxt = nxt - H_next(ref[0][None], ref[1][None]).detach()
@@ -258,6 +261,10 @@ class RecoveryMixin:
                              f"got {tuple(qs.shape)}")
         check_finite(qs, "qs")
         return qs
+
+
+#: batches of at most this many states take the next order's energy (truncation term) by autograd
+SMALL_BATCH = 2000
 
 
 def _chunk(order: int, jets: bool = False) -> int:
