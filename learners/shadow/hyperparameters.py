@@ -12,7 +12,12 @@ nugget), ``iterations`` evaluations with a ``tqdm`` bar. No gradients: every obj
 solve with a covariance of condition number ~1e11-1e13, whose hyperparameter gradients are too
 inaccurate to follow (Adam on them went uphill in our trials). Three objectives:
 
-``"mll"`` (default)
+``"auto"`` (default)
+    ``"mll"`` for ``n <= 2`` and ``"positions"`` for ``n >= 3`` (where the other two collapse, below); if the
+    likelihood collapses all the same (profiled outputscale below
+    :data:`~learners.shadow.hyperparameter_search.COLLAPSE_OUTPUTSCALE`), an :class:`IdentifiabilityWarning` and the
+    ``"positions"`` search. ``objective_used`` records the choice.
+``"mll"``
     The log marginal likelihood of all observations, profiled over :math:`\sigma_f^2` (closed form
     :math:`\sigma_f^{2*} = y^\top(K_1 + \rho I)^{-1}y/F`). Almost all targets are zero and only the
     normalisation carries a non-zero value, so the data-fit term is small and the likelihood is
@@ -41,15 +46,16 @@ than N = 2) against 5e-4 and 4e-5 with ``"mll"``. Hence ``"mll"``.
     data's spread and outputscales of 1e-17, a Lagrangian nearly zero away from the normalisation point
     that satisfies the zero DEL targets trivially (FPU chain, ``n = 4``: level-set error 0.74 for
     :math:`H_{rec}[2]`). A flat Lagrangian cannot predict a position, so this objective cannot drift
-    there. Its grid is two-dimensional (:func:`~learners.shadow.hyperparameter_search.velocity_grid`: one
-    lengthscale for the positions, one for the velocities, long ones included), 65 evaluations, each a
-    solve on the training subset: give ``max_train_functionals`` about the size of the data, since the best
-    lengthscale shrinks as the data grow (on the chain: 1.6 and 12.6 in the data's units with the whole
+    there. Its search (:mod:`learners.shadow.position_search`) is a grid over one lengthscale for the positions and
+    one for the velocities on the training subset, then a refinement with all training functionals, since the
+    best lengthscales shrink as the data grow (on the chain: 1.6 and 12.6 in the data's units with the whole
     training set, 4.2 and 34 with 400 functionals).
 
 Calibration (any objective): every fifth training trajectory is held back while learning; at the
 end the posterior variances are scaled (``FunctionalGP.variance_scale``, the mean is unchanged) so that
-95.4% of the held-back DEL/EL residuals lie within two posterior standard deviations.
+95.4% of the held-back DEL/EL residuals lie within two posterior standard deviations. For LSI the energies and
+velocities get their own scale, from energy conservation along held-back trajectories
+(:mod:`learners.shadow.calibration`); ``calibration`` reports both.
 
 ``lengthscale=`` (or the paper's ``epsilon=``, :math:`\ell = \varepsilon/\sqrt2`) fixes the
 lengthscale and skips learning; ``noise=`` then sets :math:`\rho` (default ``1e-12``).
