@@ -26,6 +26,7 @@ from .neural.baselines import (HNN, LNN, MLPBaseline, VectorFieldModel, canonica
 from .shadow.normalisation import MassNormalisation, Normalisation, VertexNormalisation
 from .neural.rollout import (angles_mod_2pi, mse_energy, mse_q, pendulum_positions, random_initial_states, rollout_metrics,
                       rollout_ode, rollout_variational, paper_statistic, true_energy, velocities_from_momenta)
+from .shadow.hyperparameters import IdentifiabilityWarning
 from .shadow.lsi import ExtrapolationError, ExtrapolationWarning, InverseModifiedLagrangianGP
 from .modlanet.model import ModLaNet
 from .modlanet.data import (AccelerationData, double_pendulum_data, n_body_data, n_body_snapshots, pendulum_chain_data,
@@ -48,6 +49,7 @@ __all__ = [
     "n_body_snapshots",
     "InverseModifiedLagrangianGP",
     "ExtrapolationWarning",
+    "IdentifiabilityWarning",
     "ExtrapolationError",
     "LagrangianGP",
     "finite_differences",
