@@ -31,6 +31,7 @@ from .neural.rollout import (angles_mod_2pi, mse_energy, mse_q, pendulum_positio
                       rollout_ode, rollout_variational, paper_statistic, true_energy, velocities_from_momenta)
 from .shadow.guards import NonFiniteModelError
 from .saving import ModelFileError
+from .shadow.guards import IdentifiabilityWarning
 from .shadow.lsi import ExtrapolationError, ExtrapolationWarning, InverseModifiedLagrangianGP
 from .modlanet.model import ModLaNet
 from .modlanet.data import (AccelerationData, double_pendulum_data, n_body_data, n_body_snapshots, pendulum_chain_data,
@@ -54,6 +55,7 @@ __all__ = [
     "n_body_snapshots",
     "InverseModifiedLagrangianGP",
     "ExtrapolationWarning",
+    "IdentifiabilityWarning",
     "ExtrapolationError",
     "NonFiniteModelError",
     "BeaError",

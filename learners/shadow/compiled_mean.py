@@ -24,7 +24,7 @@ import torch
 
 from .kernels import AtomExpansion
 
-__all__ = ["c_lagrangian_of_expansion", "SOURCE"]
+__all__ = ["c_lagrangian_of_expansion", "SOURCE", "StandardisedMean"]
 
 #: P = [D, K1, K2, scale, ell (D), K1 atoms (y (D), v (D), c), K2 atoms (y, v, c, c2, u (D), d (D))]:
 #: K1 atoms of order <= 1, then the K2 atoms with a second-order part
@@ -118,3 +118,18 @@ def packed_atoms(ex: AtomExpansion):
         rows.append(torch.cat([Y[two], V[two], c[two, None], c2[two, None], U[two], Dd[two]], 1).reshape(-1))
     counts = torch.tensor([float(int(one.sum())), float(int(two.sum()))], dtype=torch.float64)
     return counts, torch.cat(rows)
+
+
+class StandardisedMean:
+    r""":math:`\bar L'_{inv}` of a fitted model in its standardised coordinates, callable as ``L(q, v)``
+    and with the C form of the posterior mean, so that predictions step on the integrators' compiled path."""
+
+    def __init__(self, model):
+        self.model = model
+        self.n = model.n
+
+    def __call__(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return self.model.gp.mean(torch.cat([q, v], -1))
+
+    def c_lagrangian(self):
+        return self.model._standardised_c_lagrangian()

@@ -17,9 +17,9 @@ from typing import Callable, Optional, Tuple
 
 import torch
 
-from bea.errors import BeaError
+from bea.errors import BeaError, BeaValueError
 
-__all__ = ["NonFiniteModelError", "check_fitted", "check_prediction", "runaway", "data_region", "RUNAWAY_FACTOR", "FIT_PROBES"]
+__all__ = ["NonFiniteModelError", "IdentifiabilityWarning", "ExtrapolationWarning", "ExtrapolationError", "check_fitted", "check_prediction", "runaway", "data_region", "RUNAWAY_FACTOR", "FIT_PROBES"]
 
 #: a predicted position farther than this many data spreads (RMS standard deviation of the positions) from the
 #: data's centre has left the data's region by orders of magnitude. Why 100: standardised data lie within a few
@@ -29,6 +29,19 @@ __all__ = ["NonFiniteModelError", "check_fitted", "check_prediction", "runaway",
 RUNAWAY_FACTOR = 100.0
 #: data states at which the posterior mean is evaluated at the end of a fit
 FIT_PROBES = 256
+
+
+class ExtrapolationWarning(UserWarning):
+    """A prediction left the region where the data determine the learned dynamics."""
+
+
+class ExtrapolationError(BeaValueError):
+    """Raised instead of :class:`ExtrapolationWarning` with ``predict(..., on_extrapolation="raise")``."""
+
+
+class IdentifiabilityWarning(UserWarning):
+    """The data do not determine the learned model well (a collapsed hyperparameter search, held-out positions
+    predicted badly, a recovered series whose higher order does not help); the message names the remedy."""
 
 
 class NonFiniteModelError(BeaError, FloatingPointError):

@@ -3,8 +3,8 @@ r"""The search for the hyperparameters of a GP Lagrangian model: lengthscale(s),
 search uses no gradients, are described in :mod:`learners.shadow.hyperparameters`).
 
 The parameters searched are :math:`\theta = (\log\ell_1, \dots, \log\ell_d, \log\rho)`: a coarse grid over
-one shared lengthscale (:func:`grid_search`; for the ``"positions"`` objective with one lengthscale per input, a
-grid over one position and one velocity lengthscale, :func:`velocity_grid`), then a pattern search on :math:`\theta`
+one shared lengthscale (:func:`grid_search`; for the ``"positions"`` objective with one lengthscale per input,
+:mod:`learners.shadow.position_search` instead), then a pattern search on :math:`\theta`
 (:func:`pattern_search`); :func:`settle` sets the best point, with the profiled outputscale for ``"mll"``.
 """
 
@@ -22,7 +22,8 @@ from .functionals import Functionals
 from .gp import FunctionalGP
 
 __all__ = ["MIN_NOISE", "set_hyperparameters", "training_subsets", "spread", "objective", "grid_search",
-           "grid_best", "velocity_grid", "pattern_search", "settle"]
+           "grid_best", "pattern_search", "settle", "split_functionals", "collapsed",
+           "COLLAPSE_OUTPUTSCALE"]
 
 #: smallest nugget rho = sigma_n^2 / sigma_f^2 (keeps the posterior mean smooth at rounding level)
 MIN_NOISE = 1e-13
@@ -32,9 +33,10 @@ GRID_SCALES = (0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0)
 #: further relative lengthscales of the ``"positions"`` objective's grid (it does not collapse to short ones, and
 #: Lagrangians are often smooth on scales far beyond the data's spread)
 LONG_SCALES = (2.8, 4.0, 5.6, 8.0, 11.0, 16.0)
-#: factors tried on the velocity lengthscales alone (:func:`velocity_grid`): a Lagrangian is typically a
-#: low-degree function of the velocities, so it is smoother in them than in the positions
-VELOCITY_FACTORS = (1.0, 2.0, 4.0, 8.0, 16.0)
+#: a profiled outputscale below this (standardised units, where the mass normalisation makes the Lagrangian O(1))
+#: means the likelihood collapsed to a Lagrangian ~0 away from the normalisation point (measured 1e-17..1e-24 at
+#: n >= 3; well-posed fits: pendulum and Henon-Heiles are checked in tests/test_learners_shadow_auto.py)
+COLLAPSE_OUTPUTSCALE = 1e-8
 #: nuggets of the coarse grid
 GRID_NOISES = (1e-12,)
 
@@ -72,6 +74,11 @@ def _split(groups: torch.Tensor, count: int) -> Tuple[torch.Tensor, torch.Tensor
     if int(val.sum()) == 0 or int((~val).sum()) == 0:
         raise BeaValueError("too little data to learn hyperparameters (need at least 5 functionals); fix them with lengthscale=")
     return torch.nonzero(~val).flatten(), torch.nonzero(val).flatten()
+
+
+def split_functionals(groups: torch.Tensor, count: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Indices of all training and all validation functionals (:func:`_split`)."""
+    return _split(groups, count)
 
 
 def training_subsets(groups: torch.Tensor, count: int, max_train: int, seed: int) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -160,22 +167,6 @@ def grid_best(grid: List[tuple], d: int) -> Tuple[torch.Tensor, float]:
     return torch.tensor([math.log(l0)] * d + [math.log(r0)], dtype=torch.float64), best
 
 
-def velocity_grid(evaluate: Objective, d: int, scale0: float) -> List[tuple]:
-    r"""With one lengthscale per input of :math:`(q, v)` (``d = 2n``): the grid of a position lengthscale
-    :math:`\ell_q` (:data:`GRID_SCALES` and :data:`LONG_SCALES` times ``scale0``) shared by the positions and a
-    velocity lengthscale :math:`\ell_v = f\,\ell_q`, :math:`f` in :data:`VELOCITY_FACTORS`, at the nuggets
-    :data:`GRID_NOISES`: the list of ``(theta, objective)``."""
-    n = d // 2
-    grid = []
-    for s in GRID_SCALES + LONG_SCALES:
-        for f in VELOCITY_FACTORS:
-            for rho in GRID_NOISES:
-                theta = torch.tensor([math.log(s * scale0)] * n + [math.log(f * s * scale0)] * n + [math.log(rho)],
-                                     dtype=torch.float64)
-                grid.append((theta, evaluate(theta)))
-    return grid
-
-
 def pattern_search(evaluate: Objective, theta: torch.Tensor, best: float, iterations: int,
                    progress: Optional[bool]) -> Tuple[torch.Tensor, float, List[float]]:
     r"""Coordinate steps on :math:`\theta` (factor 1.5 in the lengthscales, 10 in the nugget), the first improving
@@ -220,3 +211,8 @@ def settle(gp: FunctionalGP, kind: str, theta: torch.Tensor, F_tr: Functionals) 
         _set_theta(gp, theta, outputscale=s2)
     else:
         _set_theta(gp, theta)
+
+
+def collapsed(gp: FunctionalGP) -> bool:
+    """Whether the profiled outputscale set by :func:`settle` for ``"mll"`` is below :data:`COLLAPSE_OUTPUTSCALE`."""
+    return float(gp.kernel.outputscale) < COLLAPSE_OUTPUTSCALE

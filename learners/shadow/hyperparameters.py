@@ -13,7 +13,12 @@ nugget), ``iterations`` evaluations with a ``tqdm`` bar. No gradients: every obj
 solve with a covariance of condition number ~1e11-1e13, whose hyperparameter gradients are too
 inaccurate to follow (Adam on them went uphill in our trials). Three objectives:
 
-``"mll"`` (default)
+``"auto"`` (default)
+    ``"mll"`` for ``n <= 2`` and ``"positions"`` for ``n >= 3`` (where the other two collapse, below); if the
+    likelihood collapses all the same (profiled outputscale below
+    :data:`~learners.shadow.hyperparameter_search.COLLAPSE_OUTPUTSCALE`), an :class:`IdentifiabilityWarning` and the
+    ``"positions"`` search. ``objective_used`` records the choice.
+``"mll"``
     The log marginal likelihood of all observations, profiled over :math:`\sigma_f^2` (closed form
     :math:`\sigma_f^{2*} = y^\top(K_1 + \rho I)^{-1}y/F`). Almost all targets are zero and only the
     normalisation carries a non-zero value, so the data-fit term is small and the likelihood is
@@ -42,15 +47,16 @@ than N = 2) against 5e-4 and 4e-5 with ``"mll"``. Hence ``"mll"``.
     data's spread and outputscales of 1e-17, a Lagrangian nearly zero away from the normalisation point
     that satisfies the zero DEL targets trivially (FPU chain, ``n = 4``: level-set error 0.74 for
     :math:`H_{rec}[2]`). A flat Lagrangian cannot predict a position, so this objective cannot drift
-    there. Its grid is two-dimensional (:func:`~learners.shadow.hyperparameter_search.velocity_grid`: one
-    lengthscale for the positions, one for the velocities, long ones included), 65 evaluations, each a
-    solve on the training subset: give ``max_train_functionals`` about the size of the data, since the best
-    lengthscale shrinks as the data grow (on the chain: 1.6 and 12.6 in the data's units with the whole
+    there. Its search (:mod:`learners.shadow.position_search`) is a grid over one lengthscale for the positions and
+    one for the velocities on the training subset, then a refinement with all training functionals, since the
+    best lengthscales shrink as the data grow (on the chain: 1.6 and 12.6 in the data's units with the whole
     training set, 4.2 and 34 with 400 functionals).
 
 Calibration (any objective): every fifth training trajectory is held back while learning; at the
 end the posterior variances are scaled (``FunctionalGP.variance_scale``, the mean is unchanged) so that
-95.4% of the held-back DEL/EL residuals lie within two posterior standard deviations.
+95.4% of the held-back DEL/EL residuals lie within two posterior standard deviations. For LSI the energies and
+velocities get their own scale, from energy conservation along held-back trajectories
+(:mod:`learners.shadow.calibration`); ``calibration`` reports both.
 
 ``lengthscale=`` (or the paper's ``epsilon=``, :math:`\ell = \varepsilon/\sqrt2`) fixes the
 lengthscale and skips learning; ``noise=`` then sets :math:`\rho` (default ``1e-12``).
@@ -61,6 +67,7 @@ The search itself is in :mod:`learners.shadow.hyperparameter_search`.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Dict, Optional, Sequence, Union
 
 import gpytorch
@@ -73,17 +80,20 @@ from bea.errors import BeaRuntimeError, BeaValueError
 from .. import saving
 from ..saving import recorded
 from .._checks import check_states, check_step
+from .calibration import Calibration
 from .functionals import Functionals
 from .gp import FunctionalGP
-from .guards import check_fitted
-from .hyperparameter_search import (MIN_NOISE, grid_best, grid_search, objective, pattern_search, set_hyperparameters, settle, spread,
-                                    training_subsets, velocity_grid)
+from .guards import IdentifiabilityWarning, check_fitted
+from .hyperparameter_search import (MIN_NOISE, collapsed, grid_best, grid_search, objective, pattern_search, set_hyperparameters,
+                                    settle, spread, training_subsets)
 from .kernel_choice import KernelOption, base_kernel, kernel_option
 from .kernels import FunctionalKernel
+from .position_search import search_positions
 from .normalisation import Normalisation, get_normalisation
 from .units import StandardUnits
 
-__all__ = ["FunctionalLagrangianModel", "MIN_NOISE"]
+__all__ = ["FunctionalLagrangianModel", "MIN_NOISE", "IdentifiabilityWarning"]
+
 
 
 def _exp_positive() -> Positive:
@@ -96,11 +106,11 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
     #: hyperparameter-search evaluations when ``iterations`` is not given
     default_iterations = 16
     #: the hyperparameter objectives this model offers
-    objectives = ("mll", "heldout")
+    objectives = ("auto", "mll", "heldout")
 
     @recorded
     def __init__(self, h: float, scheme: Union[str, "bea.Scheme"] = "midpoint", *, kernel: KernelOption = None,
-                 normalisation: Union[str, Normalisation, None] = "mass", objective: str = "mll",
+                 normalisation: Union[str, Normalisation, None] = "mass", objective: str = "auto",
                  lengthscale: Union[float, Sequence[float], torch.Tensor, None] = None, epsilon: Optional[float] = None,
                  noise: Optional[float] = None, ard: bool = True, iterations: Optional[int] = None, max_train_functionals: int = 600,
                  progress: Optional[bool] = None, seed: int = 0):
@@ -118,9 +128,7 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
             lengthscale = float(epsilon) / math.sqrt(2)
         if noise is not None and not (math.isfinite(float(noise)) and float(noise) >= MIN_NOISE):
             raise BeaValueError(f"noise (relative nugget) must be a finite number >= {MIN_NOISE:g}, got {noise}")
-        if iterations is None:
-            iterations = self.default_iterations
-        if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 0:
+        if iterations is not None and (isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 0):
             raise BeaValueError(f"iterations must be an integer >= 0, got {iterations!r}")
         if isinstance(max_train_functionals, bool) or not isinstance(max_train_functionals, int) or max_train_functionals < 10:
             raise BeaValueError(f"max_train_functionals must be an integer >= 10 (the size of the subset used to learn the "
@@ -128,6 +136,9 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         self._user_kernel, self._kernel_template = kernel_option(kernel)
         self.normalisation = get_normalisation(normalisation)
         self.objective = objective
+        #: the objective the last fit used ("auto" resolved; None when the hyperparameters were fixed)
+        self.objective_used: Optional[str] = None
+        self._calibration: Dict[str, Calibration] = {}
         self.fixed_lengthscale = lengthscale
         self.fixed_noise = noise
         self.ard = ard
@@ -198,6 +209,8 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         F_norm = (normalisation or self.normalisation).functionals(D // 2, center)
         self.gp = gp = self._make_gp(D)
         self.history = {}
+        self._calibration = {}
+        self._pending_calibration = None
         self._variance_scale = 1.0
         if self._user_kernel is not None:  # used as given
             rho = self.fixed_noise if self.fixed_noise is not None else 1e-12
@@ -226,37 +239,64 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         for p in self.gp.parameters():
             p.requires_grad_(False)
 
+    def _resolved_objective(self, n: int) -> str:
+        r"""The objective ``"auto"`` stands for: ``"positions"`` for a model that learns from positions with
+        :math:`n \ge 3` (there the other two collapse, :mod:`learners.shadow.position_objective`), else ``"mll"``
+        (identical to the results before ``"auto"`` existed; :meth:`_learn` still switches to ``"positions"`` if
+        the likelihood collapses)."""
+        if self.objective != "auto":
+            return self.objective
+        return "positions" if n >= 3 and "positions" in self.objectives else "mll"
+
     def _learn(self, F_data: Functionals, groups: torch.Tensor, P: Functionals, P_groups: torch.Tensor,
                F_norm: Functionals) -> None:
-        """Search the hyperparameters (:mod:`learners.shadow.hyperparameter_search`) on a training subset, validated
-        on held-back trajectories (their residuals and momenta), then calibrate the variances on those."""
+        """Search the hyperparameters (:mod:`learners.shadow.hyperparameter_search`, :mod:`learners.shadow.position_search`)
+        on a training subset, validated on held-back trajectories (their residuals and momenta), then calibrate the
+        variances on those."""
         gp = self.gp
+        kind = self._resolved_objective(F_data.dim // 2)
         tr, va = training_subsets(groups, F_data.count, self.max_train_functionals, self.seed)
         F_tr = Functionals.cat([F_data.subset(tr), F_norm])
         F_va = F_data.subset(va)
         P_va = P.subset(torch.nonzero(torch.isin(P_groups, torch.unique(groups[va]))).flatten())
-        positions = self._position_objective(torch.unique(groups[va])) if self.objective == "positions" else None
-        evaluate = objective(gp, self.objective, F_tr, F_va, Functionals.cat([F_va, P_va]), positions)
         scale0 = float(spread(F_data).pow(2).mean().sqrt())
         with torch.no_grad():
             for p in gp.parameters():
                 p.requires_grad_(False)
-            d = gp.kernel.base_kernel.raw_lengthscale.shape[-1]
-            if positions is not None and d == F_data.dim:
-                # 1. coarse grid over the position and velocity lengthscales, long ones too (this objective
-                # does not collapse to short ones)
-                self.history["grid"] = vgrid = velocity_grid(evaluate, d, scale0)
-                theta, best = min(vgrid, key=lambda g: g[1])
-                if not math.isfinite(best):
-                    raise BeaRuntimeError("no hyperparameters on the grid gave a usable fit; fix them with lengthscale= and noise=")
-            else:  # 1. coarse grid over a shared lengthscale
-                self.history["grid"] = grid = grid_search(evaluate, d, scale0, long=positions is not None)
-                theta, best = grid_best(grid, d)
-            # 2. pattern search on the log-parameters (per-input lengthscales with ard=True, then the nugget)
-            theta, best, self.history["search"] = pattern_search(evaluate, theta, best, self.iterations, self.progress)
-            self.history["objective"] = best
-            settle(gp, self.objective, theta, F_tr)
+            if kind != "positions":
+                theta = self._search(kind, F_tr, F_va, P_va, None, scale0)
+                if self.objective == "auto" and collapsed(gp) and "positions" in self.objectives:
+                    warnings.warn(f"the marginal likelihood collapsed (outputscale {float(gp.kernel.outputscale):.2g}, "
+                                  "a Lagrangian ~0 away from the normalisation point): learning the hyperparameters with "
+                                  "objective='positions' instead", IdentifiabilityWarning, stacklevel=4)
+                    kind = "positions"
+            if kind == "positions":
+                positions = self._position_objective(torch.unique(groups[va]))
+                F_tr, theta = self._search_positions(F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0)
+            self.objective_used = self.history["objective_used"] = kind
+            settle(gp, kind, theta, F_tr)
             self._calibrate(F_tr, F_va)
+            self._calibrate_quantities(torch.unique(groups[va]), F_tr)
+
+    def _search(self, kind: str, F_tr: Functionals, F_va: Functionals, P_va: Functionals, positions, scale0: float):
+        """Coarse grid over a shared lengthscale, then the pattern search on every log-parameter: the best theta."""
+        evaluate = objective(self.gp, kind, F_tr, F_va, Functionals.cat([F_va, P_va]), positions)
+        d = self.gp.kernel.base_kernel.raw_lengthscale.shape[-1]
+        self.history["grid"] = grid = grid_search(evaluate, d, scale0, long=positions is not None)
+        theta, best = grid_best(grid, d)
+        iterations = self.default_iterations if self.iterations is None else self.iterations
+        theta, best, self.history["search"] = pattern_search(evaluate, theta, best, iterations, self.progress)
+        self.history["objective"] = best
+        return theta
+
+    def _search_positions(self, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0: float):
+        if self.gp.kernel.base_kernel.raw_lengthscale.shape[-1] != F_data.dim:  # one shared lengthscale (ard=False)
+            return F_tr, self._search("positions", F_tr, F_va, P_va, positions, scale0)
+        return search_positions(self, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0)
+
+    def _calibrate_quantities(self, trajectories: torch.Tensor, F_tr: Functionals) -> None:
+        """Calibrate the variances of recovered quantities on the held-back ``trajectories`` (models that recover
+        them; nothing here)."""
 
     def _position_objective(self, trajectories: torch.Tensor):
         """The ``"positions"`` objective on the given held-back trajectories (models that learn from positions)."""
@@ -281,6 +321,26 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
             if math.isfinite(s) and s > 0:
                 self.history["calibration_factor"] = s
                 self._variance_scale = s
+                zs = z / math.sqrt(s)
+                self._calibration["del"] = Calibration(s, float(zs.pow(2).mean().sqrt()), float((zs <= 2).double().mean()),
+                                                       int(zs.numel()))
+
+    @property
+    def calibration(self) -> Dict[str, Calibration]:
+        r"""The calibrations of the last fit by quantity (:mod:`learners.shadow.calibration`): ``"del"`` (DEL residuals:
+        ``predict``'s std) and, for LSI, ``"energy"`` (energies and velocities); empty when the hyperparameters were
+        fixed. Each gives the variance scale, and the RMS z-score, fraction within :math:`2\sigma` and count of the
+        held-back values it was fitted on."""
+        if getattr(self, "_pending_calibration", None) is not None:
+            from .calibration import ensure_energy_calibration
+
+            ensure_energy_calibration(self)
+        return dict(self._calibration)
+
+    def _variance_factor(self, quantity: str) -> float:
+        """What the posterior variances (already times the ``"del"`` scale) are multiplied by for ``quantity``."""
+        cal = self._calibration.get(quantity)
+        return 1.0 if cal is None else cal.scale / self.gp.variance_scale
 
     # ------------------------------------------------------------------ hyperparameters after fitting
     @property

@@ -47,18 +47,20 @@ from typing import Callable, Dict, Optional, Union
 
 import torch
 
-from integrators import ConvergenceError, NotRegularError, Trajectory, VariationalIntegrator, modified
+from integrators import Trajectory, VariationalIntegrator, modified
 
 from bea.errors import BeaValueError
 from .._checks import as_tensor, check_finite, check_order, check_snapshots, snapshot_layout
+from .calibration import Calibration, ensure_energy_calibration
 from .hyperparameters import FunctionalLagrangianModel
 from .retry import solve_with_retry
-from .guards import RUNAWAY_FACTOR, check_prediction, runaway
+from .guards import RUNAWAY_FACTOR, ExtrapolationError, ExtrapolationWarning, check_prediction, runaway
 from .functionals import Functionals, del_residuals, discrete_momenta, triples_from_snapshots
 from .normalisation import MassNormalisation
 from .units import position_units, standard_step
 from .recovery import RecoveryMixin
 from .rbf_jet import RBFJet, jets_fit
+from .compiled_mean import StandardisedMean  # noqa: F401  (re-exported: its old home)
 
 __all__ = ["InverseModifiedLagrangianGP", "DEFAULT_NEWTON", "SEARCH_ITERATIONS", "ExtrapolationWarning", "ExtrapolationError",
            "EXTRAPOLATION_FACTOR"]
@@ -99,14 +101,6 @@ CHECK_CHUNK = 4096
 CHECK_POINTS = 256
 
 
-class ExtrapolationWarning(UserWarning):
-    """A prediction left the region where the data determine the learned dynamics."""
-
-
-class ExtrapolationError(BeaValueError):
-    """Raised instead of :class:`ExtrapolationWarning` with ``predict(..., on_extrapolation="raise")``."""
-
-
 class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
     r"""GP model of the inverse modified Lagrangian of ``scheme`` at step ``h`` (Lagrangian Shadow
     Integration), learned from position snapshots.
@@ -121,9 +115,10 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         :class:`~learners.shadow.kernels.FunctionalKernel`, used as given (no learning).
     normalisation : ``"mass"`` (default; :class:`~learners.shadow.normalisation.MassNormalisation`),
         ``"vertices"`` (the paper's) or a :class:`~learners.shadow.normalisation.Normalisation`.
-    objective : ``"mll"`` (default), ``"heldout"`` or ``"positions"`` (held-out one-step position errors; use it
-        for ``n >= 3``, where the other two collapse; see :mod:`learners.shadow.hyperparameters` for the choice);
-        ignored when ``lengthscale``/``epsilon`` is given.
+    objective : ``"auto"`` (default: ``"mll"`` for ``n <= 2``, switching to ``"positions"`` with an IdentifiabilityWarning
+        if the likelihood collapses; ``"positions"`` for ``n >= 3``, where the others collapse), ``"mll"``, ``"heldout"``
+        or ``"positions"`` (:mod:`learners.shadow.hyperparameters`); ignored when ``lengthscale``/``epsilon`` is given.
+        :attr:`objective_used` says which one ran.
     lengthscale, epsilon : fix the RBF lengthscale (``epsilon``: the paper's
         :math:`\exp(-\|x-y\|^2/\varepsilon^2)`); ``noise``: the relative nugget then (default 1e-12).
     ard : one lengthscale per input of :math:`(q, v)` (default) or one shared.
@@ -135,20 +130,26 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
     """
 
     default_iterations = SEARCH_ITERATIONS
-    objectives = ("mll", "heldout", "positions")
+    objectives = ("auto", "mll", "heldout", "positions")
 
     # the constructor, with its explicit signature, is FunctionalLagrangianModel.__init__
     def _fitted_extra(self) -> dict:
-        return {"snapshots": self.snapshots, "data_level": self.data_level()}
+        ensure_energy_calibration(self)
+        return {"snapshots": self.snapshots, "data_level": self.data_level(), "objective_used": self.objective_used,
+                "calibration": {k: c.as_dict() for k, c in self._calibration.items()}}
 
     def _restore_extra(self, extra: dict) -> None:
         self.snapshots, self._data_level = extra["snapshots"], extra["data_level"]
+        self.objective_used = extra.get("objective_used")
+        self._calibration = {k: Calibration(**c) for k, c in extra.get("calibration", {}).items()}
+        self._pending_calibration = None
 
     def _init_state(self) -> None:
         self._recovered: Dict[object, TorchLagrangian] = {}
         self._jet: Optional[Union[RBFJet, bool]] = None  # None: not tried yet; False: no closed form
         self.snapshots: Optional[torch.Tensor] = None
         self._data_level: Optional[float] = None
+        self._pending_calibration = None  # (training functionals, held-back standardised snapshots) of the last fit
 
     def __repr__(self) -> str:
         state = f"fitted on {self.snapshots.shape[0]} trajectories" if self.snapshots is not None else "not fitted"
@@ -193,6 +194,14 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         from .position_objective import position_objective
 
         return position_objective(triples_from_snapshots(self._standard_snapshots[trajectories]), self._h_std, self.scheme)
+
+    def _calibrate_quantities(self, trajectories: torch.Tensor, F_tr) -> None:
+        """Keep what the ``"energy"`` calibration needs (:func:`~learners.shadow.calibration.ensure_energy_calibration`:
+        run on first demand, as it costs more than many fits), warn on held-out one-step errors."""
+        from .identifiability import check_one_step
+
+        self._pending_calibration = (F_tr, self._standard_snapshots[trajectories])
+        check_one_step(self, self._standard_snapshots[trajectories])
 
     def _lagrangian_std(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """:math:`\bar L'_{inv}` in the standardised coordinates."""
@@ -384,17 +393,3 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         if mode == "raise":
             raise ExtrapolationError(msg)
         warnings.warn(msg, ExtrapolationWarning, stacklevel=4)
-
-class StandardisedMean:
-    r""":math:`\bar L'_{inv}` (LSI) or :math:`\bar L'` (LGP) of a fitted model in its standardised coordinates, callable as ``L(q, v)``
-    and with the C form of the posterior mean, so that predictions step on the integrators' compiled path."""
-
-    def __init__(self, model: "InverseModifiedLagrangianGP"):
-        self.model = model
-        self.n = model.n
-
-    def __call__(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return self.model.gp.mean(torch.cat([q, v], -1))
-
-    def c_lagrangian(self):
-        return self.model._standardised_c_lagrangian()

@@ -56,7 +56,7 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
-from bea.errors import BeaTypeError, BeaValueError
+from bea.errors import BeaValueError
 
 from ..saving import recorded, register
 from .kernels import SmoothKernel

@@ -18,6 +18,7 @@ from integrators import modified
 from integrators.trajectory import positions
 
 from .._checks import as_tensor, check_finite, check_order, check_states
+from .calibration import ensure_energy_calibration
 from .rbf_jet import JetLagrangian, RBFJet, jets_fit
 from .uncertainty import (LinearisedQuantity, Reference, jet_order, momentum_functionals, posterior_variance,
                           repeat_functionals, weighted)
@@ -66,6 +67,8 @@ class RecoveryMixin:
         H_mean = bea.energy(self.recovered_lagrangian(order))
         if not return_std and reference is None:
             return H_mean
+        if return_std:
+            ensure_energy_calibration(self)
         N = check_order(order, self.scheme.symmetric)
         ref = None
         if reference is not None:
@@ -89,9 +92,12 @@ class RecoveryMixin:
             if ref is not None:
                 mean = mean - H_mean(ref[0][None], ref[1][None]).detach()
                 R = Reference(self._standard_state(ref[0], ref[1]).expand_as(x))
-            var = self._speed ** 4 * posterior_variance(self.gp, G, R)[:, 0, 0].clamp_min(0)
+            var = self._speed ** 4 * self._variance_factor("energy") * posterior_variance(self.gp, G, R)[:, 0, 0].clamp_min(0)
             if truncation:
-                H_next = bea.energy(self.recovered_lagrangian(next_order(N, self.scheme)))
+                # few states: autograd; the closed-form jet of the next order is compiled C that takes minutes to
+                # build at n >= 3 (48 states at n = 3: 0.5 s by autograd), worth it only for large batches
+                L_next = self._recovered_std(next_order(N, self.scheme), jets=qf.shape[0] > SMALL_BATCH)
+                H_next = bea.energy(lambda q_, v_: self._unit ** 2 * L_next(self._to_standard(q_), v_ / self._unit))
                 nxt = H_next(qf, vf).detach()
                 if ref is not None:
                     nxt = nxt - H_next(ref[0][None], ref[1][None]).detach()
@@ -160,7 +166,7 @@ class RecoveryMixin:
             r_rows = reference * Bt + torch.arange(Bt).repeat(times.numel())
             P_ref = repeat_functionals(P, (r_rows[:, None] * n + torch.arange(n)).reshape(-1))
             ref = Reference(x[r_rows], weighted(P_ref, v3.reshape(-1, n)[r_rows], n))
-        cov = posterior_variance(self.gp, G, ref)
+        cov = self._variance_factor("energy") * posterior_variance(self.gp, G, ref)
         if what == "momentum":
             Minv = torch.linalg.inv(self._mass_std(order, q3.reshape(-1, n)[rows], v3.reshape(-1, n)[rows]))
             cov = Minv @ cov @ Minv.transpose(1, 2)
@@ -201,6 +207,7 @@ class RecoveryMixin:
         v_std = self._velocities_std(q_std, order, chunk)
         if not return_std:
             return self._speed * v_std
+        ensure_energy_calibration(self)
         N = check_order(order, self.scheme.symmetric)
         std = self._along_positions_std(q_std, v_std, N, "momentum", _every(std_every))
         if truncation:
@@ -240,6 +247,7 @@ class RecoveryMixin:
             E = E - E[reference]
         if not return_std:
             return E
+        ensure_energy_calibration(self)
         N = check_order(order, self.scheme.symmetric)
         std = self._speed ** 2 * self._along_positions_std(q_std, v_std, N, "lagrangian", _every(std_every), reference)
         if truncation:
@@ -255,6 +263,10 @@ class RecoveryMixin:
                              f"got {tuple(qs.shape)}")
         check_finite(qs, "qs")
         return qs
+
+
+#: batches of at most this many states take the next order's energy (truncation term) by autograd
+SMALL_BATCH = 2000
 
 
 def _chunk(order: int, jets: bool = False) -> int:

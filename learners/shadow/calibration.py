@@ -1,0 +1,141 @@
+r"""Calibration of the reported uncertainties of the LSI GP on held-out trajectories, from positions only.
+
+The posterior of the GP has one free scale, the outputscale :math:`\sigma_f^2`: every variance it reports is
+proportional to it, and the hyperparameter search does not fix it well (the ``"positions"`` objective does not
+look at it; the likelihood is ruled by :math:`\log\det`). So every reported std is scaled by a factor fitted on
+held-back trajectories, on a quantity as close as possible to the reported one:
+
+* ``"del"`` -- the DEL residuals of the held-back triples (:meth:`FunctionalLagrangianModel._calibrate`): what
+  ``predict(..., return_std=True)`` and ``del_residuals`` report.
+* ``"energy"`` -- energy conservation along held-back trajectories. The recovered energy
+  :math:`H_{rec}[N]` along the snapshots of one trajectory (velocities from the discrete momenta,
+  :meth:`~learners.shadow.recovery.RecoveryMixin.energies`) must be constant, so its differences to the first
+  snapshot have true value 0, and their z-scores need no velocity or energy data. The std is the GP part
+  times :math:`\sqrt s` and the first omitted term :math:`H_{rec}[N+2] - H_{rec}[N]` at the same states in
+  quadrature (as :meth:`~learners.shadow.recovery.RecoveryMixin.energy`'s ``truncation``; re-solving the velocities at
+  order ``N + 2`` instead costs minutes at ``n = 3``); :math:`s` is chosen so that a fraction
+  :data:`TARGET_COVERAGE` of the :math:`|z|` lie below :data:`TARGET_Z` (the Gaussian's 90% point): between the
+  95.4% point, which heavy tails (a few held-back orbits leave the data) push far out, and the root mean square,
+  which the same tails dominate. Used for ``energy``, ``energies`` and ``velocities`` (the same linearisation of
+  :math:`\mathrm{mod}_N` through the same prior), at ``N = 2``; the GP part of higher orders uses the same scale.
+
+Each entry of :attr:`InverseModifiedLagrangianGP.calibration` is a :class:`Calibration`: the scale (relative to
+the raw posterior variance), and on the held-back values the RMS z-score, the fraction within :math:`2\sigma`
+and their count.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Dict, Optional
+
+import torch
+
+import bea
+
+__all__ = ["ensure_energy_calibration", "Calibration", "TARGET_Z", "TARGET_COVERAGE", "CALIBRATION_TRAJECTORIES", "scale_for", "energy_calibration"]
+
+#: |z| quantile matched by the energy calibration: a Gaussian has 90% of |z| below 1.645
+TARGET_Z, TARGET_COVERAGE = 1.6449, 0.90
+#: held-back trajectories used for the energy calibration (each costs an energy std per snapshot)
+CALIBRATION_TRAJECTORIES = 8
+
+
+@dataclass
+class Calibration:
+    """One quantity's calibration: ``scale`` multiplies the raw posterior variance; ``rms_z`` and ``coverage``
+    (fraction with |z| <= 2) of the ``count`` held-back values after scaling; ``truncation_ratio``: median of the
+    first omitted term over the calibrated GP std (energy only; below 1 the GP error dominates)."""
+
+    scale: float
+    rms_z: float
+    coverage: float
+    count: int
+    truncation_ratio: Optional[float] = None
+
+    def as_dict(self) -> Dict[str, float]:
+        return asdict(self)
+
+
+def _z(err: torch.Tensor, gp_var: torch.Tensor, trunc: torch.Tensor, s: float) -> torch.Tensor:
+    return err.abs() / (s * gp_var + trunc ** 2).sqrt()
+
+
+def scale_for(err: torch.Tensor, gp_var: torch.Tensor, trunc: torch.Tensor) -> float:
+    r"""The variance scale :math:`s` with a fraction :data:`TARGET_COVERAGE` of :math:`|e|/\sqrt{s v + t^2}` below
+    :data:`TARGET_Z` (bisection in :math:`\log s`; every z decreases in s). Where the truncation term alone
+    already gives that, the smallest scale tried (1e-12 of the geometric mean of ``err**2 / gp_var``)."""
+    ref = float(torch.exp(torch.log(err.pow(2) + 1e-300).mean() - torch.log(gp_var + 1e-300).mean()))
+    lo, hi = math.log(max(ref, 1e-300) * 1e-12), math.log(max(ref, 1e-300) * 1e12)
+
+    def excess(log_s: float) -> float:
+        return float(torch.quantile(_z(err, gp_var, trunc, math.exp(log_s)), TARGET_COVERAGE)) - TARGET_Z
+
+    if excess(lo) <= 0:
+        return math.exp(lo)
+    for _ in range(80):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if excess(mid) > 0 else (lo, mid)
+    return math.exp(hi)
+
+
+def energy_calibration(model, qs: torch.Tensor, order: int = 2, floor: float = 0.0) -> Optional[Calibration]:
+    r"""The ``"energy"`` calibration (module docstring) of ``model`` -- conditioned on its training functionals
+    only, with ``gp.variance_scale`` 1 -- on held-back snapshots ``qs`` ``(steps + 1, batch, n)`` in the data's
+    units; the scale is at least ``floor`` (the ``"del"`` scale: where the truncation term alone covers the held-back
+    differences, as at large steps, they do not determine the GP's scale). None when fewer than 10 differences are
+    finite."""
+    from .recovery import next_order
+
+    E, sd = model.energies(qs, order, return_std=True, reference=0, truncation=False)
+    # the first omitted term as energy(order, return_std=True) takes it: the next order's energy at the same states,
+    # by autograd (the closed-form jet of that order is compiled C: 2 minutes at n = 3, for 48 states taking 0.5 s)
+    v = model.velocities(qs, order)
+    q_std, v_std = model._to_standard(qs), v / model._speed
+    H_next = bea.energy(model._recovered_std(next_order(order, model.scheme), jets=False))(q_std, v_std).detach()
+    H_next = model._speed ** 2 * H_next  # energies scale as (sigma / tau)^2
+    err, var, trunc = E[1:].reshape(-1), sd[1:].reshape(-1) ** 2, ((H_next - H_next[0]) - E)[1:].reshape(-1)
+    ok = torch.isfinite(err) & torch.isfinite(var) & torch.isfinite(trunc) & (var + trunc ** 2 > 0)
+    if int(ok.sum()) < 10:
+        return None
+    err, var, trunc = err[ok], var[ok], trunc[ok]
+    s = max(scale_for(err, var, trunc), floor)
+    z = _z(err, var, trunc, s)
+    ratio = float(torch.median(trunc.abs() / (s * var).sqrt().clamp_min(1e-300)))
+    return Calibration(s, float(z.pow(2).mean().sqrt()), float((z <= 2).double().mean()), int(z.numel()), ratio)
+
+
+def ensure_energy_calibration(model) -> None:
+    r"""Run the ``"energy"`` calibration of ``model``'s last fit if it is still pending (on the first std of an
+    energy or velocity, or ``model.calibration``): the GP conditioned on the training functionals of the search only
+    (one more solve), on up to :data:`CALIBRATION_TRAJECTORIES` of the held-back trajectories, the scale at least
+    the ``"del"`` one; then the warning of :func:`~learners.shadow.identifiability.check_orders`. The model's own
+    posterior is restored afterwards. On failure (e.g. a kernel without a feature expansion) the reason goes to
+    ``model.history["energy_calibration_error"]`` and the ``"del"`` scale stays in use."""
+    from .identifiability import check_orders
+
+    pending = getattr(model, "_pending_calibration", None)
+    if pending is None:
+        return
+    model._pending_calibration = None
+    F_tr, S = pending
+    final, caches = model.gp, (model._recovered, model._jet)
+    gp = model._make_gp(2 * model.n)
+    gp.load_state_dict(final.state_dict())
+    for p in gp.parameters():
+        p.requires_grad_(False)
+    try:
+        with torch.no_grad():
+            gp.condition(F_tr)
+        model.gp, model._recovered, model._jet = gp, {}, None
+        qs = model._from_standard(S[:CALIBRATION_TRAJECTORIES]).transpose(0, 1)
+        cal = energy_calibration(model, qs, floor=final.variance_scale)
+    except (RuntimeError, ValueError, ArithmeticError, TypeError) as err:
+        model.history["energy_calibration_error"] = repr(err)
+        cal = None
+    finally:
+        model.gp, (model._recovered, model._jet) = final, caches
+    if cal is not None:
+        model._calibration["energy"] = cal
+        check_orders(model)

@@ -1,0 +1,209 @@
+"""One default for every n (issue 23, items 1, 2): ``InverseModifiedLagrangianGP(h).fit(q)`` with nothing chosen.
+
+``objective="auto"`` is the likelihood for n <= 2 (results identical to ``objective="mll"``), with a guard that
+switches to the positions objective if the likelihood collapses, and the positions objective for n >= 3. The
+energy std is calibrated on energy conservation along held-back trajectories (learners/shadow/calibration.py).
+The systems here (an anharmonic oscillator with cubic couplings, n = 3; a chain with position-dependent masses and
+a softened two-body problem, n = 4) appear nowhere else in the suite; the full-size acceptance is under -m slow."""
+
+import math
+import warnings
+
+import pytest
+import sympy
+import torch
+
+import integrators
+from integrators.data import snapshots
+from learners import InverseModifiedLagrangianGP
+from learners.shadow import hyperparameter_search
+from learners.shadow.calibration import TARGET_COVERAGE, TARGET_Z, scale_for
+from learners.shadow.hyperparameters import IdentifiabilityWarning
+
+
+def anharmonic3():
+    q = sympy.symbols("q0:3", real=True)
+    v = sympy.symbols("v0:3", real=True)
+    V = (q[0]**2 + 1.5 * q[1]**2 + 2 * q[2]**2) / 2 + 0.4 * q[0] * q[1] * q[2] + 0.3 * q[0]**2 * q[1] - 0.2 * q[1] * q[2]**2
+    return integrators.systems.from_sympy(sum(x**2 for x in v) / 2 - V, q, v, "anharmonic3", domain=[(-0.6, 0.6)] * 6)
+
+
+def mass_chain4():
+    """Four masses on springs between fixed ends, each with a position-dependent mass 1 + 0.3 q_i^2."""
+    q = sympy.symbols("q0:4", real=True)
+    v = sympy.symbols("v0:4", real=True)
+    ext = [0, *q, 0]
+    T = sum((1 + sympy.Rational(3, 10) * q[i]**2) * v[i]**2 / 2 for i in range(4))
+    V = sum((ext[i + 1] - ext[i])**2 / 2 for i in range(5)) + sum(x**4 for x in q) / 10
+    return integrators.systems.from_sympy(T - V, q, v, "mass_chain4", domain=[(-0.6, 0.6)] * 8)
+
+
+def two_body4():
+    """Two unit masses in the plane, softened attraction 1/sqrt(r^2 + 1/2), in a weak harmonic trap."""
+    q = sympy.symbols("x1 y1 x2 y2", real=True)
+    v = sympy.symbols("u1 w1 u2 w2", real=True)
+    r2 = (q[0] - q[2])**2 + (q[1] - q[3])**2 + sympy.Rational(1, 2)
+    L = sum(x**2 for x in v) / 2 + 1 / sympy.sqrt(r2) - sum(x**2 for x in q) / 10
+    return integrators.systems.from_sympy(L, q, v, "two_body4", domain=[(-0.8, 0.8)] * 4 + [(-0.4, 0.4)] * 4)
+
+
+def held_out_states(system, count, seed=11):
+    """``count + 1`` states in the middle 70% of the system's box; the first is the reference."""
+    n, box = system.n, system.domain
+    g = torch.Generator().manual_seed(seed)
+    lo = torch.tensor([b[0] for b in box], dtype=torch.float64)
+    hi = torch.tensor([b[1] for b in box], dtype=torch.float64)
+    x = lo + (0.15 + 0.7 * torch.rand(count + 1, 2 * n, generator=g, dtype=torch.float64)) * (hi - lo)
+    return x[:, :n].contiguous(), x[:, n:].contiguous()
+
+
+def energy_differences(model, system, order, count=40, return_std=True):
+    """Relative error of H_rec[order] differences to a reference state after the best fit of scale (least squares),
+    and the z-scores of those differences with the model's std (None without ``return_std``)."""
+    q, v = held_out_states(system, count)
+    true = (system.energy(q[1:], v[1:]) - system.energy(q[:1], v[:1])).detach()
+    if return_std:
+        mean, std = model.energy(order, return_std=True, reference=(q[0], v[0]))(q[1:], v[1:])
+    else:
+        H = model.energy(order)
+        mean, std = (H(q[1:], v[1:]) - H(q[:1], v[:1])).detach(), None
+    s = float((mean * true).sum() / (true * true).sum())
+    rel = float((mean - s * true).norm() / (s * true).norm())
+    return rel, None if std is None else (mean - s * true) / std
+
+
+def test_auto_is_the_likelihood_for_n_le_2():
+    """Pendulum: the default gives the same hyperparameters as objective='mll', to the last bit (the README's
+    pendulum and Henon-Heiles numbers are those of the likelihood), and reports it."""
+    data = snapshots(integrators.systems.pendulum(), 0.5, 30, 5, seed=0)
+    opts = dict(iterations=8, max_train_functionals=400, progress=False)
+    auto = InverseModifiedLagrangianGP(0.5, **opts).fit(data)
+    mll = InverseModifiedLagrangianGP(0.5, objective="mll", **opts).fit(data)
+    assert auto.objective_used == "mll"
+    assert auto.hyperparameters == mll.hyperparameters
+    assert torch.equal(auto.gp._beta, mll.gp._beta)
+
+
+def test_collapse_guard_switches_to_positions(monkeypatch):
+    """The guard's wiring: with the collapse threshold raised above any outputscale, the pendulum's likelihood
+    counts as collapsed, and the default warns and learns with the positions objective instead."""
+    monkeypatch.setattr(hyperparameter_search, "COLLAPSE_OUTPUTSCALE", math.inf)
+    data = snapshots(integrators.systems.pendulum(), 0.5, 30, 5, seed=0)
+    with pytest.warns(IdentifiabilityWarning, match="collapsed"):
+        m = InverseModifiedLagrangianGP(0.5, iterations=2, max_train_functionals=400, progress=False).fit(data)
+    assert m.objective_used == "positions"
+    assert m.history["objective"] < -10  # a working fit: one-step errors ~1e-3 of the standardised spread or less
+
+
+def test_scale_for_recovers_a_known_scale():
+    """Gaussian errors with variance 7 v (v known): the fitted scale is 7 within 15% (2,000 samples: the 90%
+    quantile's standard error is ~3%); with a truncation term five times the errors it alone covers them and the
+    scale falls to the floor of the bisection (1e-12 of the raw scale)."""
+    g = torch.Generator().manual_seed(0)
+    v = torch.rand(2000, generator=g, dtype=torch.float64) + 0.5
+    err = torch.randn(2000, generator=g, dtype=torch.float64) * (7 * v).sqrt()
+    s = scale_for(err, v, torch.zeros_like(v))
+    assert abs(s / 7 - 1) < 0.15
+    z = err.abs() / (s * v).sqrt()
+    assert float(torch.quantile(z, TARGET_COVERAGE)) == pytest.approx(TARGET_Z, rel=1e-6)
+    assert scale_for(err, v, 5 * err.abs() + 1e-3) < 1e-9
+
+
+@pytest.fixture(scope="module")
+def anharmonic():
+    system = anharmonic3()
+    data = snapshots(system, 0.2, 40, 5, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", IdentifiabilityWarning)
+        model = InverseModifiedLagrangianGP(0.2, progress=False).fit(data)
+    return system, model
+
+
+def test_auto_is_positions_for_n3_and_identifies(anharmonic):
+    """n = 3, 40 trajectories (CI size; 120 under -m slow), library defaults: the positions objective, one position
+    and one (longer) velocity lengthscale, and H_rec[2] differences at 40 held-out states within REL of the true
+    ones after the best scale (measured 1.26e-3, bound 3e-3 = the issue's criterion at n <= 4 with 100-200
+    trajectories; the likelihood's collapse gave 10 at 120 trajectories). Held-out one-step position error 2.5e-4 of
+    a step (warning limit 0.05)."""
+    system, m = anharmonic
+    assert m.objective_used == "positions"
+    ls = torch.tensor(m.hyperparameters["lengthscale"])
+    assert bool((ls[3:] > ls[:3]).all())
+    rel, _ = energy_differences(m, system, 2, return_std=False)
+    assert rel < 3e-3, rel
+    assert m.history["one_step_relative_error"] < 5e-3
+
+
+def test_energy_calibration_is_reported_and_used(anharmonic):
+    """model.calibration: the DEL and energy scales with their held-back diagnostics (the energy one fitted to put
+    90% of |z| below 1.645, so its own coverage is >= 0.85 and its RMS z near 1); the energy std is the DEL one's
+    times sqrt(energy scale / DEL scale). Measured: energy coverage 0.975, RMS z 0.93 on 40 differences; the
+    order-4 warning (the first omitted term of mod_2 is 0.11x the GP's std at 40 trajectories)."""
+    _, m = anharmonic
+    with pytest.warns(IdentifiabilityWarning, match="H_rec\\[4\\] will be no more accurate"):
+        cal = m.calibration
+    assert set(cal) == {"del", "energy"}
+    e = cal["energy"]
+    assert e.count >= 10 and 0.85 <= e.coverage <= 1.0 and 0.3 <= e.rms_z <= 3.0, e
+    assert e.scale >= cal["del"].scale  # floored at the DEL scale
+    assert m._variance_factor("energy") == pytest.approx(e.scale / cal["del"].scale, rel=1e-12)
+
+
+def velocity_z(model, system, h, steps=20, seed=5, order=2):
+    """z-scores of the velocities along one held-out trajectory of the exact flow (interior states)."""
+    from integrators import reference_flow
+
+    _, (q0, v0) = snapshots(system, h, 1, 1, seed=seed, return_initial=True)
+    times = h * torch.arange(steps + 1, dtype=torch.float64)
+    qr, vr = reference_flow(system, q0, v0, times)
+    v, sd = model.velocities(qr, order, return_std=True)
+    return ((v - vr) / sd)[1:-1]
+
+
+SYSTEMS = [(anharmonic3, 0.2, 120), (mass_chain4, 0.2, 150), (two_body4, 0.2, 150)]
+#: measured gaps (issue 23, not met yet): the chain's energy differences are 1.8e-2 relative; the two-body problem is
+#: not identified (141 relative; the fit warns: held-out one-step error 0.095 of a step)
+_GAP = {"mass_chain4": "energy differences 1.8e-2 relative (target 3e-3)",
+        "two_body4": "not identified: 141 relative, one-step error 0.095 of a step (the fit warns)"}
+
+
+def _systems(gaps):
+    return [pytest.param(*row, marks=pytest.mark.xfail(reason=f"issue 23 gap: {gaps[row[0].__name__]}", strict=False))
+            if row[0].__name__ in gaps else row for row in SYSTEMS]
+
+
+def _fit(make, h, n_traj):
+    system = make()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", IdentifiabilityWarning)
+        return system, InverseModifiedLagrangianGP(h, progress=False).fit(snapshots(system, h, n_traj, 5, seed=0))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("make, h, n_traj", _systems(_GAP))
+def test_acceptance_energy_and_velocities(make, h, n_traj):
+    """Issue 23's acceptance at full size, library defaults, positions only: energy differences to a reference state
+    after the best scale within 3e-3 relative (n <= 4), N = 2 and 4; velocities along a held-out trajectory within
+    2 sigma at >= 85% of the states. Measured: anharmonic3 (120 trajectories) 3.7e-4 (N = 2 and 4), velocities
+    98% (RMS z 0.77); mass_chain4 (150) 1.8e-2 (N = 2), velocities 100% (RMS z 0.66); two_body4 see _GAP."""
+    system, m = _fit(make, h, n_traj)
+    assert m.objective_used == "positions"
+    for N in (2, 4):
+        rel, _ = energy_differences(m, system, N, return_std=False)
+        assert rel <= 3e-3, (N, rel)
+    zv = velocity_z(m, system, h)
+    assert float((zv.abs() <= 2).double().mean()) >= 0.85, zv
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(reason="issue 23 gap: calibrated on energy conservation along held-back trajectories (5 steps), "
+                          "the std is too small for differences between distant states (anharmonic3: 78% within "
+                          "2 sigma, RMS z 1.97; mass_chain4: 78%, 2.5)", strict=False)
+@pytest.mark.parametrize("make, h, n_traj", SYSTEMS)
+def test_acceptance_energy_calibration(make, h, n_traj):
+    """85-99% of 40 held-out energy differences within 2 sigma and RMS z in [0.5, 1.5], N = 2 and 4."""
+    system, m = _fit(make, h, n_traj)
+    for N in (2, 4):
+        _, z = energy_differences(m, system, N)
+        assert 0.85 <= float((z.abs() <= 2).double().mean()) <= 0.99, (N, z)
+        assert 0.5 <= float(z.pow(2).mean().sqrt()) <= 1.5, (N, z)
