@@ -94,3 +94,14 @@ def device(request):
     """Run a test once per available device (a ``torch.device``); tests check that every tensor they get
     back is on the device, and has the dtype, of the data they gave."""
     return torch.device(request.param)
+
+
+@pytest.fixture(scope="session")
+def gp_file(tmp_path_factory):
+    """A small fitted pendulum GP saved to disk (the model-file reliability tests edit copies of it)."""
+    import integrators as I
+    from learners import InverseModifiedLagrangianGP
+
+    snaps = I.data.snapshots(I.systems.pendulum(), 0.5, n_traj=8, n_steps=4, seed=0)
+    gp = InverseModifiedLagrangianGP(0.5, lengthscale=1.0, noise=1e-10, progress=False).fit(snaps)
+    return gp.save(tmp_path_factory.mktemp("gp") / "gp.pt")

@@ -18,7 +18,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import bea
-import integrators as I
 from learners import LNN, InverseModifiedLagrangianGP
 from learners import saving
 from learners.saving import ModelFileError
@@ -39,13 +38,6 @@ def _resave(payload, path):
 
 def _payload(path):
     return torch.load(path, weights_only=True)
-
-
-@pytest.fixture(scope="module")
-def gp_file(tmp_path_factory):
-    snaps = I.data.snapshots(I.systems.pendulum(), 0.5, n_traj=8, n_steps=4, seed=0)
-    gp = InverseModifiedLagrangianGP(0.5, lengthscale=1.0, noise=1e-10, progress=False).fit(snaps)
-    return gp.save(tmp_path_factory.mktemp("gp") / "gp.pt")
 
 
 @pytest.mark.parametrize("edit, cause", [

@@ -21,7 +21,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import bea
-import integrators as I
 from bea import cache as bea_cache
 from bea.poly import MAX_DIGITS, parse_rational
 from integrators.data import SnapshotError, load_snapshots
@@ -39,13 +38,6 @@ def _write(payload, path, reseal):
     torch.save(payload, buf)
     path.write_bytes(buf.getvalue())
     return path
-
-
-@pytest.fixture(scope="module")
-def gp_file(tmp_path_factory):
-    snaps = I.data.snapshots(I.systems.pendulum(), 0.5, n_traj=8, n_steps=4, seed=0)
-    gp = InverseModifiedLagrangianGP(0.5, lengthscale=1.0, noise=1e-10, progress=False).fit(snaps)
-    return gp.save(tmp_path_factory.mktemp("gp") / "gp.pt")
 
 
 # ---------------------------------------------------------------------------------------------- checksums
