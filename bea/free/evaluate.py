@@ -78,10 +78,14 @@ class _Point:
                 (r,) = torch.autograd.grad(gv[..., i].sum(), ts, create_graph=True, allow_unused=True)
                 rows.append(torch.zeros_like(v) if r is None else r)
             M = torch.stack(rows, -2)
-            # M is compared with L's first derivatives at every n, as in the component formulas: a uniformly
-            # small M has no spread of eigenvalues (L = sum v^4/12 + sum cos q at v = 1e-100: M = 1e-200 I
-            # against L_q ~ 1), and check_regular's absolute floor catches a uniformly tiny L
-            scale = gv.detach().abs().amax(-1) if gq is None else torch.maximum(gv.detach().abs().amax(-1), gq.detach().abs().amax(-1))
+            # n >= 2: the spread of M's eigenvalues is the test, and check_regular's absolute floor catches a
+            # uniformly tiny M (L = sum v^4/12 + sum cos q at v = 1e-100: M = 1e-200 I); anything between that
+            # over- or underflows is caught by the output check. Comparing M with L's first derivatives at n >= 2
+            # would call a regular M singular wherever a learned L has large forces (|L_q| ~ 1e11 against M ~ 0.1
+            # in a briefly trained ModLaNet). n = 1 has no spread, so there M is compared with them.
+            scale = None
+            if q.shape[-1] == 1:
+                scale = gv.detach().abs().amax(-1) if gq is None else torch.maximum(gv.detach().abs().amax(-1), gq.detach().abs().amax(-1))
             check_regular(M, scale)
             # one dimension: a division is an order of magnitude cheaper than LU for small batches
             self._lu = (M[..., 0, :],) if M.shape[-1] == 1 else torch.linalg.lu_factor(M)
