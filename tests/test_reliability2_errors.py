@@ -139,9 +139,13 @@ def test_deeply_nested_dict_spec_is_a_spec_error():
         load(_spec(grid={"h": [0.1], "N": [_nested(5000)]}))
 
 
+def _containers(inner):
+    return st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=3), inner, max_size=3))
+
+
 _toml_values = st.recursive(
-    st.one_of(st.integers(-10 ** 30, 10 ** 30), st.floats(), st.text(max_size=8), st.booleans()),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3), max_leaves=12)
+    st.one_of(st.integers(-10 ** 30, 10 ** 30), st.floats(), st.text(max_size=8), st.booleans()), _containers,
+    max_leaves=12)
 
 
 @settings(max_examples=80, **H)

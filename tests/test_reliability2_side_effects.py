@@ -53,12 +53,12 @@ def test_train_fit_predict_and_gp_load_leave_global_state_alone(tmp_path):
     before = _globals()
     gp = InverseModifiedLagrangianGP(0.5, iterations=3, max_train_functionals=40, progress=False).fit(snaps)
     q0 = torch.tensor([[0.3]], dtype=torch.float64)
-    qs = gp.predict(q0, torch.zeros_like(q0), 5, on_extrapolation="ignore")
+    qs = gp.predict(q0, torch.zeros_like(q0), 5, on_extrapolation="ignore").q
     _assert_unchanged(before, "InverseModifiedLagrangianGP.fit/predict")
     before = _globals()
     loaded = InverseModifiedLagrangianGP.load(gp.save(tmp_path / "gp.pt"))
     _assert_unchanged(before, "InverseModifiedLagrangianGP.load")
-    assert float((loaded.predict(q0, torch.zeros_like(q0), 5, on_extrapolation="ignore") - qs).abs().max()) <= 1e-14
+    assert float((loaded.predict(q0, torch.zeros_like(q0), 5, on_extrapolation="ignore").q - qs).abs().max()) <= 1e-14
     net = LNN(1, 8, seed=0)
     w0 = [p.detach().clone() for p in net.parameters()]
     before = _globals()
