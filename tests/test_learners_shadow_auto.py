@@ -208,8 +208,9 @@ def test_acceptance_energy_and_velocities(make, h, n_traj):
 
 @pytest.mark.slow
 @pytest.mark.xfail(reason="issue 23 gap: calibrated on energy conservation along held-back trajectories (5 steps), "
-                          "the std is too small for differences between distant states (anharmonic3: 78% within "
-                          "2 sigma, RMS z 1.97; mass_chain4: 78%, 2.5)", strict=False)
+                          "the std is too small for differences between distant states (anharmonic3: 75% within "
+                          "2 sigma, RMS z 2.05; mass_chain4: 78%, 2.5; the mechanical kernel meets it on anharmonic3: "
+                          "88%, 1.38, benchmarks/RESULTS_mechanical.md)", strict=False)
 @pytest.mark.parametrize("make, h, n_traj", SYSTEMS)
 def test_acceptance_energy_calibration(make, h, n_traj):
     """85-99% of 40 held-out energy differences within 2 sigma and RMS z in [0.5, 1.5], N = 2 and 4."""
