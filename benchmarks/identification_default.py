@@ -8,6 +8,7 @@ the fit costs on a quiet one). Usage::
 
     PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/identification_default.py            # n = 6, 200 trajectories
     PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/identification_default.py --n 4 --traj 100 200
+    PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/identification_default.py --kernel mechanical
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ def main(argv=None) -> None:
     ap.add_argument("--n", type=int, default=6, help="masses in the chain")
     ap.add_argument("--traj", type=int, nargs="+", default=[200], help="numbers of trajectories")
     ap.add_argument("--points", type=int, default=40, help="level-set states")
+    ap.add_argument("--kernel", default=None, help="kernel= of the model (default: the library's)")
     args = ap.parse_args(argv)
     print(f"{'n':>3} {'traj':>5} {'fit s':>7} {'cpu s':>7} {'objective':>10} {'H_rec[0]':>9} {'H_rec[2]':>9} {'H_rec[4]':>9} {'gain':>6} "
           f"{'energy cal (rms z, 2σ)':>24}")
@@ -38,7 +40,8 @@ def main(argv=None) -> None:
         t, c = time.perf_counter(), time.process_time()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            model = InverseModifiedLagrangianGP(cfg.h, progress=False).fit(S)
+            kw = {} if args.kernel is None else {"kernel": args.kernel}
+            model = InverseModifiedLagrangianGP(cfg.h, progress=False, **kw).fit(S)
         fit_s, cpu_s = time.perf_counter() - t, time.process_time() - c
         ls = I.level_set_errors(cfg, model, system, (0, 2, 4), args.points)
         cal = model.calibration.get("energy")

@@ -47,6 +47,15 @@ def two_body4():
     return integrators.systems.from_sympy(L, q, v, "two_body4", domain=[(-0.8, 0.8)] * 4 + [(-0.4, 0.4)] * 4)
 
 
+def duffing3():
+    """Three Duffing oscillators (hardening quartic) coupled by linear springs to their neighbours: no suite test
+    or tuning has used it (issue 23 follow-up: a system nobody tuned on)."""
+    q = sympy.symbols("q0:3", real=True)
+    v = sympy.symbols("v0:3", real=True)
+    V = sum(x**2 / 2 + x**4 / 4 for x in q) + sympy.Rational(1, 2) * ((q[0] - q[1])**2 + (q[1] - q[2])**2) / 2
+    return integrators.systems.from_sympy(sum(x**2 for x in v) / 2 - V, q, v, "duffing3", domain=[(-0.7, 0.7)] * 6)
+
+
 def held_out_states(system, count, seed=11):
     """``count + 1`` states in the middle 70% of the system's box; the first is the reference."""
     n, box = system.n, system.domain
@@ -161,6 +170,8 @@ def velocity_z(model, system, h, steps=20, seed=5, order=2):
 
 
 SYSTEMS = [(anharmonic3, 0.2, 120), (mass_chain4, 0.2, 150), (two_body4, 0.2, 150)]
+#: systems measured by benchmarks/identification_acceptance.py but not tuned on
+UNTUNED = [(duffing3, 0.2, 120)]
 #: measured gaps (issue 23, not met yet): the chain's energy differences are 1.8e-2 relative; the two-body problem is
 #: not identified (141 relative; the fit warns: held-out one-step error 0.095 of a step)
 _GAP = {"mass_chain4": "energy differences 1.8e-2 relative (target 3e-3)",
@@ -197,8 +208,9 @@ def test_acceptance_energy_and_velocities(make, h, n_traj):
 
 @pytest.mark.slow
 @pytest.mark.xfail(reason="issue 23 gap: calibrated on energy conservation along held-back trajectories (5 steps), "
-                          "the std is too small for differences between distant states (anharmonic3: 78% within "
-                          "2 sigma, RMS z 1.97; mass_chain4: 78%, 2.5)", strict=False)
+                          "the std is too small for differences between distant states (anharmonic3: 75% within "
+                          "2 sigma, RMS z 2.05; mass_chain4: 78%, 2.5; the mechanical kernel meets it on anharmonic3: "
+                          "88%, 1.38, benchmarks/RESULTS_mechanical.md)", strict=False)
 @pytest.mark.parametrize("make, h, n_traj", SYSTEMS)
 def test_acceptance_energy_calibration(make, h, n_traj):
     """85-99% of 40 held-out energy differences within 2 sigma and RMS z in [0.5, 1.5], N = 2 and 4."""

@@ -97,7 +97,8 @@ class RecoveryMixin:
                 # few states: autograd; the closed-form jet of the next order is compiled C that takes minutes to
                 # build at n >= 3 (48 states at n = 3: 0.5 s by autograd), worth it only for large batches
                 L_next = self._recovered_std(next_order(N, self.scheme), jets=qf.shape[0] > SMALL_BATCH)
-                H_next = bea.energy(lambda q_, v_: self._unit ** 2 * L_next(self._to_standard(q_), v_ / self._unit))
+                # data units: v' = v / speed and L = speed**2 L' (speed = unit / time unit, learners.shadow.units)
+                H_next = bea.energy(lambda q_, v_: self._speed ** 2 * L_next(self._to_standard(q_), v_ / self._speed))
                 nxt = H_next(qf, vf).detach()
                 if ref is not None:
                     nxt = nxt - H_next(ref[0][None], ref[1][None]).detach()
