@@ -118,16 +118,27 @@ class RBFKernel(SmoothKernel):
             first.append(-((Xs @ Vs[:, r].T) - (Vs[:, r] * Ys).sum(-1)[None, :]))
         m = a + b
 
-        def second(i: int, j: int) -> torch.Tensor:
-            if i < a and j < a:
-                return (Us[:, i] * Us[:, j]).sum(-1)[:, None]
-            if i >= a and j >= a:
-                return (Vs[:, i - a] * Vs[:, j - a]).sum(-1)[None, :]
-            ii, jj = (i, j - a) if i < a else (j, i - a)
-            return -(Us[:, ii] @ Vs[:, jj].T)
+        second = quadratic_pairs(Us, Vs, a)
 
         poly = _partition_sum(list(range(m)), [-f for f in first], lambda i, j: -second(i, j))
         return base * poly
+
+
+def quadratic_pairs(U: torch.Tensor, V: torch.Tensor, a: int):
+    r"""The second derivatives :math:`Q_{ij}` of :math:`Q = \tfrac12\|r + \sum_r t_r u_r - \sum_r s_r v_r\|^2`
+    between the leaves, ``pair(i, j)`` for ``i < j``, leaves ``0..a-1`` the :math:`t_r` (directions ``U`` (A, a, D))
+    and ``a..`` the :math:`s_r` (``V`` (B, b, D)): a (A, 1), (1, B) or (A, B) matrix. Shared by every kernel
+    built on a scaled squared distance (:class:`RBFKernel`, the position factor of the mechanical kernel)."""
+
+    def pair(i: int, j: int) -> torch.Tensor:
+        if i < a and j < a:
+            return (U[:, i] * U[:, j]).sum(-1)[:, None]
+        if i >= a and j >= a:
+            return (V[:, i - a] * V[:, j - a]).sum(-1)[None, :]
+        ii, jj = (i, j - a) if i < a else (j, i - a)
+        return -(U[:, ii] @ V[:, jj].T)
+
+    return pair
 
 
 def _partition_sum(idx: List[int], first: List[torch.Tensor], pair) -> torch.Tensor:

@@ -59,7 +59,7 @@ import torch
 from bea.errors import BeaValueError
 
 from ..saving import recorded, register
-from .kernels import SmoothKernel
+from .kernels import SmoothKernel, quadratic_pairs
 from .uncertainty import GaussianFeatures
 
 __all__ = ["MechanicalKernel", "MechanicalFeatures", "MechanicalExpansion", "DEFAULT_DEGREE"]
@@ -129,13 +129,7 @@ class MechanicalKernel(SmoothKernel):
         firstQ += [-(Xq @ Vq[:, r].T) + (Vq[:, r] * Yq).sum(-1)[None, :] for r in range(b)]
         firstA = [Uv[:, r] @ Yv.T for r in range(a)] + [Xv @ Vv[:, r].T for r in range(b)]
 
-        def _pairQ(i: int, j: int) -> torch.Tensor:
-            if i < a and j < a:
-                return (Uq[:, i] * Uq[:, j]).sum(-1)[:, None]
-            if i >= a and j >= a:
-                return (Vq[:, i - a] * Vq[:, j - a]).sum(-1)[None, :]
-            ii, jj = (i, j - a) if i < a else (j, i - a)
-            return -(Uq[:, ii] @ Vq[:, jj].T)
+        _pairQ = quadratic_pairs(Uq, Vq, a)
 
         def _pairA(i: int, j: int):
             if (i < a) == (j < a):
