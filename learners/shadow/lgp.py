@@ -39,8 +39,9 @@ from .._checks import as_tensor, check_finite, check_order, check_snapshots, che
 from .hyperparameters import FunctionalLagrangianModel
 from .retry import solve_with_retry
 from .functionals import Functionals, euler_lagrange_residuals, gradient_evaluations
-from .guards import RUNAWAY_FACTOR, check_prediction, data_region, runaway
-from .lsi import DEFAULT_NEWTON, ExtrapolationWarning, StandardisedMean
+from .compiled_mean import StandardisedMean
+from .guards import RUNAWAY_FACTOR, ExtrapolationWarning, check_prediction, data_region, runaway
+from .lsi import DEFAULT_NEWTON
 from .units import position_units, standard_step, standard_time
 
 __all__ = ["LagrangianGP", "finite_differences"]
