@@ -28,13 +28,13 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import List, NoReturn, Optional, Union
+from typing import Any, Callable, List, NoReturn, Optional, Union
 
 from ._version import __version__
 from .errors import BeaError
 from .series import MAX_TERMS
 
-__all__ = ["main", "OneLineParser", "check_output_dir"]
+__all__ = ["main", "OneLineParser", "check_output_dir", "run_guarded"]
 
 #: exit status for bad input (argparse uses 2 as well) and for anything unexpected
 EXIT_USAGE = 2
@@ -45,8 +45,12 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse that reports a usage error on one line of stderr (no usage block), exit status 2; every
     parser of the command line (``bea``, ``bea demo``) is one."""
 
+    def __init__(self, *args: Any, name: str = "bea", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.name = name  # the word before ": error:" (a pipeline's parser gives its module's name)
+
     def error(self, message: str) -> NoReturn:
-        print(f"bea: error: {' '.join(message.split())} (see {self.prog} --help)", file=sys.stderr)
+        print(f"{self.name}: error: {' '.join(message.split())} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
 
 
@@ -193,8 +197,8 @@ def _in_cli_terms(text: str) -> str:
     return text
 
 
-def _fail(message: str, status: int) -> int:
-    print(f"bea: error: {_in_cli_terms(' '.join(str(message).split()))}", file=sys.stderr)
+def _fail(message: str, status: int, name: str = "bea") -> int:
+    print(f"{name}: error: {_in_cli_terms(' '.join(str(message).split()))}", file=sys.stderr)
     return status
 
 
@@ -210,11 +214,20 @@ def _torch_source(series, kind: str, scheme: str, order: int) -> str:
 
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    return run_guarded(lambda: _main(argv))
+
+
+def run_guarded(command: Callable[[], Any], name: str = "bea") -> int:
+    """Run ``command()`` as a command line does: bad input (a :class:`BeaError`, ``ValueError``, ``TypeError``,
+    ``OSError``, ...) becomes one line ``NAME: error: ...`` on stderr and exit status 2, a bug one line and status
+    1 (the traceback with ``BEA_DEBUG=1``); an integer result is the exit status, anything else means 0. Shared by
+    ``bea`` and the ``python -m pipelines.*`` entry points."""
     debug = bool(os.environ.get("BEA_DEBUG"))
     try:
-        return _main(argv)
+        result = command()
+        return result if isinstance(result, int) and not isinstance(result, bool) else 0
     except KeyboardInterrupt:
-        return _fail("interrupted", 130)
+        return _fail("interrupted", 130, name)
     except BrokenPipeError:  # output piped into head & co.
         sys.stderr.close()
         return 0
@@ -223,12 +236,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (BeaError, ValueError, TypeError, ArithmeticError, OSError, MemoryError, RecursionError) as err:
         if debug:
             raise
-        return _fail(f"{err}" if isinstance(err, BeaError) else f"{type(err).__name__}: {err}", EXIT_USAGE)
+        return _fail(f"{err}" if isinstance(err, BeaError) else f"{type(err).__name__}: {err}", EXIT_USAGE, name)
     except Exception as err:  # noqa: BLE001 - a bug: one line still, the traceback on request
         if debug:
             raise
         return _fail(f"internal error ({type(err).__name__}: {err}); rerun with BEA_DEBUG=1 for the traceback and "
-                     "please report it", EXIT_INTERNAL)
+                     "please report it", EXIT_INTERNAL, name)
 
 
 def _main(argv: List[str]) -> int:

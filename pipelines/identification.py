@@ -352,9 +352,10 @@ def run(cfg: Optional[IdentificationConfig] = None, log=print) -> Identification
 def main(argv: Optional[Sequence[str]] = None) -> IdentificationResults:
     """Command line: ``python -m pipelines.identification [--no-double-pendulum] [--learn]`` (``BEA_FULL=1``: full
     size)."""
-    import argparse
+    from bea.cli import OneLineParser
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = OneLineParser(prog="python -m pipelines.identification", description=__doc__.split("\n")[0],
+                      name="pipelines.identification")
     ap.add_argument("--no-double-pendulum", action="store_true", help="only the chain")
     ap.add_argument("--learn", action="store_true",
                     help="learn the chain's lengthscales (objective 'positions', minutes) instead of the fixed ones")
@@ -370,4 +371,8 @@ def main(argv: Optional[Sequence[str]] = None) -> IdentificationResults:
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    from bea.cli import run_guarded
+
+    sys.exit(run_guarded(lambda: main() and None, "pipelines.identification"))

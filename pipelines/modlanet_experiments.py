@@ -48,13 +48,13 @@ The stages live in :mod:`pipelines.modlanet_stages` and :mod:`pipelines.modlanet
 
 from __future__ import annotations
 
-import argparse
 import time
 from dataclasses import asdict, replace
 from typing import Any, Callable, Dict, Optional, Sequence
 
 import torch
 
+from bea.cli import OneLineParser
 from bea.files import atomic_save
 from bea.errors import BeaValueError
 from integrators import reference_flow
@@ -139,7 +139,8 @@ def run(config: ModLaNetConfig = FULL["double_pendulum"], log: Callable[[str], N
 
 # ---------------------------------------------------------------------------------------------- CLI
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
-    p = argparse.ArgumentParser(prog="python -m pipelines.modlanet_experiments", description=__doc__.split("\n")[0])
+    p = OneLineParser(prog="python -m pipelines.modlanet_experiments", description=__doc__.split("\n")[0],
+                     name="pipelines.modlanet_experiments")
     p.add_argument("--system", choices=("double_pendulum", "three_body"), default="double_pendulum")
     p.add_argument("--small", action="store_true", help="reduced size (tests, about a minute)")
     p.add_argument("--epochs", type=int, default=None, help="ModLaNet and baseline epochs (default: the config's)")
@@ -186,4 +187,8 @@ def _plain(x):
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    from bea.cli import run_guarded
+
+    sys.exit(run_guarded(lambda: main() and None, "pipelines.modlanet_experiments"))
