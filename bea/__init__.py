@@ -4,7 +4,7 @@ Derive modified and inverse modified Lagrangians for any variational integrator,
 truncation order; print them as SymPy or LaTeX; compile them to differentiable torch functions.
 
 >>> import bea
->>> bea.modified_lagrangian("midpoint", 4, dim=1)
+>>> bea.modified_lagrangian("midpoint", 4, n=1)
 """
 
 from . import schemes

@@ -48,7 +48,7 @@ def check_scheme(scheme: bea.Scheme) -> None:
         if callable(check):
             check()
         else:
-            bea.modified_equation(scheme, 0, dim=1, cache=False)
+            bea.modified_equation(scheme, 0, n=1, cache=False)
     except InconsistentSchemeError as err:
         raise InconsistentSchemeError(f"{err}; the integrator would converge to the wrong dynamics (or none). A scheme "
                                       "must satisfy L_Delta(q(t), q(t+h))/h -> L(q, q') as h -> 0, e.g. h*L((a+b)/2, (b-a)/h)") from None

@@ -167,7 +167,7 @@ def test_the_integrators_errors_are_caught_as_bea_errors():
     with pytest.raises(bea.BeaValueError):  # and a plain bad value from bea itself is typed
         bea.GeneralisedMidpoint(float("nan"))
     with pytest.raises(bea.SeriesError, match="truncated at h\\^2; h\\^4 is not known"):
-        bea.modified_lagrangian("midpoint", 2, dim=1).coefficient(4)
+        bea.modified_lagrangian("midpoint", 2, n=1).coefficient(4)
 
 
 # ------------------------------------------------------------------ no message matching

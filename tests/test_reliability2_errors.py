@@ -172,7 +172,7 @@ def _L(q, v):
 def functions():
     """The dimension-free function (every n) and the generated one for n = 2 (the two code paths)."""
     return [(bea.compile_torch("modified_lagrangian", "midpoint", 2), None),
-            (bea.compile_torch("modified_lagrangian", "midpoint", 2, dim=2), 2)]
+            (bea.compile_torch("modified_lagrangian", "midpoint", 2, n=2), 2)]
 
 
 def _states(n, dtype=torch.float64):
