@@ -14,7 +14,8 @@ from .autodiff import acceleration, energy, momentum
 from .closed_form import midpoint_inv2, midpoint_mod2
 from .errors import (BeaError, BeaFileNotFoundError, BeaIsADirectoryError, BeaOSError, BeaRuntimeError, BeaTypeError,
                      BeaValueError, CacheFormatError, InconsistentSchemeError, InternalError, MissingDependencyError,
-                     NotRegularError, NotRegularFileError, SeriesError, UnsupportedSchemeError)
+                     NotRegularError, NotRegularFileError, SeriesError, UnsupportedSchemeError, BeaWarning,
+                     UnverifiedSchemeWarning)
 from .schemes import CustomScheme, GeneralisedMidpoint, Midpoint, Scheme, Trapezoidal, exact, get_scheme
 from .free.series import FreeSeries
 from .series import Series
@@ -56,4 +57,6 @@ __all__ = [
     "BeaIsADirectoryError",
     "MissingDependencyError",
     "NotRegularFileError",
+    "BeaWarning",
+    "UnverifiedSchemeWarning",
 ]

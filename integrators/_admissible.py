@@ -31,7 +31,7 @@ from typing import Callable
 import torch
 
 import bea
-from bea.errors import InconsistentSchemeError, NotRegularError  # one class per condition across the packages
+from bea.errors import InconsistentSchemeError, NotRegularError, UnverifiedSchemeWarning  # one class per condition across the packages
 
 __all__ = ["NotRegularError", "InconsistentSchemeError", "REGULARITY_RTOL", "check_scheme", "check_regular_at"]
 
@@ -56,7 +56,7 @@ def check_scheme(scheme: bea.Scheme) -> None:
         raise
     except Exception as err:  # a scheme that bea cannot expand symbolically (torch-only code): say so, do not block
         warnings.warn(f"could not verify that the scheme {scheme!r} is consistent ({type(err).__name__}: {err}); "
-                      "bea's symbolic expansion of it failed", RuntimeWarning, stacklevel=3)
+                      "bea's symbolic expansion of it failed", UnverifiedSchemeWarning, stacklevel=3)
         return
     try:
         scheme._integrators_consistent = True  # remembered on the instance: one check per scheme object
