@@ -93,7 +93,7 @@ class IdentificationConfig:
     modlanet: str = "small"
     modlanet_epochs: Optional[int] = None
     gp_max_train_functionals: int = 400
-    progress: bool = False
+    progress: Optional[bool] = None
 
 
 #: CI size: the chain at 200 trajectories, 40 level-set states, a 60-step prediction; the double pendulum at the
