@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import functools
 import warnings
-from typing import Callable
+from typing import Any, Callable, Dict
 
 from .errors import BeaTypeError
 
-__all__ = ["renamed"]
+__all__ = ["renamed", "renamed_attributes"]
 
 
 def renamed(**old_to_new: str) -> Callable[[Callable], Callable]:
@@ -35,3 +35,17 @@ def renamed(**old_to_new: str) -> Callable[[Callable], Callable]:
         return wrapper
 
     return decorate
+
+
+def renamed_attributes(module: str, old_to_new: Dict[str, str], namespace: Dict[str, Any]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` (PEP 562) that serves each old name as its new one, with a
+    :class:`DeprecationWarning` naming the replacement (``from module import old`` included)."""
+
+    def __getattr__(name: str) -> Any:
+        if name in old_to_new:
+            warnings.warn(f"{module}.{name} is deprecated and will be removed in the next release; use "
+                          f"{module}.{old_to_new[name]}", DeprecationWarning, stacklevel=2)
+            return namespace[old_to_new[name]]
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+    return __getattr__

@@ -19,8 +19,8 @@ sides), :mod:`~learners.shadow.gp` (the conditioned GP, exact Cholesky solve), :
 from bea.errors import BeaError, BeaWarning, NotRegularError
 
 from .shadow.lgp import LagrangianGP, finite_differences
-from .shadow.functionals import (Functionals, del_residuals, discrete_momenta, euler_lagrange_residuals, point_evaluations,
-                          triples_from_snapshots)
+from .shadow.functionals import (Functionals, del_residual_functionals, discrete_momentum_functionals, euler_lagrange_residuals,
+                                 point_evaluations, triples_from_snapshots)
 from .shadow.gp import ConditioningInfo, FunctionalGP
 from .shadow.kernels import FunctionalKernel, RBFKernel, SmoothKernel
 from .shadow.mechanical import MechanicalKernel
@@ -72,8 +72,8 @@ __all__ = [
     "MechanicalKernel",
     "SmoothKernel",
     "Functionals",
-    "del_residuals",
-    "discrete_momenta",
+    "del_residual_functionals",
+    "discrete_momentum_functionals",
     "euler_lagrange_residuals",
     "point_evaluations",
     "triples_from_snapshots",
@@ -103,7 +103,9 @@ __all__ = [
 ]
 
 # deprecated names (one release): "seed" meant the reference paper, and reads as a random seed
-_RENAMED = {"seed_baseline": "paper_baseline", "seed_statistic": "paper_statistic"}
+_RENAMED = {"seed_baseline": "paper_baseline", "seed_statistic": "paper_statistic",
+            # one name, one idea (issue 29): these build functionals, not values
+            "del_residuals": "del_residual_functionals", "discrete_momenta": "discrete_momentum_functionals"}
 
 
 def __getattr__(name: str):

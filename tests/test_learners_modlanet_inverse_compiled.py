@@ -10,7 +10,7 @@ import bea
 import integrators.variational as V
 from integrators import VariationalIntegrator
 from integrators.compiled import CompiledStepper, NotLowerable
-from integrators.modified import inverse_lagrangian, modified_lagrangian
+from integrators.modified import inverse_lagrangian, recovered_lagrangian
 from integrators.series_c import series_c_lagrangian
 from learners import ModLaNet
 from learners.modlanet.elements import CallableTransform, NewtonianPair, UniformGravity
@@ -24,8 +24,8 @@ MODELS = {
     "chain3-gravity": lambda: ModLaNet.pendulum_chain(3, transform="rod", lengths=[1.0, 0.8, 0.6],
                                                       potential=UniformGravity(9.8), hidden=8),
     # global coordinates: one body in 3-D (its 3 x 3 offset derivatives), two on a line with the Newtonian pair
-    "body-3d": lambda: ModLaNet.bodies(1, dim=3, hidden=8, seed=3),
-    "bodies-line-newton": lambda: ModLaNet.bodies(2, dim=1, pair=NewtonianPair(1.0), hidden=8, seed=3),
+    "body-3d": lambda: ModLaNet.bodies(1, space_dim=3, hidden=8, seed=3),
+    "bodies-line-newton": lambda: ModLaNet.bodies(2, space_dim=1, pair=NewtonianPair(1.0), hidden=8, seed=3),
 }
 #: position offsets keeping the bodies apart (the Newtonian pair is singular at contact)
 SHIFTS = {"bodies-line-newton": torch.tensor([0.0, 3.0], dtype=torch.float64)}
@@ -73,7 +73,7 @@ def test_other_series_equal_autograd(kind, scheme):
     """Any series of bea with a C form: mod_2 (midpoint) and inv_2 (trapezoidal) of the learned-transform model,
     h = 0.5, against nested autograd: measured at most 2.1e-17 (|H| <= 0.06); tolerance as above."""
     model = _frozen(MODELS["chain-mlp"]())
-    series = modified_lagrangian if kind == "modified" else inverse_lagrangian
+    series = recovered_lagrangian if kind == "modified" else inverse_lagrangian
     L = series(model, 2, 0.5, scheme)
     stepper = CompiledStepper(L, bea.get_scheme(scheme), 0.5, 2)
     x = torch.rand(2, 4, generator=torch.Generator().manual_seed(1), dtype=torch.float64) * 2 - 1
@@ -170,6 +170,6 @@ def test_large_formulas_stay_eager():
     model = _frozen(MODELS["chain-rod"]())
     with pytest.raises(NotLowerable, match="terms"):
         inverse_lagrangian(model, 4, 0.05).c_lagrangian()
-    bodies = _frozen(ModLaNet.bodies(5, dim=1, hidden=4))
+    bodies = _frozen(ModLaNet.bodies(5, space_dim=1, hidden=4))
     with pytest.raises(NotLowerable, match="n <= 4"):
         inverse_lagrangian(bodies, 2, 0.05).c_lagrangian()
