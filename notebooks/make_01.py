@@ -100,7 +100,7 @@ code("""print(bea.modified_lagrangian("midpoint", 2, n=1).source)""")
 
 md("""## Every dimension at once: formulas in vector form
 
-Without `dim`, the series is derived once for every $n$. Its terms are trees of derivative tensors
+Without `n`, the series is derived once for every $n$. Its terms are trees of derivative tensors
 $L_{q\\dots v\\dots}$ at $(q, v)$ joined by $M^{-1}$, $M = L_{vv}$: the midpoint $h^2$ term is
 $(A^\\top M A - v^\\top L_{qq} v)/24$, $A = M^{-1}(L_q - L_{qv} v)$, written in four trees.""")
 code("""free = bea.modified_lagrangian("midpoint", 4)

@@ -27,8 +27,9 @@ PACKAGES = ["bea", "integrators", "learners", "pipelines"]
 SYNONYMS = {"order": {"N", "truncation_order", "trunc_order"}, "n": {"dim", "ndim", "dof", "n_dof", "n_dim", "dimension"},
             "qdot0": {"v0", "dq0", "qd0", "qdot_0", "velocity0"}, "h": {"dt", "step", "step_size", "time_step"}}
 
-_C_BLOCKS = ("a building block of the compiled path whose positional order (scheme, then h) is fixed by its callers "
-             "in the generated-code pipeline; reordered together with the dim rename")
+_C_BLOCKS = ("an internal building block of the compiled path (public for its tests and benchmarks), called "
+             "positionally by the integrator and the series code: no user passes its h, so a reorder would break those "
+             "callers for no user's benefit")
 #: (qualified name, parameter or "scheme before h") -> reason
 ALLOWED = {
     ("learners.shadow.functionals.Functionals.__init__", "dim"): "the dimension D of the atoms' input x = (q, v), 2n",
