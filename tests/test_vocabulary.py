@@ -208,7 +208,7 @@ def test_the_sibling_check_can_fail():
         "test_the_sibling_check_can_fail.<locals>.b(progress='(missing)'), expected None"]
 
 
-def test_n_is_the_number_of_degrees_of_freedom_and_dim_still_works(tmp_path, monkeypatch):
+def test_n_is_the_number_of_degrees_of_freedom_and_dim_still_works(tmp_path, monkeypatch, capsys):
     """bea's dim= is n= (issue 29): the old keyword, Series.dim and the CLI's --dim keep working for one release
     with a warning; the cache key text is unchanged (entries written before are served, none is misread)."""
     import bea
@@ -226,5 +226,10 @@ def test_n_is_the_number_of_degrees_of_freedom_and_dim_still_works(tmp_path, mon
         bea.compile_torch("modified_lagrangian", "midpoint", 2, n=1, dim=1)
     key = api._cache_key("modified_lagrangian", bea.get_scheme("midpoint"), 2, 1)
     assert key["dim"] == 1 and "n" not in key  # the stored entries' key text
+    assert main(["derive", "--order", "2", "--n", "1"]) == 0
+    by_n = capsys.readouterr()
     assert main(["derive", "--order", "2", "--dim", "1"]) == 0
+    by_dim = capsys.readouterr()
+    assert by_dim.out == by_n.out and "--dim is deprecated" in by_dim.err and "use --n" in by_dim.err
     assert main(["derive", "--order", "2", "--n", "1", "--dim", "1"]) == 2
+    assert "pass --n only" in capsys.readouterr().err
