@@ -60,7 +60,7 @@ def _series(kind: str, model: TorchLagrangian, order: int, h: float, scheme) -> 
         # the compiled integrator path, for models with a Taylor form in C (else NotLowerable: eager)
         from .series_c import series_c_lagrangian
 
-        return series_c_lagrangian(kind, sch, N, h, model)
+        return series_c_lagrangian(kind, N, h, sch, model)
 
     L_series.c_lagrangian = c_lagrangian  # type: ignore[attr-defined]
     return L_series

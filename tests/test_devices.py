@@ -169,7 +169,7 @@ def test_compiled_stepper_refuses_tensors_off_the_cpu():
 
     if find_compiler() is None:
         pytest.skip("no C compiler: there is no compiled stepper to call")
-    stepper = CompiledStepper(PENDULUM, bea.get_scheme("midpoint"), 0.1, 1)
+    stepper = CompiledStepper(PENDULUM, 0.1, bea.get_scheme("midpoint"), 1)
     with pytest.raises(ValueError, match="runs in C on the CPU, but x is on meta"):
         stepper.lagrangian_derivatives(torch.empty(4, 2, device="meta"))
     out, p = torch.zeros(3, 4, 1), torch.empty(4, 1, device="meta")

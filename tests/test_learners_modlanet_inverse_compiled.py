@@ -53,7 +53,7 @@ def test_inverse_lagrangian_derivatives_equal_autograd(name):
     model = _frozen(MODELS[name]())
     n, h = model.n, 0.5
     L = inverse_lagrangian(model, 2, h)
-    stepper = CompiledStepper(L, bea.get_scheme("midpoint"), h, n)
+    stepper = CompiledStepper(L, h, bea.get_scheme("midpoint"), n)
     x = torch.rand(3, 2 * n, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 2 - 1
     if name in SHIFTS:
         x[:, :n] += SHIFTS[name]
@@ -75,7 +75,7 @@ def test_other_series_equal_autograd(kind, scheme):
     model = _frozen(MODELS["chain-mlp"]())
     series = recovered_lagrangian if kind == "modified" else inverse_lagrangian
     L = series(model, 2, 0.5, scheme)
-    stepper = CompiledStepper(L, bea.get_scheme(scheme), 0.5, 2)
+    stepper = CompiledStepper(L, 0.5, bea.get_scheme(scheme), 2)
     x = torch.rand(2, 4, generator=torch.Generator().manual_seed(1), dtype=torch.float64) * 2 - 1
     gc, Hc = stepper.lagrangian_derivatives(x)
     for k in range(2):
@@ -113,7 +113,7 @@ def test_auto_picks_the_compiled_path(monkeypatch):
     model = _frozen(MODELS["chain-rod"]())
     sol = VariationalIntegrator(inverse_lagrangian(model, 2, 0.05), 0.05).solve(STATES[0], STATES[1], 5)
     assert sol.execution == "compiled"
-    assert series_c_lagrangian("inverse_modified_lagrangian", bea.get_scheme("midpoint"), 2, 0.05,
+    assert series_c_lagrangian("inverse_modified_lagrangian", 2, 0.05, bea.get_scheme("midpoint"),
                                model).auto_max_batch is None
 
 

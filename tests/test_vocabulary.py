@@ -27,19 +27,12 @@ PACKAGES = ["bea", "integrators", "learners", "pipelines"]
 SYNONYMS = {"order": {"N", "truncation_order", "trunc_order"}, "n": {"dim", "ndim", "dof", "n_dof", "n_dim", "dimension"},
             "qdot0": {"v0", "dq0", "qd0", "qdot_0", "velocity0"}, "h": {"dt", "step", "step_size", "time_step"}}
 
-_C_BLOCKS = ("an internal building block of the compiled path (public for its tests and benchmarks), called "
-             "positionally by the integrator and the series code: no user passes its h, so a reorder would break those "
-             "callers for no user's benefit")
 #: (qualified name, parameter or "scheme before h") -> reason
 ALLOWED = {
     ("learners.shadow.functionals.Functionals.__init__", "dim"): "the dimension D of the atoms' input x = (q, v), 2n",
     ("integrators.newton.ConvergenceError.__init__", "step"): "the index of the time step that failed, not a step size",
     ("learners.neural.rollout.rollout_ode", "v0"): ("the second initial state is a velocity, or for an HNN a momentum "
                                                     "p0 (canonical rollouts): qdot0 would misname the second"),
-    ("integrators.compiled.CompiledStepper.__init__", "scheme before h"): _C_BLOCKS,
-    ("integrators.compiled.scheme_points", "scheme before h"): _C_BLOCKS,
-    ("integrators.series_c.series_c_lagrangian", "scheme before h"): _C_BLOCKS,
-    ("integrators.convergence.torch_series", "scheme before h"): _C_BLOCKS,
 }
 
 
@@ -233,3 +226,25 @@ def test_n_is_the_number_of_degrees_of_freedom_and_dim_still_works(tmp_path, mon
     assert by_dim.out == by_n.out and "--dim is deprecated" in by_dim.err and "use --n" in by_dim.err
     assert main(["derive", "--order", "2", "--n", "1", "--dim", "1"]) == 2
     assert "pass --n only" in capsys.readouterr().err
+
+
+def test_the_compiled_building_blocks_take_h_before_scheme_and_the_old_order_warns():
+    """scheme_points, CompiledStepper, series_c_lagrangian and torch_series put h before scheme now; a positional call
+    in the old order is recognised by the scheme in the old place, and gives the same result with a warning."""
+    import numpy as np
+
+    import bea
+    from integrators.compiled import scheme_points
+    from integrators.convergence import torch_series
+
+    trap = bea.get_scheme("trapezoidal")
+    new = scheme_points(0.5, trap, 1)
+    with pytest.warns(DeprecationWarning, match=r"scheme_points\(scheme, n, h\) is deprecated.*scheme_points\(h, scheme, n\)"):
+        old = scheme_points(trap, 1, 0.5)
+    assert np.array_equal(new, old)
+    pendulum = systems.pendulum()
+    q, v = torch.tensor([[0.3]], dtype=torch.float64), torch.tensor([[0.2]], dtype=torch.float64)
+    L_new = torch_series(pendulum, 2, "modified_lagrangian", 0.1, "midpoint")
+    with pytest.warns(DeprecationWarning, match="h comes before scheme now"):
+        L_old = torch_series(pendulum, "midpoint", 2, "modified_lagrangian", 0.1)
+    assert torch.equal(L_new(q, v), L_old(q, v))
