@@ -197,9 +197,10 @@ class LagrangianGP(FunctionalLagrangianModel):
         shape ``(steps + 1, batch...)``. ``reference`` (a state) and ``reference_index`` (a time index) as in
         :meth:`InverseModifiedLagrangianGP.energies <learners.InverseModifiedLagrangianGP.energies>` (means
         only: LGP has no posterior std along positions)."""
+        self._require_fit()
         qs = as_tensor(positions(qs), "qs")
+        state, index = energies_reference(reference, reference_index, qs.shape[0], self.n)  # checked before the solve
         v = self.velocities(qs, order)
-        state, index = energies_reference(reference, reference_index, qs.shape[0], self.n)
         E = bea.energy(self.lagrangian)(qs, v).detach()
         if index is not None:
             E = E - E[index]
