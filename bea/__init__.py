@@ -4,7 +4,7 @@ Derive modified and inverse modified Lagrangians for any variational integrator,
 truncation order; print them as SymPy or LaTeX; compile them to differentiable torch functions.
 
 >>> import bea
->>> bea.modified_lagrangian("midpoint", 4, dim=1)
+>>> bea.modified_lagrangian("midpoint", 4, n=1)
 """
 
 from . import schemes
@@ -14,7 +14,8 @@ from .autodiff import acceleration, energy, momentum
 from .closed_form import midpoint_inv2, midpoint_mod2
 from .errors import (BeaError, BeaFileNotFoundError, BeaIsADirectoryError, BeaOSError, BeaRuntimeError, BeaTypeError,
                      BeaValueError, CacheFormatError, InconsistentSchemeError, InternalError, MissingDependencyError,
-                     NotRegularError, NotRegularFileError, SeriesError, UnsupportedSchemeError)
+                     NotRegularError, NotRegularFileError, SeriesError, UnsupportedSchemeError, BeaWarning,
+                     UnverifiedSchemeWarning)
 from .schemes import CustomScheme, GeneralisedMidpoint, Midpoint, Scheme, Trapezoidal, exact, get_scheme
 from .free.series import FreeSeries
 from .series import Series
@@ -56,4 +57,6 @@ __all__ = [
     "BeaIsADirectoryError",
     "MissingDependencyError",
     "NotRegularFileError",
+    "BeaWarning",
+    "UnverifiedSchemeWarning",
 ]

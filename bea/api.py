@@ -1,6 +1,6 @@
 r"""Public entry points: derive series for a scheme, a dimension and an order.
 
-Each derivation accepts either a *generic* Lagrangian (``dim=n``: an undefined function
+Each derivation accepts either a *generic* Lagrangian (``n=...``, the number of degrees of freedom: an undefined function
 ``L(q_1..q_n, v_1..v_n)``) or a concrete SymPy Lagrangian with its coordinate and velocity
 symbols (``lagrangian=L, q=[...], v=[...]``, constants in ``params=[...]``).
 """
@@ -13,6 +13,7 @@ from . import cache as _cache
 from ._version import __version__
 from .concrete import PolynomialLagrangian
 from .cost import check_affordable
+from .deprecation import renamed
 from .derive import KINDS, Derivation, Raw, derive_raw
 from .errors import BeaTypeError, BeaValueError, CacheFormatError
 from .jets import Jets
@@ -62,18 +63,18 @@ def _short(x, width: int = 60) -> str:
     return r if len(r) <= width else r[: width - 3] + "..."
 
 
-def _check_dim(dim) -> int:
-    if isinstance(dim, bool) or not isinstance(dim, int):
-        raise BeaTypeError(f"dim must be a positive integer, got {type(dim).__name__} {_short(dim)}")
-    if dim < 1:
-        raise BeaValueError(f"dim must be >= 1, got {dim}")
-    if dim > MAX_DIM:
+def _check_n(n) -> int:
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise BeaTypeError(f"n (the number of degrees of freedom) must be a positive integer, got {type(n).__name__} {_short(n)}")
+    if n < 1:
+        raise BeaValueError(f"n must be >= 1, got {n}")
+    if n > MAX_DIM:
         raise BeaValueError(
-            f"dim={dim} is above the supported maximum {MAX_DIM}: the generic derivation's cost grows about 13-fold "
-            "per dimension; omit dim= to derive once for every n (vector notation, evaluated in torch at any n), "
+            f"n={n} is above the supported maximum {MAX_DIM}: the generic derivation's cost grows about 13-fold "
+            "per dimension; omit n= to derive once for every n (vector notation, evaluated in torch at any n), "
             "and use .components(n) only for small n"
         )
-    return dim
+    return n
 
 
 def _check_flag(name: str, value) -> bool:
@@ -82,14 +83,15 @@ def _check_flag(name: str, value) -> bool:
     return value
 
 
-def _cache_key(kind: str, scheme: Scheme, order: int, dim):
+def _cache_key(kind: str, scheme: Scheme, order: int, n):
     """The scheme enters through its fingerprint (its discrete Lagrangian on symbols, see
     :mod:`bea.scheme_check`), so every constant that determines the result is in the key."""
-    skey = scheme.cache_key(dim if isinstance(dim, int) else None)
+    skey = scheme.cache_key(n if isinstance(n, int) else None)
     if skey is None:
         return None
-    key = {"kind": kind, "scheme": skey, "order": order, "dim": dim, "engine": __version__}
-    if dim == "any":
+    # the text "dim" stays: it is part of every stored entry's key, and renaming it would orphan the cache
+    key = {"kind": kind, "scheme": skey, "order": order, "dim": n, "engine": __version__}
+    if n == "any":
         # dimension-free entries are written with the acceleration leaf A (bea.free.trees)
         key["form"] = "accel"
     return key
@@ -101,37 +103,37 @@ def _scheme(scheme: SchemeLike) -> Scheme:
     return sch
 
 
-def _lookup(kind: str, scheme: SchemeLike, order: int, dim: int, cache: bool):
+def _lookup(kind: str, scheme: SchemeLike, order: int, n: int, cache: bool):
     """Validated scheme and cache key (``None``: not cached)."""
     sch = _scheme(scheme)
     _check_order(order, sch)
-    _check_dim(dim)
+    _check_n(n)
     _check_flag("cache", cache)
-    key = _cache_key(kind, sch, order, dim) if cache else None
+    key = _cache_key(kind, sch, order, n) if cache else None
     return sch, key
 
 
-def _decoder(kind: str, order: int, dim: int):
+def _decoder(kind: str, order: int, n: int):
     def decode(body):
         if not isinstance(body, dict) or not isinstance(body.get("symmetric"), bool):
             raise _cache.CacheFormatError("missing 'symmetric' flag")
-        jets, coeffs = _cache.decode_coeffs(dim, body["raw"], vector=kind == "modified_equation", order=order)
+        jets, coeffs = _cache.decode_coeffs(n, body["raw"], vector=kind == "modified_equation", order=order)
         return Raw(kind, jets, order, coeffs, body["symmetric"])
 
     return decode
 
 
-def generic_raw(kind: str, scheme: SchemeLike, order: int, dim: int, cache: bool = True, allow_slow: bool = False) -> Raw:
+def generic_raw(kind: str, scheme: SchemeLike, order: int, n: int, cache: bool = True, allow_slow: bool = False) -> Raw:
     """Coefficients in jet variables for the generic Lagrangian (from the cache when possible: a
     validated, authenticated entry; anything else is regenerated). A derivation expected to exceed
     :data:`bea.cost.LIMIT_SECONDS` is refused unless ``allow_slow`` (:func:`bea.cost.check_affordable`)."""
-    sch, key = _lookup(kind, scheme, order, dim, cache)
+    sch, key = _lookup(kind, scheme, order, n, cache)
     if key is not None:
-        raw = _cache.load(key, validate=_decoder(kind, order, dim))
+        raw = _cache.load(key, validate=_decoder(kind, order, n))
         if raw is not None:
             return raw
-    check_affordable(kind, order, dim, allow_slow)  # a cache miss: estimate before starting
-    raw = derive_raw(sch, kind, order, dim, Derivation(sch, dim))
+    check_affordable(kind, order, n, allow_slow)  # a cache miss: estimate before starting
+    raw = derive_raw(sch, kind, order, n, Derivation(sch, n))
     if not sch.symmetric and raw.symmetric and order % 2:
         raise BeaValueError(f"{sch!r} turned out symmetric (only even powers of h); use an even order")
     if key is not None:
@@ -166,7 +168,7 @@ def _valid_free(body, kind: str, order: int) -> FreeRaw:
     return raw
 
 
-def _derive(kind: str, scheme: SchemeLike, order: int, dim: Optional[int], lagrangian, q, v, params, cache: bool, fast: bool = True,
+def _derive(kind: str, scheme: SchemeLike, order: int, n: Optional[int], lagrangian, q, v, params, cache: bool, fast: bool = True,
             allow_slow: bool = False) -> Series:
     """``fast``: derive polynomial Lagrangians with constant mass directly (see :mod:`bea.concrete`)
     instead of substituting into the generic formula."""
@@ -176,17 +178,17 @@ def _derive(kind: str, scheme: SchemeLike, order: int, dim: Optional[int], lagra
     _check_flag("allow_slow", allow_slow)
     if lagrangian is None:
         if q is not None or v is not None or not (params is None or (isinstance(params, (list, tuple)) and not params)):
-            raise BeaValueError("q, v and params are only meaningful with a concrete lagrangian=...; for the generic L pass dim=n")
-        if dim is None:
+            raise BeaValueError("q, v and params are only meaningful with a concrete lagrangian=...; for the generic L pass n=<degrees of freedom>")
+        if n is None:
             return FreeSeries(free_raw(kind, sch, order, cache, allow_slow), sch)
-        n = _check_dim(dim)
+        n = _check_n(n)
         raw = generic_raw(kind, sch, order, n, cache, allow_slow)
         return Series(raw, sch, Frame.generic_frame(n))
     frame = validate_concrete(lagrangian, q, v, params)
-    _check_dim(frame.n)
+    _check_n(frame.n)
     _check_order(order, sch, MAX_ORDER_CONCRETE)
-    if dim is not None and _check_dim(dim) != frame.n:
-        raise BeaValueError(f"dim={dim} does not match the {frame.n} coordinates given in q")
+    if n is not None and _check_n(n) != frame.n:
+        raise BeaValueError(f"n={n} does not match the {frame.n} coordinates given in q")
     frame.check_regular()  # before any work
     if fast:
         jets = Jets(frame.n)
@@ -198,37 +200,41 @@ def _derive(kind: str, scheme: SchemeLike, order: int, dim: Optional[int], lagra
     return Series(raw, sch, frame)
 
 
-def modified_equation(scheme: SchemeLike, order: int, dim: Optional[int] = None, *, lagrangian=None, q: Optional[Sequence] = None,
+@renamed(dim="n")
+def modified_equation(scheme: SchemeLike, order: int, n: Optional[int] = None, *, lagrangian=None, q: Optional[Sequence] = None,
                       v: Optional[Sequence] = None, params: Sequence = (), cache: bool = True, fast: bool = True,
                       allow_slow: bool = False) -> Series:
     r"""Modified equation :math:`\ddot q = F_h(q, \dot q) = \sum_{k \le N} h^k A_k` of ``scheme``:
     the discrete solution interpolates, to :math:`O(h^{N+1})`, a solution of this ODE."""
-    return _derive("modified_equation", scheme, order, dim, lagrangian, q, v, params, cache, fast, allow_slow)
+    return _derive("modified_equation", scheme, order, n, lagrangian, q, v, params, cache, fast, allow_slow)
 
 
-def modified_lagrangian(scheme: SchemeLike, order: int, dim: Optional[int] = None, *, lagrangian=None, q: Optional[Sequence] = None,
+@renamed(dim="n")
+def modified_lagrangian(scheme: SchemeLike, order: int, n: Optional[int] = None, *, lagrangian=None, q: Optional[Sequence] = None,
                         v: Optional[Sequence] = None, params: Sequence = (), cache: bool = True, fast: bool = True,
                         allow_slow: bool = False) -> Series:
     r"""Modified Lagrangian :math:`L_{mod} = L + \sum_{k \le N} h^k L_k`: its Euler--Lagrange
     equations are the modified equation of ``scheme`` applied to ``L`` (Vermeeren 2017)."""
-    return _derive("modified_lagrangian", scheme, order, dim, lagrangian, q, v, params, cache, fast, allow_slow)
+    return _derive("modified_lagrangian", scheme, order, n, lagrangian, q, v, params, cache, fast, allow_slow)
 
 
-def inverse_modified_lagrangian(scheme: SchemeLike, order: int, dim: Optional[int] = None, *, lagrangian=None, q: Optional[Sequence] = None,
+@renamed(dim="n")
+def inverse_modified_lagrangian(scheme: SchemeLike, order: int, n: Optional[int] = None, *, lagrangian=None, q: Optional[Sequence] = None,
                                 v: Optional[Sequence] = None, params: Sequence = (), cache: bool = True, fast: bool = True,
                                 allow_slow: bool = False) -> Series:
     r"""Inverse modified Lagrangian :math:`L_{inv}` with :math:`\mathrm{mod}(L_{inv}) = L`: the
     scheme applied to :math:`L_{inv}` reproduces the exact flow of ``L`` to :math:`O(h^{N+1})`."""
-    return _derive("inverse_modified_lagrangian", scheme, order, dim, lagrangian, q, v, params, cache, fast, allow_slow)
+    return _derive("inverse_modified_lagrangian", scheme, order, n, lagrangian, q, v, params, cache, fast, allow_slow)
 
 
-def compile_torch(kind: str, scheme: SchemeLike, order: int, dim: Optional[int] = None, cache: bool = True,
+@renamed(dim="n")
+def compile_torch(kind: str, scheme: SchemeLike, order: int, n: Optional[int] = None, cache: bool = True,
                   allow_slow: bool = False) -> Callable:
     """``f(L, q, v, h)`` for a generic series.
 
-    Without ``dim`` (the default) the function is dimension-free: ``q, v`` may have any last
+    Without ``n`` (the default) the function is dimension-free: ``q, v`` may have any last
     dimension ``n``; it is built from the cached trees (data, validated on load, never executed) or
-    derived once. With ``dim=n``: the component formula of that dimension (see :mod:`bea.codegen` for
+    derived once. With ``n=...`` (the number of degrees of freedom): the component formula of that dimension (see :mod:`bea.codegen` for
     its contract on ``h``), loading the generated code from the cache when it is there (no derivation, no SymPy), else deriving,
     generating and caching it. Cached code is executed only after its entry is authenticated (see
     :mod:`bea.cache`)."""
@@ -237,16 +243,16 @@ def compile_torch(kind: str, scheme: SchemeLike, order: int, dim: Optional[int] 
     _check_flag("allow_slow", allow_slow)
     if kind not in KINDS:
         raise BeaValueError(f"unknown kind {_short(kind)}; one of {', '.join(KINDS)}")
-    if dim is None:
+    if n is None:
         sch = _scheme(scheme)
         return FreeSeries(free_raw(kind, sch, order, cache, allow_slow), sch).to_torch()
-    sch, key = _lookup(kind, scheme, order, dim, cache)
+    sch, key = _lookup(kind, scheme, order, n, cache)
     if key is not None:
         fn = _cache.load(key, part="source", validate=_load_generated)
         if fn is not None:
             return fn
-    raw = generic_raw(kind, sch, order, dim, cache, allow_slow)
-    series = Series(raw, sch, Frame.generic_frame(dim))
+    raw = generic_raw(kind, sch, order, n, cache, allow_slow)
+    series = Series(raw, sch, Frame.generic_frame(n))
     fn = series.to_torch()
     if key is not None:
         _cache.save(key, {"source": series.source}, part="source")  # its own file: no read-modify-write
@@ -266,11 +272,11 @@ def series_function(kind: str, scheme: SchemeLike, order: int, n: Optional[int] 
                     allow_slow: bool = False) -> Callable:
     """``f(L, q, v, h)`` by the cheapest exact route, for library code that knows its dimension.
 
-    The dimension-free function (:func:`compile_torch` without ``dim``) in general. For ``n = 1``
+    The dimension-free function (:func:`compile_torch` without ``n``) in general. For ``n = 1``
     the component formula: it is derived in about a second at every order and evaluates several
     times faster there (one scalar per derivative instead of a chain per tree); the two agree to
     rounding (``tests/test_free.py``).
     """
     if n == 1:
-        return compile_torch(kind, scheme, order, dim=1, cache=cache, allow_slow=allow_slow)
+        return compile_torch(kind, scheme, order, n=1, cache=cache, allow_slow=allow_slow)
     return compile_torch(kind, scheme, order, cache=cache, allow_slow=allow_slow)

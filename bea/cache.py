@@ -43,7 +43,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
-from .errors import BeaError, CacheFormatError, InternalError, NotRegularFileError
+from .errors import BeaError, BeaWarning, CacheFormatError, InternalError, NotRegularFileError
 from .files import atomic_write
 from .reading import open_regular, read_regular
 from .coeff_storage import CacheFormatError, decode_coeffs, encode_coeffs  # noqa: F401 - part of this module's API
@@ -67,7 +67,7 @@ KEY_FILE = "secret.key"
 _PART = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 
 
-class CacheWarning(UserWarning):
+class CacheWarning(BeaWarning):
     """A cache entry was unusable (corrupt, stale, not authenticated, invalid) and is being regenerated."""
 
 

@@ -1,6 +1,6 @@
 """Command line.
 
-``python -m bea derive --scheme S --order N --dim n [--inverse] [--format ...] [--all-terms]``
+``python -m bea derive --scheme S --order N --n n [--inverse] [--format ...] [--all-terms]``
     print a modified (or inverse modified) Lagrangian or modified equation (long coefficients shortened
     unless ``--all-terms``). A derivation that is not cached and expected to take more than 2 s is
     announced on stderr first, with the expected time (:mod:`bea.cost`) and the cache folder.
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, List, NoReturn, Optional, Union
 
 from ._version import __version__
-from .errors import BeaError
+from .errors import BeaError, BeaValueError
 from .series import MAX_TERMS
 
 __all__ = ["main", "OneLineParser", "check_output_dir", "run_guarded"]
@@ -66,8 +66,9 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--scheme", default="midpoint", help="midpoint, trapezoidal or generalised_midpoint:ALPHA "
                    "(ALPHA in [0, 1] is required, e.g. generalised_midpoint:0.3; default: midpoint)")
     d.add_argument("--order", type=int, default=2, help="highest power of h kept (default: 2; at most 12)")
-    d.add_argument("--dim", type=int, default=None, help="write the result in components for n degrees of freedom "
+    d.add_argument("--n", type=int, default=None, help="write the result in components for n degrees of freedom "
                    "(at most 6); default: vector notation, valid for every n")
+    d.add_argument("--dim", type=int, default=None, help="deprecated spelling of --n (removed in the next release)")
     what = d.add_mutually_exclusive_group()
     what.add_argument("--inverse", action="store_true", help="inverse modified Lagrangian")
     what.add_argument("--equation", action="store_true", help="modified equation q'' = F_h(q, q')")
@@ -160,7 +161,7 @@ def check_output_dir(out: Union[str, Path]) -> None:
         raise _OutError(f"--out {out} is not writable ({err.strerror or err} in {probe}); choose a writable directory") from None
 
 
-def _announce(kind: str, scheme: str, order: int, dim: Optional[int], cache: bool, allow_slow: bool = False) -> None:
+def _announce(kind: str, scheme: str, order: int, n: Optional[int], cache: bool, allow_slow: bool = False) -> None:
     """Before a derivation that is not in the cache: one line on stderr with the expected time and the cache
     folder (a cold high-order derivation runs for minutes without output otherwise)."""
     from . import api, cache as _cache
@@ -168,17 +169,17 @@ def _announce(kind: str, scheme: str, order: int, dim: Optional[int], cache: boo
 
     sch = api._scheme(scheme)  # validates the scheme (one-line error) before anything else
     api._check_order(order, sch)
-    if dim is not None:
-        api._check_dim(dim)
+    if n is not None:
+        api._check_n(n)
     where = _cache.cache_dir()
-    key = api._cache_key(kind, sch, order, "any" if dim is None else dim) if cache else None
-    if key is not None and _cache.entry_path(key, where, "trees" if dim is None else "main").exists():
+    key = api._cache_key(kind, sch, order, "any" if n is None else n) if cache else None
+    if key is not None and _cache.entry_path(key, where, "trees" if n is None else "main").exists():
         return
-    check_affordable(kind, order, dim, allow_slow, scheme)  # beyond the limit: refused with the estimate, before the line
-    seconds, basis = estimate(kind, order, dim, scheme)
+    check_affordable(kind, order, n, allow_slow, scheme)  # beyond the limit: refused with the estimate, before the line
+    seconds, basis = estimate(kind, order, n, scheme)
     if seconds is not None and seconds < 2:
         return
-    span = "every n" if dim is None else f"n = {dim}"
+    span = "every n" if n is None else f"n = {n}"
     store = f"the result will be cached in {where}" if key is not None else "--no-cache: the result is not stored"
     print(f"bea: deriving the {kind.replace('_', ' ')} of {sch!r} to h^{order} for {span}; not cached yet, expect "
           f"{describe(seconds)} of CPU time ({basis}; longer on a busy machine); {store}", file=sys.stderr, flush=True)
@@ -203,12 +204,12 @@ def _fail(message: str, status: int, name: str = "bea") -> int:
 
 
 def _torch_source(series, kind: str, scheme: str, order: int) -> str:
-    """What ``--format torch`` prints without ``--dim``: a dimension-free series has no generated code (torch
+    """What ``--format torch`` prints without ``--n``: a dimension-free series has no generated code (torch
     evaluates its trees for any n, ``bea.free.evaluate.TreeFunction``), so the source that builds the function,
     with its terms as comments."""
     terms = "\n".join(f"# {line}" for line in _in_cli_terms(series.text(MAX_TERMS)).splitlines())
     return (f"{terms}\n#\n# A dimension-free series has no generated torch code: torch evaluates its trees for any n\n"
-            f"# (bea.free.evaluate.TreeFunction). This builds the function; --dim N prints the generated code for n = N.\n"
+            f"# (bea.free.evaluate.TreeFunction). This builds the function; --n N prints the generated code for n = N.\n"
             f"import bea\n\nf = bea.{kind}({scheme!r}, {order}).to_torch()   # f(L, q, v, h); q, v of shape (..., n)\n")
 
 
@@ -244,6 +245,16 @@ def run_guarded(command: Callable[[], Any], name: str = "bea") -> int:
                      "please report it", EXIT_INTERNAL, name)
 
 
+def _n_argument(args) -> Optional[int]:
+    """``--n``, or its deprecated spelling ``--dim`` with a note on stderr (one release, then removed)."""
+    if args.dim is None:
+        return args.n
+    if args.n is not None:
+        raise BeaValueError("--dim is the deprecated spelling of --n; pass --n only")
+    print("bea: warning: --dim is deprecated and will be removed in the next release; use --n", file=sys.stderr)
+    return args.dim
+
+
 def _main(argv: List[str]) -> int:
     if argv[:1] == ["demo"]:
         out = _demo_out(argv[1:])
@@ -260,14 +271,15 @@ def _main(argv: List[str]) -> int:
     from . import api
 
     kind = "inverse_modified_lagrangian" if args.inverse else "modified_equation" if args.equation else "modified_lagrangian"
-    _announce(kind, args.scheme, args.order, args.dim, not args.no_cache, args.allow_slow)
-    series = getattr(api, kind)(args.scheme, args.order, dim=args.dim, cache=not args.no_cache, allow_slow=args.allow_slow)
+    n = _n_argument(args)
+    _announce(kind, args.scheme, args.order, n, not args.no_cache, args.allow_slow)
+    series = getattr(api, kind)(args.scheme, args.order, n=n, cache=not args.no_cache, allow_slow=args.allow_slow)
     max_terms = None if args.all_terms else MAX_TERMS
     if args.format == "sympy":
         print(_in_cli_terms(series.text(max_terms)))
     elif args.format == "latex":
         print(series.latex(max_terms))
-    elif series.dim is None:
+    elif series.n is None:
         print(_torch_source(series, kind, args.scheme, args.order), end="")
     else:
         print(series.source, end="")

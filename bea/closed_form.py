@@ -7,7 +7,7 @@ r"""The midpoint rule's series at :math:`h^2` as torch functions of any dimensio
 with :math:`M = \partial_v^2 L` and the Euler--Lagrange acceleration :math:`A = M^{-1}(\partial_q L - L_{vq} v)`.
 They were once hand-written closed forms, needed because the component engine could not derive
 ``n = 6``; the dimension-free engine covers every ``n`` now, so both are the general formula
-(:func:`bea.compile_torch` without ``dim``) bound to ``L`` and ``h``.
+(:func:`bea.compile_torch` without ``n``) bound to ``L`` and ``h``.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ class TooSlowError(BeaValueError):
     """A derivation expected to run longer than :data:`LIMIT_SECONDS`, asked for without ``allow_slow=True``."""
 
 
-#: CPU seconds, midpoint rule, cold: (dim or None for dimension-free, kind) -> {order: seconds}
+#: CPU seconds, midpoint rule, cold: (n or None for dimension-free, kind) -> {order: seconds}
 _MEASURED: Dict[Tuple[Optional[int], str], Dict[int, float]] = {
     (None, "modified_lagrangian"): {2: 0.040, 4: 0.051, 6: 1.48, 8: 162.0},
     (None, "inverse_modified_lagrangian"): {2: 0.038, 4: 0.044, 6: 0.662, 8: 50.5},
@@ -48,15 +48,15 @@ _MEASURED: Dict[Tuple[Optional[int], str], Dict[int, float]] = {
     (5, "modified_lagrangian"): {2: 148.0},
     (5, "inverse_modified_lagrangian"): {2: 347.0},
 }
-#: (dim, order) measured not to finish in 10 minutes (benchmarks/derive.py), nor in 5 minutes of wall time at load
+#: (n, order) measured not to finish in 10 minutes (benchmarks/derive.py), nor in 5 minutes of wall time at load
 #: 7-11 (benchmarks/derive_cost.py); higher orders and dimensions neither
 _BEYOND_10_MIN = {(2, 6), (3, 4), (6, 2)}  # n = 6 at h^2: bea.api.MAX_DIM
 #: the trapezoidal (and any non-midpoint) rule's dimension-free inverse, relative to the midpoint rule's
 _OTHER_SCHEME_FREE_INVERSE = {6: 4.4, 8: 7.2}
 
 
-def _too_long(dim: Optional[int], order: int) -> bool:
-    return dim is not None and any(d <= dim and o <= order for d, o in _BEYOND_10_MIN)
+def _too_long(n: Optional[int], order: int) -> bool:
+    return n is not None and any(d <= n and o <= order for d, o in _BEYOND_10_MIN)
 
 
 def _from_table(table: Dict[int, float], order: int) -> Tuple[float, str]:
@@ -79,33 +79,33 @@ def _from_table(table: Dict[int, float], order: int) -> Tuple[float, str]:
     return table[o] * 20.0 ** ((order - o) / 2), "extrapolated"  # one point: the component engine's usual 20x
 
 
-def estimate(kind: str, order: int, dim: Optional[int], scheme: str = "midpoint") -> Tuple[Optional[float], str]:
+def estimate(kind: str, order: int, n: Optional[int], scheme: str = "midpoint") -> Tuple[Optional[float], str]:
     """``(seconds, basis)``: the expected cold CPU time (``None``: unknown but over 10 minutes) and how it was
     obtained (``"measured"``, ``"interpolated"``, ``"extrapolated"``, or why only a lower bound is known).
     ``modified_equation`` is estimated by the modified Lagrangian, which needs it (an upper bound)."""
-    if _too_long(dim, order):
+    if _too_long(n, order):
         return None, "the benchmarks did not finish in 10 minutes"
-    key = (dim, "modified_lagrangian" if kind == "modified_equation" else kind)
+    key = (n, "modified_lagrangian" if kind == "modified_equation" else kind)
     if key not in _MEASURED:
-        return None, f"not measured for n = {dim}; larger n cost far more"
+        return None, f"not measured for n = {n}; larger n cost far more"
     seconds, basis = _from_table(_MEASURED[key], order)
-    if dim is None and kind == "inverse_modified_lagrangian" and scheme.strip().lower() != "midpoint":
+    if n is None and kind == "inverse_modified_lagrangian" and scheme.strip().lower() != "midpoint":
         seconds *= _OTHER_SCHEME_FREE_INVERSE.get(order, 1.0 if order < 6 else max(_OTHER_SCHEME_FREE_INVERSE.values()))
     return seconds, basis
 
 
-def check_affordable(kind: str, order: int, dim: Optional[int], allow_slow: bool, scheme: str = "midpoint") -> None:
-    """Raise :class:`TooSlowError` with the estimate unless the cold derivation of ``kind`` to ``h^order`` (``dim``:
+def check_affordable(kind: str, order: int, n: Optional[int], allow_slow: bool, scheme: str = "midpoint") -> None:
+    """Raise :class:`TooSlowError` with the estimate unless the cold derivation of ``kind`` to ``h^order`` (``n``:
     its dimension, ``None`` for the dimension-free engine) is expected within :data:`LIMIT_SECONDS`, or
     ``allow_slow`` is true. Called only on a cache miss: a cached result costs nothing."""
     if allow_slow is not True and allow_slow is not False:
         from .errors import BeaTypeError
 
         raise BeaTypeError(f"allow_slow must be True or False, got {type(allow_slow).__name__}")
-    seconds, basis = estimate(kind, order, dim, scheme)
+    seconds, basis = estimate(kind, order, n, scheme)
     if allow_slow or (seconds is not None and seconds <= LIMIT_SECONDS):
         return
-    span = "for every n (dimension-free)" if dim is None else f"for n = {dim}"
+    span = "for every n (dimension-free)" if n is None else f"for n = {n}"
     raise TooSlowError(
         f"the {kind.replace('_', ' ')} to h^{order} {span} is not cached, and deriving it is expected to take "
         f"{describe(seconds)} of CPU time ({basis}); derivations not known to finish within {describe(LIMIT_SECONDS)} are "

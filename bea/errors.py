@@ -10,6 +10,11 @@ class, and their own errors (``ConvergenceError``, ``SnapshotError``, ``ModelFil
 ``ExtrapolationError``, ``SpecError``, ...) derive from it. A condition that two packages can detect
 has one class here (a singular mass matrix is :class:`NotRegularError` whether ``bea`` or the
 integrator finds it), so a caller tells errors apart by class, never by message text.
+
+:class:`BeaWarning` is the one root of the project's warnings in the same way (``CacheWarning``,
+``ExtrapolationWarning``, ``IdentifiabilityWarning``, ...): ``warnings.simplefilter("error", bea.BeaWarning)``
+turns every one of them into an error, and ``"ignore"`` silences them all. Deprecations stay plain
+``DeprecationWarning`` (Python's own protocol for them).
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ __all__ = [
     "BeaIsADirectoryError",
     "MissingDependencyError",
     "NotRegularFileError",
+    "BeaWarning",
+    "UnverifiedSchemeWarning",
 ]
 
 
@@ -93,7 +100,18 @@ class BeaIsADirectoryError(BeaOSError, IsADirectoryError):
 
 class MissingDependencyError(BeaError, ImportError):
     """An optional dependency needed for this call is not installed; the message names the ``pip install``."""
+
+
 class NotRegularFileError(BeaOSError):
     """A path to be read is a named pipe, a device, a socket, a directory (or, where links are refused, a
     symbolic link) instead of a regular file: reading it could block forever or never end, so it is not opened
     for reading (:func:`bea.reading.open_regular`)."""
+
+
+class BeaWarning(UserWarning):
+    """Base class of every warning the project issues (deprecations apart, which are ``DeprecationWarning``)."""
+
+
+class UnverifiedSchemeWarning(BeaWarning, RuntimeWarning):
+    """A scheme's consistency could not be checked symbolically (its discrete Lagrangian uses operations
+    ``bea`` cannot expand); it is used unverified. Also a ``RuntimeWarning``, the class it was issued as before."""

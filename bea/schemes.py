@@ -23,6 +23,7 @@ import re
 from fractions import Fraction
 from typing import Any, Callable, Dict, Optional, Union
 
+from .deprecation import renamed
 from .errors import BeaTypeError, BeaValueError
 from .scalars import to_fraction
 
@@ -146,15 +147,16 @@ class Scheme:
         """Parameters that distinguish instances (part of the cache key)."""
         return {}
 
-    def fingerprint(self, dim: Optional[int] = None) -> str:
+    @renamed(dim="n")
+    def fingerprint(self, n: Optional[int] = None) -> str:
         """A hash of this scheme's discrete Lagrangian evaluated symbolically on a generic ``L`` in
-        dimensions 1 and 2 (and ``dim``): equal for schemes with the same discrete Lagrangian, different
+        dimensions 1 and 2 (and ``n``): equal for schemes with the same discrete Lagrangian, different
         for different ones, whatever their class or the constants their code captured (see
         :mod:`bea.scheme_check`). Raises :class:`~bea.errors.UnsupportedSchemeError` if the discrete
         Lagrangian cannot be evaluated on symbols."""
         from .scheme_check import fingerprint
 
-        dims = (1, 2) if dim is None else (1, 2, dim)
+        dims = (1, 2) if n is None else (1, 2, n)
         if type(self) in _BUILTIN:  # bea's own code, fixed given params(): computed once per process
             memo = (type(self), tuple(sorted(self.params().items())), dims)
             if memo not in _FINGERPRINTS:
@@ -162,14 +164,15 @@ class Scheme:
             return _FINGERPRINTS[memo]
         return fingerprint(self, dims)
 
-    def cache_key(self, dim: Optional[int] = None) -> Optional[str]:
+    @renamed(dim="n")
+    def cache_key(self, n: Optional[int] = None) -> Optional[str]:
         """The part of cache keys that identifies the scheme: its :meth:`fingerprint`, recomputed on every
         call (a scheme's code may read mutable state), or ``None`` (nothing is cached) if the discrete
         Lagrangian cannot be evaluated on symbols."""
         from .errors import BeaError
 
         try:
-            return self.fingerprint(dim)
+            return self.fingerprint(n)
         except BeaError:
             return None
 

@@ -14,6 +14,7 @@ opt-in: ``s.text(max_terms=None)``, ``s.latex(max_terms=None)``, or ``s.coeffici
 
 from __future__ import annotations
 
+import warnings
 from typing import Callable, Dict, Optional
 
 import sympy
@@ -70,7 +71,7 @@ class Series:
     kind : ``"modified_equation"``, ``"modified_lagrangian"`` or ``"inverse_modified_lagrangian"``.
     scheme : the :class:`~bea.schemes.Scheme`.
     order : the highest power of ``h`` kept.
-    dim : the dimension ``n``.
+    n : the number of degrees of freedom (``dim`` is its deprecated alias).
     generic : ``True`` for the generic Lagrangian ``L(q, v)``, ``False`` for a concrete one.
     q, v : the coordinate and velocity symbols; ``lagrangian`` the Lagrangian they refer to.
     """
@@ -80,7 +81,7 @@ class Series:
         self.kind = raw.kind
         self.scheme = scheme
         self.order = raw.order
-        self.dim = frame.n
+        self.n = frame.n
         self.symmetric = raw.symmetric
         self._frame = frame
         self.generic = frame.generic
@@ -91,6 +92,13 @@ class Series:
         self._coefficients: Optional[Dict[int, object]] = None
         self._torch: Optional[Callable] = None
         self._source: Optional[str] = None
+
+    @property
+    def dim(self) -> Optional[int]:
+        """Deprecated alias of :attr:`n` (the number of degrees of freedom); removed in the next release."""
+        warnings.warn("Series.dim is deprecated and will be removed in the next release; use Series.n",
+                      DeprecationWarning, stacklevel=2)
+        return self.n
 
     # ------------------------------------------------------------------ SymPy
     @property
@@ -120,7 +128,7 @@ class Series:
     @property
     def expr(self):
         """The truncated series as one SymPy expression in ``h``."""
-        zero = sympy.zeros(self.dim, 1) if self.kind == "modified_equation" else sympy.S.Zero
+        zero = sympy.zeros(self.n, 1) if self.kind == "modified_equation" else sympy.S.Zero
         return sum((H**k * c for k, c in self.coefficients.items()), zero)
 
     def coefficient(self, k: int):
@@ -129,7 +137,7 @@ class Series:
             raise SeriesError(f"this series was truncated at h^{self.order}; h^{k} is not known")
         c = self.coefficients.get(k)
         if c is None:
-            return sympy.zeros(self.dim, 1) if self.kind == "modified_equation" else sympy.S.Zero
+            return sympy.zeros(self.n, 1) if self.kind == "modified_equation" else sympy.S.Zero
         return c
 
     def truncate(self, order: int) -> "Series":
@@ -147,7 +155,7 @@ class Series:
         plain-text names (``L_qv``, ``L_q1v2``) and a map from those symbols to LaTeX names."""
         if not self.generic:
             return e, {}
-        n = self.dim
+        n = self.n
         subs: Dict[sympy.Basic, sympy.Symbol] = {}
         names: Dict[sympy.Symbol, str] = {}
         for d in e.atoms(sympy.Derivative):
@@ -207,7 +215,7 @@ class Series:
         if len(what) > 60:
             what = what[:57] + "..."
         sizes = ", ".join(f"h^{k}: {n}" for k, n in self.n_terms.items())
-        return f"<Series {self.kind} of {what}, scheme={self.scheme!r}, n={self.dim}, to h^{self.order}; terms {sizes}>"
+        return f"<Series {self.kind} of {what}, scheme={self.scheme!r}, n={self.n}, to h^{self.order}; terms {sizes}>"
 
     def text(self, max_terms: Optional[int] = MAX_TERMS) -> str:
         """Plain text: the summary line, then one line per power of ``h`` with at most ``max_terms`` terms
@@ -231,7 +239,7 @@ class Series:
         if not self.generic:
             raise BeaTypeError("generated source exists for generic series; a concrete series compiles with lambdify")
         if self._source is None:
-            meta = {"kind": self.kind, "scheme": repr(self.scheme), "order": self.order, "dim": self.dim}
+            meta = {"kind": self.kind, "scheme": repr(self.scheme), "order": self.order, "n": self.n}
             self._source = generate_source(self._raw.jets, self.kind, self._raw.coeffs, "generated", meta)
         return self._source
 
@@ -258,10 +266,10 @@ class Series:
         args = [*self.q, *self.v, H]
         e = self.expr
         if self.kind == "modified_equation":
-            comps = [sympy.lambdify(args, e[i], modules=mods) for i in range(self.dim)]
+            comps = [sympy.lambdify(args, e[i], modules=mods) for i in range(self.n)]
         else:
             comps = [sympy.lambdify(args, e, modules=mods)]
-        n = self.dim
+        n = self.n
         params = self._frame.params
         if params:
             raise BeaTypeError(f"substitute numbers for the parameters {params} before compiling to torch")

@@ -51,7 +51,7 @@ def modlanet_rows(quick: bool = False):
                      f"{rc:,.0f} / {re:,.0f} = {rc / re:.1f}x; max |q_compiled - q_eager| = {float((sc.q - se.q).abs().max()):.1e}"
                      f"; execution='auto' takes the {'compiled' if B <= AUTO_MAX_BATCH else 'eager'} path"))
     paper = ModLaNet.pendulum_chain(2)  # learned transform too: L, g, H per state
-    st = CompiledStepper(paper, bea.get_scheme("midpoint"), H, 2)
+    st = CompiledStepper(paper, H, bea.get_scheme("midpoint"), 2)
     x = torch.rand(1000, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 2 - 1
     st.lagrangian_derivatives(x[:2])
     t = time.perf_counter()
@@ -68,7 +68,7 @@ def _per_state_us(L, n: int, h: float) -> tuple:
     import bea
 
     t0 = time.perf_counter()
-    st = CompiledStepper(L, bea.get_scheme("midpoint"), h, n)
+    st = CompiledStepper(L, h, bea.get_scheme("midpoint"), n)
     build = time.perf_counter() - t0
     x = torch.rand(1000, 2 * n, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 2 - 1
     t = time.perf_counter()

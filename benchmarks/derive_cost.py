@@ -32,7 +32,7 @@ import json, sys, time
 import bea
 kind, order, dim = sys.argv[1], int(sys.argv[2]), None if sys.argv[3] == "any" else int(sys.argv[3])
 c0, t0 = time.process_time(), time.perf_counter()
-getattr(bea, kind)("midpoint", order, dim=dim, cache=False)
+getattr(bea, kind)("midpoint", order, n=dim, cache=False)
 print(json.dumps({"cpu": time.process_time() - c0, "wall": time.perf_counter() - t0}))
 """
 KINDS = ("modified_lagrangian", "inverse_modified_lagrangian")

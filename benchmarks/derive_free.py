@@ -112,7 +112,7 @@ def main(argv=None) -> int:
             t_free = timed(f, L, q, v, 0.1)
             comp, ratio = "", ""
             if n <= 2 and not (n == 2 and order > 4):
-                c = bea.compile_torch("modified_lagrangian", "midpoint", order, dim=n)
+                c = bea.compile_torch("modified_lagrangian", "midpoint", order, n=n)
                 t_c = timed(c, L, q, v, 0.1)
                 comp, ratio = f"{t_c:.3f}", f"{t_free / t_c:.2f}"
             growth.setdefault(order, []).append((n, t_free / points))

@@ -139,7 +139,7 @@ def main() -> None:
 
     # ------------------------------------------------------------------ prediction
     t0 = time.perf_counter()
-    bea.compile_torch("modified_lagrangian", "midpoint", 2, dim=1)
+    bea.compile_torch("modified_lagrangian", "midpoint", 2, n=1)
     t_gen2 = time.perf_counter() - t0
     import integrators.variational as V
 
@@ -169,7 +169,7 @@ def main() -> None:
 
     # ------------------------------------------------------------------ identification
     t0 = time.perf_counter()
-    bea.compile_torch("modified_lagrangian", "midpoint", 4, dim=1)
+    bea.compile_torch("modified_lagrangian", "midpoint", 4, n=1)
     t_gen4 = time.perf_counter() - t0
     rows.append(("generate mod_2 / mod_4 (cold cache)", f"{t_gen2:.2f} s / {t_gen4:.2f} s"))
     st = grid_states(points=30)

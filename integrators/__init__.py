@@ -16,7 +16,7 @@ Errors descend from :class:`bea.BeaError`, exported here as ``BeaError`` (docs/a
 Depends on :mod:`bea` (schemes and series); :mod:`bea` never imports this package.
 """
 
-from bea.errors import BeaError
+from bea.errors import BeaError, BeaWarning
 
 from . import collocation, convergence, data, modified, systems
 from ._admissible import InconsistentSchemeError, NotRegularError
@@ -33,6 +33,7 @@ __all__ = [
     "Trajectory",
     "positions",
     "BeaError",
+    "BeaWarning",
     "ConvergenceError",
     "NotRegularError",
     "InconsistentSchemeError",

@@ -31,7 +31,7 @@ from typing import Callable
 import torch
 
 import bea
-from bea.errors import InconsistentSchemeError, NotRegularError  # one class per condition across the packages
+from bea.errors import InconsistentSchemeError, NotRegularError, UnverifiedSchemeWarning  # one class per condition across the packages
 
 __all__ = ["NotRegularError", "InconsistentSchemeError", "REGULARITY_RTOL", "check_scheme", "check_regular_at"]
 
@@ -48,7 +48,7 @@ def check_scheme(scheme: bea.Scheme) -> None:
         if callable(check):
             check()
         else:
-            bea.modified_equation(scheme, 0, dim=1, cache=False)
+            bea.modified_equation(scheme, 0, n=1, cache=False)
     except InconsistentSchemeError as err:
         raise InconsistentSchemeError(f"{err}; the integrator would converge to the wrong dynamics (or none). A scheme "
                                       "must satisfy L_Delta(q(t), q(t+h))/h -> L(q, q') as h -> 0, e.g. h*L((a+b)/2, (b-a)/h)") from None
@@ -56,7 +56,7 @@ def check_scheme(scheme: bea.Scheme) -> None:
         raise
     except Exception as err:  # a scheme that bea cannot expand symbolically (torch-only code): say so, do not block
         warnings.warn(f"could not verify that the scheme {scheme!r} is consistent ({type(err).__name__}: {err}); "
-                      "bea's symbolic expansion of it failed", RuntimeWarning, stacklevel=3)
+                      "bea's symbolic expansion of it failed", UnverifiedSchemeWarning, stacklevel=3)
         return
     try:
         scheme._integrators_consistent = True  # remembered on the instance: one check per scheme object

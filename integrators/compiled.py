@@ -47,6 +47,7 @@ import numpy as np
 import sympy
 import torch
 
+from bea.deprecation import h_before_scheme
 from bea.errors import BeaError, BeaRuntimeError, BeaValueError
 from ._march_c import TEMPLATE
 from .ccompile import CompileError, load_library
@@ -155,7 +156,8 @@ def _lower_sympy(L) -> CLagrangian:
     return CLagrangian(n=n, source="\n".join(lines), params=values, cost=1)
 
 
-def scheme_points(scheme, n: int, h: float) -> np.ndarray:
+@h_before_scheme("scheme", "n", "h")
+def scheme_points(h: float, scheme, n: int) -> np.ndarray:
     r"""Evaluation points of ``scheme`` at step ``h`` for ``n`` coordinates, as rows
     ``(w, o (D), A (D x n), B (D x n), S = A + B (D x n))`` (:class:`NotLowerable` if not affine)."""
     D = 2 * n
@@ -230,14 +232,15 @@ class CompiledStepper:
 
     ``compile_seconds``: time spent compiling when it was built (0 if the library was already loaded)."""
 
-    def __init__(self, lagrangian: Any, scheme, h: float, n: int):
+    @h_before_scheme("self", "lagrangian", "scheme", "h", "n")
+    def __init__(self, lagrangian: Any, h: float, scheme, n: int):
         t0 = time.perf_counter()
         clag = lower_lagrangian(lagrangian)
         if clag.n != n:
             raise NotLowerable(f"the Lagrangian's C form has n = {clag.n}, the data n = {n}")
         if n > MAX_N:
             raise NotLowerable(f"n = {n} coordinates; the compiled loop handles at most {MAX_N}")
-        self.points = scheme_points(scheme, n, h)
+        self.points = scheme_points(h, scheme, n)
         self.params = np.ascontiguousarray(clag.params, dtype=np.float64).reshape(-1)
         if self.params.size == 0:
             self.params = np.zeros(1)

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 import bea
-from bea.deprecation import renamed
+from bea.deprecation import h_before_scheme, renamed
 from bea.errors import BeaTypeError, BeaValueError
 
 from .collocation import collocation_flow
@@ -84,7 +84,8 @@ def series_lagrangian(system: SymbolicLagrangian, scheme, order: int, kind: str 
 
 
 @renamed(N="order")
-def torch_series(system: Callable, scheme, order: int, kind: str, h: float, formula: str = "generic") -> Callable:
+@h_before_scheme("system", "scheme", "order", "kind", "h", "formula")
+def torch_series(system: Callable, order: int, kind: str, h: float, scheme, formula: str = "generic") -> Callable:
     r"""A torch Lagrangian for :math:`L_{mod}[N]` or :math:`L_{inv}[N]` at step ``h``.
 
     ``formula="generic"``: :mod:`bea`'s generic formula applied to the torch Lagrangian ``system``
@@ -191,7 +192,7 @@ def inverse_modified_vs_exact(system, scheme, order: int, hs: Sequence[float], T
     for h in hs:
         steps = _steps(T, h)
         qe = reference_flow(system, q0, qdot0, h * np.arange(steps + 1)).q
-        Linv = torch_series(system, scheme, N, "inverse_modified_lagrangian", h, formula)
+        Linv = torch_series(system, N, "inverse_modified_lagrangian", h, scheme, formula)
         vi = VariationalIntegrator(Linv, h, scheme, **integrator_options)
         if start == "positions":
             qs = vi.solve_from_positions(qe[0], qe[1], steps).q

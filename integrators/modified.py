@@ -3,9 +3,10 @@ r"""Modified and inverse modified Lagrangians of *any* torch model: apply, predi
 The one implementation shared by every learner (the GP of :mod:`learners.shadow`, ModLaNet and the
 neural baselines, any ``L(q, v)``; docs/theory/inverse.md, docs/theory/lsi.md):
 
-* :func:`modified_lagrangian` -- :math:`\mathrm{mod}_N(L)` truncated at :math:`h^N`: for a model learned
-  as the inverse modified Lagrangian :math:`L_{inv}` of a scheme, the recovered Lagrangian
-  :math:`L_{rec}`;
+* :func:`recovered_lagrangian` -- :math:`\mathrm{mod}_N(L)` truncated at :math:`h^N`, a torch callable: for a
+  model learned as the inverse modified Lagrangian :math:`L_{inv}` of a scheme, the recovered Lagrangian
+  :math:`L_{rec}` (named ``modified_lagrangian`` before, which :func:`bea.modified_lagrangian`, the series itself,
+  is called too: deprecated here);
 * :func:`inverse_lagrangian` -- :math:`\mathrm{inv}_N(L)`: the scheme applied to it reproduces the flow
   of :math:`L` to :math:`O(h^{N+1})`;
 * :func:`recovered_energy` -- :math:`H_{rec}[N] = \partial_vL_{rec}\cdot v - L_{rec}`;
@@ -27,6 +28,7 @@ from typing import Callable, Optional, Union
 import torch
 
 import bea
+from bea.deprecation import renamed_attributes
 from bea.errors import BeaTypeError, BeaValueError
 
 from ._checks import as_float64, check_finite, check_order
@@ -34,7 +36,7 @@ from .progress import progress_bar
 from .trajectory import Trajectory, positions
 from .variational import VariationalIntegrator
 
-__all__ = ["modified_lagrangian", "inverse_lagrangian", "recovered_energy", "predict", "velocities", "energies",
+__all__ = ["recovered_lagrangian", "inverse_lagrangian", "recovered_energy", "predict", "velocities", "energies",
            "momenta", "chunk_for"]
 
 TorchLagrangian = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -58,14 +60,14 @@ def _series(kind: str, model: TorchLagrangian, order: int, h: float, scheme) -> 
         # the compiled integrator path, for models with a Taylor form in C (else NotLowerable: eager)
         from .series_c import series_c_lagrangian
 
-        return series_c_lagrangian(kind, sch, N, h, model)
+        return series_c_lagrangian(kind, N, h, sch, model)
 
     L_series.c_lagrangian = c_lagrangian  # type: ignore[attr-defined]
     return L_series
 
 
-def modified_lagrangian(model: TorchLagrangian, order: int, h: float, scheme: Union[str, "bea.Scheme"] = "midpoint"
-                        ) -> TorchLagrangian:
+def recovered_lagrangian(model: TorchLagrangian, order: int, h: float, scheme: Union[str, "bea.Scheme"] = "midpoint"
+                         ) -> TorchLagrangian:
     r""":math:`\mathrm{mod}_N(\text{model})` truncated at :math:`h^N` (``order`` = N), a torch callable."""
     return _series("modified_lagrangian", model, order, h, scheme)
 
@@ -79,7 +81,7 @@ def inverse_lagrangian(model: TorchLagrangian, order: int, h: float, scheme: Uni
 def recovered_energy(model: TorchLagrangian, order: int, h: float, scheme: Union[str, "bea.Scheme"] = "midpoint"
                      ) -> TorchLagrangian:
     r""":math:`H_{rec}[N] = \partial_vL_{rec}\cdot v - L_{rec}` with :math:`L_{rec} = \mathrm{mod}_N(\text{model})`."""
-    return bea.energy(modified_lagrangian(model, order, h, scheme))
+    return bea.energy(recovered_lagrangian(model, order, h, scheme))
 
 
 def predict(model: TorchLagrangian, q0, qdot0, steps: int, h: float, scheme: Union[str, "bea.Scheme"] = "midpoint",
@@ -93,7 +95,7 @@ def predict(model: TorchLagrangian, q0, qdot0, steps: int, h: float, scheme: Uni
     if inverse_order:
         legendre, integrated = model, inverse_lagrangian(model, inverse_order, h, scheme)
     else:
-        legendre, integrated = modified_lagrangian(model, order, h, scheme), model
+        legendre, integrated = recovered_lagrangian(model, order, h, scheme), model
     integ = VariationalIntegrator(integrated, h, scheme, **newton)
     return integ.solve(q0, qdot0, steps, legendre=legendre, on_failure=on_failure, progress=progress)
 
@@ -137,7 +139,7 @@ def velocities(model: TorchLagrangian, qs, order: int, h: float, scheme="midpoin
     discrete momenta of the model (or ``momenta`` if given), :math:`L_{rec} = \mathrm{mod}_N(\text{model})` (or
     ``recovered`` if given)."""
     integ, qs = _integrator(model, h, scheme, integrator), _positions(qs)
-    L = recovered if recovered is not None else modified_lagrangian(model, order, h, scheme)
+    L = recovered if recovered is not None else recovered_lagrangian(model, order, h, scheme)
     chunk = chunk or chunk_for(order)
     p = momenta if momenta is not None else discrete_momenta(model, qs, h, scheme, chunk, integrator=integ)
     T1 = qs.shape[0]
@@ -160,7 +162,7 @@ def energies(model: TorchLagrangian, qs, order: int, h: float, scheme="midpoint"
              ) -> torch.Tensor:
     r""":math:`H_{rec}[N]` along ``qs`` with the velocities of :func:`velocities`; shape ``(steps + 1, batch...)``."""
     qs = _positions(qs)
-    L = recovered if recovered is not None else modified_lagrangian(model, order, h, scheme)
+    L = recovered if recovered is not None else recovered_lagrangian(model, order, h, scheme)
     chunk = chunk or chunk_for(order)
     v = velocities(model, qs, order, h, scheme, chunk, integrator=integrator, recovered=L)
     H = bea.energy(L)
@@ -169,3 +171,6 @@ def energies(model: TorchLagrangian, qs, order: int, h: float, scheme="midpoint"
 
 #: the discrete momenta along positions (:func:`discrete_momenta`)
 momenta = discrete_momenta
+
+# bea.modified_lagrangian is the series; the torch callable of a model is recovered_lagrangian (issue 29)
+__getattr__ = renamed_attributes(__name__, {"modified_lagrangian": "recovered_lagrangian"}, globals())

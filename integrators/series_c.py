@@ -34,6 +34,7 @@ import numpy as np
 import sympy
 
 import bea
+from bea.deprecation import h_before_scheme
 
 from ._taylor_c import monomials, size
 from .compiled import MAX_N, CLagrangian, NotLowerable
@@ -273,7 +274,8 @@ def _cached_formula(kind: str, scheme, order: int, n: int) -> Tuple[int, str, in
     return hit
 
 
-def series_c_lagrangian(kind: str, scheme, order: int, h: float, model) -> CLagrangian:
+@h_before_scheme("kind", "scheme", "order", "h", "model")
+def series_c_lagrangian(kind: str, order: int, h: float, scheme, model) -> CLagrangian:
     """The :class:`~integrators.compiled.CLagrangian` of the series ``kind`` of ``model`` (module docstring);
     :class:`NotLowerable` if the model has no ``c_taylor`` or the series no C form."""
     hook = getattr(model, "c_taylor", None)

@@ -241,7 +241,7 @@ class VariationalIntegrator:
             from .compiled import CompiledStepper, NotLowerable
 
             try:
-                stepper = CompiledStepper(self.lagrangian, self.scheme, self.h, n)
+                stepper = CompiledStepper(self.lagrangian, self.h, self.scheme, n)
             except (NotLowerable, CompileError) as err:
                 self._stepper_errors[n] = str(err)
             else:

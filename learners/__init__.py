@@ -16,11 +16,11 @@ sides), :mod:`~learners.shadow.gp` (the conditioned GP, exact Cholesky solve), :
 :mod:`~pipelines.demo`.
 """
 
-from bea.errors import BeaError, NotRegularError
+from bea.errors import BeaError, BeaWarning, NotRegularError
 
 from .shadow.lgp import LagrangianGP, finite_differences
-from .shadow.functionals import (Functionals, del_residuals, discrete_momenta, euler_lagrange_residuals, point_evaluations,
-                          triples_from_snapshots)
+from .shadow.functionals import (Functionals, del_residual_functionals, discrete_momentum_functionals, euler_lagrange_residuals,
+                                 point_evaluations, triples_from_snapshots)
 from .shadow.gp import ConditioningInfo, FunctionalGP
 from .shadow.kernels import FunctionalKernel, RBFKernel, SmoothKernel
 from .shadow.mechanical import MechanicalKernel
@@ -31,7 +31,7 @@ from .neural.rollout import (angles_mod_2pi, mse_energy, mse_q, pendulum_positio
                       rollout_ode, rollout_variational, paper_statistic, true_energy, velocities_from_momenta)
 from .shadow.guards import NonFiniteModelError
 from .saving import ModelFileError
-from .shadow.guards import IdentifiabilityWarning
+from .shadow.guards import IdentifiabilityWarning, ToleranceRelaxedWarning
 from .shadow.lsi import ExtrapolationError, ExtrapolationWarning, InverseModifiedLagrangianGP
 from .modlanet.model import ModLaNet
 from .modlanet.data import (AccelerationData, double_pendulum_data, n_body_data, n_body_snapshots, pendulum_chain_data,
@@ -56,9 +56,11 @@ __all__ = [
     "InverseModifiedLagrangianGP",
     "ExtrapolationWarning",
     "IdentifiabilityWarning",
+    "ToleranceRelaxedWarning",
     "ExtrapolationError",
     "NonFiniteModelError",
     "BeaError",
+    "BeaWarning",
     "NotRegularError",
     "ModelFileError",
     "LagrangianGP",
@@ -70,8 +72,8 @@ __all__ = [
     "MechanicalKernel",
     "SmoothKernel",
     "Functionals",
-    "del_residuals",
-    "discrete_momenta",
+    "del_residual_functionals",
+    "discrete_momentum_functionals",
     "euler_lagrange_residuals",
     "point_evaluations",
     "triples_from_snapshots",
@@ -101,7 +103,9 @@ __all__ = [
 ]
 
 # deprecated names (one release): "seed" meant the reference paper, and reads as a random seed
-_RENAMED = {"seed_baseline": "paper_baseline", "seed_statistic": "paper_statistic"}
+_RENAMED = {"seed_baseline": "paper_baseline", "seed_statistic": "paper_statistic",
+            # one name, one idea (issue 29): these build functionals, not values
+            "del_residuals": "del_residual_functionals", "discrete_momenta": "discrete_momentum_functionals"}
 
 
 def __getattr__(name: str):

@@ -60,7 +60,7 @@ MAX_SIZE = 4096
 #: the most parameters one declared network may have: width² x (layers + 1) (2**26: 512 MiB in float64)
 MAX_PARAMETERS = 2 ** 26
 #: the keys of a configuration or state that declare a size
-SIZE_KEYS = frozenset({"n", "dim", "in_dim", "out_dim", "width", "hidden", "layers", "n_outputs"})
+SIZE_KEYS = frozenset({"n", "dim", "space_dim", "in_dim", "out_dim", "width", "hidden", "layers", "n_outputs"})
 
 #: the classes a file may name (nested components); nothing else is ever constructed from a file
 REGISTRY: Dict[str, type] = {}

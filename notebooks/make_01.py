@@ -20,7 +20,7 @@ torch.set_default_dtype(torch.float64)""")
 md("""## Midpoint rule, generic Lagrangian $L(q, v)$
 
 `order` is the highest power of $h$ kept. $L^{(i,j)} = \\partial_q^i \\partial_v^j L$.""")
-code("""mid = bea.modified_lagrangian("midpoint", 4, dim=1)
+code("""mid = bea.modified_lagrangian("midpoint", 4, n=1)
 display(Math(mid.latex()))""")
 md("The $h^2$ term is $\\big((L^{(1,0)} - L^{(1,1)} v)^2 / L^{(0,2)} - L^{(2,0)} v^2\\big)/24$:")
 code("""q, v = mid.q[0], mid.v[0]
@@ -37,7 +37,7 @@ display(Math(gm.latex()))""")
 md("""## Two degrees of freedom
 
 $M^{-1}$ enters as $\\operatorname{adj}(M)/\\det M$, so each coefficient is a self-contained SymPy expression.""")
-code("""mid2 = bea.modified_lagrangian("midpoint", 2, dim=2)
+code("""mid2 = bea.modified_lagrangian("midpoint", 2, n=2)
 print(len(mid2.coefficients[2].args), "terms in the h^2 coefficient for n = 2")""")
 md("""## Harmonic oscillator check
 
@@ -79,7 +79,7 @@ md("""## Apply a formula to your own torch Lagrangian
 `to_torch()` returns `f(L, q, v, h)`. The derivatives of `L` come from autograd, so `L` can be anything
 differentiable — here a small neural network — and the result is differentiable again (for a training loss or
 `bea.energy`).""")
-code("""f4 = bea.modified_lagrangian("midpoint", 4, dim=1).to_torch()
+code("""f4 = bea.modified_lagrangian("midpoint", 4, n=1).to_torch()
 
 net = torch.nn.Sequential(torch.nn.Linear(2, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1)).double()
 def L_net(q, v):
@@ -96,11 +96,11 @@ print("gradient norm w.r.t. network parameters:", sum(p.grad.norm() ** 2 for p i
 H_mod = bea.energy(lambda q, v: f4(L_net, q, v, 0.1))
 print("modified energy:", H_mod(q, v).detach().numpy())""")
 md("The generated code can be read (and is cached on disk, keyed by scheme, order, dimension and engine version):")
-code("""print(bea.modified_lagrangian("midpoint", 2, dim=1).source)""")
+code("""print(bea.modified_lagrangian("midpoint", 2, n=1).source)""")
 
 md("""## Every dimension at once: formulas in vector form
 
-Without `dim`, the series is derived once for every $n$. Its terms are trees of derivative tensors
+Without `n`, the series is derived once for every $n$. Its terms are trees of derivative tensors
 $L_{q\\dots v\\dots}$ at $(q, v)$ joined by $M^{-1}$, $M = L_{vv}$: the midpoint $h^2$ term is
 $(A^\\top M A - v^\\top L_{qq} v)/24$, $A = M^{-1}(L_q - L_{qv} v)$, written in four trees.""")
 code("""free = bea.modified_lagrangian("midpoint", 4)

@@ -75,16 +75,16 @@ for name, (system, q0, v0) in ics.items():
     for scheme in ("midpoint", "trapezoidal"):
         rows.append(("L vs exact", name, scheme, None, 2, dict(ic, experiment="exact", scheme=scheme), hs))
         for N in orders[name]:
-            rows.append(("L vs L_mod flow", name, scheme, N, N + 2, dict(ic, experiment="modified_flow", scheme=scheme, N=N), hs))
+            rows.append(("L vs L_mod flow", name, scheme, N, N + 2, dict(ic, experiment="modified_flow", scheme=scheme, order=N), hs))
             rows.append(("L_inv vs exact", name, scheme, N, N + 2,
-                         dict(ic, experiment="inverse_modified", scheme=scheme, N=N, formula="generic"), hs))
+                         dict(ic, experiment="inverse_modified", scheme=scheme, order=N, formula="generic"), hs))
 for scheme in ("midpoint", "trapezoidal"):
     _, q0, v0 = ics["pendulum"]
     for N in (0, 2, 4):
         rows.append(("H_mod oscillation", "pendulum", scheme, N, N + 2,
-                     dict(system="pendulum", T=T, q0=q0, qdot0=v0, experiment="energy_oscillation", scheme=scheme, N=N), hs))
+                     dict(system="pendulum", T=T, q0=q0, qdot0=v0, experiment="energy_oscillation", scheme=scheme, order=N), hs))
 for N in (0, 1, 2):   # the generalised midpoint rule, below
-    vm_task = dict(system="variable_mass_pendulum", T=1.0, q0=[[1.0]], qdot0=[[0.5]], scheme="generalised_midpoint:0.3", N=N)
+    vm_task = dict(system="variable_mass_pendulum", T=1.0, q0=[[1.0]], qdot0=[[0.5]], scheme="generalised_midpoint:0.3", order=N)
     rows.append(("L vs L_mod flow", "variable mass", "gen. midpoint 0.3", N, N + 1, dict(vm_task, experiment="modified_flow"), hs_gm))
     rows.append(("L_inv vs exact", "variable mass", "gen. midpoint 0.3", N, N + 1, dict(vm_task, experiment="inverse_modified"), hs_gm))
 

@@ -4,6 +4,6 @@ The layer above :mod:`learners`: dependencies point one way, ``bea <- integrator
 pipelines``; nothing below imports this package (``python -m bea sweep`` imports it only when asked).
 """
 
-from bea.errors import BeaError  # the root of every exception of the project, exported by each package
+from bea.errors import BeaError, BeaWarning  # the roots of every exception and warning of the project, exported by each package
 
-__all__ = ["BeaError"]
+__all__ = ["BeaError", "BeaWarning"]

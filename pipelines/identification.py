@@ -93,7 +93,7 @@ class IdentificationConfig:
     modlanet: str = "small"
     modlanet_epochs: Optional[int] = None
     gp_max_train_functionals: int = 400
-    progress: bool = False
+    progress: Optional[bool] = None
 
 
 #: CI size: the chain at 200 trajectories, 40 level-set states, a 60-step prediction; the double pendulum at the
@@ -227,7 +227,7 @@ def _band(cfg, lsi, system, q, q_ref, v_ref, m, timings, series) -> None:
         v4 = _timed(timings, "velocities4", _strided_velocities, lsi, q, 4, idx)
         m["vel4"] = float((v4 - v_ref[idx]).abs().max())
     # GP part only: the first omitted term would need H_rec[4] at every predicted step (about 4 s each at n = 4)
-    E, std = _timed(timings, "band", lsi.energies, q, order=2, return_std=True, std_every=every, reference=0,
+    E, std = _timed(timings, "band", lsi.energies, q, order=2, return_std=True, std_every=every, reference_index=0,
                     truncation=False)
     E, std = E[:, 0], std[:, 0]
     true = (system.energy(q_ref, v_ref) - system.energy(q_ref[:1], v_ref[:1]))[:, 0]

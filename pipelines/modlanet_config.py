@@ -83,7 +83,7 @@ class ModLaNetConfig:
     extension_states: int = 100
     finetune_data_fraction: float = 0.1
     finetune_epoch_fraction: float = 0.2
-    progress: bool = True
+    progress: Optional[bool] = None
 
     @property
     def n(self) -> int:

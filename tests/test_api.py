@@ -88,14 +88,14 @@ def test_user_subclass_scheme_matches_builtin():
         def discrete_lagrangian(self, L, a, b, h):
             return h * L(0.5 * a + 0.5 * b, (b - a) / h)
 
-    mine = bea.modified_lagrangian(MyMidpoint(), 4, dim=1).coefficients
-    ref = bea.modified_lagrangian("midpoint", 4, dim=1).coefficients
+    mine = bea.modified_lagrangian(MyMidpoint(), 4, n=1).coefficients
+    ref = bea.modified_lagrangian("midpoint", 4, n=1).coefficients
     assert all(sympy.simplify(mine[k] - ref[k]) == 0 for k in ref)
 
 
 def test_generalised_midpoint_half_is_midpoint():
-    a = bea.modified_lagrangian(bea.GeneralisedMidpoint(0.5), 4, dim=1).coefficients
-    b = bea.modified_lagrangian("midpoint", 4, dim=1).coefficients
+    a = bea.modified_lagrangian(bea.GeneralisedMidpoint(0.5), 4, n=1).coefficients
+    b = bea.modified_lagrangian("midpoint", 4, n=1).coefficients
     assert all(sympy.simplify(a[k] - b[k]) == 0 for k in b)
 
 
@@ -115,10 +115,10 @@ def test_bad_orders_and_dims():
         bea.modified_lagrangian("midpoint", 3)
     with pytest.raises(TypeError, match="order must be an integer"):
         bea.modified_lagrangian("midpoint", 2.0)
-    with pytest.raises(ValueError, match="dim must be >= 1"):
-        bea.modified_lagrangian("midpoint", 2, dim=0)
-    with pytest.raises(TypeError, match="dim must be a positive integer"):
-        bea.inverse_modified_lagrangian("midpoint", 2, dim="2")
+    with pytest.raises(ValueError, match="n must be >= 1"):
+        bea.modified_lagrangian("midpoint", 2, n=0)
+    with pytest.raises(TypeError, match=r"n \(the number of degrees of freedom\) must be a positive integer"):
+        bea.inverse_modified_lagrangian("midpoint", 2, n="2")
 
 
 def test_bad_concrete_lagrangians():
@@ -132,7 +132,7 @@ def test_bad_concrete_lagrangians():
     with pytest.raises(ValueError, match="not regular"):
         bea.modified_lagrangian("midpoint", 2, lagrangian=q * v, q=[q], v=[v])
     with pytest.raises(ValueError, match="does not match"):
-        bea.modified_lagrangian("midpoint", 2, dim=2, lagrangian=v**2, q=[q], v=[v])
+        bea.modified_lagrangian("midpoint", 2, n=2, lagrangian=v**2, q=[q], v=[v])
     with pytest.raises(ValueError, match="needs its coordinate symbols"):
         bea.modified_lagrangian("midpoint", 2, lagrangian=v**2)
     with pytest.raises(TypeError, match="explicit SymPy expression"):
@@ -143,17 +143,17 @@ def test_bad_concrete_lagrangians():
 
 
 def test_series_api():
-    s = bea.modified_lagrangian("midpoint", 4, dim=1)
-    assert s.order == 4 and s.dim == 1 and s.symmetric
+    s = bea.modified_lagrangian("midpoint", 4, n=1)
+    assert s.order == 4 and s.n == 1 and s.symmetric
     t = s.truncate(2)
     assert set(t.coefficients) == {0, 2}
     with pytest.raises(ValueError, match="only known to h\\^4"):
         s.truncate(6)
     tex = s.latex()
     assert "L^{(1,1)}" in tex and "Derivative" not in tex and "\\partial" not in tex
-    tex2 = bea.modified_lagrangian("midpoint", 2, dim=2).latex()
+    tex2 = bea.modified_lagrangian("midpoint", 2, n=2).latex()
     assert "L_{q_{1} v_{2}}" in tex2 or "L_{q_{2} v_{1}}" in tex2
-    eq = bea.modified_equation("midpoint", 2, dim=1)
+    eq = bea.modified_equation("midpoint", 2, n=1)
     assert eq.coefficient(0).shape == (1, 1)
     assert "generated" in s.source and "lagrangian_jet" in s.source
 
@@ -201,9 +201,9 @@ def test_cache_roundtrip_and_corruption(tmp_path, monkeypatch):
 
 def test_symbolic_series_from_cache_equals_fresh(tmp_path, monkeypatch):
     monkeypatch.setenv("BEA_CACHE_DIR", str(tmp_path))
-    a = bea.inverse_modified_lagrangian("trapezoidal", 2, dim=3)
-    b = bea.inverse_modified_lagrangian("trapezoidal", 2, dim=3)  # from the cache
-    c = bea.inverse_modified_lagrangian("trapezoidal", 2, dim=3, cache=False)
+    a = bea.inverse_modified_lagrangian("trapezoidal", 2, n=3)
+    b = bea.inverse_modified_lagrangian("trapezoidal", 2, n=3)  # from the cache
+    c = bea.inverse_modified_lagrangian("trapezoidal", 2, n=3, cache=False)
     for k in c.coefficients:
         assert sympy.expand(a.coefficients[k] - c.coefficients[k]) == 0
         assert sympy.expand(b.coefficients[k] - c.coefficients[k]) == 0
@@ -217,11 +217,11 @@ def _cli(*args):
 
 
 def test_cli_derive_formats():
-    r = _cli("derive", "--scheme", "midpoint", "--order", "4", "--dim", "1")
+    r = _cli("derive", "--scheme", "midpoint", "--order", "4", "--n", "1")
     assert r.returncode == 0 and "h^2" in r.stdout and "h^4" in r.stdout
     r = _cli("derive", "--scheme", "trapezoidal", "--order", "2", "--inverse", "--format", "latex")
     assert r.returncode == 0 and r.stdout.startswith("L_{\\mathrm{inv}}")
-    r = _cli("derive", "--order", "2", "--dim", "2", "--format", "torch")
+    r = _cli("derive", "--order", "2", "--n", "2", "--format", "torch")
     assert r.returncode == 0 and "def generated(L, q, v, h):" in r.stdout
     compile(r.stdout, "<cli>", "exec")
     r = _cli("derive", "--scheme", "generalised_midpoint:0.3", "--order", "1", "--equation")
@@ -233,5 +233,5 @@ def test_cli_errors():
     assert r.returncode == 2 and "unknown scheme 'nope'" in r.stderr
     r = _cli("derive", "--order", "-1")
     assert r.returncode == 2 and "order must be >= 0" in r.stderr
-    r = _cli("derive", "--dim", "0")
-    assert r.returncode == 2 and "dim must be >= 1" in r.stderr
+    r = _cli("derive", "--n", "0")
+    assert r.returncode == 2 and "n must be >= 1" in r.stderr

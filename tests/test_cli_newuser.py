@@ -84,7 +84,7 @@ def test_cli_messages_speak_of_flags_not_python(capsys):
 def test_torch_format_without_dim_prints_source_that_builds_the_function(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("BEA_CACHE_DIR", str(tmp_path))
     status, out, _ = _run(capsys, ["derive", "--order", "2", "--format", "torch"])
-    assert status == 0 and "no generated torch code" in out and "--dim N" in out
+    assert status == 0 and "no generated torch code" in out and "--n N" in out
     ast.parse(out)                                           # the printed source is a Python program ...
     assert "f = bea.modified_lagrangian('midpoint', 2).to_torch()" in out   # ... that builds the function
     assert "#   h^2: -L_qq[v, v]/24 + L_vv[A, A]/24" in out       # with the series' terms as comments

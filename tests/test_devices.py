@@ -47,7 +47,7 @@ def _same_place(t, like):
 @pytest.mark.parametrize("kind", ["modified_lagrangian", "inverse_modified_lagrangian", "modified_equation"])
 def test_component_formula_follows_its_inputs(device, kind):
     """compile_torch with dim=2 (generated code): on the input's device and dtype, equal to the CPU result."""
-    f = bea.compile_torch(kind, "midpoint", 2, dim=2)
+    f = bea.compile_torch(kind, "midpoint", 2, n=2)
     q, v = _states(2)
     want = f(L_coupled, q, v, 0.1).detach()
     for dtype in (torch.float64, torch.float32):
@@ -62,7 +62,7 @@ def test_dimension_free_function_follows_its_inputs(device):
     """The dimension-free engine (bea.free's tree function, series_function with n > 1) at n = 2 agrees with
     the component formula (same series, different evaluation) on every device."""
     free = bea.series_function("modified_lagrangian", "midpoint", 2, n=2)
-    comp = bea.compile_torch("modified_lagrangian", "midpoint", 2, dim=2)
+    comp = bea.compile_torch("modified_lagrangian", "midpoint", 2, n=2)
     q, v = _states(2)
     want = comp(L_coupled, q, v, 0.1).detach()
     qd, vd = q.to(device), v.to(device)
@@ -74,7 +74,7 @@ def test_dimension_free_function_follows_its_inputs(device):
 def test_a_tensor_step_on_the_data_device_and_a_differentiable_result(device):
     """h as a per-state tensor on the same device; the result is differentiable in q there (a backward
     pass leaves a gradient on the device)."""
-    f = bea.compile_torch("modified_lagrangian", "midpoint", 2, dim=1)
+    f = bea.compile_torch("modified_lagrangian", "midpoint", 2, n=1)
     q, v = _states(1)
     q, v = q.to(device).requires_grad_(True), v.to(device)
     h = torch.full((5,), 0.1, dtype=torch.float64, device=device)
@@ -89,7 +89,7 @@ def test_a_tensor_step_on_the_data_device_and_a_differentiable_result(device):
 def test_step_on_another_device_is_refused():
     """A batch-shaped h on another device than q is a BeaValueError naming both devices (the meta device
     stands for 'another device' on a CPU-only machine); a 0-d CPU tensor mixes with any device."""
-    f = bea.compile_torch("modified_lagrangian", "midpoint", 2, dim=1)
+    f = bea.compile_torch("modified_lagrangian", "midpoint", 2, n=1)
     q, v = _states(1)
     with pytest.raises(BeaValueError, match="h is a tensor on meta, but q is on cpu"):
         f(L_pendulum, q, v, torch.full((5,), 0.1, device="meta"))
@@ -100,7 +100,7 @@ def test_step_on_another_device_is_refused():
 def test_gradcheck_of_the_generated_code_on_the_cpu():
     """Analytic derivatives of the generated modified Lagrangian (autograd through autograd) against finite
     differences, in float64 on the CPU (gradcheck's own tolerances: eps=1e-6, atol=1e-5, rtol=1e-3)."""
-    f = bea.compile_torch("modified_lagrangian", "midpoint", 2, dim=2)
+    f = bea.compile_torch("modified_lagrangian", "midpoint", 2, n=2)
     q, v = _states(2, batch=2)
     q, v = q.requires_grad_(True), v.requires_grad_(True)
     assert torch.autograd.gradcheck(lambda a, b: f(L_coupled, a, b, 0.2), (q, v))
@@ -169,7 +169,7 @@ def test_compiled_stepper_refuses_tensors_off_the_cpu():
 
     if find_compiler() is None:
         pytest.skip("no C compiler: there is no compiled stepper to call")
-    stepper = CompiledStepper(PENDULUM, bea.get_scheme("midpoint"), 0.1, 1)
+    stepper = CompiledStepper(PENDULUM, 0.1, bea.get_scheme("midpoint"), 1)
     with pytest.raises(ValueError, match="runs in C on the CPU, but x is on meta"):
         stepper.lagrangian_derivatives(torch.empty(4, 2, device="meta"))
     out, p = torch.zeros(3, 4, 1), torch.empty(4, 1, device="meta")

@@ -13,6 +13,7 @@ import ast
 import importlib
 import inspect
 import pkgutil
+import warnings
 from pathlib import Path
 
 import pytest
@@ -129,6 +130,58 @@ def test_every_exception_class_defined_is_under_the_root():
     assert [f"{c.__module__}.{c.__qualname__}" for c in errors if not issubclass(c, BeaError)] == []
 
 
+def issued_categories(tree: ast.AST, namespace: dict):
+    """``(line, class)`` for every ``warnings.warn(message, Category, ...)`` (or ``category=Category``) in ``tree``;
+    the class is None when the call names none (a plain UserWarning) or one that is computed."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "warn" \
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == "warnings":
+            given = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "category"), None)
+            yield node.lineno, None if given is None else _resolve(given, namespace)
+
+
+def foreign_warnings(tree: ast.AST, namespace: dict):
+    """Warnings issued with a class outside :class:`bea.BeaWarning` (deprecations apart: Python's protocol)."""
+    return [(line, getattr(cls, "__name__", "UserWarning (no class named)")) for line, cls in issued_categories(tree, namespace)
+            if not (inspect.isclass(cls) and (issubclass(cls, bea.BeaWarning) or cls is DeprecationWarning))]
+
+
+def test_every_warning_is_under_the_warning_root():
+    """One root for the project's warnings (issue 29): every Warning class the packages define, and every class
+    that ``warnings.warn`` issues, derives from bea.BeaWarning, which each package exports."""
+    defined = [obj for mod in MODULES for obj in vars(mod).values()
+               if inspect.isclass(obj) and obj.__module__ == mod.__name__ and issubclass(obj, Warning)]
+    names = {c.__name__ for c in defined}
+    assert {"CacheWarning", "ExtrapolationWarning", "IdentifiabilityWarning", "BeaWarning"} <= names, names
+    assert [f"{c.__module__}.{c.__qualname__}" for c in defined if not issubclass(c, bea.BeaWarning)] == []
+    bad, count = [], 0
+    for mod in MODULES:
+        tree, ns = TREES[mod.__name__], NAMESPACES[mod.__name__]
+        count += sum(1 for _ in issued_categories(tree, ns))
+        bad += [f"{mod.__name__}:{line} warns {name}" for line, name in foreign_warnings(tree, ns)]
+    assert not bad, "issue a bea.BeaWarning subclass instead:\n" + "\n".join(bad)
+    assert count >= 15, count  # the scan sees the packages' warnings.warn calls (about 20 today)
+    for pkg in (bea, integrators, learners, pipelines):
+        assert pkg.BeaWarning is bea.errors.BeaWarning and not issubclass(pkg.BeaWarning, BeaError), pkg.__name__
+    assert issubclass(bea.BeaWarning, UserWarning)
+
+
+def test_the_warning_scan_can_fail():
+    src = ("import warnings\nwarnings.warn('a', RuntimeWarning)\nwarnings.warn('b')\n"
+           "warnings.warn('c', category=bea.BeaWarning)\nwarnings.warn('d', DeprecationWarning)\n")
+    assert foreign_warnings(ast.parse(src), {"bea": bea}) == [(2, "RuntimeWarning"), (3, "UserWarning (no class named)")]
+
+
+def test_the_suite_turns_every_project_warning_into_an_error():
+    """setup.cfg's filters make a BeaWarning an error here, whatever module it names (pytest applies them per test)."""
+    from learners.shadow.guards import ExtrapolationWarning
+
+    with pytest.raises(ExtrapolationWarning):
+        warnings.warn("x", ExtrapolationWarning)
+    with pytest.raises(bea.BeaWarning):
+        warnings.warn("y", bea.BeaWarning)
+
+
 def test_no_exception_class_is_defined_inside_a_function():
     """Such a class would escape the walk above (it is not a module attribute)."""
     nested = []
@@ -167,7 +220,7 @@ def test_the_integrators_errors_are_caught_as_bea_errors():
     with pytest.raises(bea.BeaValueError):  # and a plain bad value from bea itself is typed
         bea.GeneralisedMidpoint(float("nan"))
     with pytest.raises(bea.SeriesError, match="truncated at h\\^2; h\\^4 is not known"):
-        bea.modified_lagrangian("midpoint", 2, dim=1).coefficient(4)
+        bea.modified_lagrangian("midpoint", 2, n=1).coefficient(4)
 
 
 # ------------------------------------------------------------------ no message matching

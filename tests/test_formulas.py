@@ -9,7 +9,7 @@ from bea.series import H as h
 
 
 def test_midpoint_h2_one_dimension_symbolic():
-    s = bea.modified_lagrangian("midpoint", 2, dim=1)
+    s = bea.modified_lagrangian("midpoint", 2, n=1)
     q, v = s.q[0], s.v[0]
     L = s.lagrangian
 
@@ -23,7 +23,7 @@ def test_midpoint_h2_one_dimension_symbolic():
 
 @pytest.mark.parametrize("n", [2, 3])
 def test_midpoint_h2_n_dimensions(n):
-    s = bea.modified_lagrangian("midpoint", 2, dim=n)
+    s = bea.modified_lagrangian("midpoint", 2, n=n)
     q, v, L = s.q, s.v, s.lagrangian
     M = sympy.Matrix(n, n, lambda i, j: L.diff(v[i], v[j]))
     Lqq = sympy.Matrix(n, n, lambda i, j: L.diff(q[i], q[j]))

@@ -69,14 +69,14 @@ def test_exact_agreement_with_components_n2(scheme):
 
 def test_midpoint_h2_term_is_the_vector_closed_form():
     s = bea.modified_lagrangian("midpoint", 2, cache=False)
-    assert s.dim is None
+    assert s.n is None
     # (A^T M A - v^T L_qq v)/24 with A = M^{-1}(L_q - L_qv[v]) the Euler-Lagrange acceleration
     assert str(s.coefficient(2)) == "-L_qq[v, v]/24 + L_vv[A, A]/24"
     assert r"L_{qq}[v, v]" in s.latex()
     assert s.n_terms == {0: 1, 2: 2}
     # components(2) is today's component series, equal to the component derivation
     c = s.components(2)
-    ref = bea.modified_lagrangian("midpoint", 2, dim=2, cache=False)
+    ref = bea.modified_lagrangian("midpoint", 2, n=2, cache=False)
     assert sympy.simplify(c.coefficients[2] - ref.coefficients[2]) == 0
 
 
@@ -102,7 +102,7 @@ def test_torch_agrees_with_component_code(kind, n, order, scheme):
     q = torch.randn(7, n, generator=g, dtype=torch.float64)
     v = torch.randn(7, n, generator=g, dtype=torch.float64)
     free = bea.compile_torch(kind, scheme, order)
-    comp = bea.compile_torch(kind, scheme, order, dim=n)
+    comp = bea.compile_torch(kind, scheme, order, n=n)
     a, b = free(L, q, v, 0.3), comp(L, q, v, 0.3)
     assert a.shape == b.shape
     assert torch.allclose(a, b, rtol=1e-12, atol=1e-12 * float(b.detach().abs().max()))

@@ -44,7 +44,7 @@ def test_gp_learned_lagrangian_paths_agree():
     S = snapshots(systems.pendulum(), 0.5, 12, 5, seed=0)
     model = InverseModifiedLagrangianGP(0.5, lengthscale=[1.5, 1.5], noise=1e-4).fit(S)
     # the GP lives in standardised coordinates and time (learners.shadow.units): its C form is that of StandardisedMean
-    stepper = CompiledStepper(StandardisedMean(model), model.scheme, model._h_std, 1)
+    stepper = CompiledStepper(StandardisedMean(model), model._h_std, model.scheme, 1)
     x = torch.tensor([[0.3, 0.1], [0.5, -0.2], [-0.1, 0.4]]).requires_grad_(True)
     g, H = stepper.lagrangian_derivatives(x.detach())
     (ga,) = torch.autograd.grad(model.gp.mean(x).sum(), x, create_graph=True)
@@ -60,7 +60,7 @@ def test_gp_learned_lagrangian_paths_agree():
 
 
 def test_sympy_derivatives_match_autograd():
-    stepper = CompiledStepper(systems.kepler(), bea.get_scheme("midpoint"), 0.1, 2)
+    stepper = CompiledStepper(systems.kepler(), 0.1, bea.get_scheme("midpoint"), 2)
     x = torch.tensor([[1.0, 0.2, 0.1, 0.9], [-0.5, 0.7, 1.1, -0.3]]).requires_grad_(True)
     g, H = stepper.lagrangian_derivatives(x.detach())
     (ga,) = torch.autograd.grad(systems.kepler()(x[:, :2], x[:, 2:]).sum(), x, create_graph=True)
@@ -116,13 +116,13 @@ def test_compiled_once_and_where_it_applies():
 
 
 def test_scheme_points_are_found_or_refused():
-    pts = scheme_points(bea.get_scheme("trapezoidal"), 1, 0.5)
+    pts = scheme_points(0.5, bea.get_scheme("trapezoidal"), 1)
     # rows (w, o (2), A (2x1), B (2x1), S (2x1)): L(a, (b-a)/h) and L(b, (b-a)/h), weights h/2
     assert pts.shape == (2, 9)
     assert pts[:, 0].tolist() == [0.25, 0.25] and pts[0, 3:5].tolist() == [1.0, -2.0] and pts[1, 5:7].tolist() == [1.0, 2.0]
     squared = bea.CustomScheme(lambda L, a, b, h: h * L(a, (b - a) / h) ** 2, "squared")
     with pytest.raises(NotLowerable, match="not a weighted sum"):
-        scheme_points(squared, 1, 0.1)
+        scheme_points(0.1, squared, 1)
     nonaffine = bea.CustomScheme(lambda L, a, b, h: h * L(a * b, (b - a) / h), "product")
     with pytest.raises(NotLowerable, match="not affine"):
-        scheme_points(nonaffine, 1, 0.1)
+        scheme_points(0.1, nonaffine, 1)

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import bea
-from learners.shadow.functionals import (Functionals, del_residuals, discrete_momenta, euler_lagrange_residuals, point_evaluations,
-                                  triples_from_snapshots)
+from learners.shadow.functionals import (Functionals, del_residual_functionals, discrete_momentum_functionals,
+                                         euler_lagrange_residuals, point_evaluations, triples_from_snapshots)
 from learners.shadow.gp import FunctionalGP
 from learners.shadow.kernels import AtomExpansion, FunctionalKernel, RBFKernel, SmoothKernel
 from learners.shadow.normalisation import MassNormalisation, VertexNormalisation
@@ -33,14 +33,14 @@ def test_del_atoms_reproduce_autograd_residuals(scheme, n, L):
     S = 0.5 * torch.randn(3, 6, n)
     tr = triples_from_snapshots(S)
     h = 0.3
-    F = del_residuals(tr, h, scheme)
+    F = del_residual_functionals(tr, h, scheme)
     sch = bea.get_scheme(scheme)
     b = tr[:, 1].clone().requires_grad_(True)
     (R,) = torch.autograd.grad((sch(L, tr[:, 0], b, h) + sch(L, b, tr[:, 2], h)).sum(), b)
     assert F.count == tr.shape[0] * n
     assert torch.allclose(F.apply(_as_x(L, n)).detach(), R.reshape(-1), atol=1e-13, rtol=0)
     # discrete momenta D2 L_d(a, b)
-    P = discrete_momenta(tr[:, :2], h, scheme)
+    P = discrete_momentum_functionals(tr[:, :2], h, scheme)
     (p,) = torch.autograd.grad(sch(L, tr[:, 0], b, h).sum(), b)
     assert torch.allclose(P.apply(_as_x(L, n)).detach(), p.reshape(-1), atol=1e-13, rtol=0)
 
@@ -77,7 +77,7 @@ def test_rbf_closed_form_matches_autograd(a, b):
 def _family():
     torch.manual_seed(3)
     S = 0.7 * torch.randn(3, 5, 2)
-    return Functionals.cat([del_residuals(triples_from_snapshots(S), 0.2), MassNormalisation().functionals(2),
+    return Functionals.cat([del_residual_functionals(triples_from_snapshots(S), 0.2), MassNormalisation().functionals(2),
                             euler_lagrange_residuals(torch.randn(2, 2), torch.randn(2, 2), torch.randn(2, 2)),
                             point_evaluations(torch.randn(2, 4)), VertexNormalisation().functionals(2)])
 
@@ -137,7 +137,7 @@ def test_posterior_mean_consistency_and_fast_path():
 def test_cholesky_jitter_is_reported():
     """A duplicated functional makes Theta singular: the solve adds a reported jitter instead of failing."""
     torch.manual_seed(4)
-    F = del_residuals(triples_from_snapshots(torch.randn(1, 4, 1)), 0.5)
+    F = del_residual_functionals(triples_from_snapshots(torch.randn(1, 4, 1)), 0.5)
     dup = Functionals.cat([F, F, MassNormalisation().functionals(1)])
     gp = FunctionalGP(FunctionalKernel(RBFKernel()), noise=0.0, min_noise=0.0)
     for p in gp.parameters():

@@ -9,7 +9,8 @@ import torch
 import integrators as I
 from learners import FunctionalKernel, InverseModifiedLagrangianGP, LagrangianGP, RBFKernel
 from learners.metrics import max_trajectory_error
-from learners.shadow.functionals import AtomSet, Functionals, del_residuals, point_evaluations, triples_from_snapshots
+from learners.shadow.functionals import (AtomSet, Functionals, del_residual_functionals, point_evaluations,
+                                         triples_from_snapshots)
 from learners.shadow.kernels import AtomExpansion, _autograd_block
 from learners.shadow.mechanical import MechanicalKernel
 
@@ -62,7 +63,7 @@ def test_gram_matrices_are_positive_semidefinite():
     FK = FunctionalKernel(_kernel(4)).to(torch.float64)
     for trial in range(3):
         S = 0.6 * torch.randn(4, 5, 2)
-        F = Functionals.cat([point_evaluations(torch.randn(6, 4)), del_residuals(triples_from_snapshots(S), 0.3)])
+        F = Functionals.cat([point_evaluations(torch.randn(6, 4)), del_residual_functionals(triples_from_snapshots(S), 0.3)])
         K = FK.forward(F, F).detach()
         assert float((K - K.T).abs().max()) <= 1e-12 * float(K.abs().max())
         ev = torch.linalg.eigvalsh(0.5 * (K + K.T))

@@ -74,7 +74,10 @@ def test_extend_equals_analytic_multi_pendulum_lagrangian(n):
     ref = systems.n_pendulum(n, g=G_EARTH)(q, v)
     assert (L - ref).abs().max().item() < 1e-12
     # and the energy T + U equals the analytic energy p.v - L
-    assert (model.energy(q, v) - systems.n_pendulum(n, g=G_EARTH).energy(q, v)).abs().max().item() < 1e-12
+    assert (model.energy_at(q, v) - systems.n_pendulum(n, g=G_EARTH).energy(q, v)).abs().max().item() < 1e-12
+    assert torch.equal(model.energy()(q, v), model.energy_at(q, v))
+    with pytest.warns(DeprecationWarning, match=r"energy\(q, v\) is deprecated.*energy_at"):
+        assert torch.equal(model.energy(q, v), model.energy_at(q, v))
 
 
 def test_extend_copies_cells_and_initialises_masses_from_the_mean():
@@ -99,7 +102,7 @@ def test_model_plugs_into_bea_and_integrators():
     # bea's generic autograd acceleration agrees with the model's own solve (same formula, ~1e-14)
     assert (bea.acceleration(model)(q, v) - model.acceleration(q, v)).abs().max().item() < 1e-10
     # H = p.v - L equals T + U (kinetic energy quadratic in v)
-    assert (bea.energy(model)(q, v) - model.energy(q, v)).abs().max().item() < 1e-10
+    assert (bea.energy(model)(q, v) - model.energy_at(q, v)).abs().max().item() < 1e-10
     # torch.func: per-sample momenta under vmap equal autograd's
     p_func = torch.func.vmap(torch.func.grad(lambda a, b: model(a, b), argnums=1))(q, v)
     assert (p_func - bea.momentum(model)(q, v)).abs().max().item() < 1e-12
@@ -169,7 +172,7 @@ def test_bad_parent_lists():
 
 def test_dimension_mismatch():
     with pytest.raises(ValueError, match="dimension mismatch"):
-        ModLaNet([-1, 0], AngleOnRod(1.0), dim=3)
+        ModLaNet([-1, 0], AngleOnRod(1.0), space_dim=3)
     model = ModLaNet.bodies(3, hidden=4)
     with pytest.raises(ValueError, match="dimension mismatch"):
         model(torch.zeros(5, 4), torch.zeros(5, 4))
@@ -367,3 +370,16 @@ def test_max_step_keeps_the_slow_triples_only(snapshot_data):
         train(model, S, loss="del", h=0.1, epochs=1, progress=False, max_step=1e-9)
     with pytest.raises(ValueError, match="max_step must be a positive number"):
         train(model, S, loss="del", h=0.1, epochs=1, progress=False, max_step=-1.0)
+
+
+def test_the_frame_dimension_is_space_dim_and_dim_still_works_with_a_warning():
+    """ModLaNet's frame dimension is space_dim (issue 29: dim is n, the number of coordinates, elsewhere);
+    dim= keeps working for one release with a DeprecationWarning, and builds the same model."""
+    new = ModLaNet.bodies(2, space_dim=3, hidden=4, seed=1)
+    with pytest.warns(DeprecationWarning, match=r"bodies\(dim=...\) is deprecated.*use space_dim="):
+        old = ModLaNet.bodies(2, dim=3, hidden=4, seed=1)
+    assert new.space_dim == old.space_dim == 3 and new.n == 6
+    q = torch.linspace(-1, 1, 12, dtype=torch.float64).reshape(2, 6)
+    assert torch.equal(new(q, 0.5 * q), old(q, 0.5 * q))
+    with pytest.warns(DeprecationWarning, match="use ModLaNet.space_dim"):
+        assert new.dim == 3

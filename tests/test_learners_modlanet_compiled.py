@@ -41,7 +41,7 @@ def test_c_derivatives_equal_autograd(name):
     x = torch.rand(6, 2 * n, generator=g, dtype=torch.float64) * 2 - 1
     if name.startswith("bodies"):  # bodies kept apart: the Newtonian pair is singular at contact
         x[:, :n] += torch.tensor([0.0, 0.0, 2.0, 0.0, 0.0, 2.0], dtype=torch.float64)
-    stepper = CompiledStepper(model, bea.get_scheme("midpoint"), 0.1, n)
+    stepper = CompiledStepper(model, 0.1, bea.get_scheme("midpoint"), n)
     gc, Hc = stepper.lagrangian_derivatives(x)
 
     def L(y):

@@ -10,7 +10,7 @@ import bea
 import integrators.variational as V
 from integrators import VariationalIntegrator
 from integrators.compiled import CompiledStepper, NotLowerable
-from integrators.modified import inverse_lagrangian, modified_lagrangian
+from integrators.modified import inverse_lagrangian, recovered_lagrangian
 from integrators.series_c import series_c_lagrangian
 from learners import ModLaNet
 from learners.modlanet.elements import CallableTransform, NewtonianPair, UniformGravity
@@ -24,8 +24,8 @@ MODELS = {
     "chain3-gravity": lambda: ModLaNet.pendulum_chain(3, transform="rod", lengths=[1.0, 0.8, 0.6],
                                                       potential=UniformGravity(9.8), hidden=8),
     # global coordinates: one body in 3-D (its 3 x 3 offset derivatives), two on a line with the Newtonian pair
-    "body-3d": lambda: ModLaNet.bodies(1, dim=3, hidden=8, seed=3),
-    "bodies-line-newton": lambda: ModLaNet.bodies(2, dim=1, pair=NewtonianPair(1.0), hidden=8, seed=3),
+    "body-3d": lambda: ModLaNet.bodies(1, space_dim=3, hidden=8, seed=3),
+    "bodies-line-newton": lambda: ModLaNet.bodies(2, space_dim=1, pair=NewtonianPair(1.0), hidden=8, seed=3),
 }
 #: position offsets keeping the bodies apart (the Newtonian pair is singular at contact)
 SHIFTS = {"bodies-line-newton": torch.tensor([0.0, 3.0], dtype=torch.float64)}
@@ -53,7 +53,7 @@ def test_inverse_lagrangian_derivatives_equal_autograd(name):
     model = _frozen(MODELS[name]())
     n, h = model.n, 0.5
     L = inverse_lagrangian(model, 2, h)
-    stepper = CompiledStepper(L, bea.get_scheme("midpoint"), h, n)
+    stepper = CompiledStepper(L, h, bea.get_scheme("midpoint"), n)
     x = torch.rand(3, 2 * n, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 2 - 1
     if name in SHIFTS:
         x[:, :n] += SHIFTS[name]
@@ -73,9 +73,9 @@ def test_other_series_equal_autograd(kind, scheme):
     """Any series of bea with a C form: mod_2 (midpoint) and inv_2 (trapezoidal) of the learned-transform model,
     h = 0.5, against nested autograd: measured at most 2.1e-17 (|H| <= 0.06); tolerance as above."""
     model = _frozen(MODELS["chain-mlp"]())
-    series = modified_lagrangian if kind == "modified" else inverse_lagrangian
+    series = recovered_lagrangian if kind == "modified" else inverse_lagrangian
     L = series(model, 2, 0.5, scheme)
-    stepper = CompiledStepper(L, bea.get_scheme(scheme), 0.5, 2)
+    stepper = CompiledStepper(L, 0.5, bea.get_scheme(scheme), 2)
     x = torch.rand(2, 4, generator=torch.Generator().manual_seed(1), dtype=torch.float64) * 2 - 1
     gc, Hc = stepper.lagrangian_derivatives(x)
     for k in range(2):
@@ -113,7 +113,7 @@ def test_auto_picks_the_compiled_path(monkeypatch):
     model = _frozen(MODELS["chain-rod"]())
     sol = VariationalIntegrator(inverse_lagrangian(model, 2, 0.05), 0.05).solve(STATES[0], STATES[1], 5)
     assert sol.execution == "compiled"
-    assert series_c_lagrangian("inverse_modified_lagrangian", bea.get_scheme("midpoint"), 2, 0.05,
+    assert series_c_lagrangian("inverse_modified_lagrangian", 2, 0.05, bea.get_scheme("midpoint"),
                                model).auto_max_batch is None
 
 
@@ -170,6 +170,6 @@ def test_large_formulas_stay_eager():
     model = _frozen(MODELS["chain-rod"]())
     with pytest.raises(NotLowerable, match="terms"):
         inverse_lagrangian(model, 4, 0.05).c_lagrangian()
-    bodies = _frozen(ModLaNet.bodies(5, dim=1, hidden=4))
+    bodies = _frozen(ModLaNet.bodies(5, space_dim=1, hidden=4))
     with pytest.raises(NotLowerable, match="n <= 4"):
         inverse_lagrangian(bodies, 2, 0.05).c_lagrangian()

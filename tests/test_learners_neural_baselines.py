@@ -96,7 +96,8 @@ def test_hnn_exact_on_the_pendulum_hamiltonian():
     h = Pendulum(1, width=4)
     q = torch.linspace(-3, 3, 13)[:, None]
     p = torch.linspace(-2, 2, 13)[:, None]
-    assert torch.allclose(h.acceleration(q, p), -torch.sin(q), rtol=0, atol=1e-14)
+    assert torch.allclose(h.momentum_rate(q, p), -torch.sin(q), rtol=0, atol=1e-14)
+    assert torch.equal(h.acceleration(q, p), h.momentum_rate(q, p))  # the shared (q, v) interface at p := v
     dq, dp = h.time_derivative(q, p)
     assert torch.allclose(dq, p, rtol=0, atol=1e-14) and torch.allclose(dp, -torch.sin(q), rtol=0, atol=1e-14)
 

@@ -215,13 +215,36 @@ def test_velocities_and_energies_along_positions(lsi, pendulum):
     assert v.shape == sv.shape == (41, 1, 1)
     assert bool(torch.isnan(sv[1::2]).all()) and bool(torch.isfinite(sv[::2]).all())
     assert float(((v - v_ref).abs()[::2] <= 2 * sv[::2]).double().mean()) >= 0.9
-    E, sE = lsi.energies(q_ref, 2, return_std=True, std_every=4, reference=0)
+    E, sE = lsi.energies(q_ref, 2, return_std=True, std_every=4, reference_index=0)
     # at the reference row the difference is exactly zero and its std is only the rounding floor of the
     # posterior (sqrt(cond) * eps * prior): 1.7e-8 against a mean of 1.5e-5 in one CI run, so 1e-2, not 1e-3
     assert E.shape == sE.shape == (41, 1) and float(sE[0]) < 1e-2 * float(sE[4:].nanmean())
     with pytest.raises(ValueError, match="std_every"):
         lsi.velocities(q_ref, 2, return_std=True, std_every=0)
     with pytest.raises(ValueError, match="reference"):
-        lsi.energies(q_ref, 2, reference=99)
+        lsi.energies(q_ref, 2, reference_index=99)
     with pytest.raises(TypeError, match="reference"):
         lsi.energy(2, reference=torch.zeros(3))
+
+
+def test_energies_reference_is_a_state_as_in_energy(lsi, pendulum):
+    """reference= means one thing in energy() and energies() (issue 29): a state. Along positions, the energies
+    minus H_rec at that state equal the energies minus energy(order)(q_ref, v_ref) to rounding; a time index is
+    reference_index=, and the old reference=<int> still works for one release with a warning."""
+    from integrators import reference_flow
+
+    flow = reference_flow(pendulum, torch.tensor([[0.4]], dtype=torch.float64), torch.tensor([[0.1]], dtype=torch.float64),
+                          0.5 * torch.arange(9, dtype=torch.float64))
+    state = (torch.tensor([0.2], dtype=torch.float64), torch.tensor([0.3], dtype=torch.float64))
+    E = lsi.energies(flow.q, 2)
+    H_ref = lsi.energy(2)(state[0][None], state[1][None]).detach()
+    assert float((lsi.energies(flow.q, 2, reference=state) - (E - H_ref)).abs().max()) <= 1e-12
+    by_index = lsi.energies(flow.q, 2, reference_index=3)
+    assert float((by_index - (E - E[3])).abs().max()) <= 1e-12 and float(by_index[3].abs().max()) == 0.0
+    with pytest.warns(DeprecationWarning, match=r"energies\(reference=<time index>\) is deprecated.*reference_index=3"):
+        old = lsi.energies(flow.q, 2, reference=3)
+    assert torch.equal(old, by_index)
+    with pytest.raises(ValueError, match="return_std"):
+        lsi.energies(flow.q, 2, return_std=True, reference=state)
+    with pytest.raises(ValueError, match="not both"):
+        lsi.energies(flow.q, 2, reference=state, reference_index=0)

@@ -99,7 +99,7 @@ def test_any_edit_of_a_model_file_loads_or_is_a_model_file_error(tmp_path_factor
 
 
 # ---------------------------------------------------------------------------------------------- sweep specs
-BASE = {"kind": "convergence", "defaults": {"scheme": "midpoint", "N": 0, "system": "pendulum"}}
+BASE = {"kind": "convergence", "defaults": {"scheme": "midpoint", "order": 0, "system": "pendulum"}}
 
 
 def _spec(defaults=None, grid=None):
@@ -124,8 +124,8 @@ def _nested(depth, leaf=1):
 
 
 @pytest.mark.parametrize("text", [
-    "N = " + "[" * 3000 + "]" * 3000,                # the issue's case: deep array in TOML
-    "N = " + "{a=" * 3000 + "1" + "}" * 3000,        # deep inline tables
+    "order = " + "[" * 3000 + "]" * 3000,                # the issue's case: deep array in TOML
+    "order = " + "{a=" * 3000 + "1" + "}" * 3000,        # deep inline tables
 ])
 def test_deeply_nested_toml_is_a_spec_error(tmp_path, text):
     path = tmp_path / "deep.toml"
@@ -136,7 +136,7 @@ def test_deeply_nested_toml_is_a_spec_error(tmp_path, text):
 
 def test_deeply_nested_dict_spec_is_a_spec_error():
     with pytest.raises(SpecError, match="nested too deeply"):
-        load(_spec(grid={"h": [0.1], "N": [_nested(5000)]}))
+        load(_spec(grid={"h": [0.1], "order": [_nested(5000)]}))
 
 
 def _containers(inner):
@@ -149,7 +149,7 @@ _toml_values = st.recursive(
 
 
 @settings(max_examples=80, **H)
-@given(key=st.sampled_from(["T", "h", "N", "scheme", "system", "experiment", "q0"]), value=_toml_values,
+@given(key=st.sampled_from(["T", "h", "order", "scheme", "system", "experiment", "q0"]), value=_toml_values,
        in_grid=st.booleans())
 def test_any_parameter_value_gives_a_spec_or_a_spec_error(key, value, in_grid):
     spec = _spec(grid={key: [value]} if in_grid else None, defaults=None if in_grid else {key: value})
@@ -172,7 +172,7 @@ def _L(q, v):
 def functions():
     """The dimension-free function (every n) and the generated one for n = 2 (the two code paths)."""
     return [(bea.compile_torch("modified_lagrangian", "midpoint", 2), None),
-            (bea.compile_torch("modified_lagrangian", "midpoint", 2, dim=2), 2)]
+            (bea.compile_torch("modified_lagrangian", "midpoint", 2, n=2), 2)]
 
 
 def _states(n, dtype=torch.float64):

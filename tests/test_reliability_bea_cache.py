@@ -127,18 +127,18 @@ def test_entry_moved_to_another_key_is_refused(cache_dir):
 
 @pytest.mark.parametrize("bad", ["1/0", "1/-2", "x/3", "", "1e3/1"])
 def test_invalid_coefficient_is_regenerated_even_if_authenticated(cache_dir, bad):
-    fresh = bea.modified_lagrangian("midpoint", 2, dim=1, cache=False)
-    bea.modified_lagrangian("midpoint", 2, dim=1)
+    fresh = bea.modified_lagrangian("midpoint", 2, n=1, cache=False)
+    bea.modified_lagrangian("midpoint", 2, n=1)
     key = bea.api._cache_key("modified_lagrangian", bea.Midpoint(), 2, 1)
     body = bea_cache.load(key)
     body["raw"]["coefficients"]["2"]["poly"][0][1] = bad
     bea_cache.save(key, body)  # signed with the user's key: only the content check can catch it
     with pytest.warns(bea_cache.CacheWarning, match="invalid content"):
-        again = bea.modified_lagrangian("midpoint", 2, dim=1)
+        again = bea.modified_lagrangian("midpoint", 2, n=1)
     assert again.coefficients == fresh.coefficients
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert bea.modified_lagrangian("midpoint", 2, dim=1).coefficients == fresh.coefficients  # overwritten
+        assert bea.modified_lagrangian("midpoint", 2, n=1).coefficients == fresh.coefficients  # overwritten
 
 
 def test_key_file_is_private_and_insecure_ones_are_refused(cache_dir):
@@ -170,7 +170,7 @@ def test_cache_hit_does_not_derive(cache_dir, monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         f = bea.compile_torch("inverse_modified_lagrangian", "midpoint", 2, 2)
-        bea.inverse_modified_lagrangian("midpoint", 2, dim=2)
+        bea.inverse_modified_lagrangian("midpoint", 2, n=2)
     assert torch.isfinite(f(_pendulum, q, v, 0.1)).all()
 
 

@@ -43,7 +43,7 @@ def test_demo_out_checked_before_the_work(capsys, tmp_path, no_demo):
 
 def test_derive_errors_are_one_line(capsys):
     _one_line_error(capsys, ["derive", "--order", "100000"], "above the supported maximum 12")
-    _one_line_error(capsys, ["derive", "--dim", "50"], "above the supported maximum 6")
+    _one_line_error(capsys, ["derive", "--n", "50"], "above the supported maximum 6")
     _one_line_error(capsys, ["derive", "--scheme", "generalised_midpoint:2"], "alpha must lie in [0, 1]")
     _one_line_error(capsys, ["derive", "--order", "two"], "invalid int value")  # argparse, also one line
     _one_line_error(capsys, ["nonsense"], "invalid choice")

@@ -100,7 +100,7 @@ def test_order_and_dimension_bounds():
         bea.modified_lagrangian("midpoint", 100_000)
     with pytest.raises(BeaValueError, match="above the supported maximum 24"):
         bea.modified_lagrangian("midpoint", 26, lagrangian=v_**2 / 2 - q_**2 / 2, q=[q_], v=[v_])
-    with pytest.raises(BeaValueError, match="dim=100 is above the supported maximum 6"):
+    with pytest.raises(BeaValueError, match="n=100 is above the supported maximum 6"):
         bea.compile_torch("modified_lagrangian", "midpoint", 2, 100)
     assert time.perf_counter() - t0 < 2.0  # refused before any work
 

@@ -59,7 +59,7 @@ def test_get_scheme(scheme):
 def test_modified_lagrangian(scheme, order, dim, cache):
     out = _works_or_bea_error(lambda: bea.modified_lagrangian(scheme, order, dim, cache=cache))
     if out is not None:
-        assert out.order == order and out.dim == (dim or 1)
+        assert out.order == order and out.n == (dim or 1)
 
 
 @SETTINGS

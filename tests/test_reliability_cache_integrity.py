@@ -40,16 +40,16 @@ def test_a_false_symmetry_claim_is_refused_before_anything_is_cached(cache_dir, 
     lie = weighted(Fraction(1, 3), "lie", symmetric=True)
     for kind in KINDS:
         with pytest.raises(InconsistentSchemeError, match="declared symmetric=True, but .*odd powers of h"):
-            getattr(bea, kind)(lie, 2, dim=dim)
+            getattr(bea, kind)(lie, 2, n=dim)
     with pytest.raises(InconsistentSchemeError, match="declared symmetric=True"):
-        bea.compile_torch("modified_equation", lie, 2, dim=dim)
+        bea.compile_torch("modified_equation", lie, 2, n=dim)
     with pytest.raises(InconsistentSchemeError, match="declared symmetric=True"):
         bea.series_function("modified_lagrangian", lie, 2, 1 if dim is None else dim)
     assert _entries(cache_dir) == []
     # the honest scheme with the same body gets its odd power, from a fresh derivation, cached or not
     honest = weighted(Fraction(1, 3), "honest")
-    cached = bea.modified_equation(honest, 1, dim=dim)
-    fresh = bea.modified_equation(honest, 1, dim=dim, cache=False)
+    cached = bea.modified_equation(honest, 1, n=dim)
+    fresh = bea.modified_equation(honest, 1, n=dim, cache=False)
     assert cached.coefficients == fresh.coefficients
     assert fresh.coefficients[1] != 0 if dim is None else any(c != 0 for c in fresh.coefficients[1])
 
@@ -65,10 +65,10 @@ def test_a_false_asymmetry_claim_is_refused(cache_dir):
 
 def test_a_declaration_changed_after_a_good_call_is_checked_again(cache_dir):
     s = weighted(Fraction(1, 4), "mutable")
-    bea.modified_equation(s, 1, dim=1)
+    bea.modified_equation(s, 1, n=1)
     s.symmetric = True  # the verdict is keyed by the declaration, not only by the discrete Lagrangian
     with pytest.raises(InconsistentSchemeError, match="declared symmetric=True"):
-        bea.modified_equation(s, 2, dim=1)
+        bea.modified_equation(s, 2, n=1)
 
 
 def test_a_subclass_declaring_symmetry_is_checked_too(cache_dir):
@@ -89,8 +89,8 @@ def test_a_subclass_declaring_symmetry_is_checked_too(cache_dir):
 def test_true_declarations_that_hold_are_accepted_and_share_entries(cache_dir):
     mine = weighted(Fraction(1, 2), "mine", symmetric=True)
     assert mine.cache_key() == bea.Midpoint().cache_key() and mine.cache_key().startswith("ld2:")
-    a = bea.modified_lagrangian(mine, 4, dim=1)
-    assert a.coefficients == bea.modified_lagrangian("midpoint", 4, dim=1, cache=False).coefficients
+    a = bea.modified_lagrangian(mine, 4, n=1)
+    assert a.coefficients == bea.modified_lagrangian("midpoint", 4, n=1, cache=False).coefficients
     assert len(_entries(cache_dir)) == 1
 
 

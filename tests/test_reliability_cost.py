@@ -34,8 +34,8 @@ def _started(*a, **k):
     (lambda: bea.modified_lagrangian("midpoint", 12), r"about \d{3,} hours"),  # the case (CPU-time model: ~540 h)
     (lambda: bea.compile_torch("inverse_modified_lagrangian", "trapezoidal", 12), "hours"),
     (lambda: bea.series_function("modified_equation", "midpoint", 10, n=3), r"about \d+ hours"),  # variant: order 10 (dimension-free)
-    (lambda: bea.modified_lagrangian("midpoint", 2, dim=6), "more than 10 minutes"),  # the dim=6
-    (lambda: bea.modified_equation("midpoint", 4, dim=5), "more than 10 minutes"),  # variant: dim 5, order 4
+    (lambda: bea.modified_lagrangian("midpoint", 2, n=6), "more than 10 minutes"),  # the dim=6 (now n=6)
+    (lambda: bea.modified_equation("midpoint", 4, n=5), "more than 10 minutes"),  # variant: dim 5, order 4
     (lambda: bea.modified_lagrangian("midpoint", 4, lagrangian=sum(sympy.cos(x) for x in sympy.symbols("x:3"))
                                      + sum(u**2 for u in sympy.symbols("u:3")) / 2 + sympy.symbols("u0") ** 4,
                                      q=list(sympy.symbols("x:3")), v=list(sympy.symbols("u:3"))),
@@ -56,7 +56,7 @@ def test_allow_slow_goes_ahead_and_is_a_flag(monkeypatch):
     with pytest.raises(Started):
         bea.modified_lagrangian("midpoint", 12, allow_slow=True, cache=False)
     with pytest.raises(Started):
-        bea.compile_torch("modified_equation", "midpoint", 4, dim=3, allow_slow=True, cache=False)
+        bea.compile_torch("modified_equation", "midpoint", 4, n=3, allow_slow=True, cache=False)
     for bad in ("yes", 1, None):
         with pytest.raises(BeaTypeError, match="allow_slow must be True or False"):
             bea.modified_lagrangian("midpoint", 2, allow_slow=bad)

@@ -49,7 +49,7 @@ def test_bea_n1_nearly_singular_raises_instead_of_overflowing():
     q, v = torch.tensor([[0.3]], dtype=torch.float64), torch.tensor([[1e-100]], dtype=torch.float64)
     with pytest.raises(ValueError, match="not regular"):
         bea.acceleration(quartic)(q, v)
-    f = bea.compile_torch("modified_lagrangian", "midpoint", 2, dim=1)
+    f = bea.compile_torch("modified_lagrangian", "midpoint", 2, n=1)
     with pytest.raises(ValueError, match="not regular"):
         f(quartic, q, v, 0.1)
     out = f(quartic, q, torch.tensor([[0.5]], dtype=torch.float64), 0.1)  # regular: fine

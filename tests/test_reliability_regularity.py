@@ -37,7 +37,7 @@ def _functions(kind, n):
     """The dimension-free function, series_function (which takes it at n >= 2) and the component one."""
     fs = {"free": bea.compile_torch(kind, "midpoint", 2), "series_function": bea.series_function(kind, "midpoint", 2, n)}
     if n <= 2:
-        fs["components"] = bea.compile_torch(kind, "midpoint", 2, dim=n)
+        fs["components"] = bea.compile_torch(kind, "midpoint", 2, n=n)
     return fs
 
 
@@ -72,7 +72,7 @@ def test_underflowing_determinant_is_caught_by_the_output_check():
     """n = 3, M = 1e-150 I: above the floor, but det M = 1e-450 underflows in the component formula (1/det M);
     the dimension-free function, which solves with M, is exact: c L_mod[L] = L_mod[c L]."""
     q, v = states(3)
-    comp = bea.compile_torch("modified_lagrangian", "midpoint", 2, dim=3)
+    comp = bea.compile_torch("modified_lagrangian", "midpoint", 2, n=3)
     with pytest.raises(NotRegularError, match="series is not finite at 3 of 3 points"):
         comp(pendulums(1e-150), q, v, 0.1)
     free = bea.compile_torch("modified_lagrangian", "midpoint", 2)
@@ -85,7 +85,7 @@ def test_non_finite_inputs_still_propagate():
     """Integrators mask diverged iterates: a NaN state (or an L that is infinite there) gives NaN/inf at that
     point only, never an error for the batch."""
     for dim in (None, 2):
-        f = bea.compile_torch("modified_equation", "midpoint", 2, dim=dim)
+        f = bea.compile_torch("modified_equation", "midpoint", 2, n=dim)
         q, v = states(2)
         q[1, 0] = float("nan")
         out = f(pendulums(1.0), q, v, 0.1)

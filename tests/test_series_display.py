@@ -13,7 +13,7 @@ def _count(text: str, marker: str) -> int:
 
 @pytest.mark.parametrize("dim", [None, 1])
 def test_repr_is_one_line_summary_with_term_counts(dim):
-    s = bea.modified_lagrangian("midpoint", 4, dim=dim)
+    s = bea.modified_lagrangian("midpoint", 4, n=dim)
     r = repr(s)
     assert "\n" not in r and len(r) < 200
     assert "to h^4" in r and "h^4: " in r
@@ -23,7 +23,7 @@ def test_repr_is_one_line_summary_with_term_counts(dim):
 
 @pytest.mark.parametrize("dim", [None, 1])
 def test_str_and_latex_are_shortened_and_full_output_is_opt_in(dim):
-    s = bea.modified_lagrangian("midpoint", 4, dim=dim)
+    s = bea.modified_lagrangian("midpoint", 4, n=dim)
     c4 = s.coefficients[4]
     terms = len(c4.as_ordered_terms())
     assert terms > MAX_TERMS
@@ -41,7 +41,7 @@ def test_str_and_latex_are_shortened_and_full_output_is_opt_in(dim):
 
 
 def test_modified_equation_matrix_entries_are_shortened():
-    e = bea.modified_equation("midpoint", 2, dim=2)
+    e = bea.modified_equation("midpoint", 2, n=2)
     text = str(e)
     assert len(text) < 20_000 < len(e.text(max_terms=None))
     assert "more terms" in text

@@ -15,9 +15,9 @@ import ray
 from pipelines.sweep import Kind, Param, TaskOutput, register, run
 from pipelines.sweep import tasks as T
 
-#: 2 systems x N = 0, 2 x 3 step sizes = 12 tiny tasks (midpoint rule, error against the modified flow)
+#: 2 systems x order = 0, 2 x 3 step sizes = 12 tiny tasks (midpoint rule, error against the modified flow)
 GRID = {"kind": "convergence", "name": "tiny", "defaults": {"scheme": "midpoint", "T": 1.0},
-        "grid": {"system": ["pendulum", "harmonic_oscillator"], "N": [0, 2], "h": [0.25, 0.125, 0.0625]},
+        "grid": {"system": ["pendulum", "harmonic_oscillator"], "order": [0, 2], "h": [0.25, 0.125, 0.0625]},
         "execution": {"num_cpus": 1, "max_retries": 1}}
 
 
@@ -52,8 +52,8 @@ def test_local_ray_equals_serial(ray_instances, serial, tmp_path):
     # still lower them by ~0.15 at these steps, well inside 0.3)
     assert len(res.slopes) == 4
     for s in res.slopes:
-        assert s["points"] == 3 and s["expected"] == s["N"] + 2
-        assert abs(s["slope"] - (s["N"] + 2)) <= 0.3, s
+        assert s["points"] == 3 and s["expected"] == s["order"] + 2
+        assert abs(s["slope"] - (s["order"] + 2)) <= 0.3, s
     assert (tmp_path / "plots" / "convergence.png").stat().st_size > 1000
 
 

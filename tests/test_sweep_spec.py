@@ -17,7 +17,7 @@ def test_examples_validate():
     conv = load(SWEEPS / "convergence.toml")
     assert conv.kind == "convergence" and len(conv.tasks) == 3 * 3 * 3 * 6
     assert {t.params["scheme"] for t in conv.tasks} == {"midpoint", "trapezoidal", "generalised_midpoint:0.3"}
-    assert sorted({t.params["N"] for t in conv.tasks}) == [0, 2, 4] and len({t.params["system"] for t in conv.tasks}) == 3
+    assert sorted({t.params["order"] for t in conv.tasks}) == [0, 2, 4] and len({t.params["system"] for t in conv.tasks}) == 3
     lsi = load(SWEEPS / "lsi.toml")
     assert lsi.kind == "shadow" and len(lsi.tasks) == 24 and sorted({t.params["seed"] for t in lsi.tasks}) == [0, 1, 2]
     ml = load(SWEEPS / "modlanet_seeds.toml")
@@ -36,13 +36,13 @@ GRID = '[grid]\nscheme = ["midpoint"]\nsystem = ["pendulum"]\nh = [0.5, 0.25]\n'
 @pytest.mark.parametrize("text, key, words", [
     ('kind = "convergense"\n' + GRID, "kind", "unknown kind 'convergense'"),
     ('kind = "convergence"\nsteps = 3\n' + GRID, "steps", "unknown key 'steps'"),
-    ('kind = "convergence"\n' + GRID + "Nn = [0]\n", "grid.Nn", "unknown parameter 'Nn' of kind 'convergence'; did you mean 'N'?"),
+    ('kind = "convergence"\n' + GRID + "ordr = [0]\n", "grid.ordr", "unknown parameter 'ordr' of kind 'convergence'; did you mean 'order'?"),
     ('kind = "convergence"\n[defaults]\nscheme = "midpoint"\nsystem = "pendulum"\n[grid]\nh = [0.5, "0.25"]\n', "grid.h[1]",
      "expected a number, got '0.25' (a string)"),
-    ('kind = "convergence"\n[defaults]\nN = 2.0\n' + GRID, "defaults.N", "expected an integer, got 2.0"),
+    ('kind = "convergence"\n[defaults]\norder = 2.0\n' + GRID, "defaults.order", "expected an integer, got 2.0"),
     ('kind = "convergence"\n[defaults]\nscheme = "midpoint"\nsystem = "pendulum"\n[grid]\nh = []\n', "grid.h", "empty list"),
     ('kind = "convergence"\n[grid]\n', "grid", "no tasks"),
-    ('kind = "convergence"\n' + GRID + "N = [0, 1]\n", "grid.N", "N must be even"),
+    ('kind = "convergence"\n' + GRID + "order = [0, 1]\n", "grid.order", "order must be even"),
     ('kind = "convergence"\n[defaults]\nT = 1.0\n' + GRID.replace("0.25", "0.3"), "grid.h", "multiple"),
     ('kind = "convergence"\n' + GRID + "[execution]\nnum_cpus = 0\n", "execution.num_cpus", "must be >= 1"),
     ('kind = "convergence"\n[grid]\nscheme = ["midpoint"]\nsystem = ["pendulum"]\n', "h", "missing parameter"),
@@ -87,3 +87,18 @@ def test_identity_depends_on_parameters_only():
     assert task_id("convergence", p) == a.tasks[0].task_id and derived_seed("convergence", p) == a.tasks[0].seed
     assert task_id("convergence", dict(p, h=0.125)) != a.tasks[0].task_id
     assert 0 <= a.tasks[0].seed < 2**31
+
+
+def test_the_old_name_of_the_order_still_works_with_a_warning():
+    """The convergence kind's truncation order is ``order`` (issue 29); ``N`` is accepted for one release in every
+    place a parameter can be given, with a DeprecationWarning naming the replacement, and gives the same tasks."""
+    base = {"kind": "convergence", "defaults": {"scheme": "midpoint", "system": "pendulum"}}
+    new = load(dict(base, grid={"order": [0, 2], "h": [0.5, 0.25]}, points=[{"order": 4, "h": 0.1}]))
+    with pytest.warns(DeprecationWarning, match=r"grid\.N: the parameter 'N' of kind 'convergence' is deprecated.*use 'order'"):
+        old = load(dict(base, grid={"N": [0, 2], "h": [0.5, 0.25]}, points=[{"order": 4, "h": 0.1}]))
+    with pytest.warns(DeprecationWarning, match=r"points\[0\]\.N"):
+        old_points = load(dict(base, grid={"order": [0, 2], "h": [0.5, 0.25]}, points=[{"N": 4, "h": 0.1}]))
+    assert [t.params for t in old.tasks] == [t.params for t in old_points.tasks] == [t.params for t in new.tasks]
+    assert [t.task_id for t in old.tasks] == [t.task_id for t in new.tasks] and len(new.tasks) == 5
+    with pytest.raises(SpecError, match="'N' is the deprecated name of 'order'; give 'order' only"):
+        load(dict(base, defaults={"scheme": "midpoint", "system": "pendulum", "N": 2, "order": 2}, grid={"h": [0.5]}))

@@ -46,7 +46,7 @@ CASES = [
 def test_generic_torch_equals_concrete_sympy(system, scheme, order, kind):
     Ls, q, v, Lt = _systems()[system]
     n = len(q)
-    generic = getattr(bea, kind)(scheme, order, dim=n)
+    generic = getattr(bea, kind)(scheme, order, n=n)
     f = generic.to_torch()
     concrete = getattr(bea, kind)(scheme, order, lagrangian=Ls, q=q, v=v)
     args = [*q, *v, concrete.h]
@@ -66,7 +66,7 @@ def test_generic_torch_equals_concrete_sympy(system, scheme, order, kind):
 
 
 def test_gradcheck_through_generated_code():
-    f = bea.modified_lagrangian("midpoint", 4, dim=2).to_torch()
+    f = bea.modified_lagrangian("midpoint", 4, n=2).to_torch()
     k = torch.tensor([1.3, 0.7], requires_grad=True)
 
     def L(q, v):
@@ -91,16 +91,16 @@ def test_energy_of_torch_lagrangian():
 
 
 def test_singular_hessian_at_evaluation_time():
-    f = bea.modified_lagrangian("midpoint", 2, dim=1).to_torch()
+    f = bea.modified_lagrangian("midpoint", 2, n=1).to_torch()
     with pytest.raises(ValueError, match="not regular"):
         f(lambda q, v: (q * v).sum(-1), torch.ones(4, 1), torch.ones(4, 1), 0.1)
-    g = bea.modified_lagrangian("midpoint", 2, dim=2).to_torch()
+    g = bea.modified_lagrangian("midpoint", 2, n=2).to_torch()
     with pytest.raises(ValueError, match="not regular"):
         g(lambda q, v: 0.5 * (v.sum(-1)) ** 2 + torch.cos(q).sum(-1), torch.ones(4, 2), torch.ones(4, 2), 0.1)
 
 
 def test_shape_errors_at_evaluation_time():
-    f = bea.modified_lagrangian("midpoint", 2, dim=2).to_torch()
+    f = bea.modified_lagrangian("midpoint", 2, n=2).to_torch()
     L = lambda q, v: 0.5 * (v**2).sum(-1)  # noqa: E731
     with pytest.raises(ValueError, match="dimension n=2"):
         f(L, torch.ones(3, 1), torch.ones(3, 1), 0.1)
@@ -112,7 +112,7 @@ def test_shape_errors_at_evaluation_time():
 
 def test_derivatives_are_partial_when_v_is_computed_from_q():
     """The trapezoidal rule calls L(a, (b - a)/h): dL/dq must not pick up the path through v."""
-    f = bea.modified_lagrangian("midpoint", 2, dim=1).to_torch()
+    f = bea.modified_lagrangian("midpoint", 2, n=1).to_torch()
     L = lambda q, v: 0.5 * (v**2).sum(-1) + torch.cos(q).sum(-1) + q.sum(-1) * v.sum(-1) ** 2  # noqa: E731
     a = torch.tensor([[0.3], [-0.2]], requires_grad=True)
     b = torch.tensor([[0.5], [0.1]])
@@ -127,7 +127,7 @@ def test_derivatives_are_partial_when_v_is_computed_from_q():
 def test_non_finite_points_propagate_nan_instead_of_raising():
     # a diverged Newton iterate gives NaN inputs at some batch points: the integrators mask those trajectories,
     # so the series must return NaN there (and regular values elsewhere) rather than raise for the whole batch
-    f = bea.modified_lagrangian("midpoint", 2, dim=2).to_torch()
+    f = bea.modified_lagrangian("midpoint", 2, n=2).to_torch()
     L = lambda q, v: 0.5 * (v ** 2).sum(-1) + torch.cos(q).sum(-1)
     q = torch.tensor([[0.1, 0.2], [float("nan"), 0.0], [0.3, -0.1]], dtype=torch.float64)
     v = torch.tensor([[0.5, -0.4], [0.1, 0.2], [0.0, 1.0]], dtype=torch.float64)
@@ -149,7 +149,7 @@ def test_closed_form_midpoint_series_equal_the_generated_code(system):
     V = torch.tensor(RNG.uniform(-1, 1, (20, n)))
     h = 0.3
     for kind, closed in (("modified_lagrangian", bea.midpoint_mod2), ("inverse_modified_lagrangian", bea.midpoint_inv2)):
-        generic = getattr(bea, kind)("midpoint", 2, dim=n).to_torch()
+        generic = getattr(bea, kind)("midpoint", 2, n=n).to_torch()
         want = generic(Lt, Q, V, h)
         got = closed(Lt, h)(Q, V)
         # the h^2 term is ~1e-2 here; both evaluate it in double precision

@@ -1,7 +1,7 @@
 r"""The result object of a dimension-free derivation.
 
 >>> import bea
->>> s = bea.modified_lagrangian("midpoint", 4)      # no dim: one formula for every n
+>>> s = bea.modified_lagrangian("midpoint", 4)      # no n: one formula for every n
 >>> s.coefficients[2]                                # SymPy, in vector notation
 >>> print(s.latex())                                 # L_{qq}[v, v], L_{q}[M^{-1} L_{qv}[v]], ...
 >>> s.components(2)                                  # the component form for n = 2
@@ -31,7 +31,7 @@ class FreeSeries(Series):
     Each coefficient is a polynomial in *trees*: contractions of the derivative tensors
     :math:`L^{(a,b)} = \partial_q^a\partial_v^b L` at :math:`(q, v)` with :math:`v` and
     :math:`M^{-1}` (:math:`M = L_{vv}`), written e.g. :math:`L_{qq}[v, v]` or
-    :math:`L_{q}[M^{-1} L_{q}]` (see :mod:`bea.free.display`). ``dim`` is ``None``.
+    :math:`L_{q}[M^{-1} L_{q}]` (see :mod:`bea.free.display`). ``n`` is ``None``.
     """
 
     def __init__(self, raw: FreeRaw, scheme):  # noqa: D107 - documented on the class
@@ -39,7 +39,7 @@ class FreeSeries(Series):
         self.kind = raw.kind
         self.scheme = scheme
         self.order = raw.order
-        self.dim = None
+        self.n = None
         self.symmetric = raw.symmetric
         self.generic = True
         self.q = self.v = None

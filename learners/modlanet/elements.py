@@ -30,6 +30,7 @@ from typing import Callable, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
+from bea.deprecation import renamed
 from bea.errors import BeaTypeError, BeaValueError
 
 from ..neural.mlp import MLP, positive_int
@@ -68,12 +69,13 @@ class Transform(nn.Module):
 
 @register
 class Identity(Transform):
-    """Global coordinates already: :math:`T(q) = q` (``dim`` = local = global dimension)."""
+    """Global coordinates already: :math:`T(q) = q` (``space_dim`` = local = global dimension)."""
 
+    @renamed(dim="space_dim")
     @recorded
-    def __init__(self, dim: int = 2):
+    def __init__(self, space_dim: int = 2):
         super().__init__()
-        self.in_dim = self.out_dim = positive_int(dim, "dim")
+        self.in_dim = self.out_dim = positive_int(space_dim, "space_dim")
 
     def forward(self, q):
         return q
@@ -175,12 +177,13 @@ class CallableTransform(Transform):
 class PotentialCell(nn.Module):
     r"""One-body potential :math:`U_1(x)`: an MLP :math:`\mathbb R^d \to \mathbb R`; ``(..., d) -> (...)``."""
 
+    @renamed(dim="space_dim")
     @recorded
-    def __init__(self, dim: int = 2, hidden: int = 50, layers: int = 2, activation: str = "tanh",
+    def __init__(self, space_dim: int = 2, hidden: int = 50, layers: int = 2, activation: str = "tanh",
                  generator: Optional[torch.Generator] = None):
         super().__init__()
-        self.dim = positive_int(dim, "dim")
-        self.net = MLP(dim, 1, hidden, layers, activation, generator=generator)
+        self.space_dim = positive_int(space_dim, "space_dim")
+        self.net = MLP(space_dim, 1, hidden, layers, activation, generator=generator)
 
     def forward(self, x):
         return self.net(x)[..., 0]
@@ -191,12 +194,13 @@ class PairCell(nn.Module):
     r"""Pair potential :math:`U_2(x_i, x_j) = \tfrac12[f(x_i \oplus x_j) + f(x_j \oplus x_i)]`, ``f`` an MLP
     :math:`\mathbb R^{2d} \to \mathbb R` (symmetric by construction, :math:`U_{ij} = U_{ji}`)."""
 
+    @renamed(dim="space_dim")
     @recorded
-    def __init__(self, dim: int = 2, hidden: int = 50, layers: int = 2, activation: str = "tanh",
+    def __init__(self, space_dim: int = 2, hidden: int = 50, layers: int = 2, activation: str = "tanh",
                  generator: Optional[torch.Generator] = None):
         super().__init__()
-        self.dim = positive_int(dim, "dim")
-        self.net = MLP(2 * dim, 1, hidden, layers, activation, generator=generator)
+        self.space_dim = positive_int(space_dim, "space_dim")
+        self.net = MLP(2 * space_dim, 1, hidden, layers, activation, generator=generator)
 
     def forward(self, xi, xj):
         a = self.net(torch.cat([xi, xj], -1))[..., 0]

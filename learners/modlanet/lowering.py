@@ -130,10 +130,10 @@ def plan(model) -> Tuple[tuple, List[torch.Tensor]]:
             trans = (shared,) * N
         else:
             trans = tuple(p.transform(model.transforms[i]) for i in range(N))
-        pot = p.cell(model.potential, "potential", model.dim)
-        pair = p.cell(model.pair, "pair", model.dim)
+        pot = p.cell(model.potential, "potential", model.space_dim)
+        pair = p.cell(model.pair, "pair", model.space_dim)
     pairs = tuple(zip(model._pair_i.tolist(), model._pair_j.tolist())) if pair is not None else ()
-    structure = (model.n, model.dim, tuple(model.parents), tuple(model._order), tuple(model.local_dims),
+    structure = (model.n, model.space_dim, tuple(model.parents), tuple(model._order), tuple(model.local_dims),
                  tuple(model._offsets), trans, pot, pair, pairs, masses, c1, c2)
     return structure, p.parts
 

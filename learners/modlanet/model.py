@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 from typing import List, Optional, Sequence, Union
 
 import torch
 from torch import nn
 
+from bea.deprecation import renamed
 from bea.errors import BeaValueError, NotRegularError
 from integrators._checks import check_states
 
@@ -105,7 +107,8 @@ class ModLaNet(nn.Module, SavableModule):
     parents : parent of each element (``-1``: the origin); its length is the number of elements ``N``.
     transforms : a :class:`~learners.modlanet.elements.Transform` shared by all elements, or one per element
         (e.g. :class:`~learners.modlanet.elements.AngleOnRod` with different lengths).
-    dim : dimension ``d`` of the global frame.
+    space_dim : dimension ``d`` of the global frame (2 or 3 for bodies moving in a plane or in space; not the
+        number of coordinates ``n``; ``dim=`` is its deprecated name).
     potential, pair : the cells :math:`U_1`, :math:`U_2`: ``"mlp"`` (learned, shared), ``None`` (no such
         term), an ``nn.Module`` or a callable (``U1(x)``, ``U2(xi, xj)``; e.g.
         :class:`~learners.modlanet.elements.UniformGravity`, :class:`~learners.modlanet.elements.NewtonianPair`).
@@ -118,8 +121,9 @@ class ModLaNet(nn.Module, SavableModule):
         generator can be passed instead as ``generator``.
     """
 
+    @renamed(dim="space_dim")
     @recorded
-    def __init__(self, parents: Sequence[int], transforms: Union[Transform, Sequence[Transform]], dim: int = 2, *,
+    def __init__(self, parents: Sequence[int], transforms: Union[Transform, Sequence[Transform]], space_dim: int = 2, *,
                  potential="mlp", pair="mlp", hidden: int = 50, layers: int = 2, activation: str = "tanh",
                  masses: Union[float, Sequence[float]] = 1.0, fixed_mass: Optional[int] = 0, learn_masses: bool = True,
                  c1: float = 1.0, c2: float = 1.0, learn_weights: bool = True, seed: Optional[int] = 0,
@@ -128,10 +132,10 @@ class ModLaNet(nn.Module, SavableModule):
         self._order = check_parents(parents)
         self.parents = [int(p) for p in parents]
         N = len(self.parents)
-        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
-            raise BeaValueError(f"dim must be a positive integer (the dimension of the global frame), got {dim!r}")
-        self.dim = dim
-        shared, per = check_transforms(transforms, N, dim)
+        if isinstance(space_dim, bool) or not isinstance(space_dim, int) or space_dim < 1:
+            raise BeaValueError(f"space_dim must be a positive integer (the dimension of the global frame), got {space_dim!r}")
+        self.space_dim = space_dim
+        shared, per = check_transforms(transforms, N, space_dim)
         self.transform = shared
         self.transforms = None if per is None else nn.ModuleList(per)
         self.local_dims = [shared.in_dim] * N if shared is not None else [t.in_dim for t in per]
@@ -140,8 +144,8 @@ class ModLaNet(nn.Module, SavableModule):
         if generator is None and seed is not None:
             generator = torch.Generator().manual_seed(int(seed))
         self._cell_opts = dict(hidden=hidden, layers=layers, activation=activation)
-        self.potential = as_cell(potential, "potential", dim, hidden, layers, activation, generator)
-        self.pair = as_cell(pair, "pair", dim, hidden, layers, activation, generator)
+        self.potential = as_cell(potential, "potential", space_dim, hidden, layers, activation, generator)
+        self.pair = as_cell(pair, "pair", space_dim, hidden, layers, activation, generator)
         # masses
         m = _positive_list(masses, N, "mass")
         if fixed_mass is not None:
@@ -195,16 +199,24 @@ class ModLaNet(nn.Module, SavableModule):
         return cls([-1] + list(range(n - 1)), ts, 2, **kwargs)
 
     @classmethod
-    def bodies(cls, n: int = 3, dim: int = 2, **kwargs) -> "ModLaNet":
-        r"""``n`` free bodies in ``dim`` dimensions, global coordinates (:class:`~learners.modlanet.elements.Identity`),
+    @renamed(dim="space_dim")
+    def bodies(cls, n: int = 3, space_dim: int = 2, **kwargs) -> "ModLaNet":
+        r"""``n`` free bodies in ``space_dim`` dimensions, global coordinates (:class:`~learners.modlanet.elements.Identity`),
         all attached to the origin; ``q = (x_1, y_1, x_2, …)``. With the defaults: 5 606 parameters for
         ``n = 3``. The true gravitational Lagrangian (``G = 1``, masses 1):
         ``bodies(n, potential=None, pair=NewtonianPair(1.0), learn_masses=False, learn_weights=False)``."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise BeaValueError(f"n must be a positive integer (number of bodies), got {n!r}")
-        return cls([-1] * n, Identity(dim), dim, **kwargs)
+        return cls([-1] * n, Identity(space_dim), space_dim, **kwargs)
 
     # ------------------------------------------------------------------ structure
+    @property
+    def dim(self) -> int:
+        """Deprecated name of :attr:`space_dim` (the dimension of the global frame); removed in the next release."""
+        warnings.warn("ModLaNet.dim is deprecated and will be removed in the next release; use ModLaNet.space_dim",
+                      DeprecationWarning, stacklevel=2)
+        return self.space_dim
+
     @property
     def n_elements(self) -> int:
         return len(self.parents)
@@ -222,7 +234,7 @@ class ModLaNet(nn.Module, SavableModule):
 
     def __repr__(self) -> str:
         kind = type(self.element_transform(0)).__name__
-        return (f"ModLaNet(N={self.n_elements}, n={self.n}, dim={self.dim}, parents={self.parents}, transform={kind}, "
+        return (f"ModLaNet(N={self.n_elements}, n={self.n}, space_dim={self.space_dim}, parents={self.parents}, transform={kind}, "
                 f"parameters={sum(p.numel() for p in self.parameters())})")
 
     # ------------------------------------------------------------------ Lagrangian
@@ -277,10 +289,19 @@ class ModLaNet(nn.Module, SavableModule):
         x, xdot = self.global_states(q, v)
         return self.kinetic(x, xdot) - self.potential_energy(x)
 
-    def energy(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        r""":math:`H = T + U` (equal to :math:`p\cdot v - L`, the kinetic energy being quadratic in :math:`v`)."""
+    def energy_at(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        r""":math:`H = T + U` at ``q, v`` (equal to :math:`p\cdot v - L`, the kinetic energy being quadratic in :math:`v`)."""
         x, xdot = self.global_states(q, v)
         return self.kinetic(x, xdot) + self.potential_energy(x)
+
+    def energy(self, *states):
+        """The energy as a callable ``H(q, v)`` (:meth:`energy_at`), as ``energy()`` is on every model; the tensor
+        form ``energy(q, v)`` is deprecated (one release)."""
+        if not states:
+            return self.energy_at
+        warnings.warn("ModLaNet.energy(q, v) is deprecated and will be removed in the next release; use "
+                      "ModLaNet.energy_at(q, v) (or energy() for the callable)", DeprecationWarning, stacklevel=2)
+        return self.energy_at(*states)
 
     def c_lagrangian(self):
         """The model as C for the compiled integrator path (:func:`learners.modlanet.lowering.c_lagrangian`;
@@ -361,7 +382,7 @@ class ModLaNet(nn.Module, SavableModule):
             mean = float(m_old.mean())
         masses = [float(m_old[i]) if i < N else mean for i in range(n_elements)]
         fixed = self.fixed_mass if (self.fixed_mass is not None and self.fixed_mass < n_elements) else None
-        new = ModLaNet(parents, ts, self.dim, potential=copy.deepcopy(self.potential), pair=copy.deepcopy(self.pair),
+        new = ModLaNet(parents, ts, self.space_dim, potential=copy.deepcopy(self.potential), pair=copy.deepcopy(self.pair),
                        masses=masses, fixed_mass=fixed, learn_masses=self.learn_masses, c1=float(self.c1.detach()), c2=float(self.c2.detach()),
                        learn_weights=self.learn_weights, seed=None, **self._cell_opts)
         new.train(self.training)

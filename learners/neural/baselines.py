@@ -17,7 +17,8 @@ batched over the leading dimensions), so the shared acceleration-loss training l
   :math:`\dot q = \partial H/\partial p`, :math:`\dot p = -\partial H/\partial q`. The paper trains it on
   *canonical* data, :math:`p = \partial L/\partial v` of the true Lagrangian, with the L2 loss on the
   whole vector field :math:`(\dot q, \dot p)` (``field_type="solenoidal"``); :func:`canonical_data` makes
-  such data from ``(q, v)``. ``.acceleration(q, p)`` is :math:`\dot p`; to fit both halves, as the
+  such data from ``(q, v)``. ``.momentum_rate(q, p)`` is :math:`\dot p` (``.acceleration(q, v)``, the shared
+  interface, is it at :math:`p := v`); to fit both halves, as the
   seed, train :class:`VectorFieldModel` (``hnn``) on :func:`vector_field_data` -- with the
   :math:`\dot p` half alone :math:`\partial H/\partial p` stays untrained and a rollout is meaningless.
 * :class:`MLPBaseline`: the paper's "baseline", a three-layer MLP for the evolution function, either
@@ -41,6 +42,7 @@ import torch
 from torch import nn
 
 from bea.autodiff import check_regular
+from bea.deprecation import renamed
 from bea.errors import BeaTypeError, BeaValueError
 from integrators._checks import check_states
 
@@ -232,7 +234,7 @@ class HNN(nn.Module, SavableModule):
     :func:`canonical_data`), with the loss on both halves of :meth:`time_derivative`. Data without
     momenta can be fed with :math:`p := v` (``momenta="velocity"``, a convention only: then
     ``acceleration`` is :math:`-\partial H/\partial q` at :math:`p = v`, exact when the mass matrix is
-    the identity). Either way ``acceleration(q, p)`` returns :math:`\dot p`, so the shared
+    the identity). Either way ``acceleration(q, v)`` returns :math:`\dot p` at :math:`p := v`, so the shared
     acceleration loss trains it on the :math:`\dot p` half only; the paper's loss on both halves is
     ``train(VectorFieldModel(hnn), vector_field_data(q, p, qdot, pdot))``.
     """
@@ -267,9 +269,15 @@ class HNN(nn.Module, SavableModule):
         gp = torch.zeros_like(p) if gp is None else gp
         return (gp, -gq) if cg else (gp.detach(), -gq.detach())
 
-    def acceleration(self, q, p, create_graph: Optional[bool] = None) -> torch.Tensor:
-        r""":math:`\dot p = -\partial H/\partial q` (with ``momenta="velocity"``: the acceleration model)."""
+    def momentum_rate(self, q, p, create_graph: Optional[bool] = None) -> torch.Tensor:
+        r""":math:`\dot p = -\partial H/\partial q` at canonical ``(q, p)``, shape ``(..., n)``."""
         return self.time_derivative(q, p, create_graph)[1]
+
+    @renamed(p="v")
+    def acceleration(self, q, v, create_graph: Optional[bool] = None) -> torch.Tensor:
+        r"""The acceleration interface that every model shares, ``(q, v)``: :meth:`momentum_rate` at :math:`p := v`,
+        the acceleration model of ``momenta="velocity"``. For canonical ``(q, p)`` call :meth:`momentum_rate`."""
+        return self.momentum_rate(q, v, create_graph)
 
 
 # ---------------------------------------------------------------------------------------------- baseline

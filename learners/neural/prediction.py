@@ -42,9 +42,9 @@ def _step(h, name: str) -> float:
 def recovered_lagrangian(model: TorchLagrangian, order: int = 2, h: Optional[float] = None, scheme="midpoint",
                          method: str = "auto") -> TorchLagrangian:
     r""":math:`L_{rec} = \mathrm{mod}_N(L_{inv})` for a model trained as :math:`L_{inv}` (``"del"`` loss) at step ``h``
-    (:func:`integrators.modified.modified_lagrangian`). ``order=0`` returns the model itself."""
+    (:func:`integrators.modified.recovered_lagrangian`). ``order=0`` returns the model itself."""
     _method(method)
-    return modified.modified_lagrangian(model, order, _step(h, "recovered_lagrangian"), scheme)
+    return modified.recovered_lagrangian(model, order, _step(h, "recovered_lagrangian"), scheme)
 
 
 def inverse_lagrangian(model: TorchLagrangian, order: int = 2, h: Optional[float] = None, scheme="midpoint",

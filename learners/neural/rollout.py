@@ -140,7 +140,7 @@ def _takes_create_graph(fn) -> bool:
 
 # ---------------------------------------------------------------------------------------------- ODE rollouts
 def rollout_ode(model, q0, v0, times, *, method: str = "rk4", substeps: int = 1, rtol: float = 1e-10,
-                atol: float = 1e-10, progress: bool = False) -> Trajectory:
+                atol: float = 1e-10, progress: Optional[bool] = None) -> Trajectory:
     r"""Integrate :math:`\ddot q = f(q, \dot q)` of ``model`` from ``(q0, v0)`` (shape ``(batch..., n)``)
     and return a :class:`~integrators.Trajectory` at ``t = times``: positions ``q`` and velocities ``v`` (momenta
     ``p`` for a canonical model, below), each of shape ``(len(times), batch..., n)``, float64; ``valid`` False
@@ -154,7 +154,7 @@ def rollout_ode(model, q0, v0, times, *, method: str = "rk4", substeps: int = 1,
     singular Hessian) is frozen at NaN from then on (count them with ``torch.isnan(q[-1]).any(-1)``). Other methods go
     to SciPy's ``solve_ivp`` (e.g. ``"RK45"`` as the paper, ``"DOP853"``) on the whole batch as one
     system, tolerances ``rtol``, ``atol``; a failure raises ``ValueError``. ``progress`` shows a
-    ``tqdm`` bar (RK4).
+    ``tqdm`` bar (RK4): ``True`` always, ``False`` never, ``None`` (default, as everywhere) on a terminal.
 
     For an :class:`~learners.neural.baselines.HNN` (a model whose ``time_derivative`` takes ``(q, p)``) pass
     canonical ``(q0, p0)``; the result carries ``p`` instead of ``v``.
@@ -190,9 +190,9 @@ def _rk4(f, q, v, ts, substeps, progress):
     qs[0], vs[0] = q, v
     alive = torch.ones(B, dtype=torch.bool)
     steps = range(1, T)
-    if progress:
+    if progress is not False:
         from tqdm import tqdm
-        steps = tqdm(steps, desc="rk4 rollout", leave=False)
+        steps = tqdm(steps, desc="rk4 rollout", leave=False, disable=None if progress is None else not progress)
     for k in steps:
         h = float(ts[k] - ts[k - 1]) / substeps
         for _ in range(substeps):

@@ -123,7 +123,7 @@ def _check_positive_int(x, name):
 # ---------------------------------------------------------------------------------------------- training
 def train(model: torch.nn.Module, data, loss: str = "acceleration", h: Optional[float] = None,
           scheme: Union[str, "bea.Scheme"] = "midpoint", epochs: int = 100, lr: float = 1e-3, batch_size: int = 256, val_fraction: float = 0.1,
-          patience: Optional[int] = 20, seed: int = 0, progress: bool = True, schedule: Optional[str] = "cosine",
+          patience: Optional[int] = 20, seed: int = 0, progress: Optional[bool] = None, schedule: Optional[str] = "cosine",
           weight_decay: float = 0.0, grad_clip: Optional[float] = None, del_normalisation: str = "momentum",
           min_rel_improvement: float = 1e-4, inverse_order: int = 0, max_step: Optional[float] = None) -> TrainResult:
     r"""Train ``model`` on ``data`` with the ``"acceleration"`` or the position-only ``"del"`` loss
@@ -299,7 +299,9 @@ def _fit(model, res, batch_loss, evaluate, tr_idx, val_idx, opt, sched, schedule
         raise BeaValueError(f"the initial validation loss is {res.best_val}: the model is not usable on these data "
                          f"(check the data scale or the model's initialisation)")
     since_best = 0
-    bar = tqdm(range(1, epochs + 1), disable=not progress, desc=f"train ({loss})", unit="epoch", leave=False)
+    # progress=None, the project's default: a bar on a terminal, nothing in logs (tqdm's disable=None)
+    bar = tqdm(range(1, epochs + 1), disable=None if progress is None else not progress, desc=f"train ({loss})",
+               unit="epoch", leave=False)
     for epoch in bar:
         model.train()
         order = tr_idx[torch.randperm(tr_idx.numel(), generator=gen)]

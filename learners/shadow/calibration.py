@@ -88,7 +88,7 @@ def energy_calibration(model, qs: torch.Tensor, order: int = 2, floor: float = 0
     finite."""
     from .recovery import next_order
 
-    E, sd = model.energies(qs, order, return_std=True, reference=0, truncation=False)
+    E, sd = model.energies(qs, order, return_std=True, reference_index=0, truncation=False)
     # the first omitted term as energy(order, return_std=True) takes it: the next order's energy at the same states,
     # by autograd (the closed-form jet of that order is compiled C: 2 minutes at n = 3, for 48 states taking 0.5 s)
     v = model.velocities(qs, order)

@@ -13,7 +13,7 @@ with :math:`\partial_u L(x) = u\cdot\nabla L(x)`. Examples:
   :math:`\partial_{q_j^i}\big[L_\Delta(q_{j-1}, q_j) + L_\Delta(q_j, q_{j+1})\big]`. A scheme
   evaluates ``L`` at points :math:`x_k(a, b)` with weights :math:`\alpha_k`, so the residual is
   :math:`\sum_k \alpha_k\, (\partial x_k/\partial q_j^i)\cdot\nabla L(x_k)` (order-1 atoms, plus
-  order-0 atoms if a weight depends on the positions). :func:`del_residuals` finds the points and
+  order-0 atoms if a weight depends on the positions). :func:`del_residual_functionals` finds the points and
   directions by running the scheme on a *probe* Lagrangian through torch autograd, so any
   :mod:`bea` scheme works unchanged;
 * the continuous Euler--Lagrange residual
@@ -34,6 +34,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Union
 import torch
 
 import bea
+from bea.deprecation import renamed_attributes
 from bea.errors import BeaValueError
 
 __all__ = [
@@ -41,8 +42,8 @@ __all__ = [
     "Functionals",
     "point_evaluations",
     "gradient_evaluations",
-    "del_residuals",
-    "discrete_momenta",
+    "del_residual_functionals",
+    "discrete_momentum_functionals",
     "euler_lagrange_residuals",
     "triples_from_snapshots",
 ]
@@ -227,7 +228,7 @@ def _linear_atoms(make_value: Callable[[Callable], torch.Tensor], wrt: torch.Ten
     return Functionals(D, B * n_out, atoms)
 
 
-def del_residuals(triples: torch.Tensor, h: float, scheme: Union[str, "bea.Scheme"] = "midpoint") -> Functionals:
+def del_residual_functionals(triples: torch.Tensor, h: float, scheme: Union[str, "bea.Scheme"] = "midpoint") -> Functionals:
     r"""DEL residual functionals :math:`\partial_{b_i}\big[L_\Delta(a, b) + L_\Delta(b, c)\big]` for
     triples (B, 3, n) with rows :math:`(a, b, c) = (q_{j-1}, q_j, q_{j+1})`; functional ``b * n + i``
     is component ``i`` of triple ``b``. Targets are zero. Works for any :mod:`bea` scheme (autograd
@@ -240,7 +241,7 @@ def del_residuals(triples: torch.Tensor, h: float, scheme: Union[str, "bea.Schem
     return F
 
 
-def discrete_momenta(pairs: torch.Tensor, h: float, scheme: Union[str, "bea.Scheme"] = "midpoint") -> Functionals:
+def discrete_momentum_functionals(pairs: torch.Tensor, h: float, scheme: Union[str, "bea.Scheme"] = "midpoint") -> Functionals:
     r"""Discrete momenta :math:`p = D_2L_\Delta(a, b)` for pairs (B, 2, n), functional ``b * n + i``."""
     sch = bea.get_scheme(scheme)
     a = pairs[:, 0].detach()
@@ -274,3 +275,9 @@ def euler_lagrange_residuals(q: torch.Tensor, v: torch.Tensor, a: torch.Tensor) 
     atoms = {2: AtomSet(torch.cat(pts2), torch.cat(dirs2), x.new_ones(B * n), own),
              1: AtomSet(torch.cat(pts1), torch.cat(dirs1), x.new_ones(B * n), own)}
     return Functionals(D, B * n, atoms, torch.zeros(B * n, dtype=torch.float64))
+
+
+# one name, one idea (issue 29): del_residuals are the residuals' values (InverseModifiedLagrangianGP.del_residuals),
+# discrete_momenta the momenta along positions (integrators.modified.discrete_momenta); these build functionals
+__getattr__ = renamed_attributes(__name__, {"del_residuals": "del_residual_functionals",
+                                            "discrete_momenta": "discrete_momentum_functionals"}, globals())

@@ -17,9 +17,9 @@ from typing import Callable, Optional, Tuple
 
 import torch
 
-from bea.errors import BeaError, BeaValueError
+from bea.errors import BeaError, BeaValueError, BeaWarning
 
-__all__ = ["NonFiniteModelError", "IdentifiabilityWarning", "ExtrapolationWarning", "ExtrapolationError", "check_fitted", "check_prediction", "runaway", "data_region", "RUNAWAY_FACTOR", "FIT_PROBES"]
+__all__ = ["NonFiniteModelError", "IdentifiabilityWarning", "ExtrapolationWarning", "ToleranceRelaxedWarning", "ExtrapolationError", "check_fitted", "check_prediction", "runaway", "data_region", "RUNAWAY_FACTOR", "FIT_PROBES"]
 
 #: a predicted position farther than this many data spreads (RMS standard deviation of the positions) from the
 #: data's centre has left the data's region by orders of magnitude. Why 100: standardised data lie within a few
@@ -31,7 +31,7 @@ RUNAWAY_FACTOR = 100.0
 FIT_PROBES = 256
 
 
-class ExtrapolationWarning(UserWarning):
+class ExtrapolationWarning(BeaWarning):
     """A prediction left the region where the data determine the learned dynamics."""
 
 
@@ -39,9 +39,14 @@ class ExtrapolationError(BeaValueError):
     """Raised instead of :class:`ExtrapolationWarning` with ``predict(..., on_extrapolation="raise")``."""
 
 
-class IdentifiabilityWarning(UserWarning):
+class IdentifiabilityWarning(BeaWarning):
     """The data do not determine the learned model well (a collapsed hyperparameter search, held-out positions
     predicted badly, a recovered series whose higher order does not help); the message names the remedy."""
+
+
+class ToleranceRelaxedWarning(BeaWarning, RuntimeWarning):
+    """A prediction's Newton solve stalled at the rounding level of the learned Lagrangian and was repeated with a
+    looser tolerance (also a ``RuntimeWarning``, the class it was issued as before)."""
 
 
 class NonFiniteModelError(BeaError, FloatingPointError):

@@ -35,13 +35,15 @@ from bea.errors import BeaValueError
 from integrators import Trajectory
 from integrators.trajectory import positions
 
-from .._checks import as_tensor, check_finite, check_order, check_snapshots, check_step
+from .._checks import as_tensor, check_finite, check_order, check_snapshots, check_states, check_step
 from .hyperparameters import FunctionalLagrangianModel
 from .retry import solve_with_retry
 from .functionals import Functionals, euler_lagrange_residuals, gradient_evaluations
 from .compiled_mean import StandardisedMean
-from .guards import RUNAWAY_FACTOR, ExtrapolationWarning, check_prediction, data_region, runaway
+from .guards import RUNAWAY_FACTOR, ExtrapolationError, ExtrapolationWarning, check_prediction, data_region, runaway
 from .lsi import DEFAULT_NEWTON
+from .references import energies_reference, reference_state
+from .uncertainty import LinearisedQuantity, Reference, jet_order, posterior_variance
 from .units import position_units, standard_step, standard_time
 
 __all__ = ["LagrangianGP", "finite_differences"]
@@ -143,26 +145,86 @@ class LagrangianGP(FunctionalLagrangianModel):
         self._fit_functionals(F, g, P, P_groups)
 
     # ------------------------------------------------------------------ same interface as LSI
-    def recovered_lagrangian(self, order: int = 0) -> TorchLagrangian:
-        """The learned Lagrangian itself (LGP learns :math:`L`, not :math:`L_{inv}`); only ``order=0``."""
+    def recovered_lagrangian(self, order: int = 2) -> TorchLagrangian:
+        """The learned Lagrangian itself, at every ``order``: LGP learns :math:`L`, not :math:`L_{inv}`, so there is
+        no series to truncate. ``order`` (default 2, as for :class:`~learners.InverseModifiedLagrangianGP`) is
+        checked as there, so that both GP models are called the same way."""
         self._require_fit()
-        if check_order(order, None) != 0:
-            raise BeaValueError("LagrangianGP learns the exact Lagrangian directly: there is no correction of order > 0")
+        check_order(order, self.scheme.symmetric)
         return self.lagrangian
 
-    def energy(self, order: int = 0) -> TorchLagrangian:
-        """Energy :math:`H = \\partial_vL\\cdot v - L` of the learned Lagrangian."""
-        return bea.energy(self.recovered_lagrangian(order))
+    def energy(self, order: int = 2, return_std: bool = False, reference=None):
+        r"""Energy :math:`H = \partial_vL\cdot v - L` of the learned Lagrangian, a torch callable ``H(q, v)``
+        (``order`` as in :meth:`recovered_lagrangian`).
+
+        As :meth:`InverseModifiedLagrangianGP.energy <learners.InverseModifiedLagrangianGP.energy>`:
+        ``reference=(q_ref, v_ref)`` (one state) gives :math:`H(q, v) - H(q_{ref}, v_{ref})`; ``return_std=True``
+        makes ``H`` return ``(mean, std)``, the std of the GP posterior of :math:`H`, which is linear in
+        :math:`L` (exact, no linearisation), in the data's units. It is not calibrated on held-out data (LSI's
+        ``"energy"`` calibration) and knows nothing of the finite-difference error of :meth:`fit`."""
+        H_mean = bea.energy(self.recovered_lagrangian(order))
+        ref = None if reference is None else reference_state(reference, self.n)
+        if not return_std and ref is None:
+            return H_mean
+        H_ref = None if ref is None else H_mean(ref[0][None], ref[1][None]).detach()
+        G_of = None if not return_std else self._energy_quantity()
+
+        def H(q, v):
+            q, v = check_states(q, v, self.n)
+            lead = q.shape[:-1]
+            qf, vf = q.detach().reshape(-1, self.n), v.detach().reshape(-1, self.n)
+            mean = H_mean(qf, vf).detach() - (0.0 if H_ref is None else H_ref)
+            if G_of is None:
+                return mean.reshape(lead)
+            x = self._standard_state(qf, vf)
+            R = None if ref is None else Reference(self._standard_state(ref[0], ref[1]).expand_as(x))
+            var = self._speed ** 4 * self._variance_factor("energy") * posterior_variance(self.gp, G_of(x), R)[:, 0, 0]
+            return mean.reshape(lead), var.clamp_min(0).sqrt().reshape(lead)
+
+        return H
+
+    def _energy_quantity(self):
+        """``x -> LinearisedQuantity`` of the energy at standardised states (its jet order probed once)."""
+        def quantity(L, q, v):
+            return bea.energy(L)(q, v)
+
+        x0 = torch.cat([torch.zeros(self.n, dtype=torch.float64), 0.3 * torch.ones(self.n, dtype=torch.float64)])[None]
+        p = jet_order(self.gp, quantity, x0, 1)
+        return lambda x: LinearisedQuantity(quantity, x, 1, p)
+
+    def energies(self, qs, order: int = 2, reference=None, *, reference_index: Optional[int] = None) -> torch.Tensor:
+        """:math:`H` along positions ``qs`` ``(steps + 1, batch..., n)`` with the velocities of :meth:`velocities`:
+        shape ``(steps + 1, batch...)``. ``reference`` (a state) and ``reference_index`` (a time index) as in
+        :meth:`InverseModifiedLagrangianGP.energies <learners.InverseModifiedLagrangianGP.energies>` (means
+        only: LGP has no posterior std along positions)."""
+        self._require_fit()
+        qs = as_tensor(positions(qs), "qs")
+        state, index = energies_reference(reference, reference_index, qs.shape[0], self.n)  # checked before the solve
+        v = self.velocities(qs, order)
+        E = bea.energy(self.lagrangian)(qs, v).detach()
+        if index is not None:
+            E = E - E[index]
+        if state is not None:
+            E = E - self.energy(order)(state[0][None], state[1][None]).detach()
+        return E
 
     def integrator(self, **newton):
         from integrators import VariationalIntegrator
 
         self._require_fit()
         return VariationalIntegrator(self, self.h, self.scheme, **{**DEFAULT_NEWTON, **newton})  # the model: C form of the mean
-    def predict(self, q0, qdot0, steps: int, **newton) -> Trajectory:
+    def predict(self, q0, qdot0, steps: int, order: int = 2, *, on_extrapolation: str = "warn", **newton) -> Trajectory:
         """The scheme on the learned :math:`L` from ``(q0, qdot0)``, :math:`p_0 = \\partial_vL(q_0, \\dot q_0)`:
-        a :class:`~integrators.Trajectory` (positions ``q``, ``(steps + 1, batch..., n)``; times ``t``)."""
-        self._require_fit()
+        a :class:`~integrators.Trajectory` (positions ``q``, ``(steps + 1, batch..., n)``; times ``t``).
+
+        ``order`` as in :meth:`recovered_lagrangian` (the same :math:`L` at every order). ``on_extrapolation``:
+        where a predicted position lies more than :data:`~learners.shadow.guards.RUNAWAY_FACTOR` data spreads from
+        the data's centre, ``"warn"`` (default) issues an :class:`ExtrapolationWarning`, ``"raise"`` raises
+        :class:`~learners.ExtrapolationError`, ``"ignore"`` skips the test (as for
+        :class:`~learners.InverseModifiedLagrangianGP`, which also tests the posterior std there)."""
+        self.recovered_lagrangian(order)
+        if on_extrapolation not in ("warn", "raise", "ignore"):
+            raise BeaValueError(f"on_extrapolation must be 'warn', 'raise' or 'ignore', got {on_extrapolation!r}")
         q0, qdot0 = as_tensor(q0, "q0"), as_tensor(qdot0, "qdot0")
         if q0.shape != qdot0.shape or q0.dim() < 1 or q0.shape[-1] != self.n:
             raise BeaValueError(f"q0 and qdot0 must have shape (batch..., {self.n}), got {tuple(q0.shape)} and {tuple(qdot0.shape)}")
@@ -172,12 +234,15 @@ class LagrangianGP(FunctionalLagrangianModel):
         check_prediction(sol.q, "LagrangianGP.predict", self._from_standard)
         qs = self._from_standard(sol.q)
         far = runaway(qs, self._region) if self._region is not None else torch.zeros(qs.shape[:-1], dtype=torch.bool)
-        if bool(far.any()):
+        if on_extrapolation != "ignore" and bool(far.any()):
             idx = tuple(int(i) for i in torch.nonzero(far)[0])
-            warnings.warn(f"the prediction leaves the data: {int(far.sum())} predicted positions lie more than "
-                          f"{RUNAWAY_FACTOR:g} data spreads from the data's centre (first at (step, batch...) = {idx}, "
-                          f"position {qs[idx].tolist()}), where the learned Lagrangian is not "
-                          "determined by the data. Start inside the data's region", ExtrapolationWarning, stacklevel=2)
+            msg = (f"the prediction leaves the data: {int(far.sum())} predicted positions lie more than "
+                   f"{RUNAWAY_FACTOR:g} data spreads from the data's centre (first at (step, batch...) = {idx}, "
+                   f"position {qs[idx].tolist()}), where the learned Lagrangian is not "
+                   "determined by the data. Start inside the data's region")
+            if on_extrapolation == "raise":
+                raise ExtrapolationError(msg)
+            warnings.warn(msg, ExtrapolationWarning, stacklevel=2)
         t = None if sol.t is None else sol.t * (self.h / self._h_std)  # the solve's times are in the standardised unit
         # legacy=None: used as the tensor q it returned before (deprecated)
         return dataclasses.replace(sol, q=qs, t=t, legacy=None)
@@ -188,7 +253,7 @@ class LagrangianGP(FunctionalLagrangianModel):
 
         return VariationalIntegrator(StandardisedMean(self), self._h_std, self.scheme, **{**DEFAULT_NEWTON, **newton})
 
-    def velocities(self, qs, order: int = 0) -> torch.Tensor:
+    def velocities(self, qs, order: int = 2) -> torch.Tensor:
         """Velocities from the discrete momenta of the learned :math:`L` along ``qs`` ``(steps + 1, batch..., n)``."""
         self.recovered_lagrangian(order)
         qs = as_tensor(positions(qs), "qs")

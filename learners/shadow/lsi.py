@@ -55,7 +55,7 @@ from .calibration import Calibration, ensure_energy_calibration
 from .hyperparameters import FunctionalLagrangianModel
 from .retry import solve_with_retry
 from .guards import RUNAWAY_FACTOR, ExtrapolationError, ExtrapolationWarning, check_prediction, runaway
-from .functionals import Functionals, del_residuals, discrete_momenta, triples_from_snapshots
+from .functionals import Functionals, del_residual_functionals, discrete_momentum_functionals, triples_from_snapshots
 from .normalisation import MassNormalisation
 from .units import position_units, standard_step
 from .recovery import RecoveryMixin
@@ -174,10 +174,10 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         if isinstance(norm, MassNormalisation) and norm.point is not None:  # given in the data's units
             x0 = norm.point.reshape(-1).to(torch.float64)
             norm = MassNormalisation(norm.c, point=self._standard_state(x0[:n], x0[n:]))
-        F = del_residuals(triples_from_snapshots(Sd), h, self.scheme)
+        F = del_residual_functionals(triples_from_snapshots(Sd), h, self.scheme)
         groups = torch.arange(T).repeat_interleave((m - 2) * n)
         pairs = torch.stack([Sd[:, :-1], Sd[:, 1:]], -2).reshape(-1, 2, n)
-        P = discrete_momenta(pairs, h, self.scheme)
+        P = discrete_momentum_functionals(pairs, h, self.scheme)
         P_groups = torch.arange(T).repeat_interleave((m - 1) * n)
         self._standard_snapshots = Sd  # for the "positions" objective while learning
         try:
@@ -226,7 +226,7 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
 
     def _residual_posterior(self, triples_std: torch.Tensor, return_std: bool = True):
         """Posterior mean and std (or None) of the DEL residuals of :math:`L'` at standardised triples, ``(B, n)``."""
-        G = del_residuals(triples_std, self._h_std, self.scheme)
+        G = del_residual_functionals(triples_std, self._h_std, self.scheme)
         with torch.no_grad():
             if not return_std:
                 return self.gp.functional_mean(G).reshape(-1, self.n), None
@@ -287,7 +287,7 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
             return self._recovered[key]
         if key not in self._recovered:
             # N + 2: the derivatives Newton on d/dv mod_N asks for (fewer jet builds)
-            self._recovered[key] = modified.modified_lagrangian(self._mean_std(N + 2, jets), N, self._h_std, self.scheme)
+            self._recovered[key] = modified.recovered_lagrangian(self._mean_std(N + 2, jets), N, self._h_std, self.scheme)
         return self._recovered[key]
 
     def integrator(self, **newton):

@@ -13,13 +13,14 @@ from typing import Callable, Optional
 import torch
 
 import bea
-from bea.errors import BeaTypeError, BeaValueError
+from bea.errors import BeaValueError
 from integrators import modified
 from integrators.trajectory import positions
 
 from .._checks import as_tensor, check_finite, check_order, check_states
 from .calibration import ensure_energy_calibration
 from .rbf_jet import JetLagrangian, RBFJet, jets_fit
+from .references import energies_reference, reference_state
 from .uncertainty import (LinearisedQuantity, Reference, jet_order, momentum_functionals, posterior_variance,
                           repeat_functionals, weighted)
 
@@ -70,16 +71,7 @@ class RecoveryMixin:
         if return_std:
             ensure_energy_calibration(self)
         N = check_order(order, self.scheme.symmetric)
-        ref = None
-        if reference is not None:
-            try:
-                q_r, v_r = reference
-            except (TypeError, ValueError):
-                raise BeaTypeError("reference must be a pair (q_ref, v_ref) of one state each") from None
-            q_r, v_r = check_states(q_r, v_r, self.n)
-            if q_r.numel() != self.n:
-                raise BeaValueError(f"reference must be one state: q_ref and v_ref of shape ({self.n},), got {tuple(q_r.shape)}")
-            ref = (q_r.reshape(self.n), v_r.reshape(self.n))
+        ref = None if reference is None else reference_state(reference, self.n)
 
         def H(q, v):
             q, v = check_states(q, v, self.n)
@@ -226,33 +218,40 @@ class RecoveryMixin:
                                    recovered=L, momenta=p)
 
     def energies(self, qs, order: int = 2, chunk: Optional[int] = None, return_std: bool = False, std_every: int = 1,
-                 reference: Optional[int] = None, truncation: bool = True):
+                 reference=None, truncation: bool = True, *, reference_index: Optional[int] = None):
         r""":math:`H_{rec}[N]` along positions ``qs`` with the velocities of :meth:`velocities`; shape
         ``(steps + 1, batch...)``.
 
-        ``reference``: a time index; the energies minus the energy there (per trajectory).
+        ``reference_index``: a time index; the energies minus the energy there (per trajectory).
+        ``reference=(q_ref, v_ref)``: a state, as in :meth:`energy`; the energies minus :math:`H_{rec}[N]` there
+        (means only: its std along positions is not available, ``return_std=True`` with it is an error).
+        (``reference=<int>`` meant the time index before: deprecated, :mod:`learners.shadow.references`.)
         ``return_std=True`` also returns the posterior std (same shape; of the differences with
-        ``reference``), by linearisation: :math:`H_{rec} = p\cdot\dot q - L_{rec}` at the solved velocity, so
+        ``reference_index``), by linearisation: :math:`H_{rec} = p\cdot\dot q - L_{rec}` at the solved velocity, so
         :math:`\delta H_j = \dot q_j\cdot\delta p_j - \delta L_{rec}(q_j, \dot q_j)` (:mod:`learners.shadow.uncertainty`);
         at every ``std_every``-th time step only (NaN elsewhere); ``truncation`` as in :meth:`energy`."""
         qs = self._positions(qs)
+        state, reference = energies_reference(reference, reference_index, qs.shape[0], self.n)
+        if state is not None and return_std:
+            raise BeaValueError("energies(..., return_std=True) measures from a time index (reference_index=); the std "
+                                "of differences to a state (reference=) is given at states by energy(order, "
+                                "return_std=True, reference=state)(q, v)")
         chunk = chunk or _chunk(order, self._closed_form_jet() is not None and jets_fit(self.n, order))
         q_std = self._to_standard(qs)
         v_std = self._velocities_std(q_std, order, chunk)
         H = bea.energy(self._recovered_std(order))
         E = self._speed ** 2 * torch.cat([H(q_std[a:a + chunk], v_std[a:a + chunk]).detach() for a in range(0, q_std.shape[0], chunk)])
         if reference is not None:
-            if isinstance(reference, bool) or not isinstance(reference, int) or not -qs.shape[0] <= reference < qs.shape[0]:
-                raise BeaValueError(f"reference must be a time index in [0, {qs.shape[0]}), got {reference!r}")
-            reference %= qs.shape[0]
             E = E - E[reference]
+        if state is not None:
+            E = E - self.energy(order)(state[0][None], state[1][None]).detach()
         if not return_std:
             return E
         ensure_energy_calibration(self)
         N = check_order(order, self.scheme.symmetric)
         std = self._speed ** 2 * self._along_positions_std(q_std, v_std, N, "lagrangian", _every(std_every), reference)
         if truncation:
-            E_next = self.energies(qs, next_order(N, self.scheme), chunk, reference=reference)
+            E_next = self.energies(qs, next_order(N, self.scheme), chunk, reference_index=reference)
             std = (std ** 2 + (E_next - E) ** 2).sqrt()
         return E, std
 

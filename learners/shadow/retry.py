@@ -7,6 +7,8 @@ from typing import Dict
 
 from integrators import ConvergenceError
 
+from .guards import ToleranceRelaxedWarning
+
 
 def solve_with_retry(make_integrator, newton: Dict, q0, qdot0, steps: int, legendre=None):
     """``make_integrator(**options).solve(...)`` (a :class:`~integrators.Trajectory`); with the default Newton options, a failure at the
@@ -25,6 +27,6 @@ def solve_with_retry(make_integrator, newton: Dict, q0, qdot0, steps: int, legen
         if xtol is not None:
             warnings.warn(f"Newton's method stalled at the rounding level of the learned Lagrangian; predicted with "
                           f"xtol={xtol:g} (the learned dynamics are small against its rounding noise -- a different "
-                          f"normalisation or a larger nugget helps)", RuntimeWarning, stacklevel=3)
+                          f"normalisation or a larger nugget helps)", ToleranceRelaxedWarning, stacklevel=3)
         return out
     raise last

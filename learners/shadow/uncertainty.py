@@ -426,11 +426,11 @@ def momentum_functionals(qs: torch.Tensor, h: float, scheme) -> Functionals:
     :math:`p_j = D_2L_\Delta(q_{j-1}, q_j)` (``integrators.VariationalIntegrator.momenta``)."""
     import bea
 
-    from .functionals import _linear_atoms, discrete_momenta
+    from .functionals import _linear_atoms, discrete_momentum_functionals
 
     sch = bea.get_scheme(scheme)
     S1, B, n = qs.shape
-    later = discrete_momenta(torch.stack([qs[:-1], qs[1:]], -2).reshape(-1, 2, n), h, sch)  # rows B .. S1*B-1
+    later = discrete_momentum_functionals(torch.stack([qs[:-1], qs[1:]], -2).reshape(-1, 2, n), h, sch)  # rows B .. S1*B-1
     a = qs[0].detach().clone().requires_grad_(True)
     b = qs[1].detach()
     first = _linear_atoms(lambda L: -sch(L, a, b, h), a, n)  # rows 0 .. B-1

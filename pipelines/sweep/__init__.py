@@ -4,7 +4,7 @@ r"""Experiment sweeps: grids of convergence studies, LSI fits and ModLaNet train
 >>> res = run("sweeps/convergence.toml", out="results/orders")            # local Ray instance
 >>> res = run("sweeps/convergence.toml", out="results/orders", serial=True)  # in this process
 >>> res = run(spec, address="auto", resume=True)                           # a Ray cluster; skip finished tasks
->>> res.slopes                                                             # observed orders per (scheme, N, system)
+>>> res.slopes                                                             # observed orders per (scheme, order, system)
 
 Command line: ``python -m bea sweep SPEC.toml [--out DIR] [--address ADDR] [--serial] [--resume]``.
 

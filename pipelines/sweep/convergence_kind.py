@@ -45,7 +45,7 @@ def _convergence_params() -> Dict[str, Param]:
     return {
         "experiment": Param(str, "modified_flow", f"one of {', '.join(CONVERGENCE_EXPERIMENTS)}"),
         "scheme": Param(str, REQUIRED, "midpoint, trapezoidal or generalised_midpoint:ALPHA"),
-        "N": Param(int, 0, "correction order (even for symmetric schemes; unused by 'exact')"),
+        "order": Param(int, 0, "truncation order of the correction (even for symmetric schemes; unused by 'exact')"),
         "system": Param(str, REQUIRED, "a name in CONVERGENCE_SYSTEMS"),
         "h": Param(float, REQUIRED, "step size; T must be a multiple (>= 2) of it"),
         "T": Param(float, 2.0, "time horizon"),
@@ -73,10 +73,10 @@ def _convergence_check(p: Dict[str, Any]) -> None:
         scheme = bea.get_scheme(p["scheme"])
     except (ValueError, TypeError, ArithmeticError) as err:
         raise ParamError("scheme", str(err)) from None
-    if p["N"] < 0:
-        raise ParamError("N", f"N must be >= 0, got {p['N']}")
-    if p["experiment"] != "exact" and scheme.symmetric and p["N"] % 2:
-        raise ParamError("N", f"{p['scheme']} is symmetric (only even powers of h): N must be even, got {p['N']}")
+    if p["order"] < 0:
+        raise ParamError("order", f"order must be >= 0, got {p['order']}")
+    if p["experiment"] != "exact" and scheme.symmetric and p["order"] % 2:
+        raise ParamError("order", f"{p['scheme']} is symmetric (only even powers of h): order must be even, got {p['order']}")
     for key in ("h", "T"):
         if not (p[key] > 0 and math.isfinite(p[key])):
             raise ParamError(key, f"{key} must be a positive finite number, got {p[key]}")
@@ -113,7 +113,7 @@ def expected_order(p: Dict[str, Any]) -> int:
     symmetric = bool(bea.get_scheme(p["scheme"]).symmetric)
     if p["experiment"] == "exact":
         return 2 if symmetric else 1
-    return p["N"] + (2 if symmetric else 1)
+    return p["order"] + (2 if symmetric else 1)
 
 
 def _convergence_run(p: Dict[str, Any], seed: int) -> TaskOutput:
@@ -132,13 +132,13 @@ def _convergence_run(p: Dict[str, Any], seed: int) -> TaskOutput:
     if p["experiment"] == "exact":
         errors = fn(system, p["scheme"], hs, p["T"], q0t, v0t)
     elif p["experiment"] == "inverse_modified":
-        errors = fn(system, p["scheme"], p["N"], hs, p["T"], q0t, v0t, formula=p["formula"], start=p["start"])
+        errors = fn(system, p["scheme"], p["order"], hs, p["T"], q0t, v0t, formula=p["formula"], start=p["start"])
     else:
-        errors = fn(system, p["scheme"], p["N"], hs, p["T"], q0t, v0t)
+        errors = fn(system, p["scheme"], p["order"], hs, p["T"], q0t, v0t)
     timings = {"experiment": time.perf_counter() - t}
     config = dict(p, q0=q0, qdot0=v0)
     return TaskOutput({"error": float(errors[0])}, config, timings, {"expected_order": expected_order(p)})
 
 
 register(Kind("convergence", _convergence_params, _convergence_run, _convergence_check, x="h", metrics=("error",),
-              slopes=True))
+              slopes=True, renamed=(("N", "order"),)))

@@ -50,7 +50,9 @@ class Kind:
     """A task kind. ``params()`` returns the schema (built lazily: it may import the library);
     ``check(params)`` raises :class:`ParamError`; ``run(params, seed)`` returns a :class:`TaskOutput`.
     For the report: ``x`` -- the parameter on the horizontal axis of the metric plots (``h``:
-    log-log error plots with fitted slopes); ``metrics`` -- the metrics plotted by default."""
+    log-log error plots with fitted slopes); ``metrics`` -- the metrics plotted by default. ``renamed``:
+    ``(old, new)`` parameter names still accepted in a specification for one release, with a DeprecationWarning
+    (the convergence kind's ``N`` is ``order`` now, the project's name for the truncation order)."""
 
     name: str
     params: Callable[[], Dict[str, Param]]
@@ -59,6 +61,7 @@ class Kind:
     x: Optional[str] = None
     metrics: Tuple[str, ...] = ()
     slopes: bool = False
+    renamed: Tuple[Tuple[str, str], ...] = ()
 
 
 KINDS: Dict[str, Kind] = {}

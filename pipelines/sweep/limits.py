@@ -1,12 +1,13 @@
 """Limits of a sweep specification checked before anything is built: a plain ``name`` (it becomes a folder) and the
 number of tasks (counted from the list lengths, so a 27-million-task grid is refused in microseconds instead of
-exhausting memory while it is expanded)."""
+exhausting memory while it is expanded); parameters under a kind's deprecated names, moved to the new ones."""
 
 from __future__ import annotations
 
 import math
 import re
-from typing import Any, Callable, Mapping
+import warnings
+from typing import Any, Callable, Dict, Mapping
 
 from bea.errors import BeaValueError
 
@@ -57,3 +58,21 @@ def check_name(name: str, source: str, given: bool = True) -> str:
                                         f"\"...\" to use instead: {fix}")
     raise SpecError(source, "name", f"{name!r} is not a plain name (it would place the results outside "
                                     f"sweep-results/ or in an odd folder): {fix}")
+
+
+def renamed_params(table: Dict[str, Any], kind, where: str, source: str) -> Dict[str, Any]:
+    """``table`` with each parameter given under a deprecated name of ``kind`` (its ``renamed`` pairs) moved to the
+    new name, in place, with a DeprecationWarning; both names at once is a :class:`SpecError`."""
+    old_to_new = dict(kind.renamed)
+    out: Dict[str, Any] = {}
+    for key, value in table.items():
+        new = old_to_new.get(key)
+        if new is None:
+            out[key] = value
+            continue
+        if new in table:
+            raise SpecError(source, f"{where}.{key}", f"{key!r} is the deprecated name of {new!r}; give {new!r} only")
+        warnings.warn(f"{source}: {where}.{key}: the parameter {key!r} of kind {kind.name!r} is deprecated and will be "
+                      f"removed in the next release; use {new!r}", DeprecationWarning, stacklevel=4)
+        out[new] = value
+    return out

@@ -6,7 +6,7 @@ r"""Tables and plots from a sweep's records.
 * ``slopes.csv`` (kinds with ``slopes``, i.e. ``convergence``) -- the observed order per group of
   tasks that differ only in the step size: the least-squares slope of :math:`\log \text{error}`
   against :math:`\log h` (:func:`integrators.convergence.observed_order`), next to the expected order.
-  ``plots/convergence*.png``: log-log error against ``h`` per (scheme, N, system), slopes in the legend
+  ``plots/convergence*.png``: log-log error against ``h`` per (scheme, order, system), slopes in the legend
   and the expected slope dotted.
 * ``summary.csv`` (other kinds) -- per group of tasks that differ only in ``seed``, and per metric:
   ``n, mean, std`` (sample, ``n - 1``), ``min, max``. ``plots/<metric>.png``: the metric against the
@@ -145,7 +145,7 @@ def _plot_slopes(records, slope_rows, x: str, metric: str, folder: Path, prefix:
     vary = _varying(ok, [k for k in keys if k != x])
     row_key = "system" if "system" in vary else None
     col_key = "scheme" if "scheme" in vary else None
-    line_key = "N" if "N" in vary else None
+    line_key = next((k for k in ("order", "N") if k in vary), None)  # "N": records written before the rename
     fig_keys = [k for k in vary if k not in (row_key, col_key, line_key)]
     paths = []
     by_fig = _groups(ok, [k for k in keys if k not in fig_keys])

@@ -12,12 +12,12 @@ Layout (every table optional except ``kind`` and at least one task)::
 
     [grid]                          # the Cartesian product of these lists, one task per combination
     scheme = ["midpoint", "trapezoidal"]
-    N = [0, 2]
+    order = [0, 2]
     h = [0.25, 0.125, 0.0625]
 
     [[points]]                      # further tasks, one per entry (over [defaults]; not crossed with [grid])
     scheme = "generalised_midpoint:0.3"
-    N = 1
+    order = 1
     h = 0.05
 
     [execution]
@@ -33,9 +33,10 @@ Layout (every table optional except ``kind`` and at least one task)::
 
 Tasks are ``[defaults]`` merged with each combination of ``[grid]`` (a key may not be in both), then
 ``[defaults]`` merged with each ``[[points]]`` entry (which may override a default); the kind's own
-defaults fill what is left. Every parameter is checked against the kind's schema (type) and checks
+defaults fill what is left. A parameter under the name a kind used before (its ``renamed``, e.g. the
+convergence kind's ``N``, now ``order``) is accepted for one release, with a DeprecationWarning naming the new one. Every parameter is checked against the kind's schema (type) and checks
 (value) before anything runs. Errors are :class:`SpecError` and read
-``FILE: KEY: problem`` -- e.g. ``sweeps/x.toml: grid.N[1]: expected an integer, got '2' (a string)``.
+``FILE: KEY: problem`` -- e.g. ``sweeps/x.toml: grid.order[1]: expected an integer, got '2' (a string)``.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ import json
 import math
 import os
 import typing
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
@@ -55,7 +57,7 @@ from bea.errors import BeaTypeError, BeaValueError
 from bea.reading import read_regular
 
 from . import records
-from .limits import MAX_TASKS, SpecError, check_name, check_task_count
+from .limits import MAX_TASKS, SpecError, check_name, check_task_count, renamed_params as _renamed
 from .tasks import REQUIRED, Kind, ParamError, get_kind, KINDS
 
 __all__ = ["Spec", "Task", "Execution", "SpecError", "load"]
@@ -268,8 +270,9 @@ def parse(data: Mapping[str, Any], source: str = "<dict>", text: str = "", defau
     check_name(name, source, given="name" in data)
 
     schema = kind.params()
-    defaults = _params(_table(data, "defaults", source), schema, "defaults", source, kind_name)
-    grid_raw = _table(data, "grid", source)
+    defaults = _params(_renamed(_table(data, "defaults", source), kind, "defaults", source), schema, "defaults", source,
+                       kind_name)
+    grid_raw = _renamed(_table(data, "grid", source), kind, "grid", source)
     grid: Dict[str, List[Any]] = {}
     for key, values in grid_raw.items():
         where = f"grid.{key}"
@@ -292,7 +295,8 @@ def parse(data: Mapping[str, Any], source: str = "<dict>", text: str = "", defau
     if not isinstance(points_raw, list) or not all(isinstance(p, Mapping) for p in points_raw):
         raise SpecError(source, "points", "expected an array of tables ([[points]] entries)")
     check_task_count(grid_raw, points_raw, _table(data, "execution", source), source, check_value)
-    points = [_params(dict(p), schema, f"points[{i}]", source, kind_name) for i, p in enumerate(points_raw)]
+    points = [_params(_renamed(dict(p), kind, f"points[{i}]", source), schema, f"points[{i}]", source, kind_name)
+              for i, p in enumerate(points_raw)]
     if not grid and not points:
         raise SpecError(source, "grid", "no tasks: give at least one parameter list in [grid] or one [[points]] entry")
 
@@ -333,7 +337,7 @@ def parse(data: Mapping[str, Any], source: str = "<dict>", text: str = "", defau
         tasks.append(Task(kind_name, params, tid, records.derived_seed(kind_name, params), origin))
 
     execution = _execution(_table(data, "execution", source), source)
-    report = _report(_table(data, "report", source), schema, source)
+    report = _report(_table(data, "report", source), schema, source, dict(kind.renamed))
     return Spec(kind_name, name, tuple(tasks), execution, report, description, source, text)
 
 
@@ -367,7 +371,7 @@ def _execution(table: Dict[str, Any], source: str) -> Execution:
     return ex
 
 
-def _report(table: Dict[str, Any], schema, source: str) -> Dict[str, Any]:
+def _report(table: Dict[str, Any], schema, source: str, renamed: Dict[str, str]) -> Dict[str, Any]:
     for key in table:
         if key not in REPORT_KEYS:
             raise _unknown(source, f"report.{key}", key, REPORT_KEYS)
@@ -376,6 +380,10 @@ def _report(table: Dict[str, Any], schema, source: str) -> Dict[str, Any]:
         out["metrics"] = check_value(table["metrics"], List[str], "report.metrics", source)
     if "x" in table:
         out["x"] = check_value(table["x"], str, "report.x", source)
+        if out["x"] in renamed:
+            warnings.warn(f"{source}: report.x: {out['x']!r} is deprecated and will be removed in the next release; use "
+                          f"{renamed[out['x']]!r}", DeprecationWarning, stacklevel=4)
+            out["x"] = renamed[out["x"]]
         if out["x"] not in schema:
             raise SpecError(source, "report.x", f"{out['x']!r} is not a parameter of this kind (one of {', '.join(schema)})")
     return out

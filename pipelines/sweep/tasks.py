@@ -13,9 +13,9 @@ Built-in kinds (:data:`KINDS`), each a thin call into the library:
     (:func:`~integrators.convergence.discrete_vs_modified_flow`), ``"inverse_modified"``
     (:func:`~integrators.convergence.inverse_modified_vs_exact`) or ``"energy_oscillation"``
     (:func:`~integrators.convergence.modified_energy_oscillation`), for a ``scheme``, correction order
-    ``N``, ``system`` and horizon ``T``. Metric ``error`` (max over grid times, trajectories and
-    coordinates of :math:`|q_k - q(t_k)|`, or the oscillation amplitude of :math:`H_{mod}[N]`).
-    ``info.expected_order``: :math:`N + 2` for symmetric schemes, :math:`N + 1` otherwise (``exact``:
+    ``order`` (the truncation order; ``N`` before, deprecated), ``system`` and horizon ``T``. Metric ``error`` (max over grid times, trajectories and
+    coordinates of :math:`|q_k - q(t_k)|`, or the oscillation amplitude of :math:`H_{mod}[\mathrm{order}]`).
+    ``info.expected_order``: ``order + 2`` for symmetric schemes, ``order + 1`` otherwise (``exact``:
     2 or 1). The observed order is the slope of :math:`\log \text{error}` against :math:`\log h` over
     the tasks that differ only in ``h`` (:mod:`pipelines.sweep.report`).
 ``shadow``
