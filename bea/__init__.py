@@ -14,8 +14,10 @@ from .autodiff import acceleration, energy, momentum
 from .closed_form import midpoint_inv2, midpoint_mod2
 from .errors import (BeaError, BeaFileNotFoundError, BeaIsADirectoryError, BeaOSError, BeaRuntimeError, BeaTypeError,
                      BeaValueError, CacheFormatError, InconsistentSchemeError, InternalError, MissingDependencyError,
-                     NotRegularError, NotRegularFileError, SeriesError, UnsupportedSchemeError)
-from .schemes import CustomScheme, GeneralisedMidpoint, Midpoint, Scheme, Trapezoidal, exact, get_scheme
+                     NotRegularError, NotRegularFileError, SeriesError, UnsupportedSchemeError, DuplicateNameError,
+                     PluginLoadError)
+from .schemes import (CustomScheme, GeneralisedMidpoint, Midpoint, Scheme, Trapezoidal, available_schemes, exact, get_scheme,
+                      register_scheme)
 from .free.series import FreeSeries
 from .series import Series
 
@@ -29,6 +31,8 @@ __all__ = [
     "CustomScheme",
     "exact",
     "get_scheme",
+    "register_scheme",
+    "available_schemes",
     "modified_equation",
     "modified_lagrangian",
     "inverse_modified_lagrangian",
@@ -56,4 +60,6 @@ __all__ = [
     "BeaIsADirectoryError",
     "MissingDependencyError",
     "NotRegularFileError",
+    "DuplicateNameError",
+    "PluginLoadError",
 ]

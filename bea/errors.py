@@ -30,6 +30,8 @@ __all__ = [
     "BeaIsADirectoryError",
     "MissingDependencyError",
     "NotRegularFileError",
+    "DuplicateNameError",
+    "PluginLoadError",
 ]
 
 
@@ -97,3 +99,13 @@ class NotRegularFileError(BeaOSError):
     """A path to be read is a named pipe, a device, a socket, a directory (or, where links are refused, a
     symbolic link) instead of a regular file: reading it could block forever or never end, so it is not opened
     for reading (:func:`bea.reading.open_regular`)."""
+
+
+class DuplicateNameError(BeaValueError):
+    """A name given to a registry (:func:`bea.register_scheme`, :func:`pipelines.sweep.register`) is already
+    taken by another object, or declared by two installed packages' entry points."""
+
+
+class PluginLoadError(BeaError, ImportError):
+    """An installed package's entry point (a scheme or a sweep kind it declares) could not be imported; the
+    message names the entry point, and the package's own error is chained as the cause."""
