@@ -367,5 +367,3 @@ class ModLaNet(nn.Module, SavableModule):
         new.train(self.training)
         return new
 
-
-__all__ += ["AngleOnRod", "Identity", "MLPTransform", "UniformGravity", "NewtonianPair"]
