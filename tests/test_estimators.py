@@ -109,8 +109,12 @@ def test_hnn_and_baseline_fit_predict():
 def test_estimator_configuration_errors(snapshots):
     with pytest.raises(bea.BeaValueError):
         ModLaNet.pendulum_chain(2, loss="del").fit(snapshots)  # the DEL loss needs h
+    plain = ModLaNet.pendulum_chain(2)
     with pytest.raises(bea.BeaValueError):
-        ModLaNet.pendulum_chain(2).predict(Q0, V0, 3)  # predict needs h
+        plain.predict(Q0, V0, 3)  # predict needs h
+    assert _close(plain.energy()(Q0, V0), bea.energy(plain)(Q0, V0))  # the energy of a model of L does not
+    with pytest.raises(bea.BeaValueError):
+        ModLaNet.pendulum_chain(2, loss="del").energy()  # that of a model of L_inv does: mod_N depends on h
     with pytest.raises(bea.BeaTypeError):
         LNN(2, width=8, options={"epochs": 3})
     with pytest.raises(bea.BeaValueError):

@@ -85,7 +85,7 @@ class Estimator:
 
     def _step(self) -> float:
         if self.h is None:
-            raise BeaValueError(f"predict needs a step: configure the model with h=, e.g. {type(self).__name__}(..., h=0.1)")
+            raise BeaValueError(f"this needs the model's step: configure it with h=, e.g. {type(self).__name__}(..., h=0.1)")
         return self.h
 
 
@@ -96,12 +96,11 @@ class LagrangianEstimator(Estimator):
         r"""``(integrated, legendre)``: the Lagrangian the scheme integrates and the one whose Legendre map and
         energy are reported (the module docstring's table); ``order``: :math:`N` of :math:`\mathrm{mod}_N` for a
         model of :math:`L_{inv}`."""
-        h = self._step()
-        if isinstance(self.loss, DELLoss) and self.loss.inverse_order:
-            return modified.inverse_lagrangian(self, self.loss.inverse_order, h, self.scheme), self
-        if isinstance(self.loss, DELLoss):
-            return self, modified.modified_lagrangian(self, order, h, self.scheme)
-        return self, self
+        if not isinstance(self.loss, DELLoss):
+            return self, self  # no step involved: the energy of an acceleration-trained model needs no h
+        if self.loss.inverse_order:
+            return modified.inverse_lagrangian(self, self.loss.inverse_order, self._step(), self.scheme), self
+        return self, modified.modified_lagrangian(self, order, self._step(), self.scheme)
 
     def _recovery_order(self, order: int) -> int:
         """The order passed on: 0 for a model of the true Lagrangian (no correction to recover)."""
@@ -133,13 +132,14 @@ class LagrangianEstimator(Estimator):
         r""":math:`H_{rec}[N]` along positions ``qs`` (a Trajectory or ``(steps + 1, batch..., n)``), with the
         velocities of :meth:`velocities`; shape ``(steps + 1, batch...)``."""
         integrated, legendre = self.lagrangians(order)
-        return modified.energies(integrated, qs, self._recovery_order(order), self.h, self.scheme, recovered=legendre)
+        return modified.energies(integrated, qs, self._recovery_order(order), self._step(), self.scheme, recovered=legendre)
 
     def velocities(self, qs, order: int = 2) -> torch.Tensor:
         r"""Velocities along positions ``qs``: :math:`\partial_vL_{rec}(q_j, \dot q_j) = p_j`, :math:`p_j` the discrete
         momenta of the integrated Lagrangian; the shape of ``qs``."""
         integrated, legendre = self.lagrangians(order)
-        return modified.velocities(integrated, qs, self._recovery_order(order), self.h, self.scheme, recovered=legendre)
+        return modified.velocities(integrated, qs, self._recovery_order(order), self._step(), self.scheme,
+                                   recovered=legendre)
 
 
 class FieldEstimator(Estimator):
