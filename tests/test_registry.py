@@ -16,7 +16,8 @@ from bea.schemes import SCHEMES
 from integrators import VariationalIntegrator
 from pipelines.sweep import Kind, Param, TaskOutput, kind_names, register
 from pipelines.sweep.kinds import KINDS
-from pipelines.sweep.spec import SpecError, parse
+from learners import LNN, InverseModifiedLagrangianGP
+from pipelines.sweep.spec import SpecError, load, parse
 
 
 def mixed(L, a, b, h):
@@ -63,9 +64,13 @@ def test_registered_scheme_in_cli(registered, capsys):
     assert capsys.readouterr().out != out
 
 
-def test_registered_scheme_in_sweep_spec(registered):
-    spec = parse({"kind": "convergence", "grid": {"scheme": [registered], "system": ["pendulum"], "h": [0.25]}})
+def test_registered_scheme_in_sweep_spec_and_learners(registered, tmp_path):
+    path = tmp_path / "spec.toml"
+    path.write_text(f'kind = "convergence"\n[grid]\nscheme = ["{registered}"]\nsystem = ["pendulum"]\nh = [0.25]\n')
+    spec = load(path)
     assert [t.params["scheme"] for t in spec.tasks] == [registered]
+    assert InverseModifiedLagrangianGP(0.1, registered).scheme is MIXED
+    assert LNN(1, width=4, scheme=registered).scheme is MIXED
 
 
 def test_duplicate_and_bad_registrations_are_typed(registered):
@@ -87,10 +92,11 @@ def _square(p, seed):
     return TaskOutput({"y": float(p["x"]) ** 2})
 
 
-def test_sweep_kind_registered_and_duplicate():
+def test_sweep_kind_registered_and_duplicate(tmp_path):
     kind = register(Kind("test_square", lambda: {"x": Param(float)}, _square))
     try:
-        spec = parse({"kind": "test_square", "grid": {"x": [1.0, 2.0]}})
+        (tmp_path / "square.toml").write_text('kind = "test_square"\n[grid]\nx = [1.0, 2.0]\n')
+        spec = load(tmp_path / "square.toml")
         assert [kind.run(t.params, 0).metrics["y"] for t in spec.tasks] == [1.0, 4.0]
         with pytest.raises(bea.DuplicateNameError):
             register(Kind("test_square", lambda: {}, _square))
