@@ -4,8 +4,11 @@ and by an installed package's entry points (groups bea.schemes, bea.sweep_kinds)
 The third-party scheme is the average of the midpoint and trapezoidal rules: consistent and symmetric, and
 different from both at h^2, so a name that silently resolved to a built-in would be caught."""
 
+import os
+import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -150,3 +153,14 @@ def test_entry_points_discovered_lazily(fake_distribution):
     # a name taken in code wins over an entry point: registering the entry point's name is a duplicate
     with pytest.raises(bea.DuplicateNameError):
         bea.register_scheme("ep_mixed", MIXED)
+
+
+def test_entry_point_scheme_in_the_command_line(fake_distribution, tmp_path):
+    """A new process (the command line) finds the installed package's scheme by name: no registration in code."""
+    root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), root]), OMP_NUM_THREADS="1")
+    r = subprocess.run([sys.executable, "-m", "bea", "derive", "--scheme", "ep-mixed", "--order", "2", "--dim", "1",
+                        "--no-cache"], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    want = str(bea.modified_lagrangian(bea.CustomScheme(mixed, name="ep-mixed", symmetric=True), 2, dim=1, cache=False))
+    assert r.stdout.strip() == want.strip()
