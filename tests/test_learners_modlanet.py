@@ -232,7 +232,8 @@ def snapshot_data():
 
 def test_acceleration_training_lowers_validation_loss(accel_data):
     model = ModLaNet.pendulum_chain(2, hidden=16, transform_hidden=8)  # learned transform, as in the seed
-    res = train(model, accel_data, options=TrainOptions(epochs=25, lr=1e-2, batch_size=64, patience=None, progress=False))
+    res = train(model, accel_data, 
+                options=TrainOptions(epochs=25, lr=1e-2, batch_size=64, patience=None, progress=False))
     # measured: 5.95e3 -> 1.1e1 (~500x) in 25 epochs; the acceptance bar is 10x
     assert res.improvement >= 10
     assert res.history["val"][res.best_epoch] == res.best_val and len(res.history["val"]) == 26
@@ -242,7 +243,8 @@ def test_acceleration_training_lowers_validation_loss(accel_data):
 def test_del_training_from_positions_lowers_validation_loss(snapshot_data):
     S, _ = snapshot_data
     model = ModLaNet.pendulum_chain(2, hidden=16, transform_hidden=8)
-    res = train(model, S, loss="del", h=0.1, options=TrainOptions(epochs=25, lr=1e-2, batch_size=64, patience=None, progress=False))
+    res = train(model, S, loss="del", h=0.1, 
+                options=TrainOptions(epochs=25, lr=1e-2, batch_size=64, patience=None, progress=False))
     # measured: 1.9e1 -> 4.9e-2 (~380x); the acceptance bar is 10x
     assert res.improvement >= 10
     q0, v0 = (x[:3] * 0.5 for x in snapshot_data[1])
@@ -260,7 +262,8 @@ def test_training_is_reproducible_and_stops_early(accel_data):
     assert runs[0] == runs[1]
     assert torch.equal(torch.random.get_rng_state(), state)  # split and shuffling use their own generator
     model = ModLaNet.pendulum_chain(2, transform="rod", hidden=6)
-    res = train(model, small, options=TrainOptions(epochs=50, lr=1e-12, batch_size=32, patience=2, progress=False))  # nothing moves
+    # nothing moves:
+    res = train(model, small, options=TrainOptions(epochs=50, lr=1e-12, batch_size=32, patience=2, progress=False))
     assert res.stopped_early and res.epochs_run == 2
 
 
@@ -349,7 +352,8 @@ def test_inverse_order_puts_inv2_of_the_true_lagrangian_into_the_del_residual(sn
     assert (qs - S[:3].transpose(0, 1)).abs().max().item() < 0.05
     # a short training with the inverse-order DEL loss runs and lowers the loss
     model = ModLaNet.pendulum_chain(2, transform="rod", hidden=8)
-    res = train(model, S[:6], loss=DELLoss(inverse_order=2), h=0.1, options=TrainOptions(epochs=3, lr=1e-2, batch_size=64, patience=None, progress=False))
+    res = train(model, S[:6], loss=DELLoss(inverse_order=2), h=0.1,
+                options=TrainOptions(epochs=3, lr=1e-2, batch_size=64, patience=None, progress=False))
     assert res.best_val < res.initial_val
 
 
@@ -361,7 +365,8 @@ def test_max_step_keeps_the_slow_triples_only(snapshot_data):
     half = ((T[:, 2] - T[:, 0]).abs() / 2).amax(-1)
     cut = float(half.median())
     model = ModLaNet.pendulum_chain(2, transform="rod", hidden=8)
-    res = train(model, S, loss=DELLoss(max_step=cut), h=0.1, options=TrainOptions(epochs=1, lr=1e-3, batch_size=64, patience=None, progress=False))
+    res = train(model, S, loss=DELLoss(max_step=cut), h=0.1,
+                options=TrainOptions(epochs=1, lr=1e-3, batch_size=64, patience=None, progress=False))
     assert res.n_train + res.n_val == int((half <= cut).sum()) < T.shape[0]
     with pytest.raises(ValueError, match="keeps 0 of"):
         train(model, S, loss=DELLoss(max_step=1e-9), h=0.1, options=TrainOptions(epochs=1, progress=False))

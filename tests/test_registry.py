@@ -144,7 +144,8 @@ def test_entry_points_discovered_lazily(fake_distribution):
     assert "bea_fake_plugin" not in sys.modules  # names are listed without importing the plug-in
     sch = bea.get_scheme("EP-Mixed")
     assert sch.name == "ep-mixed" and "bea_fake_plugin" in sys.modules
-    assert bea.modified_lagrangian("ep_mixed", 2, dim=1, cache=False).expr == bea.modified_lagrangian(MIXED, 2, dim=1, cache=False).expr
+    by_name = bea.modified_lagrangian("ep_mixed", 2, dim=1, cache=False)
+    assert by_name.expr == bea.modified_lagrangian(MIXED, 2, dim=1, cache=False).expr
     spec = parse({"kind": "ep_cube", "grid": {"x": [2.0]}})
     assert spec.kind_obj.run(spec.tasks[0].params, 0).metrics["y"] == 8.0
     with pytest.raises(bea.PluginLoadError) as err:

@@ -173,5 +173,6 @@ class FieldEstimator(Estimator):
 
     def energy(self, order: int = 2):
         """A first-order model has no Lagrangian energy (an HNN's Hamiltonian is its ``forward(q, p)``)."""
-        raise BeaRuntimeError(f"{type(self).__name__} learns a vector field, not a Lagrangian: it has no energy H(q, v)"
-                              + ("; its Hamiltonian is the model itself, H(q, p) = model(q, p)" if hasattr(self, "momenta") else ""))
+        hamiltonian = "; its Hamiltonian is the model itself, H(q, p) = model(q, p)" if hasattr(self, "momenta") else ""
+        raise BeaRuntimeError(f"{type(self).__name__} learns a vector field, not a Lagrangian: it has no energy "
+                              f"H(q, v){hamiltonian}")

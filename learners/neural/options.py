@@ -141,7 +141,8 @@ def legacy_options(loss: Union[str, Loss], options: Optional[TrainOptions], lega
     unknown = sorted(set(legacy) - train_keys - set(_LOSS_KEYS))
     if unknown:
         raise BeaTypeError(f"train() got unexpected keyword arguments {', '.join(unknown)}; the settings are fields of "
-                           f"TrainOptions ({', '.join(sorted(train_keys))}) or of the loss, DELLoss({', '.join(_LOSS_KEYS.values())})")
+                           f"TrainOptions ({', '.join(sorted(train_keys))}) or of the loss, "
+                           f"DELLoss({', '.join(_LOSS_KEYS.values())})")
     opts = {k: v for k, v in legacy.items() if k in train_keys}
     loss_opts = {_LOSS_KEYS[k]: v for k, v in legacy.items() if k in _LOSS_KEYS}
     shown = ", ".join(f"{k}=..." for k in opts)
