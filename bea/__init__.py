@@ -15,8 +15,9 @@ from .closed_form import midpoint_inv2, midpoint_mod2
 from .errors import (BeaError, BeaFileNotFoundError, BeaIsADirectoryError, BeaOSError, BeaRuntimeError, BeaTypeError,
                      BeaValueError, CacheFormatError, InconsistentSchemeError, InternalError, MissingDependencyError,
                      NotRegularError, NotRegularFileError, SeriesError, UnsupportedSchemeError, BeaWarning,
-                     UnverifiedSchemeWarning)
-from .schemes import CustomScheme, GeneralisedMidpoint, Midpoint, Scheme, Trapezoidal, exact, get_scheme
+                     UnverifiedSchemeWarning, DuplicateNameError, PluginLoadError)
+from .schemes import (CustomScheme, GeneralisedMidpoint, Midpoint, Scheme, Trapezoidal, available_schemes, exact, get_scheme,
+                      register_scheme)
 from .free.series import FreeSeries
 from .series import Series
 
@@ -30,6 +31,8 @@ __all__ = [
     "CustomScheme",
     "exact",
     "get_scheme",
+    "register_scheme",
+    "available_schemes",
     "modified_equation",
     "modified_lagrangian",
     "inverse_modified_lagrangian",
@@ -59,4 +62,6 @@ __all__ = [
     "NotRegularFileError",
     "BeaWarning",
     "UnverifiedSchemeWarning",
+    "DuplicateNameError",
+    "PluginLoadError",
 ]

@@ -64,7 +64,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     d = sub.add_parser("derive", help="derive a modified (or inverse modified) Lagrangian or modified equation")
     d.add_argument("--scheme", default="midpoint", help="midpoint, trapezoidal or generalised_midpoint:ALPHA "
-                   "(ALPHA in [0, 1] is required, e.g. generalised_midpoint:0.3; default: midpoint)")
+                   "(ALPHA in [0, 1] is required, e.g. generalised_midpoint:0.3; default: midpoint), or the name of a "
+                   "scheme an installed package declares (entry-point group bea.schemes)")
     d.add_argument("--order", type=int, default=2, help="highest power of h kept (default: 2; at most 12)")
     d.add_argument("--n", type=int, default=None, help="write the result in components for n degrees of freedom "
                    "(at most 6); default: vector notation, valid for every n")

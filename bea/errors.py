@@ -37,6 +37,8 @@ __all__ = [
     "NotRegularFileError",
     "BeaWarning",
     "UnverifiedSchemeWarning",
+    "DuplicateNameError",
+    "PluginLoadError",
 ]
 
 
@@ -115,3 +117,11 @@ class BeaWarning(UserWarning):
 class UnverifiedSchemeWarning(BeaWarning, RuntimeWarning):
     """A scheme's consistency could not be checked symbolically (its discrete Lagrangian uses operations
     ``bea`` cannot expand); it is used unverified. Also a ``RuntimeWarning``, the class it was issued as before."""
+class DuplicateNameError(BeaValueError):
+    """A name given to a registry (:func:`bea.register_scheme`, :func:`pipelines.sweep.register`) is already
+    taken by another object, or declared by two installed packages' entry points."""
+
+
+class PluginLoadError(BeaError, ImportError):
+    """An installed package's entry point (a scheme or a sweep kind it declares) could not be imported; the
+    message names the entry point, and the package's own error is chained as the cause."""

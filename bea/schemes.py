@@ -24,7 +24,8 @@ from fractions import Fraction
 from typing import Any, Callable, Dict, Optional, Union
 
 from .deprecation import renamed
-from .errors import BeaTypeError, BeaValueError
+from .errors import BeaTypeError, BeaValueError, DuplicateNameError
+from .registry import Registry
 from .scalars import to_fraction
 
 __all__ = [
@@ -287,15 +288,58 @@ class CustomScheme(Scheme):
 _BUILTIN = (Midpoint, Trapezoidal, GeneralisedMidpoint)
 _FINGERPRINTS: Dict[tuple, str] = {}
 
-_REGISTRY: Dict[str, Callable[[], Scheme]] = {
-    "midpoint": Midpoint,
-    "trapezoidal": Trapezoidal,
-    "generalised_midpoint": GeneralisedMidpoint,
-}
+def _normalise(name: str) -> str:
+    """The stored spelling of a scheme name: case, hyphens and spaces do not matter ("Generalised-Midpoint")."""
+    return name.strip().lower().replace("-", "_").replace(" ", "")
+
+
+def _check_entry(obj: Any, name: str) -> None:
+    if isinstance(obj, Scheme) or (isinstance(obj, type) and issubclass(obj, Scheme)):
+        return
+    if callable(obj) and not isinstance(obj, type):
+        return  # a factory: what it returns is checked in get_scheme
+    raise BeaTypeError(f"scheme {name!r} must be registered as a bea.Scheme (e.g. bea.CustomScheme(fn, name)), a Scheme "
+                       f"subclass or a function returning one, got {type(obj).__name__}")
+
+
+_BUILTIN_NAMES = ("midpoint", "trapezoidal", "generalised_midpoint")
+
+#: the schemes by name: the built-in classes, those of :func:`register_scheme` and, looked up lazily, those that
+#: installed packages declare in the entry-point group ``bea.schemes`` (:class:`bea.registry.Registry`)
+SCHEMES = Registry("scheme", "bea.schemes", _check_entry, _normalise,
+                   {"midpoint": Midpoint, "trapezoidal": Trapezoidal, "generalised_midpoint": GeneralisedMidpoint})
+
+
+def register_scheme(name: str, scheme: Union[Scheme, Callable[[], Scheme]], *, replace: bool = False):
+    """Make ``scheme`` usable by name wherever a scheme is taken (``bea.modified_lagrangian(name, ...)``, the
+    integrators, the learners, ``python -m bea derive --scheme name``, sweep specifications). ``scheme``: a
+    :class:`Scheme` (e.g. a :class:`CustomScheme`), a :class:`Scheme` subclass or a function of no arguments
+    returning one. Names are compared ignoring case, hyphens and spaces. A taken name raises
+    :class:`~bea.errors.DuplicateNameError` unless ``replace=True`` (the built-in names cannot be replaced).
+    A package can declare schemes instead, in the entry-point group ``bea.schemes`` (:mod:`bea.registry`);
+    returns ``scheme``."""
+    key = SCHEMES._key(name)
+    if key in _BUILTIN_NAMES or key == "generalized_midpoint":
+        raise DuplicateNameError(f"{key!r} is a built-in scheme of bea and cannot be registered again; choose another name")
+    return SCHEMES.register(key, scheme, replace=replace)
 
 
 def available_schemes() -> list:
-    return sorted(_REGISTRY)
+    """The names :func:`get_scheme` accepts (registered and declared by installed packages)."""
+    return SCHEMES.names()
+
+
+def _registered(key: str, scheme: str) -> Scheme:
+    entry = SCHEMES.get(key) if key.strip() else None
+    if entry is None:
+        shown = scheme if len(scheme) <= 60 else scheme[:57] + "..."
+        raise BeaValueError(f"unknown scheme {shown!r}; choose one of {', '.join(available_schemes())} or pass a Scheme "
+                            f"object; register a scheme of your own by name with bea.register_scheme(name, scheme) or "
+                            f"a package's 'bea.schemes' entry point")
+    obj = entry if isinstance(entry, Scheme) else entry()
+    if not isinstance(obj, Scheme):
+        raise BeaTypeError(f"the factory registered as scheme {key!r} returned a {type(obj).__name__}, not a bea.Scheme")
+    return obj
 
 
 def get_scheme(scheme: Union[str, Scheme]) -> Scheme:
@@ -321,11 +365,8 @@ def get_scheme(scheme: Union[str, Scheme]) -> Scheme:
         alpha = rest.strip() or None
     elif sep:
         key = scheme.strip()  # a parameter after a scheme that takes none: unknown
-    if key not in _REGISTRY:
-        shown = scheme if len(scheme) <= 60 else scheme[:57] + "..."
-        raise BeaValueError(f"unknown scheme {shown!r}; choose one of {', '.join(available_schemes())} or pass a Scheme object")
     if key == "generalised_midpoint":
         if alpha is None:
             raise BeaValueError(f"scheme {scheme.strip()!r} lacks its parameter: {_ALPHA_MISSING}")
         return GeneralisedMidpoint(alpha)
-    return _REGISTRY[key]()
+    return _registered(key, scheme)

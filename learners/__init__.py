@@ -8,6 +8,17 @@ Lagrangian Shadow Integration (docs/theory/lsi.md):
 >>> H = model.energy(order=2)                                       # identified energy H_rec[2]
 >>> v = model.velocities(traj, order=2)                             # traj.q: positions (1001, batch, n), traj.t
 
+The networks have the same form (:mod:`learners.neural.estimator`):
+
+>>> from learners.modlanet import ModLaNet
+>>> from learners.neural import DELLoss, TrainOptions
+>>> M = ModLaNet.pendulum_chain(2, h=0.1, loss=DELLoss(), options=TrainOptions(epochs=200)).fit(snapshots)
+>>> traj = M.predict(q0, qdot0, steps=100)                          # the scheme on M, p0 from mod_2(M)
+
+Namespaces, one per family: :mod:`learners.shadow` (the GPs), :mod:`learners.modlanet` (ModLaNet, its elements and
+data), :mod:`learners.neural` (the neural baselines, training and its options, rollouts, metrics). The flat names
+below are the same objects, kept for existing code.
+
 Modules: :mod:`~learners.shadow.functionals` (linear functionals as derivative atoms: DEL/EL residuals,
 momenta, point values), :mod:`~learners.shadow.kernels` (the kernel with functionals applied on both
 sides), :mod:`~learners.shadow.gp` (the conditioned GP, exact Cholesky solve), :mod:`~learners.shadow.normalisation`,

@@ -15,6 +15,7 @@ from learners.modlanet.data import pendulum_chain_snapshots
 from learners.neural.baselines import parameter_count
 from learners.neural.rollout import rollout_metrics, rollout_variational, true_energy
 from learners.neural.prediction import inverse_lagrangian, recovered_energy, recovered_lagrangian
+from learners.neural.options import DELLoss
 from learners.neural.training import train
 
 from .modlanet_config import ModLaNetConfig
@@ -38,7 +39,7 @@ def _position_only(cfg: ModLaNetConfig, q0, v0, q_ref, v_ref, ts, clock, log) ->
     S = clock("data (snapshots)", pendulum_chain_snapshots, 2, cfg.del_n_traj, cfg.del_n_steps, h, seed=cfg.seed + 1,
               max_velocity=cfg.max_velocity)
     model = _modlanet(cfg)
-    res = clock("train modlanet (del)", train, model, S, loss="del", h=h, inverse_order=io, max_step=cfg.del_max_step,
+    res = clock("train modlanet (del)", train, model, S, loss=DELLoss(inverse_order=io, max_step=cfg.del_max_step), h=h,
                 **_train_kwargs(cfg, cfg.del_epochs, cfg.del_lr))
     log(f"  DEL loss {res.initial_val:.3e} -> {res.best_val:.3e} (inverse order {io})")
     system = _system(cfg)

@@ -16,6 +16,7 @@ from learners.modlanet.data import n_body_data, pendulum_chain_data
 from learners.neural.baselines import VectorFieldModel, canonical_data, parameter_count, paper_baseline, vector_field_data
 from learners.neural.rollout import (angles_mod_2pi, random_initial_states, rollout_metrics, rollout_ode, rollout_variational,
                                      true_energy, velocities_from_momenta)
+from learners.neural.options import TrainOptions
 from learners.neural.training import train
 
 from bea.errors import BeaValueError
@@ -66,8 +67,9 @@ def _times(t: float, dt: float) -> torch.Tensor:
 
 
 def _train_kwargs(cfg: ModLaNetConfig, epochs: int, lr: Optional[float] = None) -> Dict[str, Any]:
-    return dict(epochs=max(1, int(epochs)), lr=lr or cfg.lr, batch_size=cfg.batch_size, patience=cfg.patience, seed=cfg.seed,
-                progress=cfg.progress)
+    """The keywords of :func:`~learners.neural.training.train` for ``cfg`` (its ``options``)."""
+    return dict(options=TrainOptions(epochs=max(1, int(epochs)), lr=lr or cfg.lr, batch_size=cfg.batch_size,
+                                     patience=cfg.patience, seed=cfg.seed, progress=cfg.progress))
 
 
 def _energy_deviation(qs, vs, energy) -> float:

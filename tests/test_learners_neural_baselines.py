@@ -9,6 +9,7 @@ from integrators import reference_flow, systems
 from integrators.reference import acceleration_function
 from learners.neural.baselines import (HNN, LNN, MLP, MLPBaseline, VectorFieldModel, canonical_data,
                                        euler_lagrange_acceleration, parameter_count, paper_baseline, vector_field_data)
+from learners.neural.options import TrainOptions
 from learners.neural.training import train
 from learners.neural.rollout import (angles_mod_2pi, mse_energy, mse_q, pendulum_positions, random_initial_states, rollout_metrics,
                               rollout_ode, rollout_variational, paper_statistic, true_energy, velocities_from_momenta)
@@ -174,7 +175,8 @@ def test_each_baseline_trains_with_the_shared_acceleration_loop(kind):
     else:
         model, data = MLPBaseline(2, 32, seed=0), (q, v, a)
     epochs, lr = (40, 3e-3) if kind == "lnn" else (20, 1e-2)
-    res = train(model, data, loss="acceleration", epochs=epochs, lr=lr, batch_size=32, patience=None, progress=False, seed=0)
+    res = train(model, data, loss="acceleration",
+                options=TrainOptions(epochs=epochs, lr=lr, batch_size=32, patience=None, progress=False, seed=0))
     zero = (data[2] ** 2).mean().item()            # the loss of predicting 0
     assert math.isfinite(res.best_val) and res.improvement > 3, res
     if kind != "lnn":  # the LNN (the seed's hardest baseline) only gets to ~0.8 of `zero` in this budget
@@ -194,7 +196,8 @@ def test_seed_vector_field_loss_fits_both_halves(kind):
     assert wrapped.n == 4 and parameter_count(wrapped) == parameter_count(model)
     data = vector_field_data(q, p, v, pdot)
     before = (model.time_derivative(q, p)[0] - v).pow(2).mean().item()
-    res = train(wrapped, data, loss="acceleration", epochs=20, lr=1e-2, batch_size=32, patience=None, progress=False)
+    res = train(wrapped, data, loss="acceleration",
+                options=TrainOptions(epochs=20, lr=1e-2, batch_size=32, patience=None, progress=False))
     after = (model.time_derivative(q, p)[0] - v).pow(2).mean().item()
     assert res.improvement > 3 and after < before, (res, before, after)
     dq, dp = model.time_derivative(q, p)

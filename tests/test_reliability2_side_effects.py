@@ -15,6 +15,7 @@ import torch
 
 import integrators as I
 from learners import HNN, LNN, InverseModifiedLagrangianGP, MLPBaseline, ModLaNet, train
+from learners.neural.options import TrainOptions
 from learners.modlanet.elements import UniformGravity
 
 
@@ -62,7 +63,7 @@ def test_train_fit_predict_and_gp_load_leave_global_state_alone(tmp_path):
     net = LNN(1, 8, seed=0)
     w0 = [p.detach().clone() for p in net.parameters()]
     before = _globals()
-    res = train(net, snaps, loss="del", h=0.5, epochs=2, batch_size=16, progress=False)
+    res = train(net, snaps, loss="del", h=0.5, options=TrainOptions(epochs=2, batch_size=16, progress=False))
     _assert_unchanged(before, "train")
     assert res.n_train > 0 and any(not torch.equal(a, b) for a, b in zip(w0, net.parameters())), "train did nothing"
 

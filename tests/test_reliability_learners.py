@@ -139,6 +139,7 @@ def test_diverging_training_leaves_the_initial_state():
     bit for bit, and the error says so."""
     from learners.modlanet import ModLaNet
     from learners.modlanet.data import pendulum_chain_snapshots
+    from learners.neural.options import TrainOptions
     from learners.neural.training import train
 
     S = pendulum_chain_snapshots(2, n_traj=6, n_steps=8, h=0.1, max_velocity=1.5, angle_range=(-1.5, 1.5), seed=2)
@@ -147,7 +148,7 @@ def test_diverging_training_leaves_the_initial_state():
     before = {k: t.clone() for k, t in model.state_dict().items()}
     L0 = model(q, v).detach()
     with pytest.raises(FloatingPointError, match="restored to its best state"):
-        train(model, S, loss="del", h=0.1, epochs=3, lr=1e6, batch_size=8, patience=None, progress=False)
+        train(model, S, loss="del", h=0.1, options=TrainOptions(epochs=3, lr=1e6, batch_size=8, patience=None, progress=False))
     assert all(torch.equal(before[k], t) for k, t in model.state_dict().items())
     L1 = model(q, v).detach()
     assert bool(torch.isfinite(L1).all()) and torch.equal(L1, L0) and not model.training

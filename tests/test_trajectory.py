@@ -163,6 +163,7 @@ def test_old_return_forms_warn_and_still_work(produced):
 def test_train_consumes_a_trajectory():
     """train's position-only loss takes the snapshots or a Trajectory of them: the same training, loss for loss."""
     from learners import train
+    from learners.neural.options import TrainOptions
     from learners.neural.baselines import LNN
 
     S = snapshots(PENDULUM, H, 6, 5, seed=3)
@@ -170,6 +171,6 @@ def test_train_consumes_a_trajectory():
     for data in (S, Trajectory.from_snapshots(S, h=H)):
         with warnings.catch_warnings():
             warnings.simplefilter("error", DeprecationWarning)
-            res = train(LNN(1, 8, seed=0), data, loss="del", h=H, epochs=2, patience=None, progress=False)
+            res = train(LNN(1, 8, seed=0), data, loss="del", h=H, options=TrainOptions(epochs=2, patience=None, progress=False))
         histories.append(res.history["train"])
     assert len(histories[0]) == 3 and histories[0] == histories[1]  # the initial loss and two epochs

@@ -39,6 +39,7 @@ from bea.errors import BeaValueError, NotRegularError
 from integrators._checks import check_states
 
 from ..neural.baselines import euler_lagrange_acceleration
+from ..neural.estimator import LagrangianEstimator
 from ..saving import SavableModule, recorded, register
 from .elements import (DTYPE, AngleOnRod, Identity, MLPTransform, NewtonianPair, Transform, UniformGravity, as_cell,
                              check_transforms)
@@ -99,7 +100,7 @@ def _positive_list(values, n: int, what: str) -> List[float]:
 
 
 @register
-class ModLaNet(nn.Module, SavableModule):
+class ModLaNet(nn.Module, SavableModule, LagrangianEstimator):
     r"""Modular Lagrangian network (see the module docstring for the mathematics).
 
     Parameters
@@ -119,6 +120,8 @@ class ModLaNet(nn.Module, SavableModule):
     c1, c2, learn_weights : the weights of the two potential terms (learnable by default).
     seed : initialises the learned cells from a :class:`torch.Generator` (global RNG untouched); a
         generator can be passed instead as ``generator``.
+    h, scheme, loss, options : the estimator form, ``ModLaNet.pendulum_chain(2, h=0.1, loss="del").fit(snapshots)``,
+        then ``predict``, ``energy``, ``energies`` (:mod:`learners.neural.estimator`).
     """
 
     @renamed(dim="space_dim")
@@ -127,8 +130,10 @@ class ModLaNet(nn.Module, SavableModule):
                  potential="mlp", pair="mlp", hidden: int = 50, layers: int = 2, activation: str = "tanh",
                  masses: Union[float, Sequence[float]] = 1.0, fixed_mass: Optional[int] = 0, learn_masses: bool = True,
                  c1: float = 1.0, c2: float = 1.0, learn_weights: bool = True, seed: Optional[int] = 0,
-                 generator: Optional[torch.Generator] = None):
+                 generator: Optional[torch.Generator] = None, h: Optional[float] = None, scheme="midpoint",
+                 loss="acceleration", options=None):
         super().__init__()
+        self._configure(h, scheme, loss, options)
         self._order = check_parents(parents)
         self.parents = [int(p) for p in parents]
         N = len(self.parents)
@@ -290,18 +295,10 @@ class ModLaNet(nn.Module, SavableModule):
         return self.kinetic(x, xdot) - self.potential_energy(x)
 
     def energy_at(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        r""":math:`H = T + U` at ``q, v`` (equal to :math:`p\cdot v - L`, the kinetic energy being quadratic in :math:`v`)."""
+        r""":math:`H = T + U` at ``q, v`` (equal to :math:`p\cdot v - L`, the kinetic energy being quadratic in :math:`v`);
+        ``energy(order)`` (:meth:`~learners.neural.estimator.LagrangianEstimator.energy`) is the callable form."""
         x, xdot = self.global_states(q, v)
         return self.kinetic(x, xdot) + self.potential_energy(x)
-
-    def energy(self, *states):
-        """The energy as a callable ``H(q, v)`` (:meth:`energy_at`), as ``energy()`` is on every model; the tensor
-        form ``energy(q, v)`` is deprecated (one release)."""
-        if not states:
-            return self.energy_at
-        warnings.warn("ModLaNet.energy(q, v) is deprecated and will be removed in the next release; use "
-                      "ModLaNet.energy_at(q, v) (or energy() for the callable)", DeprecationWarning, stacklevel=2)
-        return self.energy_at(*states)
 
     def c_lagrangian(self):
         """The model as C for the compiled integrator path (:func:`learners.modlanet.lowering.c_lagrangian`;
@@ -384,9 +381,8 @@ class ModLaNet(nn.Module, SavableModule):
         fixed = self.fixed_mass if (self.fixed_mass is not None and self.fixed_mass < n_elements) else None
         new = ModLaNet(parents, ts, self.space_dim, potential=copy.deepcopy(self.potential), pair=copy.deepcopy(self.pair),
                        masses=masses, fixed_mass=fixed, learn_masses=self.learn_masses, c1=float(self.c1.detach()), c2=float(self.c2.detach()),
-                       learn_weights=self.learn_weights, seed=None, **self._cell_opts)
+                       learn_weights=self.learn_weights, seed=None, h=self.h, scheme=self.scheme, loss=self.loss,
+                       options=self.options, **self._cell_opts)
         new.train(self.training)
         return new
 
-
-__all__ += ["AngleOnRod", "Identity", "MLPTransform", "UniformGravity", "NewtonianPair"]

@@ -46,6 +46,7 @@ from bea.deprecation import renamed
 from bea.errors import BeaTypeError, BeaValueError
 from integrators._checks import check_states
 
+from .estimator import FieldEstimator, LagrangianEstimator
 from .mlp import MLP, positive_int
 from ..saving import SavableModule, recorded, register
 
@@ -182,20 +183,23 @@ def _create_graph(create_graph: Optional[bool]) -> bool:
 
 # ---------------------------------------------------------------------------------------------- LNN
 @register
-class LNN(nn.Module, SavableModule):
+class LNN(nn.Module, SavableModule, LagrangianEstimator):
     r"""Lagrangian neural network: one MLP :math:`L_\theta(q, v)` on :math:`\mathbb R^{2n}`
     (seed: width 600, softplus, the LNN initialisation; 364.2k parameters for the double pendulum).
 
     ``forward(q, v) -> L`` of shape ``(...)``; ``acceleration(q, v)`` is the Euler--Lagrange solve of
     :func:`euler_lagrange_acceleration` (``create_graph`` defaults to whether autograd is recording,
     so the same call trains and rolls out). ``regularisation`` and ``singular`` are passed on; the
-    default raises ``ValueError`` on a singular Hessian :math:`\partial^2 L/\partial v^2`.
+    default raises ``ValueError`` on a singular Hessian :math:`\partial^2 L/\partial v^2`. ``h``, ``scheme``,
+    ``loss``, ``options``: the estimator form, ``fit``/``predict``/``energy`` (:mod:`learners.neural.estimator`).
     """
 
     @recorded
     def __init__(self, n: int, width: int = 600, activation: str = "softplus", init: str = "lnn", *,
-                 regularisation: float = 0.0, singular: str = "raise", wrap_angles: bool = False, seed: Optional[int] = None):
+                 regularisation: float = 0.0, singular: str = "raise", wrap_angles: bool = False, seed: Optional[int] = None,
+                 h: Optional[float] = None, scheme="midpoint", loss="acceleration", options=None):
         super().__init__()
+        self._configure(h, scheme, loss, options)
         self.n = positive_int(n, "n")
         self.wrap_angles = bool(wrap_angles)
         self.net = _paper_mlp(2 * self.n, 1, width, activation, init, seed)
@@ -220,7 +224,7 @@ class LNN(nn.Module, SavableModule):
 
 # ---------------------------------------------------------------------------------------------- HNN
 @register
-class HNN(nn.Module, SavableModule):
+class HNN(nn.Module, SavableModule, FieldEstimator):
     r"""Hamiltonian neural network: an MLP on :math:`(q, p) \in \mathbb R^{2n}` with ``n_outputs``
     outputs, the last of which is :math:`H_\theta(q, p)`; the vector field is the symplectic gradient
 
@@ -236,13 +240,16 @@ class HNN(nn.Module, SavableModule):
     ``acceleration`` is :math:`-\partial H/\partial q` at :math:`p = v`, exact when the mass matrix is
     the identity). Either way ``acceleration(q, v)`` returns :math:`\dot p` at :math:`p := v`, so the shared
     acceleration loss trains it on the :math:`\dot p` half only; the paper's loss on both halves is
-    ``train(VectorFieldModel(hnn), vector_field_data(q, p, qdot, pdot))``.
+    ``train(VectorFieldModel(hnn), vector_field_data(q, p, qdot, pdot))``, or ``fit((q, p, qdot, pdot))`` (the estimator
+    form with ``h``, ``options``: :class:`~learners.neural.estimator.FieldEstimator`).
     """
 
     @recorded
     def __init__(self, n: int, width: int = 200, activation: str = "tanh", init: str = "xavier", *,
-                 n_outputs: int = 2, momenta: str = "canonical", wrap_angles: bool = False, seed: Optional[int] = None):
+                 n_outputs: int = 2, momenta: str = "canonical", wrap_angles: bool = False, seed: Optional[int] = None,
+                 h: Optional[float] = None, scheme="midpoint", loss="acceleration", options=None):
         super().__init__()
+        self._configure(h, scheme, loss, options)
         if momenta not in ("canonical", "velocity"):
             raise BeaValueError(f"momenta must be 'canonical' (p = dL/dv of the true Lagrangian) or 'velocity' (p := v), "
                              f"got {momenta!r}")
@@ -282,19 +289,21 @@ class HNN(nn.Module, SavableModule):
 
 # ---------------------------------------------------------------------------------------------- baseline
 @register
-class MLPBaseline(nn.Module, SavableModule):
+class MLPBaseline(nn.Module, SavableModule, FieldEstimator):
     r"""The paper's "baseline": a three-layer MLP for the evolution function (width 200, tanh, Xavier).
 
     ``output="acceleration"``: :math:`(q, v) \mapsto \ddot q` (paper eq. 1), ``time_derivative`` is
     :math:`(v, \ddot q)`. ``output="vector_field"`` (the paper's code: the HNN network with
     ``baseline=True`` on canonical data): :math:`(q, p) \mapsto (\dot q, \dot p)`, ``acceleration``
-    returns the second half.
+    returns the second half. ``h``, ``options``: the estimator form (:class:`~learners.neural.estimator.FieldEstimator`).
     """
 
     @recorded
     def __init__(self, n: int, width: int = 200, activation: str = "tanh", init: str = "xavier", *,
-                 output: str = "acceleration", wrap_angles: bool = False, seed: Optional[int] = None):
+                 output: str = "acceleration", wrap_angles: bool = False, seed: Optional[int] = None,
+                 h: Optional[float] = None, scheme="midpoint", loss="acceleration", options=None):
         super().__init__()
+        self._configure(h, scheme, loss, options)
         if output not in ("acceleration", "vector_field"):
             raise BeaValueError(f"output must be 'acceleration' or 'vector_field', got {output!r}")
         self.n = positive_int(n, "n")

@@ -34,6 +34,7 @@ from bea.closed_form import midpoint_mod2
 from .._checks import as_tensor, check_finite, check_snapshots, check_step
 from ..shadow.functionals import triples_from_snapshots
 from .losses import acceleration_loss, del_loss, del_residual_values
+from .options import AccelerationLoss, DELLoss, Loss, TrainOptions, legacy_options
 from .prediction import inverse_lagrangian, predict_positions, recovered_energy, recovered_lagrangian
 
 __all__ = ["train", "TrainResult", "TrainingDivergedError", "del_residual_values", "del_loss", "acceleration_loss", "recovered_lagrangian",
@@ -115,65 +116,56 @@ def _split(N: int, val_fraction: float, gen: torch.Generator):
     return perm[n_val:], perm[:n_val]
 
 
-def _check_positive_int(x, name):
-    if isinstance(x, bool) or not isinstance(x, int) or x < 1:
-        raise BeaValueError(f"{name} must be a positive integer, got {x!r}")
-    return x
-
 # ---------------------------------------------------------------------------------------------- training
-def train(model: torch.nn.Module, data, loss: str = "acceleration", h: Optional[float] = None,
-          scheme: Union[str, "bea.Scheme"] = "midpoint", epochs: int = 100, lr: float = 1e-3, batch_size: int = 256, val_fraction: float = 0.1,
-          patience: Optional[int] = 20, seed: int = 0, progress: Optional[bool] = None, schedule: Optional[str] = "cosine",
-          weight_decay: float = 0.0, grad_clip: Optional[float] = None, del_normalisation: str = "momentum",
-          min_rel_improvement: float = 1e-4, inverse_order: int = 0, max_step: Optional[float] = None) -> TrainResult:
-    r"""Train ``model`` on ``data`` with the ``"acceleration"`` or the position-only ``"del"`` loss
-    (:mod:`learners.neural.losses`). The model's parameters are updated in place; the best state on the
-    validation split is restored at the end.
+def train(model: torch.nn.Module, data, loss: Union[str, Loss] = "acceleration", h: Optional[float] = None,
+          scheme: Union[str, "bea.Scheme"] = "midpoint", options: Optional[TrainOptions] = None, **legacy) -> TrainResult:
+    r"""Train ``model`` on ``data`` with the acceleration loss or the position-only DEL loss
+    (:mod:`learners.neural.losses`): the lower-level function under the estimators' ``fit``. The model's
+    parameters are updated in place; the best state on the validation split is restored at the end.
 
-    ``data``: ``(q, v, a)`` (or an object with ``.q, .v, .a``) for ``"acceleration"``; snapshots
-    ``(n_traj, n_steps + 1, n)`` at step ``h`` for ``"del"`` (then ``h`` is required; the split is over
-    triples). ``schedule``: ``"cosine"`` (to ``lr/100`` at ``epochs``), ``"plateau"`` (halve after
-    ``max(1, patience // 3)`` epochs without improvement) or ``None``. ``patience``: epochs without a
-    relative improvement of the validation loss by ``min_rel_improvement`` before stopping (``None``:
-    never stop early). ``grad_clip``: max gradient norm (``None``: no clipping).
+    ``loss``: :class:`~learners.neural.options.AccelerationLoss` (``"acceleration"``, the default) or
+    :class:`~learners.neural.options.DELLoss` (``"del"``, with its ``normalisation``, ``inverse_order`` and
+    ``max_step``). ``data``: ``(q, v, a)`` (or an object with ``.q, .v, .a``) for the acceleration loss; snapshots
+    ``(n_traj, n_steps + 1, n)`` (or an :class:`integrators.Trajectory`, time first) at step ``h`` for the DEL loss
+    (then ``h`` is required; the split is over triples). ``options``: a
+    :class:`~learners.neural.options.TrainOptions` (epochs, learning rate, schedule, early stopping...; default
+    ``TrainOptions()``).
 
-    ``inverse_order`` (``"del"`` only): ``0`` (default) takes the model as :math:`L_{inv}` itself; ``N > 0``
-    takes the model as the *true* Lagrangian and puts :math:`\mathrm{inv}_N(\text{model})`
-    (:func:`inverse_lagrangian`) into the DEL residual, so that the structured model need not represent the
-    scheme's :math:`O(h^2)` corrections (predict with ``predict_positions(..., inverse_order=N)``). This
-    differentiates the model to fourth order: several times slower per step.
+    ``DELLoss(inverse_order=N > 0)`` takes the model as the *true* Lagrangian and puts
+    :math:`\mathrm{inv}_N(\text{model})` (:func:`inverse_lagrangian`) into the DEL residual, so that the structured
+    model need not represent the scheme's :math:`O(h^2)` corrections (predict with
+    ``predict_positions(..., inverse_order=N)``); it differentiates the model to fourth order, several times slower
+    per step. ``DELLoss(max_step=...)`` keeps the triples whose half central difference
+    :math:`\max_i |q_{j+1,i} - q_{j-1,i}|/2 \approx h|\dot q|_\infty` is at most ``max_step``: the truncation error of
+    :math:`\mathrm{inv}_N` grows like :math:`(h\omega)^{N+2}`, so on fast triples even the true Lagrangian leaves a
+    large DEL residual that biases the fit (on the double pendulum at the paper's speeds, ``h = 0.1``, the loss of
+    :math:`\mathrm{inv}_2(L_{true})` is 0.25 on all triples and 1.9e-4 on those with ``max_step = 0.6``, 30% of them).
 
-    ``max_step`` (``"del"`` only): keep the triples whose half central difference
-    :math:`\max_i |q_{j+1,i} - q_{j-1,i}|/2 \approx h|\dot q|_\infty` is at most ``max_step`` (positions only, no
-    velocities needed). The truncation error of :math:`\mathrm{inv}_N` grows like :math:`(h\omega)^{N+2}`, so on fast
-    triples even the true Lagrangian leaves a large DEL residual that biases the fit: on the double pendulum at the
-    paper's speeds (``h = 0.1``) the loss of :math:`\mathrm{inv}_2(L_{true})` is 0.25 on all triples and 1.9e-4 on those
-    with ``max_step = 0.6`` (30% of them).
+    The settings as separate keywords (``epochs=``, ``lr=``, ..., ``del_normalisation=``, ``inverse_order=``,
+    ``max_step=``) are deprecated: they still work, with a DeprecationWarning, until the next release.
     """
-    epochs, batch_size, patience = _check_options(model, epochs, batch_size, patience, lr, del_normalisation)
+    loss, opts = legacy_options(loss, options, legacy)
+    _check_model(model)
     h, scheme = _h_before_scheme(h, scheme)
-    gen = torch.Generator().manual_seed(int(seed))
-    if loss == "acceleration":
+    gen = torch.Generator().manual_seed(int(opts.seed))
+    if isinstance(loss, AccelerationLoss):
         tensors, batch_loss = _acceleration_objective(model, data)
-    elif loss == "del":
-        tensors, batch_loss = _del_objective(model, data, scheme, h, del_normalisation, inverse_order, max_step)
     else:
-        raise BeaValueError(f"loss must be 'acceleration' or 'del', got {loss!r}")
-    tr_idx, val_idx = _split(tensors[0].shape[0], val_fraction, gen)
+        tensors, batch_loss = _del_objective(model, data, scheme, h, loss)
+    tr_idx, val_idx = _split(tensors[0].shape[0], opts.val_fraction, gen)
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise BeaValueError("the model has no trainable parameters")
     with _environment_kept():
-        opt, sched = _optimiser(params, lr, weight_decay, schedule, epochs, patience)
+        opt, sched = _optimiser(params, opts)
 
     def evaluate(idx) -> float:
-        return _evaluate(model, batch_loss, idx, max(batch_size, 1024))
+        return _evaluate(model, batch_loss, idx, max(opts.batch_size, 1024))
 
-    res = TrainResult(loss=loss, n_train=int(tr_idx.numel()), n_val=int(val_idx.numel()))
+    res = TrainResult(loss=loss.name, n_train=int(tr_idx.numel()), n_val=int(val_idx.numel()))
     with _environment_kept():
-        _restoring_on_failure(model, res, lambda: _fit(model, res, batch_loss, evaluate, tr_idx, val_idx, opt, sched, schedule,
-                                                       params, epochs, batch_size, patience, grad_clip,
-                                                       min_rel_improvement, gen, progress, lr, loss))
+        _restoring_on_failure(model, res, lambda: _fit(model, res, batch_loss, evaluate, tr_idx, val_idx, opt, sched, params,
+                                                       gen, opts))
     return res
 
 
@@ -211,18 +203,9 @@ def _restoring_on_failure(model, res: TrainResult, fit: Callable[[], None]) -> N
         del res._best_state
 
 
-def _check_options(model, epochs, batch_size, patience, lr, del_normalisation):
+def _check_model(model) -> None:
     if not isinstance(model, torch.nn.Module):
         raise BeaTypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    epochs = _check_positive_int(epochs, "epochs")
-    batch_size = _check_positive_int(batch_size, "batch_size")
-    if patience is not None:
-        patience = _check_positive_int(patience, "patience")
-    if not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)):
-        raise BeaValueError(f"lr must be a positive number, got {lr!r}")
-    if del_normalisation not in ("momentum", "h"):
-        raise BeaValueError(f"del_normalisation must be 'momentum' or 'h', got {del_normalisation!r}")
-    return epochs, batch_size, patience
 
 
 def _acceleration_objective(model, data):
@@ -236,18 +219,18 @@ def _acceleration_objective(model, data):
     return tensors, batch_loss
 
 
-def _del_objective(model, data, scheme, h, del_normalisation, inverse_order, max_step):
+def _del_objective(model, data, scheme, h, loss: DELLoss):
     """The training triples ``(T,)`` and the loss of a batch of their indices."""
     if h is None:
         raise BeaValueError("the 'del' loss needs the sampling step h of the snapshots: train(..., loss='del', h=0.1)")
     h = check_step(h)
     sch = bea.get_scheme(scheme)
     S = check_snapshots(data, getattr(model, "n", None), "the training snapshots")
-    T = _slow_triples(triples_from_snapshots(S), max_step)
-    target = inverse_lagrangian(model, inverse_order, h, sch) if inverse_order else model
+    T = _slow_triples(triples_from_snapshots(S), loss.max_step)
+    target = inverse_lagrangian(model, loss.inverse_order, h, sch) if loss.inverse_order else model
 
     def batch_loss(idx):
-        return del_loss(target, T[idx], h, sch, del_normalisation)
+        return del_loss(target, T[idx], h, sch, loss.normalisation)
     return (T,), batch_loss
 
 
@@ -264,16 +247,15 @@ def _slow_triples(T: torch.Tensor, max_step: Optional[float]) -> torch.Tensor:
     return T[keep]
 
 
-def _optimiser(params, lr, weight_decay, schedule, epochs, patience):
-    opt = torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
-    if schedule == "cosine":
-        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs, eta_min=lr / 100)
-    elif schedule == "plateau":
-        sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=0.5, patience=max(1, (patience or 9) // 3))
-    elif schedule is None:
-        sched = None
+def _optimiser(params, opts: TrainOptions):
+    """Adam and the learning-rate schedule of ``opts`` (validated by :class:`TrainOptions`)."""
+    opt = torch.optim.Adam(params, lr=opts.lr, weight_decay=opts.weight_decay)
+    if opts.schedule == "cosine":
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=opts.epochs, eta_min=opts.lr / 100)
+    elif opts.schedule == "plateau":
+        sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=0.5, patience=max(1, (opts.patience or 9) // 3))
     else:
-        raise BeaValueError(f"schedule must be 'cosine', 'plateau' or None, got {schedule!r}")
+        sched = None
     return opt, sched
 
 
@@ -287,9 +269,9 @@ def _evaluate(model, batch_loss, idx, chunk: int) -> float:
     return total / idx.numel()
 
 
-def _fit(model, res, batch_loss, evaluate, tr_idx, val_idx, opt, sched, schedule, params, epochs, batch_size, patience,
-         grad_clip, min_rel_improvement, gen, progress, lr, loss):
+def _fit(model, res, batch_loss, evaluate, tr_idx, val_idx, opt, sched, params, gen, opts: TrainOptions):
     t0 = time.perf_counter()
+    epochs, batch_size, patience, lr = opts.epochs, opts.batch_size, opts.patience, opts.lr
     best_state = res._best_state
     res.best_val = evaluate(val_idx)
     res.history["val"].append(res.best_val)
@@ -299,8 +281,8 @@ def _fit(model, res, batch_loss, evaluate, tr_idx, val_idx, opt, sched, schedule
         raise BeaValueError(f"the initial validation loss is {res.best_val}: the model is not usable on these data "
                          f"(check the data scale or the model's initialisation)")
     since_best = 0
-    # progress=None, the project's default: a bar on a terminal, nothing in logs (tqdm's disable=None)
-    bar = tqdm(range(1, epochs + 1), disable=None if progress is None else not progress, desc=f"train ({loss})",
+    # progress=None, the project default: a bar on a terminal, nothing in logs (tqdm disable=None)
+    bar = tqdm(range(1, epochs + 1), disable=None if opts.progress is None else not opts.progress, desc=f"train ({res.loss})",
                unit="epoch", leave=False)
     for epoch in bar:
         model.train()
@@ -314,8 +296,8 @@ def _fit(model, res, batch_loss, evaluate, tr_idx, val_idx, opt, sched, schedule
                 raise TrainingDivergedError(f"the training loss became {float(ell.detach())} at epoch {epoch}; lower lr (now {lr}) "
                                          f"or set grad_clip")
             ell.backward()
-            if grad_clip is not None:
-                torch.nn.utils.clip_grad_norm_(params, grad_clip)
+            if opts.grad_clip is not None:
+                torch.nn.utils.clip_grad_norm_(params, opts.grad_clip)
             opt.step()
             total += float(ell.detach()) * idx.numel()
         train_loss = total / order.numel()
@@ -325,8 +307,8 @@ def _fit(model, res, batch_loss, evaluate, tr_idx, val_idx, opt, sched, schedule
         res.history["lr"].append(opt.param_groups[0]["lr"])
         res.epochs_run = epoch
         if sched is not None:
-            sched.step(val) if schedule == "plateau" else sched.step()
-        if val < res.best_val * (1 - min_rel_improvement):
+            sched.step(val) if opts.schedule == "plateau" else sched.step()
+        if val < res.best_val * (1 - opts.min_rel_improvement):
             res.best_val, res.best_epoch, since_best = val, epoch, 0
             best_state = res._best_state = copy.deepcopy(model.state_dict())
         else:

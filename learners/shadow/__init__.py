@@ -11,3 +11,43 @@ position and time), :mod:`~learners.shadow.guards` (no silent non-finite or runa
 :mod:`~learners.shadow.mechanical` (the opt-in mechanical kernel: RBF in the positions times a polynomial in the
 velocities) and :mod:`~learners.shadow.kernel_choice` (the ``kernel=`` option).
 """
+
+from .functionals import (Functionals, del_residuals, discrete_momenta, euler_lagrange_residuals, point_evaluations,
+                          triples_from_snapshots)
+from .gp import ConditioningInfo, FunctionalGP
+from .guards import ExtrapolationError, ExtrapolationWarning, IdentifiabilityWarning, NonFiniteModelError
+from .kernels import FunctionalKernel, RBFKernel, SmoothKernel
+from .lgp import LagrangianGP, finite_differences
+from .lsi import InverseModifiedLagrangianGP
+from .mechanical import MechanicalKernel
+from .normalisation import MassNormalisation, Normalisation, VertexNormalisation
+
+__all__ = [
+    # the models
+    "InverseModifiedLagrangianGP",
+    "LagrangianGP",
+    "finite_differences",
+    # kernels and the conditioned GP
+    "FunctionalGP",
+    "ConditioningInfo",
+    "FunctionalKernel",
+    "SmoothKernel",
+    "RBFKernel",
+    "MechanicalKernel",
+    # linear functionals
+    "Functionals",
+    "del_residuals",
+    "discrete_momenta",
+    "euler_lagrange_residuals",
+    "point_evaluations",
+    "triples_from_snapshots",
+    # options
+    "Normalisation",
+    "MassNormalisation",
+    "VertexNormalisation",
+    # guards
+    "ExtrapolationWarning",
+    "ExtrapolationError",
+    "IdentifiabilityWarning",
+    "NonFiniteModelError",
+]

@@ -90,6 +90,7 @@ from .kernel_choice import KernelOption, base_kernel, kernel_option
 from .kernels import FunctionalKernel
 from .position_search import search_positions
 from .normalisation import Normalisation, get_normalisation
+from .objectives import Auto, Objective, get_objective
 from .units import StandardUnits
 
 __all__ = ["FunctionalLagrangianModel", "MIN_NOISE", "IdentifiabilityWarning"]
@@ -110,16 +111,14 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
 
     @recorded
     def __init__(self, h: float, scheme: Union[str, "bea.Scheme"] = "midpoint", *, kernel: KernelOption = None,
-                 normalisation: Union[str, Normalisation, None] = "mass", objective: str = "auto",
+                 normalisation: Union[str, Normalisation, None] = "mass", objective: Union[str, Objective] = "auto",
                  lengthscale: Union[float, Sequence[float], torch.Tensor, None] = None, epsilon: Optional[float] = None,
                  noise: Optional[float] = None, ard: bool = True, iterations: Optional[int] = None, max_train_functionals: int = 600,
                  progress: Optional[bool] = None, seed: int = 0):
         super().__init__()
         self.h = check_step(h)
         self.scheme = bea.get_scheme(scheme)
-        if objective not in self.objectives:
-            raise BeaValueError(f"objective must be one of {', '.join(map(repr, self.objectives))} for "
-                             f"{type(self).__name__}, got {objective!r}")
+        objective = get_objective(objective, self.objectives, type(self).__name__)
         if epsilon is not None:
             if lengthscale is not None:
                 raise BeaValueError("give lengthscale= or epsilon=, not both")
@@ -244,9 +243,9 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         :math:`n \ge 3` (there the other two collapse, :mod:`learners.shadow.position_objective`), else ``"mll"``
         (identical to the results before ``"auto"`` existed; :meth:`_learn` still switches to ``"positions"`` if
         the likelihood collapses)."""
-        if self.objective != "auto":
-            return self.objective
-        return "positions" if n >= 3 and "positions" in self.objectives else "mll"
+        if not isinstance(self.objective, Auto):
+            return self.objective.name
+        return "positions" if n >= self.objective.positions_from and "positions" in self.objectives else "mll"
 
     def _learn(self, F_data: Functionals, groups: torch.Tensor, P: Functionals, P_groups: torch.Tensor,
                F_norm: Functionals) -> None:
@@ -265,7 +264,7 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
                 p.requires_grad_(False)
             if kind != "positions":
                 theta = self._search(kind, F_tr, F_va, P_va, None, scale0)
-                if self.objective == "auto" and collapsed(gp) and "positions" in self.objectives:
+                if getattr(self.objective, "fallback", False) and collapsed(gp) and "positions" in self.objectives:
                     warnings.warn(f"the marginal likelihood collapsed (outputscale {float(gp.kernel.outputscale):.2g}, "
                                   "a Lagrangian ~0 away from the normalisation point): learning the hyperparameters with "
                                   "objective='positions' instead", IdentifiabilityWarning, stacklevel=4)

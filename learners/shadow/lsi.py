@@ -117,7 +117,8 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         ``"vertices"`` (the paper's) or a :class:`~learners.shadow.normalisation.Normalisation`.
     objective : ``"auto"`` (default: ``"mll"`` for ``n <= 2``, switching to ``"positions"`` with an IdentifiabilityWarning
         if the likelihood collapses; ``"positions"`` for ``n >= 3``, where the others collapse), ``"mll"``, ``"heldout"``
-        or ``"positions"`` (:mod:`learners.shadow.hyperparameters`); ignored when ``lengthscale``/``epsilon`` is given.
+        or ``"positions"`` (:mod:`learners.shadow.hyperparameters`), or an object of :mod:`learners.shadow.objectives`
+        with its parameters (``Auto(positions_from=4, fallback=False)``); ignored when ``lengthscale``/``epsilon`` is given.
         :attr:`objective_used` says which one ran.
     lengthscale, epsilon : fix the RBF lengthscale (``epsilon``: the paper's
         :math:`\exp(-\|x-y\|^2/\varepsilon^2)`); ``noise``: the relative nugget then (default 1e-12).

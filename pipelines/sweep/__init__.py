@@ -19,7 +19,7 @@ from bea.errors import BeaError
 
 from .api import OutputExists, SweepResults, run
 from .spec import Spec, SpecError, Task, load
-from .tasks import Kind, Param, ParamError, TaskOutput, register
+from .tasks import Kind, Param, ParamError, TaskOutput, kind_names, register
 
 __all__ = ["BeaError", "run", "SweepResults", "OutputExists", "load", "Spec", "SpecError", "Task", "Kind", "Param", "ParamError",
-           "TaskOutput", "register"]
+           "TaskOutput", "register", "kind_names"]

@@ -5,10 +5,12 @@ registry of kinds (:data:`KINDS`, :func:`register`, :func:`get_kind`); the built
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Optional, Tuple
-from bea.errors import BeaTypeError, BeaValueError
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
-__all__ = ["Param", "Kind", "TaskOutput", "ParamError", "REQUIRED", "KINDS", "register", "get_kind"]
+from bea.errors import BeaTypeError, BeaValueError
+from bea.registry import Registry
+
+__all__ = ["Param", "Kind", "TaskOutput", "ParamError", "REQUIRED", "KINDS", "register", "get_kind", "kind_names"]
 
 
 class _Required:
@@ -64,19 +66,41 @@ class Kind:
     renamed: Tuple[Tuple[str, str], ...] = ()
 
 
+#: the kinds registered in this process, by name (in registration order); :func:`get_kind` also finds the kinds
+#: that installed packages declare in the entry-point group ``bea.sweep_kinds`` (:mod:`bea.registry`)
 KINDS: Dict[str, Kind] = {}
 
 
-def register(kind: Kind) -> Kind:
-    """Add (or replace) a task kind; returns it."""
+def _check_kind(kind: Any, name: str) -> None:
     if not isinstance(kind, Kind):
-        raise BeaTypeError(f"register needs a pipelines.sweep.tasks.Kind, got {type(kind).__name__}")
-    KINDS[kind.name] = kind
-    return kind
+        raise BeaTypeError(f"register needs a pipelines.sweep.Kind, got {type(kind).__name__} for {name!r}")
+    if kind.name != name:
+        raise BeaValueError(f"the sweep kind registered as {name!r} is named {kind.name!r}: an entry point's name must be "
+                            f"the Kind's name")
+
+
+_REGISTRY = Registry("sweep kind", "bea.sweep_kinds", _check_kind, entries=KINDS)
+
+
+def register(kind: Kind, *, replace: bool = False) -> Kind:
+    """Add a task kind under ``kind.name``, so that a sweep specification can name it (``kind = "..."``); returns
+    it. A name already taken by another kind raises :class:`~bea.errors.DuplicateNameError` unless
+    ``replace=True``. A package can declare kinds instead, in the entry-point group ``bea.sweep_kinds``
+    (the entry point's name is the kind's name, its value the :class:`Kind`)."""
+    if not isinstance(kind, Kind):
+        raise BeaTypeError(f"register needs a pipelines.sweep.Kind, got {type(kind).__name__}")
+    return _REGISTRY.register(kind.name, kind, replace=replace)
+
+
+def kind_names() -> List[str]:
+    """The kinds a specification can name: registered, and declared by installed packages."""
+    return _REGISTRY.names()
 
 
 def get_kind(name: str) -> Kind:
-    try:
-        return KINDS[name]
-    except KeyError:
-        raise BeaValueError(f"unknown kind {name!r} (one of {', '.join(sorted(KINDS))})") from None
+    """The kind registered as ``name``, or declared by an installed package's entry point (loaded now)."""
+    kind = _REGISTRY.get(name) if isinstance(name, str) and name.strip() else None
+    if kind is None:
+        raise BeaValueError(f"unknown kind {name!r} (one of {', '.join(kind_names())}); register yours with "
+                            f"pipelines.sweep.register(Kind(...)) or a package's 'bea.sweep_kinds' entry point")
+    return kind

@@ -58,7 +58,7 @@ from bea.reading import read_regular
 
 from . import records
 from .limits import MAX_TASKS, SpecError, check_name, check_task_count, renamed_params as _renamed
-from .tasks import REQUIRED, Kind, ParamError, get_kind, KINDS
+from .tasks import REQUIRED, Kind, ParamError, get_kind, kind_names
 
 __all__ = ["Spec", "Task", "Execution", "SpecError", "load"]
 
@@ -255,13 +255,14 @@ def parse(data: Mapping[str, Any], source: str = "<dict>", text: str = "", defau
         if key not in TOP_KEYS:
             raise _unknown(source, key, key, TOP_KEYS)
     if "kind" not in data:
-        raise SpecError(source, "kind", f"missing: say which experiment runs (one of {', '.join(sorted(KINDS))})")
+        raise SpecError(source, "kind", f"missing: say which experiment runs (one of {', '.join(kind_names())})")
     kind_name = data["kind"]
     if not isinstance(kind_name, str):
         raise SpecError(source, "kind", f"expected a string, got {_describe(kind_name)}")
-    if kind_name not in KINDS:
-        raise SpecError(source, "kind", f"unknown kind {kind_name!r} (one of {', '.join(sorted(KINDS))})")
-    kind = KINDS[kind_name]
+    try:
+        kind = get_kind(kind_name)  # registered, or an installed package's entry point (bea.sweep_kinds)
+    except BeaValueError as err:
+        raise SpecError(source, "kind", str(err)) from None
     name = data.get("name", default_name)
     description = data.get("description", "")
     for key, val in (("name", name), ("description", description)):

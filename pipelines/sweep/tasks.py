@@ -45,7 +45,7 @@ from __future__ import annotations
 # registration order is the order of KINDS: convergence, then shadow and modlanet
 from .convergence_kind import CONVERGENCE_EXPERIMENTS, CONVERGENCE_SYSTEMS, expected_order
 from . import experiment_kinds  # noqa: F401,E402  (registers shadow, modlanet)
-from .kinds import KINDS, REQUIRED, Kind, Param, ParamError, TaskOutput, get_kind, register
+from .kinds import KINDS, REQUIRED, Kind, Param, ParamError, TaskOutput, get_kind, kind_names, register
 
-__all__ = ["Param", "Kind", "TaskOutput", "ParamError", "REQUIRED", "KINDS", "register", "get_kind",
+__all__ = ["Param", "Kind", "TaskOutput", "ParamError", "REQUIRED", "KINDS", "register", "get_kind", "kind_names",
            "CONVERGENCE_SYSTEMS", "CONVERGENCE_EXPERIMENTS", "expected_order"]
