@@ -154,7 +154,8 @@ def _sibling_defaults():
     from integrators import VariationalIntegrator, modified
     from learners import InverseModifiedLagrangianGP as LSI
     from learners import LagrangianGP as LGP
-    from learners import rollout_ode, train
+    from learners import rollout_ode
+    from learners.neural.options import TrainOptions
     from learners.shadow.hyperparameters import FunctionalLagrangianModel
 
     gp_methods = [getattr(cls, m) for cls in (LSI, LGP) for m in ("recovered_lagrangian", "energy", "energies",
@@ -167,7 +168,7 @@ def _sibling_defaults():
         "reference_index": (None, [LSI.energies, LGP.energies]),
         "progress": (None, [VariationalIntegrator.__init__, VariationalIntegrator.solve,
                             VariationalIntegrator.solve_from_positions, modified.predict, rollout_variational, rollout_ode,
-                            train, FunctionalLagrangianModel.__init__, pipelines.sweep.run]),
+                            TrainOptions, FunctionalLagrangianModel.__init__, pipelines.sweep.run]),
     }
 
 

@@ -102,7 +102,7 @@ class LagrangianEstimator(Estimator):
             return self, self  # no step involved: the energy of an acceleration-trained model needs no h
         if self.loss.inverse_order:
             return modified.inverse_lagrangian(self, self.loss.inverse_order, self._step(), self.scheme), self
-        return self, modified.modified_lagrangian(self, order, self._step(), self.scheme)
+        return self, modified.recovered_lagrangian(self, order, self._step(), self.scheme)
 
     def _recovery_order(self, order: int) -> int:
         """The order passed on: 0 for a model of the true Lagrangian (no correction to recover)."""
