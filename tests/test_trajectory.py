@@ -106,6 +106,41 @@ def test_every_consumer_agrees_on_every_producer(gps, produced, consumer):
         assert float((got - want).abs().max()) <= 1e-12, (producer, consumer)
 
 
+def _momenta_of_the_integrated_lagrangian(gps):
+    """producer -> the discrete momenta of the Lagrangian it integrated, recomputed from positions (the consumer path)."""
+    lsi, lgp = gps
+    vi = VariationalIntegrator(PENDULUM, H, execution="eager")
+    of_oscillator = lambda q: modified.discrete_momenta(oscillator, q, H)  # noqa: E731
+    return {"solve": vi.momenta, "solve_from_positions": vi.momenta, "rollout_variational": vi.momenta,
+            "modified.predict": of_oscillator, "predict_positions": of_oscillator, "lsi.predict": lsi.momenta,
+            # the GP without a public momenta(): its integrator's in the standardised units, mapped back (units.py)
+            "lgp.predict": lambda q: lgp._speed * lgp._integrator_std().momenta(lgp._to_standard(q))}
+
+
+@pytest.mark.parametrize("producer", PRODUCERS)
+def test_the_integrating_producers_carry_their_momenta(gps, produced, producer):
+    """Every producer that runs the variational integrator fills ``p`` with the momenta its march computed; they are
+    the discrete momenta of the positions (the momenta consumers) to Newton's tolerance, far inside 1e-12 for |p| ~ 1.
+    The flows and snapshots carry none (their momenta would need a Lagrangian they do not have)."""
+    traj = produced[producer]
+    recompute = _momenta_of_the_integrated_lagrangian(gps).get(producer)
+    if recompute is None:
+        assert traj.p is None
+        return
+    assert traj.p is not None and traj.p.shape == traj.q.shape and traj.p.dtype == torch.float64
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        want = recompute(traj.q)
+    # p_0 is dL_rec/dv(q0, qdot0), the others D2 L_d(q_j, q_j+1) at the very positions the consumer reads: p_0 equals
+    # -D1 L_d(q_0, q_1) up to the first step's residual, i.e. Newton's tolerance (xtol 1e-16 in the integrator: 5e-16
+    # measured; 1e-10 in the GPs' predict: 5e-11), the later rows up to the rounding of two evaluations of one
+    # function (0 measured for the systems; for the GP mean, whose coefficients are large at noise 1e-10, 9e-12)
+    gp = producer in ("lsi.predict", "lgp.predict")
+    first, rest = (1e-9, 1e-10) if gp else (1e-12, 1e-12)
+    assert float((traj.p[0] - want[0]).abs().max()) <= first and float((traj.p[1:] - want[1:]).abs().max()) <= rest
+    assert float(traj.p.abs().max()) > 0.1  # not vacuous: the momenta are of order one
+
+
 def test_fields_layout_and_snapshots():
     S = snapshots(PENDULUM, H, 3, 4, seed=2)
     traj = Trajectory.from_snapshots(S, h=H, t0=1.0)

@@ -284,10 +284,11 @@ def rollout_variational(lagrangian, q0, qdot0, h: float, steps: int, *, scheme="
             n = qs.shape[-1]
             qf = qs.reshape(qs.shape[0], -1, n)
             if bool(ok.any()):
-                vf = vi.velocities(qf[:, ok], legendre)
+                # from the march's own momenta (the same as vi.momenta of the positions, not recomputed)
+                vf = vi.velocities(qf[:, ok], legendre, momenta=sol.p.reshape(qf.shape)[:, ok])
                 vs.reshape(qs.shape[0], -1, n)[:, ok] = vf
     finally:
         for m, flags in zip(modules, saved):
             for p, flag in zip(m.parameters(), flags):
                 p.requires_grad_(flag)
-    return Trajectory(qs, valid, t=sol.t, v=vs, stats=sol.stats, legacy=("q", "v", "valid"), legacy_tuple=True)
+    return Trajectory(qs, valid, t=sol.t, p=sol.p, v=vs, stats=sol.stats, legacy=("q", "v", "valid"), legacy_tuple=True)

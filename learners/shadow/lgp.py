@@ -180,7 +180,8 @@ class LagrangianGP(FunctionalLagrangianModel):
                           "determined by the data. Start inside the data's region", ExtrapolationWarning, stacklevel=2)
         t = None if sol.t is None else sol.t * (self.h / self._h_std)  # the solve's times are in the standardised unit
         # legacy=None: used as the tensor q it returned before (deprecated)
-        return dataclasses.replace(sol, q=qs, t=t, legacy=None)
+        # p: the march's discrete momenta of the learned L, mapped back as momenta are (learners.shadow.units)
+        return dataclasses.replace(sol, q=qs, t=t, p=self._speed * sol.p, legacy=None)
 
     def _integrator_std(self, **newton):
         """The scheme on the posterior mean in the standardised coordinates (C form), at the step :math:`h'`."""
