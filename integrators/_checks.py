@@ -27,7 +27,7 @@ def as_float64(x: Any, name: str) -> torch.Tensor:
             raise BeaTypeError(f"{name} must be a tensor or array of numbers, got {type(x).__name__}") from err
         if arr.dtype == object or arr.dtype.kind not in "biufc":
             raise BeaTypeError(f"{name} must contain real numbers, got an array of dtype {arr.dtype}")
-        t = torch.as_tensor(arr)
+        t = torch.as_tensor(arr, device="cpu")  # numbers and arrays live on the host, whatever torch's default device
     if t.dtype == torch.bool:
         raise BeaTypeError(f"{name} must contain real numbers, got a bool tensor")
     if t.is_complex():

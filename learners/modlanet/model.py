@@ -116,6 +116,8 @@ class ModLaNet(nn.Module, SavableModule):
     c1, c2, learn_weights : the weights of the two potential terms (learnable by default).
     seed : initialises the learned cells from a :class:`torch.Generator` (global RNG untouched); a
         generator can be passed instead as ``generator``.
+    device : where the model is made (default: the CPU). It is built on the CPU (the seed's draws are the same
+        on every device) and moved; like any ``nn.Module`` it moves later with ``.to(device)`` (float64 throughout).
     """
 
     @recorded
@@ -123,7 +125,7 @@ class ModLaNet(nn.Module, SavableModule):
                  potential="mlp", pair="mlp", hidden: int = 50, layers: int = 2, activation: str = "tanh",
                  masses: Union[float, Sequence[float]] = 1.0, fixed_mass: Optional[int] = 0, learn_masses: bool = True,
                  c1: float = 1.0, c2: float = 1.0, learn_weights: bool = True, seed: Optional[int] = 0,
-                 generator: Optional[torch.Generator] = None):
+                 generator: Optional[torch.Generator] = None, device: Union[str, torch.device, None] = None):
         super().__init__()
         self._order = check_parents(parents)
         self.parents = [int(p) for p in parents]
@@ -149,8 +151,8 @@ class ModLaNet(nn.Module, SavableModule):
                 raise BeaValueError(f"fixed_mass must be an element index 0..{N - 1} or None, got {fixed_mass!r}")
         self.fixed_mass = fixed_mass
         self.learn_masses = bool(learn_masses)
-        logm = torch.tensor([math.log(x) for x in m], dtype=DTYPE)
-        learn = torch.full((N,), self.learn_masses)
+        logm = torch.tensor([math.log(x) for x in m], dtype=DTYPE, device="cpu")
+        learn = torch.full((N,), self.learn_masses, device="cpu")
         if fixed_mass is not None:
             learn[fixed_mass] = False
         self.register_buffer("_mass_learned", learn)
@@ -159,14 +161,16 @@ class ModLaNet(nn.Module, SavableModule):
         # weights c1, c2
         self.learn_weights = bool(learn_weights)
         for name, val in (("c1", c1), ("c2", c2)):
-            t = torch.tensor(float(val), dtype=DTYPE)
+            t = torch.tensor(float(val), dtype=DTYPE, device="cpu")
             if self.learn_weights:
                 setattr(self, name, nn.Parameter(t))
             else:
                 self.register_buffer(name, t)
-        iu = torch.triu_indices(N, N, offset=1)
+        iu = torch.triu_indices(N, N, offset=1, device="cpu")
         self.register_buffer("_pair_i", iu[0])
         self.register_buffer("_pair_j", iu[1])
+        if device is not None:
+            self.to(device)
 
     # ------------------------------------------------------------------ constructors
     @classmethod

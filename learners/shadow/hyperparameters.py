@@ -186,16 +186,19 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
 
     # ------------------------------------------------------------------ set-up
     def _make_gp(self, D: int) -> FunctionalGP:
-        if self._user_kernel is not None:
-            kernel = self._user_kernel
-        else:
-            base = base_kernel(self._kernel_template, D, self.ard, _exp_positive())
-            kernel = FunctionalKernel(base, outputscale_constraint=_exp_positive())
-        gp = FunctionalGP(kernel, noise=1e-12, min_noise=0.0)
-        # the nugget on a log scale; its floor MIN_NOISE (relative to the outputscale) is enforced in set_hyperparameters
-        gp.likelihood = gpytorch.likelihoods.GaussianLikelihood(noise_constraint=_exp_positive())
-        gp.likelihood.noise = torch.tensor(1e-12, dtype=torch.float64)
-        gp.to(torch.float64)  # parameters in float64 whatever the caller's default dtype
+        dev = self._units_device  # the data's
+        # GPyTorch makes its parameters and constraint bounds on the default device: build them on the data's
+        with torch.device(dev):
+            if self._user_kernel is not None:
+                kernel = self._user_kernel
+            else:
+                base = base_kernel(self._kernel_template, D, self.ard, _exp_positive())
+                kernel = FunctionalKernel(base, outputscale_constraint=_exp_positive())
+            gp = FunctionalGP(kernel, noise=1e-12, min_noise=0.0)
+            # the nugget on a log scale; its floor MIN_NOISE (relative to the outputscale) is enforced in set_hyperparameters
+            gp.likelihood = gpytorch.likelihoods.GaussianLikelihood(noise_constraint=_exp_positive())
+        gp.likelihood.noise = torch.tensor(1e-12, dtype=torch.float64, device=dev)
+        gp.to(device=dev, dtype=torch.float64)  # parameters in float64 whatever the caller's default dtype
         return gp
 
     # ------------------------------------------------------------------ learning
@@ -214,11 +217,12 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         self._variance_scale = 1.0
         if self._user_kernel is not None:  # used as given
             rho = self.fixed_noise if self.fixed_noise is not None else 1e-12
-            gp.likelihood.noise = torch.tensor([rho * float(gp.kernel.outputscale.detach())], dtype=torch.float64)
+            gp.likelihood.noise = torch.tensor([rho * float(gp.kernel.outputscale.detach())], dtype=torch.float64,
+                                               device=self._units_device)
             self._freeze()
         elif self.fixed_lengthscale is not None:
             # given in the data's units; the time unit is then the data's (_learns_time_unit), so one scale serves q and v
-            ls = torch.as_tensor(self.fixed_lengthscale, dtype=torch.float64) / self._unit
+            ls = torch.as_tensor(self.fixed_lengthscale, dtype=torch.float64, device=self._units_device) / self._unit
             set_hyperparameters(gp, ls, self.fixed_noise if self.fixed_noise is not None else 1e-12)
             self._freeze()
         else:

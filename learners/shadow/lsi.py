@@ -175,10 +175,10 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
             x0 = norm.point.reshape(-1).to(torch.float64)
             norm = MassNormalisation(norm.c, point=self._standard_state(x0[:n], x0[n:]))
         F = del_residuals(triples_from_snapshots(Sd), h, self.scheme)
-        groups = torch.arange(T).repeat_interleave((m - 2) * n)
+        groups = torch.arange(T, device=S.device).repeat_interleave((m - 2) * n)
         pairs = torch.stack([Sd[:, :-1], Sd[:, 1:]], -2).reshape(-1, 2, n)
         P = discrete_momenta(pairs, h, self.scheme)
-        P_groups = torch.arange(T).repeat_interleave((m - 1) * n)
+        P_groups = torch.arange(T, device=S.device).repeat_interleave((m - 1) * n)
         self._standard_snapshots = Sd  # for the "positions" objective while learning
         try:
             self._fit_functionals(F, groups, P, P_groups, normalisation=norm)
@@ -369,9 +369,9 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         std = torch.full_like(flat, float("nan"))
         bad = runaway(flat)  # (steps + 1, batch): far beyond the data, whatever the std says
         if S1 >= 3:
-            mid = torch.arange(1, S1 - 1)
+            mid = torch.arange(1, S1 - 1, device=qs.device)
             if every and mid.numel() > CHECK_POINTS:
-                mid = torch.unique(torch.linspace(1, S1 - 2, CHECK_POINTS, dtype=torch.float64).round().long())
+                mid = torch.unique(torch.linspace(1, S1 - 2, CHECK_POINTS, dtype=torch.float64, device=qs.device).round().long())
             trip = torch.stack([flat[mid - 1], flat[mid], flat[mid + 1]], 2).reshape(-1, 3, n)  # (time-major) x batch
             parts = [self._residual_posterior(trip[a:a + CHECK_CHUNK])[1] for a in range(0, trip.shape[0], CHECK_CHUNK)]
             std[mid] = torch.cat(parts).reshape(mid.numel(), -1, n)
