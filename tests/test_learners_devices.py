@@ -184,3 +184,23 @@ def test_a_neural_model_moves_with_to(device):
         assert all(torch.equal(a.cpu(), b) for a, b in zip(m.state_dict().values(), here.state_dict().values()))
     out = rollout_variational(moved, q0.to(device), v0.to(device), H, 3)
     _check_place({"q": out.q, "v": out.v}, device, "LNN.to")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ["InverseModifiedLagrangianGP", "LagrangianGP"])
+def test_a_fitted_gp_moves_with_to(kind, device):
+    """``.to(device)`` moves the whole fitted state (posterior, data, units); predictions there equal those of
+    the model before the move (exactly on the CPU, where the move rebuilds the same numbers; 1e-9 elsewhere, as
+    above). A conversion to another dtype is refused: the models compute in float64."""
+    import learners
+    from bea.errors import BeaTypeError
+
+    S, q0, v0 = _data()
+    gp = getattr(learners, kind)(H, **GP_FIXED).fit(S)
+    want = gp.predict(q0, v0, 4).q
+    assert gp.to(device) is gp and gp.gp._beta.device.type == torch.device(device).type
+    got = gp.predict(q0.to(device), v0.to(device), 4).q
+    assert got.device.type == torch.device(device).type and got.dtype == torch.float64
+    assert float((got.cpu() - want).abs().max()) <= (0.0 if device == "cpu" else 1e-9)
+    with pytest.raises(BeaTypeError, match="float64"):
+        gp.float()
