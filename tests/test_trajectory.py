@@ -208,3 +208,36 @@ def test_train_consumes_a_trajectory():
             res = train(LNN(1, 8, seed=0), data, loss="del", h=H, epochs=2, patience=None, progress=False)
         histories.append(res.history["train"])
     assert len(histories[0]) == 3 and histories[0] == histories[1]  # the initial loss and two epochs
+
+
+def test_the_flags_do_not_change_the_return_type(gps):
+    """``on_failure`` and ``return_std`` choose what is computed, never the type: every value gives a Trajectory
+    (``valid`` always, ``std`` exactly when asked for), and the old forms each value stood for (the tensor ``q``,
+    ``(q, valid)``, ``(q, std)``) still work with a DeprecationWarning naming the field to use."""
+    lsi, _ = gps
+    vi = VariationalIntegrator(PENDULUM, H, execution="eager")
+    runs = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        for mode in ("raise", "mask"):
+            runs["solve", mode] = vi.solve(Q0, V0, STEPS, on_failure=mode)
+            runs["modified.predict", mode] = modified.predict(oscillator, Q0, V0, STEPS, H, order=2, on_failure=mode)
+            runs["predict_positions", mode] = predict_positions(oscillator, Q0, V0, STEPS, H, on_failure=mode)
+        for flag in (False, True):
+            runs["lsi.predict", flag] = lsi.predict(Q0, V0, STEPS, on_extrapolation="ignore", return_std=flag)
+    for (producer, flag), traj in runs.items():
+        assert isinstance(traj, Trajectory) and traj.valid.shape == traj.q.shape[:-1], (producer, flag)
+        assert (traj.std is not None) == (flag is True), (producer, flag)
+        assert traj.p is not None and bool(traj.valid.all()), (producer, flag)
+    # the two values of a flag give the same numbers
+    for producer in ("solve", "modified.predict", "predict_positions"):
+        assert torch.equal(runs[producer, "raise"].q, runs[producer, "mask"].q)
+    assert torch.equal(runs["lsi.predict", False].q, runs["lsi.predict", True].q)
+    with pytest.warns(DeprecationWarning, match="use traj.q"):  # on_failure="raise" returned the tensor q
+        assert runs["predict_positions", "raise"][-1].shape == (2, 1)
+    with pytest.warns(DeprecationWarning, match=r"\(q, valid\).*traj.valid"):
+        _, valid = runs["predict_positions", "mask"]
+    with pytest.warns(DeprecationWarning, match="use traj.q"):  # return_std=False returned the tensor q
+        assert runs["lsi.predict", False].shape == (STEPS + 1, 2, 1)
+    with pytest.warns(DeprecationWarning, match=r"traj.q, traj.std"):
+        _, std = runs["lsi.predict", True]
