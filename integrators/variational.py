@@ -186,7 +186,8 @@ class VariationalIntegrator:
         Returns a :class:`~integrators.Trajectory`: the positions ``q``, shape ``(steps + 1, batch..., n)``,
         ``valid`` of shape ``(steps + 1, batch...)``, the times ``t = h j``, the momenta ``p`` (the shape of ``q``:
         :math:`p_0` above, then :math:`p_{j+1} = D_2L_\Delta(q_j, q_{j+1})` as each step computes it; they agree with
-        :meth:`momenta` of ``q`` to Newton's tolerance) and Newton statistics (``stats``).
+        :meth:`momenta` of ``q`` to Newton's tolerance) and Newton statistics (``stats``); ``v`` is left empty, as it
+        costs a Newton solve per position (:meth:`velocities` takes these momenta as ``momenta=``).
         With ``on_failure="mask"`` a trajectory whose Newton solve fails is stopped instead of raising
         :class:`~integrators.newton.ConvergenceError`; ``q`` is NaN exactly where ``valid`` is False.
         """
