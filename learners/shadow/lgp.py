@@ -93,7 +93,7 @@ class LagrangianGP(FunctionalLagrangianModel):
             S = (S - center) / unit
             self._set_units(center, unit, standard_step(S))
         else:  # a kernel fixed in the data's units (the paper's baseline, epsilon = 5) is fitted there
-            self._set_units(None, 1.0, None)
+            self._set_units(None, 1.0, None, S.device)
         q, v, a = finite_differences(S, self._h_std)
         T, m, n = q.shape
         self._fit_states(q.reshape(-1, n), v.reshape(-1, n), a.reshape(-1, n), torch.arange(T, device=q.device).repeat_interleave(m))
@@ -127,7 +127,7 @@ class LagrangianGP(FunctionalLagrangianModel):
             self._set_units(center, unit, self.h / tau)
             q, v, a = self._to_standard(q), v / self._speed, a * (tau / self._speed)  # a' = a tau^2 / sigma
         else:
-            self._set_units(None, 1.0, None)
+            self._set_units(None, 1.0, None, q.device)
         self._fit_states(q, v, a, groups)
         self.kind = "LGPExact (given derivatives)"
         return self
@@ -182,7 +182,8 @@ class LagrangianGP(FunctionalLagrangianModel):
         t = None if sol.t is None else sol.t * (self.h / self._h_std)  # the solve's times are in the standardised unit
         # legacy=None: used as the tensor q it returned before (deprecated)
         # p: the march's discrete momenta of the learned L, mapped back as momenta are (learners.shadow.units)
-        return dataclasses.replace(sol, q=qs, t=t, p=self._speed * sol.p, legacy=None)
+        return dataclasses.replace(sol, q=qs, t=t, p=None if sol.p is None else self._speed * sol.p,
+                                   legacy=None)
 
     def _integrator_std(self, **newton):
         """The scheme on the posterior mean in the standardised coordinates (C form), at the step :math:`h'`."""

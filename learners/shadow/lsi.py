@@ -355,7 +355,7 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         t = None if sol.t is None else sol.t * (self.h / self._h_std)  # the solve's times are in the standardised unit
         # legacy: unpacks as the (q, std) it returned before with return_std=True, else acts as the tensor q (deprecated)
         # the march's momenta of L_inv (those of momenta()), mapped back as momenta are (learners.shadow.units)
-        return Trajectory(self._from_standard(sol.q), sol.valid, t=t, p=self._speed * sol.p,
+        return Trajectory(self._from_standard(sol.q), sol.valid, t=t, p=None if sol.p is None else self._speed * sol.p,
                           std=self._speed * std if return_std else None, stats=sol.stats, legacy=("q", "std") if return_std else None, legacy_tuple=return_std)
 
     def _check_extrapolation(self, qs: torch.Tensor, mode: str, every: bool = False) -> torch.Tensor:

@@ -42,7 +42,8 @@ def fitted_state(model) -> Dict[str, Any]:
 def restore(model, state: Dict[str, Any]) -> None:
     """Put a saved fitted state into a freshly constructed model (no refit)."""
     model.n = state["n"]
-    model._set_units(state["center"], state["unit"], state.get("step"))  # files before the time unit: h' = h
+    # files before the time unit: h' = h; the device is where the posterior was loaded (or moved) to
+    model._set_units(state["center"], state["unit"], state.get("step"), state["beta"].device)
     gp = model._make_gp(2 * model.n)
     gp.load_state_dict(state["gp"])
     F = _functionals(state["functionals"])

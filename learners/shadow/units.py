@@ -99,8 +99,11 @@ class StandardUnits:
     _unit: float = 1.0
     _step: Optional[float] = None
 
-    def _set_units(self, center: Optional[torch.Tensor], unit: float, step: Optional[float]) -> None:
+    def _set_units(self, center: Optional[torch.Tensor], unit: float, step: Optional[float],
+                   device: Optional[torch.device] = None) -> None:
+        """``device``: where the data are, when there is no ``center`` to tell (default: the CPU)."""
         self._center, self._unit, self._step = center, float(unit), (None if step is None else float(step))
+        self._data_device = center.device if center is not None else torch.device(device or "cpu")
 
     @property
     def _h_std(self) -> float:
@@ -119,8 +122,8 @@ class StandardUnits:
 
     @property
     def _units_device(self) -> torch.device:
-        """The device of the fitted data (that of the centre), where the model's own tensors are made."""
-        return self._center.device if self._center is not None else torch.device("cpu")
+        """The device of the fitted data, where the model's own tensors are made."""
+        return getattr(self, "_data_device", torch.device("cpu"))
 
     @property
     def _standardised(self) -> bool:
