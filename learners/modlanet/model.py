@@ -367,7 +367,8 @@ class ModLaNet(nn.Module, SavableModule):
         fixed = self.fixed_mass if (self.fixed_mass is not None and self.fixed_mass < n_elements) else None
         new = ModLaNet(parents, ts, self.dim, potential=copy.deepcopy(self.potential), pair=copy.deepcopy(self.pair),
                        masses=masses, fixed_mass=fixed, learn_masses=self.learn_masses, c1=float(self.c1.detach()), c2=float(self.c2.detach()),
-                       learn_weights=self.learn_weights, seed=None, **self._cell_opts)
+                       learn_weights=self.learn_weights, seed=None, device=self._log_mass_fixed.device,
+                       **self._cell_opts)
         new.train(self.training)
         return new
 

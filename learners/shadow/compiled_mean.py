@@ -95,7 +95,8 @@ def c_lagrangian_of_expansion(ex: AtomExpansion, n: int):
         if D != 2 * n:
             raise NotLowerable(f"the expansion lives on R^{D}, not on (q, v) with n = {n}")
         counts, atoms = packed_atoms(ex)
-        parts = [torch.tensor([float(D)], dtype=torch.float64, device=counts.device), counts, ex._scale.reshape(1).to(torch.float64),
+        parts = [torch.tensor([float(D)], dtype=torch.float64, device=counts.device), counts,
+                 ex._scale.reshape(1).to(torch.float64),
                  ex._ls.reshape(-1).expand(D).to(torch.float64), atoms]
         params = np.ascontiguousarray(torch.cat(parts).cpu().numpy(), dtype=np.float64)  # the C code reads host memory
     return CLagrangian(n=n, source=SOURCE, params=params, cost=int(ex._Y.shape[0]))

@@ -74,7 +74,8 @@ class FunctionalGP(gpytorch.Module):
         super().__init__()
         self.kernel = kernel if kernel is not None else FunctionalKernel()
         self.likelihood = gpytorch.likelihoods.GaussianLikelihood(noise_constraint=GreaterThan(min_noise))
-        self.likelihood.noise = torch.tensor(max(noise, 2 * min_noise), dtype=torch.float64, device=self.likelihood.raw_noise.device)
+        self.likelihood.noise = torch.tensor(max(noise, 2 * min_noise), dtype=torch.float64,
+                                             device=self.likelihood.raw_noise.device)
         self.train_functionals: Optional[Functionals] = None
         self.info: Optional[ConditioningInfo] = None
         self._chol: Optional[torch.Tensor] = None

@@ -97,7 +97,8 @@ def training_subsets(groups: torch.Tensor, count: int, max_train: int, seed: int
     if va.numel() > max_train // 2:
         va_groups = torch.unique(groups[va])
         per = max(1, va.numel() // va_groups.numel())
-        keep = va_groups[torch.randperm(va_groups.numel(), generator=gen, device="cpu").to(groups.device)][: max(1, max_train // 2 // per)]
+        perm = torch.randperm(va_groups.numel(), generator=gen, device="cpu").to(groups.device)
+        keep = va_groups[perm][: max(1, max_train // 2 // per)]
         va = va[torch.isin(groups[va], keep)]
     return tr, va
 

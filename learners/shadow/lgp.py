@@ -96,7 +96,8 @@ class LagrangianGP(FunctionalLagrangianModel):
             self._set_units(None, 1.0, None, S.device)
         q, v, a = finite_differences(S, self._h_std)
         T, m, n = q.shape
-        self._fit_states(q.reshape(-1, n), v.reshape(-1, n), a.reshape(-1, n), torch.arange(T, device=q.device).repeat_interleave(m))
+        groups = torch.arange(T, device=q.device).repeat_interleave(m)
+        self._fit_states(q.reshape(-1, n), v.reshape(-1, n), a.reshape(-1, n), groups)
         self.kind = "LGP (finite differences)"
         return self
     def fit_states(self, q, v, a, trajectory: Optional[torch.Tensor] = None) -> "LagrangianGP":
@@ -139,7 +140,8 @@ class LagrangianGP(FunctionalLagrangianModel):
         F = euler_lagrange_residuals(q, v, a)
         g = groups.repeat_interleave(n)
         x = torch.cat([q, v], -1)
-        P = Functionals.cat([gradient_evaluations(x, torch.eye(2 * n, dtype=x.dtype, device=x.device)[n + i].expand_as(x).clone()) for i in range(n)])
+        eye = torch.eye(2 * n, dtype=x.dtype, device=x.device)
+        P = Functionals.cat([gradient_evaluations(x, eye[n + i].expand_as(x).clone()) for i in range(n)])
         P_groups = groups.repeat(n)
         self._fit_functionals(F, g, P, P_groups)
 
@@ -172,7 +174,8 @@ class LagrangianGP(FunctionalLagrangianModel):
         sol = solve_with_retry(self._integrator_std, newton, self._to_standard(q0), qdot0 / self._speed, steps)
         check_prediction(sol.q, "LagrangianGP.predict", self._from_standard)
         qs = self._from_standard(sol.q)
-        far = runaway(qs, self._region) if self._region is not None else torch.zeros(qs.shape[:-1], dtype=torch.bool, device=qs.device)
+        far = (runaway(qs, self._region) if self._region is not None
+               else torch.zeros(qs.shape[:-1], dtype=torch.bool, device=qs.device))
         if bool(far.any()):
             idx = tuple(int(i) for i in torch.nonzero(far)[0])
             warnings.warn(f"the prediction leaves the data: {int(far.sum())} predicted positions lie more than "

@@ -356,7 +356,8 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         # legacy: unpacks as the (q, std) it returned before with return_std=True, else acts as the tensor q (deprecated)
         # the march's momenta of L_inv (those of momenta()), mapped back as momenta are (learners.shadow.units)
         return Trajectory(self._from_standard(sol.q), sol.valid, t=t, p=None if sol.p is None else self._speed * sol.p,
-                          std=self._speed * std if return_std else None, stats=sol.stats, legacy=("q", "std") if return_std else None, legacy_tuple=return_std)
+                          std=self._speed * std if return_std else None, stats=sol.stats,
+                          legacy=("q", "std") if return_std else None, legacy_tuple=return_std)
 
     def _check_extrapolation(self, qs: torch.Tensor, mode: str, every: bool = False) -> torch.Tensor:
         """Posterior std of the DEL residual at the interior positions of ``qs`` (standardised), NaN at the

@@ -98,7 +98,8 @@ class MassNormalisation(Normalisation):
         index = dict(dtype=torch.long, device=f64["device"])
         atoms = {0: AtomSet(x0, torch.zeros(1, 0, D, **f64), torch.ones(1, **f64), torch.zeros(1, **index)),
                  1: AtomSet(x0.expand(n, D), eye[n:][:, None, :], torch.ones(n, **f64), torch.arange(1, n + 1, **index)),
-                 2: AtomSet(x0.expand(n, D), torch.stack([eye[n:], eye[n:]], 1), torch.ones(n, **f64), torch.full((n,), n + 1, **index))}
+                 2: AtomSet(x0.expand(n, D), torch.stack([eye[n:], eye[n:]], 1), torch.ones(n, **f64),
+                            torch.full((n,), n + 1, **index))}
         return Functionals(D, n + 2, atoms, torch.tensor([0.0] * (n + 1) + [self.c * n], **f64))
 
 
