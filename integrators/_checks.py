@@ -27,7 +27,7 @@ def as_float64(x: Any, name: str) -> torch.Tensor:
             raise BeaTypeError(f"{name} must be a tensor or array of numbers, got {type(x).__name__}") from err
         if arr.dtype == object or arr.dtype.kind not in "biufc":
             raise BeaTypeError(f"{name} must contain real numbers, got an array of dtype {arr.dtype}")
-        t = torch.as_tensor(arr)
+        t = torch.as_tensor(arr, device="cpu")  # numbers and arrays live on the host, whatever torch's default device
     if t.dtype == torch.bool:
         raise BeaTypeError(f"{name} must contain real numbers, got a bool tensor")
     if t.is_complex():
@@ -96,3 +96,15 @@ def check_lagrangian_output(out: Any, q: torch.Tensor, what: str = "the Lagrangi
         raise BeaValueError(f"{what} must return one value per state: shape {tuple(q.shape[:-1])} for q of shape {tuple(q.shape)} "
                          f"(reduce over the last dimension only, e.g. .sum(-1)); got shape {tuple(out.shape)}")
     return out
+
+
+def initial_data(x, y, names, steps, on_failure):
+    """Validate a pair of initial arrays (float64, same shape, finite), ``steps`` and ``on_failure``."""
+    x, y = check_states(x, y, names=names)
+    return x, y, check_steps(steps), check_on_failure(on_failure)
+
+
+def check_on_failure(on_failure: str) -> str:
+    if on_failure not in ("raise", "mask"):
+        raise BeaValueError(f"on_failure must be 'raise' or 'mask', got {on_failure!r}")
+    return on_failure

@@ -182,10 +182,13 @@ void bea_lag_derivs(int m, int D, const double *x, const double *P, double *g, d
    are updated as steps complete. At the first step where any element fails (status 1 or 2, or 3:
    a root farther than max_step from q_j), returns that step without writing it (out, p, jac keep
    the state at that step; status says which elements failed). Returns j_end when all steps are done.
+   pout, if not NULL, is laid out as out and receives the momenta p_{j+1} = D2 L_d(q_j, q_{j+1}) of every
+   completed step (the Trajectory's p: computed here anyway, so not recomputed afterwards).
    Work arrays: xnew, pnew (B, n), jnew (B, n, n); status (B). */
 int bea_march(int B, int n, int j0, int j_end, double *out, long Ball, const long *rows, double *p, double *jac,
               int has_jac, const double *first_guess, int nev, const double *ev, const double *P, double xtol, double ftol,
-              int maxiter, int reuse, double stall, double max_step, double *xnew, double *pnew, double *jnew, int *status) {
+              int maxiter, int reuse, double stall, double max_step, double *xnew, double *pnew, double *jnew, int *status,
+              double *pout) {
     Ctx c = {n, nev, ev, P};
     const long nn = (long)n * n;
     for (int j = j0; j < j_end; j++) {
@@ -223,6 +226,7 @@ int bea_march(int B, int n, int j0, int j_end, double *out, long Ball, const lon
         for (int b = 0; b < B; b++) {
             const long row = rows ? rows[b] : b;
             memcpy(Q(j + 1), xnew + (long)b * n, sizeof(double) * n);
+            if (pout) memcpy(pout + ((long)(j + 1) * Ball + row) * n, pnew + (long)b * n, sizeof(double) * n);
         }
 #undef Q
         memcpy(p, pnew, sizeof(double) * B * n);

@@ -254,7 +254,7 @@ class CompiledStepper:
         fn.restype = ctypes.c_int
         fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, _f64p, ctypes.c_long, _lp, _f64p, _f64p,
                        ctypes.c_int, _f64p, ctypes.c_int, _f64p, _f64p, ctypes.c_double, ctypes.c_double, ctypes.c_int,
-                       ctypes.c_int, ctypes.c_double, ctypes.c_double, _f64p, _f64p, _f64p, _ip]
+                       ctypes.c_int, ctypes.c_double, ctypes.c_double, _f64p, _f64p, _f64p, _ip, _f64p]
         self._fn = fn
         self._derivs = lib.lib.bea_lag_derivs
         self._derivs.restype = None
@@ -286,18 +286,22 @@ class CompiledStepper:
 
     def advance(self, out: torch.Tensor, j: int, j_end: int, p: torch.Tensor, jac: Optional[torch.Tensor],
                 rows: Optional[torch.Tensor], first_guess: Optional[torch.Tensor], options: NewtonOptions,
-                max_step: Optional[float]) -> Tuple[int, torch.Tensor, Optional[torch.Tensor], Optional[torch.Tensor]]:
-        """March ``out`` (``(T1, B_all, n)``, contiguous float64) from step ``j`` towards ``j_end``.
+                max_step: Optional[float], pout: Optional[torch.Tensor] = None
+                ) -> Tuple[int, torch.Tensor, Optional[torch.Tensor], Optional[torch.Tensor]]:
+        """March ``out`` (``(T1, B_all, n)``, contiguous float64) from step ``j`` towards ``j_end``; ``pout`` (the
+        layout of ``out``), if given, receives the momenta p_{k+1} = D2 L_d(q_k, q_{k+1}) of each step taken.
 
         Returns ``(j_stop, p, jac, status)``: the step reached, the momenta and Jacobians there, and,
         if ``j_stop < j_end``, the per-element status of the failed step (nonzero = failed)."""
-        _require_cpu(out=out, p=p, jac=jac, rows=rows, first_guess=first_guess)
+        _require_cpu(out=out, p=p, jac=jac, rows=rows, first_guess=first_guess, pout=pout)
         self._refresh_params()
         n = self.n
         B = p.shape[0]
         out_np = out.detach().numpy()
-        if not out.is_contiguous():
-            raise BeaValueError("internal: the output array must be contiguous")
+        if not out.is_contiguous() or (pout is not None and (not pout.is_contiguous() or pout.shape != out.shape
+                                                             or pout.dtype != torch.float64)):
+            raise BeaValueError("internal: the output arrays must be contiguous float64 of the same shape")
+        pout_np = None if pout is None else pout.detach().numpy()  # shares memory: C writes into the tensor
         p_np = np.ascontiguousarray(p.detach().numpy(), dtype=np.float64).copy()
         has_jac = jac is not None
         jac_np = (np.ascontiguousarray(jac.detach().numpy(), dtype=np.float64).copy() if has_jac
@@ -310,7 +314,7 @@ class CompiledStepper:
                           _ptr(p_np), _ptr(jac_np), int(has_jac), None if fg is None else _ptr(fg), self.points.shape[0],
                           _ptr(self.points), _ptr(self.params), float(options.xtol), float(options.ftol), int(options.maxiter),
                           int(options.reuse_jacobian), float(STALL_FACTOR), -1.0 if max_step is None else float(max_step),
-                          _ptr(xnew), _ptr(pnew), _ptr(jnew), _ptr(status, _ip))
+                          _ptr(xnew), _ptr(pnew), _ptr(jnew), _ptr(status, _ip), None if pout_np is None else _ptr(pout_np))
         jac_t = torch.from_numpy(jac_np) if (has_jac or j_stop > j) else None
         st = torch.from_numpy(status) if j_stop < j_end else None
         return j_stop, torch.from_numpy(p_np), jac_t, st

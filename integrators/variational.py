@@ -37,7 +37,7 @@ import bea
 from bea.errors import BeaTypeError, BeaValueError
 
 from ._admissible import check_regular_at, check_scheme
-from ._checks import as_float64, check_finite, check_lagrangian_output, check_states, check_step_size, check_steps
+from ._checks import as_float64, check_finite, check_lagrangian_output, check_step_size, initial_data
 from ._stepping import eager_step
 from .newton import ConvergenceError, NewtonOptions, autograd_system, describe_failure, newton, vmap_system
 from .trajectory import Trajectory, positions
@@ -184,11 +184,14 @@ class VariationalIntegrator:
         :math:`\mathrm{mod}_N(L_{inv})` when integrating a learned :math:`L_{inv}`, docs/theory/lsi.md).
 
         Returns a :class:`~integrators.Trajectory`: the positions ``q``, shape ``(steps + 1, batch..., n)``,
-        ``valid`` of shape ``(steps + 1, batch...)``, the times ``t = h j`` and Newton statistics (``stats``).
+        ``valid`` of shape ``(steps + 1, batch...)``, the times ``t = h j``, the momenta ``p`` (the shape of ``q``:
+        :math:`p_0` above, then :math:`p_{j+1} = D_2L_\Delta(q_j, q_{j+1})` as each step computes it; they agree with
+        :meth:`momenta` of ``q`` to Newton's tolerance) and Newton statistics (``stats``); ``v`` is left empty, as it
+        costs a Newton solve per position (:meth:`velocities` takes these momenta as ``momenta=``).
         With ``on_failure="mask"`` a trajectory whose Newton solve fails is stopped instead of raising
         :class:`~integrators.newton.ConvergenceError`; ``q`` is NaN exactly where ``valid`` is False.
         """
-        q0, qdot0, steps, on_failure = _initial_data(q0, qdot0, ("q0", "qdot0"), steps, on_failure)
+        q0, qdot0, steps, on_failure = initial_data(q0, qdot0, ("q0", "qdot0"), steps, on_failure)
         batch, n = q0.shape[:-1], q0.shape[-1]
         qf, vf = q0.reshape(-1, n), qdot0.reshape(-1, n)
         legendre = self.lagrangian if legendre is None else legendre
@@ -205,23 +208,28 @@ class VariationalIntegrator:
         check_regular_at(self._L, qf, vf, self.h, "initial states (q0, qdot0)")
         out = qf.new_full((steps + 1, qf.shape[0], n), float("nan"))
         out[0] = qf
-        return self._march(out, 0, p0.detach(), first_guess=qf + self.h * vf, batch=batch, on_failure=on_failure, progress=progress)
+        pout = torch.full_like(out, float("nan"))
+        pout[0] = p0.detach()
+        return self._march(out, pout, 0, first_guess=qf + self.h * vf, batch=batch, on_failure=on_failure, progress=progress)
 
     def solve_from_positions(self, q0, q1, steps: int, *, on_failure: str = "raise", progress: Optional[bool] = None):
         r"""Integrate from two positions :math:`q_0, q_1` (one step apart), shape ``(batch..., n)``:
         :math:`p_1 = D_2L_\Delta(q_0, q_1)`, then the discrete Euler--Lagrange equations.
 
         Returns a :class:`~integrators.Trajectory` whose ``q`` has the given ``q0, q1`` as its first two
-        rows (``steps >= 1``); ``on_failure`` as in :meth:`solve`."""
-        q0, q1, steps, on_failure = _initial_data(q0, q1, ("q0", "q1"), steps, on_failure)
+        rows (``steps >= 1``), with momenta ``p`` from :math:`p_0 = -D_1L_\Delta(q_0, q_1)` on; ``on_failure`` as in
+        :meth:`solve`."""
+        q0, q1, steps, on_failure = initial_data(q0, q1, ("q0", "q1"), steps, on_failure)
         batch, n = q0.shape[:-1], q0.shape[-1]
         a, b = q0.reshape(-1, n), q1.reshape(-1, n)
         check_regular_at(self._L, (a + b) / 2, (b - a) / self.h, self.h, "initial midpoints ((q0 + q1)/2, (q1 - q0)/h)")
-        _, p1 = self._slot_derivatives(a, b)
+        d1, p1 = self._slot_derivatives(a, b)
         check_finite(p1, "the discrete momentum D2 L_d(q0, q1)")
         out = a.new_full((steps + 1, a.shape[0], n), float("nan"))
         out[0], out[1] = a, b
-        return self._march(out, 1, p1.detach(), first_guess=None, batch=batch, on_failure=on_failure, progress=progress)
+        pout = torch.full_like(out, float("nan"))
+        pout[0], pout[1] = -d1.detach(), p1.detach()
+        return self._march(out, pout, 1, first_guess=None, batch=batch, on_failure=on_failure, progress=progress)
 
     def _stepper(self, n: int, work: int, out: torch.Tensor):
         """The compiled stepper for ``n`` coordinates, or None for the eager path (see ``execution``)."""
@@ -260,9 +268,12 @@ class VariationalIntegrator:
         limit = stepper.auto_max_batch
         return None if (mode == "auto" and limit is not None and batch > limit) else stepper
 
-    def _march(self, out: torch.Tensor, j0: int, p: torch.Tensor, first_guess: Optional[torch.Tensor], batch, on_failure: str,
-               progress: Optional[bool]):
+    def _march(self, out: torch.Tensor, pout: torch.Tensor, j0: int, first_guess: Optional[torch.Tensor], batch,
+               on_failure: str, progress: Optional[bool]):
+        """Steps ``j0 -> steps`` of ``out`` ``(steps + 1, B, n)``, from the momenta ``pout[j0]``; each step's momenta
+        go to ``pout`` (the layout of ``out``) as they are computed, on either path."""
         steps = out.shape[0] - 1
+        p = pout[j0]
         B, n = out.shape[1], out.shape[-1]
         show = progress if progress is not None else self.progress
         rows: Optional[torch.Tensor] = None  # trajectories still running, None = all
@@ -277,7 +288,8 @@ class VariationalIntegrator:
                 if stepper is not None:
                     used.add("compiled")
                     end = min(steps, j + stepper.chunk_steps(B if rows is None else rows.numel()))
-                    j_stop, p, jac, _ = stepper.advance(out, j, end, p, jac, rows, first_guess, self.options, self.max_step)
+                    j_stop, p, jac, _ = stepper.advance(out, j, end, p, jac, rows, first_guess, self.options, self.max_step,
+                                                        pout)
                     bar.update(j_stop - j)
                     stats["compiled_steps"] += j_stop - j
                     j = j_stop
@@ -290,13 +302,18 @@ class VariationalIntegrator:
                 stats["eager_steps"] += 1
                 if stop:
                     break
+                if rows is None:
+                    pout[j + 1] = p
+                else:
+                    pout[j + 1, rows] = p
                 bar.update(1)
                 j += 1
         self.last_execution = "+".join(sorted(used)) if used else None
         q = out.reshape(steps + 1, *batch, out.shape[-1])
         valid = torch.arange(steps + 1, device=out.device)[:, None] <= valid_until[None, :]
         t = self.h * torch.arange(steps + 1, dtype=q.dtype, device=q.device)
-        return Trajectory(q, valid.reshape(steps + 1, *batch), t=t, stats={**stats, "execution": self.last_execution})
+        return Trajectory(q, valid.reshape(steps + 1, *batch), t=t, p=pout.reshape(q.shape),
+                          stats={**stats, "execution": self.last_execution})
 
     # ------------------------------------------------------------------ momenta, velocities, energies
     def _positions(self, qs, name: str = "qs") -> torch.Tensor:
@@ -378,15 +395,3 @@ def _velocity_guess(qs: torch.Tensor, h: float) -> torch.Tensor:
     if T1 >= 5:
         guess[2:-2] = (8 * (qs[3:-1] - qs[1:-3]) - (qs[4:] - qs[:-4])) / (12 * h)
     return guess
-
-
-def _initial_data(x, y, names, steps, on_failure):
-    """Validate a pair of initial arrays (float64, same shape, finite), ``steps`` and ``on_failure``."""
-    x, y = check_states(x, y, names=names)
-    return x, y, check_steps(steps), _check_on_failure(on_failure)
-
-
-def _check_on_failure(on_failure: str) -> str:
-    if on_failure not in ("raise", "mask"):
-        raise BeaValueError(f"on_failure must be 'raise' or 'mask', got {on_failure!r}")
-    return on_failure

@@ -14,7 +14,7 @@ Lagrangians) total derivatives, so energies are compared through their *level se
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Callable, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -29,12 +29,14 @@ Energy = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 PENDULUM_BOX = ((-1.2, 1.2), (-0.6, 0.6))
 
 
-def grid_states(box: Sequence[Tuple[float, float]] = PENDULUM_BOX, points: int = 30) -> Tuple[torch.Tensor, torch.Tensor]:
+def grid_states(box: Sequence[Tuple[float, float]] = PENDULUM_BOX, points: int = 30, *,
+                device: Union[str, torch.device, None] = None, dtype: torch.dtype = torch.float64
+                ) -> Tuple[torch.Tensor, torch.Tensor]:
     r"""A tensor grid over ``box`` (2n intervals: positions, then velocities) with ``points`` per axis,
-    as ``(q, v)`` of shape ``(points^{2n}, n)``."""
+    as ``(q, v)`` of shape ``(points^{2n}, n)``, on ``device`` (default: the CPU) in ``dtype``."""
     if len(box) % 2:
         raise BeaValueError(f"box needs 2n intervals (positions, then velocities), got {len(box)}")
-    axes = [torch.linspace(lo, hi, points, dtype=torch.float64) for lo, hi in box]
+    axes = [torch.linspace(lo, hi, points, dtype=dtype, device=device or "cpu") for lo, hi in box]
     mesh = torch.stack(torch.meshgrid(*axes, indexing="ij"), -1).reshape(-1, len(box))
     n = len(box) // 2
     return mesh[:, :n].contiguous(), mesh[:, n:].contiguous()

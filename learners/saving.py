@@ -88,8 +88,10 @@ def recorded(init: Callable) -> Callable:
         bound = sig.bind(self, *args, **kwargs)
         bound.apply_defaults()
         init(self, *args, **kwargs)
-        # the most derived __init__ finishes last, so its arguments are the ones kept
-        object.__setattr__(self, "_init_args", dict(list(bound.arguments.items())[1:]))
+        # the most derived __init__ finishes last, so its arguments are the ones kept; not device=, which says where
+        # the weights were made, not what the model is (a saved model loads on the CPU, .to() moves it)
+        args = {k: v for k, v in list(bound.arguments.items())[1:] if k != "device"}
+        object.__setattr__(self, "_init_args", args)
 
     return wrapper
 

@@ -12,11 +12,12 @@ pytestmark = pytest.mark.skipif(find_compiler() is None, reason="no C compiler: 
 
 
 def _both(L, h, scheme, q0, v0, steps, **options):
-    eager = VariationalIntegrator(L, h, scheme, execution="eager", **options).solve(q0, v0, steps).q
+    """The positions and the momenta (the march's own, Trajectory.p) of the eager and compiled runs."""
+    eager = VariationalIntegrator(L, h, scheme, execution="eager", **options).solve(q0, v0, steps)
     vi = VariationalIntegrator(L, h, scheme, execution="compiled", **options)
-    compiled = vi.solve(q0, v0, steps).q
+    compiled = vi.solve(q0, v0, steps)
     assert vi.last_execution == "compiled"
-    return eager, compiled
+    return (eager.q, eager.p), (compiled.q, compiled.p)
 
 
 # Both paths run the same Newton iteration to the rounding floor (xtol 1e-16, stall test), so each
@@ -28,9 +29,14 @@ def _both(L, h, scheme, q0, v0, steps, **options):
     (systems.n_pendulum(2), "generalised_midpoint(alpha=0.3)", [[0.5, -0.2], [1.0, 1.2]], [[0.3, -0.1], [0.0, 0.4]]),
 ])
 def test_compiled_and_eager_paths_agree(system, scheme, q0, v0):
-    eager, compiled = _both(system, 0.05, scheme, torch.tensor(q0), torch.tensor(v0), 200)
+    (eager, pe), (compiled, pc) = _both(system, 0.05, scheme, torch.tensor(q0), torch.tensor(v0), 200)
     assert float((eager - compiled).abs().max()) <= 1e-12
     assert float((eager[-1] - eager[0]).abs().max()) > 0.05  # the motions did go somewhere
+    # the momenta each path computed while stepping (the C loop's, not recomputed) agree as the positions do, and
+    # both are the discrete momenta of the positions to Newton's tolerance (xtol 1e-16: a few ulps of |p| ~ 1)
+    assert float((pe - pc).abs().max()) <= 1e-12 and float((pe[-1] - pe[0]).abs().max()) > 0.05
+    vi = VariationalIntegrator(system, 0.05, scheme, execution="eager")
+    assert float((vi.momenta(compiled) - pc).abs().max()) <= 1e-12
 
 
 def test_gp_learned_lagrangian_paths_agree():
@@ -84,6 +90,9 @@ def test_failure_hands_the_step_to_the_eager_path_and_resumes():
     (qe, ve), (qc, vc) = [(runs[ex].q, runs[ex].valid) for ex in ("eager", "compiled")]
     assert torch.equal(ve, vc) and vc[:, 1].tolist() == [True] + [False] * 30 and bool(vc[:, [0, 2]].all())
     assert float((qe[vc] - qc[vc]).abs().max()) <= 1e-13 and bool(qc[~vc].isnan().all())
+    # the momenta through the hand-over (compiled on the remaining rows after the eager step): as the positions
+    pe, pc = runs["eager"].p, runs["compiled"].p
+    assert float((pe[vc] - pc[vc]).abs().max()) <= 1e-13 and bool(pc[~vc].isnan().all()) and bool(pe[~ve].isnan().all())
 
 
 def test_compiled_once_and_where_it_applies():

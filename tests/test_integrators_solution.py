@@ -40,6 +40,21 @@ def test_mask_mode_returns_a_solution_with_invalid_rows():
     assert bool(sol.q[~sol.valid].isnan().all()) and not sol.all_valid
 
 
+def test_the_trajectory_carries_the_momenta_of_the_march(run):
+    """``p`` is filled on every path by the step that computed it: p_0 = dL/dv(q0, qdot0) for solve, -D1 L_d(q0, q1)
+    for solve_from_positions, then D2 L_d(q_j, q_{j+1}); each equals the recomputed discrete momenta to Newton's
+    tolerance (xtol 1e-16, |p| ~ 1: a few ulps)."""
+    vi, q0, v0, sol = run
+    assert sol.p.shape == sol.q.shape and sol.p.dtype == torch.float64
+    assert float((sol.p - vi.momenta(sol.q)).abs().max()) <= 1e-13
+    assert float((sol.p[0] - v0).abs().max()) == 0.0  # the pendulum's dL/dv = v, computed, not recomputed from q
+    again = vi.solve_from_positions(sol.q[0], sol.q[1], 20)
+    assert float((again.p - sol.p).abs().max()) <= 1e-13 and float((again.p[-1] - again.p[0]).abs().max()) > 0.1
+    masked = VariationalIntegrator(PENDULUM, 0.1, max_step=0.5, execution="eager").solve(
+        torch.tensor([[0.1], [0.1]]), torch.tensor([[0.0], [20.0]]), 5, on_failure="mask")
+    assert bool(masked.p[~masked.valid].isnan().all()) and bool(masked.p[masked.valid].isfinite().all())
+
+
 def test_old_uses_warn_and_still_work(run):
     _, _, _, sol = run
     with pytest.warns(DeprecationWarning, match="traj.q, traj.valid"):

@@ -106,6 +106,41 @@ def test_every_consumer_agrees_on_every_producer(gps, produced, consumer):
         assert float((got - want).abs().max()) <= 1e-12, (producer, consumer)
 
 
+def _momenta_of_the_integrated_lagrangian(gps):
+    """producer -> the discrete momenta of the Lagrangian it integrated, recomputed from positions (the consumer path)."""
+    lsi, lgp = gps
+    vi = VariationalIntegrator(PENDULUM, H, execution="eager")
+    of_oscillator = lambda q: modified.discrete_momenta(oscillator, q, H)  # noqa: E731
+    return {"solve": vi.momenta, "solve_from_positions": vi.momenta, "rollout_variational": vi.momenta,
+            "modified.predict": of_oscillator, "predict_positions": of_oscillator, "lsi.predict": lsi.momenta,
+            # the GP without a public momenta(): its integrator's in the standardised units, mapped back (units.py)
+            "lgp.predict": lambda q: lgp._speed * lgp._integrator_std().momenta(lgp._to_standard(q))}
+
+
+@pytest.mark.parametrize("producer", PRODUCERS)
+def test_the_integrating_producers_carry_their_momenta(gps, produced, producer):
+    """Every producer that runs the variational integrator fills ``p`` with the momenta its march computed; they are
+    the discrete momenta of the positions (the momenta consumers) to Newton's tolerance, far inside 1e-12 for |p| ~ 1.
+    The flows and snapshots carry none (their momenta would need a Lagrangian they do not have)."""
+    traj = produced[producer]
+    recompute = _momenta_of_the_integrated_lagrangian(gps).get(producer)
+    if recompute is None:
+        assert traj.p is None
+        return
+    assert traj.p is not None and traj.p.shape == traj.q.shape and traj.p.dtype == torch.float64
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        want = recompute(traj.q)
+    # p_0 is dL_rec/dv(q0, qdot0), the others D2 L_d(q_j, q_j+1) at the very positions the consumer reads: p_0 equals
+    # -D1 L_d(q_0, q_1) up to the first step's residual, i.e. Newton's tolerance (xtol 1e-16 in the integrator: 5e-16
+    # measured; 1e-10 in the GPs' predict: 5e-11), the later rows up to the rounding of two evaluations of one
+    # function (0 measured for the systems; for the GP mean, whose coefficients are large at noise 1e-10, 9e-12)
+    gp = producer in ("lsi.predict", "lgp.predict")
+    first, rest = (1e-9, 1e-10) if gp else (1e-12, 1e-12)
+    assert float((traj.p[0] - want[0]).abs().max()) <= first and float((traj.p[1:] - want[1:]).abs().max()) <= rest
+    assert float(traj.p.abs().max()) > 0.1  # not vacuous: the momenta are of order one
+
+
 def test_fields_layout_and_snapshots():
     S = snapshots(PENDULUM, H, 3, 4, seed=2)
     traj = Trajectory.from_snapshots(S, h=H, t0=1.0)
@@ -174,3 +209,36 @@ def test_train_consumes_a_trajectory():
             res = train(LNN(1, 8, seed=0), data, loss="del", h=H, options=TrainOptions(epochs=2, patience=None, progress=False))
         histories.append(res.history["train"])
     assert len(histories[0]) == 3 and histories[0] == histories[1]  # the initial loss and two epochs
+
+
+def test_the_flags_do_not_change_the_return_type(gps):
+    """``on_failure`` and ``return_std`` choose what is computed, never the type: every value gives a Trajectory
+    (``valid`` always, ``std`` exactly when asked for), and the old forms each value stood for (the tensor ``q``,
+    ``(q, valid)``, ``(q, std)``) still work with a DeprecationWarning naming the field to use."""
+    lsi, _ = gps
+    vi = VariationalIntegrator(PENDULUM, H, execution="eager")
+    runs = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        for mode in ("raise", "mask"):
+            runs["solve", mode] = vi.solve(Q0, V0, STEPS, on_failure=mode)
+            runs["modified.predict", mode] = modified.predict(oscillator, Q0, V0, STEPS, H, order=2, on_failure=mode)
+            runs["predict_positions", mode] = predict_positions(oscillator, Q0, V0, STEPS, H, on_failure=mode)
+        for flag in (False, True):
+            runs["lsi.predict", flag] = lsi.predict(Q0, V0, STEPS, on_extrapolation="ignore", return_std=flag)
+    for (producer, flag), traj in runs.items():
+        assert isinstance(traj, Trajectory) and traj.valid.shape == traj.q.shape[:-1], (producer, flag)
+        assert (traj.std is not None) == (flag is True), (producer, flag)
+        assert traj.p is not None and bool(traj.valid.all()), (producer, flag)
+    # the two values of a flag give the same numbers
+    for producer in ("solve", "modified.predict", "predict_positions"):
+        assert torch.equal(runs[producer, "raise"].q, runs[producer, "mask"].q)
+    assert torch.equal(runs["lsi.predict", False].q, runs["lsi.predict", True].q)
+    with pytest.warns(DeprecationWarning, match="use traj.q"):  # on_failure="raise" returned the tensor q
+        assert runs["predict_positions", "raise"][-1].shape == (2, 1)
+    with pytest.warns(DeprecationWarning, match=r"\(q, valid\).*traj.valid"):
+        _, valid = runs["predict_positions", "mask"]
+    with pytest.warns(DeprecationWarning, match="use traj.q"):  # return_std=False returned the tensor q
+        assert runs["lsi.predict", False].shape == (STEPS + 1, 2, 1)
+    with pytest.warns(DeprecationWarning, match=r"traj.q, traj.std"):
+        _, std = runs["lsi.predict", True]

@@ -133,16 +133,16 @@ def _samples(system, q0, v0, t_max: float, rate: float, n_samples: Optional[int]
     steps = int(round(t_max * rate))
     if steps < 1:
         raise BeaValueError(f"t_max * rate must be >= 1, got {t_max} * {rate}")
-    times = torch.linspace(0.0, t_max, steps + 1, dtype=torch.float64)
+    times = torch.linspace(0.0, t_max, steps + 1, dtype=torch.float64, device=q0.device)
     flow = reference_flow(system, q0, v0, times)
     qs, vs = flow.q, flow.v  # (T, B, n)
     T, B, n = qs.shape
     q = qs.transpose(0, 1).reshape(-1, n)
     v = vs.transpose(0, 1).reshape(-1, n)
     A, _ = acceleration_function(system)
-    a = torch.from_numpy(A(q.numpy(), v.numpy()))
+    a = torch.from_numpy(A(q.cpu().numpy(), v.cpu().numpy())).to(q.device)  # NumPy on the host
     t = times.repeat(B)
-    traj = torch.arange(B).repeat_interleave(T)
+    traj = torch.arange(B, device=q.device).repeat_interleave(T)
     energy = system.energy(q, v).detach()
     data = AccelerationData(q, v, a, t, traj, energy)
     if n_samples is not None:
@@ -198,7 +198,7 @@ def three_body_data(n_traj: Optional[int] = None, **kwargs) -> AccelerationData:
 # ---------------------------------------------------------------------------------------------- snapshots
 def _snapshots(system, q0, v0, n_steps: int, h: float, return_initial: bool):
     n_steps, h = _count(n_steps, "n_steps"), _positive(h, "h")
-    times = h * torch.arange(n_steps + 1, dtype=torch.float64)
+    times = h * torch.arange(n_steps + 1, dtype=torch.float64, device=q0.device)
     qs = reference_flow(system, q0, v0, times).q
     S = qs.transpose(0, 1).contiguous()  # (n_traj, n_steps + 1, n)
     return (S, (q0, v0)) if return_initial else S

@@ -100,7 +100,7 @@ class AngleOnRod(Transform):
         if not math.isfinite(length) or length <= 0:
             raise BeaValueError(f"the rod length must be a positive number, got {length}")
         self.in_dim, self.out_dim = 1, 2
-        log_len = torch.tensor(math.log(length), dtype=DTYPE)
+        log_len = torch.tensor(math.log(length), dtype=DTYPE, device="cpu")  # moved with the model's .to()
         if learn_length:
             self.log_length = nn.Parameter(log_len)
         else:

@@ -64,7 +64,7 @@ class _Plan:
         self.size = 0
 
     def add(self, t) -> int:
-        t = torch.as_tensor(t).detach().reshape(-1)
+        t = torch.as_tensor(t, device=t.device if isinstance(t, torch.Tensor) else "cpu").detach().reshape(-1)
         if t.dtype != torch.float64:
             raise NotLowerable(f"a ModLaNet parameter is {t.dtype}; the C form computes in float64 like the model must")
         self.parts.append(t.cpu())
@@ -84,7 +84,7 @@ class _Plan:
                 raise NotLowerable("an MLP layer that is not a plain nn.Linear chain has no C form")
             dims.append(lin.out_features)
             self.add(lin.weight)
-            self.add(lin.bias if lin.bias is not None else torch.zeros(lin.out_features, dtype=torch.float64))
+            self.add(lin.bias if lin.bias is not None else torch.zeros(lin.out_features, dtype=torch.float64, device="cpu"))
         wt = -1
         if scalar and dims[-1] == 1 and len(dims) >= 3:
             wt = self.add(net.linears[-2].weight.t().contiguous())
@@ -105,9 +105,9 @@ class _Plan:
         if kind == "potential" and type(c) is E.PotentialCell or kind == "pair" and type(c) is E.PairCell:
             return ("mlp", self.mlp(c.net, scalar=True))
         if kind == "potential" and type(c) is E.UniformGravity and 0 <= c.axis < d:
-            return ("grav", self.add(torch.tensor(c.g, dtype=torch.float64)), c.axis)
+            return ("grav", self.add(torch.tensor(c.g, dtype=torch.float64, device="cpu")), c.axis)
         if kind == "pair" and type(c) is E.NewtonianPair and d <= 8:
-            return ("newton", self.add(torch.tensor(c.G, dtype=torch.float64)))
+            return ("newton", self.add(torch.tensor(c.G, dtype=torch.float64, device="cpu")))
         raise NotLowerable(f"the {kind} cell {type(c).__name__} has no C form")
 
 

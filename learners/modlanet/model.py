@@ -122,6 +122,8 @@ class ModLaNet(nn.Module, SavableModule, LagrangianEstimator):
         generator can be passed instead as ``generator``.
     h, scheme, loss, options : the estimator form, ``ModLaNet.pendulum_chain(2, h=0.1, loss="del").fit(snapshots)``,
         then ``predict``, ``energy``, ``energies`` (:mod:`learners.neural.estimator`).
+    device : where the model is made (default: the CPU). It is built on the CPU (the seed's draws are the same
+        on every device) and moved; like any ``nn.Module`` it moves later with ``.to(device)`` (float64 throughout).
     """
 
     @renamed(dim="space_dim")
@@ -131,7 +133,7 @@ class ModLaNet(nn.Module, SavableModule, LagrangianEstimator):
                  masses: Union[float, Sequence[float]] = 1.0, fixed_mass: Optional[int] = 0, learn_masses: bool = True,
                  c1: float = 1.0, c2: float = 1.0, learn_weights: bool = True, seed: Optional[int] = 0,
                  generator: Optional[torch.Generator] = None, h: Optional[float] = None, scheme="midpoint",
-                 loss="acceleration", options=None):
+                 loss="acceleration", options=None, device: Union[str, torch.device, None] = None):
         super().__init__()
         self._configure(h, scheme, loss, options)
         self._order = check_parents(parents)
@@ -158,8 +160,8 @@ class ModLaNet(nn.Module, SavableModule, LagrangianEstimator):
                 raise BeaValueError(f"fixed_mass must be an element index 0..{N - 1} or None, got {fixed_mass!r}")
         self.fixed_mass = fixed_mass
         self.learn_masses = bool(learn_masses)
-        logm = torch.tensor([math.log(x) for x in m], dtype=DTYPE)
-        learn = torch.full((N,), self.learn_masses)
+        logm = torch.tensor([math.log(x) for x in m], dtype=DTYPE, device="cpu")
+        learn = torch.full((N,), self.learn_masses, device="cpu")
         if fixed_mass is not None:
             learn[fixed_mass] = False
         self.register_buffer("_mass_learned", learn)
@@ -168,14 +170,16 @@ class ModLaNet(nn.Module, SavableModule, LagrangianEstimator):
         # weights c1, c2
         self.learn_weights = bool(learn_weights)
         for name, val in (("c1", c1), ("c2", c2)):
-            t = torch.tensor(float(val), dtype=DTYPE)
+            t = torch.tensor(float(val), dtype=DTYPE, device="cpu")
             if self.learn_weights:
                 setattr(self, name, nn.Parameter(t))
             else:
                 self.register_buffer(name, t)
-        iu = torch.triu_indices(N, N, offset=1)
+        iu = torch.triu_indices(N, N, offset=1, device="cpu")
         self.register_buffer("_pair_i", iu[0])
         self.register_buffer("_pair_j", iu[1])
+        if device is not None:
+            self.to(device)
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -382,7 +386,7 @@ class ModLaNet(nn.Module, SavableModule, LagrangianEstimator):
         new = ModLaNet(parents, ts, self.space_dim, potential=copy.deepcopy(self.potential), pair=copy.deepcopy(self.pair),
                        masses=masses, fixed_mass=fixed, learn_masses=self.learn_masses, c1=float(self.c1.detach()), c2=float(self.c2.detach()),
                        learn_weights=self.learn_weights, seed=None, h=self.h, scheme=self.scheme, loss=self.loss,
-                       options=self.options, **self._cell_opts)
+                       options=self.options, device=self._log_mass_fixed.device, **self._cell_opts)
         new.train(self.training)
         return new
 

@@ -28,6 +28,10 @@ batched over the leading dimensions), so the shared acceleration-loss training l
 ``wrap_angles=True`` feeds :math:`q \bmod 2\pi` to the network, as the paper does for the pendulum
 (its data and rollouts apply ``x % (2 pi)``); rollouts keep the unwrapped angles.
 
+Devices: the models are ``nn.Module`` s in float64 and move with ``.to(device)``; ``device=`` builds one there
+(the initial weights are drawn on the CPU from the seed, then moved, so a seed gives the same network on every
+device). Training and rollouts follow the data's device.
+
 The MLP is the paper's: ``Linear(d_in, w) -> act -> Linear(w, w) -> act -> Linear(w, d_out, bias=False)``,
 so :func:`parameter_count` is :math:`w(d_{in} + 2) + w^2 + w\,d_{out}`. :data:`PAPER_WIDTHS` holds the
 paper's widths and :func:`paper_baseline` builds them; the counts are listed in :data:`PAPER_PARAMETERS`.
@@ -36,7 +40,7 @@ paper's widths and :func:`paper_baseline` builds them; the counts are listed in 
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional, Tuple
+from typing import Callable, Optional, Tuple, Union
 
 import torch
 from torch import nn
@@ -82,12 +86,12 @@ def _leaf(x: torch.Tensor) -> torch.Tensor:
     return x.view_as(x) if x.requires_grad else x.detach().requires_grad_(True)
 
 
-def _paper_mlp(d_in: int, d_out: int, width: int, activation: str, init: str, seed: Optional[int]) -> MLP:
+def _paper_mlp(d_in: int, d_out: int, width: int, activation: str, init: str, seed: Optional[int], device=None) -> MLP:
     r"""The paper's three-layer MLP, :math:`x \mapsto W_3\,\sigma(W_2\,\sigma(W_1 x + b_1) + b_2)` (no bias in the
     last layer), ``init="xavier"`` (HNN, baseline) or ``"lnn"``; ``seed`` makes the weights reproducible."""
     if init not in ("xavier", "lnn"):
         raise BeaValueError(f"init must be 'xavier' or 'lnn', got {init!r}")
-    return MLP(d_in, d_out, width, 2, activation, init, bias_out=False, seed=seed)
+    return MLP(d_in, d_out, width, 2, activation, init, bias_out=False, seed=seed, device=device)
 
 
 def parameter_count(model: nn.Module) -> int:
@@ -197,12 +201,13 @@ class LNN(nn.Module, SavableModule, LagrangianEstimator):
     @recorded
     def __init__(self, n: int, width: int = 600, activation: str = "softplus", init: str = "lnn", *,
                  regularisation: float = 0.0, singular: str = "raise", wrap_angles: bool = False, seed: Optional[int] = None,
-                 h: Optional[float] = None, scheme="midpoint", loss="acceleration", options=None):
+                 h: Optional[float] = None, scheme="midpoint", loss="acceleration", options=None,
+                 device: Union[str, torch.device, None] = None):
         super().__init__()
         self._configure(h, scheme, loss, options)
         self.n = positive_int(n, "n")
         self.wrap_angles = bool(wrap_angles)
-        self.net = _paper_mlp(2 * self.n, 1, width, activation, init, seed)
+        self.net = _paper_mlp(2 * self.n, 1, width, activation, init, seed, device)
         self.regularisation = float(regularisation)
         self.singular = singular
 
@@ -219,7 +224,7 @@ class LNN(nn.Module, SavableModule, LagrangianEstimator):
     def time_derivative(self, q, v, create_graph: Optional[bool] = None) -> Tuple[torch.Tensor, torch.Tensor]:
         r""":math:`(\dot q, \dot v) = (v, \ddot q(q, v))`."""
         a = self.acceleration(q, v, create_graph)
-        return torch.as_tensor(v, dtype=torch.float64), a
+        return torch.as_tensor(v, dtype=torch.float64, device=a.device), a
 
 
 # ---------------------------------------------------------------------------------------------- HNN
@@ -247,7 +252,8 @@ class HNN(nn.Module, SavableModule, FieldEstimator):
     @recorded
     def __init__(self, n: int, width: int = 200, activation: str = "tanh", init: str = "xavier", *,
                  n_outputs: int = 2, momenta: str = "canonical", wrap_angles: bool = False, seed: Optional[int] = None,
-                 h: Optional[float] = None, scheme="midpoint", loss="acceleration", options=None):
+                 h: Optional[float] = None, scheme="midpoint", loss="acceleration", options=None,
+                 device: Union[str, torch.device, None] = None):
         super().__init__()
         self._configure(h, scheme, loss, options)
         if momenta not in ("canonical", "velocity"):
@@ -256,7 +262,7 @@ class HNN(nn.Module, SavableModule, FieldEstimator):
         self.n = positive_int(n, "n")
         self.momenta = momenta
         self.wrap_angles = bool(wrap_angles)
-        self.net = _paper_mlp(2 * self.n, positive_int(n_outputs, "n_outputs"), width, activation, init, seed)
+        self.net = _paper_mlp(2 * self.n, positive_int(n_outputs, "n_outputs"), width, activation, init, seed, device)
 
     def forward(self, q: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
         """The Hamiltonian :math:`H(q, p)`, shape ``(...)``."""
@@ -301,7 +307,8 @@ class MLPBaseline(nn.Module, SavableModule, FieldEstimator):
     @recorded
     def __init__(self, n: int, width: int = 200, activation: str = "tanh", init: str = "xavier", *,
                  output: str = "acceleration", wrap_angles: bool = False, seed: Optional[int] = None,
-                 h: Optional[float] = None, scheme="midpoint", loss="acceleration", options=None):
+                 h: Optional[float] = None, scheme="midpoint", loss="acceleration", options=None,
+                 device: Union[str, torch.device, None] = None):
         super().__init__()
         self._configure(h, scheme, loss, options)
         if output not in ("acceleration", "vector_field"):
@@ -309,7 +316,8 @@ class MLPBaseline(nn.Module, SavableModule, FieldEstimator):
         self.n = positive_int(n, "n")
         self.output = output
         self.wrap_angles = bool(wrap_angles)
-        self.net = _paper_mlp(2 * self.n, self.n if output == "acceleration" else 2 * self.n, width, activation, init, seed)
+        self.net = _paper_mlp(2 * self.n, self.n if output == "acceleration" else 2 * self.n, width, activation, init, seed,
+                              device)
 
     def forward(self, q, v) -> torch.Tensor:
         q, v = _state(q, v, self.n)
@@ -322,7 +330,7 @@ class MLPBaseline(nn.Module, SavableModule, FieldEstimator):
     def time_derivative(self, q, v, create_graph: Optional[bool] = None) -> Tuple[torch.Tensor, torch.Tensor]:
         out = self(q, v)
         if self.output == "acceleration":
-            return torch.as_tensor(v, dtype=torch.float64), out
+            return torch.as_tensor(v, dtype=torch.float64, device=out.device), out
         return out[..., : self.n], out[..., self.n:]
 
 

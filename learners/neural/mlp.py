@@ -103,9 +103,9 @@ def _uniform_layers(dims, bias, generator, device) -> nn.ModuleList:
     with torch.no_grad():
         for lin in linears:
             bound = 1.0 / math.sqrt(lin.in_features)
-            lin.weight.copy_(torch.rand(lin.weight.shape, generator=generator, dtype=DTYPE) * 2 * bound - bound)
+            lin.weight.copy_(torch.rand(lin.weight.shape, generator=generator, dtype=DTYPE, device="cpu") * 2 * bound - bound)
             if lin.bias is not None:
-                lin.bias.copy_(torch.rand(lin.bias.shape, generator=generator, dtype=DTYPE) * 2 * bound - bound)
+                lin.bias.copy_(torch.rand(lin.bias.shape, generator=generator, dtype=DTYPE, device="cpu") * 2 * bound - bound)
     return linears
 
 
@@ -115,7 +115,8 @@ def _normal_layers(dims, bias, init: str, seed: Optional[int], device) -> nn.Mod
     with torch.random.fork_rng(enabled=seed is not None, devices=[]):
         if seed is not None:
             torch.manual_seed(seed)
-        linears = nn.ModuleList(nn.Linear(a, b, bias=c, dtype=DTYPE) for a, b, c in zip(dims[:-1], dims[1:], bias))
+        # drawn on the CPU (whose generator the seed sets) and moved: the same network on every device
+        linears = nn.ModuleList(nn.Linear(a, b, bias=c, dtype=DTYPE, device="cpu") for a, b, c in zip(dims[:-1], dims[1:], bias))
         with torch.no_grad():
             for i, lin in enumerate(linears):
                 out_f, in_f = lin.weight.shape

@@ -188,7 +188,7 @@ def _rk4(f, q, v, ts, substeps, progress):
     qs = q.new_full((T, B, n), float("nan"))
     vs = q.new_full((T, B, n), float("nan"))
     qs[0], vs[0] = q, v
-    alive = torch.ones(B, dtype=torch.bool)
+    alive = torch.ones(B, dtype=torch.bool, device=q.device)
     steps = range(1, T)
     if progress is not False:
         from tqdm import tqdm
@@ -199,7 +199,7 @@ def _rk4(f, q, v, ts, substeps, progress):
             if not bool(alive.any()):
                 break
             qa, va = q[alive], v[alive]
-            bad = torch.zeros(qa.shape[0], dtype=torch.bool)
+            bad = torch.zeros(qa.shape[0], dtype=torch.bool, device=qa.device)
             k1q, k1v = _stage(f, qa, va, bad)
             k2q, k2v = _stage(f, qa + 0.5 * h * k1q, va + 0.5 * h * k1v, bad)
             k3q, k3v = _stage(f, qa + 0.5 * h * k2q, va + 0.5 * h * k2v, bad)
@@ -235,17 +235,18 @@ def _stage(f, q, v, bad):
 def _scipy(f, q, v, ts, method, rtol, atol):
     B, n = q.shape
 
+    # SciPy integrates on the host; the model is evaluated where the data are
     def rhs(t, y):
-        s = torch.from_numpy(y.reshape(B, 2 * n))
+        s = torch.from_numpy(y.reshape(B, 2 * n)).to(q.device)
         dq, dv = f(s[:, :n].contiguous(), s[:, n:].contiguous())
-        return torch.cat([dq, dv], -1).reshape(-1).numpy()
+        return torch.cat([dq, dv], -1).reshape(-1).cpu().numpy()
 
-    y0 = torch.cat([q, v], -1).reshape(-1).numpy()
-    t = ts.numpy()
+    y0 = torch.cat([q, v], -1).reshape(-1).cpu().numpy()
+    t = ts.cpu().numpy()
     sol = solve_ivp(rhs, (float(t[0]), float(t[-1])), y0, method=method, t_eval=t, rtol=rtol, atol=atol)
     if not sol.success or sol.y.shape[1] != t.size:
         raise BeaValueError(f"solve_ivp ({method}) failed: {sol.message}")
-    y = torch.from_numpy(sol.y.T.copy()).reshape(t.size, B, 2 * n)
+    y = torch.from_numpy(sol.y.T.copy()).reshape(t.size, B, 2 * n).to(q.device)
     return y[..., :n], y[..., n:]
 
 
@@ -284,10 +285,11 @@ def rollout_variational(lagrangian, q0, qdot0, h: float, steps: int, *, scheme="
             n = qs.shape[-1]
             qf = qs.reshape(qs.shape[0], -1, n)
             if bool(ok.any()):
-                vf = vi.velocities(qf[:, ok], legendre)
+                # from the march's own momenta (the same as vi.momenta of the positions, not recomputed)
+                vf = vi.velocities(qf[:, ok], legendre, momenta=sol.p.reshape(qf.shape)[:, ok])
                 vs.reshape(qs.shape[0], -1, n)[:, ok] = vf
     finally:
         for m, flags in zip(modules, saved):
             for p, flag in zip(m.parameters(), flags):
                 p.requires_grad_(flag)
-    return Trajectory(qs, valid, t=sol.t, v=vs, stats=sol.stats, legacy=("q", "v", "valid"), legacy_tuple=True)
+    return Trajectory(qs, valid, t=sol.t, p=sol.p, v=vs, stats=sol.stats, legacy=("q", "v", "valid"), legacy_tuple=True)

@@ -112,7 +112,7 @@ def _split(N: int, val_fraction: float, gen: torch.Generator):
     n_val = max(1, int(round(val_fraction * N)))
     if N - n_val < 1:
         raise BeaValueError(f"too little data for a validation split: {N} samples with val_fraction={val_fraction}")
-    perm = torch.randperm(N, generator=gen)
+    perm = torch.randperm(N, generator=gen, device="cpu")  # the CPU generator: the same split on every device
     return perm[n_val:], perm[:n_val]
 
 
@@ -286,7 +286,7 @@ def _fit(model, res, batch_loss, evaluate, tr_idx, val_idx, opt, sched, params, 
                unit="epoch", leave=False)
     for epoch in bar:
         model.train()
-        order = tr_idx[torch.randperm(tr_idx.numel(), generator=gen)]
+        order = tr_idx[torch.randperm(tr_idx.numel(), generator=gen, device="cpu")]
         total = 0.0
         for a in range(0, order.numel(), batch_size):
             idx = order[a:a + batch_size]

@@ -95,9 +95,10 @@ def c_lagrangian_of_expansion(ex: AtomExpansion, n: int):
         if D != 2 * n:
             raise NotLowerable(f"the expansion lives on R^{D}, not on (q, v) with n = {n}")
         counts, atoms = packed_atoms(ex)
-        parts = [torch.tensor([float(D)], dtype=torch.float64), counts, ex._scale.reshape(1).to(torch.float64),
+        parts = [torch.tensor([float(D)], dtype=torch.float64, device=counts.device), counts,
+                 ex._scale.reshape(1).to(torch.float64),
                  ex._ls.reshape(-1).expand(D).to(torch.float64), atoms]
-        params = np.ascontiguousarray(torch.cat(parts).numpy(), dtype=np.float64)
+        params = np.ascontiguousarray(torch.cat(parts).cpu().numpy(), dtype=np.float64)  # the C code reads host memory
     return CLagrangian(n=n, source=SOURCE, params=params, cost=int(ex._Y.shape[0]))
 
 
@@ -111,12 +112,12 @@ def packed_atoms(ex: AtomExpansion):
         c2, U, Dd = ex._c2, ex._U, ex._Dd
         two = c2 != 0
     else:
-        two = torch.zeros(Y.shape[0], dtype=torch.bool)
+        two = torch.zeros(Y.shape[0], dtype=torch.bool, device=Y.device)
     one = ~two
     rows = [torch.cat([Y[one], V[one], c[one, None]], 1).reshape(-1)]
     if bool(two.any()):
         rows.append(torch.cat([Y[two], V[two], c[two, None], c2[two, None], U[two], Dd[two]], 1).reshape(-1))
-    counts = torch.tensor([float(int(one.sum())), float(int(two.sum()))], dtype=torch.float64)
+    counts = torch.tensor([float(int(one.sum())), float(int(two.sum()))], dtype=torch.float64, device=Y.device)
     return counts, torch.cat(rows)
 
 

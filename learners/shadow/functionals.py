@@ -98,6 +98,13 @@ class Functionals:
     def n_atoms(self) -> int:
         return sum(len(a) for a in self.atoms.values())
 
+    @property
+    def device(self) -> torch.device:
+        """Where the atoms live (the data's device; index tensors made for them must be there too)."""
+        for a in self.atoms.values():
+            return a.points.device
+        return self.targets.device if self.targets is not None else torch.device("cpu")
+
     @staticmethod
     def cat(parts: Sequence["Functionals"]) -> "Functionals":
         """Concatenate families (same ``dim``); targets are concatenated when all parts have them."""
@@ -120,9 +127,10 @@ class Functionals:
 
     def subset(self, index: torch.Tensor) -> "Functionals":
         """The functionals ``index`` (1-D long tensor, distinct entries), renumbered 0..len-1."""
-        index = torch.as_tensor(index, dtype=torch.long)
-        new_id = torch.full((self.count,), -1, dtype=torch.long)
-        new_id[index] = torch.arange(index.numel())
+        dev = self.device
+        index = torch.as_tensor(index, dtype=torch.long, device=dev)
+        new_id = torch.full((self.count,), -1, dtype=torch.long, device=dev)
+        new_id[index] = torch.arange(index.numel(), device=dev)
         atoms = {}
         for m, a in self.atoms.items():
             keep = new_id[a.owner] >= 0
@@ -144,9 +152,9 @@ class Functionals:
             if m == 2:
                 (g2,) = torch.autograd.grad(val.sum(), x, create_graph=create_graph)
                 val = (g2 * a.dirs[:, 1]).sum(-1)
-            contrib = torch.zeros(self.count, dtype=val.dtype).index_add(0, a.owner, a.coef * val)
+            contrib = val.new_zeros(self.count).index_add(0, a.owner, a.coef * val)
             out = contrib if out is None else out + contrib
-        return torch.zeros(self.count, dtype=torch.float64) if out is None else out
+        return torch.zeros(self.count, dtype=torch.float64, device=self.device) if out is None else out
 
 
 def _state(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -156,14 +164,14 @@ def _state(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 def point_evaluations(x: torch.Tensor) -> Functionals:
     r"""Point evaluations :math:`L(x_k)` at ``x`` of shape (K, D)."""
     K, D = x.shape
-    atoms = {0: AtomSet(x, x.new_zeros(K, 0, D), x.new_ones(K), torch.arange(K))}
+    atoms = {0: AtomSet(x, x.new_zeros(K, 0, D), x.new_ones(K), torch.arange(K, device=x.device))}
     return Functionals(D, K, atoms)
 
 
 def gradient_evaluations(x: torch.Tensor, direction: torch.Tensor) -> Functionals:
     r"""Directional derivatives :math:`u_k\cdot\nabla L(x_k)`, ``x`` and ``direction`` of shape (K, D)."""
     K, D = x.shape
-    atoms = {1: AtomSet(x, direction[:, None, :], x.new_ones(K), torch.arange(K))}
+    atoms = {1: AtomSet(x, direction[:, None, :], x.new_ones(K), torch.arange(K, device=x.device))}
     return Functionals(D, K, atoms)
 
 
@@ -189,7 +197,7 @@ class _Probe:
     def __call__(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         x = _state(q, v)
         G = torch.zeros_like(x, requires_grad=True)
-        S = torch.zeros(x.shape[:-1], dtype=x.dtype, requires_grad=True)
+        S = x.new_zeros(x.shape[:-1]).requires_grad_(True)
         self.calls.append((x.detach(), G, S))
         return S + (G * (x - x.detach())).sum(-1)
 
@@ -210,7 +218,7 @@ def _linear_atoms(make_value: Callable[[Callable], torch.Tensor], wrt: torch.Ten
             grads = torch.autograd.grad(R[:, i].sum(), leaves, retain_graph=True, allow_unused=True)
             for k, (x, _, _) in enumerate(probe.calls):
                 gG, gS = grads[2 * k], grads[2 * k + 1]
-                owner = torch.arange(B) * n_out + i
+                owner = torch.arange(B, device=R.device) * n_out + i
                 if gG is not None and bool((gG != 0).any()):
                     pts1.append(x.reshape(B, D))
                     dirs1.append(gG.detach().reshape(B, 1, D))
@@ -224,7 +232,8 @@ def _linear_atoms(make_value: Callable[[Callable], torch.Tensor], wrt: torch.Ten
         P = torch.cat(pts1)
         atoms[1] = AtomSet(P, torch.cat(dirs1), P.new_ones(P.shape[0]), torch.cat(own1))
     if pts0:
-        atoms[0] = AtomSet(torch.cat(pts0), torch.zeros(sum(len(p) for p in pts0), 0, D, dtype=torch.float64), torch.cat(coef0), torch.cat(own0))
+        P0 = torch.cat(pts0)
+        atoms[0] = AtomSet(P0, P0.new_zeros(P0.shape[0], 0, D), torch.cat(coef0), torch.cat(own0))
     return Functionals(D, B * n_out, atoms)
 
 
@@ -237,7 +246,7 @@ def del_residual_functionals(triples: torch.Tensor, h: float, scheme: Union[str,
     a, b, c = (triples[:, k].detach() for k in range(3))
     b = b.clone().requires_grad_(True)
     F = _linear_atoms(lambda L: sch(L, a, b, h) + sch(L, b, c, h), b, triples.shape[-1])
-    F.targets = torch.zeros(F.count, dtype=torch.float64)
+    F.targets = triples.new_zeros(F.count)
     return F
 
 
@@ -262,10 +271,10 @@ def euler_lagrange_residuals(q: torch.Tensor, v: torch.Tensor, a: torch.Tensor) 
     D = 2 * n
     x = _state(q, v)
     d = _state(v, a)
-    eye = torch.eye(D, dtype=x.dtype)
+    eye = torch.eye(D, dtype=x.dtype, device=x.device)
     pts2, dirs2, pts1, dirs1, owners = [], [], [], [], []
     for i in range(n):
-        own = torch.arange(B) * n + i
+        own = torch.arange(B, device=x.device) * n + i
         pts2.append(x)
         dirs2.append(torch.stack([eye[n + i].expand(B, D), d], 1))
         pts1.append(x)
@@ -274,7 +283,7 @@ def euler_lagrange_residuals(q: torch.Tensor, v: torch.Tensor, a: torch.Tensor) 
     own = torch.cat(owners)
     atoms = {2: AtomSet(torch.cat(pts2), torch.cat(dirs2), x.new_ones(B * n), own),
              1: AtomSet(torch.cat(pts1), torch.cat(dirs1), x.new_ones(B * n), own)}
-    return Functionals(D, B * n, atoms, torch.zeros(B * n, dtype=torch.float64))
+    return Functionals(D, B * n, atoms, x.new_zeros(B * n))
 
 
 # one name, one idea (issue 29): del_residuals are the residuals' values (InverseModifiedLagrangianGP.del_residuals),

@@ -74,7 +74,8 @@ class FunctionalGP(gpytorch.Module):
         super().__init__()
         self.kernel = kernel if kernel is not None else FunctionalKernel()
         self.likelihood = gpytorch.likelihoods.GaussianLikelihood(noise_constraint=GreaterThan(min_noise))
-        self.likelihood.noise = torch.tensor(max(noise, 2 * min_noise), dtype=torch.float64)
+        self.likelihood.noise = torch.tensor(max(noise, 2 * min_noise), dtype=torch.float64,
+                                             device=self.likelihood.raw_noise.device)
         self.train_functionals: Optional[Functionals] = None
         self.info: Optional[ConditioningInfo] = None
         self._chol: Optional[torch.Tensor] = None
@@ -99,7 +100,7 @@ class FunctionalGP(gpytorch.Module):
         K = 0.5 * (K + K.T)
         diag_mean = float(torch.diagonal(K).mean().detach())
         scale = diag_mean if diag_mean > 0 else 1.0
-        eye = torch.eye(F.count, dtype=K.dtype)
+        eye = torch.eye(F.count, dtype=K.dtype, device=K.device)
         A = K + self.noise * eye
         jitter = 0.0
         R, info = torch.linalg.cholesky_ex(A)
@@ -171,13 +172,12 @@ def _merge_atoms(F: Functionals, beta: torch.Tensor) -> Dict[int, AtomSet]:
         w = A.coef * beta[A.owner]
         if m == 0:
             pts, inv = torch.unique(A.points, dim=0, return_inverse=True)
-            coef = torch.zeros(pts.shape[0], dtype=w.dtype).index_add(0, inv, w)
-            out[0] = AtomSet(pts, pts.new_zeros(pts.shape[0], 0, pts.shape[1]), coef, torch.zeros(pts.shape[0], dtype=torch.long))
+            coef = w.new_zeros(pts.shape[0]).index_add(0, inv, w)
+            out[0] = AtomSet(pts, pts.new_zeros(pts.shape[0], 0, pts.shape[1]), coef, inv.new_zeros(pts.shape[0]))
         elif m == 1:
             pts, inv = torch.unique(A.points, dim=0, return_inverse=True)
-            dirs = torch.zeros(pts.shape[0], pts.shape[1], dtype=w.dtype).index_add(0, inv, w[:, None] * A.dirs[:, 0])
-            out[1] = AtomSet(pts, dirs[:, None, :], torch.ones(pts.shape[0], dtype=w.dtype),
-                             torch.zeros(pts.shape[0], dtype=torch.long))
+            dirs = w.new_zeros(pts.shape[0], pts.shape[1]).index_add(0, inv, w[:, None] * A.dirs[:, 0])
+            out[1] = AtomSet(pts, dirs[:, None, :], w.new_ones(pts.shape[0]), inv.new_zeros(pts.shape[0]))
         else:
-            out[m] = AtomSet(A.points, A.dirs, w, torch.zeros(len(A), dtype=torch.long))
+            out[m] = AtomSet(A.points, A.dirs, w, A.owner.new_zeros(len(A)))
     return out

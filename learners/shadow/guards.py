@@ -64,7 +64,8 @@ def check_fitted(model, states: torch.Tensor) -> None:
     elif not all(math.isfinite(x) for values in hyper.values() for x in values):
         cause = "the hyperparameters"
     else:
-        idx = torch.unique(torch.linspace(0, states.shape[0] - 1, min(FIT_PROBES, states.shape[0])).round().long())
+        idx = torch.unique(torch.linspace(0, states.shape[0] - 1, min(FIT_PROBES, states.shape[0]), dtype=torch.float64,
+                                         device=states.device).round().long())
         with torch.no_grad():
             mean = gp.mean(states[idx])
         if not bool(torch.isfinite(mean).all()):

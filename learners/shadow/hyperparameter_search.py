@@ -46,7 +46,8 @@ Objective = Callable[[torch.Tensor], float]
 def set_hyperparameters(gp: FunctionalGP, lengthscale, noise: float, outputscale: float = 1.0) -> None:
     """Lengthscale(s) (one shared or one per input), relative nugget (floored at :data:`MIN_NOISE`) and outputscale."""
     base = gp.kernel.base_kernel
-    ls = torch.as_tensor(lengthscale, dtype=torch.float64).reshape(-1)
+    dev = base.raw_lengthscale.device  # the search keeps its few numbers on the CPU; the model's are where its data are
+    ls = torch.as_tensor(lengthscale, dtype=torch.float64, device=dev).reshape(-1)
     if ls.numel() == 1:
         ls = ls.expand(base.raw_lengthscale.shape[-1])
     if ls.numel() != base.raw_lengthscale.shape[-1]:
@@ -55,7 +56,8 @@ def set_hyperparameters(gp: FunctionalGP, lengthscale, noise: float, outputscale
         raise BeaValueError(f"lengthscales must be positive and finite, got {ls.tolist()}")
     base.lengthscale = ls.reshape(base.raw_lengthscale.shape)
     gp.kernel.outputscale = outputscale
-    gp.likelihood.noise = torch.tensor([max(noise * outputscale, MIN_NOISE * outputscale * 1.0001)], dtype=torch.float64)
+    gp.likelihood.noise = torch.tensor([max(noise * outputscale, MIN_NOISE * outputscale * 1.0001)], dtype=torch.float64,
+                                       device=dev)
 
 
 def _set_theta(gp: FunctionalGP, theta: torch.Tensor, outputscale: float = 1.0) -> None:
@@ -69,7 +71,7 @@ def _split(groups: torch.Tensor, count: int) -> Tuple[torch.Tensor, torch.Tensor
         val_ids = ids[4::5]
         val = torch.isin(groups, val_ids)
     else:  # few trajectories: interleave functionals
-        val = torch.zeros(count, dtype=torch.bool)
+        val = torch.zeros(count, dtype=torch.bool, device=groups.device)
         val[4::5] = True
     if int(val.sum()) == 0 or int((~val).sum()) == 0:
         raise BeaValueError("too little data to learn hyperparameters (need at least 5 functionals); fix them with lengthscale=")
@@ -85,17 +87,18 @@ def training_subsets(groups: torch.Tensor, count: int, max_train: int, seed: int
     """Indices of the training and validation functionals (``groups``: the trajectory of each), at most
     ``max_train`` and ``max_train // 2`` of them, whole trajectories chosen at random (``seed``)."""
     tr, va = _split(groups, count)
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)  # a CPU generator: the same subsets on every device
     if tr.numel() > max_train:  # whole trajectories, chosen at random
         tr_groups = torch.unique(groups[tr])
-        perm = tr_groups[torch.randperm(tr_groups.numel(), generator=gen)]
+        perm = tr_groups[torch.randperm(tr_groups.numel(), generator=gen, device="cpu").to(groups.device)]
         per = max(1, tr.numel() // tr_groups.numel())
         keep = perm[: max(1, max_train // per)]
         tr = tr[torch.isin(groups[tr], keep)]
     if va.numel() > max_train // 2:
         va_groups = torch.unique(groups[va])
         per = max(1, va.numel() // va_groups.numel())
-        keep = va_groups[torch.randperm(va_groups.numel(), generator=gen)][: max(1, max_train // 2 // per)]
+        perm = torch.randperm(va_groups.numel(), generator=gen, device="cpu").to(groups.device)
+        keep = va_groups[perm][: max(1, max_train // 2 // per)]
         va = va[torch.isin(groups[va], keep)]
     return tr, va
 
@@ -153,7 +156,7 @@ def grid_search(evaluate: Objective, d: int, scale0: float, long: bool = False) 
     grid = []
     for s in GRID_SCALES + (LONG_SCALES if long else ()):
         for rho in GRID_NOISES:
-            theta = torch.tensor([math.log(s * scale0)] * d + [math.log(rho)], dtype=torch.float64)
+            theta = torch.tensor([math.log(s * scale0)] * d + [math.log(rho)], dtype=torch.float64, device="cpu")
             grid.append((s * scale0, rho, evaluate(theta)))
     return grid
 
@@ -164,7 +167,7 @@ def grid_best(grid: List[tuple], d: int) -> Tuple[torch.Tensor, float]:
     if not ok:
         raise BeaRuntimeError("no hyperparameters on the grid gave a usable fit; fix them with lengthscale= and noise=")
     l0, r0, best = min(ok, key=lambda g: g[2])
-    return torch.tensor([math.log(l0)] * d + [math.log(r0)], dtype=torch.float64), best
+    return torch.tensor([math.log(l0)] * d + [math.log(r0)], dtype=torch.float64, device="cpu"), best
 
 
 def pattern_search(evaluate: Objective, theta: torch.Tensor, best: float, iterations: int,
@@ -173,7 +176,7 @@ def pattern_search(evaluate: Objective, theta: torch.Tensor, best: float, iterat
     step taken, all steps halved when none improves; at most ``iterations`` evaluations. Returns the best
     :math:`\theta`, its value and the trace of values."""
     d = theta.numel() - 1
-    steps = torch.tensor([math.log(1.5)] * d + [math.log(10.0)], dtype=torch.float64)
+    steps = torch.tensor([math.log(1.5)] * d + [math.log(10.0)], dtype=torch.float64, device=theta.device)
     trace = []
     disable = None if progress is None else not progress
     bar = tqdm(total=iterations, desc="hyperparameters", disable=disable, leave=False)

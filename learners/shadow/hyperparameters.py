@@ -72,7 +72,6 @@ from typing import Dict, Optional, Sequence, Union
 
 import gpytorch
 import torch
-from gpytorch.constraints import Positive
 
 import bea
 from bea.errors import BeaRuntimeError, BeaValueError
@@ -86,8 +85,7 @@ from .gp import FunctionalGP
 from .guards import IdentifiabilityWarning, check_fitted
 from .hyperparameter_search import (MIN_NOISE, collapsed, grid_best, grid_search, objective, pattern_search, set_hyperparameters,
                                     settle, spread, training_subsets)
-from .kernel_choice import KernelOption, base_kernel, kernel_option
-from .kernels import FunctionalKernel
+from .kernel_choice import KernelOption, kernel_option, new_gp
 from .position_search import search_positions
 from .normalisation import Normalisation, get_normalisation
 from .objectives import Auto, Objective, get_objective
@@ -95,10 +93,6 @@ from .units import StandardUnits
 
 __all__ = ["FunctionalLagrangianModel", "MIN_NOISE", "IdentifiabilityWarning"]
 
-
-
-def _exp_positive() -> Positive:
-    return Positive(transform=torch.exp, inv_transform=torch.log)
 
 
 class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
@@ -185,17 +179,18 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
 
     # ------------------------------------------------------------------ set-up
     def _make_gp(self, D: int) -> FunctionalGP:
-        if self._user_kernel is not None:
-            kernel = self._user_kernel
-        else:
-            base = base_kernel(self._kernel_template, D, self.ard, _exp_positive())
-            kernel = FunctionalKernel(base, outputscale_constraint=_exp_positive())
-        gp = FunctionalGP(kernel, noise=1e-12, min_noise=0.0)
-        # the nugget on a log scale; its floor MIN_NOISE (relative to the outputscale) is enforced in set_hyperparameters
-        gp.likelihood = gpytorch.likelihoods.GaussianLikelihood(noise_constraint=_exp_positive())
-        gp.likelihood.noise = torch.tensor(1e-12, dtype=torch.float64)
-        gp.to(torch.float64)  # parameters in float64 whatever the caller's default dtype
-        return gp
+        return new_gp(self._user_kernel, self._kernel_template, D, self.ard, self._units_device)  # the data's device
+
+    def _apply(self, fn, recurse: bool = True):
+        """``.to(device)``, ``.cuda()``, ``.cpu()`` (every ``nn.Module`` move) of a fitted model: its whole fitted
+        state (posterior, data, units) goes where ``fn`` sends tensors, as a loaded model file is placed
+        (:mod:`learners.shadow.persist`); the cached derived Lagrangians are rebuilt there on demand."""
+        if getattr(self, "gp", None) is None or self.gp._beta is None:
+            return super()._apply(fn, recurse)
+        from . import persist
+
+        persist.move(self, fn)
+        return self
 
     # ------------------------------------------------------------------ learning
     def _fit_functionals(self, F_data: Functionals, groups: torch.Tensor, P: Functionals, P_groups: torch.Tensor,
@@ -213,11 +208,12 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         self._variance_scale = 1.0
         if self._user_kernel is not None:  # used as given
             rho = self.fixed_noise if self.fixed_noise is not None else 1e-12
-            gp.likelihood.noise = torch.tensor([rho * float(gp.kernel.outputscale.detach())], dtype=torch.float64)
+            gp.likelihood.noise = torch.tensor([rho * float(gp.kernel.outputscale.detach())], dtype=torch.float64,
+                                               device=self._units_device)
             self._freeze()
         elif self.fixed_lengthscale is not None:
             # given in the data's units; the time unit is then the data's (_learns_time_unit), so one scale serves q and v
-            ls = torch.as_tensor(self.fixed_lengthscale, dtype=torch.float64) / self._unit
+            ls = torch.as_tensor(self.fixed_lengthscale, dtype=torch.float64, device=self._units_device) / self._unit
             set_hyperparameters(gp, ls, self.fixed_noise if self.fixed_noise is not None else 1e-12)
             self._freeze()
         else:

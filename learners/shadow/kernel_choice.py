@@ -12,12 +12,17 @@ from __future__ import annotations
 
 from typing import Optional, Tuple, Union
 
+import gpytorch
+import torch
+from gpytorch.constraints import Positive
+
 from bea.errors import BeaTypeError, BeaValueError
 
+from .gp import FunctionalGP
 from .kernels import FunctionalKernel, RBFKernel, SmoothKernel
 from .mechanical import MechanicalKernel
 
-__all__ = ["KERNELS", "kernel_option", "base_kernel"]
+__all__ = ["KERNELS", "kernel_option", "base_kernel", "new_gp"]
 
 #: the kernels a string may name
 KERNELS = ("rbf", "mechanical")
@@ -50,3 +55,24 @@ def base_kernel(template: Optional[MechanicalKernel], D: int, ard: bool, constra
     if template is None:
         return RBFKernel(ard_num_dims=D if ard else None, lengthscale_constraint=constraint)
     return template.build(D, ard, constraint)
+
+
+def _exp_positive() -> Positive:
+    return Positive(transform=torch.exp, inv_transform=torch.log)
+
+
+def new_gp(user_kernel: Optional[FunctionalKernel], template: Optional[MechanicalKernel], D: int, ard: bool,
+           device: torch.device) -> FunctionalGP:
+    r"""A GP to fit on :math:`\mathbb R^D`, on ``device`` in float64: with ``user_kernel`` as given, else with a fresh
+    learned kernel (:func:`base_kernel`; scales positive through a log) and the nugget on a log scale (its floor
+    ``MIN_NOISE``, relative to the outputscale, is enforced by ``set_hyperparameters``)."""
+    # GPyTorch makes its parameters and constraint bounds on torch's default device: here, on the data's
+    with torch.device(device):
+        if user_kernel is not None:
+            kernel = user_kernel
+        else:
+            kernel = FunctionalKernel(base_kernel(template, D, ard, _exp_positive()), outputscale_constraint=_exp_positive())
+        gp = FunctionalGP(kernel, noise=1e-12, min_noise=0.0)
+        gp.likelihood = gpytorch.likelihoods.GaussianLikelihood(noise_constraint=_exp_positive())
+    gp.likelihood.noise = torch.tensor(1e-12, dtype=torch.float64, device=device)
+    return gp.to(device=device, dtype=torch.float64)  # float64 whatever the caller's default dtype

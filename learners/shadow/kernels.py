@@ -74,8 +74,8 @@ def _autograd_block(kernel: SmoothKernel, X, U, Y, V) -> torch.Tensor:
     a, b = U.shape[1], V.shape[1]
     P = A * B
     with torch.enable_grad():
-        ts = [torch.zeros(P, dtype=X.dtype, requires_grad=True) for _ in range(a)]
-        ss = [torch.zeros(P, dtype=X.dtype, requires_grad=True) for _ in range(b)]
+        ts = [X.new_zeros(P).requires_grad_(True) for _ in range(a)]
+        ss = [X.new_zeros(P).requires_grad_(True) for _ in range(b)]
         xp = X[:, None, :].expand(A, B, D).reshape(P, D)
         yp = Y[None, :, :].expand(A, B, D).reshape(P, D)
         for r in range(a):
@@ -145,7 +145,7 @@ def _partition_sum(idx: List[int], first: List[torch.Tensor], pair) -> torch.Ten
     r""":math:`\sum_\pi \prod_{\text{singletons}} f_i \prod_{\text{pairs}} g_{ij}` over partitions of ``idx``
     into blocks of size one and two (recursion on the first element)."""
     if not idx:
-        return torch.ones((), dtype=torch.float64)
+        return first[0].new_ones(()) if first else torch.ones((), dtype=torch.float64)
     i, rest = idx[0], idx[1:]
     total = first[i] * _partition_sum(rest, first, pair)
     for k, j in enumerate(rest):
@@ -172,6 +172,7 @@ class FunctionalKernel(gpytorch.kernels.Kernel):
                             f"got {type(base_kernel).__name__}")
         self.base_kernel = base_kernel
         self.closed_form = closed_form
+        # made on the default device like GPyTorch's own parameters; the model moves it with .to()
         self.register_parameter("raw_outputscale", torch.nn.Parameter(torch.zeros((), dtype=torch.float64)))
         self.register_constraint("raw_outputscale", Positive())
 
@@ -181,7 +182,7 @@ class FunctionalKernel(gpytorch.kernels.Kernel):
 
     @outputscale.setter
     def outputscale(self, value) -> None:
-        value = torch.as_tensor(value, dtype=self.raw_outputscale.dtype)
+        value = torch.as_tensor(value, dtype=self.raw_outputscale.dtype, device=self.raw_outputscale.device)
         self.initialize(raw_outputscale=self.raw_outputscale_constraint.inverse_transform(value))
 
     def block(self, X, U, Y, V) -> torch.Tensor:
@@ -202,7 +203,7 @@ class FunctionalKernel(gpytorch.kernels.Kernel):
                 part = self._pair(A1, A2, F1.count, F2.count)
                 out = part if out is None else out + part
         if out is None:
-            out = torch.zeros(F1.count, F2.count, dtype=torch.float64)
+            out = torch.zeros(F1.count, F2.count, dtype=torch.float64, device=F1.device)
         return self.outputscale * out
 
     def _pair(self, A1: AtomSet, A2: AtomSet, n1: int, n2: int) -> torch.Tensor:
@@ -215,11 +216,11 @@ class FunctionalKernel(gpytorch.kernels.Kernel):
             cols = phi.new_zeros(phi.shape[0], n2).index_add(1, A2.owner, phi)
             return cols.new_zeros(n1, n2).index_add(0, A1.owner, cols * A1.coef[:, None])
         step = max(16, CHUNK_ATOMS * CHUNK_ATOMS // max(1, len(A2)))  # >= 16 rows: bounded Python overhead
-        out = torch.zeros(n1, n2, dtype=torch.float64)
+        out = A1.points.new_zeros(n1, n2)
         for s in range(0, len(A1), step):
             sl = slice(s, s + step)
             phi = self.block(A1.points[sl], A1.dirs[sl], A2.points, A2.dirs) * A2.coef  # (a, A2)
-            cols = torch.zeros(phi.shape[0], n2, dtype=phi.dtype).index_add_(1, A2.owner, phi)  # (a, n2)
+            cols = phi.new_zeros(phi.shape[0], n2).index_add_(1, A2.owner, phi)  # (a, n2)
             out.index_add_(0, A1.owner[sl], cols * A1.coef[sl, None])
         return out
 
@@ -228,9 +229,9 @@ class FunctionalKernel(gpytorch.kernels.Kernel):
         never the full matrix)."""
         parts = []
         for s in range(0, F.count, chunk):
-            sub = F.subset(torch.arange(s, min(s + chunk, F.count)))
+            sub = F.subset(torch.arange(s, min(s + chunk, F.count), device=F.device))
             parts.append(torch.diagonal(self.forward(sub, sub)))
-        return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
+        return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64, device=F.device)
 
 
 class AtomExpansion:
@@ -267,13 +268,13 @@ class AtomExpansion:
                 ys, c0, vs, us, ds, c2 = [], [], [], [], [], []
                 for m, A in atoms.items():
                     K = len(A)
-                    zero = torch.zeros(K, D, dtype=A.points.dtype)
+                    zero = A.points.new_zeros(K, D)
                     ys.append(A.points / ls)
-                    c0.append(A.coef if m == 0 else torch.zeros(K, dtype=A.points.dtype))
+                    c0.append(A.coef if m == 0 else A.points.new_zeros(K))
                     vs.append(A.coef[:, None] * A.dirs[:, 0] / ls if m == 1 else zero)
                     us.append(A.dirs[:, 0] / ls if m == 2 else zero)
                     ds.append(A.dirs[:, 1] / ls if m == 2 else zero)
-                    c2.append(A.coef if m == 2 else torch.zeros(K, dtype=A.points.dtype))
+                    c2.append(A.coef if m == 2 else A.points.new_zeros(K))
                 Y, V, U, Dd = torch.cat(ys), torch.cat(vs), torch.cat(us), torch.cat(ds)
                 self._ls = ls
                 self._scale = kernel.outputscale.detach().clone()

@@ -95,10 +95,11 @@ class LagrangianGP(FunctionalLagrangianModel):
             S = (S - center) / unit
             self._set_units(center, unit, standard_step(S))
         else:  # a kernel fixed in the data's units (the paper's baseline, epsilon = 5) is fitted there
-            self._set_units(None, 1.0, None)
+            self._set_units(None, 1.0, None, S.device)
         q, v, a = finite_differences(S, self._h_std)
         T, m, n = q.shape
-        self._fit_states(q.reshape(-1, n), v.reshape(-1, n), a.reshape(-1, n), torch.arange(T).repeat_interleave(m))
+        groups = torch.arange(T, device=q.device).repeat_interleave(m)
+        self._fit_states(q.reshape(-1, n), v.reshape(-1, n), a.reshape(-1, n), groups)
         self.kind = "LGP (finite differences)"
         return self
     def fit_states(self, q, v, a, trajectory: Optional[torch.Tensor] = None) -> "LagrangianGP":
@@ -113,10 +114,11 @@ class LagrangianGP(FunctionalLagrangianModel):
             check_finite(t, name)
         if q.dim() == 3:
             T, m, n = q.shape
-            groups = torch.arange(T).repeat_interleave(m)
+            groups = torch.arange(T, device=q.device).repeat_interleave(m)
             q, v, a = q.reshape(-1, n), v.reshape(-1, n), a.reshape(-1, n)
         else:
-            groups = torch.arange(q.shape[0]) if trajectory is None else torch.as_tensor(trajectory, dtype=torch.long)
+            groups = (torch.arange(q.shape[0], device=q.device) if trajectory is None
+                      else torch.as_tensor(trajectory, dtype=torch.long, device=q.device))
             if groups.shape != (q.shape[0],):
                 raise BeaValueError(f"trajectory must label each of the {q.shape[0]} states, got shape {tuple(groups.shape)}")
         if q.shape[0] < 2:
@@ -128,7 +130,7 @@ class LagrangianGP(FunctionalLagrangianModel):
             self._set_units(center, unit, self.h / tau)
             q, v, a = self._to_standard(q), v / self._speed, a * (tau / self._speed)  # a' = a tau^2 / sigma
         else:
-            self._set_units(None, 1.0, None)
+            self._set_units(None, 1.0, None, q.device)
         self._fit_states(q, v, a, groups)
         self.kind = "LGPExact (given derivatives)"
         return self
@@ -140,7 +142,8 @@ class LagrangianGP(FunctionalLagrangianModel):
         F = euler_lagrange_residuals(q, v, a)
         g = groups.repeat_interleave(n)
         x = torch.cat([q, v], -1)
-        P = Functionals.cat([gradient_evaluations(x, torch.eye(2 * n, dtype=torch.float64)[n + i].expand_as(x).clone()) for i in range(n)])
+        eye = torch.eye(2 * n, dtype=x.dtype, device=x.device)
+        P = Functionals.cat([gradient_evaluations(x, eye[n + i].expand_as(x).clone()) for i in range(n)])
         P_groups = groups.repeat(n)
         self._fit_functionals(F, g, P, P_groups)
 
@@ -233,7 +236,8 @@ class LagrangianGP(FunctionalLagrangianModel):
         sol = solve_with_retry(self._integrator_std, newton, self._to_standard(q0), qdot0 / self._speed, steps)
         check_prediction(sol.q, "LagrangianGP.predict", self._from_standard)
         qs = self._from_standard(sol.q)
-        far = runaway(qs, self._region) if self._region is not None else torch.zeros(qs.shape[:-1], dtype=torch.bool)
+        far = (runaway(qs, self._region) if self._region is not None
+               else torch.zeros(qs.shape[:-1], dtype=torch.bool, device=qs.device))
         if on_extrapolation != "ignore" and bool(far.any()):
             idx = tuple(int(i) for i in torch.nonzero(far)[0])
             msg = (f"the prediction leaves the data: {int(far.sum())} predicted positions lie more than "
@@ -245,7 +249,9 @@ class LagrangianGP(FunctionalLagrangianModel):
             warnings.warn(msg, ExtrapolationWarning, stacklevel=2)
         t = None if sol.t is None else sol.t * (self.h / self._h_std)  # the solve's times are in the standardised unit
         # legacy=None: used as the tensor q it returned before (deprecated)
-        return dataclasses.replace(sol, q=qs, t=t, legacy=None)
+        # p: the march's discrete momenta of the learned L, mapped back as momenta are (learners.shadow.units)
+        return dataclasses.replace(sol, q=qs, t=t, p=None if sol.p is None else self._speed * sol.p,
+                                   legacy=None)
 
     def _integrator_std(self, **newton):
         """The scheme on the posterior mean in the standardised coordinates (C form), at the step :math:`h'`."""

@@ -176,10 +176,10 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
             x0 = norm.point.reshape(-1).to(torch.float64)
             norm = MassNormalisation(norm.c, point=self._standard_state(x0[:n], x0[n:]))
         F = del_residual_functionals(triples_from_snapshots(Sd), h, self.scheme)
-        groups = torch.arange(T).repeat_interleave((m - 2) * n)
+        groups = torch.arange(T, device=S.device).repeat_interleave((m - 2) * n)
         pairs = torch.stack([Sd[:, :-1], Sd[:, 1:]], -2).reshape(-1, 2, n)
         P = discrete_momentum_functionals(pairs, h, self.scheme)
-        P_groups = torch.arange(T).repeat_interleave((m - 1) * n)
+        P_groups = torch.arange(T, device=S.device).repeat_interleave((m - 1) * n)
         self._standard_snapshots = Sd  # for the "positions" objective while learning
         try:
             self._fit_functionals(F, groups, P, P_groups, normalisation=norm)
@@ -355,8 +355,10 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
             std = self._check_extrapolation(sol.q, on_extrapolation, every=not return_std)
         t = None if sol.t is None else sol.t * (self.h / self._h_std)  # the solve's times are in the standardised unit
         # legacy: unpacks as the (q, std) it returned before with return_std=True, else acts as the tensor q (deprecated)
-        return Trajectory(self._from_standard(sol.q), sol.valid, t=t, std=self._speed * std if return_std else None,
-                          stats=sol.stats, legacy=("q", "std") if return_std else None, legacy_tuple=return_std)
+        # the march's momenta of L_inv (those of momenta()), mapped back as momenta are (learners.shadow.units)
+        return Trajectory(self._from_standard(sol.q), sol.valid, t=t, p=None if sol.p is None else self._speed * sol.p,
+                          std=self._speed * std if return_std else None, stats=sol.stats,
+                          legacy=("q", "std") if return_std else None, legacy_tuple=return_std)
 
     def _check_extrapolation(self, qs: torch.Tensor, mode: str, every: bool = False) -> torch.Tensor:
         """Posterior std of the DEL residual at the interior positions of ``qs`` (standardised), NaN at the
@@ -369,9 +371,9 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         std = torch.full_like(flat, float("nan"))
         bad = runaway(flat)  # (steps + 1, batch): far beyond the data, whatever the std says
         if S1 >= 3:
-            mid = torch.arange(1, S1 - 1)
+            mid = torch.arange(1, S1 - 1, device=qs.device)
             if every and mid.numel() > CHECK_POINTS:
-                mid = torch.unique(torch.linspace(1, S1 - 2, CHECK_POINTS, dtype=torch.float64).round().long())
+                mid = torch.unique(torch.linspace(1, S1 - 2, CHECK_POINTS, dtype=torch.float64, device=qs.device).round().long())
             trip = torch.stack([flat[mid - 1], flat[mid], flat[mid + 1]], 2).reshape(-1, 3, n)  # (time-major) x batch
             parts = [self._residual_posterior(trip[a:a + CHECK_CHUNK])[1] for a in range(0, trip.shape[0], CHECK_CHUNK)]
             std[mid] = torch.cat(parts).reshape(mid.numel(), -1, n)

@@ -206,7 +206,8 @@ class MechanicalFeatures:
         self.lq, self.lv = lq, lv
         self.gauss = GaussianFeatures(n, order)
         self.mono = GaussianFeatures(n, degree, gaussian=False)  # z^beta / sqrt(beta!)
-        self._w = torch.tensor([math.sqrt(math.perm(degree, int(k))) for k in self.mono.degree], dtype=torch.float64)
+        self._w = torch.tensor([math.sqrt(math.perm(degree, int(k))) for k in self.mono.degree], dtype=torch.float64,
+                               device=lq.device)
 
     def __len__(self) -> int:
         return len(self.gauss) * len(self.mono)

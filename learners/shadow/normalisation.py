@@ -63,14 +63,16 @@ class VertexNormalisation(Normalisation):
 
     def functionals(self, n: int, center: Optional[torch.Tensor] = None) -> Functionals:
         D = 2 * n
-        z = torch.tensor(list(itertools.product((0.0, 1.0), repeat=D)), dtype=torch.float64)
-        w = torch.zeros(D, dtype=torch.float64)
+        f64 = dict(dtype=torch.float64, device=_device(center))  # on the data's device, which the centre is on
+        z = torch.tensor(list(itertools.product((0.0, 1.0), repeat=D)), **f64)
+        w = torch.zeros(D, **f64)
         w[n:] = 1.0 / (math.factorial(n) * 4**n)
         V = z.shape[0]
-        atoms = {1: AtomSet(z, w.expand(V, D)[:, None, :].clone(), torch.ones(V, dtype=torch.float64), torch.zeros(V, dtype=torch.long)),
-                 0: AtomSet(torch.zeros(1, D, dtype=torch.float64), torch.zeros(1, 0, D, dtype=torch.float64), torch.ones(1, dtype=torch.float64),
-                             torch.ones(1, dtype=torch.long))}
-        return Functionals(D, 2, atoms, torch.tensor([self.c, 0.0], dtype=torch.float64))
+        index = dict(dtype=torch.long, device=f64["device"])
+        atoms = {1: AtomSet(z, w.expand(V, D)[:, None, :].clone(), torch.ones(V, **f64), torch.zeros(V, **index)),
+                 0: AtomSet(torch.zeros(1, D, **f64), torch.zeros(1, 0, D, **f64), torch.ones(1, **f64),
+                             torch.ones(1, **index))}
+        return Functionals(D, 2, atoms, torch.tensor([self.c, 0.0], **f64))
 
 
 class MassNormalisation(Normalisation):
@@ -81,20 +83,29 @@ class MassNormalisation(Normalisation):
         if not math.isfinite(c) or c == 0:
             raise BeaValueError(f"the normalisation constant c must be finite and non-zero, got {c}")
         self.c = c
-        self.point = None if point is None else torch.as_tensor(point, dtype=torch.float64)
+        # kept where it is given (the CPU for numbers); functionals() moves it to the data's device
+        self.point = None if point is None else torch.as_tensor(point, dtype=torch.float64, device=_device(point))
 
     def __repr__(self) -> str:
         return f"MassNormalisation(c={self.c})"
 
     def functionals(self, n: int, center: Optional[torch.Tensor] = None) -> Functionals:
         D = 2 * n
-        x0 = self.point if self.point is not None else (center if center is not None else torch.zeros(D, dtype=torch.float64))
-        x0 = x0.to(torch.float64).reshape(1, D)
-        eye = torch.eye(D, dtype=torch.float64)
-        atoms = {0: AtomSet(x0, torch.zeros(1, 0, D, dtype=torch.float64), torch.ones(1, dtype=torch.float64), torch.zeros(1, dtype=torch.long)),
-                 1: AtomSet(x0.expand(n, D), eye[n:][:, None, :], torch.ones(n, dtype=torch.float64), torch.arange(1, n + 1)),
-                 2: AtomSet(x0.expand(n, D), torch.stack([eye[n:], eye[n:]], 1), torch.ones(n, dtype=torch.float64), torch.full((n,), n + 1))}
-        return Functionals(D, n + 2, atoms, torch.tensor([0.0] * (n + 1) + [self.c * n], dtype=torch.float64))
+        f64 = dict(dtype=torch.float64, device=_device(center))  # on the data's device, which the centre is on
+        x0 = self.point if self.point is not None else (center if center is not None else torch.zeros(D, **f64))
+        x0 = x0.to(**f64).reshape(1, D)
+        eye = torch.eye(D, **f64)
+        index = dict(dtype=torch.long, device=f64["device"])
+        atoms = {0: AtomSet(x0, torch.zeros(1, 0, D, **f64), torch.ones(1, **f64), torch.zeros(1, **index)),
+                 1: AtomSet(x0.expand(n, D), eye[n:][:, None, :], torch.ones(n, **f64), torch.arange(1, n + 1, **index)),
+                 2: AtomSet(x0.expand(n, D), torch.stack([eye[n:], eye[n:]], 1), torch.ones(n, **f64),
+                            torch.full((n,), n + 1, **index))}
+        return Functionals(D, n + 2, atoms, torch.tensor([0.0] * (n + 1) + [self.c * n], **f64))
+
+
+def _device(x) -> torch.device:
+    """The device of a tensor; the CPU for numbers, arrays and None."""
+    return x.device if isinstance(x, torch.Tensor) else torch.device("cpu")
 
 
 def get_normalisation(spec: Union[str, Normalisation, None]) -> Normalisation:

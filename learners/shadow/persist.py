@@ -11,6 +11,10 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any, Dict
 
+import torch
+
+from bea.errors import BeaTypeError
+
 from .functionals import AtomSet, Functionals
 from .gp import ConditioningInfo, _merge_atoms
 from .kernels import AtomExpansion
@@ -38,7 +42,8 @@ def fitted_state(model) -> Dict[str, Any]:
 def restore(model, state: Dict[str, Any]) -> None:
     """Put a saved fitted state into a freshly constructed model (no refit)."""
     model.n = state["n"]
-    model._set_units(state["center"], state["unit"], state.get("step"))  # files before the time unit: h' = h
+    # files before the time unit: h' = h; the device is where the posterior was loaded (or moved) to
+    model._set_units(state["center"], state["unit"], state.get("step"), state["beta"].device)
     gp = model._make_gp(2 * model.n)
     gp.load_state_dict(state["gp"])
     F = _functionals(state["functionals"])
@@ -49,3 +54,26 @@ def restore(model, state: Dict[str, Any]) -> None:
     gp._mean_fn = AtomExpansion(gp.kernel, gp._mean_atoms, differentiable=False)
     model.gp = gp
     model._restore_extra(state["subclass"])
+
+
+def _mapped(fn, value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    if isinstance(value, dict):
+        return {k: _mapped(fn, v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_mapped(fn, v) for v in value)
+    return value
+
+
+def move(model, fn) -> None:
+    """Apply ``fn`` (an ``nn.Module._apply`` conversion: ``.to(device)`` and the like) to every tensor of the fitted
+    state of ``model`` and restore it from the result: the posterior, data and units where ``fn`` sends them.
+    The models compute in float64, so a conversion that changes the dtype is refused."""
+    probe = fn(torch.zeros((), dtype=torch.float64, device="cpu"))
+    if probe.dtype != torch.float64:
+        raise BeaTypeError(f"{type(model).__name__} computes in float64 and cannot be converted to {probe.dtype}; "
+                           "move it with .to(device) only")
+    state = _mapped(fn, fitted_state(model))
+    model._init_state()  # the derived Lagrangians, jets and caches of the old place; rebuilt on demand
+    restore(model, state)

@@ -49,7 +49,8 @@ Objective = Callable[[torch.Tensor], float]
 def tied_theta(ell_q: float, ell_v: float, n: int) -> torch.Tensor:
     r""":math:`\theta = (\log\ell_1..\log\ell_{2n}, \log\rho)` with ``ell_q`` on the positions and ``ell_v`` on
     the velocities."""
-    return torch.tensor([math.log(ell_q)] * n + [math.log(ell_v)] * n + [math.log(NUGGET)], dtype=torch.float64)
+    return torch.tensor([math.log(ell_q)] * n + [math.log(ell_v)] * n + [math.log(NUGGET)], dtype=torch.float64,
+                        device="cpu")  # the search's few numbers stay on the CPU
 
 
 def subset_grid(evaluate: Objective, n: int, scale0: float) -> List[tuple]:
@@ -65,7 +66,7 @@ def subset_grid(evaluate: Objective, n: int, scale0: float) -> List[tuple]:
 def refine(evaluate: Objective, n: int, ell_q: float, ell_v: float, evaluations: int) -> Tuple[float, float, float, List[float]]:
     r"""Stage 2 (module docstring) from ``(ell_q, ell_v)``: returns the best ``(ell_q, ell_v, objective)`` and the
     trace of values (the first is the start, re-evaluated on all training functionals)."""
-    x = torch.tensor([math.log(ell_q), math.log(ell_v)], dtype=torch.float64)
+    x = torch.tensor([math.log(ell_q), math.log(ell_v)], dtype=torch.float64, device="cpu")
     best = evaluate(tied_theta(ell_q, ell_v, n))
     trace = [best]
     directions = [(-1.0, -1.0), (1.0, 1.0), (-1.0, 0.0), (1.0, 0.0), (0.0, -1.0), (0.0, 1.0)]
@@ -75,7 +76,7 @@ def refine(evaluate: Objective, n: int, ell_q: float, ell_v: float, evaluations:
         for k, d in enumerate(directions):
             if len(trace) >= evaluations + 1:
                 break
-            trial = x + step * torch.tensor(d, dtype=torch.float64)
+            trial = x + step * torch.tensor(d, dtype=torch.float64, device="cpu")
             val = evaluate(tied_theta(math.exp(float(trial[0])), math.exp(float(trial[1])), n))
             trace.append(val)
             if val < best:

@@ -233,8 +233,9 @@ class RBFJet:
             self.D = int(Y.shape[1])
             counts, atoms = packed_atoms(ex)
             parts = [counts, ex._ls.reshape(-1).expand(self.D).to(torch.float64), atoms]
-            self._params = np.ascontiguousarray(torch.cat(parts).numpy(), dtype=np.float64)
-            self._ell = ex._ls.reshape(-1).expand(self.D).to(torch.float64).clone()
+            # the jet is computed in C on the host: its numbers live there, whatever the model's device
+            self._params = np.ascontiguousarray(torch.cat(parts).cpu().numpy(), dtype=np.float64)
+            self._ell = ex._ls.reshape(-1).expand(self.D).to(device="cpu", dtype=torch.float64).clone()
             self._scale = float(ex._scale)
         self.atoms = int(Y.shape[0])
         self._fns: Dict[int, object] = {}
@@ -265,8 +266,8 @@ class RBFJet:
             fn.argtypes = [f64p, ctypes.c_long, f64p, f64p]
             self._fns[K] = fn
             alphas = multi_indices(self.D, K)
-            expo = torch.tensor(alphas, dtype=torch.float64)  # (M, D)
-            sign = torch.tensor([(-1.0) ** sum(a) for a in alphas], dtype=torch.float64)
+            expo = torch.tensor(alphas, dtype=torch.float64, device="cpu")  # (M, D)
+            sign = torch.tensor([(-1.0) ** sum(a) for a in alphas], dtype=torch.float64, device="cpu")
             self._factors[K] = sign * self._scale / torch.prod(self._ell ** expo, -1)
         return fn
 
@@ -286,7 +287,7 @@ class RBFJet:
         f64p = ctypes.POINTER(ctypes.c_double)
         if B:
             fn(x.ctypes.data_as(f64p), Bp, self._params.ctypes.data_as(f64p), out.ctypes.data_as(f64p))
-        return torch.from_numpy(out[:B]) * self._factors[K]
+        return (torch.from_numpy(out[:B]) * self._factors[K]).to(X.device)
 
 
 class _Table:

@@ -122,7 +122,9 @@ class RecoveryMixin:
         key = ("jet", what, order)
         if key not in self._recovered:
             k = self.n if what == "momentum" else 1
-            x0 = torch.cat([torch.zeros(self.n, dtype=torch.float64), 0.3 * torch.ones(self.n, dtype=torch.float64)])[None]
+            dev = self._units_device
+            x0 = torch.cat([torch.zeros(self.n, dtype=torch.float64, device=dev),
+                            0.3 * torch.ones(self.n, dtype=torch.float64, device=dev)])[None]
             self._recovered[key] = jet_order(self.gp, self._quantity(what, order), x0, k)
         return self._recovered[key]
 
@@ -144,11 +146,12 @@ class RecoveryMixin:
         q3, v3 = q_std.reshape(S1, -1, n), v_std.reshape(S1, -1, n)
         Bt = q3.shape[1]
         P = momentum_functionals(q3, self._h_std, self.scheme)  # row j * Bt + b
-        times = torch.arange(0, S1, every)
-        rows = (times[:, None] * Bt + torch.arange(Bt)).reshape(-1)
+        dev = q_std.device
+        times = torch.arange(0, S1, every, device=dev)
+        rows = (times[:, None] * Bt + torch.arange(Bt, device=dev)).reshape(-1)
         x = torch.cat([q3, v3], -1).reshape(-1, 2 * n)
         k = n if what == "momentum" else 1
-        P_rows = P.subset((rows[:, None] * n + torch.arange(n)).reshape(-1))
+        P_rows = P.subset((rows[:, None] * n + torch.arange(n, device=dev)).reshape(-1))
         if what == "momentum":
             atoms = P_rows
         else:
@@ -156,17 +159,17 @@ class RecoveryMixin:
         G = LinearisedQuantity(self._quantity(what, order), x[rows], k, self._jet_order(what, order), atoms)
         ref = None
         if reference is not None:
-            r_rows = reference * Bt + torch.arange(Bt).repeat(times.numel())
-            P_ref = repeat_functionals(P, (r_rows[:, None] * n + torch.arange(n)).reshape(-1))
+            r_rows = reference * Bt + torch.arange(Bt, device=dev).repeat(times.numel())
+            P_ref = repeat_functionals(P, (r_rows[:, None] * n + torch.arange(n, device=dev)).reshape(-1))
             ref = Reference(x[r_rows], weighted(P_ref, v3.reshape(-1, n)[r_rows], n))
         cov = self._variance_factor("energy") * posterior_variance(self.gp, G, ref)
         if what == "momentum":
             Minv = torch.linalg.inv(self._mass_std(order, q3.reshape(-1, n)[rows], v3.reshape(-1, n)[rows]))
             cov = Minv @ cov @ Minv.transpose(1, 2)
-            std = torch.full((S1 * Bt, n), float("nan"), dtype=torch.float64)
+            std = q_std.new_full((S1 * Bt, n), float("nan"))
             std[rows] = torch.diagonal(cov, dim1=1, dim2=2).clamp_min(0).sqrt()
             return std.reshape(q_std.shape)
-        std = torch.full((S1 * Bt,), float("nan"), dtype=torch.float64)
+        std = q_std.new_full((S1 * Bt,), float("nan"))
         std[rows] = cov[:, 0, 0].clamp_min(0).sqrt()
         return std.reshape(q_std.shape[:-1])
 

@@ -92,8 +92,10 @@ class GaussianFeatures:
         self.D, self.order, self.gaussian = D, order, gaussian
         parents: List[torch.Tensor] = []
         variables: List[torch.Tensor] = []
-        exps = [torch.zeros(1, D, dtype=torch.long)]
-        last = [torch.zeros(1, dtype=torch.long)]
+        # the bookkeeping is made on the CPU, once; __call__ takes what it needs to the device of its input
+        cpu = dict(dtype=torch.long, device="cpu")
+        exps = [torch.zeros(1, D, **cpu)]
+        last = [torch.zeros(1, **cpu)]
         for k in range(1, order + 1):
             prev_exp, prev_last = exps[-1], last[-1]
             par, var = [], []
@@ -101,9 +103,9 @@ class GaussianFeatures:
                 for d in range(int(prev_last[i]), D):
                     par.append(i)
                     var.append(d)
-            par_t, var_t = torch.tensor(par, dtype=torch.long), torch.tensor(var, dtype=torch.long)
+            par_t, var_t = torch.tensor(par, **cpu), torch.tensor(var, **cpu)
             e = prev_exp[par_t].clone()
-            e[torch.arange(len(par)), var_t] += 1
+            e[torch.arange(len(par), **cpu), var_t] += 1
             parents.append(par_t)
             variables.append(var_t)
             exps.append(e)
@@ -119,12 +121,12 @@ class GaussianFeatures:
 
     def __call__(self, z: torch.Tensor) -> torch.Tensor:
         """Values at ``z`` (B, D) -> (B, len(self))."""
-        layer = torch.ones(z.shape[0], 1, dtype=z.dtype)
+        layer = z.new_ones(z.shape[0], 1)
         layers = [layer]
         for par, var in zip(self._parents, self._vars):
-            layer = layer[:, par] * z[:, var]
+            layer = layer[:, par.to(z.device)] * z[:, var.to(z.device)]
             layers.append(layer)
-        mono = torch.cat(layers, -1) * self._scale
+        mono = torch.cat(layers, -1) * self._scale.to(z.device)
         return torch.exp(-0.5 * (z * z).sum(-1, keepdim=True)) * mono if self.gaussian else mono
 
 
@@ -242,7 +244,7 @@ def _linearise(mean: Callable, quantity: Quantity, x: torch.Tensor, columns: Seq
     B, D = x.shape
     n = D // 2
     with torch.enable_grad():
-        W = [torch.zeros(B, c.size, dtype=x.dtype, requires_grad=True) for c in columns]
+        W = [x.new_zeros(B, c.size).requires_grad_(True) for c in columns]
 
         def L(q, v):
             xp = torch.cat([q, v], -1)
@@ -311,7 +313,7 @@ def _rows(F: Optional[Functionals], rows: torch.Tensor, k: int) -> Optional[Func
     """The functionals of the rows ``rows`` (per-row families of ``k``), renumbered."""
     if F is None:
         return None
-    idx = (rows[:, None] * k + torch.arange(k)).reshape(-1)
+    idx = (rows[:, None] * k + torch.arange(k, device=rows.device)).reshape(-1)
     return F.subset(idx)
 
 
@@ -319,7 +321,7 @@ def _apply_rowfunction(F: Functionals, centres: torch.Tensor, coef: torch.Tensor
     r"""Atom functionals ``F`` (functional ``b * k + o``) applied to row ``b``'s explicit function
     :math:`\sum_\gamma c_{b\gamma}\varphi_\gamma((y - r_b)/\ell)` (``coef`` (B, M)): (B, k)."""
     B = centres.shape[0]
-    out = torch.zeros(B * k, dtype=torch.float64)
+    out = centres.new_zeros(B * k)
     for m, A in F.atoms.items():
         row = A.owner // k
         with torch.enable_grad():
@@ -352,7 +354,7 @@ def posterior_variance(gp, G: LinearisedQuantity, reference: Optional[Reference]
         chunk = max(1, PASS_ENTRIES // (F.count + 2 * M + 2 * G.k))
     out = []
     for a in range(0, B, chunk):
-        rows = torch.arange(a, min(a + chunk, B))
+        rows = torch.arange(a, min(a + chunk, B), device=G.x.device)
         out.append(_chunk_covariance(gp, G, reference, rows, feats, s2))
     return gp.variance_scale * torch.cat(out)
 
@@ -375,7 +377,7 @@ def _jet_and_atoms(gp, G: LinearisedQuantity, x: torch.Tensor, atoms: Optional[F
         B = x.shape[0]
         K_A = gp.kernel.forward(atoms, F).reshape(B, k, -1)
         AA = gp.kernel.forward(atoms, atoms)
-        idx = torch.arange(B * k).reshape(B, k)
+        idx = torch.arange(B * k, device=x.device).reshape(B, k)
         AA = AA[idx[:, :, None], idx[:, None, :]]
         prior = prior + AA + X + X.transpose(1, 2)
         K = K_T + K_A
@@ -440,7 +442,7 @@ def momentum_functionals(qs: torch.Tensor, h: float, scheme) -> Functionals:
 def repeat_functionals(F: Functionals, index: torch.Tensor) -> Functionals:
     """The functionals ``index`` of ``F`` (repeats allowed, unlike :meth:`Functionals.subset`), renumbered
     0..len(index)-1."""
-    index = torch.as_tensor(index, dtype=torch.long)
+    index = torch.as_tensor(index, dtype=torch.long, device=F.device)
     atoms = {}
     for m, A in F.atoms.items():
         parts = []

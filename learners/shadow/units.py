@@ -99,8 +99,11 @@ class StandardUnits:
     _unit: float = 1.0
     _step: Optional[float] = None
 
-    def _set_units(self, center: Optional[torch.Tensor], unit: float, step: Optional[float]) -> None:
+    def _set_units(self, center: Optional[torch.Tensor], unit: float, step: Optional[float],
+                   device: Optional[torch.device] = None) -> None:
+        """``device``: where the data are, when there is no ``center`` to tell (default: the CPU)."""
         self._center, self._unit, self._step = center, float(unit), (None if step is None else float(step))
+        self._data_device = center.device if center is not None else torch.device(device or "cpu")
 
     @property
     def _h_std(self) -> float:
@@ -118,6 +121,11 @@ class StandardUnits:
         return self._unit / self._time
 
     @property
+    def _units_device(self) -> torch.device:
+        """The device of the fitted data, where the model's own tensors are made."""
+        return getattr(self, "_data_device", torch.device("cpu"))
+
+    @property
     def _standardised(self) -> bool:
         return self._unit != 1.0 or self._time != 1.0 or (self._center is not None and bool(self._center.any()))
 
@@ -133,7 +141,7 @@ class StandardUnits:
 
     def _input_units(self, n: int) -> torch.Tensor:
         r"""The unit of each GP input in the data's units: :math:`\sigma` (n positions), :math:`s` (n velocities)."""
-        return torch.tensor([self._unit] * n + [self._speed] * n, dtype=torch.float64)
+        return torch.tensor([self._unit] * n + [self._speed] * n, dtype=torch.float64, device=self._units_device)
 
     def _standard_functionals(self, G: Functionals) -> Functionals:
         r"""Functionals of :math:`L = s^2 L'(x')` (points and directions in the data's units) as functionals of
@@ -141,7 +149,7 @@ class StandardUnits:
         derivative), coefficients times :math:`s^2`."""
         n = G.dim // 2
         units = self._input_units(n)
-        center = self._center if self._center is not None else torch.zeros(n, dtype=torch.float64)
+        center = self._center if self._center is not None else torch.zeros(n, dtype=torch.float64, device=G.device)
         shift = torch.cat([center, torch.zeros_like(center)])
         atoms = {m: AtomSet((A.points - shift) / units, A.dirs / units, A.coef * self._speed ** 2, A.owner)
                  for m, A in G.atoms.items()}
