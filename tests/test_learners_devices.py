@@ -204,3 +204,22 @@ def test_a_fitted_gp_moves_with_to(kind, device):
     assert float((got.cpu() - want).abs().max()) <= (0.0 if device == "cpu" else 1e-9)
     with pytest.raises(BeaTypeError, match="float64"):
         gp.float()
+
+
+def test_networks_are_built_on_the_cpu_whatever_the_defaults():
+    """Without ``device=`` a network is made on the CPU in float64 (not on torch's default device or dtype), with
+    the seed's weights: the same state as under the ordinary defaults, bit for bit."""
+    from learners.modlanet import ModLaNet
+    from learners.neural.baselines import HNN, LNN, MLPBaseline
+
+    builders = {"LNN": lambda: LNN(2, 8, seed=1), "HNN": lambda: HNN(2, 8, seed=1),
+                "MLPBaseline": lambda: MLPBaseline(2, 8, seed=1),
+                "ModLaNet": lambda: ModLaNet.pendulum_chain(2, transform="mlp", hidden=8, transform_hidden=4, seed=1)}
+    for name, build in builders.items():
+        want = build().state_dict()
+        with wrong_defaults():
+            got = build().state_dict()
+        for key, x in got.items():
+            assert x.device.type == "cpu" and x.dtype == want[key].dtype, (name, key, x.device, x.dtype)
+            assert torch.equal(x, want[key]), (name, key)
+        assert all(x.dtype == torch.float64 for x in got.values() if x.is_floating_point()), name
