@@ -96,11 +96,11 @@ def test_the_measured_table_covers_the_dimensions_that_are_accepted():
 
 def _grid(lengths, points=0, max_tasks=None):
     grid = {}
-    for key, n in zip(("h", "T", "N"), lengths):
+    for key, n in zip(("h", "T", "order"), lengths):
         grid[key] = [1.0 / (i + 2) for i in range(n)] if key == "h" else (
             [float(i + 1) for i in range(n)] if key == "T" else [2 * i for i in range(n)])
     spec = {"kind": "convergence", "defaults": {"scheme": "midpoint", "system": "pendulum"}, "grid": grid,
-            "points": [{"h": 1 / (100 + i), "T": 1.0, "N": 0} for i in range(points)]}
+            "points": [{"h": 1 / (100 + i), "T": 1.0, "order": 0} for i in range(points)]}
     if max_tasks is not None:
         spec["execution"] = {"max_tasks": max_tasks}
     return spec
@@ -108,7 +108,7 @@ def _grid(lengths, points=0, max_tasks=None):
 
 def test_a_27_million_task_grid_is_refused_before_it_is_built():
     t0 = time.perf_counter()
-    with pytest.raises(SpecError, match=r"grid: 27,000,000 tasks \(300 h x 300 T x 300 N\) exceed the "
+    with pytest.raises(SpecError, match=r"grid: 27,000,000 tasks \(300 h x 300 T x 300 order\) exceed the "
                                         r"limit of 100,000.*max_tasks = 27000000") as info:
         load(_grid([300, 300, 300]))
     assert info.value.key == "grid" and time.perf_counter() - t0 < 2.0
