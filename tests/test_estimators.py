@@ -180,3 +180,23 @@ def test_objective_objects():
     with pytest.raises(bea.BeaTypeError):
         InverseModifiedLagrangianGP(H, objective=1)
     assert decode(encode(Auto(positions_from=4, fallback=False), "objective")) == Auto(4, False)
+
+
+def test_namespaces_hold_the_flat_names():
+    """Every flat name of learners is the same object in its family's namespace; ModLaNet's elements are reachable
+    from learners.modlanet without a re-export list patched into the model module."""
+    import learners
+    import learners.modlanet as modlanet
+    import learners.neural as neural
+    import learners.shadow as shadow
+    from learners.modlanet import elements, model
+
+    rooms = (shadow, modlanet, neural)
+    homeless = [name for name in learners.__all__
+                if not any(getattr(room, name, None) is getattr(learners, name) for room in rooms)]
+    # the error roots are bea's, and the model-file error belongs to learners.saving, beside the families
+    assert set(homeless) <= {"BeaError", "NotRegularError", "ModelFileError"}, homeless
+    assert modlanet.AngleOnRod is elements.AngleOnRod and "AngleOnRod" in modlanet.__all__
+    assert model.__all__ == ["ModLaNet", "check_parents"]
+    for room in rooms:
+        assert all(hasattr(room, name) for name in room.__all__)
