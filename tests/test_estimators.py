@@ -63,26 +63,27 @@ def test_modlanet_fit_predict_is_train_then_predict_positions(snapshots):
 
 
 def test_modlanet_of_the_true_lagrangian(snapshots):
-    """DELLoss(inverse_order=2): the model is L itself; the scheme integrates inv_2(model), energy is the model's."""
+    """DELLoss(inverse_order=2): the model is L itself; the scheme integrates inv_2(model), energy is the model's.
+    (fit = train is checked above; one training here, the slow one: it differentiates the model to fourth order.)"""
     loss = DELLoss(inverse_order=2, max_step=0.5)
     opts = dataclasses.replace(OPTS, epochs=1)
-    est = ModLaNet.pendulum_chain(2, transform="rod", hidden=8, h=H, loss=loss, options=opts).fit(snapshots[:2])
-    ref = ModLaNet.pendulum_chain(2, transform="rod", hidden=8)
-    train(ref, snapshots[:2], loss, h=H, options=opts)
-    assert _same(est, ref)
+    est = ModLaNet.pendulum_chain(2, transform="rod", hidden=8, h=H, loss=loss, options=opts).fit(snapshots[:1])
+    assert est.train_result.n_train + est.train_result.n_val < 9  # max_step reached train: some triples were dropped
     traj = est.predict(Q0, V0, 5)
-    assert _close(traj.q, predict_positions(ref, Q0, V0, 5, h=H, inverse_order=2).q)
-    H_true = bea.energy(ref)(Q0, V0)
+    assert _close(traj.q, predict_positions(est, Q0, V0, 5, h=H, inverse_order=2).q)
+    assert not _close(traj.q, predict_positions(est, Q0, V0, 5, h=H, order=0).q, 1e-9)  # not the scheme on the model
+    H_true = bea.energy(est)(Q0, V0)
     for order in (0, 2, 4):  # mod_N inv_N L = L to the truncation order: the model's own energy at every order
         assert _close(est.energy(order=order)(Q0, V0), H_true)
 
 
 def test_lnn_acceleration_fit_predict():
-    data = double_pendulum_data(n_traj=2, t_max=2.0)
-    est = LNN(2, width=16, seed=1, h=0.05, options=OPTS).fit(data)
+    data = double_pendulum_data(n_traj=4, t_max=3.0)
+    opts = dataclasses.replace(OPTS, batch_size=32)  # measured: validation loss 2.5e3 -> 1.5e3
+    est = LNN(2, width=16, seed=1, h=0.05, options=opts).fit(data)
     ref = LNN(2, width=16, seed=1)
-    train(ref, data, options=OPTS)
-    assert _same(est, ref) and isinstance(est.loss, AccelerationLoss)
+    train(ref, data, options=opts)
+    assert _same(est, ref) and isinstance(est.loss, AccelerationLoss) and not _same(est, LNN(2, width=16, seed=1))
     traj = est.predict(Q0, V0, 6)
     assert _close(traj.q, predict_positions(ref, Q0, V0, 6, h=0.05, order=0).q)  # the scheme on the model, p0 = dL/dv
     assert _close(est.energy()(Q0, V0), bea.energy(ref)(Q0, V0))
@@ -95,7 +96,7 @@ def test_hnn_and_baseline_fit_predict():
     est = HNN(2, width=8, seed=0, h=0.05, options=OPTS).fit((data.q, p, data.v, pdot))
     ref = HNN(2, width=8, seed=0)
     train(VectorFieldModel(ref), vector_field_data(data.q, p, data.v, pdot), options=OPTS)
-    assert _same(est, ref)
+    assert _same(est, ref) and not _same(est, HNN(2, width=8, seed=0))  # trained, identically
     traj = est.predict(Q0, V0, 4)
     want = rollout_ode(ref, Q0, V0, 0.05 * torch.arange(5, dtype=torch.float64))
     assert _close(traj.q, want.q) and _close(traj.p, want.p) and traj.v is None
@@ -181,3 +182,23 @@ def test_objective_objects():
     with pytest.raises(bea.BeaTypeError):
         InverseModifiedLagrangianGP(H, objective=1)
     assert decode(encode(Auto(positions_from=4, fallback=False), "objective")) == Auto(4, False)
+
+
+def test_namespaces_hold_the_flat_names():
+    """Every flat name of learners is the same object in its family's namespace; ModLaNet's elements are reachable
+    from learners.modlanet without a re-export list patched into the model module."""
+    import learners
+    import learners.modlanet as modlanet
+    import learners.neural as neural
+    import learners.shadow as shadow
+    from learners.modlanet import elements, model
+
+    rooms = (shadow, modlanet, neural)
+    homeless = [name for name in learners.__all__
+                if not any(getattr(room, name, None) is getattr(learners, name) for room in rooms)]
+    # the error roots are bea's, and the model-file error belongs to learners.saving, beside the families
+    assert set(homeless) <= {"BeaError", "NotRegularError", "ModelFileError"}, homeless
+    assert modlanet.AngleOnRod is elements.AngleOnRod and "AngleOnRod" in modlanet.__all__
+    assert model.__all__ == ["ModLaNet", "check_parents"]
+    for room in rooms:
+        assert all(hasattr(room, name) for name in room.__all__)
