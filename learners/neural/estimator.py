@@ -119,9 +119,13 @@ class LagrangianEstimator(Estimator):
 
     def energy(self, q: Optional[torch.Tensor] = None, v: Optional[torch.Tensor] = None, *, order: int = 2):
         r"""The identified energy :math:`H_{rec}[N]` as a callable ``H(q, v)`` (as the GPs' ``energy(order)``).
-        Called with states ``(q, v)`` instead, the model's own energy at them, a tensor (ModLaNet's
-        :math:`T + U`; the meaning before the estimator form)."""
-        if q is not None or v is not None:
+        ``energy(2)`` is ``energy(order=2)``. Called with states ``(q, v)`` instead, the model's own energy at
+        them, a tensor (ModLaNet's :math:`T + U`; the meaning before the estimator form)."""
+        if isinstance(q, int) and not isinstance(q, bool) and v is None:
+            q, order = None, q  # energy(2), the order positionally as the GPs take it
+        if (q is None) != (v is None):
+            raise BeaTypeError("energy takes states (q, v) both, or neither (energy(order) returns H_rec as a callable)")
+        if q is not None:
             return self._state_energy(q, v)
         return bea.energy(self.lagrangians(order)[1])
 
