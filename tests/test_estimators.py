@@ -54,6 +54,9 @@ def test_modlanet_fit_predict_is_train_then_predict_positions(snapshots):
     # energy: H_rec[2] = energy of mod_2(model), a callable as the GPs'; energies along the prediction
     Hrec = modified.recovered_energy(ref, 2, H, "midpoint")
     assert _close(est.energy(order=2)(Q0, V0), Hrec(Q0, V0))
+    assert _close(est.energy(2)(Q0, V0), Hrec(Q0, V0))  # the order positionally, as the GPs take it
+    with pytest.raises(bea.BeaTypeError):
+        est.energy(Q0)
     assert _close(est.energies(traj), modified.energies(ref, want.q, 2, H, "midpoint"))
     assert _close(est.velocities(traj, order=0), modified.velocities(ref, want.q, 0, H, "midpoint"))
     # the model's own energy at states is energy_at; the old state form energy(q, v) warns and agrees

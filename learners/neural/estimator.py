@@ -123,9 +123,12 @@ class LagrangianEstimator(Estimator):
         r"""The identified energy :math:`H_{rec}[N]` as a callable ``H(q, v)`` (as the GPs' ``energy(order)``).
         The model's own energy at given states is :meth:`energy_at`; ``energy(q, v)`` still returns it for one
         release, with a ``DeprecationWarning``."""
+        if len(states) == 1 and isinstance(states[0], int) and not isinstance(states[0], bool):
+            return bea.energy(self.lagrangians(states[0])[1])  # energy(2), the order positionally as the GPs take it
+        if len(states) not in (0, 2):
+            raise BeaTypeError("energy takes an order (energy(2) returns H_rec as a callable); the energy at states "
+                               "(q, v) is energy_at(q, v)")
         if states:
-            if len(states) == 1 and isinstance(states[0], int) and not isinstance(states[0], bool):
-                return bea.energy(self.lagrangians(states[0])[1])
             warnings.warn(f"{type(self).__name__}.energy(q, v) is deprecated and will be removed in the next release; "
                           f"use {type(self).__name__}.energy_at(q, v) (energy(order) is the callable)",
                           DeprecationWarning, stacklevel=2)
