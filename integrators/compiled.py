@@ -226,13 +226,20 @@ def _require_cpu(**tensors: Optional[torch.Tensor]) -> None:
 
 
 class CompiledStepper:
-    """The compiled march for one Lagrangian, scheme, step ``h`` and ``n`` (see the module docstring).
+    """The compiled march for one Lagrangian (or its :class:`CLagrangian`), scheme, step ``h`` and ``n`` (see the
+    module docstring). The C form comes from :func:`integrators.model_protocol.compiled_form`; ``trace=False``
+    leaves out its tracing front-end (:mod:`integrators.traced`).
 
     ``compile_seconds``: time spent compiling when it was built (0 if the library was already loaded)."""
 
-    def __init__(self, lagrangian: Any, scheme, h: float, n: int):
+    def __init__(self, lagrangian: Any, scheme, h: float, n: int, *, trace: bool = True):
         t0 = time.perf_counter()
-        clag = lower_lagrangian(lagrangian)
+        if isinstance(lagrangian, CLagrangian):
+            clag = lagrangian
+        else:  # the one dispatch of the model protocol (integrators.model_protocol)
+            from .model_protocol import compiled_form
+
+            clag = compiled_form(lagrangian, n, trace=trace)
         if clag.n != n:
             raise NotLowerable(f"the Lagrangian's C form has n = {clag.n}, the data n = {n}")
         if n > MAX_N:
