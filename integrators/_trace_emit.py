@@ -53,6 +53,11 @@ static void j2_cdiv(const double *b, double c, double *o) {
     const double f0 = c / b[0], f1 = -f0 / b[0], f2 = -2.0 * f1 / b[0];
     j2_fun(b, f0, f1, f2, o);
 }
+/* o = sum_k P[T[2k+1]] W_{T[2k]}: a linear combination with run-time coefficients (a network's weights) */
+static void j2_lin_p(const int *T, int m, const double *P, double *W, double *o) {
+    j2_scale(W + T[0] * J2S, P[T[1]], o);
+    for (int k = 1; k < m; k++) j2_axpy(P[T[2 * k + 1]], W + T[2 * k] * J2S, o);
+}
 static void j2_sel(double c, const double *a, const double *b, double *o) { j2_copy(c != 0.0 ? a : b, o); }
 """
 
@@ -156,6 +161,10 @@ def _statement(ins: tuple, arg, val) -> str:
         return f"j2_{op}({arg(a[0])}, {arg(a[1])}, {arg(out)});"
     if op in ("addc", "scale", "divc", "cdiv", "rsubc", "pow"):
         return f"j2_{op}({arg(a[0])}, {val(a[1])}, {arg(out)});"
+    if op == "lin" and len(a) >= 16 and all(isinstance(c, Val) and c.name.startswith("P[") for c in a[0::2]):
+        table = ", ".join(f"{arg(j)[2:-1]}, {c.name[2:-1]}" for c, j in zip(a[0::2], a[1::2]))
+        # a table and a loop, not one call per term: the straight-line form takes gcc minutes for a 64x64 layer
+        return f"{{ static const int T[] = {{{table}}}; j2_lin_p(T, {len(a) // 2}, P, Wk, {arg(out)}); }}"
     if op == "lin":
         terms = [f"j2_scale({arg(a[1])}, {val(a[0])}, {arg(out)});"]
         terms += [f"j2_axpy({val(a[k])}, {arg(a[k + 1])}, {arg(out)});" for k in range(2, len(a), 2)]

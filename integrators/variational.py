@@ -29,6 +29,7 @@ rounding; ``execution=`` chooses, and the default ``"auto"`` compiles long runs 
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Callable, Optional, Tuple, Union
 
 import torch
@@ -244,6 +245,11 @@ class VariationalIntegrator:
                 stepper = CompiledStepper(self.lagrangian, self.scheme, self.h, n)
             except (NotLowerable, CompileError) as err:
                 self._stepper_errors[n] = str(err)
+                if mode == "auto":  # said once: the error is kept per n and the stepper not tried again
+                    from .model_protocol import CompiledPathWarning
+
+                    warnings.warn(f"no compiled path for this Lagrangian ({err}); integrating eagerly", CompiledPathWarning,
+                                  stacklevel=5)
             else:
                 self._steppers[n] = stepper
                 self.compile_seconds += stepper.compile_seconds + stepper.lower_seconds
