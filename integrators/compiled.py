@@ -24,8 +24,10 @@ What is compiled, and when (nothing else changes semantics):
   :math:`D_1L_\Delta = \sum_k w_k A_k^\top g(y_k)`, :math:`D_2L_\Delta = \sum_k w_k B_k^\top g(y_k)`
   and :math:`D_{12}L_\Delta = \sum_k w_k A_k^\top H(y_k) B_k`.
 
-Anything else (torch closures, other networks, series of models without a Taylor form, other schemes) is
-not lowered and the integrator uses its eager path. Newton's iteration is the one of :mod:`integrators.newton`, element
+Any other torch code (plain callables, networks, series of either) is traced into C by
+:mod:`integrators.traced`; which form a Lagrangian gets is decided in one place,
+:func:`integrators.model_protocol.compiled_form`. Lagrangians that cannot be traced and other schemes
+are not lowered, and the integrator uses its eager path. Newton's iteration is the one of :mod:`integrators.newton`, element
 by element, with the same extrapolated guesses, chord step, tolerances and stall test, so compiled
 and eager trajectories agree to rounding. At the first step where any element fails to converge,
 becomes non-finite or jumps beyond ``max_step``, the compiled loop stops *before* that step and the

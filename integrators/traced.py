@@ -121,11 +121,11 @@ class _Tracer(TorchDispatchMode):
         if rule is None:
             raise NotLowerable(f"the torch operation {name} has no compiled form")
         res = rule(self.prog, conv, {**kwargs, "_op": name}, out)
-        results = res if isinstance(res, (list, tuple)) else [res]
+        results = [np.asarray(r, dtype=object) for r in (res if isinstance(res, (list, tuple)) else [res])]
         if len(results) != len(tensors) or any(tuple(r.shape) != tuple(o.shape) for r, o in zip(results, tensors)):
             raise NotLowerable(f"internal: the rule for {name} gave the wrong shape")
         for r, o in zip(results, tensors):
-            self.bind(o, np.asarray(r, dtype=object))
+            self.bind(o, r)
 
 
 def _flat(xs):
