@@ -55,8 +55,12 @@ static void j2_cdiv(const double *b, double c, double *o) {
 }
 /* o = sum_k P[T[2k+1]] W_{T[2k]}: a linear combination with run-time coefficients (a network's weights) */
 static void j2_lin_p(const int *T, int m, const double *P, double *W, double *o) {
-    j2_scale(W + T[0] * J2S, P[T[1]], o);
-    for (int k = 1; k < m; k++) j2_axpy(P[T[2 * k + 1]], W + T[2 * k] * J2S, o);
+    const double *a = W + T[0] * J2S, c0 = P[T[1]];
+    for (int k = 0; k < J2S; k++) o[k] = c0 * a[k];
+    for (int t = 1; t < m; t++) {  /* j2_axpy written out: one call per layer row, not per weight */
+        const double *b = W + T[2 * t] * J2S, c = P[T[2 * t + 1]];
+        for (int k = 0; k < J2S; k++) o[k] += c * b[k];
+    }
 }
 static void j2_sel(double c, const double *a, const double *b, double *o) { j2_copy(c != 0.0 ? a : b, o); }
 """
@@ -111,8 +115,9 @@ def _slots(code: List[tuple], roots) -> Tuple[Dict[int, int], int]:
     return slot, count
 
 
-def emit_c(prog: Program, result: Jet) -> Tuple[str, int]:
-    """``(source, number of jet operations)`` of ``lag_derivs`` computing the jet ``result``."""
+def emit_c(prog: Program, result: Jet) -> Tuple[str, int, int]:
+    """``(source, number of jet operations, number of weighted terms in table form)`` of ``lag_derivs``
+    computing the jet ``result``."""
     roots = [result] + [g for g, _ in prog.guards]
     code = _live(prog, roots)
     slot, count = _slots(code, roots)
@@ -138,10 +143,11 @@ def emit_c(prog: Program, result: Jet) -> Tuple[str, int]:
              "static void lag_derivs(const double *x, const double *P, double *g, double *H) {",
              f"    double Wk[{max(1, count) * J2S}];", "    int bad = 0;", "    (void)P; (void)bad;",
              "#define S(s) (Wk + (s) * J2S)"]
-    ops = 0
+    ops = tables = 0
     for ins in code:
         lines.append("    " + _statement(ins, arg, val))
         ops += isinstance(ins[1], Jet)
+        tables += (len(ins) - 2) // 2 if "j2_lin_p" in lines[-1] else 0
     for g, expected in prog.guards:
         test = f"!isnan({val(g)})" if math.isnan(expected) else f"{val(g)} != {_number(expected)}"
         lines.append(f"    if ({test}) bad = 1;")
@@ -149,7 +155,7 @@ def emit_c(prog: Program, result: Jet) -> Tuple[str, int]:
     lines += [f"    for (int i = 0; i < {D}; i++) g[i] = {r}[1 + i];",
               f"    for (int i = 0; i < {D * D}; i++) H[i] = {r}[1 + {D} + i];",
               "    if (bad) g[0] = NAN;", "#undef S", "}"]
-    return "\n".join(lines), ops
+    return "\n".join(lines), ops, tables
 
 
 def _statement(ins: tuple, arg, val) -> str:

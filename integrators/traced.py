@@ -42,6 +42,9 @@ __all__ = ["trace_lagrangian", "VERIFY_RTOL"]
 
 #: relative agreement with autograd required of a traced form at the verification states
 VERIFY_RTOL = 1e-8
+#: a traced form with at least NETWORK_TERMS weighted terms (a 64 x 64 layer has 4096) is a network: under
+#: execution="auto", batches above NETWORK_MAX_BATCH take the eager path (batched torch matrix products)
+NETWORK_TERMS, NETWORK_MAX_BATCH = 1024, 100
 
 
 def _key(t: torch.Tensor) -> tuple:
@@ -180,8 +183,12 @@ def trace_lagrangian(L, n: int, *, seed: int = 0) -> CLagrangian:
             return np.zeros(1)
         return np.concatenate([t.detach().cpu().double().reshape(-1).numpy() for t in leaves])
 
-    source, ops = emit_c(prog, result)
-    clag = CLagrangian(n=n, source=source, params=params(), cost=max(1, ops // 20), refresh=params if leaves else None)
+    source, ops, tables = emit_c(prog, result)
+    # networks (weight tables): vector instructions, and batches beyond NETWORK_MAX_BATCH left to batched torch
+    # under execution="auto", which overtakes the per-element C loop there (benchmarks/integrate_any.py)
+    clag = CLagrangian(n=n, source=source, params=params(), cost=max(1, (ops + tables) // 20),
+                       refresh=params if leaves else None, vectorise=tables > 0,
+                       auto_max_batch=NETWORK_MAX_BATCH if tables >= NETWORK_TERMS else None)
     _verify(L, clag, n, x0, gen)
     return clag
 

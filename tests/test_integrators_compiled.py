@@ -60,6 +60,12 @@ def test_gp_learned_lagrangian_paths_agree():
     compiled = vi.solve(q0, v0, 100, legendre=L2).q
     assert vi.last_execution == "compiled"
     assert float((eager - compiled).abs().max()) <= 1e-12
+    # the public integrator (data's units) takes the same C form, composed with the standardisation
+    assert model._standardised
+    public = model.integrator(execution="compiled", xtol=1e-16)
+    fast = public.solve(q0, v0, 100).q
+    slow = model.integrator(execution="eager", xtol=1e-16).solve(q0, v0, 100).q
+    assert public.last_execution == "compiled" and float((fast - slow).abs().max()) <= 1e-12
 
 
 def test_sympy_derivatives_match_autograd():
