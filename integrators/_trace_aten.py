@@ -17,7 +17,7 @@ from typing import Callable, Dict
 
 import numpy as np
 
-from ._trace_ops import OPAQUE, UNARY, Program
+from ._trace_ops import UNARY, Program
 
 __all__ = ["RULES", "literal_array", "OPAQUE_OPS"]
 
@@ -182,7 +182,7 @@ def _fill_(p, args, kw, out):
 
 
 # ------------------------------------------------------------------ elementwise
-def _binary(fn, scalar_alpha=False):
+def _binary(fn):
     def rule(p, args, kw, out):
         b = args[1]
         alpha = kw.get("alpha", 1)

@@ -138,9 +138,9 @@ class AffineModel:
         head = np.concatenate([[self.factor], self.units.numpy(), self.offsets.numpy()])
         source = (inner.source.replace("lag_derivs(", "inner_lag_derivs(")
                   + AFFINE.replace("AFFINE_D", str(D)))
-        refresh = None
-        if inner.refresh is not None:
-            def refresh():
-                return np.concatenate([head, np.asarray(inner.refresh(), dtype=np.float64).reshape(-1)])
+
+        def refresh():
+            return np.concatenate([head, np.asarray(inner.refresh(), dtype=np.float64).reshape(-1)])
         return CLagrangian(n=n, source=source, params=np.concatenate([head, np.asarray(inner.params).reshape(-1)]),
-                           cost=inner.cost, refresh=refresh, vectorise=inner.vectorise, auto_max_batch=inner.auto_max_batch)
+                           cost=inner.cost, refresh=None if inner.refresh is None else refresh, vectorise=inner.vectorise,
+                           auto_max_batch=inner.auto_max_batch)

@@ -86,8 +86,6 @@ class _Tracer(TorchDispatchMode):
             return self.lookup(x)
         if isinstance(x, (list, tuple)):
             return type(x)(self._convert(y) for y in x)
-        if isinstance(x, bool):
-            return x
         return x
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -198,7 +196,9 @@ def _verify(L, clag: CLagrangian, n: int, x0: torch.Tensor, gen: torch.Generator
     from .compiled import CompiledStepper  # the library's bea_lag_derivs entry
 
     xs = torch.cat([x0[None], x0[None] + 0.5 * (torch.rand(3, 2 * n, generator=gen, dtype=torch.float64) - 0.5)])
-    g_ref, H_ref = _autograd_derivatives(L, xs, n)
+    from .model_protocol import derivatives  # the protocol's autograd reference
+
+    _, g_ref, H_ref = derivatives(L, xs)
     stepper = CompiledStepper(clag, bea.get_scheme("midpoint"), 0.1, n)
     g, H = stepper.lagrangian_derivatives(xs)
     scale = 1.0 + max(float(g_ref.abs().max()), float(H_ref.abs().max()))
@@ -206,17 +206,3 @@ def _verify(L, clag: CLagrangian, n: int, x0: torch.Tensor, gen: torch.Generator
     if not math.isfinite(err) or err > VERIFY_RTOL * scale:
         raise NotLowerable(f"the traced derivatives differ from autograd's by {err:.3g} at test states "
                            "(state-dependent control flow the trace cannot see?)")
-
-
-def _autograd_derivatives(L, xs: torch.Tensor, n: int) -> Tuple[torch.Tensor, torch.Tensor]:
-    g_rows, H_rows = [], []
-    for x in xs:
-        with torch.enable_grad():
-            x = x.clone().requires_grad_(True)
-            val = L(x[:n].reshape(1, n).view_as(x[:n].reshape(1, n)), x[n:].reshape(1, n).view_as(x[n:].reshape(1, n)))
-            (g,) = torch.autograd.grad(val.sum(), x, create_graph=True)
-            H = torch.stack([torch.autograd.grad(g[i], x, retain_graph=True, allow_unused=True)[0]
-                             if g[i].requires_grad else torch.zeros_like(x) for i in range(2 * n)])
-        g_rows.append(g.detach())
-        H_rows.append(torch.nan_to_num(H.detach(), nan=math.nan) if H is not None else H)
-    return torch.stack(g_rows), torch.stack(H_rows)
