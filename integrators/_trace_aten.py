@@ -335,3 +335,36 @@ def _addmm(p, args, kw, out):
     beta, alpha = float(kw.get("beta", 1)), float(kw.get("alpha", 1))
     bias = _map(lambda b: p.mul(b, beta), args[0])
     return _map(lambda x, b: p.add(p.mul(x, alpha), b), prod, bias)
+
+
+@_rule("aten.linalg_vector_norm.default")
+def _vector_norm(p, args, kw, out):
+    """The 2-norm :math:`\\sqrt{\\sum x^2}` and the 1-norm :math:`\\sum |x|` (others are not lowered)."""
+    order = float(args[1]) if len(args) > 1 else float(kw.get("ord", 2))
+    dims = args[2] if len(args) > 2 else kw.get("dim")
+    dims = [dims] if isinstance(dims, int) else dims
+    keepdim = args[3] if len(args) > 3 else kw.get("keepdim", False)
+    if order == 2.0:
+        res = _reduce(p, args[0], dims, keepdim, lambda xs: p.unary("sqrt", _sum_all(p, [p.mul(x, x) for x in xs])))
+    elif order == 1.0:
+        res = _reduce(p, args[0], dims, keepdim, lambda xs: _sum_all(p, [p.unary("abs", x) for x in xs]))
+    else:
+        from .compiled import NotLowerable
+
+        raise NotLowerable(f"the vector norm of order {order:g} has no compiled form (orders 1 and 2 have)")
+    return res.reshape(tuple(out.shape))
+
+
+@_rule("aten.clamp.default", "aten.clamp.Tensor")
+def _clamp(p, args, kw, out):
+    lo = args[1] if len(args) > 1 else kw.get("min")
+    hi = args[2] if len(args) > 2 else kw.get("max")
+
+    def one(x, a, b):
+        if a is not None:
+            x = p.select(p.value("lt", x, a), a, x)
+        if b is not None:
+            x = p.select(p.value("gt", x, b), b, x)
+        return x
+    return _map(lambda x: one(x, None if lo is None else float(lo), None if hi is None else float(hi)), args[0]) \
+        if not isinstance(lo, np.ndarray) and not isinstance(hi, np.ndarray) else _map(one, args[0], lo, hi)

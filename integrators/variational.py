@@ -251,7 +251,7 @@ class VariationalIntegrator:
             except (NotLowerable, CompileError) as err:
                 self._stepper_errors[n] = str(err)
                 if mode == "auto":  # said once: the error is kept per n and the stepper not tried again
-                    warnings.warn(f"no compiled path for this Lagrangian ({err}); integrating eagerly", CompiledPathWarning, 5)
+                    warnings.warn(f"no compiled path for this Lagrangian ({err}); integrating eagerly", CompiledPathWarning, 4)
             else:
                 self._steppers[n] = stepper
                 self.compile_seconds += stepper.compile_seconds + stepper.lower_seconds

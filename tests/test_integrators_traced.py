@@ -90,6 +90,14 @@ def test_guards_and_refusals():
     assert _derivative_error(branch, 1, states) < 1e-13
 
 
+def test_norms_and_clamps_are_lowered():
+    def kepler_like(q, v):
+        return (v ** 2).sum(-1) / 2 + 1 / torch.linalg.norm(q, dim=-1) + torch.clamp(q[..., 0], -5.0, 0.5) ** 2
+
+    states = torch.tensor([[1.0, 0.3, 0.2, -0.1], [0.7, -0.4, 0.0, 0.3]], dtype=torch.float64)  # 0.7 is clamped
+    assert _derivative_error(kepler_like, 2, states) < 1e-12
+
+
 def test_affine_model_composes_the_compiled_form():
     """L(x) = c M((x - o)/u) for a System M: the C form (chain rule in C) against autograd."""
     model = AffineModel(systems.kepler(), 2.5, [0.5, 2.0, 1.5, 0.25], [0.1, -0.2, 0.0, 0.0])
@@ -129,3 +137,18 @@ def test_series_of_a_plain_callable_equals_eager_over_1000_steps(n):
     q0 = torch.linspace(0.2, 0.5, n, dtype=torch.float64)[None]
     v0 = torch.linspace(-0.1, 0.1, n, dtype=torch.float64)[None]
     assert _agree(L, q0, v0, h=h) < 1e-12
+
+
+@pytest.mark.slow
+def test_lnn_baseline_rolls_out_in_c():
+    """The LNN baseline of learners.neural (softplus, width 64) takes the traced path: same trajectory as eager."""
+    from learners.neural.baselines import LNN
+
+    torch.manual_seed(0)
+    model = LNN(1, width=64).double()
+
+    def L(q, v):  # an untrained LNN alone is not regular: a harmonic oscillator plus a small LNN term
+        return (v ** 2).sum(-1) / 2 - (q ** 2).sum(-1) / 2 + 0.05 * model(q, v)
+
+    assert trace_lagrangian(L, 1).auto_max_batch == 100  # a network: large batches stay eager under auto
+    assert _agree(L, torch.tensor([[0.5]]), torch.tensor([[0.1]]), h=0.05) < 1e-12
