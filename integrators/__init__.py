@@ -20,6 +20,7 @@ from bea.errors import BeaError, BeaWarning
 
 from . import collocation, convergence, data, modified, systems
 from ._admissible import InconsistentSchemeError, NotRegularError
+from .model_protocol import CompiledPathWarning, LagrangianModel
 from .newton import ConvergenceError, NewtonOptions
 from .collocation import collocation_flow
 from .reference import ReferenceFlowError, reference_flow
@@ -38,6 +39,8 @@ __all__ = [
     "NotRegularError",
     "InconsistentSchemeError",
     "NewtonOptions",
+    "CompiledPathWarning",
+    "LagrangianModel",
     "reference_flow",
     "collocation_flow",
     "ReferenceFlowError",

@@ -24,8 +24,10 @@ What is compiled, and when (nothing else changes semantics):
   :math:`D_1L_\Delta = \sum_k w_k A_k^\top g(y_k)`, :math:`D_2L_\Delta = \sum_k w_k B_k^\top g(y_k)`
   and :math:`D_{12}L_\Delta = \sum_k w_k A_k^\top H(y_k) B_k`.
 
-Anything else (torch closures, other networks, series of models without a Taylor form, other schemes) is
-not lowered and the integrator uses its eager path. Newton's iteration is the one of :mod:`integrators.newton`, element
+Any other torch code (plain callables, networks, series of either) is traced into C by
+:mod:`integrators.traced`; which form a Lagrangian gets is decided in one place,
+:func:`integrators.model_protocol.compiled_form`. Lagrangians that cannot be traced and other schemes
+are not lowered, and the integrator uses its eager path. Newton's iteration is the one of :mod:`integrators.newton`, element
 by element, with the same extrapolated guesses, chord step, tolerances and stall test, so compiled
 and eager trajectories agree to rounding. At the first step where any element fails to converge,
 becomes non-finite or jumps beyond ``max_step``, the compiled loop stops *before* that step and the
@@ -228,14 +230,21 @@ def _require_cpu(**tensors: Optional[torch.Tensor]) -> None:
 
 
 class CompiledStepper:
-    """The compiled march for one Lagrangian, scheme, step ``h`` and ``n`` (see the module docstring).
+    """The compiled march for one Lagrangian (or its :class:`CLagrangian`), scheme, step ``h`` and ``n`` (see the
+    module docstring). The C form comes from :func:`integrators.model_protocol.compiled_form`; ``trace=False``
+    leaves out its tracing front-end (:mod:`integrators.traced`).
 
     ``compile_seconds``: time spent compiling when it was built (0 if the library was already loaded)."""
 
     @h_before_scheme("self", "lagrangian", "scheme", "h", "n")
-    def __init__(self, lagrangian: Any, h: float, scheme, n: int):
+    def __init__(self, lagrangian: Any, h: float, scheme, n: int, *, trace: bool = True):
         t0 = time.perf_counter()
-        clag = lower_lagrangian(lagrangian)
+        if isinstance(lagrangian, CLagrangian):
+            clag = lagrangian
+        else:  # the one dispatch of the model protocol (integrators.model_protocol)
+            from .model_protocol import compiled_form
+
+            clag = compiled_form(lagrangian, n, trace=trace)
         if clag.n != n:
             raise NotLowerable(f"the Lagrangian's C form has n = {clag.n}, the data n = {n}")
         if n > MAX_N:

@@ -21,14 +21,17 @@ All trajectories of a batch advance together: one vectorised Newton solve per ti
 march; one eager step, its retry and its failure reports are in :mod:`integrators._stepping`.
 
 Two execution paths take the same steps: the *eager* path above (any torch Lagrangian), and the
-*compiled* path (:mod:`integrators.compiled`: the march in C, for Lagrangians with a C form --
-SymPy systems, the GP posterior mean -- and schemes with affine evaluation points). They agree to
-rounding; ``execution=`` chooses, and the default ``"auto"`` compiles long runs when it can.
+*compiled* path (:mod:`integrators.compiled`: the march in C, for schemes with affine evaluation points
+and Lagrangians with a C form (:func:`integrators.model_protocol.compiled_form`: SymPy systems, GP means,
+ModLaNet, and other torch code traced by :mod:`integrators.traced`). They agree to rounding;
+``execution=`` chooses, and the default ``"auto"`` compiles long runs when it can and otherwise says
+why once (:class:`~integrators.model_protocol.CompiledPathWarning`).
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Callable, Optional, Tuple, Union
 
 import torch
@@ -39,6 +42,7 @@ from bea.errors import BeaTypeError, BeaValueError
 from ._admissible import check_regular_at, check_scheme
 from ._checks import as_float64, check_finite, check_lagrangian_output, check_step_size, initial_data
 from ._stepping import eager_step
+from .model_protocol import CompiledPathWarning
 from .newton import ConvergenceError, NewtonOptions, autograd_system, describe_failure, newton, vmap_system
 from .trajectory import Trajectory, positions
 from .progress import progress_bar
@@ -92,7 +96,9 @@ class VariationalIntegrator:
         ``on_failure="mask"``). ``None``: no bound.
     execution : ``None`` (default): :data:`DEFAULT_EXECUTION`, i.e. ``"auto"``: the compiled path (:mod:`integrators.compiled`) for runs of at
         least :data:`AUTO_MIN_WORK` trajectory-steps (or once it is built) when the Lagrangian and
-        scheme have a C form and a C compiler is present, else the eager path; ``"compiled"``: always
+        scheme have a C form and a C compiler is present, else the eager path, with a
+        :class:`~integrators.model_protocol.CompiledPathWarning` giving the reason (once per integrator
+        and ``n``); ``"compiled"``: always
         the compiled path, raising ``ValueError`` (with the reason) where it is unavailable;
         ``"eager"``: never compile. :attr:`last_execution` tells which path the latest run took,
         :attr:`compile_seconds` what building the compiled stepper cost (paid once per integrator
@@ -252,6 +258,8 @@ class VariationalIntegrator:
                 stepper = CompiledStepper(self.lagrangian, self.h, self.scheme, n)
             except (NotLowerable, CompileError) as err:
                 self._stepper_errors[n] = str(err)
+                if mode == "auto":  # said once: the error is kept per n and the stepper not tried again
+                    warnings.warn(f"no compiled path for this Lagrangian ({err}); integrating eagerly", CompiledPathWarning, 4)
             else:
                 self._steppers[n] = stepper
                 self.compile_seconds += stepper.compile_seconds + stepper.lower_seconds

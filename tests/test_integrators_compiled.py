@@ -1,5 +1,7 @@
 """The compiled stepping path (integrators.compiled): agreement with the eager path, fall-back, caching."""
 
+import warnings
+
 import pytest
 import torch
 
@@ -7,6 +9,7 @@ import bea
 from integrators import ConvergenceError, VariationalIntegrator, systems
 from integrators.ccompile import find_compiler
 from integrators.compiled import CompiledStepper, NotLowerable, scheme_points
+from integrators.model_protocol import CompiledPathWarning
 
 pytestmark = pytest.mark.skipif(find_compiler() is None, reason="no C compiler: only the eager path exists here")
 
@@ -63,6 +66,12 @@ def test_gp_learned_lagrangian_paths_agree():
     compiled = vi.solve(q0, v0, 100, legendre=L2).q
     assert vi.last_execution == "compiled"
     assert float((eager - compiled).abs().max()) <= 1e-12
+    # the public integrator (data's units) takes the same C form, composed with the standardisation
+    assert model._standardised
+    public = model.integrator(execution="compiled", xtol=1e-16)
+    fast = public.solve(q0, v0, 100).q
+    slow = model.integrator(execution="eager", xtol=1e-16).solve(q0, v0, 100).q
+    assert public.last_execution == "compiled" and float((fast - slow).abs().max()) <= 1e-12
 
 
 def test_sympy_derivatives_match_autograd():
@@ -113,13 +122,22 @@ def test_compiled_once_and_where_it_applies():
     assert auto.last_execution == "eager"
     auto.solve(torch.tensor([[0.1]]), torch.tensor([[0.0]]), 1000).q
     assert auto.last_execution == "compiled"
-    # a torch closure has no C form: auto falls back, "compiled" says why
+    # a torch closure is traced (integrators.traced); one with an operation that has no lowering (erf) is not:
+    # auto falls back and says why once (CompiledPathWarning), "compiled" raises with the reason
     closure = lambda q, v: 0.5 * (v**2).sum(-1) + torch.cos(q).sum(-1)  # noqa: E731
-    fallback = VariationalIntegrator(closure, 0.1)
-    fallback.solve(torch.zeros(3, 1), torch.ones(3, 1), 200).q  # 600 trajectory-steps >= AUTO_MIN_WORK
+    traced = VariationalIntegrator(closure, 0.1)
+    traced.solve(torch.zeros(3, 1), torch.ones(3, 1), 200).q  # 600 trajectory-steps >= AUTO_MIN_WORK
+    assert traced.last_execution == "compiled"
+    opaque = lambda q, v: 0.5 * (v**2).sum(-1) + torch.erf(q).sum(-1)  # noqa: E731
+    fallback = VariationalIntegrator(opaque, 0.1)
+    with pytest.warns(CompiledPathWarning, match="aten.erf"):
+        fallback.solve(torch.zeros(3, 1), torch.ones(3, 1), 200).q
     assert fallback.last_execution == "eager"
-    with pytest.raises(ValueError, match="execution='compiled' is not available.*no C form"):
-        VariationalIntegrator(closure, 0.1, execution="compiled").solve(torch.tensor([[0.1]]), torch.tensor([[0.0]]), 3).q
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per integrator and n: the second run is silent
+        fallback.solve(torch.zeros(3, 1), torch.ones(3, 1), 200).q
+    with pytest.raises(ValueError, match="execution='compiled' is not available.*aten.erf"):
+        VariationalIntegrator(opaque, 0.1, execution="compiled").solve(torch.tensor([[0.1]]), torch.tensor([[0.0]]), 3).q
     with pytest.raises(ValueError, match="execution must be one of"):
         VariationalIntegrator(L, 0.1, execution="fast")
 

@@ -8,6 +8,7 @@ import torch
 import integrators.variational as V
 from integrators import VariationalIntegrator
 from integrators.compiled import CompiledStepper, NotLowerable
+from integrators.model_protocol import CompiledPathWarning
 from learners import ModLaNet
 from learners.modlanet.elements import CallableTransform, NewtonianPair, UniformGravity
 
@@ -139,7 +140,8 @@ def test_not_lowerable_falls_back_to_eager(kind, monkeypatch):
         return
     q0, v0 = torch.tensor([[0.5, -0.3]], dtype=torch.float64), torch.tensor([[0.1, 0.2]], dtype=torch.float64)
     monkeypatch.setattr(V, "AUTO_MIN_WORK", 1)  # "auto" tries to compile even this short run
-    sa = VariationalIntegrator(model, 0.05, execution="auto").solve(q0, v0, 30)
+    with pytest.warns(CompiledPathWarning):  # auto says once why it steps eagerly
+        sa = VariationalIntegrator(model, 0.05, execution="auto").solve(q0, v0, 30)
     se = VariationalIntegrator(model, 0.05, execution="eager").solve(q0, v0, 30)
     assert sa.execution == "eager" and torch.equal(sa.q, se.q)
     with pytest.raises(ValueError, match="no C form"):

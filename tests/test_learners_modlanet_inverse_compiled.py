@@ -10,6 +10,7 @@ import bea
 import integrators.variational as V
 from integrators import VariationalIntegrator
 from integrators.compiled import CompiledStepper, NotLowerable
+from integrators.model_protocol import CompiledPathWarning
 from integrators.modified import inverse_lagrangian, recovered_lagrangian
 from integrators.series_c import series_c_lagrangian
 from learners import ModLaNet
@@ -150,7 +151,8 @@ def test_without_a_c_form_the_eager_path_gives_equal_results(monkeypatch):
     L = inverse_lagrangian(model, 2, 0.05)
     with pytest.raises(NotLowerable):
         L.c_lagrangian()
-    auto = VariationalIntegrator(L, 0.05).solve(STATES[0][:1], STATES[1][:1], 4)
+    with pytest.warns(CompiledPathWarning, match="CallableTransform"):
+        auto = VariationalIntegrator(L, 0.05).solve(STATES[0][:1], STATES[1][:1], 4)
     eager = VariationalIntegrator(L, 0.05, execution="eager").solve(STATES[0][:1], STATES[1][:1], 4)
     assert auto.execution == "eager" and torch.equal(auto.q, eager.q)
     with pytest.raises(ValueError, match="CallableTransform"):

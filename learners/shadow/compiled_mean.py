@@ -24,7 +24,7 @@ import torch
 
 from .kernels import AtomExpansion
 
-__all__ = ["c_lagrangian_of_expansion", "SOURCE", "StandardisedMean"]
+__all__ = ["c_lagrangian_of_expansion", "SOURCE", "StandardisedMean", "data_units_form"]
 
 #: P = [D, K1, K2, scale, ell (D), K1 atoms (y (D), v (D), c), K2 atoms (y, v, c, c2, u (D), d (D))]:
 #: K1 atoms of order <= 1, then the K2 atoms with a second-order part
@@ -134,3 +134,17 @@ class StandardisedMean:
 
     def c_lagrangian(self):
         return self.model._standardised_c_lagrangian()
+
+
+def data_units_form(model, n: int):
+    r"""The C form of a fitted model's posterior mean in the data's units: :math:`L(q, v) = s^2\,ar L'((q - ar q)/\sigma,
+    v/s)` (:mod:`learners.shadow.units`), the GP coordinates' C form composed by
+    :class:`integrators.model_protocol.AffineModel` (so the public ``integrator()`` steps in C like ``predict``)."""
+    from integrators.model_protocol import AffineModel
+
+    speed = float(model._speed)
+    unit = float(model._unit) if model._center is not None else 1.0
+    center = model._center if model._center is not None else torch.zeros(n, dtype=torch.float64)
+    units = [unit] * n + [speed] * n
+    offsets = torch.cat([center.reshape(-1).double().cpu(), torch.zeros(n, dtype=torch.float64)])
+    return AffineModel(StandardisedMean(model), speed ** 2, units, offsets).compiled_form(n)

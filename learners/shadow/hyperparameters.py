@@ -365,18 +365,17 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
 
     __call__ = lagrangian
 
-    def c_lagrangian(self):
-        """The posterior mean as C (gradient and Hessian in closed form, :mod:`learners.shadow.compiled_mean`),
-        so that integrators given the model itself step it on their compiled path
-        (:mod:`integrators.compiled`). The C form is that of the GP's own coordinates, so it is offered
-        only when they are the data's (no standardisation); raises ``integrators.compiled.NotLowerable``
-        otherwise and for kernels without a C form (the integrator then steps eagerly)."""
+    def compiled_form(self, n: int):
+        """The posterior mean as C in the data's units (model protocol, :mod:`integrators.model_protocol`): the
+        closed-form C of the mean in the GP's coordinates (:mod:`learners.shadow.compiled_mean`) composed with
+        the standardisation, so that every integrator of the model -- :meth:`integrator` included -- takes the
+        compiled path. Raises ``integrators.compiled.NotLowerable`` for kernels without a C form."""
         self._require_fit()
-        from integrators.compiled import NotLowerable
+        from .compiled_mean import data_units_form
 
-        if self._standardised:
-            raise NotLowerable("the model is standardised: step StandardisedMean(model) in its coordinates instead")
-        return self._standardised_c_lagrangian()
+        return data_units_form(self, n)
+
+    c_lagrangian = property(lambda self: lambda: self.compiled_form(self.n))  # the older hook
 
     def _standardised_c_lagrangian(self):
         from .compiled_mean import c_lagrangian_of_expansion

@@ -1,0 +1,161 @@
+"""Speed for any torch Lagrangian (issue 28): eager (today's path for torch code) against the traced C path.
+
+    PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/integrate_any.py [--quick]
+
+For a plain callable pendulum, an MLP Lagrangian (2 hidden layers of 64, tanh), and
+``compile_torch("inverse_modified_lagrangian", "midpoint", 4)`` applied to a plain callable at n = 1 and
+n = 4, it prints the steps per second on one trajectory and the trajectory-steps per second at batch
+1000 of ``VariationalIntegrator`` with ``execution="eager"`` and with ``execution="compiled"`` (the
+tracing front-end, :mod:`integrators.traced`), their ratio measured in this run, the first build time
+(trace + verification + C compile) and the largest deviation between the two trajectories.
+
+Then the SymPy ``System`` pendulum on the compiled path against a hand-written C loop of the same
+midpoint Newton step (same extrapolated guess and convergence test), both on one trajectory: the ratio
+is the share of the limit that the generic march reaches. JAX is not needed here (its columns are in
+benchmarks/integrate.py, skipped when JAX is absent).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import time
+
+import numpy as np
+import torch
+
+import bea
+from integrators import VariationalIntegrator, systems
+from integrators.ccompile import load_library
+
+H = 0.05
+
+HAND_LOOP = r"""
+#include <math.h>
+/* midpoint rule on L = v^2/2 + cos q: r(x) = -h/2 sin m - (x - a)/h + p, m = (a + x)/2; J = -h/4 cos m - 1/h;
+   p' = -h/2 sin m + (x - a)/h. Newton from the order-6 extrapolation, |d| <= xtol (1 + |x|) or the stall test. */
+int hand_march(int steps, double h, double *q, double p) {
+    const double xtol = 1e-16, stall = 1e6;
+    for (int j = 0; j < steps; j++) {
+        const double a = q[j];
+        double x;
+        if (j >= 5) x = 6 * (q[j] + q[j - 4]) - 15 * (q[j - 1] + q[j - 3]) + 20 * q[j - 2] - q[j - 5];
+        else if (j >= 1) x = 2 * q[j] - q[j - 1];
+        else x = a + h * 0.1;
+        double prev = INFINITY;
+        int it = 0;
+        for (; it < 20; it++) {
+            const double m = 0.5 * (a + x);
+            const double r = -0.5 * h * sin(m) - (x - a) / h + p;
+            const double J = -0.25 * h * cos(m) - 1.0 / h;
+            const double d = r / J;
+            x -= d;
+            const double err = fabs(d) / (1.0 + fabs(x));
+            if (err <= xtol || (it >= 1 && err <= stall * xtol && err > 0.1 * prev)) break;
+            prev = err;
+        }
+        q[j + 1] = x;
+        p = -0.5 * h * sin(0.5 * (a + x)) + (x - a) / h;
+    }
+    return 0;
+}
+"""
+
+
+def plain_pendulum(q, v):
+    return v[..., 0] ** 2 / 2 + torch.cos(q[..., 0])
+
+
+def mlp_lagrangian(n: int):
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(2 * n, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
+                              torch.nn.Linear(64, 1)).double()
+    with torch.no_grad():
+        for layer in (net[0], net[2], net[4]):
+            layer.weight.mul_(0.2)
+
+    def L(q, v):  # a regular LNN-style Lagrangian: kinetic term plus the network
+        return (v ** 2).sum(-1) / 2 - (q ** 2).sum(-1) / 2 + 0.1 * net(torch.cat([q, v], -1))[..., 0]
+    return L
+
+
+def series_lagrangian(n: int):
+    inv = bea.compile_torch("inverse_modified_lagrangian", "midpoint", 4)
+
+    def base(q, v):
+        return (v ** 2).sum(-1) / 2 + torch.cos(q).sum(-1) + 0.05 * (q[..., :1] * q).sum(-1)
+
+    return lambda q, v: inv(base, q, v, H)
+
+
+def initial(n: int, batch: int):
+    g = torch.Generator().manual_seed(1)
+    return 0.3 + 0.4 * torch.rand(batch, n, generator=g, dtype=torch.float64), \
+        0.2 * (torch.rand(batch, n, generator=g, dtype=torch.float64) - 0.5)
+
+
+def rate(vi, q0, v0, steps):
+    t = time.perf_counter()
+    q = vi.solve(q0, v0, steps, progress=False).q
+    return q, q0.shape[0] * steps / (time.perf_counter() - t)
+
+
+def row(name, L, n, steps):
+    """(name, single: eager/s, compiled/s, batch 1000: eager/s, compiled/s, build s, max |dq|)."""
+    eager = VariationalIntegrator(L, H, execution="eager")
+    fast = VariationalIntegrator(L, H, execution="compiled")
+    q0, v0 = initial(n, 1000)
+    t = time.perf_counter()
+    fast.solve(q0[:1], v0[:1], 2)
+    build = time.perf_counter() - t
+    out = [name, build]
+    dev = 0.0
+    for batch, (se, sc) in ((1, steps[0]), (1000, steps[1])):
+        qe, re = rate(eager, q0[:batch], v0[:batch], se)
+        qc, rc = rate(fast, q0[:batch], v0[:batch], sc)
+        dev = max(dev, float((qe - qc[:se + 1]).abs().max()))
+        out += [re, rc]
+    return out + [dev]
+
+
+def system_vs_hand(steps: int):
+    vi = VariationalIntegrator(systems.pendulum(), H, execution="compiled")
+    q0, v0 = torch.tensor([[0.5]], dtype=torch.float64), torch.tensor([[0.1]], dtype=torch.float64)
+    vi.solve(q0, v0, 10)
+    t = time.perf_counter()
+    qs = vi.solve(q0, v0, steps, progress=False).q
+    ours = steps / (time.perf_counter() - t)
+    lib = load_library(HAND_LOOP).lib
+    lib.hand_march.argtypes = [ctypes.c_int, ctypes.c_double, ctypes.POINTER(ctypes.c_double), ctypes.c_double]
+    buf = np.zeros(steps + 1)
+    buf[0] = 0.5
+    p0 = 0.1  # dL/dv at (q0, v0)
+    t = time.perf_counter()
+    lib.hand_march(steps, H, buf.ctypes.data_as(ctypes.POINTER(ctypes.c_double)), p0)
+    hand = steps / (time.perf_counter() - t)
+    return ours, hand, float(np.abs(buf[1:] - qs[1:, 0, 0].numpy()).max())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer steps (a rough check)")
+    args = ap.parse_args()
+    k = 4 if args.quick else 1
+    cases = [("plain pendulum, n=1", plain_pendulum, 1, ((200 // k, 20000 // k), (20 // k, 200 // k))),
+             ("MLP 2x64, n=1", mlp_lagrangian(1), 1, ((100 // k, 4000 // k), (10 // k, 20 // k))),
+             ("inv_4 of a callable, n=1", series_lagrangian(1), 1, ((40 // k, 4000 // k), (5 // k, 100 // k))),
+             ("inv_4 of a callable, n=4", series_lagrangian(4), 4, ((10 // k, 400 // k), (3, 10 // k)))]
+    print("| Lagrangian | build (s) | 1 traj: eager/s | compiled/s | ratio | batch 1000: eager/s | compiled/s | ratio "
+          "| max \\|q_c - q_e\\| |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, L, n, steps in cases:
+        nm, build, e1, c1, eb, cb, dev = row(name, L, n, steps)
+        print(f"| {nm} | {build:.1f} | {e1:,.0f} | {c1:,.0f} | {c1 / e1:.0f}x | {eb:,.0f} | {cb:,.0f} | {cb / eb:.1f}x "
+              f"| {dev:.1e} |", flush=True)
+    ours, hand, dev = system_vs_hand(200000 // k)
+    print(f"\nSystem pendulum, one trajectory: compiled {ours:,.0f} steps/s, hand-written C loop {hand:,.0f} steps/s, "
+          f"ratio {ours / hand:.2f}x (max |q - q_hand| = {dev:.1e})")
+
+
+if __name__ == "__main__":
+    main()

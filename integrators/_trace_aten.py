@@ -1,0 +1,370 @@
+r"""Lowering rules: one per torch (aten) operation, on arrays of scalars of :mod:`integrators._trace_ops`.
+
+Each rule gets the :class:`~integrators._trace_ops.Program`, the operation's arguments with every tensor
+replaced by a NumPy object array of scalars (same shape), and the real result the operation produced
+while tracing (for shapes, and for results that do not depend on the state). It returns the array(s)
+of the result. Shape operations (views, ``cat``, ``select``, the backward of indexing) move scalars
+around and emit nothing; arithmetic emits one instruction per element.
+
+Operations without a rule here make the Lagrangian not lowerable (the eager path runs it); operations
+whose tensor arguments are all literals never reach a rule (their real result is taken as a literal).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Callable, Dict
+
+import numpy as np
+
+from ._trace_ops import UNARY, Program
+
+__all__ = ["RULES", "literal_array", "OPAQUE_OPS"]
+
+#: operations whose results are opaque (used only by checks that the compiled code then skips)
+OPAQUE_OPS = ("aten._linalg_eigh.default", "aten.linalg_eigh.default", "aten.linalg_eigvalsh.default",
+              "aten._linalg_svd.default", "aten.linalg_svd.default", "aten._linalg_det.default")
+
+#: factories and ``*_like``: their values never depend on the state
+FACTORIES = ("zeros_like", "ones_like", "full_like", "empty_like", "new_zeros", "new_ones", "new_full", "new_empty",
+             "zeros", "ones", "full", "eye", "arange", "scalar_tensor", "empty", "_linalg_check_errors")
+
+RULES: Dict[str, Callable] = {}
+
+
+def literal_array(t) -> np.ndarray:
+    """The values of a tensor as an object array of Python floats."""
+    vals = np.asarray(t.detach().cpu().double().numpy(), dtype=float)
+    out = np.empty(vals.shape, dtype=object)
+    out.reshape(-1)[:] = [float(x) for x in vals.reshape(-1)]
+    return out
+
+
+def _rule(*names):
+    def deco(fn):
+        for name in names:
+            RULES[name] = fn
+        return fn
+    return deco
+
+
+def _arr(x) -> np.ndarray:
+    if isinstance(x, np.ndarray):
+        return x
+    out = np.empty((), dtype=object)
+    out[()] = float(x)
+    return out
+
+
+def _map(fn, *arrays) -> np.ndarray:
+    arrays = np.broadcast_arrays(*[_arr(a) for a in arrays])
+    out = np.empty(arrays[0].shape, dtype=object)
+    flat = [a.reshape(-1) for a in arrays]
+    out.reshape(-1)[:] = [fn(*xs) for xs in zip(*flat)] if out.size else []
+    return out
+
+
+def _dim(d: int, ndim: int) -> int:
+    return d + ndim if d < 0 else d
+
+
+# ------------------------------------------------------------------ shapes (no code)
+@_rule("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default", "aten.squeeze.dim",
+       "aten.squeeze.dims", "aten.squeeze.default", "aten.unsqueeze.default", "aten.view_as.default")
+def _reshape(p, args, kw, out):
+    return args[0].reshape(tuple(out.shape))
+
+
+@_rule("aten.alias.default", "aten.detach.default", "aten.clone.default", "aten.lift_fresh_copy.default",
+       "aten._to_copy.default", "aten.contiguous.default", "aten.positive.default")
+def _copy(p, args, kw, out):
+    return args[0].copy()
+
+
+@_rule("aten.expand.default")
+def _expand(p, args, kw, out):
+    return np.broadcast_to(args[0], tuple(out.shape))
+
+
+@_rule("aten.t.default")
+def _t(p, args, kw, out):
+    return args[0].T
+
+
+@_rule("aten.transpose.int")
+def _transpose(p, args, kw, out):
+    return np.swapaxes(args[0], args[1], args[2])
+
+
+@_rule("aten.permute.default")
+def _permute(p, args, kw, out):
+    return np.transpose(args[0], [_dim(d, args[0].ndim) for d in args[1]])
+
+
+@_rule("aten.select.int")
+def _select(p, args, kw, out):
+    return np.take(args[0], args[2], axis=_dim(args[1], args[0].ndim))
+
+
+def _slicer(ndim, dim, start, end, step):
+    idx = [slice(None)] * ndim
+    idx[_dim(dim, ndim)] = slice(start, end, step)
+    return tuple(idx)
+
+
+@_rule("aten.slice.Tensor")
+def _slice(p, args, kw, out):
+    a = args[0]
+    dim, start, end, step = (list(args[1:]) + [0, None, None, 1][len(args) - 1:])[:4]
+    return a[_slicer(a.ndim, dim, start, end, step)]
+
+
+@_rule("aten.select_backward.default")
+def _select_backward(p, args, kw, out):
+    grad, sizes, dim, index = args[:4]
+    res = _zeros(sizes)
+    idx = [slice(None)] * len(sizes)
+    idx[_dim(dim, len(sizes))] = index
+    res[tuple(idx)] = grad
+    return res
+
+
+@_rule("aten.slice_backward.default")
+def _slice_backward(p, args, kw, out):
+    grad, sizes, dim, start, end, step = args[:6]
+    res = _zeros(sizes)
+    res[_slicer(len(sizes), dim, start, end, step)] = grad
+    return res
+
+
+@_rule("aten.select_scatter.default")
+def _select_scatter(p, args, kw, out):
+    res = args[0].copy()
+    idx = [slice(None)] * res.ndim
+    idx[_dim(args[2], res.ndim)] = args[3]
+    res[tuple(idx)] = args[1]
+    return res
+
+
+def _zeros(shape) -> np.ndarray:
+    res = np.empty(tuple(shape), dtype=object)
+    res.reshape(-1)[:] = [0.0] * res.size
+    return res
+
+
+@_rule("aten.cat.default")
+def _cat(p, args, kw, out):
+    parts = [a for a in args[0] if a.size or a.ndim > 1]
+    dim = args[1] if len(args) > 1 else kw.get("dim", 0)
+    return np.concatenate(parts, axis=_dim(dim, out.dim()))
+
+
+@_rule("aten.stack.default")
+def _stack(p, args, kw, out):
+    dim = args[1] if len(args) > 1 else kw.get("dim", 0)
+    return np.stack(list(args[0]), axis=_dim(dim, out.dim()))
+
+
+@_rule("aten.unbind.int")
+def _unbind(p, args, kw, out):
+    dim = _dim(args[1] if len(args) > 1 else 0, args[0].ndim)
+    return [np.take(args[0], k, axis=dim) for k in range(args[0].shape[dim])]
+
+
+@_rule("aten.copy_.default")
+def _copy_(p, args, kw, out):
+    return np.broadcast_to(args[1], args[0].shape).copy()
+
+
+@_rule("aten.fill_.Scalar")
+def _fill_(p, args, kw, out):
+    return _map(lambda a: a, np.broadcast_to(_arr(args[1]), args[0].shape))
+
+
+# ------------------------------------------------------------------ elementwise
+def _binary(fn):
+    def rule(p, args, kw, out):
+        b = args[1]
+        alpha = kw.get("alpha", 1)
+        if alpha != 1:
+            b = _map(lambda x: p.mul(x, float(alpha)), b)
+        return _map(fn(p), args[0], b)
+    return rule
+
+
+for _n, _f in (("add", lambda p: p.add), ("sub", lambda p: p.sub), ("mul", lambda p: p.mul), ("div", lambda p: p.div)):
+    RULES[f"aten.{_n}.Tensor"] = RULES[f"aten.{_n}.Scalar"] = _binary(_f)
+RULES["aten.rsub.Scalar"] = RULES["aten.rsub.Tensor"] = lambda p, args, kw, out: _map(p.sub, args[1], args[0])
+RULES["aten.pow.Tensor_Scalar"] = RULES["aten.pow.Tensor_Tensor"] = lambda p, a, kw, out: _map(p.pow, a[0], a[1])
+RULES["aten.pow.Scalar"] = lambda p, a, kw, out: _map(p.pow, a[0], a[1])
+RULES["aten.neg.default"] = lambda p, a, kw, out: _map(p.neg, a[0])
+RULES["aten.square.default"] = lambda p, a, kw, out: _map(lambda x: p.mul(x, x), a[0])
+for _n in UNARY:
+    RULES[f"aten.{_n}.default"] = (lambda name: lambda p, a, kw, out: _map(lambda x: p.unary(name, x), a[0]))(_n)
+for _n in ("lt", "le", "gt", "ge", "eq", "ne"):
+    RULES[f"aten.{_n}.Tensor"] = RULES[f"aten.{_n}.Scalar"] = (
+        lambda op: lambda p, a, kw, out: _map(lambda x, y: p.value(op, x, y), a[0], a[1]))(_n)
+for _n, _op in (("bitwise_and", "and"), ("logical_and", "and"), ("bitwise_or", "or"), ("logical_or", "or"),
+                ("maximum", "max"), ("minimum", "min")):
+    RULES[f"aten.{_n}.Tensor"] = RULES[f"aten.{_n}.default"] = (
+        lambda op: lambda p, a, kw, out: _map(lambda x, y: _value_or_select(p, op, x, y), a[0], a[1]))(_op)
+RULES["aten.bitwise_not.default"] = RULES["aten.logical_not.default"] = lambda p, a, kw, out: _map(p.vnot, a[0])
+
+
+def _value_or_select(p: Program, op: str, x, y):
+    if op in ("max", "min") and (type(x).__name__ == "Jet" or type(y).__name__ == "Jet"):
+        return p.select(p.value("ge" if op == "max" else "le", x, y), x, y)
+    if isinstance(x, float) and isinstance(y, float):
+        return float(max(x, y) if op == "max" else min(x, y)) if op in ("max", "min") else float(bool(x) and bool(y)) \
+            if op == "and" else float(bool(x) or bool(y))
+    return p.value(op, x, y)
+
+
+@_rule("aten.where.self")
+def _where(p, args, kw, out):
+    return _map(lambda c, a, b: (a if c else b) if isinstance(c, float) else p.select(c, a, b), args[0], args[1], args[2])
+
+
+@_rule("aten.sign.default")
+def _sign(p, args, kw, out):
+    return _map(lambda a: p.sub(p.value("gt", a, 0.0), p.value("lt", a, 0.0)), args[0])
+
+
+@_rule("aten.tanh_backward.default")
+def _tanh_backward(p, args, kw, out):
+    return _map(lambda g, y: p.mul(g, p.sub(1.0, p.mul(y, y))), args[0], args[1])
+
+
+@_rule("aten.sigmoid_backward.default")
+def _sigmoid_backward(p, args, kw, out):
+    return _map(lambda g, y: p.mul(g, p.mul(y, p.sub(1.0, y))), args[0], args[1])
+
+
+@_rule("aten.threshold_backward.default")
+def _threshold_backward(p, args, kw, out):
+    return _map(lambda g, x: p.select(p.value("gt", x, float(args[2])), g, 0.0), args[0], args[1])
+
+
+@_rule("aten.softplus_backward.default")
+def _softplus_backward(p, args, kw, out):
+    beta, threshold = float(args[2]), float(args[3])
+
+    def one(g, x):
+        z = p.mul(x, beta)
+        return p.select(p.value("gt", z, threshold), g, p.mul(g, p.unary("sigmoid", z)))
+    return _map(one, args[0], args[1])
+
+
+@_rule("aten.softplus.default")
+def _softplus(p, args, kw, out):
+    beta = float(args[1]) if len(args) > 1 else 1.0
+    if beta == 1.0 and (len(args) < 3 or float(args[2]) == 20.0):
+        return _map(lambda a: p.unary("softplus", a), args[0])
+    return _map(lambda a: p.div(p.unary("softplus", p.mul(a, beta)), beta), args[0])  # threshold scales with beta
+
+
+# ------------------------------------------------------------------ reductions and products
+def _sum_all(p: Program, items):
+    acc = 0.0
+    for x in items:
+        acc = p.add(acc, x)
+    return acc
+
+
+def _reduce(p, a: np.ndarray, dims, keepdim: bool, fn) -> np.ndarray:
+    dims = tuple(range(a.ndim)) if dims is None or len(dims) == 0 else tuple(sorted(_dim(d, a.ndim) for d in dims))
+    moved = np.moveaxis(a, dims, tuple(range(a.ndim - len(dims), a.ndim)))
+    keep = moved.shape[:a.ndim - len(dims)]
+    flat = moved.reshape(keep + (-1,))
+    res = np.empty(keep, dtype=object)
+    for idx in itertools.product(*[range(s) for s in keep]):
+        res[idx] = fn(list(flat[idx]))
+    if keepdim:
+        res = res.reshape(tuple(1 if d in dims else s for d, s in enumerate(a.shape)))
+    return res
+
+
+@_rule("aten.sum.default", "aten.sum.dim_IntList", "aten.mean.default", "aten.mean.dim")
+def _sum(p, args, kw, out):
+    dims = args[1] if len(args) > 1 else kw.get("dim")
+    keepdim = args[2] if len(args) > 2 else kw.get("keepdim", False)
+    mean = "mean" in str(kw.get("_op", ""))
+    res = _reduce(p, args[0], dims, keepdim, lambda xs: _sum_all(p, xs) if not mean else p.div(_sum_all(p, xs), float(len(xs))))
+    return res.reshape(tuple(out.shape))
+
+
+def _fold(p: Program, op: str):
+    return lambda xs: _reduce_chain(p, op, xs)
+
+
+def _reduce_chain(p: Program, op: str, xs):
+    acc = xs[0]
+    for x in xs[1:]:
+        acc = _value_or_select(p, op, acc, x)
+    return acc
+
+
+@_rule("aten.amax.default", "aten.amin.default", "aten.any.default", "aten.any.dim", "aten.all.default",
+       "aten.all.dim", "aten.any.dims", "aten.all.dims")
+def _amax(p, args, kw, out):
+    name = kw["_op"].split(".")[1]
+    op = {"amax": "max", "amin": "min", "any": "or", "all": "and"}[name]
+    dims = args[1] if len(args) > 1 else None
+    dims = [dims] if isinstance(dims, int) else dims
+    keepdim = args[2] if len(args) > 2 else False
+    return _reduce(p, args[0], dims, keepdim, _fold(p, op)).reshape(tuple(out.shape))
+
+
+def _matmul(p: Program, A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    res = np.empty((A.shape[0], B.shape[1]), dtype=object)
+    for i in range(A.shape[0]):
+        for k in range(B.shape[1]):
+            res[i, k] = p.dot(A[i, :], B[:, k])
+    return res
+
+
+RULES["aten.mm.default"] = lambda p, a, kw, out: _matmul(p, a[0], a[1])
+RULES["aten.bmm.default"] = lambda p, a, kw, out: np.stack([_matmul(p, x, y) for x, y in zip(a[0], a[1])])
+RULES["aten.mv.default"] = lambda p, a, kw, out: _matmul(p, a[0], a[1][:, None])[:, 0]
+RULES["aten.dot.default"] = lambda p, a, kw, out: _matmul(p, a[0][None, :], a[1][:, None])[0, 0]
+
+
+@_rule("aten.addmm.default")
+def _addmm(p, args, kw, out):
+    prod = _matmul(p, args[1], args[2])
+    beta, alpha = float(kw.get("beta", 1)), float(kw.get("alpha", 1))
+    bias = _map(lambda b: p.mul(b, beta), args[0])
+    return _map(lambda x, b: p.add(p.mul(x, alpha), b), prod, bias)
+
+
+@_rule("aten.linalg_vector_norm.default")
+def _vector_norm(p, args, kw, out):
+    """The 2-norm :math:`\\sqrt{\\sum x^2}` and the 1-norm :math:`\\sum |x|` (others are not lowered)."""
+    order = float(args[1]) if len(args) > 1 else float(kw.get("ord", 2))
+    dims = args[2] if len(args) > 2 else kw.get("dim")
+    dims = [dims] if isinstance(dims, int) else dims
+    keepdim = args[3] if len(args) > 3 else kw.get("keepdim", False)
+    if order == 2.0:
+        res = _reduce(p, args[0], dims, keepdim, lambda xs: p.unary("sqrt", _sum_all(p, [p.mul(x, x) for x in xs])))
+    elif order == 1.0:
+        res = _reduce(p, args[0], dims, keepdim, lambda xs: _sum_all(p, [p.unary("abs", x) for x in xs]))
+    else:
+        from .compiled import NotLowerable
+
+        raise NotLowerable(f"the vector norm of order {order:g} has no compiled form (orders 1 and 2 have)")
+    return res.reshape(tuple(out.shape))
+
+
+@_rule("aten.clamp.default", "aten.clamp.Tensor")
+def _clamp(p, args, kw, out):
+    lo = args[1] if len(args) > 1 else kw.get("min")
+    hi = args[2] if len(args) > 2 else kw.get("max")
+
+    def one(x, a, b):
+        if a is not None:
+            x = p.select(p.value("lt", x, a), a, x)
+        if b is not None:
+            x = p.select(p.value("gt", x, b), b, x)
+        return x
+    return _map(lambda x: one(x, None if lo is None else float(lo), None if hi is None else float(hi)), args[0]) \
+        if not isinstance(lo, np.ndarray) and not isinstance(hi, np.ndarray) else _map(one, args[0], lo, hi)

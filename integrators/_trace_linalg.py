@@ -1,0 +1,93 @@
+r"""Lowering rules for the small dense linear algebra of :mod:`bea` series (LU factorisation and solves).
+
+A series solves with the mass matrix :math:`\partial^2 L/\partial v^2` by ``torch.linalg.lu_factor`` and
+``lu_solve``. Here the factorisation is written out on scalars, as LAPACK's ``getrf`` computes it
+(right-looking Doolittle, rows interchanged before each elimination step), with the row interchanges
+the trace observed: for the symmetric positive definite mass matrices of regular Lagrangians the pivot
+order only changes rounding, and a zero pivot gives non-finite values, which hand the step to the eager
+path. The solve applies the interchanges, then the unit lower and the upper triangular substitutions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._trace_aten import _fold, _reduce, _rule
+from ._trace_ops import OPAQUE, Program
+from .compiled import NotLowerable
+
+__all__ = []
+
+
+def _factor(p: Program, A: np.ndarray, piv) -> np.ndarray:
+    a = A.copy()
+    m = a.shape[0]
+    for k in range(m):
+        r = int(piv[k]) - 1
+        if r != k:
+            a[[k, r]] = a[[r, k]]
+        for i in range(k + 1, m):
+            a[i, k] = p.div(a[i, k], a[k, k])
+            for j in range(k + 1, m):
+                a[i, j] = p.sub(a[i, j], p.mul(a[i, k], a[k, j]))
+    return a
+
+
+def _solve(p: Program, LU: np.ndarray, piv, B: np.ndarray) -> np.ndarray:
+    x = B.copy()
+    m = LU.shape[0]
+    for k in range(m):
+        r = int(piv[k]) - 1
+        if r != k:
+            x[[k, r]] = x[[r, k]]
+    for i in range(m):  # unit lower triangular
+        for j in range(i):
+            x[i] = [p.sub(x[i, c], p.mul(LU[i, j], x[j, c])) for c in range(x.shape[1])]
+    for i in reversed(range(m)):  # upper triangular
+        for j in range(i + 1, m):
+            x[i] = [p.sub(x[i, c], p.mul(LU[i, j], x[j, c])) for c in range(x.shape[1])]
+        x[i] = [p.div(x[i, c], LU[i, i]) for c in range(x.shape[1])]
+    return x
+
+
+@_rule("aten.linalg_lu_factor_ex.default")
+def _lu_factor_ex(p, args, kw, out):
+    A = args[0]
+    pivots = out[1].detach().cpu().numpy()
+    LU = np.empty(A.shape, dtype=object)
+    for idx in np.ndindex(*A.shape[:-2]):
+        LU[idx] = _factor(p, A[idx], pivots[idx])
+    piv = np.empty(tuple(out[1].shape), dtype=object)
+    piv.reshape(-1)[:] = [float(x) for x in pivots.reshape(-1)]
+    info = np.empty(tuple(out[2].shape), dtype=object)
+    info.reshape(-1)[:] = [0.0] * info.size
+    return [LU, piv, info]
+
+
+@_rule("aten.linalg_lu_solve.default")
+def _lu_solve(p, args, kw, out):
+    LU, piv, B = args[0], args[1], args[2]
+    left = args[3] if len(args) > 3 else kw.get("left", True)
+    adjoint = args[4] if len(args) > 4 else kw.get("adjoint", False)
+    if not left or adjoint:
+        raise NotLowerable("lu_solve with left=False or adjoint=True has no compiled form here")
+    shape = tuple(out.shape)
+    LU, piv, B = np.broadcast_to(LU, shape[:-2] + LU.shape[-2:]), np.broadcast_to(piv, shape[:-2] + piv.shape[-1:]), \
+        np.broadcast_to(B, shape)
+    X = np.empty(shape, dtype=object)
+    for idx in np.ndindex(*shape[:-2]):
+        if any(x is OPAQUE for x in piv[idx]):
+            raise NotLowerable("lu_solve with pivots that were not traced")
+        X[idx] = _solve(p, LU[idx], piv[idx], B[idx])
+    return X
+
+
+@_rule("aten.max.dim", "aten.min.dim")
+def _max_dim(p, args, kw, out):
+    op = "max" if kw["_op"].startswith("aten.max") else "min"
+    keepdim = args[2] if len(args) > 2 else False
+    values = _reduce(p, args[0], [args[1]], keepdim, _fold(p, op)).reshape(tuple(out[0].shape))
+    idx = np.empty(tuple(out[1].shape), dtype=object)
+    idx.reshape(-1)[:] = [OPAQUE] * idx.size  # an argmax has no derivative and no lowering here
+    return [values, idx]
+

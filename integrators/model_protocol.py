@@ -1,0 +1,146 @@
+r"""The model protocol: what an integrator (and a learner) may ask of a Lagrangian, in one place.
+
+A Lagrangian model has
+
+* ``n`` -- its number of degrees of freedom (``None``: any);
+* a value ``L(q, v)`` for ``q, v`` of shape ``(..., n)``, pointwise over the leading dimensions;
+* derivatives in the state :math:`x = (q, v)`: :func:`derivatives` gives the gradient :math:`\nabla L`
+  and the Hessian :math:`\nabla^2 L` that the Newton step of the discrete Euler--Lagrange equations
+  needs (:math:`D_{12}L_\Delta = \sum_k w_k A_k^\top \nabla^2 L(y_k) B_k`, :mod:`integrators.compiled`);
+* optionally a compiled form, :meth:`LagrangianModel.compiled_form` ``(n)`` returning a
+  :class:`~integrators.compiled.CLagrangian` (C computing the same gradient and Hessian), or raising
+  :class:`~integrators.compiled.NotLowerable` with the reason.
+
+:func:`compiled_form` is the single dispatch that every compiled path goes through: a model's own
+``compiled_form``; the adapters for today's kinds (a SymPy :class:`~integrators.symbolic.SymbolicLagrangian`
+such as every :mod:`integrators.systems` system; objects with the older ``c_lagrangian()`` hook: the GP
+posterior mean, ModLaNet, a :mod:`bea` series of a model with a Taylor form); and, for anything else that
+is torch code (a plain callable, an ``nn.Module``, a :mod:`bea` series of either), the tracing front-end
+:mod:`integrators.traced`. :class:`AffineModel` composes a model with a diagonal affine change of state
+and a constant factor, so a model fitted in standardised units is stepped in the data's units on the
+same compiled path (:math:`L(x) = c\,M((x - o)/u)`: :math:`\nabla L = c\,\nabla M/u`,
+:math:`\nabla^2 L = c\,\nabla^2 M/(u u^\top)`).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Protocol, Sequence, Tuple, runtime_checkable
+
+import numpy as np
+import torch
+
+from .compiled import MAX_N, CLagrangian, NotLowerable
+
+__all__ = ["LagrangianModel", "compiled_form", "derivatives", "AffineModel", "CompiledPathWarning"]
+
+
+class CompiledPathWarning(UserWarning):
+    """``execution="auto"`` found no compiled form for a Lagrangian and steps it eagerly; the message says why
+    (issued once per integrator and ``n``)."""
+
+
+@runtime_checkable
+class LagrangianModel(Protocol):
+    """The protocol (see the module docstring). Only ``__call__`` is required of a plain Lagrangian."""
+
+    n: Optional[int]
+
+    def __call__(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor: ...
+
+    def compiled_form(self, n: int) -> CLagrangian: ...
+
+
+def derivatives(L, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    r"""``(L, \nabla L, \nabla^2 L)`` at states ``x`` of shape ``(m, 2n)``, by autograd (reference for any model)."""
+    n = x.shape[-1] // 2
+    vals, grads, hessians = [], [], []
+    for xi in x:
+        with torch.enable_grad():
+            xi = xi.detach().clone().requires_grad_(True)
+            val = L(xi[:n].reshape(1, n), xi[n:].reshape(1, n)).reshape(())
+            (g,) = torch.autograd.grad(val, xi, create_graph=True)
+            rows = []
+            for i in range(2 * n):
+                gi = torch.autograd.grad(g[i], xi, retain_graph=True, allow_unused=True)[0] if g[i].requires_grad else None
+                rows.append(torch.zeros_like(xi) if gi is None else gi)
+        vals.append(val.detach())
+        grads.append(g.detach())
+        hessians.append(torch.stack(rows).detach())
+    return torch.stack(vals), torch.stack(grads), torch.stack(hessians)
+
+
+def compiled_form(L, n: int, *, trace: bool = True) -> CLagrangian:
+    """The :class:`~integrators.compiled.CLagrangian` of ``L`` for ``n`` coordinates, by the first rule of the
+    module docstring that applies; :class:`~integrators.compiled.NotLowerable` (with the reason) if none does.
+    ``trace=False``: no tracing front-end (only forms that a model declares)."""
+    hook = getattr(type(L), "compiled_form", None)
+    if callable(hook):
+        out = L.compiled_form(n)
+    elif callable(getattr(L, "c_lagrangian", None)):
+        out = L.c_lagrangian()
+    else:
+        from .symbolic import SymbolicLagrangian
+
+        if isinstance(L, SymbolicLagrangian):
+            from .compiled import lower_lagrangian
+
+            out = lower_lagrangian(L)
+        elif trace and callable(L):
+            from .traced import trace_lagrangian
+
+            out = trace_lagrangian(L, n)
+        else:
+            raise NotLowerable(f"a {type(L).__name__} has no C form")
+    if not isinstance(out, CLagrangian):
+        raise NotLowerable(f"{type(L).__name__} gave a {type(out).__name__} as its compiled form, not a CLagrangian")
+    if out.n != n:
+        raise NotLowerable(f"the Lagrangian's C form has n = {out.n}, the data n = {n}")
+    if n > MAX_N:
+        raise NotLowerable(f"n = {n} coordinates; the compiled loop handles at most {MAX_N}")
+    return out
+
+
+AFFINE = r"""
+static void lag_derivs(const double *x, const double *P, double *g, double *H) {
+    /* P = (c, u (D), o (D), inner parameters...): L(x) = c M((x - o) / u) */
+    const int D = AFFINE_D;
+    double y[AFFINE_D], gi[AFFINE_D], Hi[AFFINE_D * AFFINE_D];
+    for (int i = 0; i < D; i++) y[i] = (x[i] - P[1 + D + i]) / P[1 + i];
+    inner_lag_derivs(y, P + 1 + 2 * D, gi, Hi);
+    for (int i = 0; i < D; i++) g[i] = P[0] * gi[i] / P[1 + i];
+    for (int i = 0; i < D; i++)
+        for (int j = 0; j < D; j++) H[i * D + j] = P[0] * Hi[i * D + j] / (P[1 + i] * P[1 + j]);
+}
+"""
+
+
+class AffineModel:
+    r""":math:`L(q, v) = c\,M(((q, v) - o)/u)` for a model ``M`` (coordinate-wise ``u > 0``, offsets ``o``, both
+    of length ``2n``), with ``M``'s compiled form composed with the same map (module docstring)."""
+
+    def __init__(self, model, factor: float, units: Sequence[float], offsets: Sequence[float]):
+        self.model = model
+        self.factor = float(factor)
+        self.units = torch.as_tensor(units, dtype=torch.float64).reshape(-1)
+        self.offsets = torch.as_tensor(offsets, dtype=torch.float64).reshape(-1)
+        self.n = self.units.numel() // 2
+
+    def __call__(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        u, o = self.units.to(q.device), self.offsets.to(q.device)
+        n = self.n
+        return self.factor * self.model((q - o[:n]) / u[:n], (v - o[n:]) / u[n:])
+
+    def compiled_form(self, n: int) -> CLagrangian:
+        inner = compiled_form(self.model, n, trace=False)
+        D = 2 * n
+        if inner.source.count("lag_derivs(") < 1:
+            raise NotLowerable("internal: the inner C form defines no lag_derivs")
+        head = np.concatenate([[self.factor], self.units.numpy(), self.offsets.numpy()])
+        source = (inner.source.replace("lag_derivs(", "inner_lag_derivs(")
+                  + AFFINE.replace("AFFINE_D", str(D)))
+
+        def refresh():
+            return np.concatenate([head, np.asarray(inner.refresh(), dtype=np.float64).reshape(-1)])
+        return CLagrangian(n=n, source=source, params=np.concatenate([head, np.asarray(inner.params).reshape(-1)]),
+                           cost=inner.cost, refresh=None if inner.refresh is None else refresh, vectorise=inner.vectorise,
+                           auto_max_batch=inner.auto_max_batch)

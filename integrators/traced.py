@@ -1,0 +1,208 @@
+r"""A C form for any torch Lagrangian, by tracing: the front-end of the compiled path for plain callables,
+``nn.Module`` Lagrangians (MLP, LNN) and :mod:`bea` series applied to them.
+
+Tracing runs ``L(q, v)`` once, on one state (``q, v`` of shape ``(1, n)``), under a
+:class:`~torch.utils._python_dispatch.TorchDispatchMode` that sees every torch (aten) operation, including
+those of the backward passes that a :mod:`bea` series takes inside ``L``. Each tensor becomes an array of
+scalars and each operation one lowering rule (:mod:`integrators._trace_aten`), which emits straight-line
+code on second-order jets in the state :math:`x = (q, v)` (:mod:`integrators._trace_ops`). The final jet
+is :math:`(L, \nabla L, \nabla^2 L)`: exactly the ``lag_derivs`` a :class:`~integrators.compiled.CLagrangian`
+needs, so the DEL Newton step of the compiled march gets compiled derivatives.
+
+Tensors the trace meets without having produced them (a network's weights, captured constants) are read
+at run time from the parameter array ``P`` (refreshed before every chunk of steps, so training between
+runs is seen). Python control flow that reads a tensor (``bool(x.any())``, ``x.item()``) becomes a
+*guard*: the compiled code checks that the value is the traced one and otherwise hands the step back to
+the eager path.
+
+Because tracing sees one run, code whose operations depend on the state in ways no guard records could
+be traced wrongly; so every traced form is *verified* before use: its gradient and Hessian must equal
+autograd's at several random states (relative 1e-8). A Lagrangian that fails any of this raises
+:class:`~integrators.compiled.NotLowerable` with the reason, and the integrator runs it eagerly.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, Tuple
+
+import numpy as np
+import torch
+
+import bea
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from . import _trace_linalg  # noqa: F401  (registers its lowering rules)
+from ._trace_aten import FACTORIES, OPAQUE_OPS, RULES, literal_array
+from ._trace_emit import emit_c
+from ._trace_ops import OPAQUE, Jet, Program, Val
+from .compiled import MAX_N, CLagrangian, NotLowerable
+
+__all__ = ["trace_lagrangian", "VERIFY_RTOL"]
+
+#: relative agreement with autograd required of a traced form at the verification states
+VERIFY_RTOL = 1e-8
+#: a traced form with at least NETWORK_TERMS weighted terms (a 64 x 64 layer has 4096) is a network: under
+#: execution="auto", batches above NETWORK_MAX_BATCH take the eager path (batched torch matrix products)
+NETWORK_TERMS, NETWORK_MAX_BATCH = 1024, 100
+
+
+def _key(t: torch.Tensor) -> tuple:
+    return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+
+
+class _Tracer(TorchDispatchMode):
+    """Maps tensors (by storage and geometry) to arrays of scalars while the Lagrangian runs."""
+
+    def __init__(self, prog: Program):
+        super().__init__()
+        self.prog = prog
+        self.arrays: Dict[tuple, np.ndarray] = {}
+        self.keep: List[torch.Tensor] = []  # every tensor seen stays alive: storage addresses are never reused
+        self.leaves: List[torch.Tensor] = []
+        self.nparams = 0
+        self.error = None
+
+    def bind(self, t: torch.Tensor, arr: np.ndarray) -> None:
+        self.keep.append(t)
+        self.arrays[_key(t)] = arr
+
+    def lookup(self, t: torch.Tensor) -> np.ndarray:
+        arr = self.arrays.get(_key(t))
+        if arr is not None:
+            return arr
+        if t.is_floating_point() and t.numel():  # produced outside the trace: a run-time parameter
+            arr = np.empty(tuple(t.shape), dtype=object)
+            arr.reshape(-1)[:] = [Val(f"P[{self.nparams + k}]") for k in range(t.numel())]
+            self.nparams += t.numel()
+            self.leaves.append(t)
+        else:
+            arr = literal_array(t)
+        self.bind(t, arr)
+        return arr
+
+    def _convert(self, x):
+        if isinstance(x, torch.Tensor):
+            return self.lookup(x)
+        if isinstance(x, (list, tuple)):
+            return type(x)(self._convert(y) for y in x)
+        return x
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if self.error is None:
+            try:
+                self._lower(func, args, kwargs, out)
+            except NotLowerable as err:
+                self.error = err
+        return out
+
+    def _lower(self, func, args, kwargs, out) -> None:
+        name = str(func)
+        conv = self._convert(list(args))
+        if name == "aten._local_scalar_dense.default":
+            self.prog.guard(conv[0].reshape(-1)[0], float(out))
+            return
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        tensors = [o for o in outs if isinstance(o, torch.Tensor)]
+        ins = [a for a in _flat(conv) if isinstance(a, np.ndarray)]
+        rule = RULES.get(name)
+        if name in OPAQUE_OPS or (rule is None and any(x is OPAQUE for a in ins for x in a.reshape(-1))):
+            for o in tensors:  # no lowering: opaque (only checks may use it, module docstring of _trace_ops)
+                arr = np.empty(tuple(o.shape), dtype=object)
+                arr.reshape(-1)[:] = [OPAQUE] * o.numel()
+                self.bind(o, arr)
+            return
+        literal = all(isinstance(x, float) for a in ins for x in a.reshape(-1))
+        if literal or name.split(".")[1] in FACTORIES:
+            for o in tensors:
+                self.bind(o, literal_array(o))
+            return
+        if rule is None:
+            raise NotLowerable(f"the torch operation {name} has no compiled form")
+        res = rule(self.prog, conv, {**kwargs, "_op": name}, out)
+        results = [np.asarray(r, dtype=object) for r in (res if isinstance(res, (list, tuple)) else [res])]
+        if len(results) != len(tensors) or any(tuple(r.shape) != tuple(o.shape) for r, o in zip(results, tensors)):
+            raise NotLowerable(f"internal: the rule for {name} gave the wrong shape")
+        for r, o in zip(results, tensors):
+            self.bind(o, r)
+
+
+def _flat(xs):
+    for x in xs:
+        if isinstance(x, (list, tuple)):
+            yield from _flat(x)
+        else:
+            yield x
+
+
+def _trace(L, n: int, x0: torch.Tensor) -> Tuple[Program, "_Tracer", Any]:
+    prog = Program(2 * n)
+    tracer = _Tracer(prog)
+    q = x0[:n].clone().reshape(1, n).requires_grad_(True)
+    v = x0[n:].clone().reshape(1, n).requires_grad_(True)
+    seeds_q = np.array([[prog.seed(i) for i in range(n)]], dtype=object)
+    seeds_v = np.array([[prog.seed(n + i) for i in range(n)]], dtype=object)
+    with torch.enable_grad():
+        tracer.bind(q, seeds_q)
+        tracer.bind(v, seeds_v)
+        try:
+            with tracer:
+                val = L(q, v)
+        except NotLowerable:
+            raise
+        except Exception as err:  # anything the Lagrangian raises under tracing: it is not traceable
+            raise NotLowerable(f"tracing the Lagrangian failed ({type(err).__name__}: {err})") from None
+    if tracer.error is not None:
+        raise tracer.error
+    if not isinstance(val, torch.Tensor) or val.numel() != 1:
+        raise NotLowerable("the Lagrangian did not return one value per state when traced on q, v of shape (1, n)")
+    out = tracer.arrays.get(_key(val))
+    if out is None:
+        raise NotLowerable("the Lagrangian's value was not produced by traced torch operations")
+    return prog, tracer, out.reshape(-1)[0]
+
+
+def trace_lagrangian(L, n: int, *, seed: int = 0) -> CLagrangian:
+    """Trace ``L`` for ``n`` coordinates into a verified :class:`~integrators.compiled.CLagrangian`
+    (:class:`~integrators.compiled.NotLowerable` if it cannot be)."""
+    if not isinstance(n, int) or not 1 <= n <= MAX_N:
+        raise NotLowerable(f"n = {n} coordinates; the compiled loop handles 1 to {MAX_N}")
+    gen = torch.Generator().manual_seed(seed)
+    x0 = 0.3 + 0.4 * torch.rand(2 * n, generator=gen, dtype=torch.float64)
+    prog, tracer, result = _trace(L, n, x0)
+    if result is OPAQUE or not isinstance(result, Jet):
+        raise NotLowerable("the traced Lagrangian does not depend on the state (or only through untraceable operations)")
+    leaves = list(tracer.leaves)
+
+    def params() -> np.ndarray:
+        if not leaves:
+            return np.zeros(1)
+        return np.concatenate([t.detach().cpu().double().reshape(-1).numpy() for t in leaves])
+
+    source, ops, tables = emit_c(prog, result)
+    # networks (weight tables): vector instructions, and batches beyond NETWORK_MAX_BATCH left to batched torch
+    # under execution="auto", which overtakes the per-element C loop there (benchmarks/integrate_any.py)
+    clag = CLagrangian(n=n, source=source, params=params(), cost=max(1, (ops + tables) // 20),
+                       refresh=params if leaves else None, vectorise=tables > 0,
+                       auto_max_batch=NETWORK_MAX_BATCH if tables >= NETWORK_TERMS else None)
+    _verify(L, clag, n, x0, gen)
+    return clag
+
+
+def _verify(L, clag: CLagrangian, n: int, x0: torch.Tensor, gen: torch.Generator) -> None:
+    """The traced gradient and Hessian against autograd at the traced state and three random ones near it."""
+    from .compiled import CompiledStepper  # the library's bea_lag_derivs entry
+
+    xs = torch.cat([x0[None], x0[None] + 0.5 * (torch.rand(3, 2 * n, generator=gen, dtype=torch.float64) - 0.5)])
+    from .model_protocol import derivatives  # the protocol's autograd reference
+
+    _, g_ref, H_ref = derivatives(L, xs)
+    stepper = CompiledStepper(clag, 0.1, bea.get_scheme("midpoint"), n)
+    g, H = stepper.lagrangian_derivatives(xs)
+    scale = 1.0 + max(float(g_ref.abs().max()), float(H_ref.abs().max()))
+    err = max(float((g - g_ref).abs().max()), float((H - H_ref).abs().max()))
+    if not math.isfinite(err) or err > VERIFY_RTOL * scale:
+        raise NotLowerable(f"the traced derivatives differ from autograd's by {err:.3g} at test states "
+                           "(state-dependent control flow the trace cannot see?)")

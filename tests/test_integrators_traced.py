@@ -1,0 +1,154 @@
+"""The tracing front-end (integrators.traced) and the model protocol (integrators.model_protocol).
+
+Agreement with the eager path: the compiled march iterates Newton to rounding like the eager one, so the
+two trajectories differ by accumulated rounding only; 1e-12 over 1,000 steps leaves a factor of about 100
+over what the SymPy path shows (6e-15 over 20,000 pendulum steps, benchmarks/RESULTS_speed.md)."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import bea
+from integrators import VariationalIntegrator, systems
+from integrators.ccompile import find_compiler
+from integrators.compiled import CompiledStepper, NotLowerable
+from integrators.model_protocol import AffineModel, compiled_form, derivatives
+from integrators.traced import trace_lagrangian
+
+pytestmark = pytest.mark.skipif(find_compiler() is None, reason="no C compiler: only the eager path exists here")
+
+STEPS = 1000
+
+
+def pendulum(q, v):
+    return v[..., 0] ** 2 / 2 + torch.cos(q[..., 0])
+
+
+def _agree(L, q0, v0, h=0.1, steps=STEPS):
+    eager = VariationalIntegrator(L, h, execution="eager").solve(q0, v0, steps).q
+    vi = VariationalIntegrator(L, h, execution="compiled")
+    fast = vi.solve(q0, v0, steps).q
+    assert vi.last_execution == "compiled"
+    return float((eager - fast).abs().max())
+
+
+def _derivative_error(L, n, states):
+    stepper = CompiledStepper(L, 0.1, bea.get_scheme("midpoint"), n)
+    g, H = stepper.lagrangian_derivatives(states)
+    _, g_ref, H_ref = derivatives(L, states)
+    return max(float((g - g_ref).abs().max()), float((H - H_ref).abs().max()))
+
+
+def test_plain_callable_equals_eager_smoke():
+    """The cheap default-suite check (eager steps cost milliseconds each here); 1,000 steps below (slow)."""
+    assert _agree(pendulum, torch.tensor([[0.5], [-1.2]]), torch.tensor([[0.1], [0.4]]), steps=150) < 1e-13
+
+
+@pytest.mark.slow
+def test_plain_callable_equals_eager_over_1000_steps():
+    err = _agree(pendulum, torch.tensor([[0.5], [-1.2]]), torch.tensor([[0.1], [0.4]]))
+    assert err < 1e-12
+
+
+def test_traced_derivatives_and_parameters_follow_the_module():
+    """Weights are run-time parameters: changing them (training) changes the C form's numbers, not its code."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(2, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1)).double()
+
+    def L(q, v):
+        return net(torch.cat([q, v], -1))[..., 0] + (v ** 2).sum(-1)
+
+    states = torch.tensor([[0.3, -0.2], [1.1, 0.5]], dtype=torch.float64)
+    clag = trace_lagrangian(L, 1)
+    assert clag.refresh is not None and clag.params.size == 8 * 2 + 8 + 8 + 1
+    assert _derivative_error(L, 1, states) < 1e-12
+    with torch.no_grad():
+        net[0].weight.mul_(1.5)
+    assert np.abs(clag.refresh() - clag.params).max() > 0.1
+    assert _derivative_error(L, 1, states) < 1e-12
+
+
+def test_guards_and_refusals():
+    # Python reading a tensor (.item()) is a guard: the traced form is only right at the traced state, which
+    # the verification at other states finds, so the Lagrangian is refused (and integrated eagerly)
+    def reads_item(q, v):
+        return v[..., 0] ** 2 / 2 + math.cos(float(q.detach().reshape(-1)[0])) * q[..., 0]
+
+    with pytest.raises(NotLowerable, match="differ from autograd"):
+        trace_lagrangian(reads_item, 1)
+    with pytest.raises(NotLowerable, match="aten.erf"):
+        trace_lagrangian(lambda q, v: (v ** 2).sum(-1) + torch.erf(q).sum(-1), 1)
+    with pytest.raises(NotLowerable, match="does not depend on the state"):
+        trace_lagrangian(lambda q, v: torch.ones(q.shape[:-1], dtype=q.dtype), 1)
+    # a state-dependent branch in torch (where) is lowered as a select, exactly
+    def branch(q, v):
+        return v[..., 0] ** 2 / 2 - torch.where(q[..., 0] > 0, q[..., 0] ** 2, 0.5 * q[..., 0] ** 2)
+
+    states = torch.tensor([[0.3, 0.1], [-0.4, 0.2]], dtype=torch.float64)
+    assert _derivative_error(branch, 1, states) < 1e-13
+
+
+def test_norms_and_clamps_are_lowered():
+    def kepler_like(q, v):
+        return (v ** 2).sum(-1) / 2 + 1 / torch.linalg.norm(q, dim=-1) + torch.clamp(q[..., 0], -5.0, 0.5) ** 2
+
+    states = torch.tensor([[1.0, 0.3, 0.2, -0.1], [0.7, -0.4, 0.0, 0.3]], dtype=torch.float64)  # 0.7 is clamped
+    assert _derivative_error(kepler_like, 2, states) < 1e-12
+
+
+def test_affine_model_composes_the_compiled_form():
+    """L(x) = c M((x - o)/u) for a System M: the C form (chain rule in C) against autograd."""
+    model = AffineModel(systems.kepler(), 2.5, [0.5, 2.0, 1.5, 0.25], [0.1, -0.2, 0.0, 0.0])
+    clag = compiled_form(model, 2)
+    assert clag.params[0] == 2.5
+    states = torch.tensor([[1.0, 0.3, 0.2, -0.1], [0.7, -0.4, 0.0, 0.3]], dtype=torch.float64)
+    assert _derivative_error(model, 2, states) < 1e-12
+
+
+@pytest.mark.slow
+def test_mlp_lagrangian_equals_eager_over_1000_steps():
+    torch.manual_seed(1)
+    net = torch.nn.Sequential(torch.nn.Linear(2, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
+                              torch.nn.Linear(64, 1)).double()
+    with torch.no_grad():
+        for layer in (net[0], net[2], net[4]):
+            layer.weight.mul_(0.2)
+
+    def L(q, v):
+        return (v ** 2).sum(-1) / 2 - q[..., 0] ** 2 / 2 + 0.1 * net(torch.cat([q, v], -1))[..., 0]
+
+    assert _agree(L, torch.tensor([[0.5]]), torch.tensor([[0.1]])) < 1e-12
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [1, 4])
+def test_series_of_a_plain_callable_equals_eager_over_1000_steps(n):
+    inv = bea.compile_torch("inverse_modified_lagrangian", "midpoint", 4)
+    h = 0.1
+
+    def base(q, v):  # coupled pendula
+        return (v ** 2).sum(-1) / 2 + torch.cos(q).sum(-1) + 0.05 * (q[..., :1] * q).sum(-1)
+
+    def L(q, v):
+        return inv(base, q, v, h)
+
+    q0 = torch.linspace(0.2, 0.5, n, dtype=torch.float64)[None]
+    v0 = torch.linspace(-0.1, 0.1, n, dtype=torch.float64)[None]
+    assert _agree(L, q0, v0, h=h) < 1e-12
+
+
+@pytest.mark.slow
+def test_lnn_baseline_rolls_out_in_c():
+    """The LNN baseline of learners.neural (softplus, width 64) takes the traced path: same trajectory as eager."""
+    from learners.neural.baselines import LNN
+
+    torch.manual_seed(0)
+    model = LNN(1, width=64).double()
+
+    def L(q, v):  # an untrained LNN alone is not regular: a harmonic oscillator plus a small LNN term
+        return (v ** 2).sum(-1) / 2 - (q ** 2).sum(-1) / 2 + 0.05 * model(q, v)
+
+    assert trace_lagrangian(L, 1).auto_max_batch == 100  # a network: large batches stay eager under auto
+    assert _agree(L, torch.tensor([[0.5]]), torch.tensor([[0.1]]), h=0.05) < 1e-12
