@@ -29,12 +29,14 @@ from typing import Optional, Protocol, Sequence, Tuple, runtime_checkable
 import numpy as np
 import torch
 
+from bea.errors import BeaWarning
+
 from .compiled import MAX_N, CLagrangian, NotLowerable
 
 __all__ = ["LagrangianModel", "compiled_form", "derivatives", "AffineModel", "CompiledPathWarning"]
 
 
-class CompiledPathWarning(UserWarning):
+class CompiledPathWarning(BeaWarning):
     """``execution="auto"`` found no compiled form for a Lagrangian and steps it eagerly; the message says why
     (issued once per integrator and ``n``)."""
 
