@@ -284,10 +284,25 @@ class CustomScheme(Scheme):
 _BUILTIN = (Midpoint, Trapezoidal, GeneralisedMidpoint)
 _FINGERPRINTS: Dict[tuple, str] = {}
 
+def _stage(name: str) -> Callable[[], Scheme]:
+    """A factory for a stage scheme of :mod:`bea.stages` (imported when asked for: it imports this module)."""
+
+    def make() -> Scheme:
+        from . import stages
+
+        return {"galerkin2": lambda: stages.galerkin_lobatto(2), "galerkin3": lambda: stages.galerkin_lobatto(3),
+                "triple_jump": stages.triple_jump}[name]()
+
+    return make
+
+
 _REGISTRY: Dict[str, Callable[[], Scheme]] = {
     "midpoint": Midpoint,
     "trapezoidal": Trapezoidal,
     "generalised_midpoint": GeneralisedMidpoint,
+    "galerkin2": _stage("galerkin2"),
+    "galerkin3": _stage("galerkin3"),
+    "triple_jump": _stage("triple_jump"),
 }
 
 
@@ -299,7 +314,8 @@ def get_scheme(scheme: Union[str, Scheme]) -> Scheme:
     """Return a scheme object from a scheme or its name.
 
     Names: ``"midpoint"``, ``"trapezoidal"`` and ``"generalised_midpoint:0.3"`` /
-    ``"generalised_midpoint(alpha=0.3)"`` (the parameter is required).
+    ``"generalised_midpoint(alpha=0.3)"`` (the parameter is required); the stage schemes of
+    :mod:`bea.stages` ``"galerkin2"``, ``"galerkin3"`` (Lobatto, orders 4 and 6) and ``"triple_jump"``.
     """
     if isinstance(scheme, Scheme):
         return scheme
