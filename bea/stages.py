@@ -65,7 +65,7 @@ def _lin(coeffs: Sequence[Number], points: Sequence[Any]) -> Any:
     for c, x in zip(coeffs, points):
         if c == 0:
             continue
-        term = x if c == 1 else x * c
+        term = x if c == 1 else c * x  # the constant first: SymPy would turn an Exact into a Float
         out = term if out is None else out + term
     return out
 
@@ -89,7 +89,7 @@ class StageScheme(Scheme):
     # -- derived
     def interior_guess(self, a: Any, b: Any) -> List[Any]:
         """Interior points on the straight line from ``a`` to ``b`` (Newton's and the series' start)."""
-        return [a + (b - a) * th for th in self.guess_nodes()]
+        return [a + th * (b - a) for th in self.guess_nodes()]
 
     @property
     def exact_constants(self) -> bool:
@@ -216,9 +216,9 @@ class Galerkin(StageScheme):
         X = [a, *Q, b]
         out = None
         for w, row, drow in zip(self.weights, self._phi, self._dphi):
-            term = L(_lin(row, X), _lin(drow, X) / h) * w
+            term = w * L(_lin(row, X), _lin(drow, X) / h)
             out = term if out is None else out + term
-        return out * h
+        return h * out
 
     def params(self):
         return {"degree": self.degree, "nodes": tuple(repr(c) for c in self.nodes), "weights": tuple(repr(w) for w in self.weights)}
@@ -256,9 +256,9 @@ class Composition(StageScheme):
         X = [a, *Q, b]
         out = None
         for g, x0, x1 in zip(self.gammas, X[:-1], X[1:]):
-            term = L((x0 + x1) / 2, (x1 - x0) * (1 / g) / h) * g
+            term = g * L((x0 + x1) / 2, (1 / g) * (x1 - x0) / h)
             out = term if out is None else out + term
-        return out * h
+        return h * out
 
     def params(self):
         return {"gammas": tuple(repr(g) for g in self.gammas)}
