@@ -81,7 +81,7 @@ def _known_zero(s: HSeries) -> bool:
     return all(not p for p in s.c[: s.order + 1])
 
 
-def interior_series(scheme, L, a: SeriesVector, b: SeriesVector, h: HSeries, jets, W=None) -> List[SeriesVector]:
+def interior_series(L, a: SeriesVector, b: SeriesVector, h: HSeries, scheme, jets, W=None) -> List[SeriesVector]:
     """The stationary interior points as series, to the precision of ``a, b`` (module docstring)."""
     if not scheme.exact_constants:
         raise UnsupportedSchemeError(
@@ -104,7 +104,7 @@ def interior_series(scheme, L, a: SeriesVector, b: SeriesVector, h: HSeries, jet
     raise InternalError(f"internal: the interior points of {scheme!r} did not settle in {limit + 3} passes")
 
 
-def stationary_series(scheme, L, a, b, h, jets, W=None) -> HSeries:
+def stationary_series(L, a, b, h, scheme, jets, W=None) -> HSeries:
     r""":math:`L_\Delta(a, b) = \Phi(a, Q^*, b)` on series (the variations of ``a, b`` kept)."""
-    Q = interior_series(scheme, L, a, b, h, jets, W)
+    Q = interior_series(L, a, b, h, scheme, jets, W)
     return scheme.stage_action(L, a, Q, b, h)

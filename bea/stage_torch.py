@@ -72,7 +72,7 @@ def _converged_interior(scheme, L, a, b, h) -> torch.Tensor:
                           f"(last correction {last:.3g}); reduce the step h")
 
 
-def solve_interior(scheme, L, a: torch.Tensor, b: torch.Tensor, h) -> torch.Tensor:
+def solve_interior(L, a: torch.Tensor, b: torch.Tensor, h, scheme) -> torch.Tensor:
     """The stationary interior points, detached, shape ``(m, ..., n)``."""
     a, b = torch.broadcast_tensors(a, b)
     if not scheme.n_interior:
@@ -80,7 +80,7 @@ def solve_interior(scheme, L, a: torch.Tensor, b: torch.Tensor, h) -> torch.Tens
     return _converged_interior(scheme, L, a, b, h)
 
 
-def stationary_value(scheme, L, a: torch.Tensor, b: torch.Tensor, h) -> torch.Tensor:
+def stationary_value(L, a: torch.Tensor, b: torch.Tensor, h, scheme) -> torch.Tensor:
     r""":math:`L_\Delta(a, b) = \Phi(a, Q^*, b)`, differentiable twice in ``a, b`` (module docstring)."""
     a, b = torch.broadcast_tensors(a, b)
     if not scheme.n_interior:  # no interior points: Phi itself

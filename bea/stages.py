@@ -126,7 +126,7 @@ class StageScheme(Scheme):
         if type(a).__module__.startswith("torch"):
             from .stage_torch import stationary_value
 
-            return stationary_value(self, L, a, b, h)
+            return stationary_value(L, a, b, h, self)
         raise UnsupportedSchemeError(
             f"{self!r} has interior points fixed by stationarity: it runs on torch tensors and in bea's derivations for a "
             "given dimension (dim=n, e.g. bea.modified_lagrangian(scheme, 4, dim=2)); the dimension-free (dim=None) "
@@ -136,13 +136,13 @@ class StageScheme(Scheme):
         """The stationary value on series (component engine, :mod:`bea.stage_series`)."""
         from .stage_series import stationary_series
 
-        return stationary_series(self, L, a, b, h, jets, W)
+        return stationary_series(L, a, b, h, self, jets, W)
 
     def interior_points(self, L: Callable, a: Any, b: Any, h: Any):
         """The stationary interior points :math:`Q^*`, torch tensors of shape ``(m, ..., n)``."""
         from .stage_torch import solve_interior
 
-        return solve_interior(self, L, a, b, h)
+        return solve_interior(L, a, b, h, self)
 
     # -- identity: built from exact definitions, so the parameters are the fingerprint
     def fingerprint(self, dim: Optional[int] = None) -> str:

@@ -112,7 +112,7 @@ def test_interior_series_matches_newton():
     K = 5
     lin = {jets.jet(0, 0): 0.4, jets.jet(0, 1): 0.7}  # the chord: jets of order >= 2 vanish
     a, b = d._positions("-1/2", K), d._positions("1/2", K)
-    Qs = interior_series(d.scheme, lambda x, y: jets.lagrangian_at(list(x), list(y), poly.derivative), a, b, d._h(), jets, poly.W0)
+    Qs = interior_series(lambda x, y: jets.lagrangian_at(list(x), list(y), poly.derivative), a, b, d._h(), d.scheme, jets, poly.W0)
     coeff = [sum(float(c) * math.prod(lin.get(x, 0.0) for x in m) for m, c in p.items()) for p in Qs[0][0].c[: K + 1]]
     assert coeff[1] == pytest.approx(0.0) and abs(coeff[2]) > 1e-3  # the first correction to the chord is O(h^2)
     Lt = lambda x, y: (y**2 / 2 - x**4 / 4).sum(-1)  # noqa: E731

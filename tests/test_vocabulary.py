@@ -39,6 +39,7 @@ ALLOWED = {
     ("bea.api.modified_lagrangian", "dim"): _DIM_PENDING,
     ("bea.schemes.Scheme.cache_key", "dim"): _DIM_PENDING,
     ("bea.schemes.Scheme.fingerprint", "dim"): _DIM_PENDING,
+    ("bea.stages.StageScheme.fingerprint", "dim"): _DIM_PENDING,
     ("learners.modlanet.elements.Identity.__init__", "dim"): _FRAME,
     ("learners.modlanet.elements.PairCell.__init__", "dim"): _FRAME,
     ("learners.modlanet.elements.PotentialCell.__init__", "dim"): _FRAME,
