@@ -16,6 +16,7 @@ from .errors import (BeaError, BeaFileNotFoundError, BeaIsADirectoryError, BeaOS
                      BeaValueError, CacheFormatError, InconsistentSchemeError, InternalError, MissingDependencyError,
                      NotRegularError, NotRegularFileError, SeriesError, UnsupportedSchemeError)
 from .schemes import CustomScheme, GeneralisedMidpoint, Midpoint, Scheme, Trapezoidal, exact, get_scheme
+from .stages import Composition, Galerkin, StageScheme, galerkin_lobatto, triple_jump
 from .free.series import FreeSeries
 from .series import Series
 
@@ -29,6 +30,11 @@ __all__ = [
     "CustomScheme",
     "exact",
     "get_scheme",
+    "StageScheme",
+    "Galerkin",
+    "Composition",
+    "galerkin_lobatto",
+    "triple_jump",
     "modified_equation",
     "modified_lagrangian",
     "inverse_modified_lagrangian",
