@@ -183,3 +183,11 @@ def test_truncated_series_orders(system, study):
     assert min(errs) > 5e-9, errs
     got = C.observed_order(hs, errs)
     assert abs(got - 6) <= 0.3, f"observed order {got:.3f}, expected 6 (errors {errs})"
+
+
+def test_lsi_refuses_stage_schemes():
+    """LSI conditions a GP on DEL residuals as linear functionals of L; a stationary value is not linear in L."""
+    from learners import InverseModifiedLagrangianGP
+
+    with pytest.raises(UnsupportedSchemeError):
+        InverseModifiedLagrangianGP(0.1, scheme="galerkin2")

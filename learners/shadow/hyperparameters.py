@@ -79,7 +79,7 @@ from bea.errors import BeaRuntimeError, BeaValueError
 
 from .. import saving
 from ..saving import recorded
-from .._checks import check_states, check_step
+from .._checks import check_linear_scheme, check_states, check_step
 from .calibration import Calibration
 from .functionals import Functionals
 from .gp import FunctionalGP
@@ -116,7 +116,7 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
                  progress: Optional[bool] = None, seed: int = 0):
         super().__init__()
         self.h = check_step(h)
-        self.scheme = bea.get_scheme(scheme)
+        self.scheme = check_linear_scheme(bea.get_scheme(scheme))
         if objective not in self.objectives:
             raise BeaValueError(f"objective must be one of {', '.join(map(repr, self.objectives))} for "
                              f"{type(self).__name__}, got {objective!r}")
