@@ -191,3 +191,10 @@ def test_lsi_refuses_stage_schemes():
 
     with pytest.raises(UnsupportedSchemeError):
         InverseModifiedLagrangianGP(0.1, scheme="galerkin2")
+
+
+def test_vmap_jacobian_refused_with_a_clear_error():
+    from integrators import VariationalIntegrator
+
+    with pytest.raises(BeaValueError):
+        VariationalIntegrator(systems.pendulum(), 0.1, "galerkin2", jacobian="vmap")
