@@ -172,7 +172,8 @@ class Galerkin(StageScheme):
         if any(not 0 <= float(c) <= 1 for c in self.nodes) or len({float(c) for c in self.nodes}) != len(self.nodes):
             raise BeaValueError(f"quadrature nodes must be distinct and lie in [0, 1], got {[float(c) for c in self.nodes]}")
         if abs(sum(float(w) for w in self.weights) - 1) > 1e-14 or (self.exact_constants and sum(w.exact for w in self.weights) != 1):
-            raise BeaValueError(f"quadrature weights must sum to 1 (consistency), got {sum(float(w) for w in self.weights)!r}")
+            raise BeaValueError(f"quadrature weights must sum to 1 (consistency), got {sum(w.exact if _is_exact(w) else w for w in self.weights)} "
+                                "(rational weights are taken exactly as typed: give 1/6 as '1/6' or Fraction(1, 6), not 1/6 = 0.1666...)")
         self.name = name or f"galerkin({degree})"
         self.n_interior = degree - 1
         r = self._quadrature_order()
