@@ -51,6 +51,8 @@ def _number(x: Any, what: str) -> Number:
     """An exact constant when ``x`` is rational (int, Fraction, str, Exact, float given as decimal),
     else the float (irrational constants: an ``(x, 'irrational')`` pair marks them)."""
     if isinstance(x, tuple) and len(x) == 2 and x[1] == "irrational":
+        if not isinstance(x[0], (int, float)) or isinstance(x[0], bool) or not math.isfinite(x[0]):
+            raise BeaValueError(f"{what} given as (value, 'irrational') needs a finite real value, got {x[0]!r}")
         return float(x[0])
     return exact(to_fraction(x, what))
 
@@ -76,8 +78,8 @@ class StageScheme(Scheme):
     (:math:`Q_k \approx a + \theta_k (b - a)`) and :meth:`params`."""
 
     n_interior: int = 0
-    #: classical order of the method (observed order of the trajectories)
-    order: int = 2
+    #: classical order of the method (observed order of the trajectories; ``order`` is the truncation order elsewhere)
+    method_order: int = 2
 
     # -- to be defined by subclasses
     def stage_action(self, L: Callable, a: Any, Q: Sequence[Any], b: Any, h: Any) -> Any:  # pragma: no cover
@@ -177,7 +179,7 @@ class Galerkin(StageScheme):
         self.name = name or f"galerkin({degree})"
         self.n_interior = degree - 1
         r = self._quadrature_order()
-        self.order = min(2 * degree, r)
+        self.method_order = min(2 * degree, r)
         sym = sorted(zip((float(c) for c in self.nodes), (float(w) for w in self.weights)))
         self.symmetric = all(abs(c + d - 1) < 1e-15 and abs(w - x) < 1e-15 for (c, w), (d, x) in zip(sym, reversed(sym)))
         d = [Fraction(j, degree) for j in range(degree + 1)]
@@ -229,7 +231,7 @@ class Composition(StageScheme):
     r"""The midpoint rule composed over sub-steps :math:`\gamma_1 h, \dots, \gamma_m h`
     (:math:`\sum_j \gamma_j = 1`); the :math:`m - 1` inner points are the interior points."""
 
-    def __init__(self, gammas: Sequence[Any], name: Optional[str] = None, order: int = 2):
+    def __init__(self, gammas: Sequence[Any], name: Optional[str] = None, method_order: int = 2):
         if not isinstance(gammas, (list, tuple)) or len(gammas) < 2:
             raise BeaValueError("a composition needs a list of at least two sub-step fractions gamma_j (summing to 1)")
         self.gammas = [_number(g, "a sub-step fraction gamma") for g in gammas]
@@ -238,7 +240,7 @@ class Composition(StageScheme):
         if abs(sum(float(g) for g in self.gammas) - 1) > 1e-14:
             raise BeaValueError(f"sub-step fractions must sum to 1 (consistency), got {sum(float(g) for g in self.gammas)!r}")
         self.name = name or "composition"
-        self.order = order
+        self.method_order = method_order
         self.n_interior = len(self.gammas) - 1
         self.symmetric = all(abs(float(x) - float(y)) < 1e-15 for x, y in zip(self.gammas, reversed(self.gammas)))
         self._init_stiffness()
@@ -285,4 +287,4 @@ def triple_jump() -> Composition:
     r"""The triple jump of the midpoint rule: :math:`\gamma_1 = 1/(2 - 2^{1/3})`, :math:`\gamma_2 = 1 - 2\gamma_1`
     (order 4; irrational constants, so torch only)."""
     g1 = 1 / (2 - 2 ** (1 / 3))
-    return Composition([(g1, "irrational"), (1 - 2 * g1, "irrational"), (g1, "irrational")], name="triple_jump", order=4)
+    return Composition([(g1, "irrational"), (1 - 2 * g1, "irrational"), (g1, "irrational")], name="triple_jump", method_order=4)

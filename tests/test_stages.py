@@ -131,9 +131,9 @@ def test_interior_series_matches_newton():
 # ---------------------------------------------------------------------------- API and errors
 def test_names_and_constructors():
     assert bea.get_scheme("galerkin2") == S.galerkin_lobatto(2)
-    assert bea.get_scheme("triple_jump").n_interior == 2 and bea.get_scheme("galerkin3").order == 6
+    assert bea.get_scheme("triple_jump").n_interior == 2 and bea.get_scheme("galerkin3").method_order == 6
     boole = S.Galerkin(3, [0, "1/4", "1/2", "3/4", 1], ["7/90", "32/90", "12/90", "32/90", "7/90"])
-    assert boole.exact_constants and boole.order == 6 and boole.symmetric
+    assert boole.exact_constants and boole.method_order == 6 and boole.symmetric
     with pytest.raises(BeaValueError):
         S.Galerkin(2, [0, "1/2", 1], ["1/6", "1/6", "1/6"])  # weights do not sum to 1
     with pytest.raises(BeaValueError):
