@@ -74,16 +74,26 @@ def test_frequency_series_trapezoidal_known():
         assert sympy.simplify(theirs.coefficient(2 * j)[0] + a[j] * q) == 0
 
 
-@pytest.mark.parametrize("n,order", [pytest.param(1, 6, id="n1-h6"), pytest.param(3, 2, id="n3-h2"),
-                                     pytest.param(3, 4, id="n3-h4", marks=pytest.mark.slow)])
-def test_closed_form_coupled_oscillators(n, order):
-    """galerkin2 on coupled oscillators (n = 3: non-diagonal stiffness): derived modified equation against the
-    exact one-step map. n = 3 to h^4 takes about 40 s (slow); n = 1 to h^6 and n = 3 to h^2 are cheap."""
+BOOLE = S.Galerkin(3, [0, "1/4", "1/2", "3/4", 1], ["7/90", "32/90", "12/90", "32/90", "7/90"], name="galerkin3_boole")
+#: scheme -> the leading coefficients a_1.. of (W h)^2 from the exact map (checked below: first correction at h^2s)
+LEADING = {"galerkin2": [1, 0, sympy.Rational(1, 1440)], "galerkin3_boole": [1, 0, 0, sympy.Rational(1, 2419200)]}
+
+
+@pytest.mark.parametrize("scheme,n,order", [
+    pytest.param("galerkin2", 1, 6, id="galerkin2-n1-h6"), pytest.param("galerkin2", 3, 2, id="galerkin2-n3-h2"),
+    pytest.param("galerkin2", 3, 4, id="galerkin2-n3-h4", marks=pytest.mark.slow),
+    pytest.param("galerkin3_boole", 1, 6, id="boole-n1-h6")])
+def test_closed_form_coupled_oscillators(scheme, n, order):
+    """Derived modified equation against the exact one-step map on coupled oscillators (n = 3: non-diagonal
+    stiffness). galerkin2 with n = 3 to h^4 takes about 35 s (slow); the others 1-4 s. galerkin3_boole is a user
+    scheme from nodes and weights: s = 3 with Boole's rule (exact to degree 5), order 6, rational constants."""
+    sch = BOOLE if scheme == "galerkin3_boole" else bea.get_scheme(scheme)
     sysm = systems.coupled_oscillators(n, coupling=sympy.Rational(1, 3))
     K = -sympy.hessian(sysm.expr, sysm.q)
-    a = frequency_series(S.galerkin_lobatto(2), order // 2)
-    assert a[:3] == [1, 0, sympy.Rational(1, 1440)][: len(a)]  # first correction at h^4 (= h^2s)
-    me = bea.modified_equation("galerkin2", order, lagrangian=sysm.expr, q=sysm.q, v=sysm.v, cache=False)
+    a = frequency_series(sch, order // 2)
+    lead = LEADING[scheme][: len(a)]
+    assert a[: len(lead)] == lead  # first correction at h^(2s)
+    me = bea.modified_equation(sch, order, lagrangian=sysm.expr, q=sysm.q, v=sysm.v, cache=False)
     qv = sympy.Matrix(sysm.q)
     for j in range(order // 2 + 1):
         want = -a[j] * K**(j + 1) * qv
