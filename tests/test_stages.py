@@ -109,7 +109,8 @@ def test_closed_form_coupled_oscillators(scheme, n, order):
 # ---------------------------------------------------------------------------- interior points
 def test_interior_series_matches_newton():
     """Q_1(h) of galerkin2 for L = v^2/2 - q^4/4 between a = q - v h/2 and b = q + v h/2 (a straight chord):
-    the series truncated at h^K against Newton's interior point; the error must fall like h^(K+1) or faster."""
+    the series truncated at h^K against Newton's interior point; the error must fall like h^(K+1) or faster
+    (measured: slope 6.00 for K = 5, errors 2.5e-9, 3.8e-11, 6.0e-13 at h = 0.2, 0.1, 0.05)."""
     from bea.concrete import PolynomialLagrangian
     from bea.derive import Derivation
     from bea.jets import Jets
