@@ -18,6 +18,7 @@ from .errors import (BeaError, BeaFileNotFoundError, BeaIsADirectoryError, BeaOS
                      UnverifiedSchemeWarning, DuplicateNameError, PluginLoadError)
 from .schemes import (CustomScheme, GeneralisedMidpoint, Midpoint, Scheme, Trapezoidal, available_schemes, exact, get_scheme,
                       register_scheme)
+from .stages import Composition, Galerkin, StageScheme, galerkin_lobatto, triple_jump
 from .free.series import FreeSeries
 from .series import Series
 
@@ -33,6 +34,11 @@ __all__ = [
     "get_scheme",
     "register_scheme",
     "available_schemes",
+    "StageScheme",
+    "Galerkin",
+    "Composition",
+    "galerkin_lobatto",
+    "triple_jump",
     "modified_equation",
     "modified_lagrangian",
     "inverse_modified_lagrangian",

@@ -131,6 +131,9 @@ class Derivation:
         def L(x, y):
             return J.lagrangian_at(list(x), list(y), values)
 
+        stages = getattr(self.scheme, "series_discrete_lagrangian", None)
+        if stages is not None:  # interior points fixed by stationarity (bea.stages): solved on the series
+            return stages(L, a, b, self._h(), J, None if self.concrete is None else self.concrete.W0)
         return evaluate_scheme(self.scheme, L, a, b, self._h())
 
     def _positions(self, c, order: int, eps_scale: bool = False) -> SeriesVector:

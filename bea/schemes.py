@@ -302,12 +302,25 @@ def _check_entry(obj: Any, name: str) -> None:
                        f"subclass or a function returning one, got {type(obj).__name__}")
 
 
-_BUILTIN_NAMES = ("midpoint", "trapezoidal", "generalised_midpoint")
+def _stage(name: str) -> Callable[[], Scheme]:
+    """A factory for a stage scheme of :mod:`bea.stages` (imported when asked for: it imports this module)."""
+
+    def make() -> Scheme:
+        from . import stages
+
+        return {"galerkin2": lambda: stages.galerkin_lobatto(2), "galerkin3": lambda: stages.galerkin_lobatto(3),
+                "triple_jump": stages.triple_jump}[name]()
+
+    return make
+
+
+_BUILTIN_NAMES = ("midpoint", "trapezoidal", "generalised_midpoint", "galerkin2", "galerkin3", "triple_jump")
 
 #: the schemes by name: the built-in classes, those of :func:`register_scheme` and, looked up lazily, those that
 #: installed packages declare in the entry-point group ``bea.schemes`` (:class:`bea.registry.Registry`)
 SCHEMES = Registry("scheme", "bea.schemes", _check_entry, _normalise,
-                   {"midpoint": Midpoint, "trapezoidal": Trapezoidal, "generalised_midpoint": GeneralisedMidpoint})
+                   {"midpoint": Midpoint, "trapezoidal": Trapezoidal, "generalised_midpoint": GeneralisedMidpoint,
+                    "galerkin2": _stage("galerkin2"), "galerkin3": _stage("galerkin3"), "triple_jump": _stage("triple_jump")})
 
 
 def register_scheme(name: str, scheme: Union[Scheme, Callable[[], Scheme]], *, replace: bool = False):
@@ -346,7 +359,8 @@ def get_scheme(scheme: Union[str, Scheme]) -> Scheme:
     """Return a scheme object from a scheme or its name.
 
     Names: ``"midpoint"``, ``"trapezoidal"`` and ``"generalised_midpoint:0.3"`` /
-    ``"generalised_midpoint(alpha=0.3)"`` (the parameter is required).
+    ``"generalised_midpoint(alpha=0.3)"`` (the parameter is required); the stage schemes of
+    :mod:`bea.stages` ``"galerkin2"``, ``"galerkin3"`` (Lobatto, orders 4 and 6) and ``"triple_jump"``.
     """
     if isinstance(scheme, Scheme):
         return scheme

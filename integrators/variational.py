@@ -125,6 +125,8 @@ class VariationalIntegrator:
         self.options = NewtonOptions(xtol=xtol, ftol=ftol, maxiter=maxiter)
         if jacobian not in ("autograd", "vmap"):
             raise BeaValueError(f"jacobian must be 'autograd' or 'vmap', got {jacobian!r}")
+        if jacobian == "vmap" and isinstance(self.scheme, bea.StageScheme):  # its Newton solve uses autograd
+            raise BeaValueError(f"{self.scheme!r} solves its interior points with autograd, which vmap cannot wrap: use jacobian='autograd'")
         self.jacobian = jacobian
         self.progress = progress
         if max_step is not None and (isinstance(max_step, bool) or not isinstance(max_step, (int, float))

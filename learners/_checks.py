@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from bea.errors import BeaValueError
+import bea
+from bea.errors import BeaValueError, UnsupportedSchemeError
 from integrators._checks import as_float64, check_finite, check_order, check_step_size
 from integrators._checks import check_states as _check_states
 from integrators.trajectory import Trajectory
@@ -48,6 +49,18 @@ def snapshot_layout(x: Any) -> Any:
 
 def check_step(h: Any) -> float:
     return check_step_size(h, "h")
+
+
+def check_linear_scheme(scheme: bea.Scheme) -> bea.Scheme:
+    """The scheme, if its discrete Lagrangian is linear in ``L``, as LSI needs: the GP conditions on the DEL
+    residuals as linear functionals of ``L``. A stage scheme (:mod:`bea.stages`) depends on ``L`` also through
+    its interior points, a stationary value, so it is not."""
+    if isinstance(scheme, bea.StageScheme):
+        raise UnsupportedSchemeError(
+            f"LSI needs a discrete Lagrangian linear in L; {scheme!r} has interior points fixed by stationarity, "
+            "which makes it nonlinear in L. Fit with 'midpoint', 'trapezoidal' or a CustomScheme of values of L, "
+            "and integrate the result with any scheme")
+    return scheme
 
 
 def check_states(q: Any, v: Any, n: int) -> tuple:

@@ -60,6 +60,10 @@ class FreeDerivation:
     """All dimension-free derivations of one scheme, sharing one tree registry and results."""
 
     def __init__(self, scheme: Scheme):
+        if getattr(scheme, "series_discrete_lagrangian", None) is not None:  # bea.stages
+            raise UnsupportedSchemeError(
+                f"{scheme!r} has interior points fixed by stationarity; their expansion is not a rational combination of "
+                "jets, which the dimension-free engine needs: derive it for a given dimension (dim=n) or a concrete Lagrangian")
         self.scheme = scheme
         self.forest = Forest()
         self.alg = Algebra(self.forest)

@@ -78,7 +78,7 @@ from bea.errors import BeaRuntimeError, BeaValueError
 
 from .. import saving
 from ..saving import recorded
-from .._checks import check_states, check_step
+from .._checks import check_linear_scheme, check_states, check_step
 from .calibration import Calibration
 from .functionals import Functionals
 from .gp import FunctionalGP
@@ -111,7 +111,7 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
                  progress: Optional[bool] = None, seed: int = 0):
         super().__init__()
         self.h = check_step(h)
-        self.scheme = bea.get_scheme(scheme)
+        self.scheme = check_linear_scheme(bea.get_scheme(scheme))
         objective = get_objective(objective, self.objectives, type(self).__name__)
         if epsilon is not None:
             if lengthscale is not None:

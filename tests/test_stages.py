@@ -1,0 +1,230 @@
+"""Stage schemes (issue 26): Galerkin on Lobatto points, the triple jump, user nodes and weights.
+
+* Observed orders 2s of the torch integrators on two systems with n = 2 (Henon-Heiles; a double pendulum
+  with g = 1/4, whose position-dependent mass exercises the interior Newton solve), least-squares slope over
+  three step sizes, tolerance 0.3 as in tests/test_integrators_orders_free.py. Measured: galerkin2 4.02 / 3.99,
+  galerkin3 6.13 / 5.98 (h = 1/2, 2/5, 1/3), triple_jump 3.94 / 3.98 (HH / pendulum).
+* Closed form: for L = |v|^2/2 - q^T K q/2 each normal mode of frequency w is a harmonic oscillator whose
+  discrete flow has cos(W h) = -D11 L_d / D12 L_d, a rational function of x = w h derived here in SymPy from
+  the scheme's stage action (interior points solved exactly). With (W h)^2 = sum_j a_j x^(2j) the modified
+  equation is q'' = -sum_j a_j h^(2j-2) K^j q: every coefficient of the derived series must match (the
+  numbers are exact rationals; we require 1e-12).
+* The interior points expanded in h (bea.stage_series) agree with Newton's (bea.stage_torch) to O(h^(K+1)).
+"""
+
+import math
+
+import pytest
+import sympy
+import torch
+
+import bea
+from bea import stages as S
+from bea.errors import BeaValueError, UnsupportedSchemeError
+
+from integrators import convergence as C
+from integrators import systems
+
+Q0 = torch.tensor([[0.2, -0.1]], dtype=torch.float64)
+V0 = torch.tensor([[0.1, 0.15]], dtype=torch.float64)
+SYSTEMS = {"henon_heiles": systems.henon_heiles(), "double_pendulum": systems.n_pendulum(2, g=0.25)}
+STEPS = {"galerkin2": ([0.25, 0.2, 0.125], 4), "triple_jump": ([0.2, 0.125, 0.1], 4), "galerkin3": ([0.5, 0.4, 1 / 3], 6)}
+FAST = {("henon_heiles", "galerkin2")}  # about 3 s; the others take 5-22 s each
+
+
+@pytest.mark.parametrize("system,scheme", [
+    pytest.param(s, k, id=f"{s}-{k}", marks=() if (s, k) in FAST else pytest.mark.slow) for s in SYSTEMS for k in STEPS])
+def test_observed_order(system, scheme):
+    hs, order = STEPS[scheme]
+    errs = C.discrete_vs_exact(SYSTEMS[system], scheme, hs, 2.0, Q0, V0, xtol=1e-14)
+    # well above the reference: integrators.reference_flow differs from a direct DOP853 solve at rtol 1e-14 by up
+    # to ~1e-9 on these runs (measured on the pendulum), so the smallest error must stay 5x above that
+    assert min(errs) > 5e-9, errs
+    got = C.observed_order(hs, errs)
+    assert abs(got - order) <= 0.3, f"observed order {got:.3f}, expected {order} (errors {errs})"
+
+
+# ---------------------------------------------------------------------------- closed form
+def frequency_series(scheme, top: int):
+    """[a_1, ..., a_{top+1}] with (W h)^2 = sum_j a_j (w h)^(2j), from the exact one-step map of one mode."""
+    x = sympy.Symbol("x")
+    q0, q1 = sympy.symbols("q0 q1")
+    Qs = list(sympy.symbols(f"Q1:{scheme.n_interior + 1}"))
+    phi = sympy.expand(sympy.sympify(scheme.stage_action(lambda q, v: v**2 / 2 - x**2 * q**2 / 2, q0, Qs, q1, 1)))
+    sol = sympy.solve([phi.diff(Q) for Q in Qs], Qs, dict=True)[0] if Qs else {}
+    Ld = sympy.together(phi.subs(sol))
+    cos_wh = sympy.series(sympy.cancel(-Ld.diff(q0, 2) / Ld.diff(q0, q1)), x, 0, 2 * top + 3).removeO()
+    a = sympy.symbols(f"a1:{top + 2}")
+    y = sum(a[j] * x ** (2 * j + 2) for j in range(top + 1))
+    eq = sympy.expand(sum((-y) ** k / sympy.factorial(2 * k) for k in range(top + 2)) - cos_wh)
+    vals = {}
+    for j in range(top + 1):
+        vals[a[j]] = sympy.solve(sympy.expand(eq.coeff(x, 2 * j + 2).subs(vals)), a[j])[0]
+    return [vals[a[j]] for j in range(top + 1)]
+
+
+def test_frequency_series_trapezoidal_known():
+    """The harness on a case bea already derives: galerkin(1) is the trapezoidal rule; its exact map gives
+    (W h)^2 = x^2 + x^4/12 + x^6/90 + ..., which must be bea's trapezoidal modified equation for L = v^2/2 - q^2/2."""
+    a = frequency_series(S.galerkin_lobatto(1), 2)
+    theirs = bea.modified_equation("trapezoidal", 4, lagrangian=sympy.Rational(1, 2) * sympy.Symbol("v") ** 2
+                                   - sympy.Symbol("q") ** 2 / 2, q=[sympy.Symbol("q")], v=[sympy.Symbol("v")], cache=False)
+    q = sympy.Symbol("q")
+    for j in range(3):
+        assert sympy.simplify(theirs.coefficient(2 * j)[0] + a[j] * q) == 0
+
+
+BOOLE = S.Galerkin(3, [0, "1/4", "1/2", "3/4", 1], ["7/90", "32/90", "12/90", "32/90", "7/90"], name="galerkin3_boole")
+#: scheme -> the leading coefficients a_1.. of (W h)^2 from the exact map (checked below: first correction at h^2s)
+LEADING = {"galerkin2": [1, 0, sympy.Rational(1, 1440)], "galerkin3_boole": [1, 0, 0, sympy.Rational(1, 2419200)]}
+
+
+@pytest.mark.parametrize("scheme,n,order", [
+    pytest.param("galerkin2", 1, 6, id="galerkin2-n1-h6"), pytest.param("galerkin2", 3, 2, id="galerkin2-n3-h2"),
+    pytest.param("galerkin2", 3, 4, id="galerkin2-n3-h4", marks=pytest.mark.slow),
+    pytest.param("galerkin3_boole", 1, 6, id="boole-n1-h6")])
+def test_closed_form_coupled_oscillators(scheme, n, order):
+    """Derived modified equation against the exact one-step map on coupled oscillators (n = 3: non-diagonal
+    stiffness). galerkin2 with n = 3 to h^4 takes about 35 s (slow); the others 1-4 s. galerkin3_boole is a user
+    scheme from nodes and weights: s = 3 with Boole's rule (exact to degree 5), order 6, rational constants."""
+    sch = BOOLE if scheme == "galerkin3_boole" else bea.get_scheme(scheme)
+    sysm = systems.coupled_oscillators(n, coupling=sympy.Rational(1, 3))
+    K = -sympy.hessian(sysm.expr, sysm.q)
+    a = frequency_series(sch, order // 2)
+    lead = LEADING[scheme][: len(a)]
+    assert a[: len(lead)] == lead  # first correction at h^(2s)
+    me = bea.modified_equation(sch, order, lagrangian=sysm.expr, q=sysm.q, v=sysm.v, cache=False)
+    qv = sympy.Matrix(sysm.q)
+    for j in range(order // 2 + 1):
+        want = -a[j] * K**(j + 1) * qv
+        got = sympy.Matrix(me.coefficient(2 * j)).reshape(n, 1)
+        diff = (got - want).applyfunc(sympy.expand)
+        for e in diff:
+            coeffs = sympy.Poly(e, *sysm.q, *sysm.v).coeffs() if e != 0 else []
+            assert all(abs(float(c)) <= 1e-12 for c in coeffs), (j, e)
+    for k in range(1, order + 1, 2):
+        assert all(c == 0 for c in sympy.Matrix(me.coefficient(k)))
+
+
+# ---------------------------------------------------------------------------- interior points
+def test_interior_series_matches_newton():
+    """Q_1(h) of galerkin2 for L = v^2/2 - q^4/4 between a = q - v h/2 and b = q + v h/2 (a straight chord):
+    the series truncated at h^K against Newton's interior point; the error must fall like h^(K+1) or faster
+    (measured: slope 6.00 for K = 5, errors 2.5e-9, 3.8e-11, 6.0e-13 at h = 0.2, 0.1, 0.05)."""
+    from bea.concrete import PolynomialLagrangian
+    from bea.derive import Derivation
+    from bea.jets import Jets
+    from bea.stage_series import interior_series
+    from bea.symbolic import validate_concrete
+
+    q, v = sympy.symbols("q v")
+    frame = validate_concrete(v**2 / 2 - q**4 / 4, [q], [v])
+    jets = Jets(1)
+    poly = PolynomialLagrangian.from_frame(jets, frame)
+    d = Derivation(S.galerkin_lobatto(2), 1, jets=jets, concrete=poly)
+    K = 5
+    lin = {jets.jet(0, 0): 0.4, jets.jet(0, 1): 0.7}  # the chord: jets of order >= 2 vanish
+    a, b = d._positions("-1/2", K), d._positions("1/2", K)
+    Qs = interior_series(lambda x, y: jets.lagrangian_at(list(x), list(y), poly.derivative), a, b, d._h(), d.scheme, jets, poly.W0)
+    coeff = [sum(float(c) * math.prod(lin.get(x, 0.0) for x in m) for m, c in p.items()) for p in Qs[0][0].c[: K + 1]]
+    assert coeff[1] == pytest.approx(0.0) and abs(coeff[2]) > 1e-3  # the first correction to the chord is O(h^2)
+    Lt = lambda x, y: (y**2 / 2 - x**4 / 4).sum(-1)  # noqa: E731
+    hs = [0.2, 0.1, 0.05]
+    errs = []
+    for h in hs:
+        a_t = torch.tensor([[0.4 - 0.35 * h]], dtype=torch.float64)
+        b_t = torch.tensor([[0.4 + 0.35 * h]], dtype=torch.float64)
+        Z = d.scheme.interior_points(Lt, a_t, b_t, h)
+        errs.append(abs(float(Z[0, 0, 0]) - sum(c * h**j for j, c in enumerate(coeff))))
+    assert C.observed_order(hs, errs) >= K + 1 - 0.3, (C.observed_order(hs, errs), errs)
+
+
+# ---------------------------------------------------------------------------- API and errors
+def test_names_and_constructors():
+    assert bea.get_scheme("galerkin2") == S.galerkin_lobatto(2)
+    assert bea.get_scheme("triple_jump").n_interior == 2 and bea.get_scheme("galerkin3").method_order == 6
+    boole = S.Galerkin(3, [0, "1/4", "1/2", "3/4", 1], ["7/90", "32/90", "12/90", "32/90", "7/90"])
+    assert boole.exact_constants and boole.method_order == 6 and boole.symmetric
+    with pytest.raises(BeaValueError):
+        S.Galerkin(2, [0, "1/2", 1], ["1/6", "1/6", "1/6"])  # weights do not sum to 1
+    with pytest.raises(BeaValueError):
+        S.Galerkin(2, ["1/2"], [1])  # the only node is where the interior basis function is flat: K = 0
+    with pytest.raises(BeaValueError):
+        S.Composition([1, 0])
+
+
+def test_series_refuses_what_it_cannot_do():
+    with pytest.raises(UnsupportedSchemeError):  # irrational constants
+        bea.modified_equation("triple_jump", 2, n=1, cache=False)
+    with pytest.raises(UnsupportedSchemeError):  # the dimension-free engine
+        bea.modified_equation("galerkin2", 2, cache=False)
+
+
+def test_torch_derivatives_are_those_of_the_stationary_value():
+    """D1 L_d and D11 L_d by autograd through the final Newton step against central differences of L_d."""
+    sch = S.galerkin_lobatto(2)
+    L = lambda x, y: (y**2 / 2 + torch.cos(x)).sum(-1)  # noqa: E731
+    a = torch.tensor([[0.3]], dtype=torch.float64, requires_grad=True)
+    b = torch.tensor([[0.45]], dtype=torch.float64)
+    h, e = 0.1, 1e-4
+    (g,) = torch.autograd.grad(sch(L, a, b, h).sum(), a, create_graph=True)
+    (H,) = torch.autograd.grad(g.sum(), a)
+    f = [float(sch(L, a.detach() + s * e, b, h)) for s in (-1, 0, 1)]
+    assert float(g.detach()) == pytest.approx((f[2] - f[0]) / (2 * e), rel=1e-7)
+    assert float(H) == pytest.approx((f[2] - 2 * f[1] + f[0]) / e**2, rel=1e-5)
+
+
+# ---------------------------------------------------------------------------- truncated series
+SERIES_SYSTEMS = {"henon_heiles": systems.henon_heiles(), "fpu2": systems.fpu_chain(2)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("system", list(SERIES_SYSTEMS))
+@pytest.mark.parametrize("study", ["modified", "inverse"])
+def test_truncated_series_orders(system, study):
+    """galerkin2 with L_mod[4] / L_inv[4] (the first correction, h^4): error O(h^6) = O(h^(N+2)), against O(h^4)
+    without it (test_observed_order). Concrete derivations (polynomial Lagrangians with constant mass), 10-25 s each.
+    Measured on Henon-Heiles: 5.73 (modified), 5.76 (inverse)."""
+    hs = [0.5, 0.4, 1 / 3]
+    L = SERIES_SYSTEMS[system]
+    if study == "modified":
+        errs = C.discrete_vs_modified_flow(L, "galerkin2", 4, hs, 2.0, Q0, V0, formula="concrete", xtol=1e-14)
+    else:
+        errs = C.inverse_modified_vs_exact(L, "galerkin2", 4, hs, 2.0, Q0, V0, formula="concrete", xtol=1e-14)
+    assert min(errs) > 5e-9, errs
+    got = C.observed_order(hs, errs)
+    assert abs(got - 6) <= 0.3, f"observed order {got:.3f}, expected 6 (errors {errs})"
+
+
+def test_lsi_refuses_stage_schemes():
+    """LSI conditions a GP on DEL residuals as linear functionals of L; a stationary value is not linear in L."""
+    from learners import InverseModifiedLagrangianGP
+
+    with pytest.raises(UnsupportedSchemeError):
+        InverseModifiedLagrangianGP(0.1, scheme="galerkin2")
+
+
+def test_vmap_jacobian_refused_with_a_clear_error():
+    from integrators import VariationalIntegrator
+
+    with pytest.raises(BeaValueError):
+        VariationalIntegrator(systems.pendulum(), 0.1, "galerkin2", jacobian="vmap")
+
+
+def test_energy_error_of_order_four():
+    """Momenta, velocities and energies of a galerkin2 trajectory (pendulum, two states, T = 4): the energy error
+    max |H_j - H_0| falls like h^4 (order 2s), measured 4.0 over h = 0.2, 0.1; velocities tend to the initial ones."""
+    from integrators import VariationalIntegrator
+
+    P = systems.pendulum()
+    q0 = torch.tensor([[0.5], [1.0]], dtype=torch.float64)
+    v0 = torch.tensor([[0.5], [0.2]], dtype=torch.float64)
+    hs, errs = [0.2, 0.1], []
+    for h in hs:
+        vi = VariationalIntegrator(P, h, "galerkin2")
+        traj = vi.solve(q0, v0, int(round(4 / h)))
+        H = vi.energies(traj)
+        errs.append(float((H - H[0]).abs().max()))
+        assert float((vi.velocities(traj)[0] - v0).abs().max()) < 1e-12
+        assert float((vi.momenta(traj)[0] - v0).abs().max()) < 1e-12  # p = v for the pendulum
+    assert abs(C.observed_order(hs, errs) - 4) <= 0.3, errs
