@@ -258,14 +258,26 @@ def test_acceptance_energy_and_velocities(make, h, n_traj):
     assert float((zv.abs() <= 2).double().mean()) >= 0.85, zv
 
 
+#: measured calibration gaps with the distant-difference calibration (benchmarks/RESULTS_calibration.md; before it:
+#: anharmonic3 RMS z 2.05/2.09, 75-78% within 2 sigma; mass_chain4 2.84, 72%; duffing3 2.8-2.9, 55-57%)
+_CAL_GAP = {"anharmonic3": "std too wide: RMS z 0.59/0.57 (in range) but 100% within 2 sigma (target <= 99%): "
+                           "the innovations ask for 3x the variance the true differences do",
+            "mass_chain4": "std too narrow: RMS z 2.35, 78% within 2 sigma (N = 2 and 4): the error of distant "
+                           "differences is 4x the innovations' variance (a bias more data do not move)",
+            "two_body4": "not identified (the fit warns); calibration not measured with the distant differences"}
+
+
+def _cal_systems():
+    rows = SYSTEMS + [row for row in UNTUNED if row[0].__name__ == "duffing3"]
+    return [pytest.param(*row, marks=pytest.mark.xfail(reason=f"issue 23 gap: {_CAL_GAP[row[0].__name__]}", strict=False))
+            if row[0].__name__ in _CAL_GAP else row for row in rows]
+
+
 @pytest.mark.slow
-@pytest.mark.xfail(reason="issue 23 gap: calibrated on energy conservation along held-back trajectories (5 steps), "
-                          "the std is too small for differences between distant states (anharmonic3: 75% within "
-                          "2 sigma, RMS z 2.05; mass_chain4: 78%, 2.5; the mechanical kernel meets it on anharmonic3: "
-                          "88%, 1.38, benchmarks/RESULTS_mechanical.md)", strict=False)
-@pytest.mark.parametrize("make, h, n_traj", SYSTEMS)
+@pytest.mark.parametrize("make, h, n_traj", _cal_systems())
 def test_acceptance_energy_calibration(make, h, n_traj):
-    """85-99% of 40 held-out energy differences within 2 sigma and RMS z in [0.5, 1.5], N = 2 and 4."""
+    """85-99% of 40 held-out energy differences within 2 sigma and RMS z in [0.5, 1.5], N = 2 and 4. Met on duffing3
+    (120 trajectories; untuned: RMS z 1.35/1.35, 90%/88%); the gaps are in _CAL_GAP."""
     system, m = _fit(make, h, n_traj)
     for N in (2, 4):
         _, z = energy_differences(m, system, N)
