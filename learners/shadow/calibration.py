@@ -18,6 +18,13 @@ held-back trajectories, on a quantity as close as possible to the reported one:
   95.4% point, which heavy tails (a few held-back orbits leave the data) push far out, and the root mean square,
   which the same tails dominate. Used for ``energy``, ``energies`` and ``velocities`` (the same linearisation of
   :math:`\mathrm{mod}_N` through the same prior), at ``N = 2``; the GP part of higher orders uses the same scale.
+* ``"energy_differences"`` -- differences of :math:`H_{rec}[2]` between distant data states, which conservation
+  cannot check (every :math:`f(H)` is conserved): the innovations of their posterior mean over folds of trajectories
+  (:mod:`learners.shadow.difference_calibration`). Its ``scale`` is the one the innovations ask for; its RMS z and
+  coverage are those at the scale in use.
+
+``energy``, ``energies`` and ``velocities`` use the largest of the ``"del"``, conservation and distant-difference
+scales, which ``"energy"``'s ``scale`` reports (its RMS z and coverage: the conservation values at that scale).
 
 Each entry of :attr:`InverseModifiedLagrangianGP.calibration` is a :class:`Calibration`: the scale (relative to
 the raw posterior variance), and on the held-back values the RMS z-score, the fraction within :math:`2\sigma`
