@@ -56,6 +56,16 @@ def duffing3():
     return integrators.systems.from_sympy(sum(x**2 for x in v) / 2 - V, q, v, "duffing3", domain=[(-0.7, 0.7)] * 6)
 
 
+def toda3():
+    """Three particles of a Toda lattice between fixed walls (exponential nearest-neighbour forces): the untuned check
+    of the energy-difference calibration (never used while it was built)."""
+    q = sympy.symbols("q0:3", real=True)
+    v = sympy.symbols("v0:3", real=True)
+    ext = [0, *q, 0]
+    V = sum(sympy.exp(ext[i + 1] - ext[i]) - 1 - (ext[i + 1] - ext[i]) for i in range(4))
+    return integrators.systems.from_sympy(sum(x**2 for x in v) / 2 - V, q, v, "toda3", domain=[(-0.6, 0.6)] * 6)
+
+
 def held_out_states(system, count, seed=11):
     """``count + 1`` states in the middle 70% of the system's box; the first is the reference."""
     n, box = system.n, system.domain
@@ -144,18 +154,63 @@ def test_auto_is_positions_for_n3_and_identifies(anharmonic):
 
 
 def test_energy_calibration_is_reported_and_used(anharmonic):
-    """model.calibration: the DEL and energy scales with their held-back diagnostics (the energy one fitted to put
-    90% of |z| below 1.645, so its own coverage is >= 0.85 and its RMS z near 1); the energy std is the DEL one's
-    times sqrt(energy scale / DEL scale). Measured: energy coverage 0.975, RMS z 0.93 on 40 differences; the
-    order-4 warning (the first omitted term of mod_2 is 0.11x the GP's std at 40 trajectories)."""
+    """model.calibration: the DEL, conservation ("energy") and distant-difference ("energy_differences") calibrations
+    with their held-back diagnostics; the scale in use ("energy"'s) is the largest of the three, and the energy std is
+    the DEL one's times sqrt(energy scale / DEL scale). Each fitted scale puts 90% of its own |z| below 1.645, so at
+    the (larger) scale in use each coverage is >= 0.85 (measured at 40 trajectories: conservation 0.975, RMS z 1.22
+    on 40 differences; innovations 0.94, RMS z 0.98 on 300); the order-4 warning (the first omitted term of mod_2 is
+    below the GP's std)."""
     _, m = anharmonic
     with pytest.warns(IdentifiabilityWarning, match="H_rec\\[4\\] will be no more accurate"):
         cal = m.calibration
-    assert set(cal) == {"del", "energy"}
-    e = cal["energy"]
+    assert set(cal) == {"del", "energy", "energy_differences"}
+    e, d = cal["energy"], cal["energy_differences"]
     assert e.count >= 10 and 0.85 <= e.coverage <= 1.0 and 0.3 <= e.rms_z <= 3.0, e
-    assert e.scale >= cal["del"].scale  # floored at the DEL scale
+    assert d.count == 5 * 60 and 0.85 <= d.coverage <= 1.0 and 0.3 <= d.rms_z <= 1.5, d  # 5 folds x 60 pairs
+    assert e.scale >= max(cal["del"].scale, d.scale) * (1 - 1e-12)
     assert m._variance_factor("energy") == pytest.approx(e.scale / cal["del"].scale, rel=1e-12)
+
+
+def test_energy_differences_calibrated_at_ci_size(anharmonic):
+    """Issue 23, item 2 at CI size (n = 3, 40 trajectories, defaults): the std of H_rec[2] differences between 40
+    held-out states spread over the box and a reference state. Measured: RMS z 1.30, 90% within 2 sigma (target
+    0.5-1.5, 85-99%). At this size the conservation scale alone gives the same (it asks for 0.998x the innovations'
+    scale); the gap between them opens with more data, where the DEL and conservation scales fall faster than the
+    error of distant differences (120 trajectories: -m slow, test_acceptance_energy_calibration)."""
+    system, m = anharmonic
+    _, z = energy_differences(m, system, 2)
+    assert 0.5 <= float(z.pow(2).mean().sqrt()) <= 1.5, z
+    assert 0.85 <= float((z.abs() <= 2).double().mean()) <= 0.99, z
+
+
+def test_innovations_are_those_of_added_data(anharmonic, monkeypatch):
+    """The innovations of the distant-difference calibration (2 folds x 20 pairs here, to keep it cheap; the model
+    uses 5 x 60): each fold's posterior variance of a difference is above the full posterior's (v_k - v > 0: leaving
+    data out can only widen a GP's posterior, with the same hyperparameters), and the innovations are not all zero
+    (the folds do change the posterior)."""
+    from learners.shadow import difference_calibration as D
+
+    monkeypatch.setattr(D, "CALIBRATION_FOLDS", 2)
+    monkeypatch.setattr(D, "CALIBRATION_PAIRS", 20)
+    _, m = anharmonic
+    d, w = D.difference_innovations(m)
+    assert d.shape == w.shape == (40,)
+    assert bool((w > 0).all()), w.min()
+    assert float(d.abs().max()) > 0
+
+
+def test_fold_layout_matches_the_fit(anharmonic):
+    """The folds of the distant-difference calibration leave out whole trajectories: the first T (m - 2) n training
+    functionals of the final GP are the DEL residuals trajectory by trajectory, the rest the normalisation."""
+    from learners.shadow.difference_calibration import fold_groups
+
+    _, m = anharmonic
+    F = m.gp.train_functionals
+    groups = fold_groups(m, F.count)
+    T, steps, n = m.snapshots.shape
+    assert groups.numel() == T * (steps - 2) * n == F.count - m.normalisation.functionals(n, None).count
+    assert torch.equal(torch.bincount(groups), torch.full((T,), (steps - 2) * n))
+    assert fold_groups(m, groups.numel() - 1) is None  # a layout that does not fit: no calibration, never a wrong fold
 
 
 def velocity_z(model, system, h, steps=20, seed=5, order=2):
@@ -171,7 +226,7 @@ def velocity_z(model, system, h, steps=20, seed=5, order=2):
 
 SYSTEMS = [(anharmonic3, 0.2, 120), (mass_chain4, 0.2, 150), (two_body4, 0.2, 150)]
 #: systems measured by benchmarks/identification_acceptance.py but not tuned on
-UNTUNED = [(duffing3, 0.2, 120)]
+UNTUNED = [(duffing3, 0.2, 120), (toda3, 0.2, 120)]
 #: measured gaps (issue 23, not met yet): the chain's energy differences are 1.8e-2 relative; the two-body problem is
 #: not identified (141 relative; the fit warns: held-out one-step error 0.095 of a step)
 _GAP = {"mass_chain4": "energy differences 9.0e-3 relative (target 3e-3; benchmarks/RESULTS_mechanical.md)",
@@ -206,14 +261,27 @@ def test_acceptance_energy_and_velocities(make, h, n_traj):
     assert float((zv.abs() <= 2).double().mean()) >= 0.85, zv
 
 
+#: measured calibration gaps with the distant-difference calibration (benchmarks/RESULTS_calibration.md; before it:
+#: anharmonic3 RMS z 2.05/2.09, 75-78% within 2 sigma; mass_chain4 2.84, 72%; duffing3 2.8-2.9, 55-57%)
+_CAL_GAP = {"anharmonic3": "std too wide: RMS z 0.59/0.57 (in range) but 100% within 2 sigma (target <= 99%): "
+                           "the innovations ask for 3x the variance the true differences do",
+            "mass_chain4": "std too narrow: RMS z 2.35, 78% within 2 sigma (N = 2 and 4): the error of distant "
+                           "differences is 4x the innovations' variance (a bias more data do not move)",
+            "two_body4": "not identified (the fit warns); calibration not measured with the distant differences"}
+
+
+def _cal_systems():
+    rows = SYSTEMS + [row for row in UNTUNED if row[0].__name__ == "duffing3"]
+    return [pytest.param(*row, marks=pytest.mark.xfail(reason=f"issue 23 gap: {_CAL_GAP[row[0].__name__]}", strict=False))
+            if row[0].__name__ in _CAL_GAP else row for row in rows]
+
+
 @pytest.mark.slow
-@pytest.mark.xfail(reason="issue 23 gap: calibrated on energy conservation along held-back trajectories (5 steps), "
-                          "the std is too small for differences between distant states (anharmonic3: 75% within "
-                          "2 sigma, RMS z 2.05; mass_chain4: 78%, 2.5; the mechanical kernel meets it on anharmonic3: "
-                          "88%, 1.38, benchmarks/RESULTS_mechanical.md)", strict=False)
-@pytest.mark.parametrize("make, h, n_traj", SYSTEMS)
+@pytest.mark.parametrize("make, h, n_traj", _cal_systems())
 def test_acceptance_energy_calibration(make, h, n_traj):
-    """85-99% of 40 held-out energy differences within 2 sigma and RMS z in [0.5, 1.5], N = 2 and 4."""
+    """85-99% of 40 held-out energy differences within 2 sigma and RMS z in [0.5, 1.5], N = 2 and 4. Met on duffing3
+    (120 trajectories: RMS z 1.35/1.35, 90%/88%; looked at while choosing the method, nothing tuned on it); the gaps
+    are in _CAL_GAP."""
     system, m = _fit(make, h, n_traj)
     for N in (2, 4):
         _, z = energy_differences(m, system, N)

@@ -18,6 +18,13 @@ held-back trajectories, on a quantity as close as possible to the reported one:
   95.4% point, which heavy tails (a few held-back orbits leave the data) push far out, and the root mean square,
   which the same tails dominate. Used for ``energy``, ``energies`` and ``velocities`` (the same linearisation of
   :math:`\mathrm{mod}_N` through the same prior), at ``N = 2``; the GP part of higher orders uses the same scale.
+* ``"energy_differences"`` -- differences of :math:`H_{rec}[2]` between distant data states, which conservation
+  cannot check (every :math:`f(H)` is conserved): the innovations of their posterior mean over folds of trajectories
+  (:mod:`learners.shadow.difference_calibration`). Its ``scale`` is the one the innovations ask for; its RMS z and
+  coverage are those at the scale in use.
+
+``energy``, ``energies`` and ``velocities`` use the largest of the ``"del"``, conservation and distant-difference
+scales, which ``"energy"``'s ``scale`` reports (its RMS z and coverage: the conservation values at that scale).
 
 Each entry of :attr:`InverseModifiedLagrangianGP.calibration` is a :class:`Calibration`: the scale (relative to
 the raw posterior variance), and on the held-back values the RMS z-score, the fraction within :math:`2\sigma`
@@ -28,13 +35,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import torch
 
 import bea
 
-__all__ = ["ensure_energy_calibration", "Calibration", "TARGET_Z", "TARGET_COVERAGE", "CALIBRATION_TRAJECTORIES", "scale_for", "energy_calibration"]
+__all__ = ["ensure_energy_calibration", "Calibration", "conservation_values", "summary", "difference_calibration", "TARGET_Z", "TARGET_COVERAGE", "CALIBRATION_TRAJECTORIES", "scale_for", "energy_calibration"]
 
 #: |z| quantile matched by the energy calibration: a Gaussian has 90% of |z| below 1.645
 TARGET_Z, TARGET_COVERAGE = 1.6449, 0.90
@@ -80,12 +87,10 @@ def scale_for(err: torch.Tensor, gp_var: torch.Tensor, trunc: torch.Tensor) -> f
     return math.exp(hi)
 
 
-def energy_calibration(model, qs: torch.Tensor, order: int = 2, floor: float = 0.0) -> Optional[Calibration]:
-    r"""The ``"energy"`` calibration (module docstring) of ``model`` -- conditioned on its training functionals
-    only, with ``gp.variance_scale`` 1 -- on held-back snapshots ``qs`` ``(steps + 1, batch, n)`` in the data's
-    units; the scale is at least ``floor`` (the ``"del"`` scale: where the truncation term alone covers the held-back
-    differences, as at large steps, they do not determine the GP's scale). None when fewer than 10 differences are
-    finite."""
+def conservation_values(model, qs: torch.Tensor, order: int = 2):
+    r"""The held-back values of the ``"energy"`` calibration (module docstring) of ``model`` on snapshots ``qs``
+    ``(steps + 1, batch, n)`` in the data's units: the differences of :math:`H_{rec}[N]` to the first snapshot (true
+    value 0), their raw GP variances and the first omitted term, flattened and finite only; None when fewer than 10."""
     from .recovery import next_order
 
     E, sd = model.energies(qs, order, return_std=True, reference_index=0, truncation=False)
@@ -99,27 +104,85 @@ def energy_calibration(model, qs: torch.Tensor, order: int = 2, floor: float = 0
     ok = torch.isfinite(err) & torch.isfinite(var) & torch.isfinite(trunc) & (var + trunc ** 2 > 0)
     if int(ok.sum()) < 10:
         return None
-    err, var, trunc = err[ok], var[ok], trunc[ok]
-    s = max(scale_for(err, var, trunc), floor)
+    return err[ok], var[ok], trunc[ok]
+
+
+def summary(err: torch.Tensor, var: torch.Tensor, trunc: torch.Tensor, s: float, fitted: Optional[float] = None,
+            with_ratio: bool = True) -> Calibration:
+    """A :class:`Calibration` of held-back values at the scale ``s`` in use (``scale``: ``fitted`` if given, the scale
+    these values alone ask for)."""
     z = _z(err, var, trunc, s)
-    ratio = float(torch.median(trunc.abs() / (s * var).sqrt().clamp_min(1e-300)))
-    return Calibration(s, float(z.pow(2).mean().sqrt()), float((z <= 2).double().mean()), int(z.numel()), ratio)
+    ratio = float(torch.median(trunc.abs() / (s * var).sqrt().clamp_min(1e-300))) if with_ratio else None
+    return Calibration(s if fitted is None else fitted, float(z.pow(2).mean().sqrt()), float((z <= 2).double().mean()),
+                       int(z.numel()), ratio)
+
+
+def energy_calibration(model, qs: torch.Tensor, order: int = 2, floor: float = 0.0) -> Optional[Calibration]:
+    r"""The ``"energy"`` calibration (module docstring) of ``model`` -- conditioned on its training functionals
+    only, with ``gp.variance_scale`` 1 -- on held-back snapshots ``qs`` ``(steps + 1, batch, n)`` in the data's
+    units; the scale is at least ``floor`` (the ``"del"`` scale: where the truncation term alone covers the held-back
+    differences, as at large steps, they do not determine the GP's scale). None when fewer than 10 differences are
+    finite."""
+    values = conservation_values(model, qs, order)
+    if values is None:
+        return None
+    return summary(*values, max(scale_for(*values), floor))
+
+
+def difference_calibration(model, floor: float) -> Optional[Tuple[Calibration, float]]:
+    r"""The ``"energy_differences"`` calibration (:mod:`learners.shadow.difference_calibration`) of the fitted
+    ``model``: its :class:`Calibration` (``scale``: the one its innovations ask for; RMS z and coverage at the scale
+    in use, the larger of that and ``floor``) and the scale in use; None without enough trajectories."""
+    from .difference_calibration import difference_innovations
+
+    values = difference_innovations(model)
+    if values is None:
+        return None
+    d, w = values
+    ok = torch.isfinite(d) & torch.isfinite(w) & (w > 0)
+    if int(ok.sum()) < 10:
+        return None
+    d, w = d[ok], w[ok]
+    zero = torch.zeros_like(w)
+    fitted = scale_for(d, w, zero)
+    s = max(fitted, floor)
+    return summary(d, w, zero, s, fitted, with_ratio=False), s
 
 
 def ensure_energy_calibration(model) -> None:
-    r"""Run the ``"energy"`` calibration of ``model``'s last fit if it is still pending (on the first std of an
-    energy or velocity, or ``model.calibration``): the GP conditioned on the training functionals of the search only
-    (one more solve), on up to :data:`CALIBRATION_TRAJECTORIES` of the held-back trajectories, the scale at least
-    the ``"del"`` one; then the warning of :func:`~learners.shadow.identifiability.check_orders`. The model's own
-    posterior is restored afterwards. On failure (e.g. a kernel without a feature expansion) the reason goes to
-    ``model.history["energy_calibration_error"]`` and the ``"del"`` scale stays in use."""
+    r"""Run the energy calibrations of ``model``'s last fit if still pending (on the first std of an energy or
+    velocity, or ``model.calibration``): ``"energy"``, conservation along up to :data:`CALIBRATION_TRAJECTORIES` of
+    the held-back trajectories under the GP conditioned on the training functionals of the search only (one more
+    solve), and ``"energy_differences"``, the innovations of differences between distant data states over folds of
+    trajectories (:mod:`learners.shadow.difference_calibration`). The scale in use (``"energy"``'s ``scale``) is the
+    largest of theirs and the ``"del"`` one; then the warning of :func:`~learners.shadow.identifiability.check_orders`.
+    The model's own posterior is restored afterwards. On failure (e.g. a kernel without a feature expansion) the
+    reason goes to ``model.history["energy_calibration_error"]`` and the ``"del"`` scale stays in use."""
     from .identifiability import check_orders
 
     pending = getattr(model, "_pending_calibration", None)
     if pending is None:
         return
     model._pending_calibration = None
-    F_tr, S = pending
+    floor = model.gp.variance_scale
+    try:
+        values = _conservation(model, *pending)
+        differences = difference_calibration(model, floor)
+    except (RuntimeError, ValueError, ArithmeticError, TypeError) as err:
+        model.history["energy_calibration_error"] = repr(err)
+        return
+    if values is None:
+        return
+    s = max(scale_for(*values), floor, differences[1] if differences is not None else 0.0)
+    model._calibration["energy"] = summary(*values, s)
+    if differences is not None:
+        model._calibration["energy_differences"] = differences[0]
+    check_orders(model)
+
+
+def _conservation(model, F_tr, S: torch.Tensor):
+    """:func:`conservation_values` on the first held-back snapshots ``S`` (standardised) under a copy of the final
+    GP conditioned on ``F_tr``; the model's posterior is restored afterwards."""
     final, caches = model.gp, (model._recovered, model._jet)
     gp = model._make_gp(2 * model.n)
     gp.load_state_dict(final.state_dict())
@@ -129,13 +192,6 @@ def ensure_energy_calibration(model) -> None:
         with torch.no_grad():
             gp.condition(F_tr)
         model.gp, model._recovered, model._jet = gp, {}, None
-        qs = model._from_standard(S[:CALIBRATION_TRAJECTORIES]).transpose(0, 1)
-        cal = energy_calibration(model, qs, floor=final.variance_scale)
-    except (RuntimeError, ValueError, ArithmeticError, TypeError) as err:
-        model.history["energy_calibration_error"] = repr(err)
-        cal = None
+        return conservation_values(model, model._from_standard(S[:CALIBRATION_TRAJECTORIES]).transpose(0, 1))
     finally:
         model.gp, (model._recovered, model._jet) = final, caches
-    if cal is not None:
-        model._calibration["energy"] = cal
-        check_orders(model)
