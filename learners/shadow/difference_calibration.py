@@ -55,7 +55,7 @@ def fold_groups(model, count: int) -> Optional[torch.Tensor]:
     per = (m - 2) * n
     if T < 2 or T * per > count:
         return None
-    return torch.arange(T).repeat_interleave(per)
+    return torch.arange(T, device="cpu").repeat_interleave(per)  # indices: on the CPU, as the other search state
 
 
 def _pairs(model, gen: torch.Generator) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -98,7 +98,7 @@ def difference_innovations(model, order: int = 2) -> Optional[Tuple[torch.Tensor
     folds = max(2, min(CALIBRATION_FOLDS, T, FOLD_BUDGET // max(F_all.count, 1)))
     x, x_ref = _pairs(model, torch.Generator().manual_seed(model.seed))
     mean, var = _differences(model, final, x, x_ref, order)
-    rest = torch.arange(groups.numel(), F_all.count)  # the normalisation: always kept
+    rest = torch.arange(groups.numel(), F_all.count, device="cpu")  # the normalisation: always kept
     d, w = [], []
     for k in range(folds):
         gp = model._make_gp(2 * model.n)
