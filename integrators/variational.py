@@ -41,7 +41,7 @@ from bea.errors import BeaTypeError, BeaValueError
 
 from ._admissible import check_regular_at, check_scheme
 from ._checks import as_float64, check_finite, check_lagrangian_output, check_step_size, initial_data
-from ._stepping import eager_step
+from ._stepping import eager_step, velocity_guess
 from .model_protocol import CompiledPathWarning
 from .newton import ConvergenceError, NewtonOptions, autograd_system, describe_failure, newton, vmap_system
 from .trajectory import Trajectory, positions
@@ -353,7 +353,7 @@ class VariationalIntegrator:
         p = self.momenta(qs) if momenta is None else as_float64(momenta, "momenta")
         if p.shape != qs.shape:
             raise BeaValueError(f"momenta must have the shape of qs {tuple(qs.shape)}, got {tuple(p.shape)}")
-        guess = _velocity_guess(qs, self.h)
+        guess = velocity_guess(qs, self.h)
         n = qs.shape[-1]
         qf, pf, gf = qs.reshape(-1, n), p.reshape(-1, n), guess.reshape(-1, n)
 
@@ -384,24 +384,3 @@ class VariationalIntegrator:
         v = self.velocities(qs, L, momenta)
         return bea.energy(L)(qs, v).detach()
 
-
-def _velocity_guess(qs: torch.Tensor, h: float) -> torch.Tensor:
-    r"""Finite-difference velocities along ``qs`` (time first), Newton's starting guess in
-    :meth:`VariationalIntegrator.velocities`: fourth-order central differences
-    :math:`(8(q_{j+1} - q_{j-1}) - (q_{j+2} - q_{j-2}))/(12h)` where there are two neighbours on each
-    side, second-order ones elsewhere (one-sided at the ends). Why fourth order: each Newton iteration
-    is a pass over the whole batch, and from the second-order guess (error :math:`h^2|\dddot q|/6`, a
-    few percent at the coarse steps of learned models) Newton needs one more than from this one
-    (error :math:`h^4|q^{(5)}|/30`); for a sinusoid sampled at :math:`\omega h < \pi` it is the closer
-    of the two."""
-    T1 = qs.shape[0]
-    guess = torch.empty_like(qs)
-    if T1 == 2:
-        guess[:] = (qs[1] - qs[0]) / h
-        return guess
-    guess[1:-1] = (qs[2:] - qs[:-2]) / (2 * h)
-    guess[0] = (4 * qs[1] - 3 * qs[0] - qs[2]) / (2 * h)
-    guess[-1] = (3 * qs[-1] - 4 * qs[-2] + qs[-3]) / (2 * h)
-    if T1 >= 5:
-        guess[2:-2] = (8 * (qs[3:-1] - qs[1:-3]) - (qs[4:] - qs[:-4])) / (12 * h)
-    return guess

@@ -199,8 +199,8 @@ def test_namespaces_hold_the_flat_names():
     rooms = (shadow, modlanet, neural)
     homeless = [name for name in learners.__all__
                 if not any(getattr(room, name, None) is getattr(learners, name) for room in rooms)]
-    # the error roots are bea's, and the model-file error belongs to learners.saving, beside the families
-    assert set(homeless) <= {"BeaError", "NotRegularError", "ModelFileError"}, homeless
+    # the error and warning roots are bea's, and the model-file error belongs to learners.saving, beside the families
+    assert set(homeless) <= {"BeaError", "BeaWarning", "NotRegularError", "ModelFileError"}, homeless
     assert modlanet.AngleOnRod is elements.AngleOnRod and "AngleOnRod" in modlanet.__all__
     assert model.__all__ == ["ModLaNet", "check_parents"]
     for room in rooms:

@@ -12,10 +12,13 @@ position and time), :mod:`~learners.shadow.guards` (no silent non-finite or runa
 velocities) and :mod:`~learners.shadow.kernel_choice` (the ``kernel=`` option).
 """
 
-from .functionals import (Functionals, del_residuals, discrete_momenta, euler_lagrange_residuals, point_evaluations,
-                          triples_from_snapshots)
+from bea.deprecation import renamed_attributes
+
+from .functionals import (Functionals, del_residual_functionals, discrete_momentum_functionals, euler_lagrange_residuals,
+                          point_evaluations, triples_from_snapshots)
 from .gp import ConditioningInfo, FunctionalGP
-from .guards import ExtrapolationError, ExtrapolationWarning, IdentifiabilityWarning, NonFiniteModelError
+from .guards import (ExtrapolationError, ExtrapolationWarning, IdentifiabilityWarning, NonFiniteModelError,
+                     ToleranceRelaxedWarning)
 from .kernels import FunctionalKernel, RBFKernel, SmoothKernel
 from .lgp import LagrangianGP, finite_differences
 from .lsi import InverseModifiedLagrangianGP
@@ -36,8 +39,8 @@ __all__ = [
     "MechanicalKernel",
     # linear functionals
     "Functionals",
-    "del_residuals",
-    "discrete_momenta",
+    "del_residual_functionals",
+    "discrete_momentum_functionals",
     "euler_lagrange_residuals",
     "point_evaluations",
     "triples_from_snapshots",
@@ -50,4 +53,9 @@ __all__ = [
     "ExtrapolationError",
     "IdentifiabilityWarning",
     "NonFiniteModelError",
+    "ToleranceRelaxedWarning",
 ]
+
+# one name, one idea (issue 29): the old names of the functional builders, one release with a DeprecationWarning
+__getattr__ = renamed_attributes(__name__, {"del_residuals": "del_residual_functionals",
+                                            "discrete_momenta": "discrete_momentum_functionals"}, globals())
