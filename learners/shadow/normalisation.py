@@ -32,9 +32,12 @@ trace fixes only :math:`a + b`. The GP's minimum-norm posterior then shrinks the
 and with it the Jacobian that predicts that part's motion. The softened two-body problem in a harmonic trap
 (centre of mass and relative motion separate; ``tests/test_learners_shadow_auto.py``'s ``two_body4``) came out
 with the relative part at 0.06 of the centre of mass's, energy differences 4.99 relative; with the mass matrix
-fixed, 0.77 and 0.099. It is an assumption -- equal masses in the standardised coordinates at :math:`x_0` --, so
-the default (``matrix=None``) fixes the matrix only where that predicts held-out positions better
-(:mod:`learners.shadow.position_search`), and the trace everywhere else (``"mll"``, ``n <= 2``: results unchanged).
+fixed, 0.77 and 0.099. It is an assumption -- equal masses in the standardised coordinates at :math:`x_0` -- and
+biased by :math:`O(h^2)` for :math:`L_{inv}`, whose mass matrix carries terms in the potential's Hessian, so the
+default (``matrix=None``) fixes the matrix only where it predicts held-out positions clearly better
+(:data:`~learners.shadow.position_search.MATRIX_MARGIN`), and the trace everywhere else (``"mll"``, ``n <= 2``:
+results unchanged). Where the parts' motions are predicted as well either way (separable oscillators), the trace is
+kept and their relative scales stay undetermined.
 """
 
 from __future__ import annotations

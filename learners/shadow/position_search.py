@@ -43,11 +43,12 @@ REFINE_EVALUATIONS = 6
 #: "positions" searches always ended at the floor)
 NUGGET = 1e-12
 
-#: how much larger (in the mean of log squared one-step errors) the held-out error with the whole mass matrix fixed
-#: may be than with its trace and the matrix still be kept: log 4, errors up to twice as large. Measured (40-120
-#: trajectories, the grid's best point with all training functionals): equal masses -- separable oscillators
-#: -16.93 (matrix) against -16.95 (trace), the two-body problem -7.60 against -5.59; a non-diagonal mass
-#: matrix, where the assumption is wrong, -8.3 against -18.7
+#: how much lower (in the mean of log squared one-step errors) the held-out error with the whole mass matrix fixed must
+#: be than with its trace for the matrix to be kept: log 4, errors at most half as large. The matrix's target c I is
+#: exact for L but not for L_inv, whose mass matrix carries O(h^2) terms in the potential's Hessian: where the trace
+#: works, the matrix cost accuracy (toda4, 150 trajectories: energy differences 6.3e-4 -> 2.5e-3). Where a separate
+#: part of L collapses under the trace, its motion is mispredicted and the matrix wins by far (two_body4: -7.60
+#: against -5.59); where the matrix is wrong (non-diagonal masses) it loses by far (-8.3 against -18.7)
 MATRIX_MARGIN = math.log(4.0)
 
 Objective = Callable[[torch.Tensor], float]
@@ -101,8 +102,8 @@ def search_positions(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions,
     lengthscale per input): grid with the training subset ``F_tr`` (which ends with the normalisation ``F_norm``),
     refinement with all training functionals (``model.iterations`` solves, default :data:`REFINE_EVALUATIONS`).
     With ``F_norm_alt`` (the whole mass matrix, :mod:`learners.shadow.normalisation`) the grid runs for both, each
-    grid's best point is evaluated with all training functionals, and ``F_norm_alt`` is kept unless its held-out
-    error there is worse by more than :data:`MATRIX_MARGIN` (the subset's values alone chose wrongly on the
+    grid's best point is evaluated with all training functionals, and ``F_norm_alt`` is kept only if its held-out
+    error there is lower by more than :data:`MATRIX_MARGIN` (the subset's values alone chose wrongly on the
     two-body problem: -5.86 against -5.60 on the subset, -5.59 against -7.60 with all functionals). Returns the training functionals, the best theta and
     the normalisation kept; the grids and the refinement's trace go to ``model.history``."""
     from .functionals import Functionals
@@ -125,9 +126,9 @@ def search_positions(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions,
         evaluate = objective(gp, "positions", F_all, F_va, G_va, positions)
         full = evaluate(tied_theta(lq, lv, n)) if len(candidates) > 1 else None  # None: refine evaluates it
         model.history.setdefault("normalisation_values", []).append(full)
-        # the matrix (second) is kept unless it predicts clearly worse: where the parts of L separate, the motions
-        # cannot tell the two apart and only the matrix fixes the parts' scales (module docstring)
-        if best is None or (full is not None and full <= best[3] + MATRIX_MARGIN):
+        # the matrix (second) only where it predicts clearly better: it fixes the scales of separate parts of L, but
+        # its target c I is biased by O(h^2) for L_inv (whose mass matrix has h^2 V''(q) terms), MATRIX_MARGIN
+        if best is None or (full is not None and full < best[3] - MATRIX_MARGIN):
             best = (lq, lv, val, full, F_all, norm, evaluate)
     if best is None:
         raise BeaRuntimeError("no hyperparameters on the grid gave a usable fit; fix them with lengthscale= and noise=")
