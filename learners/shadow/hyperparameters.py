@@ -50,7 +50,7 @@ shorter lengthscales and the smaller trajectory error), but ``"heldout"`` identi
     with all training functionals, since the best lengthscales shrink as the data grow (on the chain: 1.6 and 12.6 in
     the data's units with the whole training set, 4.2 and 34 with 400 functionals). The same grid also chooses the
     normalisation: the trace of the mass matrix, or the whole matrix where it predicts the held-out positions
-    better (:mod:`learners.shadow.normalisation`).
+    clearly better (:mod:`learners.shadow.normalisation`).
 
 Calibration (any objective): every fifth training trajectory is held back while learning; at the end the posterior
 variances are scaled (``FunctionalGP.variance_scale``, the mean is unchanged) so that 95.4% of the held-back DEL/EL

@@ -34,7 +34,7 @@ and with it the Jacobian that predicts that part's motion. The softened two-body
 with the relative part at 0.06 of the centre of mass's, energy differences 4.99 relative; with the mass matrix
 fixed, 0.77 and 0.099. It is an assumption -- equal masses in the standardised coordinates at :math:`x_0` -- and
 biased by :math:`O(h^2)` for :math:`L_{inv}`, whose mass matrix carries terms in the potential's Hessian, so the
-default (``matrix=None``) fixes the matrix only where it predicts held-out positions better
+default (``matrix=None``) fixes the matrix only where it predicts held-out positions clearly better
 (:data:`~learners.shadow.position_search.MATRIX_MARGIN`), and the trace everywhere else (``"mll"``, ``n <= 2``:
 results unchanged). Where the parts' motions are predicted as well either way (separable oscillators), the trace is
 kept and their relative scales stay undetermined.
