@@ -16,6 +16,11 @@ and a search on all of them is slow (65 grid solves took 5 minutes at ``n = 4``,
    optimum moves as data are added), then each alone -- steps of a factor 1.5 halved when none improves,
    at most ``evaluations`` solves.
 
+From ``n = 3`` on, stage 1 runs twice, with the trace of the mass matrix and with the whole matrix as normalisation
+(:mod:`learners.shadow.normalisation`); each grid's best point is evaluated with all training functionals, and the
+matrix is kept only where its held-out error is lower by :data:`MATRIX_MARGIN` -- where a separate part of the
+Lagrangian collapsed under the trace. The second grid adds 30 subset solves and one full solve.
+
 One position and one velocity lengthscale (not one per input): the data are standardised with one scale for
 all coordinates (:mod:`learners.shadow.lsi`), and per-input lengthscales doubled the cost of every refinement
 sweep without a better held-out error on the systems tried.
