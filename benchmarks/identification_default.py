@@ -48,6 +48,8 @@ def main(argv=None) -> None:
         cal_s = f"{cal.rms_z:.2f}, {cal.coverage:.2f}" if cal is not None else "-"
         print(f"{args.n:>3} {T:>5} {fit_s:>7.1f} {cpu_s:>7.1f} {model.objective_used:>10} {ls['ls0']:>9.4f} {ls['ls2']:>9.4f} "
               f"{ls['ls4']:>9.4f} {ls['ls2'] / ls['ls4']:>6.2f} {cal_s:>24}")
+        print(f"    normalisation conditions {model._norm_count}, held-out (trace, matrix) "
+              f"{model.history.get('normalisation_values')}")
         for w in caught:
             print(f"    warning: {w.message}")
 

@@ -66,6 +66,16 @@ def toda3():
     return integrators.systems.from_sympy(sum(x**2 for x in v) / 2 - V, q, v, "toda3", domain=[(-0.6, 0.6)] * 6)
 
 
+def toda4():
+    """A Toda lattice of four unit masses between fixed ends, exponential springs e^x - 1 - x: invented for issue 23's
+    accuracy work (branch id-acc) as the system nobody tuned on, measured only after the changes were chosen."""
+    q = sympy.symbols("q0:4", real=True)
+    v = sympy.symbols("v0:4", real=True)
+    ext = [0, *q, 0]
+    V = sum(sympy.exp(ext[i + 1] - ext[i]) - 1 - (ext[i + 1] - ext[i]) for i in range(5))
+    return integrators.systems.from_sympy(sum(x**2 for x in v) / 2 - V, q, v, "toda4", domain=[(-0.6, 0.6)] * 8)
+
+
 def held_out_states(system, count, seed=11):
     """``count + 1`` states in the middle 70% of the system's box; the first is the reference."""
     n, box = system.n, system.domain
@@ -226,11 +236,15 @@ def velocity_z(model, system, h, steps=20, seed=5, order=2):
 
 SYSTEMS = [(anharmonic3, 0.2, 120), (mass_chain4, 0.2, 150), (two_body4, 0.2, 150)]
 #: systems measured by benchmarks/identification_acceptance.py but not tuned on
-UNTUNED = [(duffing3, 0.2, 120), (toda3, 0.2, 120)]
-#: measured gaps (issue 23, not met yet): the chain's energy differences are 1.8e-2 relative; the two-body problem is
-#: not identified (141 relative; the fit warns: held-out one-step error 0.095 of a step)
-_GAP = {"mass_chain4": "energy differences 9.0e-3 relative (target 3e-3; benchmarks/RESULTS_mechanical.md)",
-        "two_body4": "not identified: 4.99 relative, the one-step error check warns (benchmarks/RESULTS_mechanical.md)"}
+UNTUNED = [(duffing3, 0.2, 120), (toda3, 0.2, 120), (toda4, 0.2, 150)]
+#: measured gaps (issue 23, not met yet; library defaults, branch id-acc, which lets the positions search fix the whole
+#: mass matrix where that predicts clearly better): the chain's energy differences are 9.0e-3 relative (5.5e-3 with
+#: MassNormalisation(matrix=True), which the search does not choose: held-out errors -17.82 against -17.72 with the
+#: trace); the two-body problem is identified only roughly, 0.099 relative (4.99 with the trace alone: its relative
+#: motion collapsed), and the fit warns: held-out one-step errors 0.083 of a step (2.4e-2 with 300 trajectories at
+#: fixed lengthscales: the data do not cover its 8-dimensional phase space at 150)
+_GAP = {"mass_chain4": "energy differences 9.0e-3 relative (target 3e-3; benchmarks/RESULTS_identification.md)",
+        "two_body4": "identified only to 0.099 relative; the one-step error check warns (benchmarks/RESULTS_identification.md)"}
 
 
 def _systems(gaps):

@@ -14,52 +14,51 @@ solve with a covariance of condition number ~1e11-1e13, whose hyperparameter gra
 inaccurate to follow (Adam on them went uphill in our trials). Three objectives:
 
 ``"auto"`` (default)
-    ``"mll"`` for ``n <= 2`` and ``"positions"`` for ``n >= 3`` (where the other two collapse, below); if the
-    likelihood collapses all the same (profiled outputscale below
+    ``"mll"`` for ``n <= 2`` and ``"positions"`` for ``n >= 3`` (where the other two collapse, below); if the likelihood
+    collapses all the same (profiled outputscale below
     :data:`~learners.shadow.hyperparameter_search.COLLAPSE_OUTPUTSCALE`), an :class:`IdentifiabilityWarning` and the
     ``"positions"`` search. ``objective_used`` records the choice.
 ``"mll"``
     The log marginal likelihood of all observations, profiled over :math:`\sigma_f^2` (closed form
-    :math:`\sigma_f^{2*} = y^\top(K_1 + \rho I)^{-1}y/F`). Almost all targets are zero and only the
-    normalisation carries a non-zero value, so the data-fit term is small and the likelihood is
-    ruled by :math:`\log\det`: by the chain rule it is the sum of the log predictive densities of
-    each DEL residual being zero given the previous ones -- a sequential cross-validation of the
-    zero residuals that also weighs their predicted variance, and so penalises kernels that are
-    needlessly flexible. That is what identification needs: :math:`\mathrm{mod}_N` and its energy use
-    higher derivatives of :math:`\bar L_{inv}` (third and beyond), which a too short lengthscale gets
-    wrong even where it predicts well.
+    :math:`\sigma_f^{2*} = y^\top(K_1 + \rho I)^{-1}y/F`). Almost all targets are zero and only the normalisation
+    carries a non-zero value, so the data-fit term is small and the likelihood is ruled by :math:`\log\det`: by the
+    chain rule it is the sum of the log predictive densities of each DEL residual being zero given the previous ones
+    -- a sequential cross-validation of the zero residuals that also weighs their predicted variance, and so penalises
+    kernels that are needlessly flexible. That is what identification needs: :math:`\mathrm{mod}_N` and its energy use
+    higher derivatives of :math:`\bar L_{inv}` (third and beyond), which a too short lengthscale gets wrong even where
+    it predicts well.
 ``"heldout"``
-    Every fifth trajectory validates; minimise the held-out log residual
-    :math:`J = \frac1{|V|}\sum_{j \in V}\log R_j^2 - \log\overline{P^2}` (:math:`R_j` posterior-mean
-    DEL/EL residuals on the validation trajectories, :math:`P` their posterior-mean momenta, so
-    :math:`J` is blind to the scale of :math:`L` and penalises a Lagrangian that is flat on the data).
+    Every fifth trajectory validates; minimise the held-out log residual :math:`J = \frac1{|V|}\sum_{j \in V}\log
+    R_j^2 - \log\overline{P^2}` (:math:`R_j` posterior-mean DEL/EL residuals on the validation trajectories, :math:`P`
+    their posterior-mean momenta, so :math:`J` is blind to the scale of :math:`L` and penalises a Lagrangian that is
+    flat on the data).
 
-Which works better here (full pendulum, ``benchmarks/shadow.py --objectives``): both predict well
-(``"heldout"`` picks shorter lengthscales and the smaller trajectory error), but ``"heldout"``
-identifies badly -- level-set errors 0.013 (:math:`H_{rec}[2]`) and 0.026 (:math:`H_{rec}[4]`, worse
-than N = 2) against 5e-4 and 4e-5 with ``"mll"``. Hence ``"mll"``.
+Which works better here (full pendulum, ``benchmarks/shadow.py --objectives``): both predict well (``"heldout"`` picks
+shorter lengthscales and the smaller trajectory error), but ``"heldout"`` identifies badly -- level-set errors 0.013
+(:math:`H_{rec}[2]`) and 0.026 (:math:`H_{rec}[4]`, worse than N = 2) against 5e-4 and 4e-5 with ``"mll"``. Hence
+``"mll"``.
 
 ``"positions"`` (LSI only)
-    The held-out one-step position error (:mod:`learners.shadow.position_objective`): from each held-back
-    triple, the move of :math:`q_{j+1}` that one Newton step of the scheme on the candidate posterior mean
-    would make, :math:`\delta c = -(\partial_c r)^{-1} r`; minimise the mean of :math:`\log\|\delta c\|^2`.
-    Needed for :math:`n \ge 3`: there ``"mll"`` and ``"heldout"`` drift to lengthscales of a fraction of the
-    data's spread and outputscales of 1e-17, a Lagrangian nearly zero away from the normalisation point
-    that satisfies the zero DEL targets trivially (FPU chain, ``n = 4``: level-set error 0.74 for
-    :math:`H_{rec}[2]`). A flat Lagrangian cannot predict a position, so this objective cannot drift
-    there. Its search (:mod:`learners.shadow.position_search`) is a grid over one lengthscale for the positions and
-    one for the velocities on the training subset, then a refinement with all training functionals, since the
-    best lengthscales shrink as the data grow (on the chain: 1.6 and 12.6 in the data's units with the whole
-    training set, 4.2 and 34 with 400 functionals).
+    The held-out one-step position error (:mod:`learners.shadow.position_objective`): from each held-back triple, the
+    move of :math:`q_{j+1}` that one Newton step of the scheme on the candidate posterior mean would make,
+    :math:`\delta c = -(\partial_c r)^{-1} r`; minimise the mean of :math:`\log\|\delta c\|^2`. Needed for :math:`n \ge
+    3`: there ``"mll"`` and ``"heldout"`` drift to lengthscales of a fraction of the data's spread and
+    outputscales of 1e-17, a Lagrangian nearly zero away from the normalisation point that satisfies the zero DEL
+    targets trivially (FPU chain, ``n = 4``: level-set error 0.74 for :math:`H_{rec}[2]`). A flat Lagrangian cannot
+    predict a position, so this objective cannot drift there. Its search (:mod:`learners.shadow.position_search`) is a
+    grid over one lengthscale for the positions and one for the velocities on the training subset, then a refinement
+    with all training functionals, since the best lengthscales shrink as the data grow (on the chain: 1.6 and 12.6 in
+    the data's units with the whole training set, 4.2 and 34 with 400 functionals). The same grid also chooses the
+    normalisation: the trace of the mass matrix, or the whole matrix where it predicts the held-out positions
+    clearly better (:mod:`learners.shadow.normalisation`).
 
-Calibration (any objective): every fifth training trajectory is held back while learning; at the
-end the posterior variances are scaled (``FunctionalGP.variance_scale``, the mean is unchanged) so that
-95.4% of the held-back DEL/EL residuals lie within two posterior standard deviations. For LSI the energies and
-velocities get their own scale, from energy conservation along held-back trajectories
-(:mod:`learners.shadow.calibration`); ``calibration`` reports both.
+Calibration (any objective): every fifth training trajectory is held back while learning; at the end the posterior
+variances are scaled (``FunctionalGP.variance_scale``, the mean is unchanged) so that 95.4% of the held-back DEL/EL
+residuals lie within two posterior standard deviations. For LSI the energies and velocities get their own scale, from
+energy conservation along held-back trajectories (:mod:`learners.shadow.calibration`); ``calibration`` reports both.
 
-``lengthscale=`` (or the paper's ``epsilon=``, :math:`\ell = \varepsilon/\sqrt2`) fixes the
-lengthscale and skips learning; ``noise=`` then sets :math:`\rho` (default ``1e-12``).
+``lengthscale=`` (or the paper's ``epsilon=``, :math:`\ell = \varepsilon/\sqrt2`) fixes the lengthscale and skips
+learning; ``noise=`` then sets :math:`\rho` (default ``1e-12``).
 
 The search itself is in :mod:`learners.shadow.hyperparameter_search`.
 """
@@ -200,7 +199,8 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         ``groups`` (F_data.count,) and ``P_groups`` (P.count,) give the trajectory of each functional."""
         D = F_data.dim
         center = torch.cat([a.points for a in F_data.atoms.values()]).mean(0)
-        F_norm = (normalisation or self.normalisation).functionals(D // 2, center)
+        norm = normalisation or self.normalisation
+        F_norm = norm.functionals(D // 2, center)
         self.gp = gp = self._make_gp(D)
         self.history = {}
         self._calibration = {}
@@ -217,7 +217,9 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
             set_hyperparameters(gp, ls, self.fixed_noise if self.fixed_noise is not None else 1e-12)
             self._freeze()
         else:
-            self._learn(F_data, groups, P, P_groups, F_norm)
+            alt = norm.with_matrix(True).functionals(D // 2, center) if getattr(norm, "matrix", False) is None else None
+            F_norm = self._learn(F_data, groups, P, P_groups, F_norm, alt)
+        self._norm_count = F_norm.count
         with torch.no_grad():
             gp.condition(Functionals.cat([F_data, F_norm]))
         gp.variance_scale = self._variance_scale
@@ -244,10 +246,10 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         return "positions" if n >= self.objective.positions_from and "positions" in self.objectives else "mll"
 
     def _learn(self, F_data: Functionals, groups: torch.Tensor, P: Functionals, P_groups: torch.Tensor,
-               F_norm: Functionals) -> None:
+               F_norm: Functionals, F_norm_alt: Optional[Functionals] = None) -> Functionals:
         """Search the hyperparameters (:mod:`learners.shadow.hyperparameter_search`, :mod:`learners.shadow.position_search`)
         on a training subset, validated on held-back trajectories (their residuals and momenta), then calibrate the
-        variances on those."""
+        variances on those. Returns the normalisation kept (``F_norm``, or ``F_norm_alt`` if the search chose it)."""
         gp = self.gp
         kind = self._resolved_objective(F_data.dim // 2)
         tr, va = training_subsets(groups, F_data.count, self.max_train_functionals, self.seed)
@@ -267,11 +269,12 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
                     kind = "positions"
             if kind == "positions":
                 positions = self._position_objective(torch.unique(groups[va]))
-                F_tr, theta = self._search_positions(F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0)
+                F_tr, theta, F_norm = self._search_positions(F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0, F_norm_alt)
             self.objective_used = self.history["objective_used"] = kind
             settle(gp, kind, theta, F_tr)
             self._calibrate(F_tr, F_va)
             self._calibrate_quantities(torch.unique(groups[va]), F_tr)
+        return F_norm
 
     def _search(self, kind: str, F_tr: Functionals, F_va: Functionals, P_va: Functionals, positions, scale0: float):
         """Coarse grid over a shared lengthscale, then the pattern search on every log-parameter: the best theta."""
@@ -284,10 +287,10 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         self.history["objective"] = best
         return theta
 
-    def _search_positions(self, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0: float):
+    def _search_positions(self, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0: float, F_norm_alt=None):
         if self.gp.kernel.base_kernel.raw_lengthscale.shape[-1] != F_data.dim:  # one shared lengthscale (ard=False)
-            return F_tr, self._search("positions", F_tr, F_va, P_va, positions, scale0)
-        return search_positions(self, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0)
+            return F_tr, self._search("positions", F_tr, F_va, P_va, positions, scale0), F_norm
+        return search_positions(self, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0, F_norm_alt)
 
     def _calibrate_quantities(self, trajectories: torch.Tensor, F_tr: Functionals) -> None:
         """Calibrate the variances of recovered quantities on the held-back ``trajectories`` (models that recover
@@ -298,11 +301,10 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         raise BeaValueError(f"{type(self).__name__} does not learn from positions: use objective='mll' or 'heldout'")
 
     def _calibrate(self, F_tr: Functionals, F_va: Functionals) -> None:
-        r"""Scale the posterior variances (``gp.variance_scale``: :math:`\sigma_f^2` and the nugget together,
-        the mean is unchanged) so that 95.4% of the validation residuals lie within two posterior standard
-        deviations, as for a calibrated Gaussian. (The residuals are heavy-tailed -- largest where
-        validation orbits leave the data -- so matching their mean square instead would leave most of
-        them at a fraction of a standard deviation.)"""
+        r"""Scale the posterior variances (``gp.variance_scale``: :math:`\sigma_f^2` and the nugget together, the mean
+        is unchanged) so that 95.4% of the validation residuals lie within two posterior standard deviations, as for a
+        calibrated Gaussian. (The residuals are heavy-tailed -- largest where validation orbits leave the data -- so
+        matching their mean square instead would leave most of them at a fraction of a standard deviation.)"""
         gp = self.gp
         with torch.no_grad():
             gp.condition(F_tr)
@@ -382,8 +384,8 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
 
         return c_lagrangian_of_expansion(self.gp._mean_fn, self.n)
     def variance(self, q, v) -> torch.Tensor:
-        r"""Posterior variance of the learned Lagrangian at ``q, v`` (shape ``(...)``). Only differences of
-        :math:`L` are determined by the data and the normalisation, so this is largest far from both."""
+        r"""Posterior variance of the learned Lagrangian at ``q, v`` (shape ``(...)``). Only differences of :math:`L`
+        are determined by the data and the normalisation, so this is largest far from both."""
         self._require_fit()
         q, v = check_states(q, v, self.n)
         with torch.no_grad():

@@ -174,7 +174,7 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         norm = self.normalisation
         if isinstance(norm, MassNormalisation) and norm.point is not None:  # given in the data's units
             x0 = norm.point.reshape(-1).to(torch.float64)
-            norm = MassNormalisation(norm.c, point=self._standard_state(x0[:n], x0[n:]))
+            norm = MassNormalisation(norm.c, point=self._standard_state(x0[:n], x0[n:]), matrix=norm.matrix)
         F = del_residual_functionals(triples_from_snapshots(Sd), h, self.scheme)
         groups = torch.arange(T, device=S.device).repeat_interleave((m - 2) * n)
         pairs = torch.stack([Sd[:, :-1], Sd[:, 1:]], -2).reshape(-1, 2, n)
@@ -251,7 +251,7 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
             gp = self.gp
             with torch.no_grad():
                 inv_diag = torch.cholesky_inverse(gp._chol).diagonal()
-                n_data = gp.train_functionals.count - self.normalisation.functionals(self.n, None).count
+                n_data = gp.train_functionals.count - self._norm_count
                 loo = (1 / inv_diag[:n_data] - float(gp.noise) - gp.info.jitter).clamp_min(0) * gp.variance_scale
                 self._data_level = float(torch.quantile(loo.sqrt(), 0.95))
         return self._data_level

@@ -36,7 +36,7 @@ def fitted_state(model) -> Dict[str, Any]:
     gp = model.gp
     return {"n": model.n, "center": model._center, "unit": model._unit, "step": model._step, "gp": gp.state_dict(), "chol": gp._chol,
             "beta": gp._beta.detach(), "functionals": _functionals_state(gp.train_functionals), "info": asdict(gp.info),
-            "variance_scale": gp.variance_scale, "subclass": model._fitted_extra()}
+            "variance_scale": gp.variance_scale, "norm_count": model._norm_count, "subclass": model._fitted_extra()}
 
 
 def restore(model, state: Dict[str, Any]) -> None:
@@ -53,6 +53,8 @@ def restore(model, state: Dict[str, Any]) -> None:
     gp._mean_atoms = _merge_atoms(F, gp._beta)
     gp._mean_fn = AtomExpansion(gp.kernel, gp._mean_atoms, differentiable=False)
     model.gp = gp
+    # files before the normalisation could be the whole mass matrix: the constructor's
+    model._norm_count = state.get("norm_count", model.normalisation.functionals(model.n, None).count)
     model._restore_extra(state["subclass"])
 
 

@@ -16,6 +16,11 @@ and a search on all of them is slow (65 grid solves took 5 minutes at ``n = 4``,
    optimum moves as data are added), then each alone -- steps of a factor 1.5 halved when none improves,
    at most ``evaluations`` solves.
 
+From ``n = 3`` on, stage 1 runs twice, with the trace of the mass matrix and with the whole matrix as normalisation
+(:mod:`learners.shadow.normalisation`); each grid's best point is evaluated with all training functionals, and the
+matrix is kept only where its held-out error is lower by :data:`MATRIX_MARGIN` -- where a separate part of the
+Lagrangian collapsed under the trace. The second grid adds 30 subset solves and one full solve.
+
 One position and one velocity lengthscale (not one per input): the data are standardised with one scale for
 all coordinates (:mod:`learners.shadow.lsi`), and per-input lengthscales doubled the cost of every refinement
 sweep without a better held-out error on the systems tried.
@@ -24,13 +29,13 @@ sweep without a better held-out error on the systems tried.
 from __future__ import annotations
 
 import math
-from typing import Callable, List, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import torch
 
 from bea.errors import BeaRuntimeError
 
-__all__ = ["search_positions", "SCALES", "VELOCITY_FACTORS", "REFINE_EVALUATIONS", "NUGGET", "subset_grid", "refine", "tied_theta"]
+__all__ = ["search_positions", "SCALES", "VELOCITY_FACTORS", "REFINE_EVALUATIONS", "NUGGET", "MATRIX_MARGIN", "subset_grid", "refine", "tied_theta"]
 
 #: position lengthscales of the grid, relative to the RMS spread of the data's atoms (factor 2 apart: the
 #: refinement closes the gaps)
@@ -42,6 +47,15 @@ REFINE_EVALUATIONS = 6
 #: relative nugget used throughout (the posterior mean of exact data is smoothest at the smallest nugget; the
 #: "positions" searches always ended at the floor)
 NUGGET = 1e-12
+
+#: how much lower (in the mean of log squared one-step errors) the held-out error with the whole mass matrix fixed must
+#: be than with its trace for the matrix to be kept: 0.5, one-step errors about 22% smaller. The matrix's target c I
+#: is exact for L but not for L_inv, whose mass matrix carries O(h^2) terms in the potential's Hessian, so where the
+#: trace works the matrix is no better and often worse. Measured (trace, matrix; energy differences with each):
+#: two_body4 -5.59, -6.70 (4.99, 0.099: the trace let the relative motion collapse); mass_chain4 -17.72, -17.82
+#: (9.0e-3, 5.5e-3); duffing3 -18.58, -18.65 (1.7e-3, 2.8e-3); toda4 -17.12, -16.92 (6.3e-4, 2.5e-3); a
+#: non-diagonal mass matrix -18.7, -8.3. Differences below 0.2 do not say which identifies better; a collapse does
+MATRIX_MARGIN = 0.5
 
 Objective = Callable[[torch.Tensor], float]
 
@@ -63,11 +77,13 @@ def subset_grid(evaluate: Objective, n: int, scale0: float) -> List[tuple]:
     return out
 
 
-def refine(evaluate: Objective, n: int, ell_q: float, ell_v: float, evaluations: int) -> Tuple[float, float, float, List[float]]:
+def refine(evaluate: Objective, n: int, ell_q: float, ell_v: float, evaluations: int,
+           start: Optional[float] = None) -> Tuple[float, float, float, List[float]]:
     r"""Stage 2 (module docstring) from ``(ell_q, ell_v)``: returns the best ``(ell_q, ell_v, objective)`` and the
-    trace of values (the first is the start, re-evaluated on all training functionals)."""
+    trace of values (the first is the start, re-evaluated on all training functionals unless its value ``start``
+    is given)."""
     x = torch.tensor([math.log(ell_q), math.log(ell_v)], dtype=torch.float64, device="cpu")
-    best = evaluate(tied_theta(ell_q, ell_v, n))
+    best = evaluate(tied_theta(ell_q, ell_v, n)) if start is None else start
     trace = [best]
     directions = [(-1.0, -1.0), (1.0, 1.0), (-1.0, 0.0), (1.0, 0.0), (0.0, -1.0), (0.0, 1.0)]
     step = math.log(1.5)
@@ -88,25 +104,44 @@ def refine(evaluate: Objective, n: int, ell_q: float, ell_v: float, evaluations:
     return math.exp(float(x[0])), math.exp(float(x[1])), best, trace
 
 
-def search_positions(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0: float):
+def search_positions(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0: float, F_norm_alt=None):
     """Both stages for ``model`` (a :class:`~learners.shadow.hyperparameters.FunctionalLagrangianModel` with one
-    lengthscale per input): grid with the training subset ``F_tr``, refinement with all training functionals
-    (``model.iterations`` solves, default :data:`REFINE_EVALUATIONS`). Returns those functionals and the best theta;
-    the grid and the refinement's trace go to ``model.history``."""
+    lengthscale per input): grid with the training subset ``F_tr`` (which ends with the normalisation ``F_norm``),
+    refinement with all training functionals (``model.iterations`` solves, default :data:`REFINE_EVALUATIONS`).
+    With ``F_norm_alt`` (the whole mass matrix, :mod:`learners.shadow.normalisation`) the grid runs for both, each
+    grid's best point is evaluated with all training functionals, and ``F_norm_alt`` is kept only if its held-out
+    error there is lower by more than :data:`MATRIX_MARGIN` (the subset's values alone chose wrongly on the
+    two-body problem: -5.86 against -5.60 on the subset, -5.59 against -7.60 with all functionals). Returns the training functionals, the best theta and
+    the normalisation kept; the grids and the refinement's trace go to ``model.history``."""
     from .functionals import Functionals
     from .hyperparameter_search import objective, split_functionals
 
     gp, n = model.gp, F_data.dim // 2
     G_va = Functionals.cat([F_va, P_va])
-    model.history["grid"] = grid = subset_grid(objective(gp, "positions", F_tr, F_va, G_va, positions), n, scale0)
-    lq, lv, best = min(grid, key=lambda g: g[2])
-    if not math.isfinite(best):
-        raise BeaRuntimeError("no hyperparameters on the grid gave a usable fit; fix them with lengthscale= and noise=")
+    F_sub = F_tr.subset(torch.arange(F_tr.count - F_norm.count))
     tr_all, _ = split_functionals(groups, F_data.count)
-    F_all = Functionals.cat([F_data.subset(tr_all), F_norm])
+    F_train = F_data.subset(tr_all)
+    candidates = [F_norm] if F_norm_alt is None else [F_norm, F_norm_alt]
+    best = None
+    for k, norm in enumerate(candidates):
+        grid = subset_grid(objective(gp, "positions", Functionals.cat([F_sub, norm]), F_va, G_va, positions), n, scale0)
+        model.history["grid" if k == 0 else "grid_alt"] = grid
+        lq, lv, val = min(grid, key=lambda g: g[2])
+        if not math.isfinite(val):
+            continue
+        F_all = Functionals.cat([F_train, norm])
+        evaluate = objective(gp, "positions", F_all, F_va, G_va, positions)
+        full = evaluate(tied_theta(lq, lv, n)) if len(candidates) > 1 else None  # None: refine evaluates it
+        model.history.setdefault("normalisation_values", []).append(full)
+        # the matrix (second) only where it predicts clearly better: it fixes the scales of separate parts of L, but
+        # its target c I is biased by O(h^2) for L_inv (whose mass matrix has h^2 V''(q) terms), MATRIX_MARGIN
+        if best is None or (full is not None and full < best[3] - MATRIX_MARGIN):
+            best = (lq, lv, val, full, F_all, norm, evaluate)
+    if best is None:
+        raise BeaRuntimeError("no hyperparameters on the grid gave a usable fit; fix them with lengthscale= and noise=")
+    lq, lv, val, full, F_all, F_norm, evaluate = best
     evaluations = REFINE_EVALUATIONS if model.iterations is None else model.iterations
     if evaluations > 0:
-        evaluate = objective(gp, "positions", F_all, F_va, G_va, positions)
-        lq, lv, best, model.history["search"] = refine(evaluate, n, lq, lv, evaluations)
-    model.history["objective"] = best
-    return F_all, tied_theta(lq, lv, n)
+        lq, lv, val, model.history["search"] = refine(evaluate, n, lq, lv, evaluations, start=full)
+    model.history["objective"] = val
+    return F_all, tied_theta(lq, lv, n), F_norm
