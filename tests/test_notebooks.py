@@ -59,6 +59,10 @@ def test_notebook_executes(name, tmp_path, monkeypatch):
     NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors
+    # the notebooks use only the current API (a deprecated call shows as a DeprecationWarning on the cell's stderr)
+    warned = [o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+              if o.get("output_type") == "stream" and "DeprecationWarning" in o.get("text", "")]
+    assert not warned, warned
 
 
 def test_stable_ids_change_only_the_edited_cell_and_keep_repeats_distinct():

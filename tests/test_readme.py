@@ -60,6 +60,8 @@ def test_readme_block_runs_within_its_stated_time(index, tmp_path):
         pytest.fail(f"README Python block {index + 1} ran over its stated {limit} s")
     elapsed = time.perf_counter() - t0
     assert r.returncode == 0, f"README Python block {index + 1} failed:\n{r.stderr[-3000:]}"
+    # the README uses only the current API: a deprecated call from the block (module __main__) would show here
+    assert not [line for line in r.stderr.splitlines() if "Warning:" in line], f"README block {index + 1} warns:\n{r.stderr[-3000:]}"
     assert elapsed <= limit
     # what a line shows as ``# -> output`` is what it prints (tests/doc_blocks.py)
     missing = doc_blocks.check_outputs(doc_blocks.Block("README.md", index + 1, "python", code), r.stdout)
