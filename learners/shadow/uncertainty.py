@@ -68,6 +68,7 @@ import torch
 
 from bea.errors import BeaRuntimeError, BeaTypeError, BeaValueError
 
+from .feature_jets import GaussianFactor, SplitLayout, index_of
 from .functionals import AtomSet, Functionals
 from .kernels import RBFKernel
 
@@ -78,6 +79,8 @@ Quantity = Callable[[Callable, torch.Tensor, torch.Tensor], torch.Tensor]
 #: entries (states x basis functions) of one coefficient block in a linearisation pass: bounds memory,
 #: since every nested derivative that ``mod_N`` takes keeps tensors of this size
 PASS_ENTRIES = 200_000
+#: entries of the per-state tables that turn jet values into feature coefficients (learners.shadow.feature_jets)
+TABLE_ENTRIES = 4_000_000
 #: highest derivative order probed for a jet part (mod_N energies of the orders used need <= N + 3)
 MAX_JET_ORDER = 14
 
@@ -140,6 +143,17 @@ class _GaussianMap:
 
     def __call__(self, x: torch.Tensor, centres: torch.Tensor) -> torch.Tensor:
         return self.feats((x - centres) / self.ls)
+
+    def split(self) -> SplitLayout:
+        """The map as Gaussian position features times Gaussian velocity features (:mod:`.feature_jets`)."""
+        D = self.feats.D
+        n, ls = D // 2, self.ls.expand(D)
+        fq, fv = GaussianFactor(ls[:n], self.feats.order), GaussianFactor(ls[n:], self.feats.order)
+        pos = index_of(fq.exponents)
+        e = self.feats.exponents
+        iq = torch.tensor([pos[tuple(int(a) for a in r[:n])] for r in e], dtype=torch.long)
+        iv = torch.tensor([pos[tuple(int(a) for a in r[n:])] for r in e], dtype=torch.long)
+        return SplitLayout(fq, fv, iq, iv, self.feats.order)
 
 
 def _kernel(gp) -> Tuple[torch.nn.Module, torch.Tensor]:
@@ -223,17 +237,17 @@ class _Features(_Columns):
         return self.fmap(xp, self.centres)
 
 
-class _RowFunctions(_Columns):
-    r"""One explicit function per row and output: :math:`\sum_\gamma c_{b o\gamma} \varphi_\gamma((x - r_b)/\ell)`
-    (the kernel applied to a reference state's jet part), columns ``o``."""
+class _Jets(_Columns):
+    r"""The scaled monomials :math:`z^\alpha/\sqrt{\alpha!}`, :math:`z = (x - x_b)/s`, :math:`|\alpha| \le p`, centred
+    at each row's state :math:`x_b` (:mod:`learners.shadow.feature_jets`: a jet functional's values on them fix it)."""
 
-    def __init__(self, centres: torch.Tensor, coef: torch.Tensor, fmap):
-        self.centres, self.coef, self.fmap = centres, coef, fmap
-        self.size = coef.shape[1]
+    def __init__(self, centres: torch.Tensor, scales: torch.Tensor, order: int):
+        self.centres, self.scales = centres, scales
+        self.mono = GaussianFeatures(centres.shape[-1], order, gaussian=False)
+        self.size = len(self.mono)
 
     def __call__(self, xp):
-        phi = self.fmap(xp, self.centres)  # (B, M)
-        return torch.einsum("bm,bom->bo", phi, self.coef)
+        return self.mono((xp - self.centres) / self.scales)
 
 
 def _linearise(mean: Callable, quantity: Quantity, x: torch.Tensor, columns: Sequence[_Columns], k: int) -> List[torch.Tensor]:
@@ -266,16 +280,17 @@ def _linearise(mean: Callable, quantity: Quantity, x: torch.Tensor, columns: Seq
 
 def jet_order(gp, quantity: Quantity, x: torch.Tensor, k: int, start: int = 3) -> int:
     r"""The highest derivative order :math:`p` of :math:`\bar L` on which the jet part of ``quantity`` depends,
-    probed at the state ``x`` (1, D): features up to order ``start`` are applied, and the order is raised
+    probed at the state ``x`` (1, D): the monomials :math:`(x - x_b)^\alpha` up to order ``start`` are applied
+    (the functional's value on one is its coefficient of :math:`\partial^\alpha L(x_b)`), and the order is raised
     until the two orders above the highest one that contributes give exact zeros."""
     D = x.shape[-1]
     ls = _probe_scales(_kernel(gp)[0], D)
     top = start
     while True:
-        feats = GaussianFeatures(D, top)
-        (c,) = _linearise(gp.mean, quantity, x, [_Features(x, _GaussianMap(ls, feats))], k)
+        cols = _Jets(x, ls, top)
+        (c,) = _linearise(gp.mean, quantity, x, [cols], k)
         nz = (c != 0).any(1).any(0)  # (M,)
-        p = int(feats.degree[nz].max()) if bool(nz.any()) else 0
+        p = int(cols.mono.degree[nz].max()) if bool(nz.any()) else 0
         if p <= top - 2:
             return p
         if top >= MAX_JET_ORDER:
@@ -346,28 +361,34 @@ def posterior_variance(gp, G: LinearisedQuantity, reference: Optional[Reference]
         raise BeaValueError("differences to a reference state are for scalar quantities (k = 1)")
     base, s2 = _kernel(gp)
     F = gp.train_functionals
-    feats = _feature_map(base, G.x.shape[-1], G.p)
-    B, M = G.x.shape[0], len(feats)
+    D = G.x.shape[-1]
+    layout = _feature_map(base, D, G.p).split()
+    B, A = G.x.shape[0], layout.jets.shape[0]
     if chunk is None:
-        chunk = max(1, PASS_ENTRIES // (F.count + 2 * M + 2 * G.k))
+        S, Gq, Gv = layout.half.shape[0], layout.fq.exponents.shape[0], layout.fv.exponents.shape[0]
+        table = S * (Gq + Gv) + G.k * (S * S + Gq * Gv + S * Gv)  # tables, jet matrices and coefficients, per state
+        chunk = max(1, min(PASS_ENTRIES // (A + G.k), TABLE_ENTRIES // table))
     out = []
     for a in range(0, B, chunk):
         rows = torch.arange(a, min(a + chunk, B))
-        out.append(_chunk_covariance(gp, G, reference, rows, feats, s2))
+        out.append(_chunk_covariance(gp, G, reference, rows, layout, s2))
     return gp.variance_scale * torch.cat(out)
 
 
-def _jet_and_atoms(gp, G: LinearisedQuantity, x: torch.Tensor, atoms: Optional[Functionals], feats, s2,
+def _jet_and_atoms(gp, G: LinearisedQuantity, x: torch.Tensor, atoms: Optional[Functionals], layout: SplitLayout, s2,
                    extra: Sequence[_Columns] = ()):
-    r"""Prior covariance (B, k, k), cross-covariance with the training functionals (B, k, F), the feature
-    coefficients (B, k, M) of the jet part, and the extra columns' blocks."""
+    r"""Prior covariance (B, k, k), cross-covariance with the training functionals (B, k, F), the jet values
+    (B, k, A) and feature coefficients (B, k, M) of the jet part, and the extra columns' blocks."""
     F, k = gp.train_functionals, G.k
-    cols: List[_Columns] = [_Sections(gp, F), _Features(x, feats)]
+    scales = torch.cat([layout.fq.scales, layout.fv.scales])
+    cols: List[_Columns] = [_Jets(x, scales, G.p)]
     if atoms is not None:
         cols.append(_RowSections(gp, atoms, k))
     cols += list(extra)
-    blocks = _linearise(gp.mean, G.quantity, x, cols, k)
-    K_T, c = blocks[0], blocks[1]
+    blocks = [None] + _linearise(gp.mean, G.quantity, x, cols, k)  # (no sections column: index 0 unused)
+    J = blocks[1]
+    K_T = s2 * layout.sections(J, x, F)  # T_b applied to the training functionals' kernel sections
+    c = layout.coefficients(J, x)
     prior = s2 * c @ c.transpose(1, 2)
     K = K_T
     if atoms is not None:
@@ -379,30 +400,29 @@ def _jet_and_atoms(gp, G: LinearisedQuantity, x: torch.Tensor, atoms: Optional[F
         AA = AA[idx[:, :, None], idx[:, None, :]]
         prior = prior + AA + X + X.transpose(1, 2)
         K = K_T + K_A
-    return prior, K, c, blocks[3 if atoms is not None else 2:]
+    return prior, K, J, c, blocks[3 if atoms is not None else 2:]
 
 
-def _chunk_covariance(gp, G: LinearisedQuantity, ref: Optional[Reference], rows, feats, s2) -> torch.Tensor:
+def _chunk_covariance(gp, G: LinearisedQuantity, ref: Optional[Reference], rows, layout: SplitLayout, s2) -> torch.Tensor:
     x = G.x[rows]
     atoms = _rows(G.atoms, rows, G.k)
     R = gp._chol
     if ref is None:
-        prior, K, _, _ = _jet_and_atoms(gp, G, x, atoms, feats, s2)
+        prior, K, _, _, _ = _jet_and_atoms(gp, G, x, atoms, layout, s2)
         V = torch.linalg.solve_triangular(R, K.reshape(-1, K.shape[-1]).T, upper=False)  # (F, B k)
         V = V.T.reshape(K.shape)
         return _floored(gp, prior - V @ V.transpose(1, 2), prior)
     # the reference rows: their own prior, cross-covariances and feature coefficients first
     xr = ref.x[rows]
     atoms_r = _rows(ref.atoms, rows, 1)
-    prior_r, K_r, c_r, _ = _jet_and_atoms(gp, G, xr, atoms_r, feats, s2)
-    extra: List[_Columns] = [_RowFunctions(xr, c_r, feats)]  # sigma_f^-2 T_ref^y k(x, y), per row
+    prior_r, K_r, _, c_r, _ = _jet_and_atoms(gp, G, xr, atoms_r, layout, s2)
+    extra: List[_Columns] = [] if atoms_r is None else [_RowSections(gp, atoms_r, 1)]  # sigma_f^2 A_ref^y k(x, y)
+    prior_b, K_b, J_b, _, ext = _jet_and_atoms(gp, G, x, atoms, layout, s2, extra)
+    cross = s2 * layout.apply_to_sections(J_b, x, xr, c_r[:, 0])[:, 0]  # Cov(T_b, T_ref)
     if atoms_r is not None:
-        extra.append(_RowSections(gp, atoms_r, 1))  # sigma_f^2 A_ref^y k(x, y)
-    prior_b, K_b, _, ext = _jet_and_atoms(gp, G, x, atoms, feats, s2, extra)
-    cross = s2 * ext[0][:, 0, 0]  # Cov(T_b, T_ref)
-    if atoms_r is not None:
-        cross = cross + ext[1][:, 0, 0]  # Cov(T_b, A_ref)
+        cross = cross + ext[0][:, 0, 0]  # Cov(T_b, A_ref)
     if atoms is not None:
+        feats = _feature_map(_kernel(gp)[0], x.shape[-1], G.p)
         cross = cross + s2 * _apply_rowfunction(atoms, xr, c_r[:, 0], feats, 1)[:, 0]  # Cov(A_b, T_ref)
         if atoms_r is not None:
             AA = gp.kernel.forward(atoms, atoms_r)
