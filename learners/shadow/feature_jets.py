@@ -181,26 +181,47 @@ class SplitLayout:
         return (self.fq.table(x[:, :n], centres[:, :n], self.half),
                 self.fv.table(x[:, n:], centres[:, n:], self.half))
 
-    def sections(self, J: torch.Tensor, x: torch.Tensor, F, entries: int = 2_000_000) -> torch.Tensor:
-        r""":math:`T_{b,o}[\Lambda_i^y k(\cdot, y)]` for the functionals ``F`` (atoms of order <= 2), from the jet values
-        ``J`` (B, k, A) at ``x`` (B, 2n): (B, k, F.count). With :math:`k = k_q k_v` and the atom's directions split
-        into position and velocity parts, :math:`\partial_{w_1}\partial_{w_2}(k_q k_v)` is the sum of the four
-        products of the factors' derivatives (one, two or none of the directions on each), and each factor's scaled
-        derivatives in :math:`x` at :math:`x_b` are closed forms (:func:`_gaussian_section`,
-        :func:`_polynomial_section`) whose derivatives along the atom's directions are forward-mode (``torch.func.jvp``)."""
-        n, Jm = self.n, self._matrix(J)
-        B, k, S = Jm.shape[0], Jm.shape[1], Jm.shape[2]
-        out = J.new_zeros(B, k, F.count)
+    def _products(self, x: torch.Tensor, F, width: int, entries: int):
+        r"""Per chunk of ``F``'s atoms: (atom set, slice, pairs) where the pairs ``(E, P)`` (B, P, S) of the position and
+        velocity factors' scaled :math:`x`-derivatives at the rows' states, differentiated along the atoms'
+        directions, sum (:math:`\sum_{pairs} E_{bps}P_{bpt}`) to :math:`\Lambda_p^y D^x_{(s,t)} k(x_b, y)`: with
+        :math:`k = k_q k_v` and each direction on one factor (the four products for two directions), each factor a
+        closed form (:func:`_gaussian_section`, :func:`_polynomial_section`) differentiated forward-mode
+        (``torch.func.jvp``) along the atom's directions."""
+        n, B, S = self.n, x.shape[0], self.half.shape[0]
         for m, A in F.atoms.items():
-            step = max(1, entries // (B * k * S))
+            step = max(1, entries // (B * width * S))
             for a in range(0, A.points.shape[0], step):
                 sl = slice(a, a + step)
                 y, W = A.points[sl], A.dirs[sl]
                 parts = [_directional(lambda yy, f=f, xx=xx: f.section(xx, yy, self.half), y[:, lo:lo + n], W[:, :, lo:lo + n])
                          for f, xx, lo in ((self.fq, x[:, :n], 0), (self.fv, x[:, n:], n))]
-                val = sum(torch.einsum("bps,bkst,bpt->bkp", Eq, Jm, Pv) for Eq, Pv in _leibniz(m, *parts))
-                out = out.index_add(2, A.owner[sl], val * A.coef[sl])
+                yield A, sl, list(_leibniz(m, *parts))
+
+    def sections(self, J: torch.Tensor, x: torch.Tensor, F, entries: int = 2_000_000) -> torch.Tensor:
+        r""":math:`T_{b,o}[\Lambda_i^y k(\cdot, y)]` for the functionals ``F`` (atoms of order <= 2), from the jet values
+        ``J`` (B, k, A) at ``x`` (B, 2n): (B, k, F.count), as :math:`\sum_\alpha J_\alpha D^x_\alpha\Lambda_i^y k(x_b, y)`
+        (:meth:`_products`)."""
+        Jm = self._matrix(J)
+        out = J.new_zeros(Jm.shape[0], Jm.shape[1], F.count)
+        for A, sl, pairs in self._products(x, F, Jm.shape[1], entries):
+            val = sum(((E[:, None] @ Jm) * P[:, None]).sum(-1) for E, P in pairs)  # (B, k, P): no (B, P, S, S) temporary
+            out = out.index_add(2, A.owner[sl], val * A.coef[sl])
         return out
+
+    def function_jet(self, x: torch.Tensor, atoms: dict, entries: int = 2_000_000) -> torch.Tensor:
+        r"""The scaled derivatives :math:`D_\alpha f(x_b) = \partial_z^\alpha f(x_b)/\sqrt{\alpha!}`, :math:`|\alpha| \le p`,
+        of :math:`f = \sum_a c_a \Lambda_a^y k(\cdot, y)` (``atoms``: order -> AtomSet, e.g. the posterior mean's
+        without :math:`\sigma_f^2`) at ``x`` (B, 2n): (B, A), in the order of the jet columns. Its Taylor polynomial
+        :math:`\sum_\alpha D_\alpha f(x_b)\, z^\alpha/\sqrt{\alpha!}` has the same jet of order :math:`p` at :math:`x_b`."""
+        from .functionals import Functionals
+
+        F = Functionals(x.shape[-1], 1, atoms)
+        S = self.half.shape[0]
+        out = x.new_zeros(x.shape[0], S, S)
+        for A, sl, pairs in self._products(x, F, 1, entries):
+            out = out + sum((E * A.coef[sl][:, None]).transpose(1, 2) @ P for E, P in pairs)
+        return out[:, self.jq, self.jv]
 
     def coefficients(self, J: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         r"""Feature coefficients :math:`c_{b o m} = T_{b,o}[\Phi_m(\cdot\,; x_b)]` from the jet values ``J`` (B, k, A)
