@@ -81,6 +81,8 @@ Quantity = Callable[[Callable, torch.Tensor, torch.Tensor], torch.Tensor]
 PASS_ENTRIES = 200_000
 #: entries of the per-state tables that turn jet values into feature coefficients (learners.shadow.feature_jets)
 TABLE_ENTRIES = 4_000_000
+#: states x monomials per pass of :func:`on_mean_jet` (mod_6 at n = 4, 6,435 monomials: ~0.2 GB per 8 states)
+MEAN_JET_ENTRIES = 50_000
 #: highest derivative order probed for a jet part (mod_N energies of the orders used need <= N + 3)
 MAX_JET_ORDER = 14
 
@@ -332,7 +334,7 @@ def on_mean_jet(gp, quantity: Quantity, x: torch.Tensor, p: int, k: int = 1) -> 
     D = x.shape[-1]
     layout = _feature_map(base, D, p).split()
     scales = torch.cat([layout.fq.scales, layout.fv.scales])
-    chunk = max(1, PASS_ENTRIES // layout.jets.shape[0])
+    chunk = max(1, MEAN_JET_ENTRIES // layout.jets.shape[0])
     out = []
     for a in range(0, x.shape[0], chunk):
         xb = x[a:a + chunk]
