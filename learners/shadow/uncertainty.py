@@ -23,8 +23,12 @@ and under the GP posterior :math:`\delta L` is Gaussian, so :math:`G[\delta L]` 
 **Jet parts, exactly and without derivative tensors.** All :math:`T_b` applied to a whole family of
 functions :math:`g_1..g_C` cost one evaluation of :math:`Q` and one backward pass: evaluate
 :math:`Q_b` on :math:`\bar L + \sum_c w_{bc}\, g_c` with a separate coefficient row :math:`w_b` per
-state (state ``b`` only sees row ``b``), and differentiate with respect to :math:`w` at zero. The
-families needed are:
+state (state ``b`` only sees row ``b``), and differentiate with respect to :math:`w` at zero. Only one family
+goes through that pass: the scaled monomials :math:`(x - x_b)^\alpha` of order :math:`\le p` (:class:`_Jets`),
+whose values fix :math:`T_b`; the two families below, which the variance needs, follow from them by closed-form
+tables (:mod:`learners.shadow.feature_jets`; pushing them through the nested derivatives of
+:math:`\mathrm{mod}_N` themselves kept tensors as wide as every feature and training atom, 12.9 GB at
+:math:`n = 4`). The families are:
 
 * the kernel sections of the training functionals, :math:`g_i = \sigma_f^2 \Lambda_i^y k(\cdot, y)`,
   which give the cross-covariances :math:`T_b[g_i] = \operatorname{Cov}(T_b, \Lambda_i)`;
