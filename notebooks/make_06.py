@@ -83,8 +83,8 @@ model3 = InverseModifiedLagrangianGP(0.2, progress=False).fit(snapshots(osc, 0.2
 print(f"fit {time.perf_counter() - t0:.1f} s; objective {model3.objective_used!r}, kernel "
       f"{type(model3.gp.kernel.base_kernel).__name__}")
 print(model3.calibration)""")
-md("""Held-out energy differences to one reference state (40 states in the middle 70% of the box), with the model's
-$2\\sigma$ bars, against the true ones in the identified energy's units (the energy is identified up to a constant
+md("""Held-out energy differences to one reference state (40 states in the middle 70% of the box): the model's error,
+with its $2\\sigma$ bars, against the true difference in the identified energy's units (the energy is identified up to a constant
 and a scale: one scale fitted by least squares); and the z-scores against $N(0, 1)$.""")
 code("""g = torch.Generator().manual_seed(11)
 x = (0.15 + 0.7 * torch.rand(41, 6, generator=g, dtype=torch.float64)) * 1.2 - 0.6
@@ -96,10 +96,9 @@ z = (mean - scale * true) / std
 print(f"relative error {float((mean - scale * true).norm() / (scale * true).norm()):.2e}; "
       f"RMS z {float(z.pow(2).mean().sqrt()):.2f}; within 2 sigma {float((z.abs() <= 2).double().mean()):.0%}")
 fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
-a1.errorbar(scale * true, mean, yerr=2 * std, fmt="o", ms=3, capsize=2)
-lim = [float(scale * true.min()), float(scale * true.max())]
-a1.plot(lim, lim, "k--", lw=1)
-a1.set(xlabel="true difference (identified units)", ylabel="model difference, ±2σ", title="H_rec[2] − H_rec[2](ref)")
+a1.errorbar(scale * true, mean - scale * true, yerr=2 * std, fmt="o", ms=3, capsize=2)
+a1.axhline(0, color="k", lw=1)
+a1.set(xlabel="true difference (identified units)", ylabel="model − true, ±2σ", title="H_rec[2] − H_rec[2](ref): error")
 zz = torch.linspace(-4, 4, 200)
 a2.hist(z.numpy(), bins=12, density=True, alpha=0.6, label="z-scores")
 a2.plot(zz, torch.exp(-zz ** 2 / 2) / (2 * torch.pi) ** 0.5, "k", label="N(0, 1)")
