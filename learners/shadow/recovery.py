@@ -19,6 +19,7 @@ from integrators.trajectory import positions
 
 from .._checks import as_tensor, check_finite, check_order, check_states
 from .calibration import ensure_energy_calibration
+from .kernels import RBFKernel
 from .rbf_jet import JetLagrangian, RBFJet, jets_fit
 from .uncertainty import (LinearisedQuantity, Reference, jet_order, momentum_functionals, on_mean_jet, posterior_variance,
                           repeat_functionals, weighted)
@@ -104,15 +105,17 @@ class RecoveryMixin:
     # ------------------------------------------------------------------ uncertainty (learners.shadow.uncertainty)
     def _next_energy(self, N: int, q: torch.Tensor, v: torch.Tensor, ref=None) -> torch.Tensor:
         r""":math:`H_{rec}[N']` (:func:`next_order`) at the states (data units), minus its value at ``ref`` if given: the
-        truncation term's partner. Few states: on the mean's Taylor polynomial at each state
+        truncation term's partner. The RBF: autograd through its closed-form mean (a few seconds for 40 states at
+        n = 4), or its closed-form jet for many states (compiled C, worth its build only for large batches), in
+        chunks. Other kernels (few states): on the mean's Taylor polynomial at each state
         (:func:`~learners.shadow.uncertainty.on_mean_jet`, whose nested derivatives are those of monomials, not of
-        every training atom: at n = 4 autograd through the atoms took 4 GB for 40 states), of the order the energy
-        of :math:`\mathrm{mod}_{N'}` depends on, :math:`p(N) + N' - N` (:math:`p(N) = N + 1`: each :math:`h^2` of the
-        series differentiates twice more, the energy once; probing :math:`N' = 6` directly costs minutes). Many
-        states: the closed-form jet (RBF, compiled C, worth its build only for large batches) or autograd, in chunks."""
+        every training atom: at n = 4 autograd through the mechanical kernel's atoms took 4 GB and 129 s for 40
+        states, this 0.2 GB and 18 s), of the order the energy of :math:`\mathrm{mod}_{N'}` depends on,
+        :math:`p(N) + N' - N` (:math:`p(N) = N + 1`: each :math:`h^2` of the series differentiates twice more, the
+        energy once; probing :math:`N' = 6` directly costs minutes)."""
         Nn = next_order(N, self.scheme)
-        if q.shape[0] > SMALL_BATCH:
-            L_next = self._recovered_std(Nn, jets=True)
+        if q.shape[0] > SMALL_BATCH or isinstance(self.gp.kernel.base_kernel, RBFKernel):
+            L_next = self._recovered_std(Nn, jets=q.shape[0] > SMALL_BATCH)
             # data units: v' = v / speed and L = speed**2 L' (speed = unit / time unit, learners.shadow.units)
             H_next = bea.energy(lambda q_, v_: self._speed ** 2 * L_next(self._to_standard(q_), v_ / self._speed))
             nxt = _in_chunks(H_next, q, v, self._autograd_chunk())
