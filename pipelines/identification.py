@@ -23,7 +23,8 @@ the *exact* inverse modified Lagrangian (:math:`\mathrm{inv}_6`, no GP) the leve
 0.0052/0.0010 at ``h = 0.4``; ``h = 0.45`` leaves room for the GP's own error. The lengthscales (one for the
 positions, one for the velocities, in the data's units) are those that the ``"positions"`` objective
 (:mod:`learners.shadow.position_objective`) selects on the CI data -- 1.57 and 12.6 -- rounded and fixed,
-because that search (65 solves) takes minutes; ``lengthscale=None`` (``--learn``) repeats it.
+because that search (a 30-point grid and 9 refinement solves with every training functional) takes minutes;
+``lengthscale=None`` (``--learn``) repeats it.
 
 **double pendulum** (``n = 2``, position-dependent mass): the data of the ModLaNet experiment
 (:func:`learners.modlanet.data.pendulum_chain_snapshots` with the settings of

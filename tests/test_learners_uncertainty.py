@@ -66,7 +66,14 @@ def test_linear_case_is_the_functional_posterior(henon):
     assert torch.allclose(std ** 2, u4 * C.diagonal()[:7], rtol=1e-6, atol=0)
     _, std_d = m.energy(0, return_std=True, reference=(qr, vr), truncation=False)(q, v)
     var_d = C.diagonal()[:7] + C[7, 7] - 2 * C[:7, 7]
-    assert torch.allclose(std_d ** 2, u4 * var_d, rtol=1e-6, atol=0)
+    # differences cancel more digits (variances down to 1e-10 of the prior): the two routes round differently
+    # (closed-form tables against kernel blocks), so allow 1/10 of posterior_variance's rounding floor,
+    # kappa(R) eps times the prior (measured: up to 0.024 of it, 1.06e-6 relative)
+    F = Functionals.cat([_energy_functionals(x, 2), _energy_functionals(xr, 2)])
+    K0 = m.gp.variance_scale * m.gp.kernel.forward(F, F).detach()
+    prior_d = K0.diagonal()[:7] + K0[7, 7] - 2 * K0[:7, 7]
+    floor = math.sqrt(m.gp.info.cond_estimate) * torch.finfo(torch.float64).eps * u4 * prior_d
+    assert bool(((std_d ** 2 - u4 * var_d).abs() <= 1e-6 * u4 * var_d + 0.1 * floor).all())
 
 
 def test_gaussian_features_expand_the_kernel():

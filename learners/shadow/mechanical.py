@@ -59,6 +59,7 @@ import torch
 from bea.errors import BeaValueError
 
 from ..saving import recorded, register
+from .feature_jets import GaussianFactor, MonomialFactor, SplitLayout
 from .kernels import SmoothKernel, quadratic_pairs
 from .uncertainty import GaussianFeatures
 
@@ -204,10 +205,17 @@ class MechanicalFeatures:
     def __init__(self, lq: torch.Tensor, lv: torch.Tensor, degree: int, order: int):
         n = lq.numel()
         self.lq, self.lv = lq, lv
+        self.order, self.degree = order, degree
         self.gauss = GaussianFeatures(n, order)
         self.mono = GaussianFeatures(n, degree, gaussian=False)  # z^beta / sqrt(beta!)
         self._w = torch.tensor([math.sqrt(math.perm(degree, int(k))) for k in self.mono.degree], dtype=torch.float64,
                                device=lq.device)
+
+    def split(self) -> SplitLayout:
+        """The map as its two factors, feature ``m = gamma * len(mono) + beta`` (:mod:`.feature_jets`)."""
+        G, P = len(self.gauss), len(self.mono)
+        return SplitLayout(GaussianFactor(self.lq, self.order), MonomialFactor(self.lv, self.degree),
+                           torch.arange(G).repeat_interleave(P), torch.arange(P).repeat(G), self.order)
 
     def __len__(self) -> int:
         return len(self.gauss) * len(self.mono)

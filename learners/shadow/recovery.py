@@ -19,9 +19,10 @@ from integrators.trajectory import positions
 
 from .._checks import as_tensor, check_finite, check_order, check_states
 from .calibration import ensure_energy_calibration
+from .kernels import RBFKernel
 from .rbf_jet import JetLagrangian, RBFJet, jets_fit
 from .references import energies_reference, reference_state
-from .uncertainty import (LinearisedQuantity, Reference, jet_order, momentum_functionals, posterior_variance,
+from .uncertainty import (LinearisedQuantity, Reference, jet_order, momentum_functionals, on_mean_jet, posterior_variance,
                           repeat_functionals, weighted)
 
 TorchLagrangian = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -77,7 +78,7 @@ class RecoveryMixin:
             q, v = check_states(q, v, self.n)
             lead = q.shape[:-1]
             qf, vf = q.detach().reshape(-1, self.n), v.detach().reshape(-1, self.n)
-            mean = H_mean(qf, vf).detach()
+            mean = _in_chunks(H_mean, qf, vf, self._autograd_chunk())
             x = self._standard_state(qf, vf)
             G = LinearisedQuantity(self._quantity("energy", N), x, 1, self._jet_order("energy", N))
             R = None
@@ -86,14 +87,7 @@ class RecoveryMixin:
                 R = Reference(self._standard_state(ref[0], ref[1]).expand_as(x))
             var = self._speed ** 4 * self._variance_factor("energy") * posterior_variance(self.gp, G, R)[:, 0, 0].clamp_min(0)
             if truncation:
-                # few states: autograd; the closed-form jet of the next order is compiled C that takes minutes to
-                # build at n >= 3 (48 states at n = 3: 0.5 s by autograd), worth it only for large batches
-                L_next = self._recovered_std(next_order(N, self.scheme), jets=qf.shape[0] > SMALL_BATCH)
-                # data units: v' = v / speed and L = speed**2 L' (speed = unit / time unit, learners.shadow.units)
-                H_next = bea.energy(lambda q_, v_: self._speed ** 2 * L_next(self._to_standard(q_), v_ / self._speed))
-                nxt = H_next(qf, vf).detach()
-                if ref is not None:
-                    nxt = nxt - H_next(ref[0][None], ref[1][None]).detach()
+                nxt = self._next_energy(N, qf, vf, ref)
                 var = var + (nxt - mean) ** 2
             std = var.sqrt()
             return (mean.reshape(lead), std.reshape(lead)) if return_std else mean.reshape(lead)
@@ -101,6 +95,35 @@ class RecoveryMixin:
         return H
 
     # ------------------------------------------------------------------ uncertainty (learners.shadow.uncertainty)
+    def _next_energy(self, N: int, q: torch.Tensor, v: torch.Tensor, ref=None) -> torch.Tensor:
+        r""":math:`H_{rec}[N']` (:func:`next_order`) at the states (data units), minus its value at ``ref`` if given: the
+        truncation term's partner. The RBF: autograd through its closed-form mean (a few seconds for 40 states at
+        n = 4), or its closed-form jet for many states (compiled C, worth its build only for large batches), in
+        chunks. Other kernels (few states): on the mean's Taylor polynomial at each state
+        (:func:`~learners.shadow.uncertainty.on_mean_jet`, whose nested derivatives are those of monomials, not of
+        every training atom: at n = 4 autograd through the mechanical kernel's atoms took 4 GB and 129 s for 40
+        states, this 0.2 GB and 18 s), of the order the energy of :math:`\mathrm{mod}_{N'}` depends on,
+        :math:`p(N) + N' - N` (:math:`p(N) = N + 1`: each :math:`h^2` of the series differentiates twice more, the
+        energy once; probing :math:`N' = 6` directly costs minutes)."""
+        Nn = next_order(N, self.scheme)
+        if q.shape[0] > SMALL_BATCH or isinstance(self.gp.kernel.base_kernel, RBFKernel):
+            L_next = self._recovered_std(Nn, jets=q.shape[0] > SMALL_BATCH)
+            # data units: v' = v / speed and L = speed**2 L' (speed = unit / time unit, learners.shadow.units)
+            H_next = bea.energy(lambda q_, v_: self._speed ** 2 * L_next(self._to_standard(q_), v_ / self._speed))
+            nxt = _in_chunks(H_next, q, v, self._autograd_chunk())
+            return nxt if ref is None else nxt - H_next(ref[0][None], ref[1][None]).detach()
+        p = self._jet_order("energy", N) + Nn - N
+        x = self._standard_state(q, v)
+        if ref is not None:
+            x = torch.cat([x, self._standard_state(ref[0][None], ref[1][None])])
+        nxt = self._speed ** 2 * on_mean_jet(self.gp, self._quantity("energy", Nn), x, p)[:, 0]
+        return nxt if ref is None else nxt[:-1] - nxt[-1]
+
+    def _autograd_chunk(self) -> int:
+        """States per autograd pass through the posterior mean (:data:`AUTOGRAD_ENTRIES`)."""
+        atoms = sum(A.points.shape[0] for A in self.gp.train_functionals.atoms.values())
+        return max(1, AUTOGRAD_ENTRIES // max(1, atoms))
+
     def _quantity(self, what: str, order: int):
         r"""The recovered quantity as a function of the Lagrangian, in standardised coordinates:
         ``"energy"`` :math:`H(\mathrm{mod}_N L)`, ``"momentum"`` :math:`-\partial_v\mathrm{mod}_N L` and
@@ -270,6 +293,14 @@ class RecoveryMixin:
 
 #: batches of at most this many states take the next order's energy (truncation term) by autograd
 SMALL_BATCH = 2000
+#: states x training atoms per autograd pass of the next order's energy: the nested derivatives of mod_6 keep
+#: ~2,200 tensors of one entry per (state, atom) alive (n = 4, 4,800 atoms: 85 MB per state), so ~0.7 GB a pass
+AUTOGRAD_ENTRIES = 40_000
+
+
+def _in_chunks(H: TorchLagrangian, q: torch.Tensor, v: torch.Tensor, chunk: int) -> torch.Tensor:
+    """``H(q, v)`` (B, n) -> (B,), detached, ``chunk`` states at a time."""
+    return torch.cat([H(q[a:a + chunk], v[a:a + chunk]).detach() for a in range(0, q.shape[0], chunk)])
 
 
 def _chunk(order: int, jets: bool = False) -> int:

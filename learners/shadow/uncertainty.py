@@ -23,8 +23,12 @@ and under the GP posterior :math:`\delta L` is Gaussian, so :math:`G[\delta L]` 
 **Jet parts, exactly and without derivative tensors.** All :math:`T_b` applied to a whole family of
 functions :math:`g_1..g_C` cost one evaluation of :math:`Q` and one backward pass: evaluate
 :math:`Q_b` on :math:`\bar L + \sum_c w_{bc}\, g_c` with a separate coefficient row :math:`w_b` per
-state (state ``b`` only sees row ``b``), and differentiate with respect to :math:`w` at zero. The
-families needed are:
+state (state ``b`` only sees row ``b``), and differentiate with respect to :math:`w` at zero. Only one family
+goes through that pass: the scaled monomials :math:`(x - x_b)^\alpha` of order :math:`\le p` (:class:`_Jets`),
+whose values fix :math:`T_b`; the two families below, which the variance needs, follow from them by closed-form
+tables (:mod:`learners.shadow.feature_jets`; pushing them through the nested derivatives of
+:math:`\mathrm{mod}_N` themselves kept tensors as wide as every feature and training atom, 12.9 GB at
+:math:`n = 4`). The families are:
 
 * the kernel sections of the training functionals, :math:`g_i = \sigma_f^2 \Lambda_i^y k(\cdot, y)`,
   which give the cross-covariances :math:`T_b[g_i] = \operatorname{Cov}(T_b, \Lambda_i)`;
@@ -68,16 +72,21 @@ import torch
 
 from bea.errors import BeaRuntimeError, BeaTypeError, BeaValueError
 
+from .feature_jets import GaussianFactor, SplitLayout, index_of
 from .functionals import AtomSet, Functionals
 from .kernels import RBFKernel
 
-__all__ = ["GaussianFeatures", "LinearisedQuantity", "Reference", "posterior_variance", "jet_order"]
+__all__ = ["GaussianFeatures", "LinearisedQuantity", "Reference", "posterior_variance", "jet_order", "on_mean_jet"]
 
 Quantity = Callable[[Callable, torch.Tensor, torch.Tensor], torch.Tensor]
 
 #: entries (states x basis functions) of one coefficient block in a linearisation pass: bounds memory,
 #: since every nested derivative that ``mod_N`` takes keeps tensors of this size
 PASS_ENTRIES = 200_000
+#: entries of the per-state tables that turn jet values into feature coefficients (learners.shadow.feature_jets)
+TABLE_ENTRIES = 4_000_000
+#: states x monomials per pass of :func:`on_mean_jet` (mod_6 at n = 4, 6,435 monomials: ~0.2 GB per 8 states)
+MEAN_JET_ENTRIES = 50_000
 #: highest derivative order probed for a jet part (mod_N energies of the orders used need <= N + 3)
 MAX_JET_ORDER = 14
 
@@ -142,6 +151,17 @@ class _GaussianMap:
 
     def __call__(self, x: torch.Tensor, centres: torch.Tensor) -> torch.Tensor:
         return self.feats((x - centres) / self.ls)
+
+    def split(self) -> SplitLayout:
+        """The map as Gaussian position features times Gaussian velocity features (:mod:`.feature_jets`)."""
+        D = self.feats.D
+        n, ls = D // 2, self.ls.expand(D)
+        fq, fv = GaussianFactor(ls[:n], self.feats.order), GaussianFactor(ls[n:], self.feats.order)
+        pos = index_of(fq.exponents)
+        e = self.feats.exponents
+        iq = torch.tensor([pos[tuple(int(a) for a in r[:n])] for r in e], dtype=torch.long)
+        iv = torch.tensor([pos[tuple(int(a) for a in r[n:])] for r in e], dtype=torch.long)
+        return SplitLayout(fq, fv, iq, iv, self.feats.order)
 
 
 def _kernel(gp) -> Tuple[torch.nn.Module, torch.Tensor]:
@@ -225,17 +245,17 @@ class _Features(_Columns):
         return self.fmap(xp, self.centres)
 
 
-class _RowFunctions(_Columns):
-    r"""One explicit function per row and output: :math:`\sum_\gamma c_{b o\gamma} \varphi_\gamma((x - r_b)/\ell)`
-    (the kernel applied to a reference state's jet part), columns ``o``."""
+class _Jets(_Columns):
+    r"""The scaled monomials :math:`z^\alpha/\sqrt{\alpha!}`, :math:`z = (x - x_b)/s`, :math:`|\alpha| \le p`, centred
+    at each row's state :math:`x_b` (:mod:`learners.shadow.feature_jets`: a jet functional's values on them fix it)."""
 
-    def __init__(self, centres: torch.Tensor, coef: torch.Tensor, fmap):
-        self.centres, self.coef, self.fmap = centres, coef, fmap
-        self.size = coef.shape[1]
+    def __init__(self, centres: torch.Tensor, scales: torch.Tensor, order: int):
+        self.centres, self.scales = centres, scales
+        self.mono = GaussianFeatures(centres.shape[-1], order, gaussian=False)
+        self.size = len(self.mono)
 
     def __call__(self, xp):
-        phi = self.fmap(xp, self.centres)  # (B, M)
-        return torch.einsum("bm,bom->bo", phi, self.coef)
+        return self.mono((xp - self.centres) / self.scales)
 
 
 def _linearise(mean: Callable, quantity: Quantity, x: torch.Tensor, columns: Sequence[_Columns], k: int) -> List[torch.Tensor]:
@@ -266,24 +286,70 @@ def _linearise(mean: Callable, quantity: Quantity, x: torch.Tensor, columns: Seq
     return [torch.stack([r[i] for r in rows], 1).detach() for i in range(len(columns))]
 
 
+class _Powers(_Columns):
+    r"""Powers :math:`(r_j\cdot z)^k`, :math:`k \le` ``top``, of a few fixed random linear forms of :math:`z = (x - x_b)/s`:
+    a linear functional of the jet vanishes on every monomial of degree :math:`k` exactly when it vanishes on the
+    :math:`k`-th powers of all linear forms (they span the homogeneous polynomials of degree :math:`k`), so generic
+    forms detect the degrees it depends on with ``top + 1`` columns per form instead of :math:`\binom{D+top}{top}`."""
+
+    FORMS = 3
+
+    def __init__(self, centre: torch.Tensor, scales: torch.Tensor, top: int):
+        g = torch.Generator().manual_seed(20231)
+        self.r = torch.randn(self.FORMS, centre.shape[-1], generator=g, dtype=torch.float64, device="cpu").to(centre.device)
+        self.centre, self.scales, self.top = centre, scales, top
+        self.size = self.FORMS * (top + 1)
+        self.degree = torch.arange(top + 1, device=centre.device).repeat(self.FORMS)
+
+    def __call__(self, xp):
+        lin = ((xp - self.centre) / self.scales) @ self.r.T  # (B, FORMS): exactly 0 at the centre
+        pw = [torch.ones_like(lin)]
+        for _ in range(self.top):
+            pw.append(pw[-1] * lin)
+        return torch.stack(pw, -1).reshape(xp.shape[0], -1)
+
+
 def jet_order(gp, quantity: Quantity, x: torch.Tensor, k: int, start: int = 3) -> int:
     r"""The highest derivative order :math:`p` of :math:`\bar L` on which the jet part of ``quantity`` depends,
-    probed at the state ``x`` (1, D): features up to order ``start`` are applied, and the order is raised
-    until the two orders above the highest one that contributes give exact zeros."""
+    probed at the state ``x`` (1, D): the powers of random linear forms of :math:`x - x_b` (:class:`_Powers`) up to
+    degree ``start`` are applied (all their derivatives of lower order vanish at :math:`x_b` exactly), and the
+    degree is raised until the two above the highest one that contributes give exact zeros."""
     D = x.shape[-1]
     ls = _probe_scales(_kernel(gp)[0], D)
     top = start
     while True:
-        feats = GaussianFeatures(D, top)
-        (c,) = _linearise(gp.mean, quantity, x, [_Features(x, _GaussianMap(ls, feats))], k)
+        cols = _Powers(x, ls, top)
+        (c,) = _linearise(gp.mean, quantity, x, [cols], k)
         nz = (c != 0).any(1).any(0)  # (M,)
-        p = int(feats.degree[nz].max()) if bool(nz.any()) else 0
+        p = int(cols.degree[nz].max()) if bool(nz.any()) else 0
         if p <= top - 2:
             return p
         if top >= MAX_JET_ORDER:
             raise BeaRuntimeError(f"the recovered quantity depends on derivatives of L of order > {MAX_JET_ORDER - 2}; "
                                "raise learners.shadow.uncertainty.MAX_JET_ORDER")
         top = min(top + 2, MAX_JET_ORDER)
+
+
+def on_mean_jet(gp, quantity: Quantity, x: torch.Tensor, p: int, k: int = 1) -> torch.Tensor:
+    r"""``quantity`` (jet order ``p``) of the posterior mean at the states ``x`` (B, D): (B, k). The quantity depends on
+    :math:`\bar L` only through its derivatives of order :math:`\le p` at each state, so it is evaluated on the mean's
+    Taylor polynomial of order :math:`p` there (:meth:`~learners.shadow.feature_jets.SplitLayout.function_jet`: closed
+    form), whose nested derivatives are those of :math:`\binom{D+p}{p}` monomials, not of every training atom
+    (through :math:`\mathrm{mod}_6` at :math:`n = 4` the atoms' autograd graph took 4 GB for 40 states)."""
+    base, s2 = _kernel(gp)
+    D = x.shape[-1]
+    layout = _feature_map(base, D, p).split()
+    scales = torch.cat([layout.fq.scales, layout.fv.scales])
+    chunk = max(1, MEAN_JET_ENTRIES // layout.jets.shape[0])
+    out = []
+    for a in range(0, x.shape[0], chunk):
+        xb = x[a:a + chunk]
+        coef = s2 * layout.function_jet(xb, gp._mean_atoms)  # (B, A)
+        cols = _Jets(xb, scales, p)
+        with torch.enable_grad():
+            q, v = xb[:, :D // 2].detach().clone(), xb[:, D // 2:].detach().clone()
+            out.append(quantity(lambda qq, vv: (cols(torch.cat([qq, vv], -1)) * coef).sum(-1), q, v).reshape(-1, k).detach())
+    return torch.cat(out)
 
 
 @dataclass
@@ -348,28 +414,34 @@ def posterior_variance(gp, G: LinearisedQuantity, reference: Optional[Reference]
         raise BeaValueError("differences to a reference state are for scalar quantities (k = 1)")
     base, s2 = _kernel(gp)
     F = gp.train_functionals
-    feats = _feature_map(base, G.x.shape[-1], G.p)
-    B, M = G.x.shape[0], len(feats)
+    D = G.x.shape[-1]
+    layout = _feature_map(base, D, G.p).split()
+    B, A = G.x.shape[0], layout.jets.shape[0]
     if chunk is None:
-        chunk = max(1, PASS_ENTRIES // (F.count + 2 * M + 2 * G.k))
+        S, Gq, Gv = layout.half.shape[0], layout.fq.exponents.shape[0], layout.fv.exponents.shape[0]
+        table = S * (Gq + Gv) + G.k * (S * S + Gq * Gv + S * Gv)  # tables, jet matrices and coefficients, per state
+        chunk = max(1, min(PASS_ENTRIES // (A + G.k), TABLE_ENTRIES // table))
     out = []
     for a in range(0, B, chunk):
         rows = torch.arange(a, min(a + chunk, B), device=G.x.device)
-        out.append(_chunk_covariance(gp, G, reference, rows, feats, s2))
+        out.append(_chunk_covariance(gp, G, reference, rows, layout, s2))
     return gp.variance_scale * torch.cat(out)
 
 
-def _jet_and_atoms(gp, G: LinearisedQuantity, x: torch.Tensor, atoms: Optional[Functionals], feats, s2,
+def _jet_and_atoms(gp, G: LinearisedQuantity, x: torch.Tensor, atoms: Optional[Functionals], layout: SplitLayout, s2,
                    extra: Sequence[_Columns] = ()):
-    r"""Prior covariance (B, k, k), cross-covariance with the training functionals (B, k, F), the feature
-    coefficients (B, k, M) of the jet part, and the extra columns' blocks."""
+    r"""Prior covariance (B, k, k), cross-covariance with the training functionals (B, k, F), the jet values
+    (B, k, A) and feature coefficients (B, k, M) of the jet part, and the extra columns' blocks."""
     F, k = gp.train_functionals, G.k
-    cols: List[_Columns] = [_Sections(gp, F), _Features(x, feats)]
+    scales = torch.cat([layout.fq.scales, layout.fv.scales])
+    cols: List[_Columns] = [_Jets(x, scales, G.p)]
     if atoms is not None:
         cols.append(_RowSections(gp, atoms, k))
     cols += list(extra)
-    blocks = _linearise(gp.mean, G.quantity, x, cols, k)
-    K_T, c = blocks[0], blocks[1]
+    blocks = [None] + _linearise(gp.mean, G.quantity, x, cols, k)  # (no sections column: index 0 unused)
+    J = blocks[1]
+    K_T = s2 * layout.sections(J, x, F)  # T_b applied to the training functionals' kernel sections
+    c = layout.coefficients(J, x)
     prior = s2 * c @ c.transpose(1, 2)
     K = K_T
     if atoms is not None:
@@ -381,30 +453,29 @@ def _jet_and_atoms(gp, G: LinearisedQuantity, x: torch.Tensor, atoms: Optional[F
         AA = AA[idx[:, :, None], idx[:, None, :]]
         prior = prior + AA + X + X.transpose(1, 2)
         K = K_T + K_A
-    return prior, K, c, blocks[3 if atoms is not None else 2:]
+    return prior, K, J, c, blocks[3 if atoms is not None else 2:]
 
 
-def _chunk_covariance(gp, G: LinearisedQuantity, ref: Optional[Reference], rows, feats, s2) -> torch.Tensor:
+def _chunk_covariance(gp, G: LinearisedQuantity, ref: Optional[Reference], rows, layout: SplitLayout, s2) -> torch.Tensor:
     x = G.x[rows]
     atoms = _rows(G.atoms, rows, G.k)
     R = gp._chol
     if ref is None:
-        prior, K, _, _ = _jet_and_atoms(gp, G, x, atoms, feats, s2)
+        prior, K, _, _, _ = _jet_and_atoms(gp, G, x, atoms, layout, s2)
         V = torch.linalg.solve_triangular(R, K.reshape(-1, K.shape[-1]).T, upper=False)  # (F, B k)
         V = V.T.reshape(K.shape)
         return _floored(gp, prior - V @ V.transpose(1, 2), prior)
     # the reference rows: their own prior, cross-covariances and feature coefficients first
     xr = ref.x[rows]
     atoms_r = _rows(ref.atoms, rows, 1)
-    prior_r, K_r, c_r, _ = _jet_and_atoms(gp, G, xr, atoms_r, feats, s2)
-    extra: List[_Columns] = [_RowFunctions(xr, c_r, feats)]  # sigma_f^-2 T_ref^y k(x, y), per row
+    prior_r, K_r, _, c_r, _ = _jet_and_atoms(gp, G, xr, atoms_r, layout, s2)
+    extra: List[_Columns] = [] if atoms_r is None else [_RowSections(gp, atoms_r, 1)]  # sigma_f^2 A_ref^y k(x, y)
+    prior_b, K_b, J_b, _, ext = _jet_and_atoms(gp, G, x, atoms, layout, s2, extra)
+    cross = s2 * layout.apply_to_sections(J_b, x, xr, c_r[:, 0])[:, 0]  # Cov(T_b, T_ref)
     if atoms_r is not None:
-        extra.append(_RowSections(gp, atoms_r, 1))  # sigma_f^2 A_ref^y k(x, y)
-    prior_b, K_b, _, ext = _jet_and_atoms(gp, G, x, atoms, feats, s2, extra)
-    cross = s2 * ext[0][:, 0, 0]  # Cov(T_b, T_ref)
-    if atoms_r is not None:
-        cross = cross + ext[1][:, 0, 0]  # Cov(T_b, A_ref)
+        cross = cross + ext[0][:, 0, 0]  # Cov(T_b, A_ref)
     if atoms is not None:
+        feats = _feature_map(_kernel(gp)[0], x.shape[-1], G.p)
         cross = cross + s2 * _apply_rowfunction(atoms, xr, c_r[:, 0], feats, 1)[:, 0]  # Cov(A_b, T_ref)
         if atoms_r is not None:
             AA = gp.kernel.forward(atoms, atoms_r)
