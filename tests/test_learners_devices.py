@@ -27,6 +27,7 @@ import torch
 
 from integrators import systems
 from integrators.data import snapshots
+from learners.neural.options import TrainOptions
 
 H = 0.1
 PENDULUM = systems.pendulum()
@@ -97,7 +98,7 @@ def modlanet(device):
 
     S, q0, v0 = _data(device)
     model = ModLaNet.pendulum_chain(1, transform="mlp", hidden=8, transform_hidden=4, device=device)
-    train(model, S, loss="del", h=H, epochs=2, patience=None, progress=False)
+    train(model, S, loss="del", h=H, options=TrainOptions(epochs=2, patience=None, progress=False))
     return {"q": predict_positions(model, q0, v0, 3, H, order=0).q, "L": model(q0, v0)}
 
 
@@ -107,7 +108,7 @@ def neural(device):
 
     S, q0, v0 = _data(device)
     lnn = LNN(1, 8, seed=0, device=device)
-    train(lnn, S, loss="del", h=H, epochs=2, patience=None, progress=False)
+    train(lnn, S, loss="del", h=H, options=TrainOptions(epochs=2, patience=None, progress=False))
     rolled = rollout_variational(lnn, q0, v0, H, 3)
     mlp = MLPBaseline(1, 8, seed=0, device=device)
     times = H * torch.arange(4, dtype=torch.float64, device=q0.device)

@@ -121,7 +121,7 @@ class GaussianFactor(_Factor):
     def __init__(self, scales: torch.Tensor, order: int):
         self.scales = scales
         self.exponents = monomial_exponents(scales.numel(), order)
-        self.weights = torch.ones(self.exponents.shape[0], dtype=torch.float64)
+        self.weights = torch.ones(self.exponents.shape[0], dtype=torch.float64, device=scales.device)
         self._gmax = order
 
     def coords(self, y, centres):
@@ -142,7 +142,8 @@ class MonomialFactor(_Factor):
         self.scales = scales
         self.exponents = monomial_exponents(scales.numel(), degree)
         deg = self.exponents.sum(-1)
-        self.weights = torch.tensor([math.sqrt(math.perm(degree, int(k))) for k in deg], dtype=torch.float64)
+        self.weights = torch.tensor([math.sqrt(math.perm(degree, int(k))) for k in deg], dtype=torch.float64,
+                                    device=scales.device)
         self._gmax = degree
 
     def coords(self, y, centres):
@@ -166,8 +167,9 @@ class SplitLayout:
         self.half = monomial_exponents(n, order)  # (S, n): the positions' (and the velocities') part of alpha
         pos = index_of(self.half)
         self.jets = monomial_exponents(2 * n, order)  # the jet columns' alpha (A, 2n)
-        self.jq = torch.tensor([pos[tuple(int(a) for a in r[:n])] for r in self.jets], dtype=torch.long)
-        self.jv = torch.tensor([pos[tuple(int(a) for a in r[n:])] for r in self.jets], dtype=torch.long)
+        # indices on the CPU, as the multi-indices (they index tensors on any device)
+        self.jq = torch.tensor([pos[tuple(int(a) for a in r[:n])] for r in self.jets], dtype=torch.long, device="cpu")
+        self.jv = torch.tensor([pos[tuple(int(a) for a in r[n:])] for r in self.jets], dtype=torch.long, device="cpu")
 
     def _matrix(self, J: torch.Tensor) -> torch.Tensor:
         """Jet values (B, k, A) as matrices over (alpha_q, alpha_v): (B, k, S, S)."""

@@ -159,8 +159,8 @@ class _GaussianMap:
         fq, fv = GaussianFactor(ls[:n], self.feats.order), GaussianFactor(ls[n:], self.feats.order)
         pos = index_of(fq.exponents)
         e = self.feats.exponents
-        iq = torch.tensor([pos[tuple(int(a) for a in r[:n])] for r in e], dtype=torch.long)
-        iv = torch.tensor([pos[tuple(int(a) for a in r[n:])] for r in e], dtype=torch.long)
+        iq = torch.tensor([pos[tuple(int(a) for a in r[:n])] for r in e], dtype=torch.long, device="cpu")
+        iv = torch.tensor([pos[tuple(int(a) for a in r[n:])] for r in e], dtype=torch.long, device="cpu")
         return SplitLayout(fq, fv, iq, iv, self.feats.order)
 
 
