@@ -13,7 +13,8 @@ import torch
 import integrators
 from integrators.data import snapshots
 from learners import ExtrapolationError, ExtrapolationWarning, LagrangianGP
-from learners.shadow.functionals import AtomSet, Functionals
+from energy_functionals import energy_functionals as _energy_functionals
+from learners.shadow.functionals import Functionals
 
 FAST = dict(iterations=4, max_train_functionals=150, progress=False)
 
@@ -21,15 +22,6 @@ FAST = dict(iterations=4, max_train_functionals=150, progress=False)
 @pytest.fixture(scope="module")
 def lgp():
     return LagrangianGP(0.2, **FAST).fit(snapshots(integrators.systems.pendulum(), 0.2, 12, 6, seed=0))
-
-
-def _energy_functionals(x: torch.Tensor, n: int) -> Functionals:
-    """H = v . dL/dv - L at the states x (B, 2n), as atoms (linear in L)."""
-    B, D = x.shape
-    dirs = torch.cat([torch.zeros(B, n, dtype=torch.float64), x[:, n:]], -1)[:, None, :]
-    own = torch.arange(B)
-    return Functionals(D, B, {0: AtomSet(x, torch.zeros(B, 0, D, dtype=torch.float64), -torch.ones(B, dtype=torch.float64), own),
-                             1: AtomSet(x, dirs, torch.ones(B, dtype=torch.float64), own)})
 
 
 def test_the_order_default_is_the_same_and_means_the_learned_lagrangian(lgp):

@@ -15,7 +15,8 @@ import bea
 import integrators
 from integrators.data import snapshots
 from learners import InverseModifiedLagrangianGP
-from learners.shadow.functionals import AtomSet, Functionals
+from energy_functionals import energy_functionals as _energy_functionals
+from learners.shadow.functionals import Functionals
 from learners.shadow.guards import IdentifiabilityWarning
 from learners.shadow.uncertainty import GaussianFeatures, LinearisedQuantity, Reference, _Features, _linearise, _Sections
 
@@ -37,15 +38,6 @@ def henon():
     system = integrators.systems.henon_heiles()
     model = InverseModifiedLagrangianGP(0.1, **FAST).fit(snapshots(system, 0.1, 60, 5, seed=1))
     return system, model
-
-
-def _energy_functionals(x: torch.Tensor, n: int) -> Functionals:
-    """H = v . dL/dv - L at the states x (B, 2n): linear in L, as atoms."""
-    B, D = x.shape
-    dirs = torch.cat([torch.zeros(B, n, dtype=torch.float64), x[:, n:]], -1)[:, None, :]
-    own = torch.arange(B)
-    return Functionals(D, B, {0: AtomSet(x, torch.zeros(B, 0, D, dtype=torch.float64), -torch.ones(B, dtype=torch.float64), own),
-                             1: AtomSet(x, dirs, torch.ones(B, dtype=torch.float64), own)})
 
 
 def test_linear_case_is_the_functional_posterior(henon):
