@@ -16,7 +16,7 @@ import integrators
 from bea.autodiff import lagrangian_jet
 from integrators import reference_flow
 from integrators.data import snapshots
-from integrators.variational import _velocity_guess
+from integrators._stepping import velocity_guess as _velocity_guess
 from learners import InverseModifiedLagrangianGP
 from learners.shadow.functionals import AtomSet
 from learners.shadow.kernels import AtomExpansion, FunctionalKernel, RBFKernel
