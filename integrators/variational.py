@@ -250,8 +250,8 @@ class VariationalIntegrator:
         batch = out.shape[1]
         if n in self._steppers:
             return self._fits_auto(self._steppers[n], mode, batch)
-        if mode == "auto" and work < AUTO_MIN_WORK:
-            return None
+        if mode == "auto" and (work < AUTO_MIN_WORK or isinstance(self.scheme, bea.StageScheme)):
+            return None  # a stage scheme steps eagerly by design (Newton on its interior points): nothing to say
         if n not in self._stepper_errors:
             from .ccompile import CompileError
             from .compiled import CompiledStepper, NotLowerable
