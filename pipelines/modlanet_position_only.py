@@ -48,7 +48,7 @@ def _position_only(cfg: ModLaNetConfig, q0, v0, q_ref, v_ref, ts, clock, log) ->
     steps = (q_ref.shape[0] - 1) // k
     if io:
         integrated, legendre = inverse_lagrangian(model, io, h, method="formula"), model
-        energies = {0: bea.energy(integrated), 2: model.energy}
+        energies = {0: bea.energy(integrated), 2: model.energy_at}
     else:
         integrated, legendre = model, recovered_lagrangian(model, 2, h, method="formula")
         energies = {N: recovered_energy(model, N, h, method="formula") for N in (0, 2)}

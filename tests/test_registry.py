@@ -39,9 +39,9 @@ def registered():
 
 
 def test_registered_scheme_in_derive(registered):
-    by_name = bea.modified_lagrangian(registered, 2, dim=1, cache=False)
-    by_object = bea.modified_lagrangian(MIXED, 2, dim=1, cache=False)
-    midpoint = bea.modified_lagrangian("midpoint", 2, dim=1, cache=False)
+    by_name = bea.modified_lagrangian(registered, 2, n=1, cache=False)
+    by_object = bea.modified_lagrangian(MIXED, 2, n=1, cache=False)
+    midpoint = bea.modified_lagrangian("midpoint", 2, n=1, cache=False)
     assert by_name.expr == by_object.expr
     assert by_name.expr != midpoint.expr  # the name found this scheme, not a built-in
     assert "third_party_mixed" in bea.available_schemes()
@@ -62,7 +62,7 @@ def test_registered_scheme_in_integrator(registered):
 def test_registered_scheme_in_cli(registered, capsys):
     assert main(["derive", "--scheme", registered, "--order", "2", "--dim", "1", "--no-cache"]) == 0
     out = capsys.readouterr().out
-    assert out.strip() == str(bea.modified_lagrangian(MIXED, 2, dim=1, cache=False)).strip()
+    assert out.strip() == str(bea.modified_lagrangian(MIXED, 2, n=1, cache=False)).strip()
     assert main(["derive", "--scheme", "midpoint", "--order", "2", "--dim", "1", "--no-cache"]) == 0
     assert capsys.readouterr().out != out
 
@@ -144,8 +144,8 @@ def test_entry_points_discovered_lazily(fake_distribution):
     assert "bea_fake_plugin" not in sys.modules  # names are listed without importing the plug-in
     sch = bea.get_scheme("EP-Mixed")
     assert sch.name == "ep-mixed" and "bea_fake_plugin" in sys.modules
-    by_name = bea.modified_lagrangian("ep_mixed", 2, dim=1, cache=False)
-    assert by_name.expr == bea.modified_lagrangian(MIXED, 2, dim=1, cache=False).expr
+    by_name = bea.modified_lagrangian("ep_mixed", 2, n=1, cache=False)
+    assert by_name.expr == bea.modified_lagrangian(MIXED, 2, n=1, cache=False).expr
     spec = parse({"kind": "ep_cube", "grid": {"x": [2.0]}})
     assert spec.kind_obj.run(spec.tasks[0].params, 0).metrics["y"] == 8.0
     with pytest.raises(bea.PluginLoadError) as err:
@@ -163,5 +163,5 @@ def test_entry_point_scheme_in_the_command_line(fake_distribution, tmp_path):
     r = subprocess.run([sys.executable, "-m", "bea", "derive", "--scheme", "ep-mixed", "--order", "2", "--dim", "1",
                         "--no-cache"], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
-    want = str(bea.modified_lagrangian(bea.CustomScheme(mixed, name="ep-mixed", symmetric=True), 2, dim=1, cache=False))
+    want = str(bea.modified_lagrangian(bea.CustomScheme(mixed, name="ep-mixed", symmetric=True), 2, n=1, cache=False))
     assert r.stdout.strip() == want.strip()
