@@ -13,13 +13,14 @@ r"""Checks that a GP Lagrangian model never returns a non-finite or runaway answ
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Callable, Optional, Tuple
 
 import torch
 
 from bea.errors import BeaError, BeaValueError, BeaWarning
 
-__all__ = ["NonFiniteModelError", "IdentifiabilityWarning", "ExtrapolationWarning", "ToleranceRelaxedWarning", "ExtrapolationError", "check_fitted", "check_prediction", "runaway", "data_region", "RUNAWAY_FACTOR", "FIT_PROBES"]
+__all__ = ["NonFiniteModelError", "IdentifiabilityWarning", "ExtrapolationWarning", "ToleranceRelaxedWarning", "ExtrapolationError", "check_fitted", "check_prediction", "report_extrapolation", "runaway", "data_region", "RUNAWAY_FACTOR", "FIT_PROBES"]
 
 #: a predicted position farther than this many data spreads (RMS standard deviation of the positions) from the
 #: data's centre has left the data's region by orders of magnitude. Why 100: standardised data lie within a few
@@ -91,6 +92,15 @@ def check_prediction(qs: torch.Tensor, what: str, to_data: Optional[Callable] = 
         f"{None if last is None else last.reshape(-1).tolist()[:6]}). The learned dynamics are not determined there "
         "(a prediction that left the data, or a learned Lagrangian that is not regular): start inside the data's "
         "region, predict fewer steps, or add data there")
+
+
+def report_extrapolation(msg: str, mode: str, stacklevel: int) -> None:
+    """The ``on_extrapolation`` policy of both GP models' ``predict``: ``"raise"`` raises :class:`ExtrapolationError`,
+    otherwise an :class:`ExtrapolationWarning` naming the caller's line (``stacklevel`` counted from the caller of this
+    function)."""
+    if mode == "raise":
+        raise ExtrapolationError(msg)
+    warnings.warn(msg, ExtrapolationWarning, stacklevel=stacklevel + 1)
 
 
 def runaway(qs: torch.Tensor, region: Optional[Tuple[torch.Tensor, float]] = None) -> torch.Tensor:

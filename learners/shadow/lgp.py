@@ -25,8 +25,7 @@ units, as given.
 from __future__ import annotations
 
 import dataclasses
-import warnings
-from typing import Callable, Optional, Union
+from typing import Callable, Optional
 
 import torch
 
@@ -40,7 +39,7 @@ from .hyperparameters import FunctionalLagrangianModel
 from .retry import solve_with_retry
 from .functionals import Functionals, euler_lagrange_residuals, gradient_evaluations
 from .compiled_mean import StandardisedMean
-from .guards import RUNAWAY_FACTOR, ExtrapolationError, ExtrapolationWarning, check_prediction, data_region, runaway
+from .guards import RUNAWAY_FACTOR, check_prediction, data_region, report_extrapolation, runaway
 from .lsi import DEFAULT_NEWTON
 from .references import energies_reference, reference_state
 from .uncertainty import LinearisedQuantity, Reference, jet_order, posterior_variance
@@ -244,9 +243,7 @@ class LagrangianGP(FunctionalLagrangianModel):
                    f"{RUNAWAY_FACTOR:g} data spreads from the data's centre (first at (step, batch...) = {idx}, "
                    f"position {qs[idx].tolist()}), where the learned Lagrangian is not "
                    "determined by the data. Start inside the data's region")
-            if on_extrapolation == "raise":
-                raise ExtrapolationError(msg)
-            warnings.warn(msg, ExtrapolationWarning, stacklevel=2)
+            report_extrapolation(msg, on_extrapolation, stacklevel=2)
         t = None if sol.t is None else sol.t * (self.h / self._h_std)  # the solve's times are in the standardised unit
         # legacy=None: used as the tensor q it returned before (deprecated)
         # p: the march's discrete momenta of the learned L, mapped back as momenta are (learners.shadow.units)

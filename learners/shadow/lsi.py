@@ -42,7 +42,6 @@ a fit that ends with a non-finite model and a non-finite prediction raise
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Callable, Dict, Optional, Union
 
 import torch
@@ -54,7 +53,7 @@ from .._checks import as_tensor, check_finite, check_order, check_snapshots, sna
 from .calibration import Calibration, ensure_energy_calibration
 from .hyperparameters import FunctionalLagrangianModel
 from .retry import solve_with_retry
-from .guards import RUNAWAY_FACTOR, ExtrapolationError, ExtrapolationWarning, check_prediction, runaway
+from .guards import RUNAWAY_FACTOR, ExtrapolationError, ExtrapolationWarning, check_prediction, report_extrapolation, runaway
 from .functionals import Functionals, del_residual_functionals, discrete_momentum_functionals, triples_from_snapshots
 from .normalisation import MassNormalisation
 from .units import position_units, standard_step
@@ -393,6 +392,4 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
                f"{RUNAWAY_FACTOR:g} data spreads from the data's centre (first at index (step, batch...) = {idx}: std "
                f"{ratio:.3g}x, {far:.3g} spreads, position {self._from_standard(qs[idx]).tolist()}); the learned "
                "dynamics there are not determined by the data. Start inside the data's region, or add data there")
-        if mode == "raise":
-            raise ExtrapolationError(msg)
-        warnings.warn(msg, ExtrapolationWarning, stacklevel=4)
+        report_extrapolation(msg, mode, stacklevel=4)
