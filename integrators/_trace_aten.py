@@ -1,6 +1,6 @@
-r"""Lowering rules: one per torch (aten) operation, on arrays of scalars of :mod:`integrators._trace_ops`.
+r"""Lowering rules: one per torch (aten) operation, on arrays of scalars of :mod:`integrators.codegen.ir`.
 
-Each rule gets the :class:`~integrators._trace_ops.Program`, the operation's arguments with every tensor
+Each rule gets the :class:`~integrators.codegen.ir.Program`, the operation's arguments with every tensor
 replaced by a NumPy object array of scalars (same shape), and the real result the operation produced
 while tracing (for shapes, and for results that do not depend on the state). It returns the array(s)
 of the result. Shape operations (views, ``cat``, ``select``, the backward of indexing) move scalars
@@ -17,7 +17,7 @@ from typing import Callable, Dict
 
 import numpy as np
 
-from ._trace_ops import UNARY, Program
+from .codegen.ir import FUNCTIONS, Program
 
 __all__ = ["RULES", "literal_array", "OPAQUE_OPS"]
 
@@ -199,7 +199,7 @@ RULES["aten.pow.Tensor_Scalar"] = RULES["aten.pow.Tensor_Tensor"] = lambda p, a,
 RULES["aten.pow.Scalar"] = lambda p, a, kw, out: _map(p.pow, a[0], a[1])
 RULES["aten.neg.default"] = lambda p, a, kw, out: _map(p.neg, a[0])
 RULES["aten.square.default"] = lambda p, a, kw, out: _map(lambda x: p.mul(x, x), a[0])
-for _n in UNARY:
+for _n in (f for f in FUNCTIONS if f != "pow"):
     RULES[f"aten.{_n}.default"] = (lambda name: lambda p, a, kw, out: _map(lambda x: p.unary(name, x), a[0]))(_n)
 for _n in ("lt", "le", "gt", "ge", "eq", "ne"):
     RULES[f"aten.{_n}.Tensor"] = RULES[f"aten.{_n}.Scalar"] = (

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._trace_aten import _fold, _reduce, _rule
-from ._trace_ops import OPAQUE, Program
+from .codegen.ir import OPAQUE, Program
 from .compiled import NotLowerable
 
 __all__ = []

@@ -5,7 +5,7 @@ Tracing runs ``L(q, v)`` once, on one state (``q, v`` of shape ``(1, n)``), unde
 :class:`~torch.utils._python_dispatch.TorchDispatchMode` that sees every torch (aten) operation, including
 those of the backward passes that a :mod:`bea` series takes inside ``L``. Each tensor becomes an array of
 scalars and each operation one lowering rule (:mod:`integrators._trace_aten`), which emits straight-line
-code on second-order jets in the state :math:`x = (q, v)` (:mod:`integrators._trace_ops`). The final jet
+code on second-order Taylor jets in the state :math:`x = (q, v)` (:mod:`integrators.codegen`). The final jet
 is :math:`(L, \nabla L, \nabla^2 L)`: exactly the ``lag_derivs`` a :class:`~integrators.compiled.CLagrangian`
 needs, so the DEL Newton step of the compiled march gets compiled derivatives.
 
@@ -34,8 +34,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import _trace_linalg  # noqa: F401  (registers its lowering rules)
 from ._trace_aten import FACTORIES, OPAQUE_OPS, RULES, literal_array
-from ._trace_emit import emit_c
-from ._trace_ops import OPAQUE, Jet, Program, Val
+from .codegen.emit import emit_c
+from .codegen.ir import OPAQUE, Jet, Program, Val
 from .compiled import MAX_N, CLagrangian, NotLowerable
 
 __all__ = ["trace_lagrangian", "VERIFY_RTOL"]
@@ -109,7 +109,7 @@ class _Tracer(TorchDispatchMode):
         ins = [a for a in _flat(conv) if isinstance(a, np.ndarray)]
         rule = RULES.get(name)
         if name in OPAQUE_OPS or (rule is None and any(x is OPAQUE for a in ins for x in a.reshape(-1))):
-            for o in tensors:  # no lowering: opaque (only checks may use it, module docstring of _trace_ops)
+            for o in tensors:  # no lowering: opaque (only checks may use it, module docstring of codegen.ir)
                 arr = np.empty(tuple(o.shape), dtype=object)
                 arr.reshape(-1)[:] = [OPAQUE] * o.numel()
                 self.bind(o, arr)

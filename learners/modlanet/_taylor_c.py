@@ -1,5 +1,5 @@
 r"""C helpers of a ModLaNet's Taylor form (:mod:`learners.modlanet.taylor`): the model's operations on
-truncated Taylor polynomials (:mod:`integrators._taylor_c`, whose header must come first).
+truncated Taylor polynomials (:mod:`integrators.codegen.runtime`, whose header must come first).
 
 A smooth scalar function enters through its Taylor coefficients :math:`\phi^{(k)}(z)/k!` at the value:
 

@@ -5,7 +5,7 @@ Newton step needs :math:`M`'s derivatives up to order 4).
 The same computation as the model and as its second-order C form (:mod:`learners.modlanet.lowering`, whose
 :func:`~learners.modlanet.lowering.plan` gives the structure and the run-time parameter array), with every
 quantity a truncated Taylor polynomial in the :math:`D = 2n` variables :math:`x = (q, v)`
-(:mod:`integrators._taylor_c`, :mod:`learners.modlanet._taylor_c`):
+(:mod:`integrators.codegen.runtime`, :mod:`learners.modlanet._taylor_c`):
 
 * each element's offset :math:`T_i(q_i)` and velocity :math:`J_{T_i}(q_i)\dot q_i` (identity: the seeded
   variables; rod: :math:`l(\sin, -\cos)\theta` and :math:`l\omega(\cos, \sin)\theta`; learned transform: its
@@ -24,7 +24,7 @@ from math import factorial
 from typing import List
 
 from bea.errors import BeaRuntimeError
-from integrators._taylor_c import header, monomials, size
+from integrators.codegen.runtime import header, monomials, size
 from integrators.compiled import NotLowerable
 from integrators.series_c import CTaylor
 

@@ -1,17 +1,19 @@
-r"""Scalar straight-line programs on second-order jets: the representation behind :mod:`integrators.traced`.
+r"""The intermediate representation of the code generator: straight-line programs over truncated Taylor values.
 
-A traced torch Lagrangian becomes, element by element, a program whose scalars are
+A front-end (a traced torch Lagrangian, a :mod:`bea` series formula) builds, scalar by scalar, a program
+whose scalars are
 
 * *literals* (Python floats: numbers fixed by the code, folded as it is traced),
 * *values* (:class:`Val`: numbers known at run time but constant in the state, e.g. a network's weights,
   read from the parameter array ``P``, and comparisons, which carry no derivative), and
-* *jets* (:class:`Jet`): functions of the state :math:`x = (q, v) \in \mathbb R^D` carried to second
-  order, :math:`(f, \nabla f, \nabla^2 f)` at :math:`x`, with the chain rule for a function
-  :math:`\phi` of one jet :math:`a`:
+* *jets* (:class:`Jet`): functions of the variables :math:`x \in \mathbb R^D` (the state :math:`(q, v)`)
+  carried as their Taylor polynomial to degree ``K`` at :math:`x` (``K = 2``: value, gradient, Hessian; ``K``
+  is a number of the program, not a dialect).
 
-  .. math:: \phi(a) = \bigl(\phi(a_0),\ \phi'(a_0)\nabla a,\ \phi'(a_0)\nabla^2 a + \phi''(a_0)\nabla a\,\nabla a^\top\bigr),
-
-  and the product rule :math:`\nabla^2(ab) = a\nabla^2 b + b\nabla^2 a + \nabla a\nabla b^\top + \nabla b\nabla a^\top`.
+Each instruction ``(op, out, *args)`` has one lowering rule in C, in :mod:`integrators.codegen.runtime`
+(product: truncated convolution; quotient: solved degree by degree; a function :math:`\phi` of one jet:
+its Taylor series in :math:`a - a_0`, the functions of :data:`~integrators.codegen.runtime.FUNCTIONS`), and
+:mod:`integrators.codegen.emit` prints the program.
 
 Obvious identities (``x * 0``, ``x * 1``, ``x + 0``) are applied to literals while tracing, which removes
 most of the zeros that autograd's backward formulas introduce. *Opaque* scalars (:data:`OPAQUE`) stand
@@ -24,13 +26,14 @@ from __future__ import annotations
 import math
 from typing import List, Tuple
 
-from .compiled import NotLowerable
+from ..compiled import NotLowerable
+from .runtime import FUNCTIONS
 
-__all__ = ["Jet", "Val", "OPAQUE", "Program", "UNARY"]
+__all__ = ["Jet", "Val", "OPAQUE", "Program", "FUNCTIONS"]
 
 
 class Jet:
-    """A scalar that depends on the state (value, gradient and Hessian are carried)."""
+    """A scalar that depends on the state (its Taylor polynomial to the program's degree is carried)."""
     __slots__ = ("k",)
 
     def __init__(self, k: int):
@@ -54,29 +57,6 @@ class _Opaque:
 
 OPAQUE = _Opaque()
 
-#: unary functions: C expressions of phi(a), phi'(a), phi''(a) in the value ``a`` and ``f0 = phi(a)``
-UNARY = {
-    "sin": ("sin(a)", "cos(a)", "-f0"),
-    "cos": ("cos(a)", "-sin(a)", "-f0"),
-    "tan": ("tan(a)", "1.0 + f0 * f0", "2.0 * f0 * (1.0 + f0 * f0)"),
-    "exp": ("exp(a)", "f0", "f0"),
-    "expm1": ("expm1(a)", "f0 + 1.0", "f0 + 1.0"),
-    "log": ("log(a)", "1.0 / a", "-1.0 / (a * a)"),
-    "log1p": ("log1p(a)", "1.0 / (1.0 + a)", "-1.0 / ((1.0 + a) * (1.0 + a))"),
-    "sqrt": ("sqrt(a)", "0.5 / f0", "-0.25 / (f0 * a)"),
-    "rsqrt": ("1.0 / sqrt(a)", "-0.5 * f0 / a", "0.75 * f0 / (a * a)"),
-    "reciprocal": ("1.0 / a", "-f0 * f0", "2.0 * f0 * f0 * f0"),
-    "tanh": ("tanh(a)", "1.0 - f0 * f0", "-2.0 * f0 * (1.0 - f0 * f0)"),
-    "sigmoid": ("1.0 / (1.0 + exp(-a))", "f0 * (1.0 - f0)", "f0 * (1.0 - f0) * (1.0 - 2.0 * f0)"),
-    "sinh": ("sinh(a)", "cosh(a)", "f0"),
-    "cosh": ("cosh(a)", "sinh(a)", "f0"),
-    "atan": ("atan(a)", "1.0 / (1.0 + a * a)", "-2.0 * a / ((1.0 + a * a) * (1.0 + a * a))"),
-    "abs": ("fabs(a)", "(a > 0.0) - (a < 0.0)", "0.0"),
-    "relu": ("(a > 0.0 ? a : 0.0)", "(a > 0.0 ? 1.0 : 0.0)", "0.0"),
-    "softplus": ("(a > 20.0 ? a : log1p(exp(a)))", "(a > 20.0 ? 1.0 : 1.0 / (1.0 + exp(-a)))",
-                 "(a > 20.0 ? 0.0 : exp(-a) / ((1.0 + exp(-a)) * (1.0 + exp(-a))))"),
-}
-
 #: binary value operations (no derivatives): C format strings
 VALUE_BINARY = {"add": "({} + {})", "sub": "({} - {})", "mul": "({} * {})", "div": "({} / {})", "pow": "pow({}, {})",
                 "lt": "(double)({} < {})", "le": "(double)({} <= {})", "gt": "(double)({} > {})",
@@ -94,11 +74,10 @@ def _lit(x) -> bool:
 
 class Program:
     """Builds the instruction list; every method takes and returns scalars (float, :class:`Val`,
-    :class:`Jet`, :data:`OPAQUE`). Instructions are tuples ``(op, out, *args)`` emitted by
-    :mod:`integrators.traced`."""
+    :class:`Jet`, :data:`OPAQUE`). Instructions are tuples ``(op, out, *args)``; ``D`` variables, degree ``K``."""
 
-    def __init__(self, D: int):
-        self.D = D
+    def __init__(self, D: int, K: int = 2):
+        self.D, self.K = D, K
         self.code: List[tuple] = []
         self.njets = 0
         self.nvals = 0
@@ -121,6 +100,10 @@ class Program:
 
     def seed(self, i: int) -> Jet:
         return self._jet("seed", i)
+
+    def gather(self, array: str, idx, fac) -> Jet:
+        """The jet ``o[k] = fac[k] * array[idx[k]]`` (a derivative of a model read off its Taylor polynomial)."""
+        return self._jet("gather", array, tuple(idx), tuple(float(f) for f in fac))
 
     # ------------------------------------------------------------------ arithmetic
     def add(self, a, b):
@@ -237,6 +220,8 @@ class Program:
     def unary(self, name: str, a):
         if a is OPAQUE:
             return OPAQUE
+        if name not in FUNCTIONS:
+            raise NotLowerable(f"the function {name} has no Taylor rule in the code generator")
         if isinstance(a, Jet):
             return self._jet("fun", a, name)
         out = Val(f"v{self.nvals}")

@@ -1,0 +1,16 @@
+"""The code generator of the compiled path: one intermediate representation, one C runtime, one emitter.
+
+* :mod:`~integrators.codegen.ir`: straight-line programs over truncated Taylor values in ``D`` variables to
+  degree ``K`` (the front-ends build them: :mod:`integrators.traced` from torch code,
+  :mod:`integrators.series_c` from a :mod:`bea` series formula);
+* :mod:`~integrators.codegen.runtime`: the C of Taylor arithmetic, each operation written once;
+* :mod:`~integrators.codegen.emit`: the program as the C function a compiled form needs.
+
+Compiling and loading (one ctypes path, one in-process cache) is :mod:`integrators.ccompile`.
+"""
+
+from .emit import emit_c
+from .ir import OPAQUE, Jet, Program, Val
+from .runtime import FUNCTIONS, header, monomials, size
+
+__all__ = ["Program", "Jet", "Val", "OPAQUE", "emit_c", "header", "monomials", "size", "FUNCTIONS"]
