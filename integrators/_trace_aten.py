@@ -152,6 +152,20 @@ def _zeros(shape) -> np.ndarray:
     return res
 
 
+@_rule("aten.masked_scatter.default")
+def _masked_scatter(p, args, kw, out):
+    a, mask, src = np.broadcast_arrays(args[0], args[1], args[2])[0].copy(), np.broadcast_to(args[1], args[0].shape), args[2]
+    picked = [k for k, m in enumerate(mask.reshape(-1)) if m != 0.0]  # the mask is a literal (bool) tensor
+    a.reshape(-1)[picked] = src.reshape(-1)[:len(picked)]
+    return a
+
+
+@_rule("aten.index.Tensor")
+def _index(p, args, kw, out):
+    idx = tuple(slice(None) if i is None else np.asarray(i, dtype=float).astype(np.int64) for i in args[1])
+    return args[0][idx]
+
+
 @_rule("aten.cat.default")
 def _cat(p, args, kw, out):
     parts = [a for a in args[0] if a.size or a.ndim > 1]

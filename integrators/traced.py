@@ -34,11 +34,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import _trace_linalg  # noqa: F401  (registers its lowering rules)
 from ._trace_aten import FACTORIES, OPAQUE_OPS, RULES, literal_array
-from .codegen.emit import emit_c
+from .codegen.emit import derivs_of_taylor, emit_c
 from .codegen.ir import OPAQUE, Jet, Program, Val
 from .compiled import MAX_N, CLagrangian, NotLowerable
+from .series_c import CTaylor
 
-__all__ = ["trace_lagrangian", "VERIFY_RTOL"]
+__all__ = ["trace_lagrangian", "trace_taylor", "VERIFY_RTOL"]
 
 #: relative agreement with autograd required of a traced form at the verification states
 VERIFY_RTOL = 1e-8
@@ -137,8 +138,8 @@ def _flat(xs):
             yield x
 
 
-def _trace(L, n: int, x0: torch.Tensor) -> Tuple[Program, "_Tracer", Any]:
-    prog = Program(2 * n)
+def _trace(L, n: int, x0: torch.Tensor, K: int = 2) -> Tuple[Program, "_Tracer", Any]:
+    prog = Program(2 * n, K)
     tracer = _Tracer(prog)
     q = x0[:n].clone().reshape(1, n).requires_grad_(True)
     v = x0[n:].clone().reshape(1, n).requires_grad_(True)
@@ -164,14 +165,13 @@ def _trace(L, n: int, x0: torch.Tensor) -> Tuple[Program, "_Tracer", Any]:
     return prog, tracer, out.reshape(-1)[0]
 
 
-def trace_lagrangian(L, n: int, *, seed: int = 0) -> CLagrangian:
-    """Trace ``L`` for ``n`` coordinates into a verified :class:`~integrators.compiled.CLagrangian`
-    (:class:`~integrators.compiled.NotLowerable` if it cannot be)."""
+def _traced(L, n: int, seed: int, K: int):
+    """``(program, result, params function, x0, generator)`` of ``L`` traced to degree ``K``."""
     if not isinstance(n, int) or not 1 <= n <= MAX_N:
         raise NotLowerable(f"n = {n} coordinates; the compiled loop handles 1 to {MAX_N}")
     gen = torch.Generator().manual_seed(seed)
     x0 = 0.3 + 0.4 * torch.rand(2 * n, generator=gen, dtype=torch.float64)
-    prog, tracer, result = _trace(L, n, x0)
+    prog, tracer, result = _trace(L, n, x0, K)
     if result is OPAQUE or not isinstance(result, Jet):
         raise NotLowerable("the traced Lagrangian does not depend on the state (or only through untraceable operations)")
     leaves = list(tracer.leaves)
@@ -181,14 +181,37 @@ def trace_lagrangian(L, n: int, *, seed: int = 0) -> CLagrangian:
             return np.zeros(1)
         return np.concatenate([t.detach().cpu().double().reshape(-1).numpy() for t in leaves])
 
+    return prog, result, (params if leaves else None), x0, gen
+
+
+def trace_lagrangian(L, n: int, *, seed: int = 0) -> CLagrangian:
+    """Trace ``L`` for ``n`` coordinates into a verified :class:`~integrators.compiled.CLagrangian`
+    (:class:`~integrators.compiled.NotLowerable` if it cannot be)."""
+    prog, result, refresh, x0, gen = _traced(L, n, seed, 2)
     source, ops, tables = emit_c(prog, result)
     # networks (weight tables): vector instructions, and batches beyond NETWORK_MAX_BATCH left to batched torch
     # under execution="auto", which overtakes the per-element C loop there (benchmarks/integrate_any.py)
-    clag = CLagrangian(n=n, source=source, params=params(), cost=max(1, (ops + tables) // 20),
-                       refresh=params if leaves else None, vectorise=tables > 0,
+    clag = CLagrangian(n=n, source=source, params=refresh() if refresh else np.zeros(1), cost=max(1, (ops + tables) // 20),
+                       refresh=refresh, vectorise=tables > 0,
                        auto_max_batch=NETWORK_MAX_BATCH if tables >= NETWORK_TERMS else None)
     _verify(L, clag, n, x0, gen)
     return clag
+
+
+def trace_taylor(L, n: int, order: int, *, seed: int = 0) -> CTaylor:
+    """Trace ``L`` for ``n`` coordinates into its Taylor polynomial to degree ``order`` in C, a
+    :class:`~integrators.series_c.CTaylor` (what a :mod:`bea` series on the compiled path needs of a model).
+    Verified as :func:`trace_lagrangian` on its coefficients of degree <= 2; the higher ones come from the
+    same instructions and runtime rules (tested against nested autograd)."""
+    if not isinstance(order, int) or order < 2:
+        raise NotLowerable(f"a Taylor form of order {order} (at least 2) was asked for")
+    prog, result, refresh, x0, gen = _traced(L, n, seed, order)
+    source, ops, tables = emit_c(prog, result, taylor=True, prefix="tt")
+    params = refresh() if refresh else np.zeros(1)
+    check = CLagrangian(n=n, source=source + derivs_of_taylor(2 * n, order), params=params, refresh=refresh)
+    _verify(L, check, n, x0, gen)
+    return CTaylor(n=n, order=order, source=source, params=params, cost=max(1, (ops + tables) // 20),
+                   refresh=refresh, vectorise=tables > 0)
 
 
 def _verify(L, clag: CLagrangian, n: int, x0: torch.Tensor, gen: torch.Generator) -> None:

@@ -22,7 +22,7 @@ from ..compiled import NotLowerable
 from .ir import Jet, Program, Val
 from .runtime import FUNCTIONS, header, monomials, size
 
-__all__ = ["emit_c", "MAX_WORK_DOUBLES"]
+__all__ = ["emit_c", "derivs_of_taylor", "MAX_WORK_DOUBLES"]
 
 #: largest work array (doubles, on the C stack) a program may use
 MAX_WORK_DOUBLES = 1 << 16
@@ -92,10 +92,20 @@ def _hessian_table(D: int, K: int) -> str:
             f"    static const double HF[] = {{{', '.join(fac)}}};")
 
 
-def emit_c(prog: Program, result: Jet, *, taylor: bool = False, prelude: str = "") -> Tuple[str, int, int]:
+def derivs_of_taylor(D: int, K: int) -> str:
+    """C of ``lag_derivs(x, P, g, H)`` reading the gradient and Hessian off ``lag_taylor`` (degree ``K >= 2``)."""
+    return "\n".join(["static void lag_derivs(const double *x, const double *P, double *g, double *H) {",
+                      f"    double T[{size(D, K)}];", "    lag_taylor(x, P, T);", _hessian_table(D, K),
+                      f"    for (int i = 0; i < {D}; i++) g[i] = T[1 + i];",
+                      f"    for (int i = 0; i < {D * D}; i++) H[i] = HF[i] * T[HI[i]];", "}", ""])
+
+
+def emit_c(prog: Program, result: Jet, *, taylor: bool = False, prelude: str = "",
+           prefix: str = PREFIX) -> Tuple[str, int, int]:
     """``(source, number of jet operations, number of weighted terms in table form)`` of ``lag_derivs`` (or, with
     ``taylor``, ``lag_taylor``) computing the jet ``result``; ``prelude``: C lines run first (they may define
-    the arrays that ``gather`` instructions read)."""
+    the arrays that ``gather`` instructions read); ``prefix``: of the runtime's C names (two programs of
+    different sizes in one file need two)."""
     roots = [result] + [g for g, _ in prog.guards]
     code = _live(prog, roots)
     slot, count = _slots(code, roots)
@@ -115,13 +125,13 @@ def emit_c(prog: Program, result: Jet, *, taylor: bool = False, prelude: str = "
         return f"S({slot[a.k]})[0]" if isinstance(a, Jet) else arg(a)
 
     sig = "double *T" if taylor else "double *g, double *H"
-    lines = [header(D, K, PREFIX, noinline=True),
+    lines = [header(D, K, prefix, noinline=True),
              f"static void lag_{'taylor' if taylor else 'derivs'}(const double *x, const double *P, {sig}) {{",
              f"    double Wk[{max(1, count) * S}];", "    int bad = 0;", "    (void)P; (void)bad; (void)x;",
              f"#define S(s) (Wk + (s) * {S})", prelude]
     ops = tables = 0
     for ins in code:
-        lines.append("    " + _statement(ins, arg, val))
+        lines.append("    " + _statement(ins, arg, val, prefix))
         ops += isinstance(ins[1], Jet)
         tables += (len(ins) - 2) // 2 if "_lin_p" in lines[-1] else 0
     for g, expected in prog.guards:
@@ -133,11 +143,11 @@ def emit_c(prog: Program, result: Jet, *, taylor: bool = False, prelude: str = "
     else:
         lines += [_hessian_table(D, K), f"    for (int i = 0; i < {D}; i++) g[i] = {r}[1 + i];",
                   f"    for (int i = 0; i < {D * D}; i++) H[i] = HF[i] * {r}[HI[i]];", "    if (bad) g[0] = NAN;"]
-    return "\n".join(lines + ["#undef S", "}"]), ops, tables
+    return "\n".join(lines + ["#undef S", "}", ""]), ops, tables
 
 
-def _statement(ins: tuple, arg, val) -> str:
-    op, out, a, p = ins[0], ins[1], ins[2:], PREFIX
+def _statement(ins: tuple, arg, val, p: str) -> str:
+    op, out, a = ins[0], ins[1], ins[2:]
     if op == "seed":
         return f"{p}_seed(x[{a[0]}], {a[0]}, {arg(out)});"
     if op == "gather":
@@ -156,8 +166,8 @@ def _statement(ins: tuple, arg, val) -> str:
         terms += [f"{p}_axpy({val(a[k])}, {arg(a[k + 1])}, {arg(out)});" for k in range(2, len(a), 2)]
         return " ".join(terms)
     if op == "sel":
-        return (f"{{ double ta[{p.upper()}_S], tb[{p.upper()}_S]; const double *pa = {_jet_or_const(a[1], arg, val, 'ta')}, "
-                f"*pb = {_jet_or_const(a[2], arg, val, 'tb')}; {p}_sel({val(a[0])}, pa, pb, {arg(out)}); }}")
+        return (f"{{ double ta[{p.upper()}_S], tb[{p.upper()}_S]; const double *pa = {_jet_or_const(a[1], arg, val, 'ta', p)}, "
+                f"*pb = {_jet_or_const(a[2], arg, val, 'tb', p)}; {p}_sel({val(a[0])}, pa, pb, {arg(out)}); }}")
     if op in ("fun", "pow"):
         fn, e = (_FN[a[1]], "0.0") if op == "fun" else (_FN["pow"], val(a[1]))
         return (f"{{ double f[{p.upper()}_K + 1]; {p}_coef({fn}, {val(a[0])}, {e}, f); "
@@ -169,7 +179,7 @@ def _statement(ins: tuple, arg, val) -> str:
     raise NotLowerable(f"internal: unknown instruction {op}")
 
 
-def _jet_or_const(x, arg, val, tmp: str) -> str:
+def _jet_or_const(x, arg, val, tmp: str, p: str) -> str:
     if isinstance(x, Jet):
         return arg(x)
-    return f"({PREFIX}_const({val(x)}, {tmp}), {tmp})"
+    return f"({p}_const({val(x)}, {tmp}), {tmp})"

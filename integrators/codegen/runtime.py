@@ -178,13 +178,17 @@ static void p_gather(const double *T, const int *idx, const double *fac, double 
     for (int k = 0; k < P_S; k++) o[k] = fac[k] * T[idx[k]];
 }
 /* o = sum_t P[T[2t+1]] W_{T[2t]}: a linear combination with run-time coefficients (a network's weights) */
-static void p_lin_p(const int *T, int m, const double *P, const double *W, double *o) {
+/* (o is never one of the terms: restrict holds; the sum runs in a local array, which the compiler vectorises) */
+static void p_lin_p(const int *restrict T, int m, const double *restrict P, const double *restrict W,
+                    double *restrict o) {
     const double *a = W + T[0] * P_S, c0 = P[T[1]];
-    for (int k = 0; k < P_S; k++) o[k] = c0 * a[k];
+    double acc[P_S];
+    for (int k = 0; k < P_S; k++) acc[k] = c0 * a[k];
     for (int t = 1; t < m; t++) {
         const double *b = W + T[2 * t] * P_S, c = P[T[2 * t + 1]];
-        for (int k = 0; k < P_S; k++) o[k] += c * b[k];
+        for (int k = 0; k < P_S; k++) acc[k] += c * b[k];
     }
+    for (int k = 0; k < P_S; k++) o[k] = acc[k];
 }
 /* y' = c0 + c1 y + c2 y^2 in one variable: y[k] = w[k - 1] / k from y[0] */
 static void p_ode(double *y, double c0, double c1, double c2) {
