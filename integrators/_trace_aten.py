@@ -154,7 +154,7 @@ def _zeros(shape) -> np.ndarray:
 
 @_rule("aten.masked_scatter.default")
 def _masked_scatter(p, args, kw, out):
-    a, mask, src = np.broadcast_arrays(args[0], args[1], args[2])[0].copy(), np.broadcast_to(args[1], args[0].shape), args[2]
+    a, mask, src = args[0].copy(), np.broadcast_to(args[1], args[0].shape), args[2]
     picked = [k for k, m in enumerate(mask.reshape(-1)) if m != 0.0]  # the mask is a literal (bool) tensor
     a.reshape(-1)[picked] = src.reshape(-1)[:len(picked)]
     return a

@@ -1,5 +1,5 @@
 """The inverse modified Lagrangian inv_2(M) of a ModLaNet M (the position-only rollouts) on the compiled integrator
-path (integrators.series_c, learners.modlanet.taylor): its C gradient and Hessian equal nested autograd through the
+path (integrators.series_c, learners.modlanet.lowering): its C gradient and Hessian equal nested autograd through the
 eager bea series, compiled and eager rollouts agree to 1e-12, weights changed after lowering are used, and what has
 no C form falls back to the eager path with equal results."""
 

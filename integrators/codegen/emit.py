@@ -21,6 +21,7 @@ from typing import Dict, List, Tuple
 from ..compiled import NotLowerable
 from .ir import Jet, Program, Val
 from .runtime import FUNCTIONS, header, monomials, size
+from .spaces import split
 
 __all__ = ["emit_c", "derivs_of_taylor", "MAX_WORK_DOUBLES"]
 
@@ -106,10 +107,11 @@ def emit_c(prog: Program, result: Jet, *, taylor: bool = False, prelude: str = "
     ``taylor``, ``lag_taylor``) computing the jet ``result``; ``prelude``: C lines run first (they may define
     the arrays that ``gather`` instructions read); ``prefix``: of the runtime's C names (two programs of
     different sizes in one file need two)."""
-    roots = [result] + [g for g, _ in prog.guards]
-    code = _live(prog, roots)
-    slot, count = _slots(code, roots)
+    code = _live(prog, [result] + [g for g, _ in prog.guards])
     D, K, S = prog.D, prog.K, size(prog.D, prog.K)
+    code, spaces, result = split(code, result, D, K)
+    roots = [result] + [g for g, _ in prog.guards]
+    slot, count = _slots(code, roots)
     if count * S > MAX_WORK_DOUBLES:
         raise NotLowerable(f"the program needs {count} live jets of {S} doubles (more than the "
                            f"{MAX_WORK_DOUBLES} doubles allowed); the eager path runs it")
@@ -124,14 +126,18 @@ def emit_c(prog: Program, result: Jet, *, taylor: bool = False, prelude: str = "
     def val(a) -> str:
         return f"S({slot[a.k]})[0]" if isinstance(a, Jet) else arg(a)
 
+    def pfx(d: int) -> str:  # the runtime of polynomials in d variables
+        return prefix if d == D else f"{prefix}s{d}"
+
+    sizes = sorted({len(sp) for sp in spaces.values()} | {D})
     sig = "double *T" if taylor else "double *g, double *H"
-    lines = [header(D, K, prefix, noinline=True),
-             f"static void lag_{'taylor' if taylor else 'derivs'}(const double *x, const double *P, {sig}) {{",
-             f"    double Wk[{max(1, count) * S}];", "    int bad = 0;", "    (void)P; (void)bad; (void)x;",
-             f"#define S(s) (Wk + (s) * {S})", prelude]
+    lines = [header(d, K, pfx(d), noinline=True) for d in sizes]
+    lines += [f"static void lag_{'taylor' if taylor else 'derivs'}(const double *x, const double *P, {sig}) {{",
+              f"    double Wk[{max(1, count) * S}];", "    int bad = 0;", "    (void)P; (void)bad; (void)x;",
+              f"#define SLOT {S}", "#define S(s) (Wk + (s) * SLOT)", prelude]
     ops = tables = 0
     for ins in code:
-        lines.append("    " + _statement(ins, arg, val, prefix))
+        lines.append("    " + _statement(ins, arg, val, pfx(len(spaces[ins[1].k])) if isinstance(ins[1], Jet) else prefix))
         ops += isinstance(ins[1], Jet)
         tables += (len(ins) - 2) // 2 if "_lin_p" in lines[-1] else 0
     for g, expected in prog.guards:
@@ -143,13 +149,16 @@ def emit_c(prog: Program, result: Jet, *, taylor: bool = False, prelude: str = "
     else:
         lines += [_hessian_table(D, K), f"    for (int i = 0; i < {D}; i++) g[i] = {r}[1 + i];",
                   f"    for (int i = 0; i < {D * D}; i++) H[i] = HF[i] * {r}[HI[i]];", "    if (bad) g[0] = NAN;"]
-    return "\n".join(lines + ["#undef S", "}", ""]), ops, tables
+    return "\n".join(lines + ["#undef S", "#undef SLOT", "}", ""]), ops, tables
 
 
 def _statement(ins: tuple, arg, val, p: str) -> str:
     op, out, a = ins[0], ins[1], ins[2:]
     if op == "seed":
-        return f"{p}_seed(x[{a[0]}], {a[0]}, {arg(out)});"
+        return f"{p}_seed(x[{a[0]}], {a[1]}, {arg(out)});"
+    if op == "embed":
+        return (f"{{ static const int M[] = {{{', '.join(map(str, a[1]))}}}; "
+                f"{p}_embed({arg(a[0])}, M, {len(a[1])}, {arg(out)}); }}")
     if op == "gather":
         return (f"{{ static const int I[] = {{{', '.join(map(str, a[1]))}}}; static const double F[] = "
                 f"{{{', '.join(map(_number, a[2]))}}}; {p}_gather({a[0]}, I, F, {arg(out)}); }}")
@@ -158,7 +167,7 @@ def _statement(ins: tuple, arg, val, p: str) -> str:
     if op in ("addc", "scale", "divc", "cdiv", "rsubc"):
         return f"{p}_{op}({arg(a[0])}, {val(a[1])}, {arg(out)});"
     if op == "lin" and len(a) >= 16 and all(isinstance(c, Val) and c.name.startswith("P[") for c in a[0::2]):
-        table = ", ".join(f"{arg(j)[2:-1]}, {c.name[2:-1]}" for c, j in zip(a[0::2], a[1::2]))
+        table = ", ".join(f"{arg(j)[2:-1]} * SLOT, {c.name[2:-1]}" for c, j in zip(a[0::2], a[1::2]))
         # a table and a loop, not one call per term: the straight-line form takes gcc minutes for a 64x64 layer
         return f"{{ static const int T[] = {{{table}}}; {p}_lin_p(T, {len(a) // 2}, P, Wk, {arg(out)}); }}"
     if op == "lin":

@@ -153,6 +153,11 @@ static void p_axpy(double c, const double *a, double *o) { for (int k = 0; k < P
 static void p_addc(const double *a, double c, double *o) { p_copy(a, o); o[0] = a[0] + c; }
 static void p_rsubc(const double *a, double c, double *o) { for (int k = 1; k < P_S; k++) o[k] = -a[k]; o[0] = c - a[0]; }
 static void p_divc(const double *a, double c, double *o) { for (int k = 0; k < P_S; k++) o[k] = a[k] / c; }
+/* o = a from a space of fewer variables: a[k] to o[map[k]], k < m, zeros elsewhere */
+static void p_embed(const double *a, const int *map, int m, double *o) {
+    for (int k = 0; k < P_S; k++) o[k] = 0.0;
+    for (int k = 0; k < m; k++) o[map[k]] = a[k];
+}
 static void p_sel(double c, const double *a, const double *b, double *o) { p_copy(c != 0.0 ? a : b, o); }
 /* o = sum_k f[k] delta^k from the powers of p_powers */
 static void p_series(const double *pw, const double *f, double *o) {
@@ -177,19 +182,6 @@ static void p_cdiv(const double *b, double c, double *o) {
 static void p_gather(const double *T, const int *idx, const double *fac, double *o) {
     for (int k = 0; k < P_S; k++) o[k] = fac[k] * T[idx[k]];
 }
-/* o = sum_t P[T[2t+1]] W_{T[2t]}: a linear combination with run-time coefficients (a network's weights) */
-/* (o is never one of the terms: restrict holds; the sum runs in a local array, which the compiler vectorises) */
-static void p_lin_p(const int *restrict T, int m, const double *restrict P, const double *restrict W,
-                    double *restrict o) {
-    const double *a = W + T[0] * P_S, c0 = P[T[1]];
-    double acc[P_S];
-    for (int k = 0; k < P_S; k++) acc[k] = c0 * a[k];
-    for (int t = 1; t < m; t++) {
-        const double *b = W + T[2 * t] * P_S, c = P[T[2 * t + 1]];
-        for (int k = 0; k < P_S; k++) acc[k] += c * b[k];
-    }
-    for (int k = 0; k < P_S; k++) o[k] = acc[k];
-}
 /* y' = c0 + c1 y + c2 y^2 in one variable: y[k] = w[k - 1] / k from y[0] */
 static void p_ode(double *y, double c0, double c1, double c2) {
     for (int k = 1; k <= P_K; k++) {
@@ -199,6 +191,28 @@ static void p_ode(double *y, double c0, double c1, double c2) {
     }
 }
 """
+
+
+def _lin_p(S: int, p: str) -> List[str]:
+    """``lin_p(T, m, P, W, o)``: ``o = sum_t P[T[2t+1]] W[T[2t] ..]``, a linear combination with run-time
+    coefficients (a network's weights), ``T[2t]`` the offset of a term in the work array ``W`` (``o`` is never
+    a term). As :func:`_lin`: for ``S <= 64`` the sums run in registers, 4 coefficients per vector."""
+    head = [f"static void {p}_lin_p(const int *restrict T, int m, const double *restrict P, const double *restrict W,",
+            "                    double *restrict o) {"]
+    if S > 64:
+        return head + [f"    double acc[{S}];", f"    for (int k = 0; k < {S}; k++) acc[k] = 0.0;",
+                       "    for (int t = 0; t < m; t++) {", "        const double *b = W + T[2 * t], c = P[T[2 * t + 1]];",
+                       f"        for (int k = 0; k < {S}; k++) acc[k] += c * b[k];", "    }",
+                       f"    for (int k = 0; k < {S}; k++) o[k] = acc[k];", "}"]
+    nv, tail = S // 4, list(range(4 * (S // 4), S))
+    body = [f"    {p}_v4 v{c} = {{0.0, 0.0, 0.0, 0.0}}, xv{c};" for c in range(nv)] + [f"    double s{k} = 0.0;" for k in tail]
+    body += ["    for (int t = 0; t < m; t++) {", "        const double *b = W + T[2 * t], c = P[T[2 * t + 1]];",
+             f"        const {p}_v4 cv = {{c, c, c, c}};"]
+    for c in range(nv):
+        body += [f"        memcpy(&xv{c}, b + {4 * c}, sizeof xv{c});", f"        v{c} += cv * xv{c};"]
+    body += [f"        s{k} += c * b[{k}];" for k in tail] + ["    }"]
+    body += [f"    memcpy(o + {4 * c}, &v{c}, sizeof v{c});" for c in range(nv)] + [f"    o[{k}] = s{k};" for k in tail]
+    return head + body + ["}"]
 
 
 def _coef(p: str) -> List[str]:
@@ -217,6 +231,6 @@ def header(D: int, K: int, prefix: str = "tp", noinline: bool = False) -> str:
     helpers stay calls (inlined into thousands of straight-line calls they make gcc take minutes)."""
     P = prefix.upper()
     lines = [f"#define {P}_D {D}", f"#define {P}_K {K}", f"#define {P}_S {size(D, K)}"]
-    lines += _unrolled(D, K, prefix) + _lin(size(D, K), prefix)
+    lines += _unrolled(D, K, prefix) + _lin(size(D, K), prefix) + _lin_p(size(D, K), prefix)
     text = "\n".join(lines) + _HELPERS.replace("p_", prefix + "_").replace("P_", P + "_") + "\n".join(_coef(prefix)) + "\n"
     return text.replace("static void", "static __attribute__((noinline)) void") if noinline else text

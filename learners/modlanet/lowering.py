@@ -1,39 +1,29 @@
-r"""A ModLaNet as C, for the compiled integrator path (:mod:`integrators.compiled`).
+r"""A ModLaNet on the compiled integrator path (:mod:`integrators.compiled`), through the tracing front-end.
 
-:func:`c_lagrangian` returns the :class:`integrators.compiled.CLagrangian` of a
-:class:`~learners.modlanet.ModLaNet`: C code computing :math:`L`, its gradient :math:`g` and Hessian
-:math:`H` in :math:`x = (q, v) \in \mathbb R^{D}`, :math:`D = 2n`, by second-order forward jets
-(:mod:`learners.modlanet._jets_c`), following the model's own computation:
+The model is ordinary torch code, so :func:`integrators.traced.trace_lagrangian` turns its forward pass into a
+program of :mod:`integrators.codegen` (second-order Taylor jets; each network layer one linear combination
+with run-time weights, each activation one function rule; the energy cells, which depend on the positions
+only, run on polynomials in the positions, :mod:`integrators.codegen.spaces`), and
+:func:`integrators.traced.trace_taylor` into its Taylor polynomial to any degree, which a :mod:`bea`
+series of the model needs (:math:`\mathrm{inv}_2(M)`: order 4, :mod:`integrators.series_c`). Both are
+verified against autograd when built. A new element or cell therefore needs no C of its own: its
+``forward`` in torch is its compiled form.
 
-* each element's offset :math:`T_i(q_i)` and velocity :math:`J_{T_i}(q_i)\dot q_i` as jets in its local
-  variables :math:`(q_i, \dot q_i)` (:class:`~learners.modlanet.elements.MLPTransform`: value and tangent
-  propagated through the network as :meth:`MLP.tangent` does, both as jets, so the derivatives of
-  :math:`\sigma'` enter through :math:`\sigma'', \sigma'''`), then summed along the tree as jets in
-  :math:`\mathbb R^D`;
-* the energy cells :math:`U_1(x_i)`, :math:`U_2(x_i, x_j)` as jets in their own inputs (``d`` or ``2d``
-  directions: cheap), composed with the jets of :math:`x_i` by the chain rule
-  :math:`\nabla(u\circ X) = \sum_a u_a\nabla X_a`,
-  :math:`\nabla^2(u\circ X) = \sum_{ab}u_{ab}\nabla X_a\nabla X_b^\top + \sum_a u_a\nabla^2X_a`;
-* :math:`L = \sum_i \tfrac12 m_i|\dot x_i|^2 - c_1\sum_i m_iU_1(x_i) - c_2\sum_{i<j}m_im_jU_2(x_i, x_j)`.
-
-The C source depends only on the model's *structure* (sizes, element kinds, activations: offsets are
-constants), so it is compiled once per process and structure (with the host's vector instructions: the layer loops
-run over contiguous rows); the weights, masses, ``c1``, ``c2`` and
-lengths are a run-time array that :attr:`CLagrangian.refresh` repacks before every chunk of steps, so
-an integrator never steps with weights older than the model's (training may continue between rollouts).
-The C loop costs the same per trajectory at any batch, while batched torch gets cheaper per trajectory:
-under ``execution="auto"`` batches above :data:`AUTO_MAX_BATCH` stay on the eager path.
-
-Lowered: :class:`~learners.modlanet.elements.Identity`, ``AngleOnRod``, ``MLPTransform`` transforms;
-``PotentialCell``, ``PairCell``, ``UniformGravity``, ``NewtonianPair`` cells; :class:`~learners.neural.mlp.MLP`
-with ``tanh`` or ``softplus``; float64 parameters. Anything else (a ``CallableTransform``, a plain callable
-cell, a subclass overriding the computation) raises :class:`integrators.compiled.NotLowerable` and the
-integrator takes its eager path. Series of the model (:math:`\mathrm{inv}_2(M)`, which needs derivatives up to
-order 4) use its Taylor form, :mod:`learners.modlanet.taylor`, built from the same :func:`plan`.
+:func:`plan` keeps the list of what is compiled, and why not: :class:`~learners.modlanet.elements.Identity`,
+``AngleOnRod``, ``MLPTransform`` transforms; ``PotentialCell``, ``PairCell``, ``UniformGravity``,
+``NewtonianPair`` cells; :class:`~learners.neural.mlp.MLP` with ``tanh`` or ``softplus``; float64 parameters.
+Anything else (a ``CallableTransform``, whose Python the trace cannot vouch for, a plain callable cell, a
+subclass overriding the computation) raises :class:`integrators.compiled.NotLowerable` and the integrator
+takes its eager path. The weights are read before every chunk of steps (training may continue between
+rollouts); a change of structure after the form was built raises :class:`~bea.errors.BeaRuntimeError`. The
+C loop costs the same per trajectory at any batch, while batched torch gets cheaper per trajectory: under
+``execution="auto"`` batches above :data:`AUTO_MAX_BATCH` stay on the eager path.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import weakref
 from typing import List, Tuple
 
 import numpy as np
@@ -44,11 +34,10 @@ from integrators.compiled import MAX_N, CLagrangian, NotLowerable
 
 from ..neural.mlp import MLP
 from . import elements as E
-from ._jets_c import SOURCE as JETS
 
-__all__ = ["c_lagrangian", "ACTIVATIONS", "AUTO_MAX_BATCH"]
+__all__ = ["c_lagrangian", "c_taylor", "plan", "ACTIVATIONS", "AUTO_MAX_BATCH"]
 
-#: activations with a C form (code in the C helpers)
+#: activations of the networks that are compiled
 ACTIVATIONS = {"tanh": 0, "softplus": 1}
 #: batches above this roll out eagerly under execution="auto": double pendulum, cells 2 x 50, one core,
 #: trajectory-steps/s compiled / eager: 7.3 k / 6.2 k at batch 100, 7.4 k / 15.4 k at batch 1000
@@ -138,24 +127,43 @@ def plan(model) -> Tuple[tuple, List[torch.Tensor]]:
     return structure, p.parts
 
 
-def pack(parts: List[torch.Tensor]) -> np.ndarray:
-    return np.ascontiguousarray(torch.cat(parts).numpy(), dtype=np.float64)
+#: traced forms per live model: {model: {(structure, order): form}} (a trace takes seconds; the forms read the
+#: model's current weights, so they stay valid while its structure does)
+_FORMS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _traced(model, order: int):
+    """The traced form (``order`` None: the CLagrangian, else the CTaylor of that degree), kept per model."""
+    structure, _ = plan(model)
+    forms = _FORMS.setdefault(model, {})
+    if (structure, order) in forms:
+        return forms[(structure, order)]
+    from integrators.traced import trace_lagrangian, trace_taylor
+
+    form = trace_lagrangian(model, model.n) if order is None else trace_taylor(model, model.n, order)
+    ref, read = weakref.ref(model), form.refresh
+
+    def refresh() -> np.ndarray:
+        now = ref()
+        if now is None or plan(now)[0] != structure:
+            raise BeaRuntimeError("the ModLaNet's structure (elements, cells, layer sizes or activations) changed after it "
+                                  "was compiled; build a new VariationalIntegrator for the changed model")
+        return read()
+
+    form = dataclasses.replace(form, refresh=refresh)
+    if order is None:
+        form = dataclasses.replace(form, vectorise=True, auto_max_batch=AUTO_MAX_BATCH)
+    forms[(structure, order)] = form
+    return form
 
 
 def c_lagrangian(model) -> CLagrangian:
-    """The :class:`~integrators.compiled.CLagrangian` of a ModLaNet (module docstring), with a ``refresh``
-    that repacks the current weights; :class:`NotLowerable` if the model has no C form."""
-    structure, parts = plan(model)
-    from ._lowering_source import generate
+    """The :class:`~integrators.compiled.CLagrangian` of a ModLaNet (module docstring); :class:`NotLowerable` if the
+    model has no compiled form."""
+    return _traced(model, None)
 
-    source, cost = generate(structure)
 
-    def refresh() -> np.ndarray:
-        now, current = plan(model)
-        if now != structure:
-            raise BeaRuntimeError("the ModLaNet's structure (elements, cells, layer sizes or activations) changed after it "
-                               "was lowered to C; build a new VariationalIntegrator for the changed model")
-        return pack(current)
-
-    return CLagrangian(n=model.n, source=JETS + source, params=pack(parts), cost=cost, refresh=refresh,
-                       vectorise=True, auto_max_batch=AUTO_MAX_BATCH)
+def c_taylor(model, order: int):
+    """The :class:`~integrators.series_c.CTaylor` of a ModLaNet to degree ``order`` (module docstring);
+    :class:`NotLowerable` if the model has no compiled form."""
+    return _traced(model, int(order))

@@ -313,10 +313,10 @@ class ModLaNet(nn.Module, SavableModule, LagrangianEstimator):
         return c_lagrangian(self)
 
     def c_taylor(self, order: int):
-        """The model's Taylor polynomial to degree ``order`` in C (:func:`learners.modlanet.taylor.c_taylor`): how a
+        """The model's Taylor polynomial to degree ``order`` in C (:func:`learners.modlanet.lowering.c_taylor`): how a
         :mod:`bea` series of it, e.g. ``integrators.modified.inverse_lagrangian(model, 2, h)``, takes the compiled
         integrator path; :class:`integrators.compiled.NotLowerable` where it has no C form."""
-        from .taylor import c_taylor
+        from .lowering import c_taylor
 
         return c_taylor(self, order)
 

@@ -1,0 +1,91 @@
+r"""Each instruction in the smallest space of variables: a pass over a program of :mod:`integrators.codegen.ir`.
+
+A jet that depends on a subset :math:`V` of the ``D`` variables has Taylor coefficients only on the
+monomials in :math:`V`: it is carried as a polynomial in :math:`|V|` variables, :math:`\binom{|V|+K}{K}`
+numbers instead of :math:`\binom{D+K}{K}` (the potential of a mechanical Lagrangian depends on the positions
+only: for ``n = 2`` and ``K = 4``, 15 numbers instead of 70). An instruction runs in the union of its
+inputs' spaces; an input from a smaller space is first *embedded* (``embed``: its coefficients copied to the
+same monomials of the larger space, zeros elsewhere, which changes no number). The sums of the runtime then
+skip only products with a zero factor, so the results are those of the full space up to the order of
+additions. At most :data:`MAX_SIZES` sizes below ``D`` are kept (each size is one more runtime to compile);
+a jet of another size is carried in the full space.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from typing import Dict, List, Tuple
+
+from .ir import Jet
+from .runtime import monomials
+
+__all__ = ["split", "MAX_SIZES"]
+
+#: most space sizes below D one program uses
+MAX_SIZES = 3
+
+Space = Tuple[int, ...]
+
+
+def _natural(code: List[tuple], D: int, keep=None) -> Dict[int, Space]:
+    """The space of every jet (by number): seeds their variable, ``gather`` all, others the union of their inputs';
+    with ``keep``, a space whose size is not kept is the full one."""
+    full = tuple(range(D))
+    spaces: Dict[int, Space] = {}
+    for ins in code:
+        op, out, args = ins[0], ins[1], ins[2:]
+        if not isinstance(out, Jet):
+            continue
+        if op == "seed":
+            sp: Space = (args[0],)
+        elif op == "gather":
+            sp = full
+        else:
+            sp = tuple(sorted(set().union(*[spaces[a.k] for a in args if isinstance(a, Jet)])))
+        spaces[out.k] = sp if keep is None or len(sp) in keep else full
+    return spaces
+
+
+def embedding(src: Space, dst: Space, K: int) -> Tuple[int, ...]:
+    """For each coefficient of a polynomial in the variables ``src``, its index among those in ``dst``."""
+    pos = [dst.index(v) for v in src]
+    index = {m: k for k, m in enumerate(monomials(len(dst), K))}
+    out = []
+    for m in monomials(len(src), K):
+        e = [0] * len(dst)
+        for p, c in zip(pos, m):
+            e[p] = c
+        out.append(index[tuple(e)])
+    return tuple(out)
+
+
+def split(code: List[tuple], result: Jet, D: int, K: int) -> Tuple[List[tuple], Dict[int, Space], Jet]:
+    """``(code, spaces, result)``: the instructions with ``embed`` ones inserted where an input's space is smaller
+    than the instruction's, the space of every jet, and the result in the full space."""
+    sizes = Counter(len(sp) for sp in _natural(code, D).values())
+    keep = {D} | {s for s, _ in sizes.most_common() if s < D}
+    keep = {D} | set(sorted(keep - {D}, key=lambda s: -sizes[s])[:MAX_SIZES])
+    spaces = _natural(code, D, keep)
+    fresh = itertools.count(1 + max([ins[1].k for ins in code if isinstance(ins[1], Jet)] + [result.k]))
+    memo: Dict[Tuple[int, Space], Jet] = {}
+    out_code: List[tuple] = []
+
+    def to(a, sp: Space):
+        if not isinstance(a, Jet) or spaces[a.k] == sp:
+            return a
+        key = (a.k, sp)
+        if key not in memo:
+            memo[key] = Jet(next(fresh))
+            spaces[memo[key].k] = sp
+            out_code.append(("embed", memo[key], a, embedding(spaces[a.k], sp, K)))
+        return memo[key]
+
+    for ins in code:
+        op, out, args = ins[0], ins[1], ins[2:]
+        if op == "seed":
+            args = (args[0], spaces[out.k].index(args[0]))  # the variable and its direction in the space
+        elif isinstance(out, Jet) and op != "gather":
+            args = tuple(to(a, spaces[out.k]) for a in args)
+        out_code.append((op, out, *args))
+    return out_code, spaces, to(result, tuple(range(D)))

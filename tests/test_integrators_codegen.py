@@ -1,0 +1,143 @@
+"""The code generator (integrators.codegen): every Taylor rule of the runtime at degree 4 against nested autograd,
+the space pass (smaller polynomials for jets of fewer variables) changing no number, a traced model's Taylor form,
+and the size of the code-generation source (issue 28)."""
+
+import ctypes
+from math import factorial
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import integrators.codegen.spaces as spaces
+from integrators.ccompile import find_compiler, load_library
+from integrators.codegen import FUNCTIONS, Program, emit_c, monomials
+
+pytestmark = pytest.mark.skipif(find_compiler() is None, reason="no C compiler on this machine")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: the code-generation source (generators, C templates, lowering and Taylor modules, the compile/ctypes/cache
+#: path and the model protocol's dispatch), in one place: issue 28 counted 3,990 lines in these roles
+CODEGEN_FILES = (
+    "integrators/ccompile.py", "integrators/_march_c.py", "integrators/compiled.py", "integrators/model_protocol.py",
+    "integrators/series_c.py", "integrators/traced.py", "integrators/_trace_aten.py", "integrators/_trace_linalg.py",
+    "integrators/codegen/__init__.py", "integrators/codegen/ir.py", "integrators/codegen/runtime.py",
+    "integrators/codegen/emit.py", "integrators/codegen/spaces.py", "learners/modlanet/lowering.py",
+    "learners/shadow/compiled_mean.py", "learners/shadow/rbf_jet.py",
+)
+#: the bound reached (the issue's target is 1,800: the RBF atoms' C and the SymPy printer in compiled.py are not
+#: ported onto the IR yet)
+CODEGEN_LINES = 3300
+
+
+def test_code_generation_source_stays_within_its_bound():
+    lines = {f: (ROOT / f).read_text().count("\n") for f in CODEGEN_FILES}
+    assert sum(lines.values()) <= CODEGEN_LINES, lines
+    # every module of the code generator is listed (a new one cannot escape the count)
+    assert {p.relative_to(ROOT).as_posix() for p in (ROOT / "integrators/codegen").glob("*.py")} <= set(CODEGEN_FILES)
+
+
+def _taylor_fns(programs):
+    """For each ``(program, result)``, a callable x -> all Taylor coefficients of ``result`` (the emitted
+    lag_taylor, through ctypes); one library for all of them (each program its own C prefix)."""
+    parts, f64p = ["#include <math.h>", "#include <string.h>"], ctypes.POINTER(ctypes.c_double)
+    for i, (prog, result) in enumerate(programs):
+        source, _, _ = emit_c(prog, result, taylor=True, prefix=f"p{i}")
+        parts.append(source.replace("lag_taylor(", f"lag_taylor_{i}(")
+                     + f"void entry_{i}(const double *x, double *T) {{ lag_taylor_{i}(x, 0, T); }}")
+    lib = load_library("\n".join(parts)).lib
+
+    def fn(i, n):
+        def run(x):
+            x, out = np.ascontiguousarray(x, dtype=np.float64), np.zeros(n)
+            getattr(lib, f"entry_{i}")(x.ctypes.data_as(f64p), out.ctypes.data_as(f64p))
+            return out
+        return run
+    return [fn(i, len(monomials(prog.D, prog.K))) for i, (prog, _) in enumerate(programs)]
+
+
+def _autograd_taylor(f, x, K):
+    """Coefficients d^beta f(x)/beta! over monomials(len(x), K), by nested forward-mode autograd."""
+    out, tensors = [], [f(x)]
+    g = f
+    for _ in range(K):
+        g = torch.func.jacfwd(g)
+        tensors.append(g(x))
+    for m in monomials(len(x), K):
+        idx = tuple(i for i, c in enumerate(m) for _ in range(c))
+        fac = 1
+        for c in m:
+            fac *= factorial(c)
+        out.append(float(tensors[len(idx)][idx]) / fac)
+    return np.array(out)
+
+
+#: a point in every function's domain (sqrt, log, ... of 0.7 + ...), and one past softplus' threshold
+FUNCTION_CASES = [(name, 0.7) for name in FUNCTIONS if name not in ("pow",)] + [("softplus", 21.0), ("pow", 0.7)]
+TORCH = {"rsqrt": torch.rsqrt, "reciprocal": torch.reciprocal, "relu": torch.relu, "abs": torch.abs,
+         "softplus": torch.nn.functional.softplus, "pow": lambda a: a ** 2.5}
+
+
+def _function_program(name, base):
+    prog = Program(2, 4)
+    x0, x1 = prog.seed(0), prog.seed(1)
+    a = prog.add(prog.add(prog.add(base, prog.mul(0.3, x0)), prog.mul(-0.2, x1)), prog.mul(0.1, prog.mul(x0, x1)))
+    return prog, (prog.pow(a, 2.5) if name == "pow" else prog.unary(name, a))
+
+
+@pytest.fixture(scope="module")
+def function_rules():
+    return dict(zip(FUNCTION_CASES, _taylor_fns([_function_program(*case) for case in FUNCTION_CASES])))
+
+
+@pytest.mark.parametrize("name,base", FUNCTION_CASES)
+def test_every_function_rule_to_degree_4_equals_autograd(name, base, function_rules):
+    """phi(a) for a = base + 0.3 x0 - 0.2 x1 + 0.1 x0 x1 at x = (0.05, -0.02): all 15 coefficients of degree <= 4.
+    The rules are recurrences in float64 (a few operations per coefficient): measured agreement with nested
+    autograd ~1e-16 relative; 1e-12 of the largest coefficient (plus 1e-14) leaves a wide margin."""
+    x = np.array([0.05, -0.02])
+    got = function_rules[(name, base)](x)
+    fn = TORCH.get(name) or getattr(torch, name)
+    ref = _autograd_taylor(lambda y: fn(base + 0.3 * y[0] - 0.2 * y[1] + 0.1 * y[0] * y[1]),
+                           torch.tensor(x, dtype=torch.float64), 4)
+    assert np.abs(ref).max() > 0.01
+    assert np.abs(got - ref).max() <= 1e-12 * np.abs(ref).max() + 1e-14
+
+
+def test_quotient_and_smaller_spaces_change_no_number(monkeypatch):
+    """(sin(x0) x0 + x1^3) / (2 + x0 x1) + x2: the parts in x0 alone, in x1 alone, in (x0, x1) run on smaller
+    polynomials (embed instructions are inserted), with the same numbers as everything in the full space."""
+    prog = Program(3, 3)
+    x0, x1, x2 = (prog.seed(i) for i in range(3))
+    num = prog.add(prog.mul(prog.unary("sin", x0), x0), prog.pow(x1, 3.0))
+    r = prog.add(prog.div(num, prog.add(2.0, prog.mul(x0, x1))), x2)
+    source, _, _ = emit_c(prog, r, taylor=True)
+    assert "_embed(" in source
+    x = np.array([0.3, -0.4, 0.2])
+    (split,) = _taylor_fns([(prog, r)])
+    monkeypatch.setattr(spaces, "MAX_SIZES", 0)
+    (full,) = _taylor_fns([(prog, r)])
+    split, full = split(x), full(x)
+    ref = _autograd_taylor(lambda y: (torch.sin(y[0]) * y[0] + y[1] ** 3) / (2 + y[0] * y[1]) + y[2],
+                           torch.tensor(x, dtype=torch.float64), 3)
+    assert np.abs(split - full).max() <= 1e-15 and np.abs(split - ref).max() <= 1e-14
+
+
+def test_traced_taylor_form_of_a_plain_callable():
+    """trace_taylor of L = v^2/2 (1 + q^2/4) + cos(q) for n = 1, degree 4: its lag_taylor equals nested autograd
+    to 1e-13 (measured ~1e-16: the same operations in another order)."""
+    from integrators.traced import trace_taylor
+
+    def L(q, v):
+        return 0.5 * v[..., 0] ** 2 * (1 + 0.25 * q[..., 0] ** 2) + torch.cos(q[..., 0])
+
+    form = trace_taylor(L, 1, 4)
+    lib = load_library("#include <math.h>\n#include <string.h>\n" + form.source
+                       + "void entry(const double *x, const double *P, double *T) { lag_taylor(x, P, T); }\n").lib
+    x, out, f64p = np.array([0.4, -0.7]), np.zeros(15), ctypes.POINTER(ctypes.c_double)
+    params = np.ascontiguousarray(form.params, dtype=np.float64)
+    lib.entry(x.ctypes.data_as(f64p), params.ctypes.data_as(f64p), out.ctypes.data_as(f64p))
+    ref = _autograd_taylor(lambda y: L(y[:1], y[1:]), torch.tensor(x, dtype=torch.float64), 4)
+    assert np.abs(out - ref).max() <= 1e-13
