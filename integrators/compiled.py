@@ -14,7 +14,7 @@ What is compiled, and when (nothing else changes semantics):
     :math:`g, H` are differentiated in SymPy, common subexpressions shared, printed as C;
   - any object with a method ``c_lagrangian()`` returning a :class:`CLagrangian` (e.g. the GP
     posterior mean of :mod:`learners`, whose derivatives are closed-form sums over its atoms, a
-    ModLaNet, whose networks are evaluated on second-order jets, and a :mod:`bea` series of a model
+    ModLaNet, whose torch code is traced (:mod:`integrators.codegen`), and a :mod:`bea` series of a model
     with a Taylor form in C, :mod:`integrators.series_c`, such as :math:`\mathrm{inv}_2` of a ModLaNet).
 
 * The scheme must evaluate :math:`L` at points affine in the two slots with constant weights,

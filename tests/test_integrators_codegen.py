@@ -18,18 +18,20 @@ pytestmark = pytest.mark.skipif(find_compiler() is None, reason="no C compiler o
 
 ROOT = Path(__file__).resolve().parent.parent
 
-#: the code-generation source (generators, C templates, lowering and Taylor modules, the compile/ctypes/cache
-#: path and the model protocol's dispatch), in one place: issue 28 counted 3,990 lines in these roles
+#: the code-generation source, in one place: generators (the SymPy printer in compiled.py, the tracer and its
+#: rules, the series formula, the RBF atoms), C templates and runtime, the emitter, lowering modules, and the
+#: one compile/ctypes/cache path. Not counted: the model protocol's dispatch (model_protocol.py), which
+#: generates nothing. The same roles held 3,842 lines before the IR (issue 28; 3,990 with model_protocol.py).
 CODEGEN_FILES = (
-    "integrators/ccompile.py", "integrators/_march_c.py", "integrators/compiled.py", "integrators/model_protocol.py",
+    "integrators/ccompile.py", "integrators/_march_c.py", "integrators/compiled.py",
     "integrators/series_c.py", "integrators/traced.py", "integrators/_trace_aten.py", "integrators/_trace_linalg.py",
     "integrators/codegen/__init__.py", "integrators/codegen/ir.py", "integrators/codegen/runtime.py",
     "integrators/codegen/emit.py", "integrators/codegen/spaces.py", "learners/modlanet/lowering.py",
     "learners/shadow/compiled_mean.py", "learners/shadow/rbf_jet.py",
 )
-#: the bound reached (the issue's target is 1,800: the RBF atoms' C and the SymPy printer in compiled.py are not
-#: ported onto the IR yet)
-CODEGEN_LINES = 3300
+#: the bound reached, 3,076 lines and a small margin (the issue's target is 1,800: the RBF atoms' C, rbf_jet.py
+#: and compiled_mean.py, and the SymPy printer in compiled.py are not ported onto the IR yet)
+CODEGEN_LINES = 3100
 
 
 def test_code_generation_source_stays_within_its_bound():

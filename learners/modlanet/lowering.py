@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
-from typing import List, Tuple
-
 import numpy as np
 import torch
 
@@ -38,71 +36,61 @@ from . import elements as E
 __all__ = ["c_lagrangian", "c_taylor", "plan", "ACTIVATIONS", "AUTO_MAX_BATCH"]
 
 #: activations of the networks that are compiled
-ACTIVATIONS = {"tanh": 0, "softplus": 1}
+ACTIVATIONS = ("tanh", "softplus")
 #: batches above this roll out eagerly under execution="auto": double pendulum, cells 2 x 50, one core,
 #: trajectory-steps/s compiled / eager: 7.3 k / 6.2 k at batch 100, 7.4 k / 15.4 k at batch 1000
 #: (benchmarks/RESULTS_speed.md); the C loop costs the same per trajectory at any batch
 AUTO_MAX_BATCH = 200
 
 
-class _Plan:
-    """The run-time parameter array under construction, and the structure (offsets included)."""
-
-    def __init__(self):
-        self.parts: List[torch.Tensor] = []
-        self.size = 0
-
-    def add(self, t) -> int:
-        t = torch.as_tensor(t, device=t.device if isinstance(t, torch.Tensor) else "cpu").detach().reshape(-1)
-        if t.dtype != torch.float64:
-            raise NotLowerable(f"a ModLaNet parameter is {t.dtype}; the C form computes in float64 like the model must")
-        self.parts.append(t.cpu())
-        self.size += t.numel()
-        return self.size - t.numel()
-
-    def mlp(self, net, scalar: bool = False) -> tuple:
-        """``(offset, dims, activation, offset of W^T)``; for ``scalar`` networks (one output, a hidden layer:
-        energy cells) the last hidden layer's weights are packed again, transposed, after the rest (-1: not)."""
-        if type(net) is not MLP:
-            raise NotLowerable(f"a {type(net).__name__} network has no C form (only learners.neural.mlp.MLP)")
-        if net.activation not in ACTIVATIONS:
-            raise NotLowerable(f"the activation {net.activation!r} has no C form (only {sorted(ACTIVATIONS)})")
-        off, dims = self.size, [net.in_dim]
-        for lin in net.linears:
-            if type(lin) is not torch.nn.Linear or lin.in_features != dims[-1]:
-                raise NotLowerable("an MLP layer that is not a plain nn.Linear chain has no C form")
-            dims.append(lin.out_features)
-            self.add(lin.weight)
-            self.add(lin.bias if lin.bias is not None else torch.zeros(lin.out_features, dtype=torch.float64, device="cpu"))
-        wt = -1
-        if scalar and dims[-1] == 1 and len(dims) >= 3:
-            wt = self.add(net.linears[-2].weight.t().contiguous())
-        return off, tuple(dims), ACTIVATIONS[net.activation], wt
-
-    def transform(self, t) -> tuple:
-        if type(t) is E.Identity:
-            return ("id", t.in_dim)
-        if type(t) is E.AngleOnRod:
-            return ("rod", self.add(t.length))
-        if type(t) is E.MLPTransform:
-            return ("mlp", t.in_dim, bool(t.periodic), self.mlp(t.net))
-        raise NotLowerable(f"the transform {type(t).__name__} has no C form (Identity, AngleOnRod, MLPTransform)")
-
-    def cell(self, c, kind: str, d: int):
-        if c is None:
-            return None
-        if kind == "potential" and type(c) is E.PotentialCell or kind == "pair" and type(c) is E.PairCell:
-            return ("mlp", self.mlp(c.net, scalar=True))
-        if kind == "potential" and type(c) is E.UniformGravity and 0 <= c.axis < d:
-            return ("grav", self.add(torch.tensor(c.g, dtype=torch.float64, device="cpu")), c.axis)
-        if kind == "pair" and type(c) is E.NewtonianPair and d <= 8:
-            return ("newton", self.add(torch.tensor(c.G, dtype=torch.float64, device="cpu")))
-        raise NotLowerable(f"the {kind} cell {type(c).__name__} has no C form")
+def _float64(*ts) -> None:
+    for t in ts:
+        if torch.as_tensor(t).dtype != torch.float64:
+            raise NotLowerable(f"a ModLaNet parameter is {torch.as_tensor(t).dtype}; the compiled form computes in "
+                               "float64 like the model must")
 
 
-def plan(model) -> Tuple[tuple, List[torch.Tensor]]:
-    """``(structure, tensors)``: the hashable structure the C source is generated from, and the tensors
-    whose concatenation is the run-time parameter array. :class:`NotLowerable` for what has no C form."""
+def _mlp(net) -> tuple:
+    """``(dims, activation)`` of a network that is compiled."""
+    if type(net) is not MLP:
+        raise NotLowerable(f"a {type(net).__name__} network has no C form (only learners.neural.mlp.MLP)")
+    if net.activation not in ACTIVATIONS:
+        raise NotLowerable(f"the activation {net.activation!r} has no C form (only {sorted(ACTIVATIONS)})")
+    dims = [net.in_dim]
+    for lin in net.linears:
+        if type(lin) is not torch.nn.Linear or lin.in_features != dims[-1]:
+            raise NotLowerable("an MLP layer that is not a plain nn.Linear chain has no C form")
+        dims.append(lin.out_features)
+        _float64(*[t for t in (lin.weight, lin.bias) if t is not None])
+    return tuple(dims), net.activation
+
+
+def _transform(t) -> tuple:
+    if type(t) is E.Identity:
+        return ("id", t.in_dim)
+    if type(t) is E.AngleOnRod:
+        _float64(t.length)
+        return ("rod",)
+    if type(t) is E.MLPTransform:
+        return ("mlp", t.in_dim, bool(t.periodic), _mlp(t.net))
+    raise NotLowerable(f"the transform {type(t).__name__} has no C form (Identity, AngleOnRod, MLPTransform)")
+
+
+def _cell(c, kind: str, d: int):
+    if c is None:
+        return None
+    if kind == "potential" and type(c) is E.PotentialCell or kind == "pair" and type(c) is E.PairCell:
+        return ("mlp", _mlp(c.net))
+    if kind == "potential" and type(c) is E.UniformGravity and 0 <= c.axis < d:
+        return ("grav", c.axis)
+    if kind == "pair" and type(c) is E.NewtonianPair and d <= 8:
+        return ("newton",)
+    raise NotLowerable(f"the {kind} cell {type(c).__name__} has no C form")
+
+
+def plan(model) -> tuple:
+    """The model's structure (hashable: what a compiled form depends on besides the numbers);
+    :class:`NotLowerable` for what is not compiled (module docstring)."""
     from .model import ModLaNet
 
     for name in ("forward", "global_states", "kinetic", "potential_energy", "masses"):
@@ -110,21 +98,16 @@ def plan(model) -> Tuple[tuple, List[torch.Tensor]]:
             raise NotLowerable(f"{type(model).__name__} overrides {name}: its C form may not be what it computes")
     if model.n > MAX_N:
         raise NotLowerable(f"n = {model.n} coordinates; the compiled loop handles at most {MAX_N}")
-    p = _Plan()
     with torch.no_grad():
-        masses, c1, c2 = p.add(model.masses), p.add(model.c1), p.add(model.c2)
+        _float64(model.masses, model.c1, model.c2)
         N = model.n_elements
-        if model.transform is not None:
-            shared = p.transform(model.transform)
-            trans = (shared,) * N
-        else:
-            trans = tuple(p.transform(model.transforms[i]) for i in range(N))
-        pot = p.cell(model.potential, "potential", model.space_dim)
-        pair = p.cell(model.pair, "pair", model.space_dim)
+        shared = model.transform is not None
+        trans = tuple(_transform(model.transform if shared else model.transforms[i]) for i in range(N))
+        pot = _cell(model.potential, "potential", model.space_dim)
+        pair = _cell(model.pair, "pair", model.space_dim)
     pairs = tuple(zip(model._pair_i.tolist(), model._pair_j.tolist())) if pair is not None else ()
-    structure = (model.n, model.space_dim, tuple(model.parents), tuple(model._order), tuple(model.local_dims),
-                 tuple(model._offsets), trans, pot, pair, pairs, masses, c1, c2)
-    return structure, p.parts
+    return (model.n, model.space_dim, tuple(model.parents), tuple(model._order), tuple(model.local_dims),
+            tuple(model._offsets), shared, trans, pot, pair, pairs)
 
 
 #: traced forms per live model: {model: {(structure, order): form}} (a trace takes seconds; the forms read the
@@ -134,7 +117,7 @@ _FORMS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 def _traced(model, order: int):
     """The traced form (``order`` None: the CLagrangian, else the CTaylor of that degree), kept per model."""
-    structure, _ = plan(model)
+    structure = plan(model)
     forms = _FORMS.setdefault(model, {})
     if (structure, order) in forms:
         return forms[(structure, order)]
@@ -145,7 +128,7 @@ def _traced(model, order: int):
 
     def refresh() -> np.ndarray:
         now = ref()
-        if now is None or plan(now)[0] != structure:
+        if now is None or plan(now) != structure:
             raise BeaRuntimeError("the ModLaNet's structure (elements, cells, layer sizes or activations) changed after it "
                                   "was compiled; build a new VariationalIntegrator for the changed model")
         return read()
