@@ -109,20 +109,21 @@ def test_every_function_rule_to_degree_4_equals_autograd(name, base, function_ru
 
 
 def test_quotient_and_smaller_spaces_change_no_number(monkeypatch):
-    """(sin(x0) x0 + x1^3) / (2 + x0 x1) + x2: the parts in x0 alone, in x1 alone, in (x0, x1) run on smaller
-    polynomials (embed instructions are inserted), with the same numbers as everything in the full space."""
-    prog = Program(3, 3)
-    x0, x1, x2 = (prog.seed(i) for i in range(3))
+    """(sin(x0) x0 + x1^3) / (2 + x0 x1) + x2 x3 in 4 variables to degree 3: the parts in x0 alone, in x1 alone, in
+    (x0, x1) run on smaller polynomials (embed instructions are inserted), with the numbers of everything in the
+    full space (1e-15: only the order of additions differs) and of nested autograd (1e-14)."""
+    prog = Program(4, 3)
+    x0, x1, x2, x3 = (prog.seed(i) for i in range(4))
     num = prog.add(prog.mul(prog.unary("sin", x0), x0), prog.pow(x1, 3.0))
-    r = prog.add(prog.div(num, prog.add(2.0, prog.mul(x0, x1))), x2)
+    r = prog.add(prog.div(num, prog.add(2.0, prog.mul(x0, x1))), prog.mul(x2, x3))
     source, _, _ = emit_c(prog, r, taylor=True)
     assert "_embed(" in source
-    x = np.array([0.3, -0.4, 0.2])
+    x = np.array([0.3, -0.4, 0.2, 0.1])
     (split,) = _taylor_fns([(prog, r)])
     monkeypatch.setattr(spaces, "MAX_SIZES", 0)
     (full,) = _taylor_fns([(prog, r)])
     split, full = split(x), full(x)
-    ref = _autograd_taylor(lambda y: (torch.sin(y[0]) * y[0] + y[1] ** 3) / (2 + y[0] * y[1]) + y[2],
+    ref = _autograd_taylor(lambda y: (torch.sin(y[0]) * y[0] + y[1] ** 3) / (2 + y[0] * y[1]) + y[2] * y[3],
                            torch.tensor(x, dtype=torch.float64), 3)
     assert np.abs(split - full).max() <= 1e-15 and np.abs(split - ref).max() <= 1e-14
 

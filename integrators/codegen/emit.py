@@ -131,6 +131,8 @@ def emit_c(prog: Program, result: Jet, *, taylor: bool = False, prelude: str = "
 
     sizes = sorted({len(sp) for sp in spaces.values()} | {D})
     sig = "double *T" if taylor else "double *g, double *H"
+    # the runtime stays calls: inlined into thousands of calls it makes gcc take minutes (and measured no faster
+    # on a pendulum's dozen instructions)
     lines = [header(d, K, pfx(d), noinline=True) for d in sizes]
     lines += [f"static void lag_{'taylor' if taylor else 'derivs'}(const double *x, const double *P, {sig}) {{",
               f"    double Wk[{max(1, count) * S}];", "    int bad = 0;", "    (void)P; (void)bad; (void)x;",

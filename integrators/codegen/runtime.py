@@ -165,11 +165,15 @@ static void p_series(const double *pw, const double *f, double *o) {
     o[0] = f[0];
     for (int q = 1; q <= P_K; q++) p_axpy(f[q], pw + (q - 1) * P_S, o);
 }
-/* o = phi(a) from f[k] = phi^(k)(a_0)/k! (o distinct from a) */
+/* o = phi(a) from f[k] = phi^(k)(a_0)/k! (o distinct from a): p_series written out (no calls per power) */
 static void p_fun(const double *a, const double *f, double *o) {
     double pw[P_K * P_S];
     p_powers(a, pw);
-    p_series(pw, f, o);
+    for (int k = 0; k < P_S; k++) {
+        double s = k == 0 ? f[0] : 0.0;
+        for (int q = 1; q <= P_K; q++) s += f[q] * pw[(q - 1) * P_S + k];
+        o[k] = s;
+    }
 }
 /* o = c / b */
 static void p_cdiv(const double *b, double c, double *o) {
