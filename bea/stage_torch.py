@@ -48,7 +48,11 @@ def _grad_hess(scheme, L, a, b, Z, h, create_graph: bool) -> Tuple[torch.Tensor,
 
 def _step(g: torch.Tensor, H: torch.Tensor, shape) -> torch.Tensor:
     """:math:`H^{-1} g` reshaped to ``Z``'s shape ``(m, ..., n)``."""
-    d = torch.linalg.solve(H, g.unsqueeze(-1)).squeeze(-1)
+    d, info = torch.linalg.solve_ex(H, g.unsqueeze(-1))
+    if bool((info != 0).any()):
+        raise BeaRuntimeError("the stage action's Hessian in the interior points is singular at some step: the Lagrangian "
+                              "is not regular there (its mass matrix d^2L/dv^2 is singular), or the step h is too large")
+    d = d.squeeze(-1)
     m, n = shape[0], shape[-1]
     return torch.movedim(d.unflatten(-1, (m, n)), -2, 0)
 

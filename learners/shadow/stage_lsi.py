@@ -53,7 +53,7 @@ from bea.stages import StageScheme
 from .functionals import Functionals, _linear_atoms, discrete_momentum_functionals, snapshot_functionals
 from .guards import IdentifiabilityWarning
 
-__all__ = ["LinearisedStages", "interior_jacobians", "fit_stages", "check_stage_objective", "accepted_scheme", "linear_scheme", "MAX_ITERATIONS", "STALL"]
+__all__ = ["LinearisedStages", "interpolated_interior", "interior_jacobians", "fit_stages", "check_stage_objective", "accepted_scheme", "linear_scheme", "MAX_ITERATIONS", "STALL"]
 
 #: most Gauss--Newton iterations after the start (each one Newton solve of the interior points and one Cholesky)
 MAX_ITERATIONS = 12
@@ -65,6 +65,25 @@ RELEARN_AT = 2
 #: monotonically (CI pendulum: 2.8e-2, 8.7e-4, 1.2e-4, 8.6e-5, 2.6e-5,
 #: 4.0e-6, 4.1e-7, then 4.0e-7 for every further iteration)
 STALL = 0.5
+
+
+def interpolated_interior(S: torch.Tensor, scheme) -> torch.Tensor:
+    r"""Interior points of every step of snapshots ``S`` ``(T, M + 1, n)`` from the cubic (fewer snapshots: the
+    highest-degree) Lagrange interpolation in time through the four snapshots around the step, at
+    :math:`t_j + \theta_k h` (:meth:`~bea.stages.StageScheme.guess_nodes`): ``(T, M, m, n)``."""
+    T, M1, n = S.shape
+    P = min(4, M1)
+    theta = torch.tensor([float(t) for t in scheme.guess_nodes()], dtype=S.dtype, device=S.device)
+    j = torch.arange(M1 - 1, device=S.device)
+    nodes = (j - 1).clamp(0, M1 - P)[:, None] + torch.arange(P, device=S.device)  # (M, P)
+    t = j[:, None].to(S.dtype) + theta  # (M, m)
+    x = nodes.to(S.dtype)
+    w = torch.ones(M1 - 1, theta.numel(), P, dtype=S.dtype, device=S.device)
+    for p in range(P):
+        for r in range(P):
+            if r != p:
+                w[..., p] *= (t - x[:, None, r]) / (x[:, None, p] - x[:, None, r])
+    return torch.einsum("jkp,tjpn->tjkn", w, S[:, nodes])
 
 
 def interior_jacobians(L: Callable, a: torch.Tensor, Q: torch.Tensor, b: torch.Tensor, h: float, scheme
@@ -185,9 +204,10 @@ def fit_stages(model, S: torch.Tensor, h: float, norm) -> None:
     steps: List[dict] = []
     a2, b2 = _pairs(S)
     Q = None
+    start = interpolated_interior(S, scheme).reshape(a2.shape[0], -1, S.shape[-1])
     for _ in range(MAX_ITERATIONS + 1):
         mean = model._lagrangian_std
-        Qn = _stationary(mean, a2, b2, h, scheme, Q)
+        Qn = _stationary(mean, a2, b2, h, scheme, start if Q is None else Q)
         change = float("inf") if Q is None else float((Qn - Q).abs().amax())
         steps.append({"interior_change": change, "max_del": _max_del(mean, S, Qn, h, scheme)})
         Q = Qn
