@@ -149,10 +149,8 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
     def _init_state(self) -> None:
         """Attributes of a subclass's fitted state (none here)."""
 
-    @staticmethod
-    def _accepted_scheme(scheme: "bea.Scheme") -> "bea.Scheme":
-        """The scheme, if this model can condition on its functionals (linear in ``L``; LSI also takes stage schemes)."""
-        return check_linear_scheme(scheme)
+    #: the scheme, if this model can condition on its functionals (linear in L; LSI also takes stage schemes)
+    _accepted_scheme = staticmethod(check_linear_scheme)
 
     # ------------------------------------------------------------------ saving
     def save(self, path) -> "Path":
