@@ -109,7 +109,8 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
     Parameters
     ----------
     h : the sampling step of the data (= the step of the integrator that will use :math:`L_{inv}`).
-    scheme : a :mod:`bea` scheme or its name (``"midpoint"``, ``"trapezoidal"``, ...).
+    scheme : a :mod:`bea` scheme or its name (``"midpoint"``, ``"trapezoidal"``, ...), or a stage scheme
+        (``"galerkin2"``: the DEL conditions linearised and iterated, :mod:`~learners.shadow.stage_lsi`).
     kernel : ``"rbf"`` (default) or ``"mechanical"`` (:class:`~learners.shadow.mechanical.MechanicalKernel`: RBF in
         :math:`q` times a polynomial of degree 8 in :math:`v`; ``MechanicalKernel(degree=d)`` for another degree),
         hyperparameters learned (see :mod:`learners.shadow.hyperparameters`); or a
