@@ -27,12 +27,13 @@ iteration, the largest change of the interior points and the largest DEL residua
 scheme's by :math:`O(h^2)`), hyperparameters learned as usual (:mod:`learners.shadow.hyperparameters`); at iteration
 :data:`RELEARN_AT` they are learned again on the stage scheme's linearised conditions, then kept (pendulum, 60
 trajectories: the largest DEL residual at the floor 2.9e-7 against 4.0e-7 when the midpoint rule's are kept).
-Newton's method for the first interior points starts from a cubic interpolation of the snapshots in time (:func:`interpolated_interior`),
-later ones from the previous iterate. Why not condition on the DEL residuals at fixed interpolated interior points and
-on their stationarity :math:`\partial_Q\Phi(L; a, Q, b) = 0` (both linear in :math:`L`)? Any interior points are
-stationary for the mean conditioned on their own stationarity, so re-solving them under that mean returns them (to
-the nugget), and the fit keeps the interpolation's error; on the CI pendulum that problem's likelihood also chose a
-mean with a negative mass at some data states, where Newton's method for the interior points failed.
+Newton's method for the first interior points starts from a cubic interpolation of the snapshots in time
+(:func:`interpolated_interior`), later ones from the previous iterate. Why not condition on the DEL residuals at
+fixed interpolated interior points and on their stationarity :math:`\partial_Q\Phi(L; a, Q, b) = 0` (both linear in
+:math:`L`)? Any interior points are stationary for the mean conditioned on their own stationarity, so re-solving them
+under that mean returns them (up to the residual the nugget leaves), and the fit keeps the interpolation's error; on
+the CI pendulum that problem's likelihood also chose a mean with a negative mass at some data states, where Newton's
+method for the interior points failed.
 
 *Limits.* Where the start's mean has a singular or negative mass at states the stage scheme evaluates (pendulum, 200
 trajectories at ``h = 0.5``; Galerkin steps of 0.75 and more), Newton's method for the interior points fails with a
@@ -60,7 +61,8 @@ from bea.stages import StageScheme
 from .functionals import Functionals, _linear_atoms, discrete_momentum_functionals, snapshot_functionals
 from .guards import IdentifiabilityWarning
 
-__all__ = ["LinearisedStages", "interpolated_interior", "interior_jacobians", "fit_stages", "check_stage_objective", "accepted_scheme", "linear_scheme", "MAX_ITERATIONS", "STALL"]
+__all__ = ["LinearisedStages", "interpolated_interior", "interior_jacobians", "fit_stages", "check_stage_objective",
+           "accepted_scheme", "linear_scheme", "MAX_ITERATIONS", "STALL", "RELEARN_AT"]
 
 #: most Gauss--Newton iterations after the start (each one Newton solve of the interior points and one Cholesky)
 MAX_ITERATIONS = 12
