@@ -40,7 +40,8 @@ trajectories at ``h = 0.5``; Galerkin steps of 0.75 and more), Newton's method f
 :class:`~bea.errors.BeaRuntimeError`. With 200 pendulum trajectories it fails at 26 of the 1,000 steps, all at the
 data's extreme speeds (standardised :math:`|v'|` 0.93 to 1.05, RMS 0.5): Galerkin evaluates ``L`` at the end-point
 velocities of its quadratic, beyond the chord velocities at which the midpoint rule's fit was conditioned. The
-``"energy"`` calibration of the variances is not run (it conditions on the start's functionals): energies and velocities use the ``"del"`` scale; the ``"positions"`` objective is refused.
+``"energy"`` calibration of the variances is not run (it conditions on the start's functionals): energies and
+velocities use the ``"del"`` scale; the ``"positions"`` objective is refused.
 
 *Uncertainty.* The posterior is the GP conditioned on :math:`\ell_b` at the fixed point, i.e. the DEL conditions
 linearised there. Functionals at new states (DEL residuals for ``predict``'s std, discrete momenta for the energies'
