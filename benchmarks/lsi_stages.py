@@ -15,8 +15,9 @@ the cost) and the midpoint rule at ``h / 3`` (same cost as Galerkin at ``h``). E
 trajectories (same initial conditions) and of snapshots per trajectory, each sampled at its own step.
 
 Why not Galerkin at ``3 h`` against the midpoint rule at ``h``: the stage fit starts from the midpoint rule's LSI fit
-at Galerkin's step (learners/shadow/stage_lsi.py), and on the pendulum at steps 0.75 to 1.5 that fit's mean has a
-non-positive mass at some data states, where Newton's method for the interior points fails (a typed error).
+at Galerkin's step (learners/shadow/stage_lsi.py), and on the pendulum at steps 0.75, 0.9 and 1.5 (200 trajectories)
+that fit's mass d^2L/dv^2 at the data's midpoints falls to -0.23, 0.06 and -0.48 (true value 1), and Newton's method
+for the interior points fails there (a typed error).
 
 Printed per system and scheme: fit time, the Gauss-Newton iterations of the stage fit (their number and the largest
 DEL residual on the data, first and last, standardised units), level-set errors of H_rec[0], H_rec[2], H_rec[4]
