@@ -18,6 +18,7 @@ from .derive import KINDS, Derivation, Raw, derive_raw
 from .errors import BeaTypeError, BeaValueError, CacheFormatError
 from .jets import Jets
 from .schemes import Scheme, get_scheme
+from .stages import StageScheme
 from .series import Series
 from .free.derive import FreeRaw, derive_free
 from .free.series import FreeSeries
@@ -275,8 +276,10 @@ def series_function(kind: str, scheme: SchemeLike, order: int, n: Optional[int] 
     The dimension-free function (:func:`compile_torch` without ``n``) in general. For ``n = 1``
     the component formula: it is derived in about a second at every order and evaluates several
     times faster there (one scalar per derivative instead of a chain per tree); the two agree to
-    rounding (``tests/test_free.py``).
+    rounding (``tests/test_free.py``). For a stage scheme (:mod:`bea.stages`) the component formula in
+    every dimension: the dimension-free engine cannot solve for its interior points.
     """
-    if n == 1:
-        return compile_torch(kind, scheme, order, n=1, cache=cache, allow_slow=allow_slow)
+    if n == 1 or (n is not None and isinstance(_scheme(scheme), StageScheme)):
+        # a stage scheme has only the component engine (its interior points are solved for in a given dimension)
+        return compile_torch(kind, scheme, order, n=n, cache=cache, allow_slow=allow_slow)
     return compile_torch(kind, scheme, order, cache=cache, allow_slow=allow_slow)

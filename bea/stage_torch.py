@@ -25,6 +25,10 @@ from .errors import BeaRuntimeError
 __all__ = ["stationary_value", "solve_interior"]
 
 MAXITER = 30
+#: relative size below which corrections that stop decreasing count as converged (a stall at rounding level): a
+#: Lagrangian given as a sum of many terms, such as a GP posterior mean, has rounding noise that stalls Newton's
+#: corrections near 5e-11 (learners.shadow.lsi.DEFAULT_NEWTON); an exact one converges to 4e-16 before stalling
+STALL = 1e-9
 
 
 def _grad_hess(scheme, L, a, b, Z, h, create_graph: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -44,15 +48,20 @@ def _grad_hess(scheme, L, a, b, Z, h, create_graph: bool) -> Tuple[torch.Tensor,
 
 def _step(g: torch.Tensor, H: torch.Tensor, shape) -> torch.Tensor:
     """:math:`H^{-1} g` reshaped to ``Z``'s shape ``(m, ..., n)``."""
-    d = torch.linalg.solve(H, g.unsqueeze(-1)).squeeze(-1)
+    d, info = torch.linalg.solve_ex(H, g.unsqueeze(-1))
+    if bool((info != 0).any()):
+        raise BeaRuntimeError("the stage action's Hessian in the interior points is singular at some step: the Lagrangian "
+                              "is not regular there (its mass matrix d^2L/dv^2 is singular), or the step h is too large")
+    d = d.squeeze(-1)
     m, n = shape[0], shape[-1]
     return torch.movedim(d.unflatten(-1, (m, n)), -2, 0)
 
 
-def _converged_interior(scheme, L, a, b, h) -> torch.Tensor:
-    """The interior points to rounding, detached, shape ``(m, ..., n)``."""
+def _converged_interior(scheme, L, a, b, h, start=None) -> torch.Tensor:
+    """The interior points to rounding, detached, shape ``(m, ..., n)``; Newton starts from ``start`` if given, else
+    from the straight line."""
     a0, b0 = a.detach(), b.detach()
-    Z = torch.stack(scheme.interior_guess(a0, b0)).detach()
+    Z = torch.stack(scheme.interior_guess(a0, b0)).detach() if start is None else start.detach().clone()
     scale = 1 + Z.abs().amax()
     last = None
     with torch.enable_grad():
@@ -65,19 +74,20 @@ def _converged_interior(scheme, L, a, b, h) -> torch.Tensor:
                                       "Lagrangian regular here, and the step h small enough?)")
             Z = Z - d
             size = float(d.abs().amax())
-            if size <= 4e-16 * float(scale) or (last is not None and size >= last and size <= 1e-12 * float(scale)):
+            if size <= 4e-16 * float(scale) or (last is not None and size >= last and size <= STALL * float(scale)):
                 return Z.detach()
             last = size
     raise BeaRuntimeError(f"{scheme!r}: Newton's method for the interior points did not converge in {MAXITER} iterations "
                           f"(last correction {last:.3g}); reduce the step h")
 
 
-def solve_interior(L, a: torch.Tensor, b: torch.Tensor, h, scheme) -> torch.Tensor:
-    """The stationary interior points, detached, shape ``(m, ..., n)``."""
+def solve_interior(L, a: torch.Tensor, b: torch.Tensor, h, scheme, start=None) -> torch.Tensor:
+    """The stationary interior points, detached, shape ``(m, ..., n)``; ``start`` (same shape): Newton's first iterate
+    (e.g. the points of a nearby Lagrangian), else the straight line from ``a`` to ``b``."""
     a, b = torch.broadcast_tensors(a, b)
     if not scheme.n_interior:
         return a.new_zeros((0, *a.shape))
-    return _converged_interior(scheme, L, a, b, h)
+    return _converged_interior(scheme, L, a, b, h, start)
 
 
 def stationary_value(L, a: torch.Tensor, b: torch.Tensor, h, scheme) -> torch.Tensor:

@@ -121,6 +121,33 @@ for N in (2, 4, 6):
 qs = model.predict(torch.tensor([[0.3], [1.0]]), torch.zeros(2, 1), 50)  # batched: two initial conditions
 print("velocities at the last step:", model.velocities(qs, order=2)[-1].squeeze(-1))""")
 
+md("""## Higher-order schemes: LSI with Galerkin $s = 2$
+
+`scheme="galerkin2"` (continuous Galerkin on Simpson's nodes, Lobatto IIIA–IIIB, order 4) learns the inverse modified
+Lagrangian of that scheme. Its discrete Lagrangian is a stationary value over an interior point, so the DEL conditions
+are linear in $L$ only at fixed interior points; the fit linearises them at the posterior mean and iterates
+(Gauss–Newton) from the midpoint rule's fit (`learners/shadow/stage_lsi.py`). Its $L_{inv}$ differs from $L$ by
+$O(h^4)$ instead of $O(h^2)$, so fewer correction orders are needed. *Equal cost* is equal evaluations of $L$ per unit
+time: Galerkin evaluates $L$ three times per step, so Galerkin at $h$ costs what the midpoint rule costs at $h/3$.
+Full comparison with Hénon–Heiles: `PYTHONPATH=. python3 benchmarks/lsi_stages.py` (README, *Higher-order schemes*).""")
+code("""from learners.metrics import grid_states, level_set_error, max_trajectory_error
+from integrators import reference_flow
+
+n_traj, steps = (60, 51) if FULL else (30, 24)
+states = grid_states(points=15)
+q0, v0 = torch.tensor([[0.3]]), torch.zeros(1, 1)
+print("scheme     h      L/unit time  GN its  H_rec[0]  H_rec[2]  H_rec[4]  max traj. error")
+for scheme, h in (("midpoint", 0.5), ("galerkin2", 0.5), ("midpoint", 0.5 / 3)):
+    data = snapshots(pendulum, h, n_traj, 5, seed=0)
+    m = InverseModifiedLagrangianGP(h, scheme, iterations=8, max_train_functionals=400, progress=False).fit(data)
+    ls = [level_set_error(m.energy(N), pendulum.energy, states=states) for N in (0, 2, 4)]
+    k = int(round(steps * 0.5 / h))
+    ref = reference_flow(pendulum, q0, v0, h * torch.arange(k + 1, dtype=torch.float64)).q
+    err = max_trajectory_error(m.predict(q0, v0, k, order=4, on_extrapolation="ignore"), ref)
+    its = len(m.history.get("stage_iterations", [None])) - 1
+    per = 3 if scheme == "galerkin2" else 1
+    print(f"{scheme:9s} {h:6.3f}  {per / h:8.1f}  {its if its else '-':>6}  {ls[0]:.2e}  {ls[1]:.2e}  {ls[2]:.2e}  {err:.2e}")""")
+
 kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
 nb = nbf.v4.new_notebook(cells=cells, metadata={"kernelspec": kernelspec})
 nbf.write(nb, __file__.replace("make_03.py", "03_pendulum_shadow.ipynb"))

@@ -196,12 +196,14 @@ def test_truncated_series_orders(system, study):
     assert abs(got - 6) <= 0.3, f"observed order {got:.3f}, expected 6 (errors {errs})"
 
 
-def test_lsi_refuses_stage_schemes():
-    """LSI conditions a GP on DEL residuals as linear functionals of L; a stationary value is not linear in L."""
-    from learners import InverseModifiedLagrangianGP
+def test_lsi_takes_stage_schemes_lgp_refuses_them():
+    """LSI fits a stage scheme by linearising its DEL conditions (tests/test_learners_stage_lsi.py); LGP's model
+    conditions on functionals linear in L and has no such iteration, so it still refuses one with a typed error."""
+    from learners import InverseModifiedLagrangianGP, LagrangianGP
 
+    assert InverseModifiedLagrangianGP(0.1, scheme="galerkin2").scheme.name == "galerkin2"
     with pytest.raises(UnsupportedSchemeError):
-        InverseModifiedLagrangianGP(0.1, scheme="galerkin2")
+        LagrangianGP(0.1, scheme="galerkin2")
 
 
 def test_vmap_jacobian_refused_with_a_clear_error():

@@ -45,6 +45,7 @@ __all__ = [
     "del_residual_functionals",
     "discrete_momentum_functionals",
     "euler_lagrange_residuals",
+    "snapshot_functionals",
     "triples_from_snapshots",
 ]
 
@@ -256,6 +257,17 @@ def discrete_momentum_functionals(pairs: torch.Tensor, h: float, scheme: Union[s
     a = pairs[:, 0].detach()
     b = pairs[:, 1].detach().clone().requires_grad_(True)
     return _linear_atoms(lambda L: sch(L, a, b, h), b, pairs.shape[-1])
+
+
+def snapshot_functionals(S: torch.Tensor, h: float, scheme: Union[str, "bea.Scheme"] = "midpoint"):
+    r"""What LSI conditions on and validates with, for snapshots ``S`` ``(T, M + 1, n)``: the DEL residual functionals
+    of all triples and the discrete momenta of all steps, each with the trajectory of every functional --
+    ``(F, groups, P, P_groups)``."""
+    T, M1, n = S.shape
+    F = del_residual_functionals(triples_from_snapshots(S), h, scheme)
+    groups = torch.arange(T, device=S.device).repeat_interleave((M1 - 2) * n)
+    P = discrete_momentum_functionals(torch.stack([S[:, :-1], S[:, 1:]], -2).reshape(-1, 2, n), h, scheme)
+    return F, groups, P, torch.arange(T, device=S.device).repeat_interleave((M1 - 1) * n)
 
 
 def euler_lagrange_residuals(q: torch.Tensor, v: torch.Tensor, a: torch.Tensor) -> Functionals:

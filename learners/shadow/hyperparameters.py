@@ -110,7 +110,7 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
                  progress: Optional[bool] = None, seed: int = 0):
         super().__init__()
         self.h = check_step(h)
-        self.scheme = check_linear_scheme(bea.get_scheme(scheme))
+        self.scheme = self._accepted_scheme(bea.get_scheme(scheme))
         objective = get_objective(objective, self.objectives, type(self).__name__)
         if epsilon is not None:
             if lengthscale is not None:
@@ -148,6 +148,9 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
 
     def _init_state(self) -> None:
         """Attributes of a subclass's fitted state (none here)."""
+
+    #: the scheme, if this model can condition on its functionals (linear in L; LSI also takes stage schemes)
+    _accepted_scheme = staticmethod(check_linear_scheme)
 
     # ------------------------------------------------------------------ saving
     def save(self, path) -> "Path":

@@ -48,17 +48,19 @@ import torch
 
 from integrators import Trajectory, VariationalIntegrator, modified
 
+import bea
 from bea.errors import BeaValueError
 from .._checks import as_tensor, check_finite, check_order, check_snapshots, snapshot_layout
 from .calibration import Calibration, ensure_energy_calibration
 from .hyperparameters import FunctionalLagrangianModel
 from .retry import solve_with_retry
 from .guards import RUNAWAY_FACTOR, ExtrapolationError, ExtrapolationWarning, check_prediction, report_extrapolation, runaway
-from .functionals import Functionals, del_residual_functionals, discrete_momentum_functionals, triples_from_snapshots
+from .functionals import Functionals, del_residual_functionals, snapshot_functionals, triples_from_snapshots
 from .normalisation import MassNormalisation
 from .units import position_units, standard_step
 from .recovery import RecoveryMixin
 from .rbf_jet import RBFJet, jets_fit
+from .stage_lsi import accepted_scheme, check_stage_objective, fit_stages, linear_scheme
 from .compiled_mean import StandardisedMean  # noqa: F401  (re-exported: its old home)
 
 __all__ = ["InverseModifiedLagrangianGP", "DEFAULT_NEWTON", "SEARCH_ITERATIONS", "ExtrapolationWarning", "ExtrapolationError",
@@ -107,7 +109,8 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
     Parameters
     ----------
     h : the sampling step of the data (= the step of the integrator that will use :math:`L_{inv}`).
-    scheme : a :mod:`bea` scheme or its name (``"midpoint"``, ``"trapezoidal"``, ...).
+    scheme : a :mod:`bea` scheme or its name (``"midpoint"``, ``"trapezoidal"``, ...), or a stage scheme
+        (``"galerkin2"``: the DEL conditions linearised and iterated, :mod:`~learners.shadow.stage_lsi`).
     kernel : ``"rbf"`` (default) or ``"mechanical"`` (:class:`~learners.shadow.mechanical.MechanicalKernel`: RBF in
         :math:`q` times a polynomial of degree 8 in :math:`v`; ``MechanicalKernel(degree=d)`` for another degree),
         hyperparameters learned (see :mod:`learners.shadow.hyperparameters`); or a
@@ -133,6 +136,9 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
     objectives = ("auto", "mll", "heldout", "positions")
 
     # the constructor, with its explicit signature, is FunctionalLagrangianModel.__init__
+    _accepted_scheme = staticmethod(accepted_scheme)  # linear in L, or a stage scheme (stage_lsi)
+    _linear_scheme = linear_scheme
+
     def _fitted_extra(self) -> dict:
         ensure_energy_calibration(self)
         return {"snapshots": self.snapshots, "data_level": self.data_level(), "objective_used": self.objective_used,
@@ -164,7 +170,7 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         the class docstring; a fixed ``lengthscale`` is in the data's units); the final GP is
         conditioned on all DEL residuals and the normalisation; :attr:`conditioning` reports the solve."""
         S = check_snapshots(snapshots)
-        T, m, n = S.shape
+        n = S.shape[-1]
         center, unit = position_units(S)
         Sd = (S - center) / unit
         self.n = n
@@ -174,14 +180,12 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         if isinstance(norm, MassNormalisation) and norm.point is not None:  # given in the data's units
             x0 = norm.point.reshape(-1).to(torch.float64)
             norm = MassNormalisation(norm.c, point=self._standard_state(x0[:n], x0[n:]), matrix=norm.matrix)
-        F = del_residual_functionals(triples_from_snapshots(Sd), h, self.scheme)
-        groups = torch.arange(T, device=S.device).repeat_interleave((m - 2) * n)
-        pairs = torch.stack([Sd[:, :-1], Sd[:, 1:]], -2).reshape(-1, 2, n)
-        P = discrete_momentum_functionals(pairs, h, self.scheme)
-        P_groups = torch.arange(T, device=S.device).repeat_interleave((m - 1) * n)
         self._standard_snapshots = Sd  # for the "positions" objective while learning
         try:
-            self._fit_functionals(F, groups, P, P_groups, normalisation=norm)
+            if isinstance(self.scheme, bea.StageScheme):  # DEL conditions linearised and iterated (stage_lsi)
+                fit_stages(self, Sd, h, norm)
+            else:
+                self._fit_functionals(*snapshot_functionals(Sd, h, self.scheme), normalisation=norm)
         finally:
             del self._standard_snapshots
         self.snapshots = S
@@ -193,6 +197,7 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
     def _position_objective(self, trajectories: torch.Tensor):
         from .position_objective import position_objective
 
+        check_stage_objective("positions", self.scheme)
         return position_objective(triples_from_snapshots(self._standard_snapshots[trajectories]), self._h_std, self.scheme)
 
     def _calibrate_quantities(self, trajectories: torch.Tensor, F_tr) -> None:
@@ -226,7 +231,7 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
 
     def _residual_posterior(self, triples_std: torch.Tensor, return_std: bool = True):
         """Posterior mean and std (or None) of the DEL residuals of :math:`L'` at standardised triples, ``(B, n)``."""
-        G = del_residual_functionals(triples_std, self._h_std, self.scheme)
+        G = del_residual_functionals(triples_std, self._h_std, self._linear_scheme())
         with torch.no_grad():
             if not return_std:
                 return self.gp.functional_mean(G).reshape(-1, self.n), None

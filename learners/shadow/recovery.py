@@ -168,7 +168,7 @@ class RecoveryMixin:
         S1, n = q_std.shape[0], self.n
         q3, v3 = q_std.reshape(S1, -1, n), v_std.reshape(S1, -1, n)
         Bt = q3.shape[1]
-        P = momentum_functionals(q3, self._h_std, self.scheme)  # row j * Bt + b
+        P = momentum_functionals(q3, self._h_std, self._linear_scheme())  # row j * Bt + b
         dev = q_std.device
         times = torch.arange(0, S1, every, device=dev)
         rows = (times[:, None] * Bt + torch.arange(Bt, device=dev)).reshape(-1)
