@@ -146,3 +146,45 @@ def test_cholesky_jitter_is_reported():
     assert gp.info.jitter > 0
     assert gp.info.size == dup.count
     assert "jitter" in str(gp.info)
+
+
+def test_covariance_without_gradients_equals_the_differentiable_one():
+    """The in-place assembly (no gradients) and the out-of-place one (gradients through the hyperparameters) add
+    the same atom blocks: equal to rounding, on a family with atoms of orders 0, 1 and 2."""
+    G = _family()
+    assert len(G.atoms) >= 2
+    fk = FunctionalKernel(RBFKernel(ard_num_dims=4))
+    fk.base_kernel.lengthscale = torch.tensor([[0.9, 1.4, 1.1, 2.0]])
+    fk.outputscale = 1.7
+    with torch.no_grad():
+        fast = fk.forward(G, G)
+    slow = fk.forward(G, G)
+    assert slow.requires_grad and not fast.requires_grad
+    assert torch.allclose(fast, slow.detach(), atol=1e-14 * float(fast.abs().max()), rtol=0)
+
+
+def test_a_solve_is_reused_only_for_the_same_functionals_and_hyperparameters():
+    """condition() twice with the same functionals object and hyperparameters keeps the factor (no new solve); a
+    changed lengthscale or other functionals solve again; restore_posterior() brings an earlier solve back."""
+    torch.manual_seed(3)
+    G = Functionals.cat([del_residual_functionals(triples_from_snapshots(0.7 * torch.randn(3, 5, 2)), 0.2),
+                         MassNormalisation().functionals(2)])
+    gp = FunctionalGP(FunctionalKernel(RBFKernel(ard_num_dims=4)), noise=1e-4)
+    for p in gp.parameters():
+        p.requires_grad_(False)
+    gp.condition(G)
+    first, saved, ls0 = gp._chol, gp.posterior_state(), gp.kernel.base_kernel.lengthscale.clone()
+    assert gp.condition(G)._chol is first
+    gp.kernel.base_kernel.lengthscale = torch.full((1, 4), 1.3)
+    assert gp.condition(G)._chol is not first
+    other = gp._chol
+    assert gp.condition(G.subset(torch.arange(G.count)))._chol is not other  # equal values, another object
+    gp.restore_posterior(saved)
+    assert gp.condition(G)._chol is not first  # the lengthscale is still 1.3: a new solve
+    gp.kernel.base_kernel.lengthscale = ls0
+    gp.restore_posterior(saved)
+    assert gp.condition(G)._chol is first
+    ref = FunctionalGP(FunctionalKernel(RBFKernel(ard_num_dims=4)), noise=1e-4)
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    assert torch.equal(ref.condition(G)._beta, gp._beta)  # the reused solve is the one a fresh GP makes

@@ -75,3 +75,24 @@ def test_positions_objective_avoids_the_collapse_in_n4():
     assert level_set_error(pos.energy(2), system.energy, states=states) < 0.1
     mll = InverseModifiedLagrangianGP(h, objective="mll", **opts).fit(data)
     assert level_set_error(mll.energy(2), system.energy, states=states) > 0.3
+
+
+def test_the_search_solves_each_point_once(monkeypatch):
+    """The DEL calibration conditions on the training functionals at the search's best point, which the search has
+    solved already: that solve is kept (FunctionalGP.condition returns it), so the solves with all training
+    functionals are exactly the search's own evaluations (one per normalisation candidate, then the refinement's),
+    and one more with all data ends the fit. Before, the calibration solved the best point a second time."""
+    from learners.shadow.gp import FunctionalGP
+
+    sizes = []
+    factor = FunctionalGP.factor
+    monkeypatch.setattr(FunctionalGP, "factor", lambda self, F: (sizes.append(F.count), factor(self, F))[1])
+    data = snapshots(integrators.systems.fpu_chain(3, beta=1.0), 0.45, 25, 4, domain=[(-0.6, 0.6)] * 6, seed=0)
+    model = InverseModifiedLagrangianGP(0.45, objective="positions", iterations=2, max_train_functionals=90,
+                                        progress=False).fit(data)
+    per_traj = 3 * 3  # 3 triples of 3 components
+    norms = len(model.history["normalisation_values"])
+    assert norms == 2  # the trace and the whole mass matrix (n >= 3)
+    train = [s for s in sizes if 20 * per_traj < s < 25 * per_traj]  # 20 training trajectories + a normalisation
+    assert len(train) == norms + len(model.history["search"]) - 1
+    assert sizes[-1] == model.gp.train_functionals.count == 25 * per_traj + model._norm_count

@@ -82,6 +82,7 @@ class FunctionalGP(gpytorch.Module):
         self._beta: Optional[torch.Tensor] = None
         self._mean_atoms: Optional[Dict[int, AtomSet]] = None
         self._mean_fn: Optional[AtomExpansion] = None
+        self._conditioned = None  # the key (_key) of the current posterior: the same solve is not repeated
         #: multiplies posterior (co)variances: equivalent to scaling sigma_f^2 and sigma_n^2 together,
         #: which leaves the posterior mean unchanged (set by calibration on held-out data)
         self.variance_scale: float = 1.0
@@ -100,8 +101,11 @@ class FunctionalGP(gpytorch.Module):
         K = 0.5 * (K + K.T)
         diag_mean = float(torch.diagonal(K).mean().detach())
         scale = diag_mean if diag_mean > 0 else 1.0
-        eye = torch.eye(F.count, dtype=K.dtype, device=K.device)
-        A = K + self.noise * eye
+        A = K
+        if torch.is_grad_enabled() and (K.requires_grad or self.noise.requires_grad):  # differentiable: out of place
+            A = K + torch.diag_embed(self.noise.expand(F.count))
+        else:  # no identity matrix, no copy (n = 6: 4,800^2 entries)
+            A.diagonal().add_(self.noise)
         jitter = 0.0
         R, info = torch.linalg.cholesky_ex(A)
         while int(info) != 0:
@@ -111,7 +115,7 @@ class FunctionalGP(gpytorch.Module):
                     f"the covariance of the {F.count} functionals is not positive definite even with a relative jitter of "
                     f"{MAX_JITTER:g}: the data or the hyperparameters are degenerate (duplicate trajectories? a lengthscale "
                     f"far too large?)")
-            R, info = torch.linalg.cholesky_ex(A + jitter * eye)
+            R, info = torch.linalg.cholesky_ex(_plus_diagonal(A, jitter))
         d = torch.diagonal(R).detach()
         info_ = ConditioningInfo(size=F.count, noise=float(self.noise.detach()), jitter=jitter, mean_diag=diag_mean,
                                  cond_estimate=float((d.max() / d.min()) ** 2))
@@ -122,12 +126,34 @@ class FunctionalGP(gpytorch.Module):
         y = F.targets if targets is None else targets
         if y is None:
             raise BeaValueError("no targets: give targets= or functionals with .targets")
+        key = self._key(F) if targets is None else None
+        if key is not None and F is self.train_functionals and key == self._conditioned:  # the search's best, again
+            return self
         R, info = self.factor(F)
         beta = torch.cholesky_solve(y[:, None].to(R.dtype), R)[:, 0]
         self.train_functionals, self._chol, self._beta, self.info = F, R, beta, info
         self._mean_atoms = _merge_atoms(F, beta)
         self._mean_fn = AtomExpansion(self.kernel, self._mean_atoms, differentiable=beta.requires_grad)
+        self._conditioned = key
         return self
+
+    def _key(self, F: Functionals):
+        """What a posterior without gradients depends on: the functionals ``F`` (the object, never changed in
+        place) and every hyperparameter's value; None where gradients flow (nothing is reused)."""
+        params = list(self.parameters())
+        if torch.is_grad_enabled() and any(p.requires_grad for p in params):
+            return None
+        return id(F), tuple(tuple(p.detach().reshape(-1).tolist()) for p in params)
+
+    def posterior_state(self) -> tuple:
+        """The conditioned posterior, for :meth:`restore_posterior` (a search keeps its best solve this way)."""
+        return (self.train_functionals, self._chol, self._beta, self.info, self._mean_atoms, self._mean_fn, self._conditioned)
+
+    def restore_posterior(self, state: tuple) -> None:
+        """Go back to a posterior saved by :meth:`posterior_state`; its hyperparameters must be set again by the
+        caller (:meth:`condition` with them and the same functionals then reuses the solve)."""
+        (self.train_functionals, self._chol, self._beta, self.info, self._mean_atoms, self._mean_fn,
+         self._conditioned) = state
 
     def _require(self) -> None:
         if self._beta is None:
@@ -161,6 +187,13 @@ class FunctionalGP(gpytorch.Module):
         lead = x.shape[:-1]
         _, var = self.functional_posterior(point_evaluations(x.reshape(-1, x.shape[-1])))
         return var.reshape(lead)
+
+
+def _plus_diagonal(A: torch.Tensor, value: float) -> torch.Tensor:
+    """``A + value I`` (a new matrix; ``A`` itself is left as it is, for the next, larger jitter)."""
+    out = A.clone()
+    out.diagonal().add_(value)
+    return out
 
 
 def _merge_atoms(F: Functionals, beta: torch.Tensor) -> Dict[int, AtomSet]:

@@ -140,13 +140,23 @@ def objective(gp: FunctionalGP, kind: str, F_tr: Functionals, F_va: Functionals,
         r2, p2 = both[:F_va.count].pow(2), both[F_va.count:].pow(2).mean()
         return float(torch.log(r2 + 1e-30 * p2).mean() - torch.log(p2))
 
+    best = [math.inf, None]  # the lowest value and, for "positions", its posterior (one solve saved: calibration)
+
     def evaluate(theta: torch.Tensor) -> float:
         _set_theta(gp, theta)
         try:
             val = value()
         except RuntimeError:
             return math.inf
+        if kind == "positions" and val < best[0]:
+            best[:] = [val, gp.posterior_state()]
         return val if math.isfinite(val) else math.inf
+
+    def restore_best() -> None:
+        """Put the GP back on the posterior of the best evaluation (its hyperparameters are set by the caller)."""
+        if best[1] is not None:
+            gp.restore_posterior(best[1])
+    evaluate.restore_best = restore_best  # type: ignore[attr-defined]
     return evaluate
 
 

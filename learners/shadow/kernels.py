@@ -197,32 +197,33 @@ class FunctionalKernel(gpytorch.kernels.Kernel):
             raise BeaValueError(f"functionals on spaces of different dimensions: {F1.dim} and {F2.dim}")
         if diag:
             return self.diagonal(F1)
-        out = None
-        for A1 in F1.atoms.values():
-            for A2 in F2.atoms.values():
-                part = self._pair(A1, A2, F1.count, F2.count)
-                out = part if out is None else out + part
-        if out is None:
+        need_grad = torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
+        if not need_grad:  # every atom pair adds into one matrix: no (F1, F2) temporary per pair (n = 6: 9 of them)
             out = torch.zeros(F1.count, F2.count, dtype=torch.float64, device=F1.device)
-        return self.outputscale * out
+            for A1 in F1.atoms.values():
+                for A2 in F2.atoms.values():
+                    self._pair_into(A1, A2, out)
+            return out.mul_(self.outputscale)
+        parts = [self._pair(A1, A2, F1.count, F2.count) for A1 in F1.atoms.values() for A2 in F2.atoms.values()]
+        return self.outputscale * sum(parts, torch.zeros(F1.count, F2.count, dtype=torch.float64, device=F1.device))
 
     def _pair(self, A1: AtomSet, A2: AtomSet, n1: int, n2: int) -> torch.Tensor:
+        """The atoms' covariance summed into functionals, out of place (in-place adds would break autograd)."""
+        phi = self.block(A1.points, A1.dirs, A2.points, A2.dirs) * A2.coef
+        cols = phi.new_zeros(phi.shape[0], n2).index_add(1, A2.owner, phi)
+        return cols.new_zeros(n1, n2).index_add(0, A1.owner, cols * A1.coef[:, None])
+
+    def _pair_into(self, A1: AtomSet, A2: AtomSet, out: torch.Tensor) -> None:
+        """Add the covariance of the atoms ``A1`` with ``A2``, summed into functionals, to ``out`` in place."""
         # atoms are summed into functionals by index_add on dense chunks: torch's sparse products were 3/4 of the
         # cost of a covariance, and chunks of CHUNK_ATOMS**2 entries stay in cache (n = 6, 4,800 functionals:
         # 25 s -> 8 s at load 9, identical entries)
-        need_grad = torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
-        if need_grad:  # in-place accumulation would break autograd through the hyperparameters
-            phi = self.block(A1.points, A1.dirs, A2.points, A2.dirs) * A2.coef
-            cols = phi.new_zeros(phi.shape[0], n2).index_add(1, A2.owner, phi)
-            return cols.new_zeros(n1, n2).index_add(0, A1.owner, cols * A1.coef[:, None])
         step = max(16, CHUNK_ATOMS * CHUNK_ATOMS // max(1, len(A2)))  # >= 16 rows: bounded Python overhead
-        out = A1.points.new_zeros(n1, n2)
         for s in range(0, len(A1), step):
             sl = slice(s, s + step)
             phi = self.block(A1.points[sl], A1.dirs[sl], A2.points, A2.dirs) * A2.coef  # (a, A2)
-            cols = phi.new_zeros(phi.shape[0], n2).index_add_(1, A2.owner, phi)  # (a, n2)
+            cols = phi.new_zeros(phi.shape[0], out.shape[1]).index_add_(1, A2.owner, phi)  # (a, n2)
             out.index_add_(0, A1.owner[sl], cols * A1.coef[sl, None])
-        return out
 
     def diagonal(self, F: Functionals, chunk: int = 512) -> torch.Tensor:
         r"""Prior variances :math:`\Theta_{ii}` of the functionals ``F`` (blocks of ``chunk`` functionals,

@@ -143,5 +143,6 @@ def search_positions(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions,
     evaluations = REFINE_EVALUATIONS if model.iterations is None else model.iterations
     if evaluations > 0:
         lq, lv, val, model.history["search"] = refine(evaluate, n, lq, lv, evaluations, start=full)
+    evaluate.restore_best()  # the best point's solve: settle + calibration condition on it again at no cost
     model.history["objective"] = val
     return F_all, tied_theta(lq, lv, n), F_norm
