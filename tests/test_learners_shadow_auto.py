@@ -296,11 +296,13 @@ _CAL_GAP = {"anharmonic3": "std too wide: RMS z 0.59/0.57 (in range) but 100% wi
             "two_body4": "not identified (the fit warns); calibration not measured with the distant differences",
             "morse3": "std far too narrow: RMS z 6.72/3.63, 38%/53% within 2 sigma (N = 2/4; energy differences "
                       "1.5e-2/8.4e-3 relative, velocities 100%); every candidate scale of "
-                      "benchmarks/calibration_estimators.py misses by 70x-490x (untuned system of branch id-cal)"}
+                      "benchmarks/calibration_estimators.py misses by 70x-490x (untuned system of branch id-cal)",
+            "toda4": "std too wide at N = 2: RMS z 0.33, 100% within 2 sigma; the conservation scale (20x what the "
+                     "true differences ask for) is the largest and in use (N = 4 not measured)"}
 
 
 def _cal_systems():
-    rows = SYSTEMS + [row for row in UNTUNED if row[0].__name__ in ("duffing3", "morse3")]
+    rows = SYSTEMS + [row for row in UNTUNED if row[0].__name__ in ("duffing3", "toda4", "morse3")]
     return [pytest.param(*row, marks=pytest.mark.xfail(reason=f"issue 23 gap: {_CAL_GAP[row[0].__name__]}", strict=False))
             if row[0].__name__ in _CAL_GAP else row for row in rows]
 
