@@ -76,6 +76,16 @@ def toda4():
     return integrators.systems.from_sympy(sum(x**2 for x in v) / 2 - V, q, v, "toda4", domain=[(-0.6, 0.6)] * 8)
 
 
+def morse3():
+    """Three unit masses between fixed walls joined by Morse bonds (1 - exp(-1.2 r))^2: invented for the calibration
+    work of issue 23 (branch id-cal) as its untuned check, measured only after the estimators were written."""
+    q = sympy.symbols("q0:3", real=True)
+    v = sympy.symbols("v0:3", real=True)
+    ext = [0, *q, 0]
+    V = sum((1 - sympy.exp(-sympy.Rational(6, 5) * (ext[i + 1] - ext[i])))**2 for i in range(4))
+    return integrators.systems.from_sympy(sum(x**2 for x in v) / 2 - V, q, v, "morse3", domain=[(-0.5, 0.5)] * 6)
+
+
 def held_out_states(system, count, seed=11):
     """``count + 1`` states in the middle 70% of the system's box; the first is the reference."""
     n, box = system.n, system.domain
@@ -236,7 +246,7 @@ def velocity_z(model, system, h, steps=20, seed=5, order=2):
 
 SYSTEMS = [(anharmonic3, 0.2, 120), (mass_chain4, 0.2, 150), (two_body4, 0.2, 150)]
 #: systems measured by benchmarks/identification_acceptance.py but not tuned on
-UNTUNED = [(duffing3, 0.2, 120), (toda3, 0.2, 120), (toda4, 0.2, 150)]
+UNTUNED = [(duffing3, 0.2, 120), (toda3, 0.2, 120), (toda4, 0.2, 150), (morse3, 0.2, 120)]
 #: measured gaps (issue 23, not met yet; library defaults, branch id-acc, which lets the positions search fix the whole
 #: mass matrix where that predicts clearly better): the chain's energy differences are 9.0e-3 relative (5.5e-3 with
 #: MassNormalisation(matrix=True), which the search does not choose: held-out errors -17.82 against -17.72 with the
@@ -278,14 +288,21 @@ def test_acceptance_energy_and_velocities(make, h, n_traj):
 #: measured calibration gaps with the distant-difference calibration (benchmarks/RESULTS_calibration.md; before it:
 #: anharmonic3 RMS z 2.05/2.09, 75-78% within 2 sigma; mass_chain4 2.84, 72%; duffing3 2.8-2.9, 55-57%)
 _CAL_GAP = {"anharmonic3": "std too wide: RMS z 0.59/0.57 (in range) but 100% within 2 sigma (target <= 99%): "
-                           "the innovations ask for 3x the variance the true differences do",
+                           "the innovations ask for 3x the variance the true differences do (the cross-validated and "
+                           "learning-curve scales of benchmarks/calibration_estimators.py fit it, 0.92x/0.78x, but are "
+                           "3-6x too narrow on duffing3 and toda3)",
             "mass_chain4": "std too narrow: RMS z 2.35, 78% within 2 sigma (N = 2 and 4): the error of distant "
                            "differences is 4x the innovations' variance (a bias more data do not move)",
-            "two_body4": "not identified (the fit warns); calibration not measured with the distant differences"}
+            "two_body4": "not identified (the fit warns); calibration not measured with the distant differences",
+            "morse3": "std far too narrow: RMS z 6.72/3.63, 38%/53% within 2 sigma (N = 2/4; energy differences "
+                      "1.5e-2/8.4e-3 relative, velocities 100%); every candidate scale of "
+                      "benchmarks/calibration_estimators.py misses by 70x-490x (untuned system of branch id-cal)",
+            "toda4": "std too wide at N = 2: RMS z 0.33, 100% within 2 sigma; the conservation scale (20x what the "
+                     "true differences ask for) is the largest and in use (N = 4 not measured)"}
 
 
 def _cal_systems():
-    rows = SYSTEMS + [row for row in UNTUNED if row[0].__name__ == "duffing3"]
+    rows = SYSTEMS + [row for row in UNTUNED if row[0].__name__ in ("duffing3", "toda4", "morse3")]
     return [pytest.param(*row, marks=pytest.mark.xfail(reason=f"issue 23 gap: {_CAL_GAP[row[0].__name__]}", strict=False))
             if row[0].__name__ in _CAL_GAP else row for row in rows]
 
