@@ -60,6 +60,39 @@ def test_matrix_functionals_fix_every_entry():
     assert MassNormalisation().functionals(n).count == MassNormalisation(matrix=False).functionals(n).count == n + 2
 
 
+@pytest.mark.parametrize("scheme, kappa", [("midpoint", 1 / 12), ("trapezoidal", -1 / 6)])
+def test_inverse_curvature_of_the_schemes(scheme, kappa):
+    """The curvature term read off each scheme's mod_2: h^2/12 for the midpoint rule (docs/theory/inverse.md's inv_2)
+    and -h^2/6 for the trapezoidal rule, to rounding."""
+    from learners.shadow.normalisation import inverse_curvature
+
+    for h in (0.05, 0.3):
+        assert inverse_curvature(scheme, h) == pytest.approx(kappa * h * h, rel=1e-10)
+
+
+def test_matrix_with_curvature_fixes_the_mass_matrix_of_L():
+    """L = v'Mv/2 - q'Kq/2 with M = I, K non-diagonal, h = 0.3 (midpoint): the matrix conditions applied to
+    L_inv = inv_2(L) (bea's own series) give I - h^2/12 K without the curvature term -- the bias that made the matrix
+    worse than the trace on a Duffing chain -- and I to O(h^4) with it: the rest is h^4/144 K^2 (inv_2's q-Hessian
+    -K - h^2/12 K^2 times kappa = h^2/12), within 1e-12."""
+    import bea
+    from learners.shadow.normalisation import inverse_curvature
+
+    n, h = 3, 0.3
+    K = torch.tensor([[2.0, -1.0, 0.3], [-1.0, 1.5, -0.5], [0.3, -0.5, 1.0]], dtype=torch.float64)
+    inv2 = bea.compile_torch("inverse_modified_lagrangian", "midpoint", 2)
+    L = lambda q, v: 0.5 * v.pow(2).sum(-1) - 0.5 * torch.einsum("...i,ij,...j->...", q, K, q)
+    L_inv = lambda x: inv2(L, x[..., :n], x[..., n:], h)
+    i, j = torch.triu_indices(n, n)
+    plain = MassNormalisation(matrix=True, curvature=0.0).functionals(n).apply(L_inv)[n + 1:]
+    kappa = inverse_curvature("midpoint", h)
+    fixed = MassNormalisation(matrix=True, curvature=kappa).functionals(n).apply(L_inv)[n + 1:]
+    eye = torch.eye(n, dtype=torch.float64)
+    assert torch.allclose(plain, (eye - h * h / 12 * K)[i, j], atol=1e-12)
+    assert torch.allclose(fixed, (eye + h**4 / 144 * K @ K)[i, j], atol=1e-12)
+    assert MassNormalisation(matrix=True, curvature=kappa).functionals(n).count == n + 1 + n * (n + 1) // 2
+
+
 def test_matrix_needs_a_bool():
     from bea.errors import BeaValueError
 
@@ -69,28 +102,26 @@ def test_matrix_needs_a_bool():
 
 def test_separable_system_needs_the_matrix(monkeypatch):
     """Separable oscillators, 40 trajectories: the motions cannot tell the trace from the matrix (held-out errors
-    -16.95 and -16.93 in the mean log square), so the default keeps the trace, and the energy differences are 1.05e-2
-    relative after the best scale (the parts' scales are off); with the matrix forced, 2.98e-3. Bound 5e-3 between
-    the two. With MATRIX_MARGIN lowered below any difference the search keeps the matrix, and gives the forced fit's
-    numbers (the same grid and refinement)."""
+    within 0.2 in the mean log square), so the default keeps the matrix (with the scheme's curvature term), and the
+    energy differences are 2.3e-3 relative after the best scale (2.98e-3 without the curvature term); with
+    MATRIX_MARGIN = -inf (the trace always, the rule before) the parts' scales are left to the prior: 1.05e-2.
+    Bound 5e-3 between the two."""
     system = separable3()
     default = _fit(system)
-    assert default._norm_count == 3 + 2
+    assert default._norm_count == 3 + 1 + 6
     a, b = default.history["normalisation_values"]
     assert abs(a - b) < 0.2, (a, b)
-    forced = _fit(system, normalisation=MassNormalisation(matrix=True))
     rel_default = energy_differences(default, system, 2, return_std=False)[0]
-    rel_forced = energy_differences(forced, system, 2, return_std=False)[0]
-    assert rel_forced < 5e-3 < rel_default, (rel_forced, rel_default)
     monkeypatch.setattr(position_search, "MATRIX_MARGIN", -math.inf)
-    chosen = _fit(system)
-    assert chosen._norm_count == 3 + 1 + 6
-    assert energy_differences(chosen, system, 2, return_std=False)[0] == pytest.approx(rel_forced, rel=1e-9)
+    trace = _fit(system)
+    assert trace._norm_count == 3 + 2
+    rel_trace = energy_differences(trace, system, 2, return_std=False)[0]
+    assert rel_default < 5e-3 < rel_trace, (rel_default, rel_trace)
 
 
 def test_wrong_matrix_is_rejected():
     """Non-diagonal masses: fixing the matrix to c I contradicts the data (held-out one-step objective -8.3 against
-    -18.7 with the trace), so the default keeps the trace, and the energy differences are 1.2e-3 relative (forced
+    -18.7 with the trace: far beyond MATRIX_MARGIN), so the default keeps the trace, and the energy differences are 1.2e-3 relative (forced
     matrix: 0.40)."""
     system = skew_mass3()
     m = _fit(system)
