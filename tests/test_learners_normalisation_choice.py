@@ -102,26 +102,28 @@ def test_matrix_needs_a_bool():
 
 def test_separable_system_needs_the_matrix(monkeypatch):
     """Separable oscillators, 40 trajectories: the motions cannot tell the trace from the matrix (held-out errors
-    within 0.2 in the mean log square), so the default keeps the matrix (with the scheme's curvature term), and the
-    energy differences are 2.3e-3 relative after the best scale (2.98e-3 without the curvature term); with
-    MATRIX_MARGIN = -inf (the trace always, the rule before) the parts' scales are left to the prior: 1.05e-2.
-    Bound 5e-3 between the two."""
+    -16.95 and -16.93 in the mean log square), so the default keeps the trace, and the energy differences are 1.05e-2
+    relative after the best scale (the parts' scales are off); with the matrix forced, 2.31e-3 (2.98e-3 without its
+    curvature term). Bound 5e-3 between the two. With MATRIX_MARGIN lowered below any difference the search keeps
+    the matrix, and gives the forced fit's numbers (the same grid and refinement)."""
     system = separable3()
     default = _fit(system)
-    assert default._norm_count == 3 + 1 + 6
+    assert default._norm_count == 3 + 2
     a, b = default.history["normalisation_values"]
     assert abs(a - b) < 0.2, (a, b)
+    forced = _fit(system, normalisation=MassNormalisation(matrix=True))
     rel_default = energy_differences(default, system, 2, return_std=False)[0]
+    rel_forced = energy_differences(forced, system, 2, return_std=False)[0]
+    assert rel_forced < 5e-3 < rel_default, (rel_forced, rel_default)
     monkeypatch.setattr(position_search, "MATRIX_MARGIN", -math.inf)
-    trace = _fit(system)
-    assert trace._norm_count == 3 + 2
-    rel_trace = energy_differences(trace, system, 2, return_std=False)[0]
-    assert rel_default < 5e-3 < rel_trace, (rel_default, rel_trace)
+    chosen = _fit(system)
+    assert chosen._norm_count == 3 + 1 + 6
+    assert energy_differences(chosen, system, 2, return_std=False)[0] == pytest.approx(rel_forced, rel=1e-9)
 
 
 def test_wrong_matrix_is_rejected():
     """Non-diagonal masses: fixing the matrix to c I contradicts the data (held-out one-step objective -8.3 against
-    -18.7 with the trace: far beyond MATRIX_MARGIN), so the default keeps the trace, and the energy differences are 1.2e-3 relative (forced
+    -18.7 with the trace), so the default keeps the trace, and the energy differences are 1.2e-3 relative (forced
     matrix: 0.40)."""
     system = skew_mass3()
     m = _fit(system)
