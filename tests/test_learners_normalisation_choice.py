@@ -67,7 +67,7 @@ def test_inverse_curvature_of_the_schemes(scheme, kappa):
     from learners.shadow.normalisation import inverse_curvature
 
     for h in (0.05, 0.3):
-        assert inverse_curvature(scheme, h) == pytest.approx(kappa * h * h, rel=1e-10)
+        assert inverse_curvature(h, scheme) == pytest.approx(kappa * h * h, rel=1e-10)
 
 
 def test_matrix_with_curvature_fixes_the_mass_matrix_of_L():
@@ -85,7 +85,7 @@ def test_matrix_with_curvature_fixes_the_mass_matrix_of_L():
     L_inv = lambda x: inv2(L, x[..., :n], x[..., n:], h)
     i, j = torch.triu_indices(n, n)
     plain = MassNormalisation(matrix=True, curvature=0.0).functionals(n).apply(L_inv)[n + 1:]
-    kappa = inverse_curvature("midpoint", h)
+    kappa = inverse_curvature(h, "midpoint")
     fixed = MassNormalisation(matrix=True, curvature=kappa).functionals(n).apply(L_inv)[n + 1:]
     eye = torch.eye(n, dtype=torch.float64)
     assert torch.allclose(plain, (eye - h * h / 12 * K)[i, j], atol=1e-12)

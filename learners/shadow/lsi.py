@@ -170,7 +170,7 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         self.n = n
         self._set_units(center, unit, standard_step(Sd) if self._learns_time_unit else None)
         h = self._h_std
-        norm = in_standard_units(self.normalisation, self._standard_state, self.scheme, h)
+        norm = in_standard_units(self.normalisation, self._standard_state, h, self.scheme)
         F = del_residual_functionals(triples_from_snapshots(Sd), h, self.scheme)
         groups = torch.arange(T, device=S.device).repeat_interleave((m - 2) * n)
         pairs = torch.stack([Sd[:, :-1], Sd[:, 1:]], -2).reshape(-1, 2, n)

@@ -164,7 +164,7 @@ class MassNormalisation(Normalisation):
         return Functionals(D, n + 1 + P, atoms, torch.cat([torch.zeros(n + 1, **f64), self.c * (i == j).to(torch.float64)]))
 
 
-def inverse_curvature(scheme, h: float) -> float:
+def inverse_curvature(h: float, scheme) -> float:
     r"""The curvature term :math:`\kappa` of the mass-matrix condition for the inverse modified Lagrangian of
     ``scheme`` at step ``h``: :math:`\partial_v^2 L_{inv} - \kappa\,\partial_q^2 L_{inv} = \partial_v^2 L + O(h^4)` at
     a state at rest in an equilibrium (class docstring).
@@ -182,7 +182,7 @@ def inverse_curvature(scheme, h: float) -> float:
     return float(H) - 1.0
 
 
-def in_standard_units(norm: Normalisation, to_standard, scheme, h: float) -> Normalisation:
+def in_standard_units(norm: Normalisation, to_standard, h: float, scheme) -> Normalisation:
     """``norm`` for a fit in standardised units at step ``h`` of ``scheme``: a point given in the data's units mapped
     by ``to_standard(q, v)``; where the whole mass matrix may be fixed, the scheme's curvature term at ``h``
     (:func:`inverse_curvature`), so that the condition is on the mass matrix of L, not of L_inv."""
@@ -194,7 +194,7 @@ def in_standard_units(norm: Normalisation, to_standard, scheme, h: float) -> Nor
         norm = MassNormalisation(norm.c, to_standard(x0[:n], x0[n:]), norm.matrix, norm.curvature)
     if norm.matrix is False or norm.curvature is not None:  # a curvature term given is kept
         return norm
-    return norm.with_curvature(inverse_curvature(scheme, h))
+    return norm.with_curvature(inverse_curvature(h, scheme))
 
 
 def _device(x) -> torch.device:
