@@ -19,6 +19,7 @@ from integrators.data import snapshots
 from learners import InverseModifiedLagrangianGP, MassNormalisation
 from learners.shadow import position_search
 from learners.shadow.guards import IdentifiabilityWarning
+from bea.errors import BeaValueError
 from tests.test_learners_shadow_auto import energy_differences
 
 Q = sympy.symbols("q0:3", real=True)
@@ -91,6 +92,24 @@ def test_matrix_with_curvature_fixes_the_mass_matrix_of_L():
     assert torch.allclose(plain, (eye - h * h / 12 * K)[i, j], atol=1e-12)
     assert torch.allclose(fixed, (eye + h**4 / 144 * K @ K)[i, j], atol=1e-12)
     assert MassNormalisation(matrix=True, curvature=kappa).functionals(n).count == n + 1 + n * (n + 1) // 2
+
+
+def test_fit_sets_the_curvature_only_where_the_matrix_may_be_used():
+    """in_standard_units (what the LSI fit applies): the trace alone (matrix=False) is left as it is; matrix=None or
+    True get the scheme's curvature at the standardised step; a curvature given by the user is kept; a point given in
+    the data's units is mapped (here by a shift of 1)."""
+    from learners.shadow.normalisation import in_standard_units
+
+    shift = lambda q, v: torch.cat([q + 1, v])
+    trace = MassNormalisation(matrix=False)
+    assert in_standard_units(trace, shift, 0.3, "midpoint") is trace
+    assert in_standard_units(MassNormalisation(), shift, 0.3, "midpoint").curvature == pytest.approx(0.0075, rel=1e-10)
+    assert in_standard_units(MassNormalisation(matrix=True, curvature=0.0), shift, 0.3, "midpoint").curvature == 0.0
+    at = in_standard_units(MassNormalisation(point=torch.zeros(6), matrix=True), shift, 0.3, "trapezoidal")
+    assert torch.equal(at.point, torch.tensor([1.0, 1, 1, 0, 0, 0], dtype=torch.float64))
+    assert at.matrix is True and at.curvature == pytest.approx(-0.015, rel=1e-10)
+    with pytest.raises(BeaValueError, match="curvature"):
+        MassNormalisation(curvature=float("nan"))
 
 
 def test_matrix_needs_a_bool():
