@@ -48,8 +48,8 @@ midpoint rule's :math:`L_{inv}` to :math:`O(h^4)` at a state at rest in an equil
 differences 2.8e-3 against 1.7e-3), with it equal (1.8e-3). The default (``matrix=None``) fixes the matrix only
 where it predicts held-out positions clearly better (:data:`~learners.shadow.position_search.MATRIX_MARGIN`: a part
 collapsed under the trace), and the trace everywhere else: where the two predict equally well the matrix identified
-better on some systems but left the energy's std too narrow on another (three anharmonic oscillators at 40 trajectories). ``"mll"`` (``n <= 2``) always uses the trace,
-results unchanged. Where the parts' motions are predicted as well either way (separable oscillators), the trace is
+better on some systems but left the energy's std too narrow on another (three anharmonic oscillators at 40
+trajectories). ``"mll"`` (``n <= 2``) always uses the trace, results unchanged. Where the parts' motions are predicted as well either way (separable oscillators), the trace is
 kept and their relative scales stay undetermined. The trace condition has no curvature term: at :math:`O(h^2)` it
 would change only the overall scale.
 """
@@ -109,7 +109,8 @@ class MassNormalisation(Normalisation):
     r""":math:`L(x_0) = 0`, :math:`\partial_vL(x_0) = 0`, :math:`\operatorname{tr}\partial_v^2L(x_0) = c\,n`
     (``matrix=False``), or :math:`\partial_v^2L(x_0) - \kappa\,\partial_q^2L(x_0) = c\,I` (``matrix=True``,
     :math:`\kappa` = ``curvature``: None, the default, lets the LSI fit set it from its scheme and step, and means 0
-    elsewhere); ``matrix=None``: the fit chooses (module docstring)."""
+    elsewhere; a number given is used as it is, in the fit's standardised coordinates); ``matrix=None``: the fit
+    chooses (module docstring)."""
 
     def __init__(self, c: float = 1.0, point: Optional[torch.Tensor] = None, matrix: Optional[bool] = None,
                  curvature: Optional[float] = None):
