@@ -56,7 +56,7 @@ from .hyperparameters import FunctionalLagrangianModel
 from .retry import solve_with_retry
 from .guards import RUNAWAY_FACTOR, ExtrapolationError, ExtrapolationWarning, check_prediction, report_extrapolation, runaway
 from .functionals import Functionals, del_residual_functionals, snapshot_functionals, triples_from_snapshots
-from .normalisation import MassNormalisation
+from .normalisation import in_standard_units
 from .units import position_units, standard_step
 from .recovery import RecoveryMixin
 from .rbf_jet import RBFJet, jets_fit
@@ -176,10 +176,7 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         self.n = n
         self._set_units(center, unit, standard_step(Sd) if self._learns_time_unit else None)
         h = self._h_std
-        norm = self.normalisation
-        if isinstance(norm, MassNormalisation) and norm.point is not None:  # given in the data's units
-            x0 = norm.point.reshape(-1).to(torch.float64)
-            norm = MassNormalisation(norm.c, point=self._standard_state(x0[:n], x0[n:]), matrix=norm.matrix)
+        norm = in_standard_units(self.normalisation, self._standard_state, h, self.scheme)
         self._standard_snapshots = Sd  # for the "positions" objective while learning
         try:
             if isinstance(self.scheme, bea.StageScheme):  # DEL conditions linearised and iterated (stage_lsi)

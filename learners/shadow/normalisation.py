@@ -32,12 +32,26 @@ trace fixes only :math:`a + b`. The GP's minimum-norm posterior then shrinks the
 and with it the Jacobian that predicts that part's motion. The softened two-body problem in a harmonic trap
 (centre of mass and relative motion separate; ``tests/test_learners_shadow_auto.py``'s ``two_body4``) came out
 with the relative part at 0.06 of the centre of mass's, energy differences 4.99 relative; with the mass matrix
-fixed, 0.77 and 0.099. It is an assumption -- equal masses in the standardised coordinates at :math:`x_0` -- and
-biased by :math:`O(h^2)` for :math:`L_{inv}`, whose mass matrix carries terms in the potential's Hessian, so the
-default (``matrix=None``) fixes the matrix only where it predicts held-out positions clearly better
-(:data:`~learners.shadow.position_search.MATRIX_MARGIN`), and the trace everywhere else (``"mll"``, ``n <= 2``:
-results unchanged). Where the parts' motions are predicted as well either way (separable oscillators), the trace is
-kept and their relative scales stay undetermined.
+fixed, 0.77 and 0.099. The same holds approximately wherever parts are weakly coupled (a chain near its linear
+normal modes): the motions then determine the parts' relative scales only weakly, and the trace leaves them to the
+GP's prior.
+
+The matrix is an assumption -- equal masses in the standardised coordinates at :math:`x_0` -- about :math:`L`, not
+about the :math:`L_{inv}` the GP learns, whose mass matrix carries the potential's Hessian at :math:`O(h^2)`
+(midpoint rule: :math:`\partial_v^2 L_{inv} = M - \tfrac{h^2}{12} V''(q)` for :math:`L = \tfrac12 v^\top M v - V`,
+docs/theory/inverse.md). ``curvature`` :math:`\kappa` corrects the target: the conditions are
+:math:`\partial_v^2 L(x_0) - \kappa\,\partial_q^2 L(x_0) = c\,I`, which for :math:`\kappa = h^2/12` holds for the
+midpoint rule's :math:`L_{inv}` to :math:`O(h^4)` at a state at rest in an equilibrium (at other states
+:math:`\mathrm{inv}_2`'s :math:`A^\top M A` term adds :math:`O(h^2 |V'|)`); the fits of
+:class:`~learners.shadow.lsi.InverseModifiedLagrangianGP` set it from their scheme and step
+(:func:`inverse_curvature`). Without it the matrix was worse than the trace on a Duffing chain (energy
+differences 2.8e-3 against 1.7e-3), with it equal (1.8e-3). The default (``matrix=None``) fixes the matrix only
+where it predicts held-out positions clearly better (:data:`~learners.shadow.position_search.MATRIX_MARGIN`: a part
+collapsed under the trace), and the trace everywhere else: where the two predict equally well the matrix identified
+better on some systems but left the energy's std too narrow on another (three anharmonic oscillators at 40
+trajectories). ``"mll"`` (``n <= 2``) always uses the trace, results unchanged. Where the parts' motions are predicted as well either way (separable oscillators), the trace is
+kept and their relative scales stay undetermined. The trace condition has no curvature term: at :math:`O(h^2)` it
+would change only the overall scale.
 """
 
 from __future__ import annotations
@@ -48,11 +62,12 @@ from typing import Optional, Union
 
 import torch
 
+import bea
 from bea.errors import BeaValueError
 
 from .functionals import AtomSet, Functionals
 
-__all__ = ["Normalisation", "VertexNormalisation", "MassNormalisation", "get_normalisation"]
+__all__ = ["Normalisation", "VertexNormalisation", "MassNormalisation", "get_normalisation", "inverse_curvature", "in_standard_units"]
 
 
 class Normalisation:
@@ -92,26 +107,39 @@ class VertexNormalisation(Normalisation):
 
 class MassNormalisation(Normalisation):
     r""":math:`L(x_0) = 0`, :math:`\partial_vL(x_0) = 0`, :math:`\operatorname{tr}\partial_v^2L(x_0) = c\,n`
-    (``matrix=False``), or :math:`\partial_v^2L(x_0) = c\,I` (``matrix=True``); ``matrix=None``: the trace, unless
-    the fit chooses the matrix (module docstring)."""
+    (``matrix=False``), or :math:`\partial_v^2L(x_0) - \kappa\,\partial_q^2L(x_0) = c\,I` (``matrix=True``,
+    :math:`\kappa` = ``curvature``: None, the default, lets the LSI fit set it from its scheme and step, and means 0
+    elsewhere; a number given is used as it is, in the fit's standardised coordinates); ``matrix=None``: the fit
+    chooses (module docstring)."""
 
-    def __init__(self, c: float = 1.0, point: Optional[torch.Tensor] = None, matrix: Optional[bool] = None):
+    def __init__(self, c: float = 1.0, point: Optional[torch.Tensor] = None, matrix: Optional[bool] = None,
+                 curvature: Optional[float] = None):
         c = float(c)
+        curvature = None if curvature is None else float(curvature)
         if not math.isfinite(c) or c == 0:
             raise BeaValueError(f"the normalisation constant c must be finite and non-zero, got {c}")
         if matrix not in (None, True, False):
             raise BeaValueError(f"matrix must be True, False or None (let the fit choose), got {matrix!r}")
+        if curvature is not None and not math.isfinite(curvature):
+            raise BeaValueError(f"the curvature term of the mass-matrix condition must be finite, got {curvature}")
         self.c = c
         # kept where it is given (the CPU for numbers); functionals() moves it to the data's device
         self.point = None if point is None else torch.as_tensor(point, dtype=torch.float64, device=_device(point))
         self.matrix = matrix
+        self.curvature = curvature
 
     def __repr__(self) -> str:
-        return f"MassNormalisation(c={self.c})" if self.matrix is None else f"MassNormalisation(c={self.c}, matrix={self.matrix})"
+        extra = "" if self.matrix is None else f", matrix={self.matrix}"
+        extra += "" if self.curvature is None else f", curvature={self.curvature:.6g}"
+        return f"MassNormalisation(c={self.c}{extra})"
 
     def with_matrix(self, matrix: Optional[bool]) -> "MassNormalisation":
-        """The same normalisation (constant and point) with ``matrix`` set."""
-        return MassNormalisation(self.c, self.point, matrix)
+        """The same normalisation (constant, point and curvature term) with ``matrix`` set."""
+        return MassNormalisation(self.c, self.point, matrix, self.curvature)
+
+    def with_curvature(self, curvature: Optional[float]) -> "MassNormalisation":
+        """The same normalisation with the curvature term of the matrix condition set (class docstring)."""
+        return MassNormalisation(self.c, self.point, self.matrix, curvature)
 
     def functionals(self, n: int, center: Optional[torch.Tensor] = None) -> Functionals:
         D = 2 * n
@@ -128,9 +156,46 @@ class MassNormalisation(Normalisation):
             return Functionals(D, n + 2, atoms, torch.tensor([0.0] * (n + 1) + [self.c * n], **f64))
         i, j = torch.triu_indices(n, n, **index)  # one condition per entry on and above the diagonal
         P = i.numel()
-        atoms[2] = AtomSet(x0.expand(P, D), torch.stack([eye[n + i], eye[n + j]], 1), torch.ones(P, **f64),
-                           torch.arange(n + 1, n + 1 + P, **index))
+        owner = torch.arange(n + 1, n + 1 + P, **index)
+        dirs, coef = torch.stack([eye[n + i], eye[n + j]], 1), torch.ones(P, **f64)
+        if self.curvature:  # - kappa d2L/dq_i dq_j in the same conditions: the target is L's mass matrix, not L_inv's
+            dirs = torch.cat([dirs, torch.stack([eye[i], eye[j]], 1)])
+            coef, owner = torch.cat([coef, torch.full((P,), -self.curvature, **f64)]), owner.repeat(2)
+        atoms[2] = AtomSet(x0.expand(owner.numel(), D), dirs, coef, owner)
         return Functionals(D, n + 1 + P, atoms, torch.cat([torch.zeros(n + 1, **f64), self.c * (i == j).to(torch.float64)]))
+
+
+def inverse_curvature(h: float, scheme) -> float:
+    r"""The curvature term :math:`\kappa` of the mass-matrix condition for the inverse modified Lagrangian of
+    ``scheme`` at step ``h``: :math:`\partial_v^2 L_{inv} - \kappa\,\partial_q^2 L_{inv} = \partial_v^2 L + O(h^4)` at
+    a state at rest in an equilibrium (class docstring).
+
+    Read off the scheme's own :math:`\mathrm{mod}_2` at ``h`` on :math:`L = (v^2 - q^2)/2`, where
+    :math:`\partial_q^2 L = -1`: :math:`\kappa = \partial_v^2\mathrm{mod}_2(L) - 1` (the midpoint rule:
+    :math:`h^2/12`, from :math:`\mathrm{inv}_2(L) = L - \tfrac{h^2}{24}(A^\top M A - v^\top L_{qq} v)`,
+    docs/theory/inverse.md; the trapezoidal rule: :math:`-h^2/6`)."""
+    f = bea.compile_torch("modified_lagrangian", scheme, 2, n=1)  # n = 1: every scheme, stage schemes included
+    v = torch.zeros(1, 1, dtype=torch.float64, device="cpu", requires_grad=True)  # a few numbers: on the CPU
+    with torch.enable_grad():
+        val = f(lambda q, v: (v.pow(2) - q.pow(2)).sum(-1) / 2, torch.zeros_like(v.detach()), v, float(h)).sum()
+        (g,) = torch.autograd.grad(val, v, create_graph=True)
+        (H,) = torch.autograd.grad(g.sum(), v)
+    return float(H) - 1.0
+
+
+def in_standard_units(norm: Normalisation, to_standard, h: float, scheme) -> Normalisation:
+    """``norm`` for a fit in standardised units at step ``h`` of ``scheme``: a point given in the data's units mapped
+    by ``to_standard(q, v)``; where the whole mass matrix may be fixed, the scheme's curvature term at ``h``
+    (:func:`inverse_curvature`), so that the condition is on the mass matrix of L, not of L_inv."""
+    if not isinstance(norm, MassNormalisation):
+        return norm
+    if norm.point is not None:
+        x0 = norm.point.reshape(-1).to(torch.float64)
+        n = x0.numel() // 2
+        norm = MassNormalisation(norm.c, to_standard(x0[:n], x0[n:]), norm.matrix, norm.curvature)
+    if norm.matrix is False or norm.curvature is not None:  # a curvature term given is kept
+        return norm
+    return norm.with_curvature(inverse_curvature(h, scheme))
 
 
 def _device(x) -> torch.device:
