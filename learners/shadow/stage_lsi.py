@@ -262,6 +262,6 @@ def linear_scheme(model):
 
 def check_stage_objective(kind: str, scheme) -> None:
     """The ``"positions"`` objective builds its one-step predictions from linear DEL functionals: not here."""
-    if kind == "positions":
+    if kind == "positions" and isinstance(scheme, StageScheme):
         raise UnsupportedSchemeError(f"the 'positions' objective is not available with the stage scheme {scheme.name}: use "
                             "objective='mll' (the default for n <= 2) or fix the lengthscale")
