@@ -50,7 +50,15 @@ class RecoveryMixin:
         :class:`~learners.shadow.rbf_jet.JetLagrangian` (every derivative closed-form, one pass over the atoms per
         batch of states, starting at ``order``) where the kernel has one; else the autograd mean."""
         jet = self._closed_form_jet() if jets else None
-        return JetLagrangian(jet, order) if jet is not None else self._lagrangian_std
+        if jet is None:
+            return self._lagrangian_std
+        from integrators.ccompile import CompileError
+
+        try:  # the orders a formula, its energy and Newton take (jets_fit): built now, so a failure shows here
+            jet._fn(order + 1)
+        except CompileError:  # e.g. the compiler timed out on a loaded machine: autograd gives the same numbers
+            return self._lagrangian_std
+        return JetLagrangian(jet, order)
 
     def energy(self, order: int = 2, return_std: bool = False, reference=None, truncation: bool = True):
         r"""The recovered energy :math:`H_{rec}[N] = \partial_vL_{rec}\cdot v - L_{rec}` (``order=0``: the
