@@ -33,7 +33,10 @@ Slots = Tuple[int, ...]
 class Jets:
     """Variable registry for one derivation in dimension ``n`` (no global state)."""
 
-    def __init__(self, n: int):
+    def __init__(self, n: int, radical=None):
+        r"""``radical = (c, d)`` adjoins :math:`\theta = c^{1/d}` (a ``Fraction`` and an int, as in
+        :attr:`bea.radicals.RadicalNumber.field`): a constant variable reduced by :math:`\theta^d = c`, so that
+        schemes with constants in :math:`\mathbb{Q}(\theta)` are derived exactly."""
         if not isinstance(n, int) or n < 1:
             raise BeaValueError(f"dimension must be a positive integer, got {n!r}")
         self.n = n
@@ -42,6 +45,7 @@ class Jets:
         for i in range(n):  # nilpotent variables must have the smallest indices
             self._new(("eps", i))
         self.idet = self._new(("idet",))
+        self.radical = None if radical is None else self._new(("radical", radical[0].numerator, radical[0].denominator, radical[1]))
         self._mass_algebra()
 
     # ----------------------------------------------------------------- variables
@@ -93,7 +97,8 @@ class Jets:
             if m != diag:
                 mm = tuple(sorted(m + (self.idet,)))
                 replacement[mm] = replacement.get(mm, 0) - c
-        self.rules = Rules(nil=n, reduce=(lead, replacement))
+        rad = None if self.radical is None else (self.radical, self.kind[self.radical][3], Q(*self.kind[self.radical][1:3]))
+        self.rules = Rules(nil=n, reduce=(lead, replacement), radical=rad)
         self.adj_poly = [[to_poly(adj[i, j]) for j in range(n)] for i in range(n)]
 
     def W_poly(self, i: int, j: int) -> Poly:
@@ -216,7 +221,7 @@ class Jets:
                 x0, xc = self._dsplit(x, jet_space, cache)
                 D0 = padd(D0, pmul(w, x0, self.rules))
                 C = [padd(C[i], pmul(w, xc[i], self.rules)) for i in range(n)]
-        elif key[0] not in ("eps", "param"):
+        elif key[0] not in ("eps", "param", "radical"):
             raise InternalError(f"internal: unknown variable {key}")
         cache[var] = (D0, C)
         return cache[var]
