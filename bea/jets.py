@@ -45,8 +45,12 @@ class Jets:
         for i in range(n):  # nilpotent variables must have the smallest indices
             self._new(("eps", i))
         self.idet = self._new(("idet",))
-        self.radical = None if radical is None else self._new(("radical", radical[0].numerator, radical[0].denominator, radical[1]))
+        self.radical = None
         self._mass_algebra()
+        if radical is not None:  # after the mass symbols, so that the variable table starts as without it
+            self.radical = self._new(("radical", radical[0].numerator, radical[0].denominator, radical[1]))
+            rad = (self.radical, radical[1], Q(radical[0].numerator, radical[0].denominator))
+            self.rules = Rules(nil=n, reduce=(self.rules.lead, self.rules.replacement), radical=rad)
 
     # ----------------------------------------------------------------- variables
     def _new(self, key: tuple) -> int:
@@ -97,8 +101,7 @@ class Jets:
             if m != diag:
                 mm = tuple(sorted(m + (self.idet,)))
                 replacement[mm] = replacement.get(mm, 0) - c
-        rad = None if self.radical is None else (self.radical, self.kind[self.radical][3], Q(*self.kind[self.radical][1:3]))
-        self.rules = Rules(nil=n, reduce=(lead, replacement), radical=rad)
+        self.rules = Rules(nil=n, reduce=(lead, replacement))
         self.adj_poly = [[to_poly(adj[i, j]) for j in range(n)] for i in range(n)]
 
     def W_poly(self, i: int, j: int) -> Poly:
