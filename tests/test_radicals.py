@@ -86,3 +86,17 @@ def test_radical_results_round_trip_through_the_cache():
     again = bea.modified_equation("triple_jump", 2, n=1, cache=True)
     assert sympy.simplify(first.coefficient(0)[0] - again.coefficient(0)[0]) == 0
     assert first.coefficient(2)[0] == 0 == again.coefficient(2)[0]  # order 4: nothing at h^2
+
+
+def test_torch_sees_the_float_values():
+    """The exact constants act as their floats in torch: galerkin3 and the same rule with float nodes give the same
+    discrete Lagrangian to rounding."""
+    r = math.sqrt(5) / 10
+    floats = bea.Galerkin(3, [0, (0.5 - r, "irrational"), (0.5 + r, "irrational"), 1], ["1/12", "5/12", "5/12", "1/12"])
+    L = lambda x, y: (y**2 / 2 + torch.cos(x)).sum(-1)  # noqa: E731
+    a = torch.tensor([[0.3, -0.2]], dtype=torch.float64)
+    b = torch.tensor([[0.45, -0.1]], dtype=torch.float64)
+    exact_ld, float_ld = bea.galerkin_lobatto(3)(L, a, b, 0.2), floats(L, a, b, 0.2)
+    assert abs(float(exact_ld) - float(float_ld)) <= 1e-15 * abs(float(float_ld))
+    tj = bea.triple_jump()
+    assert tj.gammas[0] == 1 / (2 - radical(2, 3)) and abs(float(tj(L, a, b, 0.2))) > 0
