@@ -169,8 +169,8 @@ def stage_table(timeout: float) -> int:
     for scheme, two_s in STAGE_SCHEMES.items():
         for order in (two_s, two_s + 2):
             if order not in mid:
-                m1, mf = cold("midpoint", order, timeout, CHILD_STAGE), cold("midpoint", order, timeout)
-                mid[order] = (m1["mod"] + m1["inv"], mf["mod"] + mf["inv"])
+                runs = cold("midpoint", order, timeout, CHILD_STAGE), cold("midpoint", order, timeout)
+                mid[order] = [math.inf if x is None else x["mod"] + x["inv"] for x in runs]
             r = cold(scheme, order, timeout, CHILD_STAGE)
             m1, mf = mid[order]
             if r is None:
