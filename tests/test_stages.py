@@ -148,8 +148,9 @@ def test_closed_form_coupled_oscillators(scheme, n, order):
     scheme from nodes and weights: s = 3 with Boole's rule (exact to degree 5), order 6, rational constants.
     galerkin3 (Q(sqrt 5)) and triple_jump (Q(2^(1/3))) are derived exactly with the radical adjoined
     (bea.radicals); their maps come from the stage action in SymPy (galerkin3) and from the product of the
-    midpoint sub-step maps in Q(2^(1/3)) (triple_jump). Times: galerkin3 n = 1 about 11 s, triple_jump n = 1
-    about 7 s, triple_jump n = 2 about 160 s (slow: the radical multiplies the number of terms, see the docs)."""
+    midpoint sub-step maps in Q(2^(1/3)) (triple_jump). Times (wall, 2 shared cores): galerkin3 n = 1 about 11 s,
+    triple_jump n = 1 about 7 s; -m slow: triple_jump n = 2 68 s, galerkin3 n = 2 806 s (the radical multiplies
+    the number of terms, see docs/theory/stages.md); n = 3 for these two did not finish in 550-580 s."""
     sch = BOOLE if scheme == "galerkin3_boole" else bea.get_scheme(scheme)
     sysm = systems.coupled_oscillators(n, coupling=sympy.Rational(1, 3))
     K = -sympy.hessian(sysm.expr, sysm.q)
