@@ -18,6 +18,7 @@ from .errors import (BeaError, BeaFileNotFoundError, BeaIsADirectoryError, BeaOS
                      UnverifiedSchemeWarning, DuplicateNameError, PluginLoadError)
 from .schemes import (CustomScheme, GeneralisedMidpoint, Midpoint, Scheme, Trapezoidal, available_schemes, exact, get_scheme,
                       register_scheme)
+from .radicals import RadicalNumber, radical
 from .stages import Composition, Galerkin, StageScheme, galerkin_lobatto, triple_jump
 from .free.series import FreeSeries
 from .series import Series
@@ -39,6 +40,8 @@ __all__ = [
     "Composition",
     "galerkin_lobatto",
     "triple_jump",
+    "radical",
+    "RadicalNumber",
     "modified_equation",
     "modified_lagrangian",
     "inverse_modified_lagrangian",

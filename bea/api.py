@@ -192,7 +192,7 @@ def _derive(kind: str, scheme: SchemeLike, order: int, n: Optional[int], lagrang
         raise BeaValueError(f"n={n} does not match the {frame.n} coordinates given in q")
     frame.check_regular()  # before any work
     if fast:
-        jets = Jets(frame.n)
+        jets = Jets(frame.n, radical=getattr(sch, "radical_field", None))
         poly = PolynomialLagrangian.from_frame(jets, frame)
         if poly is not None:
             raw = derive_raw(sch, kind, order, frame.n, Derivation(sch, frame.n, jets=jets, concrete=poly))

@@ -56,6 +56,8 @@ def _check_variable(key: tuple, n: int) -> None:
         return
     elif tag == "param" and len(key) == 2 and _is_int(key[1]) and 0 <= key[1] < 10_000:
         return
+    elif tag == "radical" and len(key) == 4 and all(_is_int(x) and 0 < x < 10**12 for x in key[1:]) and 2 <= key[3] <= 64:
+        return  # c^(1/d) = (key[1]/key[2])^(1/key[3]) of a scheme's constants (bea.radicals)
     raise CacheFormatError(f"unknown variable {key!r}")
 
 

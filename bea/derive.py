@@ -106,7 +106,7 @@ class Derivation:
     def __init__(self, scheme: Scheme, n: int, jets: Optional[Jets] = None, concrete=None):
         self.scheme = scheme
         self.n = n
-        self.jets = jets or Jets(n)
+        self.jets = jets or Jets(n, radical=getattr(scheme, "radical_field", None))
         self.concrete = concrete  # a bea.concrete.PolynomialLagrangian, or None for the generic L
         self._F: Dict[int, List[HSeries]] = {}
         self._lmod: Dict[int, HSeries] = {}

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, List, Mapping, Tuple
 
-from .errors import BeaTypeError, BeaValueError, InconsistentSchemeError, SeriesError
+from .errors import BeaTypeError, BeaValueError, InconsistentSchemeError, SeriesError, UnsupportedSchemeError
 from .poly import ONE, PLAIN, Monomial, Poly, Q, Rules, padd, pdiff, pmul, pmul_var, pscale, pvars  # noqa: F401
 from .poly import merge, reduce_monomial, to_rational  # noqa: F401
+from .radicals import RadicalNumber
 
 
 EXACT = 10**6  # "order" of an exact series (a constant, h, h^2/2): known to every power
@@ -128,6 +129,8 @@ class HSeries:
             return NotImplemented
 
     def __mul__(self, other):
+        if isinstance(other, RadicalNumber):
+            return mul(self, HSeries([radical_poly(other, self.nil)], EXACT, self.nil))
         if not isinstance(other, HSeries):
             try:
                 r = to_rational(other)
@@ -141,6 +144,8 @@ class HSeries:
     def __truediv__(self, other):
         if isinstance(other, HSeries):
             return self._div_series(other)
+        if isinstance(other, RadicalNumber):
+            return self * (1 / other)
         try:
             r = to_rational(other)
         except TypeError:
@@ -178,6 +183,16 @@ class HSeries:
     def __repr__(self) -> str:
         terms = [f"h^{k}:{len(p)}" for k, p in enumerate(self.c) if p]
         return f"HSeries(order={self.order}; terms {', '.join(terms) or '0'})"
+
+
+def radical_poly(x: RadicalNumber, rules: Rules) -> Poly:
+    r""":math:`\sum_k a_k\theta^k` as a polynomial in the variable of :math:`\theta` (``rules.radical``)."""
+    if rules.radical is None or (rules.radical[2], rules.radical[1]) != (Q(x.field[0].numerator, x.field[0].denominator), x.field[1]):
+        raise UnsupportedSchemeError(
+            f"{x!r} lies in Q({x.field[0]}^(1/{x.field[1]})), which this derivation was not set up for: a scheme's "
+            "irrational constants must all lie in the one radical extension that its `radical_field` names")
+    var = rules.radical[0]
+    return {(var,) * k: Q(a.numerator, a.denominator) for k, a in enumerate(x.coeffs) if a}
 
 
 def mul(a: HSeries, b: HSeries, limit: int = EXACT) -> HSeries:

@@ -33,7 +33,10 @@ Slots = Tuple[int, ...]
 class Jets:
     """Variable registry for one derivation in dimension ``n`` (no global state)."""
 
-    def __init__(self, n: int):
+    def __init__(self, n: int, radical=None):
+        r"""``radical = (c, d)`` adjoins :math:`\theta = c^{1/d}` (a ``Fraction`` and an int, as in
+        :attr:`bea.radicals.RadicalNumber.field`): a constant variable reduced by :math:`\theta^d = c`, so that
+        schemes with constants in :math:`\mathbb{Q}(\theta)` are derived exactly."""
         if not isinstance(n, int) or n < 1:
             raise BeaValueError(f"dimension must be a positive integer, got {n!r}")
         self.n = n
@@ -42,7 +45,12 @@ class Jets:
         for i in range(n):  # nilpotent variables must have the smallest indices
             self._new(("eps", i))
         self.idet = self._new(("idet",))
+        self.radical = None
         self._mass_algebra()
+        if radical is not None:  # after the mass symbols, so that the variable table starts as without it
+            self.radical = self._new(("radical", radical[0].numerator, radical[0].denominator, radical[1]))
+            rad = (self.radical, radical[1], Q(radical[0].numerator, radical[0].denominator))
+            self.rules = Rules(nil=n, reduce=(self.rules.lead, self.rules.replacement), radical=rad)
 
     # ----------------------------------------------------------------- variables
     def _new(self, key: tuple) -> int:
@@ -216,7 +224,7 @@ class Jets:
                 x0, xc = self._dsplit(x, jet_space, cache)
                 D0 = padd(D0, pmul(w, x0, self.rules))
                 C = [padd(C[i], pmul(w, xc[i], self.rules)) for i in range(n)]
-        elif key[0] not in ("eps", "param"):
+        elif key[0] not in ("eps", "param", "radical"):
             raise InternalError(f"internal: unknown variable {key}")
         cache[var] = (D0, C)
         return cache[var]

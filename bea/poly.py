@@ -67,6 +67,8 @@ def to_rational(x: object):
         raise BeaTypeError("a boolean is not a coefficient")
     if isinstance(x, int):
         return Q(x)
+    if getattr(x, "coeffs", None) is not None and getattr(x, "field", None) is not None:
+        raise BeaTypeError(f"{x!r} is irrational: it is exact only as a polynomial in its radical (bea.hseries)")
     if isinstance(x, float):
         # exact binary value of the float: correct, if not pretty. Use Fraction or
         # bea.schemes.exact() for decimal constants such as 0.3.
@@ -105,15 +107,20 @@ def pscale(p: Poly, c) -> Poly:
 class Rules:
     """Normal-form rules for monomials (see module docstring). Immutable."""
 
-    __slots__ = ("nil", "lead", "replacement", "_lead_set")
+    __slots__ = ("nil", "lead", "replacement", "_lead_set", "radical")
 
-    def __init__(self, nil: int = 0, reduce: Optional[Tuple[Monomial, "Poly"]] = None):
+    def __init__(self, nil: int = 0, reduce: Optional[Tuple[Monomial, "Poly"]] = None,
+                 radical: Optional[Tuple[int, int, object]] = None):
         self.nil = nil
         self.lead, self.replacement = reduce if reduce is not None else (None, None)
         self._lead_set = set(self.lead) if self.lead else None
+        #: ``(var, d, c)``: the variable ``var`` is :math:`\theta = c^{1/d}` (:mod:`bea.radicals`), reduced by
+        #: :math:`\theta^d = c`; its leading monomial shares no variable with ``lead``, so the two rules
+        #: together stay a Groebner basis and the normal form stays canonical
+        self.radical = radical
 
     def __repr__(self) -> str:
-        return f"Rules(nil={self.nil}, lead={self.lead})"
+        return f"Rules(nil={self.nil}, lead={self.lead}, radical={self.radical})"
 
 
 PLAIN = Rules()
@@ -133,11 +140,26 @@ def _remove(m: Monomial, lead: Monomial) -> Monomial:
     return tuple(lst)
 
 
+def _reduce_radical(m: Monomial, rules: Rules) -> Tuple[Monomial, object]:
+    r""":math:`\theta^k \to c^{\lfloor k/d\rfloor}\theta^{k \bmod d}` (``rules.radical``)."""
+    var, d, c = rules.radical
+    k = m.count(var)
+    if k < d:
+        return m, 1
+    drop = k - k % d
+    i = m.index(var)
+    return m[:i] + m[i + drop:], c ** (k // d)
+
+
 def reduce_monomial(m: Monomial, rules: Rules) -> List[Tuple[Monomial, object]]:
     """Normal form of one monomial as ``[(monomial, coefficient), ...]``."""
     nil = rules.nil
     if nil and len(m) > 1 and m[1] < nil:
         return []
+    if rules.radical is not None:
+        m, f = _reduce_radical(m, rules)
+        if f != 1:
+            return [(mm, f * c) for mm, c in reduce_monomial(m, rules)]
     lead = rules.lead
     if lead is None or not rules._lead_set.issubset(m) or not _divides(lead, m):
         return [(m, 1)]
@@ -167,6 +189,17 @@ def pmul(p: Poly, q: Poly, rules: Rules = PLAIN, out: Optional[Poly] = None) -> 
     get = out.get
     nil = rules.nil
     lead_set = rules._lead_set
+    if rules.radical is not None:  # theta^d = c as well
+        var, d = rules.radical[:2]
+        for m1, c1 in p.items():
+            for m2, c2 in q.items():
+                m = merge(m1, m2)
+                if (lead_set is not None and lead_set.issubset(m)) or m.count(var) >= d:
+                    for mm, cc in reduce_monomial(m, rules):
+                        out[mm] = get(mm, 0) + c1 * c2 * cc
+                elif not (nil and len(m) > 1 and m[1] < nil):
+                    out[m] = get(m, 0) + c1 * c2
+        return out if accumulate else {m: c for m, c in out.items() if c}
     for m1, c1 in p.items():
         for m2, c2 in q.items():
             m = merge(m1, m2)

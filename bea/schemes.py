@@ -81,6 +81,8 @@ class Exact(float):
     def _binary(self, other: Any, op: Callable[[Fraction, Fraction], Fraction], fop: str) -> Any:
         o = self._frac(other)
         if o is None:
+            if getattr(other, "field", None) is not None and hasattr(other, "coeffs"):
+                return NotImplemented  # a bea.radicals.RadicalNumber: exact in its field, it answers
             if type(other).__module__.startswith("sympy"):
                 # SymPy converts float subclasses to Float before looking at _sympy_
                 return op(self._sympy_(), other)

@@ -24,11 +24,11 @@ interior points are solved without it: by stationarity, the first variation of
 
 from __future__ import annotations
 
-from fractions import Fraction
 from typing import List
 
 from .errors import InternalError, UnsupportedSchemeError
 from .hseries import EXACT, HSeries, SeriesVector
+from .schemes import exact
 
 __all__ = ["stationary_series", "interior_series"]
 
@@ -41,10 +41,11 @@ def _strip(v: SeriesVector, nil: int) -> SeriesVector:
     return SeriesVector(out)
 
 
-def _inverse(K) -> List[List[Fraction]]:
-    """Exact inverse of the stiffness matrix (Gauss--Jordan on Fractions)."""
+def _inverse(K) -> List[List[object]]:
+    """Exact inverse of the stiffness matrix (Gauss--Jordan on its exact entries: rationals or elements of the
+    scheme's radical extension, :mod:`bea.radicals`)."""
     m = len(K)
-    A = [[Fraction(K[i][j].exact) for j in range(m)] + [Fraction(int(i == j)) for j in range(m)] for i in range(m)]
+    A = [list(K[i]) + [exact(int(i == j)) for j in range(m)] for i in range(m)]
     for c in range(m):
         p = next(r for r in range(c, m) if A[r][c] != 0)
         A[c], A[p] = A[p], A[c]
@@ -85,9 +86,9 @@ def interior_series(L, a: SeriesVector, b: SeriesVector, h: HSeries, scheme, jet
     """The stationary interior points as series, to the precision of ``a, b`` (module docstring)."""
     if not scheme.exact_constants:
         raise UnsupportedSchemeError(
-            f"{scheme!r} has irrational constants (floats), which the exact series engine cannot represent; its "
-            "derivations need rational nodes and weights (e.g. bea.galerkin_lobatto(2), or bea.Galerkin(s, nodes, weights) "
-            "with rational ones); integrate it in torch with integrators.VariationalIntegrator")
+            f"{scheme!r} has constants given only as floats, which the exact series engine cannot represent; give "
+            "irrational nodes and weights exactly in one radical, e.g. (5 - bea.radical(5)) / 10 or (5 - sympy.sqrt(5)) / 10 "
+            "(bea.galerkin_lobatto(3) and bea.triple_jump() do), or integrate it in torch with integrators.VariationalIntegrator")
     a, b = _strip(a, jets.nil.nil), _strip(b, jets.nil.nil)
     Q = scheme.interior_guess(a, b)
     Kinv = _inverse(scheme.stiffness)

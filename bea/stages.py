@@ -26,9 +26,12 @@ For every such :math:`\Phi` the Hessian in the interior points is, to leading or
 (:attr:`StageScheme.stiffness`, the Hessian of :math:`\Phi` for :math:`L = v^2/2`, ``h = 1``);
 the series engine solves the stationarity conditions with it order by order in ``h``
 (:mod:`bea.stage_series`), torch by Newton's method on all stages together (:mod:`bea.stage_torch`).
-Constants are exact (:func:`~bea.schemes.exact`) when rational; an irrational node or weight
-(Lobatto with ``s = 3``, the triple jump) is a float, which torch accepts and the exact series
-engine refuses with :class:`~bea.errors.UnsupportedSchemeError`.
+Constants are exact: rational (:func:`~bea.schemes.exact`), or in one pure radical extension
+:math:`\mathbb{Q}(c^{1/d})` (:class:`~bea.radicals.RadicalNumber`: Lobatto with ``s = 3`` lies in
+:math:`\mathbb{Q}(\sqrt5)`, the triple jump in :math:`\mathbb{Q}(2^{1/3})`), which the series engine carries
+as a variable reduced by :math:`\theta^d = c` (:attr:`StageScheme.radical_field`) and SymPy prints as the
+radical. A constant given as a bare float pair ``(value, 'irrational')`` runs in torch only; the series
+engine refuses it with :class:`~bea.errors.UnsupportedSchemeError`.
 """
 
 from __future__ import annotations
@@ -39,17 +42,23 @@ from fractions import Fraction
 from typing import Any, Callable, List, Optional, Sequence
 
 from .errors import BeaTypeError, BeaValueError, UnsupportedSchemeError
+from .radicals import RadicalNumber, from_sympy, radical
 from .scalars import to_fraction
 from .schemes import Exact, Scheme, exact
 
 __all__ = ["StageScheme", "Galerkin", "Composition", "galerkin_lobatto", "triple_jump"]
 
-Number = Any  # an Exact (rational) or a float (irrational)
+Number = Any  # an Exact (rational), a RadicalNumber (exact irrational) or a float (irrational, torch only)
 
 
 def _number(x: Any, what: str) -> Number:
-    """An exact constant when ``x`` is rational (int, Fraction, str, Exact, float given as decimal),
-    else the float (irrational constants: an ``(x, 'irrational')`` pair marks them)."""
+    """An exact constant when ``x`` is rational (int, Fraction, str, Exact, float given as decimal), a
+    :class:`~bea.radicals.RadicalNumber` as given (or from an exact SymPy number such as ``(5 - sqrt(5))/10``),
+    else the float (irrational constants known only numerically: an ``(x, 'irrational')`` pair marks them)."""
+    if isinstance(x, RadicalNumber):
+        return x
+    if type(x).__module__.startswith("sympy") and not getattr(x, "is_Rational", False):
+        return from_sympy(x)
     if isinstance(x, tuple) and len(x) == 2 and x[1] == "irrational":
         if not isinstance(x[0], (int, float)) or isinstance(x[0], bool) or not math.isfinite(x[0]):
             raise BeaValueError(f"{what} given as (value, 'irrational') needs a finite real value, got {x[0]!r}")
@@ -58,7 +67,7 @@ def _number(x: Any, what: str) -> Number:
 
 
 def _is_exact(x: Number) -> bool:
-    return isinstance(x, Exact)
+    return isinstance(x, (Exact, RadicalNumber))
 
 
 def _lin(coeffs: Sequence[Number], points: Sequence[Any]) -> Any:
@@ -95,8 +104,18 @@ class StageScheme(Scheme):
 
     @property
     def exact_constants(self) -> bool:
-        """Whether every constant is rational (the exact series engine needs it)."""
+        """Whether every constant is exact, rational or in one radical extension (the series engine needs it)."""
         return all(_is_exact(x) for x in self._constants())
+
+    @property
+    def radical_field(self):
+        r"""``(c, d)`` when some constant lies in :math:`\mathbb{Q}(c^{1/d})` (the series engine adjoins
+        :math:`c^{1/d}`), ``None`` when all are rational; two different radicals are refused."""
+        fields = {x.field for x in self._constants() if isinstance(x, RadicalNumber)}
+        if len(fields) > 1:
+            raise UnsupportedSchemeError(f"{self!r} has constants in several radical extensions {sorted(fields)}; the exact "
+                                         "series engine adjoins one radical c^(1/d) per scheme")
+        return next(iter(fields), None)
 
     def _constants(self) -> List[Number]:  # pragma: no cover
         raise NotImplementedError
@@ -173,8 +192,8 @@ class Galerkin(StageScheme):
         self.weights = [_number(w, "a quadrature weight") for w in weights]
         if any(not 0 <= float(c) <= 1 for c in self.nodes) or len({float(c) for c in self.nodes}) != len(self.nodes):
             raise BeaValueError(f"quadrature nodes must be distinct and lie in [0, 1], got {[float(c) for c in self.nodes]}")
-        if abs(sum(float(w) for w in self.weights) - 1) > 1e-14 or (self.exact_constants and sum(w.exact for w in self.weights) != 1):
-            raise BeaValueError(f"quadrature weights must sum to 1 (consistency), got {sum(w.exact if _is_exact(w) else w for w in self.weights)} "
+        if abs(sum(float(w) for w in self.weights) - 1) > 1e-14 or (self.exact_constants and getattr(sum(self.weights), "exact", 0) != 1):
+            raise BeaValueError(f"quadrature weights must sum to 1 (consistency), got {sum(self.weights)} "
                                 "(rational weights are taken exactly as typed: give 1/6 as '1/6' or Fraction(1, 6), not 1/6 = 0.1666...)")
         self.name = name or f"galerkin({degree})"
         self.n_interior = degree - 1
@@ -270,21 +289,20 @@ class Composition(StageScheme):
 def galerkin_lobatto(s: int) -> Galerkin:
     r"""Continuous Galerkin of degree ``s`` with :math:`s + 1` Gauss--Lobatto points: order :math:`2s`
     (Lobatto IIIA--IIIB). ``s = 1`` is the trapezoidal rule, ``s = 2`` uses Simpson's rule (exact
-    constants), ``s = 3`` the nodes :math:`(5 \mp \sqrt5)/10` (floats: torch only)."""
+    constants), ``s = 3`` the nodes :math:`(5 \mp \sqrt5)/10` (exact in :math:`\mathbb{Q}(\sqrt5)`)."""
     if s == 1:
         return Galerkin(1, [0, 1], ["1/2", "1/2"], name="galerkin1")
     if s == 2:
         return Galerkin(2, [0, "1/2", 1], ["1/6", "2/3", "1/6"], name="galerkin2")
     if s == 3:
-        r = math.sqrt(5) / 10
-        return Galerkin(3, [0, (0.5 - r, "irrational"), (0.5 + r, "irrational"), 1], ["1/12", "5/12", "5/12", "1/12"],
-                        name="galerkin3")
+        r = radical(5) / 10
+        return Galerkin(3, [0, exact("1/2") - r, exact("1/2") + r, 1], ["1/12", "5/12", "5/12", "1/12"], name="galerkin3")
     raise BeaValueError(f"galerkin_lobatto(s) is provided for s = 1, 2, 3, got {s!r}; for other degrees give the nodes "
                         "and weights: bea.Galerkin(s, nodes, weights)")
 
 
 def triple_jump() -> Composition:
     r"""The triple jump of the midpoint rule: :math:`\gamma_1 = 1/(2 - 2^{1/3})`, :math:`\gamma_2 = 1 - 2\gamma_1`
-    (order 4; irrational constants, so torch only)."""
-    g1 = 1 / (2 - 2 ** (1 / 3))
-    return Composition([(g1, "irrational"), (1 - 2 * g1, "irrational"), (g1, "irrational")], name="triple_jump", method_order=4)
+    (order 4; exact in :math:`\mathbb{Q}(2^{1/3})`)."""
+    g1 = 1 / (2 - radical(2, 3))
+    return Composition([g1, 1 - 2 * g1, g1], name="triple_jump", method_order=4)

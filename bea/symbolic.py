@@ -10,6 +10,7 @@ Concrete results substitute the derivatives of a given SymPy Lagrangian into the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Callable, Dict, List, Sequence
 
 import sympy
@@ -18,6 +19,7 @@ from sympy.core.function import AppliedUndef
 from .errors import BeaTypeError, BeaValueError, InternalError, NotRegularError
 from .hseries import Poly
 from .jets import Jets
+from .radicals import radical_sympy
 
 
 def default_symbols(n: int):
@@ -118,6 +120,8 @@ class Frame:
                     return self.q[i]
             if key[0] == "param":
                 return self.params[key[1]]
+            if key[0] == "radical":  # the exact c^(1/d) of a scheme's constants (bea.radicals)
+                return radical_sympy((Fraction(key[1], key[2]), key[3]))
             raise InternalError(f"internal: unexpected variable {key} in a result")
 
         return val

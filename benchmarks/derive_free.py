@@ -4,7 +4,10 @@
 
 Table 1: cold derivation (fresh subprocess, empty cache) of the modified plus inverse modified
 Lagrangian for the generic L, midpoint and trapezoidal, with the number of terms (trees) of the
-top coefficient. Table 2: evaluation of the modified Lagrangian of order 2, 4, 6 at 10^4 points of a
+top coefficient. Table 1b (--stages): the stage schemes at orders 2s and 2s + 2 beside the midpoint
+rule. The dimension-free engine refuses them (docs/theory/stages.md), so the table gives the cold
+component-engine derivation for the generic L with n = 1 (derived per n, not once for every n) and
+the dimension-free time of the midpoint rule at the same order. Table 2: evaluation of the modified Lagrangian of order 2, 4, 6 at 10^4 points of a
 chain of n pendula (position-dependent mass, 1/2 v^T M(q) v with M_jk = (n - max(j,k)) cos(q_j - q_k)),
 beside the component code where it exists (n <= 2), as a ratio measured in the same run. From
 n = 24 on the points are 10^3 (--large-points), and order 6 stops at n = 12 (--max-n-order6): the
@@ -32,11 +35,29 @@ i = free_raw("inverse_modified_lagrangian", scheme, order, cache=False, allow_sl
 print(json.dumps({"mod": t1 - t0, "inv": t2 - t1, "terms_mod": len(m.coeffs[order]), "terms_inv": len(i.coeffs[order])}))
 """
 
+CHILD_STAGE = r"""
+import json, sys, time
+import bea
+from bea.errors import UnsupportedSchemeError
+scheme, order = sys.argv[1], int(sys.argv[2])
+try:
+    bea.modified_lagrangian(scheme, order, cache=False, allow_slow=True)
+    free = "yes"
+except UnsupportedSchemeError:
+    free = "refused"
+t0 = time.perf_counter(); m = bea.modified_lagrangian(scheme, order, n=1, cache=False, allow_slow=True); t1 = time.perf_counter()
+i = bea.inverse_modified_lagrangian(scheme, order, n=1, cache=False, allow_slow=True); t2 = time.perf_counter()
+print(json.dumps({"mod": t1 - t0, "inv": t2 - t1, "free": free, "terms_mod": m.n_terms.get(order, 0),
+                  "terms_inv": i.n_terms.get(order, 0)}))
+"""
+#: scheme -> its order 2s; derived at 2s and 2s + 2
+STAGE_SCHEMES = {"galerkin2": 4, "triple_jump": 4, "galerkin3": 6}
 
-def cold(scheme: str, order: int, timeout: float):
+
+def cold(scheme: str, order: int, timeout: float, child: str = CHILD):
     env = dict(os.environ, BEA_CACHE_DIR=tempfile.mkdtemp(prefix="bea-bench-"))
     try:
-        r = subprocess.run([sys.executable, "-c", CHILD, scheme, str(order)], capture_output=True, text=True, timeout=timeout, env=env)
+        r = subprocess.run([sys.executable, "-c", child, scheme, str(order)], capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return None
     if r.returncode != 0:
@@ -77,7 +98,11 @@ def main(argv=None) -> int:
     ap.add_argument("--large-points", type=int, default=1_000)
     ap.add_argument("--max-n-order6", type=int, default=12, help="largest n evaluated at order 6")
     ap.add_argument("--skip-cold", action="store_true")
+    ap.add_argument("--stages", action="store_true", help="only table 1b: the stage schemes (issue 26)")
+    ap.add_argument("--stage-timeout", type=float, default=600.0)
     args = ap.parse_args(argv)
+    if args.stages:
+        return stage_table(args.stage_timeout)
 
     if not args.skip_cold:
         print("| scheme | order | cold mod (s) | cold inv (s) | terms h^N mod | terms h^N inv |")
@@ -132,6 +157,28 @@ def main(argv=None) -> int:
             mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
             p = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
             print(f"order {order}: time per point ~ n^{p:.2f} for n in {[n for n, _ in big]}")
+    return 0
+
+
+def stage_table(timeout: float) -> int:
+    """Table 1b: cold derivations of the stage schemes at orders 2s and 2s + 2, the midpoint rule alongside."""
+    print("| scheme | order | dimension-free | cold mod n=1 (s) | cold inv n=1 (s) | midpoint n=1 mod+inv (s) | "
+          "midpoint free mod+inv (s) | ratio to midpoint n=1 |")
+    print("|---|---|---|---|---|---|---|---|")
+    mid = {}
+    for scheme, two_s in STAGE_SCHEMES.items():
+        for order in (two_s, two_s + 2):
+            if order not in mid:
+                runs = cold("midpoint", order, timeout, CHILD_STAGE), cold("midpoint", order, timeout)
+                mid[order] = [math.inf if x is None else x["mod"] + x["inv"] for x in runs]
+            r = cold(scheme, order, timeout, CHILD_STAGE)
+            m1, mf = mid[order]
+            if r is None:
+                print(f"| {scheme} | {order} | refused | > {timeout:.0f} (timeout) | | {m1:.2f} | {mf:.2f} | > {timeout / m1:.0f} |",
+                      flush=True)
+                continue
+            print(f"| {scheme} | {order} | {r['free']} | {r['mod']:.2f} | {r['inv']:.2f} | {m1:.2f} | {mf:.2f} | "
+                  f"{(r['mod'] + r['inv']) / m1:.0f} |", flush=True)
     return 0
 
 
