@@ -30,6 +30,7 @@ from functools import lru_cache
 from typing import Optional
 
 from bea import cache
+from bea.errors import CacheFormatError
 
 __all__ = ["fetch", "store", "enabled"]
 
@@ -75,9 +76,9 @@ def _decode(body) -> bytes:
     """The library bytes of an authenticated entry (raises on anything else; :func:`bea.cache.load` then warns)."""
     data = base64.b64decode(body["lib"].encode("ascii"), validate=True)
     if not data.startswith(_HEADERS):
-        raise ValueError("not a shared library")
+        raise CacheFormatError("not a shared library")
     if hashlib.sha256(data).hexdigest() != body["sha256"]:
-        raise ValueError("the library bytes do not match their checksum")
+        raise CacheFormatError("the library bytes do not match their checksum")
     return data
 
 
