@@ -1,0 +1,108 @@
+"""The torch.func / torch.compile path (integrators.compiled_func): equal to eager, used where tracing to C fails
+or a network's batch is large, and a fallback to eager that says why once."""
+
+import warnings
+
+import pytest
+import torch
+
+import bea
+from integrators import VariationalIntegrator
+from integrators import variational as V
+from integrators.compiled_func import FuncPathError, FuncStepper, bucket
+from integrators.model_protocol import CompiledPathWarning
+from integrators.traced import NETWORK_MAX_BATCH
+
+
+def erf_oscillator(q, v):
+    """No C form (aten.erf has no lowering rule), ordinary torch code otherwise."""
+    return 0.5 * (v ** 2).sum(-1) - 0.5 * (q ** 2).sum(-1) + 0.1 * torch.erf(q).sum(-1)
+
+
+def erf_branching(q, v):
+    """No C form, and Python control flow on a tensor's value, which torch.compile(fullgraph=True) refuses."""
+    scale = 1.0 if float(q.detach().abs().sum()) < 1e9 else 2.0
+    return erf_oscillator(q, v) * scale
+
+
+def _start(batch, n=1):
+    g = torch.Generator().manual_seed(3)
+    return 0.2 + 0.5 * torch.rand(batch, n, generator=g, dtype=torch.float64), 0.1 * torch.rand(batch, n, generator=g,
+                                                                                                 dtype=torch.float64)
+
+
+def _globals():
+    return torch.get_default_dtype(), torch.get_num_threads(), torch.random.get_rng_state().clone()
+
+
+def test_bucket_sizes_are_powers_of_two():
+    assert [bucket(b) for b in (1, 2, 3, 4, 5, 1000, 1024, 1025)] == [2, 2, 4, 4, 8, 1024, 1024, 2048]
+
+
+def test_the_func_steps_equal_eager_uncompiled(monkeypatch):
+    """The stepper's derivatives (torch.func, here without torch.compile, the same functions) drive Newton to the
+    eager path's trajectory: 60 midpoint and trapezoidal steps at a batch of 3 agree to 1e-13 (both solve every
+    step to rounding; the differences are summation orders, about 1e-16 per step)."""
+    monkeypatch.setattr(V, "AUTO_MIN_WORK", 1)
+    q0, v0 = _start(3)
+    for scheme in ("midpoint", "trapezoidal"):
+        eager = VariationalIntegrator(erf_oscillator, 0.1, scheme, execution="eager")
+        ref = eager.solve(q0, v0, 60)
+        vi = VariationalIntegrator(erf_oscillator, 0.1, scheme, execution="auto")
+        vi._stepper_errors[1] = "no C form (test)"
+        vi._func_steppers[1] = FuncStepper(erf_oscillator, 0.1, bea.get_scheme(scheme), 1, compile=False)
+        got = vi.solve(q0, v0, 60)
+        assert got.stats["execution"] == "torch.compile" and got.stats["eager_steps"] == 0
+        assert float((got.q - ref.q).abs().max()) <= 1e-13 and float((got.p - ref.p).abs().max()) <= 1e-13
+
+
+def test_what_torch_compile_refuses_falls_back_to_eager_and_says_why_once(monkeypatch):
+    monkeypatch.setattr(V, "AUTO_MIN_WORK", 1)
+    q0, v0 = _start(2)
+    before = _globals()
+    vi = VariationalIntegrator(erf_branching, 0.1)
+    with pytest.warns(CompiledPathWarning, match="aten.erf.*torch.compile could not compile"):
+        got = vi.solve(q0, v0, 20)
+    assert got.stats["execution"] == "eager" and vi._func_steppers == {1: None}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once per integrator and n
+        vi.solve(q0, v0, 20)
+    ref = VariationalIntegrator(erf_branching, 0.1, execution="eager").solve(q0, v0, 20)
+    assert torch.equal(got.q, ref.q)
+    after = _globals()
+    assert before[:2] == after[:2] and torch.equal(before[2], after[2])
+    with pytest.raises(FuncPathError, match="torch.compile"):
+        FuncStepper(erf_branching, 0.1, bea.get_scheme("midpoint"), 1)
+
+
+@pytest.mark.slow
+def test_untraceable_code_runs_compiled_and_equals_eager_over_1000_steps():
+    """torch.compile (about 10-100 s to build on a loaded 2-core machine): 1,000 steps equal eager to 1e-12."""
+    q0, v0 = _start(4, 2)
+    before = _globals()
+    vi = VariationalIntegrator(erf_oscillator, 0.1)
+    got = vi.solve(q0, v0, 1000)
+    assert got.stats["execution"] == "torch.compile"
+    ref = VariationalIntegrator(erf_oscillator, 0.1, execution="eager").solve(q0, v0, 1000)
+    assert float((got.q - ref.q).abs().max()) <= 1e-12 and float((got.p - ref.p).abs().max()) <= 1e-12
+    after = _globals()
+    assert before[:2] == after[:2] and torch.equal(before[2], after[2])
+
+
+@pytest.mark.slow
+def test_a_network_at_large_batch_takes_the_torch_compile_path():
+    """An MLP Lagrangian (LNN baseline, 2 hidden layers of 64): its traced C form is used for one trajectory and
+    torch.compile above NETWORK_MAX_BATCH; both equal eager to 1e-12 over 1,000 steps (200 at the large batch)."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(2, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
+                              torch.nn.Linear(64, 1)).double()
+
+    def L(q, v):
+        return (v ** 2).sum(-1) / 2 - (q ** 2).sum(-1) / 2 + 0.01 * net(torch.cat([q, v], -1))[..., 0]
+
+    vi, eager = VariationalIntegrator(L, 0.05), VariationalIntegrator(L, 0.05, execution="eager")
+    for batch, steps, path in ((1, 1000, "compiled"), (NETWORK_MAX_BATCH + 28, 200, "torch.compile")):
+        q0, v0 = _start(batch)
+        got, ref = vi.solve(q0, v0, steps), eager.solve(q0, v0, steps)
+        assert got.stats["execution"] == path
+        assert float((got.q - ref.q).abs().max()) <= 1e-12
