@@ -93,6 +93,7 @@ class FuncStepper:
         t0 = time.perf_counter()
         self.n, self.L = n, lagrangian
         self._size = 2  # the bucket being evaluated (set per run by advance)
+        self.failure: Optional[str] = None  # why a compiled evaluation failed during a run (then eager from there)
         pts = torch.from_numpy(scheme_points(h, scheme, n))
         D = 2 * n
         self.w = pts[:, 0]
@@ -189,10 +190,14 @@ class FuncStepper:
         """As :meth:`integrators.compiled.CompiledStepper.advance`: steps ``j -> j_end`` while every element converges
         (within ``max_step``); stops before the first step where one does not, for the eager path to take it."""
         self._size = bucket(p.shape[0])
-        while j < j_end:
+        while j < j_end and self.failure is None:
             a = out[j] if rows is None else out[j, rows]
-            guess = first_guess if (j == 0 and first_guess is not None) else extrapolate(out, j, rows)
-            res = newton(self._evaluate, guess, (a, p), options=options, jac0=jac)
+            guess = first_guess if j == 0 else extrapolate(out, j, rows)
+            try:
+                res = newton(self._evaluate, guess, (a, p), options=options, jac0=jac)
+            except Exception as err:  # noqa: BLE001 - e.g. torch.compile's recompile limit: the eager path goes on
+                self._fail(err)
+                break
             if not bool(res.converged.all()) or far_roots(res, a, max_step) is not None:
                 return j, p, jac, np.ones(1)
             if rows is None:
@@ -206,7 +211,16 @@ class FuncStepper:
                 else:
                     pout[j + 1, rows] = p
             j += 1
-        return j, p, jac, None
+        return j, p, jac, (None if j == j_end else np.ones(1))
+
+    def _fail(self, err: BaseException) -> None:
+        """A compiled evaluation failed during a run (not at build time): this stepper stops for good, the eager
+        path takes every later step, and the reason is said once."""
+        from .model_protocol import CompiledPathWarning
+
+        self.failure = f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:300]}"
+        warnings.warn(f"the torch.compile path failed during the run ({self.failure}); integrating eagerly from here",
+                      CompiledPathWarning, 5)
 
 
 def func_stepper(integ, n: int, c_reason: Optional[str]) -> Optional[FuncStepper]:
@@ -216,8 +230,8 @@ def func_stepper(integ, n: int, c_reason: Optional[str]) -> Optional[FuncStepper
     from .model_protocol import CompiledPathWarning
 
     kept = integ._func_steppers
-    if n in kept:
-        return kept[n]
+    if n in kept:  # built before (None: refused); one that failed during a run is not used again
+        return None if kept[n] is None or kept[n].failure is not None else kept[n]
     L, why = integ.lagrangian, c_reason
     if not declares_form(L):  # a declared form that failed (or is too slow here) is not second-guessed
         try:

@@ -267,7 +267,7 @@ class VariationalIntegrator:
                 self.compile_seconds += stepper.compile_seconds + stepper.lower_seconds
                 return self._fits_auto(stepper, mode, batch, n)
         if mode == "auto" and n in self._func_steppers:
-            return self._func_steppers[n]
+            return func_stepper(self, n, None)
         if mode == "compiled":
             raise BeaValueError(f"execution='compiled' is not available for this integrator: {self._stepper_errors[n]}; "
                              f"use execution='auto' or 'eager'")

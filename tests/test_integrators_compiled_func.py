@@ -106,3 +106,32 @@ def test_a_network_at_large_batch_takes_the_torch_compile_path():
         got, ref = vi.solve(q0, v0, steps), eager.solve(q0, v0, steps)
         assert got.stats["execution"] == path
         assert float((got.q - ref.q).abs().max()) <= 1e-12
+
+
+def test_a_failure_during_the_run_hands_the_rest_to_eager_and_says_so_once(monkeypatch):
+    """A compiled evaluation that raises mid-run (e.g. torch.compile's recompile limit) stops that stepper; the
+    eager path takes the remaining steps, with the eager trajectory's very numbers from there on."""
+    monkeypatch.setattr(V, "AUTO_MIN_WORK", 1)
+    q0, v0 = _start(3)
+    stepper = FuncStepper(erf_oscillator, 0.1, bea.get_scheme("midpoint"), 1, compile=False)
+    calls = []
+    residual = stepper._residual
+
+    def flaky(*args):
+        calls.append(1)
+        if len(calls) == 30:
+            raise RuntimeError("recompile limit (test)")
+        return residual(*args)
+
+    stepper._residual = flaky
+    vi = VariationalIntegrator(erf_oscillator, 0.1)
+    vi._stepper_errors[1], vi._func_steppers[1] = "no C form (test)", stepper
+    with pytest.warns(CompiledPathWarning, match="failed during the run.*recompile limit"):
+        got = vi.solve(q0, v0, 40)
+    assert got.stats["execution"] == "eager+torch.compile" and 0 < got.stats["compiled_steps"] < 40
+    assert got.stats["compiled_steps"] + got.stats["eager_steps"] == 40
+    ref = VariationalIntegrator(erf_oscillator, 0.1, execution="eager").solve(q0, v0, 40)
+    assert float((got.q - ref.q).abs().max()) <= 1e-13
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the broken stepper is not tried again, and not announced again
+        assert vi.solve(q0, v0, 5).stats["execution"] == "eager"
