@@ -41,10 +41,13 @@ from .compiled import NotLowerable, scheme_points
 from .newton import NewtonOptions, newton
 from ._stepping import extrapolate, far_roots
 
-__all__ = ["FuncStepper", "FuncPathError", "bucket", "declares_form", "func_stepper", "VERIFY_RTOL"]
+__all__ = ["FuncStepper", "FuncPathError", "bucket", "declares_form", "func_stepper", "FUNC_MIN_WORK", "VERIFY_RTOL"]
 
 #: relative agreement with autograd required of the compiled derivatives at the verification states
 VERIFY_RTOL = 1e-8
+#: ``execution="auto"`` builds this path only for runs of at least this many trajectory-steps: a build takes
+#: seconds to minutes (one per batch-size bucket), and the speed-up it buys is a small factor (benchmarks/RESULTS_speed.md)
+FUNC_MIN_WORK = 100_000
 
 
 
@@ -223,26 +226,34 @@ class FuncStepper:
                       CompiledPathWarning, 5)
 
 
-def func_stepper(integ, n: int, c_reason: Optional[str]) -> Optional[FuncStepper]:
+def func_stepper(integ, n: int, c_reason: Optional[str], work: int) -> Optional[FuncStepper]:
     """The ``torch.compile`` stepper of the integrator ``integ`` for ``n`` coordinates (built once and kept on it),
     or None for the eager path. ``c_reason``: why the C path failed (None: it exists but the batch is too large
-    for it). Says once, with a :class:`~integrators.model_protocol.CompiledPathWarning`, why it steps eagerly."""
+    for it); ``work``: trajectory-steps of this run (a build is tried only from :data:`FUNC_MIN_WORK`). Says once,
+    with a :class:`~integrators.model_protocol.CompiledPathWarning`, why a run steps eagerly."""
     from .model_protocol import CompiledPathWarning
 
-    kept = integ._func_steppers
+    kept = integ._func_steppers  # n -> stepper or None (refused); (n, "short") -> True once the short-run note is given
     if n in kept:  # built before (None: refused); one that failed during a run is not used again
         return None if kept[n] is None or kept[n].failure is not None else kept[n]
     L, why = integ.lagrangian, c_reason
-    if not declares_form(L):  # a declared form that failed (or is too slow here) is not second-guessed
+    if declares_form(L):  # a declared form that failed (or is too slow here) is not second-guessed
+        kept[n] = None
+    elif work < FUNC_MIN_WORK:  # compiling costs seconds to minutes: not for a short run
+        if c_reason is None or kept.get((n, "short")):
+            return None
+        kept[(n, "short")] = True
+        why = f"{c_reason}; torch.compile is tried for runs of at least {FUNC_MIN_WORK} trajectory-steps"
+    else:
         try:
             stepper = FuncStepper(L, integ.h, integ.scheme, n)
         except NotLowerable as err:
             why = f"{c_reason}; {err}" if c_reason else str(err)
+            kept[n] = None
         else:
             kept[n] = stepper
             integ.compile_seconds += stepper.compile_seconds + stepper.lower_seconds
             return stepper
-    kept[n] = None
     if why is not None:
         warnings.warn(f"no compiled path for this Lagrangian ({why}); integrating eagerly", CompiledPathWarning, 5)
     return None

@@ -249,7 +249,7 @@ class VariationalIntegrator:
             return None
         batch = out.shape[1]
         if n in self._steppers:
-            return self._fits_auto(self._steppers[n], mode, batch, n)
+            return self._fits_auto(self._steppers[n], mode, batch, n, work)
         if mode == "auto" and (work < AUTO_MIN_WORK or isinstance(self.scheme, bea.StageScheme)):
             return None  # a stage scheme steps eagerly by design (Newton on its interior points): nothing to say
         if n not in self._stepper_errors:
@@ -261,24 +261,24 @@ class VariationalIntegrator:
             except (NotLowerable, CompileError) as err:
                 self._stepper_errors[n] = str(err)
                 if mode == "auto":  # torch.compile where tracing failed, else eager (said once: the errors are kept)
-                    return func_stepper(self, n, str(err))
+                    return func_stepper(self, n, str(err), work)
             else:
                 self._steppers[n] = stepper
                 self.compile_seconds += stepper.compile_seconds + stepper.lower_seconds
-                return self._fits_auto(stepper, mode, batch, n)
-        if mode == "auto" and n in self._func_steppers:
-            return func_stepper(self, n, None)
+                return self._fits_auto(stepper, mode, batch, n, work)
+        if mode == "auto":
+            return func_stepper(self, n, self._stepper_errors[n], work)
         if mode == "compiled":
             raise BeaValueError(f"execution='compiled' is not available for this integrator: {self._stepper_errors[n]}; "
                              f"use execution='auto' or 'eager'")
         return None
 
-    def _fits_auto(self, stepper, mode: str, batch: int, n: int):
+    def _fits_auto(self, stepper, mode: str, batch: int, n: int, work: int):
         """``"auto"`` leaves batches larger than the C form's ``auto_max_batch`` to batched torch (a network's
         batched evaluation overtakes the per-element C loop there): the ``torch.compile`` path, else eager."""
         limit = stepper.auto_max_batch
         if mode == "auto" and limit is not None and batch > limit:
-            return func_stepper(self, n, None)
+            return func_stepper(self, n, None, work)
         return stepper
 
     def _march(self, out: torch.Tensor, pout: torch.Tensor, j0: int, first_guess: Optional[torch.Tensor], batch,

@@ -8,6 +8,7 @@ import torch
 
 import bea
 from integrators import VariationalIntegrator
+from integrators import compiled_func as CF
 from integrators import variational as V
 from integrators.compiled_func import FuncPathError, FuncStepper, bucket
 from integrators.model_protocol import CompiledPathWarning
@@ -58,6 +59,7 @@ def test_the_func_steps_equal_eager_uncompiled(monkeypatch):
 
 def test_what_torch_compile_refuses_falls_back_to_eager_and_says_why_once(monkeypatch):
     monkeypatch.setattr(V, "AUTO_MIN_WORK", 1)
+    monkeypatch.setattr(CF, "FUNC_MIN_WORK", 1)
     q0, v0 = _start(2)
     before = _globals()
     vi = VariationalIntegrator(erf_branching, 0.1)
@@ -76,8 +78,9 @@ def test_what_torch_compile_refuses_falls_back_to_eager_and_says_why_once(monkey
 
 
 @pytest.mark.slow
-def test_untraceable_code_runs_compiled_and_equals_eager_over_1000_steps():
+def test_untraceable_code_runs_compiled_and_equals_eager_over_1000_steps(monkeypatch):
     """torch.compile (about 10-100 s to build on a loaded 2-core machine): 1,000 steps equal eager to 1e-12."""
+    monkeypatch.setattr(CF, "FUNC_MIN_WORK", 1000)
     q0, v0 = _start(4, 2)
     before = _globals()
     vi = VariationalIntegrator(erf_oscillator, 0.1)
@@ -90,9 +93,10 @@ def test_untraceable_code_runs_compiled_and_equals_eager_over_1000_steps():
 
 
 @pytest.mark.slow
-def test_a_network_at_large_batch_takes_the_torch_compile_path():
+def test_a_network_at_large_batch_takes_the_torch_compile_path(monkeypatch):
     """An MLP Lagrangian (LNN baseline, 2 hidden layers of 64): its traced C form is used for one trajectory and
     torch.compile above NETWORK_MAX_BATCH; both equal eager to 1e-12 over 1,000 steps (200 at the large batch)."""
+    monkeypatch.setattr(CF, "FUNC_MIN_WORK", 1000)
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(2, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
                               torch.nn.Linear(64, 1)).double()
@@ -135,3 +139,17 @@ def test_a_failure_during_the_run_hands_the_rest_to_eager_and_says_so_once(monke
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the broken stepper is not tried again, and not announced again
         assert vi.solve(q0, v0, 5).stats["execution"] == "eager"
+
+
+def test_short_runs_do_not_build_the_torch_compile_path(monkeypatch):
+    """Below FUNC_MIN_WORK trajectory-steps "auto" steps eagerly without compiling, and says so once."""
+    monkeypatch.setattr(V, "AUTO_MIN_WORK", 1)
+    monkeypatch.setattr(CF, "FUNC_MIN_WORK", 10 ** 9)
+    q0, v0 = _start(2)
+    vi = VariationalIntegrator(erf_oscillator, 0.1)
+    with pytest.warns(CompiledPathWarning, match="aten.erf.*runs of at least 1000000000"):
+        assert vi.solve(q0, v0, 10).stats["execution"] == "eager"
+    assert 1 not in vi._func_steppers
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert vi.solve(q0, v0, 10).stats["execution"] == "eager"
