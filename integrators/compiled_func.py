@@ -17,8 +17,11 @@ Mathematics. For a scheme :math:`L_\Delta(a, b) = \sum_k w_k L(y_k)`, :math:`y_k
 so this is every element's gradient at once); column :math:`i` of :math:`J` needs only the Hessian-vector
 products :math:`\nabla^2 L(y_k)\,B_k e_i` (``n`` of them, not ``2n``), each the gradient of
 :math:`\nabla L\cdot u`. Both functions are compiled with ``torch.compile(fullgraph=True)`` for a few fixed batch sizes (:func:`bucket`);
-the Newton iteration itself is :func:`integrators.newton.newton`, the one of the eager path (same guesses,
-chord steps, tolerances), so the trajectories equal the eager ones to rounding.
+the Newton iteration itself is :func:`integrators.newton.newton`, the one of the eager path (same chord steps
+and tolerances), so the trajectories equal the eager ones to rounding. Its start is a higher-order extrapolation
+(:data:`PREDICTOR_ORDER`) than the eager path's: from about 1e-13 away, the first (chord) correction with the
+previous step's Jacobian already lands at rounding level, and the second gradient evaluation certifies it, so a
+step costs two gradients and rarely a Hessian.
 
 Before use the compiled derivatives are checked against autograd (:func:`integrators.model_protocol.derivatives`)
 at a few states (relative :data:`VERIFY_RTOL`). Anything that fails (``torch.compile`` refusing the code,
@@ -41,13 +44,18 @@ from .compiled import NotLowerable, scheme_points
 from .newton import NewtonOptions, newton
 from ._stepping import extrapolate, far_roots
 
-__all__ = ["FuncStepper", "FuncPathError", "bucket", "declares_form", "func_stepper", "FUNC_MIN_WORK", "VERIFY_RTOL"]
+__all__ = ["FuncStepper", "FuncPathError", "bucket", "declares_form", "func_stepper", "FUNC_MIN_WORK", "PREDICTOR_ORDER", "VERIFY_RTOL"]
 
 #: relative agreement with autograd required of the compiled derivatives at the verification states
 VERIFY_RTOL = 1e-8
 #: ``execution="auto"`` builds this path only for runs of at least this many trajectory-steps: a build takes
 #: seconds to minutes (one per batch-size bucket), and the speed-up it buys is a small factor (benchmarks/RESULTS_speed.md)
 FUNC_MIN_WORK = 100_000
+#: order of the polynomial predictor of each step's Newton start (:func:`integrators._stepping.extrapolate`).
+#: Order 10 leaves about 1e-13 on smooth motion (order 6: 1e-8), so one chord correction with the previous step's
+#: Jacobian reaches rounding level: 2 gradient evaluations per step and almost no Hessians, against 3 and one
+#: Hessian with order 6 (MLP 2x64, batch 1000: benchmarks/RESULTS_speed.md). Higher orders amplify rounding (2^k).
+PREDICTOR_ORDER = 10
 
 
 
@@ -195,7 +203,7 @@ class FuncStepper:
         self._size = bucket(p.shape[0])
         while j < j_end and self.failure is None:
             a = out[j] if rows is None else out[j, rows]
-            guess = first_guess if j == 0 else extrapolate(out, j, rows)
+            guess = first_guess if j == 0 else extrapolate(out, j, rows, PREDICTOR_ORDER)
             try:
                 res = newton(self._evaluate, guess, (a, p), options=options, jac0=jac)
             except Exception as err:  # noqa: BLE001 - e.g. torch.compile's recompile limit: the eager path goes on

@@ -153,3 +153,41 @@ def test_short_runs_do_not_build_the_torch_compile_path(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert vi.solve(q0, v0, 10).stats["execution"] == "eager"
+
+
+def test_the_order_10_predictor_is_exact_on_degree_9_and_order_6_is_unchanged():
+    """``extrapolate(..., order=10)`` is the degree-9 polynomial through the last ten positions: exact (integer
+    arithmetic, below 2^53) on k^9, not on k^10; the default order 6 is the eager path's formula, bit for bit."""
+    from integrators._stepping import extrapolate
+
+    k = torch.arange(12, dtype=torch.float64)[:, None]
+    assert float(extrapolate(k ** 9, 10, None, order=10)[0]) == 11.0 ** 9
+    assert float(extrapolate(k ** 10, 10, None, order=10)[0]) != 11.0 ** 10
+    q = torch.sin(0.3 * k) + 0.1 * k ** 2
+    assert torch.equal(extrapolate(q, 10, None, order=6), extrapolate(q, 10, None))
+    assert torch.equal(extrapolate(q, 4, None, order=10), extrapolate(q, 4, None))  # too few positions: order 4
+
+
+def test_the_func_path_takes_two_gradients_per_step_and_rarely_a_hessian(monkeypatch):
+    """From the order-10 predictor one chord correction reaches rounding level: over 300 midpoint steps of a smooth
+    oscillator (h = 0.05) the stepper evaluates about 2 gradients per step (order 6 needs 3 and a Hessian, as the
+    eager path does) and Hessians only while the predictor warms up; the trajectory still equals eager to 1e-13."""
+    monkeypatch.setattr(V, "AUTO_MIN_WORK", 1)
+    q0, v0 = _start(4)
+    ref = VariationalIntegrator(erf_oscillator, 0.05, execution="eager").solve(q0, v0, 300)
+    counts = {}
+    for order in (6, 10):
+        monkeypatch.setattr(CF, "PREDICTOR_ORDER", order)
+        stepper = FuncStepper(erf_oscillator, 0.05, bea.get_scheme("midpoint"), 1, compile=False)
+        calls = {"r": 0, "J": 0}
+        residual, jacobian = stepper._residual, stepper._jacobian
+        stepper._residual = lambda *a: calls.__setitem__("r", calls["r"] + 1) or residual(*a)
+        stepper._jacobian = lambda *a: calls.__setitem__("J", calls["J"] + 1) or jacobian(*a)
+        vi = VariationalIntegrator(erf_oscillator, 0.05, execution="auto")
+        vi._stepper_errors[1] = "no C form (test)"
+        vi._func_steppers[1] = stepper
+        got = vi.solve(q0, v0, 300)
+        assert got.stats["eager_steps"] == 0 and float((got.q - ref.q).abs().max()) <= 1e-13
+        counts[order] = calls
+    assert counts[10]["r"] <= 2.1 * 300 and counts[10]["J"] <= 20
+    assert counts[6]["r"] >= 2.5 * 300 and counts[6]["J"] >= 250
