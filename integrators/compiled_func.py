@@ -100,7 +100,7 @@ class FuncStepper:
     label = "torch.compile"
     auto_max_batch = None
 
-    def __init__(self, lagrangian, h: float, scheme, n: int, *, compile: bool = True):
+    def __init__(self, lagrangian, h: float, scheme, n: int, *, compile: bool = True, batch: int = 4):
         t0 = time.perf_counter()
         self.n, self.L = n, lagrangian
         self._size = 2  # the bucket being evaluated (set per run by advance)
@@ -115,7 +115,7 @@ class FuncStepper:
         self._residual, self._jacobian = wrap(self._residual_fn), wrap(self._jacobian_fn)
         self.lower_seconds = time.perf_counter() - t0
         t0 = time.perf_counter()
-        self._verify()
+        self._verify(bucket(batch))
         self.compile_seconds = time.perf_counter() - t0
 
     # ------------------------------------------------------------------ the compiled functions
@@ -141,10 +141,12 @@ class FuncStepper:
             cols.append(torch.einsum("kbd,kdn->bn", self.w[:, None, None] * hv, self.A))
         return torch.stack(cols, -1)
 
-    def derivatives(self, x: torch.Tensor, a: torch.Tensor, p: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(r, p_next, J)`` at ``x`` for the previous position ``a`` and momenta ``p`` (each ``(B, n)``)."""
+    def derivatives(self, x: torch.Tensor, a: torch.Tensor, p: torch.Tensor,
+                    size: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(r, p_next, J)`` at ``x`` for the previous position ``a`` and momenta ``p`` (each ``(B, n)``), evaluated
+        padded to ``size`` rows (default: ``bucket(B)``)."""
         B = x.shape[0]
-        size = bucket(B)
+        size = bucket(B) if size is None else size
         x, a, p = _pad(x.detach(), size), _pad(a.detach(), size), _pad(p.detach(), size)
         with torch.no_grad():  # grad() differentiates inside; no graph to the network's parameters
             r, p1 = self._residual(x, a, p)
@@ -162,26 +164,28 @@ class FuncStepper:
                 return self._jacobian(xx, aa)[:B]
         return r[:B], p1[:B], jacobian
 
-    def _verify(self) -> None:
-        """Compile (first calls) and check against autograd at random states; :class:`FuncPathError` otherwise."""
+    def _verify(self, size: int) -> None:
+        """Compile the graphs of one batch bucket ``size`` (the first run's: a build costs seconds per bucket, so none
+        is built for verification alone) and check them against autograd at random states padded to it;
+        :class:`FuncPathError` otherwise."""
         from .model_protocol import derivatives
 
-        n, D = self.n, 2 * self.n
+        n, D, m = self.n, 2 * self.n, min(4, size)  # m states (a bucket has at least 2 rows)
         g = torch.Generator().manual_seed(7)
-        a = 0.3 + 0.4 * torch.rand(4, n, generator=g, dtype=torch.float64)
-        x = a + 0.05 * (torch.rand(4, n, generator=g, dtype=torch.float64) - 0.5)
-        p = torch.rand(4, n, generator=g, dtype=torch.float64)
+        a = 0.3 + 0.4 * torch.rand(m, n, generator=g, dtype=torch.float64)
+        x = a + 0.05 * (torch.rand(m, n, generator=g, dtype=torch.float64) - 0.5)
+        p = torch.rand(m, n, generator=g, dtype=torch.float64)
         try:
             with warnings.catch_warnings():  # torch's own deprecation notices while it compiles are not the caller's
                 warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.")
-                r, p1, J = self.derivatives(x, a, p)
+                r, p1, J = self.derivatives(x, a, p, size)
         except Exception as err:  # noqa: BLE001 - torch.compile raises many internal types; the reason is kept
             first = (str(err).strip().splitlines() or [""])[0][:300]
             raise FuncPathError(f"torch.compile could not compile its derivatives ({type(err).__name__}: {first})") from None
         y = self._points(x, a).reshape(-1, D)
         _, gr, H = derivatives(self.L, y)
         K = self.w.shape[0]
-        gr, H = gr.reshape(K, 4, D), H.reshape(K, 4, D, D)
+        gr, H = gr.reshape(K, m, D), H.reshape(K, m, D, D)
         wk = self.w[:, None, None]
         r_ref = torch.einsum("kbd,kdn->bn", wk * gr, self.A) + p
         J_ref = torch.einsum("kdi,kbde,kej->bij", self.A, self.w[:, None, None, None] * H, self.B)
@@ -234,10 +238,11 @@ class FuncStepper:
                       CompiledPathWarning, 5)
 
 
-def func_stepper(integ, n: int, c_reason: Optional[str], work: int) -> Optional[FuncStepper]:
+def func_stepper(integ, n: int, c_reason: Optional[str], work: int, batch: int = 4) -> Optional[FuncStepper]:
     """The ``torch.compile`` stepper of the integrator ``integ`` for ``n`` coordinates (built once and kept on it),
     or None for the eager path. ``c_reason``: why the C path failed (None: it exists but the batch is too large
-    for it); ``work``: trajectory-steps of this run (a build is tried only from :data:`FUNC_MIN_WORK`). Says once,
+    for it); ``work``: trajectory-steps of this run (a build is tried only from :data:`FUNC_MIN_WORK`); ``batch``: its
+    trajectories (the bucket compiled and verified first). Says once,
     with a :class:`~integrators.model_protocol.CompiledPathWarning`, why a run steps eagerly."""
     from .model_protocol import CompiledPathWarning
 
@@ -254,7 +259,7 @@ def func_stepper(integ, n: int, c_reason: Optional[str], work: int) -> Optional[
         why = f"{c_reason}; torch.compile is tried for runs of at least {FUNC_MIN_WORK} trajectory-steps"
     else:
         try:
-            stepper = FuncStepper(L, integ.h, integ.scheme, n)
+            stepper = FuncStepper(L, integ.h, integ.scheme, n, batch=batch)
         except NotLowerable as err:
             why = f"{c_reason}; {err}" if c_reason else str(err)
             kept[n] = None

@@ -261,13 +261,13 @@ class VariationalIntegrator:
             except (NotLowerable, CompileError) as err:
                 self._stepper_errors[n] = str(err)
                 if mode == "auto":  # torch.compile where tracing failed, else eager (said once: the errors are kept)
-                    return func_stepper(self, n, str(err), work)
+                    return func_stepper(self, n, str(err), work, batch)
             else:
                 self._steppers[n] = stepper
                 self.compile_seconds += stepper.compile_seconds + stepper.lower_seconds
                 return self._fits_auto(stepper, mode, batch, n, work)
         if mode == "auto":
-            return func_stepper(self, n, self._stepper_errors[n], work)
+            return func_stepper(self, n, self._stepper_errors[n], work, batch)
         if mode == "compiled":
             raise BeaValueError(f"execution='compiled' is not available for this integrator: {self._stepper_errors[n]}; "
                              f"use execution='auto' or 'eager'")
@@ -278,7 +278,7 @@ class VariationalIntegrator:
         batched evaluation overtakes the per-element C loop there): the ``torch.compile`` path, else eager."""
         limit = stepper.auto_max_batch
         if mode == "auto" and limit is not None and batch > limit:
-            return func_stepper(self, n, None, work)
+            return func_stepper(self, n, None, work, batch)
         return stepper
 
     def _march(self, out: torch.Tensor, pout: torch.Tensor, j0: int, first_guess: Optional[torch.Tensor], batch,

@@ -191,3 +191,15 @@ def test_the_func_path_takes_two_gradients_per_step_and_rarely_a_hessian(monkeyp
         counts[order] = calls
     assert counts[10]["r"] <= 2.1 * 300 and counts[10]["J"] <= 20
     assert counts[6]["r"] >= 2.5 * 300 and counts[6]["J"] >= 250
+
+
+def test_the_build_verifies_at_the_first_runs_bucket_only(monkeypatch):
+    """A torch.compile build costs seconds per batch bucket, so the verification evaluates at the bucket of the run
+    that asked for the stepper (1000 trajectories: 1024 rows), not at a bucket of its own; one trajectory: 2 rows."""
+    sizes = []
+    residual = FuncStepper._residual_fn
+    monkeypatch.setattr(FuncStepper, "_residual_fn", lambda self, x, a, p: sizes.append(x.shape[0]) or residual(self, x, a, p))
+    for batch, size in ((1000, 1024), (1, 2)):
+        sizes.clear()
+        FuncStepper(erf_oscillator, 0.1, bea.get_scheme("midpoint"), 1, compile=False, batch=batch)
+        assert sizes == [size]
