@@ -27,6 +27,10 @@ import torch
 import bea
 from integrators import VariationalIntegrator, systems
 from integrators.ccompile import load_library
+from integrators.compiled_func import FUNC_MIN_WORK
+from integrators.variational import AUTO_MIN_WORK
+
+from integrate import _jax, initial_conditions  # noqa: E402 - the sibling benchmark (run from the repository root)
 
 H = 0.05
 
@@ -101,22 +105,43 @@ def rate(vi, q0, v0, steps):
 
 
 def row(name, L, n, steps):
-    """(name, single: eager/s, compiled/s, batch 1000: eager/s, compiled/s, build s, max |dq|)."""
+    """(name, build s, single: eager/s, auto/s, path, batch 1000: eager/s, auto/s, path, max |dq|). ``execution="auto"``
+    is warmed up at both batch sizes first (its warm-up column: the warm-up runs' time, and in parentheses the builds of
+    every path it built, C and torch.compile: ``VariationalIntegrator.compile_seconds``)."""
     eager = VariationalIntegrator(L, H, execution="eager")
-    fast = VariationalIntegrator(L, H, execution="compiled")
+    fast = VariationalIntegrator(L, H, execution="auto")
     q0, v0 = initial(n, 1000)
     t = time.perf_counter()
-    fast.solve(q0[:1], v0[:1], 2)
+    fast.solve(q0[:1], v0[:1], AUTO_MIN_WORK, progress=False)
+    fast.solve(q0, v0, FUNC_MIN_WORK // 1000, progress=False)  # long enough for auto to build its batch path
     build = time.perf_counter() - t
-    out = [name, build]
+    out = [name, f"{build:.1f} ({fast.compile_seconds:.1f})"]
     dev = 0.0
     for batch, (se, sc) in ((1, steps[0]), (1000, steps[1])):
         qe, re = rate(eager, q0[:batch], v0[:batch], se)
         qc, rc = rate(fast, q0[:batch], v0[:batch], sc)
         m = min(se, sc) + 1  # --quick runs fewer eager steps than compiled ones (or the reverse)
         dev = max(dev, float((qe[:m] - qc[:m]).abs().max()))
-        out += [re, rc]
+        out += [re, rc, fast.last_execution]
     return out + [dev]
+
+
+def plain_kepler(q, v):
+    return (v ** 2).sum(-1) / 2 + 1 / torch.sqrt((q ** 2).sum(-1))
+
+
+def versus_jax(jx, name, L, steps):
+    """Plain callable ``L`` on the compiled path against the JAX peer of the same system (benchmarks/_jax_peer.py:
+    jit, lax.scan over steps, vmap over trajectories), same initial data: [ours/s, jax/s, max |dq|] at batch 1 and 1000."""
+    out = []
+    for batch, n_steps in ((1, steps[0]), (1000, steps[1])):
+        q0, v0 = (t.double() for t in initial_conditions(name, batch))
+        vi = VariationalIntegrator(L, H, execution="compiled")
+        vi.solve(q0, v0, 2, progress=False)  # build (or take from the caches)
+        q, ours = rate(vi, q0, v0, n_steps)
+        qj, _, tj = jx.timed(name, "midpoint", H, q0.numpy(), v0.numpy(), n_steps)
+        out += [ours, batch * n_steps / tj, float(np.abs(np.asarray(qj) - q.numpy()).max())]
+    return out
 
 
 def system_vs_hand(steps: int):
@@ -143,16 +168,29 @@ def main() -> None:
     args = ap.parse_args()
     k = 4 if args.quick else 1
     cases = [("plain pendulum, n=1", plain_pendulum, 1, ((200 // k, 20000 // k), (20 // k, 200 // k))),
-             ("MLP 2x64, n=1", mlp_lagrangian(1), 1, ((100 // k, 4000 // k), (10 // k, 20 // k))),
+             ("MLP 2x64, n=1", mlp_lagrangian(1), 1, ((100 // k, 4000 // k), (100 // k, 400 // k))),
              ("inv_4 of a callable, n=1", series_lagrangian(1), 1, ((40 // k, 4000 // k), (5 // k, 100 // k))),
              ("inv_4 of a callable, n=4", series_lagrangian(4), 4, ((10 // k, 400 // k), (3, 10 // k)))]
-    print("| Lagrangian | build (s) | 1 traj: eager/s | compiled/s | ratio | batch 1000: eager/s | compiled/s | ratio "
-          "| max \\|q_c - q_e\\| |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| Lagrangian | warm-up (build) s | 1 traj: eager/s | auto/s | ratio | path | batch 1000: eager/s | auto/s | ratio | path "
+          "| max \\|q_a - q_e\\| |")
+    print("|---|---:|---:|---:|---:|---|---:|---:|---:|---|---:|")
     for name, L, n, steps in cases:
-        nm, build, e1, c1, eb, cb, dev = row(name, L, n, steps)
-        print(f"| {nm} | {build:.1f} | {e1:,.0f} | {c1:,.0f} | {c1 / e1:.0f}x | {eb:,.0f} | {cb:,.0f} | {cb / eb:.1f}x "
-              f"| {dev:.1e} |", flush=True)
+        nm, build, e1, c1, p1, eb, cb, pb, dev = row(name, L, n, steps)
+        print(f"| {nm} | {build} | {e1:,.0f} | {c1:,.0f} | {c1 / e1:.0f}x | {p1} | {eb:,.0f} | {cb:,.0f} | {cb / eb:.1f}x "
+              f"| {pb} | {dev:.1e} |", flush=True)
+    jx = _jax()
+    if jx is None:
+        print("\njax not installed (pip install '.[bench]'): no JAX ratios")
+    else:
+        print(f"\nPlain callables on the compiled path against the JAX peer (jax {jx.jax.__version__}, midpoint, h = {H}):\n")
+        print("| plain callable | 1 traj: ours/s | JAX scan/s | ratio | batch 1000: ours/s | JAX vmap/s | ratio "
+              "| max \\|q - q_jax\\| |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for name, L, steps in (("pendulum", plain_pendulum, (20000 // k, 2000 // k)),
+                               ("kepler", plain_kepler, (20000 // k, 2000 // k))):
+            o1, j1, d1, ob, jb, db = versus_jax(jx, name, L, steps)
+            print(f"| {name} (n = {1 if name == 'pendulum' else 2}) | {o1:,.0f} | {j1:,.0f} | {o1 / j1:.2f}x | {ob:,.0f} "
+                  f"| {jb:,.0f} | {ob / jb:.2f}x | {max(d1, db):.1e} |", flush=True)
     ours, hand, dev = system_vs_hand(200000 // k)
     print(f"\nSystem pendulum, one trajectory: compiled {ours:,.0f} steps/s, hand-written C loop {hand:,.0f} steps/s, "
           f"ratio {ours / hand:.2f}x (max |q - q_hand| = {dev:.1e})")

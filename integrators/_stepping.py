@@ -12,6 +12,7 @@ stops those trajectories. The driver (:meth:`VariationalIntegrator._march`) owns
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Optional
 
 import torch
@@ -21,10 +22,22 @@ from .newton import ConvergenceError, NewtonResult, batch_index, describe_failur
 __all__ = ["extrapolate", "eager_step", "velocity_guess"]
 
 
-def extrapolate(out: torch.Tensor, j: int, rows: Optional[torch.Tensor]) -> torch.Tensor:
-    """Polynomial extrapolation of q_{j+1} from up to six previous positions (error O(h^6))."""
+def extrapolate(out: torch.Tensor, j: int, rows: Optional[torch.Tensor], order: int = 6) -> torch.Tensor:
+    r"""Polynomial extrapolation of q_{j+1} from up to ``order`` previous positions (error O(h^order)).
+
+    Order k is the interpolating polynomial through :math:`q_{j-k+1}, \dots, q_j` evaluated one step on,
+    :math:`q_{j+1} \approx \sum_{i=0}^{k-1} (-1)^i \binom{k}{i+1} q_{j-i}` (the k-th backward difference set
+    to zero). Its coefficients sum to :math:`2^k - 1` in magnitude, so rounding in the positions is amplified
+    that much: order 10 reaches about 1e-13 on smooth unit-scale motion with h |q'| small, where order 6
+    leaves 1e-8 (h = 0.05), and one chord correction then reaches rounding level (:mod:`integrators.compiled_func`
+    uses it; the eager and C paths keep order 6). Fewer previous positions than ``order``: order 6 and below."""
     def q(k):
         return out[k] if rows is None else out[k, rows]
+    if order > 6 and j >= order - 1:
+        guess = order * q(j)
+        for i in range(1, order):
+            guess = guess + ((-1) ** i * math.comb(order, i + 1)) * q(j - i)
+        return guess
     if j >= 5:
         return 6 * (q(j) + q(j - 4)) - 15 * (q(j - 1) + q(j - 3)) + 20 * q(j - 2) - q(j - 5)
     if j >= 3:

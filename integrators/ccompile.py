@@ -4,7 +4,8 @@ Used by :mod:`integrators.compiled` for the compiled stepping path. The source i
 here, from objects in memory (SymPy expressions with only numbered symbols and whitelisted math
 functions, or fixed templates); it is never read from disk or a string supplied from outside. Each
 library is built in a fresh private temporary directory (mode 0700), loaded, and the directory is
-removed again: nothing is cached on disk, so nothing on disk is ever executed later.
+removed again. Across processes, :mod:`integrators.ccache` keeps each built library in the authenticated
+disk cache of :mod:`bea.cache` and loads a stored one only after its HMAC verifies (from a private copy).
 
 Compiled libraries are kept in an explicit small LRU (:func:`load_library`, keyed by the SHA-256 of
 the source and the compiler flags), so one process compiles each distinct Lagrangian once, however
@@ -25,6 +26,8 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 from bea.errors import BeaError
+
+from . import ccache
 
 __all__ = ["CompileError", "CompiledLibrary", "find_compiler", "load_library", "LIBRARY_CACHE_SIZE"]
 
@@ -92,6 +95,9 @@ def _load(source: str, flags) -> CompiledLibrary:
     if cc is None:
         raise CompileError("no C compiler found (set $CC or install gcc/clang); the eager path is used instead")
     t0 = time.perf_counter()
+    lib = ccache.fetch(digest, cc)  # built by an earlier process: loaded only once its HMAC verifies
+    if lib is not None:
+        return _remember(CompiledLibrary(lib, digest, 0.0))
     with tempfile.TemporaryDirectory(prefix="bea-cc-") as tmp:  # created with mode 0700
         src, out = os.path.join(tmp, "step.c"), os.path.join(tmp, "step.so")
         with open(src, "w") as f:
@@ -104,10 +110,14 @@ def _load(source: str, flags) -> CompiledLibrary:
             first = (proc.stderr or proc.stdout).strip().splitlines()[:5]
             raise CompileError(f"the C compiler {cc} rejected the generated step code: " + " | ".join(first))
         lib = ctypes.CDLL(out)  # the mapping stays valid after the file is removed
-    entry = CompiledLibrary(lib, digest, time.perf_counter() - t0)
+        ccache.store(digest, cc, out)
+    return _remember(CompiledLibrary(lib, digest, time.perf_counter() - t0))
+
+
+def _remember(entry: CompiledLibrary) -> CompiledLibrary:
     with _lock:
-        _cache[digest] = entry
-        _cache.move_to_end(digest)
+        _cache[entry.digest] = entry
+        _cache.move_to_end(entry.digest)
         while len(_cache) > LIBRARY_CACHE_SIZE:
             _cache.popitem(last=False)
     return entry

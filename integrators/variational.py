@@ -31,7 +31,6 @@ why once (:class:`~integrators.model_protocol.CompiledPathWarning`).
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Callable, Optional, Tuple, Union
 
 import torch
@@ -42,7 +41,7 @@ from bea.errors import BeaTypeError, BeaValueError
 from ._admissible import check_regular_at, check_scheme
 from ._checks import as_float64, check_finite, check_lagrangian_output, check_step_size, initial_data
 from ._stepping import eager_step, velocity_guess
-from .model_protocol import CompiledPathWarning
+from .compiled_func import func_stepper
 from .newton import ConvergenceError, NewtonOptions, autograd_system, describe_failure, newton, vmap_system
 from .trajectory import Trajectory, positions
 from .progress import progress_bar
@@ -139,6 +138,7 @@ class VariationalIntegrator:
         self._step_eval = self._make_step_evaluator()
         #: compiled steppers by n (None: tried, not available; the reason in _stepper_errors)
         self._steppers: dict = {}
+        self._func_steppers: dict = {}  # n -> the torch.compile stepper (integrators.compiled_func), None: refused
         self._stepper_errors: dict = {}
         self.compile_seconds: float = 0.0
         #: "compiled", "eager" or "compiled+eager" (the compiled loop handed some steps to the eager path)
@@ -249,7 +249,7 @@ class VariationalIntegrator:
             return None
         batch = out.shape[1]
         if n in self._steppers:
-            return self._fits_auto(self._steppers[n], mode, batch)
+            return self._fits_auto(self._steppers[n], mode, batch, n, work)
         if mode == "auto" and (work < AUTO_MIN_WORK or isinstance(self.scheme, bea.StageScheme)):
             return None  # a stage scheme steps eagerly by design (Newton on its interior points): nothing to say
         if n not in self._stepper_errors:
@@ -260,23 +260,26 @@ class VariationalIntegrator:
                 stepper = CompiledStepper(self.lagrangian, self.h, self.scheme, n)
             except (NotLowerable, CompileError) as err:
                 self._stepper_errors[n] = str(err)
-                if mode == "auto":  # said once: the error is kept per n and the stepper not tried again
-                    warnings.warn(f"no compiled path for this Lagrangian ({err}); integrating eagerly", CompiledPathWarning, 4)
+                if mode == "auto":  # torch.compile where tracing failed, else eager (said once: the errors are kept)
+                    return func_stepper(self, n, str(err), work, batch)
             else:
                 self._steppers[n] = stepper
                 self.compile_seconds += stepper.compile_seconds + stepper.lower_seconds
-                return self._fits_auto(stepper, mode, batch)
+                return self._fits_auto(stepper, mode, batch, n, work)
+        if mode == "auto":
+            return func_stepper(self, n, self._stepper_errors[n], work, batch)
         if mode == "compiled":
             raise BeaValueError(f"execution='compiled' is not available for this integrator: {self._stepper_errors[n]}; "
                              f"use execution='auto' or 'eager'")
         return None
 
-    @staticmethod
-    def _fits_auto(stepper, mode: str, batch: int):
-        """``"auto"`` leaves batches larger than the C form's ``auto_max_batch`` to the eager path (a network's
-        batched torch evaluation overtakes the per-element C loop there)."""
+    def _fits_auto(self, stepper, mode: str, batch: int, n: int, work: int):
+        """``"auto"`` leaves batches larger than the C form's ``auto_max_batch`` to batched torch (a network's
+        batched evaluation overtakes the per-element C loop there): the ``torch.compile`` path, else eager."""
         limit = stepper.auto_max_batch
-        return None if (mode == "auto" and limit is not None and batch > limit) else stepper
+        if mode == "auto" and limit is not None and batch > limit:
+            return func_stepper(self, n, None, work, batch)
+        return stepper
 
     def _march(self, out: torch.Tensor, pout: torch.Tensor, j0: int, first_guess: Optional[torch.Tensor], batch,
                on_failure: str, progress: Optional[bool]):
@@ -296,7 +299,7 @@ class VariationalIntegrator:
             j = j0
             while j < steps:
                 if stepper is not None:
-                    used.add("compiled")
+                    used.add(getattr(stepper, "label", "compiled"))
                     end = min(steps, j + stepper.chunk_steps(B if rows is None else rows.numel()))
                     j_stop, p, jac, _ = stepper.advance(out, j, end, p, jac, rows, first_guess, self.options, self.max_step,
                                                         pout)

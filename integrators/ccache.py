@@ -1,0 +1,109 @@
+"""Cross-process cache of compiled C libraries, loaded only after their authenticity is verified.
+
+Why: building a generated library takes 0.3-15 s; a second process that needs the same Lagrangian's
+march should not pay that again. The project's rule is that nothing read from disk is executed unless
+it is verified, so a library is never ``dlopen``-ed from the cache directory itself.
+
+How (the trust model of :mod:`bea.cache`, reused): the library's bytes are stored as one entry of
+:mod:`bea.cache` (part ``"clib"``), whose HMAC-SHA256 is keyed by the per-user secret ``secret.key``
+(mode 0600) in the cache directory. :func:`fetch` reads the entry, verifies the HMAC over the bytes
+*before* using them (then the stored key, the format and an ELF/Mach-O header), writes the verified
+bytes into a fresh private temporary directory (mode 0700) and loads *that* copy, so what is loaded
+is exactly what was verified (no window in which the file could be swapped). A mismatch, a foreign or
+corrupt entry gives a :class:`~bea.cache.CacheWarning` and the caller recompiles and overwrites it.
+
+The key names everything the bytes depend on: the SHA-256 of the flags and the source (the digest of
+:func:`integrators.ccompile.load_library`), the compiler (path, size, modification time) and the host
+(machine type and CPU flags, since vectorised libraries use the host's instructions). ``BEA_C_CACHE=0``
+turns the on-disk part off (each process then compiles once, as before).
+"""
+
+from __future__ import annotations
+
+import base64
+import ctypes
+import hashlib
+import os
+import platform
+import tempfile
+from functools import lru_cache
+from typing import Optional
+
+from bea import cache
+from bea.errors import CacheFormatError
+
+__all__ = ["fetch", "store", "enabled"]
+
+#: version of this entry layout (part of every key)
+FORMAT = 1
+PART = "clib"
+#: headers of a shared library: ELF (Linux), Mach-O 64-bit (macOS, both byte orders)
+_HEADERS = (b"\x7fELF", b"\xcf\xfa\xed\xfe", b"\xfe\xed\xfa\xcf")
+
+
+def enabled() -> bool:
+    """Whether compiled libraries are shared across processes (``BEA_C_CACHE`` not ``"0"``)."""
+    return os.environ.get("BEA_C_CACHE", "1") != "0"
+
+
+@lru_cache(maxsize=8)
+def _host() -> str:
+    """Machine type and CPU feature flags (a library built with ``-march=native`` runs on this CPU only)."""
+    flags = ""
+    try:
+        with open("/proc/cpuinfo", "rb") as fh:
+            for line in fh.read(1 << 20).decode("ascii", "replace").splitlines():
+                if line.startswith(("flags", "Features", "model name")):
+                    flags += line
+    except OSError:
+        flags = platform.processor()
+    return platform.machine() + ":" + hashlib.sha256(flags.encode()).hexdigest()[:16]
+
+
+def _compiler(cc: str) -> str:
+    try:
+        st = os.stat(cc)
+        return f"{os.path.realpath(cc)}:{st.st_size}:{int(st.st_mtime)}"
+    except OSError:
+        return cc
+
+
+def _key(digest: str, cc: str) -> dict:
+    return {"kind": "clib", "format": FORMAT, "digest": digest, "compiler": _compiler(cc), "host": _host()}
+
+
+def _decode(body) -> bytes:
+    """The library bytes of an authenticated entry (raises on anything else; :func:`bea.cache.load` then warns)."""
+    data = base64.b64decode(body["lib"].encode("ascii"), validate=True)
+    if not data.startswith(_HEADERS):
+        raise CacheFormatError("not a shared library")
+    if hashlib.sha256(data).hexdigest() != body["sha256"]:
+        raise CacheFormatError("the library bytes do not match their checksum")
+    return data
+
+
+def fetch(digest: str, cc: str) -> Optional[ctypes.CDLL]:
+    """The library for ``digest`` built by ``cc`` from the disk cache, verified and loaded; None if absent or
+    refused (a refused entry gives a :class:`~bea.cache.CacheWarning`)."""
+    if not enabled():
+        return None
+    data = cache.load(_key(digest, cc), part=PART, validate=_decode)
+    if data is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="bea-cc-") as tmp:  # mode 0700: only this user can touch the copy
+        path = os.path.join(tmp, "step.so")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        return ctypes.CDLL(path)  # the mapping stays valid after the directory is removed
+
+
+def store(digest: str, cc: str, path: str) -> None:
+    """Store the freshly built library at ``path`` for ``digest`` (authenticated, atomic; a cache directory that
+    cannot be used only gives :mod:`bea.cache`'s one-time warning)."""
+    if not enabled():
+        return
+    with open(path, "rb") as fh:
+        data = fh.read()
+    body = {"lib": base64.b64encode(data).decode("ascii"), "sha256": hashlib.sha256(data).hexdigest()}
+    cache.save(_key(digest, cc), body, part=PART)

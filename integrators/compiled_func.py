@@ -1,0 +1,272 @@
+r"""The ``torch.func`` / ``torch.compile`` path: compiled derivatives for torch Lagrangians that have no C form.
+
+Used by ``execution="auto"`` of :class:`~integrators.variational.VariationalIntegrator` for Lagrangians that
+declare no compiled form (plain callables, ``nn.Module`` s), (a) when tracing them into C fails
+(:mod:`integrators.traced` refuses an operation or control flow) and (b) for networks at batches above the
+traced form's ``auto_max_batch``, where batched matrix products beat the per-element C loop.
+
+Mathematics. For a scheme :math:`L_\Delta(a, b) = \sum_k w_k L(y_k)`, :math:`y_k = o_k + A_k a + B_k b`
+(:func:`integrators.compiled.scheme_points`), the Newton step of the discrete Euler--Lagrange equations
+:math:`D_1L_\Delta(q_j, x) + p_j = 0` needs
+
+.. math:: r(x) = \sum_k w_k A_k^\top \nabla L(y_k) + p_j, \qquad
+          p_{j+1} = \sum_k w_k B_k^\top \nabla L(y_k), \qquad
+          J = \sum_k w_k A_k^\top \nabla^2 L(y_k) B_k .
+
+:math:`\nabla L` is :func:`torch.func.grad` of :math:`\sum_b L(y_b)` (``L`` acts pointwise over the batch,
+so this is every element's gradient at once); column :math:`i` of :math:`J` needs only the Hessian-vector
+products :math:`\nabla^2 L(y_k)\,B_k e_i` (``n`` of them, not ``2n``), each the gradient of
+:math:`\nabla L\cdot u`. Both functions are compiled with ``torch.compile(fullgraph=True)`` for a few fixed batch sizes (:func:`bucket`);
+the Newton iteration itself is :func:`integrators.newton.newton`, the one of the eager path (same chord steps
+and tolerances), so the trajectories equal the eager ones to rounding. Its start is a higher-order extrapolation
+(:data:`PREDICTOR_ORDER`) than the eager path's: from about 1e-13 away, the first (chord) correction with the
+previous step's Jacobian already lands at rounding level, and the second gradient evaluation certifies it, so a
+step costs two gradients and rarely a Hessian.
+
+Before use the compiled derivatives are checked against autograd (:func:`integrators.model_protocol.derivatives`)
+at a few states (relative :data:`VERIFY_RTOL`). Anything that fails (``torch.compile`` refusing the code,
+e.g. Python control flow on tensor values; a mismatch; no compiler) raises :class:`FuncPathError` with the
+reason, and the integrator steps eagerly and says why once (:class:`~integrators.model_protocol.CompiledPathWarning`).
+No global torch setting (default dtype, threads, RNG) is changed.
+"""
+
+from __future__ import annotations
+
+import time
+import types
+import warnings
+from typing import Optional, Tuple
+
+import numpy as np
+import torch
+
+from .compiled import NotLowerable, scheme_points
+from .newton import NewtonOptions, newton
+from ._stepping import extrapolate, far_roots
+
+__all__ = ["FuncStepper", "FuncPathError", "bucket", "declares_form", "func_stepper", "FUNC_MIN_WORK", "PREDICTOR_ORDER", "VERIFY_RTOL"]
+
+#: relative agreement with autograd required of the compiled derivatives at the verification states
+VERIFY_RTOL = 1e-8
+#: ``execution="auto"`` builds this path only for runs of at least this many trajectory-steps: a build takes
+#: seconds to minutes (one per batch-size bucket), and the speed-up it buys is a small factor (benchmarks/RESULTS_speed.md)
+FUNC_MIN_WORK = 100_000
+#: order of the polynomial predictor of each step's Newton start (:func:`integrators._stepping.extrapolate`).
+#: Order 10 leaves about 1e-13 on smooth motion (order 6: 1e-8), so one chord correction with the previous step's
+#: Jacobian reaches rounding level: 2 gradient evaluations per step and almost no Hessians, against 3 and one
+#: Hessian with order 6 (MLP 2x64, batch 1000: benchmarks/RESULTS_speed.md). Higher orders amplify rounding (2^k).
+PREDICTOR_ORDER = 10
+
+
+
+class FuncPathError(NotLowerable):
+    """The ``torch.compile`` path cannot serve this Lagrangian (the message says why)."""
+
+
+def declares_form(L) -> bool:
+    """Whether ``L`` declares its own compiled form (a model hook, a SymPy Lagrangian): those keep their
+    declared path and are never handed to ``torch.compile``."""
+    from .symbolic import SymbolicLagrangian
+
+    return (callable(getattr(type(L), "compiled_form", None)) or callable(getattr(L, "c_lagrangian", None))
+            or isinstance(L, SymbolicLagrangian))
+
+
+def _own_code(method):
+    """``method`` with a code object of its own. torch.compile keeps its compiled versions per code object, so
+    without this every stepper (every Lagrangian) would share one cache and its recompile limit."""
+    f = method.__func__
+    g = types.FunctionType(f.__code__.replace(), f.__globals__, f.__name__, f.__defaults__, f.__closure__)
+    return types.MethodType(g, method.__self__)
+
+
+def bucket(batch: int) -> int:
+    """The batch size evaluated for ``batch`` elements: the next power of two (at least 2). torch.compile
+    specialises the graph of a :func:`torch.func` transform to its batch size, so sizes are few and fixed:
+    a run evaluates its whole batch padded to one bucket, and Newton's shrinking active set costs no recompile."""
+    return max(2, 1 << (int(batch) - 1).bit_length())
+
+
+def _pad(t: torch.Tensor, size: int) -> torch.Tensor:
+    """``t`` with its first row repeated up to ``size`` rows (finite filler; the extra rows are discarded)."""
+    extra = size - t.shape[0]
+    return t if extra == 0 else torch.cat([t, t[:1].expand(extra, *t.shape[1:])], 0)
+
+
+class FuncStepper:
+    """Steps of one Lagrangian, scheme, ``h`` and ``n`` with compiled :func:`torch.func` derivatives (module
+    docstring); the interface of :class:`~integrators.compiled.CompiledStepper` that the march uses."""
+
+    label = "torch.compile"
+    auto_max_batch = None
+
+    def __init__(self, lagrangian, h: float, scheme, n: int, *, compile: bool = True, batch: int = 4):
+        t0 = time.perf_counter()
+        self.n, self.L = n, lagrangian
+        self._size = 2  # the bucket being evaluated (set per run by advance)
+        self.failure: Optional[str] = None  # why a compiled evaluation failed during a run (then eager from there)
+        pts = torch.from_numpy(scheme_points(h, scheme, n))
+        D = 2 * n
+        self.w = pts[:, 0]
+        self.o = pts[:, 1:1 + D]
+        self.A = pts[:, 1 + D:1 + D + D * n].reshape(-1, D, n)
+        self.B = pts[:, 1 + D + D * n:1 + D + 2 * D * n].reshape(-1, D, n)
+        wrap = (lambda f: torch.compile(_own_code(f), fullgraph=True, dynamic=False)) if compile else (lambda f: f)
+        self._residual, self._jacobian = wrap(self._residual_fn), wrap(self._jacobian_fn)
+        self.lower_seconds = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        self._verify(bucket(batch))
+        self.compile_seconds = time.perf_counter() - t0
+
+    # ------------------------------------------------------------------ the compiled functions
+    def _grad(self, y: torch.Tensor) -> torch.Tensor:
+        n = self.n
+        return torch.func.grad(lambda z: self.L(z[..., :n], z[..., n:]).sum())(y)
+
+    def _points(self, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        """:math:`y_k = o_k + A_k a + B_k x`, shape ``(K, batch, 2n)``."""
+        return self.o[:, None, :] + torch.einsum("kdn,bn->kbd", self.A, a) + torch.einsum("kdn,bn->kbd", self.B, x)
+
+    def _residual_fn(self, x, a, p):
+        g = self._grad(self._points(x, a))
+        wg = self.w[:, None, None] * g
+        return torch.einsum("kbd,kdn->bn", wg, self.A) + p, torch.einsum("kbd,kdn->bn", wg, self.B)
+
+    def _jacobian_fn(self, x, a):
+        y = self._points(x, a)
+        cols = []
+        for i in range(self.n):  # J e_i = sum_k w_k A_k^T H(y_k) B_k e_i: one Hessian-vector product per column
+            u = self.B[:, None, :, i].expand_as(y)
+            hv = torch.func.grad(lambda z: (self._grad(z) * u).sum())(y)
+            cols.append(torch.einsum("kbd,kdn->bn", self.w[:, None, None] * hv, self.A))
+        return torch.stack(cols, -1)
+
+    def derivatives(self, x: torch.Tensor, a: torch.Tensor, p: torch.Tensor,
+                    size: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(r, p_next, J)`` at ``x`` for the previous position ``a`` and momenta ``p`` (each ``(B, n)``), evaluated
+        padded to ``size`` rows (default: ``bucket(B)``)."""
+        B = x.shape[0]
+        size = bucket(B) if size is None else size
+        x, a, p = _pad(x.detach(), size), _pad(a.detach(), size), _pad(p.detach(), size)
+        with torch.no_grad():  # grad() differentiates inside; no graph to the network's parameters
+            r, p1 = self._residual(x, a, p)
+            J = self._jacobian(x, a)
+        return r[:B], p1[:B], J[:B]
+
+    def _evaluate(self, x, a, p):
+        B, size = x.shape[0], self._size
+        xx, aa, pp = _pad(x.detach(), size), _pad(a.detach(), size), _pad(p.detach(), size)
+        with torch.no_grad():
+            r, p1 = self._residual(xx, aa, pp)
+
+        def jacobian():
+            with torch.no_grad():
+                return self._jacobian(xx, aa)[:B]
+        return r[:B], p1[:B], jacobian
+
+    def _verify(self, size: int) -> None:
+        """Compile the graphs of one batch bucket ``size`` (the first run's: a build costs seconds per bucket, so none
+        is built for verification alone) and check them against autograd at random states padded to it;
+        :class:`FuncPathError` otherwise."""
+        from .model_protocol import derivatives
+
+        n, D, m = self.n, 2 * self.n, min(4, size)  # m states (a bucket has at least 2 rows)
+        g = torch.Generator().manual_seed(7)
+        a = 0.3 + 0.4 * torch.rand(m, n, generator=g, dtype=torch.float64)
+        x = a + 0.05 * (torch.rand(m, n, generator=g, dtype=torch.float64) - 0.5)
+        p = torch.rand(m, n, generator=g, dtype=torch.float64)
+        try:
+            with warnings.catch_warnings():  # torch's own deprecation notices while it compiles are not the caller's
+                warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.")
+                r, p1, J = self.derivatives(x, a, p, size)
+        except Exception as err:  # noqa: BLE001 - torch.compile raises many internal types; the reason is kept
+            first = (str(err).strip().splitlines() or [""])[0][:300]
+            raise FuncPathError(f"torch.compile could not compile its derivatives ({type(err).__name__}: {first})") from None
+        y = self._points(x, a).reshape(-1, D)
+        _, gr, H = derivatives(self.L, y)
+        K = self.w.shape[0]
+        gr, H = gr.reshape(K, m, D), H.reshape(K, m, D, D)
+        wk = self.w[:, None, None]
+        r_ref = torch.einsum("kbd,kdn->bn", wk * gr, self.A) + p
+        J_ref = torch.einsum("kdi,kbde,kej->bij", self.A, self.w[:, None, None, None] * H, self.B)
+        for got, ref, name in ((r, r_ref, "gradient"), (J, J_ref, "Hessian")):
+            scale = float(ref.abs().max()) + 1.0
+            if not bool(torch.isfinite(got).all()) or float((got - ref).abs().max()) > VERIFY_RTOL * scale:
+                raise FuncPathError(f"the compiled {name} differs from autograd's (relative {VERIFY_RTOL:g})")
+
+    # ------------------------------------------------------------------ the march's interface
+    def chunk_steps(self, batch: int) -> int:
+        """Steps per call (Python drives each step here; the chunk only paces the progress bar)."""
+        return 64
+
+    def advance(self, out: torch.Tensor, j: int, j_end: int, p: torch.Tensor, jac: Optional[torch.Tensor],
+                rows: Optional[torch.Tensor], first_guess: Optional[torch.Tensor], options: NewtonOptions,
+                max_step: Optional[float], pout: Optional[torch.Tensor] = None):
+        """As :meth:`integrators.compiled.CompiledStepper.advance`: steps ``j -> j_end`` while every element converges
+        (within ``max_step``); stops before the first step where one does not, for the eager path to take it."""
+        self._size = bucket(p.shape[0])
+        while j < j_end and self.failure is None:
+            a = out[j] if rows is None else out[j, rows]
+            guess = first_guess if j == 0 else extrapolate(out, j, rows, PREDICTOR_ORDER)
+            try:
+                res = newton(self._evaluate, guess, (a, p), options=options, jac0=jac)
+            except Exception as err:  # noqa: BLE001 - e.g. torch.compile's recompile limit: the eager path goes on
+                self._fail(err)
+                break
+            if not bool(res.converged.all()) or far_roots(res, a, max_step) is not None:
+                return j, p, jac, np.ones(1)
+            if rows is None:
+                out[j + 1] = res.x
+            else:
+                out[j + 1, rows] = res.x
+            p, jac = res.aux, res.jacobian
+            if pout is not None:
+                if rows is None:
+                    pout[j + 1] = p
+                else:
+                    pout[j + 1, rows] = p
+            j += 1
+        return j, p, jac, (None if j == j_end else np.ones(1))
+
+    def _fail(self, err: BaseException) -> None:
+        """A compiled evaluation failed during a run (not at build time): this stepper stops for good, the eager
+        path takes every later step, and the reason is said once."""
+        from .model_protocol import CompiledPathWarning
+
+        self.failure = f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:300]}"
+        warnings.warn(f"the torch.compile path failed during the run ({self.failure}); integrating eagerly from here",
+                      CompiledPathWarning, 5)
+
+
+def func_stepper(integ, n: int, c_reason: Optional[str], work: int, batch: int = 4) -> Optional[FuncStepper]:
+    """The ``torch.compile`` stepper of the integrator ``integ`` for ``n`` coordinates (built once and kept on it),
+    or None for the eager path. ``c_reason``: why the C path failed (None: it exists but the batch is too large
+    for it); ``work``: trajectory-steps of this run (a build is tried only from :data:`FUNC_MIN_WORK`); ``batch``: its
+    trajectories (the bucket compiled and verified first). Says once,
+    with a :class:`~integrators.model_protocol.CompiledPathWarning`, why a run steps eagerly."""
+    from .model_protocol import CompiledPathWarning
+
+    kept = integ._func_steppers  # n -> stepper or None (refused); (n, "short") -> True once the short-run note is given
+    if n in kept:  # built before (None: refused); one that failed during a run is not used again
+        return None if kept[n] is None or kept[n].failure is not None else kept[n]
+    L, why = integ.lagrangian, c_reason
+    if declares_form(L):  # a declared form that failed (or is too slow here) is not second-guessed
+        kept[n] = None
+    elif work < FUNC_MIN_WORK:  # compiling costs seconds to minutes: not for a short run
+        if c_reason is None or kept.get((n, "short")):
+            return None
+        kept[(n, "short")] = True
+        why = f"{c_reason}; torch.compile is tried for runs of at least {FUNC_MIN_WORK} trajectory-steps"
+    else:
+        try:
+            stepper = FuncStepper(L, integ.h, integ.scheme, n, batch=batch)
+        except NotLowerable as err:
+            why = f"{c_reason}; {err}" if c_reason else str(err)
+            kept[n] = None
+        else:
+            kept[n] = stepper
+            integ.compile_seconds += stepper.compile_seconds + stepper.lower_seconds
+            return stepper
+    if why is not None:
+        warnings.warn(f"no compiled path for this Lagrangian ({why}); integrating eagerly", CompiledPathWarning, 5)
+    return None

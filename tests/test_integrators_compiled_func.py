@@ -1,0 +1,205 @@
+"""The torch.func / torch.compile path (integrators.compiled_func): equal to eager, used where tracing to C fails
+or a network's batch is large, and a fallback to eager that says why once."""
+
+import warnings
+
+import pytest
+import torch
+
+import bea
+from integrators import VariationalIntegrator
+from integrators import compiled_func as CF
+from integrators import variational as V
+from integrators.compiled_func import FuncPathError, FuncStepper, bucket
+from integrators.model_protocol import CompiledPathWarning
+from integrators.traced import NETWORK_MAX_BATCH
+
+
+def erf_oscillator(q, v):
+    """No C form (aten.erf has no lowering rule), ordinary torch code otherwise."""
+    return 0.5 * (v ** 2).sum(-1) - 0.5 * (q ** 2).sum(-1) + 0.1 * torch.erf(q).sum(-1)
+
+
+def erf_branching(q, v):
+    """No C form, and Python control flow on a tensor's value, which torch.compile(fullgraph=True) refuses."""
+    scale = 1.0 if float(q.detach().abs().sum()) < 1e9 else 2.0
+    return erf_oscillator(q, v) * scale
+
+
+def _start(batch, n=1):
+    g = torch.Generator().manual_seed(3)
+    return 0.2 + 0.5 * torch.rand(batch, n, generator=g, dtype=torch.float64), 0.1 * torch.rand(batch, n, generator=g,
+                                                                                                 dtype=torch.float64)
+
+
+def _globals():
+    return torch.get_default_dtype(), torch.get_num_threads(), torch.random.get_rng_state().clone()
+
+
+def test_bucket_sizes_are_powers_of_two():
+    assert [bucket(b) for b in (1, 2, 3, 4, 5, 1000, 1024, 1025)] == [2, 2, 4, 4, 8, 1024, 1024, 2048]
+
+
+def test_the_func_steps_equal_eager_uncompiled(monkeypatch):
+    """The stepper's derivatives (torch.func, here without torch.compile, the same functions) drive Newton to the
+    eager path's trajectory: 60 midpoint and trapezoidal steps at a batch of 3 agree to 1e-13 (both solve every
+    step to rounding; the differences are summation orders, about 1e-16 per step)."""
+    monkeypatch.setattr(V, "AUTO_MIN_WORK", 1)
+    q0, v0 = _start(3)
+    for scheme in ("midpoint", "trapezoidal"):
+        eager = VariationalIntegrator(erf_oscillator, 0.1, scheme, execution="eager")
+        ref = eager.solve(q0, v0, 60)
+        vi = VariationalIntegrator(erf_oscillator, 0.1, scheme, execution="auto")
+        vi._stepper_errors[1] = "no C form (test)"
+        vi._func_steppers[1] = FuncStepper(erf_oscillator, 0.1, bea.get_scheme(scheme), 1, compile=False)
+        got = vi.solve(q0, v0, 60)
+        assert got.stats["execution"] == "torch.compile" and got.stats["eager_steps"] == 0
+        assert float((got.q - ref.q).abs().max()) <= 1e-13 and float((got.p - ref.p).abs().max()) <= 1e-13
+
+
+def test_what_torch_compile_refuses_falls_back_to_eager_and_says_why_once(monkeypatch):
+    monkeypatch.setattr(V, "AUTO_MIN_WORK", 1)
+    monkeypatch.setattr(CF, "FUNC_MIN_WORK", 1)
+    q0, v0 = _start(2)
+    before = _globals()
+    vi = VariationalIntegrator(erf_branching, 0.1)
+    with pytest.warns(CompiledPathWarning, match="aten.erf.*torch.compile could not compile"):
+        got = vi.solve(q0, v0, 20)
+    assert got.stats["execution"] == "eager" and vi._func_steppers == {1: None}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once per integrator and n
+        vi.solve(q0, v0, 20)
+    ref = VariationalIntegrator(erf_branching, 0.1, execution="eager").solve(q0, v0, 20)
+    assert torch.equal(got.q, ref.q)
+    after = _globals()
+    assert before[:2] == after[:2] and torch.equal(before[2], after[2])
+    with pytest.raises(FuncPathError, match="torch.compile"):
+        FuncStepper(erf_branching, 0.1, bea.get_scheme("midpoint"), 1)
+
+
+@pytest.mark.slow
+def test_untraceable_code_runs_compiled_and_equals_eager_over_1000_steps(monkeypatch):
+    """torch.compile (about 10-100 s to build on a loaded 2-core machine): 1,000 steps equal eager to 1e-12."""
+    monkeypatch.setattr(CF, "FUNC_MIN_WORK", 1000)
+    q0, v0 = _start(4, 2)
+    before = _globals()
+    vi = VariationalIntegrator(erf_oscillator, 0.1)
+    got = vi.solve(q0, v0, 1000)
+    assert got.stats["execution"] == "torch.compile"
+    ref = VariationalIntegrator(erf_oscillator, 0.1, execution="eager").solve(q0, v0, 1000)
+    assert float((got.q - ref.q).abs().max()) <= 1e-12 and float((got.p - ref.p).abs().max()) <= 1e-12
+    after = _globals()
+    assert before[:2] == after[:2] and torch.equal(before[2], after[2])
+
+
+@pytest.mark.slow
+def test_a_network_at_large_batch_takes_the_torch_compile_path(monkeypatch):
+    """An MLP Lagrangian (LNN baseline, 2 hidden layers of 64): its traced C form is used for one trajectory and
+    torch.compile above NETWORK_MAX_BATCH; both equal eager to 1e-12 over 1,000 steps (200 at the large batch)."""
+    monkeypatch.setattr(CF, "FUNC_MIN_WORK", 1000)
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(2, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
+                              torch.nn.Linear(64, 1)).double()
+
+    def L(q, v):
+        return (v ** 2).sum(-1) / 2 - (q ** 2).sum(-1) / 2 + 0.01 * net(torch.cat([q, v], -1))[..., 0]
+
+    vi, eager = VariationalIntegrator(L, 0.05), VariationalIntegrator(L, 0.05, execution="eager")
+    for batch, steps, path in ((1, 1000, "compiled"), (NETWORK_MAX_BATCH + 28, 200, "torch.compile")):
+        q0, v0 = _start(batch)
+        got, ref = vi.solve(q0, v0, steps), eager.solve(q0, v0, steps)
+        assert got.stats["execution"] == path
+        assert float((got.q - ref.q).abs().max()) <= 1e-12
+
+
+def test_a_failure_during_the_run_hands_the_rest_to_eager_and_says_so_once(monkeypatch):
+    """A compiled evaluation that raises mid-run (e.g. torch.compile's recompile limit) stops that stepper; the
+    eager path takes the remaining steps, with the eager trajectory's very numbers from there on."""
+    monkeypatch.setattr(V, "AUTO_MIN_WORK", 1)
+    q0, v0 = _start(3)
+    stepper = FuncStepper(erf_oscillator, 0.1, bea.get_scheme("midpoint"), 1, compile=False)
+    calls = []
+    residual = stepper._residual
+
+    def flaky(*args):
+        calls.append(1)
+        if len(calls) == 30:
+            raise RuntimeError("recompile limit (test)")
+        return residual(*args)
+
+    stepper._residual = flaky
+    vi = VariationalIntegrator(erf_oscillator, 0.1)
+    vi._stepper_errors[1], vi._func_steppers[1] = "no C form (test)", stepper
+    with pytest.warns(CompiledPathWarning, match="failed during the run.*recompile limit"):
+        got = vi.solve(q0, v0, 40)
+    assert got.stats["execution"] == "eager+torch.compile" and 0 < got.stats["compiled_steps"] < 40
+    assert got.stats["compiled_steps"] + got.stats["eager_steps"] == 40
+    ref = VariationalIntegrator(erf_oscillator, 0.1, execution="eager").solve(q0, v0, 40)
+    assert float((got.q - ref.q).abs().max()) <= 1e-13
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the broken stepper is not tried again, and not announced again
+        assert vi.solve(q0, v0, 5).stats["execution"] == "eager"
+
+
+def test_short_runs_do_not_build_the_torch_compile_path(monkeypatch):
+    """Below FUNC_MIN_WORK trajectory-steps "auto" steps eagerly without compiling, and says so once."""
+    monkeypatch.setattr(V, "AUTO_MIN_WORK", 1)
+    monkeypatch.setattr(CF, "FUNC_MIN_WORK", 10 ** 9)
+    q0, v0 = _start(2)
+    vi = VariationalIntegrator(erf_oscillator, 0.1)
+    with pytest.warns(CompiledPathWarning, match="aten.erf.*runs of at least 1000000000"):
+        assert vi.solve(q0, v0, 10).stats["execution"] == "eager"
+    assert 1 not in vi._func_steppers
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert vi.solve(q0, v0, 10).stats["execution"] == "eager"
+
+
+def test_the_order_10_predictor_is_exact_on_degree_9_and_order_6_is_unchanged():
+    """``extrapolate(..., order=10)`` is the degree-9 polynomial through the last ten positions: exact (integer
+    arithmetic, below 2^53) on k^9, not on k^10; the default order 6 is the eager path's formula, bit for bit."""
+    from integrators._stepping import extrapolate
+
+    k = torch.arange(12, dtype=torch.float64)[:, None]
+    assert float(extrapolate(k ** 9, 10, None, order=10)[0]) == 11.0 ** 9
+    assert float(extrapolate(k ** 10, 10, None, order=10)[0]) != 11.0 ** 10
+    q = torch.sin(0.3 * k) + 0.1 * k ** 2
+    assert torch.equal(extrapolate(q, 10, None, order=6), extrapolate(q, 10, None))
+    assert torch.equal(extrapolate(q, 4, None, order=10), extrapolate(q, 4, None))  # too few positions: order 4
+
+
+def test_the_func_path_takes_two_gradients_per_step_and_rarely_a_hessian(monkeypatch):
+    """From the order-10 predictor one chord correction reaches rounding level: over 300 midpoint steps of a smooth
+    oscillator (h = 0.05) the stepper evaluates about 2 gradients per step (order 6 needs 3 and a Hessian, as the
+    eager path does) and Hessians only while the predictor warms up; the trajectory still equals eager to 1e-13."""
+    monkeypatch.setattr(V, "AUTO_MIN_WORK", 1)
+    q0, v0 = _start(4)
+    ref = VariationalIntegrator(erf_oscillator, 0.05, execution="eager").solve(q0, v0, 300)
+    counts = {}
+    for order in (6, 10):
+        monkeypatch.setattr(CF, "PREDICTOR_ORDER", order)
+        stepper = FuncStepper(erf_oscillator, 0.05, bea.get_scheme("midpoint"), 1, compile=False)
+        calls = {"r": 0, "J": 0}
+        residual, jacobian = stepper._residual, stepper._jacobian
+        stepper._residual = lambda *a: calls.__setitem__("r", calls["r"] + 1) or residual(*a)
+        stepper._jacobian = lambda *a: calls.__setitem__("J", calls["J"] + 1) or jacobian(*a)
+        vi = VariationalIntegrator(erf_oscillator, 0.05, execution="auto")
+        vi._stepper_errors[1] = "no C form (test)"
+        vi._func_steppers[1] = stepper
+        got = vi.solve(q0, v0, 300)
+        assert got.stats["eager_steps"] == 0 and float((got.q - ref.q).abs().max()) <= 1e-13
+        counts[order] = calls
+    assert counts[10]["r"] <= 2.1 * 300 and counts[10]["J"] <= 20
+    assert counts[6]["r"] >= 2.5 * 300 and counts[6]["J"] >= 250
+
+
+def test_the_build_verifies_at_the_first_runs_bucket_only(monkeypatch):
+    """A torch.compile build costs seconds per batch bucket, so the verification evaluates at the bucket of the run
+    that asked for the stepper (1000 trajectories: 1024 rows), not at a bucket of its own; one trajectory: 2 rows."""
+    sizes = []
+    residual = FuncStepper._residual_fn
+    monkeypatch.setattr(FuncStepper, "_residual_fn", lambda self, x, a, p: sizes.append(x.shape[0]) or residual(self, x, a, p))
+    for batch, size in ((1000, 1024), (1, 2)):
+        sizes.clear()
+        FuncStepper(erf_oscillator, 0.1, bea.get_scheme("midpoint"), 1, compile=False, batch=batch)
+        assert sizes == [size]
