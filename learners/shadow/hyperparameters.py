@@ -48,7 +48,7 @@ identifies badly (level sets 0.013 / 0.026 for :math:`H_{rec}[2]` / :math:`H_{re
     with all training functionals, since the best lengthscales shrink as the data grow (on the chain: 1.6 and 12.6 in
     the data's units with the whole training set, 4.2 and 34 with 400 functionals). The same search chooses the
     normalisation (the trace of the mass matrix, or the whole matrix where it predicts clearly better) and, with
-    ``kernel=None``, the kernel: the mechanical kernel of degree 2 with the whole matrix where it predicts the held-out
+    ``kernel="auto"``, the kernel: the mechanical kernel of degree 2 with the whole matrix where it predicts the held-out
     positions better than the RBF (``kernel_degree`` records it).
 
 Calibration (any objective): every fifth training trajectory is held back while learning; at the end the variances
@@ -123,7 +123,7 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
             raise BeaValueError(f"max_train_functionals must be an integer >= 10 (the size of the subset used to learn the "
                              f"hyperparameters), got {max_train_functionals!r}")
         self._user_kernel, self._kernel_template = kernel_option(kernel)
-        self._kernel_auto = kernel is None  # the "positions" search may choose the mechanical kernel (position_search)
+        self._kernel_auto = isinstance(kernel, str) and kernel == "auto"  # the search may choose (position_search)
         self.kernel_degree: Optional[int] = None  # the mechanical degree the last search chose; None: the kernel asked for
         self.normalisation = get_normalisation(normalisation)
         self.objective = objective

@@ -21,6 +21,16 @@ From ``n = 3`` on, stage 1 runs twice, with the trace of the mass matrix and wit
 matrix is kept only where its held-out error is lower by :data:`MATRIX_MARGIN` -- where a separate part of the
 Lagrangian collapsed under the trace. The second grid adds 30 subset solves and one full solve.
 
+With ``kernel="auto"`` (opt-in) a third candidate is scored the same way: the mechanical kernel
+(:mod:`learners.shadow.mechanical`) of degree :data:`MECHANICAL_DEGREE` in the velocities with the whole matrix.
+Degree 2 holds exactly the mechanical form :math:`\tfrac12 v^\top M(q)v + b(q)\cdot v - V(q)` and the matrix
+condition (with its curvature term) fixes :math:`M(x_0)` as :math:`L_{inv}` has it; the degree-4-in-:math:`v` part of
+:math:`L_{inv}` at :math:`O(h^2)` is outside its space (what that costs :math:`H_{rec}[4]` is measured in
+benchmarks/RESULTS_identification.md). It needs the matrix: under the trace alone the scales of its parts are free.
+The RBF's choice and this candidate are each refined and the lower refined held-out error wins: each kernel at its
+own best hyperparameters (unrefined, the chain with position-dependent masses chose the RBF, -17.72 against -17.25;
+refined, the mechanical kernel reaches -17.92). Cost: 30 subset solves and 1 + 6 full solves more.
+
 One position and one velocity lengthscale (not one per input): the data are standardised with one scale for
 all coordinates (:mod:`learners.shadow.lsi`), and per-input lengthscales doubled the cost of every refinement
 sweep without a better held-out error on the systems tried.
@@ -109,7 +119,7 @@ def refine(evaluate: Objective, n: int, ell_q: float, ell_v: float, evaluations:
 
 def _candidates(model, F_norm, F_norm_alt) -> list:
     """``(gp, normalisation, kernel degree or None)`` to score: the model's GP with ``F_norm`` and, where the
-    normalisation is chosen by the search, with ``F_norm_alt``; where the kernel is also chosen (``kernel=None``),
+    normalisation is chosen by the search, with ``F_norm_alt``; where the kernel is also chosen (``kernel="auto"``),
     a fresh GP with the mechanical kernel of degree :data:`MECHANICAL_DEGREE` with ``F_norm_alt`` (module
     docstring: it needs the whole mass matrix)."""
     from .kernel_choice import new_gp
@@ -127,14 +137,14 @@ def _candidates(model, F_norm, F_norm_alt) -> list:
     return out
 
 
-def _keeps(k: int, degree, full: float, best) -> bool:
-    """Whether candidate ``k`` (held-out value ``full`` with all training functionals) replaces ``best``: the
-    matrix with the RBF only where lower by :data:`MATRIX_MARGIN`, the mechanical kernel where lower at all."""
-    if best is None:
-        return True
-    if full is None or not math.isfinite(full):
-        return False
-    return full < best[3] - (0.0 if degree is not None else MATRIX_MARGIN)
+def _refined(model, n: int, cand: tuple) -> tuple:
+    """``cand`` after the refinement (stage 2): its objective value is the refined one."""
+    lq, lv, val, full, F_all, norm, evaluate, gp, degree = cand
+    evaluations = REFINE_EVALUATIONS if model.iterations is None else model.iterations
+    trace, val = [full], val if full is None else full
+    if evaluations > 0:
+        lq, lv, val, trace = refine(evaluate, n, lq, lv, evaluations, start=full)
+    return (lq, lv, val, full, F_all, norm, evaluate, gp, degree), trace
 
 
 def search_positions(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0: float, F_norm_alt=None):
@@ -142,11 +152,13 @@ def search_positions(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions,
     lengthscale per input): grid with the training subset ``F_tr`` (which ends with the normalisation ``F_norm``),
     refinement with all training functionals (``model.iterations`` solves, default :data:`REFINE_EVALUATIONS`).
     With ``F_norm_alt`` (the whole mass matrix, :mod:`learners.shadow.normalisation`) the grid runs for each
-    candidate of :func:`_candidates`, each grid's best point is evaluated with all training functionals, and the
-    winner is chosen by :func:`_keeps` (the subset's values alone chose wrongly on the two-body problem: -5.86
-    against -5.60 on the subset, -5.59 against -7.60 with all functionals). Returns the training functionals, the
-    best theta and the normalisation kept; ``model.gp`` becomes the winner's GP and ``model.kernel_degree`` its
-    mechanical degree (None: the RBF); the grids and the refinement's trace go to ``model.history``."""
+    candidate of :func:`_candidates` and each grid's best point is evaluated with all training functionals; the
+    whole matrix replaces the trace (RBF) only where lower there by :data:`MATRIX_MARGIN` (the subset's values alone
+    chose wrongly on the two-body problem: -5.86 against -5.60 on the subset, -5.59 against -7.60 with all
+    functionals). The RBF's choice and the mechanical kernel are then each refined, and the lower refined value
+    wins (kernels at their own best hyperparameters). Returns the training functionals, the best theta and the
+    normalisation kept; ``model.gp`` becomes the winner's GP and ``model.kernel_degree`` its mechanical degree
+    (None: the kernel asked for); the grids, held-out values and refinement traces go to ``model.history``."""
     from .functionals import Functionals
     from .hyperparameter_search import objective, split_functionals
 
@@ -156,7 +168,7 @@ def search_positions(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions,
     tr_all, _ = split_functionals(groups, F_data.count)
     F_train = F_data.subset(tr_all)
     candidates = _candidates(model, F_norm, F_norm_alt)
-    best = None
+    rbf, mech = None, None
     for k, (gp, norm, degree) in enumerate(candidates):
         grid = subset_grid(objective(gp, "positions", Functionals.cat([F_sub, norm]), F_va, G_va, positions), n, scale0)
         model.history[("grid", "grid_alt", "grid_mechanical")[k]] = grid
@@ -167,14 +179,18 @@ def search_positions(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions,
         evaluate = objective(gp, "positions", F_all, F_va, G_va, positions)
         full = evaluate(tied_theta(lq, lv, n)) if len(candidates) > 1 else None  # None: refine evaluates it
         model.history.setdefault("normalisation_values", []).append(full)
-        if _keeps(k, degree, full, best):
-            best = (lq, lv, val, full, F_all, norm, evaluate, gp, degree)
-    if best is None:
+        cand = (lq, lv, val, full, F_all, norm, evaluate, gp, degree)
+        if degree is not None:
+            mech = cand if math.isfinite(full) else None
+        elif rbf is None or (full is not None and full < rbf[3] - MATRIX_MARGIN):
+            rbf = cand  # the whole matrix only where it predicts clearly better (MATRIX_MARGIN)
+    if rbf is None and mech is None:
         raise BeaRuntimeError("no hyperparameters on the grid gave a usable fit; fix them with lengthscale= and noise=")
-    lq, lv, val, full, F_all, F_norm, evaluate, model.gp, model.kernel_degree = best
-    evaluations = REFINE_EVALUATIONS if model.iterations is None else model.iterations
-    if evaluations > 0:
-        lq, lv, val, model.history["search"] = refine(evaluate, n, lq, lv, evaluations, start=full)
+    best, model.history["search"] = _refined(model, n, rbf) if rbf is not None else (None, [])
+    if mech is not None:
+        mech, model.history["search_mechanical"] = _refined(model, n, mech)
+        best = mech if best is None or mech[2] < best[2] else best
+    lq, lv, val, _, F_all, F_norm, evaluate, model.gp, model.kernel_degree = best
     evaluate.restore_best()  # the best point's solve: settle + calibration condition on it again at no cost
     model.history["objective"] = val
     return F_all, tied_theta(lq, lv, n), F_norm
