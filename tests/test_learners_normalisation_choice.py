@@ -140,12 +140,17 @@ def test_separable_system_needs_the_matrix(monkeypatch):
     assert energy_differences(chosen, system, 2, return_std=False)[0] == pytest.approx(rel_forced, rel=1e-9)
 
 
-def test_wrong_matrix_is_rejected():
+@pytest.fixture(scope="module")
+def skew_default():
+    system = skew_mass3()
+    return system, _fit(system)
+
+
+def test_wrong_matrix_is_rejected(skew_default):
     """Non-diagonal masses: fixing the matrix to c I contradicts the data (held-out one-step objective -8.3 against
     -18.7 with the trace), so the default keeps the trace, and the energy differences are 1.2e-3 relative (forced
     matrix: 0.40)."""
-    system = skew_mass3()
-    m = _fit(system)
+    system, m = skew_default
     assert m._norm_count == 3 + 2
     vals = m.history["normalisation_values"]
     assert vals[1] > vals[0] + 5, vals
@@ -190,15 +195,14 @@ def test_kernel_auto_chooses_the_mechanical_kernel_where_it_predicts_better(tmp_
     torch.testing.assert_close(loaded.lagrangian(q, v), m.lagrangian(q, v), rtol=1e-12, atol=1e-14)
 
 
-def test_kernel_auto_keeps_the_rbf_where_the_matrix_is_wrong():
+def test_kernel_auto_keeps_the_rbf_where_the_matrix_is_wrong(skew_default):
     """Non-diagonal masses: the mechanical candidate needs the matrix, which contradicts the data (held-out -8.1
     against -17.1 for the RBF with the trace), so kernel="auto" keeps the RBF and its trace, and gives the RBF's fit
     exactly (the same grid and refinement); the default (kernel=None) never scores the mechanical kernel."""
-    system = skew_mass3()
+    system, default = skew_default
     m = _fit(system, kernel="auto")
     vals = m.history["normalisation_values"]
     assert m.kernel_degree is None and m._norm_count == 3 + 2 and vals[2] > vals[0] + 5, vals
-    default = _fit(system)
     assert len(default.history["normalisation_values"]) == 2 and default.kernel_degree is None
     q, v = torch.rand(7, 3, dtype=torch.float64) - 0.5, torch.rand(7, 3, dtype=torch.float64) - 0.5
     assert torch.equal(m.lagrangian(q, v), default.lagrangian(q, v))
