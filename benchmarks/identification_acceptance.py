@@ -50,7 +50,8 @@ def main(argv=None) -> None:
         m = InverseModifiedLagrangianGP(h, progress=False, **kw).fit(data)
         fit_s, cpu_s = time.perf_counter() - t, time.process_time() - c
         print(f"fitted: {fit_s:.0f} s wall, {cpu_s:.0f} s cpu, objective {m.objective_used}, normalisation conditions "
-              f"{m._norm_count}, held-out (trace, matrix) {m.history.get('normalisation_values')}", flush=True)
+              f"{m._norm_count}, kernel degree {m.kernel_degree}, held-out (trace, matrix, mechanical) "
+              f"{m.history.get('normalisation_values')}", flush=True)
         if args.no_std:
             rel = [A.energy_differences(m, system, N, return_std=False)[0] for N in (2, 4)]
             print(f"| {args.system} | {args.kernel or 'default'} | {cpu_s:.0f} | {rel[0]:.3g} | {rel[1]:.3g} |")

@@ -33,10 +33,8 @@ inaccurate to follow (Adam on them went uphill in our trials). Three objectives:
     their posterior-mean momenta, so :math:`J` is blind to the scale of :math:`L` and penalises a Lagrangian that is
     flat on the data).
 
-Which works better here (full pendulum, ``benchmarks/shadow.py --objectives``): both predict well (``"heldout"`` picks
-shorter lengthscales and the smaller trajectory error), but ``"heldout"`` identifies badly -- level-set errors 0.013
-(:math:`H_{rec}[2]`) and 0.026 (:math:`H_{rec}[4]`, worse than N = 2) against 5e-4 and 4e-5 with ``"mll"``. Hence
-``"mll"``.
+Which works better here (full pendulum, ``benchmarks/shadow.py --objectives``): ``"heldout"`` predicts better but
+identifies badly (level sets 0.013 / 0.026 for :math:`H_{rec}[2]` / :math:`H_{rec}[4]` against 5e-4 / 4e-5). Hence ``"mll"``.
 
 ``"positions"`` (LSI only)
     The held-out one-step position error (:mod:`learners.shadow.position_objective`): from each held-back triple, the
@@ -48,19 +46,17 @@ shorter lengthscales and the smaller trajectory error), but ``"heldout"`` identi
     predict a position, so this objective cannot drift there. Its search (:mod:`learners.shadow.position_search`) is a
     grid over one lengthscale for the positions and one for the velocities on the training subset, then a refinement
     with all training functionals, since the best lengthscales shrink as the data grow (on the chain: 1.6 and 12.6 in
-    the data's units with the whole training set, 4.2 and 34 with 400 functionals). The same grid also chooses the
-    normalisation: the trace of the mass matrix, or the whole matrix where it predicts the held-out positions
-    clearly better (:mod:`learners.shadow.normalisation`).
+    the data's units with the whole training set, 4.2 and 34 with 400 functionals). The same search chooses the
+    normalisation (the trace of the mass matrix, or the whole matrix where it predicts clearly better) and, with
+    ``kernel="auto"``, the kernel: the mechanical kernel of degree 2 with the whole matrix where it predicts the held-out
+    positions better than the RBF (``kernel_degree`` records it).
 
-Calibration (any objective): every fifth training trajectory is held back while learning; at the end the posterior
-variances are scaled (``FunctionalGP.variance_scale``, the mean is unchanged) so that 95.4% of the held-back DEL/EL
-residuals lie within two posterior standard deviations. For LSI the energies and velocities get their own scale, from
-energy conservation along held-back trajectories (:mod:`learners.shadow.calibration`); ``calibration`` reports both.
+Calibration (any objective): every fifth training trajectory is held back while learning; at the end the variances
+are scaled (``FunctionalGP.variance_scale``) so that 95.4% of the held-back DEL/EL residuals lie within two standard
+deviations; for LSI the energies and velocities get their own scale (:mod:`learners.shadow.calibration`).
 
 ``lengthscale=`` (or the paper's ``epsilon=``, :math:`\ell = \varepsilon/\sqrt2`) fixes the lengthscale and skips
-learning; ``noise=`` then sets :math:`\rho` (default ``1e-12``).
-
-The search itself is in :mod:`learners.shadow.hyperparameter_search`.
+learning; ``noise=`` then sets :math:`\rho` (default ``1e-12``). The searches: :mod:`learners.shadow.hyperparameter_search`.
 """
 
 from __future__ import annotations
@@ -85,6 +81,7 @@ from .guards import IdentifiabilityWarning, check_fitted
 from .hyperparameter_search import (MIN_NOISE, collapsed, grid_best, grid_search, objective, pattern_search, set_hyperparameters,
                                     settle, spread, training_subsets)
 from .kernel_choice import KernelOption, kernel_option, new_gp
+from .mechanical import MechanicalKernel
 from .position_search import search_positions
 from .normalisation import Normalisation, get_normalisation
 from .objectives import Auto, Objective, get_objective
@@ -126,6 +123,8 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
             raise BeaValueError(f"max_train_functionals must be an integer >= 10 (the size of the subset used to learn the "
                              f"hyperparameters), got {max_train_functionals!r}")
         self._user_kernel, self._kernel_template = kernel_option(kernel)
+        self._kernel_auto = isinstance(kernel, str) and kernel == "auto"  # the search may choose (position_search)
+        self.kernel_degree: Optional[int] = None  # the mechanical degree the last search chose; None: the kernel asked for
         self.normalisation = get_normalisation(normalisation)
         self.objective = objective
         #: the objective the last fit used ("auto" resolved; None when the hyperparameters were fixed)
@@ -181,7 +180,8 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
 
     # ------------------------------------------------------------------ set-up
     def _make_gp(self, D: int) -> FunctionalGP:
-        return new_gp(self._user_kernel, self._kernel_template, D, self.ard, self._units_device)  # the data's device
+        template = self._kernel_template if self.kernel_degree is None else MechanicalKernel(self.kernel_degree)
+        return new_gp(self._user_kernel, template, D, self.ard, self._units_device)  # the data's device
 
     def _apply(self, fn, recurse: bool = True):
         """``.to(device)``, ``.cuda()``, ``.cpu()`` (every ``nn.Module`` move) of a fitted model: its whole fitted
@@ -204,6 +204,7 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         center = torch.cat([a.points for a in F_data.atoms.values()]).mean(0)
         norm = normalisation or self.normalisation
         F_norm = norm.functionals(D // 2, center)
+        self.kernel_degree = None
         self.gp = gp = self._make_gp(D)
         self.history = {}
         self._calibration = {}
@@ -222,7 +223,7 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         else:
             alt = norm.with_matrix(True).functionals(D // 2, center) if getattr(norm, "matrix", False) is None else None
             F_norm = self._learn(F_data, groups, P, P_groups, F_norm, alt)
-        self._norm_count = F_norm.count
+        self._norm_count, gp = F_norm.count, self.gp  # the search may have chosen another kernel's GP
         with torch.no_grad():
             gp.condition(Functionals.cat([F_data, F_norm]))
         gp.variance_scale = self._variance_scale
@@ -274,7 +275,7 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
                 positions = self._position_objective(torch.unique(groups[va]))
                 F_tr, theta, F_norm = self._search_positions(F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0, F_norm_alt)
             self.objective_used = self.history["objective_used"] = kind
-            settle(gp, kind, theta, F_tr)
+            settle(self.gp, kind, theta, F_tr)  # the search may have chosen another kernel's GP
             self._calibrate(F_tr, F_va)
             self._calibrate_quantities(torch.unique(groups[va]), F_tr)
         return F_norm

@@ -2,6 +2,11 @@ r"""The ``kernel=`` option of the GP Lagrangian models: which kernel, and whethe
 
 * ``None`` or ``"rbf"`` (default): :class:`~learners.shadow.kernels.RBFKernel` on :math:`(q, v)`, learned;
 * ``"mechanical"``: :class:`~learners.shadow.mechanical.MechanicalKernel` of the default degree, learned;
+* ``"auto"`` (opt-in): the RBF, except that the ``"positions"`` search, where it also chooses the normalisation
+  (:mod:`learners.shadow.position_search`), scores the mechanical kernel of degree 2 with the whole mass matrix
+  against it by the same held-out one-step error and keeps the lower (``model.kernel_degree`` records the choice);
+  elsewhere (``n <= 2``, the likelihood) the RBF exactly. Not the default: at CI size (anharmonic3, 40 trajectories)
+  it widened the energy std to 100% within 2 sigma (bound 99%; benchmarks/RESULTS_identification.md);
 * a :class:`~learners.shadow.mechanical.MechanicalKernel` (e.g. ``MechanicalKernel(degree=4)``): a template that
   carries the options; the model builds its own copy for the data's dimension and learns its scales (the
   template is not modified, and a model file records it);
@@ -25,14 +30,14 @@ from .mechanical import MechanicalKernel
 __all__ = ["KERNELS", "kernel_option", "base_kernel", "new_gp"]
 
 #: the kernels a string may name
-KERNELS = ("rbf", "mechanical")
+KERNELS = ("rbf", "mechanical", "auto")
 
 KernelOption = Union[str, MechanicalKernel, FunctionalKernel, None]
 
 
 def kernel_option(kernel: KernelOption) -> Tuple[Optional[FunctionalKernel], Optional[MechanicalKernel]]:
     """``(kernel used as given, template of a learned kernel)``; both None for the learned RBF."""
-    if kernel is None or (isinstance(kernel, str) and kernel == "rbf"):
+    if kernel is None or (isinstance(kernel, str) and kernel in ("rbf", "auto")):
         return None, None
     if isinstance(kernel, str):
         if kernel == "mechanical":

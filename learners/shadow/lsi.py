@@ -113,7 +113,9 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         (``"galerkin2"``: the DEL conditions linearised and iterated, :mod:`~learners.shadow.stage_lsi`).
     kernel : ``"rbf"`` (default) or ``"mechanical"`` (:class:`~learners.shadow.mechanical.MechanicalKernel`: RBF in
         :math:`q` times a polynomial of degree 8 in :math:`v`; ``MechanicalKernel(degree=d)`` for another degree),
-        hyperparameters learned (see :mod:`learners.shadow.hyperparameters`); or a
+        hyperparameters learned (see :mod:`learners.shadow.hyperparameters`); ``"auto"`` (opt-in: the positions search
+        also scores ``MechanicalKernel(degree=2)`` with the whole mass matrix and keeps it where it predicts held-out
+        positions better, :mod:`learners.shadow.kernel_choice`); or a
         :class:`~learners.shadow.kernels.FunctionalKernel`, used as given (no learning).
     normalisation : ``"mass"`` (default; :class:`~learners.shadow.normalisation.MassNormalisation`),
         ``"vertices"`` (the paper's) or a :class:`~learners.shadow.normalisation.Normalisation`.

@@ -36,7 +36,8 @@ def fitted_state(model) -> Dict[str, Any]:
     gp = model.gp
     return {"n": model.n, "center": model._center, "unit": model._unit, "step": model._step, "gp": gp.state_dict(), "chol": gp._chol,
             "beta": gp._beta.detach(), "functionals": _functionals_state(gp.train_functionals), "info": asdict(gp.info),
-            "variance_scale": gp.variance_scale, "norm_count": model._norm_count, "subclass": model._fitted_extra()}
+            "variance_scale": gp.variance_scale, "norm_count": model._norm_count,
+            "kernel_degree": model.kernel_degree, "subclass": model._fitted_extra()}
 
 
 def restore(model, state: Dict[str, Any]) -> None:
@@ -44,6 +45,7 @@ def restore(model, state: Dict[str, Any]) -> None:
     model.n = state["n"]
     # files before the time unit: h' = h; the device is where the posterior was loaded (or moved) to
     model._set_units(state["center"], state["unit"], state.get("step"), state["beta"].device)
+    model.kernel_degree = state.get("kernel_degree")  # files before the kernel choice: the constructor's kernel
     gp = model._make_gp(2 * model.n)
     gp.load_state_dict(state["gp"])
     F = _functionals(state["functionals"])

@@ -21,6 +21,17 @@ From ``n = 3`` on, stage 1 runs twice, with the trace of the mass matrix and wit
 matrix is kept only where its held-out error is lower by :data:`MATRIX_MARGIN` -- where a separate part of the
 Lagrangian collapsed under the trace. The second grid adds 30 subset solves and one full solve.
 
+With ``kernel="auto"`` (opt-in) a third candidate is scored the same way: the mechanical kernel
+(:mod:`learners.shadow.mechanical`) of degree :data:`MECHANICAL_DEGREE` in the velocities with the whole matrix.
+Degree 2 holds exactly the mechanical form :math:`\tfrac12 v^\top M(q)v + b(q)\cdot v - V(q)` and the matrix
+condition (with its curvature term) fixes :math:`M(x_0)` as :math:`L_{inv}` has it; the degree-4-in-:math:`v` part of
+:math:`L_{inv}` at :math:`O(h^2)` is outside its space (what that costs :math:`H_{rec}[4]` is measured in
+benchmarks/RESULTS_identification.md: it does not; degree 4 did worse at N = 4 too, and the held-out error does not
+see it). It needs the matrix: under the trace alone the scales of its parts are free.
+The RBF's choice and this candidate are each refined and the lower refined held-out error wins: each kernel at its
+own best hyperparameters (unrefined, the chain with position-dependent masses chose the RBF, -17.72 against -17.25;
+refined, the mechanical kernel reaches -17.92). Cost: 30 subset solves and 1 + 6 full solves more.
+
 One position and one velocity lengthscale (not one per input): the data are standardised with one scale for
 all coordinates (:mod:`learners.shadow.lsi`), and per-input lengthscales doubled the cost of every refinement
 sweep without a better held-out error on the systems tried.
@@ -35,7 +46,7 @@ import torch
 
 from bea.errors import BeaRuntimeError
 
-__all__ = ["search_positions", "SCALES", "VELOCITY_FACTORS", "REFINE_EVALUATIONS", "NUGGET", "MATRIX_MARGIN", "subset_grid", "refine", "tied_theta"]
+__all__ = ["search_positions", "SCALES", "VELOCITY_FACTORS", "REFINE_EVALUATIONS", "NUGGET", "MATRIX_MARGIN", "MECHANICAL_DEGREE", "subset_grid", "refine", "tied_theta"]
 
 #: position lengthscales of the grid, relative to the RMS spread of the data's atoms (factor 2 apart: the
 #: refinement closes the gaps)
@@ -56,6 +67,9 @@ NUGGET = 1e-12
 #: position-dependent masses 9.0e-3 -> 5.3e-3 -- but broke the energy calibration at CI size (anharmonic3, 40
 #: trajectories: RMS z 1.30 -> 1.66, bound 1.5), so the trace stays the default where the two are level
 MATRIX_MARGIN = 0.5
+
+#: degree in the velocities of the mechanical kernel the default search scores against the RBF (module docstring)
+MECHANICAL_DEGREE = 2
 
 Objective = Callable[[torch.Tensor], float]
 
@@ -104,28 +118,61 @@ def refine(evaluate: Objective, n: int, ell_q: float, ell_v: float, evaluations:
     return math.exp(float(x[0])), math.exp(float(x[1])), best, trace
 
 
+def _candidates(model, F_norm, F_norm_alt) -> list:
+    """``(gp, normalisation, kernel degree or None)`` to score: the model's GP with ``F_norm`` and, where the
+    normalisation is chosen by the search, with ``F_norm_alt``; where the kernel is also chosen (``kernel="auto"``),
+    a fresh GP with the mechanical kernel of degree :data:`MECHANICAL_DEGREE` with ``F_norm_alt`` (module
+    docstring: it needs the whole mass matrix)."""
+    from .kernel_choice import new_gp
+    from .mechanical import MechanicalKernel
+
+    out = [(model.gp, F_norm, None)]
+    if F_norm_alt is not None:
+        out.append((model.gp, F_norm_alt, None))
+        if getattr(model, "_kernel_auto", False):
+            gp = new_gp(None, MechanicalKernel(MECHANICAL_DEGREE), F_norm_alt.dim, model.ard,
+                        model._units_device)
+            for p in gp.parameters():
+                p.requires_grad_(False)
+            out.append((gp, F_norm_alt, MECHANICAL_DEGREE))
+    return out
+
+
+def _refined(model, n: int, cand: tuple) -> tuple:
+    """``cand`` after the refinement (stage 2): its objective value is the refined one."""
+    lq, lv, val, full, F_all, norm, evaluate, gp, degree = cand
+    evaluations = REFINE_EVALUATIONS if model.iterations is None else model.iterations
+    trace, val = [full], val if full is None else full
+    if evaluations > 0:
+        lq, lv, val, trace = refine(evaluate, n, lq, lv, evaluations, start=full)
+    return (lq, lv, val, full, F_all, norm, evaluate, gp, degree), trace
+
+
 def search_positions(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0: float, F_norm_alt=None):
     """Both stages for ``model`` (a :class:`~learners.shadow.hyperparameters.FunctionalLagrangianModel` with one
     lengthscale per input): grid with the training subset ``F_tr`` (which ends with the normalisation ``F_norm``),
     refinement with all training functionals (``model.iterations`` solves, default :data:`REFINE_EVALUATIONS`).
-    With ``F_norm_alt`` (the whole mass matrix, :mod:`learners.shadow.normalisation`) the grid runs for both, each
-    grid's best point is evaluated with all training functionals, and ``F_norm_alt`` is kept only if its held-out
-    error there is lower by more than :data:`MATRIX_MARGIN` (the subset's values alone chose wrongly on the
-    two-body problem: -5.86 against -5.60 on the subset, -5.59 against -7.60 with all functionals). Returns the training functionals, the best theta and
-    the normalisation kept; the grids and the refinement's trace go to ``model.history``."""
+    With ``F_norm_alt`` (the whole mass matrix, :mod:`learners.shadow.normalisation`) the grid runs for each
+    candidate of :func:`_candidates` and each grid's best point is evaluated with all training functionals; the
+    whole matrix replaces the trace (RBF) only where lower there by :data:`MATRIX_MARGIN` (the subset's values alone
+    chose wrongly on the two-body problem: -5.86 against -5.60 on the subset, -5.59 against -7.60 with all
+    functionals). The RBF's choice and the mechanical kernel are then each refined, and the lower refined value
+    wins (kernels at their own best hyperparameters). Returns the training functionals, the best theta and the
+    normalisation kept; ``model.gp`` becomes the winner's GP and ``model.kernel_degree`` its mechanical degree
+    (None: the kernel asked for); the grids, held-out values and refinement traces go to ``model.history``."""
     from .functionals import Functionals
     from .hyperparameter_search import objective, split_functionals
 
-    gp, n = model.gp, F_data.dim // 2
+    n = F_data.dim // 2
     G_va = Functionals.cat([F_va, P_va])
     F_sub = F_tr.subset(torch.arange(F_tr.count - F_norm.count))
     tr_all, _ = split_functionals(groups, F_data.count)
     F_train = F_data.subset(tr_all)
-    candidates = [F_norm] if F_norm_alt is None else [F_norm, F_norm_alt]
-    best = None
-    for k, norm in enumerate(candidates):
+    candidates = _candidates(model, F_norm, F_norm_alt)
+    rbf, mech = None, None
+    for k, (gp, norm, degree) in enumerate(candidates):
         grid = subset_grid(objective(gp, "positions", Functionals.cat([F_sub, norm]), F_va, G_va, positions), n, scale0)
-        model.history["grid" if k == 0 else "grid_alt"] = grid
+        model.history[("grid", "grid_alt", "grid_mechanical")[k]] = grid
         lq, lv, val = min(grid, key=lambda g: g[2])
         if not math.isfinite(val):
             continue
@@ -133,16 +180,18 @@ def search_positions(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions,
         evaluate = objective(gp, "positions", F_all, F_va, G_va, positions)
         full = evaluate(tied_theta(lq, lv, n)) if len(candidates) > 1 else None  # None: refine evaluates it
         model.history.setdefault("normalisation_values", []).append(full)
-        # the matrix (second) only where it predicts clearly better: it fixes the scales of separate parts of L, at the
-        # cost of the energy calibration where the trace works (MATRIX_MARGIN)
-        if best is None or (full is not None and full < best[3] - MATRIX_MARGIN):
-            best = (lq, lv, val, full, F_all, norm, evaluate)
-    if best is None:
+        cand = (lq, lv, val, full, F_all, norm, evaluate, gp, degree)
+        if degree is not None:
+            mech = cand if math.isfinite(full) else None
+        elif rbf is None or (full is not None and full < rbf[3] - MATRIX_MARGIN):
+            rbf = cand  # the whole matrix only where it predicts clearly better (MATRIX_MARGIN)
+    if rbf is None and mech is None:
         raise BeaRuntimeError("no hyperparameters on the grid gave a usable fit; fix them with lengthscale= and noise=")
-    lq, lv, val, full, F_all, F_norm, evaluate = best
-    evaluations = REFINE_EVALUATIONS if model.iterations is None else model.iterations
-    if evaluations > 0:
-        lq, lv, val, model.history["search"] = refine(evaluate, n, lq, lv, evaluations, start=full)
+    best, model.history["search"] = _refined(model, n, rbf) if rbf is not None else (None, [])
+    if mech is not None:
+        mech, model.history["search_mechanical"] = _refined(model, n, mech)
+        best = mech if best is None or mech[2] < best[2] else best
+    lq, lv, val, _, F_all, F_norm, evaluate, model.gp, model.kernel_degree = best
     evaluate.restore_best()  # the best point's solve: settle + calibration condition on it again at no cost
     model.history["objective"] = val
     return F_all, tied_theta(lq, lv, n), F_norm
