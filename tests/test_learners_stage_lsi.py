@@ -77,12 +77,18 @@ def test_refusals():
     with pytest.raises(UnsupportedSchemeError):
         InverseModifiedLagrangianGP(H, "galerkin2", objective="positions", **FAST).fit(
             snapshots(integrators.systems.pendulum(), H, 10, 4, seed=1))
-    # galerkin3 / triple jump: irrational constants, no exact series for the recovered Lagrangian
+
+
+def test_galerkin3_recovered_lagrangian_has_no_correction_below_h6():
+    """galerkin3 (order 6, constants in Q(sqrt 5), exact series since bea.radicals): its recovered Lagrangian to
+    order 4 is L itself, the first correction being at h^6 -- exactly, not to rounding (the h^2 and h^4 coefficients
+    are exact zeros in the field)."""
     L = lambda q, v: 0.5 * (v * v).sum(-1) + torch.cos(q).sum(-1)  # noqa: E731
     L.n = 1
-    for scheme in ("galerkin3", "triple_jump"):
-        with pytest.raises(UnsupportedSchemeError):
-            modified.recovered_lagrangian(L, 4, H, bea.get_scheme(scheme))(torch.zeros(1, 1), torch.ones(1, 1))
+    q = torch.tensor([[0.3], [1.1]], dtype=torch.float64)
+    v = torch.tensor([[0.7], [-0.4]], dtype=torch.float64)
+    R = modified.recovered_lagrangian(L, 4, H, bea.get_scheme("galerkin3"))
+    assert torch.equal(R(q, v), L(q, v))
 
 
 def test_linearised_del_functionals_match_the_del_residual_to_second_order():
