@@ -26,6 +26,7 @@ import hashlib
 import os
 import platform
 import tempfile
+import warnings
 from functools import lru_cache
 from typing import Optional
 
@@ -90,12 +91,17 @@ def fetch(digest: str, cc: str) -> Optional[ctypes.CDLL]:
     data = cache.load(_key(digest, cc), part=PART, validate=_decode)
     if data is None:
         return None
-    with tempfile.TemporaryDirectory(prefix="bea-cc-") as tmp:  # mode 0700: only this user can touch the copy
-        path = os.path.join(tmp, "step.so")
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        return ctypes.CDLL(path)  # the mapping stays valid after the directory is removed
+    try:
+        with tempfile.TemporaryDirectory(prefix="bea-cc-") as tmp:  # mode 0700: only this user can touch the copy
+            path = os.path.join(tmp, "step.so")
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            return ctypes.CDLL(path)  # the mapping stays valid after the directory is removed
+    except OSError as err:  # a full or noexec temporary directory, or a library this machine cannot load: rebuild
+        warnings.warn(f"a verified cached C library could not be loaded ({err}); it is rebuilt and replaced",
+                      cache.CacheWarning, stacklevel=2)
+        return None
 
 
 def store(digest: str, cc: str, path: str) -> None:

@@ -188,8 +188,9 @@ class FuncStepper:
         gr, H = gr.reshape(K, m, D), H.reshape(K, m, D, D)
         wk = self.w[:, None, None]
         r_ref = torch.einsum("kbd,kdn->bn", wk * gr, self.A) + p
+        p1_ref = torch.einsum("kbd,kdn->bn", wk * gr, self.B)  # carried into the next step: checked as well
         J_ref = torch.einsum("kdi,kbde,kej->bij", self.A, self.w[:, None, None, None] * H, self.B)
-        for got, ref, name in ((r, r_ref, "gradient"), (J, J_ref, "Hessian")):
+        for got, ref, name in ((r, r_ref, "gradient"), (p1, p1_ref, "momentum"), (J, J_ref, "Hessian")):
             scale = float(ref.abs().max()) + 1.0
             if not bool(torch.isfinite(got).all()) or float((got - ref).abs().max()) > VERIFY_RTOL * scale:
                 raise FuncPathError(f"the compiled {name} differs from autograd's (relative {VERIFY_RTOL:g})")

@@ -141,7 +141,7 @@ class VariationalIntegrator:
         self._func_steppers: dict = {}  # n -> the torch.compile stepper (integrators.compiled_func), None: refused
         self._stepper_errors: dict = {}
         self.compile_seconds: float = 0.0
-        #: "compiled", "eager" or "compiled+eager" (the compiled loop handed some steps to the eager path)
+        #: "compiled", "torch.compile", "eager", or two joined by "+" (a fast loop handed some steps to the eager path)
         self.last_execution: Optional[str] = None
 
     def __repr__(self) -> str:

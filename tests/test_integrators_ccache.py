@@ -97,3 +97,23 @@ def test_a_second_process_loads_without_compiling(tmp_path):
         runs.append([float(x) for x in out])
     assert runs[0][0] > 0 and runs[1][0] == 0.0
     assert runs[0][2] == runs[1][2] == 19.0
+
+
+def test_a_verified_library_that_cannot_be_loaded_is_rebuilt(monkeypatch, tmp_path):
+    """An authentic entry this machine cannot load (a noexec or full temporary directory, another libc): one
+    CacheWarning, then the library is compiled again, not a raw OSError from ctypes."""
+    source = _fresh(monkeypatch, tmp_path, 13)
+    ccompile.load_library(source)
+    ccompile._cache.clear()
+    real, calls = ctypes.CDLL, []
+
+    def refuses(path, *args, **kwargs):
+        calls.append(path)
+        if len(calls) == 1:  # the first load is the verified copy from the cache; the rebuilt one loads
+            raise OSError("cannot map the library (test)")
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(ctypes, "CDLL", refuses)
+    with pytest.warns(CacheWarning, match="could not be loaded"):
+        again = ccompile.load_library(source)
+    assert again.compile_seconds > 0 and _value(again) == 19.0
