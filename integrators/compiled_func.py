@@ -43,11 +43,11 @@ import torch
 from .compiled import NotLowerable, scheme_points
 from .newton import NewtonOptions, newton
 from ._stepping import extrapolate, far_roots
+from .model_protocol import declares_form
+from .traced import VERIFY_RTOL  # the same agreement with autograd as the traced C forms
 
 __all__ = ["FuncStepper", "FuncPathError", "bucket", "declares_form", "func_stepper", "FUNC_MIN_WORK", "PREDICTOR_ORDER", "VERIFY_RTOL"]
 
-#: relative agreement with autograd required of the compiled derivatives at the verification states
-VERIFY_RTOL = 1e-8
 #: ``execution="auto"`` builds this path only for runs of at least this many trajectory-steps: a build takes
 #: seconds to minutes (one per batch-size bucket), and the speed-up it buys is a small factor (benchmarks/RESULTS_speed.md)
 FUNC_MIN_WORK = 100_000
@@ -61,15 +61,6 @@ PREDICTOR_ORDER = 10
 
 class FuncPathError(NotLowerable):
     """The ``torch.compile`` path cannot serve this Lagrangian (the message says why)."""
-
-
-def declares_form(L) -> bool:
-    """Whether ``L`` declares its own compiled form (a model hook, a SymPy Lagrangian): those keep their
-    declared path and are never handed to ``torch.compile``."""
-    from .symbolic import SymbolicLagrangian
-
-    return (callable(getattr(type(L), "compiled_form", None)) or callable(getattr(L, "c_lagrangian", None))
-            or isinstance(L, SymbolicLagrangian))
 
 
 def _own_code(method):

@@ -33,7 +33,7 @@ from bea.errors import BeaWarning
 
 from .compiled import MAX_N, CLagrangian, NotLowerable
 
-__all__ = ["LagrangianModel", "compiled_form", "derivatives", "AffineModel", "CompiledPathWarning"]
+__all__ = ["LagrangianModel", "compiled_form", "declares_form", "derivatives", "AffineModel", "CompiledPathWarning"]
 
 
 class CompiledPathWarning(BeaWarning):
@@ -69,6 +69,17 @@ def derivatives(L, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.T
         grads.append(g.detach())
         hessians.append(torch.stack(rows).detach())
     return torch.stack(vals), torch.stack(grads), torch.stack(hessians)
+
+
+def declares_form(L) -> bool:
+    """Whether ``L`` declares its own compiled form: one of :func:`compiled_form`'s rules before tracing applies (a
+    model hook, the older ``c_lagrangian`` hook, a SymPy Lagrangian). Such models keep their declared path and are
+    never handed to ``torch.compile`` (:mod:`integrators.compiled_func`); kept beside :func:`compiled_form` so
+    that the two list the same rules."""
+    from .symbolic import SymbolicLagrangian
+
+    return (callable(getattr(type(L), "compiled_form", None)) or callable(getattr(L, "c_lagrangian", None))
+            or isinstance(L, SymbolicLagrangian))
 
 
 def compiled_form(L, n: int, *, trace: bool = True) -> CLagrangian:
