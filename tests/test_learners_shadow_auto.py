@@ -56,24 +56,25 @@ def duffing3():
     return integrators.systems.from_sympy(sum(x**2 for x in v) / 2 - V, q, v, "duffing3", domain=[(-0.7, 0.7)] * 6)
 
 
+def _toda(k):
+    """``k`` unit masses of a Toda lattice between fixed walls, exponential springs e^x - 1 - x."""
+    q = sympy.symbols(f"q0:{k}", real=True)
+    v = sympy.symbols(f"v0:{k}", real=True)
+    ext = [0, *q, 0]
+    V = sum(sympy.exp(ext[i + 1] - ext[i]) - 1 - (ext[i + 1] - ext[i]) for i in range(k + 1))
+    return integrators.systems.from_sympy(sum(x**2 for x in v) / 2 - V, q, v, f"toda{k}", domain=[(-0.6, 0.6)] * (2 * k))
+
+
 def toda3():
     """Three particles of a Toda lattice between fixed walls (exponential nearest-neighbour forces): the untuned check
     of the energy-difference calibration (never used while it was built)."""
-    q = sympy.symbols("q0:3", real=True)
-    v = sympy.symbols("v0:3", real=True)
-    ext = [0, *q, 0]
-    V = sum(sympy.exp(ext[i + 1] - ext[i]) - 1 - (ext[i + 1] - ext[i]) for i in range(4))
-    return integrators.systems.from_sympy(sum(x**2 for x in v) / 2 - V, q, v, "toda3", domain=[(-0.6, 0.6)] * 6)
+    return _toda(3)
 
 
 def toda4():
     """A Toda lattice of four unit masses between fixed ends, exponential springs e^x - 1 - x: invented for issue 23's
     accuracy work (branch id-acc) as the system nobody tuned on, measured only after the changes were chosen."""
-    q = sympy.symbols("q0:4", real=True)
-    v = sympy.symbols("v0:4", real=True)
-    ext = [0, *q, 0]
-    V = sum(sympy.exp(ext[i + 1] - ext[i]) - 1 - (ext[i + 1] - ext[i]) for i in range(5))
-    return integrators.systems.from_sympy(sum(x**2 for x in v) / 2 - V, q, v, "toda4", domain=[(-0.6, 0.6)] * 8)
+    return _toda(4)
 
 
 def morse3():
