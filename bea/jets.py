@@ -181,8 +181,11 @@ class Jets:
                 c = coef / r
                 mm = m + (s,)
                 dm = deriv(mm)
-                if not dm.is_zero():
-                    terms.append(mul(prod, dm, order) * c)
+                if dm.is_zero():
+                    # a concrete (polynomial) L: every derivative of a vanishing derivative vanishes too, so the
+                    # deeper products of deltas would only be multiplied by zero (the generic symbols never are)
+                    continue
+                terms.append(mul(prod, dm, order) * c)
                 rec(s, prod, mm, r, c)
 
         rec(0, HSeries.const(1, EXACT, self.nil), (), 0, Q(1))
