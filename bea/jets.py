@@ -165,8 +165,11 @@ class Jets:
                 )
             deltas.append(a - HSeries([want], EXACT, self.nil))
         order = min(a.order for a in args)
+        if values is not None:
+            return self._taylor_nested(deltas, values, order)
+
         def deriv(m: Slots) -> HSeries:
-            return self.series(self.L(m)) if values is None else values(m)
+            return self.series(self.L(m))
 
         terms: List[HSeries] = [deriv(()).truncate_soft(order)]
 
@@ -180,16 +183,39 @@ class Jets:
                     continue
                 c = coef / r
                 mm = m + (s,)
-                dm = deriv(mm)
-                if dm.is_zero():
-                    # a concrete (polynomial) L: every derivative of a vanishing derivative vanishes too, so the
-                    # deeper products of deltas would only be multiplied by zero (the generic symbols never are)
-                    continue
-                terms.append(mul(prod, dm, order) * c)
+                terms.append(mul(prod, deriv(mm), order) * c)
                 rec(s, prod, mm, r, c)
 
         rec(0, HSeries.const(1, EXACT, self.nil), (), 0, Q(1))
         return add_all(terms, order, self.nil)
+
+    def _taylor_nested(self, deltas: List[HSeries], values, order: int) -> HSeries:
+        r"""The Taylor sum of a concrete polynomial ``L`` in nested (Horner) form over sorted multi-indices:
+
+        .. math::  E(m) = \partial^m L + \sum_{s \ge m_{last}} \frac{\delta_s}{r(m, s)}\, E(m + (s)),
+                   \qquad L(q + \delta q, v + \delta v) = E(()),
+
+        ``r(m, s)`` the length of the run of ``s`` at the end of ``m + (s)`` (so the product of the ``1/r`` is
+        :math:`1/m!`). A vanishing :math:`\partial^m L` makes every extension vanish, so :math:`E(m) = 0` there
+        and the recursion stops at the degree of ``L``. At the deepest level :math:`E` is a constant, so the
+        sums over ``s`` there are scalar multiples of the deltas, not series products: a quadratic ``L`` costs
+        ``2n`` products of series instead of the ``n(2n + 1)`` pairwise products of the deltas."""
+        n2 = 2 * self.n
+
+        def E(m: Slots, run: int) -> HSeries:
+            out = values(m).truncate_soft(order)
+            for s in range(m[-1] if m else 0, n2):
+                if deltas[s].is_zero():
+                    continue
+                r = run + 1 if (m and m[-1] == s) else 1
+                mm = m + (s,)
+                if values(mm).is_zero():
+                    continue
+                inner = E(mm, r)
+                out = out + mul(deltas[s], inner, order) * (Q(1) / r)
+            return out
+
+        return E((), 0)
 
     # ----------------------------------------------------------------- derivatives
     def _dsplit(self, var: int, jet_space: bool, cache: Dict[int, tuple]) -> tuple:
