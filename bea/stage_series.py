@@ -82,8 +82,32 @@ def _known_zero(s: HSeries) -> bool:
     return all(not p for p in s.c[: s.order + 1])
 
 
+def _low(v: SeriesVector, precision: int) -> SeriesVector:
+    return SeriesVector(x.truncate_soft(precision) for x in v)
+
+
+def _correction(g, Kinv, jets, W) -> List[List[HSeries]]:
+    r""":math:`-(K^{-1} \otimes M^{-1})\, g` with its known terms taken as exact: a correction computed at a low
+    precision is right in its lowest term and is refined by the later passes, so it must not lower the precision
+    to which the interior points are known (that is set by the end points)."""
+    m = len(g)
+    Wg = [_apply_W(gk, jets, W) for gk in g]
+    out = []
+    for k in range(m):
+        row = []
+        for i in range(jets.n):
+            c = sum((Wg[l][i] * Kinv[k][l] for l in range(m) if Kinv[k][l]), HSeries([], EXACT, jets.nil))
+            row.append(HSeries([{x: -y for x, y in p.items()} for p in c.c[: c.order + 1]], EXACT, jets.nil))
+        out.append(row)
+    return out
+
+
 def interior_series(L, a: SeriesVector, b: SeriesVector, h: HSeries, scheme, jets, W=None) -> List[SeriesVector]:
-    """The stationary interior points as series, to the precision of ``a, b`` (module docstring)."""
+    """The stationary interior points as series, to the precision of ``a, b`` (module docstring).
+
+    Each pass needs the gradient only to the power of ``h`` that it fixes, so it runs on the end points and
+    interior points truncated just above that power (a pass at ``h^t`` costs far less than one at the full
+    precision); the last pass runs at full precision and confirms that the whole known gradient vanishes."""
     if not scheme.exact_constants:
         raise UnsupportedSchemeError(
             f"{scheme!r} has constants given only as floats, which the exact series engine cannot represent; give "
@@ -92,17 +116,22 @@ def interior_series(L, a: SeriesVector, b: SeriesVector, h: HSeries, scheme, jet
     a, b = _strip(a, jets.nil.nil), _strip(b, jets.nil.nil)
     Q = scheme.interior_guess(a, b)
     Kinv = _inverse(scheme.stiffness)
-    m = len(Q)
     limit = min(x.order for x in (*a, *b))
-    for _ in range(limit + 3):
-        g = _gradient(scheme, L, a, Q, b, h, jets)
+    precision = min(3, limit)  # of the arguments; the gradient is then known to the same power
+    for _ in range(3 * limit + 10):
+        g = _gradient(scheme, L, _low(a, precision), [_low(x, precision) for x in Q], _low(b, precision), h, jets)
         if all(_known_zero(x) for gk in g for x in gk):
-            return Q
-        Wg = [_apply_W(gk, jets, W) for gk in g]
-        Q = [SeriesVector(Q[k][i] - sum((Wg[l][i] * Kinv[k][l] for l in range(m) if Kinv[k][l]),
-                                            HSeries([], EXACT, jets.nil))
-                          for i in range(jets.n)) for k in range(m)]
-    raise InternalError(f"internal: the interior points of {scheme!r} did not settle in {limit + 3} passes")
+            if precision >= limit:
+                return Q
+            precision = min(limit, precision + 2)
+            continue
+        corr = _correction(g, Kinv, jets, W)
+        Q = [SeriesVector(Q[k][i] + corr[k][i] for i in range(jets.n)) for k in range(len(Q))]
+        # the correction cancels the lowest power ``v`` exactly (the leading Hessian, K x M at h^0, is exact
+        # there) and the next one too when the Hessian is even in h; the next pass looks two powers beyond it
+        lowest = min(x.valuation() for gk in g for x in gk)
+        precision = min(limit, lowest + 3)
+    raise InternalError(f"internal: the interior points of {scheme!r} did not settle in {3 * limit + 10} passes")
 
 
 def stationary_series(L, a, b, h, scheme, jets, W=None) -> HSeries:
