@@ -4,10 +4,12 @@
 
 Table 1: cold derivation (fresh subprocess, empty cache) of the modified plus inverse modified
 Lagrangian for the generic L, midpoint and trapezoidal, with the number of terms (trees) of the
-top coefficient. Table 1b (--stages): the stage schemes at orders 2s and 2s + 2 beside the midpoint
-rule. The dimension-free engine refuses them (docs/theory/stages.md), so the table gives the cold
-component-engine derivation for the generic L with n = 1 (derived per n, not once for every n) and
-the dimension-free time of the midpoint rule at the same order. Table 2: evaluation of the modified Lagrangian of order 2, 4, 6 at 10^4 points of a
+top coefficient. Table 1b (--stages [--stage-cpu 600] [--stage-skip galerkin3:8:generic]): the stage
+schemes at orders 2s and 2s + 2 beside the midpoint rule. The dimension-free engine refuses them
+(docs/theory/stages.md), so the table gives cold component-engine derivations (derived per n, not once for
+every n): the concrete coupled oscillators with n = 3 (the closed-form test's system) and the generic L with
+n = 1, wall and CPU seconds, and the midpoint rule's generic n = 1 and dimension-free times at the same
+order. Results: benchmarks/RESULTS_derive.md. Table 2: evaluation of the modified Lagrangian of order 2, 4, 6 at 10^4 points of a
 chain of n pendula (position-dependent mass, 1/2 v^T M(q) v with M_jk = (n - max(j,k)) cos(q_j - q_k)),
 beside the component code where it exists (n <= 2), as a ratio measured in the same run. From
 n = 24 on the points are 10^3 (--large-points), and order 6 stops at n = 12 (--max-n-order6): the
@@ -37,28 +39,46 @@ print(json.dumps({"mod": t1 - t0, "inv": t2 - t1, "terms_mod": len(m.coeffs[orde
 
 CHILD_STAGE = r"""
 import json, sys, time
-import bea
+import bea, sympy
 from bea.errors import UnsupportedSchemeError
-scheme, order = sys.argv[1], int(sys.argv[2])
-try:
-    bea.modified_lagrangian(scheme, order, cache=False, allow_slow=True)
+from integrators import systems
+scheme, order, case = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+try:  # the refusal does not depend on the order: ask at order 2, so that the midpoint rule's check is cheap
+    bea.modified_lagrangian(scheme, 2, cache=False)
     free = "yes"
 except UnsupportedSchemeError:
     free = "refused"
-t0 = time.perf_counter(); m = bea.modified_lagrangian(scheme, order, n=1, cache=False, allow_slow=True); t1 = time.perf_counter()
-i = bea.inverse_modified_lagrangian(scheme, order, n=1, cache=False, allow_slow=True); t2 = time.perf_counter()
-print(json.dumps({"mod": t1 - t0, "inv": t2 - t1, "free": free, "terms_mod": m.n_terms.get(order, 0),
-                  "terms_inv": i.n_terms.get(order, 0)}))
+if case == "generic":
+    kw = {"n": 1}
+else:  # coupled oscillators, n = 3, non-diagonal stiffness (the closed-form test's system)
+    s = systems.coupled_oscillators(3, coupling=sympy.Rational(1, 3))
+    kw = {"lagrangian": s.expr, "q": list(s.q), "v": list(s.v)}
+w0, c0 = time.perf_counter(), time.process_time()
+m = bea.modified_lagrangian(scheme, order, cache=False, allow_slow=True, **kw)
+i = bea.inverse_modified_lagrangian(scheme, order, cache=False, allow_slow=True, **kw)
+print(json.dumps({"wall": time.perf_counter() - w0, "cpu": time.process_time() - c0, "free": free}))
 """
 #: scheme -> its order 2s; derived at 2s and 2s + 2
 STAGE_SCHEMES = {"galerkin2": 4, "triple_jump": 4, "galerkin3": 6}
 
 
-def cold(scheme: str, order: int, timeout: float, child: str = CHILD):
+def cold(scheme: str, order: int, timeout: float, child: str = CHILD, *extra: str, cpu_limit: float = 0.0):
+    """One derivation in a fresh process with an empty cache; ``None`` past ``timeout`` wall seconds or, when
+    ``cpu_limit`` is set, past that many CPU seconds (RLIMIT_CPU: a limit that does not depend on the load of a
+    shared machine; the wall timeout is then only a backstop)."""
     env = dict(os.environ, BEA_CACHE_DIR=tempfile.mkdtemp(prefix="bea-bench-"))
+
+    def limit_cpu():
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_CPU, (int(cpu_limit), int(cpu_limit) + 5))
+
     try:
-        r = subprocess.run([sys.executable, "-c", child, scheme, str(order)], capture_output=True, text=True, timeout=timeout, env=env)
+        r = subprocess.run([sys.executable, "-c", child, scheme, str(order), *extra], capture_output=True, text=True,
+                           timeout=timeout, env=env, preexec_fn=limit_cpu if cpu_limit else None)
     except subprocess.TimeoutExpired:
+        return None
+    if cpu_limit and r.returncode < 0:  # SIGXCPU / SIGKILL from the CPU limit
         return None
     if r.returncode != 0:
         raise RuntimeError(r.stderr)
@@ -99,10 +119,13 @@ def main(argv=None) -> int:
     ap.add_argument("--max-n-order6", type=int, default=12, help="largest n evaluated at order 6")
     ap.add_argument("--skip-cold", action="store_true")
     ap.add_argument("--stages", action="store_true", help="only table 1b: the stage schemes (issue 26)")
-    ap.add_argument("--stage-timeout", type=float, default=600.0)
+    ap.add_argument("--stage-cpu", type=float, default=600.0, help="CPU seconds per stage derivation (table 1b)")
+    ap.add_argument("--stage-skip", nargs="+", default=[], metavar="SCHEME:ORDER:CASE",
+                    help="leave out stage runs, e.g. galerkin3:8:generic (case: concrete or generic)")
     args = ap.parse_args(argv)
     if args.stages:
-        return stage_table(args.stage_timeout)
+        skip = {(a, int(b), c) for a, b, c in (x.split(":") for x in args.stage_skip)}
+        return stage_table(args.stage_cpu, skip)
 
     if not args.skip_cold:
         print("| scheme | order | cold mod (s) | cold inv (s) | terms h^N mod | terms h^N inv |")
@@ -160,25 +183,38 @@ def main(argv=None) -> int:
     return 0
 
 
-def stage_table(timeout: float) -> int:
-    """Table 1b: cold derivations of the stage schemes at orders 2s and 2s + 2, the midpoint rule alongside."""
-    print("| scheme | order | dimension-free | cold mod n=1 (s) | cold inv n=1 (s) | midpoint n=1 mod+inv (s) | "
-          "midpoint free mod+inv (s) | ratio to midpoint n=1 |")
+def stage_table(cpu: float, skip=()) -> int:
+    """Table 1b: cold derivations (modified plus inverse modified Lagrangian, fresh process) of the stage schemes at
+    orders 2s and 2s + 2: the concrete coupled oscillators (n = 3) and the generic L (n = 1), the midpoint rule's
+    generic n = 1 and dimension-free times alongside. Wall and CPU seconds: the machine is shared, CPU is the
+    steadier figure, so the limit ``cpu`` is CPU seconds per derivation (the wall backstop is 20 times it).
+    ``skip``: ``(scheme, order, case)`` runs left out (shown as "not run")."""
+    timeout = 20 * cpu
+    print(f"Limit per run: {cpu:.0f} CPU seconds (modified + inverse; the dimension-free midpoint: {timeout:.0f} s wall). "
+          "Cells: wall / CPU seconds.\n")
+    print("| scheme | order | dimension-free | concrete n=3 (s) | generic n=1 (s) | midpoint generic n=1 (s) | "
+          "midpoint free (s) | generic n=1 / midpoint n=1 (CPU) |")
     print("|---|---|---|---|---|---|---|---|")
     mid = {}
+
+    def show(r):
+        return f"> {cpu:.0f} CPU s (limit)" if r is None else f"{r['wall']:.1f} / {r['cpu']:.2f}"
+
     for scheme, two_s in STAGE_SCHEMES.items():
         for order in (two_s, two_s + 2):
             if order not in mid:
-                runs = cold("midpoint", order, timeout, CHILD_STAGE), cold("midpoint", order, timeout)
-                mid[order] = [math.inf if x is None else x["mod"] + x["inv"] for x in runs]
-            r = cold(scheme, order, timeout, CHILD_STAGE)
+                free = cold("midpoint", order, timeout)
+                mid[order] = (cold("midpoint", order, timeout, CHILD_STAGE, "generic", cpu_limit=cpu),
+                              None if free is None else {"wall": free["mod"] + free["inv"], "cpu": math.nan})
+            runs = {case: "not run" if (scheme, order, case) in skip
+                    else cold(scheme, order, timeout, CHILD_STAGE, case, cpu_limit=cpu) for case in ("concrete", "generic")}
             m1, mf = mid[order]
-            if r is None:
-                print(f"| {scheme} | {order} | refused | > {timeout:.0f} (timeout) | | {m1:.2f} | {mf:.2f} | > {timeout / m1:.0f} |",
-                      flush=True)
-                continue
-            print(f"| {scheme} | {order} | {r['free']} | {r['mod']:.2f} | {r['inv']:.2f} | {m1:.2f} | {mf:.2f} | "
-                  f"{(r['mod'] + r['inv']) / m1:.0f} |", flush=True)
+            g = runs["generic"]
+            ratio = "-" if not isinstance(g, dict) or m1 is None else f"{g['cpu'] / m1['cpu']:.0f}x"
+            kind = next((r["free"] for r in runs.values() if isinstance(r, dict)), "refused")
+            cells = [r if isinstance(r, str) else show(r) for r in (runs["concrete"], g)]
+            print(f"| {scheme} | {order} | {kind} | {cells[0]} | {cells[1]} | {show(m1)} | "
+                  f"{'> %.0f' % timeout if mf is None else '%.1f' % mf['wall']} | {ratio} |", flush=True)
     return 0
 
 
