@@ -145,7 +145,8 @@ class Jets:
         :math:`L(q + \delta q, \dot q + \delta v) = \sum_m \partial^m L \, \delta^m / m!` over
         multi-indices ``m``; the sum terminates because every :math:`\delta` is :math:`O(h)` up to
         a single nilpotent term. ``values(m)``, if given, supplies :math:`\partial^m L` as a series
-        (a concrete polynomial Lagrangian) instead of the generic symbol.
+        (a concrete polynomial Lagrangian) instead of the generic symbol; the sum then ends at the degree of
+        ``L`` and is evaluated in nested form (:meth:`_taylor_nested`).
         """
         n = self.n
         args = [a if isinstance(a, HSeries) else HSeries.const(a, EXACT, self.nil) for a in (*x, *y)]
