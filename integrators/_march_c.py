@@ -1,15 +1,12 @@
 """C source of the compiled stepping loop (a template: the Lagrangian's derivatives are inserted at
 ``/*@LAGRANGIAN@*/``). Kept as a Python string so that it ships and loads like the rest of the package.
 
-Speed (issue 28; benchmarks/integrate_any.py, benchmarks/RESULTS_speed.md): the loop is instantiated for
-n = 1, 2, 3 and 4 with ``n`` a compile-time constant (its small loops unrolled, its work arrays in
-registers) and once generically, and the Jacobian of the step equation is assembled only when Newton needs
-it, from the Hessians of :math:`L` kept from the residual's evaluation (the chord correction and the final
-acceptance test use the previous one). Iterates, tests and starts are the eager path's, as before (the
-positions are bitwise those of the loop without these two changes on Kepler, 1,000 steps). A higher-order
-start (order 10 where it agrees with order 6, as :mod:`integrators.compiled_func` uses it) was measured and left out: on Kepler at h = 0.05 the chord correction
-still left about 1e-15 (the order-10 start is only 1e-9 to 1e-12 away there), so it saved 8% of the
-evaluations (2.76 against 3.0 per step) and 9% of the instructions, for a start that is no longer the eager one.
+Speed (issue 28; benchmarks/RESULTS_speed.md): the loop is instantiated for n = 1..4 with ``n`` a
+compile-time constant, and once generically; the Jacobian of the step equation is assembled only when Newton
+needs it, from the Hessians kept from the residual's evaluation. Iterates, tests and starts stay the eager
+path's (positions bitwise those of the loop before these changes on Kepler, 1,000 steps). An order-10 start
+(as in :mod:`integrators.compiled_func`) was measured and left out: on Kepler at h = 0.05 it saved 8% of the
+evaluations, for a start that is no longer the eager one.
 """
 
 TEMPLATE = r"""/* Compiled stepping of integrators.VariationalIntegrator (see integrators/compiled.py).
@@ -36,23 +33,14 @@ TEMPLATE = r"""/* Compiled stepping of integrators.VariationalIntegrator (see in
 /* the one call site of the generated code (inlined here; this wrapper is inlined where it is small) */
 static void lag_eval(const double *x, const double *P, double *g, double *H) { lag_derivs(x, P, g, H); }
 
-typedef struct {
-    int nev;
-    const double *ev, *P;
-    double *Hs;           /* (nev, D, D): Hessians of L at the points of the last residual() */
-    double xtol, ftol, stall;
-    int maxiter, reuse;
-} Ctx;
+/* Hs (nev, D, D): the Hessians of L at the points of the last residual() */
+typedef struct { int nev; const double *ev, *P; double *Hs, xtol, ftol, stall; int maxiter, reuse; } Ctx;
 
 /* r = D1 L_d(a, x) + p, aux = D2 L_d(a, x); keeps H(y_k) in c->Hs for jacobian() */
 INLINE void residual(const int n, const Ctx *c, const double *a, const double *x, const double *p, double *r, double *aux) {
     const int D = 2 * n, stride = 1 + D + 3 * D * n;
     double y[DMAX], g[DMAX], delta[NMAX];
-    for (int j = 0; j < n; j++) {
-        r[j] = 0.0;
-        aux[j] = 0.0;
-        delta[j] = x[j] - a[j];
-    }
+    for (int j = 0; j < n; j++) r[j] = aux[j] = 0.0, delta[j] = x[j] - a[j];
     for (int k = 0; k < c->nev; k++) {
         const double *e = c->ev + (long)k * stride;
         const double w = e[0], *off = e + 1, *A = off + D, *B = A + D * n, *S = B + D * n;
@@ -67,12 +55,8 @@ INLINE void residual(const int n, const Ctx *c, const double *a, const double *x
         lag_eval(y, c->P, g, c->Hs + (long)k * D * D);
         for (int j = 0; j < n; j++) {
             double s1 = 0.0, s2 = 0.0;
-            for (int i = 0; i < D; i++) {
-                s1 += A[i * n + j] * g[i];
-                s2 += B[i * n + j] * g[i];
-            }
-            r[j] += w * s1;
-            aux[j] += w * s2;
+            for (int i = 0; i < D; i++) s1 += A[i * n + j] * g[i], s2 += B[i * n + j] * g[i];
+            r[j] += w * s1, aux[j] += w * s2;
         }
     }
     for (int j = 0; j < n; j++) r[j] += p[j];
@@ -104,10 +88,7 @@ INLINE void jacobian(const int n, const Ctx *c, double *J) {
 /* J d = r by Gaussian elimination with partial pivoting; a zero pivot gives NaN (as the eager
    path's singular-Jacobian handling does). */
 INLINE void solve_lin(const int n, const double *J, const double *r, double *d) {
-    if (n == 1) {
-        d[0] = r[0] / J[0];
-        return;
-    }
+    if (n == 1) { d[0] = r[0] / J[0]; return; }
     double M[NMAX * NMAX], y[NMAX];
     memcpy(M, J, sizeof(double) * n * n);
     memcpy(y, r, sizeof(double) * n);
@@ -115,23 +96,12 @@ INLINE void solve_lin(const int n, const double *J, const double *r, double *d) 
         int piv = k;
         double best = fabs(M[k * n + k]);
         for (int i = k + 1; i < n; i++)
-            if (fabs(M[i * n + k]) > best) {
-                best = fabs(M[i * n + k]);
-                piv = i;
-            }
-        if (M[piv * n + k] == 0.0) {
-            for (int i = 0; i < n; i++) d[i] = NAN;
-            return;
-        }
+            if (fabs(M[i * n + k]) > best) best = fabs(M[i * n + k]), piv = i;
+        if (M[piv * n + k] == 0.0) { for (int i = 0; i < n; i++) d[i] = NAN; return; }
         if (piv != k) {
-            for (int l = 0; l < n; l++) {
-                double t = M[k * n + l];
-                M[k * n + l] = M[piv * n + l];
-                M[piv * n + l] = t;
-            }
-            double t = y[k];
-            y[k] = y[piv];
-            y[piv] = t;
+            double t;
+            for (int l = 0; l < n; l++) t = M[k * n + l], M[k * n + l] = M[piv * n + l], M[piv * n + l] = t;
+            t = y[k], y[k] = y[piv], y[piv] = t;
         }
         for (int i = k + 1; i < n; i++) {
             double f = M[i * n + k] / M[k * n + k];
@@ -162,10 +132,7 @@ INLINE int newton(const int n, const Ctx *c, const double *a, const double *p, d
         residual(n, c, a, x, p, r, aux);
         double rn = 0.0;
         int finite = 1;
-        for (int j = 0; j < n; j++) {
-            rn = nanmax(rn, fabs(r[j]));
-            if (!isfinite(x[j])) finite = 0;
-        }
+        for (int j = 0; j < n; j++) rn = nanmax(rn, fabs(r[j])), finite = finite && isfinite(x[j]);
         if (!isfinite(rn)) finite = 0;
         double err = INFINITY;
         int ok = 0;
@@ -177,10 +144,7 @@ INLINE int newton(const int n, const Ctx *c, const double *a, const double *p, d
             if (it >= 2) ok = ok || (err <= c->stall * c->xtol && err >= 0.1 * prev_err);
         }
         if (c->ftol > 0.0) ok = ok || rn <= c->ftol;
-        if (ok) {
-            if (!have) jacobian(n, c, J);
-            return 0;
-        }
+        if (ok) { if (!have) jacobian(n, c, J); return 0; }
         if (!finite) return 2;
         if (it == c->maxiter) return 1;
         if (it == 0 && have && c->reuse && err <= 0.1) {
@@ -191,10 +155,7 @@ INLINE int newton(const int n, const Ctx *c, const double *a, const double *p, d
             have = 1;
         }
         double pe = 0.0;
-        for (int j = 0; j < n; j++) {
-            x[j] -= dx[j];
-            pe = nanmax(pe, fabs(dx[j]) / (1.0 + fabs(x[j])));
-        }
+        for (int j = 0; j < n; j++) x[j] -= dx[j], pe = nanmax(pe, fabs(dx[j]) / (1.0 + fabs(x[j])));
         prev_err = pe;
     }
     return 1;
@@ -208,18 +169,10 @@ void bea_lag_derivs(int m, int D, const double *x, const double *P, double *g, d
 /* Newton start for q_{j+1} of one element from q_0..q_j (Q(k): q_k): integrators/_stepping.extrapolate */
 #define Q(k) (out + ((long)(k) * Ball + row) * n)
 INLINE void predict(const int n, const double *out, long Ball, long row, int j, double *x) {
-    for (int i = 0; i < n; i++) {
-        double g;
-        if (j >= 5)
-            g = 6 * (Q(j)[i] + Q(j - 4)[i]) - 15 * (Q(j - 1)[i] + Q(j - 3)[i]) + 20 * Q(j - 2)[i] - Q(j - 5)[i];
-        else if (j >= 3)
-            g = 4 * Q(j)[i] - 6 * Q(j - 1)[i] + 4 * Q(j - 2)[i] - Q(j - 3)[i];
-        else if (j == 2)
-            g = 3 * Q(j)[i] - 3 * Q(j - 1)[i] + Q(j - 2)[i];
-        else
-            g = 2 * Q(j)[i] - Q(j - 1)[i];
-        x[i] = g;
-    }
+    for (int i = 0; i < n; i++)
+        x[i] = j >= 5 ? 6 * (Q(j)[i] + Q(j - 4)[i]) - 15 * (Q(j - 1)[i] + Q(j - 3)[i]) + 20 * Q(j - 2)[i] - Q(j - 5)[i]
+             : j >= 3 ? 4 * Q(j)[i] - 6 * Q(j - 1)[i] + 4 * Q(j - 2)[i] - Q(j - 3)[i]
+             : j == 2 ? 3 * Q(j)[i] - 3 * Q(j - 1)[i] + Q(j - 2)[i] : 2 * Q(j)[i] - Q(j - 1)[i];
 }
 #undef Q
 
@@ -242,11 +195,9 @@ INLINE int march(const int n, int B, int j0, int j_end, double *out, long Ball, 
                 predict(n, out, Ball, row, j, x);
             if (has_jac) memcpy(J, jac + b * nn, sizeof(double) * nn);
             int st = newton(n, c, a, p + (long)b * n, x, J, has_jac, pnew + (long)b * n);
-            if (st == 0 && max_step > 0.0) {
-                double m = 0.0;
-                for (int i = 0; i < n; i++) m = nanmax(m, fabs(x[i] - a[i]));
-                if (m > max_step) st = 3;
-            }
+            double m = 0.0;  /* a root farther than max_step from q_j */
+            for (int i = 0; i < n && st == 0 && max_step > 0.0; i++) m = nanmax(m, fabs(x[i] - a[i]));
+            if (m > max_step && max_step > 0.0) st = 3;
             status[b] = st;
             if (st) bad = 1;
         }
@@ -278,10 +229,8 @@ int bea_march(int B, int n, int j0, int j_end, double *out, long Ball, const lon
     Ctx c = {nev, ev, P, NULL, xtol, ftol, stall, maxiter, reuse};
 #define MARCH(N) march(N, B, j0, j_end, out, Ball, rows, p, jac, has_jac, first_guess, &c, max_step, xnew, pnew, jnew, status, pout)
     switch (n) {  /* n a constant in the common sizes */
-    case 1: return MARCH(1);
-    case 2: return MARCH(2);
-    case 3: return MARCH(3);
-    case 4: return MARCH(4);
+    case 1: return MARCH(1);  case 2: return MARCH(2);
+    case 3: return MARCH(3);  case 4: return MARCH(4);
     default: return MARCH(n);
     }
 #undef MARCH
