@@ -1,9 +1,10 @@
 """C source of the compiled stepping loop (a template: the Lagrangian's derivatives are inserted at
 ``/*@LAGRANGIAN@*/``). Kept as a Python string so that it ships and loads like the rest of the package.
 
-Speed (issue 28; benchmarks/RESULTS_speed.md): the loop is instantiated for n = 1..4 with ``n`` a
-compile-time constant, and once generically; the Jacobian of the step equation is assembled only when Newton
-needs it, from the Hessians kept from the residual's evaluation. Iterates, tests and starts stay the eager
+Speed (issue 28; benchmarks/RESULTS_speed.md): :func:`march_source` builds the loop for one ``n``, a
+compile-time constant (one instantiation: five, for n = 1..4 and generic, took 4-7x the compile time), and the
+Jacobian of the step equation is assembled only when Newton needs it, from the Hessians kept from the
+residual's evaluation. Iterates, tests and starts stay the eager
 path's (positions bitwise those of the loop before these changes on Kepler, 1,000 steps). An order-10 start
 (as in :mod:`integrators.compiled_func`) was measured and left out: on Kepler at h = 0.05 it saved 8% of the
 evaluations, for a start that is no longer the eager one.
@@ -20,7 +21,7 @@ TEMPLATE = r"""/* Compiled stepping of integrators.VariationalIntegrator (see in
        D12 L_d = sum_k w_k A_k^T H(y_k) B_k.
    The step equation, Newton iteration and convergence tests are those of integrators/newton.py,
    element by element, from the extrapolated start of integrators/_stepping.py. Every function taking
-   `const int n` is inlined into an instantiation per n (bea_march), so n is a constant there. */
+   `const int n` is inlined into bea_march, where n is the constant BEA_N. */
 #include <math.h>
 #include <string.h>
 
@@ -227,12 +228,16 @@ int bea_march(int B, int n, int j0, int j_end, double *out, long Ball, const lon
               int maxiter, int reuse, double stall, double max_step, double *xnew, double *pnew, double *jnew, int *status,
               double *pout) {
     Ctx c = {nev, ev, P, NULL, xtol, ftol, stall, maxiter, reuse};
-#define MARCH(N) march(N, B, j0, j_end, out, Ball, rows, p, jac, has_jac, first_guess, &c, max_step, xnew, pnew, jnew, status, pout)
-    switch (n) {  /* n a constant in the common sizes */
-    case 1: return MARCH(1);  case 2: return MARCH(2);
-    case 3: return MARCH(3);  case 4: return MARCH(4);
-    default: return MARCH(n);
-    }
-#undef MARCH
+#ifdef BEA_N  /* built for one n (march_source): any other is refused as a failed step, for the eager path */
+    if (n != BEA_N) { for (int b = 0; b < B; b++) status[b] = 2; return j0; }
+    return march(BEA_N, B, j0, j_end, out, Ball, rows, p, jac, has_jac, first_guess, &c, max_step, xnew, pnew, jnew, status, pout);
+#else
+    return march(n, B, j0, j_end, out, Ball, rows, p, jac, has_jac, first_guess, &c, max_step, xnew, pnew, jnew, status, pout);
+#endif
 }
 """
+
+
+def march_source(lagrangian: str, n: int) -> str:
+    """The C source of the march for the ``lag_derivs`` source ``lagrangian`` and ``n`` coordinates (a constant there)."""
+    return f"#define BEA_N {int(n)}\n" + TEMPLATE.replace("/*@LAGRANGIAN@*/", lagrangian)
