@@ -4,10 +4,10 @@
 Speed (issue 28; benchmarks/RESULTS_speed.md): :func:`march_source` builds the loop for one ``n``, a
 compile-time constant (one instantiation: five, for n = 1..4 and generic, took 4-7x the compile time), and the
 Jacobian of the step equation is assembled only when Newton needs it, from the Hessians kept from the
-residual's evaluation. Iterates, tests and starts stay the eager
-path's (positions bitwise those of the loop before these changes on Kepler, 1,000 steps). An order-10 start
-(as in :mod:`integrators.compiled_func`) was measured and left out: on Kepler at h = 0.05 it saved 8% of the
-evaluations, for a start that is no longer the eager one.
+residual's evaluation. Iterates, tests and starts stay the eager path's (positions bitwise those of the
+loop before these changes on Kepler, 1,000 steps). An order-10 start (as in :mod:`integrators.compiled_func`)
+was measured and left out: on Kepler at h = 0.05 it saved 8% of the evaluations, for a start that is no
+longer the eager one.
 """
 
 TEMPLATE = r"""/* Compiled stepping of integrators.VariationalIntegrator (see integrators/compiled.py).
