@@ -30,7 +30,7 @@ def _both(L, h, scheme, q0, v0, steps, **options):
     (systems.kepler(), "trapezoidal", [[1.0, 0.0], [0.0, 0.6]], [[0.0, 1.0], [-1.5, 0.1]]),
     # the double pendulum: a 2-D Lagrangian whose mass matrix depends on the positions (not separable)
     (systems.n_pendulum(2), "generalised_midpoint(alpha=0.3)", [[0.5, -0.2], [1.0, 1.2]], [[0.3, -0.1], [0.0, 0.4]]),
-    # the march is instantiated per n = 1..4 with n a constant, and generically beyond: n = 3 and n = 5
+    # the march is built for each n as a compile-time constant (integrators._march_c.march_source): n = 3 and n = 5
     (systems.n_pendulum(3), "midpoint", [[0.5, -0.2, 0.1], [1.0, 0.3, -0.4]], [[0.3, -0.1, 0.0], [0.0, 0.4, 0.2]]),
     (systems.coupled_oscillators(5), "midpoint", [[0.5, -0.2, 0.1, 0.0, 0.3]], [[0.3, -0.1, 0.0, 0.2, -0.4]]),
 ])
