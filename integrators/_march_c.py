@@ -1,5 +1,14 @@
 """C source of the compiled stepping loop (a template: the Lagrangian's derivatives are inserted at
-``/*@LAGRANGIAN@*/``). Kept as a Python string so that it ships and loads like the rest of the package."""
+``/*@LAGRANGIAN@*/``). Kept as a Python string so that it ships and loads like the rest of the package.
+
+Speed (issue 28; benchmarks/RESULTS_speed.md): :func:`march_source` builds the loop for one ``n``, a
+compile-time constant (one instantiation: five, for n = 1..4 and generic, took 4-7x the compile time), and the
+Jacobian of the step equation is assembled only when Newton needs it, from the Hessians kept from the
+residual's evaluation. Iterates, tests and starts stay the eager path's (positions bitwise those of the
+loop before these changes on Kepler, 1,000 steps). An order-10 start (as in :mod:`integrators.compiled_func`)
+was measured and left out: on Kepler at h = 0.05 it saved 8% of the evaluations, for a start that is no
+longer the eager one.
+"""
 
 TEMPLATE = r"""/* Compiled stepping of integrators.VariationalIntegrator (see integrators/compiled.py).
 
@@ -10,31 +19,29 @@ TEMPLATE = r"""/* Compiled stepping of integrators.VariationalIntegrator (see in
    with S_k = A_k + B_k, A_k = dy_k/da, B_k = dy_k/db (D x n each), so that
        D1 L_d = sum_k w_k A_k^T g(y_k),  D2 L_d = sum_k w_k B_k^T g(y_k),
        D12 L_d = sum_k w_k A_k^T H(y_k) B_k.
-   The step equation, Newton iteration, convergence tests and extrapolated guesses are those of
-   integrators/newton.py and integrators/variational.py, element by element. */
+   The step equation, Newton iteration and convergence tests are those of integrators/newton.py,
+   element by element, from the extrapolated start of integrators/_stepping.py. Every function taking
+   `const int n` is inlined into bea_march, where n is the constant BEA_N. */
 #include <math.h>
 #include <string.h>
 
 #define NMAX 32
 #define DMAX (2 * NMAX)
+#define INLINE static inline __attribute__((always_inline))
 
 /*@LAGRANGIAN@*/
 
-typedef struct {
-    int n, nev;
-    const double *ev, *P;
-} Ctx;
+/* the one call site of the generated code (inlined here; this wrapper is inlined where it is small) */
+static void lag_eval(const double *x, const double *P, double *g, double *H) { lag_derivs(x, P, g, H); }
 
-/* r = D1 L_d(a, x) + p, J = D12 L_d(a, x) (J[j][l] = dr_j/dx_l), aux = D2 L_d(a, x) */
-static void evaluate(const Ctx *c, const double *a, const double *x, const double *p, double *r, double *J, double *aux) {
-    const int n = c->n, D = 2 * n, stride = 1 + D + 3 * D * n;
-    double y[DMAX], g[DMAX], H[DMAX * DMAX], T[DMAX * NMAX], delta[NMAX];
-    for (int j = 0; j < n; j++) {
-        r[j] = 0.0;
-        aux[j] = 0.0;
-        delta[j] = x[j] - a[j];
-    }
-    for (int j = 0; j < n * n; j++) J[j] = 0.0;
+/* Hs (nev, D, D): the Hessians of L at the points of the last residual() */
+typedef struct { int nev; const double *ev, *P; double *Hs, xtol, ftol, stall; int maxiter, reuse; } Ctx;
+
+/* r = D1 L_d(a, x) + p, aux = D2 L_d(a, x); keeps H(y_k) in c->Hs for jacobian() */
+INLINE void residual(const int n, const Ctx *c, const double *a, const double *x, const double *p, double *r, double *aux) {
+    const int D = 2 * n, stride = 1 + D + 3 * D * n;
+    double y[DMAX], g[DMAX], delta[NMAX];
+    for (int j = 0; j < n; j++) r[j] = aux[j] = 0.0, delta[j] = x[j] - a[j];
     for (int k = 0; k < c->nev; k++) {
         const double *e = c->ev + (long)k * stride;
         const double w = e[0], *off = e + 1, *A = off + D, *B = A + D * n, *S = B + D * n;
@@ -46,16 +53,24 @@ static void evaluate(const Ctx *c, const double *a, const double *x, const doubl
             }
             y[i] = s;
         }
-        lag_derivs(y, c->P, g, H);
+        lag_eval(y, c->P, g, c->Hs + (long)k * D * D);
         for (int j = 0; j < n; j++) {
             double s1 = 0.0, s2 = 0.0;
-            for (int i = 0; i < D; i++) {
-                s1 += A[i * n + j] * g[i];
-                s2 += B[i * n + j] * g[i];
-            }
-            r[j] += w * s1;
-            aux[j] += w * s2;
+            for (int i = 0; i < D; i++) s1 += A[i * n + j] * g[i], s2 += B[i * n + j] * g[i];
+            r[j] += w * s1, aux[j] += w * s2;
         }
+    }
+    for (int j = 0; j < n; j++) r[j] += p[j];
+}
+
+/* J = D12 L_d at the iterate of the last residual() (J[j][l] = dr_j/dx_l), from its Hessians */
+INLINE void jacobian(const int n, const Ctx *c, double *J) {
+    const int D = 2 * n, stride = 1 + D + 3 * D * n;
+    double T[DMAX * NMAX];
+    for (int j = 0; j < n * n; j++) J[j] = 0.0;
+    for (int k = 0; k < c->nev; k++) {
+        const double *e = c->ev + (long)k * stride, *H = c->Hs + (long)k * D * D;
+        const double w = e[0], *A = e + 1 + D, *B = A + D * n;
         for (int i = 0; i < D; i++)
             for (int l = 0; l < n; l++) {
                 double s = 0.0;
@@ -69,16 +84,12 @@ static void evaluate(const Ctx *c, const double *a, const double *x, const doubl
                 J[j * n + l] += w * s;
             }
     }
-    for (int j = 0; j < n; j++) r[j] += p[j];
 }
 
 /* J d = r by Gaussian elimination with partial pivoting; a zero pivot gives NaN (as the eager
    path's singular-Jacobian handling does). */
-static void solve_lin(int n, const double *J, const double *r, double *d) {
-    if (n == 1) {
-        d[0] = r[0] / J[0];
-        return;
-    }
+INLINE void solve_lin(const int n, const double *J, const double *r, double *d) {
+    if (n == 1) { d[0] = r[0] / J[0]; return; }
     double M[NMAX * NMAX], y[NMAX];
     memcpy(M, J, sizeof(double) * n * n);
     memcpy(y, r, sizeof(double) * n);
@@ -86,23 +97,12 @@ static void solve_lin(int n, const double *J, const double *r, double *d) {
         int piv = k;
         double best = fabs(M[k * n + k]);
         for (int i = k + 1; i < n; i++)
-            if (fabs(M[i * n + k]) > best) {
-                best = fabs(M[i * n + k]);
-                piv = i;
-            }
-        if (M[piv * n + k] == 0.0) {
-            for (int i = 0; i < n; i++) d[i] = NAN;
-            return;
-        }
+            if (fabs(M[i * n + k]) > best) best = fabs(M[i * n + k]), piv = i;
+        if (M[piv * n + k] == 0.0) { for (int i = 0; i < n; i++) d[i] = NAN; return; }
         if (piv != k) {
-            for (int l = 0; l < n; l++) {
-                double t = M[k * n + l];
-                M[k * n + l] = M[piv * n + l];
-                M[piv * n + l] = t;
-            }
-            double t = y[k];
-            y[k] = y[piv];
-            y[piv] = t;
+            double t;
+            for (int l = 0; l < n; l++) t = M[k * n + l], M[k * n + l] = M[piv * n + l], M[piv * n + l] = t;
+            t = y[k], y[k] = y[piv], y[piv] = t;
         }
         for (int i = k + 1; i < n; i++) {
             double f = M[i * n + k] / M[k * n + k];
@@ -118,55 +118,45 @@ static void solve_lin(int n, const double *J, const double *r, double *d) {
 }
 
 /* max_i v_i with NaN propagation (as torch.amax) */
-static double nanmax(double m, double v) { return (isnan(v) || v > m) ? v : m; }
+static inline double nanmax(double m, double v) { return (isnan(v) || v > m) ? v : m; }
 
 /* Newton for one element; status 0 converged, 1 not converged in maxiter, 2 non-finite/singular.
-   x: guess in, accepted iterate out. Jio: previous Jacobian in (if has_jac), the most recent
-   Jacobian out. aux: D2 L_d at the accepted iterate. */
-static int newton(const Ctx *c, const double *a, const double *p, double *x, double *Jio, int has_jac, double *aux,
-                  double xtol, double ftol, int maxiter, int reuse, double stall) {
-    const int n = c->n;
-    double r[NMAX], Jn[NMAX * NMAX], Jact[NMAX * NMAX], d[NMAX], dx[NMAX];
+   x: guess in, accepted iterate out. J: previous Jacobian in (if has_jac); out (status 0): the Jacobian
+   of the last correction (has_jac and none fresh: the one passed in), or without any, the one at x.
+   aux: D2 L_d at the accepted iterate. */
+INLINE int newton(const int n, const Ctx *c, const double *a, const double *p, double *x, double *J, int has_jac,
+                  double *aux) {
+    double r[NMAX], d[NMAX], dx[NMAX];
     int have = has_jac;
     double prev_err = NAN;
-    if (have) memcpy(Jact, Jio, sizeof(double) * n * n);
-    for (int it = 0; it <= maxiter; it++) {
-        evaluate(c, a, x, p, r, Jn, aux);
+    for (int it = 0; it <= c->maxiter; it++) {
+        residual(n, c, a, x, p, r, aux);
         double rn = 0.0;
         int finite = 1;
-        for (int j = 0; j < n; j++) {
-            rn = nanmax(rn, fabs(r[j]));
-            if (!isfinite(x[j])) finite = 0;
-        }
+        for (int j = 0; j < n; j++) rn = nanmax(rn, fabs(r[j])), finite = finite && isfinite(x[j]);
         if (!isfinite(rn)) finite = 0;
         double err = INFINITY;
         int ok = 0;
         if (have) {
-            solve_lin(n, Jact, r, d);
+            solve_lin(n, J, r, d);
             err = 0.0;
             for (int j = 0; j < n; j++) err = nanmax(err, fabs(d[j]) / (1.0 + fabs(x[j])));
-            ok = err <= xtol;
-            if (it >= 2) ok = ok || (err <= stall * xtol && err >= 0.1 * prev_err);
+            ok = err <= c->xtol;
+            if (it >= 2) ok = ok || (err <= c->stall * c->xtol && err >= 0.1 * prev_err);
         }
-        if (ftol > 0.0) ok = ok || rn <= ftol;
-        if (ok) {
-            memcpy(Jio, have ? Jact : Jn, sizeof(double) * n * n);
-            return 0;
-        }
+        if (c->ftol > 0.0) ok = ok || rn <= c->ftol;
+        if (ok) { if (!have) jacobian(n, c, J); return 0; }
         if (!finite) return 2;
-        if (it == maxiter) return 1;
-        if (it == 0 && have && reuse && err <= 0.1) {
+        if (it == c->maxiter) return 1;
+        if (it == 0 && have && c->reuse && err <= 0.1) {
             memcpy(dx, d, sizeof(double) * n); /* chord step with the previous Jacobian */
         } else {
-            solve_lin(n, Jn, r, dx);
-            memcpy(Jact, Jn, sizeof(double) * n * n);
+            jacobian(n, c, J);
+            solve_lin(n, J, r, dx);
             have = 1;
         }
         double pe = 0.0;
-        for (int j = 0; j < n; j++) {
-            x[j] -= dx[j];
-            pe = nanmax(pe, fabs(dx[j]) / (1.0 + fabs(x[j])));
-        }
+        for (int j = 0; j < n; j++) x[j] -= dx[j], pe = nanmax(pe, fabs(dx[j]) / (1.0 + fabs(x[j])));
         prev_err = pe;
     }
     return 1;
@@ -174,7 +164,55 @@ static int newton(const Ctx *c, const double *a, const double *p, double *x, dou
 
 /* Gradients and Hessians of L at m states x (m, D): for checking the C form against autograd. */
 void bea_lag_derivs(int m, int D, const double *x, const double *P, double *g, double *H) {
-    for (int i = 0; i < m; i++) lag_derivs(x + (long)i * D, P, g + (long)i * D, H + (long)i * D * D);
+    for (int i = 0; i < m; i++) lag_eval(x + (long)i * D, P, g + (long)i * D, H + (long)i * D * D);
+}
+
+/* Newton start for q_{j+1} of one element from q_0..q_j (Q(k): q_k): integrators/_stepping.extrapolate */
+#define Q(k) (out + ((long)(k) * Ball + row) * n)
+INLINE void predict(const int n, const double *out, long Ball, long row, int j, double *x) {
+    for (int i = 0; i < n; i++)
+        x[i] = j >= 5 ? 6 * (Q(j)[i] + Q(j - 4)[i]) - 15 * (Q(j - 1)[i] + Q(j - 3)[i]) + 20 * Q(j - 2)[i] - Q(j - 5)[i]
+             : j >= 3 ? 4 * Q(j)[i] - 6 * Q(j - 1)[i] + 4 * Q(j - 2)[i] - Q(j - 3)[i]
+             : j == 2 ? 3 * Q(j)[i] - 3 * Q(j - 1)[i] + Q(j - 2)[i] : 2 * Q(j)[i] - Q(j - 1)[i];
+}
+#undef Q
+
+/* bea_march (below) for a given n: steps j0 .. j_end-1 of B elements */
+INLINE int march(const int n, int B, int j0, int j_end, double *out, long Ball, const long *rows, double *p, double *jac,
+                 int has_jac, const double *first_guess, Ctx *c, double max_step, double *xnew, double *pnew, double *jnew,
+                 int *status, double *pout) {
+    const long nn = (long)n * n;
+    double Hs[c->nev * 4 * n * n];
+    c->Hs = Hs;
+    for (int j = j0; j < j_end; j++) {
+        int bad = 0;
+        for (int b = 0; b < B; b++) {
+            const long row = rows ? rows[b] : b;
+            double *x = xnew + (long)b * n, *J = jnew + b * nn;
+            const double *a = out + ((long)j * Ball + row) * n;
+            if (j == 0 && first_guess)
+                memcpy(x, first_guess + (long)b * n, sizeof(double) * n);
+            else
+                predict(n, out, Ball, row, j, x);
+            if (has_jac) memcpy(J, jac + b * nn, sizeof(double) * nn);
+            int st = newton(n, c, a, p + (long)b * n, x, J, has_jac, pnew + (long)b * n);
+            double m = 0.0;  /* a root farther than max_step from q_j */
+            for (int i = 0; i < n && st == 0 && max_step > 0.0; i++) m = nanmax(m, fabs(x[i] - a[i]));
+            if (m > max_step && max_step > 0.0) st = 3;
+            status[b] = st;
+            if (st) bad = 1;
+        }
+        if (bad) return j;
+        for (int b = 0; b < B; b++) {
+            const long row = rows ? rows[b] : b;
+            memcpy(out + ((long)(j + 1) * Ball + row) * n, xnew + (long)b * n, sizeof(double) * n);
+            if (pout) memcpy(pout + ((long)(j + 1) * Ball + row) * n, pnew + (long)b * n, sizeof(double) * n);
+        }
+        memcpy(p, pnew, sizeof(double) * B * n);
+        memcpy(jac, jnew, sizeof(double) * B * nn);
+        has_jac = 1;
+    }
+    return j_end;
 }
 
 /* Steps j0 .. j_end-1 for B trajectories (rows[b] of the (T1, Ball, n) array out, or b if rows is
@@ -189,50 +227,17 @@ int bea_march(int B, int n, int j0, int j_end, double *out, long Ball, const lon
               int has_jac, const double *first_guess, int nev, const double *ev, const double *P, double xtol, double ftol,
               int maxiter, int reuse, double stall, double max_step, double *xnew, double *pnew, double *jnew, int *status,
               double *pout) {
-    Ctx c = {n, nev, ev, P};
-    const long nn = (long)n * n;
-    for (int j = j0; j < j_end; j++) {
-        int bad = 0;
-        for (int b = 0; b < B; b++) {
-            const long row = rows ? rows[b] : b;
-#define Q(k) (out + ((long)(k) * Ball + row) * n)
-            double *x = xnew + (long)b * n;
-            const double *a = Q(j);
-            for (int i = 0; i < n; i++) {
-                double g;
-                if (j == 0 && first_guess)
-                    g = first_guess[(long)b * n + i];
-                else if (j >= 5)
-                    g = 6 * (Q(j)[i] + Q(j - 4)[i]) - 15 * (Q(j - 1)[i] + Q(j - 3)[i]) + 20 * Q(j - 2)[i] - Q(j - 5)[i];
-                else if (j >= 3)
-                    g = 4 * Q(j)[i] - 6 * Q(j - 1)[i] + 4 * Q(j - 2)[i] - Q(j - 3)[i];
-                else if (j == 2)
-                    g = 3 * Q(j)[i] - 3 * Q(j - 1)[i] + Q(j - 2)[i];
-                else
-                    g = 2 * Q(j)[i] - Q(j - 1)[i];
-                x[i] = g;
-            }
-            if (has_jac) memcpy(jnew + b * nn, jac + b * nn, sizeof(double) * nn);
-            int st = newton(&c, a, p + (long)b * n, x, jnew + b * nn, has_jac, pnew + (long)b * n, xtol, ftol, maxiter, reuse, stall);
-            if (st == 0 && max_step > 0.0) {
-                double m = 0.0;
-                for (int i = 0; i < n; i++) m = nanmax(m, fabs(x[i] - a[i]));
-                if (m > max_step) st = 3;
-            }
-            status[b] = st;
-            if (st) bad = 1;
-        }
-        if (bad) return j;
-        for (int b = 0; b < B; b++) {
-            const long row = rows ? rows[b] : b;
-            memcpy(Q(j + 1), xnew + (long)b * n, sizeof(double) * n);
-            if (pout) memcpy(pout + ((long)(j + 1) * Ball + row) * n, pnew + (long)b * n, sizeof(double) * n);
-        }
-#undef Q
-        memcpy(p, pnew, sizeof(double) * B * n);
-        memcpy(jac, jnew, sizeof(double) * B * nn);
-        has_jac = 1;
-    }
-    return j_end;
+    Ctx c = {nev, ev, P, NULL, xtol, ftol, stall, maxiter, reuse};
+#ifdef BEA_N  /* built for one n (march_source): any other is refused as a failed step, for the eager path */
+    if (n != BEA_N) { for (int b = 0; b < B; b++) status[b] = 2; return j0; }
+    return march(BEA_N, B, j0, j_end, out, Ball, rows, p, jac, has_jac, first_guess, &c, max_step, xnew, pnew, jnew, status, pout);
+#else
+    return march(n, B, j0, j_end, out, Ball, rows, p, jac, has_jac, first_guess, &c, max_step, xnew, pnew, jnew, status, pout);
+#endif
 }
 """
+
+
+def march_source(lagrangian: str, n: int) -> str:
+    """The C source of the march for the ``lag_derivs`` source ``lagrangian`` and ``n`` coordinates (a constant there)."""
+    return f"#define BEA_N {int(n)}\n" + TEMPLATE.replace("/*@LAGRANGIAN@*/", lagrangian)

@@ -51,7 +51,7 @@ import torch
 
 from bea.deprecation import h_before_scheme
 from bea.errors import BeaError, BeaRuntimeError, BeaValueError
-from ._march_c import TEMPLATE
+from ._march_c import march_source
 from .ccompile import CompileError, load_library
 from .newton import STALL_FACTOR, NewtonOptions
 
@@ -256,7 +256,7 @@ class CompiledStepper:
         self._refresh = clag.refresh
         self.auto_max_batch = clag.auto_max_batch
         self.cost = max(1, int(clag.cost)) * self.points.shape[0]
-        lib = load_library(TEMPLATE.replace("/*@LAGRANGIAN@*/", clag.source), vectorise=clag.vectorise)
+        lib = load_library(march_source(clag.source, n), vectorise=clag.vectorise)
         self.lower_seconds = time.perf_counter() - t0 - lib.compile_seconds
         self.compile_seconds = lib.compile_seconds
         fn = lib.lib.bea_march

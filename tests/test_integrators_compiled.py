@@ -30,6 +30,9 @@ def _both(L, h, scheme, q0, v0, steps, **options):
     (systems.kepler(), "trapezoidal", [[1.0, 0.0], [0.0, 0.6]], [[0.0, 1.0], [-1.5, 0.1]]),
     # the double pendulum: a 2-D Lagrangian whose mass matrix depends on the positions (not separable)
     (systems.n_pendulum(2), "generalised_midpoint(alpha=0.3)", [[0.5, -0.2], [1.0, 1.2]], [[0.3, -0.1], [0.0, 0.4]]),
+    # the march is built for each n as a compile-time constant (integrators._march_c.march_source): n = 3 and n = 5
+    (systems.n_pendulum(3), "midpoint", [[0.5, -0.2, 0.1], [1.0, 0.3, -0.4]], [[0.3, -0.1, 0.0], [0.0, 0.4, 0.2]]),
+    (systems.coupled_oscillators(5), "midpoint", [[0.5, -0.2, 0.1, 0.0, 0.3]], [[0.3, -0.1, 0.0, 0.2, -0.4]]),
 ])
 def test_compiled_and_eager_paths_agree(system, scheme, q0, v0):
     (eager, pe), (compiled, pc) = _both(system, 0.05, scheme, torch.tensor(q0), torch.tensor(v0), 200)
