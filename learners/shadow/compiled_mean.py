@@ -7,10 +7,11 @@ r"""The GP posterior mean with an RBF kernel in C: one sum over atoms of the cod
 
 (:math:`c_k = c^0_k - c^{(2)}_k\,\tilde u_k\cdot\tilde d_k`). One atom's term is written here as a program of
 :mod:`integrators.codegen.ir` (:func:`rbf_blocks`: two kinds of atom, with and without the second-order part),
-with the Gaussian as the product of its factors in one variable each, :math:`e = \prod_i e^{-r_i^2/2}`; the
-sum over the atoms (run-time data) is :mod:`integrators.codegen.reduce`, whose Taylor rules then give the
-closed forms (the Hermite polynomials of :math:`\partial_r^\beta e = (-1)^{|\beta|}He_\beta(r)\,e`) at the cost of
-hand-derived code. Two forms of it:
+in the variables :math:`x/\ell`; the sum over the atoms (run-time data) is :mod:`integrators.codegen.reduce`,
+whose Taylor rules on the coefficients that can be nonzero give the closed forms (the Gaussian's exponent is a sum
+of functions of one variable each, so its exp is the product of series in one variable: the Hermite polynomials of
+:math:`\partial_r^\beta e = (-1)^{|\beta|}He_\beta(r)\,e`) at the cost of the hand-derived code they replace. Two
+forms of it:
 
 * :func:`c_lagrangian_of_expansion`: the gradient and Hessian (degree 2), a
   :class:`~integrators.compiled.CLagrangian`, so the compiled integrator steps a learned Lagrangian without torch;
@@ -23,6 +24,7 @@ hand-derived code. Two forms of it:
 from __future__ import annotations
 
 import ctypes
+import math
 from typing import Dict, List
 
 import numpy as np
@@ -41,7 +43,6 @@ MAX_JET_COLUMNS = 2000
 #: states per inner loop of :class:`RBFJet` (side by side in vector registers; measured on AVX-512: 8 lanes 1.6x
 #: faster than 4 at K = 4)
 LANES = 8
-JOINT = True
 
 
 def rbf_blocks(D: int, K: int):
@@ -54,15 +55,10 @@ def rbf_blocks(D: int, K: int):
     for second in (False, True):
         prog = Program(D, K)
         r = [prog.sub(prog.seed(i), atom(i)) for i in range(D)]  # in the variables x / ell (see _source)
-        if JOINT:
-            sq = 0.0
-            for ri in r:
-                sq = prog.add(sq, prog.mul(ri, ri))
-            e = prog.unary("exp", prog.mul(-0.5, sq))
-        else:
-          e = 1.0
-          for ri in r:  # each factor a polynomial in one variable: their product costs one multiplication a coefficient
-            e = prog.mul(e, prog.unary("exp", prog.mul(-0.5, prog.mul(ri, ri))))
+        sq = 0.0
+        for ri in r:
+            sq = prog.add(sq, prog.mul(ri, ri))
+        e = prog.unary("exp", prog.mul(-0.5, sq))  # a sum of functions of one variable each: reduce.py factors it
         poly = prog.dot([atom(D + i) for i in range(D)], r, start=atom(2 * D))
         if second:
             ur = prog.dot([atom(2 * D + 2 + i) for i in range(D)], r)
@@ -165,7 +161,7 @@ class RBFJet:
         fn = self._fns.get(K)
         if fn is None:
             from integrators.codegen import monomials, size
-            from integrators.codegen.reduce import emit_sum, factorials
+            from integrators.codegen.reduce import emit_sum
 
             if size(self.D, K) > MAX_JET_COLUMNS:
                 raise BeaValueError(f"a jet of order {K} in {self.D} variables has {size(self.D, K)} partial derivatives per "
@@ -182,7 +178,8 @@ class RBFJet:
                 f.argtypes = [f64p, ctypes.c_long, f64p, f64p]
             self._fns[K] = fn
             expo = np.array(monomials(self.D, K), dtype=np.float64)  # Taylor coefficients in x / ell to derivatives in x
-            self._factors[K] = torch.from_numpy(self._scale * np.array(factorials(self.D, K)) / np.prod(self._ell ** expo, -1))
+            beta = np.array([math.prod(map(math.factorial, m)) for m in monomials(self.D, K)], dtype=np.float64)
+            self._factors[K] = torch.from_numpy(self._scale * beta / np.prod(self._ell ** expo, -1))
         return fn
 
     def __call__(self, X: torch.Tensor, K: int) -> torch.Tensor:
