@@ -87,24 +87,43 @@ def _params(ex: AtomExpansion) -> np.ndarray:
 
 
 def c_lagrangian_of_expansion(ex: AtomExpansion, n: int):
-    """The :class:`integrators.compiled.CLagrangian` of an RBF :class:`AtomExpansion` on ``(q, v)``
-    with ``n`` coordinates; raises :class:`integrators.compiled.NotLowerable` for other kernels."""
-    from integrators.codegen import monomials
-    from integrators.codegen.emit import derivs_of_taylor
-    from integrators.compiled import CLagrangian, NotLowerable
+    """The :class:`integrators.compiled.CLagrangian` of an RBF :class:`AtomExpansion` on ``(q, v)`` with ``n``
+    coordinates (or of the mechanical kernel's, :mod:`learners.shadow.compiled_mechanical`); raises
+    :class:`integrators.compiled.NotLowerable` for other kernels."""
+    from integrators.compiled import NotLowerable
 
+    from .mechanical import MechanicalExpansion
+
+    if isinstance(getattr(ex, "_custom", None), MechanicalExpansion):
+        from .compiled_mechanical import c_lagrangian_of_mechanical
+
+        return c_lagrangian_of_mechanical(ex._custom, n)
     if not ex.fast:
         raise NotLowerable("only the RBF posterior mean (atoms of order <= 2, fixed hyperparameters) has a C form")
     D = ex._Y.shape[1]
     if D != 2 * n:
         raise NotLowerable(f"the expansion lives on R^{D}, not on (q, v) with n = {n}")
+    return units_form(rbf_blocks(D, 2), _params(ex), n)
+
+
+def units_form(blocks, params: np.ndarray, n: int):
+    r"""The :class:`integrators.compiled.CLagrangian` of ``scale * f(x / units)``, ``f`` the sum over atoms of
+    ``blocks`` (degree 2, in the scaled variables), ``P = [counts (one per block), units (2n), scale, rows]``: the
+    Taylor coefficients in ``x`` are those in ``x / units`` times :math:`\mathrm{scale}/\mathrm{units}^\beta`."""
+    from integrators.codegen import monomials
+    from integrators.codegen.emit import derivs_of_taylor
+    from integrators.codegen.reduce import EXP_SOURCE, emit_sum
+    from integrators.compiled import CLagrangian
+
+    D, nb = 2 * n, len(blocks)
     ells = [" * ".join(f"l[{i}]" for i, e in enumerate(m) for _ in range(e)) for m in monomials(D, 2)]
-    source = "\n".join([_source(D, 2, 1, "rbf_taylor", "exp"), "static void lag_taylor(const double *x, const double *P, double *T) {",
-                        f"    const double *l = P + 2, s = P[{2 + D}];", f"    double xs[{D}];",
-                        f"    for (int i = 0; i < {D}; i++) xs[i] = x[i] / l[i];", "    rbf_taylor(xs, 1, P, T);"]
+    source = "\n".join([EXP_SOURCE, emit_sum(blocks, D + 1, name="atom_taylor", lanes=1, exp="exp"),
+                        "static void lag_taylor(const double *x, const double *P, double *T) {",
+                        f"    const double *l = P + {nb}, s = P[{nb + D}];", f"    double xs[{D}];",
+                        f"    for (int i = 0; i < {D}; i++) xs[i] = x[i] / l[i];", "    atom_taylor(xs, 1, P, T);"]
                        + [f"    T[{k}] = s * T[{k}]{f' / ({e})' if e else ''};" for k, e in enumerate(ells)]
                        + ["}", derivs_of_taylor(D, 2)])
-    return CLagrangian(n=n, source=source, params=_params(ex), cost=int(ex._Y.shape[0]))
+    return CLagrangian(n=n, source=source, params=params, cost=int(sum(params[:nb])))
 
 
 def packed_atoms(ex: AtomExpansion):
