@@ -27,13 +27,14 @@ CODEGEN_FILES = (
     "integrators/series_c.py", "integrators/traced.py", "integrators/_trace_aten.py", "integrators/_trace_linalg.py",
     "integrators/codegen/__init__.py", "integrators/codegen/ir.py", "integrators/codegen/runtime.py",
     "integrators/codegen/emit.py", "integrators/codegen/spaces.py", "integrators/codegen/reduce.py",
-    "learners/modlanet/lowering.py", "learners/shadow/compiled_mean.py",
+    "learners/modlanet/lowering.py", "learners/shadow/compiled_mean.py", "learners/shadow/compiled_mechanical.py",
 )
-#: the bound reached, 3,000 lines and a small margin (the issue's target is 1,800: the SymPy printer in compiled.py is
-#: not ported onto the IR yet). The RBF mean is a sum over atoms of the IR (codegen/reduce.py, its front-end
-#: compiled_mean.py); learners/shadow/rbf_jet.py left the list with its C: what remains there (JetLagrangian)
-#: hands a table of derivatives to autograd and generates nothing
-CODEGEN_LINES = 3020
+#: the bound reached, 3,115 lines and a small margin (the issue's target is 1,800: the SymPy printer in compiled.py is
+#: not ported onto the IR yet). The GP means are sums over atoms of the IR (codegen/reduce.py; front-ends
+#: compiled_mean.py and compiled_mechanical.py, the latter new: the mechanical kernel had no C form).
+#: learners/shadow/rbf_jet.py left the list with its C: what remains there (JetLagrangian) hands a table of
+#: derivatives to autograd and generates nothing
+CODEGEN_LINES = 3135
 
 
 def test_code_generation_source_stays_within_its_bound():

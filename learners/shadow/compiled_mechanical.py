@@ -1,18 +1,12 @@
 r"""The GP posterior mean with the mechanical kernel in C: a sum over atoms of the code generator's IR.
 
 :class:`~learners.shadow.mechanical.MechanicalExpansion` is :math:`f = \sigma_f^2 \sum_k c_k E_k T_k` in the scaled
-variables :math:`(\tilde q, \tilde v) = (q/\ell, v/\lambda)`, with :math:`r = \tilde q - \tilde y^q`,
-:math:`E = e^{-|r|^2/2}`, :math:`b = 1 + \tilde v\cdot\tilde y^v`, :math:`\rho_j = r\cdot\tilde w^q_j`,
-:math:`\nu_j = \tilde v\cdot\tilde w^v_j` and, for atoms of order ``m`` (that module's docstring),
-
-.. math::  T_0 = b^d, \quad T_1 = \rho_1 b^d + d\,b^{d-1}\nu_1, \quad
-           T_2 = (\rho_1\rho_2 - \tilde w^q_1\cdot\tilde w^q_2)\,b^d + d\,b^{d-1}(\rho_1\nu_2 + \rho_2\nu_1)
-           + d(d-1)\,b^{d-2}\nu_1\nu_2.
-
-One atom's term of each order is a program of :mod:`integrators.codegen.ir` (:func:`mechanical_blocks`), summed
-over the atoms by :mod:`integrators.codegen.reduce`, as the RBF mean is (:mod:`learners.shadow.compiled_mean`, whose
-C form in the unscaled variables this shares). ``P = [K0, K1, K2, ell (n), lambda (n), sigma_f^2, rows]``, a row of
-order ``m`` being ``(c, y^q (n), y^v (n), m x (w^q (n), w^v (n)), [w^q_1 . w^q_2 if m = 2])``, all scaled.
+variables :math:`(q/\ell, v/\lambda)`: a Gaussian in the positions times :math:`T_m`, a polynomial in
+:math:`b = 1 + \tilde v\cdot\tilde y^v`, :math:`\rho_j` and :math:`\nu_j` for atoms of order ``m`` (that class's
+docstring). One atom's term of each order is a program of :mod:`integrators.codegen.ir` (:func:`mechanical_blocks`),
+summed over the atoms by :mod:`integrators.codegen.reduce` as the RBF mean is, and composed with the scaling by
+:func:`learners.shadow.compiled_mean.units_form`. ``P = [K0, K1, K2, ell (n), lambda (n), sigma_f^2, rows]``, a row
+of order ``m`` being ``(c, y^q (n), y^v (n), m x (w^q (n), w^v (n)), [w^q_1 . w^q_2 if m = 2])``, all scaled.
 """
 
 from __future__ import annotations
