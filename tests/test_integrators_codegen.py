@@ -180,7 +180,8 @@ def test_sum_over_atoms_against_autograd():
 
     D, K, gen = 3, 4, torch.Generator().manual_seed(0)
     blocks = _atom_sum_blocks(D, K)
-    g, rows0, rows1 = 0.7, torch.randn(4, D + 3, generator=gen, dtype=torch.float64), torch.randn(3, 2, generator=gen, dtype=torch.float64)
+    g = 0.7
+    rows0, rows1 = torch.randn(4, D + 3, generator=gen, dtype=torch.float64), torch.randn(3, 2, generator=gen, dtype=torch.float64)
     P = np.concatenate([[4.0, 3.0, g], rows0.reshape(-1).numpy(), rows1.reshape(-1).numpy()])
     lib = load_library("#include <math.h>\n" + EXP_SOURCE + emit_sum(blocks, 1, name="s8")
                        + emit_sum(blocks, 1, name="s1", lanes=1), vectorise=True).lib
@@ -195,7 +196,8 @@ def test_sum_over_atoms_against_autograd():
     def f(x):
         a, c = rows0, rows1
         poly = a[:, D + 2] + a[:, D] * x[0] + a[:, D + 1] * x[1] * x[2] ** 2
-        return ((-g * ((x - a[:, :D]) ** 2).sum(-1)).exp() * poly).sum() + ((c[:, 0] * 0.5 * x[0] * x[1]).exp() * (x[2] + c[:, 1])).sum()
+        gauss = ((-g * ((x - a[:, :D]) ** 2).sum(-1)).exp() * poly).sum()
+        return gauss + ((c[:, 0] * 0.5 * x[0] * x[1]).exp() * (x[2] + c[:, 1])).sum()
     for b in range(3):
         ref = _autograd_taylor(f, torch.from_numpy(X[b]), K)
         assert np.abs(T8[b] - ref).max() <= 1e-13 * np.abs(ref).max()

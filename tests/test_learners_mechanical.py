@@ -89,7 +89,8 @@ def test_posterior_mean_in_c_matches_autograd(degree):
                         torch.zeros(20, dtype=torch.long)) for m in (0, 1, 2)}
     fast, generic = AtomExpansion(FK, atoms), AtomExpansion(FK, atoms, differentiable=True)
     X = (0.4 * torch.randn(5, 4, generator=g)).requires_grad_(True)
-    gc, Hc = CompiledStepper(c_lagrangian_of_expansion(fast, 2), 0.1, bea.get_scheme("midpoint"), 2).lagrangian_derivatives(X.detach())
+    stepper = CompiledStepper(c_lagrangian_of_expansion(fast, 2), 0.1, bea.get_scheme("midpoint"), 2)
+    gc, Hc = stepper.lagrangian_derivatives(X.detach())
     (ga,) = torch.autograd.grad(generic(X).sum(), X, create_graph=True)
     Ha = torch.stack([torch.autograd.grad(ga[:, i].sum(), X, retain_graph=True)[0] for i in range(4)], 1)
     ga = ga.detach()

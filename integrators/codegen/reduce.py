@@ -200,7 +200,8 @@ def emit_sum(blocks: List[Block], n_shared: int, *, name: str = "atom_sum", lane
         lines += [f"        for (long k = 0; k < (long)P[{b}]; k++, A += {blk.width}) {{"]
         lines += ["            " + s for s in p.sections[ATOM]] + [f"            for (int w = 0; w < {lanes}; w++) {{"]
         lines += ["                " + s for s in p.sections[INNER]]
-        lines += [f"                acc[{c}][w] += {e};" for c, e in p.coef[id(blk.result)].items()] + ["            }", "        }"]
+        lines += [f"                acc[{c}][w] += {e};" for c, e in p.coef[id(blk.result)].items()]
+        lines += ["            }", "        }"]
     lines += [f"        for (int w = 0; w < {lanes}; w++)",
               f"            for (int c = 0; c < {M}; c++) T[(b0 + w) * {M} + c] = acc[c][w];", "    }", "}", ""]
     return "\n".join(lines)
