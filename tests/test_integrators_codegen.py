@@ -26,12 +26,15 @@ CODEGEN_FILES = (
     "integrators/ccompile.py", "integrators/_march_c.py", "integrators/compiled.py",
     "integrators/series_c.py", "integrators/traced.py", "integrators/_trace_aten.py", "integrators/_trace_linalg.py",
     "integrators/codegen/__init__.py", "integrators/codegen/ir.py", "integrators/codegen/runtime.py",
-    "integrators/codegen/emit.py", "integrators/codegen/spaces.py", "learners/modlanet/lowering.py",
-    "learners/shadow/compiled_mean.py", "learners/shadow/rbf_jet.py",
+    "integrators/codegen/emit.py", "integrators/codegen/spaces.py", "integrators/codegen/reduce.py",
+    "learners/modlanet/lowering.py", "learners/shadow/compiled_mean.py", "learners/shadow/compiled_mechanical.py",
 )
-#: the bound reached, 3,076 lines and a small margin (the issue's target is 1,800: the RBF atoms' C, rbf_jet.py
-#: and compiled_mean.py, and the SymPy printer in compiled.py are not ported onto the IR yet)
-CODEGEN_LINES = 3100
+#: the bound reached, 3,115 lines and a small margin (the issue's target is 1,800: the SymPy printer in compiled.py is
+#: not ported onto the IR yet). The GP means are sums over atoms of the IR (codegen/reduce.py; front-ends
+#: compiled_mean.py and compiled_mechanical.py, the latter new: the mechanical kernel had no C form).
+#: learners/shadow/rbf_jet.py left the list with its C: what remains there (JetLagrangian) hands a table of
+#: derivatives to autograd and generates nothing
+CODEGEN_LINES = 3135
 
 
 def test_code_generation_source_stays_within_its_bound():
@@ -144,3 +147,61 @@ def test_traced_taylor_form_of_a_plain_callable():
     lib.entry(x.ctypes.data_as(f64p), params.ctypes.data_as(f64p), out.ctypes.data_as(f64p))
     ref = _autograd_taylor(lambda y: L(y[:1], y[1:]), torch.tensor(x, dtype=torch.float64), 4)
     assert np.abs(out - ref).max() <= 1e-13
+
+
+def _atom_sum_blocks(D: int, K: int):
+    """Two kinds of atom: a Gaussian with a shared width times a linear-plus-cubic polynomial (the exponent a sum of
+    functions of one variable each: the factored exp), and exp of a product of two variables (the plain series)."""
+    from integrators.codegen.reduce import Block, atom, shared
+
+    blocks = []
+    prog = Program(D, K)
+    x = [prog.seed(i) for i in range(D)]
+    sq = 0.0
+    for i in range(D):
+        r = prog.sub(x[i], atom(i))
+        sq = prog.add(sq, prog.mul(r, r))
+    e = prog.unary("exp", prog.mul(prog.neg(shared(0)), sq))
+    poly = prog.dot([atom(D), atom(D + 1)], [x[0], prog.mul(x[1], prog.mul(x[2], x[2]))], start=atom(D + 2))
+    blocks.append(Block(prog, prog.mul(e, poly), D + 3))
+    prog = Program(D, K)
+    x = [prog.seed(i) for i in range(D)]
+    e = prog.unary("exp", prog.mul(prog.mul(atom(0), 0.5), prog.mul(x[0], x[1])))
+    blocks.append(Block(prog, prog.mul(e, prog.add(x[2], atom(1))), 2))
+    return blocks
+
+
+def test_sum_over_atoms_against_autograd():
+    """integrators.codegen.reduce: every Taylor coefficient (D = 3, K = 4) of a sum over run-time atoms against nested
+    autograd of the same function (terms O(1): measured 2e-16 of the largest, asserted at 1e-13); 8 lanes and
+    one state at a time give the same bits; an operation without a rule there is refused."""
+    from integrators.codegen.reduce import EXP_SOURCE, Block, emit_sum
+    from integrators.compiled import NotLowerable
+
+    D, K, gen = 3, 4, torch.Generator().manual_seed(0)
+    blocks = _atom_sum_blocks(D, K)
+    g = 0.7
+    rows0, rows1 = torch.randn(4, D + 3, generator=gen, dtype=torch.float64), torch.randn(3, 2, generator=gen, dtype=torch.float64)
+    P = np.concatenate([[4.0, 3.0, g], rows0.reshape(-1).numpy(), rows1.reshape(-1).numpy()])
+    lib = load_library("#include <math.h>\n" + EXP_SOURCE + emit_sum(blocks, 1, name="s8")
+                       + emit_sum(blocks, 1, name="s1", lanes=1), vectorise=True).lib
+    X = np.ascontiguousarray(0.6 * torch.randn(8, D, generator=gen, dtype=torch.float64).numpy())
+    f64p, M = ctypes.POINTER(ctypes.c_double), len(monomials(D, K))
+    T8, T1 = np.empty((8, M)), np.empty((8, M))
+    lib.s8(X.ctypes.data_as(f64p), 8, P.ctypes.data_as(f64p), T8.ctypes.data_as(f64p))
+    for b in range(8):
+        lib.s1(X[b:].ctypes.data_as(f64p), 1, P.ctypes.data_as(f64p), T1[b:].ctypes.data_as(f64p))
+    assert np.array_equal(T8, T1)
+
+    def f(x):
+        a, c = rows0, rows1
+        poly = a[:, D + 2] + a[:, D] * x[0] + a[:, D + 1] * x[1] * x[2] ** 2
+        gauss = ((-g * ((x - a[:, :D]) ** 2).sum(-1)).exp() * poly).sum()
+        return gauss + ((c[:, 0] * 0.5 * x[0] * x[1]).exp() * (x[2] + c[:, 1])).sum()
+    for b in range(3):
+        ref = _autograd_taylor(f, torch.from_numpy(X[b]), K)
+        assert np.abs(T8[b] - ref).max() <= 1e-13 * np.abs(ref).max()
+    prog = Program(D, K)
+    bad = Block(prog, prog.unary("sin", prog.seed(0)), 1)
+    with pytest.raises(NotLowerable):
+        emit_sum([bad], 0)

@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+import bea
 import integrators as I
 from learners import FunctionalKernel, InverseModifiedLagrangianGP, LagrangianGP, RBFKernel
 from learners.metrics import max_trajectory_error
@@ -68,6 +69,33 @@ def test_gram_matrices_are_positive_semidefinite():
         assert float((K - K.T).abs().max()) <= 1e-12 * float(K.abs().max())
         ev = torch.linalg.eigvalsh(0.5 * (K + K.T))
         assert float(ev.min()) >= -1e-12 * float(ev.max()), trial
+
+
+@pytest.mark.parametrize("degree", [2, 5])
+def test_posterior_mean_in_c_matches_autograd(degree):
+    """The mean's C form (learners.shadow.compiled_mechanical: a sum over atoms of the code generator's IR, the
+    compiled integrator's path) against autograd through the generic sum of derivative blocks, on random atoms of
+    orders 0, 1 and 2 with O(1) terms: gradient and Hessian to ROUNDING of the largest entry (measured 5e-16)."""
+    from integrators.ccompile import find_compiler
+    from integrators.compiled import CompiledStepper
+    from learners.shadow.compiled_mean import c_lagrangian_of_expansion
+
+    if find_compiler() is None:
+        pytest.skip("no C compiler")
+    g = torch.Generator().manual_seed(6)
+    FK = FunctionalKernel(_kernel(degree)).to(torch.float64)
+    FK.outputscale = 0.7
+    atoms = {m: AtomSet(0.4 * torch.randn(20, 4, generator=g), torch.randn(20, m, 4, generator=g), torch.randn(20, generator=g),
+                        torch.zeros(20, dtype=torch.long)) for m in (0, 1, 2)}
+    fast, generic = AtomExpansion(FK, atoms), AtomExpansion(FK, atoms, differentiable=True)
+    X = (0.4 * torch.randn(5, 4, generator=g)).requires_grad_(True)
+    stepper = CompiledStepper(c_lagrangian_of_expansion(fast, 2), 0.1, bea.get_scheme("midpoint"), 2)
+    gc, Hc = stepper.lagrangian_derivatives(X.detach())
+    (ga,) = torch.autograd.grad(generic(X).sum(), X, create_graph=True)
+    Ha = torch.stack([torch.autograd.grad(ga[:, i].sum(), X, retain_graph=True)[0] for i in range(4)], 1)
+    ga = ga.detach()
+    assert float((gc - ga).abs().max()) <= ROUNDING * float(ga.abs().max())
+    assert float((Hc - Ha).abs().max()) <= ROUNDING * float(Ha.abs().max())
 
 
 def test_feature_expansion_is_exact_for_jets():

@@ -69,6 +69,17 @@ def test_jet_matches_autograd_on_random_atoms(D, K):
         assert float((T[:, j] - ref).abs().max()) <= 1e-11 * max(1.0, float(ref.abs().max())), a
 
 
+def test_jet_rows_do_not_depend_on_the_batch():
+    """RBFJet evaluates whole groups of LANES states side by side and the rest one by one, with the same operations:
+    a state's derivatives are the same bits wherever it sits in a batch (13 = 8 + 5 states, then each alone)."""
+    jet = RBFJet(_random_expansion(4))
+    X = torch.randn(13, 4, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    T = jet(X, 3)
+    assert T.shape == (13, len(multi_indices(4, 3)))
+    assert all(torch.equal(T[b], jet(X[b:b + 1], 3)[0]) for b in (0, 7, 8, 12))
+    assert torch.equal(T[5:], jet(X[5:], 3))
+
+
 def test_jet_lagrangian_to_third_order_and_reuse(model):
     """JetLagrangian: value, gradient, Hessian and a third derivative by autograd equal the autograd mean's;
     the several calls at one batch of states compute one jet (extended once for the third order)."""

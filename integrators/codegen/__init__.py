@@ -4,7 +4,8 @@
   degree ``K`` (the front-ends build them: :mod:`integrators.traced` from torch code,
   :mod:`integrators.series_c` from a :mod:`bea` series formula);
 * :mod:`~integrators.codegen.runtime`: the C of Taylor arithmetic, each operation written once;
-* :mod:`~integrators.codegen.emit`: the program as the C function a compiled form needs.
+* :mod:`~integrators.codegen.emit`: the program as the C function a compiled form needs;
+* :mod:`~integrators.codegen.reduce`: a sum over run-time atoms of one program each (kernel expansions: the GP mean).
 
 Compiling and loading (one ctypes path, one in-process cache) is :mod:`integrators.ccompile`.
 """
