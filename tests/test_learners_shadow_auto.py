@@ -258,6 +258,20 @@ def test_innovations_share_one_pass_with_the_same_numbers(anharmonic, monkeypatc
     assert float(w_ref.min()) > 0 and float(d_ref.abs().max()) > 0  # a comparison of non-trivial numbers
 
 
+def test_pair_velocities_from_windows_are_those_of_whole_trajectories(anharmonic):
+    """The distant-difference calibration's velocities at its chosen snapshots, from windows of 5 snapshots around
+    each (interior, and shifted at both ends of the 6-snapshot trajectories): bit for bit those of the whole data
+    (each Newton solve is independent, and the window gives it the same momentum and starting guess)."""
+    from learners.shadow.difference_calibration import _velocities_at
+
+    _, m = anharmonic
+    S = m._to_standard(m.snapshots).transpose(0, 1)
+    j = torch.tensor([1, 2, 3, 4, 1, 4, 2, 3])
+    t = torch.tensor([0, 5, 11, 39, 7, 7, 20, 20])
+    assert 5 * j.numel() < S.shape[0] * S.shape[1]  # the window path, not the whole data's
+    assert torch.equal(_velocities_at(m, S, j, t), m._velocities_std(S, 2, None)[j, t])
+
+
 def test_fold_layout_matches_the_fit(anharmonic):
     """The folds of the distant-difference calibration leave out whole trajectories: the first T (m - 2) n training
     functionals of the final GP are the DEL residuals trajectory by trajectory, the rest the normalisation."""

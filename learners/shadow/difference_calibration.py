@@ -60,13 +60,35 @@ def fold_groups(model, count: int) -> Optional[torch.Tensor]:
 
 def _pairs(model, gen: torch.Generator) -> Tuple[torch.Tensor, torch.Tensor]:
     """Pairs of standardised data states (x, x_ref), each (P, 2n): interior snapshots at random, velocities of the
-    model at order 2."""
+    model at order 2 (:func:`_velocities_at`: only at the chosen snapshots)."""
     S = model._to_standard(model.snapshots).transpose(0, 1)  # (m, T, n), time first
-    v = model._velocities_std(S, 2, None)
-    x = torch.cat([S[1:-1], v[1:-1]], -1).reshape(-1, 2 * model.n).detach()
-    P = min(CALIBRATION_PAIRS, x.shape[0] // 2)
-    idx = torch.randperm(x.shape[0], generator=gen)[: 2 * P]
-    return x[idx[:P]], x[idx[P:]]
+    m, T, _ = S.shape
+    count = (m - 2) * T  # interior snapshots, time-major: index (j - 1) T + t
+    P = min(CALIBRATION_PAIRS, count // 2)
+    idx = torch.randperm(count, generator=gen)[: 2 * P]
+    j, t = idx // T + 1, idx % T
+    x = torch.cat([S[j, t], _velocities_at(model, S, j, t)], -1).detach()
+    return x[:P], x[P:]
+
+
+def _velocities_at(model, S: torch.Tensor, j: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    r"""The model's order-2 velocities at the snapshots ``(j, t)`` of the standardised trajectories ``S`` (m, T, n),
+    the same numbers as along the whole trajectories (to rounding), at a fraction of the cost (at n = 6 with 200
+    trajectories the whole data's velocities were 2/3 of the calibration). Each velocity solves
+    :math:`\partial_v L_{rec}(q_j, \dot q_j) = p_j` by its own Newton iteration (the batch's elements are
+    independent), with :math:`p_j` from :math:`q_{j-1}, q_j` and the starting guess from at most two neighbours
+    on each side (:func:`integrators._stepping.velocity_guess`), so a window of 5 snapshots around each (shifted
+    inside the trajectory at its ends, where the guess is one-sided in the whole trajectory and in the window
+    alike) gives the same inputs. Where the windows hold more snapshots than the data (few trajectories), the whole
+    data's velocities are computed instead."""
+    m, T, _ = S.shape
+    W = min(m, 5)
+    if W * j.numel() >= m * T:
+        return model._velocities_std(S, 2, None)[j, t]
+    start = (j - 2).clamp(0, m - W)
+    window = S[start[None] + torch.arange(W)[:, None], t[None]]  # (W, B, n)
+    v = model._velocities_std(window, 2, None)
+    return v[j - start, torch.arange(j.numel())]
 
 
 def _mean_differences(model, gp, x: torch.Tensor, x_ref: torch.Tensor, order: int) -> torch.Tensor:
