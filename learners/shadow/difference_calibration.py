@@ -21,6 +21,12 @@ only), the quantity is :math:`H_{rec}[2]` (the GP part of higher orders uses the
 matched by :func:`~learners.shadow.calibration.scale_for` (90% of :math:`|z|` below 1.645). The truncation term
 does not enter: both posteriors share it.
 
+*Cost.* Run on first demand (``model.calibration``, a std, ``model.save``). The folds' posteriors share one
+pass over the training atoms for their variances (:func:`_raw_variances`), and the pairs' velocities are solved at
+the chosen snapshots only (:func:`_velocities_at`); both give the numbers of the plain per-fold computation
+(tests/test_learners_shadow_auto.py). At n = 6 with 200 trajectories the plain computation's cost was 2/3 the
+velocities of every data state (benchmarks/RESULTS_identification.md).
+
 The estimate holds where the GP's form is right; where it is not, the measured factor between it and the scale
 that the true differences ask for was 0.3-4 on the systems of issue 23 (benchmarks/RESULTS_calibration.md). The
 model uses the largest of this scale, the conservation one and the DEL one.
