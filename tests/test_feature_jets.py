@@ -108,3 +108,25 @@ def test_jet_order_is_n_plus_one(model):
     relies on for its next order (p(N') = p(N) + N' - N, learners/shadow/recovery.py)."""
     m, _ = model
     assert [m._jet_order("energy", N) for N in (0, 2, 4)] == [1, 3, 5]
+
+
+@pytest.mark.parametrize("n", [3, 6])
+def test_gaussian_section_in_halves(n):
+    """The kernel section's Gaussian factor at n > 2 (the product over inputs formed in two halves): equal to the
+    product of its one-dimensional sections (the plain route) to 4 eps relative -- the same n factors multiplied in
+    another order -- and, at alpha = e_0, to the closed form d/dz_0 e^{-|z|^2/2} = -z_0 e^{-|z|^2/2}."""
+    from learners.shadow.feature_jets import _gaussian_section, monomial_exponents
+
+    g = torch.Generator().manual_seed(3)
+    xb, y = torch.randn(4, n, generator=g, dtype=torch.float64), torch.randn(7, n, generator=g, dtype=torch.float64)
+    scales = 0.5 + torch.rand(n, generator=g, dtype=torch.float64)
+    alphas = monomial_exponents(n, 4)
+    out = _gaussian_section(xb, y, scales, alphas)
+    plain = torch.ones_like(out)
+    for i in range(n):
+        plain = plain * _gaussian_section(xb[:, i:i + 1], y[:, i:i + 1], scales[i:i + 1], alphas[:, i:i + 1])
+    assert float(((out - plain).abs() / plain.abs().clamp_min(1e-300)).max()) <= 4 * EPS * n
+    z = (xb[:, None] - y[None]) / scales
+    e0 = [tuple(int(a) for a in r) for r in alphas].index((1,) + (0,) * (n - 1))
+    exact = -z[..., 0] * torch.exp(-0.5 * (z * z).sum(-1))
+    assert torch.allclose(out[..., e0], exact, rtol=1e-14, atol=0)

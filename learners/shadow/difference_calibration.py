@@ -21,6 +21,12 @@ only), the quantity is :math:`H_{rec}[2]` (the GP part of higher orders uses the
 matched by :func:`~learners.shadow.calibration.scale_for` (90% of :math:`|z|` below 1.645). The truncation term
 does not enter: both posteriors share it.
 
+*Cost.* Run on first demand (``model.calibration``, a std, ``model.save``). The folds' posteriors share one
+pass over the training atoms for their variances (:func:`_raw_variances`), and the pairs' velocities are solved at
+the chosen snapshots only (:func:`_velocities_at`); both give the numbers of the plain per-fold computation
+(tests/test_learners_shadow_auto.py). At n = 6 with 200 trajectories the plain computation's cost was 2/3 the
+velocities of every data state (benchmarks/RESULTS_identification.md).
+
 The estimate holds where the GP's form is right; where it is not, the measured factor between it and the scale
 that the true differences ask for was 0.3-4 on the systems of issue 23 (benchmarks/RESULTS_calibration.md). The
 model uses the largest of this scale, the conservation one and the DEL one.
@@ -28,13 +34,13 @@ model uses the largest of this scale, the conservation one and the DEL one.
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 
 import bea
 
-from .uncertainty import LinearisedQuantity, Reference, posterior_variance
+from .uncertainty import LinearisedQuantity, _feature_map, _floored, _jet_and_atoms, _kernel, chunk_rows
 
 __all__ = ["CALIBRATION_FOLDS", "FOLD_BUDGET", "CALIBRATION_PAIRS", "difference_innovations", "fold_groups"]
 
@@ -60,35 +66,94 @@ def fold_groups(model, count: int) -> Optional[torch.Tensor]:
 
 def _pairs(model, gen: torch.Generator) -> Tuple[torch.Tensor, torch.Tensor]:
     """Pairs of standardised data states (x, x_ref), each (P, 2n): interior snapshots at random, velocities of the
-    model at order 2."""
+    model at order 2 (:func:`_velocities_at`: only at the chosen snapshots)."""
     S = model._to_standard(model.snapshots).transpose(0, 1)  # (m, T, n), time first
-    v = model._velocities_std(S, 2, None)
-    x = torch.cat([S[1:-1], v[1:-1]], -1).reshape(-1, 2 * model.n).detach()
-    P = min(CALIBRATION_PAIRS, x.shape[0] // 2)
-    idx = torch.randperm(x.shape[0], generator=gen)[: 2 * P]
-    return x[idx[:P]], x[idx[P:]]
+    m, T, _ = S.shape
+    count = (m - 2) * T  # interior snapshots, time-major: index (j - 1) T + t
+    P = min(CALIBRATION_PAIRS, count // 2)
+    idx = torch.randperm(count, generator=gen)[: 2 * P]
+    j, t = idx // T + 1, idx % T
+    x = torch.cat([S[j, t], _velocities_at(model, S, j, t)], -1).detach()
+    return x[:P], x[P:]
+
+
+def _velocities_at(model, S: torch.Tensor, j: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    r"""The model's order-2 velocities at the snapshots ``(j, t)`` of the standardised trajectories ``S`` (m, T, n),
+    the same numbers as along the whole trajectories (to rounding), at a fraction of the cost (at n = 6 with 200
+    trajectories the whole data's velocities were 2/3 of the calibration). Each velocity solves
+    :math:`\partial_v L_{rec}(q_j, \dot q_j) = p_j` by its own Newton iteration (the batch's elements are
+    independent), with :math:`p_j` from :math:`q_{j-1}, q_j` and the starting guess from at most two neighbours
+    on each side (:func:`integrators._stepping.velocity_guess`), so a window of 5 snapshots around each (shifted
+    inside the trajectory at its ends, where the guess is one-sided in the whole trajectory and in the window
+    alike) gives the same inputs. Where the windows hold more snapshots than the data (few trajectories), the whole
+    data's velocities are computed instead."""
+    m, T, _ = S.shape
+    W = min(m, 5)
+    if W * j.numel() >= m * T:
+        return model._velocities_std(S, 2, None)[j, t]
+    start = (j - 2).clamp(0, m - W)
+    window = S[start[None] + torch.arange(W)[:, None], t[None]]  # (W, B, n)
+    v = model._velocities_std(window, 2, None)
+    return v[j - start, torch.arange(j.numel())]
+
+
+def _mean_differences(model, gp, x: torch.Tensor, x_ref: torch.Tensor, order: int) -> torch.Tensor:
+    r"""Posterior mean of :math:`H_{rec}[N](x) - H_{rec}[N](x_{ref})` under ``gp`` (standardised units); the model's own
+    posterior is restored afterwards."""
+    saved = (model.gp, model._recovered, model._jet)
+    model.gp, model._recovered, model._jet = gp, {}, None
+    try:
+        n = model.n
+        H = bea.energy(model._recovered_std(order, jets=False))
+        return (H(x[:, :n], x[:, n:]) - H(x_ref[:, :n], x_ref[:, n:])).detach()
+    finally:
+        model.gp, model._recovered, model._jet = saved
 
 
 def _differences(model, gp, x: torch.Tensor, x_ref: torch.Tensor, order: int) -> Tuple[torch.Tensor, torch.Tensor]:
     r"""Posterior mean and raw variance (``gp.variance_scale`` 1) of :math:`H_{rec}[N](x) - H_{rec}[N](x_{ref})` under
-    ``gp`` (standardised units); the model's own posterior is restored afterwards."""
-    saved, scale = (model.gp, model._recovered, model._jet), gp.variance_scale
-    model.gp, model._recovered, model._jet, gp.variance_scale = gp, {}, None, 1.0
-    try:
-        n = model.n
-        H = bea.energy(model._recovered_std(order, jets=False))
-        mean = (H(x[:, :n], x[:, n:]) - H(x_ref[:, :n], x_ref[:, n:])).detach()
-        G = LinearisedQuantity(model._quantity("energy", order), x, 1, model._jet_order("energy", order))
-        var = posterior_variance(gp, G, Reference(x_ref))[:, 0, 0]
-    finally:
-        (model.gp, model._recovered, model._jet), gp.variance_scale = saved, scale
-    return mean, var
+    ``gp`` alone (standardised units)."""
+    G = LinearisedQuantity(model._quantity("energy", order), x, 1, model._jet_order("energy", order))
+    all_ = torch.arange(gp.train_functionals.count, device="cpu")
+    return _mean_differences(model, gp, x, x_ref, order), _raw_variances([gp], [all_], G, x_ref)[0]
+
+
+def _raw_variances(gps: Sequence, subsets: Sequence[torch.Tensor], G: LinearisedQuantity, x_ref: torch.Tensor) -> List[torch.Tensor]:
+    r"""Raw posterior variances (``variance_scale`` 1), (B,) each, of the scalar jet quantity ``G`` at ``G.x`` minus
+    the same at ``x_ref``, under each posterior of ``gps``: one kernel and one set of hyperparameters, posterior ``j``
+    conditioned on the functionals ``subsets[j]`` of ``gps[0]``'s. The same numbers as
+    :func:`~learners.shadow.uncertainty.posterior_variance` (``Reference(x_ref)``) for each posterior in turn, with its
+    dominant cost shared: the kernel sections at the training atoms (:meth:`SplitLayout.sections`) do not depend on
+    the posterior, only the jet values they are contracted with do, so every posterior's jet values go through one
+    pass over all atoms and each posterior takes its own columns."""
+    base, s2 = _kernel(gps[0])
+    F = gps[0].train_functionals
+    layout = _feature_map(base, G.x.shape[-1], G.p).split()
+    chunk = chunk_rows(layout, G.k)  # the rows posterior_variance takes per pass (same rounding)
+    out: List[List[torch.Tensor]] = [[] for _ in gps]
+    for a in range(0, G.x.shape[0], chunk):
+        x, xr = G.x[a:a + chunk], x_ref[a:a + chunk]
+        priors, J_b, J_r = [], [], []
+        for gp in gps:
+            prior_r, _, Jr, c_r, _ = _jet_and_atoms(gp, G, xr, None, layout, s2, with_sections=False)
+            prior_b, _, Jb, _, _ = _jet_and_atoms(gp, G, x, None, layout, s2, with_sections=False)
+            cross = s2 * layout.apply_to_sections(Jb, x, xr, c_r[:, 0])[:, 0]  # Cov(T_b, T_ref)
+            priors.append(prior_b[:, 0, 0] + prior_r[:, 0, 0] - 2 * cross)
+            J_b.append(Jb)
+            J_r.append(Jr)
+        Kd = s2 * layout.sections(torch.cat(J_b, 1), x, F) - s2 * layout.sections(torch.cat(J_r, 1), xr, F)
+        for j, (gp, idx) in enumerate(zip(gps, subsets)):
+            V = torch.linalg.solve_triangular(gp._chol, Kd[:, j, idx].T, upper=False)
+            prior = priors[j]
+            out[j].append(_floored(gp, (prior - (V * V).sum(0))[:, None, None], prior[:, None, None])[:, 0, 0])
+    return [torch.cat(o) for o in out]
 
 
 def difference_innovations(model, order: int = 2) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
     r"""The innovations :math:`m - m_k` of energy differences between pairs of data states and their raw variances
     :math:`v_k - v` (module docstring), pooled over the folds; None where the data have too few trajectories. Each
-    fold re-conditions a copy of the final GP (same hyperparameters) on the data without its trajectories."""
+    fold re-conditions a copy of the final GP (same hyperparameters) on the data without its trajectories; the
+    variances of all folds share one pass over the training atoms (:func:`_raw_variances`)."""
     final = model.gp
     F_all = final.train_functionals
     groups = fold_groups(model, F_all.count)
@@ -97,17 +162,19 @@ def difference_innovations(model, order: int = 2) -> Optional[Tuple[torch.Tensor
     T = int(groups.max()) + 1
     folds = max(2, min(CALIBRATION_FOLDS, T, FOLD_BUDGET // max(F_all.count, 1)))
     x, x_ref = _pairs(model, torch.Generator().manual_seed(model.seed))
-    mean, var = _differences(model, final, x, x_ref, order)
     rest = torch.arange(groups.numel(), F_all.count, device="cpu")  # the normalisation: always kept
-    d, w = [], []
+    gps, subsets = [final], [torch.arange(F_all.count, device="cpu")]
     for k in range(folds):
         gp = model._make_gp(2 * model.n)
         gp.load_state_dict(final.state_dict())
         for p in gp.parameters():
             p.requires_grad_(False)
+        subsets.append(torch.cat([torch.nonzero(groups % folds != k).flatten(), rest]))
         with torch.no_grad():
-            gp.condition(F_all.subset(torch.cat([torch.nonzero(groups % folds != k).flatten(), rest])))
-        m_k, v_k = _differences(model, gp, x, x_ref, order)
-        d.append(mean - m_k)
-        w.append(v_k - var)
-    return torch.cat(d), torch.cat(w)
+            gp.condition(F_all.subset(subsets[-1]))
+        gps.append(gp)
+    # the jet order is the quantity's (which derivatives of L it reads), probed once under the final posterior
+    G = LinearisedQuantity(model._quantity("energy", order), x, 1, model._jet_order("energy", order))
+    var = _raw_variances(gps, subsets, G, x_ref)
+    mean = [_mean_differences(model, gp, x, x_ref, order) for gp in gps]
+    return torch.cat([mean[0] - m for m in mean[1:]]), torch.cat([v - var[0] for v in var[1:]])

@@ -259,10 +259,24 @@ def _gaussian_section(xb: torch.Tensor, y: torch.Tensor, scales: torch.Tensor, a
     he = _hermite(z, top)
     sign = torch.tensor([(-1) ** a / math.sqrt(math.factorial(a)) for a in range(top + 1)], dtype=z.dtype, device=z.device)
     h = torch.stack(he, -1) * sign * torch.exp(-0.5 * z * z)[..., None]  # (B, P, n, top + 1)
-    out = h[:, :, 0, alphas[:, 0]]
-    for i in range(1, z.shape[-1]):
-        out = out * h[:, :, i, alphas[:, i]]
-    return out
+    return _product_over_inputs(h, alphas)
+
+
+def _product_over_inputs(h: torch.Tensor, alphas: torch.Tensor) -> torch.Tensor:
+    r""":math:`\prod_i h_{..., i, lpha_i}` for the multi-indices ``alphas`` (S, n): (..., S). For n > 2 the inputs are
+    split in two halves, each half's product formed once per distinct half multi-index (e.g. 35 of the 210 at
+    n = 6, order 4), and the two combined by one product per alpha: 2 full-width gathers and 1 product instead of
+    n and n - 1 (the cost of the kernel sections at the training atoms, :meth:`SplitLayout.sections`). n <= 2: the
+    plain product, in the same order as before (identical rounding)."""
+    n = alphas.shape[1]
+    if n <= 2:
+        out = h[..., 0, alphas[:, 0]]
+        for i in range(1, n):
+            out = out * h[..., i, alphas[:, i]]
+        return out
+    k = n // 2
+    (u1, inv1), (u2, inv2) = (torch.unique(a, dim=0, return_inverse=True) for a in (alphas[:, :k], alphas[:, k:]))
+    return _product_over_inputs(h[..., :k, :], u1)[..., inv1] * _product_over_inputs(h[..., k:, :], u2)[..., inv2]
 
 
 def _polynomial_section(xb: torch.Tensor, y: torch.Tensor, scales: torch.Tensor, alphas: torch.Tensor, d: int) -> torch.Tensor:

@@ -416,11 +416,8 @@ def posterior_variance(gp, G: LinearisedQuantity, reference: Optional[Reference]
     F = gp.train_functionals
     D = G.x.shape[-1]
     layout = _feature_map(base, D, G.p).split()
-    B, A = G.x.shape[0], layout.jets.shape[0]
-    if chunk is None:
-        S, Gq, Gv = layout.half.shape[0], layout.fq.exponents.shape[0], layout.fv.exponents.shape[0]
-        table = S * (Gq + Gv) + G.k * (S * S + Gq * Gv + S * Gv)  # tables, jet matrices and coefficients, per state
-        chunk = max(1, min(PASS_ENTRIES // (A + G.k), TABLE_ENTRIES // table))
+    B = G.x.shape[0]
+    chunk = chunk_rows(layout, G.k) if chunk is None else chunk
     out = []
     for a in range(0, B, chunk):
         rows = torch.arange(a, min(a + chunk, B), device=G.x.device)
@@ -428,10 +425,20 @@ def posterior_variance(gp, G: LinearisedQuantity, reference: Optional[Reference]
     return gp.variance_scale * torch.cat(out)
 
 
+def chunk_rows(layout: SplitLayout, k: int) -> int:
+    """States per pass of :func:`posterior_variance` (its memory bounds :data:`PASS_ENTRIES`, :data:`TABLE_ENTRIES`)."""
+    S, Gq, Gv = layout.half.shape[0], layout.fq.exponents.shape[0], layout.fv.exponents.shape[0]
+    table = S * (Gq + Gv) + k * (S * S + Gq * Gv + S * Gv)  # tables, jet matrices and coefficients, per state
+    return max(1, min(PASS_ENTRIES // (layout.jets.shape[0] + k), TABLE_ENTRIES // table))
+
+
 def _jet_and_atoms(gp, G: LinearisedQuantity, x: torch.Tensor, atoms: Optional[Functionals], layout: SplitLayout, s2,
-                   extra: Sequence[_Columns] = ()):
+                   extra: Sequence[_Columns] = (), with_sections: bool = True):
     r"""Prior covariance (B, k, k), cross-covariance with the training functionals (B, k, F), the jet values
-    (B, k, A) and feature coefficients (B, k, M) of the jet part, and the extra columns' blocks."""
+    (B, k, A) and feature coefficients (B, k, M) of the jet part, and the extra columns' blocks. Without
+    ``with_sections`` (jet part only, no ``atoms``) the cross-covariance is None: the caller applies
+    :meth:`~learners.shadow.feature_jets.SplitLayout.sections` to the jet values itself (e.g. several posteriors'
+    at once, :mod:`learners.shadow.difference_calibration`)."""
     F, k = gp.train_functionals, G.k
     scales = torch.cat([layout.fq.scales, layout.fv.scales])
     cols: List[_Columns] = [_Jets(x, scales, G.p)]
@@ -440,9 +447,13 @@ def _jet_and_atoms(gp, G: LinearisedQuantity, x: torch.Tensor, atoms: Optional[F
     cols += list(extra)
     blocks = [None] + _linearise(gp.mean, G.quantity, x, cols, k)  # (no sections column: index 0 unused)
     J = blocks[1]
-    K_T = s2 * layout.sections(J, x, F)  # T_b applied to the training functionals' kernel sections
     c = layout.coefficients(J, x)
     prior = s2 * c @ c.transpose(1, 2)
+    if not with_sections:
+        if atoms is not None:
+            raise BeaValueError("internal: the jet part alone (with_sections=False) is for quantities without atoms")
+        return prior, None, J, c, blocks[2:]
+    K_T = s2 * layout.sections(J, x, F)  # T_b applied to the training functionals' kernel sections
     K = K_T
     if atoms is not None:
         X = blocks[2]  # X[b, o, j] = Cov(T_{b,o}, A_{b,j})
