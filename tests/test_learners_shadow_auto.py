@@ -176,11 +176,10 @@ def test_auto_is_positions_for_n3_and_identifies(anharmonic):
 
 def test_energy_calibration_is_reported_and_used(anharmonic):
     """model.calibration: the DEL, conservation ("energy") and distant-difference ("energy_differences") calibrations
-    with their held-back diagnostics; the scale in use ("energy"'s) is the largest of the three, and the energy std is
-    the DEL one's times sqrt(energy scale / DEL scale). Each fitted scale puts 90% of its own |z| below 1.645, so at
-    the (larger) scale in use each coverage is >= 0.85 (measured at 40 trajectories: conservation 0.975, RMS z 1.22
-    on 40 differences; innovations 0.94, RMS z 0.98 on 300); the order-4 warning (the first omitted term of mod_2 is
-    below the GP's std)."""
+    with their held-back diagnostics. The conservation scale is at least the DEL one; the innovations' scale is the
+    one they ask for (no floor). Each fitted scale puts 90% of its own |z| below 1.645, so each coverage is >= 0.85
+    (measured at 40 trajectories: conservation 0.975, RMS z 1.22 on 40 differences; innovations 0.94, RMS z 0.98 on
+    300); the order-4 warning (the first omitted term of mod_2 is below the GP's std)."""
     _, m = anharmonic
     with pytest.warns(IdentifiabilityWarning, match="H_rec\\[4\\] will be no more accurate"):
         cal = m.calibration
@@ -188,8 +187,39 @@ def test_energy_calibration_is_reported_and_used(anharmonic):
     e, d = cal["energy"], cal["energy_differences"]
     assert e.count >= 10 and 0.85 <= e.coverage <= 1.0 and 0.3 <= e.rms_z <= 3.0, e
     assert d.count == 5 * 60 and 0.85 <= d.coverage <= 1.0 and 0.3 <= d.rms_z <= 1.5, d  # 5 folds x 60 pairs
-    assert e.scale >= max(cal["del"].scale, d.scale) * (1 - 1e-12)
+    assert e.scale >= cal["del"].scale * (1 - 1e-12)
     assert m._variance_factor("energy") == pytest.approx(e.scale / cal["del"].scale, rel=1e-12)
+    assert m._variance_factor("energy_differences") == pytest.approx(d.scale / cal["del"].scale, rel=1e-12)
+
+
+def test_each_quantity_uses_its_own_scale(anharmonic, monkeypatch):
+    """energy(N)(q, v) at given states takes the distant-difference scale, velocities (along positions, through the
+    discrete momenta) the conservation one: quadrupling one scale doubles the GP std of its own quantity exactly and
+    leaves the other's unchanged (learners/shadow/calibration.py: the largest of the scales for everything made the
+    mechanical kernel's energy std too wide)."""
+    from dataclasses import replace
+
+    system, m = anharmonic
+    m.calibration  # run the pending calibration before patching its entries
+    q, v = held_out_states(system, 3)
+    qs = snapshots(system, 0.2, 1, 3, seed=3).transpose(0, 1)  # (4, 1, n), time first
+
+    def stds():
+        _, se = m.energy(2, return_std=True, reference=(q[0], v[0]), truncation=False)(q[1:], v[1:])
+        _, sv = m.velocities(qs, 2, return_std=True, truncation=False)
+        return se, sv[1:-1]
+
+    se, sv = stds()
+    cal = dict(m._calibration)
+    d = cal["energy_differences"]
+    monkeypatch.setitem(m._calibration, "energy_differences", replace(d, scale=4 * d.scale))
+    se4, sv4 = stds()
+    assert torch.allclose(se4, 2 * se, rtol=1e-12, atol=0) and torch.equal(sv4, sv)
+    monkeypatch.setitem(m._calibration, "energy", replace(cal["energy"], scale=4 * cal["energy"].scale))
+    monkeypatch.delitem(m._calibration, "energy_differences")  # without folds energy falls back to the conservation scale
+    se4, sv4 = stds()
+    assert torch.allclose(se4, 2 * se * (cal["energy"].scale / d.scale) ** 0.5, rtol=1e-12, atol=0)
+    assert torch.allclose(sv4, 2 * sv, rtol=1e-12, atol=0)
 
 
 def test_energy_differences_calibrated_at_ci_size(anharmonic):
@@ -240,7 +270,8 @@ def velocity_z(model, system, h, steps=20, seed=5, order=2):
 
     _, (q0, v0) = snapshots(system, h, 1, 1, seed=seed, return_initial=True)
     times = h * torch.arange(steps + 1, dtype=torch.float64)
-    qr, vr = reference_flow(system, q0, v0, times)
+    ref = reference_flow(system, q0, v0, times)
+    qr, vr = ref.q, ref.v
     v, sd = model.velocities(qr, order, return_std=True)
     return ((v - vr) / sd)[1:-1]
 

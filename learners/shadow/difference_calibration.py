@@ -23,7 +23,8 @@ does not enter: both posteriors share it.
 
 The estimate holds where the GP's form is right; where it is not, the measured factor between it and the scale
 that the true differences ask for was 0.3-4 on the systems of issue 23 (benchmarks/RESULTS_calibration.md). The
-model uses the largest of this scale, the conservation one and the DEL one.
+model uses this scale for ``energy`` (states given with their velocities) and the conservation one, at least the DEL
+one, for what is computed along positions (:mod:`learners.shadow.calibration`).
 """
 
 from __future__ import annotations
