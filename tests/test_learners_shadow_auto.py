@@ -179,14 +179,15 @@ def test_energy_calibration_is_reported_and_used(anharmonic):
     with their held-back diagnostics. The conservation scale is at least the DEL one; the innovations' scale is the
     one they ask for (no floor). Each fitted scale puts 90% of its own |z| below 1.645, so each coverage is >= 0.85
     (measured at 40 trajectories: conservation 0.975, RMS z 1.22 on 40 differences; innovations 0.94, RMS z 0.98 on
-    300); the order-4 warning (the first omitted term of mod_2 is below the GP's std)."""
+    296); the order-4 warning (the first omitted term of mod_2 is below the GP's std)."""
     _, m = anharmonic
     with pytest.warns(IdentifiabilityWarning, match="H_rec\\[4\\] will be no more accurate"):
         cal = m.calibration
     assert set(cal) == {"del", "energy", "energy_differences"}
     e, d = cal["energy"], cal["energy_differences"]
     assert e.count >= 10 and 0.85 <= e.coverage <= 1.0 and 0.3 <= e.rms_z <= 3.0, e
-    assert d.count == 5 * 60 and 0.85 <= d.coverage <= 1.0 and 0.3 <= d.rms_z <= 1.5, d  # 5 folds x 60 pairs
+    # 5 folds x 60 pairs, less those within rounding (measured: 4 of 300 left out, scale 2549 against 2548 with all)
+    assert 270 <= d.count <= 5 * 60 and 0.85 <= d.coverage <= 1.0 and 0.3 <= d.rms_z <= 1.5, d
     assert e.scale >= cal["del"].scale * (1 - 1e-12)
     assert m._variance_factor("energy") == pytest.approx(e.scale / cal["del"].scale, rel=1e-12)
     assert m._variance_factor("energy_differences") == pytest.approx(d.scale / cal["del"].scale, rel=1e-12)
@@ -237,8 +238,9 @@ def test_energy_differences_calibrated_at_ci_size(anharmonic):
 def test_innovations_are_those_of_added_data(anharmonic, monkeypatch):
     """The innovations of the distant-difference calibration (2 folds x 20 pairs here, to keep it cheap; the model
     uses 5 x 60): each fold's posterior variance of a difference is above the full posterior's (v_k - v > 0: leaving
-    data out can only widen a GP's posterior, with the same hyperparameters), and the innovations are not all zero
-    (the folds do change the posterior)."""
+    data out can only widen a GP's posterior, with the same hyperparameters) where that difference is above rounding,
+    which it is for most pairs at this size, and the innovations are not all zero (the folds do change the
+    posterior)."""
     from learners.shadow import difference_calibration as D
 
     monkeypatch.setattr(D, "CALIBRATION_FOLDS", 2)
@@ -246,7 +248,9 @@ def test_innovations_are_those_of_added_data(anharmonic, monkeypatch):
     _, m = anharmonic
     d, w = D.difference_innovations(m)
     assert d.shape == w.shape == (40,)
-    assert bool((w > 0).all()), w.min()
+    kept = torch.isfinite(w)  # NaN: v_k - v within rounding, left out
+    assert int(kept.sum()) >= 30, kept  # at this size the variances lie above their rounding floors
+    assert bool((w[kept] > 0).all()), w.min()
     assert float(d.abs().max()) > 0
 
 
