@@ -254,6 +254,33 @@ def test_innovations_are_those_of_added_data(anharmonic, monkeypatch):
     assert float(d.abs().max()) > 0
 
 
+def test_innovations_within_rounding_are_left_out(anharmonic, monkeypatch):
+    """A pair whose v_k - v lies within the rounding floor of the two posterior variances (kappa(R) eps of the prior
+    each) is left out (NaN), never divided by: with the folds' condition estimates raised to 1e40, each fold's
+    variance is its (huge) rounding floor, so v_k - v > 0 for every pair but within rounding; all pairs go, and the
+    distant-difference calibration reports none (energy then falls back to the conservation scale) rather than a
+    scale fitted on rounding (without the guard all 40 would be kept)."""
+    from dataclasses import replace
+
+    from learners.shadow import calibration as C
+    from learners.shadow import difference_calibration as D
+
+    conditioned = D._conditioned
+
+    def ill_conditioned(model, F):
+        gp = conditioned(model, F)
+        gp.info = replace(gp.info, cond_estimate=1e40)
+        return gp
+
+    monkeypatch.setattr(D, "CALIBRATION_FOLDS", 2)
+    monkeypatch.setattr(D, "CALIBRATION_PAIRS", 20)
+    monkeypatch.setattr(D, "_conditioned", ill_conditioned)
+    _, m = anharmonic
+    d, w = D.difference_innovations(m)
+    assert d.shape == w.shape == (40,) and bool(torch.isnan(w).all()), w
+    assert C.difference_calibration(m) is None
+
+
 def test_fold_layout_matches_the_fit(anharmonic):
     """The folds of the distant-difference calibration leave out whole trajectories: the first T (m - 2) n training
     functionals of the final GP are the DEL residuals trajectory by trajectory, the rest the normalisation."""

@@ -32,7 +32,8 @@ error of the momenta and of the velocity solve, which ``energy(N)(q, v)`` at giv
 omitted term and correlated with it at -0.89 (a truncation-shaped error of the momenta that the first omitted term
 of the energy under-states), and ask for a scale of 321, where the innovations ask for 140 and 40 held-out
 differences at known states for 167. Taking the largest scale for every quantity made ``energy``'s std 1.4x too
-wide there (100% within :math:`2\sigma`); with the RBF the two scales agreed (benchmarks/RESULTS_identification.md).
+wide there (100% within :math:`2\sigma`); with the RBF at that size the two agreed to 0.2%
+(benchmarks/RESULTS_identification.md, Session 5).
 
 Each entry of :attr:`InverseModifiedLagrangianGP.calibration` is a :class:`Calibration`: the scale (relative to
 the raw posterior variance), and on the held-back values the RMS z-score, the fraction within :math:`2\sigma`
