@@ -4,9 +4,9 @@ One system of tests/test_learners_shadow_auto.py (its data: seed 0, h = 0.2, 5 s
 otherwise. Prints ``model.calibration``'s scales, the scale that 40 held-out energy differences to a reference state
 (after the best fit of scale) ask for (``scale_for`` on their errors, with the model's GP variance and truncation
 term), and the RMS z and fraction within 2 sigma of those differences (N = 2, 4) and of the velocities along a
-held-out trajectory under two rules, in the same run: the largest of the DEL, conservation and innovations scales for
-every quantity (before) and each quantity on its own scale (now: ``energy`` the innovations', ``velocities`` the
-conservation one, at least DEL). Usage::
+held-out trajectory under two rules, in the same run: the largest of the DEL, conservation and innovations scales
+(this branch's, with the rounding guard) for every quantity (before) and each quantity on its own scale (now:
+``energy`` the innovations', ``velocities`` the conservation one, at least DEL). Usage::
 
     PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/calibration_scales.py --system duffing3 --kernel auto
 """
