@@ -8,8 +8,8 @@ r"""The ``kernel=`` option of the GP Lagrangian models: which kernel, and whethe
   elsewhere (``n <= 2``, the likelihood) the RBF exactly. Not the default: with each quantity on its own calibration
   scale its ``H_rec[2]`` stds are calibrated at CI size and on most systems at full size, but at 120-150 trajectories
   the GP's variances of energy differences sit at the rounding floor of the posterior variance, so the ``H_rec[4]``
-  stds (no truncation term to carry them) come out 3-5x too wide, where the RBF's are calibrated (three coupled
-  Duffing oscillators; benchmarks/RESULTS_identification.md, Session 5);
+  stds (no truncation term to carry them) come out too wide (RMS z 0.18-0.83, 100% within 2 sigma), where the
+  RBF's are calibrated (three coupled Duffing oscillators; benchmarks/RESULTS_identification.md, Session 5);
 * a :class:`~learners.shadow.mechanical.MechanicalKernel` (e.g. ``MechanicalKernel(degree=4)``): a template that
   carries the options; the model builds its own copy for the data's dimension and learns its scales (the
   template is not modified, and a model file records it);
