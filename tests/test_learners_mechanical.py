@@ -191,7 +191,7 @@ def test_energy_std_of_the_mechanical_model_is_exact(pendulum_fits):
     x = torch.cat([q, v], -1)
     G = Functionals(2, 2, {0: AtomSet(x, torch.zeros(2, 0, 2), -torch.ones(2), torch.arange(2)),
                            1: AtomSet(x, torch.cat([torch.zeros(2, 1), v], -1)[:, None, :], torch.ones(2), torch.arange(2))})
-    f = m._variance_factor("energy")  # energies carry their own calibration on top of the DEL one
+    f = m._variance_factor("energy_differences")  # energies carry their own calibration on top of the DEL one
     _, var = m.functional_posterior(G)
     var = var * f
     prior = torch.diagonal(m.gp.kernel.forward(*(2 * [m._standard_functionals(G)]))).detach() * m.gp.variance_scale * f

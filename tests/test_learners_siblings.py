@@ -42,7 +42,7 @@ def test_energy_std_is_the_functional_posterior(lgp):
     x, xr = lgp._standard_state(q, v), lgp._standard_state(qr[None], vr[None])
     _, C = lgp.gp.functional_posterior(Functionals.cat([_energy_functionals(x, 1), _energy_functionals(xr, 1)]),
                                        full_cov=True)
-    u4 = lgp._speed ** 4 * lgp._variance_factor("energy")
+    u4 = lgp._speed ** 4 * lgp._variance_factor("energy_differences")
     mean, std = lgp.energy(2, return_std=True)(q, v)
     assert torch.equal(mean, lgp.energy()(q, v).detach())
     assert torch.allclose(std ** 2, u4 * C.diagonal()[:5], rtol=1e-6, atol=0)

@@ -44,7 +44,7 @@ def test_linear_case_is_the_functional_posterior(henon):
     """H of L_inv itself (order 0) is linear in L: the features/jacobian route must reproduce the GP's
     functional posterior (atoms, FunctionalKernel) to rounding, with and without a reference state. The energy's
     variances carry their own calibration (learners/shadow/calibration.py): the functional posterior's (the DEL
-    calibration) times model._variance_factor("energy")."""
+    calibration) times model._variance_factor("energy_differences") (states given with their velocities)."""
     _, m = henon
     with pytest.warns(IdentifiabilityWarning, match="no more accurate than H_rec"):  # small data: the GP's error dominates
         m.calibration  # the energy calibration runs on first demand
@@ -53,7 +53,7 @@ def test_linear_case_is_the_functional_posterior(henon):
     qr, vr = torch.tensor([0.05, -0.1], dtype=torch.float64), torch.tensor([0.1, 0.2], dtype=torch.float64)
     x, xr = m._standard_state(q, v), m._standard_state(qr[None], vr[None])
     _, C = m.gp.functional_posterior(Functionals.cat([_energy_functionals(x, 2), _energy_functionals(xr, 2)]), full_cov=True)
-    u4 = m._speed ** 4 * m._variance_factor("energy")
+    u4 = m._speed ** 4 * m._variance_factor("energy_differences")
     # the two routes (closed-form tables against kernel blocks) round differently, and differently with the thread
     # count: allow 1e-6 relative plus 1/10 of posterior_variance's rounding floor, kappa(R) eps times the prior
     # (measured with two threads: 1.4e-6 relative, 3e-5 of the floor; differences below: up to 0.024 of it)

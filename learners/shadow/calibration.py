@@ -16,15 +16,24 @@ held-back trajectories, on a quantity as close as possible to the reported one:
   order ``N + 2`` instead costs minutes at ``n = 3``); :math:`s` is chosen so that a fraction
   :data:`TARGET_COVERAGE` of the :math:`|z|` lie below :data:`TARGET_Z` (the Gaussian's 90% point): between the
   95.4% point, which heavy tails (a few held-back orbits leave the data) push far out, and the root mean square,
-  which the same tails dominate. Used for ``energy``, ``energies`` and ``velocities`` (the same linearisation of
-  :math:`\mathrm{mod}_N` through the same prior), at ``N = 2``; the GP part of higher orders uses the same scale.
+  which the same tails dominate; never below the ``"del"`` scale (where the truncation term alone covers the
+  held-back differences, as at large steps, they do not determine the GP's scale). Used for what is computed along
+  positions: ``energies`` and ``velocities`` (both through the discrete momenta), at ``N = 2``; the GP part of
+  higher orders uses the same scale.
 * ``"energy_differences"`` -- differences of :math:`H_{rec}[2]` between distant data states, which conservation
   cannot check (every :math:`f(H)` is conserved): the innovations of their posterior mean over folds of trajectories
-  (:mod:`learners.shadow.difference_calibration`). Its ``scale`` is the one the innovations ask for; its RMS z and
-  coverage are those at the scale in use.
+  (:mod:`learners.shadow.difference_calibration`). Used for ``energy`` (states given with their velocities, with or
+  without ``reference=``); the ``"energy"`` scale where the data have too few trajectories for folds.
 
-``energy``, ``energies`` and ``velocities`` use the largest of the ``"del"``, conservation and distant-difference
-scales, which ``"energy"``'s ``scale`` reports (its RMS z and coverage: the conservation values at that scale).
+Why two scales, not the largest: along positions the energy is :math:`E = v\cdot p - L_{rec}(q, v)` with :math:`p`
+the discrete momentum of :math:`\bar L_{inv}` and :math:`v` solved from it, so a conservation residual carries the
+error of the momenta and of the velocity solve, which ``energy(N)(q, v)`` at given states does not. Measured (issue
+23; anharmonic3, 40 trajectories, mechanical kernel of degree 2): the conservation residuals are 5.4x the first
+omitted term and correlated with it at -0.89 (a truncation-shaped error of the momenta that the first omitted term
+of the energy under-states), and ask for a scale of 321, where the innovations ask for 140 and 40 held-out
+differences at known states for 167. Taking the largest scale for every quantity made ``energy``'s std 1.4x too
+wide there (100% within :math:`2\sigma`); with the RBF at that size the two agreed to 0.2%
+(benchmarks/RESULTS_identification.md, Session 5).
 
 Each entry of :attr:`InverseModifiedLagrangianGP.calibration` is a :class:`Calibration`: the scale (relative to
 the raw posterior variance), and on the held-back values the RMS z-score, the fraction within :math:`2\sigma`
@@ -129,10 +138,12 @@ def energy_calibration(model, qs: torch.Tensor, order: int = 2, floor: float = 0
     return summary(*values, max(scale_for(*values), floor))
 
 
-def difference_calibration(model, floor: float) -> Optional[Tuple[Calibration, float]]:
+def difference_calibration(model, floor: float = 0.0) -> Optional[Tuple[Calibration, float]]:
     r"""The ``"energy_differences"`` calibration (:mod:`learners.shadow.difference_calibration`) of the fitted
-    ``model``: its :class:`Calibration` (``scale``: the one its innovations ask for; RMS z and coverage at the scale
-    in use, the larger of that and ``floor``) and the scale in use; None without enough trajectories."""
+    ``model``: its :class:`Calibration` (``scale``: the one its innovations ask for, at least ``floor``; RMS z and
+    coverage of the innovations at that scale) and that scale; None without enough trajectories. ``energy`` uses it
+    as it is (``floor`` 0): the innovations are of the reported quantity itself, where the ``"del"`` scale is of
+    another one."""
     from .difference_calibration import difference_innovations
 
     values = difference_innovations(model)
@@ -144,20 +155,20 @@ def difference_calibration(model, floor: float) -> Optional[Tuple[Calibration, f
         return None
     d, w = d[ok], w[ok]
     zero = torch.zeros_like(w)
-    fitted = scale_for(d, w, zero)
-    s = max(fitted, floor)
-    return summary(d, w, zero, s, fitted, with_ratio=False), s
+    s = max(scale_for(d, w, zero), floor)
+    return summary(d, w, zero, s, with_ratio=False), s
 
 
 def ensure_energy_calibration(model) -> None:
     r"""Run the energy calibrations of ``model``'s last fit if still pending (on the first std of an energy or
     velocity, or ``model.calibration``): ``"energy"``, conservation along up to :data:`CALIBRATION_TRAJECTORIES` of
     the held-back trajectories under the GP conditioned on the training functionals of the search only (one more
-    solve), and ``"energy_differences"``, the innovations of differences between distant data states over folds of
-    trajectories (:mod:`learners.shadow.difference_calibration`). The scale in use (``"energy"``'s ``scale``) is the
-    largest of theirs and the ``"del"`` one; then the warning of :func:`~learners.shadow.identifiability.check_orders`.
-    The model's own posterior is restored afterwards. On failure (e.g. a kernel without a feature expansion) the
-    reason goes to ``model.history["energy_calibration_error"]`` and the ``"del"`` scale stays in use."""
+    solve), at least the ``"del"`` scale, for ``energies`` and ``velocities``; and ``"energy_differences"``, the
+    innovations of differences between distant data states over folds of trajectories
+    (:mod:`learners.shadow.difference_calibration`), for ``energy``. Then the warning of
+    :func:`~learners.shadow.identifiability.check_orders`. The model's own posterior is restored afterwards. On
+    failure (e.g. a kernel without a feature expansion) the reason goes to ``model.history["energy_calibration_error"]``
+    and the ``"del"`` scale stays in use."""
     from .identifiability import check_orders
 
     pending = getattr(model, "_pending_calibration", None)
@@ -167,17 +178,15 @@ def ensure_energy_calibration(model) -> None:
     floor = model.gp.variance_scale
     try:
         values = _conservation(model, *pending)
-        differences = difference_calibration(model, floor)
+        differences = difference_calibration(model)
     except (RuntimeError, ValueError, ArithmeticError, TypeError) as err:
         model.history["energy_calibration_error"] = repr(err)
         return
-    if values is None:
-        return
-    s = max(scale_for(*values), floor, differences[1] if differences is not None else 0.0)
-    model._calibration["energy"] = summary(*values, s)
     if differences is not None:
         model._calibration["energy_differences"] = differences[0]
-    check_orders(model)
+    if values is not None:
+        model._calibration["energy"] = summary(*values, max(scale_for(*values), floor))
+        check_orders(model)
 
 
 def _conservation(model, F_tr, S: torch.Tensor):

@@ -339,8 +339,8 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         return dict(self._calibration)
 
     def _variance_factor(self, quantity: str) -> float:
-        """What the posterior variances (already times the ``"del"`` scale) are multiplied by for ``quantity``."""
-        cal = self._calibration.get(quantity)
+        """Factor on the posterior variances (already times the DEL scale) for ``quantity``; "energy" for a missing "energy_differences"."""
+        cal = self._calibration.get(quantity, self._calibration.get("energy") if quantity == "energy_differences" else None)
         return 1.0 if cal is None else cal.scale / self.gp.variance_scale
 
     # ------------------------------------------------------------------ hyperparameters after fitting

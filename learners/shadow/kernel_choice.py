@@ -5,8 +5,11 @@ r"""The ``kernel=`` option of the GP Lagrangian models: which kernel, and whethe
 * ``"auto"`` (opt-in): the RBF, except that the ``"positions"`` search, where it also chooses the normalisation
   (:mod:`learners.shadow.position_search`), scores the mechanical kernel of degree 2 with the whole mass matrix
   against it by the same held-out one-step error and keeps the lower (``model.kernel_degree`` records the choice);
-  elsewhere (``n <= 2``, the likelihood) the RBF exactly. Not the default: at CI size (anharmonic3, 40 trajectories)
-  it widened the energy std to 100% within 2 sigma (bound 99%; benchmarks/RESULTS_identification.md);
+  elsewhere (``n <= 2``, the likelihood) the RBF exactly. Not the default: with each quantity on its own calibration
+  scale its ``H_rec[2]`` stds are calibrated at CI size and on most systems at full size, but at 120-150 trajectories
+  the GP's variances of energy differences sit at the rounding floor of the posterior variance, so the ``H_rec[4]``
+  stds (no truncation term to carry them) come out too wide (RMS z 0.18-0.83, 100% within 2 sigma), where the
+  RBF's are calibrated (three coupled Duffing oscillators; benchmarks/RESULTS_identification.md, Session 5);
 * a :class:`~learners.shadow.mechanical.MechanicalKernel` (e.g. ``MechanicalKernel(degree=4)``): a template that
   carries the options; the model builds its own copy for the data's dimension and learns its scales (the
   template is not modified, and a model file records it);

@@ -180,7 +180,7 @@ class LagrangianGP(FunctionalLagrangianModel):
                 return mean.reshape(lead)
             x = self._standard_state(qf, vf)
             R = None if ref is None else Reference(self._standard_state(ref[0], ref[1]).expand_as(x))
-            var = self._speed ** 4 * self._variance_factor("energy") * posterior_variance(self.gp, G_of(x), R)[:, 0, 0]
+            var = self._speed ** 4 * self._variance_factor("energy_differences") * posterior_variance(self.gp, G_of(x), R)[:, 0, 0]
             return mean.reshape(lead), var.clamp_min(0).sqrt().reshape(lead)
 
         return H

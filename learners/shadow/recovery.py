@@ -93,7 +93,9 @@ class RecoveryMixin:
             if ref is not None:
                 mean = mean - H_mean(ref[0][None], ref[1][None]).detach()
                 R = Reference(self._standard_state(ref[0], ref[1]).expand_as(x))
-            var = self._speed ** 4 * self._variance_factor("energy") * posterior_variance(self.gp, G, R)[:, 0, 0].clamp_min(0)
+            # states given with their velocities: the distant-difference scale (learners.shadow.calibration)
+            factor = self._speed ** 4 * self._variance_factor("energy_differences")
+            var = factor * posterior_variance(self.gp, G, R)[:, 0, 0].clamp_min(0)
             if truncation:
                 nxt = self._next_energy(N, qf, vf, ref)
                 var = var + (nxt - mean) ** 2
