@@ -69,6 +69,16 @@ def test_jet_matches_autograd_on_random_atoms(D, K):
         assert float((T[:, j] - ref).abs().max()) <= 1e-11 * max(1.0, float(ref.abs().max())), a
 
 
+def test_jet_of_order_zero_is_the_value():
+    """K = 0 asks for the values only (no first-order seed coefficient exists): they are the expansion's own, to
+    rounding of O(1) coefficients."""
+    ex = _random_expansion(3)
+    X = torch.randn(10, 3, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    T = RBFJet(ex)(X, 0)
+    assert T.shape == (10, 1)
+    assert torch.allclose(T[:, 0], ex(X).detach(), rtol=1e-12, atol=1e-12)
+
+
 def test_jet_rows_do_not_depend_on_the_batch():
     """RBFJet evaluates whole groups of LANES states side by side and the rest one by one, with the same operations:
     a state's derivatives are the same bits wherever it sits in a batch (13 = 8 + 5 states, then each alone)."""

@@ -27,6 +27,8 @@ import math
 from dataclasses import dataclass
 from typing import Dict, List
 
+from bea.errors import InternalError
+
 from ..compiled import NotLowerable
 from .emit import _live, _number
 from .ir import Jet, Program, Val
@@ -36,15 +38,16 @@ __all__ = ["Block", "atom", "shared", "emit_sum", "EXP_SOURCE"]
 
 #: exp without a library call, so that the lane loop vectorises: Cody--Waite reduction x = k ln2 + t,
 #: |t| <= ln2/2, Taylor polynomial to t^13 (truncation < 1e-17 relative), 2^k assembled in the exponent bits;
-#: 0 below -708 (where exp is subnormal). For arguments <= 709 (a Gaussian's are <= 0).
+#: 0 below -708 (near where exp turns subnormal), inf above 709 (exp(709) = 8.2e307; the few values between it and
+#: the overflow at 709.78 come back as inf).
 EXP_SOURCE = "\n".join([
-    "static inline double cg_exp(double x) {",
+    "#include <math.h>", "static inline double cg_exp(double x) {",
     "    const double shifter = 6755399441055744.0; /* 2^52 + 2^51: adding it rounds to an integer */",
-    "    const double xc = x < -708.0 ? -708.0 : x, kd = (xc * 1.4426950408889634 + shifter) - shifter;",
+    "    const double xc = x < -708.0 ? -708.0 : (x > 709.0 ? 709.0 : x), kd = (xc * 1.4426950408889634 + shifter) - shifter;",
     "    const double t = (xc - kd * 6.93147180369123816490e-01) - kd * 1.90821492927058770002e-10;",
     "    double p = 1.0 / 6227020800.0;"] + [f"    p = p * t + {1.0 / math.factorial(k)!r};" for k in range(12, -1, -1)] + [
-    "    union { double d; long long i; } u;", "    u.d = kd + (shifter + 1023.0); /* low bits: k + 1023 */",
-    "    u.i <<= 52;", "    return x < -708.0 ? 0.0 : p * u.d;", "}", ""])
+    "    union { double d; unsigned long long i; } u;", "    u.d = kd + (shifter + 1023.0); /* low bits: k + 1023 */",
+    "    u.i <<= 52;", "    return x < -708.0 ? 0.0 : (x > 709.0 ? INFINITY : p * u.d);", "}", ""])
 
 
 def atom(j: int) -> Val:
@@ -118,7 +121,7 @@ class _Block:
     def _jet(self, op: str, out: Jet, a) -> Dict[int, str]:
         J = self.coef
         if op == "seed":
-            return {0: f"xs[{a[0]}][w]", 1 + a[0]: "1.0"}
+            return {0: f"xs[{a[0]}][w]", **({1 + a[0]: "1.0"} if self.K else {})}  # at K = 0 a value only
         if op in ("addc", "rsubc"):
             x, c = J[id(a[0])], self.val(a[1])
             o = {k: (e if op == "addc" else f"(-{e})") for k, e in x.items() if k}
@@ -184,10 +187,12 @@ def emit_sum(blocks: List[Block], n_shared: int, *, name: str = "atom_sum", lane
     (faster one state at a time)."""
     D, K = blocks[0].prog.D, blocks[0].prog.K
     if any((b.prog.D, b.prog.K) != (D, K) for b in blocks):
-        raise NotLowerable("internal: the blocks of one sum must share D and K")
+        raise InternalError("the blocks of one sum must share D and K")
     M, nb = size(D, K), len(blocks)
     parts = [_Block(blk, b, exp) for b, blk in enumerate(blocks)]
     for p, blk in zip(parts, blocks):
+        if blk.prog.guards:  # a guard hands a state back to the eager path, which a sum over atoms cannot do
+            raise NotLowerable("a guarded program cannot be a term of a sum over atoms")
         p.run(_live(blk.prog, [blk.result]))
     lines = [f"void {name}(const double *X, long N, const double *P, double *T) {{", f"    const double *G = P + {nb}; (void)G;"]
     lines += ["    " + s for p in parts for s in p.sections[ONCE]]

@@ -14,6 +14,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from bea.errors import BeaValueError
+
 __all__ = ["mechanical_blocks", "c_lagrangian_of_mechanical"]
 
 
@@ -34,6 +36,9 @@ def mechanical_blocks(n: int, d: int, K: int):
     ``2n`` scaled variables to degree ``K``, polynomial degree ``d`` in the velocities."""
     from integrators.codegen import Program
     from integrators.codegen.reduce import Block, atom
+
+    if d < 2:  # the kernel's polynomial in v has degree >= 2 (MechanicalKernel refuses less)
+        raise BeaValueError(f"mechanical_blocks needs degree d >= 2, got {d}")
 
     blocks = []
     for m in range(3):
