@@ -26,7 +26,8 @@ CODEGEN_FILES = (
     "integrators/ccompile.py", "integrators/_march_c.py", "integrators/compiled.py",
     "integrators/series_c.py", "integrators/traced.py", "integrators/_trace_aten.py", "integrators/_trace_linalg.py",
     "integrators/codegen/__init__.py", "integrators/codegen/ir.py", "integrators/codegen/runtime.py",
-    "integrators/codegen/emit.py", "integrators/codegen/spaces.py", "learners/modlanet/lowering.py",
+    "integrators/codegen/emit.py", "integrators/codegen/spaces.py", "integrators/codegen/from_sympy.py",
+    "learners/modlanet/lowering.py",
     "learners/shadow/compiled_mean.py", "learners/shadow/rbf_jet.py",
 )
 #: the bound reached, 3,076 lines and a small margin (the issue's target is 1,800: the RBF atoms' C, rbf_jet.py

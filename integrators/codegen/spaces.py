@@ -18,7 +18,7 @@ from collections import Counter
 from typing import Dict, List, Tuple
 
 from .ir import Jet
-from .runtime import monomials
+from .runtime import monomial_index, monomials
 
 __all__ = ["split", "MAX_SIZES"]
 
@@ -53,7 +53,7 @@ def _natural(code: List[tuple], D: int, keep=None) -> Dict[int, Space]:
 def embedding(src: Space, dst: Space, K: int) -> Tuple[int, ...]:
     """For each coefficient of a polynomial in the variables ``src``, its index among those in ``dst``."""
     pos = [dst.index(v) for v in src]
-    index = {m: k for k, m in enumerate(monomials(len(dst), K))}
+    index = monomial_index(len(dst), K)
     out = []
     for m in monomials(len(src), K):
         e = [0] * len(dst)
