@@ -18,9 +18,9 @@ pytestmark = pytest.mark.skipif(find_compiler() is None, reason="no C compiler o
 
 ROOT = Path(__file__).resolve().parent.parent
 
-#: the code-generation source, in one place: generators (the SymPy printer in compiled.py, the tracer and its
-#: rules, the series formula, the RBF atoms), C templates and runtime, the emitter, lowering modules, and the
-#: one compile/ctypes/cache path. Not counted: the model protocol's dispatch (model_protocol.py), which
+#: the code-generation source, in one place: generators (the tracer and its rules, the SymPy front-end, the
+#: series formula, the RBF atoms), C templates and runtime, the emitter, lowering modules, and the one
+#: compile/ctypes/cache path. Not counted: the model protocol's dispatch (model_protocol.py), which
 #: generates nothing. The same roles held 3,842 lines before the IR (issue 28; 3,990 with model_protocol.py).
 CODEGEN_FILES = (
     "integrators/ccompile.py", "integrators/_march_c.py", "integrators/compiled.py",
@@ -30,9 +30,12 @@ CODEGEN_FILES = (
     "learners/modlanet/lowering.py",
     "learners/shadow/compiled_mean.py", "learners/shadow/rbf_jet.py",
 )
-#: the bound reached, 3,076 lines and a small margin (the issue's target is 1,800: the RBF atoms' C, rbf_jet.py
-#: and compiled_mean.py, and the SymPy printer in compiled.py are not ported onto the IR yet)
-CODEGEN_LINES = 3100
+#: the bound reached, 3,128 lines and a small margin (3,076 before SymPy Lagrangians were ported onto the IR:
+#: compiled.py's own printer and SymPy differentiation went, series_c.py's lowering moved into the shared
+#: codegen/from_sympy.py, which added asin/acos/atan2 by composition, integer powers by squaring and pairwise
+#: sums; dead runtime code and repeated helpers went). The issue's target is 1,800: the RBF atoms' C,
+#: rbf_jet.py and compiled_mean.py, are not ported onto the IR yet
+CODEGEN_LINES = 3140
 
 
 def test_code_generation_source_stays_within_its_bound():

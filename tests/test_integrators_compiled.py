@@ -95,7 +95,8 @@ def test_sympy_lowering_covers_the_functions_and_refuses_the_rest():
     expr = ((u**2 + w**2) / 2 - k * sympy.cos(x) * sympy.sin(y) + sympy.exp(x * u) / (1 + y**2) ** 3
             + sympy.sqrt(2 + x**2) - 1 / sympy.sqrt(3 + y**2) + (1 + w**2) ** sympy.Rational(3, 4) + x**5 * w
             + sympy.log(2 + u**2) * sympy.atan(y) + sympy.tanh(x - w) - sympy.sinh(y) * sympy.cosh(u) + sympy.tan(x / 3)
-            + sympy.asin(x / 4) + sympy.acos(y / 5) + sympy.atan2(y + 2, x + 3) + sympy.Abs(u + 3) + sympy.pi * w)
+            + sympy.asin(x / 4) + sympy.acos(y / 5) + sympy.Abs(u + 3) + sympy.pi * w
+            + sympy.atan2(y + 2, x + 3) + sympy.atan2(w - 2, x - 1))  # atan2's two half-angle forms (x > 0, x < 0)
     L = SymbolicLagrangian(expr, [x, y], [u, w], params=[k]).bind(k=1.5)
     stepper = CompiledStepper(L, 0.1, bea.get_scheme("midpoint"), 2)
     states = [[0.3, -0.4, 0.2, 0.7], [-0.6, 0.5, -0.1, -0.3]]

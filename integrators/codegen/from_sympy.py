@@ -4,7 +4,7 @@ One rule per kind of node, after SymPy's common-subexpression elimination (``cse
 is computed once:
 
 * numbers (rationals, :math:`\pi`, ...): literals;
-* sums: a running sum, terms with a negative coefficient subtracted;
+* sums: added pairwise (partial sums in few variables), terms with a negative coefficient subtracted;
 * products: the numerator's factors multiplied, divided once by the product of the factors :math:`b^{-k}`
   (:math:`k` a positive integer);
 * powers :math:`b^e` with :math:`e` a number: integer :math:`e` by repeated squaring (products of jets, no
@@ -13,8 +13,10 @@ is computed once:
 * functions: those of :data:`~integrators.codegen.runtime.FUNCTIONS` by name, and three by composition,
   exact on Taylor polynomials because composition of truncated series is:
   :math:`\arcsin a = \arctan(a/\sqrt{1-a^2})`, :math:`\arccos a = \pi/2 - \arcsin a`,
-  :math:`\operatorname{atan2}(y, x) = 2\arctan\big(y/(\sqrt{x^2+y^2}+x)\big)` (the half-angle form, defined
-  off the cut :math:`x \le 0, y = 0` where atan2 jumps: there the result is NaN and the eager path steps).
+  :math:`\operatorname{atan2}(y, x) = 2\arctan t` with the half-angle tangent :math:`t = y/(r + x)` for
+  :math:`x > 0` and :math:`t = (r - x)/y` otherwise (:math:`r = \sqrt{x^2+y^2}`; each form free of cancellation
+  where it is used; on the cut :math:`x \le 0, y = 0`, where atan2 jumps, the derivatives are not finite and
+  the eager path takes the step).
 
 Anything else (an unknown symbol, a piecewise or unevaluated term) raises
 :class:`~integrators.compiled.NotLowerable`. Used by :mod:`integrators.compiled` (a SymPy Lagrangian, whose
@@ -55,13 +57,9 @@ def _node(prog: Program, names: Dict[Any, Any], e):
             raise NotLowerable(f"the expression has an infinite or undefined number ({e})")
         out = float(e)
     elif e.is_Add:
-        out = 0.0
-        for term in e.args:
-            c, rest = term.as_coeff_Mul()
-            if c.is_negative:
-                out = prog.sub(out, _node(prog, names, -term))
-            else:
-                out = prog.add(out, _node(prog, names, term))
+        negative = [t.as_coeff_Mul()[0].is_negative for t in e.args]
+        out, neg = _sum(prog, [(_node(prog, names, -t if m else t), m) for t, m in zip(e.args, negative)])
+        out = prog.neg(out) if neg else out
     elif e.is_Mul:
         out = _product(prog, names, e)
     elif e.is_Pow:
@@ -74,6 +72,23 @@ def _node(prog: Program, names: Dict[Any, Any], e):
         raise NotLowerable(f"the expression has a term without a C jet form: {type(e).__name__}")
     names[e] = out
     return out
+
+
+def _sum(prog: Program, terms):
+    """``(s, negative)``: the sum of the terms ``(x, negative)`` is ``-s`` if ``negative`` else ``s``, added pairwise.
+    A term's jet lives in the space of its variables (:mod:`integrators.codegen.spaces`); SymPy lists terms in
+    the same variables together, so partial sums of neighbours stay in small spaces (a chain's potential: a
+    running sum would carry every partial sum in all the variables)."""
+    while len(terms) > 1:
+        pairs = [terms[k:k + 2] for k in range(0, len(terms), 2)]
+        terms = [p[0] if len(p) == 1 else _plus(prog, *p[0], *p[1]) for p in pairs]
+    return terms[0]
+
+
+def _plus(prog: Program, a, na: bool, b, nb: bool):
+    if na == nb:
+        return prog.add(a, b), na
+    return (prog.sub(b, a), False) if na else (prog.sub(a, b), False)
 
 
 def _product(prog: Program, names, e):
@@ -119,5 +134,6 @@ def _function(prog: Program, name: str, args: List[Any]):
     if name == "atan2":
         y, x = args
         r = prog.unary("sqrt", prog.add(prog.mul(x, x), prog.mul(y, y)))
-        return prog.mul(2.0, prog.unary("atan", prog.div(y, prog.add(r, x))))
+        half = prog.select(prog.value("gt", x, 0.0), prog.div(y, prog.add(r, x)), prog.div(prog.sub(r, x), y))
+        return prog.mul(2.0, prog.unary("atan", half))
     raise NotLowerable(f"the function {name} has no C form here")
