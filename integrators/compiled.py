@@ -11,8 +11,9 @@ What is compiled, and when (nothing else changes semantics):
   :math:`H` at a state :math:`x = (q, v)`, from
 
   - a :class:`~integrators.symbolic.SymbolicLagrangian` (every :mod:`integrators.systems` system,
-    :func:`lower_lagrangian`): its expression is lowered once (:mod:`integrators.codegen.from_sympy`) to a program on second-order Taylor
-    jets, whose result carries :math:`L, g, H`, and printed by the one emitter of :mod:`integrators.codegen`;
+    :func:`lower_lagrangian`): its expression is lowered once (:mod:`integrators.codegen.from_sympy`) to a
+    program on second-order Taylor jets, whose result carries :math:`L, g, H`, printed by the one emitter of
+    :mod:`integrators.codegen`;
   - any object with a method ``c_lagrangian()`` returning a :class:`CLagrangian` (e.g. the GP
     posterior mean of :mod:`learners`, whose derivatives are closed-form sums over its atoms, a
     ModLaNet, whose torch code is traced (:mod:`integrators.codegen`), and a :mod:`bea` series of a model

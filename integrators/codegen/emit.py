@@ -20,7 +20,7 @@ from typing import Dict, List, Tuple
 
 from ..compiled import NotLowerable
 from .ir import Jet, Program, Val
-from .runtime import FUNCTIONS, header, monomial_index, size
+from .runtime import FUNCTIONS, UNROLL, header, monomial_index, size
 from .spaces import split
 
 __all__ = ["emit_c", "derivs_of_taylor", "MAX_WORK_DOUBLES"]
@@ -98,7 +98,7 @@ def _derivs(D: int, K: int, T: str) -> List[str]:
 
 def derivs_of_taylor(D: int, K: int) -> str:
     """C of ``lag_derivs(x, P, g, H)`` reading the gradient and Hessian off ``lag_taylor`` (degree ``K >= 2``)."""
-    return "\n".join(["static void lag_derivs(const double *x, const double *P, double *g, double *H) {",
+    return "\n".join([*UNROLL, "static void lag_derivs(const double *x, const double *P, double *g, double *H) {",
                       f"    double T[{size(D, K)}];", "    lag_taylor(x, P, T);", *_derivs(D, K, "T"), "}", ""])
 
 

@@ -197,7 +197,9 @@ def _lin_p(S: int, p: str) -> List[str]:
     return [f"typedef double {p}_v4 __attribute__((vector_size(32)));"] + head + body + ["}"]
 
 
-_UNROLL = ["#ifndef BEA_UNROLL", '#define BEA_UNROLL _Pragma("GCC unroll 64")', "#endif"]
+#: defines ``BEA_UNROLL``, the pragma before the loops over coefficients (a source that defines it empty first
+#: keeps them rolled)
+UNROLL = ["#ifndef BEA_UNROLL", '#define BEA_UNROLL _Pragma("GCC unroll 64")', "#endif"]
 
 
 def _unroll(code: str) -> str:
@@ -219,7 +221,7 @@ def header(D: int, K: int, prefix: str = "tp", noinline: bool = False) -> str:
     """Sizes and the ``<prefix>_*`` functions for polynomials in ``D`` variables to degree ``K``. ``noinline``: the
     helpers stay calls (inlined into thousands of straight-line calls they make gcc take minutes)."""
     P = prefix.upper()
-    lines = [f"#define {P}_D {D}", f"#define {P}_K {K}", f"#define {P}_S {size(D, K)}", *_UNROLL]
+    lines = [f"#define {P}_D {D}", f"#define {P}_K {K}", f"#define {P}_S {size(D, K)}", *UNROLL]
     # the loops over coefficients unrolled (not those over a network's terms, _lin_p): inlined into a small
     # program, its jets then stay in registers (a pendulum's lag_derivs 2.5x faster; the order of the
     # operations, and so the numbers, unchanged)
