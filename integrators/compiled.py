@@ -79,8 +79,8 @@ class CLagrangian:
     ``source`` defines ``static void lag_derivs(const double *x, const double *P, double *g, double *H)``
     writing the gradient ``g`` (``2n``) and the row-major Hessian ``H`` (``2n x 2n``) of :math:`L` at
     the state ``x = (q_1..q_n, v_1..v_n)``; ``params`` is the array passed as ``P``. ``cost``: relative
-    cost of one evaluation (1 for a closed formula; the number of terms of a sum), used to size
-    chunks. ``refresh``: optional, returns the current ``params`` (same layout); called before every
+    cost of one evaluation (a lowered program: one unit per 20 jet operations; a sum over atoms: the number
+    of terms), used to size chunks. ``refresh``: optional, returns the current ``params`` (same layout); called before every
     chunk of steps, so a Lagrangian whose numbers change (a network still training) is never stepped
     with stale ones. ``vectorise``: build with the host's vector instructions
     (:data:`integrators.ccompile.VECTOR_FLAGS`; the same operations lane by lane, for sources with long
@@ -103,7 +103,7 @@ def lower_lagrangian(L: Any) -> CLagrangian:
     its expression as a program on second-order jets in ``x = (q, v)`` (the one SymPy lowering,
     :mod:`integrators.codegen.from_sympy`), whose result's gradient and Hessian are ``lag_derivs``. (Which
     form any other Lagrangian gets is :func:`integrators.model_protocol.compiled_form`'s business.)"""
-    from .codegen import Jet, Program, Val, emit_c, lower_sympy
+    from .codegen import Jet, Program, Val, emit_c, lower_terms
     from .symbolic import SymbolicLagrangian
 
     if not isinstance(L, SymbolicLagrangian):
@@ -119,10 +119,11 @@ def lower_lagrangian(L: Any) -> CLagrangian:
     prog = Program(2 * L.n, 2)
     names = {s: prog.seed(i) for i, s in enumerate((*L.q, *L.v))}
     names.update({s: Val(f"P[{j}]") for j, s in enumerate(L.params)})
-    (result,) = lower_sympy(prog, names, [L.expr])
-    if not isinstance(result, Jet):
+    # the sum of L's terms formed at the output: each term's jet stays in the few variables it depends on
+    terms = lower_terms(prog, names, L.expr)
+    if not any(isinstance(j, Jet) for _, j in terms):
         raise NotLowerable("the Lagrangian does not depend on the state")
-    source, ops, _ = emit_c(prog, result)
+    source, ops, _ = emit_c(prog, terms)
     return CLagrangian(n=L.n, source=source, params=values, cost=max(1, ops // 20))
 
 

@@ -11,8 +11,8 @@ Compiling and loading (one ctypes path, one in-process cache) is :mod:`integrato
 """
 
 from .emit import emit_c
-from .from_sympy import lower_sympy
+from .from_sympy import lower_sympy, lower_terms
 from .ir import OPAQUE, Jet, Program, Val
 from .runtime import FUNCTIONS, header, monomials, size
 
-__all__ = ["Program", "Jet", "Val", "OPAQUE", "emit_c", "lower_sympy", "header", "monomials", "size", "FUNCTIONS"]
+__all__ = ["Program", "Jet", "Val", "OPAQUE", "emit_c", "lower_sympy", "lower_terms", "header", "monomials", "size", "FUNCTIONS"]

@@ -4,19 +4,23 @@ One rule per kind of node, after SymPy's common-subexpression elimination (``cse
 is computed once:
 
 * numbers (rationals, :math:`\pi`, ...): literals;
-* sums: added pairwise (partial sums in few variables), terms with a negative coefficient subtracted;
+* sums: added by halves (partial sums in few variables), terms with a negative coefficient subtracted;
 * products: the numerator's factors multiplied, divided once by the product of the factors :math:`b^{-k}`
   (:math:`k` a positive integer);
 * powers :math:`b^e` with :math:`e` a number: integer :math:`e` by repeated squaring (products of jets, no
   ``pow`` call), :math:`e = \pm 1/2` as ``sqrt``/``rsqrt``, other exponents the binomial series of ``pow``;
   an exponent that is a run-time value (a parameter) also takes ``pow``;
-* functions: those of :data:`~integrators.codegen.runtime.FUNCTIONS` by name, and three by composition,
-  exact on Taylor polynomials because composition of truncated series is:
+* powers :math:`b^e` with an exponent that depends on the state: :math:`\exp(e \log b)`;
+* functions: those of :data:`~integrators.codegen.runtime.FUNCTIONS` by name (``erf`` included), and others by
+  composition, exact on Taylor polynomials because composition of truncated series is:
   :math:`\arcsin a = \arctan(a/\sqrt{1-a^2})`, :math:`\arccos a = \pi/2 - \arcsin a`,
-  :math:`\operatorname{atan2}(y, x) = 2\arctan t` with the half-angle tangent :math:`t = y/(r + x)` for
-  :math:`x > 0` and :math:`t = (r - x)/y` otherwise (:math:`r = \sqrt{x^2+y^2}`; each form free of cancellation
-  where it is used; on the cut :math:`x \le 0, y = 0`, where atan2 jumps, the derivatives are not finite and
-  the eager path takes the step).
+  :math:`\operatorname{erfc} = 1 - \operatorname{erf}`, :math:`\operatorname{acot} a = \arctan(1/a)`,
+  :math:`\operatorname{atanh} a = (\log(1+a) - \log(1-a))/2`, :math:`\operatorname{acosh} a = \log(a + \sqrt{a^2-1})`,
+  :math:`\operatorname{asinh} a = \pm\log(|a| + \sqrt{a^2+1})` with the sign of :math:`a` (no cancellation),
+  :math:`\operatorname{atan2}(y, x) = 2\arctan(y/(r + x))` for :math:`x > 0` and
+  :math:`\pm\pi - 2\arctan(y/(r - x))` otherwise, with the sign of :math:`y` (:math:`r = \sqrt{x^2+y^2}`;
+  each form free of cancellation where it is used, and finite with continuous derivatives across the cut
+  :math:`x < 0, y = 0`, where only the value jumps by :math:`2\pi`).
 
 Anything else (an unknown symbol, a piecewise or unevaluated term) raises
 :class:`~integrators.compiled.NotLowerable`. Used by :mod:`integrators.compiled` (a SymPy Lagrangian, whose
@@ -27,26 +31,44 @@ value becomes a second-order jet: gradient and Hessian come with it) and :mod:`i
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Sequence, Tuple
 
 import sympy
 
 from ..compiled import NotLowerable
-from .ir import Program
+from .ir import Jet, Program
 
-__all__ = ["lower_sympy"]
+__all__ = ["lower_sympy", "lower_terms"]
 
 #: SymPy functions with a Taylor rule of the runtime under the same name (Abs: "abs")
-_NAMED = {"sin", "cos", "tan", "sinh", "cosh", "tanh", "exp", "log", "atan", "Abs"}
+_NAMED = {"sin", "cos", "tan", "sinh", "cosh", "tanh", "exp", "log", "atan", "Abs", "erf"}
+#: SymPy functions lowered by composition (:func:`_composed`)
+_COMPOSED = {"asin", "acos", "atan2", "erfc", "asinh", "acosh", "atanh", "acot"}
 
 
 def lower_sympy(prog: Program, names: Dict[Any, Any], exprs: Sequence[sympy.Expr]) -> List[Any]:
     """The IR scalars of ``exprs`` in ``prog``; ``names`` maps the free symbols to scalars (seeded jets for the
-    state, :class:`~integrators.codegen.ir.Val` for run-time numbers) and grows with the subexpressions."""
+    state, :class:`~integrators.codegen.ir.Val` for run-time numbers); it is not modified."""
+    names = dict(names)
     temps, reduced = sympy.cse(list(exprs), symbols=sympy.numbered_symbols("_cse"), optimizations="basic")
     for s, e in temps:
         names[s] = _node(prog, names, e)
     return [_node(prog, names, e) for e in reduced]
+
+
+def lower_terms(prog: Program, names: Dict[Any, Any], expr: sympy.Expr) -> List[Tuple[float, Any]]:
+    """``[(c, scalar)]`` with ``expr = sum c * scalar``: the terms of the sum ``expr`` (after ``cse``) lowered
+    one by one, never added, so that each keeps the small space of its variables (the caller adds their
+    derivatives into the output: :func:`~integrators.codegen.emit.emit_c` with a list of terms)."""
+    names = dict(names)
+    temps, (reduced,) = sympy.cse([expr], symbols=sympy.numbered_symbols("_cse"), optimizations="basic")
+    for s, e in temps:
+        names[s] = _node(prog, names, e)
+    out = []
+    for t in sympy.Add.make_args(reduced):
+        c, rest = t.as_coeff_Mul()
+        out.append((float(c), _node(prog, names, rest)))
+    return out
 
 
 def _node(prog: Program, names: Dict[Any, Any], e):
@@ -57,15 +79,18 @@ def _node(prog: Program, names: Dict[Any, Any], e):
             raise NotLowerable(f"the expression has an infinite or undefined number ({e})")
         out = float(e)
     elif e.is_Add:
-        negative = [t.as_coeff_Mul()[0].is_negative for t in e.args]
-        out, neg = _sum(prog, [(_node(prog, names, -t if m else t), m) for t, m in zip(e.args, negative)])
+        out, neg = _sum(prog, names, [(-t if t.as_coeff_Mul()[0].is_negative else t, t.as_coeff_Mul()[0].is_negative)
+                                      for t in e.args])
         out = prog.neg(out) if neg else out
     elif e.is_Mul:
         out = _product(prog, names, e)
     elif e.is_Pow:
-        out = _power(prog, _node(prog, names, e.base), e.exp, names)
+        out = _power(prog, names, e.base, e.exp)
     elif isinstance(e, sympy.Function):
-        out = _function(prog, type(e).__name__, [_node(prog, names, a) for a in e.args])
+        name = type(e).__name__
+        if name not in _NAMED and name not in _COMPOSED:  # before its arguments (a Piecewise's are no expressions)
+            raise NotLowerable(f"the function {name} has no C form here")
+        out = _function(prog, name, [_node(prog, names, a) for a in e.args])
     elif e.is_Symbol:
         raise NotLowerable(f"the expression has the unexpected symbol {e}")
     else:
@@ -74,18 +99,16 @@ def _node(prog: Program, names: Dict[Any, Any], e):
     return out
 
 
-def _sum(prog: Program, terms):
-    """``(s, negative)``: the sum of the terms ``(x, negative)`` is ``-s`` if ``negative`` else ``s``, added pairwise.
-    A term's jet lives in the space of its variables (:mod:`integrators.codegen.spaces`); SymPy lists terms in
-    the same variables together, so partial sums of neighbours stay in small spaces (a chain's potential: a
-    running sum would carry every partial sum in all the variables)."""
-    while len(terms) > 1:
-        pairs = [terms[k:k + 2] for k in range(0, len(terms), 2)]
-        terms = [p[0] if len(p) == 1 else _plus(prog, *p[0], *p[1]) for p in pairs]
-    return terms[0]
-
-
-def _plus(prog: Program, a, na: bool, b, nb: bool):
+def _sum(prog: Program, names, terms):
+    """``(s, negative)``: the sum of the terms ``(expr, negative)`` is ``-s`` if ``negative`` else ``s``, added by
+    halves, each half lowered only when it is added: at most log2(len) partial sums are live at once, and,
+    as SymPy lists terms in the same variables together, partial sums of neighbours stay in small spaces
+    (:mod:`integrators.codegen.spaces`; a running sum would carry every partial sum in all the variables)."""
+    if len(terms) == 1:
+        return _node(prog, names, terms[0][0]), terms[0][1]
+    half = len(terms) // 2
+    a, na = _sum(prog, names, terms[:half])
+    b, nb = _sum(prog, names, terms[half:])
     if na == nb:
         return prog.add(a, b), na
     return (prog.sub(b, a), False) if na else (prog.sub(a, b), False)
@@ -104,7 +127,8 @@ def _product(prog: Program, names, e):
     return prog.mul(float(c), out)
 
 
-def _power(prog: Program, base, exp, names):
+def _power(prog: Program, names, base_expr, exp):
+    base = _node(prog, names, base_expr)
     if exp.is_Integer:
         k, out, square = abs(int(exp)), 1.0, base
         while k:  # base^|k| by repeated squaring, the bits of |k| lowest first
@@ -120,20 +144,50 @@ def _power(prog: Program, base, exp, names):
         return prog.unary("rsqrt", base)
     if exp.is_Number:
         return prog.pow(base, float(exp))
-    return prog.pow(base, _node(prog, names, exp))
+    e = _node(prog, names, exp)
+    if not isinstance(e, Jet):
+        return prog.pow(base, e)
+    # an exponent that depends on the state: b^e = exp(e log b) (b > 0, where the real power is smooth)
+    log_b = math.log(base) if isinstance(base, float) and base > 0 else prog.unary("log", base)
+    return prog.unary("exp", prog.mul(e, log_b))
 
 
 def _function(prog: Program, name: str, args: List[Any]):
     if name in _NAMED and len(args) == 1:
         return prog.unary("abs" if name == "Abs" else name, args[0])
+    if len(args) == 1:
+        return _composed(prog, name, args[0])
+    if name == "atan2" and len(args) == 2:
+        return _atan2(prog, *args)
+    raise NotLowerable(f"the function {name} with {len(args)} arguments has no C form here")
+
+
+def _composed(prog: Program, name: str, a):
+    """The functions of one argument lowered by composition (exact on Taylor polynomials)."""
     if name == "asin":
-        (a,) = args
         return prog.unary("atan", prog.mul(a, prog.unary("rsqrt", prog.sub(1.0, prog.mul(a, a)))))
     if name == "acos":
-        return prog.sub(math.pi / 2, _function(prog, "asin", args))
-    if name == "atan2":
-        y, x = args
-        r = prog.unary("sqrt", prog.add(prog.mul(x, x), prog.mul(y, y)))
-        half = prog.select(prog.value("gt", x, 0.0), prog.div(y, prog.add(r, x)), prog.div(prog.sub(r, x), y))
-        return prog.mul(2.0, prog.unary("atan", half))
+        return prog.sub(math.pi / 2, _composed(prog, "asin", a))
+    if name == "erfc":
+        return prog.sub(1.0, prog.unary("erf", a))
+    if name == "acot":
+        return prog.unary("atan", prog.div(1.0, a))
+    if name == "atanh":
+        return prog.mul(0.5, prog.sub(prog.unary("log1p", a), prog.unary("log1p", prog.neg(a))))
+    if name == "acosh":
+        return prog.unary("log", prog.add(a, prog.unary("sqrt", prog.sub(prog.mul(a, a), 1.0))))
+    if name == "asinh":  # log(|a| + sqrt(a^2 + 1)) with the sign of a: no cancellation on either side
+        root = prog.unary("sqrt", prog.add(prog.mul(a, a), 1.0))
+        pos, neg = prog.unary("log", prog.add(root, a)), prog.neg(prog.unary("log", prog.sub(root, a)))
+        return prog.select(prog.value("ge", a, 0.0), pos, neg)
     raise NotLowerable(f"the function {name} has no C form here")
+
+
+def _atan2(prog: Program, y, x):
+    r""":math:`2\arctan(y/(r + x))` for :math:`x > 0`, else :math:`\pm\pi - 2\arctan(y/(r - x))` with the sign
+    of :math:`y` (:math:`r - x \ge r`: no cancellation, finite on the cut :math:`x < 0, y = 0`)."""
+    r = prog.unary("sqrt", prog.add(prog.mul(x, x), prog.mul(y, y)))
+    right = prog.mul(2.0, prog.unary("atan", prog.div(y, prog.add(r, x))))
+    turn = prog.select(prog.value("ge", y, 0.0), math.pi, -math.pi)
+    left = prog.sub(turn, prog.mul(2.0, prog.unary("atan", prog.div(y, prog.sub(r, x)))))
+    return prog.select(prog.value("gt", x, 0.0), right, left)

@@ -36,6 +36,7 @@ FUNCTIONS = {
     "exp": "exp(a)", "expm1": "expm1(a)", "log": "log(a)", "log1p": "log1p(a)", "sqrt": "sqrt(a)",
     "rsqrt": "1.0 / sqrt(a)", "reciprocal": "1.0 / a", "sigmoid": "1.0 / (1.0 + exp(-a))", "atan": "atan(a)",
     "abs": "fabs(a)", "relu": "(a > 0.0 ? a : 0.0)", "softplus": "(a > 20.0 ? a : log1p(exp(a)))", "pow": "pow(a, e)",
+    "erf": "erf(a)",
 }
 
 #: ``coef`` bodies (after f[0] = phi(a)); u, w: scratch arrays of K + 1; ``e``: the exponent of pow
@@ -55,6 +56,9 @@ _COEF = {
     "pow": "double b = 1.0; for (k = 1; k <= K; k++) { b *= (e - k + 1) / k; f[k] = b * pow(a, e - k); }",
     "atan": "w[0] = 1.0 / (1.0 + a * a); for (k = 1; k < K; k++) w[k] = -(2.0 * a * w[k - 1] + (k >= 2 ? w[k - 2] : 0.0))"
             " * w[0]; for (k = 1; k <= K; k++) f[k] = w[k - 1] / k;",
+    # erf' = (2/sqrt(pi)) g, g = exp(-a^2), g' = -2 a g: (k + 1) g_{k+1} = -2 (a g_k + g_{k-1})
+    "erf": "u[0] = 1.1283791670955126 * exp(-a * a); for (k = 1; k <= K; k++) { f[k] = u[k - 1] / k;"
+           " u[k] = -2.0 * (a * u[k - 1] + (k >= 2 ? u[k - 2] : 0.0)) / k; }",
     "abs": "if (K >= 1) f[1] = (a > 0.0) - (a < 0.0);",
     "relu": "if (K >= 1) f[1] = a > 0.0 ? 1.0 : 0.0;",
     "softplus": "if (a > 20.0) { if (K >= 1) f[1] = 1.0; } else { u[0] = 1.0 / (1.0 + exp(-a)); ode(u, 0.0, 1.0, -1.0);"

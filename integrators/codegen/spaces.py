@@ -63,14 +63,15 @@ def embedding(src: Space, dst: Space, K: int) -> Tuple[int, ...]:
     return tuple(out)
 
 
-def split(code: List[tuple], result: Jet, D: int, K: int) -> Tuple[List[tuple], Dict[int, Space], Jet]:
-    """``(code, spaces, result)``: the instructions with ``embed`` ones inserted where an input's space is smaller
-    than the instruction's, the space of every jet, and the result in the full space."""
+def split(code: List[tuple], results: List[Jet], D: int, K: int, full: bool = True
+          ) -> Tuple[List[tuple], Dict[int, Space], List[Jet]]:
+    """``(code, spaces, results)``: the instructions with ``embed`` ones inserted where an input's space is smaller
+    than the instruction's, the space of every jet, and the results (embedded in the full space if ``full``)."""
     sizes = Counter(len(sp) for sp in _natural(code, D).values())
     keep = {D} | {s for s, _ in sizes.most_common() if s < D}
     keep = {D} | set(sorted(keep - {D}, key=lambda s: -sizes[s])[:MAX_SIZES if D >= MIN_D else 0])
     spaces = _natural(code, D, keep)
-    fresh = itertools.count(1 + max([ins[1].k for ins in code if isinstance(ins[1], Jet)] + [result.k]))
+    fresh = itertools.count(1 + max([ins[1].k for ins in code if isinstance(ins[1], Jet)] + [r.k for r in results]))
     memo: Dict[Tuple[int, Space], Jet] = {}
     out_code: List[tuple] = []
 
@@ -91,4 +92,4 @@ def split(code: List[tuple], result: Jet, D: int, K: int) -> Tuple[List[tuple], 
         elif isinstance(out, Jet) and op != "gather":
             args = tuple(to(a, spaces[out.k]) for a in args)
         out_code.append((op, out, *args))
-    return out_code, spaces, to(result, tuple(range(D)))
+    return out_code, spaces, [to(r, tuple(range(D))) if full else r for r in results]
