@@ -206,8 +206,9 @@ def emit_c(prog: Program, result, *, taylor: bool = False, prelude: str = "",
         return prefix if d == D else f"{prefix}s{d}"
 
     sizes = sorted({len(sp) for sp in spaces.values()} | ({D} if taylor or result is not None else set()))
-    sig = "double *T" if taylor else "double *g, double *H"
-    lines = [header(d, K, pfx(d), noinline=_noinline(len(code), size(d, K))) for d in sizes]
+    sig = "double *T" if taylor else "double *restrict g, double *restrict H"  # restrict: += into g and H in registers
+    lines = [header(d, K, pfx(d), noinline=_noinline(len(code), size(d, K)),
+                    inline=size(d, K) <= SMALL_S and not _noinline(len(code), size(d, K))) for d in sizes]
     lines += [f"static void lag_{'taylor' if taylor else 'derivs'}(const double *x, const double *P, {sig}) {{",
               *[f"    double W{d}[{max(1, counts.get(d, 0)) * size(d, K)}];" for d in sizes],
               "    int bad = 0;", "    (void)P; (void)bad; (void)x;", prelude]

@@ -57,18 +57,30 @@ def lower_sympy(prog: Program, names: Dict[Any, Any], exprs: Sequence[sympy.Expr
 
 
 def lower_terms(prog: Program, names: Dict[Any, Any], expr: sympy.Expr) -> List[Tuple[float, Any]]:
-    """``[(c, scalar)]`` with ``expr = sum c * scalar``: the terms of the sum ``expr`` (after ``cse``) lowered
-    one by one, never added, so that each keeps the small space of its variables (the caller adds their
-    derivatives into the output: :func:`~integrators.codegen.emit.emit_c` with a list of terms)."""
+    """``[(c, scalar)]`` with ``expr = sum c * scalar``: the terms of the sum ``expr`` (numeric multiples of sums
+    distributed) lowered one by one after one ``cse`` over all of them, never added, so that each keeps the
+    small space of its variables (the caller adds their derivatives into the output:
+    :func:`~integrators.codegen.emit.emit_c` with a list of terms)."""
     names = dict(names)
-    temps, (reduced,) = sympy.cse([expr], symbols=sympy.numbered_symbols("_cse"), optimizations="basic")
+    coefs, parts = zip(*_terms(expr, 1.0))
+    temps, reduced = sympy.cse(list(parts), symbols=sympy.numbered_symbols("_cse"), optimizations="basic")
     for s, e in temps:
         names[s] = _node(prog, names, e)
     out = []
-    for t in sympy.Add.make_args(reduced):
-        c, rest = t.as_coeff_Mul()
-        out.append((float(c), _node(prog, names, rest)))
+    for c, e in zip(coefs, reduced):
+        k, rest = e.as_coeff_Mul()
+        out.append((c * float(k), _node(prog, names, rest)))
     return out
+
+
+def _terms(expr: sympy.Expr, c: float) -> List[Tuple[float, sympy.Expr]]:
+    """``[(c_k, e_k)]`` with ``c expr = sum c_k e_k``, each ``e_k`` no sum and no numeric multiple of one."""
+    if expr.is_Add:
+        return [t for a in expr.args for t in _terms(a, c)]
+    k, rest = expr.as_coeff_Mul()
+    if k != 1 and rest.is_Add:
+        return _terms(rest, c * float(k))
+    return [(c, expr)]
 
 
 def _node(prog: Program, names: Dict[Any, Any], e):

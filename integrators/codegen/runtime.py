@@ -221,9 +221,11 @@ def _coef(p: str) -> List[str]:
     return lines + ["    }", "}"]
 
 
-def header(D: int, K: int, prefix: str = "tp", noinline: bool = False) -> str:
+def header(D: int, K: int, prefix: str = "tp", noinline: bool = False, inline: bool = False) -> str:
     """Sizes and the ``<prefix>_*`` functions for polynomials in ``D`` variables to degree ``K``. ``noinline``: the
-    helpers stay calls (inlined into thousands of straight-line calls they make gcc take minutes)."""
+    helpers stay calls (inlined into thousands of straight-line calls they make gcc take minutes); ``inline``:
+    they are always inlined (gcc's own limits leave calls of small polynomials' products in a program of a
+    few hundred of them, whose jets then go through memory)."""
     P = prefix.upper()
     lines = [f"#define {P}_D {D}", f"#define {P}_K {K}", f"#define {P}_S {size(D, K)}", *UNROLL]
     # the loops over coefficients unrolled (not those over a network's terms, _lin_p): inlined into a small
@@ -232,4 +234,6 @@ def header(D: int, K: int, prefix: str = "tp", noinline: bool = False) -> str:
     lines += [_unroll(x) for x in _unrolled(D, K, prefix)] + _lin_p(size(D, K), prefix)
     text = "\n".join(lines) + _unroll(_HELPERS.replace("p_", prefix + "_").replace("P_", P + "_") + "\n".join(_coef(prefix)))
     text += "\n"
-    return text.replace("static void", "static __attribute__((noinline)) void") if noinline else text
+    if noinline or inline:
+        return text.replace("static void", f"static __attribute__(({'noinline' if noinline else 'always_inline'})) inline void")
+    return text
