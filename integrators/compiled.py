@@ -12,7 +12,8 @@ What is compiled, and when (nothing else changes semantics):
 
   - a :class:`~integrators.symbolic.SymbolicLagrangian` (every :mod:`integrators.systems` system,
     :func:`lower_lagrangian`): its expression is lowered once (:mod:`integrators.codegen.from_sympy`) to a
-    program on second-order Taylor jets, whose result carries :math:`L, g, H`, printed by the one emitter of
+    program on second-order Taylor jets, one per term of :math:`L` (each in the few variables it depends
+    on), whose gradients and Hessians are added into :math:`g, H`, printed by the one emitter of
     :mod:`integrators.codegen`;
   - any object with a method ``c_lagrangian()`` returning a :class:`CLagrangian` (e.g. the GP
     posterior mean of :mod:`learners`, whose derivatives are closed-form sums over its atoms, a

@@ -30,12 +30,14 @@ CODEGEN_FILES = (
     "learners/modlanet/lowering.py",
     "learners/shadow/compiled_mean.py", "learners/shadow/rbf_jet.py",
 )
-#: the bound reached, 3,134 lines and a small margin (3,076 before SymPy Lagrangians were ported onto the IR:
+#: the bound reached, 3,302 lines and a small margin (3,076 before SymPy Lagrangians were ported onto the IR:
 #: compiled.py's own printer and SymPy differentiation went, series_c.py's lowering moved into the shared
-#: codegen/from_sympy.py, which added asin/acos/atan2 by composition, integer powers by squaring and pairwise
-#: sums; dead runtime code and repeated helpers went). The issue's target is 1,800: the RBF atoms' C,
+#: codegen/from_sympy.py, which added asin/acos/atan2 by composition, integer powers by squaring and sums by
+#: halves; dead runtime code and repeated helpers went: 3,134. Then +168 to match the old printer's reach and
+#: speed: a Lagrangian's terms added into g and H at the output with slot pools per space size, erf and the
+#: inverse hyperbolic functions, state-dependent exponents). The issue's target is 1,800: the RBF atoms' C,
 #: rbf_jet.py and compiled_mean.py, are not ported onto the IR yet
-CODEGEN_LINES = 3140
+CODEGEN_LINES = 3310
 
 
 def test_code_generation_source_stays_within_its_bound():

@@ -1,13 +1,17 @@
 r"""The one C emitter of the code generator: a program of :mod:`integrators.codegen.ir` as C.
 
-Only instructions that reach the result or a guard are kept. Jets live in a work array of slots of
-``S = binom(D + K, K)`` doubles; a slot is reused once the last instruction reading it has run (an
-instruction's output never shares a slot with its inputs, so the runtime need not handle aliasing). Every
-instruction is one call of the runtime (:mod:`integrators.codegen.runtime`, prefix ``jt``), included in
-the source. The printed function is either
+Only instructions that reach the result or a guard are kept, each seed moved to just before its first reader.
+Each jet lives in the smallest space of its variables (:mod:`integrators.codegen.spaces`), in a work array
+``W<d>`` of slots of ``binom(d + K, K)`` doubles, one array per space size ``d``; a slot is reused once the
+last instruction reading it has run (an instruction's output never shares a slot with its inputs, so the
+runtime need not handle aliasing). Every instruction is one call of the runtime
+(:mod:`integrators.codegen.runtime`, prefix ``jt``), included in the source. The printed function is either
 
 * ``lag_derivs(x, P, g, H)`` of :class:`~integrators.compiled.CLagrangian` (``K >= 2``): the gradient and
-  the Hessian, :math:`\partial_i\partial_j f = (1 + \delta_{ij})\,c_{e_i + e_j}`; or
+  the Hessian, :math:`\partial_i\partial_j f = (1 + \delta_{ij})\,c_{e_i + e_j}`, of one jet, or of a sum
+  :math:`\sum_k c_k f_k` whose terms are never added as jets: each term's gradient and Hessian are added
+  into ``g`` and ``H`` right after it is computed (a SymPy Lagrangian's terms stay in the few variables
+  each depends on, and the Hessian's sparsity costs nothing); or
 * ``lag_taylor(x, P, T)`` of :class:`~integrators.series_c.CTaylor`: all coefficients.
 
 A failed guard sets ``g[0]`` (``T[0]``) to NaN, which makes the compiled march hand that step to the eager path.
