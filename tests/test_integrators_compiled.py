@@ -252,3 +252,15 @@ def test_scheme_points_are_found_or_refused():
     nonaffine = bea.CustomScheme(lambda L, a, b, h: h * L(a * b, (b - a) / h), "product")
     with pytest.raises(NotLowerable, match="not affine"):
         scheme_points(0.1, nonaffine, 1)
+
+
+def test_sympy_terms_stay_in_their_small_spaces():
+    """Why a chain's or an N-body sum's derivatives cost what the printed SymPy derivatives cost
+    (benchmarks/sympy_derivs.py): no jet of the emitted program lives in all 2n variables (each term's gradient
+    and Hessian are added into g and H at the output), and the small polynomials' runtime is always inlined."""
+    from integrators.compiled import lower_lagrangian
+
+    for L in (systems.fpu_chain(8), systems.coupled_oscillators(16), systems.n_body((1,) * 5)):
+        body = lower_lagrangian(L).source.split("static void lag_derivs")[1]
+        assert "jt_" not in body and "jts1_" in body and "jts2_" in body  # only the small spaces' runtime
+        assert "noinline" not in lower_lagrangian(L).source and "always_inline" in lower_lagrangian(L).source
