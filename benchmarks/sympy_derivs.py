@@ -6,7 +6,7 @@ Prints CPU nanoseconds per evaluation (process time, best of ``--repeat``; the 2
 makes wall-clock ratios swing) and the ratio new/old, and checks the two agree to 1e-12 (relative to the
 entries' scale) at random states of each system's domain.
 
-    python3 benchmarks/sympy_derivs.py [--repeat 5]
+    python3 benchmarks/sympy_derivs.py [--repeat 5] [--trajectories]
 """
 
 from __future__ import annotations
@@ -81,16 +81,44 @@ def measure(L, repeat: int, m: int = 128, calls: int = 200):
     return best["old"], best["new"], diff / scale
 
 
+class _Printed:
+    """``L`` whose compiled form is the printed reference (its eager path is ``L``'s own)."""
+
+    def __init__(self, L):
+        self.L = L
+
+    def __call__(self, q, v):
+        return self.L(q, v)
+
+    def compiled_form(self, n):
+        from integrators.compiled import CLagrangian
+
+        return CLagrangian(n=n, source=printed_source(self.L), params=np.array(self.L._param_values() or (0.0,)))
+
+
+def trajectory_difference(L, steps: int = 1000, h: float = 0.02) -> float:
+    """Largest difference of two compiled trajectories (old and new derivatives) from random states of the domain."""
+    import torch
+
+    lo, hi = (torch.tensor([d[k] for d in L.domain], dtype=torch.float64) for k in (0, 1))
+    x = lo + (hi - lo) * torch.rand(2, 2 * L.n, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    q = [integrators.VariationalIntegrator(lag, h, execution="compiled").solve(
+        x[:, :L.n], x[:, L.n:], steps, on_failure="mask").q for lag in (_Printed(L), L)]
+    return float((q[0] - q[1]).abs().nan_to_num(0.0).max())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--systems", nargs="*", default=list(SYSTEMS))
+    ap.add_argument("--trajectories", action="store_true", help="also compare 1,000 compiled steps (h = 0.02)")
     args = ap.parse_args()
-    print("| System | old ns | new ns | new/old | max rel. diff |")
-    print("|---|---:|---:|---:|---:|")
+    print("| System | old ns | new ns | new/old | max rel. diff |" + (" trajectories |" if args.trajectories else ""))
+    print("|---|---:|---:|---:|---:|" + ("---:|" if args.trajectories else ""))
     for name in args.systems:
         old, new, diff = measure(SYSTEMS[name](), args.repeat)
-        print(f"| {name} | {old:,.0f} | {new:,.0f} | {new / old:.2f} | {diff:.1e} |", flush=True)
+        row = f"| {name} | {old:,.0f} | {new:,.0f} | {new / old:.2f} | {diff:.1e} |"
+        print(row + (f" {trajectory_difference(SYSTEMS[name]()):.1e} |" if args.trajectories else ""), flush=True)
 
 
 if __name__ == "__main__":
