@@ -20,6 +20,7 @@ A failed guard sets ``g[0]`` (``T[0]``) to NaN, which makes the compiled march h
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import Dict, List, Tuple
 
 from ..compiled import NotLowerable
@@ -33,10 +34,10 @@ __all__ = ["emit_c", "derivs_of_taylor", "MAX_WORK_DOUBLES"]
 MAX_WORK_DOUBLES = 1 << 16
 #: the C name prefix of the emitted jets' runtime (a model's own Taylor form may use "tp" in the same file)
 PREFIX = "jt"
-#: programs of at most this many instructions get the runtime inlined (see _noinline)
+#: programs of at most this many instructions get the runtime inlined (see _inlining)
 INLINE_MAX = 100
-#: ... and at most this many when the polynomials have at most SMALL_S coefficients
-INLINE_MAX_SMALL, SMALL_S = 2000, 28
+#: the runtime of one size is always inlined when its instructions times its coefficients are at most this
+INLINE_BUDGET = 2000
 _FN = {name: k for k, name in enumerate(FUNCTIONS)}
 
 
@@ -211,8 +212,8 @@ def emit_c(prog: Program, result, *, taylor: bool = False, prelude: str = "",
 
     sizes = sorted({len(sp) for sp in spaces.values()} | ({D} if taylor or result is not None else set()))
     sig = "double *T" if taylor else "double *restrict g, double *restrict H"  # restrict: += into g and H in registers
-    lines = [header(d, K, pfx(d), noinline=_noinline(len(code), size(d, K)),
-                    inline=size(d, K) <= SMALL_S and not _noinline(len(code), size(d, K))) for d in sizes]
+    per_size = Counter(len(spaces[ins[1].k]) for ins in code if isinstance(ins[1], Jet))
+    lines = [header(d, K, pfx(d), **_inlining(len(code), per_size[d], size(d, K))) for d in sizes]
     lines += [f"static void lag_{'taylor' if taylor else 'derivs'}(const double *x, const double *P, {sig}) {{",
               *[f"    double W{d}[{max(1, counts.get(d, 0)) * size(d, K)}];" for d in sizes],
               "    int bad = 0;", "    (void)P; (void)bad; (void)x;", prelude]
@@ -235,12 +236,15 @@ def emit_c(prog: Program, result, *, taylor: bool = False, prelude: str = "",
     return "\n".join(lines + ["}", ""]), ops, tables
 
 
-def _noinline(instructions: int, S: int) -> bool:
-    """Whether the runtime of polynomials of ``S`` coefficients stays calls: in large programs inlining it into
-    thousands of calls makes gcc take minutes; in small ones (a SymPy system's) inlined, with its unrolled
-    loops, the jets stay in registers (3x faster). Small polynomials (a term in few variables) are inlined
-    in larger programs too."""
-    return instructions > (INLINE_MAX_SMALL if S <= SMALL_S else INLINE_MAX)
+def _inlining(instructions: int, of_size: int, S: int) -> dict:
+    """How the runtime of polynomials of ``S`` coefficients, used by ``of_size`` of the ``instructions``, is
+    compiled: always inlined when ``of_size * S`` is small (gcc's own limits leave calls of small products in a
+    program of a few hundred of them, whose jets then go through memory: 1.4x slower), else inlined by gcc's
+    choice in a small program and kept calls in a large one (inlined into thousands of calls, large
+    polynomials' unrolled operations make gcc take minutes)."""
+    if of_size * S <= INLINE_BUDGET:
+        return {"inline": True}
+    return {"noinline": instructions > INLINE_MAX}
 
 
 def _statement(ins: tuple, arg, val, p: str, slot) -> str:

@@ -234,6 +234,6 @@ def header(D: int, K: int, prefix: str = "tp", noinline: bool = False, inline: b
     lines += [_unroll(x) for x in _unrolled(D, K, prefix)] + _lin_p(size(D, K), prefix)
     text = "\n".join(lines) + _unroll(_HELPERS.replace("p_", prefix + "_").replace("P_", P + "_") + "\n".join(_coef(prefix)))
     text += "\n"
-    if noinline or inline:
-        return text.replace("static void", f"static __attribute__(({'noinline' if noinline else 'always_inline'})) inline void")
-    return text
+    if noinline:
+        return text.replace("static void", "static __attribute__((noinline)) void")
+    return text.replace("static void", "static inline __attribute__((always_inline)) void") if inline else text
