@@ -213,7 +213,7 @@ def emit_c(prog: Program, result, *, taylor: bool = False, prelude: str = "",
     sizes = sorted({len(sp) for sp in spaces.values()} | ({D} if taylor or result is not None else set()))
     sig = "double *T" if taylor else "double *restrict g, double *restrict H"  # restrict: += into g and H in registers
     per_size = Counter(len(spaces[ins[1].k]) for ins in code if isinstance(ins[1], Jet))
-    lines = [header(d, K, pfx(d), **_inlining(len(code), per_size[d], size(d, K))) for d in sizes]
+    lines = [header(d, K, pfx(d), **_inlining(len(code), per_size[d], size(d, K), result is None)) for d in sizes]
     lines += [f"static void lag_{'taylor' if taylor else 'derivs'}(const double *x, const double *P, {sig}) {{",
               *[f"    double W{d}[{max(1, counts.get(d, 0)) * size(d, K)}];" for d in sizes],
               "    int bad = 0;", "    (void)P; (void)bad; (void)x;", prelude]
@@ -236,13 +236,14 @@ def emit_c(prog: Program, result, *, taylor: bool = False, prelude: str = "",
     return "\n".join(lines + ["}", ""]), ops, tables
 
 
-def _inlining(instructions: int, of_size: int, S: int) -> dict:
+def _inlining(instructions: int, of_size: int, S: int, terms: bool) -> dict:
     """How the runtime of polynomials of ``S`` coefficients, used by ``of_size`` of the ``instructions``, is
-    compiled: always inlined when ``of_size * S`` is small (gcc's own limits leave calls of small products in a
+    compiled: in a sum of terms (a SymPy Lagrangian's, ``terms``) always inlined when ``of_size * S`` is small (gcc's own limits leave calls of small products in a
     program of a few hundred of them, whose jets then go through memory: 1.4x slower), else inlined by gcc's
     choice in a small program and kept calls in a large one (inlined into thousands of calls, large
-    polynomials' unrolled operations make gcc take minutes)."""
-    if of_size * S <= INLINE_BUDGET:
+    polynomials' unrolled operations make gcc take minutes). Other programs keep gcc's choice (a traced
+    model's Taylor form, always inlined, took 3x longer to compile)."""
+    if terms and of_size * S <= INLINE_BUDGET:
         return {"inline": True}
     return {"noinline": instructions > INLINE_MAX}
 
