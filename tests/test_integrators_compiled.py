@@ -264,3 +264,14 @@ def test_sympy_terms_stay_in_their_small_spaces():
         body = lower_lagrangian(L).source.split("static void lag_derivs")[1]
         assert "jt_" not in body and "jts1_" in body and "jts2_" in body  # only the small spaces' runtime
         assert "noinline" not in lower_lagrangian(L).source and "always_inline" in lower_lagrangian(L).source
+
+
+def test_a_term_in_many_variables_is_added_by_a_loop():
+    """A term in more than SCATTER_UNROLL variables (here all 10) is added into g and H by the table loop:
+    SymPy's derivatives to 1e-12, beside terms in one variable (straight-line)."""
+    from integrators.codegen.emit import SCATTER_UNROLL
+
+    X = sympy.symbols("q0:5 v0:5", real=True)
+    assert len(X) > SCATTER_UNROLL
+    expr = sum(X[5:]) * sympy.sin(sum(X[:5])) + sum(v**2 for v in X[5:]) / 2 - sum(q**4 for q in X[:5]) / 4
+    _sympy_derivatives_agree(expr, X, [[0.1 * k - 0.3 for k in range(10)], [0.05 * (-1) ** k for k in range(10)]])
