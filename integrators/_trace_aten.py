@@ -12,6 +12,7 @@ whose tensor arguments are all literals never reach a rule (their real result is
 
 from __future__ import annotations
 
+import functools
 import itertools
 from typing import Callable, Dict
 
@@ -120,13 +121,9 @@ def _slice(p, args, kw, out):
 
 
 @_rule("aten.select_backward.default")
-def _select_backward(p, args, kw, out):
+def _select_backward(p, args, kw, out):  # the gradient written into zeros of the input's shape
     grad, sizes, dim, index = args[:4]
-    res = _zeros(sizes)
-    idx = [slice(None)] * len(sizes)
-    idx[_dim(dim, len(sizes))] = index
-    res[tuple(idx)] = grad
-    return res
+    return _select_scatter(p, [_zeros(sizes), grad, dim, index], kw, out)
 
 
 @_rule("aten.slice_backward.default")
@@ -213,7 +210,7 @@ RULES["aten.pow.Tensor_Scalar"] = RULES["aten.pow.Tensor_Tensor"] = lambda p, a,
 RULES["aten.pow.Scalar"] = lambda p, a, kw, out: _map(p.pow, a[0], a[1])
 RULES["aten.neg.default"] = lambda p, a, kw, out: _map(p.neg, a[0])
 RULES["aten.square.default"] = lambda p, a, kw, out: _map(lambda x: p.mul(x, x), a[0])
-for _n in (f for f in FUNCTIONS if f != "pow"):
+for _n in (f for f in FUNCTIONS if f not in ("pow", "erf")):  # erf: the SymPy front-end's only (untested traced)
     RULES[f"aten.{_n}.default"] = (lambda name: lambda p, a, kw, out: _map(lambda x: p.unary(name, x), a[0]))(_n)
 for _n in ("lt", "le", "gt", "ge", "eq", "ne"):
     RULES[f"aten.{_n}.Tensor"] = RULES[f"aten.{_n}.Scalar"] = (
@@ -285,37 +282,30 @@ def _sum_all(p: Program, items):
     return acc
 
 
-def _reduce(p, a: np.ndarray, dims, keepdim: bool, fn) -> np.ndarray:
-    dims = tuple(range(a.ndim)) if dims is None or len(dims) == 0 else tuple(sorted(_dim(d, a.ndim) for d in dims))
+def _reduce(a: np.ndarray, dims, shape, fn) -> np.ndarray:
+    """``fn`` (a list of scalars -> a scalar) over the dimensions ``dims`` of ``a`` (an int, a list, or none: all),
+    shaped as ``shape``, the traced result's (so with or without ``keepdim``)."""
+    dims = [dims] if isinstance(dims, int) else dims
+    dims = tuple(range(a.ndim)) if not dims else tuple(sorted(_dim(d, a.ndim) for d in dims))
     moved = np.moveaxis(a, dims, tuple(range(a.ndim - len(dims), a.ndim)))
     keep = moved.shape[:a.ndim - len(dims)]
     flat = moved.reshape(keep + (-1,))
     res = np.empty(keep, dtype=object)
     for idx in itertools.product(*[range(s) for s in keep]):
         res[idx] = fn(list(flat[idx]))
-    if keepdim:
-        res = res.reshape(tuple(1 if d in dims else s for d, s in enumerate(a.shape)))
-    return res
+    return res.reshape(tuple(shape))
 
 
 @_rule("aten.sum.default", "aten.sum.dim_IntList", "aten.mean.default", "aten.mean.dim")
 def _sum(p, args, kw, out):
     dims = args[1] if len(args) > 1 else kw.get("dim")
-    keepdim = args[2] if len(args) > 2 else kw.get("keepdim", False)
     mean = "mean" in str(kw.get("_op", ""))
-    res = _reduce(p, args[0], dims, keepdim, lambda xs: _sum_all(p, xs) if not mean else p.div(_sum_all(p, xs), float(len(xs))))
-    return res.reshape(tuple(out.shape))
+    return _reduce(args[0], dims, out.shape, lambda xs: p.div(_sum_all(p, xs), float(len(xs))) if mean else _sum_all(p, xs))
 
 
 def _fold(p: Program, op: str):
-    return lambda xs: _reduce_chain(p, op, xs)
-
-
-def _reduce_chain(p: Program, op: str, xs):
-    acc = xs[0]
-    for x in xs[1:]:
-        acc = _value_or_select(p, op, acc, x)
-    return acc
+    """The reduction of a list by the binary ``op`` (max, min, and, or), left to right."""
+    return lambda xs: functools.reduce(lambda acc, x: _value_or_select(p, op, acc, x), xs)
 
 
 @_rule("aten.amax.default", "aten.amin.default", "aten.any.default", "aten.any.dim", "aten.all.default",
@@ -323,10 +313,7 @@ def _reduce_chain(p: Program, op: str, xs):
 def _amax(p, args, kw, out):
     name = kw["_op"].split(".")[1]
     op = {"amax": "max", "amin": "min", "any": "or", "all": "and"}[name]
-    dims = args[1] if len(args) > 1 else None
-    dims = [dims] if isinstance(dims, int) else dims
-    keepdim = args[2] if len(args) > 2 else False
-    return _reduce(p, args[0], dims, keepdim, _fold(p, op)).reshape(tuple(out.shape))
+    return _reduce(args[0], args[1] if len(args) > 1 else None, out.shape, _fold(p, op))
 
 
 def _matmul(p: Program, A: np.ndarray, B: np.ndarray) -> np.ndarray:
@@ -356,17 +343,13 @@ def _vector_norm(p, args, kw, out):
     """The 2-norm :math:`\\sqrt{\\sum x^2}` and the 1-norm :math:`\\sum |x|` (others are not lowered)."""
     order = float(args[1]) if len(args) > 1 else float(kw.get("ord", 2))
     dims = args[2] if len(args) > 2 else kw.get("dim")
-    dims = [dims] if isinstance(dims, int) else dims
-    keepdim = args[3] if len(args) > 3 else kw.get("keepdim", False)
     if order == 2.0:
-        res = _reduce(p, args[0], dims, keepdim, lambda xs: p.unary("sqrt", _sum_all(p, [p.mul(x, x) for x in xs])))
-    elif order == 1.0:
-        res = _reduce(p, args[0], dims, keepdim, lambda xs: _sum_all(p, [p.unary("abs", x) for x in xs]))
-    else:
-        from .compiled import NotLowerable
+        return _reduce(args[0], dims, out.shape, lambda xs: p.unary("sqrt", _sum_all(p, [p.mul(x, x) for x in xs])))
+    if order == 1.0:
+        return _reduce(args[0], dims, out.shape, lambda xs: _sum_all(p, [p.unary("abs", x) for x in xs]))
+    from .compiled import NotLowerable
 
-        raise NotLowerable(f"the vector norm of order {order:g} has no compiled form (orders 1 and 2 have)")
-    return res.reshape(tuple(out.shape))
+    raise NotLowerable(f"the vector norm of order {order:g} has no compiled form (orders 1 and 2 have)")
 
 
 @_rule("aten.clamp.default", "aten.clamp.Tensor")

@@ -85,8 +85,7 @@ def _lu_solve(p, args, kw, out):
 @_rule("aten.max.dim", "aten.min.dim")
 def _max_dim(p, args, kw, out):
     op = "max" if kw["_op"].startswith("aten.max") else "min"
-    keepdim = args[2] if len(args) > 2 else False
-    values = _reduce(p, args[0], [args[1]], keepdim, _fold(p, op)).reshape(tuple(out[0].shape))
+    values = _reduce(args[0], args[1], out[0].shape, _fold(p, op))
     idx = np.empty(tuple(out[1].shape), dtype=object)
     idx.reshape(-1)[:] = [OPAQUE] * idx.size  # an argmax has no derivative and no lowering here
     return [values, idx]

@@ -8,10 +8,13 @@ entered once per chunk.
 What is compiled, and when (nothing else changes semantics):
 
 * The Lagrangian must *lower* to C: a function computing its gradient :math:`g` and Hessian
-  :math:`H` at a state :math:`x = (q, v)`. :func:`lower_lagrangian` accepts
+  :math:`H` at a state :math:`x = (q, v)`, from
 
-  - a :class:`~integrators.symbolic.SymbolicLagrangian` (every :mod:`integrators.systems` system):
-    :math:`g, H` are differentiated in SymPy, common subexpressions shared, printed as C;
+  - a :class:`~integrators.symbolic.SymbolicLagrangian` (every :mod:`integrators.systems` system,
+    :func:`lower_lagrangian`): its expression is lowered once (:mod:`integrators.codegen.from_sympy`) to a
+    program on second-order Taylor jets, one per term of :math:`L` (each in the few variables it depends
+    on), whose gradients and Hessians are added into :math:`g, H`, printed by the one emitter of
+    :mod:`integrators.codegen`;
   - any object with a method ``c_lagrangian()`` returning a :class:`CLagrangian` (e.g. the GP
     posterior mean of :mod:`learners`, whose derivatives are closed-form sums over its atoms, a
     ModLaNet, whose torch code is traced (:mod:`integrators.codegen`), and a :mod:`bea` series of a model
@@ -55,19 +58,19 @@ from ._march_c import march_source
 from .ccompile import CompileError, load_library
 from .newton import STALL_FACTOR, NewtonOptions
 
-__all__ = ["CLagrangian", "CompiledStepper", "lower_lagrangian", "scheme_points", "NotLowerable", "MAX_N"]
+__all__ = ["CLagrangian", "CompiledStepper", "lower_lagrangian", "scheme_points", "NotLowerable", "MAX_N", "check_n"]
 
 #: largest number of coordinates the compiled loop handles (fixed-size work arrays in C)
 MAX_N = 32
 
-#: SymPy functions allowed in a lowered Lagrangian and its derivatives (C math library names)
-C_FUNCTIONS = {"sin": "sin", "cos": "cos", "tan": "tan", "exp": "exp", "log": "log", "sqrt": "sqrt", "Abs": "fabs",
-               "sinh": "sinh", "cosh": "cosh", "tanh": "tanh", "atan": "atan", "asin": "asin", "acos": "acos",
-               "atan2": "atan2"}
-
-
 class NotLowerable(BeaError):
     """The Lagrangian or scheme has no C form here (the eager path is used); the message says why."""
+
+
+def check_n(n) -> None:
+    """:class:`NotLowerable` unless the compiled loop handles ``n`` coordinates (1 to :data:`MAX_N`)."""
+    if not isinstance(n, int) or not 1 <= n <= MAX_N:
+        raise NotLowerable(f"n = {n} coordinates; the compiled loop handles 1 to {MAX_N}")
 
 
 @dataclass(frozen=True)
@@ -77,8 +80,8 @@ class CLagrangian:
     ``source`` defines ``static void lag_derivs(const double *x, const double *P, double *g, double *H)``
     writing the gradient ``g`` (``2n``) and the row-major Hessian ``H`` (``2n x 2n``) of :math:`L` at
     the state ``x = (q_1..q_n, v_1..v_n)``; ``params`` is the array passed as ``P``. ``cost``: relative
-    cost of one evaluation (1 for a closed formula; the number of terms of a sum), used to size
-    chunks. ``refresh``: optional, returns the current ``params`` (same layout); called before every
+    cost of one evaluation (a lowered program: one unit per 20 jet operations; a sum over atoms: the number
+    of terms), used to size chunks. ``refresh``: optional, returns the current ``params`` (same layout); called before every
     chunk of steps, so a Lagrangian whose numbers change (a network still training) is never stepped
     with stale ones. ``vectorise``: build with the host's vector instructions
     (:data:`integrators.ccompile.VECTOR_FLAGS`; the same operations lane by lane, for sources with long
@@ -97,65 +100,32 @@ class CLagrangian:
 
 # ---------------------------------------------------------------------------------- lowering
 def lower_lagrangian(L: Any) -> CLagrangian:
-    """The :class:`CLagrangian` of ``L``, or :class:`NotLowerable`."""
-    hook = getattr(L, "c_lagrangian", None)
-    if callable(hook):
-        out = hook()
-        if not isinstance(out, CLagrangian):
-            raise NotLowerable(f"{type(L).__name__}.c_lagrangian() returned {type(out).__name__}, not a CLagrangian")
-        return out
+    """The :class:`CLagrangian` of a :class:`~integrators.symbolic.SymbolicLagrangian`, or :class:`NotLowerable`:
+    its expression as a program on second-order jets in ``x = (q, v)`` (the one SymPy lowering,
+    :mod:`integrators.codegen.from_sympy`), whose result's gradient and Hessian are ``lag_derivs``. (Which
+    form any other Lagrangian gets is :func:`integrators.model_protocol.compiled_form`'s business.)"""
+    from .codegen import Jet, Program, Val, emit_c, lower_terms
     from .symbolic import SymbolicLagrangian
 
-    if isinstance(L, SymbolicLagrangian):
-        # a subclass computing something else (a System's vectorised torch form equals its expression: tested)
-        if type(L).__call__ is not SymbolicLagrangian.__call__ and not getattr(L, "computes_expr", False):
-            raise NotLowerable(f"{type(L).__name__} overrides __call__: its SymPy expression may not be what it computes")
-        return _lower_sympy(L)
-    raise NotLowerable(f"a {type(L).__name__} has no C form (only SymPy Lagrangians and objects with c_lagrangian())")
-
-
-def _lower_sympy(L) -> CLagrangian:
-    n, D = L.n, 2 * L.n
-    if n > MAX_N:
-        raise NotLowerable(f"n = {n} coordinates; the compiled loop handles at most {MAX_N}")
+    if not isinstance(L, SymbolicLagrangian):
+        raise NotLowerable(f"a {type(L).__name__} is not a SymPy Lagrangian")
+    # a subclass computing something else (a System's vectorised torch form equals its expression: tested)
+    if type(L).__call__ is not SymbolicLagrangian.__call__ and not getattr(L, "computes_expr", False):
+        raise NotLowerable(f"{type(L).__name__} overrides __call__: its SymPy expression may not be what it computes")
+    check_n(L.n)
     try:
         values = np.array(L._param_values() or (0.0,), dtype=np.float64)
     except ValueError as err:
         raise NotLowerable(str(err)) from None
-    X = [sympy.Symbol(f"X{i}", real=True) for i in range(D)]
-    P = [sympy.Symbol(f"P{i}", real=True) for i in range(len(L.params))]
-    expr = L.expr.xreplace(dict(zip((*L.q, *L.v, *L.params), (*X, *P))))
-    grad = [sympy.diff(expr, x) for x in X]
-    hess = [sympy.diff(grad[i], X[j]) for i in range(D) for j in range(i, D)]
-    exprs = grad + hess
-    allowed = set(X) | set(P)
-    for e in exprs:
-        stray = e.free_symbols - allowed
-        if stray:
-            raise NotLowerable(f"unexpected symbols {sorted(map(str, stray))}")
-        for f in e.atoms(sympy.Function):
-            if type(f).__name__ not in C_FUNCTIONS:
-                raise NotLowerable(f"the function {type(f).__name__} has no C form here")
-        if e.has(sympy.Piecewise, sympy.Derivative, sympy.Integral, sympy.zoo, sympy.nan):
-            raise NotLowerable("piecewise, unevaluated or undefined terms in the derivatives")
-    temps, reduced = sympy.cse(exprs, symbols=sympy.numbered_symbols("t"), optimizations="basic")
-    printer = dict(user_functions={k: v for k, v in C_FUNCTIONS.items() if k != v})
-    lines = ["static void lag_derivs(const double *x, const double *P, double *g, double *H) {"]
-    lines += [f"    const double X{i} = x[{i}];" for i in range(D)]
-    lines += [f"    const double P{i} = P[{i}];" for i in range(len(P))]
-    lines += ["    (void)P;"]
-    for s, e in temps:
-        lines.append(f"    const double {s} = {sympy.ccode(e, **printer)};")
-    for i in range(D):
-        lines.append(f"    g[{i}] = {sympy.ccode(reduced[i], **printer)};")
-    k = D
-    for i in range(D):
-        for j in range(i, D):
-            code = sympy.ccode(reduced[k], **printer)
-            lines.append(f"    H[{i * D + j}] = {code};" if i == j else f"    H[{i * D + j}] = H[{j * D + i}] = {code};")
-            k += 1
-    lines.append("}")
-    return CLagrangian(n=n, source="\n".join(lines), params=values, cost=1)
+    prog = Program(2 * L.n, 2)
+    names = {s: prog.seed(i) for i, s in enumerate((*L.q, *L.v))}
+    names.update({s: Val(f"P[{j}]") for j, s in enumerate(L.params)})
+    # the sum of L's terms formed at the output: each term's jet stays in the few variables it depends on
+    terms = lower_terms(prog, names, L.expr)
+    if not any(isinstance(j, Jet) for _, j in terms):
+        raise NotLowerable("the Lagrangian does not depend on the state")
+    source, ops, _ = emit_c(prog, terms)
+    return CLagrangian(n=L.n, source=source, params=values, cost=max(1, ops // 20))
 
 
 @h_before_scheme("scheme", "n", "h")
@@ -247,8 +217,7 @@ class CompiledStepper:
             clag = compiled_form(lagrangian, n, trace=trace)
         if clag.n != n:
             raise NotLowerable(f"the Lagrangian's C form has n = {clag.n}, the data n = {n}")
-        if n > MAX_N:
-            raise NotLowerable(f"n = {n} coordinates; the compiled loop handles at most {MAX_N}")
+        check_n(n)
         self.points = scheme_points(h, scheme, n)
         self.params = np.ascontiguousarray(clag.params, dtype=np.float64).reshape(-1)
         if self.params.size == 0:

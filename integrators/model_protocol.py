@@ -31,7 +31,7 @@ import torch
 
 from bea.errors import BeaWarning
 
-from .compiled import MAX_N, CLagrangian, NotLowerable
+from .compiled import CLagrangian, NotLowerable, check_n
 
 __all__ = ["LagrangianModel", "compiled_form", "declares_form", "derivatives", "AffineModel", "CompiledPathWarning"]
 
@@ -108,8 +108,7 @@ def compiled_form(L, n: int, *, trace: bool = True) -> CLagrangian:
         raise NotLowerable(f"{type(L).__name__} gave a {type(out).__name__} as its compiled form, not a CLagrangian")
     if out.n != n:
         raise NotLowerable(f"the Lagrangian's C form has n = {out.n}, the data n = {n}")
-    if n > MAX_N:
-        raise NotLowerable(f"n = {n} coordinates; the compiled loop handles at most {MAX_N}")
+    check_n(n)
     return out
 
 

@@ -12,10 +12,10 @@ to order :math:`K = r + 2`. Here:
 2. every derivative :math:`\partial^\alpha M` in the formula is read off it as a second-order jet
    (value, gradient, Hessian) at :math:`x`: :math:`\partial_i\partial_j\partial^\alpha M =
    (\alpha + e_i + e_j)!\,c_{\alpha + e_i + e_j}` for the coefficients :math:`c_\beta = \partial^\beta M/\beta!`;
-3. the formula (SymPy's common subexpressions) is lowered, one rule per node (number, sum, product, power),
-   into a program of :mod:`integrators.codegen` on second-order Taylor jets, with :math:`x_i` as seeded jets
-   and :math:`h` a run-time value, and emitted by its one C emitter; the result's value, gradient and
-   Hessian are :math:`L_{inv}, g, H`.
+3. the formula is lowered by the one SymPy front-end (:mod:`integrators.codegen.from_sympy`: common
+   subexpressions, one rule per node) into a program of :mod:`integrators.codegen` on second-order Taylor
+   jets, with :math:`x_i` as seeded jets and :math:`h` a run-time value, and emitted by its one C emitter;
+   the result's value, gradient and Hessian are :math:`L_{inv}, g, H`.
 
 The C source depends on the series (kind, scheme, order, ``n``) and the model's structure; :math:`h` and the
 model's numbers are the run-time array ``(h, model params...)``, refreshed before every chunk like the
@@ -25,8 +25,8 @@ model's own :class:`~integrators.compiled.CLagrangian`. A model without ``c_tayl
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
+from functools import lru_cache
 from math import factorial
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -36,8 +36,9 @@ import sympy
 import bea
 from bea.deprecation import h_before_scheme
 
-from .codegen import Jet, Program, Val, emit_c, monomials, size
-from .compiled import MAX_N, CLagrangian, NotLowerable
+from .codegen import Jet, Program, Val, emit_c, lower_sympy, monomials, size
+from .codegen.runtime import monomial_index
+from .compiled import CLagrangian, NotLowerable, check_n
 
 __all__ = ["CTaylor", "series_c_lagrangian", "formula_program", "KINDS"]
 
@@ -73,33 +74,6 @@ class CTaylor:
     vectorise: bool = False
 
 
-def _lower(prog: Program, names: Dict[Any, Any], e):
-    """The IR scalar of the SymPy expression ``e`` (one rule per kind of node: number, sum, product, power);
-    ``names`` maps symbols and lowered subexpressions to scalars, and grows."""
-    if e in names:
-        return names[e]
-    if e.is_Number:
-        out = float(e.p) / float(e.q) if isinstance(e, sympy.Rational) else float(e)
-    elif e.is_Add:
-        out = 0.0
-        for term in e.args:
-            c, rest = term.as_coeff_Mul()
-            out = prog.add(out, _lower(prog, names, c) if rest == 1 else prog.mul(_lower(prog, names, c), _lower(prog, names, rest)))
-    elif e.is_Mul:
-        c, rest = e.as_coeff_Mul()
-        factors = sympy.Mul.make_args(rest)
-        out = _lower(prog, names, factors[0])
-        for f in factors[1:]:
-            out = prog.mul(out, _lower(prog, names, f))
-        out = prog.mul(_lower(prog, names, c), out)
-    elif e.is_Pow and e.exp.is_Number:
-        out = prog.pow(_lower(prog, names, e.base), _lower(prog, names, e.exp))
-    else:
-        raise NotLowerable(f"the series formula has a term without a C jet form: {type(e).__name__}")
-    names[e] = out
-    return out
-
-
 def _derivative_symbols(expr, q, v, L):
     """``expr`` with every derivative of ``L`` (and ``L`` itself) replaced by a symbol; ``{symbol: alpha}``
     with ``alpha`` the multi-index over ``x = (q, v)``."""
@@ -118,7 +92,7 @@ def _gather_table(alpha: Tuple[int, ...], D: int, K: int) -> Tuple[List[int], Li
     """Monomial indices and factors of the second-order Taylor jet of :math:`\\partial^\\alpha M` read off the
     coefficients :math:`T_\\beta = \\partial^\\beta M/\\beta!`: at the monomial :math:`m`,
     :math:`\\partial^{\\alpha+m}M/m! = T_{\\alpha+m}\\,(\\alpha+m)!/m!`."""
-    index = {m: k for k, m in enumerate(monomials(D, K))}
+    index = monomial_index(D, K)
     idx, fac = [], []
     for m in monomials(D, 2):
         beta = tuple(a + b for a, b in zip(alpha, m))
@@ -156,10 +130,7 @@ def formula_program(kind: str, scheme, order: int, n: int) -> Tuple[int, str, in
         names[s] = prog.gather("T", *_gather_table(alpha, D, K))
     for i, xi in enumerate(list(series.q) + list(series.v)):
         names[xi] = prog.seed(i)
-    temps, (reduced,) = sympy.cse([expr], symbols=sympy.numbered_symbols("c_"), optimizations="basic")
-    for s, e in temps:
-        names[s] = _lower(prog, names, e)
-    result = _lower(prog, names, reduced)
+    (result,) = lower_sympy(prog, names, [expr])
     if not isinstance(result, Jet):
         raise NotLowerable(f"the {kind} of order {order} does not depend on the state for n = {n}")
     source, ops, _ = emit_c(prog, result, prelude=f"    double T[{size(D, K)}];\n    lag_taylor(x, P + 1, T);")
@@ -168,25 +139,15 @@ def formula_program(kind: str, scheme, order: int, n: int) -> Tuple[int, str, in
 
 #: formulas kept per process (schemes compare by value; a CustomScheme by its function)
 FORMULA_CACHE_SIZE = 32
-_formulas: Dict[Any, Tuple[int, str, int]] = {}
-_lock = threading.Lock()
+_formulas = lru_cache(maxsize=FORMULA_CACHE_SIZE)(formula_program)
 
 
 def _cached_formula(kind: str, scheme, order: int, n: int) -> Tuple[int, str, int]:
     try:
-        key = (kind, scheme, order, n)
-        hash(key)
+        hash(scheme)
     except TypeError:  # an unhashable scheme: derive every time (bea's own cache keeps that cheap)
         return formula_program(kind, scheme, order, n)
-    with _lock:
-        hit = _formulas.get(key)
-    if hit is None:
-        hit = formula_program(kind, scheme, order, n)
-        with _lock:
-            _formulas[key] = hit
-            while len(_formulas) > FORMULA_CACHE_SIZE:  # oldest first (dicts keep insertion order)
-                _formulas.pop(next(iter(_formulas)))
-    return hit
+    return _formulas(kind, scheme, order, n)
 
 
 @h_before_scheme("kind", "scheme", "order", "h", "model")
@@ -197,8 +158,7 @@ def series_c_lagrangian(kind: str, order: int, h: float, scheme, model) -> CLagr
     n = getattr(model, "n", None)
     if not callable(hook) or not isinstance(n, int):
         raise NotLowerable(f"a {type(model).__name__} has no Taylor form in C (c_taylor and n): the series runs eagerly")
-    if n > MAX_N:
-        raise NotLowerable(f"n = {n} coordinates; the compiled loop handles at most {MAX_N}")
+    check_n(n)
     K, body, ops = _cached_formula(kind, scheme, order, n)
     taylor = hook(K)
     if not isinstance(taylor, CTaylor) or taylor.n != n or taylor.order != K:

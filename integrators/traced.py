@@ -36,7 +36,7 @@ from . import _trace_linalg  # noqa: F401  (registers its lowering rules)
 from ._trace_aten import FACTORIES, OPAQUE_OPS, RULES, literal_array
 from .codegen.emit import derivs_of_taylor, emit_c
 from .codegen.ir import OPAQUE, Jet, Program, Val
-from .compiled import MAX_N, CLagrangian, NotLowerable
+from .compiled import CLagrangian, NotLowerable, check_n
 from .series_c import CTaylor
 
 __all__ = ["trace_lagrangian", "trace_taylor", "VERIFY_RTOL"]
@@ -167,8 +167,7 @@ def _trace(L, n: int, x0: torch.Tensor, K: int = 2) -> Tuple[Program, "_Tracer",
 
 def _traced(L, n: int, seed: int, K: int):
     """``(program, result, params function, x0, generator)`` of ``L`` traced to degree ``K``."""
-    if not isinstance(n, int) or not 1 <= n <= MAX_N:
-        raise NotLowerable(f"n = {n} coordinates; the compiled loop handles 1 to {MAX_N}")
+    check_n(n)
     gen = torch.Generator().manual_seed(seed)
     x0 = 0.3 + 0.4 * torch.rand(2 * n, generator=gen, dtype=torch.float64)
     prog, tracer, result = _trace(L, n, x0, K)

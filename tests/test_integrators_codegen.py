@@ -18,23 +18,27 @@ pytestmark = pytest.mark.skipif(find_compiler() is None, reason="no C compiler o
 
 ROOT = Path(__file__).resolve().parent.parent
 
-#: the code-generation source, in one place: generators (the SymPy printer in compiled.py, the tracer and its
-#: rules, the series formula, the RBF atoms), C templates and runtime, the emitter, lowering modules, and the
-#: one compile/ctypes/cache path. Not counted: the model protocol's dispatch (model_protocol.py), which
+#: the code-generation source, in one place: generators (the tracer and its rules, the SymPy front-end, the
+#: series formula, the RBF atoms), C templates and runtime, the emitter, lowering modules, and the one
+#: compile/ctypes/cache path. Not counted: the model protocol's dispatch (model_protocol.py), which
 #: generates nothing. The same roles held 3,842 lines before the IR (issue 28; 3,990 with model_protocol.py).
 CODEGEN_FILES = (
     "integrators/ccompile.py", "integrators/_march_c.py", "integrators/compiled.py",
     "integrators/series_c.py", "integrators/traced.py", "integrators/_trace_aten.py", "integrators/_trace_linalg.py",
     "integrators/codegen/__init__.py", "integrators/codegen/ir.py", "integrators/codegen/runtime.py",
-    "integrators/codegen/emit.py", "integrators/codegen/spaces.py", "integrators/codegen/reduce.py",
-    "learners/modlanet/lowering.py", "learners/shadow/compiled_mean.py", "learners/shadow/compiled_mechanical.py",
+    "integrators/codegen/emit.py", "integrators/codegen/spaces.py", "integrators/codegen/from_sympy.py",
+    "integrators/codegen/reduce.py", "learners/modlanet/lowering.py", "learners/shadow/compiled_mean.py",
+    "learners/shadow/compiled_mechanical.py",
 )
-#: the bound reached, 3,115 lines and a small margin (the issue's target is 1,800: the SymPy printer in compiled.py is
-#: not ported onto the IR yet). The GP means are sums over atoms of the IR (codegen/reduce.py; front-ends
-#: compiled_mean.py and compiled_mechanical.py, the latter new: the mechanical kernel had no C form).
-#: learners/shadow/rbf_jet.py left the list with its C: what remains there (JetLagrangian) hands a table of
-#: derivatives to autograd and generates nothing
-CODEGEN_LINES = 3135
+#: the bound reached, 3,343 lines and a small margin. Every generator is now a front-end of the one IR, emitter and
+#: runtime: SymPy Lagrangians are lowered term by term (codegen/from_sympy.py, shared with series_c.py; compiled.py's
+#: own printer and SymPy differentiation went; erf, the inverse hyperbolic functions and state-dependent exponents
+#: added to match the old printer's reach, and terms added into g and H at the output to match its speed), and the
+#: GP means are sums over atoms (codegen/reduce.py; front-ends compiled_mean.py and compiled_mechanical.py, the
+#: latter new: the mechanical kernel had no C form). learners/shadow/rbf_jet.py left the list with its C: what
+#: remains there (JetLagrangian) hands a table of derivatives to autograd and generates nothing. The issue's target,
+#: 1,800, is not met: the tracer (new, issue 28 item 2), its rules and the march template remain
+CODEGEN_LINES = 3363
 
 
 def test_code_generation_source_stays_within_its_bound():

@@ -3,6 +3,7 @@
 import warnings
 
 import pytest
+import sympy
 import torch
 
 import bea
@@ -86,6 +87,103 @@ def test_sympy_derivatives_match_autograd():
     assert float((g - ga.detach()).abs().max()) <= 1e-14 and float((H - Ha).abs().max()) <= 1e-14
 
 
+def test_sympy_lowering_covers_the_functions_and_refuses_the_rest():
+    """Every node rule of integrators.codegen.from_sympy (sums with negative terms, products with denominators,
+    integer, negative and half-integer powers, named functions and the three composed ones) against SymPy's own
+    derivatives evaluated to 30 digits: agreement to rounding (1e-13 of the entries' scale ~ 10)."""
+    import sympy
+    from integrators.compiled import lower_lagrangian
+    from integrators.symbolic import SymbolicLagrangian
+
+    x, y, u, w, k = sympy.symbols("x y u w k", real=True)
+    expr = ((u**2 + w**2) / 2 - k * sympy.cos(x) * sympy.sin(y) + sympy.exp(x * u) / (1 + y**2) ** 3
+            + sympy.sqrt(2 + x**2) - 1 / sympy.sqrt(3 + y**2) + (1 + w**2) ** sympy.Rational(3, 4) + x**5 * w
+            + sympy.log(2 + u**2) * sympy.atan(y) + sympy.tanh(x - w) - sympy.sinh(y) * sympy.cosh(u) + sympy.tan(x / 3)
+            + sympy.asin(x / 4) + sympy.acos(y / 5) + sympy.Abs(u + 3) + sympy.pi * w
+            + sympy.atan2(y + 2, x + 3) + sympy.atan2(w - 2, x - 1))  # atan2's two half-angle forms (x > 0, x < 0)
+    L = SymbolicLagrangian(expr, [x, y], [u, w], params=[k]).bind(k=1.5)
+    stepper = CompiledStepper(L, 0.1, bea.get_scheme("midpoint"), 2)
+    states = [[0.3, -0.4, 0.2, 0.7], [-0.6, 0.5, -0.1, -0.3]]
+    g, H = stepper.lagrangian_derivatives(torch.tensor(states, dtype=torch.float64))
+    X = (x, y, u, w)
+    for row, state in enumerate(states):
+        at = {**dict(zip(X, state)), k: sympy.Rational(3, 2)}
+        for i in range(4):
+            gi = sympy.diff(expr, X[i])
+            assert abs(float(g[row, i]) - float(gi.evalf(30, subs=at))) <= 1e-12
+            for j in range(4):
+                assert abs(float(H[row, i, j]) - float(sympy.diff(gi, X[j]).evalf(30, subs=at))) <= 1e-12
+    with pytest.raises(NotLowerable, match="does not depend on the state"):
+        lower_lagrangian(SymbolicLagrangian(k + 1, [x], [u], params=[k]).bind(k=1.0))
+    # a Piecewise is refused by its name (not for its arguments, which are no expressions)
+    with pytest.raises(NotLowerable, match="Piecewise"):
+        lower_lagrangian(SymbolicLagrangian(u**2 / 2 + sympy.Piecewise((x, x > 0), (0, True)), [x], [u]))
+
+
+def _sympy_derivatives_agree(expr, X, states, subs=None, tol=1e-12):
+    """The compiled gradient and Hessian of ``expr`` against SymPy's derivatives evaluated to 30 digits."""
+    from integrators.symbolic import SymbolicLagrangian
+
+    n = len(X) // 2
+    L = SymbolicLagrangian(expr, list(X[:n]), list(X[n:]), params=list(subs or {})).bind(
+        **{str(s): float(v) for s, v in (subs or {}).items()})
+    stepper = CompiledStepper(L, 0.1, bea.get_scheme("midpoint"), n)
+    g, H = stepper.lagrangian_derivatives(torch.tensor(states, dtype=torch.float64))
+    for row, state in enumerate(states):
+        at = {**dict(zip(X, [sympy.Float(s, 30) for s in state])), **(subs or {})}
+        for i in range(2 * n):
+            gi = sympy.diff(expr, X[i])
+            assert abs(float(g[row, i]) - float(gi.evalf(30, subs=at))) <= tol, (state, i)
+            for j in range(2 * n):
+                assert abs(float(H[row, i, j]) - float(sympy.diff(gi, X[j]).evalf(30, subs=at))) <= tol, (state, i, j)
+
+
+def test_sympy_lowering_of_special_functions_and_state_dependent_exponents():
+    """erf, erfc (a runtime rule), asinh on both signs, acosh, atanh, acot (by composition) and powers whose
+    exponent depends on the state (exp(e log b)): SymPy's derivatives to 1e-12 (entries of scale ~ 10)."""
+    x, y, u, w, k = sympy.symbols("x y u w k", real=True)
+    expr = ((u**2 + w**2) / 2 + sympy.erf(x / 2 + u) - 3 * sympy.erfc(y * w) + sympy.asinh(2 * x - y) + sympy.acosh(2 + u**2)
+            + sympy.atanh(w / 2 + x / 3) + sympy.acot(3 + x) + 2**x + k**(y * u) + (1 + x**2)**(1 + x**2)
+            + (2 + y**2)**(x / 5) + (1 + u**2)**x)
+    states = [[0.3, -0.4, 0.2, 0.7], [-0.6, 0.5, -0.1, -0.3], [0.0, 0.0, 0.0, 0.0]]  # asinh's argument > 0, < 0, 0
+    _sympy_derivatives_agree(expr, (x, y, u, w), states, {k: sympy.Rational(5, 2)})
+
+
+def test_atan2_across_the_negative_x_axis():
+    """atan2's derivatives on and near its cut (x < 0, y -> 0): finite and SymPy's to 1e-12 (they were NaN)."""
+    x, y, u, w = sympy.symbols("x y u w", real=True)
+    states = [[-1.0, 0.0, 0.1, 0.2], [-1.0, 1e-8, 0.0, 0.0], [-1.0, -1e-8, 0.0, 0.0], [-0.5, 0.3, 0.0, 0.0],
+              [0.7, -0.2, 0.0, 0.0], [0.0, 0.4, 0.0, 0.0]]
+    _sympy_derivatives_agree((u**2 + w**2) / 2 + 3 * sympy.atan2(y, x) + x * sympy.atan2(y - 1, x + 0.5),
+                             (x, y, u, w), states)
+
+
+def test_large_sympy_systems_compile():
+    """The largest systems the loop takes (n = MAX_N = 32) lower and compile: each term of L keeps its own small
+    jet (its derivatives added into g and H), so nothing holds n full-size jets; derivatives = autograd's."""
+    from integrators.compiled import MAX_N, lower_lagrangian
+
+    lower_lagrangian(systems.coupled_oscillators(MAX_N))
+    L = systems.fpu_chain(MAX_N)
+    stepper = CompiledStepper(L, 0.1, bea.get_scheme("midpoint"), MAX_N)
+    x = (torch.rand(3, 2 * MAX_N, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) - 0.5)
+    g, H = stepper.lagrangian_derivatives(x)
+    x.requires_grad_(True)
+    (ga,) = torch.autograd.grad(L(x[:, :MAX_N], x[:, MAX_N:]).sum(), x, create_graph=True)
+    Ha = torch.stack([torch.autograd.grad(ga[:, i].sum(), x, retain_graph=True)[0] for i in range(2 * MAX_N)], 1)
+    assert float((g - ga.detach()).abs().max()) <= 1e-13 and float((H - Ha).abs().max()) <= 1e-13
+
+
+def test_lower_sympy_leaves_the_callers_names_alone():
+    from integrators.codegen import Program, lower_sympy
+
+    x = sympy.Symbol("x")
+    prog = Program(2, 2)
+    names = {x: prog.seed(0)}
+    lower_sympy(prog, names, [sympy.sin(x) ** 2 + sympy.sin(x)])
+    assert list(names) == [x]
+
+
 def test_failure_hands_the_step_to_the_eager_path_and_resumes():
     """A far root at some step: the compiled loop stops before it, the eager path masks the trajectory
     there, and the compiled loop continues with the others; identical to the eager run."""
@@ -157,3 +255,26 @@ def test_scheme_points_are_found_or_refused():
     nonaffine = bea.CustomScheme(lambda L, a, b, h: h * L(a * b, (b - a) / h), "product")
     with pytest.raises(NotLowerable, match="not affine"):
         scheme_points(0.1, nonaffine, 1)
+
+
+def test_sympy_terms_stay_in_their_small_spaces():
+    """Why a chain's or an N-body sum's derivatives cost what the printed SymPy derivatives cost
+    (benchmarks/sympy_derivs.py): no jet of the emitted program lives in all 2n variables (each term's gradient
+    and Hessian are added into g and H at the output), and the small polynomials' runtime is always inlined."""
+    from integrators.compiled import lower_lagrangian
+
+    for L in (systems.fpu_chain(8), systems.coupled_oscillators(16), systems.n_body((1,) * 5)):
+        body = lower_lagrangian(L).source.split("static void lag_derivs")[1]
+        assert "jt_" not in body and "jts1_" in body and "jts2_" in body  # only the small spaces' runtime
+        assert "noinline" not in lower_lagrangian(L).source and "always_inline" in lower_lagrangian(L).source
+
+
+def test_a_term_in_many_variables_is_added_by_a_loop():
+    """A term in more than SCATTER_UNROLL variables (here all 10) is added into g and H by the table loop:
+    SymPy's derivatives to 1e-12, beside terms in one variable (straight-line)."""
+    from integrators.codegen.emit import SCATTER_UNROLL
+
+    X = sympy.symbols("q0:5 v0:5", real=True)
+    assert len(X) > SCATTER_UNROLL
+    expr = sum(X[5:]) * sympy.sin(sum(X[:5])) + sum(v**2 for v in X[5:]) / 2 - sum(q**4 for q in X[:5]) / 4
+    _sympy_derivatives_agree(expr, X, [[0.1 * k - 0.3 for k in range(10)], [0.05 * (-1) ** k for k in range(10)]])

@@ -1,13 +1,17 @@
 r"""The one C emitter of the code generator: a program of :mod:`integrators.codegen.ir` as C.
 
-Only instructions that reach the result or a guard are kept. Jets live in a work array of slots of
-``S = binom(D + K, K)`` doubles; a slot is reused once the last instruction reading it has run (an
-instruction's output never shares a slot with its inputs, so the runtime need not handle aliasing). Every
-instruction is one call of the runtime (:mod:`integrators.codegen.runtime`, prefix ``jt``), included in
-the source. The printed function is either
+Only instructions that reach the result or a guard are kept, each seed moved to just before its first reader.
+Each jet lives in the smallest space of its variables (:mod:`integrators.codegen.spaces`), in a work array
+``W<d>`` of slots of ``binom(d + K, K)`` doubles, one array per space size ``d``; a slot is reused once the
+last instruction reading it has run (an instruction's output never shares a slot with its inputs, so the
+runtime need not handle aliasing). Every instruction is one call of the runtime
+(:mod:`integrators.codegen.runtime`, prefix ``jt``), included in the source. The printed function is either
 
 * ``lag_derivs(x, P, g, H)`` of :class:`~integrators.compiled.CLagrangian` (``K >= 2``): the gradient and
-  the Hessian, :math:`\partial_i\partial_j f = (1 + \delta_{ij})\,c_{e_i + e_j}`; or
+  the Hessian, :math:`\partial_i\partial_j f = (1 + \delta_{ij})\,c_{e_i + e_j}`, of one jet, or of a sum
+  :math:`\sum_k c_k f_k` whose terms are never added as jets: each term's gradient and Hessian are added
+  into ``g`` and ``H`` right after it is computed (a SymPy Lagrangian's terms stay in the few variables
+  each depends on, and the Hessian's sparsity costs nothing); or
 * ``lag_taylor(x, P, T)`` of :class:`~integrators.series_c.CTaylor`: all coefficients.
 
 A failed guard sets ``g[0]`` (``T[0]``) to NaN, which makes the compiled march hand that step to the eager path.
@@ -16,11 +20,12 @@ A failed guard sets ``g[0]`` (``T[0]``) to NaN, which makes the compiled march h
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import Dict, List, Tuple
 
 from ..compiled import NotLowerable
 from .ir import Jet, Program, Val
-from .runtime import FUNCTIONS, header, monomials, size
+from .runtime import FUNCTIONS, UNROLL, header, monomial_index, size
 from .spaces import split
 
 __all__ = ["emit_c", "derivs_of_taylor", "MAX_WORK_DOUBLES"]
@@ -29,6 +34,10 @@ __all__ = ["emit_c", "derivs_of_taylor", "MAX_WORK_DOUBLES"]
 MAX_WORK_DOUBLES = 1 << 16
 #: the C name prefix of the emitted jets' runtime (a model's own Taylor form may use "tp" in the same file)
 PREFIX = "jt"
+#: programs of at most this many instructions get the runtime inlined (see _inlining)
+INLINE_MAX = 100
+#: the runtime of one size is always inlined when its instructions times its coefficients are at most this
+INLINE_BUDGET = 2000
 _FN = {name: k for k, name in enumerate(FUNCTIONS)}
 
 
@@ -52,109 +61,194 @@ def _live(prog: Program, roots: List[object]) -> List[tuple]:
             continue
         needed.add(id(ins))
         stack.extend(a for a in ins[2:] if isinstance(a, (Jet, Val)))
-    return [ins for ins in prog.code if id(ins) in needed]
+    return _sink_seeds([ins for ins in prog.code if id(ins) in needed])
 
 
-def _slots(code: List[tuple], roots) -> Tuple[Dict[int, int], int]:
+def _sink_seeds(code: List[tuple]) -> List[tuple]:
+    """The code with every ``seed`` moved to just before its first reader: a front-end seeds all variables
+    first, which would keep them all live from the start."""
+    first: Dict[int, int] = {}
+    for k, ins in enumerate(code):
+        for a in ins[2:]:
+            if isinstance(a, Jet):
+                first.setdefault(a.k, k)
+    seeds = {k: ins for k, ins in enumerate(code) if ins[0] == "seed"}
+    before: Dict[int, List[tuple]] = {}
+    for k, ins in seeds.items():
+        before.setdefault(first.get(ins[1].k, k), []).append(ins)
+    out: List[tuple] = []
+    for k, ins in enumerate(code):
+        out += before.get(k, [])
+        if k not in seeds:
+            out.append(ins)
+    return out
+
+
+def _slots(code: List[tuple], roots, spaces) -> Tuple[Dict[int, Tuple[int, int]], Dict[int, int]]:
+    """``({jet: (size, slot)}, {size: slots})``: one pool of slots per space size (a jet in few variables takes a
+    small slot); a slot is reused once the last instruction reading its jet has run. ``roots``: ``{jet:
+    position}`` of reads after the code (a result) or right after an instruction (a term added into the output)."""
     last: Dict[int, int] = {}
     for k, ins in enumerate(code):
         for a in ins[2:]:
             if isinstance(a, Jet):
                 last[a.k] = k
-    for r in roots:
-        if isinstance(r, Jet):
-            last[r.k] = len(code)
-    slot: Dict[int, int] = {}
-    free: List[int] = []
-    count = 0
+    for r, at in roots.items():
+        last[r] = max(last.get(r, at), at)
+    slot: Dict[int, Tuple[int, int]] = {}
+    free: Dict[int, List[int]] = {}
+    count: Dict[int, int] = {}
     for k, ins in enumerate(code):
         out = ins[1]
         if isinstance(out, Jet):
-            if free:
-                slot[out.k] = free.pop()
+            d = len(spaces[out.k])
+            if free.get(d):
+                slot[out.k] = (d, free[d].pop())
             else:
-                slot[out.k] = count
-                count += 1
+                slot[out.k] = (d, count.get(d, 0))
+                count[d] = count.get(d, 0) + 1
+            if last.get(out.k, k) <= k:  # read by nothing later (a term added at once): its slot is free again
+                free.setdefault(d, []).append(slot[out.k][1])
         for a in {a.k for a in ins[2:] if isinstance(a, Jet)}:
             if last.get(a) == k:
-                free.append(slot[a])
+                free.setdefault(slot[a][0], []).append(slot[a][1])
     return slot, count
 
 
-def _hessian_table(D: int, K: int) -> str:
-    """``HI[i D + j]``, ``HF[..]``: the coefficient of the Hessian entry ``(i, j)`` and its factor."""
-    index = {m: k for k, m in enumerate(monomials(D, K))}
-    idx, fac = [], []
-    for i in range(D):
-        for j in range(D):
-            idx.append(index[tuple((k == i) + (k == j) for k in range(D))])
-            fac.append("2.0" if i == j else "1.0")
-    return (f"    static const int HI[] = {{{', '.join(map(str, idx))}}};\n"
-            f"    static const double HF[] = {{{', '.join(fac)}}};")
+def _derivs(D: int, K: int, T: str) -> List[str]:
+    r"""C lines writing ``g`` and ``H`` from the Taylor coefficients ``T`` (:math:`\partial_i\partial_j f =
+    (1 + \delta_{ij}) c_{e_i + e_j}`). Unrolled, the index table folds into constant offsets, so that a small
+    program's jets can stay in registers."""
+    index = monomial_index(D, K)
+    idx = [index[tuple((k == i) + (k == j) for k in range(D))] for i in range(D) for j in range(D)]
+    fac = ["2.0" if i == j else "1.0" for i in range(D) for j in range(D)]
+    return [f"    static const int HI[] = {{{', '.join(map(str, idx))}}};",
+            f"    static const double HF[] = {{{', '.join(fac)}}};",
+            f"    BEA_UNROLL for (int i = 0; i < {D}; i++) g[i] = {T}[1 + i];",
+            f"    BEA_UNROLL for (int i = 0; i < {D * D}; i++) H[i] = HF[i] * {T}[HI[i]];"]
+
+
+#: a term in at most this many variables is added into g and H by straight-line statements, a larger one by a loop
+SCATTER_UNROLL = 8
+
+
+def _scatter(D: int, K: int, T: str, c: float, sp) -> str:
+    r"""C adding ``c`` times the gradient and Hessian of the jet ``T`` in the variables ``sp`` into ``g`` and
+    ``H`` (the sum of a Lagrangian's terms formed at the output: each term keeps its small space)."""
+    d, index = len(sp), monomial_index(len(sp), K)
+    gs = [(sp[i], 1 + i, c) for i in range(d)]
+    hs = []
+    for i in range(d):
+        for j in range(d):
+            hs.append((sp[i] * D + sp[j], index[tuple((k == i) + (k == j) for k in range(d))], c * (1 + (i == j))))
+    if d <= SCATTER_UNROLL:
+        return " ".join([f"g[{o}] += {_number(f)} * {T}[{t}];" for o, t, f in gs]
+                        + [f"H[{o}] += {_number(f)} * {T}[{t}];" for o, t, f in hs])
+    tables = {"GO": [o for o, _, _ in gs], "HO": [o for o, _, _ in hs], "HT": [t for _, t, _ in hs]}
+    decl = " ".join(f"static const int {k}[] = {{{', '.join(map(str, v))}}};" for k, v in tables.items())
+    hf = ", ".join(_number(f) for _, _, f in hs)
+    return (f"{{ {decl} static const double HF[] = {{{hf}}}; for (int i = 0; i < {d}; i++) g[GO[i]] += "
+            f"{_number(c)} * {T}[1 + i]; for (int i = 0; i < {d * d}; i++) H[HO[i]] += HF[i] * {T}[HT[i]]; }}")
 
 
 def derivs_of_taylor(D: int, K: int) -> str:
     """C of ``lag_derivs(x, P, g, H)`` reading the gradient and Hessian off ``lag_taylor`` (degree ``K >= 2``)."""
-    return "\n".join(["static void lag_derivs(const double *x, const double *P, double *g, double *H) {",
-                      f"    double T[{size(D, K)}];", "    lag_taylor(x, P, T);", _hessian_table(D, K),
-                      f"    for (int i = 0; i < {D}; i++) g[i] = T[1 + i];",
-                      f"    for (int i = 0; i < {D * D}; i++) H[i] = HF[i] * T[HI[i]];", "}", ""])
+    return "\n".join([*UNROLL, "static void lag_derivs(const double *x, const double *P, double *g, double *H) {",
+                      f"    double T[{size(D, K)}];", "    lag_taylor(x, P, T);", *_derivs(D, K, "T"), "}", ""])
 
 
-def emit_c(prog: Program, result: Jet, *, taylor: bool = False, prelude: str = "",
+def _layout(prog: Program, result, taylor: bool):
+    """``(code, spaces, slots, counts, result, terms)``: the live instructions in their spaces and slots; ``terms``
+    ``{position: [(c, jet)]}``, the terms of a sum to add into the output after the instruction at ``position``."""
+    guards = [g for g, _ in prog.guards]
+    if isinstance(result, list):
+        if taylor:
+            raise NotLowerable("internal: a sum of terms is added into derivatives only")
+        pairs = [(float(c), j) for c, j in result if isinstance(j, Jet)]  # a constant term has no derivative
+        code = _live(prog, [j for _, j in pairs] + guards)
+        code, spaces, _ = split(code, [j for _, j in pairs], prog.D, prog.K, full=False)
+        where = {ins[1].k: k for k, ins in enumerate(code) if isinstance(ins[1], Jet)}
+        terms: Dict[int, List[tuple]] = {}
+        for c, j in pairs:
+            terms.setdefault(where[j.k], []).append((c, j))
+        roots = {j.k: where[j.k] for _, j in pairs}
+        result = None
+    else:
+        code = _live(prog, [result] + guards)
+        code, spaces, (result,) = split(code, [result], prog.D, prog.K)
+        terms, roots = {}, {result.k: len(code)}
+    for g in guards:
+        if isinstance(g, Jet):
+            roots[g.k] = max(roots.get(g.k, len(code)), len(code))
+    slot, counts = _slots(code, roots, spaces)
+    return code, spaces, slot, counts, result, terms
+
+
+def emit_c(prog: Program, result, *, taylor: bool = False, prelude: str = "",
            prefix: str = PREFIX) -> Tuple[str, int, int]:
     """``(source, number of jet operations, number of weighted terms in table form)`` of ``lag_derivs`` (or, with
-    ``taylor``, ``lag_taylor``) computing the jet ``result``; ``prelude``: C lines run first (they may define
-    the arrays that ``gather`` instructions read); ``prefix``: of the runtime's C names (two programs of
-    different sizes in one file need two)."""
-    code = _live(prog, [result] + [g for g, _ in prog.guards])
-    D, K, S = prog.D, prog.K, size(prog.D, prog.K)
-    code, spaces, result = split(code, result, D, K)
-    roots = [result] + [g for g, _ in prog.guards]
-    slot, count = _slots(code, roots)
-    if count * S > MAX_WORK_DOUBLES:
-        raise NotLowerable(f"the program needs {count} live jets of {S} doubles (more than the "
-                           f"{MAX_WORK_DOUBLES} doubles allowed); the eager path runs it")
+    ``taylor``, ``lag_taylor``) computing the jet ``result``, or (``lag_derivs`` only) the sum of a list of terms
+    ``[(c, scalar)]`` whose derivatives are added into ``g`` and ``H`` one by one; ``prelude``: C lines run first
+    (they may define the arrays that ``gather`` instructions read); ``prefix``: of the runtime's C names (two
+    programs of different sizes in one file need two)."""
+    D, K = prog.D, prog.K
+    code, spaces, slot, counts, result, terms = _layout(prog, result, taylor)
+    work = sum(n * size(d, K) for d, n in counts.items())
+    if work > MAX_WORK_DOUBLES:
+        raise NotLowerable(f"the program needs {work} doubles of live jets (more than the {MAX_WORK_DOUBLES} "
+                           f"allowed); the eager path runs it")
 
     def arg(a) -> str:
         if isinstance(a, Jet):
-            return f"S({slot[a.k]})"
-        if isinstance(a, Val):
-            return a.name
-        return _number(a)
+            d, s = slot[a.k]
+            return f"(W{d} + {s * size(d, K)})"
+        return a.name if isinstance(a, Val) else _number(a)
 
     def val(a) -> str:
-        return f"S({slot[a.k]})[0]" if isinstance(a, Jet) else arg(a)
+        return f"{arg(a)}[0]" if isinstance(a, Jet) else arg(a)
 
     def pfx(d: int) -> str:  # the runtime of polynomials in d variables
         return prefix if d == D else f"{prefix}s{d}"
 
-    sizes = sorted({len(sp) for sp in spaces.values()} | {D})
-    sig = "double *T" if taylor else "double *g, double *H"
-    # the runtime stays calls: inlined into thousands of calls it makes gcc take minutes (and measured no faster
-    # on a pendulum's dozen instructions)
-    lines = [header(d, K, pfx(d), noinline=True) for d in sizes]
+    sizes = sorted({len(sp) for sp in spaces.values()} | ({D} if taylor or result is not None else set()))
+    sig = "double *T" if taylor else "double *restrict g, double *restrict H"  # restrict: += into g and H in registers
+    per_size = Counter(len(spaces[ins[1].k]) for ins in code if isinstance(ins[1], Jet))
+    lines = [header(d, K, pfx(d), **_inlining(len(code), per_size[d], size(d, K), result is None)) for d in sizes]
     lines += [f"static void lag_{'taylor' if taylor else 'derivs'}(const double *x, const double *P, {sig}) {{",
-              f"    double Wk[{max(1, count) * S}];", "    int bad = 0;", "    (void)P; (void)bad; (void)x;",
-              f"#define SLOT {S}", "#define S(s) (Wk + (s) * SLOT)", prelude]
+              *[f"    double W{d}[{max(1, counts.get(d, 0)) * size(d, K)}];" for d in sizes],
+              "    int bad = 0;", "    (void)P; (void)bad; (void)x;", prelude]
+    if result is None:
+        lines += [f"    for (int i = 0; i < {D}; i++) g[i] = 0.0;", f"    for (int i = 0; i < {D * D}; i++) H[i] = 0.0;"]
     ops = tables = 0
-    for ins in code:
-        lines.append("    " + _statement(ins, arg, val, pfx(len(spaces[ins[1].k])) if isinstance(ins[1], Jet) else prefix))
+    for k, ins in enumerate(code):
+        p = pfx(len(spaces[ins[1].k])) if isinstance(ins[1], Jet) else prefix
+        lines.append("    " + _statement(ins, arg, val, p, slot))
         ops += isinstance(ins[1], Jet)
         tables += (len(ins) - 2) // 2 if "_lin_p" in lines[-1] else 0
+        lines += ["    " + _scatter(D, K, arg(j), c, spaces[j.k]) for c, j in terms.get(k, [])]
     for g, expected in prog.guards:
         test = f"!isnan({val(g)})" if math.isnan(expected) else f"{val(g)} != {_number(expected)}"
         lines.append(f"    if ({test}) bad = 1;")
-    r = arg(result)
     if taylor:
-        lines += [f"    for (int k = 0; k < {S}; k++) T[k] = {r}[k];", "    if (bad) T[0] = NAN;"]
+        lines += [f"    for (int k = 0; k < {size(D, K)}; k++) T[k] = {arg(result)}[k];", "    if (bad) T[0] = NAN;"]
     else:
-        lines += [_hessian_table(D, K), f"    for (int i = 0; i < {D}; i++) g[i] = {r}[1 + i];",
-                  f"    for (int i = 0; i < {D * D}; i++) H[i] = HF[i] * {r}[HI[i]];", "    if (bad) g[0] = NAN;"]
-    return "\n".join(lines + ["#undef S", "#undef SLOT", "}", ""]), ops, tables
+        lines += (_derivs(D, K, arg(result)) if result is not None else []) + ["    if (bad) g[0] = NAN;"]
+    return "\n".join(lines + ["}", ""]), ops, tables
 
 
-def _statement(ins: tuple, arg, val, p: str) -> str:
+def _inlining(instructions: int, of_size: int, S: int, terms: bool) -> dict:
+    """How the runtime of polynomials of ``S`` coefficients, used by ``of_size`` of the ``instructions``, is
+    compiled: in a sum of terms (a SymPy Lagrangian's, ``terms``) always inlined when ``of_size * S`` is small (gcc's own limits leave calls of small products in a
+    program of a few hundred of them, whose jets then go through memory: 1.4x slower), else inlined by gcc's
+    choice in a small program and kept calls in a large one (inlined into thousands of calls, large
+    polynomials' unrolled operations make gcc take minutes). Other programs keep gcc's choice (a traced
+    model's Taylor form, always inlined, took 3x longer to compile)."""
+    if terms and of_size * S <= INLINE_BUDGET:
+        return {"inline": True}
+    return {"noinline": instructions > INLINE_MAX}
+
+
+def _statement(ins: tuple, arg, val, p: str, slot) -> str:
     op, out, a = ins[0], ins[1], ins[2:]
     if op == "seed":
         return f"{p}_seed(x[{a[0]}], {a[1]}, {arg(out)});"
@@ -169,9 +263,10 @@ def _statement(ins: tuple, arg, val, p: str) -> str:
     if op in ("addc", "scale", "divc", "cdiv", "rsubc"):
         return f"{p}_{op}({arg(a[0])}, {val(a[1])}, {arg(out)});"
     if op == "lin" and len(a) >= 16 and all(isinstance(c, Val) and c.name.startswith("P[") for c in a[0::2]):
-        table = ", ".join(f"{arg(j)[2:-1]} * SLOT, {c.name[2:-1]}" for c, j in zip(a[0::2], a[1::2]))
+        d = slot[out.k][0]
+        table = ", ".join(f"{slot[j.k][1]} * {p.upper()}_S, {c.name[2:-1]}" for c, j in zip(a[0::2], a[1::2]))
         # a table and a loop, not one call per term: the straight-line form takes gcc minutes for a 64x64 layer
-        return f"{{ static const int T[] = {{{table}}}; {p}_lin_p(T, {len(a) // 2}, P, Wk, {arg(out)}); }}"
+        return f"{{ static const int T[] = {{{table}}}; {p}_lin_p(T, {len(a) // 2}, P, W{d}, {arg(out)}); }}"
     if op == "lin":
         terms = [f"{p}_scale({arg(a[1])}, {val(a[0])}, {arg(out)});"]
         terms += [f"{p}_axpy({val(a[k])}, {arg(a[k + 1])}, {arg(out)});" for k in range(2, len(a), 2)]

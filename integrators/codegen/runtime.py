@@ -28,7 +28,7 @@ from functools import lru_cache
 from math import comb
 from typing import Dict, List, Tuple
 
-__all__ = ["monomials", "size", "header", "FUNCTIONS"]
+__all__ = ["monomials", "monomial_index", "size", "header", "FUNCTIONS"]
 
 #: functions of one value: C expression of phi(a) and the rule for its Taylor coefficients (``coef`` cases)
 FUNCTIONS = {
@@ -36,6 +36,7 @@ FUNCTIONS = {
     "exp": "exp(a)", "expm1": "expm1(a)", "log": "log(a)", "log1p": "log1p(a)", "sqrt": "sqrt(a)",
     "rsqrt": "1.0 / sqrt(a)", "reciprocal": "1.0 / a", "sigmoid": "1.0 / (1.0 + exp(-a))", "atan": "atan(a)",
     "abs": "fabs(a)", "relu": "(a > 0.0 ? a : 0.0)", "softplus": "(a > 20.0 ? a : log1p(exp(a)))", "pow": "pow(a, e)",
+    "erf": "erf(a)",
 }
 
 #: ``coef`` bodies (after f[0] = phi(a)); u, w: scratch arrays of K + 1; ``e``: the exponent of pow
@@ -55,6 +56,9 @@ _COEF = {
     "pow": "double b = 1.0; for (k = 1; k <= K; k++) { b *= (e - k + 1) / k; f[k] = b * pow(a, e - k); }",
     "atan": "w[0] = 1.0 / (1.0 + a * a); for (k = 1; k < K; k++) w[k] = -(2.0 * a * w[k - 1] + (k >= 2 ? w[k - 2] : 0.0))"
             " * w[0]; for (k = 1; k <= K; k++) f[k] = w[k - 1] / k;",
+    # erf' = (2/sqrt(pi)) g, g = exp(-a^2), g' = -2 a g: (k + 1) g_{k+1} = -2 (a g_k + g_{k-1})
+    "erf": "u[0] = 1.1283791670955126 * exp(-a * a); for (k = 1; k <= K; k++) { f[k] = u[k - 1] / k;"
+           " u[k] = -2.0 * (a * u[k - 1] + (k >= 2 ? u[k - 2] : 0.0)) / k; }",
     "abs": "if (K >= 1) f[1] = (a > 0.0) - (a < 0.0);",
     "relu": "if (K >= 1) f[1] = a > 0.0 ? 1.0 : 0.0;",
     "softplus": "if (a > 20.0) { if (K >= 1) f[1] = 1.0; } else { u[0] = 1.0 / (1.0 + exp(-a)); ode(u, 0.0, 1.0, -1.0);"
@@ -75,6 +79,12 @@ def monomials(D: int, K: int) -> Tuple[Tuple[int, ...], ...]:
     return tuple(out)
 
 
+@lru_cache(maxsize=32)
+def monomial_index(D: int, K: int) -> Dict[Tuple[int, ...], int]:
+    """``{exponents: position}`` in :func:`monomials` order (do not modify: shared)."""
+    return {m: k for k, m in enumerate(monomials(D, K))}
+
+
 def size(D: int, K: int) -> int:
     """Number of coefficients, :math:`\\binom{D + K}{K}`."""
     return comb(D + K, K)
@@ -83,8 +93,7 @@ def size(D: int, K: int) -> int:
 def _products(D: int, K: int, min_a: int = 0, min_b: int = 0) -> Dict[int, List[Tuple[int, int]]]:
     """``{k: [(i, j), ...]}``: the coefficient pairs of a truncated product landing on monomial ``k``, the first
     factor's monomial of degree at least ``min_a``, the second's at least ``min_b``."""
-    mons = monomials(D, K)
-    index: Dict[Tuple[int, ...], int] = {m: k for k, m in enumerate(mons)}
+    mons, index = monomials(D, K), monomial_index(D, K)
     out: Dict[int, List[Tuple[int, int]]] = {}
     for i, a in enumerate(mons):
         for j, b in enumerate(mons):
@@ -120,28 +129,6 @@ def _unrolled(D: int, K: int, p: str) -> List[str]:
     return lines + ["}"]
 
 
-def _lin(S: int, p: str) -> List[str]:
-    """``lin``: for ``S <= 64`` the sums run in registers, 4 coefficients per vector (GNU C vector types) and the
-    last ``S % 4`` in scalars. Each lane does the scalar operations in the scalar order: the same results."""
-    sig = ["/* nout values out_o = sum_i W[o, i] in_i + bias[o] (bias NULL: none), W row-major (nout, nin) */",
-           f"static void {p}_lin(int nin, int nout, const double *restrict W, const double *restrict bias,",
-           "                   const double *restrict in, double *restrict out) {", "    for (int o = 0; o < nout; o++) {"]
-    if S > 64:
-        body = [f"        double *y = out + (long)o * {S};", f"        for (int k = 0; k < {S}; k++) y[k] = 0.0;",
-                "        for (int i = 0; i < nin; i++) {", f"            const double w = W[o * nin + i], *x = in + (long)i * {S};",
-                f"            for (int k = 0; k < {S}; k++) y[k] += w * x[k];", "        }", "        if (bias) y[0] += bias[o];"]
-        return sig + body + ["    }", "}"]
-    nv, tail = S // 4, list(range(4 * (S // 4), S))
-    body = [f"        {p}_v4 v{c} = {{0.0, 0.0, 0.0, 0.0}};" for c in range(nv)] + [f"        double s{k} = 0.0;" for k in tail]
-    body += ["        for (int i = 0; i < nin; i++) {", f"            const double w = W[o * nin + i], *x = in + (long)i * {S};",
-             f"            const {p}_v4 wv = {{w, w, w, w}};", f"            {p}_v4 xv;"]
-    for c in range(nv):
-        body += [f"            memcpy(&xv, x + {4 * c}, sizeof xv);", f"            v{c} += wv * xv;"]
-    body += [f"            s{k} += w * x[{k}];" for k in tail] + ["            (void)xv;", "        }", f"        double *y = out + (long)o * {S};"]
-    body += [f"        memcpy(y + {4 * c}, &v{c}, sizeof v{c});" for c in range(nv)] + [f"        y[{k}] = s{k};" for k in tail]
-    return [f"typedef double {p}_v4 __attribute__((vector_size(32)));"] + sig + body + ["        if (bias) y[0] += bias[o];", "    }", "}"]
-
-
 _HELPERS = r"""
 static void p_const(double c, double *o) { for (int k = 0; k < P_S; k++) o[k] = 0.0; o[0] = c; }
 static void p_seed(double v, int dir, double *o) { p_const(v, o); o[1 + dir] = 1.0; }
@@ -159,13 +146,7 @@ static void p_embed(const double *a, const int *map, int m, double *o) {
     for (int k = 0; k < m; k++) o[map[k]] = a[k];
 }
 static void p_sel(double c, const double *a, const double *b, double *o) { p_copy(c != 0.0 ? a : b, o); }
-/* o = sum_k f[k] delta^k from the powers of p_powers */
-static void p_series(const double *pw, const double *f, double *o) {
-    for (int k = 0; k < P_S; k++) o[k] = 0.0;
-    o[0] = f[0];
-    for (int q = 1; q <= P_K; q++) p_axpy(f[q], pw + (q - 1) * P_S, o);
-}
-/* o = phi(a) from f[k] = phi^(k)(a_0)/k! (o distinct from a): p_series written out (no calls per power) */
+/* o = phi(a) = sum_q f[q] delta^q from f[q] = phi^(q)(a_0)/q! and the powers of p_powers (o distinct from a) */
 static void p_fun(const double *a, const double *f, double *o) {
     double pw[P_K * P_S];
     p_powers(a, pw);
@@ -200,7 +181,8 @@ static void p_ode(double *y, double c0, double c1, double c2) {
 def _lin_p(S: int, p: str) -> List[str]:
     """``lin_p(T, m, P, W, o)``: ``o = sum_t P[T[2t+1]] W[T[2t] ..]``, a linear combination with run-time
     coefficients (a network's weights), ``T[2t]`` the offset of a term in the work array ``W`` (``o`` is never
-    a term). As :func:`_lin`: for ``S <= 64`` the sums run in registers, 4 coefficients per vector."""
+    a term). For ``S <= 64`` the sums run in registers, 4 coefficients per vector (GNU C vector types) and the
+    last ``S % 4`` in scalars; each lane does the scalar operations in the scalar order: the same results."""
     head = [f"static void {p}_lin_p(const int *restrict T, int m, const double *restrict P, const double *restrict W,",
             "                    double *restrict o) {"]
     if S > 64:
@@ -216,7 +198,16 @@ def _lin_p(S: int, p: str) -> List[str]:
         body += [f"        memcpy(&xv{c}, b + {4 * c}, sizeof xv{c});", f"        v{c} += cv * xv{c};"]
     body += [f"        s{k} += c * b[{k}];" for k in tail] + ["    }"]
     body += [f"    memcpy(o + {4 * c}, &v{c}, sizeof v{c});" for c in range(nv)] + [f"    o[{k}] = s{k};" for k in tail]
-    return head + body + ["}"]
+    return [f"typedef double {p}_v4 __attribute__((vector_size(32)));"] + head + body + ["}"]
+
+
+#: defines ``BEA_UNROLL``, the pragma before the loops over coefficients (a source that defines it empty first
+#: keeps them rolled)
+UNROLL = ["#ifndef BEA_UNROLL", '#define BEA_UNROLL _Pragma("GCC unroll 64")', "#endif"]
+
+
+def _unroll(code: str) -> str:
+    return code.replace("for (", "BEA_UNROLL for (")
 
 
 def _coef(p: str) -> List[str]:
@@ -230,11 +221,19 @@ def _coef(p: str) -> List[str]:
     return lines + ["    }", "}"]
 
 
-def header(D: int, K: int, prefix: str = "tp", noinline: bool = False) -> str:
+def header(D: int, K: int, prefix: str = "tp", noinline: bool = False, inline: bool = False) -> str:
     """Sizes and the ``<prefix>_*`` functions for polynomials in ``D`` variables to degree ``K``. ``noinline``: the
-    helpers stay calls (inlined into thousands of straight-line calls they make gcc take minutes)."""
+    helpers stay calls (inlined into thousands of straight-line calls they make gcc take minutes); ``inline``:
+    they are always inlined (gcc's own limits leave calls of small polynomials' products in a program of a
+    few hundred of them, whose jets then go through memory)."""
     P = prefix.upper()
-    lines = [f"#define {P}_D {D}", f"#define {P}_K {K}", f"#define {P}_S {size(D, K)}"]
-    lines += _unrolled(D, K, prefix) + _lin(size(D, K), prefix) + _lin_p(size(D, K), prefix)
-    text = "\n".join(lines) + _HELPERS.replace("p_", prefix + "_").replace("P_", P + "_") + "\n".join(_coef(prefix)) + "\n"
-    return text.replace("static void", "static __attribute__((noinline)) void") if noinline else text
+    lines = [f"#define {P}_D {D}", f"#define {P}_K {K}", f"#define {P}_S {size(D, K)}", *UNROLL]
+    # the loops over coefficients unrolled (not those over a network's terms, _lin_p): inlined into a small
+    # program, its jets then stay in registers (a pendulum's lag_derivs 2.5x faster; the order of the
+    # operations, and so the numbers, unchanged)
+    lines += [_unroll(x) for x in _unrolled(D, K, prefix)] + _lin_p(size(D, K), prefix)
+    text = "\n".join(lines) + _unroll(_HELPERS.replace("p_", prefix + "_").replace("P_", P + "_") + "\n".join(_coef(prefix)))
+    text += "\n"
+    if noinline:
+        return text.replace("static void", "static __attribute__((noinline)) void")
+    return text.replace("static void", "static inline __attribute__((always_inline)) void") if inline else text

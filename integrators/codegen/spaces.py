@@ -18,7 +18,7 @@ from collections import Counter
 from typing import Dict, List, Tuple
 
 from .ir import Jet
-from .runtime import monomials
+from .runtime import monomial_index, monomials
 
 __all__ = ["split", "MAX_SIZES"]
 
@@ -53,7 +53,7 @@ def _natural(code: List[tuple], D: int, keep=None) -> Dict[int, Space]:
 def embedding(src: Space, dst: Space, K: int) -> Tuple[int, ...]:
     """For each coefficient of a polynomial in the variables ``src``, its index among those in ``dst``."""
     pos = [dst.index(v) for v in src]
-    index = {m: k for k, m in enumerate(monomials(len(dst), K))}
+    index = monomial_index(len(dst), K)
     out = []
     for m in monomials(len(src), K):
         e = [0] * len(dst)
@@ -63,14 +63,15 @@ def embedding(src: Space, dst: Space, K: int) -> Tuple[int, ...]:
     return tuple(out)
 
 
-def split(code: List[tuple], result: Jet, D: int, K: int) -> Tuple[List[tuple], Dict[int, Space], Jet]:
-    """``(code, spaces, result)``: the instructions with ``embed`` ones inserted where an input's space is smaller
-    than the instruction's, the space of every jet, and the result in the full space."""
+def split(code: List[tuple], results: List[Jet], D: int, K: int, full: bool = True
+          ) -> Tuple[List[tuple], Dict[int, Space], List[Jet]]:
+    """``(code, spaces, results)``: the instructions with ``embed`` ones inserted where an input's space is smaller
+    than the instruction's, the space of every jet, and the results (embedded in the full space if ``full``)."""
     sizes = Counter(len(sp) for sp in _natural(code, D).values())
     keep = {D} | {s for s, _ in sizes.most_common() if s < D}
     keep = {D} | set(sorted(keep - {D}, key=lambda s: -sizes[s])[:MAX_SIZES if D >= MIN_D else 0])
     spaces = _natural(code, D, keep)
-    fresh = itertools.count(1 + max([ins[1].k for ins in code if isinstance(ins[1], Jet)] + [result.k]))
+    fresh = itertools.count(1 + max([ins[1].k for ins in code if isinstance(ins[1], Jet)] + [r.k for r in results]))
     memo: Dict[Tuple[int, Space], Jet] = {}
     out_code: List[tuple] = []
 
@@ -91,4 +92,4 @@ def split(code: List[tuple], result: Jet, D: int, K: int) -> Tuple[List[tuple], 
         elif isinstance(out, Jet) and op != "gather":
             args = tuple(to(a, spaces[out.k]) for a in args)
         out_code.append((op, out, *args))
-    return out_code, spaces, to(result, tuple(range(D)))
+    return out_code, spaces, [to(r, tuple(range(D))) if full else r for r in results]

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from bea.errors import BeaRuntimeError
-from integrators.compiled import MAX_N, CLagrangian, NotLowerable
+from integrators.compiled import CLagrangian, NotLowerable, check_n
 
 from ..neural.mlp import MLP
 from . import elements as E
@@ -96,8 +96,7 @@ def plan(model) -> tuple:
     for name in ("forward", "global_states", "kinetic", "potential_energy", "masses"):
         if getattr(type(model), name) is not getattr(ModLaNet, name):
             raise NotLowerable(f"{type(model).__name__} overrides {name}: its C form may not be what it computes")
-    if model.n > MAX_N:
-        raise NotLowerable(f"n = {model.n} coordinates; the compiled loop handles at most {MAX_N}")
+    check_n(model.n)
     with torch.no_grad():
         _float64(model.masses, model.c1, model.c2)
         N = model.n_elements
