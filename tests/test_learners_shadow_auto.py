@@ -193,6 +193,25 @@ def test_energy_calibration_is_reported_and_used(anharmonic):
     assert m._variance_factor("energy_differences") == pytest.approx(d.scale / cal["del"].scale, rel=1e-12)
 
 
+def test_one_energy_calibration_failing_leaves_the_other(monkeypatch):
+    """The conservation calibration (energies, velocities) and the distant-difference one (energy) serve different
+    quantities: when the second fails, the first is still stored and used, and the failure is recorded under its own
+    key (one try around both dropped the conservation scale too)."""
+    from learners.shadow import calibration as C
+
+    def broken(model):
+        raise RuntimeError("a failing innovation solve")
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", IdentifiabilityWarning)
+        m = InverseModifiedLagrangianGP(0.2, progress=False).fit(snapshots(anharmonic3(), 0.2, 40, 5, seed=0))
+        monkeypatch.setattr(C, "difference_calibration", broken)
+        cal = m.calibration
+    assert "energy" in cal and "energy_differences" not in cal
+    assert "energy_differences_calibration_error" in m.history and "energy_calibration_error" not in m.history
+    assert m._variance_factor("energy") == pytest.approx(cal["energy"].scale / cal["del"].scale, rel=1e-12)
+
+
 def test_each_quantity_uses_its_own_scale(anharmonic, monkeypatch):
     """energy(N)(q, v) at given states takes the distant-difference scale, velocities (along positions, through the
     discrete momenta) the conservation one: quadrupling one scale doubles the GP std of its own quantity exactly and

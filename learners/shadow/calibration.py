@@ -168,7 +168,8 @@ def ensure_energy_calibration(model) -> None:
     (:mod:`learners.shadow.difference_calibration`), for ``energy``. Then the warning of
     :func:`~learners.shadow.identifiability.check_orders`. The model's own posterior is restored afterwards. On
     failure (e.g. a kernel without a feature expansion) the reason goes to ``model.history["energy_calibration_error"]``
-    and the ``"del"`` scale stays in use."""
+    (conservation) or ``model.history["energy_differences_calibration_error"]``, each independently, and the quantities
+    that calibration serves keep the ``"del"`` scale."""
     from .identifiability import check_orders
 
     pending = getattr(model, "_pending_calibration", None)
@@ -176,12 +177,16 @@ def ensure_energy_calibration(model) -> None:
         return
     model._pending_calibration = None
     floor = model.gp.variance_scale
-    try:
+    failures = (RuntimeError, ValueError, ArithmeticError, TypeError)
+    values = differences = None
+    try:  # the two calibrations serve different quantities: one failing must not drop the other
         values = _conservation(model, *pending)
-        differences = difference_calibration(model)
-    except (RuntimeError, ValueError, ArithmeticError, TypeError) as err:
+    except failures as err:
         model.history["energy_calibration_error"] = repr(err)
-        return
+    try:
+        differences = difference_calibration(model)
+    except failures as err:
+        model.history["energy_differences_calibration_error"] = repr(err)
     if differences is not None:
         model._calibration["energy_differences"] = differences[0]
     if values is not None:
