@@ -234,7 +234,7 @@ class StandardisedMean:
 
 
 def data_units_form(model, n: int):
-    r"""The C form of a fitted model's posterior mean in the data's units: :math:`L(q, v) = s^2\,ar L'((q - ar q)/\sigma,
+    r"""The C form of a fitted model's posterior mean in the data's units: :math:`L(q, v) = s^2\,\bar L'((q - \bar q)/\sigma,
     v/s)` (:mod:`learners.shadow.units`), the GP coordinates' C form composed by
     :class:`integrators.model_protocol.AffineModel` (so the public ``integrator()`` steps in C like ``predict``)."""
     from integrators.model_protocol import AffineModel

@@ -263,7 +263,7 @@ def _gaussian_section(xb: torch.Tensor, y: torch.Tensor, scales: torch.Tensor, a
 
 
 def _product_over_inputs(h: torch.Tensor, alphas: torch.Tensor) -> torch.Tensor:
-    r""":math:`\prod_i h_{..., i, lpha_i}` for the multi-indices ``alphas`` (S, n): (..., S). For n > 2 the inputs are
+    r""":math:`\prod_i h_{..., i, \alpha_i}` for the multi-indices ``alphas`` (S, n): (..., S). For n > 2 the inputs are
     split in two halves, each half's product formed once per distinct half multi-index (e.g. 35 of the 210 at
     n = 6, order 4), and the two combined by one product per alpha: 2 full-width gathers and 1 product instead of
     n and n - 1 (the cost of the kernel sections at the training atoms, :meth:`SplitLayout.sections`). n <= 2: the
