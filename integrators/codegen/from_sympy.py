@@ -143,13 +143,7 @@ def _product(prog: Program, names, e):
 def _power(prog: Program, names, base_expr, exp):
     base = _node(prog, names, base_expr)
     if exp.is_Integer:
-        k, out, square = abs(int(exp)), 1.0, base
-        while k:  # base^|k| by repeated squaring, the bits of |k| lowest first
-            if k & 1:
-                out = prog.mul(out, square)
-            k >>= 1
-            if k:
-                square = prog.mul(square, square)
+        out = prog.ipow(base, abs(int(exp)))
         return out if exp >= 0 else prog.div(1.0, out)
     if exp == sympy.Rational(1, 2):
         return prog.unary("sqrt", base)

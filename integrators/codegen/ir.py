@@ -202,6 +202,17 @@ class Program:
             return self._jet("cdiv", b, a)
         return self._val(VALUE_BINARY["div"], a, b)
 
+    def ipow(self, a, k: int):
+        """``a ** k`` for an integer ``k >= 0`` as products, by repeated squaring (the bits of ``k`` lowest first)."""
+        out, square = 1.0, a
+        while k:
+            if k & 1:
+                out = self.mul(out, square)
+            k >>= 1
+            if k:
+                square = self.mul(square, square)
+        return out
+
     def pow(self, a, e):
         if a is OPAQUE or e is OPAQUE:
             return OPAQUE

@@ -19,18 +19,6 @@ from bea.errors import BeaValueError
 __all__ = ["mechanical_blocks", "c_lagrangian_of_mechanical"]
 
 
-def _power(prog, b, e: int):
-    """``b ** e`` (``e >= 0``) by squaring."""
-    out, base = 1.0, b
-    while e:
-        if e & 1:
-            out = prog.mul(out, base)
-        e >>= 1
-        if e:
-            base = prog.mul(base, base)
-    return out
-
-
 def mechanical_blocks(n: int, d: int, K: int):
     """The three :class:`integrators.codegen.reduce.Block` (atoms of order 0, 1, 2) of the mechanical mean in the
     ``2n`` scaled variables to degree ``K``, polynomial degree ``d`` in the velocities."""
@@ -52,7 +40,7 @@ def mechanical_blocks(n: int, d: int, K: int):
         b = prog.dot([atom(1 + n + i) for i in range(n)], s[n:], start=1.0)
         rho = [prog.dot([atom(1 + 2 * n + 2 * n * j + i) for i in range(n)], r) for j in range(m)]
         nu = [prog.dot([atom(1 + 3 * n + 2 * n * j + i) for i in range(n)], s[n:]) for j in range(m)]
-        low = _power(prog, b, max(d - 2, 0))
+        low = prog.ipow(b, max(d - 2, 0))
         pw = [prog.mul(prog.mul(low, b), b), prog.mul(low, b), low]  # b^d, b^(d-1), b^(d-2)
         if m == 0:
             T = pw[0]
