@@ -19,7 +19,7 @@ import numpy as np
 import sympy
 
 import integrators
-from integrators._march_c import TEMPLATE
+from integrators._march_c import march_source
 from integrators.ccompile import load_library
 from integrators.compiled import lower_lagrangian
 
@@ -53,8 +53,8 @@ def printed_source(L) -> str:
     return "\n".join(lines + ["}"])
 
 
-def _entry(source: str):
-    fn = load_library(TEMPLATE.replace("/*@LAGRANGIAN@*/", source)).lib.bea_lag_derivs
+def _entry(source: str, n: int):
+    fn = load_library(march_source(source, n)).lib.bea_lag_derivs
     fn.restype, fn.argtypes = None, [ctypes.c_int, ctypes.c_int, _f64p, _f64p, _f64p, _f64p]
     return fn
 
@@ -65,7 +65,7 @@ def measure(L, repeat: int, m: int = 128, calls: int = 200):
     params = np.array(L._param_values() or (0.0,), dtype=np.float64)
     lo, hi = np.array([d[0] for d in L.domain]), np.array([d[1] for d in L.domain])
     x = np.ascontiguousarray(lo + (hi - lo) * np.random.default_rng(0).random((m, D)))
-    fns = {"old": _entry(printed_source(L)), "new": _entry(lower_lagrangian(L).source)}
+    fns = {"old": _entry(printed_source(L), L.n), "new": _entry(lower_lagrangian(L).source, L.n)}
     out = {k: (np.empty((m, D)), np.empty((m, D, D))) for k in fns}
     ptr = lambda a: a.ctypes.data_as(_f64p)  # noqa: E731
     best = {k: float("inf") for k in fns}

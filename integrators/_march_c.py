@@ -182,8 +182,6 @@ INLINE int march(const int n, int B, int j0, int j_end, double *out, long Ball, 
                  int has_jac, const double *first_guess, Ctx *c, double max_step, double *xnew, double *pnew, double *jnew,
                  int *status, double *pout) {
     const long nn = (long)n * n;
-    double Hs[c->nev * 4 * n * n];
-    c->Hs = Hs;
     for (int j = j0; j < j_end; j++) {
         int bad = 0;
         for (int b = 0; b < B; b++) {
@@ -222,18 +220,16 @@ INLINE int march(const int n, int B, int j0, int j_end, double *out, long Ball, 
    the state at that step; status says which elements failed). Returns j_end when all steps are done.
    pout, if not NULL, is laid out as out and receives the momenta p_{j+1} = D2 L_d(q_j, q_{j+1}) of every
    completed step (the Trajectory's p: computed here anyway, so not recomputed afterwards).
-   Work arrays: xnew, pnew (B, n), jnew (B, n, n); status (B). */
+   Work arrays: xnew, pnew (B, n), jnew (B, n, n); status (B); Hs (nev, 2n, 2n), the Hessians at the evaluation
+   points (from the caller: a stack array of a run-time size could overflow the stack). */
 int bea_march(int B, int n, int j0, int j_end, double *out, long Ball, const long *rows, double *p, double *jac,
               int has_jac, const double *first_guess, int nev, const double *ev, const double *P, double xtol, double ftol,
               int maxiter, int reuse, double stall, double max_step, double *xnew, double *pnew, double *jnew, int *status,
-              double *pout) {
-    Ctx c = {nev, ev, P, NULL, xtol, ftol, stall, maxiter, reuse};
-#ifdef BEA_N  /* built for one n (march_source): any other is refused as a failed step, for the eager path */
+              double *pout, double *Hs) {
+    Ctx c = {nev, ev, P, Hs, xtol, ftol, stall, maxiter, reuse};
+    /* built for one n (march_source): any other is refused as a failed step, for the eager path */
     if (n != BEA_N) { for (int b = 0; b < B; b++) status[b] = 2; return j0; }
     return march(BEA_N, B, j0, j_end, out, Ball, rows, p, jac, has_jac, first_guess, &c, max_step, xnew, pnew, jnew, status, pout);
-#else
-    return march(n, B, j0, j_end, out, Ball, rows, p, jac, has_jac, first_guess, &c, max_step, xnew, pnew, jnew, status, pout);
-#endif
 }
 """
 

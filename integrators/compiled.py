@@ -232,7 +232,7 @@ class CompiledStepper:
         fn.restype = ctypes.c_int
         fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, _f64p, ctypes.c_long, _lp, _f64p, _f64p,
                        ctypes.c_int, _f64p, ctypes.c_int, _f64p, _f64p, ctypes.c_double, ctypes.c_double, ctypes.c_int,
-                       ctypes.c_int, ctypes.c_double, ctypes.c_double, _f64p, _f64p, _f64p, _ip, _f64p]
+                       ctypes.c_int, ctypes.c_double, ctypes.c_double, _f64p, _f64p, _f64p, _ip, _f64p, _f64p]
         self._fn = fn
         self._derivs = lib.lib.bea_lag_derivs
         self._derivs.restype = None
@@ -243,6 +243,8 @@ class CompiledStepper:
         """Gradient ``(m, 2n)`` and Hessian ``(m, 2n, 2n)`` of the C form of :math:`L` at states ``x``
         ``(m, 2n)`` (to check it against autograd); CPU tensors only."""
         _require_cpu(x=x)
+        if x.dim() != 2 or x.shape[1] != 2 * self.n:  # the C code reads 2n numbers per state
+            raise BeaValueError(f"states must have shape (m, 2n) = (m, {2 * self.n}) for n = {self.n}, got {tuple(x.shape)}")
         self._refresh_params()
         x_np = np.ascontiguousarray(x.detach().numpy(), dtype=np.float64)
         m, D = x_np.shape
@@ -288,11 +290,13 @@ class CompiledStepper:
         fg = None if (first_guess is None or j != 0) else np.ascontiguousarray(first_guess.detach().numpy(), dtype=np.float64)
         xnew, pnew, jnew = np.empty((B, n)), np.empty((B, n)), np.empty((B, n, n))
         status = np.zeros(B, dtype=np.int32)
+        hessians = np.empty(self.points.shape[0] * 4 * n * n)  # the march's work array (one per call: re-entrant)
         j_stop = self._fn(B, n, j, j_end, _ptr(out_np), out.shape[1], None if rows_np is None else _ptr(rows_np, _lp),
                           _ptr(p_np), _ptr(jac_np), int(has_jac), None if fg is None else _ptr(fg), self.points.shape[0],
                           _ptr(self.points), _ptr(self.params), float(options.xtol), float(options.ftol), int(options.maxiter),
                           int(options.reuse_jacobian), float(STALL_FACTOR), -1.0 if max_step is None else float(max_step),
-                          _ptr(xnew), _ptr(pnew), _ptr(jnew), _ptr(status, _ip), None if pout_np is None else _ptr(pout_np))
+                          _ptr(xnew), _ptr(pnew), _ptr(jnew), _ptr(status, _ip), None if pout_np is None else _ptr(pout_np),
+                          _ptr(hessians))
         jac_t = torch.from_numpy(jac_np) if (has_jac or j_stop > j) else None
         st = torch.from_numpy(status) if j_stop < j_end else None
         return j_stop, torch.from_numpy(p_np), jac_t, st
