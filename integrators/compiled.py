@@ -157,23 +157,14 @@ def scheme_points(h: float, scheme, n: int) -> np.ndarray:
         if w.free_symbols:
             raise NotLowerable(f"the scheme {scheme!r} weighs the Lagrangian with a position-dependent factor")
         rest = rest - w * syms[k]
-        y = list(q) + list(v)
-        if len(y) != D:
+        y = sympy.Matrix([sympy.expand(sympy.sympify(yi, strict=True)) for yi in (*q, *v)])
+        if y.shape[0] != D:
             raise NotLowerable(f"the scheme {scheme!r} evaluates L at states of unexpected size")
-        off = np.zeros(D)
-        A = np.zeros((D, n))
-        B = np.zeros((D, n))
-        for i, yi in enumerate(y):
-            yi = sympy.expand(sympy.sympify(yi, strict=True))
-            if yi.free_symbols - set(slots):
-                raise NotLowerable(f"the scheme {scheme!r} evaluates L at points that are not affine in the slots")
-            zero = {s: 0 for s in slots}
-            off[i] = float(yi.subs(zero))
-            for j in range(n):
-                da, db = sympy.diff(yi, a[j]), sympy.diff(yi, b[j])
-                if da.free_symbols or db.free_symbols:
-                    raise NotLowerable(f"the scheme {scheme!r} evaluates L at points that are not affine in the slots")
-                A[i, j], B[i, j] = float(da), float(db)
+        dya, dyb = y.jacobian(a), y.jacobian(b)
+        if y.free_symbols - set(slots) or dya.free_symbols or dyb.free_symbols:
+            raise NotLowerable(f"the scheme {scheme!r} evaluates L at points that are not affine in the slots")
+        A, B = np.array(dya.tolist(), dtype=float), np.array(dyb.tolist(), dtype=float)
+        off = np.array(y.subs({s: 0 for s in slots}).tolist(), dtype=float).reshape(D)
         rows.append(np.concatenate([[float(w)], off, A.ravel(), B.ravel(), (A + B).ravel()]))
     if sympy.simplify(rest) != 0:
         raise NotLowerable(f"the scheme {scheme!r} is not a weighted sum of Lagrangian values")
