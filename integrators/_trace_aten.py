@@ -322,14 +322,13 @@ def _vector_norm(p, args, kw, out):
 
 @_rule("aten.clamp.default", "aten.clamp.Tensor")
 def _clamp(p, args, kw, out):
+    """``x < lo ? lo : x``, then ``x > hi ? hi : x``, for the bounds given (numbers or tensors, broadcast)."""
     lo = args[1] if len(args) > 1 else kw.get("min")
     hi = args[2] if len(args) > 2 else kw.get("max")
+    tests = [op for op, b in (("lt", lo), ("gt", hi)) if b is not None]
 
-    def one(x, a, b):
-        if a is not None:
-            x = p.select(p.value("lt", x, a), a, x)
-        if b is not None:
-            x = p.select(p.value("gt", x, b), b, x)
+    def one(x, *bounds):
+        for op, b in zip(tests, bounds):
+            x = p.select(p.value(op, x, b), b, x)
         return x
-    return _map(lambda x: one(x, None if lo is None else float(lo), None if hi is None else float(hi)), args[0]) \
-        if not isinstance(lo, np.ndarray) and not isinstance(hi, np.ndarray) else _map(one, args[0], lo, hi)
+    return _map(one, args[0], *[b for b in (lo, hi) if b is not None])

@@ -96,6 +96,13 @@ def test_norms_and_clamps_are_lowered():
 
     states = torch.tensor([[1.0, 0.3, 0.2, -0.1], [0.7, -0.4, 0.0, 0.3]], dtype=torch.float64)  # 0.7 is clamped
     assert _derivative_error(kepler_like, 2, states) < 1e-12
+    # one bound a tensor, the other absent (each bound is tested only if given): q = (1.0, 0.3) clamped in both
+    # coordinates, (0.7, -0.4) in neither; the clamped ones have zero derivatives, which the error would show
+    top = torch.tensor([0.8, 0.1], dtype=torch.float64)
+
+    def capped(q, v):
+        return (v ** 2).sum(-1) / 2 + (torch.clamp(q, max=top) ** 3).sum(-1)
+    assert _derivative_error(capped, 2, states) < 1e-12
 
 
 def test_affine_model_composes_the_compiled_form():
