@@ -35,10 +35,7 @@ RULES: Dict[str, Callable] = {}
 
 def literal_array(t) -> np.ndarray:
     """The values of a tensor as an object array of Python floats."""
-    vals = np.asarray(t.detach().cpu().double().numpy(), dtype=float)
-    out = np.empty(vals.shape, dtype=object)
-    out.reshape(-1)[:] = [float(x) for x in vals.reshape(-1)]
-    return out
+    return np.asarray(t.detach().cpu().double().numpy(), dtype=float).astype(object)  # Python floats
 
 
 def _rule(*names):
@@ -52,9 +49,7 @@ def _rule(*names):
 def _arr(x) -> np.ndarray:
     if isinstance(x, np.ndarray):
         return x
-    out = np.empty((), dtype=object)
-    out[()] = float(x)
-    return out
+    return np.full((), float(x), dtype=object)
 
 
 def _map(fn, *arrays) -> np.ndarray:
@@ -124,9 +119,7 @@ def _select_scatter(p, args, kw, out):
 
 
 def _zeros(shape) -> np.ndarray:
-    res = np.empty(tuple(shape), dtype=object)
-    res.reshape(-1)[:] = [0.0] * res.size
-    return res
+    return np.full(tuple(shape), 0.0, dtype=object)
 
 
 @_rule("aten.masked_scatter.default")
