@@ -76,6 +76,8 @@ SHAPES = {
     "transpose.int": lambda a, d0, d1, *rest: np.swapaxes(a, d0, d1),
     "permute.default": lambda a, dims, *rest: np.transpose(a, [_dim(d, a.ndim) for d in dims]),
     "select.int": lambda a, dim, index, *rest: np.take(a, index, axis=_dim(dim, a.ndim)),
+    "copy_.default": lambda a, src, *rest: np.broadcast_to(src, a.shape).copy(),
+    "fill_.Scalar": lambda a, value, *rest: np.full(a.shape, float(value), dtype=object),
 }
 for _names, _fn in SHAPES.items():
     for _n in _names.split():
@@ -153,16 +155,6 @@ def _stack(p, args, kw, out):
 def _unbind(p, args, kw, out):
     dim = _dim(args[1] if len(args) > 1 else 0, args[0].ndim)
     return [np.take(args[0], k, axis=dim) for k in range(args[0].shape[dim])]
-
-
-@_rule("aten.copy_.default")
-def _copy_(p, args, kw, out):
-    return np.broadcast_to(args[1], args[0].shape).copy()
-
-
-@_rule("aten.fill_.Scalar")
-def _fill_(p, args, kw, out):
-    return _map(lambda a: a, np.broadcast_to(_arr(args[1]), args[0].shape))
 
 
 # ------------------------------------------------------------------ elementwise
