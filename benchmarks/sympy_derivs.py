@@ -20,7 +20,7 @@ import sympy
 
 import integrators
 from integrators._march_c import march_source
-from integrators.ccompile import load_library
+from integrators.ccompile import F64P, load_library, ptr
 from integrators.compiled import lower_lagrangian
 
 S = integrators.systems
@@ -28,7 +28,6 @@ SYSTEMS = {"pendulum": lambda: S.pendulum(), "kepler": lambda: S.kepler(), "n_pe
            "fpu_chain(8)": lambda: S.fpu_chain(8), "fpu_chain(16)": lambda: S.fpu_chain(16),
            "coupled_oscillators(16)": lambda: S.coupled_oscillators(16), "n_body(5)": lambda: S.n_body((1,) * 5),
            "fpu_chain(32)": lambda: S.fpu_chain(32)}
-_f64p = ctypes.POINTER(ctypes.c_double)
 
 
 def printed_source(L) -> str:
@@ -54,9 +53,8 @@ def printed_source(L) -> str:
 
 
 def _entry(source: str, n: int):
-    fn = load_library(march_source(source, n)).lib.bea_lag_derivs
-    fn.restype, fn.argtypes = None, [ctypes.c_int, ctypes.c_int, _f64p, _f64p, _f64p, _f64p]
-    return fn
+    return load_library(march_source(source, n)).function("bea_lag_derivs", None, ctypes.c_int, ctypes.c_int, F64P, F64P,
+                                                           F64P, F64P)
 
 
 def measure(L, repeat: int, m: int = 128, calls: int = 200):
@@ -67,7 +65,6 @@ def measure(L, repeat: int, m: int = 128, calls: int = 200):
     x = np.ascontiguousarray(lo + (hi - lo) * np.random.default_rng(0).random((m, D)))
     fns = {"old": _entry(printed_source(L), L.n), "new": _entry(lower_lagrangian(L).source, L.n)}
     out = {k: (np.empty((m, D)), np.empty((m, D, D))) for k in fns}
-    ptr = lambda a: a.ctypes.data_as(_f64p)  # noqa: E731
     best = {k: float("inf") for k in fns}
     for _ in range(repeat):
         for k, fn in fns.items():  # alternating, so that a change of load hits both

@@ -55,7 +55,7 @@ import torch
 from bea.deprecation import h_before_scheme
 from bea.errors import BeaError, BeaRuntimeError, BeaValueError
 from ._march_c import march_source
-from .ccompile import CompileError, load_library
+from .ccompile import F64P, I32P, I64P, CompileError, load_library, ptr
 from .newton import STALL_FACTOR, NewtonOptions
 
 __all__ = ["CLagrangian", "CompiledStepper", "lower_lagrangian", "scheme_points", "NotLowerable", "MAX_N", "check_n"]
@@ -172,15 +172,6 @@ def scheme_points(h: float, scheme, n: int) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------- stepping
-_f64p = ctypes.POINTER(ctypes.c_double)
-_lp = ctypes.POINTER(ctypes.c_long)
-_ip = ctypes.POINTER(ctypes.c_int)
-
-
-def _ptr(a: np.ndarray, kind=_f64p):
-    return a.ctypes.data_as(kind)
-
-
 def _require_cpu(**tensors: Optional[torch.Tensor]) -> None:
     """The C loop reads and writes host memory: tensors on another device are refused by name (the
     integrator's ``execution="auto"`` never gets here with them; it takes the eager path)."""
@@ -219,15 +210,10 @@ class CompiledStepper:
         lib = load_library(march_source(clag.source, n), vectorise=clag.vectorise)
         self.lower_seconds = time.perf_counter() - t0 - lib.compile_seconds
         self.compile_seconds = lib.compile_seconds
-        fn = lib.lib.bea_march
-        fn.restype = ctypes.c_int
-        fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, _f64p, ctypes.c_long, _lp, _f64p, _f64p,
-                       ctypes.c_int, _f64p, ctypes.c_int, _f64p, _f64p, ctypes.c_double, ctypes.c_double, ctypes.c_int,
-                       ctypes.c_int, ctypes.c_double, ctypes.c_double, _f64p, _f64p, _f64p, _ip, _f64p, _f64p]
-        self._fn = fn
-        self._derivs = lib.lib.bea_lag_derivs
-        self._derivs.restype = None
-        self._derivs.argtypes = [ctypes.c_int, ctypes.c_int, _f64p, _f64p, _f64p, _f64p]
+        i, d = ctypes.c_int, ctypes.c_double
+        self._fn = lib.function("bea_march", i, i, i, i, i, F64P, ctypes.c_long, I64P, F64P, F64P, i, F64P, i, F64P, F64P,
+                                d, d, i, i, d, d, F64P, F64P, F64P, I32P, F64P, F64P)
+        self._derivs = lib.function("bea_lag_derivs", None, i, i, F64P, F64P, F64P, F64P)
         self.n = n
 
     def lagrangian_derivatives(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -240,7 +226,7 @@ class CompiledStepper:
         x_np = np.ascontiguousarray(x.detach().numpy(), dtype=np.float64)
         m, D = x_np.shape
         g, H = np.empty((m, D)), np.empty((m, D, D))
-        self._derivs(m, D, _ptr(x_np), _ptr(self.params), _ptr(g), _ptr(H))
+        self._derivs(m, D, ptr(x_np), ptr(self.params), ptr(g), ptr(H))
         return torch.from_numpy(g), torch.from_numpy(H)
 
     def _refresh_params(self) -> None:
@@ -282,12 +268,11 @@ class CompiledStepper:
         xnew, pnew, jnew = np.empty((B, n)), np.empty((B, n)), np.empty((B, n, n))
         status = np.zeros(B, dtype=np.int32)
         hessians = np.empty(self.points.shape[0] * 4 * n * n)  # the march's work array (one per call: re-entrant)
-        j_stop = self._fn(B, n, j, j_end, _ptr(out_np), out.shape[1], None if rows_np is None else _ptr(rows_np, _lp),
-                          _ptr(p_np), _ptr(jac_np), int(has_jac), None if fg is None else _ptr(fg), self.points.shape[0],
-                          _ptr(self.points), _ptr(self.params), float(options.xtol), float(options.ftol), int(options.maxiter),
-                          int(options.reuse_jacobian), float(STALL_FACTOR), -1.0 if max_step is None else float(max_step),
-                          _ptr(xnew), _ptr(pnew), _ptr(jnew), _ptr(status, _ip), None if pout_np is None else _ptr(pout_np),
-                          _ptr(hessians))
+        j_stop = self._fn(B, n, j, j_end, ptr(out_np), out.shape[1], ptr(rows_np, I64P), ptr(p_np), ptr(jac_np), int(has_jac),
+                          ptr(fg), self.points.shape[0], ptr(self.points), ptr(self.params), float(options.xtol),
+                          float(options.ftol), int(options.maxiter), int(options.reuse_jacobian), float(STALL_FACTOR),
+                          -1.0 if max_step is None else float(max_step), ptr(xnew), ptr(pnew), ptr(jnew), ptr(status, I32P),
+                          ptr(pout_np), ptr(hessians))
         jac_t = torch.from_numpy(jac_np) if (has_jac or j_stop > j) else None
         st = torch.from_numpy(status) if j_stop < j_end else None
         return j_stop, torch.from_numpy(p_np), jac_t, st

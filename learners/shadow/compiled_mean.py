@@ -40,7 +40,6 @@ __all__ = ["c_lagrangian_of_expansion", "rbf_blocks", "RBFJet", "StandardisedMea
 #: largest number of partial derivatives per state (binom(D + K, K)); beyond it the generated C would be
 #: impractically large and autograd is the better tool
 MAX_JET_COLUMNS = 2000
-_f64p = ctypes.POINTER(ctypes.c_double)
 #: states per inner loop of :class:`RBFJet` (side by side in vector registers; measured on AVX-512: 8 lanes 1.6x
 #: faster than 4 at K = 4)
 LANES = 8
@@ -179,13 +178,12 @@ class RBFJet:
             if size(self.D, K) > MAX_JET_COLUMNS:
                 raise BeaValueError(f"a jet of order {K} in {self.D} variables has {size(self.D, K)} partial derivatives per "
                                     f"state, more than MAX_JET_COLUMNS = {MAX_JET_COLUMNS}; use autograd for such orders")
-            from integrators.ccompile import load_library  # learners depend on integrators, not the reverse
+            from integrators.ccompile import F64P, load_library  # learners depend on integrators, not the reverse
             from integrators.codegen.reduce import EXP_SOURCE, emit_sum
 
             # the sum over atoms in the variables x / ell; _factors turns its coefficients into derivatives in x
             source = EXP_SOURCE + emit_sum(rbf_blocks(self.D, K), self.D + 1, name="rbf_jet", lanes=LANES)
-            fn = load_library(source, vectorise=True).lib.rbf_jet
-            fn.restype, fn.argtypes = None, [_f64p, ctypes.c_long, _f64p, _f64p]
+            fn = load_library(source, vectorise=True).function("rbf_jet", None, F64P, ctypes.c_long, F64P, F64P)
             self._fns[K] = fn
             expo = np.array(monomials(self.D, K), dtype=np.float64)  # Taylor coefficients in x / ell to derivatives in x
             beta = np.array([math.prod(map(math.factorial, m)) for m in monomials(self.D, K)], dtype=np.float64)
@@ -203,7 +201,9 @@ class RBFJet:
         x = np.zeros((-(-B // LANES) * LANES, self.D))
         x[:B] = X.detach().to(torch.float64).cpu().numpy() / self._ell
         out = np.empty((x.shape[0], len(self._factors[K])), dtype=np.float64)
-        fn(x.ctypes.data_as(_f64p), x.shape[0], self._params.ctypes.data_as(_f64p), out.ctypes.data_as(_f64p))
+        from integrators.ccompile import ptr
+
+        fn(ptr(x), x.shape[0], ptr(self._params), ptr(out))
         return (torch.from_numpy(out[:B]) * self._factors[K]).to(X.device)
 
 
