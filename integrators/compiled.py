@@ -218,7 +218,7 @@ class CompiledStepper:
 
     def lagrangian_derivatives(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """Gradient ``(m, 2n)`` and Hessian ``(m, 2n, 2n)`` of the C form of :math:`L` at states ``x``
-        ``(m, 2n)`` (to check it against autograd); CPU tensors only."""
+        ``(m, 2n)`` (to check it against autograd); CPU tensors only, other shapes a :class:`~bea.errors.BeaValueError`."""
         _require_cpu(x=x)
         if x.dim() != 2 or x.shape[1] != 2 * self.n:  # the C code reads 2n numbers per state
             raise BeaValueError(f"states must have shape (m, 2n) = (m, {2 * self.n}) for n = {self.n}, got {tuple(x.shape)}")

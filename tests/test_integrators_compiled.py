@@ -87,9 +87,9 @@ def test_sympy_derivatives_match_autograd():
     Ha = torch.stack([torch.autograd.grad(ga[:, i].sum(), x, retain_graph=True)[0] for i in range(4)], 1)
     assert float((g - ga.detach()).abs().max()) <= 1e-14 and float((H - Ha).abs().max()) <= 1e-14
     # states of another width (the C code reads 2n = 4 numbers per state) or rank are refused, not read past
-    for bad in (torch.zeros(3, 2, dtype=torch.float64), torch.zeros(3, 6, dtype=torch.float64), torch.zeros(4, dtype=torch.float64)):
+    for shape in ((3, 2), (3, 6), (4,)):
         with pytest.raises(BeaValueError):
-            stepper.lagrangian_derivatives(bad)
+            stepper.lagrangian_derivatives(torch.zeros(shape, dtype=torch.float64))
 
 
 def test_sympy_lowering_covers_the_functions_and_refuses_the_rest():
