@@ -42,6 +42,7 @@ from ._admissible import check_regular_at, check_scheme
 from ._checks import as_float64, check_finite, check_lagrangian_output, check_step_size, initial_data
 from ._stepping import eager_step, velocity_guess
 from .compiled_func import func_stepper
+from .compiled_stages import stage_stepper
 from .newton import ConvergenceError, NewtonOptions, autograd_system, describe_failure, newton, vmap_system
 from .trajectory import Trajectory, positions
 from .progress import progress_bar
@@ -250,8 +251,10 @@ class VariationalIntegrator:
         batch = out.shape[1]
         if n in self._steppers:
             return self._fits_auto(self._steppers[n], mode, batch, n, work)
-        if mode == "auto" and (work < AUTO_MIN_WORK or isinstance(self.scheme, bea.StageScheme)):
-            return None  # a stage scheme steps eagerly by design (Newton on its interior points): nothing to say
+        if isinstance(self.scheme, bea.StageScheme):  # one Newton solve on all its stages (integrators.compiled_stages)
+            return stage_stepper(self, n, work, batch, mode)
+        if mode == "auto" and work < AUTO_MIN_WORK:
+            return None
         if n not in self._stepper_errors:
             from .ccompile import CompileError
             from .compiled import CompiledStepper, NotLowerable
