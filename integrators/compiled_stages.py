@@ -49,12 +49,13 @@ from .compiled_func import PREDICTOR_ORDER, VERIFY_RTOL, FuncPathError, _own_cod
 from .newton import NewtonOptions, newton
 from ._stepping import extrapolate, far_roots
 
-__all__ = ["StageStepper", "stage_points", "stage_stepper", "STAGE_MIN_WORK"]
+__all__ = ["StageStepper", "stage_points", "stage_stepper", "STAGE_MIN_STEPS"]
 
-#: ``execution="auto"`` builds this path for stage-scheme runs of at least this many trajectory-steps. An eager
-#: stage step nests Newton's method in Newton's method (milliseconds per step); a build costs seconds to a minute
-#: (benchmarks/integrate_stages.py, benchmarks/RESULTS_speed.md)
-STAGE_MIN_WORK = 2_000
+#: ``execution="auto"`` builds this path for stage-scheme runs of at least this many steps (at any batch: an eager
+#: step costs about the same for one trajectory as for a thousand). An eager stage step nests Newton's method in
+#: Newton's method, tens of milliseconds per step; a build costs 10-30 s (benchmarks/integrate_stages.py,
+#: benchmarks/RESULTS_speed.md)
+STAGE_MIN_STEPS = 500
 
 
 def stage_points(scheme, h: float) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -193,13 +194,8 @@ class StageStepper:
         X[:, 0] = a[:, 0]
         p = torch.rand(s, n, generator=g, dtype=torch.float64)
         x = X[:, 1:].reshape(s, -1)
-        try:
-            with warnings.catch_warnings():  # torch's own deprecation notices while it compiles are not the caller's
-                warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.")
-                r, p1, J = self.derivatives(x, X[:, 0], p, size)
-        except Exception as err:  # noqa: BLE001 - torch.compile raises many internal types; the reason is kept
-            first = (str(err).strip().splitlines() or [""])[0][:300]
-            raise FuncPathError(f"torch.compile could not compile its derivatives ({type(err).__name__}: {first})") from None
+        # the reference first, eagerly: a Lagrangian's lazy set-up (a System builds its torch code) then runs outside
+        # torch.compile, which cannot trace it
         with torch.enable_grad():
             Xv = X.clone().requires_grad_(True)
             phi = self.scheme.stage_action(self.L, Xv[:, 0], list(Xv[:, 1:m + 1].unbind(1)), Xv[:, m + 1], self.h)
@@ -208,6 +204,13 @@ class StageStepper:
             H = torch.stack([torch.autograd.grad(gX[:, c].sum(), Xv, retain_graph=True)[0].reshape(s, -1)
                              for c in range(gX.shape[1])], 1).detach()
         gX = gX.detach()
+        try:
+            with warnings.catch_warnings():  # torch's own deprecation notices while it compiles are not the caller's
+                warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.")
+                r, p1, J = self.derivatives(x, X[:, 0], p, size)
+        except Exception as err:  # noqa: BLE001 - torch.compile raises many internal types; the reason is kept
+            first = (str(err).strip().splitlines() or [""])[0][:300]
+            raise FuncPathError(f"torch.compile could not compile its derivatives ({type(err).__name__}: {first})") from None
         refs = (torch.cat([gX[:, n:(m + 1) * n], gX[:, :n] + p], -1), gX[:, (m + 1) * n:], H[:, self.rows][:, :, self.cols])
         for got, ref, name in zip((r, p1, J), refs, ("gradient", "momentum", "Hessian")):
             scale = float(ref.abs().max()) + 1.0
@@ -291,15 +294,15 @@ class StageStepper:
 
 def stage_stepper(integ, n: int, work: int, batch: int, mode: str) -> Optional[StageStepper]:
     """The stage stepper of the integrator ``integ`` (a stage scheme) for ``n`` coordinates, built once and kept on
-    it, or None for the eager path. ``mode="auto"`` builds it for runs of at least :data:`STAGE_MIN_WORK`
-    trajectory-steps and says once why it could not; ``"compiled"`` always, raising
+    it, or None for the eager path. ``mode="auto"`` builds it for runs of at least :data:`STAGE_MIN_STEPS` steps
+    (``work`` trajectory-steps over ``batch`` trajectories) and says once why it could not; ``"compiled"`` always, raising
     :class:`~bea.errors.BeaValueError` with the reason where it cannot."""
     from bea.errors import BeaValueError
 
     from .model_protocol import CompiledPathWarning
 
     kept, errors = integ._func_steppers, integ._stepper_errors
-    if n not in kept and (mode == "compiled" or work >= STAGE_MIN_WORK):
+    if n not in kept and (mode == "compiled" or work >= STAGE_MIN_STEPS * max(batch, 1)):
         try:
             stepper = StageStepper(integ.lagrangian, integ.h, integ.scheme, n, batch=batch)
         except FuncPathError as err:
