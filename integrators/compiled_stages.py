@@ -58,7 +58,7 @@ __all__ = ["StageStepper", "stage_points", "stage_stepper", "STAGE_MIN_STEPS"]
 STAGE_MIN_STEPS = 500
 
 
-def stage_points(scheme, h: float) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def stage_points(h: float, scheme) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     r"""``(W, alpha, beta)``: :math:`\Phi(X) = \sum_k W_k L(\alpha_k X, \beta_k X)` for the stage action of
     ``scheme`` at step ``h``, shapes ``(K,)``, ``(K, m + 2)``, ``(K, m + 2)`` (float64).
 
@@ -118,7 +118,7 @@ class StageStepper:
         self.m = m = scheme.n_interior
         self._size = 2  # the bucket being evaluated (set per run by advance)
         self.failure: Optional[str] = None  # why a compiled evaluation failed during a run (then eager from there)
-        W, alpha, beta = stage_points(scheme, h)
+        W, alpha, beta = stage_points(h, scheme)
         eye = torch.eye(n, dtype=torch.float64)
         self.M = torch.stack([torch.cat([torch.kron(alpha[k:k + 1], eye), torch.kron(beta[k:k + 1], eye)])
                               for k in range(W.shape[0])])  # (K, 2n, (m + 2) n): y_k = M_k X

@@ -38,12 +38,12 @@ def test_stage_points_are_the_quadrature_of_galerkin2_and_the_sub_steps_of_the_t
     """Phi = sum_k W_k L(alpha_k X, beta_k X), X = (a, Q_1.., b): Simpson's rule on the quadratic through
     (a, Q, b) at nodes 0, 1/2, 1 (velocities l_j'(c)/h), and the midpoint rule on each sub-step g_j h."""
     h = 0.1
-    W, alpha, beta = stage_points(bea.get_scheme("galerkin2"), h)
+    W, alpha, beta = stage_points(h, bea.get_scheme("galerkin2"))
     assert torch.allclose(W, h * torch.tensor([1 / 6, 2 / 3, 1 / 6], dtype=torch.float64), rtol=0, atol=1e-16)
     assert torch.equal(alpha, torch.eye(3, dtype=torch.float64))
     dl = torch.tensor([[-3, 4, -1], [-1, 0, 1], [1, -4, 3]], dtype=torch.float64)  # l_j'(c) on nodes 0, 1/2, 1
     assert torch.allclose(beta, dl / h, rtol=1e-15, atol=0)
-    W, alpha, beta = stage_points(bea.get_scheme("triple_jump"), h)
+    W, alpha, beta = stage_points(h, bea.get_scheme("triple_jump"))
     g1 = 1 / (2 - 2 ** (1 / 3))
     gam = torch.tensor([g1, 1 - 2 * g1, g1], dtype=torch.float64)
     assert torch.allclose(W, h * gam, rtol=1e-14, atol=0)
