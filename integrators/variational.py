@@ -25,7 +25,10 @@ Two execution paths take the same steps: the *eager* path above (any torch Lagra
 and Lagrangians with a C form (:func:`integrators.model_protocol.compiled_form`: SymPy systems, GP means,
 ModLaNet, and other torch code traced by :mod:`integrators.traced`). They agree to rounding;
 ``execution=`` chooses, and the default ``"auto"`` compiles long runs when it can and otherwise says
-why once (:class:`~integrators.model_protocol.CompiledPathWarning`).
+why once (:class:`~integrators.model_protocol.CompiledPathWarning`). Stage schemes (:mod:`bea.stages`) have their
+own compiled path, :mod:`integrators.compiled_stages` (one Newton solve on the interior points and the next
+position, with ``torch.compile``\d derivatives), for runs of at least
+:data:`~integrators.compiled_stages.STAGE_MIN_STEPS` steps.
 """
 
 from __future__ import annotations
@@ -98,8 +101,9 @@ class VariationalIntegrator:
         least :data:`AUTO_MIN_WORK` trajectory-steps (or once it is built) when the Lagrangian and
         scheme have a C form and a C compiler is present, else the eager path, with a
         :class:`~integrators.model_protocol.CompiledPathWarning` giving the reason (once per integrator
-        and ``n``); ``"compiled"``: always
-        the compiled path, raising ``ValueError`` (with the reason) where it is unavailable;
+        and ``n``; a stage scheme: :mod:`integrators.compiled_stages` for runs of at least
+        :data:`~integrators.compiled_stages.STAGE_MIN_STEPS` steps); ``"compiled"``: always the compiled path,
+        raising ``ValueError`` (with the reason) where it is unavailable;
         ``"eager"``: never compile. :attr:`last_execution` tells which path the latest run took,
         :attr:`compile_seconds` what building the compiled stepper cost (paid once per integrator
         and ``n``; the C library once per process and Lagrangian). The compiled path runs on the CPU:
