@@ -2,7 +2,7 @@
 solve on the interior points and the next position, equal to the eager nested solve, with the eager fallback.
 
 Tolerances: both paths solve every step to rounding (Newton's xtol 1e-16 with the stall test), so they differ by
-summation orders, about 1e-16 per step; 1e-13 over 15 steps and 1e-12 over 1,000 leave two decades of room
+summation orders, about 1e-16 per step; 1e-13 over 10 steps and 1e-12 over 1,000 leave two decades of room
 (measured: 4e-14 over 200 steps, Henon-Heiles galerkin2)."""
 
 import warnings
@@ -53,13 +53,13 @@ def test_stage_points_are_the_quadrature_of_galerkin2_and_the_sub_steps_of_the_t
 
 
 def test_one_newton_solve_on_all_stages_equals_the_eager_nested_solve():
-    """Henon-Heiles with galerkin2 (solve) and the pendulum with the triple jump (solve_from_positions), 15 steps at
+    """Henon-Heiles with galerkin2 (solve) and the pendulum with the triple jump (solve_from_positions), 10 steps at
     a batch of 2: positions and momenta equal the eager path's to 1e-13, and so do velocities and energies computed
     from them; every step was taken by the stage stepper."""
     cases = ((HH, 2, "galerkin2", "solve"), (PENDULUM, 1, "triple_jump", "solve_from_positions"))
     for L, n, scheme, how in cases:
         q0, v0 = _start(2, n)
-        args = (q0, v0, 15) if how == "solve" else (q0, q0 + 0.1 * v0, 15)
+        args = (q0, v0, 10) if how == "solve" else (q0, q0 + 0.1 * v0, 10)
         eager = VariationalIntegrator(L, 0.1, scheme, execution="eager")
         ref = getattr(eager, how)(*args)
         vi = _with_stepper(L, 0.1, scheme, n)
@@ -68,7 +68,7 @@ def test_one_newton_solve_on_all_stages_equals_the_eager_nested_solve():
         assert float((got.q - ref.q).abs().max()) <= 1e-13 and float((got.p - ref.p).abs().max()) <= 1e-13
         assert float((vi.energies(got, momenta=got.p) - eager.energies(ref, momenta=ref.p)).abs().max()) <= 1e-13
         # the momenta carried by the steps are the discrete Legendre transform of the positions (eager nested solve)
-        assert float((eager.momenta(got.q[:6]) - got.p[:6]).abs().max()) <= 1e-13
+        assert float((eager.momenta(got.q[:4]) - got.p[:4]).abs().max()) <= 1e-13
 
 
 def test_a_mixed_run_and_a_second_run_restart_the_interior_predictor():
