@@ -96,6 +96,21 @@ def test_a_mixed_run_and_a_second_run_restart_the_interior_predictor():
     assert float((again.q - ref.q[:, :1]).abs().max()) <= 1e-13
 
 
+def test_masked_trajectories_leave_the_stage_stepper_the_others():
+    """on_failure="mask" with max_step: the trajectory whose steps are longer than the bound fails on the stepper,
+    the eager path masks it, and the stepper goes on with the remaining rows; equal to the all-eager run (1e-13)."""
+    q0 = torch.tensor([[0.2], [0.1]], dtype=torch.float64)
+    v0 = torch.tensor([[0.1], [3.0]], dtype=torch.float64)  # the second moves about 0.3 per step
+    kw = dict(max_step=0.2)
+    ref = VariationalIntegrator(PENDULUM, 0.1, "galerkin2", execution="eager", **kw).solve(q0, v0, 8, on_failure="mask")
+    vi = VariationalIntegrator(PENDULUM, 0.1, "galerkin2", **kw)
+    vi._func_steppers[1] = StageStepper(PENDULUM, 0.1, vi.scheme, 1, compile=False)
+    got = vi.solve(q0, v0, 8, on_failure="mask")
+    assert got.stats["execution"] == "eager+torch.compile" and got.stats["compiled_steps"] == 7
+    assert torch.equal(got.valid, ref.valid) and bool(got.valid[:, 0].all()) and not bool(got.valid[1:, 1].any())
+    assert float((got.q[:, 0] - ref.q[:, 0]).abs().max()) <= 1e-13
+
+
 def _branching(q, v):
     """Python control flow on a tensor's value, which torch.compile(fullgraph=True) refuses."""
     scale = 1.0 if float(q.detach().abs().sum()) < 1e9 else 2.0
