@@ -27,7 +27,7 @@ ModLaNet, and other torch code traced by :mod:`integrators.traced`). They agree 
 ``execution=`` chooses, and the default ``"auto"`` compiles long runs when it can and otherwise says
 why once (:class:`~integrators.model_protocol.CompiledPathWarning`). Stage schemes (:mod:`bea.stages`) have their
 own compiled path, :mod:`integrators.compiled_stages` (one Newton solve on the interior points and the next
-position, with ``torch.compile``\d derivatives), for runs of at least
+position, with derivatives compiled by ``torch.compile``), for runs of at least
 :data:`~integrators.compiled_stages.STAGE_MIN_STEPS` steps.
 """
 

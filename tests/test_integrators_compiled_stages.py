@@ -161,10 +161,14 @@ def test_a_stage_action_that_is_not_a_weighted_sum_of_L_is_refused():
 @pytest.mark.parametrize("scheme", ["galerkin2", "triple_jump"])
 def test_compiled_stage_steps_equal_eager_over_1000_steps(system, n, scheme):
     """torch.compile (5-30 s to build on a loaded 2-core machine; the eager reference 1-7 minutes): "auto" takes the
-    compiled stage path for 1,000 steps, and positions and momenta equal the eager path's to 1e-12."""
+    compiled stage path for 1,000 steps, and positions and momenta equal the eager path's to 1e-12; no global torch
+    setting (default dtype, threads, RNG state) changed."""
     q0, v0 = _start(2, n)
+    before = torch.get_default_dtype(), torch.get_num_threads(), torch.random.get_rng_state().clone()
     vi = VariationalIntegrator(system, 0.1, scheme)
     got = vi.solve(q0, v0, 1000)
     assert got.stats["execution"] == "torch.compile" and vi.compile_seconds > 0
+    assert before[:2] == (torch.get_default_dtype(), torch.get_num_threads())
+    assert torch.equal(before[2], torch.random.get_rng_state())
     ref = VariationalIntegrator(system, 0.1, scheme, execution="eager").solve(q0, v0, 1000)
     assert float((got.q - ref.q).abs().max()) <= 1e-12 and float((got.p - ref.p).abs().max()) <= 1e-12
