@@ -46,17 +46,19 @@ from typing import Optional, Tuple
 import numpy as np
 import torch
 
-from .compiled_func import PREDICTOR_ORDER, VERIFY_RTOL, FuncPathError, _own_code, _pad, bucket
+from .compiled_func import PREDICTOR_ORDER, VERIFY_RTOL, FuncPathError, FuncStepper, _own_code, bucket
 from .newton import NewtonOptions, newton
 from ._stepping import extrapolate, far_roots
 
 __all__ = ["StageStepper", "stage_points", "stage_stepper", "STAGE_MIN_STEPS"]
 
 #: ``execution="auto"`` builds this path for stage-scheme runs of at least this many steps (at any batch: an eager
-#: step costs about the same for one trajectory as for a thousand). An eager stage step nests Newton's method in
-#: Newton's method, tens of milliseconds per step; a build costs 10-30 s (benchmarks/integrate_stages.py,
-#: benchmarks/RESULTS_speed.md)
-STAGE_MIN_STEPS = 500
+#: step costs about the same for one trajectory as for a thousand), and compiles a further batch bucket only for such
+#: a run. The break-even (benchmarks/RESULTS_speed.md, stage schemes): the smallest saving per step measured,
+#: pendulum galerkin2 on one trajectory, is 1/10.3 - 1/95.3 = 0.087 s; a build with a warm inductor cache took
+#: 2-27 s (break-even at most about 310 steps), the first build of a process on an empty cache 112.9 s (1,300
+#: steps). At 1,500 steps the compiled path wins in every measured case, the coldest build included
+STAGE_MIN_STEPS = 1500
 
 
 def stage_points(h: float, scheme) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -126,17 +128,22 @@ class _Ring:
         return row if rows is None else row[rows]
 
 
-class StageStepper:
+class StageStepper(FuncStepper):
     """Steps of one Lagrangian, stage scheme, ``h`` and ``n`` by one Newton solve on all unknowns with compiled
-    :func:`torch.func` derivatives (module docstring); the march's interface of
-    :class:`~integrators.compiled_func.FuncStepper`."""
+    :func:`torch.func` derivatives (module docstring). The gradient of ``L``, the padded evaluation, the pacing and
+    the failure note are :class:`~integrators.compiled_func.FuncStepper`'s; the points, the residual (with the
+    interior equations), the check and the predictor are the stage scheme's.
 
-    label = "torch.compile"
-    auto_max_batch = None
+    ``reference``: the Lagrangian as the eager path evaluates it (default ``lagrangian``), the autograd reference of
+    the check. ``buckets``: the batch buckets whose graphs are compiled (the first by the build, later ones by the
+    first run at that size)."""
 
-    def __init__(self, lagrangian, h: float, scheme, n: int, *, compile: bool = True, batch: int = 4):
+    def __init__(self, lagrangian, h: float, scheme, n: int, *, compile: bool = True, batch: int = 4,
+                 reference=None):
         t0 = time.perf_counter()
         self.n, self.L, self.h, self.scheme = n, lagrangian, h, scheme
+        self._reference = lagrangian if reference is None else reference
+        self.buckets: set = set()
         self.m = m = scheme.n_interior
         self._size = 2  # the bucket being evaluated (set per run by advance)
         self.failure: Optional[str] = None  # why a compiled evaluation failed during a run (then eager from there)
@@ -156,13 +163,10 @@ class StageStepper:
         self.lower_seconds = time.perf_counter() - t0
         t0 = time.perf_counter()
         self._verify(bucket(batch))
+        self.buckets.add(bucket(batch))
         self.compile_seconds = time.perf_counter() - t0
 
-    # ------------------------------------------------------------------ the compiled functions
-    def _grad(self, y: torch.Tensor) -> torch.Tensor:
-        n = self.n
-        return torch.func.grad(lambda z: self.L(z[..., :n], z[..., n:]).sum())(y)
-
+    # ------------------------------------------------------------------ the compiled functions (_grad: FuncStepper's)
     def _points(self, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         """:math:`y_k = M_k X`, ``X = (a, x)``: shape ``(K, batch, 2n)``."""
         return torch.einsum("kdx,bx->kbd", self.M, torch.cat([a, x], -1))
@@ -182,29 +186,6 @@ class StageStepper:
         HX = torch.einsum("kdx,kbde,key->bxy", self.WM, torch.stack(cols, -1), self.M)
         return HX[:, self.rows][:, :, self.cols]
 
-    def derivatives(self, x: torch.Tensor, a: torch.Tensor, p: torch.Tensor,
-                    size: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(r, p_next, J)`` at the unknowns ``x`` ``(B, (m + 1) n)`` for the previous position ``a`` and momenta
-        ``p`` (each ``(B, n)``), evaluated padded to ``size`` rows (default: ``bucket(B)``)."""
-        B = x.shape[0]
-        size = bucket(B) if size is None else size
-        x, a, p = _pad(x.detach(), size), _pad(a.detach(), size), _pad(p.detach(), size)
-        with torch.no_grad():  # grad() differentiates inside; no graph to the network's parameters
-            r, p1 = self._residual(x, a, p)
-            J = self._jacobian(x, a)
-        return r[:B], p1[:B], J[:B]
-
-    def _evaluate(self, x, a, p):
-        B, size = x.shape[0], self._size
-        xx, aa, pp = _pad(x.detach(), size), _pad(a.detach(), size), _pad(p.detach(), size)
-        with torch.no_grad():
-            r, p1 = self._residual(xx, aa, pp)
-
-        def jacobian():
-            with torch.no_grad():
-                return self._jacobian(xx, aa)[:B]
-        return r[:B], p1[:B], jacobian
-
     def _verify(self, size: int) -> None:
         """Compile the graphs of one batch bucket ``size`` and check them against autograd of the scheme's own stage
         action at random states padded to it (relative :data:`~integrators.traced.VERIFY_RTOL`);
@@ -220,7 +201,7 @@ class StageStepper:
         # torch.compile, which cannot trace it
         with torch.enable_grad():
             Xv = X.clone().requires_grad_(True)
-            phi = self.scheme.stage_action(self.L, Xv[:, 0], list(Xv[:, 1:m + 1].unbind(1)), Xv[:, m + 1], self.h)
+            phi = self.scheme.stage_action(self._reference, Xv[:, 0], list(Xv[:, 1:m + 1].unbind(1)), Xv[:, m + 1], self.h)
             (gX,) = torch.autograd.grad(phi.sum(), Xv, create_graph=True)
             gX = gX.reshape(s, -1)
             H = torch.stack([torch.autograd.grad(gX[:, c].sum(), Xv, retain_graph=True)[0].reshape(s, -1)
@@ -241,14 +222,12 @@ class StageStepper:
                                     f"{VERIFY_RTOL:g}): the Lagrangian's torch.func derivatives are not its autograd ones")
 
     # ------------------------------------------------------------------ the march's interface
-    def chunk_steps(self, batch: int) -> int:
-        """Steps per call (Python drives each step here; the chunk only paces the progress bar)."""
-        return 64
-
     def _guess(self, out: torch.Tensor, j: int, rows, first_guess) -> torch.Tensor:
         """Newton's start ``(B, (m + 1) n)``: the next position extrapolated, the interior points extrapolated from
         the ring where it holds the steps before ``j`` (else the straight line to the next position's guess)."""
         b = first_guess if j == 0 else extrapolate(out, j, rows, PREDICTOR_ORDER)
+        if self.m == 0:  # no interior points (galerkin_lobatto(1)): the unknown is the next position alone
+            return b
         if self._ring_step == j and self._filled >= 2 and self._run() is out:
             held = min(self._filled, self._ring.shape[0])
             Z = extrapolate(_Ring(self._ring, j - (held - 1)), held - 1, rows, PREDICTOR_ORDER)
@@ -260,6 +239,8 @@ class StageStepper:
     def _keep(self, out: torch.Tensor, j: int, Z: torch.Tensor, rows) -> None:
         """Store the interior points of step ``j`` of the run ``out`` in the ring (restarted when it holds another
         run's, or not those of step ``j - 1``)."""
+        if self.m == 0:
+            return
         B = out.shape[1]
         if self._ring is None or self._ring.shape[1] != B or self._ring_step != j - 1 or self._run() is not out:
             self._ring = Z.new_zeros((PREDICTOR_ORDER, B, Z.shape[-1]))
@@ -290,53 +271,42 @@ class StageStepper:
             b = res.x[:, -n:]
             if not bool(res.converged.all()) or far_roots(dataclasses.replace(res, x=b), a, max_step) is not None:
                 return j, p, None, np.ones(1)
+            self.buckets.add(self._size)  # its graphs compiled by now
             self._keep(out, j + 1, res.x[:, :-n], rows)
-            if rows is None:
-                out[j + 1] = b
-            else:
-                out[j + 1, rows] = b
             p, jac = res.aux, res.jacobian
-            if pout is not None:
-                if rows is None:
-                    pout[j + 1] = p
-                else:
-                    pout[j + 1, rows] = p
+            for t, value in ((out, b), (pout, p)):
+                if t is not None:
+                    t[j + 1 if rows is None else (j + 1, rows)] = value
             j += 1
         return j, p, (jac if j == j_end else None), (None if j == j_end else np.ones(1))
-
-    def _fail(self, err: BaseException) -> None:
-        """A compiled evaluation failed during a run: this stepper stops for good, the eager path takes every later
-        step, and the reason is said once."""
-        from .model_protocol import CompiledPathWarning
-
-        self.failure = f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:300]}"
-        warnings.warn(f"the torch.compile path of the stage scheme failed during the run ({self.failure}); integrating "
-                      "eagerly from here", CompiledPathWarning, 5)
 
 
 def stage_stepper(integ, n: int, work: int, batch: int, mode: str) -> Optional[StageStepper]:
     """The stage stepper of the integrator ``integ`` (a stage scheme) for ``n`` coordinates, built once and kept on
-    it, or None for the eager path. ``mode="auto"`` builds it for runs of at least :data:`STAGE_MIN_STEPS` steps
-    (``work`` trajectory-steps over ``batch`` trajectories) and says once why it could not; ``"compiled"`` always, raising
+    it, or None for the eager path. ``mode="auto"`` builds it, and uses it at a batch bucket not compiled yet, only
+    for runs of at least :data:`STAGE_MIN_STEPS` steps (``work``: the run's ``steps`` times its ``batch``
+    trajectories), and says once why it could not; ``"compiled"`` always, raising
     :class:`~bea.errors.BeaValueError` with the reason where it cannot."""
     from bea.errors import BeaValueError
 
     from .model_protocol import CompiledPathWarning
 
     kept, errors = integ._func_steppers, integ._stepper_errors
-    if n not in kept and (mode == "compiled" or work >= STAGE_MIN_STEPS * max(batch, 1)):
-        try:
-            stepper = StageStepper(integ.lagrangian, integ.h, integ.scheme, n, batch=batch)
+    long_run = mode == "compiled" or work >= STAGE_MIN_STEPS * max(batch, 1)
+    if n not in kept and long_run:
+        try:  # the reference of the check: L as the eager path evaluates it (with its inputs as views)
+            stepper = StageStepper(integ.lagrangian, integ.h, integ.scheme, n, batch=batch, reference=integ._L)
         except FuncPathError as err:
             kept[n], errors[n] = None, str(err)
-            if mode == "auto":
-                warnings.warn(f"no compiled path for this stage scheme ({err}); integrating eagerly", CompiledPathWarning, 4)
+            if mode == "auto":  # stacklevel: the caller of solve / solve_from_positions
+                warnings.warn(f"no compiled path for this stage scheme ({err}); integrating eagerly", CompiledPathWarning, 5)
         else:
             kept[n] = stepper
             integ.compile_seconds += stepper.compile_seconds + stepper.lower_seconds
     stepper = kept.get(n)
     if stepper is not None and stepper.failure is None:
-        return stepper
+        # a new batch bucket compiles its graphs (seconds to minutes): not for a short run
+        return stepper if long_run or bucket(batch) in stepper.buckets else None
     if mode == "compiled" and n in kept:
         raise BeaValueError(f"execution='compiled' is not available for this integrator: "
                             f"{errors.get(n) or stepper.failure}; use execution='auto' or 'eager'")

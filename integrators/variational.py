@@ -256,7 +256,8 @@ class VariationalIntegrator:
         if n in self._steppers:
             return self._fits_auto(self._steppers[n], mode, batch, n, work)
         if isinstance(self.scheme, bea.StageScheme):  # one Newton solve on all its stages (integrators.compiled_stages)
-            return stage_stepper(self, n, work, batch, mode)
+            # counted as the docs say, the run's steps (solve_from_positions takes one fewer: its q1 is given)
+            return stage_stepper(self, n, (out.shape[0] - 1) * batch, batch, mode)
         if mode == "auto" and work < AUTO_MIN_WORK:
             return None
         if n not in self._stepper_errors:

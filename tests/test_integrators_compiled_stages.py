@@ -5,6 +5,7 @@ Tolerances: both paths solve every step to rounding (Newton's xtol 1e-16 with th
 summation orders, about 1e-16 per step; 1e-13 over 10 steps and 1e-12 over 1,000 leave two decades of room
 (measured: 4e-14 over 200 steps, Henon-Heiles galerkin2)."""
 
+import functools
 import warnings
 
 import pytest
@@ -27,11 +28,19 @@ def _start(batch, n):
             0.1 * torch.rand(batch, n, generator=g, dtype=torch.float64))
 
 
-def _with_stepper(L, h, scheme, n):
-    """An "auto" integrator holding an uncompiled stage stepper (the compiled functions, run eagerly: no build)."""
+def _with_stepper(L, h, scheme, n, batch=2):
+    """An "auto" integrator holding an uncompiled stage stepper (the compiled functions, run eagerly: no build) with
+    the bucket of ``batch`` built, so that short runs at that batch use it."""
     vi = VariationalIntegrator(L, h, scheme)
-    vi._func_steppers[n] = StageStepper(L, h, vi.scheme, n, compile=False)
+    vi._func_steppers[n] = StageStepper(L, h, vi.scheme, n, compile=False, batch=batch)
     return vi
+
+
+@pytest.fixture
+def uncompiled(monkeypatch):
+    """stage_stepper builds uncompiled steppers (no torch.compile: milliseconds) and "auto" its stepper from 6 steps."""
+    monkeypatch.setattr(CS, "StageStepper", functools.partial(StageStepper, compile=False))
+    monkeypatch.setattr(CS, "STAGE_MIN_STEPS", 6)
 
 
 def test_stage_points_are_the_quadrature_of_galerkin2_and_the_sub_steps_of_the_triple_jump():
@@ -104,7 +113,7 @@ def test_masked_trajectories_leave_the_stage_stepper_the_others():
     kw = dict(max_step=0.2)
     ref = VariationalIntegrator(PENDULUM, 0.1, "galerkin2", execution="eager", **kw).solve(q0, v0, 8, on_failure="mask")
     vi = VariationalIntegrator(PENDULUM, 0.1, "galerkin2", **kw)
-    vi._func_steppers[1] = StageStepper(PENDULUM, 0.1, vi.scheme, 1, compile=False)
+    vi._func_steppers[1] = StageStepper(PENDULUM, 0.1, vi.scheme, 1, compile=False, batch=2)
     got = vi.solve(q0, v0, 8, on_failure="mask")
     assert got.stats["execution"] == "eager+torch.compile" and got.stats["compiled_steps"] == 7
     assert torch.equal(got.valid, ref.valid) and bool(got.valid[:, 0].all()) and not bool(got.valid[1:, 1].any())
@@ -121,8 +130,9 @@ def test_what_torch_compile_refuses_falls_back_to_eager_and_says_why_once(monkey
     monkeypatch.setattr(CS, "STAGE_MIN_STEPS", 1)
     q0, v0 = _start(2, 1)
     vi = VariationalIntegrator(_branching, 0.1, "galerkin2")
-    with pytest.warns(CompiledPathWarning, match="stage scheme.*torch.compile could not compile"):
+    with pytest.warns(CompiledPathWarning, match="stage scheme.*torch.compile could not compile") as record:
         got = vi.solve(q0, v0, 8)
+    assert [w.filename for w in record] == [__file__]  # the warning points at the caller of solve
     assert got.stats["execution"] == "eager" and vi._func_steppers == {1: None}
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # said once per integrator and n
@@ -134,13 +144,46 @@ def test_what_torch_compile_refuses_falls_back_to_eager_and_says_why_once(monkey
 
 
 def test_short_stage_runs_stay_eager_without_a_word():
-    """Below STAGE_MIN_STEPS steps "auto" neither builds nor warns (a build costs 10-30 s)."""
+    """Below STAGE_MIN_STEPS steps "auto" neither builds nor warns (a build costs 2-113 s: RESULTS_speed.md)."""
     q0, v0 = _start(2, 1)
     vi = VariationalIntegrator(PENDULUM, 0.1, "galerkin2")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert vi.solve(q0, v0, 4).stats["execution"] == "eager"
     assert vi._func_steppers == {}
+
+
+def test_short_runs_use_only_compiled_buckets_and_runs_count_their_steps(uncompiled):
+    """"auto" (threshold 6 steps here): a run of 6 steps builds the stepper, from solve_from_positions too (its
+    steps, not the 5 it takes); a shorter run uses it at a compiled bucket and steps eagerly at a new one (no
+    compile for 2 steps); a long run at the new bucket compiles it, and short runs then use it. The check's
+    reference is L as the eager path evaluates it."""
+    q0, v0 = _start(5, 1)
+    vi = VariationalIntegrator(PENDULUM, 0.1, "galerkin2")
+    assert vi.solve_from_positions(q0[:2], q0[:2] + 0.1 * v0[:2], 5).stats["execution"] == "eager"
+    assert vi._func_steppers == {}
+    assert vi.solve_from_positions(q0[:2], q0[:2] + 0.1 * v0[:2], 6).stats["execution"] == "torch.compile"
+    stepper = vi._func_steppers[1]
+    assert stepper.buckets == {2} and stepper._reference is vi._L
+    assert vi.solve(q0[:2], v0[:2], 2).stats["execution"] == "torch.compile"
+    assert vi.solve(q0, v0, 2).stats["execution"] == "eager" and stepper.buckets == {2}  # batch 5: bucket 8
+    assert vi.solve(q0, v0, 6).stats["execution"] == "torch.compile" and stepper.buckets == {2, 8}
+    assert vi.solve(q0, v0, 2).stats["execution"] == "torch.compile"
+
+
+def test_a_stage_scheme_without_interior_points_takes_the_stage_path(uncompiled):
+    """galerkin_lobatto(1) (no interior point: the unknown is the next position alone) and a user Galerkin(1, ...):
+    every step on the stage stepper, equal to the eager path to 1e-13."""
+    q0, v0 = _start(2, 1)
+    for scheme in (bea.galerkin_lobatto(1), bea.Galerkin(1, [0, 1], ["1/2", "1/2"], name="trapezoid")):
+        ref = VariationalIntegrator(PENDULUM, 0.1, scheme, execution="eager").solve(q0, v0, 8)
+        vi = VariationalIntegrator(PENDULUM, 0.1, scheme)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got = vi.solve(q0, v0, 8)
+        assert got.stats["execution"] == "torch.compile" and got.stats["eager_steps"] == 0
+        assert vi._func_steppers[1].m == 0
+        assert float((got.q - ref.q).abs().max()) <= 1e-13 and float((got.p - ref.p).abs().max()) <= 1e-13
 
 
 class _SquaredGalerkin(bea.Galerkin):
@@ -159,10 +202,11 @@ def test_a_stage_action_that_is_not_a_weighted_sum_of_L_is_refused():
 @pytest.mark.slow
 @pytest.mark.parametrize("system,n", [(PENDULUM, 1), (HH, 2)], ids=["pendulum", "henon_heiles"])
 @pytest.mark.parametrize("scheme", ["galerkin2", "triple_jump"])
-def test_compiled_stage_steps_equal_eager_over_1000_steps(system, n, scheme):
+def test_compiled_stage_steps_equal_eager_over_1000_steps(system, n, scheme, monkeypatch):
     """torch.compile (5-30 s to build on a loaded 2-core machine; the eager reference 1-7 minutes): "auto" takes the
     compiled stage path for 1,000 steps, and positions and momenta equal the eager path's to 1e-12; no global torch
     setting (default dtype, threads, RNG state) changed."""
+    monkeypatch.setattr(CS, "STAGE_MIN_STEPS", 1000)  # "auto" from 1,000 steps (the default, 1,500: a longer eager run)
     q0, v0 = _start(2, n)
     before = torch.get_default_dtype(), torch.get_num_threads(), torch.random.get_rng_state().clone()
     vi = VariationalIntegrator(system, 0.1, scheme)
