@@ -7,9 +7,9 @@ trajectory and at batch 1000, it prints the steps per second of ``VariationalInt
 ``execution="eager"`` (every evaluation of the discrete Lagrangian solves its interior points by Newton,
 :mod:`bea.stage_torch`) and with ``execution="compiled"`` (one Newton solve on the interior points and the next
 position with compiled ``torch.func`` derivatives, :mod:`integrators.compiled_stages`), their ratio measured in
-this run, the build time (torch.compile of the first batch bucket with its verification; the second bucket's
-compile, paid by its first run, is printed separately) and the largest deviation between the two trajectories
-over the eager run's steps.
+this run, the build time ("build s": for batch 1 the stepper's build, torch.compile of the first batch bucket with
+its verification; for batch 1000 the wall time of a 2-step run, which compiles the 1024-row bucket) and the largest
+deviation between the two trajectories over the eager run's steps.
 
 Every rate is the median of ``--repeats`` timed runs, the two sides of each ratio timed alternately in this run
 (the machine may be shared: ratios, not absolute rates, compare across runs). ``--quick``: Henon-Heiles only.
@@ -51,7 +51,9 @@ def compare(name: str, system, n: int, scheme: str, repeats: int) -> list:
         q0, v0 = _start(batch, n)
         before = fast.compile_seconds
         t = time.perf_counter()
-        fast.solve(q0, v0, 2)  # builds (first batch) or compiles this batch's bucket (second)
+        # builds (first batch) or compiles this batch's bucket (second): execution="compiled" does so for any run,
+        # whereas "auto" would step a run this short eagerly at a bucket not compiled yet
+        fast.solve(q0, v0, 2)
         build = (fast.compile_seconds - before) if fast.compile_seconds > before else time.perf_counter() - t
         rates = {"eager": [], "compiled": []}
         for _ in range(repeats):

@@ -55,9 +55,9 @@ __all__ = ["StageStepper", "stage_points", "stage_stepper", "STAGE_MIN_STEPS"]
 #: ``execution="auto"`` builds this path for stage-scheme runs of at least this many steps (at any batch: an eager
 #: step costs about the same for one trajectory as for a thousand), and compiles a further batch bucket only for such
 #: a run. The break-even (benchmarks/RESULTS_speed.md, stage schemes): the smallest saving per step measured,
-#: pendulum galerkin2 on one trajectory, is 1/10.3 - 1/95.3 = 0.087 s; a build with a warm inductor cache took
-#: 2-27 s (break-even at most about 310 steps), the first build of a process on an empty cache 112.9 s (1,300
-#: steps). At 1,500 steps the compiled path wins in every measured case, the coldest build included
+#: pendulum galerkin2 on one trajectory, is 1/10.3 - 1/95.3 = 0.087 s; the builds measured took 2-27 s (break-even
+#: at most about 310 steps) except the first of a process on an empty inductor cache, 112.9 s (1,300 steps). At
+#: 1,500 steps the compiled path wins in every measured case, the coldest build included
 STAGE_MIN_STEPS = 1500
 
 
