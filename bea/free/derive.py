@@ -39,6 +39,7 @@ from ..errors import BeaValueError, InconsistentSchemeError, UnsupportedSchemeEr
 from ..schemes import Scheme
 from .algebra import Algebra, lagrangian_at
 from .shift import Shift
+from .stages import StageSolver
 from .substitution import LagrangianSubstitution
 from .trees import A, OPEN, Forest, single_node
 from .vectors import VecSeries
@@ -60,10 +61,6 @@ class FreeDerivation:
     """All dimension-free derivations of one scheme, sharing one tree registry and results."""
 
     def __init__(self, scheme: Scheme):
-        if getattr(scheme, "series_discrete_lagrangian", None) is not None:  # bea.stages
-            raise UnsupportedSchemeError(
-                f"{scheme!r} has interior points fixed by stationarity; their expansion is not a rational combination of "
-                "jets, which the dimension-free engine needs: derive it for a given dimension (dim=n) or a concrete Lagrangian")
         self.scheme = scheme
         self.forest = Forest()
         self.alg = Algebra(self.forest)
@@ -73,6 +70,8 @@ class FreeDerivation:
         self._linv: Dict[int, HSeries] = {}
         self._lam: Dict[tuple, HSeries] = {}
         self.L = self.forest.id(single_node((), ()))
+        # a stage scheme (bea.stages): interior points fixed by stationarity, solved on trees
+        self._stages = StageSolver(scheme, self.alg) if getattr(scheme, "series_discrete_lagrangian", None) is not None else None
 
     # ------------------------------------------------------------------ helpers
     def _h(self) -> HSeries:
@@ -80,6 +79,8 @@ class FreeDerivation:
 
     def _eval_scheme(self, a: VecSeries, b: VecSeries, normalize: bool = True) -> HSeries:
         forest = self.forest
+        if self._stages is not None:  # always normalised: the interior corrections carry A
+            return self._stages.stationary_value(a, b)
 
         def L(x, y):
             if not isinstance(x, VecSeries) or not isinstance(y, VecSeries):
@@ -202,6 +203,9 @@ class FreeDerivation:
         if order in self._lmod:
             return self._lmod[order]
         self._mesh(max(order, 3))  # decides the symmetry before the modified equation needs it
+        if self._stages is not None:
+            self._lmod[order] = self._modified_on_shell(order)
+            return self._lmod[order]
         lam = self._mesh(max(order, 3), normalize=False).truncate(order)
         weights = _mesh_weights(order)
         out = lam
@@ -215,6 +219,24 @@ class FreeDerivation:
         out = self.alg.normalize(self.alg.substitute_jets(out, values, order)).truncate(order)
         self._lmod[order] = out
         return out
+
+    def _modified_on_shell(self, order: int) -> HSeries:
+        r""":math:`\frac{hD_F/2}{\sinh(hD_F/2)}\Lambda` with the jets substituted first (a stage scheme).
+
+        The interior corrections of a stage scheme carry :math:`M^{-1}` and :math:`A`, so its meshed
+        Lagrangian is not a series in the jets of an arbitrary curve, on which :meth:`modified_lagrangian`
+        applies :math:`D` cheaply. On the solutions of the modified equation :math:`D = D_F`, which acts on
+        every tree (:meth:`~bea.free.algebra.Algebra.derivative`): the same series, at a higher cost.
+        """
+        F = self.modified_equation(max(order - 1, 0))
+        lam = self._mesh(max(order, 3)).truncate(order)
+        lam = self.alg.normalize(self.alg.substitute_jets(lam, self._jet_values(F, order, [lam]), order)).truncate(order)
+        weights = _mesh_weights(order)
+        out, d = lam, lam
+        for k in range(1, order // 2 + 1):
+            d = self.alg.derivative(self.alg.derivative(d, F, order - 2 * k), F, order - 2 * k)
+            out = out + HSeries([{}] * (2 * k) + [{(): weights[k]}], EXACT) * d
+        return out.truncate(order)
 
     @property
     def symmetric(self) -> bool:
@@ -240,8 +262,9 @@ class FreeDerivation:
         if order in self._linv:
             return self._linv[order]
         lam = self._mesh(order)
-        if any(len(m) != 1 for p in lam.c for m in p):
-            # a discrete Lagrangian that is not linear in L: substitute into the modified Lagrangian
+        if self._stages is not None or any(len(m) != 1 for p in lam.c for m in p):
+            # not linear in L: a stage scheme through its interior points, or products of values of L
+            # substitute into the modified Lagrangian
             out = self._inverse_by_substitution(order)
             self._linv[order] = out
             return out
