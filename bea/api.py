@@ -277,7 +277,8 @@ def series_function(kind: str, scheme: SchemeLike, order: int, n: Optional[int] 
     the component formula: it is derived in about a second at every order and evaluates several
     times faster there (one scalar per derivative instead of a chain per tree); the two agree to
     rounding (``tests/test_free.py``). For a stage scheme (:mod:`bea.stages`) the component formula in
-    every dimension: the dimension-free engine cannot solve for its interior points.
+    every dimension: the dimension-free engine solves for the interior points of rational schemes only
+    (:mod:`bea.free.stages`), and the component formula keeps one route for all of them.
     """
     if n == 1 or (n is not None and isinstance(_scheme(scheme), StageScheme)):
         # a stage scheme has only the component engine (its interior points are solved for in a given dimension)
