@@ -45,9 +45,15 @@ from .vectors import VecSeries
 PLACEHOLDER = 1000
 
 
+def supported(scheme) -> bool:
+    """Whether the dimension-free engine derives this stage scheme: its constants must be rational (the tree
+    coefficients are; a radical extension, as in ``galerkin3`` and the triple jump, is not carried)."""
+    return scheme.exact_constants and scheme.radical_field is None
+
+
 def check_supported(scheme) -> None:
-    """The dimension-free engine carries rational constants only: a scheme in a radical extension is refused."""
-    if not scheme.exact_constants or scheme.radical_field is not None:
+    """:func:`supported`, or a typed refusal naming the way out."""
+    if not supported(scheme):
         raise UnsupportedSchemeError(
             f"{scheme!r} has irrational constants; the dimension-free engine (n=None) has rational coefficients only: "
             "derive it for a given dimension (n=...) or a concrete Lagrangian, where exact radicals are supported")
