@@ -228,8 +228,13 @@ class FreeDerivation:
         applies :math:`D` cheaply. On the solutions of the modified equation :math:`D = D_F`, which acts on
         every tree (:meth:`~bea.free.algebra.Algebra.derivative`): the same series, at a higher cost.
         """
-        F = self.modified_equation(max(order - 1, 0))
         lam = self._mesh(max(order, 3)).truncate(order)
+        # F is needed to h^(order - d) for the jets of the h^d term (d >= 1; d = 1 is absent for a symmetric
+        # scheme), and to h^(order - 2) by D_F: not to h^(order - 1) in general, which costs a full extra order
+        f = self.forest
+        low = min((d for d in range(1, len(lam.c)) for m in lam.c[d] for x in m if any(2 <= c < OPEN for c in f.leaves[x])),
+                  default=order)
+        F = self.modified_equation(max(order - 2, order - low, 0))
         lam = self.alg.normalize(self.alg.substitute_jets(lam, self._jet_values(F, order, [lam]), order)).truncate(order)
         weights = _mesh_weights(order)
         out, d = lam, lam
