@@ -9,8 +9,9 @@ Oracles, all exact (rational arithmetic) except the torch comparison:
   coupled oscillators with non-diagonal stiffness; a constant non-diagonal mass with v^T B q coupling and cubic
   and quartic potentials), the component derivation *of that L* at rational points equals the trees contracted
   exactly at the same points (tests/exact_trees.py);
-* **closed form** -- the modified equation of coupled oscillators (n = 3, non-diagonal stiffness) from the
-  trees is -sum_j a_j h^(2j) K^(j+1) q with a_j from the scheme's exact one-step map (tests/test_stages.py);
+* **closed form** -- on coupled oscillators (n = 3, non-diagonal stiffness) the modified frequencies of the trees'
+  modified Lagrangian (default) and modified equation (-m slow: -sum_j a_j h^(2j) K^(j+1) q) are those of the
+  scheme's exact one-step map (tests/test_stages.py);
 * **torch, n = 50** -- the dimension-free torch function on L(q, v) = sum_i l((Rq)_i, (Rv)_i) with a random
   orthogonal R (so that every tree couples all coordinates) equals sum_i of the n = 1 component function at
   ((Rq)_i, (Rv)_i): the series commutes with orthogonal changes of coordinates and with sums of decoupled
@@ -103,6 +104,31 @@ def test_galerkin2_by_evaluation(name, kind):
         assert _nonzero(got[4])
 
 
+def test_closed_form_modified_lagrangian_coupled_oscillators():
+    """Coupled oscillators, n = 3, non-diagonal stiffness K. By scaling (h -> c h, K -> K / c^2) the dimension-free
+    modified Lagrangian's h^4 term is a v^T K^2 v / 2 - b q^T K^3 q / 2; a and b are read off at (q0, 0) and (0, v0),
+    and the form is confirmed at a third point. Per mode of frequency w it is (1 + a w^4 h^4)(v^2 - W^2 q^2)/2 with
+    W^2 = w^2 (1 + (b - a) w^4 h^4 + ...), so b - a must be the closed form's 1/1440, exactly (the h^2 term is zero)."""
+    s = systems.coupled_oscillators(3, coupling=sympy.Rational(1, 3))
+    K = -sympy.hessian(s.expr, s.q)
+    assert frequency_series(G2, 2) == [1, 0, sympy.Rational(1, 1440)]
+    fr = derive_free(G2, "modified_lagrangian", 4, _free(G2))
+    q0, v0 = [Fraction(2, 5), Fraction(-1, 3), Fraction(1, 7)], [Fraction(3, 4), Fraction(-5, 6), Fraction(1, 2)]
+    z = [Fraction(0)] * 3
+
+    def at(qa, va):
+        got = ExactTrees(s.expr, s.q, s.v, qa, va).coefficients(fr)
+        assert got[1] == got[2] == got[3] == 0
+        return sympy.Rational(got[4].numerator, got[4].denominator)
+
+    col = lambda x: sympy.Matrix([sympy.Rational(y.numerator, y.denominator) for y in x])  # noqa: E731
+    b = -2 * at(q0, z) / (col(q0).T * K**3 * col(q0))[0]
+    a = 2 * at(z, v0) / (col(v0).T * K**2 * col(v0))[0]
+    assert b - a == sympy.Rational(1, 1440)
+    assert at(q0, v0) == a * (col(v0).T * K**2 * col(v0))[0] / 2 - b * (col(q0).T * K**3 * col(q0))[0] / 2
+
+
+@pytest.mark.slow
 def test_closed_form_coupled_oscillators_through_trees():
     """Coupled oscillators, n = 3, non-diagonal stiffness K: the dimension-free modified equation of galerkin2
     contracted exactly at a rational point is -sum_j a_j h^(2j) K^(j+1) q, with (W h)^2 = sum_j a_j (w h)^(2j+2)
