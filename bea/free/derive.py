@@ -25,6 +25,11 @@ Throughout, :math:`L_q` is eliminated in favour of the Euler-Lagrange accelerati
 the intermediate expansions small: :math:`F_0 = A` is one term, and :math:`D_F A` is
 :math:`M^{-1}` applied to a handful of trees. In the inverse substitution :math:`A` changes
 with :math:`L`: :math:`A_X = A + (M + \delta M)^{-1}(\delta_q - \delta_{qv}[v] - \delta_{vv}[A])`.
+
+A scheme with internal stages (:mod:`bea.stages`) has its discrete Lagrangian evaluated by
+:class:`~bea.free.stages.StageSolver` (interior points solved on trees); its meshed Lagrangian then holds
+:math:`M^{-1}` and :math:`A`, so step 2 applies :math:`D_F` after the jets are substituted, and it is not
+linear in :math:`L`, so step 3 takes the substitution route.
 """
 
 from __future__ import annotations
