@@ -180,9 +180,14 @@ def test_torch_n50(kind):
 
 def test_radical_constants_refused_with_a_clear_error():
     """galerkin3 (sqrt 5) and the triple jump (2^(1/3)) need a radical in the tree coefficients: refused, typed."""
+    from bea.free.stages import supported
+
     for name in ("galerkin3", "triple_jump"):
+        assert not supported(bea.get_scheme(name))  # series_function keeps their component formula at every n
         with pytest.raises(UnsupportedSchemeError):
             bea.modified_lagrangian(name, 4, cache=False)
+    boole = bea.Galerkin(3, [0, "1/4", "1/2", "3/4", 1], ["7/90", "32/90", "12/90", "32/90", "7/90"])
+    assert supported(G2) and supported(boole)
 
 
 @pytest.mark.slow
