@@ -22,6 +22,7 @@ from .stages import StageScheme
 from .series import Series
 from .free.derive import FreeRaw, derive_free
 from .free.series import FreeSeries
+from .free.stages import supported as free_stages_supported
 from .free.storage import decode_raw
 from .free.storage import encode as encode_free
 from .symbolic import Frame, validate_concrete
@@ -276,10 +277,12 @@ def series_function(kind: str, scheme: SchemeLike, order: int, n: Optional[int] 
     The dimension-free function (:func:`compile_torch` without ``n``) in general. For ``n = 1``
     the component formula: it is derived in about a second at every order and evaluates several
     times faster there (one scalar per derivative instead of a chain per tree); the two agree to
-    rounding (``tests/test_free.py``). For a stage scheme (:mod:`bea.stages`) the component formula in
-    every dimension: the dimension-free engine cannot solve for its interior points.
+    rounding (``tests/test_free.py``). A stage scheme (:mod:`bea.stages`) with rational constants takes the
+    same routes (its interior points are solved on trees, :mod:`bea.free.stages`); one with constants in a
+    radical extension (``galerkin3``, the triple jump) takes the component formula in every dimension, since
+    the dimension-free engine refuses it.
     """
-    if n == 1 or (n is not None and isinstance(_scheme(scheme), StageScheme)):
-        # a stage scheme has only the component engine (its interior points are solved for in a given dimension)
+    sch = _scheme(scheme)
+    if n == 1 or (n is not None and isinstance(sch, StageScheme) and not free_stages_supported(sch)):
         return compile_torch(kind, scheme, order, n=n, cache=cache, allow_slow=allow_slow)
     return compile_torch(kind, scheme, order, cache=cache, allow_slow=allow_slow)

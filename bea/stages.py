@@ -143,15 +143,16 @@ class StageScheme(Scheme):
 
     def discrete_lagrangian(self, L, a, b, h):
         r"""The stationary value :math:`\Phi(a, Q^*, b)`: torch tensors (Newton, :mod:`bea.stage_torch`);
-        the series engine calls :meth:`series_discrete_lagrangian` instead."""
+        the series engines call :meth:`series_discrete_lagrangian` (components) or
+        :class:`bea.free.stages.StageSolver` (trees) instead."""
         if type(a).__module__.startswith("torch"):
             from .stage_torch import stationary_value
 
             return stationary_value(L, a, b, h, self)
         raise UnsupportedSchemeError(
-            f"{self!r} has interior points fixed by stationarity: it runs on torch tensors and in bea's derivations for a "
-            "given dimension (e.g. bea.modified_lagrangian(scheme, 4, n=2)); the dimension-free (n=None) "
-            "engine and plain SymPy evaluation cannot solve for them")
+            f"{self!r} has interior points fixed by stationarity: it runs on torch tensors and in bea's derivations "
+            "(e.g. bea.modified_lagrangian(scheme, 4, n=2), or n=None for rational constants); plain SymPy evaluation "
+            "cannot solve for them")
 
     def series_discrete_lagrangian(self, L, a, b, h, jets, W=None):
         """The stationary value on series (component engine, :mod:`bea.stage_series`)."""

@@ -227,8 +227,8 @@ def test_series_refuses_what_it_cannot_do():
     floats = S.Composition([(g1, "irrational"), (1 - 2 * g1, "irrational"), (g1, "irrational")], method_order=4)
     with pytest.raises(UnsupportedSchemeError):
         bea.modified_equation(floats, 2, n=1, cache=False)
-    with pytest.raises(UnsupportedSchemeError):  # the dimension-free engine
-        bea.modified_equation("galerkin2", 2, cache=False)
+    with pytest.raises(UnsupportedSchemeError):  # the dimension-free engine has rational coefficients only
+        bea.modified_equation("triple_jump", 2, cache=False)
 
 
 def test_torch_derivatives_are_those_of_the_stationary_value():
