@@ -23,6 +23,14 @@ and tolerances), so the trajectories equal the eager ones to rounding. Its start
 previous step's Jacobian already lands at rounding level, and the second gradient evaluation certifies it, so a
 step costs two gradients and rarely a Hessian.
 
+That common step is one compiled graph (:meth:`FuncStepper._chord_fn`): predictor, residual at the start
+:math:`x_0`, chord correction :math:`x_1 = x_0 - J_{j-1}^{-1} r(x_0)`, residual at :math:`x_1`, and Newton's
+acceptance test on both, per element, exactly as :func:`~integrators.newton.newton` takes them (accept
+:math:`x_0` where its predicted correction is below ``xtol``, else :math:`x_1` where the chord was admissible,
+:math:`\|J^{-1}r(x_0)\|` scaled :math:`\le 0.1`, and its own predicted correction is below ``xtol``). One call
+per step instead of two, and no Python Newton loop: where any element fails that test, the step is taken by
+:func:`~integrators.newton.newton` from the same start instead, so the iterates are always Newton's.
+
 Before use the compiled derivatives are checked against autograd (:func:`integrators.model_protocol.derivatives`)
 at a few states (relative :data:`VERIFY_RTOL`). Anything that fails (``torch.compile`` refusing the code,
 e.g. Python control flow on tensor values; a mismatch; no compiler) raises :class:`FuncPathError` with the
@@ -42,7 +50,7 @@ import torch
 
 from .compiled import NotLowerable, scheme_points
 from .newton import NewtonOptions, newton
-from ._stepping import extrapolate, far_roots
+from ._stepping import extrapolate
 from .model_protocol import declares_form
 from .traced import VERIFY_RTOL  # the same agreement with autograd as the traced C forms
 
@@ -78,10 +86,23 @@ def bucket(batch: int) -> int:
     return max(2, 1 << (int(batch) - 1).bit_length())
 
 
-def _pad(t: torch.Tensor, size: int) -> torch.Tensor:
-    """``t`` with its first row repeated up to ``size`` rows (finite filler; the extra rows are discarded)."""
-    extra = size - t.shape[0]
-    return t if extra == 0 else torch.cat([t, t[:1].expand(extra, *t.shape[1:])], 0)
+def _pad(t: torch.Tensor, size: int, dim: int = 0) -> torch.Tensor:
+    """``t`` with its first row (along ``dim``) repeated up to ``size`` rows (finite filler; the extra rows are
+    discarded)."""
+    extra = size - t.shape[dim]
+    if extra == 0:
+        return t
+    first = t.narrow(dim, 0, 1)
+    return torch.cat([t, first.expand(*t.shape[:dim], extra, *t.shape[dim + 1:])], dim)
+
+
+def _solve(J: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    """``J^{-1} r`` per element, as :func:`integrators.newton.newton` computes it for a non-singular ``J``
+    (a singular one gives non-finite entries here, which fail the acceptance test)."""
+    if J.shape[-1] == 1:
+        return r / J[..., 0]
+    d, info = torch.linalg.solve_ex(J, r.unsqueeze(-1))
+    return torch.where((info == 0)[:, None], d.squeeze(-1), float("nan"))
 
 
 class FuncStepper:
@@ -103,7 +124,8 @@ class FuncStepper:
         self.A = pts[:, 1 + D:1 + D + D * n].reshape(-1, D, n)
         self.B = pts[:, 1 + D + D * n:1 + D + 2 * D * n].reshape(-1, D, n)
         wrap = (lambda f: torch.compile(_own_code(f), fullgraph=True, dynamic=False)) if compile else (lambda f: f)
-        self._residual, self._jacobian = wrap(self._residual_fn), wrap(self._jacobian_fn)
+        self._residual, self._jacobian, self._chord = wrap(self._residual_fn), wrap(self._jacobian_fn), wrap(self._chord_fn)
+        self.stats = {"chord_steps": 0, "newton_steps": 0}  # steps taken by the one-graph chord step / by newton()
         self.lower_seconds = time.perf_counter() - t0
         t0 = time.perf_counter()
         self._verify(bucket(batch))
@@ -131,6 +153,23 @@ class FuncStepper:
             hv = torch.func.grad(lambda z: (self._grad(z) * u).sum())(y)
             cols.append(torch.einsum("kbd,kdn->bn", self.w[:, None, None] * hv, self.A))
         return torch.stack(cols, -1)
+
+    def _chord_fn(self, hist, a, p, J, xtol):
+        """One step from the last :data:`PREDICTOR_ORDER` positions ``hist`` (oldest first) with the previous
+        Jacobian ``J``: ``(x, p_next, ok)``, ``ok`` true where Newton would accept ``x`` after at most this chord
+        step (module docstring; elements not ``ok`` must be stepped by :func:`~integrators.newton.newton`)."""
+        x0 = extrapolate(hist, hist.shape[0] - 1, None, hist.shape[0])
+        r0, p0 = self._residual_fn(x0, a, p)
+        d0 = _solve(J, r0)
+        x1 = x0 - d0
+        r1, p1 = self._residual_fn(x1, a, p)
+        err0 = (d0.abs() / (1 + x0.abs())).amax(-1)
+        err1 = (_solve(J, r1).abs() / (1 + x1.abs())).amax(-1)
+        ok0 = err0 <= xtol
+        finite0 = torch.isfinite(r0.abs().amax(-1)) & torch.isfinite(x0).all(-1)
+        finite1 = torch.isfinite(r1.abs().amax(-1)) & torch.isfinite(x1).all(-1)
+        ok = finite0 & (ok0 | ((err0 <= 0.1) & finite1 & (err1 <= xtol)))
+        return torch.where(ok0[:, None], x0, x1), torch.where(ok0[:, None], p0, p1), ok
 
     def derivatives(self, x: torch.Tensor, a: torch.Tensor, p: torch.Tensor,
                     size: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -185,6 +224,27 @@ class FuncStepper:
             scale = float(ref.abs().max()) + 1.0
             if not bool(torch.isfinite(got).all()) or float((got - ref).abs().max()) > VERIFY_RTOL * scale:
                 raise FuncPathError(f"the compiled {name} differs from autograd's (relative {VERIFY_RTOL:g})")
+        self._verify_chord(x, a, p, J, size)
+
+    def _verify_chord(self, x, a, p, J, size: int) -> None:
+        """Compile the one-graph step at bucket ``size`` and check it against the same function run eagerly (whose
+        parts were just checked against autograd), from a start ``x`` (every past position equal to it)."""
+        hist = x.expand(PREDICTOR_ORDER, *x.shape)
+        xtol = torch.tensor(1e-16, dtype=torch.float64)
+        m = x.shape[0]
+        try:
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.")
+                got = self._chord(_pad(hist, size, 1), _pad(a, size), _pad(p, size), _pad(J, size), xtol)
+        except Exception as err:  # noqa: BLE001 - as in _verify
+            first = (str(err).strip().splitlines() or [""])[0][:300]
+            raise FuncPathError(f"torch.compile could not compile its Newton step ({type(err).__name__}: {first})") from None
+        with torch.no_grad():
+            ref = self._chord_fn(hist, a, p, J, xtol)
+        for g, r, name in zip(got[:2], ref[:2], ("position", "momentum")):
+            scale = float(r.abs().max()) + 1.0
+            if not bool(torch.isfinite(g[:m]).all()) or float((g[:m] - r).abs().max()) > VERIFY_RTOL * scale:
+                raise FuncPathError(f"the compiled Newton step's {name} differs from the eager one's (relative {VERIFY_RTOL:g})")
 
     # ------------------------------------------------------------------ the march's interface
     def chunk_steps(self, batch: int) -> int:
@@ -197,21 +257,31 @@ class FuncStepper:
         """As :meth:`integrators.compiled.CompiledStepper.advance`: steps ``j -> j_end`` while every element converges
         (within ``max_step``); stops before the first step where one does not, for the eager path to take it."""
         self._size = bucket(p.shape[0])
+        chord = options.reuse_jacobian and options.ftol == 0  # newton()'s test is then the one-graph step's
+        xtol = torch.tensor(float(options.xtol), dtype=torch.float64)
         while j < j_end and self.failure is None:
             a = out[j] if rows is None else out[j, rows]
-            guess = first_guess if j == 0 else extrapolate(out, j, rows, PREDICTOR_ORDER)
             try:
-                res = newton(self._evaluate, guess, (a, p), options=options, jac0=jac)
+                x = pn = None
+                if chord and jac is not None and j >= PREDICTOR_ORDER - 1:
+                    x, pn = self._chord_step(out, j, rows, a, p, jac, xtol)
+                if x is None:
+                    guess = first_guess if j == 0 else extrapolate(out, j, rows, PREDICTOR_ORDER)
+                    res = newton(self._evaluate, guess, (a, p), options=options, jac0=jac)
+                    self.stats["newton_steps"] += 1
+                    if not bool(res.converged.all()):
+                        return j, p, jac, np.ones(1)
+                    x, pn, jac = res.x, res.aux, res.jacobian
             except Exception as err:  # noqa: BLE001 - e.g. torch.compile's recompile limit: the eager path goes on
                 self._fail(err)
                 break
-            if not bool(res.converged.all()) or far_roots(res, a, max_step) is not None:
+            if max_step is not None and bool(((x - a).abs().amax(-1) > max_step).any()):  # as far_roots()
                 return j, p, jac, np.ones(1)
             if rows is None:
-                out[j + 1] = res.x
+                out[j + 1] = x
             else:
-                out[j + 1, rows] = res.x
-            p, jac = res.aux, res.jacobian
+                out[j + 1, rows] = x
+            p = pn
             if pout is not None:
                 if rows is None:
                     pout[j + 1] = p
@@ -219,6 +289,20 @@ class FuncStepper:
                     pout[j + 1, rows] = p
             j += 1
         return j, p, jac, (None if j == j_end else np.ones(1))
+
+    def _chord_step(self, out, j, rows, a, p, jac, xtol):
+        """Step ``j -> j + 1`` by the one compiled graph :meth:`_chord_fn`: ``(x, p_next)``, or ``(None, None)``
+        where an element needs more than its chord correction (then :func:`~integrators.newton.newton` steps)."""
+        B, size = a.shape[0], self._size
+        hist = out[j - PREDICTOR_ORDER + 1:j + 1]
+        hist = hist if rows is None else hist[:, rows]
+        with torch.no_grad():
+            x, pn, ok = self._chord(_pad(hist.detach(), size, 1), _pad(a.detach(), size), _pad(p.detach(), size),
+                                    _pad(jac.detach(), size), xtol)
+        if not bool(ok.all()):  # the padding rows repeat row 0: they pass or fail with it
+            return None, None
+        self.stats["chord_steps"] += 1
+        return x[:B], pn[:B]
 
     def _fail(self, err: BaseException) -> None:
         """A compiled evaluation failed during a run (not at build time): this stepper stops for good, the eager
