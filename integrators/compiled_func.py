@@ -64,6 +64,8 @@ FUNC_MIN_WORK = 100_000
 #: Jacobian reaches rounding level: 2 gradient evaluations per step and almost no Hessians, against 3 and one
 #: Hessian with order 6 (MLP 2x64, batch 1000: benchmarks/RESULTS_speed.md). Higher orders amplify rounding (2^k).
 PREDICTOR_ORDER = 10
+#: time steps per call of the one-graph chord step (:meth:`FuncStepper._chord_fn`)
+CHORD_STEPS = 2
 
 
 
@@ -96,6 +98,16 @@ def _pad(t: torch.Tensor, size: int, dim: int = 0) -> torch.Tensor:
     return torch.cat([t, first.expand(*t.shape[:dim], extra, *t.shape[dim + 1:])], dim)
 
 
+def _store(buf: Optional[torch.Tensor], j: int, rows: Optional[torch.Tensor], value: torch.Tensor) -> None:
+    """``buf[j] = value`` for the trajectories ``rows`` (None: all; no buffer: nothing)."""
+    if buf is None:
+        return
+    if rows is None:
+        buf[j] = value
+    else:
+        buf[j, rows] = value
+
+
 def _solve(J: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
     """``J^{-1} r`` per element, as :func:`integrators.newton.newton` computes it for a non-singular ``J``
     (a singular one gives non-finite entries here, which fail the acceptance test)."""
@@ -125,6 +137,7 @@ class FuncStepper:
         self.B = pts[:, 1 + D + D * n:1 + D + 2 * D * n].reshape(-1, D, n)
         wrap = (lambda f: torch.compile(_own_code(f), fullgraph=True, dynamic=False)) if compile else (lambda f: f)
         self._residual, self._jacobian, self._chord = wrap(self._residual_fn), wrap(self._jacobian_fn), wrap(self._chord_fn)
+        self.chord_steps = CHORD_STEPS
         self.stats = {"chord_steps": 0, "newton_steps": 0}  # steps taken by the one-graph chord step / by newton()
         self.lower_seconds = time.perf_counter() - t0
         t0 = time.perf_counter()
@@ -155,21 +168,28 @@ class FuncStepper:
         return torch.stack(cols, -1)
 
     def _chord_fn(self, hist, a, p, J, xtol):
-        """One step from the last :data:`PREDICTOR_ORDER` positions ``hist`` (oldest first) with the previous
-        Jacobian ``J``: ``(x, p_next, ok)``, ``ok`` true where Newton would accept ``x`` after at most this chord
-        step (module docstring; elements not ``ok`` must be stepped by :func:`~integrators.newton.newton`)."""
-        x0 = extrapolate(hist, hist.shape[0] - 1, None, hist.shape[0])
-        r0, p0 = self._residual_fn(x0, a, p)
-        d0 = _solve(J, r0)
-        x1 = x0 - d0
-        r1, p1 = self._residual_fn(x1, a, p)
-        err0 = (d0.abs() / (1 + x0.abs())).amax(-1)
-        err1 = (_solve(J, r1).abs() / (1 + x1.abs())).amax(-1)
-        ok0 = err0 <= xtol
-        finite0 = torch.isfinite(r0.abs().amax(-1)) & torch.isfinite(x0).all(-1)
-        finite1 = torch.isfinite(r1.abs().amax(-1)) & torch.isfinite(x1).all(-1)
-        ok = finite0 & (ok0 | ((err0 <= 0.1) & finite1 & (err1 <= xtol)))
-        return torch.where(ok0[:, None], x0, x1), torch.where(ok0[:, None], p0, p1), ok
+        """:data:`CHORD_STEPS` steps from the last :data:`PREDICTOR_ORDER` positions ``hist`` (oldest first), each
+        with the Jacobian ``J``: ``(x, p_next, ok)`` stacked over the steps, ``ok[s]`` true where Newton would
+        accept ``x[s]`` after at most this chord correction (module docstring; the first step with an element not
+        ``ok`` must be taken by :func:`~integrators.newton.newton`, and the later ones are void)."""
+        xs, ps, oks = [], [], []
+        for _ in range(self.chord_steps):
+            x0 = extrapolate(hist, hist.shape[0] - 1, None, hist.shape[0])
+            r0, p0 = self._residual_fn(x0, a, p)
+            d0 = _solve(J, r0)
+            x1 = x0 - d0
+            r1, p1 = self._residual_fn(x1, a, p)
+            err0 = (d0.abs() / (1 + x0.abs())).amax(-1)
+            err1 = (_solve(J, r1).abs() / (1 + x1.abs())).amax(-1)
+            ok0 = err0 <= xtol
+            finite0 = torch.isfinite(r0.abs().amax(-1)) & torch.isfinite(x0).all(-1)
+            finite1 = torch.isfinite(r1.abs().amax(-1)) & torch.isfinite(x1).all(-1)
+            oks.append(finite0 & (ok0 | ((err0 <= 0.1) & finite1 & (err1 <= xtol))))
+            a, p = torch.where(ok0[:, None], x0, x1), torch.where(ok0[:, None], p0, p1)
+            xs.append(a)
+            ps.append(p)
+            hist = torch.cat([hist[1:], a[None]], 0)
+        return torch.stack(xs), torch.stack(ps), torch.stack(oks)
 
     def derivatives(self, x: torch.Tensor, a: torch.Tensor, p: torch.Tensor,
                     size: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -243,7 +263,7 @@ class FuncStepper:
             ref = self._chord_fn(hist, a, p, J, xtol)
         for g, r, name in zip(got[:2], ref[:2], ("position", "momentum")):
             scale = float(r.abs().max()) + 1.0
-            if not bool(torch.isfinite(g[:m]).all()) or float((g[:m] - r).abs().max()) > VERIFY_RTOL * scale:
+            if not bool(torch.isfinite(g[:, :m]).all()) or float((g[:, :m] - r).abs().max()) > VERIFY_RTOL * scale:
                 raise FuncPathError(f"the compiled Newton step's {name} differs from the eager one's (relative {VERIFY_RTOL:g})")
 
     # ------------------------------------------------------------------ the march's interface
@@ -262,47 +282,41 @@ class FuncStepper:
         while j < j_end and self.failure is None:
             a = out[j] if rows is None else out[j, rows]
             try:
-                x = pn = None
+                xs = ()
                 if chord and jac is not None and j >= PREDICTOR_ORDER - 1:
-                    x, pn = self._chord_step(out, j, rows, a, p, jac, xtol)
-                if x is None:
+                    xs, ps = self._chord_step(out, j, rows, a, p, jac, xtol)
+                if not xs:
                     guess = first_guess if j == 0 else extrapolate(out, j, rows, PREDICTOR_ORDER)
                     res = newton(self._evaluate, guess, (a, p), options=options, jac0=jac)
                     self.stats["newton_steps"] += 1
                     if not bool(res.converged.all()):
                         return j, p, jac, np.ones(1)
-                    x, pn, jac = res.x, res.aux, res.jacobian
+                    xs, ps, jac = [res.x], [res.aux], res.jacobian
             except Exception as err:  # noqa: BLE001 - e.g. torch.compile's recompile limit: the eager path goes on
                 self._fail(err)
                 break
-            if max_step is not None and bool(((x - a).abs().amax(-1) > max_step).any()):  # as far_roots()
-                return j, p, jac, np.ones(1)
-            if rows is None:
-                out[j + 1] = x
-            else:
-                out[j + 1, rows] = x
-            p = pn
-            if pout is not None:
-                if rows is None:
-                    pout[j + 1] = p
-                else:
-                    pout[j + 1, rows] = p
-            j += 1
+            for x, pn in zip(xs[:j_end - j], ps):
+                if max_step is not None and bool(((x - a).abs().amax(-1) > max_step).any()):  # as far_roots()
+                    return j, p, jac, np.ones(1)
+                _store(out, j + 1, rows, x)
+                _store(pout, j + 1, rows, pn)
+                a, p, j = x, pn, j + 1
         return j, p, jac, (None if j == j_end else np.ones(1))
 
     def _chord_step(self, out, j, rows, a, p, jac, xtol):
-        """Step ``j -> j + 1`` by the one compiled graph :meth:`_chord_fn`: ``(x, p_next)``, or ``(None, None)``
-        where an element needs more than its chord correction (then :func:`~integrators.newton.newton` steps)."""
+        """Steps ``j -> j + 1, ...`` by the one compiled graph :meth:`_chord_fn`: ``(xs, ps)``, the positions and
+        momenta of the steps before the first one where an element needs more than its chord correction (empty:
+        :func:`~integrators.newton.newton` takes step ``j``)."""
         B, size = a.shape[0], self._size
         hist = out[j - PREDICTOR_ORDER + 1:j + 1]
         hist = hist if rows is None else hist[:, rows]
         with torch.no_grad():
             x, pn, ok = self._chord(_pad(hist.detach(), size, 1), _pad(a.detach(), size), _pad(p.detach(), size),
                                     _pad(jac.detach(), size), xtol)
-        if not bool(ok.all()):  # the padding rows repeat row 0: they pass or fail with it
-            return None, None
-        self.stats["chord_steps"] += 1
-        return x[:B], pn[:B]
+        good = ok.all(-1).tolist()  # the padding rows repeat row 0: they pass or fail with it
+        k = good.index(False) if False in good else len(good)
+        self.stats["chord_steps"] += k
+        return [x[s, :B] for s in range(k)], [pn[s, :B] for s in range(k)]
 
     def _fail(self, err: BaseException) -> None:
         """A compiled evaluation failed during a run (not at build time): this stepper stops for good, the eager
