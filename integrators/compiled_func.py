@@ -138,7 +138,7 @@ class FuncStepper:
         wrap = (lambda f: torch.compile(_own_code(f), fullgraph=True, dynamic=False)) if compile else (lambda f: f)
         self._residual, self._jacobian, self._chord = wrap(self._residual_fn), wrap(self._jacobian_fn), wrap(self._chord_fn)
         self.chord_steps = CHORD_STEPS
-        self.stats = {"chord_steps": 0, "newton_steps": 0}  # steps taken by the one-graph chord step / by newton()
+        self.stats = {"chord_steps": 0, "newton_steps": 0}  # steps kept from the one-graph chord step / by newton()
         self.lower_seconds = time.perf_counter() - t0
         t0 = time.perf_counter()
         self._verify(bucket(batch))
@@ -268,8 +268,9 @@ class FuncStepper:
 
     # ------------------------------------------------------------------ the march's interface
     def chunk_steps(self, batch: int) -> int:
-        """Steps per call (Python drives each step here; the chunk only paces the progress bar)."""
-        return 64
+        """Steps per call (Python drives the steps here; the chunk only paces the progress bar, and a chunk's end
+        inside a :data:`CHORD_STEPS` call voids the rest of that call)."""
+        return 256
 
     def advance(self, out: torch.Tensor, j: int, j_end: int, p: torch.Tensor, jac: Optional[torch.Tensor],
                 rows: Optional[torch.Tensor], first_guess: Optional[torch.Tensor], options: NewtonOptions,
@@ -279,19 +280,22 @@ class FuncStepper:
         self._size = bucket(p.shape[0])
         chord = options.reuse_jacobian and options.ftol == 0  # newton()'s test is then the one-graph step's
         xtol = torch.tensor(float(options.xtol), dtype=torch.float64)
+        refused = False  # the last call stopped at a step it could not certify: newton() takes that one
         while j < j_end and self.failure is None:
             a = out[j] if rows is None else out[j, rows]
             try:
-                xs = ()
-                if chord and jac is not None and j >= PREDICTOR_ORDER - 1:
+                xs, via = (), "chord_steps"
+                if chord and not refused and jac is not None and j >= PREDICTOR_ORDER - 1:
                     xs, ps = self._chord_step(out, j, rows, a, p, jac, xtol)
+                    refused = len(xs) < self.chord_steps
+                else:
+                    refused = False
                 if not xs:
                     guess = first_guess if j == 0 else extrapolate(out, j, rows, PREDICTOR_ORDER)
                     res = newton(self._evaluate, guess, (a, p), options=options, jac0=jac)
-                    self.stats["newton_steps"] += 1
                     if not bool(res.converged.all()):
                         return j, p, jac, np.ones(1)
-                    xs, ps, jac = [res.x], [res.aux], res.jacobian
+                    xs, ps, jac, via = [res.x], [res.aux], res.jacobian, "newton_steps"
             except Exception as err:  # noqa: BLE001 - e.g. torch.compile's recompile limit: the eager path goes on
                 self._fail(err)
                 break
@@ -301,6 +305,7 @@ class FuncStepper:
                 _store(out, j + 1, rows, x)
                 _store(pout, j + 1, rows, pn)
                 a, p, j = x, pn, j + 1
+                self.stats[via] += 1
         return j, p, jac, (None if j == j_end else np.ones(1))
 
     def _chord_step(self, out, j, rows, a, p, jac, xtol):
@@ -315,7 +320,6 @@ class FuncStepper:
                                     _pad(jac.detach(), size), xtol)
         good = ok.all(-1).tolist()  # the padding rows repeat row 0: they pass or fail with it
         k = good.index(False) if False in good else len(good)
-        self.stats["chord_steps"] += k
         return [x[s, :B] for s in range(k)], [pn[s, :B] for s in range(k)]
 
     def _fail(self, err: BaseException) -> None:
