@@ -27,9 +27,13 @@ That common step is one compiled graph (:meth:`FuncStepper._chord_fn`): predicto
 :math:`x_0`, chord correction :math:`x_1 = x_0 - J_{j-1}^{-1} r(x_0)`, residual at :math:`x_1`, and Newton's
 acceptance test on both, per element, exactly as :func:`~integrators.newton.newton` takes them (accept
 :math:`x_0` where its predicted correction is below ``xtol``, else :math:`x_1` where the chord was admissible,
-:math:`\|J^{-1}r(x_0)\|` scaled :math:`\le 0.1`, and its own predicted correction is below ``xtol``). One call
-per step instead of two, and no Python Newton loop: where any element fails that test, the step is taken by
-:func:`~integrators.newton.newton` from the same start instead, so the iterates are always Newton's.
+:math:`\|J^{-1}r(x_0)\|` scaled :math:`\le 0.1`, and its own predicted correction is below ``xtol``), for
+:data:`CHORD_STEPS` consecutive steps (each from the positions accepted before it, with the same :math:`J`, as
+Newton keeps it after a chord step). No Python Newton loop, and one call (with its guard checks) per two steps
+instead of two per step. Where any element fails that test, that step is taken by :func:`~integrators.newton.newton`
+from the same start instead and the call's later steps are void, so the iterates are always Newton's (bit for bit
+without compilation; the compiled graph may round differently). MLP 2x64 at batch 1000: about 1.3x the speed of
+:func:`~integrators.newton.newton` driving the same compiled derivatives (benchmarks/RESULTS_speed.md).
 
 Before use the compiled derivatives are checked against autograd (:func:`integrators.model_protocol.derivatives`)
 at a few states (relative :data:`VERIFY_RTOL`). Anything that fails (``torch.compile`` refusing the code,
@@ -54,7 +58,8 @@ from ._stepping import extrapolate
 from .model_protocol import declares_form
 from .traced import VERIFY_RTOL  # the same agreement with autograd as the traced C forms
 
-__all__ = ["FuncStepper", "FuncPathError", "bucket", "declares_form", "func_stepper", "FUNC_MIN_WORK", "PREDICTOR_ORDER", "VERIFY_RTOL"]
+__all__ = ["FuncStepper", "FuncPathError", "bucket", "declares_form", "func_stepper", "FUNC_MIN_WORK", "PREDICTOR_ORDER",
+           "CHORD_STEPS", "VERIFY_RTOL"]
 
 #: ``execution="auto"`` builds this path only for runs of at least this many trajectory-steps: a build takes
 #: seconds to minutes (one per batch-size bucket), and the speed-up it buys is a small factor (benchmarks/RESULTS_speed.md)
@@ -64,9 +69,10 @@ FUNC_MIN_WORK = 100_000
 #: Jacobian reaches rounding level: 2 gradient evaluations per step and almost no Hessians, against 3 and one
 #: Hessian with order 6 (MLP 2x64, batch 1000: benchmarks/RESULTS_speed.md). Higher orders amplify rounding (2^k).
 PREDICTOR_ORDER = 10
-#: time steps per call of the one-graph chord step (:meth:`FuncStepper._chord_fn`)
+#: time steps per call of the one-graph chord step (:meth:`FuncStepper._chord_fn`). Two: about 10% faster than one
+#: at batch 1000 (fewer calls, guard checks and padding copies per step); four bought 2-5% more for three times
+#: the compile time of that graph (benchmarks/RESULTS_speed.md).
 CHORD_STEPS = 2
-
 
 
 class FuncPathError(NotLowerable):
