@@ -16,8 +16,8 @@ Mathematics. For a scheme :math:`L_\Delta(a, b) = \sum_k w_k L(y_k)`, :math:`y_k
 :math:`\nabla L` is :func:`torch.func.grad` of :math:`\sum_b L(y_b)` (``L`` acts pointwise over the batch,
 so this is every element's gradient at once); column :math:`i` of :math:`J` needs only the Hessian-vector
 products :math:`\nabla^2 L(y_k)\,B_k e_i` (``n`` of them, not ``2n``), each the gradient of
-:math:`\nabla L\cdot u`. Both functions are compiled with ``torch.compile(fullgraph=True)`` for a few fixed batch sizes (:func:`bucket`);
-the Newton iteration itself is :func:`integrators.newton.newton`, the one of the eager path (same chord steps
+:math:`\nabla L\cdot u`. Graphs are compiled with ``torch.compile(fullgraph=True)`` for a few fixed batch sizes
+(:func:`bucket`); the Newton iteration itself is :func:`integrators.newton.newton`, the one of the eager path (same chord steps
 and tolerances), so the trajectories equal the eager ones to rounding. Its start is a higher-order extrapolation
 (:data:`PREDICTOR_ORDER`) than the eager path's: from about 1e-13 away, the first (chord) correction with the
 previous step's Jacobian already lands at rounding level, and the second gradient evaluation certifies it, so a
@@ -32,7 +32,9 @@ acceptance test on both, per element, exactly as :func:`~integrators.newton.newt
 Newton keeps it after a chord step). No Python Newton loop, and one call (with its guard checks) per two steps
 instead of two per step. Where any element fails that test, that step is taken by :func:`~integrators.newton.newton`
 from the same start instead and the call's later steps are void, so the iterates are always Newton's (bit for bit
-without compilation; the compiled graph may round differently). MLP 2x64 at batch 1000: about 1.3x the speed of
+without compilation; the compiled graph may round differently). Only this graph is compiled at build time;
+newton()'s own derivatives (the predictor's first steps, and steps the chord cannot certify) run uncompiled until
+newton() has taken :data:`COMPILE_NEWTON_AFTER` steps past the warm-up, and are compiled then. MLP 2x64 at batch 1000: about 1.3x the speed of
 :func:`~integrators.newton.newton` driving the same compiled derivatives (benchmarks/RESULTS_speed.md).
 
 Before use the compiled derivatives are checked against autograd (:func:`integrators.model_protocol.derivatives`)
@@ -59,7 +61,7 @@ from .model_protocol import declares_form
 from .traced import VERIFY_RTOL  # the same agreement with autograd as the traced C forms
 
 __all__ = ["FuncStepper", "FuncPathError", "bucket", "declares_form", "func_stepper", "FUNC_MIN_WORK", "PREDICTOR_ORDER",
-           "CHORD_STEPS", "VERIFY_RTOL"]
+           "CHORD_STEPS", "COMPILE_NEWTON_AFTER", "VERIFY_RTOL"]
 
 #: ``execution="auto"`` builds this path only for runs of at least this many trajectory-steps: a build takes
 #: seconds to minutes (one per batch-size bucket), and the speed-up it buys is a small factor (benchmarks/RESULTS_speed.md)
@@ -73,6 +75,10 @@ PREDICTOR_ORDER = 10
 #: at batch 1000 (fewer calls, guard checks and padding copies per step); four bought 2-5% more for three times
 #: the compile time of that graph (benchmarks/RESULTS_speed.md).
 CHORD_STEPS = 2
+#: newton()'s own derivatives (the predictor's warm-up, steps the chord step cannot certify) run uncompiled until it has
+#: taken this many steps past the warm-up in this stepper: compiling them too cost about 40% more build time (two
+#: more graphs), for a warm-up of PREDICTOR_ORDER - 1 steps per run (about 2% of a 400-step run at batch 1000)
+COMPILE_NEWTON_AFTER = 32
 
 
 class FuncPathError(NotLowerable):
@@ -142,13 +148,28 @@ class FuncStepper:
         self.A = pts[:, 1 + D:1 + D + D * n].reshape(-1, D, n)
         self.B = pts[:, 1 + D + D * n:1 + D + 2 * D * n].reshape(-1, D, n)
         wrap = (lambda f: torch.compile(_own_code(f), fullgraph=True, dynamic=False)) if compile else (lambda f: f)
-        self._residual, self._jacobian, self._chord = wrap(self._residual_fn), wrap(self._jacobian_fn), wrap(self._chord_fn)
+        # newton()'s derivatives run uncompiled until it has taken COMPILE_NEWTON_AFTER steps past the warm-up
+        self._residual, self._jacobian, self._chord = self._residual_fn, self._jacobian_fn, wrap(self._chord_fn)
+        self._wrap = wrap
         self.chord_steps = CHORD_STEPS
-        self.stats = {"chord_steps": 0, "newton_steps": 0}  # steps kept from the one-graph chord step / by newton()
+        self.stats = {"chord_steps": 0, "newton_steps": 0, "newton_after_warmup": 0}  # steps kept from each path
         self.lower_seconds = time.perf_counter() - t0
         t0 = time.perf_counter()
-        self._verify(bucket(batch))
+        self._verify_chord(*self._verify(bucket(batch)), bucket(batch))
         self.compile_seconds = time.perf_counter() - t0
+
+    def _newton_step_taken(self, j: int) -> None:
+        """Count a step that newton() takes; the one that makes :data:`COMPILE_NEWTON_AFTER` past the predictor's
+        warm-up compiles its derivatives (and checks them against autograd, :class:`FuncPathError` otherwise)."""
+        self.stats["newton_steps"] += 1
+        if j < PREDICTOR_ORDER - 1:
+            return
+        self.stats["newton_after_warmup"] += 1
+        if self.stats["newton_after_warmup"] == COMPILE_NEWTON_AFTER:
+            t0 = time.perf_counter()
+            self._residual, self._jacobian = self._wrap(self._residual_fn), self._wrap(self._jacobian_fn)
+            self._verify(self._size)
+            self.compile_seconds += time.perf_counter() - t0
 
     # ------------------------------------------------------------------ the compiled functions
     def _grad(self, y: torch.Tensor) -> torch.Tensor:
@@ -220,10 +241,10 @@ class FuncStepper:
                 return self._jacobian(xx, aa)[:B]
         return r[:B], p1[:B], jacobian
 
-    def _verify(self, size: int) -> None:
-        """Compile the graphs of one batch bucket ``size`` (the first run's: a build costs seconds per bucket, so none
-        is built for verification alone) and check them against autograd at random states padded to it;
-        :class:`FuncPathError` otherwise."""
+    def _verify(self, size: int):
+        """Compile newton()'s derivatives (when they are compiled) at one batch bucket ``size`` (the current run's: a
+        build costs seconds per bucket, so none is built for verification alone) and check them against autograd at
+        random states padded to it: ``(x, a, p, J)`` of those states; :class:`FuncPathError` otherwise."""
         from .model_protocol import derivatives
 
         n, D, m = self.n, 2 * self.n, min(4, size)  # m states (a bucket has at least 2 rows)
@@ -250,7 +271,7 @@ class FuncStepper:
             scale = float(ref.abs().max()) + 1.0
             if not bool(torch.isfinite(got).all()) or float((got - ref).abs().max()) > VERIFY_RTOL * scale:
                 raise FuncPathError(f"the compiled {name} differs from autograd's (relative {VERIFY_RTOL:g})")
-        self._verify_chord(x, a, p, J, size)
+        return x, a, p, J
 
     def _verify_chord(self, x, a, p, J, size: int) -> None:
         """Compile the one-graph step at bucket ``size`` and check it against the same function run eagerly (whose
@@ -297,11 +318,12 @@ class FuncStepper:
                 else:
                     refused = False
                 if not xs:
+                    self._newton_step_taken(j)
                     guess = first_guess if j == 0 else extrapolate(out, j, rows, PREDICTOR_ORDER)
                     res = newton(self._evaluate, guess, (a, p), options=options, jac0=jac)
                     if not bool(res.converged.all()):
                         return j, p, jac, np.ones(1)
-                    xs, ps, jac, via = [res.x], [res.aux], res.jacobian, "newton_steps"
+                    xs, ps, jac, via = [res.x], [res.aux], res.jacobian, None
             except Exception as err:  # noqa: BLE001 - e.g. torch.compile's recompile limit: the eager path goes on
                 self._fail(err)
                 break
@@ -311,7 +333,8 @@ class FuncStepper:
                 _store(out, j + 1, rows, x)
                 _store(pout, j + 1, rows, pn)
                 a, p, j = x, pn, j + 1
-                self.stats[via] += 1
+                if via:
+                    self.stats[via] += 1
         return j, p, jac, (None if j == j_end else np.ones(1))
 
     def _chord_step(self, out, j, rows, a, p, jac, xtol):

@@ -184,6 +184,7 @@ def test_the_func_path_takes_two_gradients_per_step_and_rarely_a_hessian(monkeyp
     step (order 6 needs 3 and a Hessian, as the eager path does) and Hessians only while the predictor warms up; the
     trajectory still equals eager to 1e-13."""
     monkeypatch.setattr(V, "AUTO_MIN_WORK", 1)
+    monkeypatch.setattr(CF, "COMPILE_NEWTON_AFTER", 10 ** 9)  # keep the counters in place
     q0, v0 = _start(4)
     ref = VariationalIntegrator(erf_oscillator, 0.05, execution="eager").solve(q0, v0, 300)
     counts, stats = {}, {}
@@ -280,3 +281,28 @@ def test_the_build_verifies_at_the_first_runs_bucket_only(monkeypatch):
         sizes.clear()
         FuncStepper(erf_oscillator, 0.1, bea.get_scheme("midpoint"), 1, compile=False, batch=batch)
         assert sizes[0] == size and set(sizes) <= {size, min(4, size)}  # the chord step's eager reference: 4 rows
+
+
+def test_newtons_derivatives_are_compiled_once_it_takes_steps_past_the_warm_up(monkeypatch):
+    """newton()'s derivatives stay uncompiled through the predictor's warm-up (no build cost for them) and are
+    compiled, and checked against autograd at the run's bucket, when newton() has taken COMPILE_NEWTON_AFTER steps past
+    it (here every step: no chord steps without Jacobian reuse); the trajectory is unchanged."""
+    from integrators.newton import NewtonOptions
+
+    monkeypatch.setattr(CF, "COMPILE_NEWTON_AFTER", 3)
+    q0, v0 = _start(3)
+    ref = VariationalIntegrator(erf_oscillator, 0.05, execution="eager").solve(q0, v0, 20)
+    stepper = FuncStepper(erf_oscillator, 0.05, bea.get_scheme("midpoint"), 1, compile=False)
+    wrapped, verified = [], []
+    stepper._wrap = lambda f: wrapped.append(f.__name__) or f
+    verify = stepper._verify
+    stepper._verify = lambda size: verified.append(size) or verify(size)
+    out = torch.zeros(21, 3, 1, dtype=torch.float64)
+    pout = torch.zeros_like(out)
+    out[:10], pout[:10] = ref.q[:10], ref.p[:10]
+    options = NewtonOptions(reuse_jacobian=False)
+    for j, j_end, compiled in ((9, 11, False), (11, 12, True), (12, 20, True)):  # steps 9 and 10, 11, the rest
+        stepper.advance(out, j, j_end, pout[j], None, None, None, options, None, pout)
+        assert wrapped == (["_residual_fn", "_jacobian_fn"] if compiled else [])
+    assert stepper.stats["chord_steps"] == 0 and verified == [bucket(3)]
+    assert float((out - ref.q).abs().max()) <= 1e-13
