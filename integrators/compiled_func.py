@@ -34,7 +34,7 @@ instead of two per step. Where any element fails that test, that step is taken b
 from the same start instead and the call's later steps are void, so the iterates are always Newton's (bit for bit
 without compilation; the compiled graph may round differently). Only this graph is compiled at build time;
 newton()'s own derivatives (the predictor's first steps, and steps the chord cannot certify) run uncompiled until
-newton() has taken :data:`COMPILE_NEWTON_AFTER` steps past the warm-up, and are compiled then. MLP 2x64 at batch 1000: about 1.3x the speed of
+newton() has taken :data:`COMPILE_NEWTON_AFTER` steps, and are compiled then. MLP 2x64 at batch 1000: about 1.3x the speed of
 :func:`~integrators.newton.newton` driving the same compiled derivatives (benchmarks/RESULTS_speed.md).
 
 Before use the compiled derivatives are checked against autograd (:func:`integrators.model_protocol.derivatives`)
@@ -75,9 +75,11 @@ PREDICTOR_ORDER = 10
 #: at batch 1000 (fewer calls, guard checks and padding copies per step); four bought 2-5% more for three times
 #: the compile time of that graph (benchmarks/RESULTS_speed.md).
 CHORD_STEPS = 2
-#: newton()'s own derivatives (the predictor's warm-up, steps the chord step cannot certify) run uncompiled until it has
-#: taken this many steps past the warm-up in this stepper: compiling them too cost about 40% more build time (two
-#: more graphs), for a warm-up of PREDICTOR_ORDER - 1 steps per run (about 2% of a 400-step run at batch 1000)
+#: newton()'s own derivatives (the predictor's warm-up of PREDICTOR_ORDER - 1 steps per run, and steps the chord step
+#: cannot certify) run uncompiled until it has taken this many steps with this stepper (about four runs' warm-ups):
+#: compiling them at build time cost 40% more build (two more graphs: process CPU 40 s against 29 s, MLP 2x64, cold
+#: inductor cache); uncompiled, a run's warm-up at batch 1000 costs about 0.15 s of CPU against 0.08 s compiled
+#: (3.1 against 1.8 ms a gradient, 7.1 against 3.5 ms a Jacobian), next to 1.3 s for 400 chord steps
 COMPILE_NEWTON_AFTER = 32
 
 
@@ -152,20 +154,17 @@ class FuncStepper:
         self._residual, self._jacobian, self._chord = self._residual_fn, self._jacobian_fn, wrap(self._chord_fn)
         self._wrap = wrap
         self.chord_steps = CHORD_STEPS
-        self.stats = {"chord_steps": 0, "newton_steps": 0, "newton_after_warmup": 0}  # steps kept from each path
+        self.stats = {"chord_steps": 0, "newton_steps": 0}  # steps from the one-graph chord step, and newton()'s
         self.lower_seconds = time.perf_counter() - t0
         t0 = time.perf_counter()
         self._verify_chord(*self._verify(bucket(batch)), bucket(batch))
         self.compile_seconds = time.perf_counter() - t0
 
-    def _newton_step_taken(self, j: int) -> None:
-        """Count a step that newton() takes; the one that makes :data:`COMPILE_NEWTON_AFTER` past the predictor's
-        warm-up compiles its derivatives (and checks them against autograd, :class:`FuncPathError` otherwise)."""
+    def _newton_step_taken(self) -> None:
+        """Count a step that newton() takes; the :data:`COMPILE_NEWTON_AFTER`-th compiles its derivatives (and checks
+        them against autograd, :class:`FuncPathError` otherwise)."""
         self.stats["newton_steps"] += 1
-        if j < PREDICTOR_ORDER - 1:
-            return
-        self.stats["newton_after_warmup"] += 1
-        if self.stats["newton_after_warmup"] == COMPILE_NEWTON_AFTER:
+        if self.stats["newton_steps"] == COMPILE_NEWTON_AFTER:
             t0 = time.perf_counter()
             self._residual, self._jacobian = self._wrap(self._residual_fn), self._wrap(self._jacobian_fn)
             self._verify(self._size)
@@ -318,7 +317,7 @@ class FuncStepper:
                 else:
                     refused = False
                 if not xs:
-                    self._newton_step_taken(j)
+                    self._newton_step_taken()
                     guess = first_guess if j == 0 else extrapolate(out, j, rows, PREDICTOR_ORDER)
                     res = newton(self._evaluate, guess, (a, p), options=options, jac0=jac)
                     if not bool(res.converged.all()):

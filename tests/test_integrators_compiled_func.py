@@ -283,10 +283,10 @@ def test_the_build_verifies_at_the_first_runs_bucket_only(monkeypatch):
         assert sizes[0] == size and set(sizes) <= {size, min(4, size)}  # the chord step's eager reference: 4 rows
 
 
-def test_newtons_derivatives_are_compiled_once_it_takes_steps_past_the_warm_up(monkeypatch):
-    """newton()'s derivatives stay uncompiled through the predictor's warm-up (no build cost for them) and are
-    compiled, and checked against autograd at the run's bucket, when newton() has taken COMPILE_NEWTON_AFTER steps past
-    it (here every step: no chord steps without Jacobian reuse); the trajectory is unchanged."""
+def test_newtons_derivatives_are_compiled_once_it_has_taken_enough_steps(monkeypatch):
+    """newton()'s derivatives stay uncompiled at first (no build cost for them: a run's predictor warm-up is a few
+    steps) and are compiled, and checked against autograd at the run's bucket, when newton() has taken
+    COMPILE_NEWTON_AFTER steps (here every step: no chord steps without Jacobian reuse); the trajectory is unchanged."""
     from integrators.newton import NewtonOptions
 
     monkeypatch.setattr(CF, "COMPILE_NEWTON_AFTER", 3)
