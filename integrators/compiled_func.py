@@ -76,11 +76,11 @@ PREDICTOR_ORDER = 10
 #: the compile time of that graph (benchmarks/RESULTS_speed.md).
 CHORD_STEPS = 2
 #: newton()'s own derivatives (the predictor's warm-up of PREDICTOR_ORDER - 1 steps per run, and steps the chord step
-#: cannot certify) run uncompiled until it has taken this many steps with this stepper (about four runs' warm-ups):
+#: cannot certify) run uncompiled until it has taken this many steps with this stepper (in the second run):
 #: compiling them at build time cost 40% more build (two more graphs: process CPU 40 s against 29 s, MLP 2x64, cold
 #: inductor cache); uncompiled, a run's warm-up at batch 1000 costs about 0.15 s of CPU against 0.08 s compiled
 #: (3.1 against 1.8 ms a gradient, 7.1 against 3.5 ms a Jacobian), next to 1.3 s for 400 chord steps
-COMPILE_NEWTON_AFTER = 32
+COMPILE_NEWTON_AFTER = 16
 
 
 class FuncPathError(NotLowerable):
