@@ -313,7 +313,7 @@ class FuncStepper:
                 xs, via = (), "chord_steps"
                 if chord and not refused and jac is not None and j >= PREDICTOR_ORDER - 1:
                     xs, ps = self._chord_step(out, j, rows, a, p, jac, xtol)
-                    refused = len(xs) < self.chord_steps
+                    refused = 0 < len(xs) < self.chord_steps  # (none kept: newton() takes step j right here)
                 else:
                     refused = False
                 if not xs:

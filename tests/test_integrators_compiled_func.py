@@ -283,6 +283,28 @@ def test_the_build_verifies_at_the_first_runs_bucket_only(monkeypatch):
         assert sizes[0] == size and set(sizes) <= {size, min(4, size)}  # the chord step's eager reference: 4 rows
 
 
+def test_after_a_step_refused_at_its_first_position_the_chord_graph_takes_the_next():
+    """A call that certifies none of its steps hands step j to newton() in the same iteration, and the call for step
+    j + 1 goes to the graph again: from step 9 (no Jacobian yet: newton()) newton() takes exactly two steps."""
+    q0, v0 = _start(3)
+    ref = VariationalIntegrator(erf_oscillator, 0.05, execution="eager").solve(q0, v0, 30)
+    stepper = FuncStepper(erf_oscillator, 0.05, bea.get_scheme("midpoint"), 1, compile=False)
+    chord, calls = stepper._chord, []
+
+    def first_refused(*args):
+        x, pn, ok = chord(*args)
+        calls.append(1)
+        return x, pn, ok & (len(calls) > 1)
+
+    stepper._chord = first_refused
+    out, pout = torch.zeros(31, 3, 1, dtype=torch.float64), torch.zeros(31, 3, 1, dtype=torch.float64)
+    out[:10], pout[:10] = ref.q[:10], ref.p[:10]
+    j, _, _, stop = stepper.advance(out, 9, 30, ref.p[9], None, None, None,
+                                    VariationalIntegrator(erf_oscillator, 0.05).options, None, pout)
+    assert (j, stop) == (30, None) and stepper.stats == {"chord_steps": 19, "newton_steps": 2}
+    assert float((out - ref.q).abs().max()) <= 1e-13
+
+
 def test_newtons_derivatives_are_compiled_once_it_has_taken_enough_steps(monkeypatch):
     """newton()'s derivatives stay uncompiled at first (no build cost for them: a run's predictor warm-up is a few
     steps) and are compiled, and checked against autograd at the run's bucket, when newton() has taken
