@@ -69,7 +69,7 @@ def _dim(d: int, ndim: int) -> int:
 SHAPES = {
     "view.default _unsafe_view.default reshape.default squeeze.dim squeeze.dims squeeze.default unsqueeze.default "
     "view_as.default": lambda a, *rest: a.reshape(rest[-1]),
-    "alias.default detach.default clone.default lift_fresh_copy.default _to_copy.default contiguous.default "
+    "alias.default detach.default clone.default lift_fresh.default lift_fresh_copy.default _to_copy.default contiguous.default "
     "positive.default": lambda a, *rest: a.copy(),
     "expand.default": lambda a, *rest: np.broadcast_to(a, rest[-1]),
     "t.default": lambda a, *rest: a.T,

@@ -25,7 +25,7 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import Optional
-from bea.errors import BeaError
+from bea.errors import BeaError, InternalError
 
 from . import ccache
 
@@ -55,8 +55,13 @@ F64P, I64P, I32P = ctypes.POINTER(ctypes.c_double), ctypes.POINTER(ctypes.c_long
 
 
 def ptr(a, kind=F64P):
-    """The ctypes pointer to the data of the contiguous NumPy array ``a`` (None: NULL)."""
-    return None if a is None else a.ctypes.data_as(kind)
+    """The ctypes pointer to the data of the contiguous NumPy array ``a`` (None: NULL). An array that is not
+    C-contiguous, or whose items are not the size of ``kind``'s, is refused: the C side would read or write past it."""
+    if a is None:
+        return None
+    if not a.flags.c_contiguous or a.dtype.itemsize != ctypes.sizeof(kind._type_):
+        raise InternalError(f"a {a.dtype} array (contiguous: {a.flags.c_contiguous}) passed as {kind._type_.__name__}*")
+    return a.ctypes.data_as(kind)
 
 
 @dataclass(frozen=True)

@@ -211,3 +211,18 @@ def test_sum_over_atoms_against_autograd():
     bad = Block(prog, prog.unary("sin", prog.seed(0)), 1)
     with pytest.raises(NotLowerable):
         emit_sum([bad], 0)
+
+
+def test_the_one_binding_refuses_arrays_the_c_side_would_overrun():
+    from bea.errors import InternalError
+    from integrators.ccompile import I32P, ptr
+
+    assert ptr(None) is None
+    assert ptr(np.zeros(3)) is not None
+    with pytest.raises(InternalError):
+        ptr(np.zeros(3, dtype=np.float32))  # 4-byte items as double*
+    with pytest.raises(InternalError):
+        ptr(np.zeros((3, 4))[:, ::2])  # not contiguous
+    with pytest.raises(InternalError):
+        ptr(np.zeros(3, dtype=np.int64), I32P)
+

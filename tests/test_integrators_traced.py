@@ -159,3 +159,12 @@ def test_lnn_baseline_rolls_out_in_c():
 
     assert trace_lagrangian(L, 1).auto_max_batch == 100  # a network: large batches stay eager under auto
     assert _agree(L, torch.tensor([[0.5]]), torch.tensor([[0.1]]), h=0.05) < 1e-12
+
+
+def test_a_tensor_built_inside_the_lagrangian_is_traced():
+    # aten.lift_fresh: the bound is created inside L on every call
+    def L(q, v):
+        return 0.5 * (v ** 2).sum(-1) - torch.clamp(q, min=torch.tensor(-0.5, dtype=torch.float64)).pow(2).sum(-1)
+
+    q0 = torch.tensor([[0.3]], dtype=torch.float64)
+    assert _agree(L, q0, torch.zeros_like(q0), steps=50) < 1e-12
