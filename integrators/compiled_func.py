@@ -322,13 +322,15 @@ class FuncStepper:
                     res = newton(self._evaluate, guess, (a, p), options=options, jac0=jac)
                     if not bool(res.converged.all()):
                         return j, p, jac, np.ones(1)
-                    xs, ps, jac, via = [res.x], [res.aux], res.jacobian, None
+                    xs, ps, new_jac, via = [res.x], [res.aux], res.jacobian, None
             except Exception as err:  # noqa: BLE001 - e.g. torch.compile's recompile limit: the eager path goes on
                 self._fail(err)
                 break
             for x, pn in zip(xs[:j_end - j], ps):
                 if max_step is not None and bool(((x - a).abs().amax(-1) > max_step).any()):  # as far_roots()
-                    return j, p, jac, np.ones(1)
+                    return j, p, jac, np.ones(1)  # the Jacobian of the last step taken, not of the root refused
+                if via is None:
+                    jac = new_jac
                 _store(out, j + 1, rows, x)
                 _store(pout, j + 1, rows, pn)
                 a, p, j = x, pn, j + 1
@@ -346,7 +348,7 @@ class FuncStepper:
         with torch.no_grad():
             x, pn, ok = self._chord(_pad(hist.detach(), size, 1), _pad(a.detach(), size), _pad(p.detach(), size),
                                     _pad(jac.detach(), size), xtol)
-        good = ok.all(-1).tolist()  # the padding rows repeat row 0: they pass or fail with it
+        good = ok[:, :B].all(-1).tolist()  # the real rows only: a padding row's verdict is no trajectory's
         k = good.index(False) if False in good else len(good)
         return [x[s, :B] for s in range(k)], [pn[s, :B] for s in range(k)]
 

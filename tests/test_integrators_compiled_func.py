@@ -266,8 +266,60 @@ def test_a_step_the_chord_cannot_certify_goes_to_newton():
     assert (j, stop) == (30, None)
     assert stepper.stats["chord_steps"] >= 9 and stepper.stats["newton_steps"] >= 9  # alternating
     assert float((out - ref.q).abs().max()) <= 1e-13 and float((pout - ref.p).abs().max()) <= 1e-13
-    j, _, _, stop = stepper.advance(out, 12, 30, pout[12], jac, None, None, vi.options, 1e-9, pout)
+    j, _, jac_back, stop = stepper.advance(out, 12, 30, pout[12], jac, None, None, vi.options, 1e-9, pout)
     assert j == 12 and stop is not None
+    assert jac_back is jac  # the refused root's Jacobian is not handed back: the last step taken's is
+    # newton() refused for max_step (no Jacobian to reuse: no chord call) gives back the Jacobian passed in as well
+    jac_in = torch.full((3, 1, 1), 7.0, dtype=torch.float64)
+    refuse = _no_chord(FuncStepper(erf_oscillator, 0.05, bea.get_scheme("midpoint"), 1, compile=False))
+    j, _, jac_back, stop = refuse.advance(out, 12, 30, pout[12], jac_in, None, None, vi.options, 1e-9, pout)
+    assert j == 12 and stop is not None and torch.equal(jac_back, jac_in)
+
+
+def test_padding_rows_do_not_refuse_a_step():
+    """Three trajectories run padded to a bucket of 4: a padding row that fails the acceptance test is no
+    trajectory's, so the call's steps are kept (all CHORD_STEPS of them by the graph)."""
+    q0, v0 = _start(3)
+    vi = VariationalIntegrator(erf_oscillator, 0.05, execution="eager")
+    ref = vi.solve(q0, v0, 14)
+    stepper = FuncStepper(erf_oscillator, 0.05, bea.get_scheme("midpoint"), 1, compile=False)
+    chord = stepper._chord
+
+    def padding_fails(*args):
+        x, pn, ok = chord(*args)
+        assert ok.shape[1] == 4
+        ok = ok.clone()
+        ok[:, 3] = False
+        return x, pn, ok
+
+    out, pout = torch.zeros(15, 3, 1, dtype=torch.float64), torch.zeros(15, 3, 1, dtype=torch.float64)
+    out[:10], pout[:10] = ref.q[:10], ref.p[:10]
+    _, _, jac, _ = stepper.advance(out, 9, 10, ref.p[9], None, None, None, vi.options, None, pout)  # newton(): a Jacobian
+    stepper._chord = padding_fails
+    j, _, _, stop = stepper.advance(out, 10, 14, pout[10], jac, None, None, vi.options, None, pout)
+    assert (j, stop) == (14, None) and stepper.stats == {"chord_steps": 4, "newton_steps": 1}
+    assert float((out - ref.q).abs().max()) <= 1e-13
+
+
+def test_what_the_run_compiles_counts_in_the_integrators_compile_seconds(monkeypatch):
+    """The torch.compile path compiles newton()'s derivatives during a run (COMPILE_NEWTON_AFTER): that time is
+    added to VariationalIntegrator.compile_seconds, not only the build's."""
+    vi = VariationalIntegrator(erf_oscillator, 0.05, execution="eager")
+
+    class Stepper:  # the march's view of a stepper: each call compiles 0.5 s more and takes one step
+        label, compile_seconds = "stub", 2.0
+
+        def chunk_steps(self, batch):
+            return 1
+
+        def advance(self, out, j, j_end, p, jac, rows, first_guess, options, max_step, pout):
+            self.compile_seconds += 0.5
+            out[j + 1] = out[j]
+            return j + 1, p, jac, None
+
+    monkeypatch.setattr(vi, "_stepper", lambda *a: Stepper())
+    vi.solve(torch.zeros(2, 1, dtype=torch.float64), torch.zeros(2, 1, dtype=torch.float64), 4)
+    assert vi.compile_seconds == pytest.approx(4 * 0.5, abs=1e-12)
 
 
 def test_the_build_verifies_at_the_first_runs_bucket_only(monkeypatch):
