@@ -55,7 +55,7 @@ import numpy as np
 import torch
 
 from .compiled import NotLowerable, scheme_points
-from .newton import NewtonOptions, newton
+from .newton import NewtonOptions, _solve, newton  # _solve: the same J^{-1} r (NaN where J is singular)
 from ._stepping import extrapolate
 from .model_protocol import declares_form
 from .traced import VERIFY_RTOL  # the same agreement with autograd as the traced C forms
@@ -120,15 +120,6 @@ def _store(buf: Optional[torch.Tensor], j: int, rows: Optional[torch.Tensor], va
         buf[j] = value
     else:
         buf[j, rows] = value
-
-
-def _solve(J: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
-    """``J^{-1} r`` per element, as :func:`integrators.newton.newton` computes it for a non-singular ``J``
-    (a singular one gives non-finite entries here, which fail the acceptance test)."""
-    if J.shape[-1] == 1:
-        return r / J[..., 0]
-    d, info = torch.linalg.solve_ex(J, r.unsqueeze(-1))
-    return torch.where((info == 0)[:, None], d.squeeze(-1), float("nan"))
 
 
 class FuncStepper:
@@ -205,6 +196,8 @@ class FuncStepper:
             d0 = _solve(J, r0)
             x1 = x0 - d0
             r1, p1 = self._residual_fn(x1, a, p)
+            # newton()'s test at iteration 0 and 1 (newton._convergence_test, ftol 0) and its chord admission
+            # (newton._correction): they must stay in step (tests/test_integrators_compiled_func.py compares them)
             err0 = (d0.abs() / (1 + x0.abs())).amax(-1)
             err1 = (_solve(J, r1).abs() / (1 + x1.abs())).amax(-1)
             ok0 = err0 <= xtol
@@ -274,23 +267,30 @@ class FuncStepper:
 
     def _verify_chord(self, x, a, p, J, size: int) -> None:
         """Compile the one-graph step at bucket ``size`` and check it against the same function run eagerly (whose
-        parts were just checked against autograd), from a start ``x`` (every past position equal to it)."""
-        hist = x.expand(PREDICTOR_ORDER, *x.shape)
-        xtol = torch.tensor(1e-16, dtype=torch.float64)
-        m = x.shape[0]
-        try:
-            with torch.no_grad(), warnings.catch_warnings():
-                warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.")
-                got = self._chord(_pad(hist, size, 1), _pad(a, size), _pad(p, size), _pad(J, size), xtol)
-        except Exception as err:  # noqa: BLE001 - as in _verify
-            first = (str(err).strip().splitlines() or [""])[0][:300]
-            raise FuncPathError(f"torch.compile could not compile its Newton step ({type(err).__name__}: {first})") from None
+        parts were just checked against autograd), from a start ``x`` (every past position equal to it): positions,
+        momenta, and the first step's acceptance verdicts where they are far from the thresholds, so that a
+        miscompiled test cannot certify steps: false at momenta that put the predicted correction at ``J^{-1} r =
+        2 (1 + |x|)`` (scaled 2 > 0.1, no chord), true at momenta that make ``x`` a root (about 1e-18 against 1e-8)."""
+        hist, m = x.expand(PREDICTOR_ORDER, *x.shape), x.shape[0]
         with torch.no_grad():
-            ref = self._chord_fn(hist, a, p, J, xtol)
-        for g, r, name in zip(got[:2], ref[:2], ("position", "momentum")):
-            scale = float(r.abs().max()) + 1.0
-            if not bool(torch.isfinite(g[:, :m]).all()) or float((g[:, :m] - r).abs().max()) > VERIFY_RTOL * scale:
-                raise FuncPathError(f"the compiled Newton step's {name} differs from the eager one's (relative {VERIFY_RTOL:g})")
+            r0 = self._residual_fn(x, a, p)[0]
+        for shift, tol in ((2.0, 1e-16), (0.0, 1e-8)):  # the residual at x is then J shift (1 + |x|)
+            pp, xtol = p - r0 + torch.einsum("bij,bj->bi", J, shift * (1 + x.abs())), torch.tensor(tol, dtype=torch.float64)
+            try:
+                with torch.no_grad(), warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.")
+                    got = self._chord(_pad(hist, size, 1), _pad(a, size), _pad(pp, size), _pad(J, size), xtol)
+            except Exception as err:  # noqa: BLE001 - as in _verify
+                first = (str(err).strip().splitlines() or [""])[0][:300]
+                raise FuncPathError(f"torch.compile could not compile its Newton step ({type(err).__name__}: {first})") from None
+            with torch.no_grad():
+                ref = self._chord_fn(hist, a, pp, J, xtol)
+            for g, r, name in zip(got[:2], ref[:2], ("position", "momentum")):
+                scale = float(r.abs().max()) + 1.0
+                if not bool(torch.isfinite(g[:, :m]).all()) or float((g[:, :m] - r).abs().max()) > VERIFY_RTOL * scale:
+                    raise FuncPathError(f"the compiled Newton step's {name} differs from the eager one's (relative {VERIFY_RTOL:g})")
+            if not torch.equal(got[2][0, :m], ref[2][0]):
+                raise FuncPathError("the compiled Newton step's acceptance test differs from the eager one's")
 
     # ------------------------------------------------------------------ the march's interface
     def chunk_steps(self, batch: int) -> int:

@@ -380,3 +380,58 @@ def test_newtons_derivatives_are_compiled_once_it_has_taken_enough_steps(monkeyp
         assert wrapped == (["_residual_fn", "_jacobian_fn"] if compiled else [])
     assert stepper.stats["chord_steps"] == 0 and verified == [bucket(3)]
     assert float((out - ref.q).abs().max()) <= 1e-13
+
+
+@pytest.mark.parametrize("verdict", ["all", "none", "same"])
+def test_the_build_checks_the_compiled_acceptance_test(monkeypatch, verdict):
+    """A compiled one-graph step whose acceptance verdicts are wrong (every step certified, or none) is refused at
+    build time even where its positions and momenta are right; the true verdicts at the two checking states are all
+    false (scaled correction 2) and all true (a root, xtol 1e-8), so each wrong one differs from them."""
+    seen = []
+
+    def fake_compile(f, **kw):
+        def run(*args):
+            x, pn, ok = f(*args)
+            seen.append(ok[0].clone())
+            return x, pn, {"all": torch.ones_like(ok), "none": torch.zeros_like(ok), "same": ok}[verdict]
+        return run
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    if verdict == "same":
+        FuncStepper(erf_oscillator, 0.05, bea.get_scheme("trapezoidal"), 2)
+        assert [bool(ok.any()) for ok in seen] == [False, True] and bool(seen[1].all())
+    else:
+        with pytest.raises(FuncPathError):
+            FuncStepper(erf_oscillator, 0.05, bea.get_scheme("trapezoidal"), 2)
+
+
+def test_the_graphs_acceptance_test_is_newtons():
+    """integrators.newton's acceptance test (iteration 0, and 1 after a chord correction) and chord admission, which
+    the one-graph step restates: from starts 0 to 1e-2 away from the root and xtols 1e-16 to 1e-6, the graph's
+    first-step verdict is true exactly where newton() (maxiter 1, Jacobian reuse, any fresh Jacobian NaN so that only
+    the chord correction can succeed) converges, with the same position and momenta bit for bit there."""
+    from integrators.newton import NewtonOptions, newton
+
+    n, B = 2, 6
+    vi = VariationalIntegrator(erf_oscillator, 0.05, "midpoint", execution="eager")
+    g = torch.Generator().manual_seed(11)
+    ref = vi.solve(0.3 + 0.3 * torch.rand(B, n, generator=g, dtype=torch.float64), 0.1 * torch.ones(B, n, dtype=torch.float64), 12)
+    stepper = FuncStepper(erf_oscillator, 0.05, bea.get_scheme("midpoint"), n, compile=False)
+    stepper._size = bucket(B)
+    J = stepper.derivatives(ref.q[11], ref.q[10], ref.p[10])[2]
+    hist = ref.q[1:11].clone()
+    hist[-1] += torch.tensor([0.0, 1e-13, 1e-11, 1e-9, 1e-6, 1e-3])[:, None]  # the start moves about 10x as far
+
+    def evaluate(x, a, p):  # newton()'s evaluator with a NaN Jacobian: only the chord correction can converge
+        r, aux, _ = stepper._evaluate(x, a, p)
+        return r, aux, lambda: torch.full((x.shape[0], n, n), float("nan"), dtype=torch.float64)
+
+    outcomes = []
+    for tol in (1e-16, 1e-13, 1e-10, 1e-6):
+        x, pn, ok = stepper._chord_fn(hist, ref.q[10], ref.p[10], J, torch.tensor(tol, dtype=torch.float64))
+        x0 = CF.extrapolate(hist, CF.PREDICTOR_ORDER - 1, None, CF.PREDICTOR_ORDER)
+        res = newton(evaluate, x0, (ref.q[10], ref.p[10]), options=NewtonOptions(xtol=tol, maxiter=1), jac0=J)
+        assert torch.equal(ok[0], res.converged)
+        assert torch.equal(x[0][ok[0]], res.x[ok[0]]) and torch.equal(pn[0][ok[0]], res.aux[ok[0]])
+        outcomes += ok[0].tolist()
+    assert True in outcomes and False in outcomes
