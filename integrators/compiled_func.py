@@ -72,11 +72,12 @@ FUNC_MIN_WORK = 100_000
 #: Hessian with order 6 (MLP 2x64, batch 1000: benchmarks/RESULTS_speed.md). Higher orders amplify rounding (2^k).
 PREDICTOR_ORDER = 10
 #: time steps per call of the one-graph chord step (:meth:`FuncStepper._chord_fn`). Two: about 10% faster than one
-#: at batch 1000 (fewer calls, guard checks and padding copies per step); four bought 2-5% more for three times
-#: the compile time of that graph (benchmarks/RESULTS_speed.md).
+#: at batch 1000 (fewer calls, guard checks and padding copies per step); four bought 2-5% more for about 1.8 times
+#: the compile time of that graph (44 s against 25 s, benchmarks/RESULTS_speed.md).
 CHORD_STEPS = 2
 #: newton()'s own derivatives (the predictor's warm-up of PREDICTOR_ORDER - 1 steps per run, and steps the chord step
-#: cannot certify) run uncompiled until it has taken this many steps with this stepper (in the second run):
+#: cannot certify) run uncompiled until it has taken this many steps with this stepper, warm-ups included (so
+#: usually in the second run; in the first where the chord step leaves it 7 or more steps):
 #: compiling them at build time cost 40% more build (two more graphs: process CPU 40 s against 29 s, MLP 2x64, cold
 #: inductor cache); uncompiled, a run's warm-up at batch 1000 costs about 0.15 s of CPU against 0.08 s compiled
 #: (3.1 against 1.8 ms a gradient, 7.1 against 3.5 ms a Jacobian), next to 1.3 s for 400 chord steps
@@ -141,7 +142,7 @@ class FuncStepper:
         self.A = pts[:, 1 + D:1 + D + D * n].reshape(-1, D, n)
         self.B = pts[:, 1 + D + D * n:1 + D + 2 * D * n].reshape(-1, D, n)
         wrap = (lambda f: torch.compile(_own_code(f), fullgraph=True, dynamic=False)) if compile else (lambda f: f)
-        # newton()'s derivatives run uncompiled until it has taken COMPILE_NEWTON_AFTER steps past the warm-up
+        # newton()'s derivatives run uncompiled until it has taken COMPILE_NEWTON_AFTER steps (warm-up steps count)
         self._residual, self._jacobian, self._chord = self._residual_fn, self._jacobian_fn, wrap(self._chord_fn)
         self._wrap = wrap
         self.chord_steps = CHORD_STEPS
