@@ -6,7 +6,8 @@ newton() driving the compiled derivatives, and the one-graph chord step with 1, 
 Every variant is built first (its build time printed: it includes whatever the on-disk inductor cache held), then
 timed alternately with the others, ``--repeats`` times; the table gives the medians of wall-clock and of process CPU
 trajectory-steps per second (CPU time is the steadier measure on a shared machine) and each one's ratio to eager,
-all measured in this run, plus the largest deviation of each variant's positions from eager's.
+all measured in this run, plus the largest deviation of each variant's positions from eager's over the steps eager
+runs (the first quarter).
 """
 
 from __future__ import annotations
@@ -52,7 +53,10 @@ def main() -> None:
     fast = VariationalIntegrator(L, H, execution="auto")
     fast._stepper_errors[1] = None  # the traced C form is not for this batch: the torch.compile stepper below is
     variants = {k: build(L, k) for k in [0] + [int(k) for k in args.chord.split(",")]}
-    for stepper in variants.values():  # warm: each one's first run (and its newton() derivatives' compile)
+    # warm-up: each one's first run. newton()'s derivatives are compiled in it only where newton() takes 16 of its steps
+    # (newton() per step); the chord variants' newton() takes ~9 a run (the predictor's warm-up), so they compile
+    # them during their first timed run, a slow run that the median of --repeats >= 3 leaves out
+    for stepper in variants.values():
         fast._func_steppers[1] = stepper
         fast.solve(q0, v0, 4 * CF.COMPILE_NEWTON_AFTER, progress=False)
     wall, cpu, dev = {"eager": []}, {"eager": []}, {}
@@ -67,7 +71,8 @@ def main() -> None:
             cpu.setdefault(k, []).append(c)
             dev[k] = float((q[:args.steps // 4 + 1] - qe).abs().max())
     we, ce = statistics.median(wall["eager"]), statistics.median(cpu["eager"])
-    print("\n| variant | wall/s | CPU/s | wall / eager | CPU / eager | max \\|q - q_eager\\| |\n|---|---:|---:|---:|---:|---:|")
+    print(f"\n| variant | wall/s | CPU/s | wall / eager | CPU / eager | max \\|q - q_eager\\| (steps 0-{args.steps // 4}) |"
+          "\n|---|---:|---:|---:|---:|---:|")
     for k in wall:
         name = "eager" if k == "eager" else ("newton() per step" if k == 0 else f"chord graph, {k} steps/call")
         w, c = statistics.median(wall[k]), statistics.median(cpu[k])

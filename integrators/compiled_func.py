@@ -55,7 +55,7 @@ import numpy as np
 import torch
 
 from .compiled import NotLowerable, scheme_points
-from .newton import NewtonOptions, newton
+from .newton import NewtonOptions, _solve, newton  # _solve: the same J^{-1} r (NaN where J is singular)
 from ._stepping import extrapolate
 from .model_protocol import declares_form
 from .traced import VERIFY_RTOL  # the same agreement with autograd as the traced C forms
@@ -72,11 +72,12 @@ FUNC_MIN_WORK = 100_000
 #: Hessian with order 6 (MLP 2x64, batch 1000: benchmarks/RESULTS_speed.md). Higher orders amplify rounding (2^k).
 PREDICTOR_ORDER = 10
 #: time steps per call of the one-graph chord step (:meth:`FuncStepper._chord_fn`). Two: about 10% faster than one
-#: at batch 1000 (fewer calls, guard checks and padding copies per step); four bought 2-5% more for three times
-#: the compile time of that graph (benchmarks/RESULTS_speed.md).
+#: at batch 1000 (fewer calls, guard checks and padding copies per step); four bought 2-5% more for about 1.8 times
+#: the compile time of that graph (44 s against 25 s, benchmarks/RESULTS_speed.md).
 CHORD_STEPS = 2
 #: newton()'s own derivatives (the predictor's warm-up of PREDICTOR_ORDER - 1 steps per run, and steps the chord step
-#: cannot certify) run uncompiled until it has taken this many steps with this stepper (in the second run):
+#: cannot certify) run uncompiled until it has taken this many steps with this stepper, warm-ups included (so
+#: usually in the second run; in the first where the chord step leaves it 7 or more steps):
 #: compiling them at build time cost 40% more build (two more graphs: process CPU 40 s against 29 s, MLP 2x64, cold
 #: inductor cache); uncompiled, a run's warm-up at batch 1000 costs about 0.15 s of CPU against 0.08 s compiled
 #: (3.1 against 1.8 ms a gradient, 7.1 against 3.5 ms a Jacobian), next to 1.3 s for 400 chord steps
@@ -122,15 +123,6 @@ def _store(buf: Optional[torch.Tensor], j: int, rows: Optional[torch.Tensor], va
         buf[j, rows] = value
 
 
-def _solve(J: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
-    """``J^{-1} r`` per element, as :func:`integrators.newton.newton` computes it for a non-singular ``J``
-    (a singular one gives non-finite entries here, which fail the acceptance test)."""
-    if J.shape[-1] == 1:
-        return r / J[..., 0]
-    d, info = torch.linalg.solve_ex(J, r.unsqueeze(-1))
-    return torch.where((info == 0)[:, None], d.squeeze(-1), float("nan"))
-
-
 class FuncStepper:
     """Steps of one Lagrangian, scheme, ``h`` and ``n`` with compiled :func:`torch.func` derivatives (module
     docstring); the interface of :class:`~integrators.compiled.CompiledStepper` that the march uses."""
@@ -150,7 +142,7 @@ class FuncStepper:
         self.A = pts[:, 1 + D:1 + D + D * n].reshape(-1, D, n)
         self.B = pts[:, 1 + D + D * n:1 + D + 2 * D * n].reshape(-1, D, n)
         wrap = (lambda f: torch.compile(_own_code(f), fullgraph=True, dynamic=False)) if compile else (lambda f: f)
-        # newton()'s derivatives run uncompiled until it has taken COMPILE_NEWTON_AFTER steps past the warm-up
+        # newton()'s derivatives run uncompiled until it has taken COMPILE_NEWTON_AFTER steps (warm-up steps count)
         self._residual, self._jacobian, self._chord = self._residual_fn, self._jacobian_fn, wrap(self._chord_fn)
         self._wrap = wrap
         self.chord_steps = CHORD_STEPS
@@ -205,6 +197,8 @@ class FuncStepper:
             d0 = _solve(J, r0)
             x1 = x0 - d0
             r1, p1 = self._residual_fn(x1, a, p)
+            # newton()'s test at iteration 0 and 1 (newton._convergence_test, ftol 0) and its chord admission
+            # (newton._correction): they must stay in step (tests/test_integrators_compiled_func.py compares them)
             err0 = (d0.abs() / (1 + x0.abs())).amax(-1)
             err1 = (_solve(J, r1).abs() / (1 + x1.abs())).amax(-1)
             ok0 = err0 <= xtol
@@ -274,23 +268,30 @@ class FuncStepper:
 
     def _verify_chord(self, x, a, p, J, size: int) -> None:
         """Compile the one-graph step at bucket ``size`` and check it against the same function run eagerly (whose
-        parts were just checked against autograd), from a start ``x`` (every past position equal to it)."""
-        hist = x.expand(PREDICTOR_ORDER, *x.shape)
-        xtol = torch.tensor(1e-16, dtype=torch.float64)
-        m = x.shape[0]
-        try:
-            with torch.no_grad(), warnings.catch_warnings():
-                warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.")
-                got = self._chord(_pad(hist, size, 1), _pad(a, size), _pad(p, size), _pad(J, size), xtol)
-        except Exception as err:  # noqa: BLE001 - as in _verify
-            first = (str(err).strip().splitlines() or [""])[0][:300]
-            raise FuncPathError(f"torch.compile could not compile its Newton step ({type(err).__name__}: {first})") from None
+        parts were just checked against autograd), from a start ``x`` (every past position equal to it): positions,
+        momenta, and the first step's acceptance verdicts where they are far from the thresholds, so that a
+        miscompiled test cannot certify steps: false at momenta that put the predicted correction at ``J^{-1} r =
+        2 (1 + |x|)`` (scaled 2 > 0.1, no chord), true at momenta that make ``x`` a root (about 1e-18 against 1e-8)."""
+        hist, m = x.expand(PREDICTOR_ORDER, *x.shape), x.shape[0]
         with torch.no_grad():
-            ref = self._chord_fn(hist, a, p, J, xtol)
-        for g, r, name in zip(got[:2], ref[:2], ("position", "momentum")):
-            scale = float(r.abs().max()) + 1.0
-            if not bool(torch.isfinite(g[:, :m]).all()) or float((g[:, :m] - r).abs().max()) > VERIFY_RTOL * scale:
-                raise FuncPathError(f"the compiled Newton step's {name} differs from the eager one's (relative {VERIFY_RTOL:g})")
+            r0 = self._residual_fn(x, a, p)[0]
+        for shift, tol in ((2.0, 1e-16), (0.0, 1e-8)):  # the residual at x is then J shift (1 + |x|)
+            pp, xtol = p - r0 + torch.einsum("bij,bj->bi", J, shift * (1 + x.abs())), torch.tensor(tol, dtype=torch.float64)
+            try:
+                with torch.no_grad(), warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.")
+                    got = self._chord(_pad(hist, size, 1), _pad(a, size), _pad(pp, size), _pad(J, size), xtol)
+            except Exception as err:  # noqa: BLE001 - as in _verify
+                first = (str(err).strip().splitlines() or [""])[0][:300]
+                raise FuncPathError(f"torch.compile could not compile its Newton step ({type(err).__name__}: {first})") from None
+            with torch.no_grad():
+                ref = self._chord_fn(hist, a, pp, J, xtol)
+            for g, r, name in zip(got[:2], ref[:2], ("position", "momentum")):
+                scale = float(r.abs().max()) + 1.0
+                if not bool(torch.isfinite(g[:, :m]).all()) or float((g[:, :m] - r).abs().max()) > VERIFY_RTOL * scale:
+                    raise FuncPathError(f"the compiled Newton step's {name} differs from the eager one's (relative {VERIFY_RTOL:g})")
+            if not torch.equal(got[2][0, :m], ref[2][0]):
+                raise FuncPathError("the compiled Newton step's acceptance test differs from the eager one's")
 
     # ------------------------------------------------------------------ the march's interface
     def chunk_steps(self, batch: int) -> int:
@@ -322,13 +323,15 @@ class FuncStepper:
                     res = newton(self._evaluate, guess, (a, p), options=options, jac0=jac)
                     if not bool(res.converged.all()):
                         return j, p, jac, np.ones(1)
-                    xs, ps, jac, via = [res.x], [res.aux], res.jacobian, None
+                    xs, ps, new_jac, via = [res.x], [res.aux], res.jacobian, None
             except Exception as err:  # noqa: BLE001 - e.g. torch.compile's recompile limit: the eager path goes on
                 self._fail(err)
                 break
             for x, pn in zip(xs[:j_end - j], ps):
                 if max_step is not None and bool(((x - a).abs().amax(-1) > max_step).any()):  # as far_roots()
-                    return j, p, jac, np.ones(1)
+                    return j, p, jac, np.ones(1)  # the Jacobian of the last step taken, not of the root refused
+                if via is None:
+                    jac = new_jac
                 _store(out, j + 1, rows, x)
                 _store(pout, j + 1, rows, pn)
                 a, p, j = x, pn, j + 1
@@ -346,7 +349,7 @@ class FuncStepper:
         with torch.no_grad():
             x, pn, ok = self._chord(_pad(hist.detach(), size, 1), _pad(a.detach(), size), _pad(p.detach(), size),
                                     _pad(jac.detach(), size), xtol)
-        good = ok.all(-1).tolist()  # the padding rows repeat row 0: they pass or fail with it
+        good = ok[:, :B].all(-1).tolist()  # the real rows only: a padding row's verdict is no trajectory's
         k = good.index(False) if False in good else len(good)
         return [x[s, :B] for s in range(k)], [pn[s, :B] for s in range(k)]
 

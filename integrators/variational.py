@@ -106,7 +106,8 @@ class VariationalIntegrator:
         raising ``ValueError`` (with the reason) where it is unavailable;
         ``"eager"``: never compile. :attr:`last_execution` tells which path the latest run took,
         :attr:`compile_seconds` what building the compiled stepper cost (paid once per integrator
-        and ``n``; the C library once per process and Lagrangian). The compiled path runs on the CPU:
+        and ``n``; the C library once per process and Lagrangian; with what the ``torch.compile`` path compiles
+        later, during a run). The compiled path runs on the CPU:
         for data on another device (a GPU) ``"auto"`` takes the eager path, ``"compiled"`` raises
         ``ValueError``.
 
@@ -309,8 +310,10 @@ class VariationalIntegrator:
                 if stepper is not None:
                     used.add(getattr(stepper, "label", "compiled"))
                     end = min(steps, j + stepper.chunk_steps(B if rows is None else rows.numel()))
+                    built = stepper.compile_seconds  # a stepper may compile more during a run (torch.compile's newton())
                     j_stop, p, jac, _ = stepper.advance(out, j, end, p, jac, rows, first_guess, self.options, self.max_step,
                                                         pout)
+                    self.compile_seconds += stepper.compile_seconds - built
                     bar.update(j_stop - j)
                     stats["compiled_steps"] += j_stop - j
                     j = j_stop

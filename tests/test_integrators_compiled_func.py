@@ -266,8 +266,60 @@ def test_a_step_the_chord_cannot_certify_goes_to_newton():
     assert (j, stop) == (30, None)
     assert stepper.stats["chord_steps"] >= 9 and stepper.stats["newton_steps"] >= 9  # alternating
     assert float((out - ref.q).abs().max()) <= 1e-13 and float((pout - ref.p).abs().max()) <= 1e-13
-    j, _, _, stop = stepper.advance(out, 12, 30, pout[12], jac, None, None, vi.options, 1e-9, pout)
+    j, _, jac_back, stop = stepper.advance(out, 12, 30, pout[12], jac, None, None, vi.options, 1e-9, pout)
     assert j == 12 and stop is not None
+    assert jac_back is jac  # the refused root's Jacobian is not handed back: the last step taken's is
+    # newton() refused for max_step (no Jacobian to reuse: no chord call) gives back the Jacobian passed in as well
+    jac_in = torch.full((3, 1, 1), 7.0, dtype=torch.float64)
+    refuse = _no_chord(FuncStepper(erf_oscillator, 0.05, bea.get_scheme("midpoint"), 1, compile=False))
+    j, _, jac_back, stop = refuse.advance(out, 12, 30, pout[12], jac_in, None, None, vi.options, 1e-9, pout)
+    assert j == 12 and stop is not None and torch.equal(jac_back, jac_in)
+
+
+def test_padding_rows_do_not_refuse_a_step():
+    """Three trajectories run padded to a bucket of 4: a padding row that fails the acceptance test is no
+    trajectory's, so the call's steps are kept (all CHORD_STEPS of them by the graph)."""
+    q0, v0 = _start(3)
+    vi = VariationalIntegrator(erf_oscillator, 0.05, execution="eager")
+    ref = vi.solve(q0, v0, 14)
+    stepper = FuncStepper(erf_oscillator, 0.05, bea.get_scheme("midpoint"), 1, compile=False)
+    chord = stepper._chord
+
+    def padding_fails(*args):
+        x, pn, ok = chord(*args)
+        assert ok.shape[1] == 4
+        ok = ok.clone()
+        ok[:, 3] = False
+        return x, pn, ok
+
+    out, pout = torch.zeros(15, 3, 1, dtype=torch.float64), torch.zeros(15, 3, 1, dtype=torch.float64)
+    out[:10], pout[:10] = ref.q[:10], ref.p[:10]
+    _, _, jac, _ = stepper.advance(out, 9, 10, ref.p[9], None, None, None, vi.options, None, pout)  # newton(): a Jacobian
+    stepper._chord = padding_fails
+    j, _, _, stop = stepper.advance(out, 10, 14, pout[10], jac, None, None, vi.options, None, pout)
+    assert (j, stop) == (14, None) and stepper.stats == {"chord_steps": 4, "newton_steps": 1}
+    assert float((out - ref.q).abs().max()) <= 1e-13
+
+
+def test_what_the_run_compiles_counts_in_the_integrators_compile_seconds(monkeypatch):
+    """The torch.compile path compiles newton()'s derivatives during a run (COMPILE_NEWTON_AFTER): that time is
+    added to VariationalIntegrator.compile_seconds, not only the build's."""
+    vi = VariationalIntegrator(erf_oscillator, 0.05, execution="eager")
+
+    class Stepper:  # the march's view of a stepper: each call compiles 0.5 s more and takes one step
+        label, compile_seconds = "stub", 2.0
+
+        def chunk_steps(self, batch):
+            return 1
+
+        def advance(self, out, j, j_end, p, jac, rows, first_guess, options, max_step, pout):
+            self.compile_seconds += 0.5
+            out[j + 1] = out[j]
+            return j + 1, p, jac, None
+
+    monkeypatch.setattr(vi, "_stepper", lambda *a: Stepper())
+    vi.solve(torch.zeros(2, 1, dtype=torch.float64), torch.zeros(2, 1, dtype=torch.float64), 4)
+    assert vi.compile_seconds == pytest.approx(4 * 0.5, abs=1e-12)
 
 
 def test_the_build_verifies_at_the_first_runs_bucket_only(monkeypatch):
@@ -328,3 +380,58 @@ def test_newtons_derivatives_are_compiled_once_it_has_taken_enough_steps(monkeyp
         assert wrapped == (["_residual_fn", "_jacobian_fn"] if compiled else [])
     assert stepper.stats["chord_steps"] == 0 and verified == [bucket(3)]
     assert float((out - ref.q).abs().max()) <= 1e-13
+
+
+@pytest.mark.parametrize("verdict", ["all", "none", "same"])
+def test_the_build_checks_the_compiled_acceptance_test(monkeypatch, verdict):
+    """A compiled one-graph step whose acceptance verdicts are wrong (every step certified, or none) is refused at
+    build time even where its positions and momenta are right; the true verdicts at the two checking states are all
+    false (scaled correction 2) and all true (a root, xtol 1e-8), so each wrong one differs from them."""
+    seen = []
+
+    def fake_compile(f, **kw):
+        def run(*args):
+            x, pn, ok = f(*args)
+            seen.append(ok[0].clone())
+            return x, pn, {"all": torch.ones_like(ok), "none": torch.zeros_like(ok), "same": ok}[verdict]
+        return run
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    if verdict == "same":
+        FuncStepper(erf_oscillator, 0.05, bea.get_scheme("trapezoidal"), 2)
+        assert [bool(ok.any()) for ok in seen] == [False, True] and bool(seen[1].all())
+    else:
+        with pytest.raises(FuncPathError):
+            FuncStepper(erf_oscillator, 0.05, bea.get_scheme("trapezoidal"), 2)
+
+
+def test_the_graphs_acceptance_test_is_newtons():
+    """integrators.newton's acceptance test (iteration 0, and 1 after a chord correction) and chord admission, which
+    the one-graph step restates: from starts 0 to 1e-2 away from the root and xtols 1e-16 to 1e-6, the graph's
+    first-step verdict is true exactly where newton() (maxiter 1, Jacobian reuse, any fresh Jacobian NaN so that only
+    the chord correction can succeed) converges, with the same position and momenta bit for bit there."""
+    from integrators.newton import NewtonOptions, newton
+
+    n, B = 2, 6
+    vi = VariationalIntegrator(erf_oscillator, 0.05, "midpoint", execution="eager")
+    g = torch.Generator().manual_seed(11)
+    ref = vi.solve(0.3 + 0.3 * torch.rand(B, n, generator=g, dtype=torch.float64), 0.1 * torch.ones(B, n, dtype=torch.float64), 12)
+    stepper = FuncStepper(erf_oscillator, 0.05, bea.get_scheme("midpoint"), n, compile=False)
+    stepper._size = bucket(B)
+    J = stepper.derivatives(ref.q[11], ref.q[10], ref.p[10])[2]
+    hist = ref.q[1:11].clone()
+    hist[-1] += torch.tensor([0.0, 1e-13, 1e-11, 1e-9, 1e-6, 1e-3])[:, None]  # the start moves about 10x as far
+
+    def evaluate(x, a, p):  # newton()'s evaluator with a NaN Jacobian: only the chord correction can converge
+        r, aux, _ = stepper._evaluate(x, a, p)
+        return r, aux, lambda: torch.full((x.shape[0], n, n), float("nan"), dtype=torch.float64)
+
+    outcomes = []
+    for tol in (1e-16, 1e-13, 1e-10, 1e-6):
+        x, pn, ok = stepper._chord_fn(hist, ref.q[10], ref.p[10], J, torch.tensor(tol, dtype=torch.float64))
+        x0 = CF.extrapolate(hist, CF.PREDICTOR_ORDER - 1, None, CF.PREDICTOR_ORDER)
+        res = newton(evaluate, x0, (ref.q[10], ref.p[10]), options=NewtonOptions(xtol=tol, maxiter=1), jac0=J)
+        assert torch.equal(ok[0], res.converged)
+        assert torch.equal(x[0][ok[0]], res.x[ok[0]]) and torch.equal(pn[0][ok[0]], res.aux[ok[0]])
+        outcomes += ok[0].tolist()
+    assert True in outcomes and False in outcomes
