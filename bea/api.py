@@ -22,6 +22,7 @@ from .stages import StageScheme
 from .series import Series
 from .free.derive import FreeRaw, derive_free
 from .free.series import FreeSeries
+from .free.stages import check_supported as check_free_stages
 from .free.stages import supported as free_stages_supported
 from .free.storage import decode_raw
 from .free.storage import encode as encode_free
@@ -154,7 +155,9 @@ def free_raw(kind: str, scheme: SchemeLike, order: int, cache: bool = True, allo
         raw = _cache.load(key, part="trees", validate=lambda body: _valid_free(body, kind, order))
         if raw is not None:
             return raw
-    check_affordable(kind, order, None, allow_slow)  # a cache miss: estimate before starting
+    if isinstance(sch, StageScheme):
+        check_free_stages(sch)  # an irrational scheme is refused as such, before any estimate
+    check_affordable(kind, order, None, allow_slow, sch)  # a cache miss: estimate before starting
     raw = derive_free(sch, kind, order)
     if not sch.symmetric and raw.symmetric and order % 2:
         raise BeaValueError(f"{sch!r} turned out symmetric (only even powers of h); use an even order")
@@ -283,6 +286,8 @@ def series_function(kind: str, scheme: SchemeLike, order: int, n: Optional[int] 
     the dimension-free engine refuses it.
     """
     sch = _scheme(scheme)
+    if n is not None:
+        n = _check_n(n)  # the dimension-free routes below would otherwise accept n = 0, -3 or n > MAX_DIM
     if n == 1 or (n is not None and isinstance(sch, StageScheme) and not free_stages_supported(sch)):
         return compile_torch(kind, scheme, order, n=n, cache=cache, allow_slow=allow_slow)
     return compile_torch(kind, scheme, order, cache=cache, allow_slow=allow_slow)

@@ -224,3 +224,63 @@ def test_galerkin2_modified_equation_by_evaluation(name):
         want = [sympy.nsimplify(e.xreplace(at)) for e in sympy.Matrix(series.coefficient(k))]
         assert want == [sympy.Rational(x.numerator, x.denominator) for x in got[k]], f"{name}: h^{k} differs"
     assert _nonzero(got[4])
+
+
+class _Started(Exception):
+    """Raised by a stub engine: the request got past the cost check."""
+
+
+def _started(*a, **k):
+    raise _Started
+
+
+def test_cost_guard_uses_the_stage_scheme_table(monkeypatch):
+    """The free engine's stage-scheme cost is its own (RESULTS_derive.md table 1b), not the midpoint rule's:
+    galerkin2 to h^8 (not measured; a trial grew past 2.8 GB) is refused up front, typed, without deriving."""
+    from bea import api, cost
+
+    monkeypatch.setattr(api, "derive_free", _started)
+    assert cost.estimate("modified_lagrangian", 6, None, G2) == (18.6, "measured")  # 1.48 for the midpoint rule
+    assert cost.estimate("inverse_modified_lagrangian", 6, None, "galerkin2") == (18.6, "measured")  # the CLI's name
+    assert cost.estimate("modified_lagrangian", 6, None) == (1.48, "measured")  # the midpoint table is unchanged
+    assert cost.estimate("modified_lagrangian", 8, None, G2)[0] is None
+    for kind in ("modified_lagrangian", "inverse_modified_lagrangian", "modified_equation"):
+        with pytest.raises(cost.TooSlowError, match="not measured"):
+            getattr(bea, kind)("galerkin2", 8, cache=False)
+    with pytest.raises(_Started):  # allow_slow goes ahead; h^6 is within the limit
+        bea.modified_lagrangian("galerkin2", 8, cache=False, allow_slow=True)
+    with pytest.raises(_Started):
+        bea.modified_lagrangian("galerkin2", 6, cache=False)
+    with pytest.raises(UnsupportedSchemeError):  # a radical scheme is refused as such, not as too slow
+        bea.modified_lagrangian("galerkin3", 8, cache=False)
+
+
+@pytest.mark.parametrize("n", [0, -3, 7, 100])
+def test_series_function_checks_n_for_stage_schemes(n):
+    from bea.api import MAX_DIM
+    from bea.errors import BeaValueError
+
+    assert MAX_DIM < 7
+    for name in ("galerkin2", "galerkin3", "midpoint"):
+        with pytest.raises(BeaValueError):
+            bea.series_function("modified_lagrangian", name, 4, n=n, cache=False)
+
+
+def test_series_function_routes(monkeypatch):
+    """Which engine each scheme takes: radical stage schemes stay on the component formula at n >= 2 (the
+    dimension-free engine refuses them); galerkin2 goes dimension-free there; n = 1 is componentwise for all."""
+    from bea import api
+
+    calls = []
+    monkeypatch.setattr(api, "compile_torch", lambda kind, scheme, order, n=None, **k: calls.append((scheme, n)))
+    for name in ("galerkin3", "triple_jump", "galerkin2", "midpoint"):
+        for n in (1, 2, 3):
+            api.series_function("modified_lagrangian", name, 4, n=n)
+    want = {("galerkin3", n): n for n in (1, 2, 3)} | {("triple_jump", n): n for n in (1, 2, 3)}
+    want |= {(s, 1): 1 for s in ("galerkin2", "midpoint")} | {(s, n): None for s in ("galerkin2", "midpoint") for n in (2, 3)}
+    got = {}
+    it = iter(calls)
+    for name in ("galerkin3", "triple_jump", "galerkin2", "midpoint"):
+        for n in (1, 2, 3):
+            got[(name, n)] = next(it)[1]
+    assert got == want
