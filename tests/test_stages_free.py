@@ -62,6 +62,22 @@ def test_galerkin2_symbolic_n1():
         assert all(not fr.coeffs[k] for k in (1, 2, 3)) and fr.coeffs[4]
 
 
+@pytest.mark.parametrize("scheme", [bea.Composition(["1/3", "2/3"]), bea.Galerkin(2, ["1/3", 1], ["3/4", "1/4"])],
+                         ids=["composition-1/3-2/3", "radau-galerkin2"])
+def test_non_symmetric_stage_schemes_symbolic_n1(scheme):
+    """A non-symmetric scheme keeps its odd powers: the trees to h^3 at n = 1 are the component series, exactly,
+    for an unequal composition of the midpoint rule (order 2) and a Radau-type Galerkin rule (order 3)."""
+    assert not scheme.symmetric
+    comp = Derivation(scheme, 1)
+    for kind in LAGRANGIANS:
+        fr = derive_free(scheme, kind, 3, _free(scheme))
+        cr = derive_raw(scheme, kind, 3, 1, comp)
+        ex = to_components(fr, 1, comp.jets)
+        for k in range(4):
+            assert ex.coeffs[k] == cr.coeffs[k], f"{scheme!r} {kind}: h^{k} differs"
+        assert fr.coeffs[scheme.method_order] and not fr.symmetric  # the first correction, odd or even, is present
+
+
 def _polynomial(n):
     """L = v^T M v / 2 + v^T B q - q^T P q / 2 - cubic - quartic with constant non-diagonal M and non-symmetric B."""
     q, v = sympy.symbols(f"q1:{n + 1}"), sympy.symbols(f"v1:{n + 1}")
