@@ -53,10 +53,16 @@ def supported(scheme) -> bool:
 
 def check_supported(scheme) -> None:
     """:func:`supported`, or a typed refusal naming the way out."""
+    if not scheme.exact_constants:  # no exact engine represents them, n=... would refuse them too
+        raise UnsupportedSchemeError(
+            f"{scheme!r} has constants given only as floats, which no exact series engine can represent; give them "
+            "exactly (rational, or in one radical such as (5 - bea.radical(5)) / 10), or integrate it in torch with "
+            "integrators.VariationalIntegrator")
     if not supported(scheme):
         raise UnsupportedSchemeError(
-            f"{scheme!r} has irrational constants; the dimension-free engine (n=None) has rational coefficients only: "
-            "derive it for a given dimension (n=...) or a concrete Lagrangian, where exact radicals are supported")
+            f"{scheme!r} has constants in a radical extension; the dimension-free engine (n=None) has rational "
+            "coefficients only: derive it for a given dimension (n=...) or a concrete Lagrangian, where exact radicals "
+            "are supported")
 
 
 def _strip_open(x: VecSeries) -> VecSeries:
