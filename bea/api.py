@@ -66,12 +66,14 @@ def _short(x, width: int = 60) -> str:
     return r if len(r) <= width else r[: width - 3] + "..."
 
 
-def _check_n(n) -> int:
+def _check_n(n, capped: bool = True) -> int:
+    """``n`` as a positive integer; ``capped``: at most :data:`MAX_DIM` (the component engine's limit; the
+    dimension-free engine's functions take any ``n``)."""
     if isinstance(n, bool) or not isinstance(n, int):
         raise BeaTypeError(f"n (the number of degrees of freedom) must be a positive integer, got {type(n).__name__} {_short(n)}")
     if n < 1:
         raise BeaValueError(f"n must be >= 1, got {n}")
-    if n > MAX_DIM:
+    if capped and n > MAX_DIM:
         raise BeaValueError(
             f"n={n} is above the supported maximum {MAX_DIM}: the generic derivation's cost grows about 13-fold "
             "per dimension; omit n= to derive once for every n (vector notation, evaluated in torch at any n), "
@@ -286,8 +288,8 @@ def series_function(kind: str, scheme: SchemeLike, order: int, n: Optional[int] 
     the dimension-free engine refuses it.
     """
     sch = _scheme(scheme)
-    if n is not None:
-        n = _check_n(n)  # the dimension-free routes below would otherwise accept n = 0, -3 or n > MAX_DIM
+    if n is not None:  # a positive integer; MAX_DIM caps the component routes only (compile_torch checks it there)
+        n = _check_n(n, capped=False)
     if n == 1 or (n is not None and isinstance(sch, StageScheme) and not free_stages_supported(sch)):
         return compile_torch(kind, scheme, order, n=n, cache=cache, allow_slow=allow_slow)
     return compile_torch(kind, scheme, order, cache=cache, allow_slow=allow_slow)
