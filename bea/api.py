@@ -22,6 +22,7 @@ from .stages import StageScheme
 from .series import Series
 from .free.derive import FreeRaw, derive_free
 from .free.series import FreeSeries
+from .free.stages import check_supported as check_free_stages
 from .free.stages import supported as free_stages_supported
 from .free.storage import decode_raw
 from .free.storage import encode as encode_free
@@ -65,12 +66,14 @@ def _short(x, width: int = 60) -> str:
     return r if len(r) <= width else r[: width - 3] + "..."
 
 
-def _check_n(n) -> int:
+def _check_n(n, capped: bool = True) -> int:
+    """``n`` as a positive integer; ``capped``: at most :data:`MAX_DIM` (the component engine's limit; the
+    dimension-free engine's functions take any ``n``)."""
     if isinstance(n, bool) or not isinstance(n, int):
         raise BeaTypeError(f"n (the number of degrees of freedom) must be a positive integer, got {type(n).__name__} {_short(n)}")
     if n < 1:
         raise BeaValueError(f"n must be >= 1, got {n}")
-    if n > MAX_DIM:
+    if capped and n > MAX_DIM:
         raise BeaValueError(
             f"n={n} is above the supported maximum {MAX_DIM}: the generic derivation's cost grows about 13-fold "
             "per dimension; omit n= to derive once for every n (vector notation, evaluated in torch at any n), "
@@ -154,7 +157,9 @@ def free_raw(kind: str, scheme: SchemeLike, order: int, cache: bool = True, allo
         raw = _cache.load(key, part="trees", validate=lambda body: _valid_free(body, kind, order))
         if raw is not None:
             return raw
-    check_affordable(kind, order, None, allow_slow)  # a cache miss: estimate before starting
+    if isinstance(sch, StageScheme):
+        check_free_stages(sch)  # an irrational scheme is refused as such, before any estimate
+    check_affordable(kind, order, None, allow_slow, sch)  # a cache miss: estimate before starting
     raw = derive_free(sch, kind, order)
     if not sch.symmetric and raw.symmetric and order % 2:
         raise BeaValueError(f"{sch!r} turned out symmetric (only even powers of h); use an even order")
@@ -283,6 +288,8 @@ def series_function(kind: str, scheme: SchemeLike, order: int, n: Optional[int] 
     the dimension-free engine refuses it.
     """
     sch = _scheme(scheme)
+    if n is not None:  # a positive integer; MAX_DIM caps the component routes only (compile_torch checks it there)
+        n = _check_n(n, capped=False)
     if n == 1 or (n is not None and isinstance(sch, StageScheme) and not free_stages_supported(sch)):
         return compile_torch(kind, scheme, order, n=n, cache=cache, allow_slow=allow_slow)
     return compile_torch(kind, scheme, order, cache=cache, allow_slow=allow_slow)

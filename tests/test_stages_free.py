@@ -62,6 +62,22 @@ def test_galerkin2_symbolic_n1():
         assert all(not fr.coeffs[k] for k in (1, 2, 3)) and fr.coeffs[4]
 
 
+@pytest.mark.parametrize("scheme", [bea.Composition(["1/3", "2/3"]), bea.Galerkin(2, ["1/3", 1], ["3/4", "1/4"])],
+                         ids=["composition-1/3-2/3", "radau-galerkin2"])
+def test_non_symmetric_stage_schemes_symbolic_n1(scheme):
+    """A non-symmetric scheme keeps its odd powers: the trees to h^3 at n = 1 are the component series, exactly,
+    for an unequal composition of the midpoint rule (order 2) and a Radau-type Galerkin rule (order 3)."""
+    assert not scheme.symmetric
+    comp = Derivation(scheme, 1)
+    for kind in LAGRANGIANS:
+        fr = derive_free(scheme, kind, 3, _free(scheme))
+        cr = derive_raw(scheme, kind, 3, 1, comp)
+        ex = to_components(fr, 1, comp.jets)
+        for k in range(4):
+            assert ex.coeffs[k] == cr.coeffs[k], f"{scheme!r} {kind}: h^{k} differs"
+        assert fr.coeffs[scheme.method_order] and not fr.symmetric  # the first correction, odd or even, is present
+
+
 def _polynomial(n):
     """L = v^T M v / 2 + v^T B q - q^T P q / 2 - cubic - quartic with constant non-diagonal M and non-symmetric B."""
     q, v = sympy.symbols(f"q1:{n + 1}"), sympy.symbols(f"v1:{n + 1}")
@@ -188,6 +204,13 @@ def test_radical_constants_refused_with_a_clear_error():
             bea.modified_lagrangian(name, 4, cache=False)
     boole = bea.Galerkin(3, [0, "1/4", "1/2", "3/4", 1], ["7/90", "32/90", "12/90", "32/90", "7/90"])
     assert supported(G2) and supported(boole)
+    # constants known only as floats: refused by every exact engine, n=... too (so its message points to torch)
+    r = 0.5 / 5 ** 0.5
+    floats = bea.Galerkin(3, [0, (0.5 - r, "irrational"), (0.5 + r, "irrational"), 1], ["1/12", "5/12", "5/12", "1/12"])
+    assert not supported(floats)
+    for n in (None, 1):
+        with pytest.raises(UnsupportedSchemeError):
+            bea.modified_lagrangian(floats, 4, n=n, cache=False)
 
 
 @pytest.mark.slow
@@ -224,3 +247,70 @@ def test_galerkin2_modified_equation_by_evaluation(name):
         want = [sympy.nsimplify(e.xreplace(at)) for e in sympy.Matrix(series.coefficient(k))]
         assert want == [sympy.Rational(x.numerator, x.denominator) for x in got[k]], f"{name}: h^{k} differs"
     assert _nonzero(got[4])
+
+
+class _Started(Exception):
+    """Raised by a stub engine: the request got past the cost check."""
+
+
+def _started(*a, **k):
+    raise _Started
+
+
+def test_cost_guard_uses_the_stage_scheme_table(monkeypatch):
+    """The free engine's stage-scheme cost is its own (RESULTS_derive.md table 1b), not the midpoint rule's:
+    galerkin2 to h^8 (not measured; a trial grew past 2.8 GB) is refused up front, typed, without deriving."""
+    from bea import api, cost
+
+    monkeypatch.setattr(api, "derive_free", _started)
+    assert cost.estimate("modified_lagrangian", 6, None, G2) == (18.6, "measured")  # 1.48 for the midpoint rule
+    assert cost.estimate("inverse_modified_lagrangian", 6, None, "galerkin2") == (18.6, "measured")  # the CLI's name
+    assert cost.estimate("modified_lagrangian", 6, None) == (1.48, "measured")  # the midpoint table is unchanged
+    assert cost.estimate("modified_lagrangian", 8, None, G2)[0] is None
+    for kind in ("modified_lagrangian", "inverse_modified_lagrangian", "modified_equation"):
+        with pytest.raises(cost.TooSlowError):
+            getattr(bea, kind)("galerkin2", 8, cache=False)
+    with pytest.raises(_Started):  # allow_slow goes ahead; h^6 is within the limit
+        bea.modified_lagrangian("galerkin2", 8, cache=False, allow_slow=True)
+    with pytest.raises(_Started):
+        bea.modified_lagrangian("galerkin2", 6, cache=False)
+    with pytest.raises(UnsupportedSchemeError):  # a radical scheme is refused as such, not as too slow
+        bea.modified_lagrangian("galerkin3", 8, cache=False)
+
+
+def test_series_function_checks_n_for_stage_schemes():
+    """n must be a positive integer on every route; n > MAX_DIM is refused on the component routes only (the
+    dimension-free function serves galerkin2 and the midpoint rule at any n, test_torch_n50)."""
+    from bea.api import MAX_DIM
+    from bea.errors import BeaTypeError, BeaValueError
+
+    for name in ("galerkin2", "galerkin3", "midpoint"):
+        for n in (0, -3):
+            with pytest.raises(BeaValueError):
+                bea.series_function("modified_lagrangian", name, 4, n=n, cache=False)
+        for n in (2.0, "2", True):
+            with pytest.raises(BeaTypeError):
+                bea.series_function("modified_lagrangian", name, 4, n=n, cache=False)
+    for name in ("galerkin3", "triple_jump"):
+        with pytest.raises(BeaValueError):
+            bea.series_function("modified_lagrangian", name, 4, n=MAX_DIM + 1, cache=False)
+
+
+def test_series_function_routes(monkeypatch):
+    """Which engine each scheme takes: radical stage schemes stay on the component formula at n >= 2 (the
+    dimension-free engine refuses them); galerkin2 goes dimension-free there; n = 1 is componentwise for all."""
+    from bea import api
+
+    calls = []
+    monkeypatch.setattr(api, "compile_torch", lambda kind, scheme, order, n=None, **k: calls.append((scheme, n)))
+    for name in ("galerkin3", "triple_jump", "galerkin2", "midpoint"):
+        for n in (1, 2, 3):
+            api.series_function("modified_lagrangian", name, 4, n=n)
+    want = {("galerkin3", n): n for n in (1, 2, 3)} | {("triple_jump", n): n for n in (1, 2, 3)}
+    want |= {(s, 1): 1 for s in ("galerkin2", "midpoint")} | {(s, n): None for s in ("galerkin2", "midpoint") for n in (2, 3)}
+    got = {}
+    it = iter(calls)
+    for name in ("galerkin3", "triple_jump", "galerkin2", "midpoint"):
+        for n in (1, 2, 3):
+            got[(name, n)] = next(it)[1]
+    assert got == want

@@ -40,7 +40,7 @@ from typing import Dict, List, Optional
 
 from ..derive import KINDS, _mesh_weights, evaluate_scheme, mesh_lambda
 from ..hseries import EXACT, HSeries, Poly, Q
-from ..errors import BeaValueError, InconsistentSchemeError, UnsupportedSchemeError
+from ..errors import BeaValueError, InconsistentSchemeError
 from ..schemes import Scheme
 from .algebra import Algebra, lagrangian_at
 from .shift import Shift
@@ -88,9 +88,7 @@ class FreeDerivation:
             return self._stages.stationary_value(a, b)
 
         def L(x, y):
-            if not isinstance(x, VecSeries) or not isinstance(y, VecSeries):
-                raise UnsupportedSchemeError("L must be called with the position and velocity built from a, b and h")
-            val = lagrangian_at(forest, x, y)
+            val = lagrangian_at(forest, x, y)  # refuses anything but the vectors built from a, b and h
             return self.alg.normalize(val) if normalize else val
 
         return evaluate_scheme(self.scheme, L, a, b, self._h())

@@ -53,10 +53,16 @@ def supported(scheme) -> bool:
 
 def check_supported(scheme) -> None:
     """:func:`supported`, or a typed refusal naming the way out."""
+    if not scheme.exact_constants:  # no exact engine represents them, n=... would refuse them too
+        raise UnsupportedSchemeError(
+            f"{scheme!r} has constants given only as floats, which no exact series engine can represent; give them "
+            "exactly (rational, or in one radical such as (5 - bea.radical(5)) / 10), or integrate it in torch with "
+            "integrators.VariationalIntegrator")
     if not supported(scheme):
         raise UnsupportedSchemeError(
-            f"{scheme!r} has irrational constants; the dimension-free engine (n=None) has rational coefficients only: "
-            "derive it for a given dimension (n=...) or a concrete Lagrangian, where exact radicals are supported")
+            f"{scheme!r} has constants in a radical extension; the dimension-free engine (n=None) has rational "
+            "coefficients only: derive it for a given dimension (n=...) or a concrete Lagrangian, where exact radicals "
+            "are supported")
 
 
 def _strip_open(x: VecSeries) -> VecSeries:
@@ -86,8 +92,6 @@ class StageSolver:
         return code
 
     def _L(self, x: VecSeries, y: VecSeries) -> HSeries:
-        if not isinstance(x, VecSeries) or not isinstance(y, VecSeries):
-            raise UnsupportedSchemeError("L must be called with the position and velocity built from a, b and h")
         return lagrangian_at(self.forest, x, y)
 
     def _points(self, a: VecSeries, b: VecSeries, P: List[Dict[int, int]], precision: int) -> List[VecSeries]:
@@ -105,13 +109,7 @@ class StageSolver:
     def _fill(self, S: HSeries, order: int) -> HSeries:
         """``S`` with the placeholder leaves replaced by their vector tree polynomials, normalised. A tree's
         substituted value is kept (its codes name fixed values), so the passes share the unchanged corrections."""
-        f = self.forest
-        need: Dict[int, int] = {}
-        for hk in range(min(len(S.c), order + 1)):
-            for m in S.c[hk]:
-                for x in m:
-                    if any(c >= PLACEHOLDER for c in f.leaves[x]):
-                        need[x] = max(need.get(x, -1), order - hk)
+        need = self.alg.trees_holding(S, lambda c: c >= PLACEHOLDER, order)
         vals = {}
         for x, prec in need.items():
             done = self._filled.get(x)
