@@ -8,7 +8,8 @@ r"""The ``kernel=`` option of the GP Lagrangian models: which kernel, and whethe
   elsewhere (``n <= 2``, the likelihood) the RBF exactly. Not the default: with the posterior variances resolved below
   the old worst-case rounding floor (:mod:`learners.shadow.variance_rounding`) its stds are calibrated on
   anharmonic3 and the 4-mass chain at both orders and its ``H_rec[4]`` stds on two more systems, but its ``H_rec[2]``
-  stds are too narrow on three coupled Duffing oscillators and the 3-particle Toda lattice (RMS z 1.72 and 2.05),
+  stds are too narrow on three coupled Duffing oscillators and the 3-particle Toda lattice (RMS z 1.72 and 2.05: the
+  first omitted term under-states the truncation of ``mod_2`` there),
   where the RBF's are calibrated on the former (benchmarks/RESULTS_identification.md, Session 6);
 * a :class:`~learners.shadow.mechanical.MechanicalKernel` (e.g. ``MechanicalKernel(degree=4)``): a template that
   carries the options; the model builds its own copy for the data's dimension and learns its scales (the
