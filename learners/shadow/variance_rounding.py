@@ -15,8 +15,12 @@ from typing import Optional, Tuple
 
 import torch
 
-__all__ = ["BOUND_ROWS", "FORMATION_OPS", "resolved_variance", "solve_with_bound", "floored"]
+__all__ = ["BOUND_ROWS", "FORMATION_OPS", "VARIANCE_RULE", "resolved_variance", "solve_with_bound", "floored"]
 
+
+#: the rule by which posterior variances are computed and floored, saved with a model's calibration scales (which
+#: were fitted to those variances): a file without it was saved under the old worst-case floor kappa(R) eps P
+VARIANCE_RULE = "a-posteriori-1"
 
 #: rounding steps allowed per entry of the prior variance and of the cross-covariances before they reach
 #: :func:`solve_with_bound` (a kernel evaluation, a sum of a few terms, the difference to a reference): the ``c`` of
