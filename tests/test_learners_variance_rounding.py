@@ -129,3 +129,31 @@ def test_the_weights_term_is_needed_and_tight():
         assert 0.3 * bound[c] <= move <= bound[c], float(move / bound[c])
         with_V = _gamma(40) * (2 * (V[:, c].abs() * (R.abs() @ V[:, c].abs())).sum() + (V[:, c] ** 2).sum())
         assert move > 3 * with_V, float(move / with_V)
+
+
+def test_factorisation_term_covers_variances_of_two_factorisations():
+    """Two posteriors factorised apart (the innovations guard, learners/shadow/difference_calibration.py): each
+    variance is exact for its own nearby GP, so their difference carries both factorisations' backward errors.
+    Perturb Theta by the worst case of the Cholesky bound, gamma_{F+1} sign(alpha alpha^T) o |R||R^T|: the 60-digit
+    variances move by 0.94-0.95x factorisation_bound, which the solve bounds alone miss by 100x and 9,500x; with it
+    the sum of both bounds covers the move (measured 0.49 of it)."""
+    from learners.shadow.variance_rounding import _gamma, factorisation_bound, solve_with_bound
+
+    X = torch.linspace(0, 1, 40, dtype=torch.float64)
+
+    def k(a, b):
+        return torch.exp(-(a[:, None] - b[None, :]) ** 2 / (2 * 0.4 ** 2))
+
+    T = k(X, X) + 1e-12 * torch.eye(40, dtype=torch.float64)
+    K, P = k(torch.tensor([1.1, 1.3], dtype=torch.float64), X), torch.ones(2, dtype=torch.float64)
+    R1 = torch.linalg.cholesky(T)
+    V1, b1 = solve_with_bound(R1, K, P)
+    f1 = factorisation_bound(R1, V1)
+    alpha = torch.linalg.solve_triangular(R1.T, V1, upper=True)
+    for c in range(2):
+        a = alpha[:, c]
+        R2 = torch.linalg.cholesky(T + _gamma(41) * torch.sign(a[:, None] * a[None, :]) * (R1.abs() @ R1.abs().T))
+        V2, b2 = solve_with_bound(R2, K[c:c + 1], P[c:c + 1])
+        move = (_exact(R1, K[c:c + 1]) - _exact(R2, K[c:c + 1])).abs()[0]
+        assert move > 10 * (b1[c] + b2[0]), float(move / (b1[c] + b2[0]))
+        assert 0.5 * f1[c] <= move <= b1[c] + b2[0] + f1[c] + factorisation_bound(R2, V2)[0]

@@ -15,7 +15,8 @@ from typing import Optional, Tuple
 
 import torch
 
-__all__ = ["BOUND_ROWS", "FORMATION_OPS", "VARIANCE_RULE", "resolved_variance", "solve_with_bound", "floored"]
+__all__ = ["BOUND_ROWS", "FORMATION_OPS", "VARIANCE_RULE", "resolved_variance", "solve_with_bound", "factorisation_bound",
+           "floored"]
 
 
 #: the rule by which posterior variances are computed and floored, saved with a model's calibration scales (which
@@ -91,6 +92,19 @@ def resolved_variance(R: torch.Tensor, prior: torch.Tensor, K: torch.Tensor, pri
     with :math:`|R|` (in row blocks of :data:`BOUND_ROWS`)."""
     V, bound = solve_with_bound(R, K, prior, prior_scale, K_scale)
     return prior - (V * V).sum(0), bound
+
+
+def factorisation_bound(R: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
+    r"""How far the posterior variances (C,) of :math:`V = R^{-1}k` (F, C) may move between the GP actually
+    factorised and the one formed: :math:`\gamma_{F+1}\,|\alpha|^\top |R|\,|R^\top|\,|\alpha|
+    = \gamma_{F+1}\,\big\||R|^\top|\alpha|\big\|^2` with :math:`\alpha = R^{-\top}V`, from the Cholesky
+    factorisation's backward error :math:`|\Delta\Theta| \le \gamma_{F+1}|R||R^\top|` (Higham, Thm 10.3) and
+    :math:`\delta v = \alpha^\top \Delta\Theta\,\alpha`. A variance alone needs no such term
+    (:func:`resolved_variance`: it is exact for the GP factorised), but the difference of two variances from two
+    factorisations does, as their nearby GPs differ."""
+    alpha = torch.linalg.solve_triangular(R.T, V, upper=True).abs()
+    Ra = sum(R[a:a + BOUND_ROWS].abs().T @ alpha[a:a + BOUND_ROWS] for a in range(0, R.shape[0], BOUND_ROWS))
+    return _gamma(R.shape[0] + 1) * (Ra * Ra).sum(0)
 
 
 def floored(cov: torch.Tensor, bound: torch.Tensor) -> torch.Tensor:
