@@ -157,3 +157,16 @@ def test_factorisation_term_covers_variances_of_two_factorisations():
         move = (_exact(R1, K[c:c + 1]) - _exact(R2, K[c:c + 1])).abs()[0]
         assert move > 10 * (b1[c] + b2[0]), float(move / (b1[c] + b2[0]))
         assert 0.5 * f1[c] <= move <= b1[c] + b2[0] + f1[c] + factorisation_bound(R2, V2)[0]
+
+
+def test_bound_by_row_blocks_matches_one_block(monkeypatch):
+    """|alpha|^T |R| |V| accumulated over row blocks of R (its triangle only) is the same sum as in one block: equal
+    to the summation rounding (1e-15 relative), with blocks that do not divide F."""
+    import learners.shadow.variance_rounding as VR
+
+    R, P, K = _gp(0.4, 1e-12)
+    v1, b1 = resolved_variance(R, P, K)
+    monkeypatch.setattr(VR, "BOUND_ROWS", 7)
+    v2, b2 = resolved_variance(R, P, K)
+    assert torch.equal(v1, v2)
+    assert float(((b1 - b2) / b1).abs().max()) <= 1e-15

@@ -28,7 +28,8 @@ VARIANCE_RULE = "a-posteriori-1"
 #: the formation term :math:`\gamma_c(\bar P + 2|\alpha|^\top \bar K)`
 FORMATION_OPS = 16
 
-#: rows of the Cholesky factor per block of :func:`solve_with_bound`'s |R| |V| (memory: this many rows times F)
+#: rows of the Cholesky factor per block of :func:`solve_with_bound`'s |R| |V| (memory: this many rows times F, and
+#: times the quantities C)
 BOUND_ROWS = 1024
 
 
@@ -39,7 +40,10 @@ def solve_with_bound(R: torch.Tensor, K: torch.Tensor, prior: torch.Tensor, prio
     scales :math:`P` and ``K`` were formed from, default :math:`|P|` and ``K`` taken as exact)."""
     V = torch.linalg.solve_triangular(R, K.T, upper=False)
     alpha = torch.linalg.solve_triangular(R.T, V, upper=True)  # Theta^{-1} K: the posterior's weights
-    RV = torch.cat([R[a:a + BOUND_ROWS].abs() @ V.abs() for a in range(0, R.shape[0], BOUND_ROWS)])
+    Va, weighted = V.abs(), V.new_zeros(V.shape[1])
+    for a in range(0, R.shape[0], BOUND_ROWS):  # |alpha|^T |R| |V| by row blocks; R's rows a..b end at column b
+        b = min(a + BOUND_ROWS, R.shape[0])
+        weighted += (alpha[a:b].abs() * (R[a:b, :b].abs() @ Va[:b])).sum(0)
     gamma = _gamma(R.shape[0])
     prior_scale = prior.abs() if prior_scale is None else prior_scale
     formation = _gamma(FORMATION_OPS) * prior_scale
@@ -48,7 +52,7 @@ def solve_with_bound(R: torch.Tensor, K: torch.Tensor, prior: torch.Tensor, prio
     VV = (V * V).sum(0)
     d = R.diagonal().abs()
     second = 3 * gamma ** 2 * float(d.max() / d.min()) ** 2 * VV  # the second-order term, with an estimate of kappa(R)
-    bound = gamma * (2 * (alpha.abs() * RV).sum(0) + VV) + second + formation
+    bound = gamma * (2 * weighted + VV) + second + formation
     return V, bound
 
 
