@@ -96,21 +96,21 @@ def main(argv=None) -> None:
     x = m._standard_state(q[1:].reshape(-1, m.n), v[1:].reshape(-1, m.n))
     xr = m._standard_state(q[0], v[0]).expand_as(x)
     G = U.LinearisedQuantity(m._quantity("energy", args.order), x, 1, m._jet_order("energy", args.order))
-    pieces = []  # (prior, K) as posterior_variance forms them, captured at its solve
+    pieces = []  # (prior, K and their formation scales) as posterior_variance forms them, captured at its solve
     real = U.resolved_variance
 
-    def capture(R_, prior, K):
-        pieces.append((prior, K))
-        return real(R_, prior, K)
+    def capture(R_, prior, K, prior_scale, K_scale):
+        pieces.append((prior, K, prior_scale, K_scale))
+        return real(R_, prior, K, prior_scale, K_scale)
 
     U.resolved_variance = capture
     try:
         U.posterior_variance(gp, G, U.Reference(xr))
     finally:
         U.resolved_variance = real
-    prior, K = (torch.cat(p) for p in zip(*pieces))
+    prior, K, prior_scale, K_scale = (torch.cat(p) for p in zip(*pieces))
     ref = refined_variance(R, prior, K)
-    plain, bound = resolved_variance(R, prior, K)
+    plain, bound = resolved_variance(R, prior, K, prior_scale, K_scale)
     g = torch.Generator().manual_seed(1)
     eps = torch.finfo(torch.float64).eps
 

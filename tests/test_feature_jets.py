@@ -73,10 +73,11 @@ class _RowFunction(U._Columns):
 
 
 def test_variance_matches_the_feature_route(model):
-    """posterior_variance (no reference) against prior - |R^-1 K|^2 from the autograd pieces: within 1e-10 relative plus
-    the rounding bound posterior_variance raises variances to (variance_rounding.resolved_variance, computed here for
-    the old pieces; where the data pin the energy down the variance is ~1e-10 of the prior). The far state's variance
-    (no cancellation) agrees to 1e-10 relative."""
+    """posterior_variance (no reference) against prior - |R^-1 K|^2 from the autograd pieces (the K route: this checks
+    the feature route's numbers, not the rounding bound, which tests/test_learners_variance_rounding.py checks): within
+    1e-10 relative plus the rounding bound posterior_variance raises variances to (variance_rounding.resolved_variance,
+    computed here for the old pieces; where the data pin the energy down the variance is ~1e-10 of the prior). The
+    far state's variance (no cancellation) agrees to 1e-10 relative."""
     from learners.shadow.variance_rounding import resolved_variance
 
     m, x = model

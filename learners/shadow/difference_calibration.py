@@ -21,7 +21,9 @@ only), the quantity is :math:`H_{rec}[2]` (the GP part of higher orders uses the
 matched by :func:`~learners.shadow.calibration.scale_for` (90% of :math:`|z|` below 1.645). The truncation term
 does not enter: both posteriors share it. Each posterior variance is known only to its rounding bound
 (:func:`~learners.shadow.variance_rounding.resolved_variance`), so a pair whose :math:`v_k - v` is below the sum of the
-two bounds is left out: dividing by rounding gave innovations of any size (with the earlier worst-case floor
+two bounds is left out, each bound with its factorisation term
+(:func:`~learners.shadow.variance_rounding.factorisation_bound`: the two variances are exact for two different nearby
+GPs, the final one's and the fold's, so their difference carries both factorisations' rounding): dividing by rounding gave innovations of any size (with the earlier worst-case floor
 :math:`\kappa(R)\,\epsilon P`, reached by the variances of :math:`H_{rec}` differences under the mechanical kernel at
 120 trajectories, scales of 324 to 19,000 between folds).
 
@@ -46,7 +48,7 @@ import torch
 import bea
 
 from .uncertainty import LinearisedQuantity, _feature_map, _jet_and_atoms, _kernel, chunk_rows
-from .variance_rounding import floored, resolved_variance
+from .variance_rounding import factorisation_bound, floored, solve_with_bound
 
 __all__ = ["CALIBRATION_FOLDS", "FOLD_BUDGET", "CALIBRATION_PAIRS", "difference_innovations", "fold_groups"]
 
@@ -126,7 +128,9 @@ def _differences(model, gp, x: torch.Tensor, x_ref: torch.Tensor, order: int) ->
 
 def _raw_variances(gps: Sequence, subsets: Sequence[torch.Tensor], G: LinearisedQuantity, x_ref: torch.Tensor) -> List[torch.Tensor]:
     r"""Raw posterior variances (``variance_scale`` 1) and their rounding bounds
-    (:func:`~learners.shadow.variance_rounding.resolved_variance`), (2, B) each, of the scalar jet quantity ``G`` at ``G.x`` minus
+    (:func:`~learners.shadow.variance_rounding.resolved_variance`, plus its
+    :func:`~learners.shadow.variance_rounding.factorisation_bound`: the innovations compare these variances between
+    posteriors factorised apart), (2, B) each, of the scalar jet quantity ``G`` at ``G.x`` minus
     the same at ``x_ref``, under each posterior of ``gps``: one kernel and one set of hyperparameters, posterior ``j``
     conditioned on the functionals ``subsets[j]`` of ``gps[0]``'s. The same numbers as
     :func:`~learners.shadow.uncertainty.posterior_variance` (``Reference(x_ref)``) for each posterior in turn, with its
@@ -145,13 +149,17 @@ def _raw_variances(gps: Sequence, subsets: Sequence[torch.Tensor], G: Linearised
             prior_r, _, Jr, c_r, _ = _jet_and_atoms(gp, G, xr, None, layout, s2, with_sections=False)
             prior_b, _, Jb, _, _ = _jet_and_atoms(gp, G, x, None, layout, s2, with_sections=False)
             cross = s2 * layout.apply_to_sections(Jb, x, xr, c_r[:, 0])[:, 0]  # Cov(T_b, T_ref)
-            priors.append(prior_b[:, 0, 0] + prior_r[:, 0, 0] - 2 * cross)
+            priors.append((prior_b[:, 0, 0] + prior_r[:, 0, 0] - 2 * cross,
+                           prior_b[:, 0, 0].abs() + prior_r[:, 0, 0].abs() + 2 * cross.abs()))
             J_b.append(Jb)
             J_r.append(Jr)
-        Kd = s2 * layout.sections(torch.cat(J_b, 1), x, F) - s2 * layout.sections(torch.cat(J_r, 1), xr, F)
+        K_b, K_r = s2 * layout.sections(torch.cat(J_b, 1), x, F), s2 * layout.sections(torch.cat(J_r, 1), xr, F)
         for j, (gp, idx) in enumerate(zip(gps, subsets)):
-            var, bound = resolved_variance(gp._chol, priors[j], Kd[:, j, idx])
-            out[j].append(torch.stack([floored(var[:, None, None], bound[:, None])[:, 0, 0], bound]))
+            # the formation scales of the reference difference, as posterior_variance passes them
+            V, bound = solve_with_bound(gp._chol, (K_b - K_r)[:, j, idx], priors[j][0], priors[j][1],
+                                        (K_b.abs() + K_r.abs())[:, j, idx])
+            var = floored((priors[j][0] - (V * V).sum(0))[:, None, None], bound[:, None])[:, 0, 0]
+            out[j].append(torch.stack([var, bound + factorisation_bound(gp._chol, V)]))
     return [torch.cat(o, 1) for o in out]
 
 
@@ -179,8 +187,8 @@ def difference_innovations(model, order: int = 2) -> Optional[Tuple[torch.Tensor
     mean = [_mean_differences(model, gp, x, x_ref, order) for gp in gps]
     w = []
     for v_k, b_k in folded:
-        # v and v_k are each known to their rounding bounds: a smaller v_k - v is rounding, and dividing by it made
-        # innovations of any size (NaN: left out)
+        # v and v_k are each known to their rounding bounds (with both factorisations' terms, _raw_variances): a
+        # smaller v_k - v is rounding, and dividing by it made innovations of any size (NaN: left out)
         w.append(torch.where(v_k - v > b + b_k, v_k - v, torch.full_like(v, float("nan"))))
     return torch.cat([mean[0] - m for m in mean[1:]]), torch.cat(w)
 

@@ -490,7 +490,9 @@ def _chunk_covariance(gp, G: LinearisedQuantity, ref: Optional[Reference], rows,
             AA = gp.kernel.forward(atoms, atoms_r)
             cross = cross + torch.diagonal(AA)  # Cov(A_b, A_ref)
     prior = prior_b[:, 0, 0] + prior_r[:, 0, 0] - 2 * cross
-    var, bound = resolved_variance(R, prior, (K_b - K_r)[:, 0, :])
+    # both differences cancel for a nearby reference: their rounding is relative to the parts (resolved_variance)
+    scale = prior_b[:, 0, 0].abs() + prior_r[:, 0, 0].abs() + 2 * cross.abs()
+    var, bound = resolved_variance(R, prior, (K_b - K_r)[:, 0, :], scale, (K_b.abs() + K_r.abs())[:, 0, :])
     return _floored(var[:, None, None], bound[:, None])
 
 
