@@ -50,15 +50,24 @@ def _nonzero(c):
     return any(c) if isinstance(c, list) else bool(c)
 
 
+def _free_equals_components_n1(scheme, order):
+    """Assert, for each Lagrangian kind, that the trees to ``h^order`` contracted at n = 1 equal the generic
+    component series coefficient by coefficient; the free results, one per kind."""
+    comp = Derivation(scheme, 1)
+    results = []
+    for kind in LAGRANGIANS:
+        fr = derive_free(scheme, kind, order, _free(scheme))
+        cr = derive_raw(scheme, kind, order, 1, comp)
+        ex = to_components(fr, 1, comp.jets)
+        for k in range(order + 1):
+            assert ex.coeffs[k] == cr.coeffs[k], f"{scheme!r} {kind}: h^{k} differs"
+        results.append(fr)
+    return results
+
+
 def test_galerkin2_symbolic_n1():
     """The trees at n = 1 are the generic component series, exactly; the first correction is at h^4 = h^(2s)."""
-    comp = Derivation(G2, 1)
-    for kind in LAGRANGIANS:
-        fr = derive_free(G2, kind, 4, _free(G2))
-        cr = derive_raw(G2, kind, 4, 1, comp)
-        ex = to_components(fr, 1, comp.jets)
-        for k in range(5):
-            assert ex.coeffs[k] == cr.coeffs[k], f"{kind}: h^{k} differs"
+    for fr in _free_equals_components_n1(G2, 4):
         assert all(not fr.coeffs[k] for k in (1, 2, 3)) and fr.coeffs[4]
 
 
@@ -68,13 +77,7 @@ def test_non_symmetric_stage_schemes_symbolic_n1(scheme):
     """A non-symmetric scheme keeps its odd powers: the trees to h^3 at n = 1 are the component series, exactly,
     for an unequal composition of the midpoint rule (order 2) and a Radau-type Galerkin rule (order 3)."""
     assert not scheme.symmetric
-    comp = Derivation(scheme, 1)
-    for kind in LAGRANGIANS:
-        fr = derive_free(scheme, kind, 3, _free(scheme))
-        cr = derive_raw(scheme, kind, 3, 1, comp)
-        ex = to_components(fr, 1, comp.jets)
-        for k in range(4):
-            assert ex.coeffs[k] == cr.coeffs[k], f"{scheme!r} {kind}: h^{k} differs"
+    for fr in _free_equals_components_n1(scheme, 3):
         assert fr.coeffs[scheme.method_order] and not fr.symmetric  # the first correction, odd or even, is present
 
 
