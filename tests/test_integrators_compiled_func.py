@@ -243,6 +243,19 @@ def test_the_one_graph_chord_step_is_newtons_step_bit_for_bit(scheme, n):
     assert not bool(results[1][0][2:, [1, 4]].any())  # the rows not stepped are left alone
 
 
+def _edit_verdict(stepper, edit) -> None:
+    """Wrap ``stepper``'s one-graph step so that ``edit`` changes (a copy of) its accept flags in place."""
+    chord = stepper._chord
+
+    def edited(*args):
+        x, pn, ok = chord(*args)
+        ok = ok.clone()
+        edit(ok)
+        return x, pn, ok
+
+    stepper._chord = edited
+
+
 def test_a_step_the_chord_cannot_certify_goes_to_newton():
     """Where the one-graph step reports an element not accepted at its second step, the first step is kept and
     newton() takes the second (the graph is not asked again: same inputs, same verdict), with the numbers of newton()
@@ -251,15 +264,7 @@ def test_a_step_the_chord_cannot_certify_goes_to_newton():
     vi = VariationalIntegrator(erf_oscillator, 0.05, execution="eager")
     ref = vi.solve(q0, v0, 30)
     stepper = FuncStepper(erf_oscillator, 0.05, bea.get_scheme("midpoint"), 1, compile=False)
-    chord = stepper._chord
-
-    def second_refused(*args):
-        x, pn, ok = chord(*args)
-        ok = ok.clone()
-        ok[1:, 1] = False
-        return x, pn, ok
-
-    stepper._chord = second_refused
+    _edit_verdict(stepper, lambda ok: ok[1:, 1].fill_(False))  # the second step of every call refused at row 1
     out, pout = torch.zeros(31, 3, 1, dtype=torch.float64), torch.zeros(31, 3, 1, dtype=torch.float64)
     out[:10], pout[:10] = ref.q[:10], ref.p[:10]
     j, p, jac, stop = stepper.advance(out, 9, 30, ref.p[9], None, None, None, vi.options, None, pout)
@@ -283,19 +288,15 @@ def test_padding_rows_do_not_refuse_a_step():
     vi = VariationalIntegrator(erf_oscillator, 0.05, execution="eager")
     ref = vi.solve(q0, v0, 14)
     stepper = FuncStepper(erf_oscillator, 0.05, bea.get_scheme("midpoint"), 1, compile=False)
-    chord = stepper._chord
 
-    def padding_fails(*args):
-        x, pn, ok = chord(*args)
+    def padding_fails(ok):
         assert ok.shape[1] == 4
-        ok = ok.clone()
         ok[:, 3] = False
-        return x, pn, ok
 
     out, pout = torch.zeros(15, 3, 1, dtype=torch.float64), torch.zeros(15, 3, 1, dtype=torch.float64)
     out[:10], pout[:10] = ref.q[:10], ref.p[:10]
     _, _, jac, _ = stepper.advance(out, 9, 10, ref.p[9], None, None, None, vi.options, None, pout)  # newton(): a Jacobian
-    stepper._chord = padding_fails
+    _edit_verdict(stepper, padding_fails)
     j, _, _, stop = stepper.advance(out, 10, 14, pout[10], jac, None, None, vi.options, None, pout)
     assert (j, stop) == (14, None) and stepper.stats == {"chord_steps": 4, "newton_steps": 1}
     assert float((out - ref.q).abs().max()) <= 1e-13
