@@ -23,9 +23,7 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import math
-import warnings
 
 import torch
 
@@ -74,23 +72,11 @@ def refined_variance(R: torch.Tensor, prior: torch.Tensor, K: torch.Tensor) -> t
 
 
 def main(argv=None) -> None:
-    import tests.test_learners_shadow_auto as A
     import learners.shadow.uncertainty as U
-    from integrators.data import snapshots
-    from learners import InverseModifiedLagrangianGP
     from learners.shadow.variance_rounding import resolved_variance
+    from _acceptance_fit import fitted_system
 
-    systems = {make.__name__: (make, h, T) for make, h, T in A.SYSTEMS + A.UNTUNED}
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--system", choices=sorted(systems), required=True)
-    ap.add_argument("--kernel", default="auto")
-    ap.add_argument("--order", type=int, default=2)
-    args = ap.parse_args(argv)
-    make, h, T = systems[args.system]
-    system = make()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        m = InverseModifiedLagrangianGP(h, progress=False, kernel=args.kernel).fit(snapshots(system, h, T, 5, seed=0))
+    args, A, system, m = fitted_system(argv, __doc__.split("\n")[0], kernel="auto", order=2)
     gp, R = m.gp, m.gp._chol
     q, v = A.held_out_states(system, 40)
     x = m._standard_state(q[1:].reshape(-1, m.n), v[1:].reshape(-1, m.n))
