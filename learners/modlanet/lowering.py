@@ -7,7 +7,7 @@ only, run on polynomials in the positions, :mod:`integrators.codegen.spaces`), a
 :func:`integrators.traced.trace_taylor` into its Taylor polynomial to any degree, which a :mod:`bea`
 series of the model needs (:math:`\mathrm{inv}_2(M)`: order 4, :mod:`integrators.series_c`). Both are
 verified against autograd when built. A new element or cell therefore needs no C of its own: its
-``forward`` in torch is its compiled form.
+``forward`` in torch is its compiled form, once its class is listed in :data:`TRACEABLE`.
 
 :func:`plan` keeps the list of what is compiled (:data:`TRACEABLE`), and why not: :class:`~learners.modlanet.elements.Identity`,
 ``AngleOnRod``, ``MLPTransform`` transforms; ``PotentialCell``, ``PairCell``, ``UniformGravity``,
