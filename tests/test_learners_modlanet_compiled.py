@@ -119,6 +119,25 @@ def test_changed_structure_is_refused():
         vi.solve(q0, v0, 5)
 
 
+
+def test_changed_constant_is_refused():
+    """A known cell's constant (UniformGravity.g) is a literal of the traced C: changing it after the build is a
+    change of structure (refused, not stepped with the old g), and a new integrator steps the new g as eager does."""
+    from bea.errors import BeaRuntimeError
+
+    model = ModLaNet.pendulum_chain(2, transform="rod", potential=UniformGravity(9.8), pair=None, learn_masses=False,
+                                    learn_weights=False)
+    q0, v0 = torch.tensor([[0.5, -0.3]], dtype=torch.float64), torch.zeros(1, 2, dtype=torch.float64)
+    vi = VariationalIntegrator(model, 0.05, execution="compiled")
+    before = vi.solve(q0, v0, 20).q
+    model.potential.g = 4.9
+    with pytest.raises(BeaRuntimeError):
+        vi.solve(q0, v0, 20)
+    after = VariationalIntegrator(model, 0.05, execution="compiled").solve(q0, v0, 20).q
+    eager = VariationalIntegrator(model, 0.05, execution="eager").solve(q0, v0, 20).q
+    assert float((after - before).abs().max()) > 1e-3  # the new g moves the trajectory
+    assert float((after - eager).abs().max()) <= 1e-12  # and the new form is the changed model's (issue 13's 1e-12)
+
 def _not_lowerable(kind):
     if kind == "callable-cell":
         return ModLaNet.pendulum_chain(2, transform="rod", potential=lambda x: 9.8 * x[..., 1], pair=None)

@@ -47,7 +47,7 @@ TRACEABLE = (E.Identity, E.AngleOnRod, E.MLPTransform, E.PotentialCell, E.PairCe
 
 def _settings(mod) -> tuple:
     """A module's plain settings (sizes, activation, axis, constants): what its trace reads as literals."""
-    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in vars(mod).items()
+    return tuple(sorted((k, repr(v) if isinstance(v, list) else v) for k, v in vars(mod).items()
                         if isinstance(v, (bool, int, float, str, list)) and k != "training"))
 
 
