@@ -45,16 +45,26 @@ TRACEABLE = (E.Identity, E.AngleOnRod, E.MLPTransform, E.PotentialCell, E.PairCe
              MLP, torch.nn.Linear, torch.nn.ModuleList)
 
 
-def _settings(mod) -> tuple:
-    """A module's plain settings (sizes, activation, axis, constants): what its trace reads as literals."""
-    return tuple(sorted((k, repr(v) if isinstance(v, list) else v) for k, v in vars(mod).items()
-                        if isinstance(v, (bool, int, float, str, list)) and k != "training"))
+#: a bare nn.Module's own state (hooks, flags), and the ModLaNet's settings its forward reads (h, scheme, loss,
+#: options and the learn_* flags belong to the estimator: changing them must not invalidate a compiled form)
+_MODULE_STATE, _ROOT_SETTINGS = frozenset(vars(torch.nn.Module())), ("_order", "parents", "space_dim", "local_dims", "n",
+                                                                     "_offsets")
+
+
+def _settings(mod, root: bool) -> tuple:
+    """A module's settings (sizes, activation, axis, constants of any type; by ``repr`` where not hashable): what its
+    trace reads as literals. Modules and tensors enter :func:`plan` on their own."""
+    vals = ((k, getattr(mod, k, None)) for k in (_ROOT_SETTINGS if root else sorted(set(vars(mod)) - _MODULE_STATE)))
+    return tuple((k, v if isinstance(v, (bool, int, float, str, type(None))) else repr(v)) for k, v in vals
+                 if not isinstance(v, (torch.nn.Module, torch.Tensor)))
 
 
 def plan(model) -> tuple:
-    """The model's structure (hashable: what a compiled form depends on besides the weights): each submodule's type
-    and settings, each tensor's shape, and the values of the integer and boolean ones (index tables, read as
-    literals); :class:`NotLowerable` for what is not compiled (module docstring)."""
+    """The model's structure (hashable: what a compiled form depends on besides the weights' values): each
+    submodule's type and settings, each tensor's shape and identity (the form reads the tensors it traced: one
+    replaced by a new object would be stepped with the old one's values), and the values of the integer and
+    boolean ones (index tables, read as literals); :class:`NotLowerable` for what is not compiled (module
+    docstring)."""
     from .model import ModLaNet
 
     for name in ("forward", "global_states", "kinetic", "potential_energy", "masses"):
@@ -66,12 +76,12 @@ def plan(model) -> tuple:
         if name and type(mod) not in TRACEABLE:
             raise NotLowerable(f"the {type(mod).__name__} {name!r} has no C form (compiled: "
                                f"{', '.join(t.__name__ for t in TRACEABLE)})")
-        parts.append((name, type(mod).__name__, _settings(mod)))
+        parts.append((name, type(mod).__name__, _settings(mod, root=not name)))
     for name, t in [*model.named_parameters(), *model.named_buffers()]:
         if t.is_floating_point() and t.dtype != torch.float64:
             raise NotLowerable(f"the ModLaNet tensor {name} is {t.dtype}; the compiled form computes in float64 like "
                                "the model must")
-        parts.append((name, tuple(t.shape), None if t.is_floating_point() else tuple(t.reshape(-1).tolist())))
+        parts.append((name, tuple(t.shape), id(t) if t.is_floating_point() else tuple(t.reshape(-1).tolist())))
     return tuple(parts)
 
 
@@ -94,8 +104,9 @@ def _traced(model, order: int):
     def refresh() -> np.ndarray:
         now = ref()
         if now is None or plan(now) != structure:
-            raise BeaRuntimeError("the ModLaNet's structure (elements, cells, layer sizes or activations) changed after it "
-                                  "was compiled; build a new VariationalIntegrator for the changed model")
+            raise BeaRuntimeError("the ModLaNet's structure (elements, cells, their constants such as g or G, layer sizes, "
+                                  "activations, or a parameter replaced by a new tensor) changed after it was compiled; "
+                                  "build a new VariationalIntegrator for the changed model")
         return read()
 
     form = dataclasses.replace(form, refresh=refresh)
