@@ -219,7 +219,7 @@ class VariationalIntegrator:
         if p0 is None:
             raise BeaValueError("the Lagrangian does not depend on the velocities: no momentum, no dynamics")
         check_finite(p0, "the initial momentum dL/dv(q0, qdot0)")
-        check_regular_at(self._L, qf, vf, self.h, "initial states (q0, qdot0)")
+        check_regular_at(self._L, qf, vf, self.h, "initial states (q0, qdot0)", self._steppers.get(n) if qf.is_cpu else None)
         out = qf.new_full((steps + 1, qf.shape[0], n), float("nan"))
         out[0] = qf
         pout = torch.full_like(out, float("nan"))
