@@ -132,10 +132,9 @@ INLINE int newton(const int n, const int nev, const Ctx *c, const double *a, con
     double prev_err = NAN;
     for (int it = 0; it <= c->maxiter; it++) {
         residual(n, nev, c, a, x, p, r, aux);
-        double rn = 0.0;
-        int finite = 1;
-        for (int j = 0; j < n; j++) rn = nanmax(rn, fabs(r[j])), finite = finite && isfinite(x[j]);
-        if (!isfinite(rn)) finite = 0;
+        double z = 0.0, rn = 0.0;  /* z: 0 if every r_j and x_j is finite, else NaN (one test); rn = max |r_j| for ftol */
+        for (int j = 0; j < n; j++) z += 0.0 * r[j] + 0.0 * x[j];
+        for (int j = 0; j < n && c->ftol > 0.0; j++) rn = nanmax(rn, fabs(r[j]));
         double err = INFINITY;
         int ok = 0;
         if (have) {
@@ -147,7 +146,7 @@ INLINE int newton(const int n, const int nev, const Ctx *c, const double *a, con
         }
         if (c->ftol > 0.0) ok = ok || rn <= c->ftol;
         if (ok) { if (!have) jacobian(n, nev, c, J); return 0; }
-        if (!finite) return 2;
+        if (!(z == 0.0)) return 2;
         if (it == c->maxiter) return 1;
         if (it == 0 && have && c->reuse && err <= 0.1) {
             memcpy(dx, d, sizeof(double) * n); /* chord step with the previous Jacobian */
