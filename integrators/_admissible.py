@@ -71,8 +71,8 @@ def check_regular_at(lagrangian: Callable, q: torch.Tensor, v: torch.Tensor, h: 
                      stepper: Optional["CompiledStepper"] = None) -> None:
     """Raise :class:`NotRegularError` naming the first state of the batch ``(q, v)`` (each ``(B, n)``)
     where ``lagrangian`` is not regular at step ``h`` (see the module docstring). ``stepper``: the compiled stepper
-    of this Lagrangian if one is built (CPU data): the Hessian from its C form (equal to autograd's to rounding,
-    verified when built) in microseconds, where autograd took 0.5 ms of a solve's 0.9 ms fixed cost (System pendulum)."""
+    of this Lagrangian if one is built (CPU data): the Hessian from its C form (the form the march integrates;
+    a traced form is verified against autograd when built, a declared one is trusted) in microseconds, where autograd took 0.5 ms of a solve's 0.9 ms fixed cost (System pendulum)."""
     B, n = q.shape
     H = _autograd_hessian(lagrangian, q, v) if stepper is None else stepper.lagrangian_derivatives(torch.cat([q, v], -1))[1]
     if not bool(torch.isfinite(H).all()):

@@ -29,6 +29,8 @@ def _both(L, h, scheme, q0, v0, steps, **options):
 # step agrees to a few ulps; over 200 steps of these regular motions the difference stays near 1e-13.
 @pytest.mark.parametrize("system, scheme, q0, v0", [
     (systems.pendulum(), "midpoint", [[0.5], [2.5], [-1.0]], [[0.1], [0.0], [1.5]]),
+    # n = 1 inlines the derivative code into the march; with two points the general Newton loop runs it
+    (systems.pendulum(), "trapezoidal", [[0.5], [2.5], [-1.0]], [[0.1], [0.0], [1.5]]),
     (systems.kepler(), "trapezoidal", [[1.0, 0.0], [0.0, 0.6]], [[0.0, 1.0], [-1.5, 0.1]]),
     # the double pendulum: a 2-D Lagrangian whose mass matrix depends on the positions (not separable)
     (systems.n_pendulum(2), "generalised_midpoint(alpha=0.3)", [[0.5, -0.2], [1.0, 1.2]], [[0.3, -0.1], [0.0, 0.4]]),
