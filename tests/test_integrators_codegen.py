@@ -42,7 +42,8 @@ CODEGEN_FILES = (
 #: met: what remains is the tracer (issue 28 item 2) and its rules, the march template, the runtime and the two
 #: emitters (jets and sums over atoms), each written once. Measured and kept: tracing the GP mean's torch code
 #: instead of its sum over atoms (reduce.py) built in 14 s for 153 atoms and evaluated 5x slower
-#: (benchmarks/RESULTS_speed.md, session 7)
+#: (benchmarks/RESULTS_speed.md, session 7). 3,239 after the System march's speed-ups (session 7, cg-sys: +12 lines,
+#: the inlining switch and the one-point-scheme instance; RESULTS_speed.md)
 CODEGEN_LINES = 3240
 
 
