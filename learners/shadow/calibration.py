@@ -106,7 +106,7 @@ def conservation_values(model, qs: torch.Tensor, order: int = 2):
     # the first omitted term as energy(order, return_std=True) takes it: the next order's energy at the same states,
     # by autograd (the closed-form jet of that order is compiled C: 2 minutes at n = 3, for 48 states taking 0.5 s)
     v = model.velocities(qs, order)
-    q_std, v_std = model._to_standard(qs), v / model._speed
+    q_std, v_std = model._to_standard(qs), model._vector_to_standard(v)
     H_next = bea.energy(model._recovered_std(next_order(order, model.scheme), jets=False))(q_std, v_std).detach()
     H_next = model._speed ** 2 * H_next  # energies scale as (sigma / tau)^2
     err, var, trunc = E[1:].reshape(-1), sd[1:].reshape(-1) ** 2, ((H_next - H_next[0]) - E)[1:].reshape(-1)

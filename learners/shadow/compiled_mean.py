@@ -237,8 +237,11 @@ def data_units_form(model, n: int):
     r"""The C form of a fitted model's posterior mean in the data's units: :math:`L(q, v) = s^2\,\bar L'((q - \bar q)/\sigma,
     v/s)` (:mod:`learners.shadow.units`), the GP coordinates' C form composed by
     :class:`integrators.model_protocol.AffineModel` (so the public ``integrator()`` steps in C like ``predict``)."""
+    from integrators.compiled import NotLowerable
     from integrators.model_protocol import AffineModel
 
+    if model._rotation is not None:  # AffineModel maps each coordinate alone
+        raise NotLowerable("a model fitted in rotated coordinates (principal directions) has no compiled data-units form")
     speed = float(model._speed)
     unit = float(model._unit) if model._center is not None else 1.0
     center = model._center if model._center is not None else torch.zeros(n, dtype=torch.float64)

@@ -57,14 +57,15 @@ from .retry import solve_with_retry
 from .guards import RUNAWAY_FACTOR, ExtrapolationError, ExtrapolationWarning, check_prediction, report_extrapolation, runaway
 from .functionals import Functionals, del_residual_functionals, snapshot_functionals, triples_from_snapshots
 from .normalisation import in_standard_units
+from .principal import fit_with_candidate
+from .step_resolution import check_step_resolution
 from .units import position_units, standard_step
 from .recovery import RecoveryMixin
 from .rbf_jet import RBFJet, jets_fit
 from .stage_lsi import accepted_scheme, check_stage_objective, fit_stages, linear_scheme
 from .compiled_mean import StandardisedMean  # noqa: F401  (re-exported: its old home)
 
-__all__ = ["InverseModifiedLagrangianGP", "DEFAULT_NEWTON", "SEARCH_ITERATIONS", "ExtrapolationWarning", "ExtrapolationError",
-           "EXTRAPOLATION_FACTOR"]
+__all__ = ["InverseModifiedLagrangianGP", "DEFAULT_NEWTON", "SEARCH_ITERATIONS", "ExtrapolationWarning", "ExtrapolationError", "EXTRAPOLATION_FACTOR"]
 
 TorchLagrangian = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -167,18 +168,22 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
     def fit(self, snapshots) -> "InverseModifiedLagrangianGP":
         r"""Learn :math:`L_{inv}` from position snapshots ``(n_traj, n_steps + 1, n)`` (``n_steps >= 2``).
 
-        The snapshots are standardised first (module docstring, *Units*); a coordinate that never moves
-        is an error (nothing to learn about its dynamics). Hyperparameters are learned unless fixed (see
-        the class docstring; a fixed ``lengthscale`` is in the data's units); the final GP is
-        conditioned on all DEL residuals and the normalisation; :attr:`conditioning` reports the solve."""
+        The snapshots are standardised first (module docstring, *Units*); a coordinate that never moves is an error.
+        Hyperparameters are learned unless fixed (class docstring; a fixed ``lengthscale`` is in the data's units); the
+        final GP is conditioned on all DEL residuals and the normalisation (:attr:`conditioning`). From ``n = 3`` the
+        positions search also scores the principal directions (:mod:`~learners.shadow.principal`); a step too coarse for
+        the data's motion warns (:mod:`~learners.shadow.step_resolution`)."""
         S = check_snapshots(snapshots)
-        n = S.shape[-1]
-        center, unit = position_units(S)
-        Sd = (S - center) / unit
-        self.n = n
-        self._set_units(center, unit, standard_step(Sd) if self._learns_time_unit else None)
-        h = self._h_std
-        norm = in_standard_units(self.normalisation, self._standard_state, h, self.scheme)
+        fit_with_candidate(self, S)
+        check_step_resolution(self, S)
+        return self
+
+    def _fit_in_units(self, S: torch.Tensor, rotation: Optional[torch.Tensor] = None) -> None:
+        """:meth:`fit` in the standardised coordinates, turned by ``rotation`` (:mod:`learners.shadow.units`) if given."""
+        self.n, (center, unit) = S.shape[-1], position_units(S)
+        Sd = (S - center) / unit if rotation is None else (S - center) / unit @ rotation
+        self._set_units(center, unit, standard_step(Sd) if self._learns_time_unit else None, rotation=rotation)
+        h, norm = self._h_std, in_standard_units(self.normalisation, self._standard_state, self._h_std, self.scheme)
         self._standard_snapshots = Sd  # for the "positions" objective while learning
         try:
             if isinstance(self.scheme, bea.StageScheme):  # DEL conditions linearised and iterated (stage_lsi)
@@ -187,11 +192,7 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
                 self._fit_functionals(*snapshot_functionals(Sd, h, self.scheme), normalisation=norm)
         finally:
             del self._standard_snapshots
-        self.snapshots = S
-        self._recovered = {}
-        self._jet = None
-        self._data_level = None
-        return self
+        self.snapshots, self._recovered, self._jet, self._data_level = S, {}, None, None
 
     def _position_objective(self, trajectories: torch.Tensor):
         from .position_objective import position_objective
@@ -225,8 +226,8 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
             triples = triples_from_snapshots(check_snapshots(x, self.n))
         mean, std = self._residual_posterior(self._to_standard(triples), return_std)
         if not return_std:
-            return self._speed * mean
-        return self._speed * mean, self._speed * std
+            return self._vector_from_standard(mean)
+        return self._vector_from_standard(mean), self._std_from_standard(std)
 
     def _residual_posterior(self, triples_std: torch.Tensor, return_std: bool = True):
         """Posterior mean and std (or None) of the DEL residuals of :math:`L'` at standardised triples, ``(B, n)``."""
@@ -270,10 +271,10 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
             return self.lagrangian
         if N not in self._recovered:
             L_std, speed = self._recovered_std(N), self._speed
-            to_std = self._to_standard
+            to_std, vec_to_std = self._to_standard, self._vector_to_standard
 
             def L_rec(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-                return speed ** 2 * L_std(to_std(q), v / speed)
+                return speed ** 2 * L_std(to_std(q), vec_to_std(v))
 
             L_rec.order = N  # type: ignore[attr-defined]
             self._recovered[N] = L_rec
@@ -337,7 +338,7 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
             raise BeaValueError(f"q0 and qdot0 must have shape (batch..., {self.n}), got {tuple(q0.shape)} and {tuple(qdot0.shape)}")
         check_finite(q0, "q0")
         check_finite(qdot0, "qdot0")
-        q0s, v0s = self._to_standard(q0), qdot0 / self._speed
+        q0s, v0s = self._to_standard(q0), self._vector_to_standard(qdot0)
         try:
             sol = solve_with_retry(self._integrator_std, newton, q0s, v0s, steps, legendre=self._recovered_std(order))
         except ValueError as err:  # ConvergenceError, NotRegularError, a non-finite initial momentum
@@ -359,8 +360,8 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         t = None if sol.t is None else sol.t * (self.h / self._h_std)  # the solve's times are in the standardised unit
         # legacy: unpacks as the (q, std) it returned before with return_std=True, else acts as the tensor q (deprecated)
         # the march's momenta of L_inv (those of momenta()), mapped back as momenta are (learners.shadow.units)
-        return Trajectory(self._from_standard(sol.q), sol.valid, t=t, p=None if sol.p is None else self._speed * sol.p,
-                          std=self._speed * std if return_std else None, stats=sol.stats,
+        return Trajectory(self._from_standard(sol.q), sol.valid, t=t, p=None if sol.p is None else self._vector_from_standard(sol.p),
+                          std=self._std_from_standard(std) if return_std else None, stats=sol.stats,
                           legacy=("q", "std") if return_std else None, legacy_tuple=return_std)
 
     def _check_extrapolation(self, qs: torch.Tensor, mode: str, every: bool = False) -> torch.Tensor:

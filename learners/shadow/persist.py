@@ -34,7 +34,7 @@ def fitted_state(model) -> Dict[str, Any]:
     """Tensors and numbers of a fitted :class:`~learners.shadow.hyperparameters.FunctionalLagrangianModel`."""
     model._require_fit()
     gp = model.gp
-    return {"n": model.n, "center": model._center, "unit": model._unit, "step": model._step, "gp": gp.state_dict(), "chol": gp._chol,
+    return {"n": model.n, "center": model._center, "unit": model._unit, "step": model._step, "rotation": model._rotation, "gp": gp.state_dict(), "chol": gp._chol,
             "beta": gp._beta.detach(), "functionals": _functionals_state(gp.train_functionals), "info": asdict(gp.info),
             "variance_scale": gp.variance_scale, "norm_count": model._norm_count,
             "kernel_degree": model.kernel_degree, "subclass": model._fitted_extra()}
@@ -44,7 +44,8 @@ def restore(model, state: Dict[str, Any]) -> None:
     """Put a saved fitted state into a freshly constructed model (no refit)."""
     model.n = state["n"]
     # files before the time unit: h' = h; the device is where the posterior was loaded (or moved) to
-    model._set_units(state["center"], state["unit"], state.get("step"), state["beta"].device)
+    # files before the rotation of the standardised coordinates: none
+    model._set_units(state["center"], state["unit"], state.get("step"), state["beta"].device, state.get("rotation"))
     model.kernel_degree = state.get("kernel_degree")  # files before the kernel choice: the constructor's kernel
     gp = model._make_gp(2 * model.n)
     gp.load_state_dict(state["gp"])

@@ -119,7 +119,7 @@ class RecoveryMixin:
         if q.shape[0] > SMALL_BATCH or isinstance(self.gp.kernel.base_kernel, RBFKernel):
             L_next = self._recovered_std(Nn, jets=q.shape[0] > SMALL_BATCH)
             # data units: v' = v / speed and L = speed**2 L' (speed = unit / time unit, learners.shadow.units)
-            H_next = bea.energy(lambda q_, v_: self._speed ** 2 * L_next(self._to_standard(q_), v_ / self._speed))
+            H_next = bea.energy(lambda q_, v_: self._speed ** 2 * L_next(self._to_standard(q_), self._vector_to_standard(v_)))
             nxt = _in_chunks(H_next, q, v, self._autograd_chunk())
             return nxt if ref is None else nxt - H_next(ref[0][None], ref[1][None]).detach()
         p = self._jet_order("energy", N) + Nn - N
@@ -199,6 +199,8 @@ class RecoveryMixin:
         if what == "momentum":
             Minv = torch.linalg.inv(self._mass_std(order, q3.reshape(-1, n)[rows], v3.reshape(-1, n)[rows]))
             cov = Minv @ cov @ Minv.transpose(1, 2)
+            if self._rotation is not None:  # on the data's axes (learners.shadow.units): R cov R^T, exactly
+                cov = self._rotation @ cov @ self._rotation.T
             std = q_std.new_full((S1 * Bt, n), float("nan"))
             std[rows] = torch.diagonal(cov, dim1=1, dim2=2).clamp_min(0).sqrt()
             return std.reshape(q_std.shape)
@@ -210,8 +212,8 @@ class RecoveryMixin:
         r"""Discrete momenta of :math:`\bar L_{inv}` along positions ``qs`` ``(steps + 1, batch..., n)``:
         :math:`p_0 = -D_1L_\Delta(q_0, q_1)`, :math:`p_j = D_2L_\Delta(q_{j-1}, q_j)` (in time chunks)."""
         qs = self._positions(qs)
-        return self._speed * modified.momenta(None, self._to_standard(qs), self._h_std, self.scheme, chunk,
-                                             integrator=self._momentum_integrator())
+        return self._vector_from_standard(modified.momenta(None, self._to_standard(qs), self._h_std, self.scheme, chunk,
+                                                           integrator=self._momentum_integrator()))
 
 
     def velocities(self, qs, order: int = 2, chunk: Optional[int] = None, return_std: bool = False, std_every: int = 1,
@@ -235,14 +237,15 @@ class RecoveryMixin:
         q_std = self._to_standard(qs)
         v_std = self._velocities_std(q_std, order, chunk)
         if not return_std:
-            return self._speed * v_std
+            return self._vector_from_standard(v_std)
         ensure_energy_calibration(self)
         N = check_order(order, self.scheme.symmetric)
-        std = self._along_positions_std(q_std, v_std, N, "momentum", _every(std_every))
+        std = self._along_positions_std(q_std, v_std, N, "momentum", _every(std_every))  # on the data's axes
+        v = self._vector_from_standard(v_std)
         if truncation:
-            v_next = self._velocities_std(q_std, next_order(N, self.scheme), chunk)
-            std = (std ** 2 + (v_next - v_std) ** 2).sqrt()
-        return self._speed * v_std, self._speed * std
+            v_next = self._vector_from_standard(self._velocities_std(q_std, next_order(N, self.scheme), chunk))
+            std = (std ** 2 + ((v_next - v) / self._speed) ** 2).sqrt()
+        return v, self._speed * std
 
     def _velocities_std(self, qs_std: torch.Tensor, order: int, chunk: Optional[int], jets: bool = True) -> torch.Tensor:
         deep = jets and jets_fit(self.n, order)  # momenta need first derivatives only: the jet always serves them

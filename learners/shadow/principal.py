@@ -1,0 +1,142 @@
+r"""Principal-direction coordinates: a candidate of the ``"positions"`` search for data whose directions differ in scale.
+
+The positions search (:mod:`learners.shadow.position_search`) ties one lengthscale over all positions and one over
+all velocities, in coordinates standardised with one scale for all (:mod:`learners.shadow.units`). Where the
+dynamics are much quieter in some directions than in others, one lengthscale cannot fit both: the softened two-body
+problem in a weak trap (``two_body4`` of tests/test_learners_shadow_auto.py) has accelerations 50x weaker along the
+centre of mass than along the relative coordinate, the tied search ends long for the relative potential, and the
+motion is mispredicted by 8% of a step (benchmarks/RESULTS_identification.md, session 5).
+
+The candidate turns the standardised positions to the principal directions of their second differences,
+
+.. math::  C = \frac1K\sum_{k} a_k a_k^\top, \quad a_k = \frac{q'_{k+1} - 2q'_k + q'_{k-1}}{h'^2}, \qquad
+           C = R\,\mathrm{diag}(\lambda_1..\lambda_n)\,R^\top,
+
+(the covariance of the accelerations; :math:`R` orthogonal) and fits :math:`L'` in the coordinates :math:`R^\top q'`
+(the DEL equations of every scheme commute with this linear map: :mod:`learners.shadow.units`), with the search's tied
+lengthscales multiplied per direction by
+
+.. math::  f_i = (\lambda_{\max}/\lambda_i)^{1/2} \Big/ \Big(\prod_j (\lambda_{\max}/\lambda_j)^{1/2}\Big)^{1/n}
+
+(positions and velocities alike; geometric mean 1, so the grid's scales keep their meaning). Why the square root: a
+GP sample with lengthscale :math:`\ell` has gradients of size :math:`1/\ell`, and the force along direction :math:`i`
+has the RMS :math:`\sqrt{\lambda_i}`, so the lengthscales follow :math:`1/\sqrt{\lambda_i}`. The candidate fixes the
+whole mass matrix (:class:`~learners.shadow.normalisation.MassNormalisation` with ``matrix=True``): in such data the
+parts whose motions are nearly independent are exactly the ones the trace leaves unscaled (with the trace the rotated
+two_body4 fit predicted the motion best but weighted its parts 1.98 / 0.40 / 1.47: energy error 0.25). With
+``kernel="auto"`` its kernel is the degree-2 mechanical kernel (the lower energy error there: 0.018 against 0.033).
+
+It is kept only where its held-out objective (the mean log squared one-step error, invariant under rotations) is lower
+than the tied fit's by :data:`PRINCIPAL_MARGIN`, so systems where it does not help keep today's fit, and ``n <= 2``
+(the likelihood objective) never runs it. Cost: one more search (30 subset solves and up to 7 full solves) and one
+more final solve, for ``n >= 3`` only.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Optional, Tuple
+
+import torch
+
+import bea
+from bea.errors import BeaError
+
+__all__ = ["principal_directions", "lengthscale_factors", "fit_with_candidate", "PRINCIPAL_MARGIN", "POWER"]
+
+#: how much lower (mean of log squared one-step errors) the candidate's held-out objective must be to be kept: 0.5,
+#: one-step errors about 22% smaller, the margin of the mass-matrix choice (position_search.MATRIX_MARGIN) for the same
+#: reason -- differences below it do not say which fit identifies better. two_body4 gains 1.9 (session 5).
+PRINCIPAL_MARGIN = 0.5
+#: exponent of the lengthscale factors (module docstring)
+POWER = 0.5
+
+#: the constructor state the adopted candidate must not overwrite: the model keeps what it was asked for
+_CONFIG = ("_init_args", "normalisation", "_kernel_template", "_kernel_auto", "progress")
+
+
+def principal_directions(S_std: torch.Tensor, h: float) -> Tuple[torch.Tensor, torch.Tensor]:
+    r"""Eigenvalues :math:`\lambda` (ascending, (n,)) and orthonormal eigenvectors :math:`R` (columns, (n, n)) of the
+    covariance of the second differences of snapshots ``S_std`` (n_traj, m, n) divided by ``h**2`` (module docstring)."""
+    a = (S_std[:, 2:] - 2 * S_std[:, 1:-1] + S_std[:, :-2]).reshape(-1, S_std.shape[-1]) / h ** 2
+    lam, R = torch.linalg.eigh(a.T @ a / a.shape[0])
+    return lam, R
+
+
+def lengthscale_factors(lam: torch.Tensor, power: float = POWER) -> torch.Tensor:
+    r""":math:`f_i` of the module docstring; a direction without acceleration (:math:`\lambda_i \le 10^{-12}
+    \lambda_{\max}`: no force the data can see) is treated as :math:`10^{-12}\lambda_{\max}`."""
+    top = float(lam.max())
+    f = (top / lam.clamp_min(1e-12 * top)) ** power
+    return f / f.log().mean().exp()
+
+
+def _applies(model, n: int) -> bool:
+    """Whether the candidate is scored: the ``"positions"`` search with per-input lengthscales, learned kernel,
+    a mass normalisation that may fix the whole matrix, and a scheme linear in L."""
+    from .normalisation import MassNormalisation
+
+    norm = model.normalisation
+    return (n >= 3 and model._learns_time_unit and model.ard and not isinstance(model.scheme, bea.StageScheme)
+            and model._resolved_objective(n) == "positions" and isinstance(norm, MassNormalisation)
+            and norm.matrix is not False)
+
+
+def _candidate(model, S: torch.Tensor, R: torch.Tensor, factors: torch.Tensor):
+    """A model of the same options, fitted in the principal directions with the per-direction factors."""
+    from .mechanical import MechanicalKernel
+    from .position_search import MECHANICAL_DEGREE
+
+    cand = type(model)(**{**model._init_args, "progress": False})
+    cand.normalisation = model.normalisation.with_matrix(True)
+    if model._kernel_auto:
+        cand._kernel_template, cand._kernel_auto = MechanicalKernel(MECHANICAL_DEGREE), False
+    cand._direction_factors = factors
+    cand._fit_in_units(S, R)
+    if model._kernel_auto:
+        cand.kernel_degree = MECHANICAL_DEGREE  # the model file's record of the kernel (persist)
+    return cand
+
+
+def _adopt(model, cand) -> None:
+    """``model`` takes ``cand``'s fitted state (posterior, units, history, calibration), keeping its own options."""
+    keep = {k: model.__dict__[k] for k in _CONFIG if k in model.__dict__}
+    model.__dict__.update(cand.__dict__)
+    model.__dict__.update(keep)
+    model.__dict__.pop("_direction_factors", None)
+
+
+def fit_with_candidate(model, S: torch.Tensor) -> None:
+    """Fit ``model`` on snapshots ``S`` (data units) as the search does, then, where it applies, the principal-direction
+    candidate; keep the candidate only where its held-out objective is lower by :data:`PRINCIPAL_MARGIN`. The
+    warnings of the fit kept are issued (those of the other are not); ``model.history["principal"]`` records the
+    eigenvalues, factors, both objectives and the choice."""
+    n = S.shape[-1]
+    if not _applies(model, n):
+        model._fit_in_units(S)
+        return
+    with warnings.catch_warnings(record=True) as base_warnings:
+        warnings.simplefilter("always")
+        model._fit_in_units(S)
+    center, unit = model._center, model._unit
+    lam, R = principal_directions((S - center) / unit, 1.0)  # h' only scales lambda, not the directions or factors
+    factors = lengthscale_factors(lam)
+    record = {"eigenvalues": lam.tolist(), "factors": factors.tolist(), "objective": model.history.get("objective")}
+    cand: Optional[object] = None
+    with warnings.catch_warnings(record=True) as cand_warnings:
+        warnings.simplefilter("always")
+        try:
+            cand = _candidate(model, S, R, factors)
+        except (BeaError, torch.linalg.LinAlgError) as err:  # no usable candidate: today's fit stands
+            record["error"] = f"{type(err).__name__}: {err}"
+    value = None if cand is None else cand.history.get("objective")
+    base = record["objective"]
+    kept = value is not None and math.isfinite(value) and (base is None or not math.isfinite(base)
+                                                           or value < base - PRINCIPAL_MARGIN)
+    record.update(candidate_objective=value, kept=kept)
+    if kept:
+        _adopt(model, cand)
+    model.history["principal"] = record
+    for w in (cand_warnings if kept else base_warnings):
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
