@@ -241,11 +241,10 @@ class RecoveryMixin:
         ensure_energy_calibration(self)
         N = check_order(order, self.scheme.symmetric)
         std = self._along_positions_std(q_std, v_std, N, "momentum", _every(std_every))  # on the data's axes
-        v = self._vector_from_standard(v_std)
         if truncation:
-            v_next = self._vector_from_standard(self._velocities_std(q_std, next_order(N, self.scheme), chunk))
-            std = (std ** 2 + ((v_next - v) / self._speed) ** 2).sqrt()
-        return v, self._speed * std
+            diff = self._velocities_std(q_std, next_order(N, self.scheme), chunk) - v_std
+            std = (std ** 2 + (diff if self._rotation is None else diff @ self._rotation.T) ** 2).sqrt()
+        return self._vector_from_standard(v_std), self._speed * std
 
     def _velocities_std(self, qs_std: torch.Tensor, order: int, chunk: Optional[int], jets: bool = True) -> torch.Tensor:
         deep = jets and jets_fit(self.n, order)  # momenta need first derivatives only: the jet always serves them
