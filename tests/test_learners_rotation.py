@@ -23,7 +23,7 @@ from learners.shadow.step_resolution import QUANTILE, STIFF_LIMIT, step_resoluti
 from learners.shadow.units import check_rotation
 from bea.errors import BeaValueError
 
-from test_learners_shadow_auto import anharmonic3, mass_chain4, morse3, two_body4
+from test_learners_shadow_auto import energy_differences, anharmonic3, mass_chain4, morse3, two_body4
 
 REL = 1e-9
 H = 0.2
@@ -130,14 +130,50 @@ def test_principal_directions_and_factors():
     assert torch.allclose(f, torch.tensor([10 ** (1 / 3), 10 ** (1 / 3), 10 ** (-2 / 3)], dtype=torch.float64), rtol=1e-12)
 
 
-def test_candidate_is_kept_on_two_body4_and_predicts_better():
-    """two_body4 (accelerations about 50x weaker along the centre of mass), 40 trajectories: the principal candidate's
-    held-out objective is lower by more than the margin (measured -7.33 tied, -9.09 principal: one-step errors 2.4x
-    smaller), so it is kept, and the model's units carry the rotation."""
-    system = two_body4()
+@pytest.fixture(scope="module")
+def anharmonic_data():
+    return anharmonic3(), snapshots(anharmonic3(), H, 40, 5, seed=0)
+
+
+def _default_fit(S):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", IdentifiabilityWarning)
-        m = InverseModifiedLagrangianGP(H, progress=False).fit(snapshots(system, H, 40, 5, seed=0))
+        return InverseModifiedLagrangianGP(H, progress=False).fit(S)
+
+
+def test_candidate_adopted_where_it_wins(anharmonic_data, monkeypatch):
+    """With the margin moved so that the candidate always wins (anharmonic3, CI size; measured held-out -18.52 tied,
+    -18.67 principal, so by default it is not kept): the model takes the candidate's fit -- rotation in its units,
+    whole mass matrix, its objective -- keeps its own options, and identifies the energy differences as the issue asks
+    (bound 3e-3, the n <= 4 criterion; measured MEASURED_ADOPTED)."""
+    import learners.shadow.principal as P
+
+    system, S = anharmonic_data
+    monkeypatch.setattr(P, "PRINCIPAL_MARGIN", -1e9)
+    m = _default_fit(S)
+    rec = m.history["principal"]
+    assert rec["kept"] and m._rotation is not None and m.history["objective"] == rec["candidate_objective"]
+    assert m._norm_count == 1 + 3 + 6 and m.normalisation.matrix is None  # the matrix's 6 conditions; options kept
+    rel, _ = energy_differences(m, system, 2, return_std=False)
+    assert rel < 3e-3, rel
+
+
+def test_candidate_not_kept_leaves_the_tied_fit(anharmonic_data):
+    """By default (margin 0.5) anharmonic3 keeps the tied fit: no rotation, the trace normalisation chosen as before."""
+    system, S = anharmonic_data
+    m = _default_fit(S)
+    rec = m.history["principal"]
+    assert not rec["kept"] and m._rotation is None
+    assert rec["candidate_objective"] > rec["objective"] - 0.5
+
+
+@pytest.mark.slow
+def test_candidate_is_kept_on_two_body4():
+    """two_body4 (accelerations about 50x weaker along the centre of mass), 60 trajectories: the candidate's held-out
+    objective is lower by more than the margin (measured -7.50 tied, -9.17 principal; at 40 trajectories -7.62 and -7.95,
+    not kept), so it is kept and the model's units carry the rotation (~10 s CPU: under -m slow)."""
+    system = two_body4()
+    m = _default_fit(snapshots(system, H, 60, 5, seed=0))
     rec = m.history["principal"]
     assert rec["kept"] and rec["candidate_objective"] < rec["objective"] - 0.5
     assert m._rotation is not None and m.history["objective"] == rec["candidate_objective"]
