@@ -74,10 +74,11 @@ from bea.errors import BeaRuntimeError, BeaValueError
 from .. import saving
 from ..saving import recorded
 from .._checks import check_linear_scheme, check_states, check_step
-from .calibration import Calibration
+from . import persist
+from .calibration import Calibration, ensure_energy_calibration
 from .functionals import Functionals
 from .gp import FunctionalGP
-from .guards import IdentifiabilityWarning, check_fitted
+from .guards import IdentifiabilityWarning, caller_level, check_fitted
 from .hyperparameter_search import (MIN_NOISE, collapsed, grid_best, grid_search, objective, pattern_search, set_hyperparameters,
                                     settle, spread, training_subsets)
 from .kernel_choice import KernelOption, kernel_option, new_gp
@@ -88,7 +89,6 @@ from .objectives import Auto, Objective, get_objective
 from .units import StandardUnits
 
 __all__ = ["FunctionalLagrangianModel", "MIN_NOISE", "IdentifiabilityWarning"]
-
 
 
 class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
@@ -155,16 +155,12 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
     def save(self, path) -> "Path":
         """Write the fitted model (constructor arguments, hyperparameters, posterior) to ``path`` atomically
         (:mod:`learners.saving`); :meth:`load` gives it back without refitting."""
-        from . import persist
-
         return saving.write(self, path, self._init_args, persist.fitted_state(self))
 
     @classmethod
     def load(cls, path, map_location=None):
         """The model saved in ``path`` by :meth:`save`; :class:`~learners.saving.ModelFileError` if the file holds
         another class or format version."""
-        from . import persist
-
         def restore(config, state):
             model = cls(**config)
             persist.restore(model, state)
@@ -189,17 +185,15 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         (:mod:`learners.shadow.persist`); the cached derived Lagrangians are rebuilt there on demand."""
         if getattr(self, "gp", None) is None or self.gp._beta is None:
             return super()._apply(fn, recurse)
-        from . import persist
-
         persist.move(self, fn)
         return self
 
     # ------------------------------------------------------------------ learning
     def _fit_functionals(self, F_data: Functionals, groups: torch.Tensor, P: Functionals, P_groups: torch.Tensor,
-                         normalisation: Optional[Normalisation] = None) -> None:
-        r"""Learn or set the hyperparameters, then condition on all data functionals + the normalisation.
-
-        ``groups`` (F_data.count,) and ``P_groups`` (P.count,) give the trajectory of each functional."""
+                         normalisation: Optional[Normalisation] = None, finalise: bool = True) -> None:
+        r"""Learn or set the hyperparameters, then (``finalise``, else :meth:`_finalise` later) condition on all data
+        functionals + the normalisation. ``groups`` (F_data.count,) and ``P_groups`` (P.count,) give the trajectory of
+        each functional."""
         D = F_data.dim
         center = torch.cat([a.points for a in F_data.atoms.values()]).mean(0)
         norm = normalisation or self.normalisation
@@ -223,7 +217,14 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         else:
             alt = norm.with_matrix(True).functionals(D // 2, center) if getattr(norm, "matrix", False) is None else None
             F_norm = self._learn(F_data, groups, P, P_groups, F_norm, alt)
-        self._norm_count, gp = F_norm.count, self.gp  # the search may have chosen another kernel's GP
+        self._norm_count, self._final = F_norm.count, (F_data, F_norm)
+        if finalise:
+            self._finalise()
+
+    def _finalise(self) -> None:
+        """The fit's last and largest solve: condition on all data functionals and the normalisation (deferred by
+        :mod:`~learners.shadow.principal` until the search's winner is known), then :func:`check_fitted`."""
+        (F_data, F_norm), self._final, gp = self._final, None, self.gp  # the search may have chosen another kernel's GP
         with torch.no_grad():
             gp.condition(Functionals.cat([F_data, F_norm]))
         gp.variance_scale = self._variance_scale
@@ -269,7 +270,7 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
                 if getattr(self.objective, "fallback", False) and collapsed(gp) and "positions" in self.objectives:
                     warnings.warn(f"the marginal likelihood collapsed (outputscale {float(gp.kernel.outputscale):.2g}, "
                                   "a Lagrangian ~0 away from the normalisation point): learning the hyperparameters with "
-                                  "objective='positions' instead", IdentifiabilityWarning, stacklevel=4)
+                                  "objective='positions' instead", IdentifiabilityWarning, stacklevel=caller_level())
                     kind = "positions"
             if kind == "positions":
                 positions = self._position_objective(torch.unique(groups[va]))
@@ -333,8 +334,6 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         fixed. Each gives the variance scale, and the RMS z-score, fraction within :math:`2\sigma` and count of the
         held-back values it was fitted on."""
         if getattr(self, "_pending_calibration", None) is not None:
-            from .calibration import ensure_energy_calibration
-
             ensure_energy_calibration(self)
         return dict(self._calibration)
 

@@ -57,6 +57,7 @@ from .retry import solve_with_retry
 from .guards import RUNAWAY_FACTOR, ExtrapolationError, ExtrapolationWarning, check_prediction, report_extrapolation, runaway
 from .functionals import Functionals, del_residual_functionals, snapshot_functionals, triples_from_snapshots
 from .normalisation import in_standard_units
+from .position_objective import position_objective
 from .principal import fit_with_candidate
 from .step_resolution import check_step_resolution
 from .units import position_units, standard_step
@@ -171,32 +172,32 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         The snapshots are standardised first (module docstring, *Units*); a coordinate that never moves is an error.
         Hyperparameters are learned unless fixed (class docstring; a fixed ``lengthscale`` is in the data's units); the
         final GP is conditioned on all DEL residuals and the normalisation (:attr:`conditioning`). From ``n = 3`` the
-        positions search also scores the principal directions (:mod:`~learners.shadow.principal`); a step too coarse for
-        the data's motion warns (:mod:`~learners.shadow.step_resolution`)."""
+        positions search also scores the principal directions (:mod:`~learners.shadow.principal`). ``history`` records
+        an estimate of the step's resolution of the motion (:mod:`~learners.shadow.step_resolution`; no warning)."""
         S = check_snapshots(snapshots)
         fit_with_candidate(self, S)
         check_step_resolution(self, S)
         return self
 
-    def _fit_in_units(self, S: torch.Tensor, rotation: Optional[torch.Tensor] = None) -> None:
-        """:meth:`fit` in the standardised coordinates, turned by ``rotation`` (:mod:`learners.shadow.units`) if given."""
+    def _fit_in_units(self, S: torch.Tensor, rotation: Optional[torch.Tensor] = None, finalise: bool = True) -> None:
+        """:meth:`fit` in the standardised coordinates turned by ``rotation`` (:mod:`~learners.shadow.units`) if given;
+        ``finalise=False`` (linear schemes): the search only, the final solve left to :meth:`_finalise`."""
         self.n, (center, unit) = S.shape[-1], position_units(S)
-        Sd = (S - center) / unit if rotation is None else (S - center) / unit @ rotation
-        self._set_units(center, unit, standard_step(Sd) if self._learns_time_unit else None, rotation=rotation)
+        self._set_units(center, unit, None, rotation=rotation)
+        Sd = self._to_standard(S)
+        self._step = standard_step(Sd) if self._learns_time_unit else None  # h', measured in these coordinates
         h, norm = self._h_std, in_standard_units(self.normalisation, self._standard_state, self._h_std, self.scheme)
         self._standard_snapshots = Sd  # for the "positions" objective while learning
         try:
             if isinstance(self.scheme, bea.StageScheme):  # DEL conditions linearised and iterated (stage_lsi)
                 fit_stages(self, Sd, h, norm)
             else:
-                self._fit_functionals(*snapshot_functionals(Sd, h, self.scheme), normalisation=norm)
+                self._fit_functionals(*snapshot_functionals(Sd, h, self.scheme), normalisation=norm, finalise=finalise)
         finally:
             del self._standard_snapshots
         self.snapshots, self._recovered, self._jet, self._data_level = S, {}, None, None
 
     def _position_objective(self, trajectories: torch.Tensor):
-        from .position_objective import position_objective
-
         check_stage_objective("positions", self.scheme)
         return position_objective(triples_from_snapshots(self._standard_snapshots[trajectories]), self._h_std, self.scheme)
 
@@ -214,9 +215,11 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
 
     # ------------------------------------------------------------------ posterior
     def del_residuals(self, snapshots_or_triples, return_std: bool = True):
-        r"""Posterior mean (and standard deviation) of the DEL residuals at new data: triples
-        ``(B, 3, n)``, snapshots ``(n_traj, m, n)`` or a Trajectory (all their triples, trajectory-major). Returns
-        tensors of shape ``(B, n)``, in the data's units (:math:`s = \sigma/\tau` times those of :math:`L'`)."""
+        r"""Posterior mean (and standard deviation) of the DEL residuals at new data: triples ``(B, 3, n)``, snapshots
+        ``(n_traj, m, n)`` or a Trajectory (all their triples, trajectory-major). Returns tensors of shape ``(B, n)``, in
+        the data's units (:math:`s = \sigma/\tau` times those of :math:`L'`). Fitted in rotated coordinates
+        (:mod:`~learners.shadow.principal`), the stds take the rotated components as uncorrelated (cross-covariances are
+        not formed): exact sum of variances, approximate per component (:meth:`StandardUnits._std_from_standard`)."""
         self._require_fit()
         x = as_tensor(snapshot_layout(snapshots_or_triples), "triples")
         check_finite(x, "triples")
@@ -225,9 +228,8 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         else:
             triples = triples_from_snapshots(check_snapshots(x, self.n))
         mean, std = self._residual_posterior(self._to_standard(triples), return_std)
-        if not return_std:
-            return self._vector_from_standard(mean)
-        return self._vector_from_standard(mean), self._std_from_standard(std)
+        mean = self._vector_from_standard(mean)
+        return (mean, self._std_from_standard(std)) if return_std else mean
 
     def _residual_posterior(self, triples_std: torch.Tensor, return_std: bool = True):
         """Posterior mean and std (or None) of the DEL residuals of :math:`L'` at standardised triples, ``(B, n)``."""
@@ -239,8 +241,7 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         return mean.reshape(-1, self.n), var.sqrt().reshape(-1, self.n)
 
     def functional_posterior(self, G: Functionals, full_cov: bool = False):
-        """Posterior mean and variance (or covariance) of any linear functionals of :math:`L_{inv}`
-        (points and directions in the data's units)."""
+        """Posterior mean and variance (or covariance) of linear functionals of :math:`L_{inv}` (data's units)."""
         self._require_fit()
         with torch.no_grad():
             return self.gp.functional_posterior(self._standard_functionals(G), full_cov=full_cov)
@@ -306,8 +307,7 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         return VariationalIntegrator(StandardisedMean(self), self._h_std, self.scheme, **opts)
 
     def _momentum_integrator(self, jets: bool = True) -> VariationalIntegrator:
-        r"""The scheme on :math:`\bar L'_{inv}` for discrete momenta: first derivatives only, from the
-        closed-form jet where there is one."""
+        r"""The scheme on :math:`\bar L'_{inv}` for discrete momenta: first derivatives only, from the closed-form jet."""
         return VariationalIntegrator(self._mean_std(1, jets), self._h_std, self.scheme, **DEFAULT_NEWTON)
 
     def predict(self, q0, qdot0, steps: int, order: int = 2, *, return_std: bool = False, on_extrapolation: str = "warn",
@@ -326,9 +326,9 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         test. The test looks at :data:`CHECK_POINTS` evenly spaced positions per trajectory (every position
         with ``return_std=True``); a position more than :data:`~learners.shadow.guards.RUNAWAY_FACTOR` data spreads
         from the data's centre counts too, and non-finite positions raise ``NonFiniteModelError``. ``return_std=True``
-        fills ``std``, of the same shape as ``q``: the posterior
-        std of the DEL residual centred at each position, in the data's units (NaN at the first and last
-        position, which are not the middle of a triple)."""
+        fills ``std``, of the same shape as ``q``: the posterior std of the DEL residual centred at each position, in
+        the data's units (NaN at the first and last position, which are not the middle of a triple; with a rotation,
+        per component as in :meth:`del_residuals`)."""
         self._require_fit()
         if on_extrapolation not in ("warn", "raise", "ignore"):
             raise BeaValueError(f"on_extrapolation must be 'warn', 'raise' or 'ignore', got {on_extrapolation!r}")

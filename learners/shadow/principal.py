@@ -28,8 +28,8 @@ two_body4 fit predicted the motion best but weighted its parts 1.98 / 0.40 / 1.4
 
 It is kept only where its held-out objective (the mean log squared one-step error, invariant under rotations) is lower
 than the tied fit's by :data:`PRINCIPAL_MARGIN`, so systems where it does not help keep today's fit, and ``n <= 2``
-(the likelihood objective) never runs it. Cost: one more search (30 subset solves and up to 7 full solves) and one
-more final solve, for ``n >= 3`` only.
+(the likelihood objective) never runs it. Cost: one more search (30 subset solves and up to 7 full solves), for
+``n >= 3`` only; the final solve on all data (the largest) is made once, for the fit kept.
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ import torch
 import bea
 from bea.errors import BeaError
 
+from .guards import caller_level
+
 __all__ = ["principal_directions", "lengthscale_factors", "fit_with_candidate", "PRINCIPAL_MARGIN", "POWER"]
 
 #: how much lower (mean of log squared one-step errors) the candidate's held-out objective must be to be kept: 0.5,
@@ -52,8 +54,15 @@ PRINCIPAL_MARGIN = 0.5
 #: exponent of the lengthscale factors (module docstring)
 POWER = 0.5
 
-#: the constructor state the adopted candidate must not overwrite: the model keeps what it was asked for
-_CONFIG = ("_init_args", "normalisation", "_kernel_template", "_kernel_auto", "progress")
+#: the options a candidate copies from the model (their current values, so options set after construction count)
+_OPTIONS = ("h", "scheme", "objective", "fixed_lengthscale", "fixed_noise", "ard", "iterations", "max_train_functionals",
+            "seed", "_user_kernel", "_kernel_template", "_kernel_auto")
+#: the fitted state an adopted candidate hands to the model: what :func:`~learners.shadow.persist.fitted_state` saves
+#: (units, posterior, normalisation count, kernel degree, the subclass's extra), the fit's history and the calibration
+#: still to run (:func:`~learners.shadow.calibration.ensure_energy_calibration`), and the final solve still to make
+_FITTED = ("n", "_center", "_unit", "_step", "_rotation", "_data_device", "gp", "_norm_count", "kernel_degree",
+           "snapshots", "_data_level", "objective_used", "_calibration", "_pending_calibration", "_variance_scale",
+           "history", "_recovered", "_jet", "_final")
 
 
 def principal_directions(S_std: torch.Tensor, h: float) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -84,43 +93,46 @@ def _applies(model, n: int) -> bool:
 
 
 def _candidate(model, S: torch.Tensor, R: torch.Tensor, factors: torch.Tensor):
-    """A model of the same options, fitted in the principal directions with the per-direction factors."""
+    """A model with ``model``'s current options, searched (not yet finalised) in the principal directions with the
+    per-direction factors, the whole mass matrix and, with ``kernel="auto"``, the mechanical kernel."""
     from .mechanical import MechanicalKernel
     from .position_search import MECHANICAL_DEGREE
 
-    cand = type(model)(**{**model._init_args, "progress": False})
+    cand = type(model)(model.h, progress=False)
+    for name in _OPTIONS:
+        setattr(cand, name, getattr(model, name))
     cand.normalisation = model.normalisation.with_matrix(True)
     if model._kernel_auto:
         cand._kernel_template, cand._kernel_auto = MechanicalKernel(MECHANICAL_DEGREE), False
     cand._direction_factors = factors
-    cand._fit_in_units(S, R)
+    cand._fit_in_units(S, R, finalise=False)
     if model._kernel_auto:
         cand.kernel_degree = MECHANICAL_DEGREE  # the model file's record of the kernel (persist)
     return cand
 
 
 def _adopt(model, cand) -> None:
-    """``model`` takes ``cand``'s fitted state (posterior, units, history, calibration), keeping its own options."""
-    keep = {k: model.__dict__[k] for k in _CONFIG if k in model.__dict__}
-    model.__dict__.update(cand.__dict__)
-    model.__dict__.update(keep)
-    model.__dict__.pop("_direction_factors", None)
+    """``model`` takes ``cand``'s fitted state (:data:`_FITTED`), attribute by attribute: its own options and modules
+    (a kernel template) stay, and its ``state_dict`` has the keys of a plain fit."""
+    for name in _FITTED:
+        setattr(model, name, getattr(cand, name))
 
 
 def fit_with_candidate(model, S: torch.Tensor) -> None:
     """Fit ``model`` on snapshots ``S`` (data units) as the search does, then, where it applies, the principal-direction
-    candidate; keep the candidate only where its held-out objective is lower by :data:`PRINCIPAL_MARGIN`. The
-    warnings of the fit kept are issued (those of the other are not); ``model.history["principal"]`` records the
-    eigenvalues, factors, both objectives and the choice."""
+    candidate; keep the candidate only where its held-out objective is lower by :data:`PRINCIPAL_MARGIN`. Only the
+    fit kept makes the final solve (on all data: the fit's largest). Its warnings are issued, naming the caller of
+    ``fit`` (those of the other are dropped; where the candidate is scored they come after both searches, so under
+    ``-W error`` the fit raises at its end); ``model.history["principal"]`` records the eigenvalues, factors, both
+    objectives and the choice."""
     n = S.shape[-1]
     if not _applies(model, n):
         model._fit_in_units(S)
         return
     with warnings.catch_warnings(record=True) as base_warnings:
         warnings.simplefilter("always")
-        model._fit_in_units(S)
-    center, unit = model._center, model._unit
-    lam, R = principal_directions((S - center) / unit, 1.0)  # h' only scales lambda, not the directions or factors
+        model._fit_in_units(S, finalise=False)
+    lam, R = principal_directions((S - model._center) / model._unit, 1.0)  # h' scales lambda, not directions or factors
     factors = lengthscale_factors(lam)
     record = {"eigenvalues": lam.tolist(), "factors": factors.tolist(), "objective": model.history.get("objective")}
     cand: Optional[object] = None
@@ -138,5 +150,6 @@ def fit_with_candidate(model, S: torch.Tensor) -> None:
     if kept:
         _adopt(model, cand)
     model.history["principal"] = record
+    model._finalise()
     for w in (cand_warnings if kept else base_warnings):
-        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        warnings.warn(w.message, w.category, stacklevel=caller_level())
