@@ -155,7 +155,8 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
     def save(self, path) -> "Path":
         """Write the fitted model (constructor arguments, hyperparameters, posterior) to ``path`` atomically
         (:mod:`learners.saving`); :meth:`load` gives it back without refitting."""
-        return saving.write(self, path, self._init_args, persist.fitted_state(self))
+        state = persist.fitted_state(self)
+        return saving.write(self, path, self._init_args, state, persist.file_version(state))
 
     @classmethod
     def load(cls, path, map_location=None):
@@ -238,8 +239,7 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         return self._user_kernel is None and self.fixed_lengthscale is None
 
     def _freeze(self) -> None:
-        for p in self.gp.parameters():
-            p.requires_grad_(False)
+        self.gp.requires_grad_(False)  # every parameter
 
     def _resolved_objective(self, n: int) -> str:
         r"""The objective ``"auto"`` stands for: ``"positions"`` for a model that learns from positions with
@@ -270,7 +270,8 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
                 if getattr(self.objective, "fallback", False) and collapsed(gp) and "positions" in self.objectives:
                     warnings.warn(f"the marginal likelihood collapsed (outputscale {float(gp.kernel.outputscale):.2g}, "
                                   "a Lagrangian ~0 away from the normalisation point): learning the hyperparameters with "
-                                  "objective='positions' instead", IdentifiabilityWarning, stacklevel=caller_level())
+                                  "objective='positions' instead", IdentifiabilityWarning,
+                                  stacklevel=caller_level())
                     kind = "positions"
             if kind == "positions":
                 positions = self._position_objective(torch.unique(groups[va]))
@@ -345,10 +346,10 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
     # ------------------------------------------------------------------ hyperparameters after fitting
     @property
     def hyperparameters(self) -> Dict[str, object]:
-        """Lengthscale(s), outputscale and relative nugget in use."""
+        """Lengthscale(s), outputscale and relative nugget in use; the lengthscales are those of the GP's inputs in the
+        data's units, along the rotated directions where the fit turned its coordinates (``_rotation``, principal)."""
         self._require_fit()
-        gp = self.gp
-        ls = gp.kernel.base_kernel.lengthscale.detach().reshape(-1)
+        gp, ls = self.gp, self.gp.kernel.base_kernel.lengthscale.detach().reshape(-1)
         ls = ls * self._input_units(self.n) if ls.numel() > 1 or self._time != 1.0 else ls * self._unit  # data's units
         return {"lengthscale": ls.tolist() if ls.numel() > 1 else float(ls),
                 "outputscale": float(gp.kernel.outputscale) * gp.variance_scale * self._speed ** 4,
