@@ -41,7 +41,7 @@ from typing import Optional, Tuple
 import torch
 
 import bea
-from bea.errors import BeaError
+from bea.errors import BeaError, BeaWarning
 
 from .guards import caller_level
 
@@ -151,5 +151,5 @@ def fit_with_candidate(model, S: torch.Tensor) -> None:
         _adopt(model, cand)
     model.history["principal"] = record
     model._finalise()
-    for w in (cand_warnings if kept else base_warnings):
-        warnings.warn(w.message, w.category, stacklevel=caller_level())
+    for w in (cand_warnings if kept else base_warnings):  # each as its own class: w.message is the Warning instance,
+        warnings.warn(w.message, BeaWarning, stacklevel=caller_level())  # whose class warn uses over the category
