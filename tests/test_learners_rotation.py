@@ -246,6 +246,27 @@ def test_adopted_candidate_keeps_the_model_s_modules_and_options(pair, monkeypat
     assert len(kept.history["search"]) == 2
 
 
+def test_only_the_fit_kept_makes_the_final_solve(pair, monkeypatch):
+    """Both searches run, but the final solve on all data (the fit's largest Cholesky) is made once, by the model
+    that is kept, kept or not: counted over every model's _finalise, and the model ends fitted on all data."""
+    from learners.shadow.hyperparameters import FunctionalLagrangianModel
+
+    calls = []
+    original = FunctionalLagrangianModel._finalise
+
+    def counted(self):
+        calls.append(self)
+        original(self)
+
+    monkeypatch.setattr(FunctionalLagrangianModel, "_finalise", counted)
+    _, S, _, _ = pair
+    for margin in (-1e9, 1e9):
+        calls.clear()
+        m = _small_auto_fit(S, margin, monkeypatch)
+        assert calls == [m] and m._final is None
+        assert m.gp.train_functionals.count == m.gp._chol.shape[0] > 3 * 12 * 3  # all 36 triples' DEL rows and more
+
+
 def test_fit_warnings_name_the_caller(monkeypatch):
     """The warnings of the fit kept are re-issued naming the line that called fit (this file), not the library:
     two_body4 with 8 x 4 snapshots predicts held-out positions badly (IdentifiabilityWarning of the tied fit, kept),
