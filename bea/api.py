@@ -22,6 +22,8 @@ from .stages import StageScheme
 from .series import Series
 from .free.derive import FreeRaw, derive_free
 from .free.series import FreeSeries
+from .free.stages import check_supported as check_free_stages
+from .free.stages import supported as free_stages_supported
 from .free.storage import decode_raw
 from .free.storage import encode as encode_free
 from .symbolic import Frame, validate_concrete
@@ -64,12 +66,14 @@ def _short(x, width: int = 60) -> str:
     return r if len(r) <= width else r[: width - 3] + "..."
 
 
-def _check_n(n) -> int:
+def _check_n(n, capped: bool = True) -> int:
+    """``n`` as a positive integer; ``capped``: at most :data:`MAX_DIM` (the component engine's limit; the
+    dimension-free engine's functions take any ``n``)."""
     if isinstance(n, bool) or not isinstance(n, int):
         raise BeaTypeError(f"n (the number of degrees of freedom) must be a positive integer, got {type(n).__name__} {_short(n)}")
     if n < 1:
         raise BeaValueError(f"n must be >= 1, got {n}")
-    if n > MAX_DIM:
+    if capped and n > MAX_DIM:
         raise BeaValueError(
             f"n={n} is above the supported maximum {MAX_DIM}: the generic derivation's cost grows about 13-fold "
             "per dimension; omit n= to derive once for every n (vector notation, evaluated in torch at any n), "
@@ -153,7 +157,9 @@ def free_raw(kind: str, scheme: SchemeLike, order: int, cache: bool = True, allo
         raw = _cache.load(key, part="trees", validate=lambda body: _valid_free(body, kind, order))
         if raw is not None:
             return raw
-    check_affordable(kind, order, None, allow_slow)  # a cache miss: estimate before starting
+    if isinstance(sch, StageScheme):
+        check_free_stages(sch)  # an irrational scheme is refused as such, before any estimate
+    check_affordable(kind, order, None, allow_slow, sch)  # a cache miss: estimate before starting
     raw = derive_free(sch, kind, order)
     if not sch.symmetric and raw.symmetric and order % 2:
         raise BeaValueError(f"{sch!r} turned out symmetric (only even powers of h); use an even order")
@@ -276,10 +282,14 @@ def series_function(kind: str, scheme: SchemeLike, order: int, n: Optional[int] 
     The dimension-free function (:func:`compile_torch` without ``n``) in general. For ``n = 1``
     the component formula: it is derived in about a second at every order and evaluates several
     times faster there (one scalar per derivative instead of a chain per tree); the two agree to
-    rounding (``tests/test_free.py``). For a stage scheme (:mod:`bea.stages`) the component formula in
-    every dimension: the dimension-free engine cannot solve for its interior points.
+    rounding (``tests/test_free.py``). A stage scheme (:mod:`bea.stages`) with rational constants takes the
+    same routes (its interior points are solved on trees, :mod:`bea.free.stages`); one with constants in a
+    radical extension (``galerkin3``, the triple jump) takes the component formula in every dimension, since
+    the dimension-free engine refuses it.
     """
-    if n == 1 or (n is not None and isinstance(_scheme(scheme), StageScheme)):
-        # a stage scheme has only the component engine (its interior points are solved for in a given dimension)
+    sch = _scheme(scheme)
+    if n is not None:  # a positive integer; MAX_DIM caps the component routes only (compile_torch checks it there)
+        n = _check_n(n, capped=False)
+    if n == 1 or (n is not None and isinstance(sch, StageScheme) and not free_stages_supported(sch)):
         return compile_torch(kind, scheme, order, n=n, cache=cache, allow_slow=allow_slow)
     return compile_torch(kind, scheme, order, cache=cache, allow_slow=allow_slow)

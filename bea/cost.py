@@ -53,6 +53,26 @@ _MEASURED: Dict[Tuple[Optional[int], str], Dict[int, float]] = {
 _BEYOND_10_MIN = {(2, 6), (3, 4), (6, 2)}  # n = 6 at h^2: bea.api.MAX_DIM
 #: the trapezoidal (and any non-midpoint) rule's dimension-free inverse, relative to the midpoint rule's
 _OTHER_SCHEME_FREE_INVERSE = {6: 4.4, 8: 7.2}
+#: a stage scheme (bea.stages) on the dimension-free engine, one interior point (galerkin2): CPU seconds of the
+#: modified *plus* the inverse modified Lagrangian (benchmarks/RESULTS_derive.md, table 1b), an upper bound of
+#: either kind. Its growth is not the midpoint rule's (h^4 -> h^6: 48x against 29x), and h^8 was stopped
+#: unfinished after 80 CPU s at 2.8 GB resident and growing: above h^6 it is not measured.
+_STAGE_FREE = {2: 0.39, 4: 0.39, 6: 18.6}
+
+
+def _free_stage_estimate(scheme, order: int) -> Optional[Tuple[Optional[float], str]]:
+    """The estimate of a stage scheme on the dimension-free engine (``None``: ``scheme`` is not one)."""
+    from .schemes import get_scheme
+    from .stages import StageScheme
+
+    sch = get_scheme(scheme) if isinstance(scheme, str) else scheme
+    if not isinstance(sch, StageScheme):
+        return None
+    top = max(_STAGE_FREE)
+    if order > top:  # the h^4 -> h^6 growth alone puts h^8 at about 15 minutes
+        return None, (f"a stage scheme above h^{top} on the dimension-free engine is not measured: galerkin2 to h^8 was "
+                      "stopped after 80 CPU s at 2.8 GB resident and growing")
+    return _from_table(_STAGE_FREE, order)
 
 
 def _too_long(n: Optional[int], order: int) -> bool:
@@ -79,22 +99,27 @@ def _from_table(table: Dict[int, float], order: int) -> Tuple[float, str]:
     return table[o] * 20.0 ** ((order - o) / 2), "extrapolated"  # one point: the component engine's usual 20x
 
 
-def estimate(kind: str, order: int, n: Optional[int], scheme: str = "midpoint") -> Tuple[Optional[float], str]:
+def estimate(kind: str, order: int, n: Optional[int], scheme="midpoint") -> Tuple[Optional[float], str]:
     """``(seconds, basis)``: the expected cold CPU time (``None``: unknown but over 10 minutes) and how it was
     obtained (``"measured"``, ``"interpolated"``, ``"extrapolated"``, or why only a lower bound is known).
-    ``modified_equation`` is estimated by the modified Lagrangian, which needs it (an upper bound)."""
+    ``modified_equation`` is estimated by the modified Lagrangian, which needs it (an upper bound). ``scheme``: a
+    name or a :class:`bea.schemes.Scheme`; a stage scheme on the dimension-free engine has its own table."""
+    if n is None:
+        staged = _free_stage_estimate(scheme, order)
+        if staged is not None:
+            return staged
     if _too_long(n, order):
         return None, "the benchmarks did not finish in 10 minutes"
     key = (n, "modified_lagrangian" if kind == "modified_equation" else kind)
     if key not in _MEASURED:
         return None, f"not measured for n = {n}; larger n cost far more"
     seconds, basis = _from_table(_MEASURED[key], order)
-    if n is None and kind == "inverse_modified_lagrangian" and scheme.strip().lower() != "midpoint":
+    if n is None and kind == "inverse_modified_lagrangian" and str(getattr(scheme, "name", scheme)).strip().lower() != "midpoint":
         seconds *= _OTHER_SCHEME_FREE_INVERSE.get(order, 1.0 if order < 6 else max(_OTHER_SCHEME_FREE_INVERSE.values()))
     return seconds, basis
 
 
-def check_affordable(kind: str, order: int, n: Optional[int], allow_slow: bool, scheme: str = "midpoint") -> None:
+def check_affordable(kind: str, order: int, n: Optional[int], allow_slow: bool, scheme="midpoint") -> None:
     """Raise :class:`TooSlowError` with the estimate unless the cold derivation of ``kind`` to ``h^order`` (``n``:
     its dimension, ``None`` for the dimension-free engine) is expected within :data:`LIMIT_SECONDS`, or
     ``allow_slow`` is true. Called only on a cache miss: a cached result costs nothing."""

@@ -70,6 +70,15 @@ def _is_exact(x: Number) -> bool:
     return isinstance(x, (Exact, RadicalNumber))
 
 
+def _equal(x: Number, y: Number) -> bool:
+    """``x == y`` exactly when both are exact (a symmetry decided to a float tolerance would call
+    ``1/3 + 0.6666666666666667`` one and drop the odd powers of ``h``); floats to 1e-15."""
+    if _is_exact(x) and _is_exact(y):
+        d = x - y  # rational differences are Exact; a RadicalNumber is never zero
+        return isinstance(d, Exact) and d.exact == 0
+    return abs(float(x) - float(y)) < 1e-15
+
+
 def _lin(coeffs: Sequence[Number], points: Sequence[Any]) -> Any:
     """:math:`\\sum_j c_j X_j`, skipping zero coefficients (cheap on series), never starting from 0."""
     out = None
@@ -143,15 +152,16 @@ class StageScheme(Scheme):
 
     def discrete_lagrangian(self, L, a, b, h):
         r"""The stationary value :math:`\Phi(a, Q^*, b)`: torch tensors (Newton, :mod:`bea.stage_torch`);
-        the series engine calls :meth:`series_discrete_lagrangian` instead."""
+        the series engines call :meth:`series_discrete_lagrangian` (components) or
+        :class:`bea.free.stages.StageSolver` (trees) instead."""
         if type(a).__module__.startswith("torch"):
             from .stage_torch import stationary_value
 
             return stationary_value(L, a, b, h, self)
         raise UnsupportedSchemeError(
-            f"{self!r} has interior points fixed by stationarity: it runs on torch tensors and in bea's derivations for a "
-            "given dimension (e.g. bea.modified_lagrangian(scheme, 4, n=2)); the dimension-free (n=None) "
-            "engine and plain SymPy evaluation cannot solve for them")
+            f"{self!r} has interior points fixed by stationarity: it runs on torch tensors and in bea's derivations "
+            "(e.g. bea.modified_lagrangian(scheme, 4, n=2), or n=None for rational constants); plain SymPy evaluation "
+            "cannot solve for them")
 
     def series_discrete_lagrangian(self, L, a, b, h, jets, W=None):
         """The stationary value on series (component engine, :mod:`bea.stage_series`)."""
@@ -199,8 +209,8 @@ class Galerkin(StageScheme):
         self.n_interior = degree - 1
         r = self._quadrature_order()
         self.method_order = min(2 * degree, r)
-        sym = sorted(zip((float(c) for c in self.nodes), (float(w) for w in self.weights)))
-        self.symmetric = all(abs(c + d - 1) < 1e-15 and abs(w - x) < 1e-15 for (c, w), (d, x) in zip(sym, reversed(sym)))
+        sym = sorted(zip(self.nodes, self.weights), key=lambda cw: float(cw[0]))
+        self.symmetric = all(_equal(c + d, exact(1)) and _equal(w, x) for (c, w), (d, x) in zip(sym, reversed(sym)))
         d = [Fraction(j, degree) for j in range(degree + 1)]
         self._phi = [[self._basis(d, j, c, 0) for j in range(degree + 1)] for c in self.nodes]
         self._dphi = [[self._basis(d, j, c, 1) for j in range(degree + 1)] for c in self.nodes]
@@ -261,7 +271,7 @@ class Composition(StageScheme):
         self.name = name or "composition"
         self.method_order = method_order
         self.n_interior = len(self.gammas) - 1
-        self.symmetric = all(abs(float(x) - float(y)) < 1e-15 for x, y in zip(self.gammas, reversed(self.gammas)))
+        self.symmetric = all(_equal(x, y) for x, y in zip(self.gammas, reversed(self.gammas)))
         self._init_stiffness()
 
     def _constants(self) -> List[Number]:

@@ -1,7 +1,6 @@
 """LSI with the midpoint rule against LSI with Galerkin s = 2 (Lobatto IIIA-IIIB, order 4), at equal cost.
 
     PYTHONPATH=. python3 benchmarks/lsi_stages.py [--systems pendulum henon_heiles] [--traj 60] [--periods 4]
-                                                  [--stage-order4-n2]
 
 The README's table is this command's output at its defaults (60 trajectories x 5 steps). With 200 pendulum
 trajectories the Galerkin fit stops with a typed error (learners/shadow/stage_lsi.py, *Limits*).
@@ -24,7 +23,9 @@ DEL residual on the data, first and last, standardised units), level-set errors 
 (:func:`learners.metrics.level_set_error`: pendulum on the 15 x 15 grid of its box, Henon-Heiles at 300 seeded
 uniform states of its box) and the largest position error over the prediction from one initial state, against the
 exact flow at the same times (``--periods`` periods of the linearised motion), predicted with the initial momentum of
-the highest order computed (``nan``: H_rec[4] not computed, see ``--stage-order4-n2``).
+the highest order computed, H_rec[4] for every row: Galerkin's series for n = 2 comes from the dimension-free
+engine (bea.free.stages, about a second cold; the component series for n = 2 took over 15 minutes, so earlier
+versions left H_rec[4] of the Henon-Heiles Galerkin row to a flag, ``--stage-order4-n2``, still accepted).
 """
 
 from __future__ import annotations
@@ -105,8 +106,8 @@ def main(argv=None) -> None:
     ap.add_argument("--steps", type=int, default=5, help="steps per trajectory (default 5)")
     ap.add_argument("--periods", type=float, default=4.0, help="prediction length in periods 2 pi (default 4)")
     ap.add_argument("--stage-order4-n2", action="store_true",
-                    help="also H_rec[4] of Galerkin for n = 2 (its generic series for n = 2 is derived once, cold: over 15 "
-                         "minutes on a busy 2-core machine; without it the Galerkin rows of Henon-Heiles stop at H_rec[2])")
+                    help="no effect, kept so that older commands run: H_rec[4] of Galerkin for n = 2 is now computed by "
+                         "default (its dimension-free series takes about a second cold)")
     args = ap.parse_args(argv)
     rows = []
     for name in args.systems:
@@ -114,8 +115,7 @@ def main(argv=None) -> None:
         t_end = h * math.ceil(args.periods * 2 * math.pi / h)  # a multiple of every step
         cases = [("midpoint", h), ("galerkin2", h), ("midpoint", h / 3)]
         for scheme, step in cases:
-            short = scheme == "galerkin2" and len(SYSTEMS[name]["q0"]) > 1 and not args.stage_order4_n2
-            rows.append(run(name, scheme, step, args.traj, args.steps, t_end, (0, 2) if short else (0, 2, 4)))
+            rows.append(run(name, scheme, step, args.traj, args.steps, t_end, (0, 2, 4)))
             print(table(rows[-1:]).splitlines()[-1], flush=True)
     print()
     print(table(rows))

@@ -19,8 +19,8 @@ import numpy as np
 import sympy
 
 import integrators
-from integrators._march_c import TEMPLATE
-from integrators.ccompile import load_library
+from integrators._march_c import march_source
+from integrators.ccompile import F64P, load_library, ptr
 from integrators.compiled import lower_lagrangian
 
 S = integrators.systems
@@ -28,7 +28,6 @@ SYSTEMS = {"pendulum": lambda: S.pendulum(), "kepler": lambda: S.kepler(), "n_pe
            "fpu_chain(8)": lambda: S.fpu_chain(8), "fpu_chain(16)": lambda: S.fpu_chain(16),
            "coupled_oscillators(16)": lambda: S.coupled_oscillators(16), "n_body(5)": lambda: S.n_body((1,) * 5),
            "fpu_chain(32)": lambda: S.fpu_chain(32)}
-_f64p = ctypes.POINTER(ctypes.c_double)
 
 
 def printed_source(L) -> str:
@@ -53,10 +52,9 @@ def printed_source(L) -> str:
     return "\n".join(lines + ["}"])
 
 
-def _entry(source: str):
-    fn = load_library(TEMPLATE.replace("/*@LAGRANGIAN@*/", source)).lib.bea_lag_derivs
-    fn.restype, fn.argtypes = None, [ctypes.c_int, ctypes.c_int, _f64p, _f64p, _f64p, _f64p]
-    return fn
+def _entry(source: str, n: int):
+    return load_library(march_source(source, n)).function("bea_lag_derivs", None, ctypes.c_int, ctypes.c_int, F64P, F64P,
+                                                           F64P, F64P)
 
 
 def measure(L, repeat: int, m: int = 128, calls: int = 200):
@@ -65,9 +63,8 @@ def measure(L, repeat: int, m: int = 128, calls: int = 200):
     params = np.array(L._param_values() or (0.0,), dtype=np.float64)
     lo, hi = np.array([d[0] for d in L.domain]), np.array([d[1] for d in L.domain])
     x = np.ascontiguousarray(lo + (hi - lo) * np.random.default_rng(0).random((m, D)))
-    fns = {"old": _entry(printed_source(L)), "new": _entry(lower_lagrangian(L).source)}
+    fns = {"old": _entry(printed_source(L), L.n), "new": _entry(lower_lagrangian(L).source, L.n)}
     out = {k: (np.empty((m, D)), np.empty((m, D, D))) for k in fns}
-    ptr = lambda a: a.ctypes.data_as(_f64p)  # noqa: E731
     best = {k: float("inf") for k in fns}
     for _ in range(repeat):
         for k, fn in fns.items():  # alternating, so that a change of load hits both

@@ -7,10 +7,8 @@ n = 4, N = 4 used to run out of memory). Peak memory is the process's (fit inclu
 
 from __future__ import annotations
 
-import argparse
 import resource
 import time
-import warnings
 
 
 def _peak_mb() -> float:
@@ -18,22 +16,10 @@ def _peak_mb() -> float:
 
 
 def main(argv=None) -> None:
-    import tests.test_learners_shadow_auto as A
-    from integrators.data import snapshots
-    from learners import InverseModifiedLagrangianGP
     from learners.shadow import uncertainty as U
+    from _acceptance_fit import fitted_system
 
-    systems = {make.__name__: (make, h, T) for make, h, T in A.SYSTEMS + A.UNTUNED}
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--system", choices=sorted(systems), default="mass_chain4")
-    ap.add_argument("--kernel", default="rbf")
-    ap.add_argument("--order", type=int, default=4)
-    args = ap.parse_args(argv)
-    make, h, T = systems[args.system]
-    system = make()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        m = InverseModifiedLagrangianGP(h, progress=False, kernel=args.kernel).fit(snapshots(system, h, T, 5, seed=0))
+    args, A, system, m = fitted_system(argv, __doc__.split("\n")[0], system="mass_chain4", kernel="rbf", order=4)
     print(f"fit: peak {_peak_mb():.0f} MB, {m.gp.train_functionals.count} training functionals", flush=True)
     q, v = A.held_out_states(system, 40)
     x = m._standard_state(q[1:], v[1:])

@@ -177,13 +177,25 @@ INLINE void predict(const int n, const double *out, long Ball, long row, int j, 
 }
 #undef Q
 
-/* bea_march (below) for a given n: steps j0 .. j_end-1 of B elements */
-INLINE int march(const int n, int B, int j0, int j_end, double *out, long Ball, const long *rows, double *p, double *jac,
-                 int has_jac, const double *first_guess, Ctx *c, double max_step, double *xnew, double *pnew, double *jnew,
-                 int *status, double *pout) {
+/* Steps j0 .. j_end-1 for B trajectories (rows[b] of the (T1, Ball, n) array out, or b if rows is
+   NULL), time-major. p (B, n) and jac (B, n, n) are the momenta and Newton Jacobians at step j0 and
+   are updated as steps complete. At the first step where any element fails (status 1 or 2, or 3:
+   a root farther than max_step from q_j), returns that step without writing it (out, p, jac keep
+   the state at that step; status says which elements failed). Returns j_end when all steps are done.
+   pout, if not NULL, is laid out as out and receives the momenta p_{j+1} = D2 L_d(q_j, q_{j+1}) of every
+   completed step (the Trajectory's p: computed here anyway, so not recomputed afterwards).
+   Work arrays: xnew, pnew (B, n), jnew (B, n, n); status (B); Hs (nev, 2n, 2n), the Hessians at the evaluation
+   points (from the caller: a stack array of a run-time size could overflow the stack). */
+int bea_march(int B, int n_in, int j0, int j_end, double *out, long Ball, const long *rows, double *p, double *jac,
+              int has_jac, const double *first_guess, int nev, const double *ev, const double *P, double xtol, double ftol,
+              int maxiter, int reuse, double stall, double max_step, double *xnew, double *pnew, double *jnew, int *status,
+              double *pout, double *Hs) {
+    const Ctx ctx = {nev, ev, P, Hs, xtol, ftol, stall, maxiter, reuse}, *c = &ctx;
+    /* built for one n (march_source), a constant in the inlined functions: any other is refused as a failed step,
+       for the eager path */
+    const int n = BEA_N;
+    if (n_in != n) { for (int b = 0; b < B; b++) status[b] = 2; return j0; }
     const long nn = (long)n * n;
-    double Hs[c->nev * 4 * n * n];
-    c->Hs = Hs;
     for (int j = j0; j < j_end; j++) {
         int bad = 0;
         for (int b = 0; b < B; b++) {
@@ -213,27 +225,6 @@ INLINE int march(const int n, int B, int j0, int j_end, double *out, long Ball, 
         has_jac = 1;
     }
     return j_end;
-}
-
-/* Steps j0 .. j_end-1 for B trajectories (rows[b] of the (T1, Ball, n) array out, or b if rows is
-   NULL), time-major. p (B, n) and jac (B, n, n) are the momenta and Newton Jacobians at step j0 and
-   are updated as steps complete. At the first step where any element fails (status 1 or 2, or 3:
-   a root farther than max_step from q_j), returns that step without writing it (out, p, jac keep
-   the state at that step; status says which elements failed). Returns j_end when all steps are done.
-   pout, if not NULL, is laid out as out and receives the momenta p_{j+1} = D2 L_d(q_j, q_{j+1}) of every
-   completed step (the Trajectory's p: computed here anyway, so not recomputed afterwards).
-   Work arrays: xnew, pnew (B, n), jnew (B, n, n); status (B). */
-int bea_march(int B, int n, int j0, int j_end, double *out, long Ball, const long *rows, double *p, double *jac,
-              int has_jac, const double *first_guess, int nev, const double *ev, const double *P, double xtol, double ftol,
-              int maxiter, int reuse, double stall, double max_step, double *xnew, double *pnew, double *jnew, int *status,
-              double *pout) {
-    Ctx c = {nev, ev, P, NULL, xtol, ftol, stall, maxiter, reuse};
-#ifdef BEA_N  /* built for one n (march_source): any other is refused as a failed step, for the eager path */
-    if (n != BEA_N) { for (int b = 0; b < B; b++) status[b] = 2; return j0; }
-    return march(BEA_N, B, j0, j_end, out, Ball, rows, p, jac, has_jac, first_guess, &c, max_step, xnew, pnew, jnew, status, pout);
-#else
-    return march(n, B, j0, j_end, out, Ball, rows, p, jac, has_jac, first_guess, &c, max_step, xnew, pnew, jnew, status, pout);
-#endif
 }
 """
 

@@ -35,10 +35,7 @@ RULES: Dict[str, Callable] = {}
 
 def literal_array(t) -> np.ndarray:
     """The values of a tensor as an object array of Python floats."""
-    vals = np.asarray(t.detach().cpu().double().numpy(), dtype=float)
-    out = np.empty(vals.shape, dtype=object)
-    out.reshape(-1)[:] = [float(x) for x in vals.reshape(-1)]
-    return out
+    return np.asarray(t.detach().cpu().double().numpy(), dtype=float).astype(object)  # Python floats
 
 
 def _rule(*names):
@@ -52,9 +49,7 @@ def _rule(*names):
 def _arr(x) -> np.ndarray:
     if isinstance(x, np.ndarray):
         return x
-    out = np.empty((), dtype=object)
-    out[()] = float(x)
-    return out
+    return np.full((), float(x), dtype=object)
 
 
 def _map(fn, *arrays) -> np.ndarray:
@@ -70,41 +65,23 @@ def _dim(d: int, ndim: int) -> int:
 
 
 # ------------------------------------------------------------------ shapes (no code)
-@_rule("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default", "aten.squeeze.dim",
-       "aten.squeeze.dims", "aten.squeeze.default", "aten.unsqueeze.default", "aten.view_as.default")
-def _reshape(p, args, kw, out):
-    return args[0].reshape(tuple(out.shape))
-
-
-@_rule("aten.alias.default", "aten.detach.default", "aten.clone.default", "aten.lift_fresh_copy.default",
-       "aten._to_copy.default", "aten.contiguous.default", "aten.positive.default")
-def _copy(p, args, kw, out):
-    return args[0].copy()
-
-
-@_rule("aten.expand.default")
-def _expand(p, args, kw, out):
-    return np.broadcast_to(args[0], tuple(out.shape))
-
-
-@_rule("aten.t.default")
-def _t(p, args, kw, out):
-    return args[0].T
-
-
-@_rule("aten.transpose.int")
-def _transpose(p, args, kw, out):
-    return np.swapaxes(args[0], args[1], args[2])
-
-
-@_rule("aten.permute.default")
-def _permute(p, args, kw, out):
-    return np.transpose(args[0], [_dim(d, args[0].ndim) for d in args[1]])
-
-
-@_rule("aten.select.int")
-def _select(p, args, kw, out):
-    return np.take(args[0], args[2], axis=_dim(args[1], args[0].ndim))
+#: shape operations of one array: aten name (overloads separated by spaces) -> fn(array, *args, shape of the result)
+SHAPES = {
+    "view.default _unsafe_view.default reshape.default squeeze.dim squeeze.dims squeeze.default unsqueeze.default "
+    "view_as.default": lambda a, *rest: a.reshape(rest[-1]),
+    "alias.default detach.default clone.default lift_fresh.default lift_fresh_copy.default _to_copy.default contiguous.default "
+    "positive.default": lambda a, *rest: a.copy(),
+    "expand.default": lambda a, *rest: np.broadcast_to(a, rest[-1]),
+    "t.default": lambda a, *rest: a.T,
+    "transpose.int": lambda a, d0, d1, *rest: np.swapaxes(a, d0, d1),
+    "permute.default": lambda a, dims, *rest: np.transpose(a, [_dim(d, a.ndim) for d in dims]),
+    "select.int": lambda a, dim, index, *rest: np.take(a, index, axis=_dim(dim, a.ndim)),
+    "copy_.default": lambda a, src, *rest: np.broadcast_to(src, a.shape).copy(),
+    "fill_.Scalar": lambda a, value, *rest: np.full(a.shape, float(value), dtype=object),
+}
+for _names, _fn in SHAPES.items():
+    for _n in _names.split():
+        RULES[f"aten.{_n}"] = (lambda fn: lambda p, args, kw, out: fn(*args, tuple(out.shape)))(_fn)
 
 
 def _slicer(ndim, dim, start, end, step):
@@ -144,9 +121,7 @@ def _select_scatter(p, args, kw, out):
 
 
 def _zeros(shape) -> np.ndarray:
-    res = np.empty(tuple(shape), dtype=object)
-    res.reshape(-1)[:] = [0.0] * res.size
-    return res
+    return np.full(tuple(shape), 0.0, dtype=object)
 
 
 @_rule("aten.masked_scatter.default")
@@ -182,16 +157,6 @@ def _unbind(p, args, kw, out):
     return [np.take(args[0], k, axis=dim) for k in range(args[0].shape[dim])]
 
 
-@_rule("aten.copy_.default")
-def _copy_(p, args, kw, out):
-    return np.broadcast_to(args[1], args[0].shape).copy()
-
-
-@_rule("aten.fill_.Scalar")
-def _fill_(p, args, kw, out):
-    return _map(lambda a: a, np.broadcast_to(_arr(args[1]), args[0].shape))
-
-
 # ------------------------------------------------------------------ elementwise
 def _binary(fn):
     def rule(p, args, kw, out):
@@ -205,21 +170,6 @@ def _binary(fn):
 
 for _n, _f in (("add", lambda p: p.add), ("sub", lambda p: p.sub), ("mul", lambda p: p.mul), ("div", lambda p: p.div)):
     RULES[f"aten.{_n}.Tensor"] = RULES[f"aten.{_n}.Scalar"] = _binary(_f)
-RULES["aten.rsub.Scalar"] = RULES["aten.rsub.Tensor"] = lambda p, args, kw, out: _map(p.sub, args[1], args[0])
-RULES["aten.pow.Tensor_Scalar"] = RULES["aten.pow.Tensor_Tensor"] = lambda p, a, kw, out: _map(p.pow, a[0], a[1])
-RULES["aten.pow.Scalar"] = lambda p, a, kw, out: _map(p.pow, a[0], a[1])
-RULES["aten.neg.default"] = lambda p, a, kw, out: _map(p.neg, a[0])
-RULES["aten.square.default"] = lambda p, a, kw, out: _map(lambda x: p.mul(x, x), a[0])
-for _n in (f for f in FUNCTIONS if f not in ("pow", "erf")):  # erf: the SymPy front-end's only (untested traced)
-    RULES[f"aten.{_n}.default"] = (lambda name: lambda p, a, kw, out: _map(lambda x: p.unary(name, x), a[0]))(_n)
-for _n in ("lt", "le", "gt", "ge", "eq", "ne"):
-    RULES[f"aten.{_n}.Tensor"] = RULES[f"aten.{_n}.Scalar"] = (
-        lambda op: lambda p, a, kw, out: _map(lambda x, y: p.value(op, x, y), a[0], a[1]))(_n)
-for _n, _op in (("bitwise_and", "and"), ("logical_and", "and"), ("bitwise_or", "or"), ("logical_or", "or"),
-                ("maximum", "max"), ("minimum", "min")):
-    RULES[f"aten.{_n}.Tensor"] = RULES[f"aten.{_n}.default"] = (
-        lambda op: lambda p, a, kw, out: _map(lambda x, y: _value_or_select(p, op, x, y), a[0], a[1]))(_op)
-RULES["aten.bitwise_not.default"] = RULES["aten.logical_not.default"] = lambda p, a, kw, out: _map(p.vnot, a[0])
 
 
 def _value_or_select(p: Program, op: str, x, y):
@@ -231,24 +181,30 @@ def _value_or_select(p: Program, op: str, x, y):
     return p.value(op, x, y)
 
 
-@_rule("aten.where.self")
-def _where(p, args, kw, out):
-    return _map(lambda c, a, b: (a if c else b) if isinstance(c, float) else p.select(c, a, b), args[0], args[1], args[2])
-
-
-@_rule("aten.sign.default")
-def _sign(p, args, kw, out):
-    return _map(lambda a: p.sub(p.value("gt", a, 0.0), p.value("lt", a, 0.0)), args[0])
-
-
-@_rule("aten.tanh_backward.default")
-def _tanh_backward(p, args, kw, out):
-    return _map(lambda g, y: p.mul(g, p.sub(1.0, p.mul(y, y))), args[0], args[1])
-
-
-@_rule("aten.sigmoid_backward.default")
-def _sigmoid_backward(p, args, kw, out):
-    return _map(lambda g, y: p.mul(g, p.mul(y, p.sub(1.0, y))), args[0], args[1])
+#: operations element by element (broadcast) on their first ``arity`` arguments: aten name (overloads separated by
+#: spaces) -> (arity, fn(program, *scalars))
+ELEMENTWISE = {
+    "rsub.Scalar rsub.Tensor": (2, lambda p, a, b: p.sub(b, a)),
+    "pow.Tensor_Scalar pow.Tensor_Tensor pow.Scalar": (2, Program.pow),
+    "neg.default": (1, Program.neg),
+    "square.default": (1, lambda p, a: p.mul(a, a)),
+    "bitwise_not.default logical_not.default": (1, Program.vnot),
+    "where.self": (3, lambda p, c, a, b: (a if c else b) if isinstance(c, float) else p.select(c, a, b)),
+    "sign.default": (1, lambda p, a: p.sub(p.value("gt", a, 0.0), p.value("lt", a, 0.0))),
+    # backward formulas in the forward result y: tanh' = 1 - y^2, sigmoid' = y (1 - y)
+    "tanh_backward.default": (2, lambda p, g, y: p.mul(g, p.sub(1.0, p.mul(y, y)))),
+    "sigmoid_backward.default": (2, lambda p, g, y: p.mul(g, p.mul(y, p.sub(1.0, y)))),
+}
+# erf: the SymPy front-end's only (untested traced)
+ELEMENTWISE.update({f"{n}.default": (1, lambda p, a, n=n: p.unary(n, a)) for n in FUNCTIONS if n not in ("pow", "erf")})
+ELEMENTWISE.update({f"{n}.Tensor {n}.Scalar": (2, lambda p, a, b, n=n: p.value(n, a, b))
+                    for n in ("lt", "le", "gt", "ge", "eq", "ne")})
+ELEMENTWISE.update({f"{n}.Tensor {n}.default": (2, lambda p, a, b, op=op: _value_or_select(p, op, a, b))
+                    for n, op in (("bitwise_and", "and"), ("logical_and", "and"), ("bitwise_or", "or"),
+                                  ("logical_or", "or"), ("maximum", "max"), ("minimum", "min"))})
+for _names, (_arity, _fn) in ELEMENTWISE.items():
+    for _n in _names.split():
+        RULES[f"aten.{_n}"] = (lambda k, fn: lambda p, args, kw, out: _map(lambda *xs: fn(p, *xs), *args[:k]))(_arity, _fn)
 
 
 @_rule("aten.threshold_backward.default")
@@ -276,10 +232,7 @@ def _softplus(p, args, kw, out):
 
 # ------------------------------------------------------------------ reductions and products
 def _sum_all(p: Program, items):
-    acc = 0.0
-    for x in items:
-        acc = p.add(acc, x)
-    return acc
+    return functools.reduce(p.add, items, 0.0)
 
 
 def _reduce(a: np.ndarray, dims, shape, fn) -> np.ndarray:
@@ -354,14 +307,13 @@ def _vector_norm(p, args, kw, out):
 
 @_rule("aten.clamp.default", "aten.clamp.Tensor")
 def _clamp(p, args, kw, out):
+    """``x < lo ? lo : x``, then ``x > hi ? hi : x``, for the bounds given (numbers or tensors, broadcast)."""
     lo = args[1] if len(args) > 1 else kw.get("min")
     hi = args[2] if len(args) > 2 else kw.get("max")
+    tests = [op for op, b in (("lt", lo), ("gt", hi)) if b is not None]
 
-    def one(x, a, b):
-        if a is not None:
-            x = p.select(p.value("lt", x, a), a, x)
-        if b is not None:
-            x = p.select(p.value("gt", x, b), b, x)
+    def one(x, *bounds):
+        for op, b in zip(tests, bounds):
+            x = p.select(p.value(op, x, b), b, x)
         return x
-    return _map(lambda x: one(x, None if lo is None else float(lo), None if hi is None else float(hi)), args[0]) \
-        if not isinstance(lo, np.ndarray) and not isinstance(hi, np.ndarray) else _map(one, args[0], lo, hi)
+    return _map(one, args[0], *[b for b in (lo, hi) if b is not None])

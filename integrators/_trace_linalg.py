@@ -57,11 +57,7 @@ def _lu_factor_ex(p, args, kw, out):
     LU = np.empty(A.shape, dtype=object)
     for idx in np.ndindex(*A.shape[:-2]):
         LU[idx] = _factor(p, A[idx], pivots[idx])
-    piv = np.empty(tuple(out[1].shape), dtype=object)
-    piv.reshape(-1)[:] = [float(x) for x in pivots.reshape(-1)]
-    info = np.empty(tuple(out[2].shape), dtype=object)
-    info.reshape(-1)[:] = [0.0] * info.size
-    return [LU, piv, info]
+    return [LU, pivots.astype(float).astype(object), np.full(tuple(out[2].shape), 0.0, dtype=object)]
 
 
 @_rule("aten.linalg_lu_solve.default")
@@ -86,7 +82,5 @@ def _lu_solve(p, args, kw, out):
 def _max_dim(p, args, kw, out):
     op = "max" if kw["_op"].startswith("aten.max") else "min"
     values = _reduce(args[0], args[1], out[0].shape, _fold(p, op))
-    idx = np.empty(tuple(out[1].shape), dtype=object)
-    idx.reshape(-1)[:] = [OPAQUE] * idx.size  # an argmax has no derivative and no lowering here
-    return [values, idx]
+    return [values, np.full(tuple(out[1].shape), OPAQUE, dtype=object)]  # an argmax: no derivative, no lowering
 

@@ -25,11 +25,12 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import Optional
-from bea.errors import BeaError
+from bea.errors import BeaError, InternalError
 
 from . import ccache
 
-__all__ = ["CompileError", "CompiledLibrary", "find_compiler", "load_library", "LIBRARY_CACHE_SIZE"]
+__all__ = ["CompileError", "CompiledLibrary", "find_compiler", "load_library", "LIBRARY_CACHE_SIZE", "ptr", "F64P",
+           "I64P", "I32P"]
 
 #: libraries kept loaded per process (least recently used beyond this are forgotten)
 LIBRARY_CACHE_SIZE = 32
@@ -49,6 +50,20 @@ class CompileError(BeaError, RuntimeError):
     """The C compiler is missing or rejected the generated source."""
 
 
+#: ctypes pointer types of the generated functions' array arguments (double, long, int)
+F64P, I64P, I32P = ctypes.POINTER(ctypes.c_double), ctypes.POINTER(ctypes.c_long), ctypes.POINTER(ctypes.c_int)
+
+
+def ptr(a, kind=F64P):
+    """The ctypes pointer to the data of the contiguous NumPy array ``a`` (None: NULL). An array that is not
+    C-contiguous, or whose items are not the size of ``kind``'s, is refused: the C side would read or write past it."""
+    if a is None:
+        return None
+    if not a.flags.c_contiguous or a.dtype.itemsize != ctypes.sizeof(kind._type_):
+        raise InternalError(f"a {a.dtype} array (contiguous: {a.flags.c_contiguous}) passed as {kind._type_.__name__}*")
+    return a.ctypes.data_as(kind)
+
+
 @dataclass(frozen=True)
 class CompiledLibrary:
     """A loaded library and how long building it took (seconds; 0 when it came from the LRU)."""
@@ -56,6 +71,12 @@ class CompiledLibrary:
     lib: ctypes.CDLL
     digest: str
     compile_seconds: float
+
+    def function(self, name: str, restype, *argtypes):
+        """The C function ``name`` with its ctypes signature (the one place generated functions are bound)."""
+        fn = getattr(self.lib, name)
+        fn.restype, fn.argtypes = restype, list(argtypes)
+        return fn
 
 
 _lock = threading.Lock()

@@ -55,7 +55,7 @@ import torch
 from bea.deprecation import h_before_scheme
 from bea.errors import BeaError, BeaRuntimeError, BeaValueError
 from ._march_c import march_source
-from .ccompile import CompileError, load_library
+from .ccompile import F64P, I32P, I64P, CompileError, load_library, ptr
 from .newton import STALL_FACTOR, NewtonOptions
 
 __all__ = ["CLagrangian", "CompiledStepper", "lower_lagrangian", "scheme_points", "NotLowerable", "MAX_N", "check_n"]
@@ -157,23 +157,14 @@ def scheme_points(h: float, scheme, n: int) -> np.ndarray:
         if w.free_symbols:
             raise NotLowerable(f"the scheme {scheme!r} weighs the Lagrangian with a position-dependent factor")
         rest = rest - w * syms[k]
-        y = list(q) + list(v)
-        if len(y) != D:
+        y = sympy.Matrix([sympy.expand(sympy.sympify(yi, strict=True)) for yi in (*q, *v)])
+        if y.shape[0] != D:
             raise NotLowerable(f"the scheme {scheme!r} evaluates L at states of unexpected size")
-        off = np.zeros(D)
-        A = np.zeros((D, n))
-        B = np.zeros((D, n))
-        for i, yi in enumerate(y):
-            yi = sympy.expand(sympy.sympify(yi, strict=True))
-            if yi.free_symbols - set(slots):
-                raise NotLowerable(f"the scheme {scheme!r} evaluates L at points that are not affine in the slots")
-            zero = {s: 0 for s in slots}
-            off[i] = float(yi.subs(zero))
-            for j in range(n):
-                da, db = sympy.diff(yi, a[j]), sympy.diff(yi, b[j])
-                if da.free_symbols or db.free_symbols:
-                    raise NotLowerable(f"the scheme {scheme!r} evaluates L at points that are not affine in the slots")
-                A[i, j], B[i, j] = float(da), float(db)
+        dya, dyb = y.jacobian(a), y.jacobian(b)
+        if y.free_symbols - set(slots) or dya.free_symbols or dyb.free_symbols:
+            raise NotLowerable(f"the scheme {scheme!r} evaluates L at points that are not affine in the slots")
+        A, B = np.array(dya.tolist(), dtype=float), np.array(dyb.tolist(), dtype=float)
+        off = np.array(y.subs({s: 0 for s in slots}).tolist(), dtype=float).reshape(D)
         rows.append(np.concatenate([[float(w)], off, A.ravel(), B.ravel(), (A + B).ravel()]))
     if sympy.simplify(rest) != 0:
         raise NotLowerable(f"the scheme {scheme!r} is not a weighted sum of Lagrangian values")
@@ -181,15 +172,6 @@ def scheme_points(h: float, scheme, n: int) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------- stepping
-_f64p = ctypes.POINTER(ctypes.c_double)
-_lp = ctypes.POINTER(ctypes.c_long)
-_ip = ctypes.POINTER(ctypes.c_int)
-
-
-def _ptr(a: np.ndarray, kind=_f64p):
-    return a.ctypes.data_as(kind)
-
-
 def _require_cpu(**tensors: Optional[torch.Tensor]) -> None:
     """The C loop reads and writes host memory: tensors on another device are refused by name (the
     integrator's ``execution="auto"`` never gets here with them; it takes the eager path)."""
@@ -228,26 +210,23 @@ class CompiledStepper:
         lib = load_library(march_source(clag.source, n), vectorise=clag.vectorise)
         self.lower_seconds = time.perf_counter() - t0 - lib.compile_seconds
         self.compile_seconds = lib.compile_seconds
-        fn = lib.lib.bea_march
-        fn.restype = ctypes.c_int
-        fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, _f64p, ctypes.c_long, _lp, _f64p, _f64p,
-                       ctypes.c_int, _f64p, ctypes.c_int, _f64p, _f64p, ctypes.c_double, ctypes.c_double, ctypes.c_int,
-                       ctypes.c_int, ctypes.c_double, ctypes.c_double, _f64p, _f64p, _f64p, _ip, _f64p]
-        self._fn = fn
-        self._derivs = lib.lib.bea_lag_derivs
-        self._derivs.restype = None
-        self._derivs.argtypes = [ctypes.c_int, ctypes.c_int, _f64p, _f64p, _f64p, _f64p]
+        i, d = ctypes.c_int, ctypes.c_double
+        self._fn = lib.function("bea_march", i, i, i, i, i, F64P, ctypes.c_long, I64P, F64P, F64P, i, F64P, i, F64P, F64P,
+                                d, d, i, i, d, d, F64P, F64P, F64P, I32P, F64P, F64P)
+        self._derivs = lib.function("bea_lag_derivs", None, i, i, F64P, F64P, F64P, F64P)
         self.n = n
 
     def lagrangian_derivatives(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """Gradient ``(m, 2n)`` and Hessian ``(m, 2n, 2n)`` of the C form of :math:`L` at states ``x``
-        ``(m, 2n)`` (to check it against autograd); CPU tensors only."""
+        ``(m, 2n)`` (to check it against autograd); CPU tensors only, other shapes a :class:`~bea.errors.BeaValueError`."""
         _require_cpu(x=x)
+        if x.dim() != 2 or x.shape[1] != 2 * self.n:  # the C code reads 2n numbers per state
+            raise BeaValueError(f"states must have shape (m, 2n) = (m, {2 * self.n}) for n = {self.n}, got {tuple(x.shape)}")
         self._refresh_params()
         x_np = np.ascontiguousarray(x.detach().numpy(), dtype=np.float64)
         m, D = x_np.shape
         g, H = np.empty((m, D)), np.empty((m, D, D))
-        self._derivs(m, D, _ptr(x_np), _ptr(self.params), _ptr(g), _ptr(H))
+        self._derivs(m, D, ptr(x_np), ptr(self.params), ptr(g), ptr(H))
         return torch.from_numpy(g), torch.from_numpy(H)
 
     def _refresh_params(self) -> None:
@@ -288,11 +267,12 @@ class CompiledStepper:
         fg = None if (first_guess is None or j != 0) else np.ascontiguousarray(first_guess.detach().numpy(), dtype=np.float64)
         xnew, pnew, jnew = np.empty((B, n)), np.empty((B, n)), np.empty((B, n, n))
         status = np.zeros(B, dtype=np.int32)
-        j_stop = self._fn(B, n, j, j_end, _ptr(out_np), out.shape[1], None if rows_np is None else _ptr(rows_np, _lp),
-                          _ptr(p_np), _ptr(jac_np), int(has_jac), None if fg is None else _ptr(fg), self.points.shape[0],
-                          _ptr(self.points), _ptr(self.params), float(options.xtol), float(options.ftol), int(options.maxiter),
-                          int(options.reuse_jacobian), float(STALL_FACTOR), -1.0 if max_step is None else float(max_step),
-                          _ptr(xnew), _ptr(pnew), _ptr(jnew), _ptr(status, _ip), None if pout_np is None else _ptr(pout_np))
+        hessians = np.empty(self.points.shape[0] * 4 * n * n)  # the march's work array (one per call: re-entrant)
+        j_stop = self._fn(B, n, j, j_end, ptr(out_np), out.shape[1], ptr(rows_np, I64P), ptr(p_np), ptr(jac_np), int(has_jac),
+                          ptr(fg), self.points.shape[0], ptr(self.points), ptr(self.params), float(options.xtol),
+                          float(options.ftol), int(options.maxiter), int(options.reuse_jacobian), float(STALL_FACTOR),
+                          -1.0 if max_step is None else float(max_step), ptr(xnew), ptr(pnew), ptr(jnew), ptr(status, I32P),
+                          ptr(pout_np), ptr(hessians))
         jac_t = torch.from_numpy(jac_np) if (has_jac or j_stop > j) else None
         st = torch.from_numpy(status) if j_stop < j_end else None
         return j_stop, torch.from_numpy(p_np), jac_t, st

@@ -16,12 +16,26 @@ Mathematics. For a scheme :math:`L_\Delta(a, b) = \sum_k w_k L(y_k)`, :math:`y_k
 :math:`\nabla L` is :func:`torch.func.grad` of :math:`\sum_b L(y_b)` (``L`` acts pointwise over the batch,
 so this is every element's gradient at once); column :math:`i` of :math:`J` needs only the Hessian-vector
 products :math:`\nabla^2 L(y_k)\,B_k e_i` (``n`` of them, not ``2n``), each the gradient of
-:math:`\nabla L\cdot u`. Both functions are compiled with ``torch.compile(fullgraph=True)`` for a few fixed batch sizes (:func:`bucket`);
-the Newton iteration itself is :func:`integrators.newton.newton`, the one of the eager path (same chord steps
+:math:`\nabla L\cdot u`. Graphs are compiled with ``torch.compile(fullgraph=True)`` for a few fixed batch sizes
+(:func:`bucket`); the Newton iteration itself is :func:`integrators.newton.newton`, the one of the eager path (same chord steps
 and tolerances), so the trajectories equal the eager ones to rounding. Its start is a higher-order extrapolation
 (:data:`PREDICTOR_ORDER`) than the eager path's: from about 1e-13 away, the first (chord) correction with the
 previous step's Jacobian already lands at rounding level, and the second gradient evaluation certifies it, so a
 step costs two gradients and rarely a Hessian.
+
+That common step is one compiled graph (:meth:`FuncStepper._chord_fn`): predictor, residual at the start
+:math:`x_0`, chord correction :math:`x_1 = x_0 - J_{j-1}^{-1} r(x_0)`, residual at :math:`x_1`, and Newton's
+acceptance test on both, per element, exactly as :func:`~integrators.newton.newton` takes them (accept
+:math:`x_0` where its predicted correction is below ``xtol``, else :math:`x_1` where the chord was admissible,
+:math:`\|J^{-1}r(x_0)\|` scaled :math:`\le 0.1`, and its own predicted correction is below ``xtol``), for
+:data:`CHORD_STEPS` consecutive steps (each from the positions accepted before it, with the same :math:`J`, as
+Newton keeps it after a chord step). No Python Newton loop, and one call (with its guard checks) per two steps
+instead of two per step. Where any element fails that test, that step is taken by :func:`~integrators.newton.newton`
+from the same start instead and the call's later steps are void, so the iterates are always Newton's (bit for bit
+without compilation; the compiled graph may round differently). Only this graph is compiled at build time;
+newton()'s own derivatives (the predictor's first steps, and steps the chord cannot certify) run uncompiled until
+newton() has taken :data:`COMPILE_NEWTON_AFTER` steps, and are compiled then. MLP 2x64 at batch 1000: about 1.3x the speed of
+:func:`~integrators.newton.newton` driving the same compiled derivatives (benchmarks/RESULTS_speed.md).
 
 Before use the compiled derivatives are checked against autograd (:func:`integrators.model_protocol.derivatives`)
 at a few states (relative :data:`VERIFY_RTOL`). Anything that fails (``torch.compile`` refusing the code,
@@ -41,12 +55,13 @@ import numpy as np
 import torch
 
 from .compiled import NotLowerable, scheme_points
-from .newton import NewtonOptions, newton
-from ._stepping import extrapolate, far_roots
+from .newton import NewtonOptions, _solve, newton  # _solve: the same J^{-1} r (NaN where J is singular)
+from ._stepping import extrapolate
 from .model_protocol import declares_form
 from .traced import VERIFY_RTOL  # the same agreement with autograd as the traced C forms
 
-__all__ = ["FuncStepper", "FuncPathError", "bucket", "declares_form", "func_stepper", "FUNC_MIN_WORK", "PREDICTOR_ORDER", "VERIFY_RTOL"]
+__all__ = ["FuncStepper", "FuncPathError", "bucket", "declares_form", "func_stepper", "FUNC_MIN_WORK", "PREDICTOR_ORDER",
+           "CHORD_STEPS", "COMPILE_NEWTON_AFTER", "VERIFY_RTOL"]
 
 #: ``execution="auto"`` builds this path only for runs of at least this many trajectory-steps: a build takes
 #: seconds to minutes (one per batch-size bucket), and the speed-up it buys is a small factor (benchmarks/RESULTS_speed.md)
@@ -56,7 +71,17 @@ FUNC_MIN_WORK = 100_000
 #: Jacobian reaches rounding level: 2 gradient evaluations per step and almost no Hessians, against 3 and one
 #: Hessian with order 6 (MLP 2x64, batch 1000: benchmarks/RESULTS_speed.md). Higher orders amplify rounding (2^k).
 PREDICTOR_ORDER = 10
-
+#: time steps per call of the one-graph chord step (:meth:`FuncStepper._chord_fn`). Two: about 10% faster than one
+#: at batch 1000 (fewer calls, guard checks and padding copies per step); four bought 2-5% more for about 1.8 times
+#: the compile time of that graph (44 s against 25 s, benchmarks/RESULTS_speed.md).
+CHORD_STEPS = 2
+#: newton()'s own derivatives (the predictor's warm-up of PREDICTOR_ORDER - 1 steps per run, and steps the chord step
+#: cannot certify) run uncompiled until it has taken this many steps with this stepper, warm-ups included (so
+#: usually in the second run; in the first where the chord step leaves it 7 or more steps):
+#: compiling them at build time cost 40% more build (two more graphs: process CPU 40 s against 29 s, MLP 2x64, cold
+#: inductor cache); uncompiled, a run's warm-up at batch 1000 costs about 0.15 s of CPU against 0.08 s compiled
+#: (3.1 against 1.8 ms a gradient, 7.1 against 3.5 ms a Jacobian), next to 1.3 s for 400 chord steps
+COMPILE_NEWTON_AFTER = 16
 
 
 class FuncPathError(NotLowerable):
@@ -78,10 +103,24 @@ def bucket(batch: int) -> int:
     return max(2, 1 << (int(batch) - 1).bit_length())
 
 
-def _pad(t: torch.Tensor, size: int) -> torch.Tensor:
-    """``t`` with its first row repeated up to ``size`` rows (finite filler; the extra rows are discarded)."""
-    extra = size - t.shape[0]
-    return t if extra == 0 else torch.cat([t, t[:1].expand(extra, *t.shape[1:])], 0)
+def _pad(t: torch.Tensor, size: int, dim: int = 0) -> torch.Tensor:
+    """``t`` with its first row (along ``dim``) repeated up to ``size`` rows (finite filler; the extra rows are
+    discarded)."""
+    extra = size - t.shape[dim]
+    if extra == 0:
+        return t
+    first = t.narrow(dim, 0, 1)
+    return torch.cat([t, first.expand(*t.shape[:dim], extra, *t.shape[dim + 1:])], dim)
+
+
+def _store(buf: Optional[torch.Tensor], j: int, rows: Optional[torch.Tensor], value: torch.Tensor) -> None:
+    """``buf[j] = value`` for the trajectories ``rows`` (None: all; no buffer: nothing)."""
+    if buf is None:
+        return
+    if rows is None:
+        buf[j] = value
+    else:
+        buf[j, rows] = value
 
 
 class FuncStepper:
@@ -103,11 +142,25 @@ class FuncStepper:
         self.A = pts[:, 1 + D:1 + D + D * n].reshape(-1, D, n)
         self.B = pts[:, 1 + D + D * n:1 + D + 2 * D * n].reshape(-1, D, n)
         wrap = (lambda f: torch.compile(_own_code(f), fullgraph=True, dynamic=False)) if compile else (lambda f: f)
-        self._residual, self._jacobian = wrap(self._residual_fn), wrap(self._jacobian_fn)
+        # newton()'s derivatives run uncompiled until it has taken COMPILE_NEWTON_AFTER steps (warm-up steps count)
+        self._residual, self._jacobian, self._chord = self._residual_fn, self._jacobian_fn, wrap(self._chord_fn)
+        self._wrap = wrap
+        self.chord_steps = CHORD_STEPS
+        self.stats = {"chord_steps": 0, "newton_steps": 0}  # steps from the one-graph chord step, and newton()'s
         self.lower_seconds = time.perf_counter() - t0
         t0 = time.perf_counter()
-        self._verify(bucket(batch))
+        self._verify_chord(*self._verify(bucket(batch)), bucket(batch))
         self.compile_seconds = time.perf_counter() - t0
+
+    def _newton_step_taken(self) -> None:
+        """Count a step that newton() takes; the :data:`COMPILE_NEWTON_AFTER`-th compiles its derivatives (and checks
+        them against autograd, :class:`FuncPathError` otherwise)."""
+        self.stats["newton_steps"] += 1
+        if self.stats["newton_steps"] == COMPILE_NEWTON_AFTER:
+            t0 = time.perf_counter()
+            self._residual, self._jacobian = self._wrap(self._residual_fn), self._wrap(self._jacobian_fn)
+            self._verify(self._size)
+            self.compile_seconds += time.perf_counter() - t0
 
     # ------------------------------------------------------------------ the compiled functions
     def _grad(self, y: torch.Tensor) -> torch.Tensor:
@@ -132,6 +185,32 @@ class FuncStepper:
             cols.append(torch.einsum("kbd,kdn->bn", self.w[:, None, None] * hv, self.A))
         return torch.stack(cols, -1)
 
+    def _chord_fn(self, hist, a, p, J, xtol):
+        """:data:`CHORD_STEPS` steps from the last :data:`PREDICTOR_ORDER` positions ``hist`` (oldest first), each
+        with the Jacobian ``J``: ``(x, p_next, ok)`` stacked over the steps, ``ok[s]`` true where Newton would
+        accept ``x[s]`` after at most this chord correction (module docstring; the first step with an element not
+        ``ok`` must be taken by :func:`~integrators.newton.newton`, and the later ones are void)."""
+        xs, ps, oks = [], [], []
+        for _ in range(self.chord_steps):
+            x0 = extrapolate(hist, hist.shape[0] - 1, None, hist.shape[0])
+            r0, p0 = self._residual_fn(x0, a, p)
+            d0 = _solve(J, r0)
+            x1 = x0 - d0
+            r1, p1 = self._residual_fn(x1, a, p)
+            # newton()'s test at iteration 0 and 1 (newton._convergence_test, ftol 0) and its chord admission
+            # (newton._correction): they must stay in step (tests/test_integrators_compiled_func.py compares them)
+            err0 = (d0.abs() / (1 + x0.abs())).amax(-1)
+            err1 = (_solve(J, r1).abs() / (1 + x1.abs())).amax(-1)
+            ok0 = err0 <= xtol
+            finite0 = torch.isfinite(r0.abs().amax(-1)) & torch.isfinite(x0).all(-1)
+            finite1 = torch.isfinite(r1.abs().amax(-1)) & torch.isfinite(x1).all(-1)
+            oks.append(finite0 & (ok0 | ((err0 <= 0.1) & finite1 & (err1 <= xtol))))
+            a, p = torch.where(ok0[:, None], x0, x1), torch.where(ok0[:, None], p0, p1)
+            xs.append(a)
+            ps.append(p)
+            hist = torch.cat([hist[1:], a[None]], 0)
+        return torch.stack(xs), torch.stack(ps), torch.stack(oks)
+
     def derivatives(self, x: torch.Tensor, a: torch.Tensor, p: torch.Tensor,
                     size: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(r, p_next, J)`` at ``x`` for the previous position ``a`` and momenta ``p`` (each ``(B, n)``), evaluated
@@ -155,10 +234,10 @@ class FuncStepper:
                 return self._jacobian(xx, aa)[:B]
         return r[:B], p1[:B], jacobian
 
-    def _verify(self, size: int) -> None:
-        """Compile the graphs of one batch bucket ``size`` (the first run's: a build costs seconds per bucket, so none
-        is built for verification alone) and check them against autograd at random states padded to it;
-        :class:`FuncPathError` otherwise."""
+    def _verify(self, size: int):
+        """Compile newton()'s derivatives (when they are compiled) at one batch bucket ``size`` (the current run's: a
+        build costs seconds per bucket, so none is built for verification alone) and check them against autograd at
+        random states padded to it: ``(x, a, p, J)`` of those states; :class:`FuncPathError` otherwise."""
         from .model_protocol import derivatives
 
         n, D, m = self.n, 2 * self.n, min(4, size)  # m states (a bucket has at least 2 rows)
@@ -185,11 +264,40 @@ class FuncStepper:
             scale = float(ref.abs().max()) + 1.0
             if not bool(torch.isfinite(got).all()) or float((got - ref).abs().max()) > VERIFY_RTOL * scale:
                 raise FuncPathError(f"the compiled {name} differs from autograd's (relative {VERIFY_RTOL:g})")
+        return x, a, p, J
+
+    def _verify_chord(self, x, a, p, J, size: int) -> None:
+        """Compile the one-graph step at bucket ``size`` and check it against the same function run eagerly (whose
+        parts were just checked against autograd), from a start ``x`` (every past position equal to it): positions,
+        momenta, and the first step's acceptance verdicts where they are far from the thresholds, so that a
+        miscompiled test cannot certify steps: false at momenta that put the predicted correction at ``J^{-1} r =
+        2 (1 + |x|)`` (scaled 2 > 0.1, no chord), true at momenta that make ``x`` a root (about 1e-18 against 1e-8)."""
+        hist, m = x.expand(PREDICTOR_ORDER, *x.shape), x.shape[0]
+        with torch.no_grad():
+            r0 = self._residual_fn(x, a, p)[0]
+        for shift, tol in ((2.0, 1e-16), (0.0, 1e-8)):  # the residual at x is then J shift (1 + |x|)
+            pp, xtol = p - r0 + torch.einsum("bij,bj->bi", J, shift * (1 + x.abs())), torch.tensor(tol, dtype=torch.float64)
+            try:
+                with torch.no_grad(), warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.")
+                    got = self._chord(_pad(hist, size, 1), _pad(a, size), _pad(pp, size), _pad(J, size), xtol)
+            except Exception as err:  # noqa: BLE001 - as in _verify
+                first = (str(err).strip().splitlines() or [""])[0][:300]
+                raise FuncPathError(f"torch.compile could not compile its Newton step ({type(err).__name__}: {first})") from None
+            with torch.no_grad():
+                ref = self._chord_fn(hist, a, pp, J, xtol)
+            for g, r, name in zip(got[:2], ref[:2], ("position", "momentum")):
+                scale = float(r.abs().max()) + 1.0
+                if not bool(torch.isfinite(g[:, :m]).all()) or float((g[:, :m] - r).abs().max()) > VERIFY_RTOL * scale:
+                    raise FuncPathError(f"the compiled Newton step's {name} differs from the eager one's (relative {VERIFY_RTOL:g})")
+            if not torch.equal(got[2][0, :m], ref[2][0]):
+                raise FuncPathError("the compiled Newton step's acceptance test differs from the eager one's")
 
     # ------------------------------------------------------------------ the march's interface
     def chunk_steps(self, batch: int) -> int:
-        """Steps per call (Python drives each step here; the chunk only paces the progress bar)."""
-        return 64
+        """Steps per call (Python drives the steps here; the chunk only paces the progress bar, and a chunk's end
+        inside a :data:`CHORD_STEPS` call voids the rest of that call)."""
+        return 256
 
     def advance(self, out: torch.Tensor, j: int, j_end: int, p: torch.Tensor, jac: Optional[torch.Tensor],
                 rows: Optional[torch.Tensor], first_guess: Optional[torch.Tensor], options: NewtonOptions,
@@ -197,28 +305,53 @@ class FuncStepper:
         """As :meth:`integrators.compiled.CompiledStepper.advance`: steps ``j -> j_end`` while every element converges
         (within ``max_step``); stops before the first step where one does not, for the eager path to take it."""
         self._size = bucket(p.shape[0])
+        chord = options.reuse_jacobian and options.ftol == 0  # newton()'s test is then the one-graph step's
+        xtol = torch.tensor(float(options.xtol), dtype=torch.float64)
+        refused = False  # the last call stopped at a step it could not certify: newton() takes that one
         while j < j_end and self.failure is None:
             a = out[j] if rows is None else out[j, rows]
-            guess = first_guess if j == 0 else extrapolate(out, j, rows, PREDICTOR_ORDER)
             try:
-                res = newton(self._evaluate, guess, (a, p), options=options, jac0=jac)
+                xs, via = (), "chord_steps"
+                if chord and not refused and jac is not None and j >= PREDICTOR_ORDER - 1:
+                    xs, ps = self._chord_step(out, j, rows, a, p, jac, xtol)
+                    refused = 0 < len(xs) < self.chord_steps  # (none kept: newton() takes step j right here)
+                else:
+                    refused = False
+                if not xs:
+                    self._newton_step_taken()
+                    guess = first_guess if j == 0 else extrapolate(out, j, rows, PREDICTOR_ORDER)
+                    res = newton(self._evaluate, guess, (a, p), options=options, jac0=jac)
+                    if not bool(res.converged.all()):
+                        return j, p, jac, np.ones(1)
+                    xs, ps, new_jac, via = [res.x], [res.aux], res.jacobian, None
             except Exception as err:  # noqa: BLE001 - e.g. torch.compile's recompile limit: the eager path goes on
                 self._fail(err)
                 break
-            if not bool(res.converged.all()) or far_roots(res, a, max_step) is not None:
-                return j, p, jac, np.ones(1)
-            if rows is None:
-                out[j + 1] = res.x
-            else:
-                out[j + 1, rows] = res.x
-            p, jac = res.aux, res.jacobian
-            if pout is not None:
-                if rows is None:
-                    pout[j + 1] = p
-                else:
-                    pout[j + 1, rows] = p
-            j += 1
+            for x, pn in zip(xs[:j_end - j], ps):
+                if max_step is not None and bool(((x - a).abs().amax(-1) > max_step).any()):  # as far_roots()
+                    return j, p, jac, np.ones(1)  # the Jacobian of the last step taken, not of the root refused
+                if via is None:
+                    jac = new_jac
+                _store(out, j + 1, rows, x)
+                _store(pout, j + 1, rows, pn)
+                a, p, j = x, pn, j + 1
+                if via:
+                    self.stats[via] += 1
         return j, p, jac, (None if j == j_end else np.ones(1))
+
+    def _chord_step(self, out, j, rows, a, p, jac, xtol):
+        """Steps ``j -> j + 1, ...`` by the one compiled graph :meth:`_chord_fn`: ``(xs, ps)``, the positions and
+        momenta of the steps before the first one where an element needs more than its chord correction (empty:
+        :func:`~integrators.newton.newton` takes step ``j``)."""
+        B, size = a.shape[0], self._size
+        hist = out[j - PREDICTOR_ORDER + 1:j + 1]
+        hist = hist if rows is None else hist[:, rows]
+        with torch.no_grad():
+            x, pn, ok = self._chord(_pad(hist.detach(), size, 1), _pad(a.detach(), size), _pad(p.detach(), size),
+                                    _pad(jac.detach(), size), xtol)
+        good = ok[:, :B].all(-1).tolist()  # the real rows only: a padding row's verdict is no trajectory's
+        k = good.index(False) if False in good else len(good)
+        return [x[s, :B] for s in range(k)], [pn[s, :B] for s in range(k)]
 
     def _fail(self, err: BaseException) -> None:
         """A compiled evaluation failed during a run (not at build time): this stepper stops for good, the eager

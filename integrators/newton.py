@@ -123,16 +123,17 @@ def describe_failure(result: NewtonResult, batch_shape: Tuple[int, ...], limit: 
 
 def _solve(J: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
     """Solve ``J d = r`` per element. A singular ``J`` gives non-finite entries in ``d`` (no
-    exception), which the next residual evaluation reports as a failure of that element only."""
+    exception), which the next residual evaluation reports as a failure of that element only.
+    Graph-safe (no data-dependent branch): :mod:`integrators.compiled_func` compiles it into its Newton step."""
     if J.shape[-1] == 1:
         return r / J[..., 0]
     d, info = torch.linalg.solve_ex(J, r.unsqueeze(-1))
-    d = d.squeeze(-1)
-    if bool((info != 0).any()):
-        d[info != 0] = float("nan")
-    return d
+    return torch.where((info == 0)[..., None], d.squeeze(-1), float("nan"))
 
 
+# integrators.compiled_func.FuncStepper._chord_fn takes this test (iteration 0, ftol = 0) and _correction's chord
+# admission (err <= 0.1) in one compiled graph: a change here must be made there too
+# (tests/test_integrators_compiled_func.py checks that the two agree)
 def _convergence_test(J_act: Optional[torch.Tensor], r: torch.Tensor, x_act: torch.Tensor, rn: torch.Tensor,
                       finite: torch.Tensor, it: int, prev_err: Optional[torch.Tensor], xtol: float, ftol: float):
     """The acceptance test of the module docstring for the active elements: ``(d, err, ok)`` with ``d`` the

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
-from math import factorial
+from math import factorial, prod
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -97,10 +97,7 @@ def _gather_table(alpha: Tuple[int, ...], D: int, K: int) -> Tuple[List[int], Li
     for m in monomials(D, 2):
         beta = tuple(a + b for a, b in zip(alpha, m))
         idx.append(index[beta])
-        f = 1
-        for b_, m_ in zip(beta, m):
-            f *= factorial(b_) // factorial(m_)
-        fac.append(f)
+        fac.append(prod(factorial(b_) // factorial(m_) for b_, m_ in zip(beta, m)))
     return idx, fac
 
 

@@ -111,9 +111,7 @@ class _Tracer(TorchDispatchMode):
         rule = RULES.get(name)
         if name in OPAQUE_OPS or (rule is None and any(x is OPAQUE for a in ins for x in a.reshape(-1))):
             for o in tensors:  # no lowering: opaque (only checks may use it, module docstring of codegen.ir)
-                arr = np.empty(tuple(o.shape), dtype=object)
-                arr.reshape(-1)[:] = [OPAQUE] * o.numel()
-                self.bind(o, arr)
+                self.bind(o, np.full(tuple(o.shape), OPAQUE, dtype=object))
             return
         literal = all(isinstance(x, float) for a in ins for x in a.reshape(-1))
         if literal or name.split(".")[1] in FACTORIES:

@@ -25,7 +25,10 @@ Two execution paths take the same steps: the *eager* path above (any torch Lagra
 and Lagrangians with a C form (:func:`integrators.model_protocol.compiled_form`: SymPy systems, GP means,
 ModLaNet, and other torch code traced by :mod:`integrators.traced`). They agree to rounding;
 ``execution=`` chooses, and the default ``"auto"`` compiles long runs when it can and otherwise says
-why once (:class:`~integrators.model_protocol.CompiledPathWarning`).
+why once (:class:`~integrators.model_protocol.CompiledPathWarning`). Stage schemes (:mod:`bea.stages`) have their
+own compiled path, :mod:`integrators.compiled_stages` (one Newton solve on the interior points and the next
+position, with derivatives compiled by ``torch.compile``), for runs of at least
+:data:`~integrators.compiled_stages.STAGE_MIN_STEPS` steps.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from ._admissible import check_regular_at, check_scheme
 from ._checks import as_float64, check_finite, check_lagrangian_output, check_step_size, initial_data
 from ._stepping import eager_step, velocity_guess
 from .compiled_func import func_stepper
+from .compiled_stages import stage_stepper
 from .newton import ConvergenceError, NewtonOptions, autograd_system, describe_failure, newton, vmap_system
 from .trajectory import Trajectory, positions
 from .progress import progress_bar
@@ -97,11 +101,13 @@ class VariationalIntegrator:
         least :data:`AUTO_MIN_WORK` trajectory-steps (or once it is built) when the Lagrangian and
         scheme have a C form and a C compiler is present, else the eager path, with a
         :class:`~integrators.model_protocol.CompiledPathWarning` giving the reason (once per integrator
-        and ``n``); ``"compiled"``: always
-        the compiled path, raising ``ValueError`` (with the reason) where it is unavailable;
+        and ``n``; a stage scheme: :mod:`integrators.compiled_stages` for runs of at least
+        :data:`~integrators.compiled_stages.STAGE_MIN_STEPS` steps); ``"compiled"``: always the compiled path,
+        raising ``ValueError`` (with the reason) where it is unavailable;
         ``"eager"``: never compile. :attr:`last_execution` tells which path the latest run took,
         :attr:`compile_seconds` what building the compiled stepper cost (paid once per integrator
-        and ``n``; the C library once per process and Lagrangian). The compiled path runs on the CPU:
+        and ``n``; the C library once per process and Lagrangian; with what the ``torch.compile`` path compiles
+        later, during a run). The compiled path runs on the CPU:
         for data on another device (a GPU) ``"auto"`` takes the eager path, ``"compiled"`` raises
         ``ValueError``.
 
@@ -250,8 +256,11 @@ class VariationalIntegrator:
         batch = out.shape[1]
         if n in self._steppers:
             return self._fits_auto(self._steppers[n], mode, batch, n, work)
-        if mode == "auto" and (work < AUTO_MIN_WORK or isinstance(self.scheme, bea.StageScheme)):
-            return None  # a stage scheme steps eagerly by design (Newton on its interior points): nothing to say
+        if isinstance(self.scheme, bea.StageScheme):  # one Newton solve on all its stages (integrators.compiled_stages)
+            # counted as the docs say, the run's steps (solve_from_positions takes one fewer: its q1 is given)
+            return stage_stepper(self, n, (out.shape[0] - 1) * batch, batch, mode)
+        if mode == "auto" and work < AUTO_MIN_WORK:
+            return None
         if n not in self._stepper_errors:
             from .ccompile import CompileError
             from .compiled import CompiledStepper, NotLowerable
@@ -301,8 +310,10 @@ class VariationalIntegrator:
                 if stepper is not None:
                     used.add(getattr(stepper, "label", "compiled"))
                     end = min(steps, j + stepper.chunk_steps(B if rows is None else rows.numel()))
+                    built = stepper.compile_seconds  # a stepper may compile more during a run (torch.compile's newton())
                     j_stop, p, jac, _ = stepper.advance(out, j, end, p, jac, rows, first_guess, self.options, self.max_step,
                                                         pout)
+                    self.compile_seconds += stepper.compile_seconds - built
                     bar.update(j_stop - j)
                     stats["compiled_steps"] += j_stop - j
                     j = j_stop

@@ -7,6 +7,7 @@ import sympy
 import torch
 
 import bea
+from bea.errors import BeaValueError
 from integrators import ConvergenceError, VariationalIntegrator, systems
 from integrators.ccompile import find_compiler
 from integrators.compiled import CompiledStepper, NotLowerable, scheme_points
@@ -85,6 +86,10 @@ def test_sympy_derivatives_match_autograd():
     (ga,) = torch.autograd.grad(systems.kepler()(x[:, :2], x[:, 2:]).sum(), x, create_graph=True)
     Ha = torch.stack([torch.autograd.grad(ga[:, i].sum(), x, retain_graph=True)[0] for i in range(4)], 1)
     assert float((g - ga.detach()).abs().max()) <= 1e-14 and float((H - Ha).abs().max()) <= 1e-14
+    # states of another width (the C code reads 2n = 4 numbers per state) or rank are refused, not read past
+    for shape in ((3, 2), (3, 6), (4,)):
+        with pytest.raises(BeaValueError):
+            stepper.lagrangian_derivatives(torch.zeros(shape, dtype=torch.float64))
 
 
 def test_sympy_lowering_covers_the_functions_and_refuses_the_rest():

@@ -119,15 +119,15 @@ def test_a_failure_during_the_run_hands_the_rest_to_eager_and_says_so_once(monke
     q0, v0 = _start(3)
     stepper = FuncStepper(erf_oscillator, 0.1, bea.get_scheme("midpoint"), 1, compile=False)
     calls = []
-    residual = stepper._residual
+    chord = stepper._chord
 
     def flaky(*args):
         calls.append(1)
-        if len(calls) == 30:
+        if len(calls) == 5:
             raise RuntimeError("recompile limit (test)")
-        return residual(*args)
+        return chord(*args)
 
-    stepper._residual = flaky
+    stepper._chord = flaky
     vi = VariationalIntegrator(erf_oscillator, 0.1)
     vi._stepper_errors[1], vi._func_steppers[1] = "no C form (test)", stepper
     with pytest.warns(CompiledPathWarning, match="failed during the run.*recompile limit"):
@@ -168,38 +168,271 @@ def test_the_order_10_predictor_is_exact_on_degree_9_and_order_6_is_unchanged():
     assert torch.equal(extrapolate(q, 4, None, order=10), extrapolate(q, 4, None))  # too few positions: order 4
 
 
+def _counted(stepper):
+    """Count the stepper's gradient evaluations (``r``: two per time step of a one-graph chord call) and Jacobians."""
+    calls = {"r": 0, "J": 0}
+    residual, jacobian, chord = stepper._residual, stepper._jacobian, stepper._chord
+    stepper._residual = lambda *a: calls.__setitem__("r", calls["r"] + 1) or residual(*a)
+    stepper._jacobian = lambda *a: calls.__setitem__("J", calls["J"] + 1) or jacobian(*a)
+    stepper._chord = lambda *a: calls.__setitem__("r", calls["r"] + 2 * stepper.chord_steps) or chord(*a)
+    return calls
+
+
 def test_the_func_path_takes_two_gradients_per_step_and_rarely_a_hessian(monkeypatch):
     """From the order-10 predictor one chord correction reaches rounding level: over 300 midpoint steps of a smooth
-    oscillator (h = 0.05) the stepper evaluates about 2 gradients per step (order 6 needs 3 and a Hessian, as the
-    eager path does) and Hessians only while the predictor warms up; the trajectory still equals eager to 1e-13."""
+    oscillator (h = 0.05) the stepper evaluates about 2 gradients per step, almost every step in the one-graph chord
+    step (order 6 needs 3 and a Hessian, as the eager path does) and Hessians only while the predictor warms up; the
+    trajectory still equals eager to 1e-13."""
     monkeypatch.setattr(V, "AUTO_MIN_WORK", 1)
+    monkeypatch.setattr(CF, "COMPILE_NEWTON_AFTER", 10 ** 9)  # keep the counters in place
     q0, v0 = _start(4)
     ref = VariationalIntegrator(erf_oscillator, 0.05, execution="eager").solve(q0, v0, 300)
-    counts = {}
+    counts, stats = {}, {}
     for order in (6, 10):
         monkeypatch.setattr(CF, "PREDICTOR_ORDER", order)
         stepper = FuncStepper(erf_oscillator, 0.05, bea.get_scheme("midpoint"), 1, compile=False)
-        calls = {"r": 0, "J": 0}
-        residual, jacobian = stepper._residual, stepper._jacobian
-        stepper._residual = lambda *a: calls.__setitem__("r", calls["r"] + 1) or residual(*a)
-        stepper._jacobian = lambda *a: calls.__setitem__("J", calls["J"] + 1) or jacobian(*a)
+        calls = _counted(stepper)
         vi = VariationalIntegrator(erf_oscillator, 0.05, execution="auto")
         vi._stepper_errors[1] = "no C form (test)"
         vi._func_steppers[1] = stepper
         got = vi.solve(q0, v0, 300)
         assert got.stats["eager_steps"] == 0 and float((got.q - ref.q).abs().max()) <= 1e-13
-        counts[order] = calls
-    assert counts[10]["r"] <= 2.1 * 300 and counts[10]["J"] <= 20
+        counts[order], stats[order] = calls, stepper.stats
+    # order 10 (measured 647 and 18; 283 of the 300 steps in the one graph): 2 gradients a step, plus the warm-up's
+    # Newton iterations and the evaluations of a two-step call voided where the chord cannot certify a step
+    assert counts[10]["r"] <= 2.25 * 300 and counts[10]["J"] <= 20
+    assert stats[10]["chord_steps"] >= 275 and stats[10]["chord_steps"] + stats[10]["newton_steps"] == 300
     assert counts[6]["r"] >= 2.5 * 300 and counts[6]["J"] >= 250
+
+
+def _no_chord(stepper):
+    """The stepper with its one-graph step disabled: every step by newton()."""
+    stepper._chord_step = lambda *a: ((), ())
+    return stepper
+
+
+@pytest.mark.parametrize("scheme,n", [("midpoint", 1), ("trapezoidal", 2)])
+def test_the_one_graph_chord_step_is_newtons_step_bit_for_bit(scheme, n):
+    """The one-graph step takes Newton's decisions with Newton's arithmetic (same predictor, residual, chord
+    correction and acceptance test): without torch.compile the march with it and the march through newton() alone
+    give identical positions and momenta, on all trajectories (rows None) and on a subset (rows), with a chunk end
+    inside a two-step call (j_end odd)."""
+    g = torch.Generator().manual_seed(5)
+    B, steps, h = 5, 41, 0.05
+    q0 = 0.3 + 0.3 * torch.rand(B, n, generator=g, dtype=torch.float64)
+    ref_vi = VariationalIntegrator(erf_oscillator, h, scheme, execution="eager")
+    start = ref_vi.solve(q0, 0.1 * torch.ones(B, n, dtype=torch.float64), 1)  # q_1, p_1 and nothing else
+    results = []
+    for chord in (True, False):
+        stepper = FuncStepper(erf_oscillator, h, bea.get_scheme(scheme), n, compile=False)
+        stepper = stepper if chord else _no_chord(stepper)
+        for rows in (None, torch.tensor([0, 2, 3])):
+            out = torch.zeros(steps + 1, B, n, dtype=torch.float64)
+            pout = torch.zeros_like(out)
+            out[:2], pout[:2] = start.q, start.p
+            p = start.p[1] if rows is None else start.p[1, rows]
+            j, p, jac, stop = 1, p, None, None
+            while j < steps:  # chunks of 7 steps: the chord calls straddle the chunk ends
+                j, p, jac, stop = stepper.advance(out, j, min(steps, j + 7), p, jac, rows, None, ref_vi.options, None, pout)
+                assert stop is None
+            results.append((out, pout))
+        if chord:
+            assert stepper.stats["chord_steps"] >= 2 * 25 and stepper.stats["newton_steps"] <= 2 * 15
+    for (o1, p1), (o2, p2) in zip(results[:2], results[2:]):
+        assert torch.equal(o1, o2) and torch.equal(p1, p2)
+    assert not bool(results[1][0][2:, [1, 4]].any())  # the rows not stepped are left alone
+
+
+def _edit_verdict(stepper, edit) -> None:
+    """Wrap ``stepper``'s one-graph step so that ``edit`` changes (a copy of) its accept flags in place."""
+    chord = stepper._chord
+
+    def edited(*args):
+        x, pn, ok = chord(*args)
+        ok = ok.clone()
+        edit(ok)
+        return x, pn, ok
+
+    stepper._chord = edited
+
+
+def test_a_step_the_chord_cannot_certify_goes_to_newton():
+    """Where the one-graph step reports an element not accepted at its second step, the first step is kept and
+    newton() takes the second (the graph is not asked again: same inputs, same verdict), with the numbers of newton()
+    alone; a root beyond max_step stops the march there."""
+    q0, v0 = _start(3)
+    vi = VariationalIntegrator(erf_oscillator, 0.05, execution="eager")
+    ref = vi.solve(q0, v0, 30)
+    stepper = FuncStepper(erf_oscillator, 0.05, bea.get_scheme("midpoint"), 1, compile=False)
+    _edit_verdict(stepper, lambda ok: ok[1:, 1].fill_(False))  # the second step of every call refused at row 1
+    out, pout = torch.zeros(31, 3, 1, dtype=torch.float64), torch.zeros(31, 3, 1, dtype=torch.float64)
+    out[:10], pout[:10] = ref.q[:10], ref.p[:10]
+    j, p, jac, stop = stepper.advance(out, 9, 30, ref.p[9], None, None, None, vi.options, None, pout)
+    assert (j, stop) == (30, None)
+    assert stepper.stats["chord_steps"] >= 9 and stepper.stats["newton_steps"] >= 9  # alternating
+    assert float((out - ref.q).abs().max()) <= 1e-13 and float((pout - ref.p).abs().max()) <= 1e-13
+    j, _, jac_back, stop = stepper.advance(out, 12, 30, pout[12], jac, None, None, vi.options, 1e-9, pout)
+    assert j == 12 and stop is not None
+    assert jac_back is jac  # the refused root's Jacobian is not handed back: the last step taken's is
+    # newton() refused for max_step (no Jacobian to reuse: no chord call) gives back the Jacobian passed in as well
+    jac_in = torch.full((3, 1, 1), 7.0, dtype=torch.float64)
+    refuse = _no_chord(FuncStepper(erf_oscillator, 0.05, bea.get_scheme("midpoint"), 1, compile=False))
+    j, _, jac_back, stop = refuse.advance(out, 12, 30, pout[12], jac_in, None, None, vi.options, 1e-9, pout)
+    assert j == 12 and stop is not None and torch.equal(jac_back, jac_in)
+
+
+def test_padding_rows_do_not_refuse_a_step():
+    """Three trajectories run padded to a bucket of 4: a padding row that fails the acceptance test is no
+    trajectory's, so the call's steps are kept (all CHORD_STEPS of them by the graph)."""
+    q0, v0 = _start(3)
+    vi = VariationalIntegrator(erf_oscillator, 0.05, execution="eager")
+    ref = vi.solve(q0, v0, 14)
+    stepper = FuncStepper(erf_oscillator, 0.05, bea.get_scheme("midpoint"), 1, compile=False)
+
+    def padding_fails(ok):
+        assert ok.shape[1] == 4
+        ok[:, 3] = False
+
+    out, pout = torch.zeros(15, 3, 1, dtype=torch.float64), torch.zeros(15, 3, 1, dtype=torch.float64)
+    out[:10], pout[:10] = ref.q[:10], ref.p[:10]
+    _, _, jac, _ = stepper.advance(out, 9, 10, ref.p[9], None, None, None, vi.options, None, pout)  # newton(): a Jacobian
+    _edit_verdict(stepper, padding_fails)
+    j, _, _, stop = stepper.advance(out, 10, 14, pout[10], jac, None, None, vi.options, None, pout)
+    assert (j, stop) == (14, None) and stepper.stats == {"chord_steps": 4, "newton_steps": 1}
+    assert float((out - ref.q).abs().max()) <= 1e-13
+
+
+def test_what_the_run_compiles_counts_in_the_integrators_compile_seconds(monkeypatch):
+    """The torch.compile path compiles newton()'s derivatives during a run (COMPILE_NEWTON_AFTER): that time is
+    added to VariationalIntegrator.compile_seconds, not only the build's."""
+    vi = VariationalIntegrator(erf_oscillator, 0.05, execution="eager")
+
+    class Stepper:  # the march's view of a stepper: each call compiles 0.5 s more and takes one step
+        label, compile_seconds = "stub", 2.0
+
+        def chunk_steps(self, batch):
+            return 1
+
+        def advance(self, out, j, j_end, p, jac, rows, first_guess, options, max_step, pout):
+            self.compile_seconds += 0.5
+            out[j + 1] = out[j]
+            return j + 1, p, jac, None
+
+    monkeypatch.setattr(vi, "_stepper", lambda *a: Stepper())
+    vi.solve(torch.zeros(2, 1, dtype=torch.float64), torch.zeros(2, 1, dtype=torch.float64), 4)
+    assert vi.compile_seconds == pytest.approx(4 * 0.5, abs=1e-12)
 
 
 def test_the_build_verifies_at_the_first_runs_bucket_only(monkeypatch):
     """A torch.compile build costs seconds per batch bucket, so the verification evaluates at the bucket of the run
-    that asked for the stepper (1000 trajectories: 1024 rows), not at a bucket of its own; one trajectory: 2 rows."""
+    that asked for the stepper (1000 trajectories: 1024 rows), not at a bucket of its own; one trajectory: 2 rows
+    (the chord step's eager reference, which is not compiled, at the checking states alone)."""
     sizes = []
     residual = FuncStepper._residual_fn
     monkeypatch.setattr(FuncStepper, "_residual_fn", lambda self, x, a, p: sizes.append(x.shape[0]) or residual(self, x, a, p))
     for batch, size in ((1000, 1024), (1, 2)):
         sizes.clear()
         FuncStepper(erf_oscillator, 0.1, bea.get_scheme("midpoint"), 1, compile=False, batch=batch)
-        assert sizes == [size]
+        assert sizes[0] == size and set(sizes) <= {size, min(4, size)}  # the chord step's eager reference: 4 rows
+
+
+def test_after_a_step_refused_at_its_first_position_the_chord_graph_takes_the_next():
+    """A call that certifies none of its steps hands step j to newton() in the same iteration, and the call for step
+    j + 1 goes to the graph again: from step 9 (no Jacobian yet: newton()) newton() takes exactly two steps."""
+    q0, v0 = _start(3)
+    ref = VariationalIntegrator(erf_oscillator, 0.05, execution="eager").solve(q0, v0, 30)
+    stepper = FuncStepper(erf_oscillator, 0.05, bea.get_scheme("midpoint"), 1, compile=False)
+    chord, calls = stepper._chord, []
+
+    def first_refused(*args):
+        x, pn, ok = chord(*args)
+        calls.append(1)
+        return x, pn, ok & (len(calls) > 1)
+
+    stepper._chord = first_refused
+    out, pout = torch.zeros(31, 3, 1, dtype=torch.float64), torch.zeros(31, 3, 1, dtype=torch.float64)
+    out[:10], pout[:10] = ref.q[:10], ref.p[:10]
+    j, _, _, stop = stepper.advance(out, 9, 30, ref.p[9], None, None, None,
+                                    VariationalIntegrator(erf_oscillator, 0.05).options, None, pout)
+    assert (j, stop) == (30, None) and stepper.stats == {"chord_steps": 19, "newton_steps": 2}
+    assert float((out - ref.q).abs().max()) <= 1e-13
+
+
+def test_newtons_derivatives_are_compiled_once_it_has_taken_enough_steps(monkeypatch):
+    """newton()'s derivatives stay uncompiled at first (no build cost for them: a run's predictor warm-up is a few
+    steps) and are compiled, and checked against autograd at the run's bucket, when newton() has taken
+    COMPILE_NEWTON_AFTER steps (here every step: no chord steps without Jacobian reuse); the trajectory is unchanged."""
+    from integrators.newton import NewtonOptions
+
+    monkeypatch.setattr(CF, "COMPILE_NEWTON_AFTER", 3)
+    q0, v0 = _start(3)
+    ref = VariationalIntegrator(erf_oscillator, 0.05, execution="eager").solve(q0, v0, 20)
+    stepper = FuncStepper(erf_oscillator, 0.05, bea.get_scheme("midpoint"), 1, compile=False)
+    wrapped, verified = [], []
+    stepper._wrap = lambda f: wrapped.append(f.__name__) or f
+    verify = stepper._verify
+    stepper._verify = lambda size: verified.append(size) or verify(size)
+    out = torch.zeros(21, 3, 1, dtype=torch.float64)
+    pout = torch.zeros_like(out)
+    out[:10], pout[:10] = ref.q[:10], ref.p[:10]
+    options = NewtonOptions(reuse_jacobian=False)
+    for j, j_end, compiled in ((9, 11, False), (11, 12, True), (12, 20, True)):  # steps 9 and 10, 11, the rest
+        stepper.advance(out, j, j_end, pout[j], None, None, None, options, None, pout)
+        assert wrapped == (["_residual_fn", "_jacobian_fn"] if compiled else [])
+    assert stepper.stats["chord_steps"] == 0 and verified == [bucket(3)]
+    assert float((out - ref.q).abs().max()) <= 1e-13
+
+
+@pytest.mark.parametrize("verdict", ["all", "none", "same"])
+def test_the_build_checks_the_compiled_acceptance_test(monkeypatch, verdict):
+    """A compiled one-graph step whose acceptance verdicts are wrong (every step certified, or none) is refused at
+    build time even where its positions and momenta are right; the true verdicts at the two checking states are all
+    false (scaled correction 2) and all true (a root, xtol 1e-8), so each wrong one differs from them."""
+    seen = []
+
+    def fake_compile(f, **kw):
+        def run(*args):
+            x, pn, ok = f(*args)
+            seen.append(ok[0].clone())
+            return x, pn, {"all": torch.ones_like(ok), "none": torch.zeros_like(ok), "same": ok}[verdict]
+        return run
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    if verdict == "same":
+        FuncStepper(erf_oscillator, 0.05, bea.get_scheme("trapezoidal"), 2)
+        assert [bool(ok.any()) for ok in seen] == [False, True] and bool(seen[1].all())
+    else:
+        with pytest.raises(FuncPathError):
+            FuncStepper(erf_oscillator, 0.05, bea.get_scheme("trapezoidal"), 2)
+
+
+def test_the_graphs_acceptance_test_is_newtons():
+    """integrators.newton's acceptance test (iteration 0, and 1 after a chord correction) and chord admission, which
+    the one-graph step restates: from starts 0 to 1e-2 away from the root and xtols 1e-16 to 1e-6, the graph's
+    first-step verdict is true exactly where newton() (maxiter 1, Jacobian reuse, any fresh Jacobian NaN so that only
+    the chord correction can succeed) converges, with the same position and momenta bit for bit there."""
+    from integrators.newton import NewtonOptions, newton
+
+    n, B = 2, 6
+    vi = VariationalIntegrator(erf_oscillator, 0.05, "midpoint", execution="eager")
+    g = torch.Generator().manual_seed(11)
+    ref = vi.solve(0.3 + 0.3 * torch.rand(B, n, generator=g, dtype=torch.float64), 0.1 * torch.ones(B, n, dtype=torch.float64), 12)
+    stepper = FuncStepper(erf_oscillator, 0.05, bea.get_scheme("midpoint"), n, compile=False)
+    stepper._size = bucket(B)
+    J = stepper.derivatives(ref.q[11], ref.q[10], ref.p[10])[2]
+    hist = ref.q[1:11].clone()
+    hist[-1] += torch.tensor([0.0, 1e-13, 1e-11, 1e-9, 1e-6, 1e-3])[:, None]  # the start moves about 10x as far
+
+    def evaluate(x, a, p):  # newton()'s evaluator with a NaN Jacobian: only the chord correction can converge
+        r, aux, _ = stepper._evaluate(x, a, p)
+        return r, aux, lambda: torch.full((x.shape[0], n, n), float("nan"), dtype=torch.float64)
+
+    outcomes = []
+    for tol in (1e-16, 1e-13, 1e-10, 1e-6):
+        x, pn, ok = stepper._chord_fn(hist, ref.q[10], ref.p[10], J, torch.tensor(tol, dtype=torch.float64))
+        x0 = CF.extrapolate(hist, CF.PREDICTOR_ORDER - 1, None, CF.PREDICTOR_ORDER)
+        res = newton(evaluate, x0, (ref.q[10], ref.p[10]), options=NewtonOptions(xtol=tol, maxiter=1), jac0=J)
+        assert torch.equal(ok[0], res.converged)
+        assert torch.equal(x[0][ok[0]], res.x[ok[0]]) and torch.equal(pn[0][ok[0]], res.aux[ok[0]])
+        outcomes += ok[0].tolist()
+    assert True in outcomes and False in outcomes

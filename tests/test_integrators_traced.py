@@ -96,6 +96,13 @@ def test_norms_and_clamps_are_lowered():
 
     states = torch.tensor([[1.0, 0.3, 0.2, -0.1], [0.7, -0.4, 0.0, 0.3]], dtype=torch.float64)  # 0.7 is clamped
     assert _derivative_error(kepler_like, 2, states) < 1e-12
+    # one bound a tensor, the other absent (each bound is tested only if given): q = (1.0, 0.3) clamped in both
+    # coordinates, (0.7, -0.4) in neither; the clamped ones have zero derivatives, which the error would show
+    top = torch.tensor([0.8, 0.1], dtype=torch.float64)
+
+    def capped(q, v):
+        return (v ** 2).sum(-1) / 2 + (torch.clamp(q, max=top) ** 3).sum(-1)
+    assert _derivative_error(capped, 2, states) < 1e-12
 
 
 def test_affine_model_composes_the_compiled_form():
@@ -152,3 +159,12 @@ def test_lnn_baseline_rolls_out_in_c():
 
     assert trace_lagrangian(L, 1).auto_max_batch == 100  # a network: large batches stay eager under auto
     assert _agree(L, torch.tensor([[0.5]]), torch.tensor([[0.1]]), h=0.05) < 1e-12
+
+
+def test_a_tensor_built_inside_the_lagrangian_is_traced():
+    # aten.lift_fresh: the bound is created inside L on every call
+    def L(q, v):
+        return 0.5 * (v ** 2).sum(-1) - torch.clamp(q, min=torch.tensor(-0.5, dtype=torch.float64)).pow(2).sum(-1)
+
+    q0 = torch.tensor([[0.3]], dtype=torch.float64)
+    assert _agree(L, q0, torch.zeros_like(q0), steps=50) < 1e-12

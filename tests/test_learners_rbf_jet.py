@@ -80,8 +80,8 @@ def test_jet_of_order_zero_is_the_value():
 
 
 def test_jet_rows_do_not_depend_on_the_batch():
-    """RBFJet evaluates whole groups of LANES states side by side and the rest one by one, with the same operations:
-    a state's derivatives are the same bits wherever it sits in a batch (13 = 8 + 5 states, then each alone)."""
+    """RBFJet evaluates groups of LANES states side by side, the last group padded, each lane alone: a state's
+    derivatives are the same bits wherever it sits in a batch (13 = 8 + 5 states, then each alone)."""
     jet = RBFJet(_random_expansion(4))
     X = torch.randn(13, 4, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     T = jet(X, 3)

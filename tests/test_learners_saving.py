@@ -91,3 +91,25 @@ def test_other_class_version_or_format_is_refused(snapshots, tmp_path):
     with pytest.raises(ModelFileError, match="CallableTransform"):
         model.save(tmp_path / "callable.pt")
     assert not (tmp_path / "callable.pt").exists()
+
+
+def test_calibration_saved_before_the_variance_rule_warns_on_load(snapshots, tmp_path):
+    """A state saved before the a-posteriori rounding bound has calibration scales fitted to floored variances and no
+    variance-rule tag: restoring it keeps them (the held-back data are not saved) but says so, naming the refit; a
+    file saved now carries the tag and loads silently."""
+    from learners import StaleCalibrationWarning
+    from learners.shadow.calibration import Calibration
+    from learners.shadow.persist import fitted_state, restore
+    from learners.shadow.variance_rounding import VARIANCE_RULE
+
+    model = InverseModifiedLagrangianGP(h=0.5, lengthscale=1.0, noise=1e-10, progress=False).fit(snapshots)
+    model._calibration["del"] = Calibration(2.5, 1.0, 0.95, 40)  # 12 trajectories hold none back: as if calibrated
+    loaded = InverseModifiedLagrangianGP.load(model.save(tmp_path / "model.pt"))  # silent: warnings are errors here
+    assert loaded.calibration["del"].scale == 2.5
+    state = fitted_state(model)
+    assert state["subclass"]["variance_rule"] == VARIANCE_RULE
+    del state["subclass"]["variance_rule"]
+    old = InverseModifiedLagrangianGP(h=0.5, lengthscale=1.0, noise=1e-10, progress=False)
+    with pytest.warns(StaleCalibrationWarning, match="refit"):
+        restore(old, state)
+    assert old.calibration["del"].scale == 2.5

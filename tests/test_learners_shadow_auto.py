@@ -277,8 +277,8 @@ def test_innovations_share_one_pass_with_the_same_numbers(anharmonic, monkeypatc
     """The folds' variances come from one pass over the training atoms with every posterior's jet values at once
     (a pure speed-up): they equal, fold by fold, posterior_variance of each re-conditioned GP alone (the
     computation before the pass was shared). Tolerance: 1e-8 of the largest innovation variance -- the two differ by
-    the order of float64 sums only, and v_k - v cancels the agreeing digits of two variances near the rounding floor
-    (sqrt(cond) eps prior, about 1e-10 of the largest here); the means are the same computation, to 1e-12."""
+    the order of float64 sums only, and v_k - v cancels the agreeing digits of two variances (up to 1e-10 of the
+    prior apart here); the means are the same computation, to 1e-12."""
     from learners.shadow import difference_calibration as D
     from learners.shadow.uncertainty import LinearisedQuantity, Reference, posterior_variance
 
@@ -306,7 +306,7 @@ def test_innovations_share_one_pass_with_the_same_numbers(anharmonic, monkeypatc
         d_ref.append(mean - m_k)
         w_ref.append(v_k - v)
     d_ref, w_ref = torch.cat(d_ref), torch.cat(w_ref)
-    kept = ~torch.isnan(w)  # pairs within the rounding floor are left out (test_innovations_within_rounding_...)
+    kept = ~torch.isnan(w)  # pairs within the rounding bounds are left out (test_innovations_within_rounding_...)
     assert int(kept.sum()) >= 0.9 * w.numel(), int(kept.sum())
     w, w_ref = w[kept], w_ref[kept]
     assert float((w - w_ref).abs().max()) <= 1e-8 * float(w_ref.abs().max()), (w - w_ref).abs().max()
@@ -327,26 +327,23 @@ def test_pair_velocities_from_windows_are_those_of_whole_trajectories(anharmonic
     assert 5 * j.numel() < S.shape[0] * S.shape[1]  # the window path, not the whole data's
     assert torch.equal(_velocities_at(m, S, j, t), m._velocities_std(S, 2, None)[j, t])
 def test_innovations_within_rounding_are_left_out(anharmonic, monkeypatch):
-    """A pair whose v_k - v lies within the rounding floor of the two posterior variances (kappa(R) eps of the prior
-    each) is left out (NaN), never divided by: with the folds' condition estimates raised to 1e40, each fold's
-    variance is its (huge) rounding floor, so v_k - v > 0 for every pair but within rounding; all pairs go, and the
-    distant-difference calibration reports none (energy then falls back to the conservation scale) rather than a
-    scale fitted on rounding (without the guard all 40 would be kept)."""
-    from dataclasses import replace
-
+    """A pair whose v_k - v lies within the rounding bounds of the two posterior variances
+    (variance_rounding.solve_with_bound) is left out (NaN), never divided by: with every bound raised 1e30-fold,
+    each variance is raised to its (huge) bound, so v_k - v is a difference of bounds, within rounding; all pairs go,
+    and the distant-difference calibration reports none (energy then falls back to the conservation scale) rather
+    than a scale fitted on rounding (without the guard the pairs with v_k - v > 0 would be kept)."""
     from learners.shadow import calibration as C
     from learners.shadow import difference_calibration as D
 
-    conditioned = D._conditioned
+    solve = D.solve_with_bound
 
-    def ill_conditioned(model, F):
-        gp = conditioned(model, F)
-        gp.info = replace(gp.info, cond_estimate=1e40)
-        return gp
+    def coarse(*args):
+        V, bound = solve(*args)
+        return V, 1e30 * bound
 
     monkeypatch.setattr(D, "CALIBRATION_FOLDS", 2)
     monkeypatch.setattr(D, "CALIBRATION_PAIRS", 20)
-    monkeypatch.setattr(D, "_conditioned", ill_conditioned)
+    monkeypatch.setattr(D, "solve_with_bound", coarse)
     _, m = anharmonic
     d, w = D.difference_innovations(m)
     assert d.shape == w.shape == (40,) and bool(torch.isnan(w).all()), w
@@ -428,7 +425,8 @@ def test_acceptance_energy_and_velocities(make, h, n_traj):
 #: measured calibration gaps of the default (RBF) with the distant-difference calibration, when energy took the largest
 #: of the scales (benchmarks/RESULTS_calibration.md; with kernel="auto" see RESULTS_identification.md, Session 5; before it:
 #: anharmonic3 RMS z 2.05/2.09, 75-78% within 2 sigma; mass_chain4 2.84, 72%; duffing3 2.8-2.9, 55-57%)
-_CAL_GAP = {"anharmonic3": "std too wide: RMS z 0.59/0.57 (in range) but 100% within 2 sigma (target <= 99%): "
+_CAL_GAP = {"anharmonic3": "std too wide: RMS z 0.60/0.59 (in range) but 100% within 2 sigma (target <= 99%; unchanged by the "
+                           "rounding bound of Session 6, where kernel='auto' now meets both orders: 0.81/0.84, 97%): "
                            "the innovations ask for 3x the variance the true differences do (the cross-validated and "
                            "learning-curve scales of benchmarks/calibration_estimators.py fit it, 0.92x/0.78x, but are "
                            "3-6x too narrow on duffing3 and toda3)",
@@ -453,8 +451,10 @@ def _cal_systems():
 @pytest.mark.parametrize("make, h, n_traj", _cal_systems())
 def test_acceptance_energy_calibration(make, h, n_traj):
     """85-99% of 40 held-out energy differences within 2 sigma and RMS z in [0.5, 1.5], N = 2 and 4. Met on duffing3
-    (120 trajectories: RMS z 1.35/1.35, 90%/88%; looked at while choosing the method, nothing tuned on it); the gaps
-    are in _CAL_GAP."""
+    (120 trajectories: RMS z 1.39/1.39, 85%/85% with the rounding bound of learners/shadow/variance_rounding.py;
+    1.35/1.35, 90%/88% under the old worst-case floor; looked at while choosing the method, nothing tuned on it) but
+    exactly at the edge: 34 of 40 is the least that passes, so one more pair outside 2 sigma fails it (not in
+    _CAL_GAP, as it is met); the gaps are in _CAL_GAP."""
     system, m = _fit(make, h, n_traj)
     for N in (2, 4):
         _, z = energy_differences(m, system, N)

@@ -227,8 +227,8 @@ def test_series_refuses_what_it_cannot_do():
     floats = S.Composition([(g1, "irrational"), (1 - 2 * g1, "irrational"), (g1, "irrational")], method_order=4)
     with pytest.raises(UnsupportedSchemeError):
         bea.modified_equation(floats, 2, n=1, cache=False)
-    with pytest.raises(UnsupportedSchemeError):  # the dimension-free engine
-        bea.modified_equation("galerkin2", 2, cache=False)
+    with pytest.raises(UnsupportedSchemeError):  # the dimension-free engine has rational coefficients only
+        bea.modified_equation("triple_jump", 2, cache=False)
 
 
 def test_torch_derivatives_are_those_of_the_stationary_value():
@@ -314,3 +314,15 @@ def test_energy_error_of_order_four():
         assert float((vi.velocities(traj)[0] - v0).abs().max()) < 1e-12
         assert float((vi.momenta(traj)[0] - v0).abs().max()) < 1e-12  # p = v for the pendulum
     assert abs(C.observed_order(hs, errs) - 4) <= 0.3, errs
+
+
+def test_symmetry_of_exact_constants_is_decided_exactly():
+    """0.6666666666666667 is taken exactly (6666666666666667/10^16), so 1/3 + it != 1: not symmetric, and the
+    odd powers of h are kept; a float tolerance would call it symmetric. Floats marked irrational keep 1e-15."""
+    assert not S.Galerkin(1, ["1/3", 0.6666666666666667], ["1/2", "1/2"]).symmetric
+    assert not S.Galerkin(2, [0, "1/2", 1], [0.1666666666666666, 0.6666666666666667, 0.1666666666666667]).symmetric
+    assert S.Galerkin(1, ["1/3", "2/3"], ["1/2", "1/2"]).symmetric
+    assert not S.Composition(["1/3", "1/3", 0.3333333333333334]).symmetric
+    assert S.Composition(["1/4", "1/2", "1/4"]).symmetric
+    assert bea.get_scheme("galerkin3").symmetric and bea.get_scheme("triple_jump").symmetric  # radical constants, exactly
+    assert S.Galerkin(1, [(0.2, "irrational"), (0.8, "irrational")], ["1/2", "1/2"]).symmetric

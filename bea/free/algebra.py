@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
 
-from ..errors import InconsistentSchemeError
+from ..errors import InconsistentSchemeError, UnsupportedSchemeError
 from ..hseries import EXACT, HSeries, Poly, Q
 from .surgery import attach_vector, eliminate_lq, has_lq, total_derivative_parts
 from .trees import A, OPEN, PORT, UPPER, V, Forest, Graph, TreeError, copy_graph, find_leaf, single_node
@@ -46,7 +46,10 @@ def split_vector(forest: Forest, m: Tuple[int, ...]) -> Tuple[int, Tuple[int, ..
 def lagrangian_at(forest: Forest, x: VecSeries, y: VecSeries) -> HSeries:
     r"""Series of :math:`L(x, y)` for argument vectors near :math:`(q, v)`:
     :math:`\sum_{a,b} \frac{1}{a!\,b!} L^{(a,b)}[\delta x^a, \delta y^b]`, each term one node
-    whose slots hold the leaves of :math:`\delta x = x - q`, :math:`\delta y = y - v`."""
+    whose slots hold the leaves of :math:`\delta x = x - q`, :math:`\delta y = y - v`. A scheme's ``L`` on trees is
+    this function: anything but the vectors built from ``a``, ``b`` and ``h`` is refused, typed."""
+    if not isinstance(x, VecSeries) or not isinstance(y, VecSeries):
+        raise UnsupportedSchemeError("L must be called with the position and velocity built from a, b and h")
     if x[0] != {POSITION: 1}:
         raise InconsistentSchemeError(
             "inconsistent scheme: the position argument of L does not tend to q(t) as h -> 0 "
@@ -325,15 +328,21 @@ class Algebra:
         """``S`` with the leaves of ``values`` (codes to vector series) substituted, to ``h^order``."""
         from ..hseries import substitute
 
+        need = self.trees_holding(S, lambda c: c in values, order)
+        vals = {x: self.jet_tree(x, values, p) for x, p in need.items()}
+        return substitute(S, vals, order)
+
+    def trees_holding(self, S: HSeries, is_leaf, order: int) -> Dict[int, int]:
+        """The trees of ``S`` (to ``h^order``) with a leaf code ``c`` where ``is_leaf(c)``, each with the precision
+        its substituted value needs (``order`` less the lowest power of ``h`` it occurs at)."""
         f = self.forest
         need: Dict[int, int] = {}
         for hk in range(min(len(S.c), order + 1)):
             for m in S.c[hk]:
                 for x in m:
-                    if any(c in values for c in f.leaves[x]):
+                    if any(is_leaf(c) for c in f.leaves[x]):
                         need[x] = max(need.get(x, -1), order - hk)
-        vals = {x: self.jet_tree(x, values, p) for x, p in need.items()}
-        return substitute(S, vals, order)
+        return need
 
     def expand_accel(self, S: HSeries) -> HSeries:
         r"""``S`` with every acceleration leaf written out, :math:`A = M^{-1}(L_q - L_{qv}[v])`

@@ -25,6 +25,11 @@ Throughout, :math:`L_q` is eliminated in favour of the Euler-Lagrange accelerati
 the intermediate expansions small: :math:`F_0 = A` is one term, and :math:`D_F A` is
 :math:`M^{-1}` applied to a handful of trees. In the inverse substitution :math:`A` changes
 with :math:`L`: :math:`A_X = A + (M + \delta M)^{-1}(\delta_q - \delta_{qv}[v] - \delta_{vv}[A])`.
+
+A scheme with internal stages (:mod:`bea.stages`) has its discrete Lagrangian evaluated by
+:class:`~bea.free.stages.StageSolver` (interior points solved on trees); its meshed Lagrangian then holds
+:math:`M^{-1}` and :math:`A`, so step 2 applies :math:`D_F` after the jets are substituted, and it is not
+linear in :math:`L`, so step 3 takes the substitution route.
 """
 
 from __future__ import annotations
@@ -35,10 +40,11 @@ from typing import Dict, List, Optional
 
 from ..derive import KINDS, _mesh_weights, evaluate_scheme, mesh_lambda
 from ..hseries import EXACT, HSeries, Poly, Q
-from ..errors import BeaValueError, InconsistentSchemeError, UnsupportedSchemeError
+from ..errors import BeaValueError, InconsistentSchemeError
 from ..schemes import Scheme
 from .algebra import Algebra, lagrangian_at
 from .shift import Shift
+from .stages import StageSolver
 from .substitution import LagrangianSubstitution
 from .trees import A, OPEN, Forest, single_node
 from .vectors import VecSeries
@@ -60,10 +66,6 @@ class FreeDerivation:
     """All dimension-free derivations of one scheme, sharing one tree registry and results."""
 
     def __init__(self, scheme: Scheme):
-        if getattr(scheme, "series_discrete_lagrangian", None) is not None:  # bea.stages
-            raise UnsupportedSchemeError(
-                f"{scheme!r} has interior points fixed by stationarity; their expansion is not a rational combination of "
-                "jets, which the dimension-free engine needs: derive it for a given dimension (dim=n) or a concrete Lagrangian")
         self.scheme = scheme
         self.forest = Forest()
         self.alg = Algebra(self.forest)
@@ -73,6 +75,8 @@ class FreeDerivation:
         self._linv: Dict[int, HSeries] = {}
         self._lam: Dict[tuple, HSeries] = {}
         self.L = self.forest.id(single_node((), ()))
+        # a stage scheme (bea.stages): interior points fixed by stationarity, solved on trees
+        self._stages = StageSolver(scheme, self.alg) if getattr(scheme, "series_discrete_lagrangian", None) is not None else None
 
     # ------------------------------------------------------------------ helpers
     def _h(self) -> HSeries:
@@ -80,11 +84,11 @@ class FreeDerivation:
 
     def _eval_scheme(self, a: VecSeries, b: VecSeries, normalize: bool = True) -> HSeries:
         forest = self.forest
+        if self._stages is not None:  # always normalised: the interior corrections carry A
+            return self._stages.stationary_value(a, b)
 
         def L(x, y):
-            if not isinstance(x, VecSeries) or not isinstance(y, VecSeries):
-                raise UnsupportedSchemeError("L must be called with the position and velocity built from a, b and h")
-            val = lagrangian_at(forest, x, y)
+            val = lagrangian_at(forest, x, y)  # refuses anything but the vectors built from a, b and h
             return self.alg.normalize(val) if normalize else val
 
         return evaluate_scheme(self.scheme, L, a, b, self._h())
@@ -202,6 +206,9 @@ class FreeDerivation:
         if order in self._lmod:
             return self._lmod[order]
         self._mesh(max(order, 3))  # decides the symmetry before the modified equation needs it
+        if self._stages is not None:
+            self._lmod[order] = self._modified_on_shell(order)
+            return self._lmod[order]
         lam = self._mesh(max(order, 3), normalize=False).truncate(order)
         weights = _mesh_weights(order)
         out = lam
@@ -215,6 +222,29 @@ class FreeDerivation:
         out = self.alg.normalize(self.alg.substitute_jets(out, values, order)).truncate(order)
         self._lmod[order] = out
         return out
+
+    def _modified_on_shell(self, order: int) -> HSeries:
+        r""":math:`\frac{hD_F/2}{\sinh(hD_F/2)}\Lambda` with the jets substituted first (a stage scheme).
+
+        The interior corrections of a stage scheme carry :math:`M^{-1}` and :math:`A`, so its meshed
+        Lagrangian is not a series in the jets of an arbitrary curve, on which :meth:`modified_lagrangian`
+        applies :math:`D` cheaply. On the solutions of the modified equation :math:`D = D_F`, which acts on
+        every tree (:meth:`~bea.free.algebra.Algebra.derivative`): the same series, at a higher cost.
+        """
+        lam = self._mesh(max(order, 3)).truncate(order)
+        # F is needed to h^(order - d) for the jets of the h^d term (d >= 1; d = 1 is absent for a symmetric
+        # scheme), and to h^(order - 2) by D_F: not to h^(order - 1) in general, which costs a full extra order
+        f = self.forest
+        low = min((d for d in range(1, len(lam.c)) for m in lam.c[d] for x in m if any(2 <= c < OPEN for c in f.leaves[x])),
+                  default=order)
+        F = self.modified_equation(max(order - 2, order - low, 0))
+        lam = self.alg.normalize(self.alg.substitute_jets(lam, self._jet_values(F, order, [lam]), order)).truncate(order)
+        weights = _mesh_weights(order)
+        out, d = lam, lam
+        for k in range(1, order // 2 + 1):
+            d = self.alg.derivative(self.alg.derivative(d, F, order - 2 * k), F, order - 2 * k)
+            out = out + HSeries([{}] * (2 * k) + [{(): weights[k]}], EXACT) * d
+        return out.truncate(order)
 
     @property
     def symmetric(self) -> bool:
@@ -240,8 +270,9 @@ class FreeDerivation:
         if order in self._linv:
             return self._linv[order]
         lam = self._mesh(order)
-        if any(len(m) != 1 for p in lam.c for m in p):
-            # a discrete Lagrangian that is not linear in L: substitute into the modified Lagrangian
+        if self._stages is not None or any(len(m) != 1 for p in lam.c for m in p):
+            # not linear in L: a stage scheme through its interior points, or products of values of L
+            # substitute into the modified Lagrangian
             out = self._inverse_by_substitution(order)
             self._linv[order] = out
             return out

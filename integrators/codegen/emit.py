@@ -115,15 +115,19 @@ def _slots(code: List[tuple], roots, spaces) -> Tuple[Dict[int, Tuple[int, int]]
     return slot, count
 
 
+def _hessian(d: int, K: int) -> List[Tuple[int, int, int, float]]:
+    r"""``[(i, j, k, f)]`` over the ``d x d`` entries, row-major: :math:`\partial_i\partial_j f = f\,c_k`, ``c_k`` the
+    coefficient of the monomial :math:`x_i x_j` among those in ``d`` variables to degree ``K``, :math:`f = 1 + \delta_{ij}`."""
+    index = monomial_index(d, K)
+    return [(i, j, index[tuple((m == i) + (m == j) for m in range(d))], 1.0 + (i == j)) for i in range(d) for j in range(d)]
+
+
 def _derivs(D: int, K: int, T: str) -> List[str]:
-    r"""C lines writing ``g`` and ``H`` from the Taylor coefficients ``T`` (:math:`\partial_i\partial_j f =
-    (1 + \delta_{ij}) c_{e_i + e_j}`). Unrolled, the index table folds into constant offsets, so that a small
-    program's jets can stay in registers."""
-    index = monomial_index(D, K)
-    idx = [index[tuple((k == i) + (k == j) for k in range(D))] for i in range(D) for j in range(D)]
-    fac = ["2.0" if i == j else "1.0" for i in range(D) for j in range(D)]
-    return [f"    static const int HI[] = {{{', '.join(map(str, idx))}}};",
-            f"    static const double HF[] = {{{', '.join(fac)}}};",
+    r"""C lines writing ``g`` and ``H`` from the Taylor coefficients ``T`` (:func:`_hessian`). Unrolled, the index
+    table folds into constant offsets, so that a small program's jets can stay in registers."""
+    hess = _hessian(D, K)
+    return [f"    static const int HI[] = {{{', '.join(str(k) for _, _, k, _ in hess)}}};",
+            f"    static const double HF[] = {{{', '.join(repr(f) for _, _, _, f in hess)}}};",
             f"    BEA_UNROLL for (int i = 0; i < {D}; i++) g[i] = {T}[1 + i];",
             f"    BEA_UNROLL for (int i = 0; i < {D * D}; i++) H[i] = HF[i] * {T}[HI[i]];"]
 
@@ -135,12 +139,9 @@ SCATTER_UNROLL = 8
 def _scatter(D: int, K: int, T: str, c: float, sp) -> str:
     r"""C adding ``c`` times the gradient and Hessian of the jet ``T`` in the variables ``sp`` into ``g`` and
     ``H`` (the sum of a Lagrangian's terms formed at the output: each term keeps its small space)."""
-    d, index = len(sp), monomial_index(len(sp), K)
+    d = len(sp)
     gs = [(sp[i], 1 + i, c) for i in range(d)]
-    hs = []
-    for i in range(d):
-        for j in range(d):
-            hs.append((sp[i] * D + sp[j], index[tuple((k == i) + (k == j) for k in range(d))], c * (1 + (i == j))))
+    hs = [(sp[i] * D + sp[j], k, c * f) for i, j, k, f in _hessian(d, K)]
     if d <= SCATTER_UNROLL:
         return " ".join([f"g[{o}] += {_number(f)} * {T}[{t}];" for o, t, f in gs]
                         + [f"H[{o}] += {_number(f)} * {T}[{t}];" for o, t, f in hs])

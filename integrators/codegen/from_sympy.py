@@ -51,10 +51,7 @@ def lower_sympy(prog: Program, names: Dict[Any, Any], exprs: Sequence[sympy.Expr
     """The IR scalars of ``exprs`` in ``prog``; ``names`` maps the free symbols to scalars (seeded jets for the
     state, :class:`~integrators.codegen.ir.Val` for run-time numbers); it is not modified."""
     names = dict(names)
-    temps, reduced = sympy.cse(list(exprs), symbols=sympy.numbered_symbols("_cse"), optimizations="basic")
-    for s, e in temps:
-        names[s] = _node(prog, names, e)
-    return [_node(prog, names, e) for e in reduced]
+    return [_node(prog, names, e) for e in _cse(prog, names, exprs)]
 
 
 def lower_terms(prog: Program, names: Dict[Any, Any], expr: sympy.Expr) -> List[Tuple[float, Any]]:
@@ -64,14 +61,19 @@ def lower_terms(prog: Program, names: Dict[Any, Any], expr: sympy.Expr) -> List[
     :func:`~integrators.codegen.emit.emit_c` with a list of terms)."""
     names = dict(names)
     coefs, parts = zip(*_terms(expr, 1.0))
-    temps, reduced = sympy.cse(list(parts), symbols=sympy.numbered_symbols("_cse"), optimizations="basic")
-    for s, e in temps:
-        names[s] = _node(prog, names, e)
     out = []
-    for c, e in zip(coefs, reduced):
+    for c, e in zip(coefs, _cse(prog, names, parts)):
         k, rest = e.as_coeff_Mul()
         out.append((c * float(k), _node(prog, names, rest)))
     return out
+
+
+def _cse(prog: Program, names: Dict[Any, Any], exprs) -> List[sympy.Expr]:
+    """``exprs`` after common-subexpression elimination, their common subexpressions lowered into ``names``."""
+    temps, reduced = sympy.cse(list(exprs), symbols=sympy.numbered_symbols("_cse"), optimizations="basic")
+    for s, e in temps:
+        names[s] = _node(prog, names, e)
+    return reduced
 
 
 def _terms(expr: sympy.Expr, c: float) -> List[Tuple[float, sympy.Expr]]:

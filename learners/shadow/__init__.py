@@ -20,7 +20,7 @@ from .functionals import (Functionals, del_residual_functionals, discrete_moment
                           point_evaluations, triples_from_snapshots)
 from .gp import ConditioningInfo, FunctionalGP
 from .guards import (ExtrapolationError, ExtrapolationWarning, IdentifiabilityWarning, NonFiniteModelError,
-                     ToleranceRelaxedWarning)
+                     StaleCalibrationWarning, ToleranceRelaxedWarning)
 from .kernels import FunctionalKernel, RBFKernel, SmoothKernel
 from .lgp import LagrangianGP, finite_differences
 from .lsi import InverseModifiedLagrangianGP
@@ -54,6 +54,7 @@ __all__ = [
     "ExtrapolationWarning",
     "ExtrapolationError",
     "IdentifiabilityWarning",
+    "StaleCalibrationWarning",
     "NonFiniteModelError",
     "ToleranceRelaxedWarning",
 ]

@@ -43,6 +43,7 @@ and their count.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import asdict, dataclass
 from typing import Dict, Optional, Tuple
 
@@ -50,7 +51,10 @@ import torch
 
 import bea
 
-__all__ = ["ensure_energy_calibration", "Calibration", "conservation_values", "summary", "difference_calibration", "TARGET_Z", "TARGET_COVERAGE", "CALIBRATION_TRAJECTORIES", "scale_for", "energy_calibration"]
+from .guards import StaleCalibrationWarning
+from .variance_rounding import VARIANCE_RULE
+
+__all__ = ["ensure_energy_calibration", "calibration_state", "restored_calibration", "Calibration", "conservation_values", "summary", "difference_calibration", "TARGET_Z", "TARGET_COVERAGE", "CALIBRATION_TRAJECTORIES", "scale_for", "energy_calibration"]
 
 #: |z| quantile matched by the energy calibration: a Gaussian has 90% of |z| below 1.645
 TARGET_Z, TARGET_COVERAGE = 1.6449, 0.90
@@ -209,3 +213,25 @@ def _conservation(model, F_tr, S: torch.Tensor):
         return conservation_values(model, model._from_standard(S[:CALIBRATION_TRAJECTORIES]).transpose(0, 1))
     finally:
         model.gp, (model._recovered, model._jet) = final, caches
+
+
+def calibration_state(model) -> Dict[str, object]:
+    """The calibration of ``model`` to save (pending ones run first), tagged with the variance rule it was fitted
+    under (:data:`~learners.shadow.variance_rounding.VARIANCE_RULE`)."""
+    ensure_energy_calibration(model)
+    return {"calibration": {k: c.as_dict() for k, c in model._calibration.items()}, "variance_rule": VARIANCE_RULE}
+
+
+def restored_calibration(extra: Dict[str, object]) -> Dict[str, Calibration]:
+    """The calibration saved in ``extra`` (:func:`calibration_state`). One fitted under another variance rule (files
+    without the tag: the old worst-case floor) is kept, with a :class:`~learners.shadow.guards.StaleCalibrationWarning`:
+    the held-back data it needs are not saved, so only a refit can recalibrate."""
+    calibration = {k: Calibration(**c) for k, c in extra.get("calibration", {}).items()}
+    rule = extra.get("variance_rule")
+    if calibration and rule != VARIANCE_RULE:
+        warnings.warn(f"this model's calibration scales ({', '.join(sorted(calibration))}) were fitted to posterior "
+                      f"variances computed under the variance rule {rule or 'before the a-posteriori rounding bound'!r}, "
+                      f"not {VARIANCE_RULE!r}: its reported stds may be off; refit it (model.fit(model.snapshots)) to "
+                      "recalibrate", StaleCalibrationWarning, stacklevel=4)
+    return calibration
+

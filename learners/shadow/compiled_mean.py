@@ -46,15 +46,18 @@ LANES = 8
 
 
 def rbf_blocks(D: int, K: int):
-    """The two :class:`integrators.codegen.reduce.Block` of the RBF mean in ``D`` variables to degree ``K``: one
-    atom's term :math:`e_k P_k` (first-order atoms, then atoms with a second-order part; layout in the docstring)."""
+    r"""The two :class:`integrators.codegen.reduce.Block` of the RBF mean in ``D`` variables to degree ``K``: one
+    atom's term :math:`e_k P_k` (first-order atoms, then atoms with a second-order part; layout in the docstring), in
+    the variables :math:`x/\ell` (the derivatives of :math:`r` are then ones, which the generated code multiplies
+    away): the Taylor coefficients of the sum times :math:`\sigma_f^2/\ell^\beta` are those in :math:`x` (applied by
+    the callers)."""
     from integrators.codegen import Program
     from integrators.codegen.reduce import Block, atom
 
     blocks = []
     for second in (False, True):
         prog = Program(D, K)
-        r = [prog.sub(prog.seed(i), atom(i)) for i in range(D)]  # in the variables x / ell (see _source)
+        r = [prog.sub(prog.seed(i), atom(i)) for i in range(D)]
         sq = 0.0
         for ri in r:
             sq = prog.add(sq, prog.mul(ri, ri))
@@ -66,15 +69,6 @@ def rbf_blocks(D: int, K: int):
             poly = prog.add(poly, prog.mul(atom(2 * D + 1), prog.mul(ur, dr)))
         blocks.append(Block(prog, prog.mul(e, poly), 4 * D + 2 if second else 2 * D + 1))
     return blocks
-
-
-def _source(D: int, K: int, lanes: int, name: str, exp: str = "cg_exp") -> str:
-    """The sum over atoms in the variables :math:`x/\\ell` (the derivatives of :math:`r` are then ones, which the
-    generated code multiplies away): its Taylor coefficients times :math:`\\sigma_f^2/\\ell^\\beta` are those in
-    :math:`x` (applied by the callers)."""
-    from integrators.codegen.reduce import EXP_SOURCE, emit_sum
-
-    return EXP_SOURCE + emit_sum(rbf_blocks(D, K), D + 1, name=name, lanes=lanes, exp=exp)
 
 
 def _params(ex: AtomExpansion) -> np.ndarray:
@@ -180,21 +174,16 @@ class RBFJet:
         fn = self._fns.get(K)
         if fn is None:
             from integrators.codegen import monomials, size
-            from integrators.codegen.reduce import emit_sum
 
             if size(self.D, K) > MAX_JET_COLUMNS:
                 raise BeaValueError(f"a jet of order {K} in {self.D} variables has {size(self.D, K)} partial derivatives per "
                                     f"state, more than MAX_JET_COLUMNS = {MAX_JET_COLUMNS}; use autograd for such orders")
-            from integrators.ccompile import load_library  # learners depend on integrators, not the reverse
+            from integrators.ccompile import F64P, load_library  # learners depend on integrators, not the reverse
+            from integrators.codegen.reduce import EXP_SOURCE, emit_sum
 
-            # whole groups of LANES states, then the rest one by one (the same operations: the same numbers)
-            lib = load_library(_source(self.D, K, LANES, "rbf_jet") + emit_sum(rbf_blocks(self.D, K), self.D + 1,
-                                                                           name="rbf_jet1", lanes=1), vectorise=True).lib
-            fn = (lib.rbf_jet, lib.rbf_jet1)
-            f64p = ctypes.POINTER(ctypes.c_double)
-            for f in fn:
-                f.restype = None
-                f.argtypes = [f64p, ctypes.c_long, f64p, f64p]
+            # the sum over atoms in the variables x / ell; _factors turns its coefficients into derivatives in x
+            source = EXP_SOURCE + emit_sum(rbf_blocks(self.D, K), self.D + 1, name="rbf_jet", lanes=LANES)
+            fn = load_library(source, vectorise=True).function("rbf_jet", None, F64P, ctypes.c_long, F64P, F64P)
             self._fns[K] = fn
             expo = np.array(monomials(self.D, K), dtype=np.float64)  # Taylor coefficients in x / ell to derivatives in x
             beta = np.array([math.prod(map(math.factorial, m)) for m in monomials(self.D, K)], dtype=np.float64)
@@ -206,16 +195,16 @@ class RBFJet:
         :math:`\\alpha_j` the ``j``-th of :meth:`columns`."""
         if X.dim() != 2 or X.shape[1] != self.D:
             raise BeaValueError(f"states must have shape (B, {self.D}), got {tuple(X.shape)}")
-        fns = self._fn(K)
-        B = X.shape[0]
-        x = np.ascontiguousarray(X.detach().to(torch.float64).cpu().numpy() / self._ell)
-        out = np.empty((B, len(self._factors[K])), dtype=np.float64)
-        f64p = ctypes.POINTER(ctypes.c_double)
-        whole = B - B % LANES
-        for fn, start, count in ((fns[0], 0, whole), (fns[1], whole, B - whole)):
-            if count:
-                fn(x[start:].ctypes.data_as(f64p), count, self._params.ctypes.data_as(f64p), out[start:].ctypes.data_as(f64p))
-        return (torch.from_numpy(out) * self._factors[K]).to(X.device)
+        fn, B = self._fn(K), X.shape[0]
+        # the last group of LANES states padded with zeros: every lane is computed alone, so the padding changes
+        # no number of the others (one loop in the C, not a second one-lane copy for the rest)
+        x = np.zeros((-(-B // LANES) * LANES, self.D))
+        x[:B] = X.detach().to(torch.float64).cpu().numpy() / self._ell
+        out = np.empty((x.shape[0], len(self._factors[K])), dtype=np.float64)
+        from integrators.ccompile import ptr
+
+        fn(ptr(x), x.shape[0], ptr(self._params), ptr(out))
+        return (torch.from_numpy(out[:B]) * self._factors[K]).to(X.device)
 
 
 class StandardisedMean:

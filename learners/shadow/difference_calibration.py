@@ -19,12 +19,13 @@ The fold partition is by whole trajectories (trajectory :math:`t` in fold :math:
 data states far apart (interior snapshots paired at random, velocities from the model at order 2; positions
 only), the quantity is :math:`H_{rec}[2]` (the GP part of higher orders uses the same scale), and :math:`s` is
 matched by :func:`~learners.shadow.calibration.scale_for` (90% of :math:`|z|` below 1.645). The truncation term
-does not enter: both posteriors share it. Each posterior variance is known only to :math:`\kappa(R)\,\epsilon` of the
-prior (:func:`~learners.shadow.uncertainty.posterior_variance`'s rounding floor), so a pair whose :math:`v_k - v` is
-below the sum of the two floors is left out: with more data the variances of :math:`H_{rec}` differences reach that
-floor (anharmonic3, mechanical kernel, 120 trajectories: :math:`v` 3.7e-12 in the GP's units, at its floor), and
-dividing by rounding gave innovations of any size (scales 324 to 19,000 between folds, where 40 held-out differences
-at known states asked for 3.6).
+does not enter: both posteriors share it. Each posterior variance is known only to its rounding bound
+(:func:`~learners.shadow.variance_rounding.resolved_variance`), so a pair whose :math:`v_k - v` is below the sum of the
+two bounds is left out, each bound with its factorisation term
+(:func:`~learners.shadow.variance_rounding.factorisation_bound`: the two variances are exact for two different nearby
+GPs, the final one's and the fold's, so their difference carries both factorisations' rounding): dividing by rounding gave innovations of any size (with the earlier worst-case floor
+:math:`\kappa(R)\,\epsilon P`, reached by the variances of :math:`H_{rec}` differences under the mechanical kernel at
+120 trajectories, scales of 324 to 19,000 between folds).
 
 *Cost.* Run on first demand (``model.calibration``, a std, ``model.save``). The folds' posteriors share one
 pass over the training atoms for their variances (:func:`_raw_variances`), and the pairs' velocities are solved at
@@ -40,14 +41,14 @@ one, for what is computed along positions (:mod:`learners.shadow.calibration`).
 
 from __future__ import annotations
 
-import math
 from typing import List, Optional, Sequence, Tuple
 
 import torch
 
 import bea
 
-from .uncertainty import LinearisedQuantity, _feature_map, _floored, _jet_and_atoms, _kernel, chunk_rows
+from .uncertainty import LinearisedQuantity, _feature_map, _jet_and_atoms, _kernel, chunk_rows
+from .variance_rounding import factorisation_bound, floored, solve_with_bound
 
 __all__ = ["CALIBRATION_FOLDS", "FOLD_BUDGET", "CALIBRATION_PAIRS", "difference_innovations", "fold_groups"]
 
@@ -122,11 +123,14 @@ def _differences(model, gp, x: torch.Tensor, x_ref: torch.Tensor, order: int) ->
     ``gp`` alone (standardised units)."""
     G = LinearisedQuantity(model._quantity("energy", order), x, 1, model._jet_order("energy", order))
     all_ = torch.arange(gp.train_functionals.count, device="cpu")
-    return _mean_differences(model, gp, x, x_ref, order), _raw_variances([gp], [all_], G, x_ref)[0]
+    return _mean_differences(model, gp, x, x_ref, order), _raw_variances([gp], [all_], G, x_ref)[0][0]
 
 
 def _raw_variances(gps: Sequence, subsets: Sequence[torch.Tensor], G: LinearisedQuantity, x_ref: torch.Tensor) -> List[torch.Tensor]:
-    r"""Raw posterior variances (``variance_scale`` 1), (B,) each, of the scalar jet quantity ``G`` at ``G.x`` minus
+    r"""Raw posterior variances (``variance_scale`` 1) and their rounding bounds
+    (:func:`~learners.shadow.variance_rounding.resolved_variance`, plus its
+    :func:`~learners.shadow.variance_rounding.factorisation_bound`: the innovations compare these variances between
+    posteriors factorised apart), (2, B) each, of the scalar jet quantity ``G`` at ``G.x`` minus
     the same at ``x_ref``, under each posterior of ``gps``: one kernel and one set of hyperparameters, posterior ``j``
     conditioned on the functionals ``subsets[j]`` of ``gps[0]``'s. The same numbers as
     :func:`~learners.shadow.uncertainty.posterior_variance` (``Reference(x_ref)``) for each posterior in turn, with its
@@ -145,15 +149,18 @@ def _raw_variances(gps: Sequence, subsets: Sequence[torch.Tensor], G: Linearised
             prior_r, _, Jr, c_r, _ = _jet_and_atoms(gp, G, xr, None, layout, s2, with_sections=False)
             prior_b, _, Jb, _, _ = _jet_and_atoms(gp, G, x, None, layout, s2, with_sections=False)
             cross = s2 * layout.apply_to_sections(Jb, x, xr, c_r[:, 0])[:, 0]  # Cov(T_b, T_ref)
-            priors.append(prior_b[:, 0, 0] + prior_r[:, 0, 0] - 2 * cross)
+            priors.append((prior_b[:, 0, 0] + prior_r[:, 0, 0] - 2 * cross,
+                           prior_b[:, 0, 0].abs() + prior_r[:, 0, 0].abs() + 2 * cross.abs()))
             J_b.append(Jb)
             J_r.append(Jr)
-        Kd = s2 * layout.sections(torch.cat(J_b, 1), x, F) - s2 * layout.sections(torch.cat(J_r, 1), xr, F)
+        K_b, K_r = s2 * layout.sections(torch.cat(J_b, 1), x, F), s2 * layout.sections(torch.cat(J_r, 1), xr, F)
         for j, (gp, idx) in enumerate(zip(gps, subsets)):
-            V = torch.linalg.solve_triangular(gp._chol, Kd[:, j, idx].T, upper=False)
-            prior = priors[j]
-            out[j].append(_floored(gp, (prior - (V * V).sum(0))[:, None, None], prior[:, None, None])[:, 0, 0])
-    return [torch.cat(o) for o in out]
+            # the formation scales of the reference difference, as posterior_variance passes them
+            V, bound = solve_with_bound(gp._chol, (K_b - K_r)[:, j, idx], priors[j][0], priors[j][1],
+                                        (K_b.abs() + K_r.abs())[:, j, idx])
+            var = floored((priors[j][0] - (V * V).sum(0))[:, None, None], bound[:, None])[:, 0, 0]
+            out[j].append(torch.stack([var, bound + factorisation_bound(gp._chol, V)]))
+    return [torch.cat(o, 1) for o in out]
 
 
 def difference_innovations(model, order: int = 2) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
@@ -174,22 +181,15 @@ def difference_innovations(model, order: int = 2) -> Optional[Tuple[torch.Tensor
     for k in range(folds):
         subsets.append(torch.cat([torch.nonzero(groups % folds != k).flatten(), rest]))
         gps.append(_conditioned(model, F_all.subset(subsets[-1])))
-    if rest.numel():  # the prior of the differences given the normalisation only, for the rounding floor below
-        subsets.append(rest)
-        gps.append(_conditioned(model, F_all.subset(rest)))
     # the jet order is the quantity's (which derivatives of L it reads), probed once under the final posterior
     G = LinearisedQuantity(model._quantity("energy", order), x, 1, model._jet_order("energy", order))
-    var = _raw_variances(gps, subsets, G, x_ref)
-    prior = var.pop() if rest.numel() else 0 * var[0]
-    gps = gps[:1 + folds]
+    (v, b), *folded = _raw_variances(gps, subsets, G, x_ref)
     mean = [_mean_differences(model, gp, x, x_ref, order) for gp in gps]
-    eps = torch.finfo(torch.float64).eps
     w = []
-    for gp, v_k in zip(gps[1:], var[1:]):
-        # v and v_k are each known to kappa(R) eps of the prior (uncertainty.posterior_variance's rounding floor): a
+    for v_k, b_k in folded:
+        # v and v_k are each known to their rounding bounds (with both factorisations' terms, _raw_variances): a
         # smaller v_k - v is rounding, and dividing by it made innovations of any size (NaN: left out)
-        noise = eps * (math.sqrt(final.info.cond_estimate) + math.sqrt(gp.info.cond_estimate)) * prior
-        w.append(torch.where(v_k - var[0] > noise, v_k - var[0], torch.full_like(var[0], float("nan"))))
+        w.append(torch.where(v_k - v > b + b_k, v_k - v, torch.full_like(v, float("nan"))))
     return torch.cat([mean[0] - m for m in mean[1:]]), torch.cat(w)
 
 

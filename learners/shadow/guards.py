@@ -49,6 +49,12 @@ class IdentifiabilityWarning(BeaWarning):
     predicted badly, a recovered series whose higher order does not help); the message names the remedy."""
 
 
+class StaleCalibrationWarning(BeaWarning):
+    """A loaded model's calibration scales were fitted to posterior variances computed under an older rounding rule
+    (before :data:`~learners.shadow.variance_rounding.VARIANCE_RULE`), so they may not match the variances computed
+    now; refitting the model recalibrates it."""
+
+
 class ToleranceRelaxedWarning(BeaWarning, RuntimeWarning):
     """A prediction's Newton solve stalled at the rounding level of the learned Lagrangian and was repeated with a
     looser tolerance (also a ``RuntimeWarning``, the class it was issued as before)."""

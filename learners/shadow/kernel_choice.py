@@ -5,11 +5,12 @@ r"""The ``kernel=`` option of the GP Lagrangian models: which kernel, and whethe
 * ``"auto"`` (opt-in): the RBF, except that the ``"positions"`` search, where it also chooses the normalisation
   (:mod:`learners.shadow.position_search`), scores the mechanical kernel of degree 2 with the whole mass matrix
   against it by the same held-out one-step error and keeps the lower (``model.kernel_degree`` records the choice);
-  elsewhere (``n <= 2``, the likelihood) the RBF exactly. Not the default: with each quantity on its own calibration
-  scale its ``H_rec[2]`` stds are calibrated at CI size and on most systems at full size, but at 120-150 trajectories
-  the GP's variances of energy differences sit at the rounding floor of the posterior variance, so the ``H_rec[4]``
-  stds (no truncation term to carry them) come out too wide (RMS z 0.18-0.83, 100% within 2 sigma), where the
-  RBF's are calibrated (three coupled Duffing oscillators; benchmarks/RESULTS_identification.md, Session 5);
+  elsewhere (``n <= 2``, the likelihood) the RBF exactly. Not the default: with the posterior variances resolved below
+  the old worst-case rounding floor (:mod:`learners.shadow.variance_rounding`) its stds are calibrated on
+  anharmonic3 and the 4-mass chain at both orders and its ``H_rec[4]`` stds on two more systems, but its ``H_rec[2]``
+  stds are too narrow on three coupled Duffing oscillators and the 3-particle Toda lattice (RMS z 1.72 and 2.05: the
+  first omitted term under-states the truncation of ``mod_2`` there),
+  where the RBF's are calibrated on the former (benchmarks/RESULTS_identification.md, Session 6);
 * a :class:`~learners.shadow.mechanical.MechanicalKernel` (e.g. ``MechanicalKernel(degree=4)``): a template that
   carries the options; the model builds its own copy for the data's dimension and learns its scales (the
   template is not modified, and a model file records it);

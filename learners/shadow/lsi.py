@@ -51,7 +51,7 @@ from integrators import Trajectory, VariationalIntegrator, modified
 import bea
 from bea.errors import BeaValueError
 from .._checks import as_tensor, check_finite, check_order, check_snapshots, snapshot_layout
-from .calibration import Calibration, ensure_energy_calibration
+from .calibration import calibration_state, restored_calibration
 from .hyperparameters import FunctionalLagrangianModel
 from .retry import solve_with_retry
 from .guards import RUNAWAY_FACTOR, ExtrapolationError, ExtrapolationWarning, check_prediction, report_extrapolation, runaway
@@ -144,14 +144,13 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
     _linear_scheme = linear_scheme
 
     def _fitted_extra(self) -> dict:
-        ensure_energy_calibration(self)
         return {"snapshots": self.snapshots, "data_level": self.data_level(), "objective_used": self.objective_used,
-                "calibration": {k: c.as_dict() for k, c in self._calibration.items()}}
+                **calibration_state(self)}
 
     def _restore_extra(self, extra: dict) -> None:
         self.snapshots, self._data_level = extra["snapshots"], extra["data_level"]
         self.objective_used = extra.get("objective_used")
-        self._calibration = {k: Calibration(**c) for k, c in extra.get("calibration", {}).items()}
+        self._calibration = restored_calibration(extra)  # warns where fitted under an older variance rule
         self._pending_calibration = None
 
     def _init_state(self) -> None:

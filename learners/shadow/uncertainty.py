@@ -64,7 +64,6 @@ together; split, they would need a public interface for internals.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence, Tuple
 
@@ -75,6 +74,7 @@ from bea.errors import BeaRuntimeError, BeaTypeError, BeaValueError
 from .feature_jets import GaussianFactor, SplitLayout, index_of
 from .functionals import AtomSet, Functionals
 from .kernels import RBFKernel
+from .variance_rounding import floored as _floored, resolved_variance, solve_with_bound as _solve
 
 __all__ = ["GaussianFeatures", "LinearisedQuantity", "Reference", "posterior_variance", "jet_order", "on_mean_jet"]
 
@@ -404,12 +404,10 @@ def posterior_variance(gp, G: LinearisedQuantity, reference: Optional[Reference]
     r"""Posterior covariance (B, k, k) of :math:`G_b` (or variance (B, 1, 1) of :math:`G_b - G_{ref(b)}`), in the
     GP's units, times ``gp.variance_scale`` (as every posterior variance of the model).
 
-    *Rounding floor.* The posterior variance is the prior variance minus :math:`|R^{-1}k|^2`, two numbers
-    that agree to many digits where the data pin the quantity down; the triangular solve with the
-    Cholesky factor :math:`R` of the training covariance loses up to :math:`\kappa(R)\,\epsilon` of the
-    prior relative to it (:math:`\kappa(R)^2` = ``gp.info.cond_estimate``, :math:`\epsilon` the float64
-    unit roundoff). Variances below that level are rounding noise (even negative ones occur): the
-    diagonal is raised to :math:`\kappa(R)\,\epsilon` times the prior variance."""
+    *Rounding floor* (:func:`resolved_variance`): the posterior variance is the prior variance minus
+    :math:`|R^{-1}k|^2`, two numbers that agree to many digits where the data pin the quantity down. A variance
+    below its a-posteriori rounding bound is not resolved (even negative ones can occur): the diagonal is raised to
+    that bound."""
     if reference is not None and G.k != 1:
         raise BeaValueError("differences to a reference state are for scalar quantities (k = 1)")
     base, s2 = _kernel(gp)
@@ -473,9 +471,9 @@ def _chunk_covariance(gp, G: LinearisedQuantity, ref: Optional[Reference], rows,
     R = gp._chol
     if ref is None:
         prior, K, _, _, _ = _jet_and_atoms(gp, G, x, atoms, layout, s2)
-        V = torch.linalg.solve_triangular(R, K.reshape(-1, K.shape[-1]).T, upper=False)  # (F, B k)
+        V, bound = _solve(R, K.reshape(-1, K.shape[-1]), torch.diagonal(prior, dim1=1, dim2=2).reshape(-1))
         V = V.T.reshape(K.shape)
-        return _floored(gp, prior - V @ V.transpose(1, 2), prior)
+        return _floored(prior - V @ V.transpose(1, 2), bound.reshape(K.shape[:2]))
     # the reference rows: their own prior, cross-covariances and feature coefficients first
     xr = ref.x[rows]
     atoms_r = _rows(ref.atoms, rows, 1)
@@ -491,17 +489,11 @@ def _chunk_covariance(gp, G: LinearisedQuantity, ref: Optional[Reference], rows,
         if atoms_r is not None:
             AA = gp.kernel.forward(atoms, atoms_r)
             cross = cross + torch.diagonal(AA)  # Cov(A_b, A_ref)
-    Kd = (K_b - K_r)[:, 0, :]  # (B, F)
-    V = torch.linalg.solve_triangular(R, Kd.T, upper=False)
     prior = prior_b[:, 0, 0] + prior_r[:, 0, 0] - 2 * cross
-    return _floored(gp, (prior - (V * V).sum(0))[:, None, None], prior[:, None, None])
-
-
-def _floored(gp, cov: torch.Tensor, prior: torch.Tensor) -> torch.Tensor:
-    """The diagonal of ``cov`` raised to the rounding floor (see :func:`posterior_variance`)."""
-    floor = math.sqrt(gp.info.cond_estimate) * torch.finfo(torch.float64).eps * torch.diagonal(prior, dim1=1, dim2=2).abs()
-    d = torch.diagonal(cov, dim1=1, dim2=2)
-    return cov + torch.diag_embed(torch.clamp(floor - d, min=0))
+    # both differences cancel for a nearby reference: their rounding is relative to the parts (resolved_variance)
+    scale = prior_b[:, 0, 0].abs() + prior_r[:, 0, 0].abs() + 2 * cross.abs()
+    var, bound = resolved_variance(R, prior, (K_b - K_r)[:, 0, :], scale, (K_b.abs() + K_r.abs())[:, 0, :])
+    return _floored(var[:, None, None], bound[:, None])
 
 
 def momentum_functionals(qs: torch.Tensor, h: float, scheme) -> Functionals:
