@@ -285,6 +285,7 @@ def test_candidate_not_kept_leaves_the_tied_fit(anharmonic_data):
     rec = m.history["principal"]
     assert not rec["kept"] and m._rotation is None
     assert rec["candidate_objective"] > rec["objective"] - 0.5
+    assert rec["candidate_cpu_s"] > 0  # the candidate's search was run and its cost recorded
 
 
 @pytest.mark.slow

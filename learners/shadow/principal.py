@@ -35,6 +35,7 @@ than the tied fit's by :data:`PRINCIPAL_MARGIN`, so systems where it does not he
 from __future__ import annotations
 
 import math
+import time
 import warnings
 from typing import Optional, Tuple
 
@@ -124,7 +125,7 @@ def fit_with_candidate(model, S: torch.Tensor) -> None:
     fit kept makes the final solve (on all data: the fit's largest). Its warnings are issued, naming the caller of
     ``fit`` (those of the other are dropped; where the candidate is scored they come after both searches, so under
     ``-W error`` the fit raises at its end); ``model.history["principal"]`` records the eigenvalues, factors, both
-    objectives and the choice."""
+    objectives, the choice and the candidate's search time (``candidate_cpu_s``, CPU seconds of this process)."""
     n = S.shape[-1]
     if not _applies(model, n):
         model._fit_in_units(S)
@@ -136,6 +137,7 @@ def fit_with_candidate(model, S: torch.Tensor) -> None:
     factors = lengthscale_factors(lam)
     record = {"eigenvalues": lam.tolist(), "factors": factors.tolist(), "objective": model.history.get("objective")}
     cand: Optional[object] = None
+    started = time.process_time()  # the candidate's cost, recorded: its search is the price of every n >= 3 fit
     with warnings.catch_warnings(record=True) as cand_warnings:
         warnings.simplefilter("always")
         try:
@@ -146,7 +148,7 @@ def fit_with_candidate(model, S: torch.Tensor) -> None:
     base = record["objective"]
     kept = value is not None and math.isfinite(value) and (base is None or not math.isfinite(base)
                                                            or value < base - PRINCIPAL_MARGIN)
-    record.update(candidate_objective=value, kept=kept)
+    record.update(candidate_objective=value, kept=kept, candidate_cpu_s=time.process_time() - started)
     if kept:
         _adopt(model, cand)
     model.history["principal"] = record
