@@ -116,12 +116,16 @@ def test_rotated_model_round_trips_through_a_file(pair, tmp_path, monkeypatch):
     """save/load keeps the rotation: the loaded model gives the same numbers (the posterior is the saved one, 1e-14);
     a model without one loads without one. The rotated model's file is version 3, the other's version 2 as before, so
     code that reads only version 2 (simulated by narrowing learners.saving.VERSIONS) refuses the rotated file instead
-    of loading it unrotated, and still loads the plain one."""
+    of loading it unrotated, and still loads the plain one. Both carry the variance rule of their calibration (main's
+    tag: a file without it loads with a StaleCalibrationWarning), so each loads silently (warnings are errors here)."""
     import learners.saving as saving
+    from learners.shadow.variance_rounding import VARIANCE_RULE
 
     system, S, plain, rot = pair
     rot_path, plain_path = rot.save(tmp_path / "rot.pt"), plain.save(tmp_path / "plain.pt")
     assert (_file_version(rot_path), _file_version(plain_path)) == (3, 2)
+    for path in (rot_path, plain_path):
+        assert torch.load(path, weights_only=True)["state"]["subclass"]["variance_rule"] == VARIANCE_RULE
     loaded = InverseModifiedLagrangianGP.load(rot_path)
     assert torch.equal(loaded._rotation, rot._rotation)
     qs = S[:2].transpose(0, 1)
