@@ -216,9 +216,9 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
     def del_residuals(self, snapshots_or_triples, return_std: bool = True):
         r"""Posterior mean (and standard deviation) of the DEL residuals at new data: triples ``(B, 3, n)``, snapshots
         ``(n_traj, m, n)`` or a Trajectory (all their triples, trajectory-major). Returns tensors of shape ``(B, n)``, in
-        the data's units (:math:`s = \sigma/\tau` times those of :math:`L'`). Fitted in rotated coordinates
-        (:mod:`~learners.shadow.principal`), the stds take the rotated components as uncorrelated (cross-covariances are
-        not formed): exact sum of variances, approximate per component (:meth:`StandardUnits._std_from_standard`)."""
+        the data's units (:math:`s = \sigma/\tau` times those of :math:`L'`), each component along the data's axes with its
+        exact posterior std, also when fitted in rotated coordinates (:mod:`~learners.shadow.principal`;
+        :meth:`_residual_posterior`)."""
         self._require_fit()
         x = as_tensor(snapshot_layout(snapshots_or_triples), "triples")
         check_finite(x, "triples")
@@ -227,12 +227,13 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         else:
             triples = triples_from_snapshots(check_snapshots(x, self.n))
         mean, std = self._residual_posterior(self._to_standard(triples), return_std)
-        mean = self._vector_from_standard(mean)
-        return (mean, self._std_from_standard(std)) if return_std else mean
+        return (self._speed * mean, self._speed * std) if return_std else self._speed * mean
 
     def _residual_posterior(self, triples_std: torch.Tensor, return_std: bool = True):
-        """Posterior mean and std (or None) of the DEL residuals of :math:`L'` at standardised triples, ``(B, n)``."""
-        G = del_residual_functionals(triples_std, self._h_std, self._linear_scheme())
+        r"""Posterior mean and std (or None) of the DEL residuals of :math:`L'` at standardised triples, ``(B, n)``, with
+        components along the data's axes: with a rotation :math:`R`, component :math:`i` is :math:`\sum_j R_{ij}r'_j`
+        (:mod:`~learners.shadow.units`: :math:`r = sRr'`), one functional each, so its variance is exact."""
+        G = del_residual_functionals(triples_std, self._h_std, self._linear_scheme(), axes=self._rotation)
         with torch.no_grad():
             if not return_std:
                 return self.gp.functional_mean(G).reshape(-1, self.n), None
@@ -326,8 +327,8 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         with ``return_std=True``); a position more than :data:`~learners.shadow.guards.RUNAWAY_FACTOR` data spreads
         from the data's centre counts too, and non-finite positions raise ``NonFiniteModelError``. ``return_std=True``
         fills ``std``, of the same shape as ``q``: the posterior std of the DEL residual centred at each position, in
-        the data's units (NaN at the first and last position, which are not the middle of a triple; with a rotation,
-        per component as in :meth:`del_residuals`)."""
+        the data's units (NaN at the first and last position, which are not the middle of a triple; components along the
+        data's axes, as in :meth:`del_residuals`)."""
         self._require_fit()
         if on_extrapolation not in ("warn", "raise", "ignore"):
             raise BeaValueError(f"on_extrapolation must be 'warn', 'raise' or 'ignore', got {on_extrapolation!r}")
@@ -360,7 +361,7 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         # legacy: unpacks as the (q, std) it returned before with return_std=True, else acts as the tensor q (deprecated)
         # the march's momenta of L_inv (those of momenta()), mapped back as momenta are (learners.shadow.units)
         return Trajectory(self._from_standard(sol.q), sol.valid, t=t, p=None if sol.p is None else self._vector_from_standard(sol.p),
-                          std=self._std_from_standard(std) if return_std else None, stats=sol.stats,
+                          std=self._speed * std if return_std else None, stats=sol.stats,
                           legacy=("q", "std") if return_std else None, legacy_tuple=return_std)
 
     def _check_extrapolation(self, qs: torch.Tensor, mode: str, every: bool = False) -> torch.Tensor:

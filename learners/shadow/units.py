@@ -34,9 +34,9 @@ so the discrete motions again map back. Velocities map by :math:`A` (:math:`v = 
 (covectors) by :math:`A^{-\top}`, which for an orthogonal :math:`R` is the same rotation (:math:`p = s R p'`); energies and
 Lagrangians are scalars (factor :math:`s^2` as before) and the trace of the mass matrix is kept. Why orthogonal only:
 the principal directions that use it (:mod:`learners.shadow.principal`) are orthonormal, and then vectors and covectors
-map alike and a per-component std maps by :math:`\mathrm{std}_i^2 = s^2\sum_j R_{ij}^2\,\mathrm{std}'^2_j` where the
-components are uncorrelated (:meth:`StandardUnits._std_from_standard`: exact for the velocities, which rotate their
-covariance; for the DEL residuals' stds, whose cross-covariances are not formed, it keeps the sum of the variances).
+map alike. A per-component std does not map component by component (the rotated components are correlated): the
+velocities rotate their covariance, and the DEL residuals' components along the data's axes are functionals of their
+own (:func:`~learners.shadow.functionals.del_residual_functionals` with ``axes``), so every reported std is exact.
 Lengthscales are then those of the rotated coordinates :math:`q'`.
 """
 
@@ -165,13 +165,6 @@ class StandardUnits:
         """A velocity, momentum or DEL residual of the GP's coordinates in the data's units, :math:`s R v'` (module
         docstring: for an orthogonal :math:`R` covectors map as vectors)."""
         return self._speed * (v if self._rotation is None else v @ self._rotation.T)
-
-    def _std_from_standard(self, std: torch.Tensor) -> torch.Tensor:
-        r"""Per-component stds of a vector quantity of the GP's coordinates in the data's units: :math:`s\,\mathrm{std}'`
-        without a rotation; with one, :math:`s(\sum_j R_{ij}^2\mathrm{std}'^2_j)^{1/2}` (uncorrelated components)."""
-        if self._rotation is None:
-            return self._speed * std
-        return self._speed * (std.pow(2) @ self._rotation.T.pow(2)).sqrt()
 
     def _standard_state(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """``(q, v)`` in the GP's coordinates ``(R^T (q - center)/unit, R^T v/speed)``, concatenated."""
