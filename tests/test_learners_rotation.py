@@ -199,6 +199,21 @@ def test_principal_directions_and_factors():
     assert torch.allclose(f, torch.tensor([10 ** (1 / 3), 10 ** (1 / 3), 10 ** (-2 / 3)], dtype=torch.float64), rtol=1e-12)
 
 
+def test_principal_directions_ignore_a_uniform_force():
+    """A constant acceleration added along one direction (a linear potential: smooth at any lengthscale) leaves the
+    eigenvalues and directions of the covariance unchanged (centred; 1e-9: a mean of 4000 terms subtracted in float64).
+    Uncentred, the constant 30 (against an RMS of 1..10) would make that direction the largest, eigenvalue ~1000."""
+    W = _rotation(3, seed=5)
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(4000, 3, generator=g, dtype=torch.float64) * torch.tensor([1.0, 1.0, 10.0], dtype=torch.float64)
+    S, S_force = torch.zeros(4000, 3, 3, dtype=torch.float64), torch.zeros(4000, 3, 3, dtype=torch.float64)
+    S[:, 1] = -(a @ W.T) / 2
+    S_force[:, 1] = -((a + torch.tensor([30.0, 0.0, 0.0], dtype=torch.float64)) @ W.T) / 2
+    (lam, R), (lam_f, R_f) = principal_directions(S, 1.0), principal_directions(S_force, 1.0)
+    assert float((lam_f - lam).abs().max()) < 1e-9 * float(lam.max())
+    assert float((1 - (R_f * R).sum(0).abs()).max()) < 1e-9
+
+
 @pytest.fixture(scope="module")
 def anharmonic_data():
     return anharmonic3(), snapshots(anharmonic3(), H, 40, 5, seed=0)

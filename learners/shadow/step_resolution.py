@@ -49,14 +49,15 @@ from typing import Optional
 
 import torch
 
-__all__ = ["step_resolution", "noise_correlation", "check_step_resolution", "QUANTILE"]
+__all__ = ["step_resolution", "noise_correlation", "check_step_resolution", "second_differences", "QUANTILE"]
 
 #: the quantile of the windows' estimates that is recorded: the stiffest percent of the data, not the single stiffest
 #: window (one window is noise-prone)
 QUANTILE = 0.99
 
 
-def _second_differences(S: torch.Tensor) -> torch.Tensor:
+def second_differences(S: torch.Tensor) -> torch.Tensor:
+    r""":math:`q_{k+1} - 2q_k + q_{k-1}` along the snapshot axis of ``S`` (n_traj, m, n): (n_traj, m - 2, n)."""
     return S[:, 2:] - 2 * S[:, 1:-1] + S[:, :-2]
 
 
@@ -65,8 +66,8 @@ def step_resolution(S: torch.Tensor) -> Optional[torch.Tensor]:
     None when ``m < 5`` or no window has a usable second difference."""
     if S.shape[1] < 5:
         return None
-    d2 = _second_differences(S)
-    d4 = _second_differences(d2)
+    d2 = second_differences(S)
+    d4 = second_differences(d2)
     a = d2[:, 1:-1]
     size = a.pow(2).sum(-1)
     ok = size > 1e-6 * size.mean()  # |d2 q| above 1e-3 of its RMS
