@@ -290,6 +290,21 @@ def test_only_the_fit_kept_makes_the_final_solve(pair, monkeypatch):
         assert m.gp.train_functionals.count == m.gp._chol.shape[0] > 3 * 12 * 3  # all 36 triples' DEL rows and more
 
 
+def test_candidate_directions_come_from_the_training_trajectories(pair, monkeypatch):
+    """The directions and factors are those of the trajectories the search trains on (every fifth one validates:
+    trajectories 4 and 9 of 12), so the held-out trajectories that then choose between the fits did not shape the
+    candidate: the recorded eigenvalues equal those of the ten training trajectories (1e-12: the same sums, one
+    subtraction of the centre apart) and differ from those of all twelve (by 27% of the largest here)."""
+    _, S, _, _ = pair
+    m = _small_auto_fit(S, 1e9, monkeypatch)
+    recorded = torch.tensor(m.history["principal"]["eigenvalues"], dtype=torch.float64)
+    train = [i for i in range(S.shape[0]) if i % 5 != 4]
+    lam_train, _ = principal_directions((S[train] - m._center) / m._unit, 1.0)
+    lam_all, _ = principal_directions((S - m._center) / m._unit, 1.0)
+    assert float((recorded - lam_train).abs().max()) < 1e-12 * float(lam_train.max())
+    assert float((recorded - lam_all).abs().max()) > 1e-3 * float(lam_all.max())
+
+
 def test_fit_warnings_name_the_caller(monkeypatch):
     """The warnings of the fit kept are re-issued naming the line that called fit (this file), not the library:
     two_body4 with 8 x 4 snapshots predicts held-out positions badly (IdentifiabilityWarning of the tied fit, kept),

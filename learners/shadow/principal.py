@@ -48,6 +48,7 @@ import bea
 from bea.errors import BeaError, BeaWarning
 
 from .guards import caller_level
+from .hyperparameter_search import split_functionals
 from .step_resolution import second_differences
 
 __all__ = ["principal_directions", "lengthscale_factors", "fit_with_candidate", "PRINCIPAL_MARGIN", "POWER"]
@@ -85,6 +86,18 @@ def lengthscale_factors(lam: torch.Tensor, power: float = POWER) -> torch.Tensor
     top = float(lam.max())
     f = (top / lam.clamp_min(1e-12 * top)) ** power
     return f / f.log().mean().exp()
+
+
+def _training_trajectories(S: torch.Tensor) -> torch.Tensor:
+    """The trajectories of ``S`` the search trains on (:func:`~learners.shadow.hyperparameter_search.split_functionals`:
+    every fifth validates), so the held-out ones that score the candidate against the tied fit, and calibrate the one
+    kept, did not also choose its directions; all of them below five trajectories, where the split interleaves
+    functionals and every trajectory trains."""
+    T = S.shape[0]
+    if T < 5:
+        return S
+    train, _ = split_functionals(torch.arange(T, device=S.device), T)
+    return S[train]
 
 
 def _applies(model, n: int) -> bool:
@@ -126,7 +139,8 @@ def _adopt(model, cand) -> None:
 
 def fit_with_candidate(model, S: torch.Tensor) -> None:
     """Fit ``model`` on snapshots ``S`` (data units) as the search does, then, where it applies, the principal-direction
-    candidate; keep the candidate only where its held-out objective is lower by :data:`PRINCIPAL_MARGIN`. Only the
+    candidate (directions and factors from the training trajectories only, :func:`_training_trajectories`); keep the
+    candidate only where its held-out objective is lower by :data:`PRINCIPAL_MARGIN`. Only the
     fit kept makes the final solve (on all data: the fit's largest). Its warnings are issued, naming the caller of
     ``fit`` (those of the other are dropped; where the candidate is scored they come after both searches, so under
     ``-W error`` the fit raises at its end); ``model.history["principal"]`` records the eigenvalues, factors, both
@@ -138,7 +152,8 @@ def fit_with_candidate(model, S: torch.Tensor) -> None:
     with warnings.catch_warnings(record=True) as base_warnings:
         warnings.simplefilter("always")
         model._fit_in_units(S, finalise=False)
-    lam, R = principal_directions((S - model._center) / model._unit, 1.0)  # h' scales lambda, not directions or factors
+    # h' scales lambda, not directions or factors
+    lam, R = principal_directions((_training_trajectories(S) - model._center) / model._unit, 1.0)
     factors = lengthscale_factors(lam)
     record = {"eigenvalues": lam.tolist(), "factors": factors.tolist(), "objective": model.history.get("objective")}
     cand: Optional[object] = None
