@@ -242,16 +242,24 @@ def test_candidate_adopted_where_it_wins(anharmonic_data, monkeypatch):
     assert rel < 3e-3, rel
 
 
-def _small_auto_fit(S, margin, monkeypatch):
-    """kernel="auto" with the option ``iterations`` set after construction; the candidate kept (margin -1e9) or not."""
+def _tied_fit(S, margin, monkeypatch, candidate=True, kernel="rbf"):
+    """A short search (the option ``iterations`` = 1, set after construction), the candidate kept (margin -1e9), not
+    kept (1e9) or not scored at all (``candidate=False``: ``_applies`` patched to False)."""
     import learners.shadow.principal as P
 
     monkeypatch.setattr(P, "PRINCIPAL_MARGIN", margin)
-    m = InverseModifiedLagrangianGP(H, kernel="auto", progress=False)
+    if not candidate:
+        monkeypatch.setattr(P, "_applies", lambda model, n: False)
+    m = InverseModifiedLagrangianGP(H, kernel=kernel, progress=False)
     m.iterations = 1
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", IdentifiabilityWarning)
         return m.fit(S)
+
+
+def _small_auto_fit(S, margin, monkeypatch):
+    """kernel="auto" with the option ``iterations`` set after construction; the candidate kept (margin -1e9) or not."""
+    return _tied_fit(S, margin, monkeypatch, kernel="auto")
 
 
 def test_adopted_candidate_keeps_the_model_s_modules_and_options(pair, monkeypatch):
@@ -316,14 +324,22 @@ def test_fit_warnings_name_the_caller(monkeypatch):
     assert record.list and all(w.filename == __file__ for w in record.list)
 
 
-def test_candidate_not_kept_leaves_the_tied_fit(anharmonic_data):
-    """By default (margin 0.5) anharmonic3 keeps the tied fit: no rotation, the trace normalisation chosen as before."""
-    system, S = anharmonic_data
-    m = _default_fit(S)
+def test_candidate_not_kept_leaves_the_tied_fit(pair, monkeypatch):
+    """A candidate scored but not kept leaves exactly the fit made without it (``_applies`` patched to False: no
+    second search): the same posterior weights, lengthscales and H_rec[2], bit for bit (torch.equal: the candidate's
+    search leaves no trace on the model it does not replace). CI size: 12 x 4 snapshots, 2 fits."""
+    _, S, _, _ = pair
+    m = _tied_fit(S, 1e9, monkeypatch)
     rec = m.history["principal"]
-    assert not rec["kept"] and m._rotation is None
-    assert rec["candidate_objective"] > rec["objective"] - 0.5
-    assert rec["candidate_cpu_s"] > 0  # the candidate's search was run and its cost recorded
+    assert not rec["kept"] and m._rotation is None and rec["candidate_cpu_s"] > 0  # scored, its cost recorded
+    alone = _tied_fit(S, 1e9, monkeypatch, candidate=False)
+    assert "principal" not in alone.history
+    assert torch.equal(m.gp._beta, alone.gp._beta)
+    ls = [torch.tensor(f.hyperparameters["lengthscale"], dtype=torch.float64) for f in (m, alone)]
+    assert torch.equal(*ls)
+    g = torch.Generator().manual_seed(4)
+    q, v = 0.3 * torch.randn(9, 3, generator=g, dtype=torch.float64), 0.3 * torch.randn(9, 3, generator=g, dtype=torch.float64)
+    assert torch.equal(m.energy(2)(q, v), alone.energy(2)(q, v))
 
 
 @pytest.mark.slow
