@@ -51,7 +51,7 @@ import torch
 
 import bea
 
-from .guards import StaleCalibrationWarning
+from .guards import StaleCalibrationWarning, caller_level
 from .variance_rounding import VARIANCE_RULE
 
 __all__ = ["ensure_energy_calibration", "calibration_state", "restored_calibration", "Calibration", "conservation_values", "summary", "difference_calibration", "TARGET_Z", "TARGET_COVERAGE", "CALIBRATION_TRAJECTORIES", "scale_for", "energy_calibration"]
@@ -232,6 +232,6 @@ def restored_calibration(extra: Dict[str, object]) -> Dict[str, Calibration]:
         warnings.warn(f"this model's calibration scales ({', '.join(sorted(calibration))}) were fitted to posterior "
                       f"variances computed under the variance rule {rule or 'before the a-posteriori rounding bound'!r}, "
                       f"not {VARIANCE_RULE!r}: its reported stds may be off; refit it (model.fit(model.snapshots)) to "
-                      "recalibrate", StaleCalibrationWarning, stacklevel=4)
+                      "recalibrate", StaleCalibrationWarning, stacklevel=caller_level())
     return calibration
 
