@@ -75,7 +75,7 @@ from .. import saving
 from ..saving import recorded
 from .._checks import check_linear_scheme, check_states, check_step
 from . import persist
-from .calibration import Calibration, ensure_energy_calibration
+from .calibration import Calibration, del_calibration, ensure_energy_calibration
 from .functionals import Functionals
 from .gp import FunctionalGP
 from .guards import IdentifiabilityWarning, caller_level, check_fitted
@@ -307,26 +307,8 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         raise BeaValueError(f"{type(self).__name__} does not learn from positions: use objective='mll' or 'heldout'")
 
     def _calibrate(self, F_tr: Functionals, F_va: Functionals) -> None:
-        r"""Scale the posterior variances (``gp.variance_scale``: :math:`\sigma_f^2` and the nugget together, the mean
-        is unchanged) so that 95.4% of the validation residuals lie within two posterior standard deviations, as for a
-        calibrated Gaussian. (The residuals are heavy-tailed -- largest where validation orbits leave the data -- so
-        matching their mean square instead would leave most of them at a fraction of a standard deviation.)"""
-        gp = self.gp
-        with torch.no_grad():
-            gp.condition(F_tr)
-            gp.variance_scale = 1.0
-            mean, var = gp.functional_posterior(F_va)
-            ok = var > 0
-            if int(ok.sum()) < 5:
-                return
-            z = mean[ok].abs() / var[ok].sqrt()
-            s = float((torch.quantile(z, 0.954) / 2) ** 2)
-            if math.isfinite(s) and s > 0:
-                self.history["calibration_factor"] = s
-                self._variance_scale = s
-                zs = z / math.sqrt(s)
-                self._calibration["del"] = Calibration(s, float(zs.pow(2).mean().sqrt()), float((zs <= 2).double().mean()),
-                                                       int(zs.numel()))
+        """Scale the posterior variances on the validation residuals (:func:`~learners.shadow.calibration.del_calibration`)."""
+        del_calibration(self, F_tr, F_va)
 
     @property
     def calibration(self) -> Dict[str, Calibration]:

@@ -46,11 +46,11 @@ from typing import Callable, Dict, Optional, Union
 
 import torch
 
-from integrators import Trajectory, VariationalIntegrator, modified
+from integrators import Trajectory, VariationalIntegrator
 
 import bea
 from bea.errors import BeaValueError
-from .._checks import as_tensor, check_finite, check_order, check_snapshots, snapshot_layout
+from .._checks import as_tensor, check_finite, check_snapshots, snapshot_layout
 from .calibration import calibration_state, restored_calibration
 from .hyperparameters import FunctionalLagrangianModel
 from .retry import solve_with_retry
@@ -62,7 +62,7 @@ from .principal import fit_with_candidate
 from .step_resolution import check_step_resolution
 from .units import position_units, standard_step
 from .recovery import RecoveryMixin
-from .rbf_jet import RBFJet, jets_fit
+from .rbf_jet import RBFJet
 from .stage_lsi import accepted_scheme, check_stage_objective, fit_stages, linear_scheme
 from .compiled_mean import StandardisedMean  # noqa: F401  (re-exported: its old home)
 
@@ -260,41 +260,6 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
                 loo = (1 / inv_diag[:n_data] - float(gp.noise) - gp.info.jitter).clamp_min(0) * gp.variance_scale
                 self._data_level = float(torch.quantile(loo.sqrt(), 0.95))
         return self._data_level
-
-    # ------------------------------------------------------------------ identification
-    def recovered_lagrangian(self, order: int = 2) -> TorchLagrangian:
-        r""":math:`L_{rec} = \mathrm{mod}_N(\bar L_{inv})` truncated at :math:`h^N` (``order`` = N; 0 gives
-        :math:`\bar L_{inv}` itself), from :func:`bea.compile_torch` (derived once, cached on disk), in the
-        data's units (:math:`s^2\,\mathrm{mod}_N(\bar L'_{inv})` at the step :math:`h'`, :mod:`learners.shadow.units`)."""
-        self._require_fit()
-        N = check_order(order, self.scheme.symmetric)
-        if N == 0:
-            return self.lagrangian
-        if N not in self._recovered:
-            L_std, speed = self._recovered_std(N), self._speed
-            to_std, vec_to_std = self._to_standard, self._vector_to_standard
-
-            def L_rec(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-                return speed ** 2 * L_std(to_std(q), vec_to_std(v))
-
-            L_rec.order = N  # type: ignore[attr-defined]
-            self._recovered[N] = L_rec
-        return self._recovered[N]
-
-    def _recovered_std(self, order: int, jets: bool = True) -> TorchLagrangian:
-        r""":math:`\mathrm{mod}_N(\bar L'_{inv})` in the standardised coordinates; ``jets``: derivatives of
-        :math:`\bar L'_{inv}` from its closed-form jet (:meth:`_mean_std`; same values to rounding)."""
-        N = check_order(order, self.scheme.symmetric)
-        jets = jets and jets_fit(self.n, N)
-        key = ("std", N, jets)
-        if N == 0:
-            if key not in self._recovered:
-                self._recovered[key] = self._mean_std(2, jets)
-            return self._recovered[key]
-        if key not in self._recovered:
-            # N + 2: the derivatives Newton on d/dv mod_N asks for (fewer jet builds)
-            self._recovered[key] = modified.recovered_lagrangian(self._mean_std(N + 2, jets), N, self._h_std, self.scheme)
-        return self._recovered[key]
 
     def integrator(self, **newton):
         """The :class:`integrators.VariationalIntegrator` of the scheme on :math:`\bar L_{inv}` (data's units)."""

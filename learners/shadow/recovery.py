@@ -60,6 +60,40 @@ class RecoveryMixin:
             return self._lagrangian_std
         return JetLagrangian(jet, order)
 
+    def recovered_lagrangian(self, order: int = 2) -> TorchLagrangian:
+        r""":math:`L_{rec} = \mathrm{mod}_N(\bar L_{inv})` truncated at :math:`h^N` (``order`` = N; 0 gives
+        :math:`\bar L_{inv}` itself), from :func:`bea.compile_torch` (derived once, cached on disk), in the
+        data's units (:math:`s^2\,\mathrm{mod}_N(\bar L'_{inv})` at the step :math:`h'`, :mod:`learners.shadow.units`)."""
+        self._require_fit()
+        N = check_order(order, self.scheme.symmetric)
+        if N == 0:
+            return self.lagrangian
+        if N not in self._recovered:
+            L_std, speed = self._recovered_std(N), self._speed
+            to_std, vec_to_std = self._to_standard, self._vector_to_standard
+
+            def L_rec(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+                return speed ** 2 * L_std(to_std(q), vec_to_std(v))
+
+            L_rec.order = N  # type: ignore[attr-defined]
+            self._recovered[N] = L_rec
+        return self._recovered[N]
+
+    def _recovered_std(self, order: int, jets: bool = True) -> TorchLagrangian:
+        r""":math:`\mathrm{mod}_N(\bar L'_{inv})` in the standardised coordinates; ``jets``: derivatives of
+        :math:`\bar L'_{inv}` from its closed-form jet (:meth:`_mean_std`; same values to rounding)."""
+        N = check_order(order, self.scheme.symmetric)
+        jets = jets and jets_fit(self.n, N)
+        key = ("std", N, jets)
+        if N == 0:
+            if key not in self._recovered:
+                self._recovered[key] = self._mean_std(2, jets)
+            return self._recovered[key]
+        if key not in self._recovered:
+            # N + 2: the derivatives Newton on d/dv mod_N asks for (fewer jet builds)
+            self._recovered[key] = modified.recovered_lagrangian(self._mean_std(N + 2, jets), N, self._h_std, self.scheme)
+        return self._recovered[key]
+
     def energy(self, order: int = 2, return_std: bool = False, reference=None, truncation: bool = True):
         r"""The recovered energy :math:`H_{rec}[N] = \partial_vL_{rec}\cdot v - L_{rec}` (``order=0``: the
         energy of :math:`\bar L_{inv}` itself, uncorrected), a torch callable ``H(q, v)``.
