@@ -265,7 +265,7 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         """The :class:`integrators.VariationalIntegrator` of the scheme on :math:`\bar L_{inv}` (data's units)."""
         self._require_fit()
         opts = {**DEFAULT_NEWTON, **newton}
-        return VariationalIntegrator(self, self.h, self.scheme, **opts)  # C form only when not standardised
+        return VariationalIntegrator(self, self.h, self.scheme, **opts)  # C form: compiled_mean.data_units_form
 
     def _integrator_std(self, **newton):
         opts = {**DEFAULT_NEWTON, **newton}
