@@ -307,7 +307,8 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         raise BeaValueError(f"{type(self).__name__} does not learn from positions: use objective='mll' or 'heldout'")
 
     def _calibrate(self, F_tr: Functionals, F_va: Functionals) -> None:
-        """Scale the posterior variances on the validation residuals (:func:`~learners.shadow.calibration.del_calibration`)."""
+        """Scale the posterior variances on the validation residuals
+        (:func:`~learners.shadow.calibration.del_calibration`)."""
         del_calibration(self, F_tr, F_va)
 
     @property

@@ -216,8 +216,8 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
     def del_residuals(self, snapshots_or_triples, return_std: bool = True):
         r"""Posterior mean (and standard deviation) of the DEL residuals at new data: triples ``(B, 3, n)``, snapshots
         ``(n_traj, m, n)`` or a Trajectory (all their triples, trajectory-major). Returns tensors of shape ``(B, n)``, in
-        the data's units (:math:`s = \sigma/\tau` times those of :math:`L'`), each component along the data's axes with its
-        exact posterior std, also when fitted in rotated coordinates (:mod:`~learners.shadow.principal`;
+        the data's units (:math:`s = \sigma/\tau` times those of :math:`L'`), each component along the data's axes
+        with its exact posterior std, also when fitted in rotated coordinates (:mod:`~learners.shadow.principal`;
         :meth:`_residual_posterior`)."""
         self._require_fit()
         x = as_tensor(snapshot_layout(snapshots_or_triples), "triples")
