@@ -399,7 +399,8 @@ UNTUNED = [(duffing3, 0.2, 120), (toda3, 0.2, 120), (toda4, 0.2, 150), (morse3, 
 #: tied position lengthscale cannot fit, and the parts' scales are free (branch id-sym's diagnosis: per-direction
 #: lengthscales + degree-2 kernel + whole matrix reach 1.8e-2 at 150 trajectories, 7.1e-3 at 300)
 _GAP = {"mass_chain4": "energy differences 9.0e-3 relative (target 3e-3; benchmarks/RESULTS_identification.md)",
-        "two_body4": "identified only to 0.0998 relative; the one-step error check warns (benchmarks/RESULTS_identification.md)"}
+        "two_body4": "identified only to 0.0332 relative with the principal directions (0.0998 without); the one-step "
+                     "error check warns (benchmarks/RESULTS_identification.md, Session 6)"}
 
 
 def _systems(gaps):
