@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from pathlib import Path
 from typing import Dict, Optional, Sequence, Union
 
 import gpytorch
@@ -152,7 +153,7 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
     _accepted_scheme = staticmethod(check_linear_scheme)
 
     # ------------------------------------------------------------------ saving
-    def save(self, path) -> "Path":
+    def save(self, path) -> Path:
         """Write the fitted model (constructor arguments, hyperparameters, posterior) to ``path`` atomically
         (:mod:`learners.saving`); :meth:`load` gives it back without refitting."""
         state = persist.fitted_state(self)
