@@ -28,14 +28,13 @@ That common step is one compiled graph (:meth:`FuncStepper._chord_fn`): predicto
 acceptance test on both, per element, exactly as :func:`~integrators.newton.newton` takes them (accept
 :math:`x_0` where its predicted correction is below ``xtol``, else :math:`x_1` where the chord was admissible,
 :math:`\|J^{-1}r(x_0)\|` scaled :math:`\le 0.1`, and its own predicted correction is below ``xtol``), for
-:data:`CHORD_STEPS` consecutive steps (each from the positions accepted before it, with the same :math:`J`, as
-Newton keeps it after a chord step). No Python Newton loop, and one call (with its guard checks) per two steps
-instead of two per step. Where any element fails that test, that step is taken by :func:`~integrators.newton.newton`
+:data:`CHORD_STEPS` consecutive steps in a loop inside the graph (each from the positions accepted before it, with
+the same :math:`J`, as Newton keeps it after a chord step). No Python Newton loop, and one call (with its guard
+checks) per eight steps. Where any element fails that test, that step is taken by :func:`~integrators.newton.newton`
 from the same start instead and the call's later steps are void, so the iterates are always Newton's (bit for bit
 without compilation; the compiled graph may round differently). Only this graph is compiled at build time;
-newton()'s own derivatives (the predictor's first steps, and steps the chord cannot certify) run uncompiled until
-newton() has taken :data:`COMPILE_NEWTON_AFTER` steps, and are compiled then. MLP 2x64 at batch 1000: about 1.3x the speed of
-:func:`~integrators.newton.newton` driving the same compiled derivatives (benchmarks/RESULTS_speed.md).
+newton()'s own derivatives (the predictor's first steps, and steps the chord cannot certify) run by autograd until
+newton() has done :data:`COMPILE_NEWTON_WORK` trajectory-steps, and are compiled then (benchmarks/RESULTS_speed.md).
 
 Before use the compiled derivatives are checked against autograd (:func:`integrators.model_protocol.derivatives`)
 at a few states (relative :data:`VERIFY_RTOL`). Anything that fails (``torch.compile`` refusing the code,
@@ -58,10 +57,11 @@ from .compiled import NotLowerable, scheme_points
 from .newton import NewtonOptions, _solve, newton  # _solve: the same J^{-1} r (NaN where J is singular)
 from ._stepping import extrapolate
 from .model_protocol import declares_form
+from ._func_parts import autograd_derivatives, pad as _pad, scan_steps, store as _store
 from .traced import VERIFY_RTOL  # the same agreement with autograd as the traced C forms
 
 __all__ = ["FuncStepper", "FuncPathError", "bucket", "declares_form", "func_stepper", "FUNC_MIN_WORK", "PREDICTOR_ORDER",
-           "CHORD_STEPS", "COMPILE_NEWTON_AFTER", "VERIFY_RTOL"]
+           "CHORD_STEPS", "COMPILE_NEWTON_WORK", "VERIFY_RTOL"]
 
 #: ``execution="auto"`` builds this path only for runs of at least this many trajectory-steps: a build takes
 #: seconds to minutes (one per batch-size bucket), and the speed-up it buys is a small factor (benchmarks/RESULTS_speed.md)
@@ -71,17 +71,18 @@ FUNC_MIN_WORK = 100_000
 #: Jacobian reaches rounding level: 2 gradient evaluations per step and almost no Hessians, against 3 and one
 #: Hessian with order 6 (MLP 2x64, batch 1000: benchmarks/RESULTS_speed.md). Higher orders amplify rounding (2^k).
 PREDICTOR_ORDER = 10
-#: time steps per call of the one-graph chord step (:meth:`FuncStepper._chord_fn`). Two: about 10% faster than one
-#: at batch 1000 (fewer calls, guard checks and padding copies per step); four bought 2-5% more for about 1.8 times
-#: the compile time of that graph (44 s against 25 s, benchmarks/RESULTS_speed.md).
-CHORD_STEPS = 2
+#: time steps per call of the one-graph chord step (:meth:`FuncStepper._chord_fn`), a loop in the graph (torch's
+#: ``scan``, :func:`integrators._func_parts.scan_steps`), so its compile time does not grow with it. Eight: 6% faster
+#: than two unrolled steps at batch 1000 (one call's guard checks, wrappers and padding per eight steps; process CPU,
+#: MLP 2x64), where a refusal voids at most seven steps' work (benchmarks/RESULTS_speed.md, session 7).
+CHORD_STEPS = 8
 #: newton()'s own derivatives (the predictor's warm-up of PREDICTOR_ORDER - 1 steps per run, and steps the chord step
-#: cannot certify) run uncompiled until it has taken this many steps with this stepper, warm-ups included (so
-#: usually in the second run; in the first where the chord step leaves it 7 or more steps):
-#: compiling them at build time cost 40% more build (two more graphs: process CPU 40 s against 29 s, MLP 2x64, cold
-#: inductor cache); uncompiled, a run's warm-up at batch 1000 costs about 0.15 s of CPU against 0.08 s compiled
-#: (3.1 against 1.8 ms a gradient, 7.1 against 3.5 ms a Jacobian), next to 1.3 s for 400 chord steps
-COMPILE_NEWTON_AFTER = 16
+#: cannot certify) run by autograd until it has taken this many trajectory-steps with this stepper (warm-ups
+#: included), then are compiled: the break-even of their compile (two graphs, about 8 s of CPU with a cold inductor
+#: cache, MLP 2x64) against what they save, about 5 us a trajectory-step (a run's warm-up at batch 1000: about 0.11 s
+#: by autograd against 0.07 s compiled, next to 1 s for its 391 chord steps). So a cold first build compiles the chord
+#: graph alone (issue 28: <= 30 s), and runs whose steps the chord graph cannot certify compile the rest
+COMPILE_NEWTON_WORK = 1_000_000
 
 
 class FuncPathError(NotLowerable):
@@ -103,26 +104,6 @@ def bucket(batch: int) -> int:
     return max(2, 1 << (int(batch) - 1).bit_length())
 
 
-def _pad(t: torch.Tensor, size: int, dim: int = 0) -> torch.Tensor:
-    """``t`` with its first row (along ``dim``) repeated up to ``size`` rows (finite filler; the extra rows are
-    discarded)."""
-    extra = size - t.shape[dim]
-    if extra == 0:
-        return t
-    first = t.narrow(dim, 0, 1)
-    return torch.cat([t, first.expand(*t.shape[:dim], extra, *t.shape[dim + 1:])], dim)
-
-
-def _store(buf: Optional[torch.Tensor], j: int, rows: Optional[torch.Tensor], value: torch.Tensor) -> None:
-    """``buf[j] = value`` for the trajectories ``rows`` (None: all; no buffer: nothing)."""
-    if buf is None:
-        return
-    if rows is None:
-        buf[j] = value
-    else:
-        buf[j, rows] = value
-
-
 class FuncStepper:
     """Steps of one Lagrangian, scheme, ``h`` and ``n`` with compiled :func:`torch.func` derivatives (module
     docstring); the interface of :class:`~integrators.compiled.CompiledStepper` that the march uses."""
@@ -137,26 +118,29 @@ class FuncStepper:
         self.failure: Optional[str] = None  # why a compiled evaluation failed during a run (then eager from there)
         pts = torch.from_numpy(scheme_points(h, scheme, n))
         D = 2 * n
-        self.w = pts[:, 0]
-        self.o = pts[:, 1:1 + D]
-        self.A = pts[:, 1 + D:1 + D + D * n].reshape(-1, D, n)
-        self.B = pts[:, 1 + D + D * n:1 + D + 2 * D * n].reshape(-1, D, n)
+        # separate tensors, not views of pts: torch's scan refuses closures whose inputs alias each other
+        self.w = pts[:, 0].clone()
+        self.o = pts[:, 1:1 + D].clone()
+        self.A = pts[:, 1 + D:1 + D + D * n].reshape(-1, D, n).clone()
+        self.B = pts[:, 1 + D + D * n:1 + D + 2 * D * n].reshape(-1, D, n).clone()
         wrap = (lambda f: torch.compile(_own_code(f), fullgraph=True, dynamic=False)) if compile else (lambda f: f)
-        # newton()'s derivatives run uncompiled until it has taken COMPILE_NEWTON_AFTER steps (warm-up steps count)
-        self._residual, self._jacobian, self._chord = self._residual_fn, self._jacobian_fn, wrap(self._chord_fn)
-        self._wrap = wrap
-        self.chord_steps = CHORD_STEPS
+        # newton()'s derivatives: autograd until it has taken COMPILE_NEWTON_WORK trajectory-steps (warm-ups count)
+        self._residual = lambda x, a, p: autograd_derivatives(self, x, a, p, False)
+        self._jacobian = lambda x, a: autograd_derivatives(self, x, a, None, True)[2]
+        self._chord, self._wrap, self.chord_steps = wrap(self._chord_fn), wrap, CHORD_STEPS
         self.stats = {"chord_steps": 0, "newton_steps": 0}  # steps from the one-graph chord step, and newton()'s
+        self._newton_work = self._refusals = self._skip = 0  # newton()'s trajectory-steps; see _back_off
         self.lower_seconds = time.perf_counter() - t0
         t0 = time.perf_counter()
         self._verify_chord(*self._verify(bucket(batch)), bucket(batch))
         self.compile_seconds = time.perf_counter() - t0
 
-    def _newton_step_taken(self) -> None:
-        """Count a step that newton() takes; the :data:`COMPILE_NEWTON_AFTER`-th compiles its derivatives (and checks
-        them against autograd, :class:`FuncPathError` otherwise)."""
+    def _newton_step_taken(self, batch: int) -> None:
+        """Count a step of ``batch`` trajectories that newton() takes; past :data:`COMPILE_NEWTON_WORK` trajectory-steps
+        its derivatives are compiled (and checked against autograd, :class:`FuncPathError` otherwise)."""
         self.stats["newton_steps"] += 1
-        if self.stats["newton_steps"] == COMPILE_NEWTON_AFTER:
+        before, self._newton_work = self._newton_work, self._newton_work + batch
+        if before < COMPILE_NEWTON_WORK <= self._newton_work:
             t0 = time.perf_counter()
             self._residual, self._jacobian = self._wrap(self._residual_fn), self._wrap(self._jacobian_fn)
             self._verify(self._size)
@@ -190,8 +174,8 @@ class FuncStepper:
         with the Jacobian ``J``: ``(x, p_next, ok)`` stacked over the steps, ``ok[s]`` true where Newton would
         accept ``x[s]`` after at most this chord correction (module docstring; the first step with an element not
         ``ok`` must be taken by :func:`~integrators.newton.newton`, and the later ones are void)."""
-        xs, ps, oks = [], [], []
-        for _ in range(self.chord_steps):
+        def step(carry, _):
+            hist, a, p = carry
             x0 = extrapolate(hist, hist.shape[0] - 1, None, hist.shape[0])
             r0, p0 = self._residual_fn(x0, a, p)
             d0 = _solve(J, r0)
@@ -204,12 +188,10 @@ class FuncStepper:
             ok0 = err0 <= xtol
             finite0 = torch.isfinite(r0.abs().amax(-1)) & torch.isfinite(x0).all(-1)
             finite1 = torch.isfinite(r1.abs().amax(-1)) & torch.isfinite(x1).all(-1)
-            oks.append(finite0 & (ok0 | ((err0 <= 0.1) & finite1 & (err1 <= xtol))))
+            ok = finite0 & (ok0 | ((err0 <= 0.1) & finite1 & (err1 <= xtol)))
             a, p = torch.where(ok0[:, None], x0, x1), torch.where(ok0[:, None], p0, p1)
-            xs.append(a)
-            ps.append(p)
-            hist = torch.cat([hist[1:], a[None]], 0)
-        return torch.stack(xs), torch.stack(ps), torch.stack(oks)
+            return (torch.cat([hist[1:], a[None]], 0), a, p), (a.clone(), p.clone(), ok)  # scan refuses aliased outputs
+        return scan_steps(step, (hist, a, p), self.chord_steps)
 
     def derivatives(self, x: torch.Tensor, a: torch.Tensor, p: torch.Tensor,
                     size: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -312,13 +294,14 @@ class FuncStepper:
             a = out[j] if rows is None else out[j, rows]
             try:
                 xs, via = (), "chord_steps"
-                if chord and not refused and jac is not None and j >= PREDICTOR_ORDER - 1:
+                if chord and not refused and jac is not None and j >= PREDICTOR_ORDER - 1 and self._skip == 0:
                     xs, ps = self._chord_step(out, j, rows, a, p, jac, xtol)
                     refused = 0 < len(xs) < self.chord_steps  # (none kept: newton() takes step j right here)
+                    self._back_off(bool(xs))
                 else:
-                    refused = False
+                    refused, self._skip = False, max(0, self._skip - 1)
                 if not xs:
-                    self._newton_step_taken()
+                    self._newton_step_taken(a.shape[0])
                     guess = first_guess if j == 0 else extrapolate(out, j, rows, PREDICTOR_ORDER)
                     res = newton(self._evaluate, guess, (a, p), options=options, jac0=jac)
                     if not bool(res.converged.all()):
@@ -338,6 +321,13 @@ class FuncStepper:
                 if via:
                     self.stats[via] += 1
         return j, p, jac, (None if j == j_end else np.ones(1))
+
+    def _back_off(self, certified: bool) -> None:
+        """After the ``c``-th call in a row that certified no step, the next ``2^(c-1) - 1`` steps (at most 64) go to
+        newton() without asking the graph: where the chord cannot work (a poor predictor, fast dynamics), a call's
+        :data:`CHORD_STEPS` steps of evaluations are wasted, and this keeps that to a few calls per hundred steps."""
+        self._refusals = 0 if certified else self._refusals + 1
+        self._skip = min(64, (1 << max(0, self._refusals - 1)) - 1)
 
     def _chord_step(self, out, j, rows, a, p, jac, xtol):
         """Steps ``j -> j + 1, ...`` by the one compiled graph :meth:`_chord_fn`: ``(xs, ps)``, the positions and
