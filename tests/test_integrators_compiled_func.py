@@ -441,3 +441,39 @@ def test_the_graphs_acceptance_test_is_newtons():
         assert torch.equal(x[0][ok[0]], res.x[ok[0]]) and torch.equal(pn[0][ok[0]], res.aux[ok[0]])
         outcomes += ok[0].tolist()
     assert True in outcomes and False in outcomes
+
+
+def test_newtons_uncompiled_derivatives_are_the_torch_func_forms_bit_for_bit():
+    """Before they are compiled, newton()'s residual, momenta and Jacobian come from plain autograd (faster eagerly
+    than torch.func): the same numbers, bit for bit, as the torch.func forms that get compiled (midpoint n = 1,
+    trapezoidal n = 2)."""
+    from integrators._func_parts import autograd_derivatives
+
+    g = torch.Generator().manual_seed(2)
+    for scheme, n in (("midpoint", 1), ("trapezoidal", 2)):
+        stepper = FuncStepper(erf_oscillator, 0.05, bea.get_scheme(scheme), n, compile=False)
+        a = 0.3 + 0.4 * torch.rand(6, n, generator=g, dtype=torch.float64)
+        x, p = a + 0.01 * torch.rand(6, n, generator=g, dtype=torch.float64), torch.rand(6, n, generator=g, dtype=torch.float64)
+        r, p1, J = autograd_derivatives(stepper, x, a, p, True)
+        with torch.no_grad():
+            r_ref, p1_ref = stepper._residual_fn(x, a, p)
+            J_ref = stepper._jacobian_fn(x, a)
+        assert torch.equal(r, r_ref) and torch.equal(p1, p1_ref) and torch.equal(J, J_ref)
+        assert torch.equal(autograd_derivatives(stepper, x, a, p, False)[0], r_ref)
+
+
+def test_a_lagrangian_with_a_constant_gradient_has_a_zero_jacobian():
+    """Autograd has no graph for a gradient that does not depend on the point (L linear in v and q): its Jacobian
+    is zero, not an error."""
+    from integrators._func_parts import autograd_derivatives
+
+    import types
+
+    real = FuncStepper(erf_oscillator, 0.1, bea.get_scheme("midpoint"), 2, compile=False)  # its scheme's w, A, B
+    stepper = types.SimpleNamespace(n=2, w=real.w, A=real.A, B=real.B, _points=real._points,
+                                    L=lambda q, v: (2.0 * v - q).sum(-1))
+    x = torch.ones(3, 2, dtype=torch.float64)
+    r, _, J = autograd_derivatives(stepper, x, 0.5 * x, torch.zeros_like(x), True)
+    assert J.shape == (3, 2, 2) and not bool(J.any())
+    # midpoint: dL/dq = -1, dL/dv = 2: r = h/2 (-1) - 2 = -2.05 in every component
+    assert torch.allclose(r, torch.full_like(r, -2.05), rtol=0, atol=1e-15)
