@@ -33,7 +33,7 @@ def scan_steps(step: Callable, init: Tuple[torch.Tensor, ...], k: int):
     """``k`` steps ``carry, out = step(carry, None)`` from ``init``: the outputs stacked along a new first
     dimension. ``step`` must return fresh tensors as outputs (not its carry) and keep the carry's shapes, dtypes
     and layout (torch's ``scan`` refuses aliasing and layout changes)."""
-    init = tuple(t.contiguous() for t in init)
+    init = tuple(t.clone(memory_format=torch.contiguous_format) for t in init)  # (fresh: the carry may not alias)
     if _torch_scan is not None and torch.compiler.is_compiling():
         return _torch_scan(step, init, torch.zeros(k, dtype=torch.float64))[1]
     carry, outs = init, []

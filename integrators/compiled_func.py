@@ -335,10 +335,10 @@ class FuncStepper:
         :func:`~integrators.newton.newton` takes step ``j``)."""
         B, size = a.shape[0], self._size
         hist = out[j - PREDICTOR_ORDER + 1:j + 1]
-        hist = hist if rows is None else hist[:, rows]
+        hist = hist.clone() if rows is None else hist[:, rows]  # not views of out, which overlap: scan refuses those
         with torch.no_grad():
-            x, pn, ok = self._chord(_pad(hist.detach(), size, 1), _pad(a.detach(), size), _pad(p.detach(), size),
-                                    _pad(jac.detach(), size), xtol)
+            x, pn, ok = self._chord(_pad(hist.detach(), size, 1), _pad(hist[-1].detach().clone(), size),
+                                    _pad(p.detach(), size), _pad(jac.detach(), size), xtol)
         good = ok[:, :B].all(-1).tolist()  # the real rows only: a padding row's verdict is no trajectory's
         k = good.index(False) if False in good else len(good)
         return [x[s, :B] for s in range(k)], [pn[s, :B] for s in range(k)]
