@@ -26,15 +26,25 @@ try:  # torch's control-flow operator (torch >= 2.6); its module is not public, 
 except ImportError:  # pragma: no cover - depends on the installed torch
     _torch_scan = None
 
-__all__ = ["scan_steps", "autograd_derivatives", "pad", "store"]
+__all__ = ["scan_steps", "has_scan", "autograd_derivatives", "contract", "pad", "store"]
 
 
-def scan_steps(step: Callable, init: Tuple[torch.Tensor, ...], k: int):
+def has_scan() -> bool:
+    """Whether this torch has the ``scan`` operator (read when a stepper is built, not at import)."""
+    return _torch_scan is not None
+
+
+def _in_graph() -> bool:
+    return torch.compiler.is_compiling()
+
+
+def scan_steps(step: Callable, init: Tuple[torch.Tensor, ...], k: int, use_scan: bool = True):
     """``k`` steps ``carry, out = step(carry, None)`` from ``init``: the outputs stacked along a new first
-    dimension. ``step`` must return fresh tensors as outputs (not its carry) and keep the carry's shapes, dtypes
-    and layout (torch's ``scan`` refuses aliasing and layout changes)."""
+    dimension; under ``torch.compile`` by torch's ``scan`` where it exists and ``use_scan`` (else unrolled).
+    ``step`` must return fresh tensors as outputs (not its carry) and keep the carry's shapes, dtypes and layout
+    (torch's ``scan`` refuses aliasing and layout changes)."""
     init = tuple(t.clone(memory_format=torch.contiguous_format) for t in init)  # (fresh: the carry may not alias)
-    if _torch_scan is not None and torch.compiler.is_compiling():
+    if use_scan and _torch_scan is not None and _in_graph():
         return _torch_scan(step, init, torch.zeros(k, dtype=torch.float64))[1]
     carry, outs = init, []
     for _ in range(k):
@@ -46,22 +56,28 @@ def scan_steps(step: Callable, init: Tuple[torch.Tensor, ...], k: int):
 def autograd_derivatives(stepper, x: torch.Tensor, a: torch.Tensor, p: torch.Tensor, jacobian: bool):
     """``(r, p_next)`` at ``x`` (and ``J`` as well where ``jacobian``) for the previous position ``a`` and momenta
     ``p`` (None: ``r`` without them) of ``stepper`` (its ``L``, ``n``, weights ``w``, maps ``A``, ``B`` and ``_points``), by autograd."""
-    n, w = stepper.n, stepper.w[:, None, None]
+    n, w = stepper.n, stepper.w
     y = stepper._points(x, a).detach().requires_grad_(True)
-    with torch.enable_grad():
-        g, = torch.autograd.grad(stepper.L(y[..., :n], y[..., n:]).sum(), y, create_graph=jacobian)
-        wg = w * g.detach()
-        r = torch.einsum("kbd,kdn->bn", wg, stepper.A)
-        out = (r if p is None else r + p, torch.einsum("kbd,kdn->bn", wg, stepper.B))
+    with torch.enable_grad():  # (allow_unused, zeros for None: a gradient may not depend on y, L not at all)
+        g, = torch.autograd.grad(stepper.L(y[..., :n], y[..., n:]).sum(), y, create_graph=jacobian, allow_unused=True)
+        g = torch.zeros_like(y) if g is None else g
+        r = contract(w, g.detach(), stepper.A)
+        out = (r if p is None else r + p, contract(w, g.detach(), stepper.B))
         if not jacobian:
             return out
         cols = []
         for i in range(n if g.requires_grad else 0):  # (a gradient constant in y has no graph: its J is 0)
             u = stepper.B[:, None, :, i].expand_as(y)
-            hv, = torch.autograd.grad((g * u).sum(), y, retain_graph=i + 1 < n)
-            cols.append(torch.einsum("kbd,kdn->bn", w * hv, stepper.A))
+            hv, = torch.autograd.grad((g * u).sum(), y, retain_graph=i + 1 < n, allow_unused=True)
+            cols.append(contract(w, torch.zeros_like(y) if hv is None else hv, stepper.A))
     J = torch.stack(cols, -1) if cols else torch.zeros(*x.shape, n, dtype=x.dtype, device=x.device)
     return out + (J,)
+
+
+def contract(w: torch.Tensor, g: torch.Tensor, M: torch.Tensor) -> torch.Tensor:
+    r""":math:`\sum_k w_k M_k^\top g_k` for weights ``w`` ``(K,)``, ``g`` ``(K, batch, 2n)`` and maps ``M`` ``(K, 2n, n)``:
+    ``(batch, n)``."""
+    return torch.einsum("kbd,kdn->bn", w[:, None, None] * g, M)
 
 
 def pad(t: torch.Tensor, size: int, dim: int = 0) -> torch.Tensor:

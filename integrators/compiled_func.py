@@ -57,11 +57,12 @@ from .compiled import NotLowerable, scheme_points
 from .newton import NewtonOptions, _solve, newton  # _solve: the same J^{-1} r (NaN where J is singular)
 from ._stepping import extrapolate
 from .model_protocol import declares_form
-from ._func_parts import autograd_derivatives, pad as _pad, scan_steps, store as _store
+from . import _func_parts
+from ._func_parts import autograd_derivatives, contract, pad as _pad, scan_steps, store as _store
 from .traced import VERIFY_RTOL  # the same agreement with autograd as the traced C forms
 
 __all__ = ["FuncStepper", "FuncPathError", "bucket", "declares_form", "func_stepper", "FUNC_MIN_WORK", "PREDICTOR_ORDER",
-           "CHORD_STEPS", "COMPILE_NEWTON_WORK", "VERIFY_RTOL"]
+           "CHORD_STEPS", "UNROLLED_CHORD_STEPS", "COMPILE_NEWTON_WORK", "VERIFY_RTOL"]
 
 #: ``execution="auto"`` builds this path only for runs of at least this many trajectory-steps: a build takes
 #: seconds to minutes (one per batch-size bucket), and the speed-up it buys is a small factor (benchmarks/RESULTS_speed.md)
@@ -76,6 +77,9 @@ PREDICTOR_ORDER = 10
 #: than two unrolled steps at batch 1000 (one call's guard checks, wrappers and padding per eight steps; process CPU,
 #: MLP 2x64), where a refusal voids at most seven steps' work (benchmarks/RESULTS_speed.md, session 7).
 CHORD_STEPS = 8
+#: time steps per call where torch has no ``scan``, or its ``scan`` cannot be compiled (:meth:`FuncStepper._verify_chord`):
+#: the steps are then unrolled in Python, and the compile time grows with them (eight: about 4x that of two)
+UNROLLED_CHORD_STEPS = 2
 #: newton()'s own derivatives (the predictor's warm-up of PREDICTOR_ORDER - 1 steps per run, and steps the chord step
 #: cannot certify) run by autograd until it has taken this many trajectory-steps with this stepper (warm-ups
 #: included), then are compiled: the break-even of their compile (two graphs, about 8 s of CPU with a cold inductor
@@ -127,7 +131,8 @@ class FuncStepper:
         # newton()'s derivatives: autograd until it has taken COMPILE_NEWTON_WORK trajectory-steps (warm-ups count)
         self._residual = lambda x, a, p: autograd_derivatives(self, x, a, p, False)
         self._jacobian = lambda x, a: autograd_derivatives(self, x, a, None, True)[2]
-        self._chord, self._wrap, self.chord_steps = wrap(self._chord_fn), wrap, CHORD_STEPS
+        self._scan, self._chord, self._wrap = _func_parts.has_scan(), wrap(self._chord_fn), wrap  # no scan: unrolled
+        self.chord_steps = CHORD_STEPS if self._scan else UNROLLED_CHORD_STEPS
         self.stats = {"chord_steps": 0, "newton_steps": 0}  # steps from the one-graph chord step, and newton()'s
         self._newton_work = self._refusals = self._skip = 0  # newton()'s trajectory-steps; see _back_off
         self.lower_seconds = time.perf_counter() - t0
@@ -157,8 +162,7 @@ class FuncStepper:
 
     def _residual_fn(self, x, a, p):
         g = self._grad(self._points(x, a))
-        wg = self.w[:, None, None] * g
-        return torch.einsum("kbd,kdn->bn", wg, self.A) + p, torch.einsum("kbd,kdn->bn", wg, self.B)
+        return contract(self.w, g, self.A) + p, contract(self.w, g, self.B)
 
     def _jacobian_fn(self, x, a):
         y = self._points(x, a)
@@ -166,7 +170,7 @@ class FuncStepper:
         for i in range(self.n):  # J e_i = sum_k w_k A_k^T H(y_k) B_k e_i: one Hessian-vector product per column
             u = self.B[:, None, :, i].expand_as(y)
             hv = torch.func.grad(lambda z: (self._grad(z) * u).sum())(y)
-            cols.append(torch.einsum("kbd,kdn->bn", self.w[:, None, None] * hv, self.A))
+            cols.append(contract(self.w, hv, self.A))
         return torch.stack(cols, -1)
 
     def _chord_fn(self, hist, a, p, J, xtol):
@@ -191,7 +195,7 @@ class FuncStepper:
             ok = finite0 & (ok0 | ((err0 <= 0.1) & finite1 & (err1 <= xtol)))
             a, p = torch.where(ok0[:, None], x0, x1), torch.where(ok0[:, None], p0, p1)
             return (torch.cat([hist[1:], a[None]], 0), a, p), (a.clone(), p.clone(), ok)  # scan refuses aliased outputs
-        return scan_steps(step, (hist, a, p), self.chord_steps)
+        return scan_steps(step, (hist, a, p), self.chord_steps, self._scan)
 
     def derivatives(self, x: torch.Tensor, a: torch.Tensor, p: torch.Tensor,
                     size: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -218,8 +222,9 @@ class FuncStepper:
 
     def _verify(self, size: int):
         """Compile newton()'s derivatives (when they are compiled) at one batch bucket ``size`` (the current run's: a
-        build costs seconds per bucket, so none is built for verification alone) and check them against autograd at
-        random states padded to it: ``(x, a, p, J)`` of those states; :class:`FuncPathError` otherwise."""
+        build costs seconds per bucket, so none is built for verification alone) and check them, and the torch.func
+        forms that the chord graph evaluates (eagerly, at the states alone), against autograd at random states padded
+        to it: ``(x, a, p, J)`` of those states; :class:`FuncPathError` otherwise."""
         from .model_protocol import derivatives
 
         n, D, m = self.n, 2 * self.n, min(4, size)  # m states (a bucket has at least 2 rows)
@@ -231,6 +236,8 @@ class FuncStepper:
             with warnings.catch_warnings():  # torch's own deprecation notices while it compiles are not the caller's
                 warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.")
                 r, p1, J = self.derivatives(x, a, p, size)
+                with torch.no_grad():
+                    func = self._residual_fn(x, a, p) + (self._jacobian_fn(x, a),)
         except Exception as err:  # noqa: BLE001 - torch.compile raises many internal types; the reason is kept
             first = (str(err).strip().splitlines() or [""])[0][:300]
             raise FuncPathError(f"torch.compile could not compile its derivatives ({type(err).__name__}: {first})") from None
@@ -238,20 +245,20 @@ class FuncStepper:
         _, gr, H = derivatives(self.L, y)
         K = self.w.shape[0]
         gr, H = gr.reshape(K, m, D), H.reshape(K, m, D, D)
-        wk = self.w[:, None, None]
-        r_ref = torch.einsum("kbd,kdn->bn", wk * gr, self.A) + p
-        p1_ref = torch.einsum("kbd,kdn->bn", wk * gr, self.B)  # carried into the next step: checked as well
-        J_ref = torch.einsum("kdi,kbde,kej->bij", self.A, self.w[:, None, None, None] * H, self.B)
-        for got, ref, name in ((r, r_ref, "gradient"), (p1, p1_ref, "momentum"), (J, J_ref, "Hessian")):
-            scale = float(ref.abs().max()) + 1.0
-            if not bool(torch.isfinite(got).all()) or float((got - ref).abs().max()) > VERIFY_RTOL * scale:
-                raise FuncPathError(f"the compiled {name} differs from autograd's (relative {VERIFY_RTOL:g})")
+        refs = (contract(self.w, gr, self.A) + p, contract(self.w, gr, self.B),  # (the momentum is carried on)
+                torch.einsum("kdi,kbde,kej->bij", self.A, self.w[:, None, None, None] * H, self.B))
+        for kind, values in (("compiled", (r, p1, J)), ("torch.func", func)):
+            for got, ref, name in zip(values, refs, ("gradient", "momentum", "Hessian")):
+                scale = float(ref.abs().max()) + 1.0
+                if not bool(torch.isfinite(got).all()) or float((got - ref).abs().max()) > VERIFY_RTOL * scale:
+                    raise FuncPathError(f"the {kind} {name} differs from autograd's (relative {VERIFY_RTOL:g})")
         return x, a, p, J
 
     def _verify_chord(self, x, a, p, J, size: int) -> None:
-        """Compile the one-graph step at bucket ``size`` and check it against the same function run eagerly (whose
-        parts were just checked against autograd), from a start ``x`` (every past position equal to it): positions,
-        momenta, and the first step's acceptance verdicts where they are far from the thresholds, so that a
+        """Compile the one-graph step at bucket ``size`` and check it against the same function run eagerly (its
+        torch.func residual was checked against autograd by :meth:`_verify`; where the graph does not compile with
+        torch's ``scan``, it is rebuilt once with its steps unrolled), from a start ``x`` (every past position equal to
+        it): positions, momenta, and the first step's acceptance verdicts where they are far from the thresholds, so that a
         miscompiled test cannot certify steps: false at momenta that put the predicted correction at ``J^{-1} r =
         2 (1 + |x|)`` (scaled 2 > 0.1, no chord), true at momenta that make ``x`` a root (about 1e-18 against 1e-8)."""
         hist, m = x.expand(PREDICTOR_ORDER, *x.shape), x.shape[0]
@@ -264,6 +271,9 @@ class FuncStepper:
                     warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.")
                     got = self._chord(_pad(hist, size, 1), _pad(a, size), _pad(pp, size), _pad(J, size), xtol)
             except Exception as err:  # noqa: BLE001 - as in _verify
+                if self._scan:  # torch's scan is private and may not compile here: once more, unrolled in Python
+                    self._scan, self.chord_steps, self._chord = False, UNROLLED_CHORD_STEPS, self._wrap(self._chord_fn)
+                    return self._verify_chord(x, a, p, J, size)
                 first = (str(err).strip().splitlines() or [""])[0][:300]
                 raise FuncPathError(f"torch.compile could not compile its Newton step ({type(err).__name__}: {first})") from None
             with torch.no_grad():
@@ -290,6 +300,8 @@ class FuncStepper:
         chord = options.reuse_jacobian and options.ftol == 0  # newton()'s test is then the one-graph step's
         xtol = torch.tensor(float(options.xtol), dtype=torch.float64)
         refused = False  # the last call stopped at a step it could not certify: newton() takes that one
+        if j < PREDICTOR_ORDER - 1:  # a run's start (j0 0 or 1): the last run's back-off (its dynamics) does not apply
+            self._refusals = self._skip = 0
         while j < j_end and self.failure is None:
             a = out[j] if rows is None else out[j, rows]
             try:
@@ -297,11 +309,10 @@ class FuncStepper:
                 if chord and not refused and jac is not None and j >= PREDICTOR_ORDER - 1 and self._skip == 0:
                     xs, ps = self._chord_step(out, j, rows, a, p, jac, xtol)
                     refused = 0 < len(xs) < self.chord_steps  # (none kept: newton() takes step j right here)
-                    self._back_off(bool(xs))
+                    self._back_off(2 * len(xs) >= self.chord_steps)  # fewer than half kept: a (partial) refusal
                 else:
                     refused, self._skip = False, max(0, self._skip - 1)
                 if not xs:
-                    self._newton_step_taken(a.shape[0])
                     guess = first_guess if j == 0 else extrapolate(out, j, rows, PREDICTOR_ORDER)
                     res = newton(self._evaluate, guess, (a, p), options=options, jac0=jac)
                     if not bool(res.converged.all()):
@@ -313,8 +324,9 @@ class FuncStepper:
             for x, pn in zip(xs[:j_end - j], ps):
                 if max_step is not None and bool(((x - a).abs().amax(-1) > max_step).any()):  # as far_roots()
                     return j, p, jac, np.ones(1)  # the Jacobian of the last step taken, not of the root refused
-                if via is None:
+                if via is None:  # (counted once stored: a root refused for max_step is no step taken)
                     jac = new_jac
+                    self._newton_step_taken(x.shape[0])
                 _store(out, j + 1, rows, x)
                 _store(pout, j + 1, rows, pn)
                 a, p, j = x, pn, j + 1
@@ -323,9 +335,10 @@ class FuncStepper:
         return j, p, jac, (None if j == j_end else np.ones(1))
 
     def _back_off(self, certified: bool) -> None:
-        """After the ``c``-th call in a row that certified no step, the next ``2^(c-1) - 1`` steps (at most 64) go to
-        newton() without asking the graph: where the chord cannot work (a poor predictor, fast dynamics), a call's
-        :data:`CHORD_STEPS` steps of evaluations are wasted, and this keeps that to a few calls per hundred steps."""
+        """After the ``c``-th call in a row that kept fewer than half its steps, the next ``2^(c-1) - 1`` steps (at
+        most 64; reset at each run's start) go to newton() without asking the graph: where the chord cannot work (a
+        poor predictor, fast dynamics), a call's :data:`CHORD_STEPS` steps of evaluations are mostly wasted, and
+        this keeps that to a few calls per hundred steps."""
         self._refusals = 0 if certified else self._refusals + 1
         self._skip = min(64, (1 << max(0, self._refusals - 1)) - 1)
 

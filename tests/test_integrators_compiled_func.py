@@ -268,6 +268,7 @@ def test_a_step_the_chord_cannot_certify_goes_to_newton():
     ref = vi.solve(q0, v0, 30)
     stepper = FuncStepper(erf_oscillator, 0.05, bea.get_scheme("midpoint"), 1, compile=False)
     _edit_verdict(stepper, lambda ok: ok[1:, 1].fill_(False))  # the second step of every call refused at row 1
+    stepper._back_off = lambda certified: None  # (one step kept a call would back off: here the graph is asked each time)
     out, pout = torch.zeros(31, 3, 1, dtype=torch.float64), torch.zeros(31, 3, 1, dtype=torch.float64)
     out[:10], pout[:10] = ref.q[:10], ref.p[:10]
     j, p, jac, stop = stepper.advance(out, 9, 30, ref.p[9], None, None, None, vi.options, None, pout)
@@ -282,6 +283,7 @@ def test_a_step_the_chord_cannot_certify_goes_to_newton():
     refuse = _no_chord(FuncStepper(erf_oscillator, 0.05, bea.get_scheme("midpoint"), 1, compile=False))
     j, _, jac_back, stop = refuse.advance(out, 12, 30, pout[12], jac_in, None, None, vi.options, 1e-9, pout)
     assert j == 12 and stop is not None and torch.equal(jac_back, jac_in)
+    assert refuse.stats["newton_steps"] == refuse._newton_work == 0  # the refused root is no step newton() took
 
 
 def test_padding_rows_do_not_refuse_a_step():
@@ -477,3 +479,123 @@ def test_a_lagrangian_with_a_constant_gradient_has_a_zero_jacobian():
     assert J.shape == (3, 2, 2) and not bool(J.any())
     # midpoint: dL/dq = -1, dL/dv = 2: r = h/2 (-1) - 2 = -2.05 in every component
     assert torch.allclose(r, torch.full_like(r, -2.05), rtol=0, atol=1e-15)
+    # a network whose gradient depends on its parameters but not on the point (an affine layer): still J = 0, and the
+    # residual and momenta are the torch.func forms' (no build for it: its J = 0 makes the chord graph refuse it)
+    lin = torch.nn.Linear(4, 1).double()
+    affine = real
+    affine.L = lambda q, v: lin(torch.cat([q, v], -1)).squeeze(-1)
+    r, p1, J = autograd_derivatives(affine, x, 0.5 * x, torch.zeros_like(x), True)
+    assert J.shape == (3, 2, 2) and not bool(J.any())
+    with torch.no_grad():
+        r_ref, p1_ref = affine._residual_fn(x, 0.5 * x, torch.zeros_like(x))
+        assert not bool(affine._jacobian_fn(x, 0.5 * x).any())
+    assert torch.equal(r, r_ref) and torch.equal(p1, p1_ref)
+    W = lin.weight.detach()[0]  # dL/dq = W[:2], dL/dv = W[2:]: r = h/2 W[:2] - W[2:]
+    assert torch.allclose(r, (0.05 * W[:2] - W[2:]).expand(3, 2), rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize("part", ["_residual_fn", "_jacobian_fn"])
+def test_the_build_checks_the_torch_func_forms_against_autograd(monkeypatch, part):
+    """newton() starts on autograd, but the chord graph evaluates the torch.func residual and newton() the torch.func
+    Jacobian once compiled: a torch.func form off by 1e-6 (100x VERIFY_RTOL) is refused at build time, though the
+    chord graph then equals its own eager run; off by 1e-12 it is accepted."""
+    right = getattr(FuncStepper, part)
+
+    def off_by(eps):
+        def wrong(self, *args):
+            got = right(self, *args)
+            return (got[0] + eps,) + got[1:] if isinstance(got, tuple) else got + eps
+        return wrong
+
+    monkeypatch.setattr(FuncStepper, part, off_by(1e-12))
+    FuncStepper(erf_oscillator, 0.05, bea.get_scheme("trapezoidal"), 2, compile=False)
+    monkeypatch.setattr(FuncStepper, part, off_by(1e-6))
+    with pytest.raises(FuncPathError):
+        FuncStepper(erf_oscillator, 0.05, bea.get_scheme("trapezoidal"), 2, compile=False)
+
+
+def _chord_run(stepper, steps=30, start=9):
+    """``stepper.advance`` over steps ``start -> steps`` of 3 midpoint trajectories from the eager solution's first
+    ``start + 1`` positions: the positions and the eager reference."""
+    q0, v0 = _start(3)
+    vi = VariationalIntegrator(erf_oscillator, 0.05, execution="eager")
+    ref = vi.solve(q0, v0, steps)
+    out, pout = torch.zeros(steps + 1, 3, 1, dtype=torch.float64), torch.zeros(steps + 1, 3, 1, dtype=torch.float64)
+    out[:start + 1], pout[:start + 1] = ref.q[:start + 1], ref.p[:start + 1]
+    j, _, _, stop = stepper.advance(out, start, steps, ref.p[start], None, None, None, vi.options, None, pout)
+    assert (j, stop) == (steps, None)
+    return out, ref.q
+
+
+def test_without_torchs_scan_the_chord_graph_takes_two_steps_a_call(monkeypatch):
+    """Where torch has no scan the chord graph's steps are unrolled in Python (compile time grows with them): 2 steps
+    a call, not CHORD_STEPS = 8; the march equals eager (1e-13) either way."""
+    from integrators import _func_parts as FP
+
+    taken = {}
+    for scan, steps in ((FP._torch_scan, CF.CHORD_STEPS), (None, CF.UNROLLED_CHORD_STEPS)):
+        monkeypatch.setattr(FP, "_torch_scan", scan)
+        stepper = FuncStepper(erf_oscillator, 0.05, bea.get_scheme("midpoint"), 1, compile=False)
+        chord = stepper._chord
+        stepper._chord = lambda *args: taken.__setitem__(scan, chord(*args)[0].shape[0]) or chord(*args)
+        out, ref = _chord_run(stepper)
+        assert stepper.chord_steps == steps == taken[scan] and float((out - ref).abs().max()) <= 1e-13
+    assert (CF.CHORD_STEPS, CF.UNROLLED_CHORD_STEPS) == (8, 2)
+
+
+def test_a_scan_that_does_not_compile_is_rebuilt_unrolled_once(monkeypatch):
+    """torch's scan is private: where it exists but fails inside the compiled graph (here a stand-in compiler that
+    runs the graph eagerly with a scan that raises), the build compiles the chord graph once more with its steps
+    unrolled (2 a call) instead of refusing the path, and the march equals eager; a graph that fails unrolled as
+    well is refused (FuncPathError) after that one retry."""
+    from integrators import _func_parts as FP
+
+    scans, builds = [], []
+
+    def broken_scan(*args):
+        scans.append(1)
+        raise RuntimeError("scan does not lower here (test)")
+
+    def fake_compile(f, **kw):
+        builds.append(f.__name__)
+
+        def run(*args):
+            monkeypatch.setattr(FP, "_in_graph", lambda: True)  # inside the "graph" only
+            try:
+                return f(*args)
+            finally:
+                monkeypatch.setattr(FP, "_in_graph", lambda: False)
+        return run
+
+    monkeypatch.setattr(FP, "_torch_scan", broken_scan)
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    stepper = FuncStepper(erf_oscillator, 0.05, bea.get_scheme("midpoint"), 1)
+    assert (stepper.chord_steps, len(scans), builds) == (2, 1, ["_chord_fn", "_chord_fn"])
+    out, ref = _chord_run(stepper)
+    assert len(scans) == 1 and stepper.stats["chord_steps"] >= 15 and float((out - ref).abs().max()) <= 1e-13
+    builds.clear()
+    monkeypatch.setattr(torch, "compile", lambda f, **kw: builds.append(f.__name__) or broken_scan)  # fails unrolled too
+    with pytest.raises(FuncPathError):
+        FuncStepper(erf_oscillator, 0.05, bea.get_scheme("midpoint"), 1)
+    assert builds == ["_chord_fn", "_chord_fn"]
+
+
+def test_a_call_that_keeps_fewer_than_half_its_steps_backs_off(monkeypatch):
+    """A call whose fourth step is refused keeps 3 of its CHORD_STEPS = 8 steps: a partial refusal, so the back-off
+    grows (without it, graph and newton() alternate: 15 and 6 steps); the numbers stay newton()'s. Steps 10-12 graph,
+    13 newton(); 14-16, 17 and 18 (one skipped); 19-21, 22-24 (three); 25-27, 28-29: 12 and 9 steps, four calls in a
+    row that kept too few. Keeping half resets the count, and so does a new run."""
+    stepper = FuncStepper(erf_oscillator, 0.05, bea.get_scheme("midpoint"), 1, compile=False)
+    _edit_verdict(stepper, lambda ok: ok[3:, 0].fill_(False))
+    out, ref = _chord_run(stepper)
+    assert stepper.stats == {"chord_steps": 12, "newton_steps": 9} and stepper._refusals == 4
+    assert float((out - ref).abs().max()) <= 1e-13
+    stepper._back_off(True)  # a call that kept half of its steps
+    assert (stepper._refusals, stepper._skip) == (0, 0)
+    stepper = FuncStepper(erf_oscillator, 0.05, bea.get_scheme("midpoint"), 1, compile=False)
+    stepper._refusals, stepper._skip = 7, 64  # left by an earlier run
+    monkeypatch.setattr(V, "AUTO_MIN_WORK", 1)
+    vi = VariationalIntegrator(erf_oscillator, 0.05, execution="auto")
+    vi._stepper_errors[1], vi._func_steppers[1] = "no C form (test)", stepper
+    got = vi.solve(*_start(3), 40)
+    assert got.stats["eager_steps"] == 0 and stepper.stats["chord_steps"] >= 25 and stepper._refusals == 0
