@@ -347,8 +347,8 @@ class FuncStepper:
         momenta of the steps before the first one where an element needs more than its chord correction (empty:
         :func:`~integrators.newton.newton` takes step ``j``)."""
         B, size = a.shape[0], self._size
-        hist = out[j - PREDICTOR_ORDER + 1:j + 1]
-        hist = hist.clone() if rows is None else hist[:, rows]  # not views of out, which overlap: scan refuses those
+        hist = out[j - PREDICTOR_ORDER + 1:j + 1]  # one view of out (scan_steps copies it); a below is a copy, not a
+        hist = hist if rows is None else hist[:, rows]  # second, overlapping view of out, which scan refuses
         with torch.no_grad():
             x, pn, ok = self._chord(_pad(hist.detach(), size, 1), _pad(hist[-1].detach().clone(), size),
                                     _pad(p.detach(), size), _pad(jac.detach(), size), xtol)
