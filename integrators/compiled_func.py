@@ -135,18 +135,17 @@ class FuncStepper:
         self.chord_steps = CHORD_STEPS if self._scan else UNROLLED_CHORD_STEPS
         self.stats = {"chord_steps": 0, "newton_steps": 0}  # steps from the one-graph chord step, and newton()'s
         self._newton_work = self._refusals = self._skip = 0  # newton()'s trajectory-steps; see _back_off
+        self._newton_compiled = False
         self.lower_seconds = time.perf_counter() - t0
         t0 = time.perf_counter()
         self._verify_chord(*self._verify(bucket(batch)), bucket(batch))
         self.compile_seconds = time.perf_counter() - t0
 
-    def _newton_step_taken(self, batch: int) -> None:
-        """Count a step of ``batch`` trajectories that newton() takes; past :data:`COMPILE_NEWTON_WORK` trajectory-steps
-        its derivatives are compiled (and checked against autograd, :class:`FuncPathError` otherwise)."""
-        self.stats["newton_steps"] += 1
-        before, self._newton_work = self._newton_work, self._newton_work + batch
-        if before < COMPILE_NEWTON_WORK <= self._newton_work:
-            t0 = time.perf_counter()
+    def _compile_newton(self) -> None:
+        """Before newton() runs: once it has taken :data:`COMPILE_NEWTON_WORK` trajectory-steps (counted as they are
+        stored), compile its derivatives (checked against autograd, :class:`FuncPathError` otherwise)."""
+        if self._newton_work >= COMPILE_NEWTON_WORK and not self._newton_compiled:
+            self._newton_compiled, t0 = True, time.perf_counter()
             self._residual, self._jacobian = self._wrap(self._residual_fn), self._wrap(self._jacobian_fn)
             self._verify(self._size)
             self.compile_seconds += time.perf_counter() - t0
@@ -313,6 +312,7 @@ class FuncStepper:
                 else:
                     refused, self._skip = False, max(0, self._skip - 1)
                 if not xs:
+                    self._compile_newton()
                     guess = first_guess if j == 0 else extrapolate(out, j, rows, PREDICTOR_ORDER)
                     res = newton(self._evaluate, guess, (a, p), options=options, jac0=jac)
                     if not bool(res.converged.all()):
@@ -325,13 +325,11 @@ class FuncStepper:
                 if max_step is not None and bool(((x - a).abs().amax(-1) > max_step).any()):  # as far_roots()
                     return j, p, jac, np.ones(1)  # the Jacobian of the last step taken, not of the root refused
                 if via is None:  # (counted once stored: a root refused for max_step is no step taken)
-                    jac = new_jac
-                    self._newton_step_taken(x.shape[0])
+                    jac, self._newton_work = new_jac, self._newton_work + x.shape[0]
                 _store(out, j + 1, rows, x)
                 _store(pout, j + 1, rows, pn)
                 a, p, j = x, pn, j + 1
-                if via:
-                    self.stats[via] += 1
+                self.stats[via or "newton_steps"] += 1
         return j, p, jac, (None if j == j_end else np.ones(1))
 
     def _back_off(self, certified: bool) -> None:

@@ -388,7 +388,7 @@ def test_newtons_derivatives_are_compiled_once_it_has_taken_enough_steps(monkeyp
     pout = torch.zeros_like(out)
     out[:10], pout[:10] = ref.q[:10], ref.p[:10]
     options = NewtonOptions(reuse_jacobian=False)
-    for j, j_end, compiled in ((9, 11, False), (11, 12, True), (12, 20, True)):  # steps 9 and 10, 11, the rest
+    for j, j_end, compiled in ((9, 12, False), (12, 13, True), (13, 20, True)):  # steps 9-11, 12 (compiled first), the rest
         stepper.advance(out, j, j_end, pout[j], None, None, None, options, None, pout)
         assert wrapped == (["_residual_fn", "_jacobian_fn"] if compiled else [])
     assert stepper.stats["chord_steps"] == 0 and verified == [bucket(3)]
@@ -604,3 +604,23 @@ def test_a_call_that_keeps_fewer_than_half_its_steps_backs_off(monkeypatch):
     vi._stepper_errors[1], vi._func_steppers[1] = "no C form (test)", stepper
     got = vi.solve(*_start(3), 40)
     assert got.stats["eager_steps"] == 0 and stepper.stats["chord_steps"] >= 25 and stepper._refusals == 0
+
+
+def test_a_failure_compiling_newtons_derivatives_mid_run_hands_the_run_to_eager(monkeypatch):
+    """newton()'s derivatives are compiled during a run (COMPILE_NEWTON_WORK, here 3 steps of 3 trajectories): where
+    that compile or its check fails, the stepper stops (CompiledPathWarning, once) at the step it was about to take,
+    with the steps before it stored, and raises nothing."""
+    from integrators.newton import NewtonOptions
+
+    monkeypatch.setattr(CF, "COMPILE_NEWTON_WORK", 9)
+    q0, v0 = _start(3)
+    ref = VariationalIntegrator(erf_oscillator, 0.05, execution="eager").solve(q0, v0, 20)
+    stepper = FuncStepper(erf_oscillator, 0.05, bea.get_scheme("midpoint"), 1, compile=False)
+    stepper._verify = lambda size: (_ for _ in ()).throw(FuncPathError("mismatch (test)"))
+    out, pout = torch.zeros(21, 3, 1, dtype=torch.float64), torch.zeros(21, 3, 1, dtype=torch.float64)
+    out[:10], pout[:10] = ref.q[:10], ref.p[:10]
+    with pytest.warns(CompiledPathWarning):
+        j, _, _, stop = stepper.advance(out, 9, 20, pout[9], None, None, None, NewtonOptions(reuse_jacobian=False),
+                                        None, pout)
+    assert (j, stepper.stats["newton_steps"]) == (12, 3) and stop is not None and stepper.failure is not None
+    assert float((out[:13] - ref.q[:13]).abs().max()) <= 1e-13 and not bool(out[13:].any())
