@@ -4,8 +4,8 @@ jump (Q(2^(1/3))) and galerkin3 (Q(sqrt 5)), with tree coefficients bea.field_el
 Oracles, all exact (arithmetic in the field) except the torch comparison:
 
 * **field arithmetic** -- FieldElement against the defining relation theta^d = c and RadicalNumber's arithmetic;
-* **symbolic** -- ``to_components(free, 1)`` equals the component derivation at n = 1 (theta a polynomial variable
-  there, bea.poly.Rules), term by term;
+* **symbolic** (-m slow) -- ``to_components(free, 1)`` equals the generic component derivation at n = 1 (theta a
+  polynomial variable there, bea.poly.Rules), term by term;
 * **evaluation** -- coupled oscillators (n = 3, non-diagonal stiffness) and a nonlinear n = 2 system: the trees
   contracted exactly at a rational point (tests/exact_trees.py) equal the component derivation of that L;
 * **closed form** -- the modified Lagrangian's first correction gives the modified frequency of the scheme's exact
@@ -100,20 +100,6 @@ def test_triple_jump_symbolic_n1():
         assert any(isinstance(c, FieldElement) for c in fr.coeffs[4].values())
 
 
-@pytest.mark.slow
-def test_galerkin3_symbolic_n1():
-    """galerkin3 to h^6 at n = 1 against the component series, exactly; the first correction at h^6 = h^(2s)."""
-    for fr in _free_equals_components_n1(G3, 6):
-        assert all(not fr.coeffs[k] for k in range(1, 6)) and fr.coeffs[6]
-
-
-@pytest.mark.slow
-def test_triple_jump_h6_symbolic_n1():
-    """The triple jump to h^6 (2s + 2) at n = 1 against the component series, exactly."""
-    for fr in _free_equals_components_n1(TJ, 6):
-        assert fr.coeffs[6] and not fr.coeffs[5]
-
-
 def _polynomial_n2():
     q, v = sympy.symbols("q1:3"), sympy.symbols("v1:3")
     R = sympy.Rational
@@ -122,21 +108,35 @@ def _polynomial_n2():
     return sympy.expand(L), q, v
 
 
+def _by_evaluation(scheme, order, kind, L, q, v):
+    """The trees to h^order contracted exactly at a rational point against the component derivation of L there."""
+    n = len(q)
+    fr = _free(scheme, kind, order)
+    series = getattr(bea, kind)(scheme, order, lagrangian=L, q=q, v=v, cache=False)
+    q0, v0 = [Fraction(2, 5), Fraction(-1, 3)][:n], [Fraction(3, 4), Fraction(-5, 6)][:n]
+    at = dict(zip((*q, *v), [sympy.Rational(x.numerator, x.denominator) for x in (*q0, *v0)]))
+    got = ExactTrees(L, q, v, q0, v0).coefficients(fr)
+    for k in range(order + 1):
+        want = series.coefficient(k).xreplace(at)
+        assert _exact(want) == coefficient(got[k]), f"{scheme.name} {kind}: h^{k} differs"
+    assert isinstance(got[order], FieldElement)
+
+
 @pytest.mark.parametrize("kind", [LAGRANGIANS[0], pytest.param(LAGRANGIANS[1], marks=pytest.mark.slow)])
 def test_triple_jump_by_evaluation_n2(kind):
     """The dimension-free triple jump to h^4 contracted exactly on a nonlinear n = 2 L (non-diagonal constant mass,
     v-q coupling, cubic and quartic terms) equals the component derivation of that L, in Q(2^(1/3)), exactly.
     The inverse under -m slow (its concrete component derivation: about 18 s wall at load 8)."""
-    L, q, v = _polynomial_n2()
-    fr = _free(TJ, kind, 4)
-    series = getattr(bea, kind)(TJ, 4, lagrangian=L, q=q, v=v, cache=False)
-    q0, v0 = [Fraction(2, 5), Fraction(-1, 3)], [Fraction(3, 4), Fraction(-5, 6)]
-    at = dict(zip((*q, *v), [sympy.Rational(x.numerator, x.denominator) for x in (*q0, *v0)]))
-    got = ExactTrees(L, q, v, q0, v0).coefficients(fr)
-    for k in range(5):
-        want = series.coefficient(k).xreplace(at)
-        assert _exact(want) == coefficient(got[k]), f"{kind}: h^{k} differs"
-    assert isinstance(got[4], FieldElement)
+    _by_evaluation(TJ, 4, kind, *_polynomial_n2())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scheme,order", [(G3, 6), (TJ, 6)], ids=["galerkin3-h6", "triple_jump-h6"])
+@pytest.mark.parametrize("kind", LAGRANGIANS)
+def test_by_evaluation_n2_slow(scheme, order, kind):
+    """galerkin3 to h^6 = h^(2s) and the triple jump to h^6 = h^(2s+2), dimension-free, against the component
+    derivation on the nonlinear n = 2 L, exactly (the dimension-free derivations take minutes: RESULTS_derive.md)."""
+    _by_evaluation(scheme, order, kind, *_polynomial_n2())
 
 
 def _closed_form(scheme, s, order):
@@ -173,11 +173,13 @@ def test_closed_form_galerkin3():
     _closed_form(G3, 3, 6)
 
 
+@pytest.mark.parametrize("reference", ["trees", pytest.param("component", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("kind", LAGRANGIANS)
-def test_torch_n50_triple_jump(kind):
+def test_torch_n50_triple_jump(kind, reference):
     """The triple jump's trees evaluated in torch at n = 50 on L = sum_i l((Rq)_i, (Rv)_i), R random orthogonal,
-    against the n = 1 function at ((Rq)_i, (Rv)_i) (the trees contracted at n = 1 are the component formula,
-    test_triple_jump_symbolic_n1), 1e-12 relative; the field coefficients enter as 50-digit floats."""
+    against the n = 1 function at ((Rq)_i, (Rv)_i), 1e-12 relative; the field coefficients enter as floats rounded
+    from 50 digits. The n = 1 function: the same trees (equal to the component formula at n = 1 exactly,
+    test_triple_jump_symbolic_n1), or under -m slow the component formula itself (about 45 CPU s to derive)."""
     from bea.free.series import FreeSeries
 
     n = 50
@@ -189,7 +191,8 @@ def test_torch_n50_triple_jump(kind):
     f = FreeSeries(_free(TJ, kind, 4), TJ).to_torch()
     got = f(L, q, v, h).detach()
     x, y = q @ R.T, v @ R.T
-    want = f(lambda a, b: ell(a, b).sum(-1), x.reshape(-1, 1), y.reshape(-1, 1), h).reshape(3, n).sum(-1).detach()
+    one = f if reference == "trees" else bea.series_function(kind, TJ, 4, 1, cache=False)
+    want = one(lambda a, b: ell(a, b).sum(-1), x.reshape(-1, 1), y.reshape(-1, 1), h).reshape(3, n).sum(-1).detach()
     assert torch.allclose(got, want, rtol=1e-12, atol=1e-12 * float(want.abs().max()))
     plain = L(q, v).detach()
     assert float((got - plain).abs().min()) > 1e-6 * float(plain.abs().max())  # the h^4 term is resolved
