@@ -54,20 +54,20 @@ _BEYOND_10_MIN = {(2, 6), (3, 4), (6, 2)}  # n = 6 at h^2: bea.api.MAX_DIM
 #: the trapezoidal (and any non-midpoint) rule's dimension-free inverse, relative to the midpoint rule's
 _OTHER_SCHEME_FREE_INVERSE = {6: 4.4, 8: 7.2}
 #: stage schemes (bea.stages) on the dimension-free engine: CPU seconds of the modified *plus* the inverse modified
-#: Lagrangian (benchmarks/RESULTS_derive.md, table 1b), an upper bound of either kind. Their growth is not the
-#: midpoint rule's (galerkin2 h^4 -> h^6: 48x against 29x). Above the last measured order a derivation is known not
-#: to finish in reasonable time or memory (galerkin2 to h^8: stopped after 80 CPU s at 2.8 GB and growing; the
-#: schemes with two interior points: _STAGE_STOPPED), so the estimate is "unknown, over the limit".
+#: Lagrangian, cold (benchmarks/RESULTS_derive.md, table 1b), an upper bound of either kind. Their growth is not the
+#: midpoint rule's (galerkin2 h^4 -> h^6: 48x against 29x), and two interior points (galerkin3, the triple jump)
+#: cost far more than one.
 _STAGE_FREE = {
     "galerkin2": {2: 0.39, 4: 0.39, 6: 18.6},
-    "triple_jump": {4: 10.0},
-    "galerkin3": {6: 600.0},
+    "triple_jump": {4: 9.21},
+    "galerkin3": {4: 2.7},  # measured by hand (derive_free in one process), not in table 1b
 }
-#: scheme -> what the first unmeasured order did (table 1b)
+#: scheme -> (order, CPU s, GB resident): the lowest order whose derivation was stopped unfinished (table 1b), to
+#: spare the memory and time of a shared machine; it and the orders above are estimated "unknown, over the limit"
 _STAGE_STOPPED = {
-    "galerkin2": "galerkin2 to h^8 was stopped after 80 CPU s at 2.8 GB resident and growing",
-    "triple_jump": "TJ6STOP",
-    "galerkin3": "G38STOP",
+    "galerkin2": (8, 80.0, 2.8),
+    "triple_jump": (6, 119.0, 2.4),
+    "galerkin3": (6, 134.0, 2.9),
 }
 
 
@@ -90,9 +90,12 @@ def _free_stage_estimate(scheme, order: int) -> Optional[Tuple[Optional[float], 
         return None
     ref = _stage_table(sch)
     table = _STAGE_FREE[ref]
-    top = max(table)
-    if order > top:
-        return None, f"a stage scheme above h^{top} on the dimension-free engine does not finish: {_STAGE_STOPPED[ref]}"
+    stop, cpu, gb = _STAGE_STOPPED[ref]
+    if order >= stop:
+        return None, (f"on the dimension-free engine {ref} to h^{stop} was stopped unfinished after {cpu:.0f} CPU s at "
+                      f"{gb:.1f} GB resident")
+    if order > max(table):
+        return None, f"{ref} on the dimension-free engine is not measured above h^{max(table)}"
     seconds, basis = _from_table(table, order)
     return seconds, basis if ref == getattr(sch, "name", None) else f"{basis} for {ref}, the measured scheme like it"
 
