@@ -135,8 +135,8 @@ def test_triple_jump_by_evaluation_n2(kind):
 @pytest.mark.parametrize("kind", LAGRANGIANS)
 def test_by_evaluation_n2_slow(scheme, order, kind):
     """galerkin3 to h^6 = h^(2s) and the triple jump to h^6 = h^(2s+2), dimension-free, against the component
-    derivation on the nonlinear n = 2 L, exactly. Not run to completion yet: these derivations outgrew 6 GB after
-    several CPU minutes (benchmarks/RESULTS_derive.md), so this needs a large machine and allow_slow's patience."""
+    derivation on the nonlinear n = 2 L, exactly. The dimension-free derivations take minutes and several GB
+    (galerkin3: 315 CPU s, about 4.6 GB; benchmarks/RESULTS_derive.md)."""
     _by_evaluation(scheme, order, kind, *_polynomial_n2())
 
 
@@ -171,7 +171,7 @@ def test_closed_form_triple_jump():
 @pytest.mark.slow
 def test_closed_form_galerkin3():
     """galerkin3's modified frequency at h^6: 1/302400 (its exact one-step map), from trees with sqrt(5) inside.
-    Not run to completion yet: the h^6 derivation outgrew 6 GB (benchmarks/RESULTS_derive.md)."""
+    The h^6 derivation takes about 5 CPU minutes and 4.6 GB (benchmarks/RESULTS_derive.md)."""
     _closed_form(G3, 3, 6)
 
 
@@ -198,3 +198,20 @@ def test_torch_n50_triple_jump(kind, reference):
     assert torch.allclose(got, want, rtol=1e-12, atol=1e-12 * float(want.abs().max()))
     plain = L(q, v).detach()
     assert float((got - plain).abs().min()) > 1e-6 * float(plain.abs().max())  # the h^4 term is resolved
+
+
+def test_cost_guard_per_scheme():
+    """The dimension-free estimates are each scheme's own (RESULTS_derive.md table 1b): galerkin3 to h^6 goes ahead
+    (315 CPU s), the orders whose runs were stopped are unknown (refused without allow_slow); a user scheme with two
+    interior points is estimated as galerkin3, not as the one-point galerkin2."""
+    from bea import cost
+
+    assert cost.estimate("modified_lagrangian", 6, None, G3) == (315.0, "measured")
+    assert cost.estimate("inverse_modified_lagrangian", 4, None, "triple_jump") == (9.21, "measured")
+    for sch, order in ((G3, 8), (TJ, 6), (TJ, 8)):
+        assert cost.estimate("modified_lagrangian", order, None, sch)[0] is None
+    boole = bea.Galerkin(3, [0, "1/4", "1/2", "3/4", 1], ["7/90", "32/90", "12/90", "32/90", "7/90"])
+    seconds, basis = cost.estimate("modified_lagrangian", 6, None, boole)
+    assert seconds == 315.0 and "galerkin3" in basis
+    with pytest.raises(cost.TooSlowError):
+        bea.modified_lagrangian("triple_jump", 6, cache=False)
