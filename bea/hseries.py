@@ -130,14 +130,15 @@ class HSeries:
             return NotImplemented
 
     def __mul__(self, other):
-        if isinstance(other, RadicalNumber) and self.nil.radical is not None:
+        if isinstance(other, (RadicalNumber, FieldElement)) and self.nil is not PLAIN:
+            # a component series: theta is a variable that its rules must have (else UnsupportedSchemeError)
             return mul(self, HSeries([radical_poly(other, self.nil)], EXACT, self.nil))
         if not isinstance(other, HSeries):
             try:
                 r = to_rational(other)
             except TypeError:
-                if self.nil.radical is None and isinstance(other, (RadicalNumber, FieldElement)):
-                    # no variable for theta here (the dimension-free engine): theta goes into the coefficients
+                if isinstance(other, (RadicalNumber, FieldElement)):
+                    # the dimension-free engine's plain rules have no variable for theta: it goes into the coefficients
                     return HSeries([pscale(p, coefficient(other)) for p in self.c], self.order, self.nil)
                 return NotImplemented
             return HSeries([pscale(p, r) for p in self.c], self.order, self.nil)

@@ -140,6 +140,8 @@ class RadicalNumber(float):
         return self
 
     def __eq__(self, o):
+        if hasattr(o, "field") and hasattr(o, "coeffs"):  # an exact element of a field (this class, FieldElement)
+            return (o.field, tuple(o.coeffs)) == (self.field, self.coeffs)  # symmetric, as the hashes agree
         oc = self._other(o) if isinstance(o, (RadicalNumber, int, Fraction)) or hasattr(o, "exact") else None
         return oc == self.coeffs if oc is not None else float(self) == o
 

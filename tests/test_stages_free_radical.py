@@ -202,7 +202,8 @@ def test_torch_n50_triple_jump(kind, reference):
 def test_cost_guard_per_scheme():
     """The dimension-free estimates are each scheme's own (RESULTS_derive.md table 1b): galerkin3 to h^6 goes ahead
     (315 CPU s), the orders whose runs were stopped are unknown (refused without allow_slow); a user scheme with two
-    interior points is estimated as galerkin3, not as the one-point galerkin2."""
+    interior points is estimated as the costliest measured scheme with two (the triple jump: h^6 unknown), not by
+    its name; the modified equation, not measured for stage schemes, is refused."""
     from bea import cost
 
     assert cost.estimate("modified_lagrangian", 6, None, G3) == (315.0, "measured")
@@ -210,7 +211,20 @@ def test_cost_guard_per_scheme():
     for sch, order in ((G3, 8), (TJ, 6), (TJ, 8)):
         assert cost.estimate("modified_lagrangian", order, None, sch)[0] is None
     boole = bea.Galerkin(3, [0, "1/4", "1/2", "3/4", 1], ["7/90", "32/90", "12/90", "32/90", "7/90"])
-    seconds, basis = cost.estimate("modified_lagrangian", 6, None, boole)
-    assert seconds == 315.0 and "galerkin3" in basis
+    assert cost.estimate("modified_lagrangian", 6, None, boole)[0] is None  # the triple jump was stopped at h^6
+    seconds, basis = cost.estimate("modified_lagrangian", 4, None, boole)
+    assert seconds == 9.21 and "triple_jump" in basis  # costlier than galerkin3's 2.7
+    assert cost.estimate("modified_lagrangian", 6, None, bea.galerkin_lobatto(3)) == (315.0, "measured")  # by constants
+    named = bea.Composition(["1/3", "1/3", "1/3"], name="galerkin2")  # two interior points, a borrowed name
+    assert cost.estimate("modified_lagrangian", 6, None, named)[0] is None
+    quad = bea.Galerkin(4, [0, "1/4", "1/2", "3/4", 1], ["7/90", "32/90", "12/90", "32/90", "7/90"])  # 3 interior
+    assert cost.estimate("modified_lagrangian", 4, None, quad)[0] == 9.21
+    assert cost.estimate("modified_lagrangian", 6, None, quad)[0] is None
+    assert cost.estimate("modified_equation", 4, None, TJ)[0] is None  # did not finish in 60 s
+    assert cost.estimate("modified_equation", 4, None, G3)[0] is None  # did not finish in 40 s
+    assert cost.estimate("modified_equation", 4, None, "galerkin2") == (2.75, "measured")  # 7x its Lagrangians' 0.39
+    assert cost.estimate("modified_equation", 6, None, "galerkin2")[0] is None
+    with pytest.raises(cost.TooSlowError):
+        bea.modified_equation("triple_jump", 4, cache=False)
     with pytest.raises(cost.TooSlowError):
         bea.modified_lagrangian("triple_jump", 6, cache=False)
