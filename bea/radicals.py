@@ -26,15 +26,21 @@ __all__ = ["RadicalNumber", "radical", "from_sympy", "Field"]
 Field = Tuple[Fraction, int]  # (c, d): theta = c^(1/d)
 
 
-def _root_is_rational(c: Fraction, p: int) -> bool:
-    def iroot(x: int) -> Optional[int]:
-        r = round(x ** (1.0 / p))
-        for y in (r - 1, r, r + 1):
-            if y >= 0 and y**p == x:
-                return y
-        return None
+def _floor_root(x: int, p: int) -> int:
+    r""":math:`\lfloor x^{1/p} \rfloor` for an integer ``x >= 0``, exactly (integer Newton from above: a float root
+    overflows past 308 digits and is inexact long before, so a perfect power could be missed)."""
+    if x < 2:
+        return x
+    y = 1 << -(-x.bit_length() // p)  # 2^ceil(bits/p) > x^(1/p)
+    while True:
+        z = ((p - 1) * y + x // y ** (p - 1)) // p
+        if z >= y:
+            return y
+        y = z
 
-    return iroot(c.numerator) is not None and iroot(c.denominator) is not None
+
+def _root_is_rational(c: Fraction, p: int) -> bool:
+    return all(_floor_root(x, p) ** p == x for x in (c.numerator, c.denominator))
 
 
 def _check_field(c: Any, d: Any) -> Field:

@@ -133,3 +133,12 @@ def test_component_series_times_radical_without_its_field_is_refused():
     free = HSeries.h_power(1) * radical(5)  # PLAIN rules: theta goes into the coefficient
     (coef,) = free.c[1].values()
     assert isinstance(coef, FieldElement) and coef == radical(5)
+
+
+def test_perfect_powers_are_found_exactly():
+    """c^(1/d) with c a perfect power beyond a float's precision is rational: refused as such, not taken as a
+    degree-d field (a float root is off by thousands at 10^30 and overflows past 10^308)."""
+    for c, d in (((10**30 + 12345) ** 2, 2), ((10**40 + 3) ** 3, 3), (Fraction(7**300, 11**200), 100)):
+        with pytest.raises(BeaValueError):
+            radical(c, d)
+    assert float(radical(10**400 + 1)) == pytest.approx(1e200, rel=1e-15)

@@ -84,6 +84,9 @@ def test_storage_round_trip_and_validation():
     for bad in (["4/1", 2], ["2/1", 10**9], ["2/1", True], "2^(1/3)"):
         with pytest.raises((CacheFormatError, BeaValueError)):
             decode_raw(dict(data, field=bad))
+    for bad in (["1" + "0" * 400 + "1/1", 2], [str((10**250 + 7) ** 2) + "/1", 2]):  # past a float; reducible
+        with pytest.raises(CacheFormatError):
+            decode_raw(dict(data, field=bad))
     poly = data["coefficients"]["4"]
     with pytest.raises(CacheFormatError):  # a rational written as a field element is not canonical
         decode_raw(dict(data, coefficients=dict(data["coefficients"], **{"4": [[poly[0][0], ["1/3", "0/1", "0/1"]]]})))

@@ -101,7 +101,7 @@ def _field(x: Any):
     c = parse_rational(x[0])
     try:
         return _check_field(Fraction(int(c.numerator), int(c.denominator)), x[1])
-    except BeaError as e:
+    except (BeaError, ArithmeticError) as e:  # ArithmeticError: a radicand too large for the float value
         raise CacheFormatError(f"invalid radical field: {e}") from None
 
 
