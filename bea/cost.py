@@ -26,8 +26,18 @@ from .errors import BeaValueError
 LIMIT_SECONDS = 3600.0
 
 
+#: resident memory one derivation may take by default, in GB: the project's machines have 24 GiB for 2 cores
+#: shared by several jobs at once, and a hosted CI runner about 7 GB in all; a derivation measured to need more
+#: (galerkin3 to h^6 dimension-free: about 4.6 GB) is refused unless ``allow_slow=True``
+LIMIT_MEMORY_GB = 4.0
+
+
 class TooSlowError(BeaValueError):
-    """A derivation expected to run longer than :data:`LIMIT_SECONDS`, asked for without ``allow_slow=True``."""
+    """A derivation expected to run longer than :data:`LIMIT_SECONDS` or to need more than :data:`LIMIT_MEMORY_GB`,
+    asked for without ``allow_slow=True``. ``seconds`` and ``memory_gb``: the estimates (``None``: unknown)."""
+
+    seconds: Optional[float] = None
+    memory_gb: Optional[float] = None
 
 
 #: CPU seconds, midpoint rule, cold: (n or None for dimension-free, kind) -> {order: seconds}
@@ -82,6 +92,8 @@ _STAGE_STOPPED = {
     "triple_jump": (6, 465.0, 4.5),
     "galerkin3": (8, 84.0, 2.1),
 }
+#: GB resident near the end of a finished cold derivation (table 1b, ``ps``); orders not listed were not measured
+_STAGE_MEMORY_GB = {"galerkin2": {6: 0.45}, "galerkin3": {4: 0.28, 6: 4.6}}
 #: built-in stage scheme -> interior points
 _STAGE_INTERIOR = {"galerkin2": 1, "galerkin3": 2, "triple_jump": 2}
 #: schemes with more interior points than any measured one: nothing above this order is estimated
@@ -134,6 +146,22 @@ def _free_stage_estimate(scheme, kind: str, order: int) -> Optional[Tuple[Option
     unknown = [e for e in estimates if e[1] is None]
     r, seconds, basis = unknown[0] if unknown else max(estimates, key=lambda e: e[1])
     return seconds, f"{basis} for {r}, the costliest measured scheme with at least {min(m, 2)} interior point(s)"
+
+
+def memory_estimate(order: int, n: Optional[int], scheme="midpoint") -> Optional[float]:
+    """GB resident that a cold derivation to ``h^order`` was measured to need: only stage schemes on the
+    dimension-free engine are measured (a user scheme: the most of the built-ins it is estimated by); ``None``
+    where not measured."""
+    from .schemes import get_scheme
+    from .stages import StageScheme
+
+    sch = get_scheme(scheme) if isinstance(scheme, str) else scheme
+    if n is not None or not isinstance(sch, StageScheme):
+        return None
+    ref = _builtin_stage(sch)
+    refs = [ref] if ref is not None else [r for r, k in _STAGE_INTERIOR.items() if k >= min(sch.n_interior, 2)]
+    known = [_STAGE_MEMORY_GB.get(r, {}).get(order) for r in refs]
+    return max((g for g in known if g is not None), default=None)
 
 
 def _too_long(n: Optional[int], order: int) -> bool:
@@ -189,16 +217,20 @@ def check_affordable(kind: str, order: int, n: Optional[int], allow_slow: bool, 
 
         raise BeaTypeError(f"allow_slow must be True or False, got {type(allow_slow).__name__}")
     seconds, basis = estimate(kind, order, n, scheme)
-    if allow_slow or (seconds is not None and seconds <= LIMIT_SECONDS):
+    gb = memory_estimate(order, n, scheme)
+    if allow_slow or (seconds is not None and seconds <= LIMIT_SECONDS and (gb is None or gb <= LIMIT_MEMORY_GB)):
         return
     span = "for every n (dimension-free)" if n is None else f"for n = {n}"
-    raise TooSlowError(
+    memory = "" if gb is None else f" and about {gb:.1f} GB of memory (measured)"
+    err = TooSlowError(
         f"the {kind.replace('_', ' ')} to h^{order} {span} is not cached, and deriving it is expected to take "
-        f"{describe(seconds)} of CPU time ({basis}); derivations not known to finish within {describe(LIMIT_SECONDS)} are "
-        "refused: lower the order or "
+        f"{describe(seconds)} of CPU time ({basis}){memory}; derivations not known to finish within "
+        f"{describe(LIMIT_SECONDS)} and {LIMIT_MEMORY_GB:.0f} GB are refused: lower the order or "
         "the dimension (the dimension-free form serves every n), or pass allow_slow=True (CLI: --allow-slow) to start "
         "it anyway"
     )
+    err.seconds, err.memory_gb = seconds, gb
+    raise err
 
 
 def describe(seconds: Optional[float]) -> str:

@@ -231,3 +231,31 @@ def test_cost_guard_per_scheme():
         bea.modified_equation("triple_jump", 4, cache=False)
     with pytest.raises(cost.TooSlowError):
         bea.modified_lagrangian("triple_jump", 6, cache=False)
+
+
+def test_cost_guard_refuses_by_memory_too(monkeypatch):
+    """galerkin3 to h^6 dimension-free is within the hour (315 CPU s) but needs about 4.6 GB, more than
+    LIMIT_MEMORY_GB = 4 on 2-core machines shared by several jobs: refused by default, the error carrying both
+    estimates, also on the library route (series_function for n = 2); allow_slow starts it."""
+    from bea import api, cost
+
+    monkeypatch.setattr(api, "derive_free", _started)
+    assert cost.memory_estimate(6, None, G3) == 4.6 and cost.memory_estimate(6, 2, G3) is None
+    assert cost.memory_estimate(6, None, "galerkin2") == 0.45  # within the budget: goes ahead
+    with pytest.raises(cost.TooSlowError) as err:
+        bea.modified_lagrangian("galerkin3", 6, cache=False)
+    assert (err.value.seconds, err.value.memory_gb) == (315.0, 4.6) and err.value.memory_gb > cost.LIMIT_MEMORY_GB
+    with pytest.raises(cost.TooSlowError):
+        bea.series_function("inverse_modified_lagrangian", "galerkin3", 6, n=2, cache=False)
+    with pytest.raises(_Started):
+        bea.modified_lagrangian("galerkin3", 6, cache=False, allow_slow=True)
+    with pytest.raises(_Started):
+        bea.modified_lagrangian("galerkin2", 6, cache=False)
+
+
+class _Started(Exception):
+    pass
+
+
+def _started(*a, **k):
+    raise _Started
