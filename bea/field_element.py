@@ -147,12 +147,8 @@ class FieldElement:
         return True  # canonical: a rational value is returned as a rational, so this is never zero
 
     # -- values
-    def number(self) -> RadicalNumber:
-        """The same element as a :class:`~bea.radicals.RadicalNumber` (its float value computed from 50 digits)."""
-        return RadicalNumber(self.field, [to_fraction(x) for x in self.coeffs])
-
     def __float__(self) -> float:
-        return float(self.number())
+        return float(RadicalNumber(self.field, self.coeffs))  # rounded from 50 digits there
 
     def _sympy_(self):
         import sympy
@@ -164,9 +160,3 @@ class FieldElement:
         c, d = self.field
         terms = " + ".join(f"({a})*{c}^({k}/{d})" for k, a in enumerate(self.coeffs) if a)
         return f"FieldElement({terms})"
-
-
-def to_fraction(x: Any):
-    from fractions import Fraction
-
-    return Fraction(int(x.numerator), int(x.denominator))

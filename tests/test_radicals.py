@@ -142,3 +142,12 @@ def test_perfect_powers_are_found_exactly():
         with pytest.raises(BeaValueError):
             radical(c, d)
     assert float(radical(10**400 + 1)) == pytest.approx(1e200, rel=1e-15)
+
+
+def test_format_rational_is_the_canonical_form_both_stores_write():
+    """bea.poly.format_rational writes what parse_rational reads back (lowest terms, sign on p, 0 as 0/1), for
+    Fraction, int and the engine's Q alike; the component and the tree stores both use it."""
+    from bea.poly import Q, format_rational, parse_rational
+
+    for x, text in ((Fraction(-2, 4), "-1/2"), (0, "0/1"), (Q(6, 3), "2/1"), (Fraction(10**30, 7), f"{10**30}/7")):
+        assert format_rational(x) == text and parse_rational(text) == x

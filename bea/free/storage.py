@@ -16,7 +16,7 @@ from fractions import Fraction
 
 from ..errors import BeaError, CacheFormatError
 from ..field_element import FieldElement, make
-from ..poly import parse_rational
+from ..poly import format_rational, parse_rational
 from ..radicals import _check_field
 from .components import field_of
 from .derive import FreeRaw
@@ -64,13 +64,9 @@ def tree_from_json(x: Any) -> tuple:
     return t
 
 
-def _rational(c: Any) -> str:
-    return f"{int(c.numerator)}/{int(c.denominator)}"
-
-
 def _coefficient(c: Any) -> Any:
     """``"p/q"``, or for an element of the radical field the list of its ``d`` coordinates ``"p/q"``."""
-    return [_rational(a) for a in c.coeffs] if isinstance(c, FieldElement) else _rational(c)
+    return [format_rational(a) for a in c.coeffs] if isinstance(c, FieldElement) else format_rational(c)
 
 
 def encode(raw: FreeRaw) -> Dict[str, Any]:
@@ -88,7 +84,7 @@ def encode(raw: FreeRaw) -> Dict[str, Any]:
     }
     field = field_of(raw.coeffs)
     if field is not None:  # only then: rational entries are written as before
-        out["field"] = [_rational(field[0]), field[1]]
+        out["field"] = [format_rational(field[0]), field[1]]
     return out
 
 
