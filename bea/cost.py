@@ -10,6 +10,9 @@ core. ``tests/test_report_tables.py`` checks the model against the run recorded 
 ``docs/data/derive_cost.json`` (a second, independent run, except the dimension-free order 8, which takes a
 quarter of an hour of wall time on a busy machine and was measured once): every measured derivation within 2x.
 
+Memory is measured only for the stage schemes on the dimension-free engine (:func:`memory_estimate`); a
+derivation measured past :data:`LIMIT_MEMORY_GB` is refused like a slow one.
+
 Other schemes: the trapezoidal rule's dimension-free inverse costs more than the midpoint rule's (4.4x at
 ``h^6``, 7.2x at ``h^8`` in ``benchmarks/derive_free.py``); every other combination costs about the same.
 """
@@ -209,9 +212,10 @@ def estimate(kind: str, order: int, n: Optional[int], scheme="midpoint") -> Tupl
 
 
 def check_affordable(kind: str, order: int, n: Optional[int], allow_slow: bool, scheme="midpoint") -> None:
-    """Raise :class:`TooSlowError` with the estimate unless the cold derivation of ``kind`` to ``h^order`` (``n``:
-    its dimension, ``None`` for the dimension-free engine) is expected within :data:`LIMIT_SECONDS`, or
-    ``allow_slow`` is true. Called only on a cache miss: a cached result costs nothing."""
+    """Raise :class:`TooSlowError` with the estimates unless the cold derivation of ``kind`` to ``h^order`` (``n``:
+    its dimension, ``None`` for the dimension-free engine) is expected within :data:`LIMIT_SECONDS` and, where
+    its memory was measured (:func:`memory_estimate`), within :data:`LIMIT_MEMORY_GB`, or ``allow_slow`` is true.
+    Called only on a cache miss: a cached result costs nothing."""
     if allow_slow is not True and allow_slow is not False:
         from .errors import BeaTypeError
 
