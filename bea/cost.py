@@ -81,8 +81,9 @@ _STAGE_LAGRANGIANS = {
 _STAGE_FREE: Dict[Tuple[str, str], Dict[int, float]] = {
     (name, kind): table for name, table in _STAGE_LAGRANGIANS.items() for kind in _LAGRANGIAN_KINDS
 }
-# the modified equation, one process each (/tmp/me_time.py in the stage-rad2 report, load ~8 on 2 cores); unfinished,
-# hence not estimated: galerkin3 h^4 (> 40 s), the triple jump h^4 (> 60 s)
+# the modified equation: CPU seconds of bea.modified_equation(scheme, order, cache=False, allow_slow=True), a fresh
+# process each, load ~8 on 2 cores (RESULTS_derive.md, fix pass stage-rad2); unfinished, hence not estimated:
+# galerkin3 h^4 (stopped at 40 s), the triple jump h^4 (60 s)
 _STAGE_FREE.update({
     ("galerkin2", "modified_equation"): {2: 0.16, 4: 2.75},
     ("galerkin3", "modified_equation"): {2: 0.97},
@@ -99,6 +100,7 @@ _STAGE_STOPPED = {
 _STAGE_MEMORY_GB = {"galerkin2": {6: 0.45}, "galerkin3": {4: 0.28, 6: 4.6}}
 #: built-in stage scheme -> interior points
 _STAGE_INTERIOR = {"galerkin2": 1, "galerkin3": 2, "triple_jump": 2}
+_MOST_INTERIOR = max(_STAGE_INTERIOR.values())
 #: schemes with more interior points than any measured one: nothing above this order is estimated
 _UNMEASURED_INTERIOR_TOP = 4
 
@@ -110,6 +112,12 @@ def _builtin_stage(sch) -> Optional[str]:
 
     fp = sch.fingerprint()
     return next((name for name in _STAGE_LAGRANGIANS if get_scheme(name).fingerprint() == fp), None)
+
+
+def _like(m: int) -> list:
+    """The measured schemes that stand for a user scheme with ``m`` interior points: those with at least as many
+    (with more than any, those with the most)."""
+    return [r for r, k in _STAGE_INTERIOR.items() if k >= min(m, _MOST_INTERIOR)]
 
 
 def _one_stage_estimate(ref: str, kind: str, order: int) -> Tuple[Optional[float], str]:
@@ -141,14 +149,15 @@ def _free_stage_estimate(scheme, kind: str, order: int) -> Optional[Tuple[Option
     if ref is not None:
         return _one_stage_estimate(ref, kind, order)
     m = sch.n_interior
-    if m > max(_STAGE_INTERIOR.values()) and order > _UNMEASURED_INTERIOR_TOP:
+    if m > _MOST_INTERIOR and order > _UNMEASURED_INTERIOR_TOP:
         return None, (f"a stage scheme with {m} interior points on the dimension-free engine is not measured above "
                       f"h^{_UNMEASURED_INTERIOR_TOP}")
-    refs = [r for r, k in _STAGE_INTERIOR.items() if k >= min(m, max(_STAGE_INTERIOR.values()))]
+    refs = _like(m)
     estimates = [(r,) + _one_stage_estimate(r, kind, order) for r in refs]
     unknown = [e for e in estimates if e[1] is None]
     r, seconds, basis = unknown[0] if unknown else max(estimates, key=lambda e: e[1])
-    return seconds, f"{basis} for {r}, the costliest measured scheme with at least {min(m, 2)} interior point(s)"
+    least = min(m, _MOST_INTERIOR)
+    return seconds, f"{basis} for {r}, the costliest measured scheme with at least {least} interior point(s)"
 
 
 def memory_estimate(order: int, n: Optional[int], scheme="midpoint") -> Optional[float]:
@@ -162,7 +171,7 @@ def memory_estimate(order: int, n: Optional[int], scheme="midpoint") -> Optional
     if n is not None or not isinstance(sch, StageScheme):
         return None
     ref = _builtin_stage(sch)
-    refs = [ref] if ref is not None else [r for r, k in _STAGE_INTERIOR.items() if k >= min(sch.n_interior, 2)]
+    refs = [ref] if ref is not None else _like(sch.n_interior)
     known = [_STAGE_MEMORY_GB.get(r, {}).get(order) for r in refs]
     return max((g for g in known if g is not None), default=None)
 
