@@ -83,7 +83,7 @@ _STAGE_FREE: Dict[Tuple[str, str], Dict[int, float]] = {
 }
 # the modified equation: CPU seconds of bea.modified_equation(scheme, order, cache=False, allow_slow=True), a fresh
 # process each, load ~8 on 2 cores (RESULTS_derive.md, fix pass stage-rad2); unfinished, hence not estimated:
-# galerkin3 h^4 (stopped at 40 s), the triple jump h^4 (60 s)
+# galerkin2 h^6 (stopped at 240 s wall), galerkin3 h^4 (40 s), the triple jump h^4 (60 s)
 _STAGE_FREE.update({
     ("galerkin2", "modified_equation"): {2: 0.16, 4: 2.75},
     ("galerkin3", "modified_equation"): {2: 0.97},
