@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Any, Optional, Tuple
 
-from .errors import BeaTypeError, BeaValueError
+from .errors import BeaTypeError
 from .poly import Q, to_rational
-from .radicals import Field, RadicalNumber, inverse_coords, mul_coords, radical_sympy
+from .radicals import Field, RadicalNumber, check_same_field, inverse_coords, mul_coords, radical_sympy
 
 __all__ = ["FieldElement", "coefficient", "make"]
 
@@ -54,9 +54,7 @@ class FieldElement:
     def _other(self, o: Any) -> Optional[Tuple[Any, ...]]:
         """``o``'s coordinates in this field; None for what is not an exact number of it."""
         if isinstance(o, FieldElement):
-            if o.field != self.field:
-                raise BeaValueError(f"coefficients from two radical extensions, Q({self.field[0]}^(1/{self.field[1]})) and "
-                                    f"Q({o.field[0]}^(1/{o.field[1]})), cannot be combined exactly; use one radical per scheme")
+            check_same_field(self.field, o.field)
             return o.coeffs
         if isinstance(o, RadicalNumber):
             return self._other(coefficient(o))

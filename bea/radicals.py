@@ -56,6 +56,13 @@ def _check_field(c: Any, d: Any) -> Field:
     return c, d
 
 
+def check_same_field(a: Field, b: Field) -> None:
+    """Refuse to combine numbers of two different radical extensions (no exact engine carries two radicals)."""
+    if a != b:
+        raise BeaValueError(f"numbers from two different radical extensions, Q({a[0]}^(1/{a[1]})) and Q({b[0]}^(1/{b[1]})), "
+                            "cannot be combined exactly; use one radical per scheme")
+
+
 class RadicalNumber(float):
     r""":math:`\sum_k a_k \theta^k` in :math:`\mathbb{Q}(\theta)`, :math:`\theta = c^{1/d}` (module docstring)."""
 
@@ -84,9 +91,7 @@ class RadicalNumber(float):
     def _other(self, o: Any) -> Optional[Tuple[Fraction, ...]]:
         """``o``'s coordinates in this field, or None for a non-number (then float arithmetic applies)."""
         if isinstance(o, RadicalNumber):
-            if o.field != self.field:
-                raise BeaValueError(f"numbers from two different radical extensions, Q({self.field[0]}^(1/{self.field[1]})) "
-                                    f"and Q({o.field[0]}^(1/{o.field[1]})), cannot be combined exactly; use one radical per scheme")
+            check_same_field(self.field, o.field)
             return o.coeffs
         r = getattr(o, "exact", None)
         if r is None and isinstance(o, (int, Fraction)) and not isinstance(o, bool):

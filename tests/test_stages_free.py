@@ -176,15 +176,20 @@ def _rotated(n, seed=0):
     return (lambda q, v: ell(q @ R.T, v @ R.T).sum(-1)), R, ell
 
 
+def _rotated_states(n, seed):
+    """_rotated's L, R, l and three random states (q, v) at n, h = 0.3: the n = 50 evaluations' common set-up."""
+    L, R, ell = _rotated(n)
+    g = torch.Generator().manual_seed(seed)
+    q = 0.5 * torch.randn(3, n, generator=g, dtype=torch.float64)
+    v = 0.5 * torch.randn(3, n, generator=g, dtype=torch.float64)
+    return L, R, ell, q, v, 0.3
+
+
 @pytest.mark.parametrize("kind", LAGRANGIANS)
 def test_torch_n50(kind):
     """The dimension-free galerkin2 series, derived once, evaluated in torch at n = 50 (module docstring)."""
     n = 50
-    L, R, ell = _rotated(n)
-    g = torch.Generator().manual_seed(1)
-    q = 0.5 * torch.randn(3, n, generator=g, dtype=torch.float64)
-    v = 0.5 * torch.randn(3, n, generator=g, dtype=torch.float64)
-    h = 0.3
+    L, R, ell, q, v, h = _rotated_states(n, 1)
     free = bea.series_function(kind, "galerkin2", 4, n, cache=False)  # the dimension-free function at n >= 2
     one = bea.series_function(kind, "galerkin2", 4, 1, cache=False)  # the component formula at n = 1
     got = free(L, q, v, h).detach()

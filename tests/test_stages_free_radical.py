@@ -30,7 +30,7 @@ from bea.radicals import RadicalNumber, from_sympy, radical
 from exact_trees import ExactTrees
 from integrators import systems
 from test_stages import LEADING
-from test_stages_free import LAGRANGIANS, _free_equals_components_n1, _rotated
+from test_stages_free import LAGRANGIANS, _free_equals_components_n1, _rotated_states
 
 TJ = bea.get_scheme("triple_jump")
 G3 = bea.get_scheme("galerkin3")
@@ -187,11 +187,7 @@ def test_torch_n50_triple_jump(kind, reference):
     from bea.free.series import FreeSeries
 
     n = 50
-    L, R, ell = _rotated(n)
-    g = torch.Generator().manual_seed(2)
-    q = 0.5 * torch.randn(3, n, generator=g, dtype=torch.float64)
-    v = 0.5 * torch.randn(3, n, generator=g, dtype=torch.float64)
-    h = 0.3
+    L, R, ell, q, v, h = _rotated_states(n, 2)
     f = FreeSeries(_free(TJ, kind, 4), TJ).to_torch()
     got = f(L, q, v, h).detach()
     x, y = q @ R.T, v @ R.T
