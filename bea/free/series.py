@@ -75,7 +75,7 @@ class FreeSeries(Series):
                 if p:
                     terms = []
                     for m, c in p.items():
-                        e = sympy.sympify(c) if isinstance(c, FieldElement) else sympy.Rational(int(c.numerator), int(c.denominator))
+                        e = c._sympy_() if isinstance(c, FieldElement) else sympy.Rational(int(c.numerator), int(c.denominator))
                         for x in m:
                             e = e * self._symbol(x)
                         terms.append(e)
