@@ -38,7 +38,8 @@ def build(L, chord_steps):
     if chord_steps == 0:  # the path before the chord graph: newton() on its compiled derivatives, compiled now
         stepper._chord_step = lambda *args: ((), ())
         stepper._size = CF.bucket(1000)
-        stepper._newton_step_taken(CF.COMPILE_NEWTON_WORK)
+        stepper._newton_work = CF.COMPILE_NEWTON_WORK
+        stepper._compile_newton()
     print(f"built chord_steps={chord_steps}: {time.perf_counter() - t:.1f} s", flush=True)
     return stepper
 

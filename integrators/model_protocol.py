@@ -127,6 +127,21 @@ static void lag_derivs(const double *x, const double *P, double *g, double *H) {
 """
 
 
+def _composed_form(model, n: int, head: np.ndarray, outer: str) -> CLagrangian:
+    """The compiled form of ``model`` renamed ``inner_lag_derivs``, composed with the ``outer`` C map (its own
+    ``lag_derivs``), whose parameters ``head`` come before the inner ones."""
+    inner = compiled_form(model, n, trace=False)
+    if inner.source.count("lag_derivs(") < 1:
+        raise NotLowerable("internal: the inner C form defines no lag_derivs")
+    source = inner.source.replace("lag_derivs(", "inner_lag_derivs(") + outer
+
+    def refresh():
+        return np.concatenate([head, np.asarray(inner.refresh(), dtype=np.float64).reshape(-1)])
+    return CLagrangian(n=n, source=source, params=np.concatenate([head, np.asarray(inner.params).reshape(-1)]),
+                       cost=inner.cost, refresh=None if inner.refresh is None else refresh, vectorise=inner.vectorise,
+                       auto_max_batch=inner.auto_max_batch)
+
+
 class AffineModel:
     r""":math:`L(q, v) = c\,M(((q, v) - o)/u)` for a model ``M`` (coordinate-wise ``u > 0``, offsets ``o``, both
     of length ``2n``), with ``M``'s compiled form composed with the same map (module docstring)."""
@@ -144,19 +159,8 @@ class AffineModel:
         return self.factor * self.model((q - o[:n]) / u[:n], (v - o[n:]) / u[n:])
 
     def compiled_form(self, n: int) -> CLagrangian:
-        inner = compiled_form(self.model, n, trace=False)
-        D = 2 * n
-        if inner.source.count("lag_derivs(") < 1:
-            raise NotLowerable("internal: the inner C form defines no lag_derivs")
         head = np.concatenate([[self.factor], self.units.numpy(), self.offsets.numpy()])
-        source = (inner.source.replace("lag_derivs(", "inner_lag_derivs(")
-                  + AFFINE.replace("AFFINE_D", str(D)))
-
-        def refresh():
-            return np.concatenate([head, np.asarray(inner.refresh(), dtype=np.float64).reshape(-1)])
-        return CLagrangian(n=n, source=source, params=np.concatenate([head, np.asarray(inner.params).reshape(-1)]),
-                           cost=inner.cost, refresh=None if inner.refresh is None else refresh, vectorise=inner.vectorise,
-                           auto_max_batch=inner.auto_max_batch)
+        return _composed_form(self.model, n, head, AFFINE.replace("AFFINE_D", str(2 * n)))
 
 
 LINEAR = r"""
@@ -208,15 +212,5 @@ class LinearMapModel:
         return self.factor * self.model(y[..., :n], y[..., n:])
 
     def compiled_form(self, n: int) -> CLagrangian:
-        inner = compiled_form(self.model, n, trace=False)
-        D = 2 * n
-        if inner.source.count("lag_derivs(") < 1:
-            raise NotLowerable("internal: the inner C form defines no lag_derivs")
         head = np.concatenate([[self.factor], self.matrix.reshape(-1).numpy(), self.offsets.numpy()])
-        source = inner.source.replace("lag_derivs(", "inner_lag_derivs(") + LINEAR.replace("LINEAR_D", str(D))
-
-        def refresh():
-            return np.concatenate([head, np.asarray(inner.refresh(), dtype=np.float64).reshape(-1)])
-        return CLagrangian(n=n, source=source, params=np.concatenate([head, np.asarray(inner.params).reshape(-1)]),
-                           cost=inner.cost, refresh=None if inner.refresh is None else refresh, vectorise=inner.vectorise,
-                           auto_max_batch=inner.auto_max_batch)
+        return _composed_form(self.model, n, head, LINEAR.replace("LINEAR_D", str(2 * n)))

@@ -205,7 +205,7 @@ def test_principal_directions_and_factors():
     S = torch.zeros(4000, 3, 3, dtype=torch.float64)
     S[:, 1] = a @ W.T / 2  # second difference q0 - 2 q1 + q2 = -2 q1 = -(a W^T)
     S[:, 1] *= -1
-    lam, R = principal_directions(S, 1.0)
+    lam, R = principal_directions(S)
     assert abs(float(R[:, 2] @ W[:, 2])) > 0.999
     f = lengthscale_factors(torch.tensor([1.0, 1.0, 100.0], dtype=torch.float64))
     assert torch.allclose(f, torch.tensor([10 ** (1 / 3), 10 ** (1 / 3), 10 ** (-2 / 3)], dtype=torch.float64), rtol=1e-12)
@@ -221,7 +221,7 @@ def test_principal_directions_ignore_a_uniform_force():
     S, S_force = torch.zeros(4000, 3, 3, dtype=torch.float64), torch.zeros(4000, 3, 3, dtype=torch.float64)
     S[:, 1] = -(a @ W.T) / 2
     S_force[:, 1] = -((a + torch.tensor([30.0, 0.0, 0.0], dtype=torch.float64)) @ W.T) / 2
-    (lam, R), (lam_f, R_f) = principal_directions(S, 1.0), principal_directions(S_force, 1.0)
+    (lam, R), (lam_f, R_f) = principal_directions(S), principal_directions(S_force)
     assert float((lam_f - lam).abs().max()) < 1e-9 * float(lam.max())
     assert float((1 - (R_f * R).sum(0).abs()).max()) < 1e-9
 
@@ -319,8 +319,8 @@ def test_candidate_directions_come_from_the_training_trajectories(pair, monkeypa
     m = _small_auto_fit(S, 1e9, monkeypatch)
     recorded = torch.tensor(m.history["principal"]["eigenvalues"], dtype=torch.float64)
     train = [i for i in range(S.shape[0]) if i % 5 != 4]
-    lam_train, _ = principal_directions((S[train] - m._center) / m._unit, 1.0)
-    lam_all, _ = principal_directions((S - m._center) / m._unit, 1.0)
+    lam_train, _ = principal_directions((S[train] - m._center) / m._unit)
+    lam_all, _ = principal_directions((S - m._center) / m._unit)
     assert float((recorded - lam_train).abs().max()) < 1e-12 * float(lam_train.max())
     assert float((recorded - lam_all).abs().max()) > 1e-3 * float(lam_all.max())
 

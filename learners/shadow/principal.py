@@ -71,10 +71,11 @@ _FITTED = ("n", "_center", "_unit", "_step", "_rotation", "_data_device", "gp", 
            "history", "_recovered", "_jet", "_final")
 
 
-def principal_directions(S_std: torch.Tensor, h: float) -> Tuple[torch.Tensor, torch.Tensor]:
+def principal_directions(S_std: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     r"""Eigenvalues :math:`\lambda` (ascending, (n,)) and orthonormal eigenvectors :math:`R` (columns, (n, n)) of the
-    covariance of the second differences of snapshots ``S_std`` (n_traj, m, n) divided by ``h**2`` (module docstring)."""
-    a = second_differences(S_std).reshape(-1, S_std.shape[-1]) / h ** 2
+    covariance of the second differences of snapshots ``S_std`` (n_traj, m, n) (module docstring; in the standard
+    time unit h' = 1: a step size would scale lambda, not the directions or the factors)."""
+    a = second_differences(S_std).reshape(-1, S_std.shape[-1])
     a = a - a.mean(0)
     lam, R = torch.linalg.eigh(a.T @ a / a.shape[0])
     return lam, R
@@ -152,8 +153,7 @@ def fit_with_candidate(model, S: torch.Tensor) -> None:
     with warnings.catch_warnings(record=True) as base_warnings:
         warnings.simplefilter("always")
         model._fit_in_units(S, finalise=False)
-    # h' scales lambda, not directions or factors
-    lam, R = principal_directions((_training_trajectories(S) - model._center) / model._unit, 1.0)
+    lam, R = principal_directions(model._to_standard(_training_trajectories(S)))  # fitted unrotated: centre and unit
     factors = lengthscale_factors(lam)
     record = {"eigenvalues": lam.tolist(), "factors": factors.tolist(), "objective": model.history.get("objective")}
     cand: Optional[object] = None

@@ -178,20 +178,13 @@ class StandardUnits:
         r"""Functionals of :math:`L = s^2 L'(x')` (points and directions in the data's units) as functionals of
         :math:`L'`: points mapped, each direction component divided by its input's unit (one factor per
         derivative), coefficients times :math:`s^2`."""
-        n = G.dim // 2
-        if self._rotation is not None:  # a derivative along d is one along (R^T d_q / unit, R^T d_v / speed)
-            R = self._rotation
+        n, R, units = G.dim // 2, self._rotation, self._input_units(G.dim // 2)
 
-            def lin(x):
-                return torch.cat([x[..., :n] @ R / self._unit, x[..., n:] @ R / self._speed], -1)
-            shift = torch.cat([self._center, torch.zeros_like(self._center)])
-            atoms = {m: AtomSet(lin(A.points - shift), lin(A.dirs), A.coef * self._speed ** 2, A.owner)
-                     for m, A in G.atoms.items()}
-            return Functionals(G.dim, G.count, atoms, G.targets)
-        units = self._input_units(n)
+        def lin(x):  # with a rotation, a derivative along d is one along (R^T d_q / unit, R^T d_v / speed)
+            return (x if R is None else torch.cat([x[..., :n] @ R, x[..., n:] @ R], -1)) / units
         center = self._center if self._center is not None else torch.zeros(n, dtype=torch.float64, device=G.device)
         shift = torch.cat([center, torch.zeros_like(center)])
-        atoms = {m: AtomSet((A.points - shift) / units, A.dirs / units, A.coef * self._speed ** 2, A.owner)
+        atoms = {m: AtomSet(lin(A.points - shift), lin(A.dirs), A.coef * self._speed ** 2, A.owner)
                  for m, A in G.atoms.items()}
         return Functionals(G.dim, G.count, atoms, G.targets)
 
