@@ -20,7 +20,7 @@ Other schemes: the trapezoidal rule's dimension-free inverse costs more than the
 from __future__ import annotations
 
 import math
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from .errors import BeaValueError
 
@@ -134,11 +134,9 @@ def _one_stage_estimate(ref: str, kind: str, order: int) -> Tuple[Optional[float
     return _from_table(table, order)
 
 
-def _free_stage_estimate(scheme, kind: str, order: int) -> Optional[Tuple[Optional[float], str]]:
-    """The estimate of a stage scheme on the dimension-free engine (``None``: ``scheme`` is not one). A scheme that
-    is not a built-in one is estimated as the costliest measured scheme with at least as many interior points (each
-    one more re-expands ``L`` at one more point with its trees glued in; galerkin3 is cheap only because its h^2 and
-    h^4 terms vanish); with more interior points than any measured scheme, nothing above h^4 is estimated."""
+def _stage_refs(scheme) -> Optional[Tuple[Optional[str], List[str], int]]:
+    """For a stage scheme: the built-in it is (or None), the measured schemes it is estimated by (itself, or those
+    with at least as many interior points) and its number of interior points; ``None`` for other schemes."""
     from .schemes import get_scheme
     from .stages import StageScheme
 
@@ -146,13 +144,23 @@ def _free_stage_estimate(scheme, kind: str, order: int) -> Optional[Tuple[Option
     if not isinstance(sch, StageScheme):
         return None
     ref = _builtin_stage(sch)
+    return ref, ([ref] if ref is not None else _like(sch.n_interior)), sch.n_interior
+
+
+def _free_stage_estimate(scheme, kind: str, order: int) -> Optional[Tuple[Optional[float], str]]:
+    """The estimate of a stage scheme on the dimension-free engine (``None``: ``scheme`` is not one). A scheme that
+    is not a built-in one is estimated as the costliest measured scheme with at least as many interior points (each
+    one more re-expands ``L`` at one more point with its trees glued in; galerkin3 is cheap only because its h^2 and
+    h^4 terms vanish); with more interior points than any measured scheme, nothing above h^4 is estimated."""
+    found = _stage_refs(scheme)
+    if found is None:
+        return None
+    ref, refs, m = found
     if ref is not None:
         return _one_stage_estimate(ref, kind, order)
-    m = sch.n_interior
     if m > _MOST_INTERIOR and order > _UNMEASURED_INTERIOR_TOP:
         return None, (f"a stage scheme with {m} interior points on the dimension-free engine is not measured above "
                       f"h^{_UNMEASURED_INTERIOR_TOP}")
-    refs = _like(m)
     estimates = [(r,) + _one_stage_estimate(r, kind, order) for r in refs]
     unknown = [e for e in estimates if e[1] is None]
     r, seconds, basis = unknown[0] if unknown else max(estimates, key=lambda e: e[1])
@@ -164,15 +172,10 @@ def memory_estimate(order: int, n: Optional[int], scheme="midpoint") -> Optional
     """GB resident that a cold derivation to ``h^order`` was measured to need: only stage schemes on the
     dimension-free engine are measured (a user scheme: the most of the built-ins it is estimated by); ``None``
     where not measured."""
-    from .schemes import get_scheme
-    from .stages import StageScheme
-
-    sch = get_scheme(scheme) if isinstance(scheme, str) else scheme
-    if n is not None or not isinstance(sch, StageScheme):
+    found = None if n is not None else _stage_refs(scheme)
+    if found is None:
         return None
-    ref = _builtin_stage(sch)
-    refs = [ref] if ref is not None else _like(sch.n_interior)
-    known = [_STAGE_MEMORY_GB.get(r, {}).get(order) for r in refs]
+    known = [_STAGE_MEMORY_GB.get(r, {}).get(order) for r in found[1]]
     return max((g for g in known if g is not None), default=None)
 
 
