@@ -69,12 +69,7 @@ class RecoveryMixin:
         if N == 0:
             return self.lagrangian
         if N not in self._recovered:
-            L_std, speed = self._recovered_std(N), self._speed
-            to_std, vec_to_std = self._to_standard, self._vector_to_standard
-
-            def L_rec(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-                return speed ** 2 * L_std(to_std(q), vec_to_std(v))
-
+            L_rec = self._in_data_units(self._recovered_std(N))
             L_rec.order = N  # type: ignore[attr-defined]
             self._recovered[N] = L_rec
         return self._recovered[N]
@@ -152,8 +147,7 @@ class RecoveryMixin:
         Nn = next_order(N, self.scheme)
         if q.shape[0] > SMALL_BATCH or isinstance(self.gp.kernel.base_kernel, RBFKernel):
             L_next = self._recovered_std(Nn, jets=q.shape[0] > SMALL_BATCH)
-            # data units: v' = v / speed and L = speed**2 L' (speed = unit / time unit, learners.shadow.units)
-            H_next = bea.energy(lambda q_, v_: self._speed ** 2 * L_next(self._to_standard(q_), self._vector_to_standard(v_)))
+            H_next = bea.energy(self._in_data_units(L_next))
             nxt = _in_chunks(H_next, q, v, self._autograd_chunk())
             return nxt if ref is None else nxt - H_next(ref[0][None], ref[1][None]).detach()
         p = self._jet_order("energy", N) + Nn - N

@@ -42,7 +42,7 @@ Lengthscales are then those of the rotated coordinates :math:`q'`.
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import torch
 
@@ -160,6 +160,12 @@ class StandardUnits:
     def _vector_to_standard(self, v: torch.Tensor) -> torch.Tensor:
         r"""A velocity in the data's units in the GP's coordinates, :math:`v' = R^\top v/s`."""
         return (v if self._rotation is None else v @ self._rotation) / self._speed
+
+    def _in_data_units(self, L_std: Callable) -> Callable:
+        r"""A Lagrangian of the GP's coordinates as one of the data's: :math:`L(q, v) = s^2 L'(q'(q), v'(v))`
+        (energies scale as :math:`s^2`)."""
+        s2, to_std, vec_to_std = self._speed ** 2, self._to_standard, self._vector_to_standard
+        return lambda q, v: s2 * L_std(to_std(q), vec_to_std(v))
 
     def _vector_from_standard(self, v: torch.Tensor) -> torch.Tensor:
         """A velocity, momentum or DEL residual of the GP's coordinates in the data's units, :math:`s R v'` (module
