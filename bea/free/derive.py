@@ -126,9 +126,12 @@ class FreeDerivation:
     # ------------------------------------------------------------------ step 1
     def _del_residual(self, order: int) -> HSeries:
         K = order + 2
-        qm = VecSeries.taylor(-1, K + 1)
-        q0 = VecSeries.taylor(0, K + 1, eps_power=1)
-        qp = VecSeries.taylor(1, K + 1)
+        # a stage scheme's value h*sum w L(x, y/h) is known to the end points' precision (StageSolver); a general
+        # scheme may lose a power to the division by h
+        top = K if self._stages is not None else K + 1
+        qm = VecSeries.taylor(-1, top)
+        q0 = VecSeries.taylor(0, top, eps_power=1)
+        qp = VecSeries.taylor(1, top)
         S = self._eval_scheme(qm, q0) + self._eval_scheme(q0, qp)
         f = self.forest
         # the first variation: monomials linear in the variation (a discrete Lagrangian that is a

@@ -154,11 +154,11 @@ class StageSolver:
                 else:
                     P[k].pop(j, None)
 
-    def interior(self, a: VecSeries, b: VecSeries) -> List[Dict[int, int]]:
-        """The corrections :math:`P_{k,j}` of the stationary interior points, to the precision of ``a, b``, as
-        placeholder codes (their values: ``self._values``)."""
+    def interior(self, a: VecSeries, b: VecSeries, limit: int = EXACT) -> List[Dict[int, int]]:
+        """The corrections :math:`P_{k,j}` of the stationary interior points to ``h^limit`` (at most the precision of
+        ``a, b``), as placeholder codes (their values: ``self._values``)."""
         a, b = _strip_open(a), _strip_open(b)
-        limit = min(a.order, b.order)
+        limit = min(a.order, b.order, limit)
         P: List[Dict[int, int]] = [{} for _ in range(self.scheme.n_interior)]
         precision = min(3, limit)
         for _ in range(3 * limit + 10):
@@ -177,13 +177,30 @@ class StageSolver:
         r""":math:`L_\Delta(a, b) = \Phi(a, Q^*, b)` as a tree series, normalised. When ``a`` or ``b`` carries the
         variation (the open slot), only the first variation is returned: the terms free of it are dropped before
         the interior corrections are glued in, which is most of the work."""
-        P = self.interior(a, b)
         precision = min(a.order, b.order)
+        varied = any(OPEN in d for x in (a, b) for d in x.c)
+        P = self.interior(a, b, precision if varied else interior_precision(precision))
         Qs = self._points(_strip_open(a), _strip_open(b), P, precision)
         phi = self.scheme.stage_action(self._L, a, Qs, b, self.h)
-        if any(OPEN in d for x in (a, b) for d in x.c):
+        if varied:
             phi = _first_variation(self.forest, phi)
         return self._fill(phi, phi.order)
+
+
+def interior_precision(order: int) -> int:
+    r"""The power of ``h`` to which the interior points must be known for the stationary value to ``h^order``.
+
+    :math:`\Phi = h \sum_i w_i L(x_i, y_i / h)` with :math:`x_i, y_i` affine in the interior points, so its
+    ``r``-th derivative in them is :math:`O(h^{1-r})`. At the stationary point the first one vanishes, hence for
+    interior points off by :math:`\delta = O(h^{p+1})`
+
+    .. math::  \Phi(Q^* + \delta) - \Phi(Q^*) = \sum_{r \ge 2} O(h^{1-r}) \delta^r = O(h^{2p+1}),
+
+    and the points are needed only to ``h^p`` with :math:`2p + 1 > ` ``order``: about half the order (the envelope
+    theorem at second order). The first *variation* in an end point does not share this: there the error is linear
+    in :math:`\delta` (:math:`h\,\partial_a\partial_Q\Phi\,\delta = O(h^{p+1})`) and the points are solved to ``order``.
+    """
+    return (order + 1) // 2
 
 
 def _first_variation(forest, S: HSeries) -> HSeries:
