@@ -24,11 +24,37 @@ from .radicals import Field, RadicalNumber, check_same_field, inverse_coords, mu
 __all__ = ["FieldElement", "coefficient", "make"]
 
 
+_RATIONAL = type(Q(0))
+
+
 def make(field: Field, coords) -> Any:
     """The element with coordinates ``coords`` (length ``d``): a :class:`FieldElement`, or the rational ``a_0``."""
     if not any(coords[1:]):
         return Q(coords[0])
     return FieldElement(field, tuple(Q(x) for x in coords))
+
+
+def _made(field: Field, coords: list) -> Any:
+    """:func:`make` for coordinates already of the rational type (the results of this module's arithmetic)."""
+    for x in coords[1:]:
+        if x:
+            return FieldElement(field, tuple(coords))
+    return coords[0]
+
+
+def _mul(field: Field, a: Tuple[Any, ...], b: Tuple[Any, ...]) -> list:
+    """:func:`bea.radicals.mul_coords` for coordinates of the rational type, unrolled for the degrees 2 and 3 that
+    the built-in schemes use (the hot loop of the radical stage schemes' derivations)."""
+    c, d = field
+    if d == 2:
+        a0, a1 = a
+        b0, b1 = b
+        return [a0 * b0 + c * (a1 * b1), a0 * b1 + a1 * b0]
+    if d == 3:
+        a0, a1, a2 = a
+        b0, b1, b2 = b
+        return [a0 * b0 + c * (a1 * b2 + a2 * b1), a0 * b1 + a1 * b0 + c * (a2 * b2), a0 * b2 + a1 * b1 + a2 * b0]
+    return mul_coords(field, a, b)
 
 
 def coefficient(x: Any) -> Any:
@@ -69,14 +95,25 @@ class FieldElement:
     def _make(self, coords) -> Any:
         return make(self.field, coords)
 
-    # -- arithmetic
+    # -- arithmetic (fast paths first: a derivation does millions of these with a rational or an element of the
+    # same field; the result is canonical either way, see the module docstring)
     def __add__(self, o):
+        t = type(o)
+        if t is _RATIONAL or t is int:  # a rational shifts a_0 only: still irrational
+            return FieldElement(self.field, (self.coeffs[0] + o,) + self.coeffs[1:])
+        if t is FieldElement and o.field == self.field:
+            return _made(self.field, [x + y for x, y in zip(self.coeffs, o.coeffs)])
         b = self._other(o)
         return NotImplemented if b is None else self._make([x + y for x, y in zip(self.coeffs, b)])
 
     __radd__ = __add__
 
     def __sub__(self, o):
+        t = type(o)
+        if t is _RATIONAL or t is int:
+            return FieldElement(self.field, (self.coeffs[0] - o,) + self.coeffs[1:])
+        if t is FieldElement and o.field == self.field:
+            return _made(self.field, [x - y for x, y in zip(self.coeffs, o.coeffs)])
         b = self._other(o)
         return NotImplemented if b is None else self._make([x - y for x, y in zip(self.coeffs, b)])
 
@@ -85,6 +122,11 @@ class FieldElement:
         return NotImplemented if b is None else self._make([y - x for x, y in zip(self.coeffs, b)])
 
     def __mul__(self, o):
+        t = type(o)
+        if t is _RATIONAL or t is int:  # a non-zero rational times an irrational is irrational
+            return FieldElement(self.field, tuple(x * o for x in self.coeffs)) if o else Q(0)
+        if t is FieldElement and o.field == self.field:
+            return _made(self.field, _mul(self.field, self.coeffs, o.coeffs))
         b = self._other(o)
         if b is None:
             return NotImplemented

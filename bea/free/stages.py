@@ -169,8 +169,14 @@ class StageSolver:
                 precision = min(limit, precision + 2)
                 continue
             self._correct(g, P)
+            low = min(x.valuation() for x in g)
+            if precision >= limit and low >= max(limit, 2):
+                # the correction cancels the lowest power v exactly (the Hessian's leading term K x M is exact) and
+                # leaves O(h^(v+1)) (its O(h) part) + O(h^(2v-1)) (the third derivative of Phi is O(h^-2)): the
+                # gradient is now zero to h^limit, so a confirming pass would find nothing
+                return P
             # the lowest power is cancelled exactly, the next one too when the Hessian is even in h
-            precision = min(limit, min(x.valuation() for x in g) + 3)
+            precision = min(limit, low + 3)
         raise InternalError(f"internal: the interior points of {self.scheme!r} did not settle in {3 * limit + 10} passes")
 
     def stationary_value(self, a: VecSeries, b: VecSeries) -> HSeries:
