@@ -43,6 +43,7 @@ from ..hseries import EXACT, HSeries, Poly, Q
 from ..errors import BeaValueError, InconsistentSchemeError
 from ..schemes import Scheme
 from .algebra import Algebra, lagrangian_at
+from .curve import CurveDerivative
 from .shift import Shift
 from .stages import StageSolver
 from .substitution import LagrangianSubstitution
@@ -227,27 +228,30 @@ class FreeDerivation:
         return out
 
     def _modified_on_shell(self, order: int) -> HSeries:
-        r""":math:`\frac{hD_F/2}{\sinh(hD_F/2)}\Lambda` with the jets substituted first (a stage scheme).
+        r""":math:`\frac{hD/2}{\sinh(hD/2)}\Lambda` for a stage scheme, then the jets :math:`q^{(k)} = D_F^{k-2}F`.
 
-        The interior corrections of a stage scheme carry :math:`M^{-1}` and :math:`A`, so its meshed
-        Lagrangian is not a series in the jets of an arbitrary curve, on which :meth:`modified_lagrangian`
-        applies :math:`D` cheaply. On the solutions of the modified equation :math:`D = D_F`, which acts on
-        every tree (:meth:`~bea.free.algebra.Algebra.derivative`): the same series, at a higher cost.
+        The interior corrections of a stage scheme carry :math:`M^{-1}` and :math:`A`, so its meshed Lagrangian is
+        not a polynomial in plain nodes, on which :meth:`modified_lagrangian` applies :math:`D` by shifting jets. The
+        total derivative along an arbitrary curve acts on these trees too (:class:`~bea.free.curve.CurveDerivative`):
+        the operator is applied in the jets, where the series is small, and the jets are substituted once. On the
+        solutions of the modified equation :math:`D = D_F`, so this is the same series as applying :math:`D_F` after
+        the substitution, which costs several times more (every power of :math:`D_F` glues the terms of ``F`` into
+        every tree).
         """
         lam = self._mesh(max(order, 3)).truncate(order)
-        # F is needed to h^(order - d) for the jets of the h^d term (d >= 1; d = 1 is absent for a symmetric
-        # scheme), and to h^(order - 2) by D_F: not to h^(order - 1) in general, which costs a full extra order
-        f = self.forest
-        low = min((d for d in range(1, len(lam.c)) for m in lam.c[d] for x in m if any(2 <= c < OPEN for c in f.leaves[x])),
-                  default=order)
-        F = self.modified_equation(max(order - 2, order - low, 0))
-        lam = self.alg.normalize(self.alg.substitute_jets(lam, self._jet_values(F, order, [lam]), order)).truncate(order)
+        D = CurveDerivative(self.alg)
         weights = _mesh_weights(order)
         out, d = lam, lam
         for k in range(1, order // 2 + 1):
-            d = self.alg.derivative(self.alg.derivative(d, F, order - 2 * k), F, order - 2 * k)
+            d = D.series(D.series(d, order - 2 * k), order - 2 * k)
             out = out + HSeries([{}] * (2 * k) + [{(): weights[k]}], EXACT) * d
-        return out.truncate(order)
+        out = out.truncate(order)
+        # the jets of the h^d term need F to h^(order - d): F to h^(order - low), low the lowest power holding a jet
+        f = self.forest
+        low = min((d for d in range(1, len(out.c)) for m in out.c[d] for x in m if any(2 <= c < OPEN for c in f.leaves[x])),
+                  default=order)
+        F = self.modified_equation(max(order - low, 0))
+        return self.alg.normalize(self.alg.substitute_jets(out, self._jet_values(F, order, [out]), order)).truncate(order)
 
     @property
     def symmetric(self) -> bool:
