@@ -15,6 +15,7 @@ with the same coordinates. Rational-only schemes never meet this type.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, Optional, Tuple
 
 from .errors import BeaTypeError
@@ -42,10 +43,17 @@ def _made(field: Field, coords: list) -> Any:
     return coords[0]
 
 
+@lru_cache(maxsize=None)
+def _radicand(c) -> Any:
+    """``c`` as the rational type (a field stores a Fraction; mixed-type products go through slow fallbacks)."""
+    return Q(c)
+
+
 def _mul(field: Field, a: Tuple[Any, ...], b: Tuple[Any, ...]) -> list:
     """:func:`bea.radicals.mul_coords` for coordinates of the rational type, unrolled for the degrees 2 and 3 that
     the built-in schemes use (the hot loop of the radical stage schemes' derivations)."""
     c, d = field
+    c = _radicand(c)
     if d == 2:
         a0, a1 = a
         b0, b1 = b

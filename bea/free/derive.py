@@ -133,7 +133,14 @@ class FreeDerivation:
         qm = VecSeries.taylor(-1, top)
         q0 = VecSeries.taylor(0, top, eps_power=1)
         qp = VecSeries.taylor(1, top)
-        S = self._eval_scheme(qm, q0) + self._eval_scheme(q0, qp)
+        ahead = self._eval_scheme(q0, qp)
+        if self._stages is not None and self.scheme.symmetric:
+            # L_D(a, b; h) = -L_D(b, a; -h) (a symmetric scheme, exactly: bea.stages), so the first variation of
+            # L_D(q(t-h), q(t) + h e) is that of L_D(q(t) + h e, q(t+h)) with h -> -h: no second interior solve
+            behind = HSeries([p if k % 2 == 0 else {m: -c for m, c in p.items()} for k, p in enumerate(ahead.c)], ahead.order)
+        else:
+            behind = self._eval_scheme(qm, q0)
+        S = behind + ahead
         f = self.forest
         # the first variation: monomials linear in the variation (a discrete Lagrangian that is a
         # product of values of L also yields higher powers, one open slot per varied factor)
