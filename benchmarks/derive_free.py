@@ -8,7 +8,9 @@ top coefficient. Table 1b (--stages [--stage-cpu 600] [--stage-skip galerkin3:8:
 schemes at orders 2s and 2s + 2 beside the midpoint rule: the dimension-free derivation (once for every n;
 galerkin2 with rational constants, galerkin3 and the triple jump with constants in a radical extension), and cold component-engine derivations: the concrete coupled oscillators
 with n = 3 (the closed-form test's system) and the generic L with n = 1, wall and CPU seconds, and the midpoint
-rule's generic n = 1 and dimension-free times at the same order. Results: benchmarks/RESULTS_derive.md. Table 2: evaluation of the modified Lagrangian of order 2, 4, 6 at 10^4 points of a
+rule's generic n = 1 and dimension-free times at the same order. Table 1c (--stage-free [SCHEME:ORDER ...]
+[--stage-mem-gb 6]): the dimension-free stage derivations alone with CPU seconds and peak memory, the Lagrangians and the
+modified equation. Results: benchmarks/RESULTS_derive.md. Table 2: evaluation of the modified Lagrangian of order 2, 4, 6 at 10^4 points of a
 chain of n pendula (position-dependent mass, 1/2 v^T M(q) v with M_jk = (n - max(j,k)) cos(q_j - q_k)),
 beside the component code where it exists (n <= 2), as a ratio measured in the same run. From
 n = 24 on the points are 10^3 (--large-points), and order 6 stops at n = 12 (--max-n-order6): the
@@ -49,7 +51,7 @@ def stopped(*_):  # at the CPU limit (SIGXCPU) or the memory limit: report how f
     os._exit(0)
 
 signal.signal(signal.SIGXCPU, stopped)
-if case == "free":  # dimension-free: derived once for every n
+if case.startswith("free"):  # dimension-free: derived once for every n
     kw = {}
 elif case == "generic":
     kw = {"n": 1}
@@ -58,14 +60,19 @@ else:  # coupled oscillators, n = 3, non-diagonal stiffness (the closed-form tes
     kw = {"lagrangian": s.expr, "q": list(s.q), "v": list(s.v)}
 w0, c0 = time.perf_counter(), time.process_time()
 try:
-    m = bea.modified_lagrangian(scheme, order, cache=False, allow_slow=True, **kw)
-    i = bea.inverse_modified_lagrangian(scheme, order, cache=False, allow_slow=True, **kw)
+    if case == "free-equation":  # the dimension-free modified equation alone
+        m = bea.modified_equation(scheme, order, cache=False, allow_slow=True)
+    else:
+        m = bea.modified_lagrangian(scheme, order, cache=False, allow_slow=True, **kw)
+        i = bea.inverse_modified_lagrangian(scheme, order, cache=False, allow_slow=True, **kw)
 except UnsupportedSchemeError:  # constants no exact engine represents
     print(json.dumps({"refused": True}))
     sys.exit(0)
 except MemoryError:
     stopped()
-print(json.dumps({"wall": time.perf_counter() - w0, "cpu": time.process_time() - c0}))
+print(json.dumps({"wall": time.perf_counter() - w0, "cpu": time.process_time() - c0,
+                  "rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+                  "terms": len(m.raw.coeffs[order]) if case.startswith("free") else None}))
 """
 #: scheme -> its order 2s; derived at 2s and 2s + 2
 STAGE_SCHEMES = {"galerkin2": 4, "triple_jump": 4, "galerkin3": 6}
@@ -95,6 +102,28 @@ def cold(scheme: str, order: int, timeout: float, child: str = CHILD, *extra: st
     if r.returncode != 0:
         raise RuntimeError(r.stderr)
     return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def free_stage_rows(cpu: float, mem_gb: float, rows) -> int:
+    """Table 1c: the dimension-free stage derivations alone, each a fresh process with an empty cache: the modified
+    plus the inverse modified Lagrangian, and the modified equation, to ``h^order`` for each ``(scheme, order)`` of
+    ``rows``: CPU seconds, peak resident memory (``ru_maxrss`` of the child) and the terms of the top coefficient."""
+    print(f"Limit per run: {cpu:.0f} CPU seconds, address space {mem_gb or 'unlimited'} GB.\n")
+    print("| scheme | order | mod + inv: CPU s | peak GB | top terms | modified equation: CPU s | peak GB |")
+    print("|---|---|---|---|---|---|---|")
+
+    def cells(r):
+        if r is None:
+            return [f"> {cpu:.0f} (limit)", "-", "-"]
+        if r.get("stopped"):
+            return [f"> {r['cpu']:.0f} (stopped)", f"{r['rss_gb']:.2f}", "-"]
+        return [f"{r['cpu']:.2f}", f"{r['rss_gb']:.2f}", str(r["terms"])]
+
+    for scheme, order in rows:
+        lag = cells(cold(scheme, order, 20 * cpu, CHILD_STAGE, "free", cpu_limit=cpu, mem_gb=mem_gb))
+        eq = cells(cold(scheme, order, 20 * cpu, CHILD_STAGE, "free-equation", cpu_limit=cpu, mem_gb=mem_gb))
+        print(f"| {scheme} | {order} | {' | '.join(lag)} | {eq[0]} | {eq[1]} |", flush=True)
+    return 0
 
 
 def pendulum_chain(n: int):
@@ -137,7 +166,14 @@ def main(argv=None) -> int:
     ap.add_argument("--stage-mem-gb", type=float, default=0.0, help="address-space limit per stage derivation, GB (0: none)")
     ap.add_argument("--stage-skip-free", action="store_true", help="table 1b without the midpoint's dimension-free times")
     ap.add_argument("--stage-schemes", nargs="+", default=list(STAGE_SCHEMES), choices=list(STAGE_SCHEMES))
+    ap.add_argument("--stage-free", nargs="*", metavar="SCHEME:ORDER",
+                    help="only table 1c: dimension-free stage derivations with CPU s and peak memory (default rows: each "
+                         "scheme at 2s and 2s + 2, and galerkin2 at 8)")
     args = ap.parse_args(argv)
+    if args.stage_free is not None:
+        rows = [(a, int(b)) for a, b in (x.split(":") for x in args.stage_free)] or \
+            [(sch, o) for sch, two_s in STAGE_SCHEMES.items() for o in (two_s, two_s + 2)] + [("galerkin2", 8)]
+        return free_stage_rows(args.stage_cpu, args.stage_mem_gb, rows)
     if args.stages:
         skip = {(a, int(b), c) for a, b, c in (x.split(":") for x in args.stage_skip)}
         return stage_table(args.stage_cpu, skip, not args.stage_skip_free, args.stage_schemes, args.stage_mem_gb)
