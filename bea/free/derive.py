@@ -189,7 +189,10 @@ class FreeDerivation:
 
     # ------------------------------------------------------------------ steps 2-3
     def _mesh_points(self, order: int):
-        return VecSeries.taylor(-Q(1, 2), order + 2), VecSeries.taylor(Q(1, 2), order + 2)
+        # a stage scheme's value keeps the end points' precision (StageSolver), so L_D/h to h^order needs them to
+        # h^(order+1); one power more would cost the largest coefficient of the stationary value for nothing
+        top = order + 1 if self._stages is not None else order + 2
+        return VecSeries.taylor(-Q(1, 2), top), VecSeries.taylor(Q(1, 2), top)
 
     def _mesh(self, order: int, normalize: bool = True) -> HSeries:
         r"""The meshed Lagrangian :math:`\Lambda = L_\Delta(q(t-h/2), q(t+h/2))/h` to ``h^order``, jets
