@@ -29,7 +29,7 @@ from bea.free.storage import decode_raw, encode
 from bea.radicals import RadicalNumber, from_sympy, radical
 from exact_trees import ExactTrees
 from integrators import systems
-from test_stages import LEADING
+from test_stages import LEADING, frequency_series, triple_jump_frequency_series
 from test_stages_free import LAGRANGIANS, _free_equals_components_n1, _rotated_states
 
 TJ = bea.get_scheme("triple_jump")
@@ -145,27 +145,30 @@ def test_galerkin3_by_evaluation_n2(kind):
     _by_evaluation(G3, 6, kind, *_polynomial_n2(), irrational_top=False)
 
 
-def _closed_form(scheme, s, order):
-    """Coupled oscillators, n = 3, non-diagonal K: the h^(2s) term of the modified Lagrangian is
-    a v^T K^s v / 2 - b q^T K^(s+1) q / 2 (scaling h -> c h, K -> K / c^2), so per mode of frequency w it is
-    (1 + a w^(2s) h^(2s))(v^2 - W^2 q^2)/2 with W^2 = w^2 (1 + (b - a) (w h)^(2s)): b - a is the closed form's
-    leading coefficient LEADING[s], exactly in the field; a third point confirms the form."""
+def _closed_form(scheme, s, order, freq=None):
+    """Coupled oscillators, n = 3, non-diagonal K: the h^(2j) term of the modified Lagrangian is
+    a_j v^T K^j v / 2 - b_j q^T K^(j+1) q / 2 (scaling h -> c h, K -> K / c^2), so per mode of frequency w it is
+    (1 + a_j w^(2j) h^(2j))(v^2 - W^2 q^2)/2 + ... with W^2 = w^2 (1 + sum_j (b_j - a_j) (w h)^(2j)) while j < 2s (the
+    products of two corrections start at h^(4s)): b_j - a_j is the closed form's coefficient ``freq[j]`` (default
+    LEADING, the first correction only), exactly in the field, for s <= j <= order/2; a third point confirms the
+    form, and the powers between are zero."""
+    assert order < 4 * s
+    freq = LEADING[scheme.name] if freq is None else freq
     sysm = systems.coupled_oscillators(3, coupling=sympy.Rational(1, 3))
     K = -sympy.hessian(sysm.expr, sysm.q)
     fr = _free(scheme, "modified_lagrangian", order)
     q0, v0, z = [Fraction(2, 5), Fraction(-1, 3), Fraction(1, 7)], [Fraction(3, 4), Fraction(-5, 6), Fraction(1, 2)], [Fraction(0)] * 3
-
-    def at(qa, va):
-        got = ExactTrees(sysm.expr, sysm.q, sysm.v, qa, va).coefficients(fr)
-        assert all(got[k] == 0 for k in range(1, 2 * s))
-        return got[2 * s]
-
+    got = {name: ExactTrees(sysm.expr, sysm.q, sysm.v, *pt).coefficients(fr)
+           for name, pt in (("q", (q0, z)), ("v", (z, v0)), ("qv", (q0, v0)))}
     col = lambda x: sympy.Matrix([sympy.Rational(y.numerator, y.denominator) for y in x])  # noqa: E731
     form = lambda x, p: Fraction(str((col(x).T * K**p * col(x))[0]))  # noqa: E731
-    b = -2 * at(q0, z) / form(q0, s + 1)
-    a = 2 * at(z, v0) / form(v0, s)
-    assert b - a == _exact(LEADING[scheme.name][s])
-    assert at(q0, v0) == a * form(v0, s) / 2 - b * form(q0, s + 1) / 2
+    for c in got.values():
+        assert all(c[k] == 0 for k in range(1, 2 * s)) and all(c[k] == 0 for k in range(2 * s + 1, order + 1, 2))
+    for j in range(s, order // 2 + 1):
+        b = -2 * got["q"][2 * j] / form(q0, j + 1)
+        a = 2 * got["v"][2 * j] / form(v0, j)
+        assert b - a == _exact(freq[j]), f"h^{2 * j}"
+        assert got["qv"][2 * j] == a * form(v0, j) / 2 - b * form(q0, j + 1) / 2
 
 
 def test_closed_form_triple_jump():
@@ -176,8 +179,21 @@ def test_closed_form_triple_jump():
 @pytest.mark.slow
 def test_closed_form_galerkin3():
     """galerkin3's modified frequency at h^6: 1/302400 (its exact one-step map), from trees with sqrt(5) inside.
-    The h^6 derivation takes about 5 CPU minutes and 4.6 GB (benchmarks/RESULTS_derive.md); 343 s wall at load 8."""
+    The h^6 derivation takes about 5 CPU s (benchmarks/RESULTS_derive.md, table 1c; 315 s and 4.6 GB before the
+    shortcuts of issue 26's performance pass); 14 s wall with the evaluations, so under -m slow."""
     _closed_form(G3, 3, 6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scheme,s,order", [(G3, 3, 8), (TJ, 2, 6)], ids=["galerkin3-h8", "triple_jump-h6"])
+def test_closed_form_to_order_2s_plus_2(scheme, s, order):
+    """The modified frequencies of galerkin3 to h^8 and the triple jump to h^6 = h^(2s+2), dimension-free (newly
+    reachable: table 1c), against the closed forms of their exact one-step maps (tests/test_stages.py: galerkin3's
+    stage action solved in SymPy, the triple jump's product of midpoint maps in Q(2^(1/3))), every coefficient
+    exactly in the field."""
+    freq = frequency_series(scheme, order // 2) if scheme is G3 else triple_jump_frequency_series(order // 2)
+    assert all(sympy.simplify(x - y) == 0 for x, y in zip(freq, LEADING[scheme.name]))
+    _closed_form(scheme, s, order, freq)
 
 
 @pytest.mark.parametrize("reference", ["trees", pytest.param("component", marks=pytest.mark.slow)])

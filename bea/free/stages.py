@@ -83,9 +83,11 @@ class StageSolver:
         self.h = HSeries.h_power(1, 1, EXACT)
         self._values: Dict[int, HSeries] = {}  # placeholder code -> its vector tree polynomial
         self._filled: Dict[int, HSeries] = {}  # tree with placeholders -> substituted and normalised
+        self._issued = 0  # placeholder codes are never reused: a tree holding one names its value for good
 
     def _code(self, poly: Poly) -> int:
-        code = PLACEHOLDER + len(self._values)
+        code = PLACEHOLDER + self._issued
+        self._issued += 1
         self._values[code] = HSeries([poly], EXACT)
         return code
 
@@ -190,7 +192,11 @@ class StageSolver:
         phi = self.scheme.stage_action(self._L, a, Qs, b, self.h)
         if varied:
             phi = _first_variation(self.forest, phi)
-        return self._fill(phi, phi.order)
+        out = self._fill(phi, phi.order)
+        # the next stationary value solves afresh, with new codes: what these corrections filled is not needed again
+        self._values.clear()
+        self._filled.clear()
+        return out
 
 
 def interior_precision(order: int) -> int:
