@@ -291,9 +291,13 @@ class Algebra:
         return self.leibniz(S, d_tree, order)
 
     # ----------------------------------------------------------- jets
-    def jet_tree(self, i: int, values: Dict[int, HSeries], prec: int) -> HSeries:
+    def jet_tree(self, i: int, values: Dict[int, HSeries], prec: int, memo: Optional[dict] = None) -> HSeries:
         r"""Tree ``i`` with every leaf ``k`` of ``values`` (a jet :math:`q^{(k)}`, or :math:`A`)
-        replaced by the vector series ``values[k]``."""
+        replaced by the vector series ``values[k]``. ``memo``: a dict kept by the caller across calls with the same
+        ``values`` (codes naming fixed values), which holds their grouped terms and the canonical form of each glued
+        graph by its shape -- the tree's graph with the slots marked, and the vector factor glued into each -- so
+        that trees differing only in codes whose values share terms (successive interior corrections) glue those
+        terms once."""
         f = self.forest
         if f.is_bare(i):
             code = f.trees[i][1]
@@ -302,26 +306,38 @@ class Algebra:
         slots = [(x, s, c) for x, node in enumerate(g0) for s, (_, c) in enumerate(node) if isinstance(c, int) and c in values]
         order = min([prec] + [values[c].order for _, _, c in slots])
         out: List[Poly] = [{} for _ in range(order + 1)]
-        terms = {c: self._vector_terms(values[c], order) for c in {c for _, _, c in slots}}
-        # groups by their lowest power of h, so that a slot's loop stops at the first group out of
-        # reach (scanning all groups per slot costs the product of their numbers, 10^10 at order 8)
-        lows = {c: sorted((min(k for k, _, _ in g), w) for w, g in t.items()) for c, t in terms.items()}
+        memo = {} if memo is None else memo
+        terms, lows = {}, {}
+        for c in {c for _, _, c in slots}:
+            if (c, order) not in memo:
+                t = self._vector_terms(values[c], order)
+                # groups by their lowest power of h, so that a slot's loop stops at the first group out of
+                # reach (scanning all groups per slot costs the product of their numbers, 10^10 at order 8)
+                memo[(c, order)] = t, sorted((min(k for k, _, _ in g), w) for w, g in t.items())
+            terms[c], lows[c] = memo[(c, order)]
+        marks = {(x, s): j for j, (x, s, _) in enumerate(slots)}
+        shape = tuple(tuple((k, -1 - marks[(x, s)] if (x, s) in marks else c) for s, (k, c) in enumerate(node))
+                      for x, node in enumerate(g0))
 
         # the graph depends only on the vector factors chosen; expand the scalar parts afterwards
-        def rec(j: int, g: Graph, ws: tuple, mindeg: int) -> None:
+        def rec(j: int, ws: tuple, mindeg: int) -> None:
             if j == len(slots):
-                base = f.monomial(g)
-                for combo in _products([terms[slots[t][2]][w] for t, w in enumerate(ws)], order):
-                    deg, scal, coef = combo
+                key = (shape, ws)
+                base = memo.get(key)
+                if base is None:
+                    g = g0
+                    for (x, s, _), w in zip(slots, ws):
+                        g = self._attach(g, x, s, w)
+                    base = memo[key] = f.monomial(copy_graph(g) if g is g0 else g)
+                for deg, scal, coef in _products([terms[slots[t][2]][w] for t, w in enumerate(ws)], order):
                     _acc(out, deg, tuple(sorted(base + scal)), coef)
                 return
-            x, s, code = slots[j]
-            for low, w in lows[code]:
+            for low, w in lows[slots[j][2]]:
                 if mindeg + low > order:
                     break
-                rec(j + 1, self._attach(g, x, s, w), ws + (w,), mindeg + low)
+                rec(j + 1, ws + (w,), mindeg + low)
 
-        rec(0, g0, (), 0)
+        rec(0, (), 0)
         return HSeries(out, order)
 
     def substitute_jets(self, S: HSeries, values: Dict[int, HSeries], order: int) -> HSeries:

@@ -84,6 +84,7 @@ class StageSolver:
         self._values: Dict[int, HSeries] = {}  # placeholder code -> its vector tree polynomial
         self._filled: Dict[int, HSeries] = {}  # tree with placeholders -> substituted and normalised
         self._issued = 0  # placeholder codes are never reused: a tree holding one names its value for good
+        self._glued: dict = {}  # Algebra.jet_tree's memo for these values: the passes share most glued graphs
 
     def _code(self, poly: Poly) -> int:
         code = PLACEHOLDER + self._issued
@@ -114,7 +115,7 @@ class StageSolver:
         for x, prec in need.items():
             done = self._filled.get(x)
             if done is None or done.order < prec:
-                done = self.alg.normalize(self.alg.jet_tree(x, self._values, prec))
+                done = self.alg.normalize(self.alg.jet_tree(x, self._values, prec, self._glued))
                 self._filled[x] = done
             vals[x] = done.truncate_soft(prec)
         return self.alg.normalize(substitute(S, vals, order))
@@ -196,6 +197,7 @@ class StageSolver:
         # the next stationary value solves afresh, with new codes: what these corrections filled is not needed again
         self._values.clear()
         self._filled.clear()
+        self._glued.clear()
         return out
 
 
