@@ -136,6 +136,7 @@ class StageSolver:
         r""":math:`P \leftarrow P - (K^{-1} \otimes M^{-1})\, g`, the known terms of ``g`` taken as exact; every
         changed :math:`P_{k,j}` gets a new placeholder code."""
         raised = [self.alg.raise_index(x) for x in g]
+        dead: set = set()
         for k in range(len(P)):
             new: Dict[int, Poly] = {}
             for l, r in enumerate(raised):
@@ -152,10 +153,21 @@ class StageSolver:
                     for m, x in r.c[j].items():
                         _acc([new[j]], 0, m, -c * x)
             for j, p in new.items():
+                if j in P[k]:
+                    dead.add(P[k][j])
                 if p:
                     P[k][j] = self._code(p)
                 else:
                     P[k].pop(j, None)
+        self._retire(dead)
+
+    def _retire(self, dead: set) -> None:
+        """Forget superseded corrections: no later pass names them, so neither their values nor the trees filled
+        with them are needed again (the glued graphs by shape are kept: the new values share them)."""
+        for code in dead:
+            self._values.pop(code, None)
+        leaves = self.forest.leaves
+        self._filled = {x: v for x, v in self._filled.items() if not leaves[x] & dead}
 
     def interior(self, a: VecSeries, b: VecSeries, limit: int = EXACT) -> List[Dict[int, int]]:
         """The corrections :math:`P_{k,j}` of the stationary interior points to ``h^limit`` (at most the precision of
