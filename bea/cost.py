@@ -31,7 +31,8 @@ LIMIT_SECONDS = 3600.0
 
 #: resident memory one derivation may take by default, in GB: the project's machines have 24 GiB for 2 cores
 #: shared by several jobs at once, and a hosted CI runner about 7 GB in all; a derivation measured to need more
-#: (galerkin3 to h^6 dimension-free: about 4.6 GB) is refused unless ``allow_slow=True``
+#: (before issue 26's performance pass, galerkin3 to h^6 dimension-free: about 4.6 GB) is refused unless
+#: ``allow_slow=True``
 LIMIT_MEMORY_GB = 4.0
 
 
@@ -67,37 +68,39 @@ _BEYOND_10_MIN = {(2, 6), (3, 4), (6, 2)}  # n = 6 at h^2: bea.api.MAX_DIM
 #: the trapezoidal (and any non-midpoint) rule's dimension-free inverse, relative to the midpoint rule's
 _OTHER_SCHEME_FREE_INVERSE = {6: 4.4, 8: 7.2}
 #: stage schemes (bea.stages) on the dimension-free engine, per built-in scheme and kind: CPU seconds, cold
-#: (benchmarks/RESULTS_derive.md, table 1b). The Lagrangian kinds share one table, the modified *plus* the inverse
-#: modified Lagrangian, an upper bound of either. Their growth is not the midpoint rule's (galerkin2 h^4 -> h^6: 48x
-#: against 29x), and two interior points (galerkin3, the triple jump) cost far more than one (galerkin3 to h^6: 315
-#: CPU s, galerkin2: 18.6). The modified *equation* is a different derivation (the triple jump to h^4 did not finish
-#: in 60 s against 9.21 for both Lagrangians): a kind without a table here is not measured, hence refused.
+#: (benchmarks/RESULTS_derive.md, table 1c: ``benchmarks/derive_free.py --stage-free``, a fresh process per cell, load
+#: 3-5 on 2 cores). The Lagrangian kinds share one table, the modified *plus* the inverse modified Lagrangian, an upper
+#: bound of either. Since issue 26's performance pass (interior points to half the order, the operator applied in the
+#: jets, one stationary value for a symmetric scheme's residual) galerkin3 to h^6 takes 5 CPU s, not 315, and 0.4 GB,
+#: not 4.6. The modified *equation* is a different derivation, dearer than the Lagrangians of the same order (they
+#: need it two orders lower): a kind or an order without a table entry here is not measured, hence refused.
 _LAGRANGIAN_KINDS = ("modified_lagrangian", "inverse_modified_lagrangian")
 _STAGE_LAGRANGIANS = {
-    "galerkin2": {2: 0.39, 4: 0.39, 6: 18.6},
-    "triple_jump": {4: 9.21},
-    "galerkin3": {4: 2.7, 6: 315.0},  # h^4 measured by hand (derive_free in one process), not in table 1b
+    "galerkin2": {2: 0.02, 4: 0.06, 6: 3.09},
+    "triple_jump": {2: 0.14, 4: 0.32, 6: 15.6},
+    "galerkin3": {2: 0.26, 4: 0.40, 6: 10.2},
 }
 _STAGE_FREE: Dict[Tuple[str, str], Dict[int, float]] = {
     (name, kind): table for name, table in _STAGE_LAGRANGIANS.items() for kind in _LAGRANGIAN_KINDS
 }
-# the modified equation: CPU seconds of bea.modified_equation(scheme, order, cache=False, allow_slow=True), a fresh
-# process each, load ~8 on 2 cores (RESULTS_derive.md, fix pass stage-rad2); unfinished, hence not estimated:
-# galerkin2 h^6 (stopped at 240 s wall), galerkin3 h^4 (40 s), the triple jump h^4 (60 s)
+# the modified equation: CPU seconds of bea.modified_equation(scheme, order, cache=False, allow_slow=True) (table 1c);
+# not run above h^4, hence not estimated there
 _STAGE_FREE.update({
-    ("galerkin2", "modified_equation"): {2: 0.16, 4: 2.75},
-    ("galerkin3", "modified_equation"): {2: 0.97},
-    ("triple_jump", "modified_equation"): {2: 1.64},
+    ("galerkin2", "modified_equation"): {2: 0.02, 4: 0.76},
+    ("galerkin3", "modified_equation"): {2: 0.17, 4: 3.07},
+    ("triple_jump", "modified_equation"): {2: 0.13, 4: 5.05},
 })
-#: scheme -> (order, CPU s, GB resident): the lowest order whose derivation was stopped unfinished (table 1b), to
-#: spare the memory and time of a shared machine; it and the orders above are estimated "unknown, over the limit"
+#: scheme -> (order, CPU s, GB resident): the lowest order whose derivation was stopped unfinished, to spare the memory
+#: and time of a shared machine; it and the orders above are estimated "unknown, over the limit". galerkin2: table 1b,
+#: before the performance pass (not re-measured); galerkin3: table 1c (the discrete Euler-Lagrange residual to h^8,
+#: solved with the interior points to h^8, outgrew the memory). Orders above a scheme's table are refused too.
 _STAGE_STOPPED = {
     "galerkin2": (8, 80.0, 2.8),
-    "triple_jump": (6, 465.0, 4.5),
-    "galerkin3": (8, 84.0, 2.1),
+    "galerkin3": (8, 160.0, 5.4),
 }
-#: GB resident near the end of a finished cold derivation (table 1b, ``ps``); orders not listed were not measured
-_STAGE_MEMORY_GB = {"galerkin2": {6: 0.45}, "galerkin3": {4: 0.28, 6: 4.6}}
+#: GB resident at the end of a finished cold derivation (peak ``ru_maxrss``, table 1c, the interpreter's 0.3 GB of
+#: imports included); orders not listed were not measured
+_STAGE_MEMORY_GB = {"galerkin2": {6: 0.36}, "triple_jump": {6: 0.45}, "galerkin3": {6: 0.43}}
 #: built-in stage scheme -> interior points
 _STAGE_INTERIOR = {"galerkin2": 1, "galerkin3": 2, "triple_jump": 2}
 _MOST_INTERIOR = max(_STAGE_INTERIOR.values())
@@ -122,7 +125,7 @@ def _like(m: int) -> list:
 
 def _one_stage_estimate(ref: str, kind: str, order: int) -> Tuple[Optional[float], str]:
     """The estimate from the measurements of the built-in scheme ``ref``."""
-    stop, cpu, gb = _STAGE_STOPPED[ref]
+    stop, cpu, gb = _STAGE_STOPPED.get(ref, (math.inf, 0.0, 0.0))
     if order >= stop:
         return None, (f"on the dimension-free engine {ref} to h^{stop} was stopped unfinished after {cpu:.0f} CPU s at "
                       f"{gb:.1f} GB resident")
