@@ -138,8 +138,10 @@ def test_triple_jump_by_evaluation_n2(kind):
 @pytest.mark.parametrize("kind", LAGRANGIANS)
 def test_galerkin3_by_evaluation_n2(kind):
     """galerkin3 to h^6 = h^(2s), dimension-free, against the component derivation on the nonlinear n = 2 L,
-    exactly. The dimension-free derivation takes about 5 CPU minutes and 4.6 GB (benchmarks/RESULTS_derive.md);
-    the triple jump to h^6 did not finish in 465 CPU s, so it is not tested here. Its h^6 coefficient is rational
+    exactly. The dimension-free derivation takes about 10 CPU s (benchmarks/RESULTS_derive.md, table 1c; 5 CPU minutes
+    and 4.6 GB before the performance pass); the component derivations of this L take most of the 3.5 minutes wall
+    (load 4). The triple jump to h^6 is checked by its closed form instead (test_closed_form_triple_jump_to_h6). Its
+    h^6 coefficient is rational
     at this point (as its closed-form leading coefficient 1/302400 is: the symmetric nodes' sqrt 5 cancels at the
     leading order), while the interior points are solved in Q(sqrt 5)."""
     _by_evaluation(G3, 6, kind, *_polynomial_n2(), irrational_top=False)
