@@ -44,6 +44,7 @@ from ..errors import BeaValueError, InconsistentSchemeError
 from ..schemes import Scheme
 from .algebra import Algebra, lagrangian_at
 from .curve import CurveDerivative
+from .euler_lagrange import equation_from_lagrangian
 from .shift import Shift
 from .stages import StageSolver
 from .substitution import LagrangianSubstitution
@@ -260,8 +261,18 @@ class FreeDerivation:
         f = self.forest
         low = min((d for d in range(1, len(out.c)) for m in out.c[d] for x in m if any(2 <= c < OPEN for c in f.leaves[x])),
                   default=order)
-        F = self.modified_equation(max(order - low, 0))
+        F = self._equation_below(max(order - low, 0))
         return self.alg.normalize(self.alg.substitute_jets(out, self._jet_values(F, order, [out]), order)).truncate(order)
+
+    def _equation_below(self, r: int) -> HSeries:
+        """The modified equation to ``h^r`` for a lower order's modified Lagrangian: from the Euler-Lagrange equations
+        of the modified Lagrangian to ``h^r`` where ``r`` is below twice its first correction
+        (:mod:`bea.free.euler_lagrange`), else from the discrete Euler-Lagrange residual."""
+        if r >= 2 and (self._F is None or self._F.order < r):
+            F = equation_from_lagrangian(self.alg, self.modified_lagrangian(r), self.modified_equation(0), r)
+            if F is not None:
+                return F
+        return self.modified_equation(r)
 
     @property
     def symmetric(self) -> bool:
