@@ -71,14 +71,14 @@ _OTHER_SCHEME_FREE_INVERSE = {6: 4.4, 8: 7.2}
 #: (benchmarks/RESULTS_derive.md, table 1c: ``benchmarks/derive_free.py --stage-free``, a fresh process per cell, load
 #: 3-5 on 2 cores). The Lagrangian kinds share one table, the modified *plus* the inverse modified Lagrangian, an upper
 #: bound of either. Since issue 26's performance pass (interior points to half the order, the operator applied in the
-#: jets, one stationary value for a symmetric scheme's residual) galerkin3 to h^6 takes 5 CPU s, not 315, and 0.4 GB,
-#: not 4.6. The modified *equation* is a different derivation, dearer than the Lagrangians of the same order (they
+#: jets, the modified equation from the modified Lagrangian) galerkin3 to h^6 takes 3 CPU s, not 315, and 0.35 GB, not
+#: 4.6. The modified *equation* is a different derivation, dearer than the Lagrangians of the same order (they
 #: need it two orders lower): a kind or an order without a table entry here is not measured, hence refused.
 _LAGRANGIAN_KINDS = ("modified_lagrangian", "inverse_modified_lagrangian")
 _STAGE_LAGRANGIANS = {
-    "galerkin2": {2: 0.02, 4: 0.06, 6: 3.09},
-    "triple_jump": {2: 0.14, 4: 0.32, 6: 15.6},
-    "galerkin3": {2: 0.26, 4: 0.40, 6: 10.2},
+    "galerkin2": {2: 0.02, 4: 0.03, 6: 2.47},
+    "triple_jump": {2: 0.14, 4: 0.19, 6: 5.39},
+    "galerkin3": {2: 0.24, 4: 0.30, 6: 3.14},
 }
 _STAGE_FREE: Dict[Tuple[str, str], Dict[int, float]] = {
     (name, kind): table for name, table in _STAGE_LAGRANGIANS.items() for kind in _LAGRANGIAN_KINDS
@@ -86,9 +86,9 @@ _STAGE_FREE: Dict[Tuple[str, str], Dict[int, float]] = {
 # the modified equation: CPU seconds of bea.modified_equation(scheme, order, cache=False, allow_slow=True) (table 1c);
 # not run above h^4, hence not estimated there
 _STAGE_FREE.update({
-    ("galerkin2", "modified_equation"): {2: 0.02, 4: 0.76},
-    ("galerkin3", "modified_equation"): {2: 0.17, 4: 3.07},
-    ("triple_jump", "modified_equation"): {2: 0.13, 4: 5.05},
+    ("galerkin2", "modified_equation"): {2: 0.01, 4: 0.85},
+    ("galerkin3", "modified_equation"): {2: 0.16, 4: 3.10},
+    ("triple_jump", "modified_equation"): {2: 0.11, 4: 4.70},
 })
 #: scheme -> (order, CPU s, GB resident): the lowest order whose derivation was stopped unfinished, to spare the memory
 #: and time of a shared machine; it and the orders above are estimated "unknown, over the limit". galerkin2: table 1b,
@@ -100,7 +100,7 @@ _STAGE_STOPPED = {
 }
 #: GB resident at the end of a finished cold derivation (peak ``ru_maxrss``, table 1c, the interpreter's 0.3 GB of
 #: imports included); orders not listed were not measured
-_STAGE_MEMORY_GB = {"galerkin2": {6: 0.36}, "triple_jump": {6: 0.45}, "galerkin3": {6: 0.43}}
+_STAGE_MEMORY_GB = {"galerkin2": {6: 0.43}, "triple_jump": {6: 0.45}, "galerkin3": {6: 0.35}}
 #: built-in stage scheme -> interior points
 _STAGE_INTERIOR = {"galerkin2": 1, "galerkin3": 2, "triple_jump": 2}
 _MOST_INTERIOR = max(_STAGE_INTERIOR.values())
