@@ -280,7 +280,7 @@ def test_cost_guard_uses_the_stage_scheme_table(monkeypatch):
         bea.modified_lagrangian("galerkin2", 8, cache=False, allow_slow=True)
     with pytest.raises(_Started):
         bea.modified_lagrangian("galerkin2", 6, cache=False)
-    with pytest.raises(cost.TooSlowError):  # two interior points: the h^8 derivation does not finish (table 1b)
+    with pytest.raises(cost.TooSlowError):  # two interior points: h^8 needs 4.83 GB (table 1c), over LIMIT_MEMORY_GB
         bea.modified_lagrangian("galerkin3", 8, cache=False)
 
 
