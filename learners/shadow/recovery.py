@@ -22,6 +22,7 @@ from .calibration import ensure_energy_calibration
 from .kernels import RBFKernel
 from .rbf_jet import JetLagrangian, RBFJet, jets_fit
 from .references import energies_reference, reference_state
+from .truncation import energy_unit_fit, unit_free
 from .uncertainty import (LinearisedQuantity, Reference, jet_order, momentum_functionals, on_mean_jet, posterior_variance,
                           repeat_functionals, weighted)
 
@@ -73,7 +74,9 @@ class RecoveryMixin:
         ``truncation=True`` (default) adds, in quadrature, the truncation error of :math:`\mathrm{mod}_N`
         estimated by the first omitted term, :math:`|H_{rec}[N'] - H_{rec}[N]|` with :math:`N'` the next order
         (:func:`next_order`): the GP posterior knows nothing of it, and at large steps it dominates (pendulum,
-        ``h = 0.5``: :math:`h^4` terms of 3e-5 against a posterior std of 1e-6 for ``N = 2``)."""
+        ``h = 0.5``: :math:`h^4` terms of 3e-5 against a posterior std of 1e-6 for ``N = 2``). For ``n >= 3`` the
+        term's part affine in the energy is left out (:mod:`learners.shadow.truncation`): it changes only the
+        energy's unit, which positions do not determine and a comparison with the truth fits away."""
         H_mean = bea.energy(self.recovered_lagrangian(order))
         if not return_std and reference is None:
             return H_mean
@@ -97,14 +100,25 @@ class RecoveryMixin:
             factor = self._speed ** 4 * self._variance_factor("energy_differences")
             var = factor * posterior_variance(self.gp, G, R)[:, 0, 0].clamp_min(0)
             if truncation:
-                nxt = self._next_energy(N, qf, vf, ref)
-                var = var + (nxt - mean) ** 2
+                var = var + self._truncation_term(N, qf, vf, ref, mean) ** 2
             std = var.sqrt()
             return (mean.reshape(lead), std.reshape(lead)) if return_std else mean.reshape(lead)
 
         return H
 
     # ------------------------------------------------------------------ uncertainty (learners.shadow.uncertainty)
+    def _truncation_term(self, N: int, q: torch.Tensor, v: torch.Tensor, ref, mean: torch.Tensor) -> torch.Tensor:
+        r"""The truncation term of ``energy``'s std at the states (data units): the first omitted term
+        :math:`H_{rec}[N'] - H_{rec}[N]` (minus its value at ``ref`` if given; ``mean`` is :math:`H_{rec}[N]` the same
+        way), for ``n >= 3`` less its part affine in the energy, a change of unit that positions do not determine
+        (:mod:`learners.shadow.truncation`). ``n <= 2`` keeps the whole term: the likelihood's path, whose README
+        numbers are kept bit for bit, and where the rule was not measured."""
+        d = self._next_energy(N, q, v, ref) - mean
+        if self.n < UNIT_FREE_MIN_N:
+            return d
+        c, b = energy_unit_fit(self, N)
+        return unit_free(d, mean, c, 0.0 if ref is not None else b)
+
     def _next_energy(self, N: int, q: torch.Tensor, v: torch.Tensor, ref=None) -> torch.Tensor:
         r""":math:`H_{rec}[N']` (:func:`next_order`) at the states (data units), minus its value at ``ref`` if given: the
         truncation term's partner. The RBF: autograd through its closed-form mean (a few seconds for 40 states at
@@ -301,6 +315,8 @@ class RecoveryMixin:
         return qs
 
 
+#: the smallest n whose energy std takes the truncation term less its unit part (RecoveryMixin._truncation_term)
+UNIT_FREE_MIN_N = 3
 #: batches of at most this many states take the next order's energy (truncation term) by autograd
 SMALL_BATCH = 2000
 #: states x training atoms per autograd pass of the next order's energy: the nested derivatives of mod_6 keep
