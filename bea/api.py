@@ -158,7 +158,7 @@ def free_raw(kind: str, scheme: SchemeLike, order: int, cache: bool = True, allo
         if raw is not None:
             return raw
     if isinstance(sch, StageScheme):
-        check_free_stages(sch)  # an irrational scheme is refused as such, before any estimate
+        check_free_stages(sch)  # constants known only as floats are refused as such, before any estimate
     check_affordable(kind, order, None, allow_slow, sch)  # a cache miss: estimate before starting
     raw = derive_free(sch, kind, order)
     if not sch.symmetric and raw.symmetric and order % 2:
@@ -282,10 +282,9 @@ def series_function(kind: str, scheme: SchemeLike, order: int, n: Optional[int] 
     The dimension-free function (:func:`compile_torch` without ``n``) in general. For ``n = 1``
     the component formula: it is derived in about a second at every order and evaluates several
     times faster there (one scalar per derivative instead of a chain per tree); the two agree to
-    rounding (``tests/test_free.py``). A stage scheme (:mod:`bea.stages`) with rational constants takes the
-    same routes (its interior points are solved on trees, :mod:`bea.free.stages`); one with constants in a
-    radical extension (``galerkin3``, the triple jump) takes the component formula in every dimension, since
-    the dimension-free engine refuses it.
+    rounding (``tests/test_free.py``). A stage scheme (:mod:`bea.stages`) with exact constants takes the same
+    routes (its interior points are solved on trees, :mod:`bea.free.stages`), constants in a radical extension
+    (``galerkin3``, the triple jump) included: they are exact tree coefficients (:mod:`bea.field_element`).
     """
     sch = _scheme(scheme)
     if n is not None:  # a positive integer; MAX_DIM caps the component routes only (compile_torch checks it there)

@@ -12,7 +12,7 @@ from typing import Any, Dict, Optional
 
 from .errors import CacheFormatError
 from .jets import Jets
-from .poly import parse_rational
+from .poly import format_rational, parse_rational
 
 __all__ = ["CacheFormatError", "encode_coeffs", "decode_coeffs"]
 
@@ -32,7 +32,7 @@ def encode_coeffs(jets: Jets, coeffs: Dict[int, object]) -> Dict[str, Any]:
     polynomial (``{"poly": ...}``) or a vector of them (``{"vector": [...]}``)."""
 
     def enc(p):
-        return [[list(m), f"{int(c.numerator)}/{int(c.denominator)}"] for m, c in p.items()]
+        return [[list(m), format_rational(c)] for m, c in p.items()]
 
     return {
         "variables": [_key_to_json(k) for k in jets.kind],

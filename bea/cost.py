@@ -10,6 +10,9 @@ core. ``tests/test_report_tables.py`` checks the model against the run recorded 
 ``docs/data/derive_cost.json`` (a second, independent run, except the dimension-free order 8, which takes a
 quarter of an hour of wall time on a busy machine and was measured once): every measured derivation within 2x.
 
+Memory is measured only for the stage schemes on the dimension-free engine (:func:`memory_estimate`); a
+derivation measured past :data:`LIMIT_MEMORY_GB` is refused like a slow one.
+
 Other schemes: the trapezoidal rule's dimension-free inverse costs more than the midpoint rule's (4.4x at
 ``h^6``, 7.2x at ``h^8`` in ``benchmarks/derive_free.py``); every other combination costs about the same.
 """
@@ -17,7 +20,7 @@ Other schemes: the trapezoidal rule's dimension-free inverse costs more than the
 from __future__ import annotations
 
 import math
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from .errors import BeaValueError
 
@@ -26,8 +29,18 @@ from .errors import BeaValueError
 LIMIT_SECONDS = 3600.0
 
 
+#: resident memory one derivation may take by default, in GB: the project's machines have 24 GiB for 2 cores
+#: shared by several jobs at once, and a hosted CI runner about 7 GB in all; a derivation measured to need more
+#: (galerkin3 to h^6 dimension-free: about 4.6 GB) is refused unless ``allow_slow=True``
+LIMIT_MEMORY_GB = 4.0
+
+
 class TooSlowError(BeaValueError):
-    """A derivation expected to run longer than :data:`LIMIT_SECONDS`, asked for without ``allow_slow=True``."""
+    """A derivation expected to run longer than :data:`LIMIT_SECONDS` or to need more than :data:`LIMIT_MEMORY_GB`,
+    asked for without ``allow_slow=True``. ``seconds`` and ``memory_gb``: the estimates (``None``: unknown)."""
+
+    seconds: Optional[float] = None
+    memory_gb: Optional[float] = None
 
 
 #: CPU seconds, midpoint rule, cold: (n or None for dimension-free, kind) -> {order: seconds}
@@ -53,26 +66,117 @@ _MEASURED: Dict[Tuple[Optional[int], str], Dict[int, float]] = {
 _BEYOND_10_MIN = {(2, 6), (3, 4), (6, 2)}  # n = 6 at h^2: bea.api.MAX_DIM
 #: the trapezoidal (and any non-midpoint) rule's dimension-free inverse, relative to the midpoint rule's
 _OTHER_SCHEME_FREE_INVERSE = {6: 4.4, 8: 7.2}
-#: a stage scheme (bea.stages) on the dimension-free engine, one interior point (galerkin2): CPU seconds of the
-#: modified *plus* the inverse modified Lagrangian (benchmarks/RESULTS_derive.md, table 1b), an upper bound of
-#: either kind. Its growth is not the midpoint rule's (h^4 -> h^6: 48x against 29x), and h^8 was stopped
-#: unfinished after 80 CPU s at 2.8 GB resident and growing: above h^6 it is not measured.
-_STAGE_FREE = {2: 0.39, 4: 0.39, 6: 18.6}
+#: stage schemes (bea.stages) on the dimension-free engine, per built-in scheme and kind: CPU seconds, cold
+#: (benchmarks/RESULTS_derive.md, table 1b). The Lagrangian kinds share one table, the modified *plus* the inverse
+#: modified Lagrangian, an upper bound of either. Their growth is not the midpoint rule's (galerkin2 h^4 -> h^6: 48x
+#: against 29x), and two interior points (galerkin3, the triple jump) cost far more than one (galerkin3 to h^6: 315
+#: CPU s, galerkin2: 18.6). The modified *equation* is a different derivation (the triple jump to h^4 did not finish
+#: in 60 s against 9.21 for both Lagrangians): a kind without a table here is not measured, hence refused.
+_LAGRANGIAN_KINDS = ("modified_lagrangian", "inverse_modified_lagrangian")
+_STAGE_LAGRANGIANS = {
+    "galerkin2": {2: 0.39, 4: 0.39, 6: 18.6},
+    "triple_jump": {4: 9.21},
+    "galerkin3": {4: 2.7, 6: 315.0},  # h^4 measured by hand (derive_free in one process), not in table 1b
+}
+_STAGE_FREE: Dict[Tuple[str, str], Dict[int, float]] = {
+    (name, kind): table for name, table in _STAGE_LAGRANGIANS.items() for kind in _LAGRANGIAN_KINDS
+}
+# the modified equation: CPU seconds of bea.modified_equation(scheme, order, cache=False, allow_slow=True), a fresh
+# process each, load ~8 on 2 cores (RESULTS_derive.md, fix pass stage-rad2); unfinished, hence not estimated:
+# galerkin2 h^6 (stopped at 240 s wall), galerkin3 h^4 (40 s), the triple jump h^4 (60 s)
+_STAGE_FREE.update({
+    ("galerkin2", "modified_equation"): {2: 0.16, 4: 2.75},
+    ("galerkin3", "modified_equation"): {2: 0.97},
+    ("triple_jump", "modified_equation"): {2: 1.64},
+})
+#: scheme -> (order, CPU s, GB resident): the lowest order whose derivation was stopped unfinished (table 1b), to
+#: spare the memory and time of a shared machine; it and the orders above are estimated "unknown, over the limit"
+_STAGE_STOPPED = {
+    "galerkin2": (8, 80.0, 2.8),
+    "triple_jump": (6, 465.0, 4.5),
+    "galerkin3": (8, 84.0, 2.1),
+}
+#: GB resident near the end of a finished cold derivation (table 1b, ``ps``); orders not listed were not measured
+_STAGE_MEMORY_GB = {"galerkin2": {6: 0.45}, "galerkin3": {4: 0.28, 6: 4.6}}
+#: built-in stage scheme -> interior points
+_STAGE_INTERIOR = {"galerkin2": 1, "galerkin3": 2, "triple_jump": 2}
+_MOST_INTERIOR = max(_STAGE_INTERIOR.values())
+#: schemes with more interior points than any measured one: nothing above this order is estimated
+_UNMEASURED_INTERIOR_TOP = 4
 
 
-def _free_stage_estimate(scheme, order: int) -> Optional[Tuple[Optional[float], str]]:
-    """The estimate of a stage scheme on the dimension-free engine (``None``: ``scheme`` is not one)."""
+def _builtin_stage(sch) -> Optional[str]:
+    """The built-in stage scheme ``sch`` is, recognised by its constants (the fingerprint), never by the name a user
+    chose: ``Composition(..., name="galerkin2")`` is not galerkin2."""
+    from .schemes import get_scheme
+
+    fp = sch.fingerprint()
+    return next((name for name in _STAGE_LAGRANGIANS if get_scheme(name).fingerprint() == fp), None)
+
+
+def _like(m: int) -> list:
+    """The measured schemes that stand for a user scheme with ``m`` interior points: those with at least as many
+    (with more than any, those with the most)."""
+    return [r for r, k in _STAGE_INTERIOR.items() if k >= min(m, _MOST_INTERIOR)]
+
+
+def _one_stage_estimate(ref: str, kind: str, order: int) -> Tuple[Optional[float], str]:
+    """The estimate from the measurements of the built-in scheme ``ref``."""
+    stop, cpu, gb = _STAGE_STOPPED[ref]
+    if order >= stop:
+        return None, (f"on the dimension-free engine {ref} to h^{stop} was stopped unfinished after {cpu:.0f} CPU s at "
+                      f"{gb:.1f} GB resident")
+    table = _STAGE_FREE.get((ref, kind))
+    if table is None:
+        return None, f"the {kind.replace('_', ' ')} of {ref} on the dimension-free engine is not measured"
+    if order > max(table):
+        return None, f"{ref} on the dimension-free engine is not measured above h^{max(table)}"
+    return _from_table(table, order)
+
+
+def _stage_refs(scheme) -> Optional[Tuple[Optional[str], List[str], int]]:
+    """For a stage scheme: the built-in it is (or None), the measured schemes it is estimated by (itself, or those
+    with at least as many interior points) and its number of interior points; ``None`` for other schemes."""
     from .schemes import get_scheme
     from .stages import StageScheme
 
     sch = get_scheme(scheme) if isinstance(scheme, str) else scheme
     if not isinstance(sch, StageScheme):
         return None
-    top = max(_STAGE_FREE)
-    if order > top:  # the h^4 -> h^6 growth alone puts h^8 at about 15 minutes
-        return None, (f"a stage scheme above h^{top} on the dimension-free engine is not measured: galerkin2 to h^8 was "
-                      "stopped after 80 CPU s at 2.8 GB resident and growing")
-    return _from_table(_STAGE_FREE, order)
+    ref = _builtin_stage(sch)
+    return ref, ([ref] if ref is not None else _like(sch.n_interior)), sch.n_interior
+
+
+def _free_stage_estimate(scheme, kind: str, order: int) -> Optional[Tuple[Optional[float], str]]:
+    """The estimate of a stage scheme on the dimension-free engine (``None``: ``scheme`` is not one). A scheme that
+    is not a built-in one is estimated as the costliest measured scheme with at least as many interior points (each
+    one more re-expands ``L`` at one more point with its trees glued in; galerkin3 is cheap only because its h^2 and
+    h^4 terms vanish); with more interior points than any measured scheme, nothing above h^4 is estimated."""
+    found = _stage_refs(scheme)
+    if found is None:
+        return None
+    ref, refs, m = found
+    if ref is not None:
+        return _one_stage_estimate(ref, kind, order)
+    if m > _MOST_INTERIOR and order > _UNMEASURED_INTERIOR_TOP:
+        return None, (f"a stage scheme with {m} interior points on the dimension-free engine is not measured above "
+                      f"h^{_UNMEASURED_INTERIOR_TOP}")
+    estimates = [(r,) + _one_stage_estimate(r, kind, order) for r in refs]
+    unknown = [e for e in estimates if e[1] is None]
+    r, seconds, basis = unknown[0] if unknown else max(estimates, key=lambda e: e[1])
+    least = min(m, _MOST_INTERIOR)
+    return seconds, f"{basis} for {r}, the costliest measured scheme with at least {least} interior point(s)"
+
+
+def memory_estimate(order: int, n: Optional[int], scheme="midpoint") -> Optional[float]:
+    """GB resident that a cold derivation to ``h^order`` was measured to need: only stage schemes on the
+    dimension-free engine are measured (a user scheme: the most of the built-ins it is estimated by); ``None``
+    where not measured."""
+    found = None if n is not None else _stage_refs(scheme)
+    if found is None:
+        return None
+    known = [_STAGE_MEMORY_GB.get(r, {}).get(order) for r in found[1]]
+    return max((g for g in known if g is not None), default=None)
 
 
 def _too_long(n: Optional[int], order: int) -> bool:
@@ -105,7 +209,7 @@ def estimate(kind: str, order: int, n: Optional[int], scheme="midpoint") -> Tupl
     ``modified_equation`` is estimated by the modified Lagrangian, which needs it (an upper bound). ``scheme``: a
     name or a :class:`bea.schemes.Scheme`; a stage scheme on the dimension-free engine has its own table."""
     if n is None:
-        staged = _free_stage_estimate(scheme, order)
+        staged = _free_stage_estimate(scheme, kind, order)
         if staged is not None:
             return staged
     if _too_long(n, order):
@@ -120,24 +224,29 @@ def estimate(kind: str, order: int, n: Optional[int], scheme="midpoint") -> Tupl
 
 
 def check_affordable(kind: str, order: int, n: Optional[int], allow_slow: bool, scheme="midpoint") -> None:
-    """Raise :class:`TooSlowError` with the estimate unless the cold derivation of ``kind`` to ``h^order`` (``n``:
-    its dimension, ``None`` for the dimension-free engine) is expected within :data:`LIMIT_SECONDS`, or
-    ``allow_slow`` is true. Called only on a cache miss: a cached result costs nothing."""
+    """Raise :class:`TooSlowError` with the estimates unless the cold derivation of ``kind`` to ``h^order`` (``n``:
+    its dimension, ``None`` for the dimension-free engine) is expected within :data:`LIMIT_SECONDS` and, where
+    its memory was measured (:func:`memory_estimate`), within :data:`LIMIT_MEMORY_GB`, or ``allow_slow`` is true.
+    Called only on a cache miss: a cached result costs nothing."""
     if allow_slow is not True and allow_slow is not False:
         from .errors import BeaTypeError
 
         raise BeaTypeError(f"allow_slow must be True or False, got {type(allow_slow).__name__}")
     seconds, basis = estimate(kind, order, n, scheme)
-    if allow_slow or (seconds is not None and seconds <= LIMIT_SECONDS):
+    gb = memory_estimate(order, n, scheme)
+    if allow_slow or (seconds is not None and seconds <= LIMIT_SECONDS and (gb is None or gb <= LIMIT_MEMORY_GB)):
         return
     span = "for every n (dimension-free)" if n is None else f"for n = {n}"
-    raise TooSlowError(
+    memory = "" if gb is None else f" and about {gb:.1f} GB of memory (measured)"
+    err = TooSlowError(
         f"the {kind.replace('_', ' ')} to h^{order} {span} is not cached, and deriving it is expected to take "
-        f"{describe(seconds)} of CPU time ({basis}); derivations not known to finish within {describe(LIMIT_SECONDS)} are "
-        "refused: lower the order or "
+        f"{describe(seconds)} of CPU time ({basis}){memory}; derivations not known to finish within "
+        f"{describe(LIMIT_SECONDS)} and {LIMIT_MEMORY_GB:.0f} GB are refused: lower the order or "
         "the dimension (the dimension-free form serves every n), or pass allow_slow=True (CLI: --allow-slow) to start "
         "it anyway"
     )
+    err.seconds, err.memory_gb = seconds, gb
+    raise err
 
 
 def describe(seconds: Optional[float]) -> str:

@@ -24,6 +24,7 @@ from typing import Dict, Iterable, List, Mapping, Tuple
 from .errors import BeaTypeError, BeaValueError, InconsistentSchemeError, SeriesError, UnsupportedSchemeError
 from .poly import ONE, PLAIN, Monomial, Poly, Q, Rules, padd, pdiff, pmul, pmul_var, pscale, pvars  # noqa: F401
 from .poly import merge, reduce_monomial, to_rational  # noqa: F401
+from .field_element import FieldElement, coefficient
 from .radicals import RadicalNumber
 
 
@@ -129,12 +130,16 @@ class HSeries:
             return NotImplemented
 
     def __mul__(self, other):
-        if isinstance(other, RadicalNumber):
+        if isinstance(other, (RadicalNumber, FieldElement)) and self.nil is not PLAIN:
+            # a component series: theta is a variable that its rules must have (else UnsupportedSchemeError)
             return mul(self, HSeries([radical_poly(other, self.nil)], EXACT, self.nil))
         if not isinstance(other, HSeries):
             try:
                 r = to_rational(other)
             except TypeError:
+                if isinstance(other, (RadicalNumber, FieldElement)):
+                    # the dimension-free engine's plain rules have no variable for theta: it goes into the coefficients
+                    return HSeries([pscale(p, coefficient(other)) for p in self.c], self.order, self.nil)
                 return NotImplemented
             return HSeries([pscale(p, r) for p in self.c], self.order, self.nil)
         return mul(self, other)
@@ -144,7 +149,7 @@ class HSeries:
     def __truediv__(self, other):
         if isinstance(other, HSeries):
             return self._div_series(other)
-        if isinstance(other, RadicalNumber):
+        if isinstance(other, (RadicalNumber, FieldElement)):
             return self * (1 / other)
         try:
             r = to_rational(other)
@@ -185,8 +190,8 @@ class HSeries:
         return f"HSeries(order={self.order}; terms {', '.join(terms) or '0'})"
 
 
-def radical_poly(x: RadicalNumber, rules: Rules) -> Poly:
-    r""":math:`\sum_k a_k\theta^k` as a polynomial in the variable of :math:`\theta` (``rules.radical``)."""
+def radical_poly(x, rules: Rules) -> Poly:
+    r""":math:`\sum_k a_k\theta^k` (a :class:`RadicalNumber` or :class:`FieldElement`) as a polynomial in the variable of :math:`\theta` (``rules.radical``)."""
     if rules.radical is None or (rules.radical[2], rules.radical[1]) != (Q(x.field[0].numerator, x.field[0].denominator), x.field[1]):
         raise UnsupportedSchemeError(
             f"{x!r} lies in Q({x.field[0]}^(1/{x.field[1]})), which this derivation was not set up for: a scheme's "

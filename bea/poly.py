@@ -41,6 +41,12 @@ MAX_DIGITS = 4000
 _CANONICAL = re.compile(r"(0|-?[1-9][0-9]{0,%d})/([1-9][0-9]{0,%d})" % (MAX_DIGITS - 1, MAX_DIGITS - 1))
 
 
+def format_rational(c: object) -> str:
+    """``"p/q"`` in lowest terms (``q >= 1``, ``0`` as ``"0/1"``), the canonical form that :func:`parse_rational`
+    reads back, for any exact rational (``int``, ``Fraction``, ``mpq``)."""
+    return f"{int(c.numerator)}/{int(c.denominator)}"
+
+
 def parse_rational(text: object):
     """The rational written as ``"p/q"`` by the engine, checked to be in exactly that canonical form: ASCII digits
     only (``[0-9]``, not ``\\d``, which accepts other scripts' digits), no sign but an optional ``-`` on ``p``, no

@@ -26,15 +26,21 @@ __all__ = ["RadicalNumber", "radical", "from_sympy", "Field"]
 Field = Tuple[Fraction, int]  # (c, d): theta = c^(1/d)
 
 
-def _root_is_rational(c: Fraction, p: int) -> bool:
-    def iroot(x: int) -> Optional[int]:
-        r = round(x ** (1.0 / p))
-        for y in (r - 1, r, r + 1):
-            if y >= 0 and y**p == x:
-                return y
-        return None
+def _floor_root(x: int, p: int) -> int:
+    r""":math:`\lfloor x^{1/p} \rfloor` for an integer ``x >= 0``, exactly (integer Newton from above: a float root
+    overflows past 308 digits and is inexact long before, so a perfect power could be missed)."""
+    if x < 2:
+        return x
+    y = 1 << -(-x.bit_length() // p)  # 2^ceil(bits/p) > x^(1/p)
+    while True:
+        z = ((p - 1) * y + x // y ** (p - 1)) // p
+        if z >= y:
+            return y
+        y = z
 
-    return iroot(c.numerator) is not None and iroot(c.denominator) is not None
+
+def _root_is_rational(c: Fraction, p: int) -> bool:
+    return all(_floor_root(x, p) ** p == x for x in (c.numerator, c.denominator))
 
 
 def _check_field(c: Any, d: Any) -> Field:
@@ -48,6 +54,13 @@ def _check_field(c: Any, d: Any) -> Field:
         raise BeaValueError(f"{c}^(1/{d}) does not generate a field of degree {d} (x^{d} - {c} is reducible): "
                             "write the number with a smaller root, e.g. sqrt(4) as 2 or 4^(1/4) as sqrt(2)")
     return c, d
+
+
+def check_same_field(a: Field, b: Field) -> None:
+    """Refuse to combine numbers of two different radical extensions (no exact engine carries two radicals)."""
+    if a != b:
+        raise BeaValueError(f"numbers from two different radical extensions, Q({a[0]}^(1/{a[1]})) and Q({b[0]}^(1/{b[1]})), "
+                            "cannot be combined exactly; use one radical per scheme")
 
 
 class RadicalNumber(float):
@@ -78,9 +91,7 @@ class RadicalNumber(float):
     def _other(self, o: Any) -> Optional[Tuple[Fraction, ...]]:
         """``o``'s coordinates in this field, or None for a non-number (then float arithmetic applies)."""
         if isinstance(o, RadicalNumber):
-            if o.field != self.field:
-                raise BeaValueError(f"numbers from two different radical extensions, Q({self.field[0]}^(1/{self.field[1]})) "
-                                    f"and Q({o.field[0]}^(1/{o.field[1]})), cannot be combined exactly; use one radical per scheme")
+            check_same_field(self.field, o.field)
             return o.coeffs
         r = getattr(o, "exact", None)
         if r is None and isinstance(o, (int, Fraction)) and not isinstance(o, bool):
@@ -91,30 +102,11 @@ class RadicalNumber(float):
         return RadicalNumber(self.field, coeffs)
 
     def _mul(self, a, b) -> Any:
-        c, d = self.field
-        out = [Fraction(0)] * d
-        for i, x in enumerate(a):
-            if x:
-                for j, y in enumerate(b):
-                    if y:
-                        k = i + j
-                        out[k % d] += x * y * (c if k >= d else 1)
-        return self._make(out)
+        return self._make(mul_coords(self.field, a, b))
 
     def inverse(self) -> Any:
-        """:math:`1/x`: solves :math:`M_x y = e_0` with :math:`M_x` the matrix of multiplication by ``x``."""
-        c, d = self.field
-        cols = [self._mul(self.coeffs, [int(j == k) for j in range(d)]) for k in range(d)]
-        A = [[_coords(cols[k], d)[i] for k in range(d)] + [Fraction(int(i == 0))] for i in range(d)]
-        for col in range(d):
-            piv = next(r for r in range(col, d) if A[r][col] != 0)  # x != 0 and the field: M_x is invertible
-            A[col], A[piv] = A[piv], A[col]
-            A[col] = [v / A[col][col] for v in A[col]]
-            for r in range(d):
-                if r != col and A[r][col]:
-                    f = A[r][col]
-                    A[r] = [u - f * v for u, v in zip(A[r], A[col])]
-        return self._make([A[i][d] for i in range(d)])
+        """:math:`1/x` (:func:`inverse_coords`)."""
+        return self._make(inverse_coords(self.field, self.coeffs))
 
     # -- arithmetic: exact with rationals and the same field, float with anything else
     def _op(self, o: Any, exact_op, float_op: str) -> Any:
@@ -144,7 +136,7 @@ class RadicalNumber(float):
     def _inv(self, b) -> Tuple[Fraction, ...]:
         if not any(b[1:]):
             return (1 / b[0],) + b[1:]  # ZeroDivisionError for 0, as for any number
-        return RadicalNumber(self.field, b).inverse().coeffs
+        return tuple(inverse_coords(self.field, b))
 
     def __truediv__(self, o):
         return self._op(o, lambda b: self._mul(self.coeffs, self._inv(b)), "__truediv__")
@@ -159,6 +151,8 @@ class RadicalNumber(float):
         return self
 
     def __eq__(self, o):
+        if hasattr(o, "field") and hasattr(o, "coeffs"):  # an exact element of a field (this class, FieldElement)
+            return (o.field, tuple(o.coeffs)) == (self.field, self.coeffs)  # symmetric, as the hashes agree
         oc = self._other(o) if isinstance(o, (RadicalNumber, int, Fraction)) or hasattr(o, "exact") else None
         return oc == self.coeffs if oc is not None else float(self) == o
 
@@ -189,10 +183,35 @@ class RadicalNumber(float):
     __str__ = __repr__
 
 
-def _coords(x: Any, d: int) -> Tuple[Fraction, ...]:
-    if isinstance(x, RadicalNumber):
-        return x.coeffs
-    return (Fraction(getattr(x, "exact", x)),) + (Fraction(0),) * (d - 1)
+def mul_coords(field: Field, a, b) -> list:
+    r"""The coordinates of :math:`xy` from those of :math:`x, y` (any exact rational type), reduced by
+    :math:`\theta^d = c`."""
+    c, d = field
+    out = [a[0] * 0] * d
+    for i, x in enumerate(a):
+        if x:
+            for j, y in enumerate(b):
+                if y:
+                    k = i + j
+                    out[k % d] += x * y * (c if k >= d else 1)
+    return out
+
+
+def inverse_coords(field: Field, a) -> list:
+    r"""The coordinates of :math:`1/x`: solves :math:`M_x y = e_0` with :math:`M_x` the matrix of multiplication by
+    :math:`x` (invertible for :math:`x \ne 0`, the extension being a field)."""
+    d = field[1]
+    cols = [mul_coords(field, a, [int(j == k) for j in range(d)]) for k in range(d)]
+    A = [[cols[k][i] for k in range(d)] + [a[0] * 0 + int(i == 0)] for i in range(d)]
+    for col in range(d):
+        piv = next(r for r in range(col, d) if A[r][col] != 0)
+        A[col], A[piv] = A[piv], A[col]
+        A[col] = [v / A[col][col] for v in A[col]]
+        for r in range(d):
+            if r != col and A[r][col]:
+                f = A[r][col]
+                A[r] = [u - f * v for u, v in zip(A[r], A[col])]
+    return [A[i][d] for i in range(d)]
 
 
 def radical_sympy(field: Field):

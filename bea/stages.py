@@ -160,7 +160,7 @@ class StageScheme(Scheme):
             return stationary_value(L, a, b, h, self)
         raise UnsupportedSchemeError(
             f"{self!r} has interior points fixed by stationarity: it runs on torch tensors and in bea's derivations "
-            "(e.g. bea.modified_lagrangian(scheme, 4, n=2), or n=None for rational constants); plain SymPy evaluation "
+            "(e.g. bea.modified_lagrangian(scheme, 4, n=2), or n=None for every dimension); plain SymPy evaluation "
             "cannot solve for them")
 
     def series_discrete_lagrangian(self, L, a, b, h, jets, W=None):

@@ -6,8 +6,7 @@ Table 1: cold derivation (fresh subprocess, empty cache) of the modified plus in
 Lagrangian for the generic L, midpoint and trapezoidal, with the number of terms (trees) of the
 top coefficient. Table 1b (--stages [--stage-cpu 600] [--stage-skip galerkin3:8:generic]): the stage
 schemes at orders 2s and 2s + 2 beside the midpoint rule: the dimension-free derivation (once for every n;
-schemes with rational constants -- galerkin2 -- while galerkin3 and the triple jump, whose constants lie in a
-radical extension, are refused there), and cold component-engine derivations: the concrete coupled oscillators
+galerkin2 with rational constants, galerkin3 and the triple jump with constants in a radical extension), and cold component-engine derivations: the concrete coupled oscillators
 with n = 3 (the closed-form test's system) and the generic L with n = 1, wall and CPU seconds, and the midpoint
 rule's generic n = 1 and dimension-free times at the same order. Results: benchmarks/RESULTS_derive.md. Table 2: evaluation of the modified Lagrangian of order 2, 4, 6 at 10^4 points of a
 chain of n pendula (position-dependent mass, 1/2 v^T M(q) v with M_jk = (n - max(j,k)) cos(q_j - q_k)),
@@ -38,11 +37,18 @@ print(json.dumps({"mod": t1 - t0, "inv": t2 - t1, "terms_mod": len(m.coeffs[orde
 """
 
 CHILD_STAGE = r"""
-import json, sys, time
+import json, os, resource, signal, sys, time
 import bea, sympy
 from bea.errors import UnsupportedSchemeError
 from integrators import systems
 scheme, order, case = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+
+def stopped(*_):  # at the CPU limit (SIGXCPU) or the memory limit: report how far it got, then stop
+    print(json.dumps({"stopped": True, "cpu": time.process_time() - c0,
+                      "rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}), flush=True)
+    os._exit(0)
+
+signal.signal(signal.SIGXCPU, stopped)
 if case == "free":  # dimension-free: derived once for every n
     kw = {}
 elif case == "generic":
@@ -54,25 +60,30 @@ w0, c0 = time.perf_counter(), time.process_time()
 try:
     m = bea.modified_lagrangian(scheme, order, cache=False, allow_slow=True, **kw)
     i = bea.inverse_modified_lagrangian(scheme, order, cache=False, allow_slow=True, **kw)
-except UnsupportedSchemeError:  # the dimension-free engine: constants in a radical extension
+except UnsupportedSchemeError:  # constants no exact engine represents
     print(json.dumps({"refused": True}))
     sys.exit(0)
+except MemoryError:
+    stopped()
 print(json.dumps({"wall": time.perf_counter() - w0, "cpu": time.process_time() - c0}))
 """
 #: scheme -> its order 2s; derived at 2s and 2s + 2
 STAGE_SCHEMES = {"galerkin2": 4, "triple_jump": 4, "galerkin3": 6}
 
 
-def cold(scheme: str, order: int, timeout: float, child: str = CHILD, *extra: str, cpu_limit: float = 0.0):
+def cold(scheme: str, order: int, timeout: float, child: str = CHILD, *extra: str, cpu_limit: float = 0.0, mem_gb: float = 0.0):
     """One derivation in a fresh process with an empty cache; ``None`` past ``timeout`` wall seconds or, when
     ``cpu_limit`` is set, past that many CPU seconds (RLIMIT_CPU: a limit that does not depend on the load of a
-    shared machine; the wall timeout is then only a backstop)."""
+    shared machine; the wall timeout is then only a backstop). ``mem_gb``: an address-space limit (RLIMIT_AS). A
+    stage child stopped at either limit reports ``{"stopped": True, "cpu": ..., "rss_gb": ...}``."""
     env = dict(os.environ, BEA_CACHE_DIR=tempfile.mkdtemp(prefix="bea-bench-"))
 
     def limit_cpu():
         import resource
 
         resource.setrlimit(resource.RLIMIT_CPU, (int(cpu_limit), int(cpu_limit) + 5))
+        if mem_gb:  # the machine is shared: a derivation that outgrows this stops (MemoryError) instead of swapping
+            resource.setrlimit(resource.RLIMIT_AS, (int(mem_gb * 2**30), int(mem_gb * 2**30)))
 
     try:
         r = subprocess.run([sys.executable, "-c", child, scheme, str(order), *extra], capture_output=True, text=True,
@@ -123,12 +134,13 @@ def main(argv=None) -> int:
     ap.add_argument("--stage-cpu", type=float, default=600.0, help="CPU seconds per stage derivation (table 1b)")
     ap.add_argument("--stage-skip", nargs="+", default=[], metavar="SCHEME:ORDER:CASE",
                     help="leave out stage runs, e.g. galerkin3:8:generic (case: concrete or generic)")
+    ap.add_argument("--stage-mem-gb", type=float, default=0.0, help="address-space limit per stage derivation, GB (0: none)")
     ap.add_argument("--stage-skip-free", action="store_true", help="table 1b without the midpoint's dimension-free times")
     ap.add_argument("--stage-schemes", nargs="+", default=list(STAGE_SCHEMES), choices=list(STAGE_SCHEMES))
     args = ap.parse_args(argv)
     if args.stages:
         skip = {(a, int(b), c) for a, b, c in (x.split(":") for x in args.stage_skip)}
-        return stage_table(args.stage_cpu, skip, not args.stage_skip_free, args.stage_schemes)
+        return stage_table(args.stage_cpu, skip, not args.stage_skip_free, args.stage_schemes, args.stage_mem_gb)
 
     if not args.skip_cold:
         print("| scheme | order | cold mod (s) | cold inv (s) | terms h^N mod | terms h^N inv |")
@@ -186,13 +198,14 @@ def main(argv=None) -> int:
     return 0
 
 
-def stage_table(cpu: float, skip=(), free_midpoint: bool = True, schemes=tuple(STAGE_SCHEMES)) -> int:
+def stage_table(cpu: float, skip=(), free_midpoint: bool = True, schemes=tuple(STAGE_SCHEMES), mem_gb: float = 0.0) -> int:
     """Table 1b: cold derivations (modified plus inverse modified Lagrangian, fresh process) of the stage schemes at
     orders 2s and 2s + 2: dimension-free, the concrete coupled oscillators (n = 3) and the generic L (n = 1), the midpoint rule's
     generic n = 1 and dimension-free times alongside. Wall and CPU seconds: the machine is shared, CPU is the
     steadier figure, so the limit ``cpu`` is CPU seconds per derivation (the wall backstop is 20 times it).
     ``skip``: ``(scheme, order, case)`` runs left out (shown as "not run"); ``free_midpoint=False`` leaves out the
-    midpoint rule's dimension-free derivation (table 1 has it; at order 8 it takes minutes)."""
+    midpoint rule's dimension-free derivation (table 1 has it; at order 8 it takes minutes). ``mem_gb``: the address
+    space per stage derivation (0: no limit); a run stopped at a limit shows its CPU seconds and peak memory."""
     timeout = 20 * cpu
     print(f"Limit per run: {cpu:.0f} CPU seconds (modified + inverse; the dimension-free midpoint: {timeout:.0f} s wall). "
           "Cells: wall / CPU seconds.\n")
@@ -202,6 +215,8 @@ def stage_table(cpu: float, skip=(), free_midpoint: bool = True, schemes=tuple(S
     mid = {}
 
     def show(r):
+        if r is not None and r.get("stopped"):
+            return f"> {r['cpu']:.0f} CPU s, stopped at {r['rss_gb']:.1f} GB"
         return f"> {cpu:.0f} CPU s (limit)" if r is None else f"{r['wall']:.1f} / {r['cpu']:.2f}"
 
     for scheme in schemes:
@@ -212,7 +227,8 @@ def stage_table(cpu: float, skip=(), free_midpoint: bool = True, schemes=tuple(S
                 mid[order] = (cold("midpoint", order, timeout, CHILD_STAGE, "generic", cpu_limit=cpu),
                               None if free is None else {"wall": free["mod"] + free["inv"], "cpu": math.nan})
             runs = {case: "not run" if (scheme, order, case) in skip
-                    else cold(scheme, order, timeout, CHILD_STAGE, case, cpu_limit=cpu) for case in ("free", "concrete", "generic")}
+                    else cold(scheme, order, timeout, CHILD_STAGE, case, cpu_limit=cpu, mem_gb=mem_gb)
+                    for case in ("free", "concrete", "generic")}
             m1, mf = mid[order]
             g = runs["generic"]
             ratio = "-" if not isinstance(g, dict) or m1 is None else f"{g['cpu'] / m1['cpu']:.0f}x"

@@ -52,6 +52,11 @@ def main(argv=None) -> None:
         print(f"fitted: {fit_s:.0f} s wall, {cpu_s:.0f} s cpu, objective {m.objective_used}, normalisation conditions "
               f"{m._norm_count}, kernel degree {m.kernel_degree}, held-out (trace, matrix, mechanical) "
               f"{m.history.get('normalisation_values')}", flush=True)
+        principal = m.history.get("principal")
+        if principal is not None:  # the principal-direction candidate (learners.shadow.principal)
+            print(f"principal directions: kept {principal['kept']}, held-out tied {principal['objective']:.3f}, "
+                  f"principal {principal['candidate_objective']}, factors {[round(f, 3) for f in principal['factors']]}",
+                  flush=True)
         if args.no_std:
             rel = [A.energy_differences(m, system, N, return_std=False)[0] for N in (2, 4)]
             print(f"| {args.system} | {args.kernel or 'default'} | {cpu_s:.0f} | {rel[0]:.3g} | {rel[1]:.3g} |")

@@ -84,6 +84,10 @@ def _row(args, cfg) -> None:
               f"{time.process_time() - c:.1f} s CPU")
     print(f"    normalisation conditions {model._norm_count}, held-out (trace, matrix) "
           f"{model.history.get('normalisation_values')}, lengthscales {model.hyperparameters['lengthscale']}")
+    principal = model.history.get("principal")
+    if principal is not None:  # the principal-direction candidate (learners.shadow.principal): choice and cost
+        print(f"    principal directions: kept {principal['kept']}, held-out tied {principal['objective']:.3f}, "
+              f"principal {principal['candidate_objective']}, candidate search {principal['candidate_cpu_s']:.1f} s CPU")
     for w in caught:
         print(f"    warning: {w.message}")
 

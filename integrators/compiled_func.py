@@ -28,14 +28,13 @@ That common step is one compiled graph (:meth:`FuncStepper._chord_fn`): predicto
 acceptance test on both, per element, exactly as :func:`~integrators.newton.newton` takes them (accept
 :math:`x_0` where its predicted correction is below ``xtol``, else :math:`x_1` where the chord was admissible,
 :math:`\|J^{-1}r(x_0)\|` scaled :math:`\le 0.1`, and its own predicted correction is below ``xtol``), for
-:data:`CHORD_STEPS` consecutive steps (each from the positions accepted before it, with the same :math:`J`, as
-Newton keeps it after a chord step). No Python Newton loop, and one call (with its guard checks) per two steps
-instead of two per step. Where any element fails that test, that step is taken by :func:`~integrators.newton.newton`
+:data:`CHORD_STEPS` consecutive steps in a loop inside the graph (each from the positions accepted before it, with
+the same :math:`J`, as Newton keeps it after a chord step). No Python Newton loop, and one call (with its guard
+checks) per eight steps. Where any element fails that test, that step is taken by :func:`~integrators.newton.newton`
 from the same start instead and the call's later steps are void, so the iterates are always Newton's (bit for bit
 without compilation; the compiled graph may round differently). Only this graph is compiled at build time;
-newton()'s own derivatives (the predictor's first steps, and steps the chord cannot certify) run uncompiled until
-newton() has taken :data:`COMPILE_NEWTON_AFTER` steps, and are compiled then. MLP 2x64 at batch 1000: about 1.3x the speed of
-:func:`~integrators.newton.newton` driving the same compiled derivatives (benchmarks/RESULTS_speed.md).
+newton()'s own derivatives (the predictor's first steps, and steps the chord cannot certify) run by autograd until
+newton() has done :data:`COMPILE_NEWTON_WORK` trajectory-steps, and are compiled then (benchmarks/RESULTS_speed.md).
 
 Before use the compiled derivatives are checked against autograd (:func:`integrators.model_protocol.derivatives`)
 at a few states (relative :data:`VERIFY_RTOL`). Anything that fails (``torch.compile`` refusing the code,
@@ -58,10 +57,12 @@ from .compiled import NotLowerable, scheme_points
 from .newton import NewtonOptions, _solve, newton  # _solve: the same J^{-1} r (NaN where J is singular)
 from ._stepping import extrapolate
 from .model_protocol import declares_form
+from . import _func_parts
+from ._func_parts import autograd_derivatives, contract, pad as _pad, scan_steps, store as _store
 from .traced import VERIFY_RTOL  # the same agreement with autograd as the traced C forms
 
 __all__ = ["FuncStepper", "FuncPathError", "bucket", "declares_form", "func_stepper", "FUNC_MIN_WORK", "PREDICTOR_ORDER",
-           "CHORD_STEPS", "COMPILE_NEWTON_AFTER", "VERIFY_RTOL"]
+           "CHORD_STEPS", "UNROLLED_CHORD_STEPS", "COMPILE_NEWTON_WORK", "VERIFY_RTOL"]
 
 #: ``execution="auto"`` builds this path only for runs of at least this many trajectory-steps: a build takes
 #: seconds to minutes (one per batch-size bucket), and the speed-up it buys is a small factor (benchmarks/RESULTS_speed.md)
@@ -71,17 +72,21 @@ FUNC_MIN_WORK = 100_000
 #: Jacobian reaches rounding level: 2 gradient evaluations per step and almost no Hessians, against 3 and one
 #: Hessian with order 6 (MLP 2x64, batch 1000: benchmarks/RESULTS_speed.md). Higher orders amplify rounding (2^k).
 PREDICTOR_ORDER = 10
-#: time steps per call of the one-graph chord step (:meth:`FuncStepper._chord_fn`). Two: about 10% faster than one
-#: at batch 1000 (fewer calls, guard checks and padding copies per step); four bought 2-5% more for about 1.8 times
-#: the compile time of that graph (44 s against 25 s, benchmarks/RESULTS_speed.md).
-CHORD_STEPS = 2
+#: time steps per call of the one-graph chord step (:meth:`FuncStepper._chord_fn`), a loop in the graph (torch's
+#: ``scan``, :func:`integrators._func_parts.scan_steps`), so its compile time does not grow with it. Eight: 6% faster
+#: than two unrolled steps at batch 1000 (one call's guard checks, wrappers and padding per eight steps; process CPU,
+#: MLP 2x64), where a refusal voids at most seven steps' work (benchmarks/RESULTS_speed.md, session 7).
+CHORD_STEPS = 8
+#: time steps per call where torch has no ``scan``, or its ``scan`` cannot be compiled (:meth:`FuncStepper._verify_chord`):
+#: the steps are then unrolled in Python, and the compile time grows with them (eight: about 4x that of two)
+UNROLLED_CHORD_STEPS = 2
 #: newton()'s own derivatives (the predictor's warm-up of PREDICTOR_ORDER - 1 steps per run, and steps the chord step
-#: cannot certify) run uncompiled until it has taken this many steps with this stepper, warm-ups included (so
-#: usually in the second run; in the first where the chord step leaves it 7 or more steps):
-#: compiling them at build time cost 40% more build (two more graphs: process CPU 40 s against 29 s, MLP 2x64, cold
-#: inductor cache); uncompiled, a run's warm-up at batch 1000 costs about 0.15 s of CPU against 0.08 s compiled
-#: (3.1 against 1.8 ms a gradient, 7.1 against 3.5 ms a Jacobian), next to 1.3 s for 400 chord steps
-COMPILE_NEWTON_AFTER = 16
+#: cannot certify) run by autograd until it has taken this many trajectory-steps with this stepper (warm-ups
+#: included), then are compiled: the break-even of their compile (two graphs, about 8 s of CPU with a cold inductor
+#: cache, MLP 2x64) against what they save, about 5 us a trajectory-step (a run's warm-up at batch 1000: about 0.11 s
+#: by autograd against 0.07 s compiled, next to 1 s for its 391 chord steps). So a cold first build compiles the chord
+#: graph alone (issue 28: <= 30 s), and runs whose steps the chord graph cannot certify compile the rest
+COMPILE_NEWTON_WORK = 1_000_000
 
 
 class FuncPathError(NotLowerable):
@@ -103,26 +108,6 @@ def bucket(batch: int) -> int:
     return max(2, 1 << (int(batch) - 1).bit_length())
 
 
-def _pad(t: torch.Tensor, size: int, dim: int = 0) -> torch.Tensor:
-    """``t`` with its first row (along ``dim``) repeated up to ``size`` rows (finite filler; the extra rows are
-    discarded)."""
-    extra = size - t.shape[dim]
-    if extra == 0:
-        return t
-    first = t.narrow(dim, 0, 1)
-    return torch.cat([t, first.expand(*t.shape[:dim], extra, *t.shape[dim + 1:])], dim)
-
-
-def _store(buf: Optional[torch.Tensor], j: int, rows: Optional[torch.Tensor], value: torch.Tensor) -> None:
-    """``buf[j] = value`` for the trajectories ``rows`` (None: all; no buffer: nothing)."""
-    if buf is None:
-        return
-    if rows is None:
-        buf[j] = value
-    else:
-        buf[j, rows] = value
-
-
 class FuncStepper:
     """Steps of one Lagrangian, scheme, ``h`` and ``n`` with compiled :func:`torch.func` derivatives (module
     docstring); the interface of :class:`~integrators.compiled.CompiledStepper` that the march uses."""
@@ -137,27 +122,30 @@ class FuncStepper:
         self.failure: Optional[str] = None  # why a compiled evaluation failed during a run (then eager from there)
         pts = torch.from_numpy(scheme_points(h, scheme, n))
         D = 2 * n
-        self.w = pts[:, 0]
-        self.o = pts[:, 1:1 + D]
-        self.A = pts[:, 1 + D:1 + D + D * n].reshape(-1, D, n)
-        self.B = pts[:, 1 + D + D * n:1 + D + 2 * D * n].reshape(-1, D, n)
+        # separate tensors, not views of pts: torch's scan refuses closures whose inputs alias each other
+        self.w = pts[:, 0].clone()
+        self.o = pts[:, 1:1 + D].clone()
+        self.A = pts[:, 1 + D:1 + D + D * n].reshape(-1, D, n).clone()
+        self.B = pts[:, 1 + D + D * n:1 + D + 2 * D * n].reshape(-1, D, n).clone()
         wrap = (lambda f: torch.compile(_own_code(f), fullgraph=True, dynamic=False)) if compile else (lambda f: f)
-        # newton()'s derivatives run uncompiled until it has taken COMPILE_NEWTON_AFTER steps (warm-up steps count)
-        self._residual, self._jacobian, self._chord = self._residual_fn, self._jacobian_fn, wrap(self._chord_fn)
-        self._wrap = wrap
-        self.chord_steps = CHORD_STEPS
+        # newton()'s derivatives: autograd until it has taken COMPILE_NEWTON_WORK trajectory-steps (warm-ups count)
+        self._residual = lambda x, a, p: autograd_derivatives(self, x, a, p, False)
+        self._jacobian = lambda x, a: autograd_derivatives(self, x, a, None, True)[2]
+        self._scan, self._chord, self._wrap = _func_parts.has_scan(), wrap(self._chord_fn), wrap  # no scan: unrolled
+        self.chord_steps = CHORD_STEPS if self._scan else UNROLLED_CHORD_STEPS
         self.stats = {"chord_steps": 0, "newton_steps": 0}  # steps from the one-graph chord step, and newton()'s
+        self._newton_work = self._refusals = self._skip = 0  # newton()'s trajectory-steps; see _back_off
+        self._newton_compiled = False
         self.lower_seconds = time.perf_counter() - t0
         t0 = time.perf_counter()
         self._verify_chord(*self._verify(bucket(batch)), bucket(batch))
         self.compile_seconds = time.perf_counter() - t0
 
-    def _newton_step_taken(self) -> None:
-        """Count a step that newton() takes; the :data:`COMPILE_NEWTON_AFTER`-th compiles its derivatives (and checks
-        them against autograd, :class:`FuncPathError` otherwise)."""
-        self.stats["newton_steps"] += 1
-        if self.stats["newton_steps"] == COMPILE_NEWTON_AFTER:
-            t0 = time.perf_counter()
+    def _compile_newton(self) -> None:
+        """Before newton() runs: once it has taken :data:`COMPILE_NEWTON_WORK` trajectory-steps (counted as they are
+        stored), compile its derivatives (checked against autograd, :class:`FuncPathError` otherwise)."""
+        if self._newton_work >= COMPILE_NEWTON_WORK and not self._newton_compiled:
+            self._newton_compiled, t0 = True, time.perf_counter()
             self._residual, self._jacobian = self._wrap(self._residual_fn), self._wrap(self._jacobian_fn)
             self._verify(self._size)
             self.compile_seconds += time.perf_counter() - t0
@@ -173,8 +161,7 @@ class FuncStepper:
 
     def _residual_fn(self, x, a, p):
         g = self._grad(self._points(x, a))
-        wg = self.w[:, None, None] * g
-        return torch.einsum("kbd,kdn->bn", wg, self.A) + p, torch.einsum("kbd,kdn->bn", wg, self.B)
+        return contract(self.w, g, self.A) + p, contract(self.w, g, self.B)
 
     def _jacobian_fn(self, x, a):
         y = self._points(x, a)
@@ -182,7 +169,7 @@ class FuncStepper:
         for i in range(self.n):  # J e_i = sum_k w_k A_k^T H(y_k) B_k e_i: one Hessian-vector product per column
             u = self.B[:, None, :, i].expand_as(y)
             hv = torch.func.grad(lambda z: (self._grad(z) * u).sum())(y)
-            cols.append(torch.einsum("kbd,kdn->bn", self.w[:, None, None] * hv, self.A))
+            cols.append(contract(self.w, hv, self.A))
         return torch.stack(cols, -1)
 
     def _chord_fn(self, hist, a, p, J, xtol):
@@ -190,8 +177,8 @@ class FuncStepper:
         with the Jacobian ``J``: ``(x, p_next, ok)`` stacked over the steps, ``ok[s]`` true where Newton would
         accept ``x[s]`` after at most this chord correction (module docstring; the first step with an element not
         ``ok`` must be taken by :func:`~integrators.newton.newton`, and the later ones are void)."""
-        xs, ps, oks = [], [], []
-        for _ in range(self.chord_steps):
+        def step(carry, _):
+            hist, a, p = carry
             x0 = extrapolate(hist, hist.shape[0] - 1, None, hist.shape[0])
             r0, p0 = self._residual_fn(x0, a, p)
             d0 = _solve(J, r0)
@@ -204,12 +191,10 @@ class FuncStepper:
             ok0 = err0 <= xtol
             finite0 = torch.isfinite(r0.abs().amax(-1)) & torch.isfinite(x0).all(-1)
             finite1 = torch.isfinite(r1.abs().amax(-1)) & torch.isfinite(x1).all(-1)
-            oks.append(finite0 & (ok0 | ((err0 <= 0.1) & finite1 & (err1 <= xtol))))
+            ok = finite0 & (ok0 | ((err0 <= 0.1) & finite1 & (err1 <= xtol)))
             a, p = torch.where(ok0[:, None], x0, x1), torch.where(ok0[:, None], p0, p1)
-            xs.append(a)
-            ps.append(p)
-            hist = torch.cat([hist[1:], a[None]], 0)
-        return torch.stack(xs), torch.stack(ps), torch.stack(oks)
+            return (torch.cat([hist[1:], a[None]], 0), a, p), (a.clone(), p.clone(), ok)  # scan refuses aliased outputs
+        return scan_steps(step, (hist, a, p), self.chord_steps, self._scan)
 
     def derivatives(self, x: torch.Tensor, a: torch.Tensor, p: torch.Tensor,
                     size: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -236,8 +221,9 @@ class FuncStepper:
 
     def _verify(self, size: int):
         """Compile newton()'s derivatives (when they are compiled) at one batch bucket ``size`` (the current run's: a
-        build costs seconds per bucket, so none is built for verification alone) and check them against autograd at
-        random states padded to it: ``(x, a, p, J)`` of those states; :class:`FuncPathError` otherwise."""
+        build costs seconds per bucket, so none is built for verification alone) and check them, and the torch.func
+        forms that the chord graph evaluates (eagerly, at the states alone), against autograd at random states padded
+        to it: ``(x, a, p, J)`` of those states; :class:`FuncPathError` otherwise."""
         from .model_protocol import derivatives
 
         n, D, m = self.n, 2 * self.n, min(4, size)  # m states (a bucket has at least 2 rows)
@@ -249,6 +235,8 @@ class FuncStepper:
             with warnings.catch_warnings():  # torch's own deprecation notices while it compiles are not the caller's
                 warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.")
                 r, p1, J = self.derivatives(x, a, p, size)
+                with torch.no_grad():
+                    func = self._residual_fn(x, a, p) + (self._jacobian_fn(x, a),)
         except Exception as err:  # noqa: BLE001 - torch.compile raises many internal types; the reason is kept
             first = (str(err).strip().splitlines() or [""])[0][:300]
             raise FuncPathError(f"torch.compile could not compile its derivatives ({type(err).__name__}: {first})") from None
@@ -256,20 +244,20 @@ class FuncStepper:
         _, gr, H = derivatives(self.L, y)
         K = self.w.shape[0]
         gr, H = gr.reshape(K, m, D), H.reshape(K, m, D, D)
-        wk = self.w[:, None, None]
-        r_ref = torch.einsum("kbd,kdn->bn", wk * gr, self.A) + p
-        p1_ref = torch.einsum("kbd,kdn->bn", wk * gr, self.B)  # carried into the next step: checked as well
-        J_ref = torch.einsum("kdi,kbde,kej->bij", self.A, self.w[:, None, None, None] * H, self.B)
-        for got, ref, name in ((r, r_ref, "gradient"), (p1, p1_ref, "momentum"), (J, J_ref, "Hessian")):
-            scale = float(ref.abs().max()) + 1.0
-            if not bool(torch.isfinite(got).all()) or float((got - ref).abs().max()) > VERIFY_RTOL * scale:
-                raise FuncPathError(f"the compiled {name} differs from autograd's (relative {VERIFY_RTOL:g})")
+        refs = (contract(self.w, gr, self.A) + p, contract(self.w, gr, self.B),  # (the momentum is carried on)
+                torch.einsum("kdi,kbde,kej->bij", self.A, self.w[:, None, None, None] * H, self.B))
+        for kind, values in (("compiled", (r, p1, J)), ("torch.func", func)):
+            for got, ref, name in zip(values, refs, ("gradient", "momentum", "Hessian")):
+                scale = float(ref.abs().max()) + 1.0
+                if not bool(torch.isfinite(got).all()) or float((got - ref).abs().max()) > VERIFY_RTOL * scale:
+                    raise FuncPathError(f"the {kind} {name} differs from autograd's (relative {VERIFY_RTOL:g})")
         return x, a, p, J
 
     def _verify_chord(self, x, a, p, J, size: int) -> None:
-        """Compile the one-graph step at bucket ``size`` and check it against the same function run eagerly (whose
-        parts were just checked against autograd), from a start ``x`` (every past position equal to it): positions,
-        momenta, and the first step's acceptance verdicts where they are far from the thresholds, so that a
+        """Compile the one-graph step at bucket ``size`` and check it against the same function run eagerly (its
+        torch.func residual was checked against autograd by :meth:`_verify`; where the graph does not compile with
+        torch's ``scan``, it is rebuilt once with its steps unrolled), from a start ``x`` (every past position equal to
+        it): positions, momenta, and the first step's acceptance verdicts where they are far from the thresholds, so that a
         miscompiled test cannot certify steps: false at momenta that put the predicted correction at ``J^{-1} r =
         2 (1 + |x|)`` (scaled 2 > 0.1, no chord), true at momenta that make ``x`` a root (about 1e-18 against 1e-8)."""
         hist, m = x.expand(PREDICTOR_ORDER, *x.shape), x.shape[0]
@@ -282,6 +270,9 @@ class FuncStepper:
                     warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.")
                     got = self._chord(_pad(hist, size, 1), _pad(a, size), _pad(pp, size), _pad(J, size), xtol)
             except Exception as err:  # noqa: BLE001 - as in _verify
+                if self._scan:  # torch's scan is private and may not compile here: once more, unrolled in Python
+                    self._scan, self.chord_steps, self._chord = False, UNROLLED_CHORD_STEPS, self._wrap(self._chord_fn)
+                    return self._verify_chord(x, a, p, J, size)
                 first = (str(err).strip().splitlines() or [""])[0][:300]
                 raise FuncPathError(f"torch.compile could not compile its Newton step ({type(err).__name__}: {first})") from None
             with torch.no_grad():
@@ -308,17 +299,20 @@ class FuncStepper:
         chord = options.reuse_jacobian and options.ftol == 0  # newton()'s test is then the one-graph step's
         xtol = torch.tensor(float(options.xtol), dtype=torch.float64)
         refused = False  # the last call stopped at a step it could not certify: newton() takes that one
+        if j < PREDICTOR_ORDER - 1:  # a run's start (j0 0 or 1): the last run's back-off (its dynamics) does not apply
+            self._refusals = self._skip = 0
         while j < j_end and self.failure is None:
             a = out[j] if rows is None else out[j, rows]
             try:
                 xs, via = (), "chord_steps"
-                if chord and not refused and jac is not None and j >= PREDICTOR_ORDER - 1:
+                if chord and not refused and jac is not None and j >= PREDICTOR_ORDER - 1 and self._skip == 0:
                     xs, ps = self._chord_step(out, j, rows, a, p, jac, xtol)
                     refused = 0 < len(xs) < self.chord_steps  # (none kept: newton() takes step j right here)
+                    self._back_off(2 * len(xs) >= self.chord_steps)  # fewer than half kept: a (partial) refusal
                 else:
-                    refused = False
+                    refused, self._skip = False, max(0, self._skip - 1)
                 if not xs:
-                    self._newton_step_taken()
+                    self._compile_newton()
                     guess = first_guess if j == 0 else extrapolate(out, j, rows, PREDICTOR_ORDER)
                     res = newton(self._evaluate, guess, (a, p), options=options, jac0=jac)
                     if not bool(res.converged.all()):
@@ -330,25 +324,32 @@ class FuncStepper:
             for x, pn in zip(xs[:j_end - j], ps):
                 if max_step is not None and bool(((x - a).abs().amax(-1) > max_step).any()):  # as far_roots()
                     return j, p, jac, np.ones(1)  # the Jacobian of the last step taken, not of the root refused
-                if via is None:
-                    jac = new_jac
+                if via is None:  # (counted once stored: a root refused for max_step is no step taken)
+                    jac, self._newton_work = new_jac, self._newton_work + x.shape[0]
                 _store(out, j + 1, rows, x)
                 _store(pout, j + 1, rows, pn)
                 a, p, j = x, pn, j + 1
-                if via:
-                    self.stats[via] += 1
+                self.stats[via or "newton_steps"] += 1
         return j, p, jac, (None if j == j_end else np.ones(1))
+
+    def _back_off(self, certified: bool) -> None:
+        """After the ``c``-th call in a row that kept fewer than half its steps, the next ``2^(c-1) - 1`` steps (at
+        most 64; reset at each run's start) go to newton() without asking the graph: where the chord cannot work (a
+        poor predictor, fast dynamics), a call's :data:`CHORD_STEPS` steps of evaluations are mostly wasted, and
+        this keeps that to a few calls per hundred steps."""
+        self._refusals = 0 if certified else self._refusals + 1
+        self._skip = min(64, (1 << max(0, self._refusals - 1)) - 1)
 
     def _chord_step(self, out, j, rows, a, p, jac, xtol):
         """Steps ``j -> j + 1, ...`` by the one compiled graph :meth:`_chord_fn`: ``(xs, ps)``, the positions and
         momenta of the steps before the first one where an element needs more than its chord correction (empty:
         :func:`~integrators.newton.newton` takes step ``j``)."""
         B, size = a.shape[0], self._size
-        hist = out[j - PREDICTOR_ORDER + 1:j + 1]
-        hist = hist if rows is None else hist[:, rows]
+        hist = out[j - PREDICTOR_ORDER + 1:j + 1]  # one view of out (scan_steps copies it); a below is a copy, not a
+        hist = hist if rows is None else hist[:, rows]  # second, overlapping view of out, which scan refuses
         with torch.no_grad():
-            x, pn, ok = self._chord(_pad(hist.detach(), size, 1), _pad(a.detach(), size), _pad(p.detach(), size),
-                                    _pad(jac.detach(), size), xtol)
+            x, pn, ok = self._chord(_pad(hist.detach(), size, 1), _pad(hist[-1].detach().clone(), size),
+                                    _pad(p.detach(), size), _pad(jac.detach(), size), xtol)
         good = ok[:, :B].all(-1).tolist()  # the real rows only: a padding row's verdict is no trajectory's
         k = good.index(False) if False in good else len(good)
         return [x[s, :B] for s in range(k)], [pn[s, :B] for s in range(k)]

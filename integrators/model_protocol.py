@@ -33,7 +33,8 @@ from bea.errors import BeaWarning
 
 from .compiled import CLagrangian, NotLowerable, check_n
 
-__all__ = ["LagrangianModel", "compiled_form", "declares_form", "derivatives", "AffineModel", "CompiledPathWarning"]
+__all__ = ["LagrangianModel", "compiled_form", "declares_form", "derivatives", "AffineModel", "LinearMapModel",
+           "CompiledPathWarning"]
 
 
 class CompiledPathWarning(BeaWarning):
@@ -126,6 +127,21 @@ static void lag_derivs(const double *x, const double *P, double *g, double *H) {
 """
 
 
+def _composed_form(model, n: int, head: np.ndarray, outer: str) -> CLagrangian:
+    """The compiled form of ``model`` renamed ``inner_lag_derivs``, composed with the ``outer`` C map (its own
+    ``lag_derivs``), whose parameters ``head`` come before the inner ones."""
+    inner = compiled_form(model, n, trace=False)
+    if inner.source.count("lag_derivs(") < 1:
+        raise NotLowerable("internal: the inner C form defines no lag_derivs")
+    source = inner.source.replace("lag_derivs(", "inner_lag_derivs(") + outer
+
+    def refresh():
+        return np.concatenate([head, np.asarray(inner.refresh(), dtype=np.float64).reshape(-1)])
+    return CLagrangian(n=n, source=source, params=np.concatenate([head, np.asarray(inner.params).reshape(-1)]),
+                       cost=inner.cost, refresh=None if inner.refresh is None else refresh, vectorise=inner.vectorise,
+                       auto_max_batch=inner.auto_max_batch)
+
+
 class AffineModel:
     r""":math:`L(q, v) = c\,M(((q, v) - o)/u)` for a model ``M`` (coordinate-wise ``u > 0``, offsets ``o``, both
     of length ``2n``), with ``M``'s compiled form composed with the same map (module docstring)."""
@@ -143,16 +159,58 @@ class AffineModel:
         return self.factor * self.model((q - o[:n]) / u[:n], (v - o[n:]) / u[n:])
 
     def compiled_form(self, n: int) -> CLagrangian:
-        inner = compiled_form(self.model, n, trace=False)
-        D = 2 * n
-        if inner.source.count("lag_derivs(") < 1:
-            raise NotLowerable("internal: the inner C form defines no lag_derivs")
         head = np.concatenate([[self.factor], self.units.numpy(), self.offsets.numpy()])
-        source = (inner.source.replace("lag_derivs(", "inner_lag_derivs(")
-                  + AFFINE.replace("AFFINE_D", str(D)))
+        return _composed_form(self.model, n, head, AFFINE.replace("AFFINE_D", str(2 * n)))
 
-        def refresh():
-            return np.concatenate([head, np.asarray(inner.refresh(), dtype=np.float64).reshape(-1)])
-        return CLagrangian(n=n, source=source, params=np.concatenate([head, np.asarray(inner.params).reshape(-1)]),
-                           cost=inner.cost, refresh=None if inner.refresh is None else refresh, vectorise=inner.vectorise,
-                           auto_max_batch=inner.auto_max_batch)
+
+LINEAR = r"""
+static void lag_derivs(const double *x, const double *P, double *g, double *H) {
+    /* P = (c, A (D x D, row-major), o (D), inner parameters...): L(x) = c M(A (x - o)) */
+    const int D = LINEAR_D;
+    const double *A = P + 1, *o = P + 1 + D * D;
+    double y[LINEAR_D], gi[LINEAR_D], Hi[LINEAR_D * LINEAR_D], HA[LINEAR_D * LINEAR_D];
+    for (int i = 0; i < D; i++) {
+        y[i] = 0.0;
+        for (int j = 0; j < D; j++) y[i] += A[i * D + j] * (x[j] - o[j]);
+    }
+    inner_lag_derivs(y, P + 1 + D * D + D, gi, Hi);
+    for (int i = 0; i < D; i++) {  /* g = c A^T gi */
+        g[i] = 0.0;
+        for (int k = 0; k < D; k++) g[i] += A[k * D + i] * gi[k];
+        g[i] *= P[0];
+    }
+    for (int k = 0; k < D; k++)  /* HA = Hi A */
+        for (int j = 0; j < D; j++) {
+            HA[k * D + j] = 0.0;
+            for (int l = 0; l < D; l++) HA[k * D + j] += Hi[k * D + l] * A[l * D + j];
+        }
+    for (int i = 0; i < D; i++)  /* H = c A^T Hi A */
+        for (int j = 0; j < D; j++) {
+            double s = 0.0;
+            for (int k = 0; k < D; k++) s += A[k * D + i] * HA[k * D + j];
+            H[i * D + j] = P[0] * s;
+        }
+}
+"""
+
+
+class LinearMapModel:
+    r""":math:`L(x) = c\,M(A(x - o))` for a model ``M``, ``x = (q, v)``, a ``(2n, 2n)`` matrix ``A`` and offsets ``o``
+    (:class:`AffineModel` with a full matrix, e.g. a rotation of the coordinates): the compiled form of ``M`` composed
+    with the map by the chain rule in C, :math:`\nabla L = cA^\top\nabla M`, :math:`\nabla^2L = cA^\top\nabla^2M\,A`."""
+
+    def __init__(self, model, factor: float, matrix: torch.Tensor, offsets: Sequence[float]):
+        self.model = model
+        self.factor = float(factor)
+        self.matrix = torch.as_tensor(matrix, dtype=torch.float64).cpu()
+        self.offsets = torch.as_tensor(offsets, dtype=torch.float64).reshape(-1).cpu()
+        self.n = self.offsets.numel() // 2
+
+    def __call__(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        n = self.n
+        y = (torch.cat([q, v], -1) - self.offsets.to(q.device)) @ self.matrix.to(q.device).T
+        return self.factor * self.model(y[..., :n], y[..., n:])
+
+    def compiled_form(self, n: int) -> CLagrangian:
+        head = np.concatenate([[self.factor], self.matrix.reshape(-1).numpy(), self.offsets.numpy()])
+        return _composed_form(self.model, n, head, LINEAR.replace("LINEAR_D", str(2 * n)))

@@ -219,7 +219,7 @@ class VariationalIntegrator:
         if p0 is None:
             raise BeaValueError("the Lagrangian does not depend on the velocities: no momentum, no dynamics")
         check_finite(p0, "the initial momentum dL/dv(q0, qdot0)")
-        check_regular_at(self._L, qf, vf, self.h, "initial states (q0, qdot0)")
+        check_regular_at(self._L, qf, vf, self.h, "initial states (q0, qdot0)", self._steppers.get(n) if qf.is_cpu else None)
         out = qf.new_full((steps + 1, qf.shape[0], n), float("nan"))
         out[0] = qf
         pout = torch.full_like(out, float("nan"))
@@ -230,13 +230,13 @@ class VariationalIntegrator:
         r"""Integrate from two positions :math:`q_0, q_1` (one step apart), shape ``(batch..., n)``:
         :math:`p_1 = D_2L_\Delta(q_0, q_1)`, then the discrete Euler--Lagrange equations.
 
-        Returns a :class:`~integrators.Trajectory` whose ``q`` has the given ``q0, q1`` as its first two
-        rows (``steps >= 1``), with momenta ``p`` from :math:`p_0 = -D_1L_\Delta(q_0, q_1)` on; ``on_failure`` as in
-        :meth:`solve`."""
+        Returns a :class:`~integrators.Trajectory` whose ``q`` has the given ``q0, q1`` as its first two rows
+        (``steps >= 1``), with momenta ``p`` from :math:`p_0 = -D_1L_\Delta(q_0, q_1)` on; ``on_failure`` as in solve."""
         q0, q1, steps, on_failure = initial_data(q0, q1, ("q0", "q1"), steps, on_failure)
         batch, n = q0.shape[:-1], q0.shape[-1]
         a, b = q0.reshape(-1, n), q1.reshape(-1, n)
-        check_regular_at(self._L, (a + b) / 2, (b - a) / self.h, self.h, "initial midpoints ((q0 + q1)/2, (q1 - q0)/h)")
+        check_regular_at(self._L, (a + b) / 2, (b - a) / self.h, self.h, "initial midpoints ((q0 + q1)/2, (q1 - q0)/h)",
+                         self._steppers.get(n) if a.is_cpu else None)
         d1, p1 = self._slot_derivatives(a, b)
         check_finite(p1, "the discrete momentum D2 L_d(q0, q1)")
         out = a.new_full((steps + 1, a.shape[0], n), float("nan"))

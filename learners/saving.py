@@ -4,7 +4,8 @@ A file holds one dict, written by :func:`torch.save` and read with ``torch.load(
 (only tensors, numbers, strings, lists and dicts are unpickled -- nothing in a file is executed):
 
 ``format``, ``version``
-    :data:`FORMAT` and :data:`VERSION`; a file of another format or version is refused.
+    :data:`FORMAT` and a version of :data:`VERSIONS` (written: the oldest that holds the model, so older code loads
+    what it can read and refuses the rest); a file of another format or version is refused.
 ``class``
     the model's class; loading it as another class is refused (:class:`ModelFileError`).
 ``config``
@@ -48,12 +49,16 @@ from bea.files import atomic_save
 from bea.errors import BeaFileNotFoundError, BeaValueError
 from bea.reading import NotRegularFileError, open_regular
 
-__all__ = ["ModelFileError", "FORMAT", "VERSION", "MAX_SIZE", "MAX_PARAMETERS", "recorded", "register", "write", "read",
+__all__ = ["ModelFileError", "FORMAT", "VERSION", "VERSIONS", "MAX_SIZE", "MAX_PARAMETERS", "recorded", "register", "write", "read",
            "load", "encode", "decode", "digest", "check_sizes"]
 
 FORMAT = "bea.learners.model"
-#: 2: the file carries a checksum (version 1 files are refused: save the model again)
-VERSION = 2
+#: the newest version. 2: the file carries a checksum (version 1 files are refused: save the model again); 3: a GP
+#: model fitted in rotated coordinates (its ``rotation``, :mod:`learners.shadow.units`) -- written only for such a
+#: model, since code that reads version 2 would load it without the rotation and predict wrongly
+VERSION = 3
+#: the versions this code reads
+VERSIONS = (2, 3)
 
 #: the largest size a model file may declare (a width, a dimension, a number of layers, a list's length)
 MAX_SIZE = 4096
@@ -185,9 +190,12 @@ def check_sizes(value: Any, where: str = "the file") -> None:
                                  f"(learners.saving.MAX_PARAMETERS)")
 
 
-def write(model: Any, path: PathLike, config: Dict[str, Any], state: Dict[str, Any]) -> Path:
-    """Write a model file for ``model`` atomically, with its checksum; returns the path."""
-    payload = {"format": FORMAT, "version": VERSION, "class": type(model).__name__,
+def write(model: Any, path: PathLike, config: Dict[str, Any], state: Dict[str, Any], version: int = 2) -> Path:
+    """Write a model file for ``model`` atomically, with its checksum, as format ``version`` (one of :data:`VERSIONS`:
+    the oldest that holds what ``state`` carries); returns the path."""
+    if version not in VERSIONS:
+        raise BeaValueError(f"model file version {version!r}: this code writes versions {VERSIONS}")
+    payload = {"format": FORMAT, "version": version, "class": type(model).__name__,
                "config": encode(config, f"the configuration of {type(model).__name__}"), "state": state}
     payload["sha256"] = digest(payload)
     buf = io.BytesIO()
@@ -218,9 +226,9 @@ def _payload(path: Path, cls: Type, map_location) -> Dict[str, Any]:
                              f"{str(err).splitlines()[0] if str(err) else type(err).__name__})") from None
     if not isinstance(payload, dict) or not _is(payload.get("format"), FORMAT):
         raise ModelFileError(f"{path}: not a model file of bea's learners (no format {FORMAT!r})")
-    if not _is(payload.get("version"), VERSION):
+    if not any(_is(payload.get("version"), v) for v in VERSIONS):
         raise ModelFileError(f"{path}: model file format version {payload.get('version')!r}; this version of the "
-                             f"learners reads version {VERSION} -- save the model again with the version that loads it")
+                             f"learners reads versions {VERSIONS} -- save the model again with the version that loads it")
     if not _is(payload.get("class"), cls.__name__):
         raise ModelFileError(f"{path}: the file holds a {payload.get('class')}, not a {cls.__name__}; load it with "
                              f"{payload.get('class')}.load")

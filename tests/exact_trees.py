@@ -154,14 +154,17 @@ class ExactTrees:
 
     def coefficients(self, raw) -> List[object]:
         """``[c_0, ..., c_N]`` of a :class:`bea.free.derive.FreeRaw` at this point: Fractions, or lists
-        of ``n`` Fractions for the modified equation (each monomial has exactly one vector tree)."""
+        of ``n`` Fractions for the modified equation (each monomial has exactly one vector tree); elements of
+        the scheme's field (:class:`bea.field_element.FieldElement`) where the coefficients are irrational."""
         trees = raw.forest.trees
         vector = raw.kind == "modified_equation"
         out = []
         for k in range(raw.order + 1):
             total = [Fraction(0)] * self.n if vector else Fraction(0)
             for m, c in raw.coeffs.get(k, {}).items():
-                scalar, vec = Fraction(int(c.numerator), int(c.denominator)), None
+                # an element of a radical field (bea.field_element) stays one: its arithmetic with Fractions is exact
+                scalar = Fraction(int(c.numerator), int(c.denominator)) if hasattr(c, "numerator") else c
+                vec = None
                 for x in m:
                     val = self.tree(trees[x])
                     if isinstance(val, list):

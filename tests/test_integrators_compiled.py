@@ -29,6 +29,8 @@ def _both(L, h, scheme, q0, v0, steps, **options):
 # step agrees to a few ulps; over 200 steps of these regular motions the difference stays near 1e-13.
 @pytest.mark.parametrize("system, scheme, q0, v0", [
     (systems.pendulum(), "midpoint", [[0.5], [2.5], [-1.0]], [[0.1], [0.0], [1.5]]),
+    # n = 1 inlines the derivative code into the march; with two points the general Newton loop runs it
+    (systems.pendulum(), "trapezoidal", [[0.5], [2.5], [-1.0]], [[0.1], [0.0], [1.5]]),
     (systems.kepler(), "trapezoidal", [[1.0, 0.0], [0.0, 0.6]], [[0.0, 1.0], [-1.5, 0.1]]),
     # the double pendulum: a 2-D Lagrangian whose mass matrix depends on the positions (not separable)
     (systems.n_pendulum(2), "generalised_midpoint(alpha=0.3)", [[0.5, -0.2], [1.0, 1.2]], [[0.3, -0.1], [0.0, 0.4]]),
@@ -283,3 +285,27 @@ def test_a_term_in_many_variables_is_added_by_a_loop():
     assert len(X) > SCATTER_UNROLL
     expr = sum(X[5:]) * sympy.sin(sum(X[:5])) + sum(v**2 for v in X[5:]) / 2 - sum(q**4 for q in X[:5]) / 4
     _sympy_derivatives_agree(expr, X, [[0.1 * k - 0.3 for k in range(10)], [0.05 * (-1) ** k for k in range(10)]])
+
+
+def test_regularity_check_takes_the_compiled_hessian_once_built(monkeypatch):
+    """A solve on the compiled path checks regularity with the stepper's C Hessian (microseconds, not autograd's
+    0.5 ms: integrators._admissible.check_regular_at): it equals autograd's, and a singular state is still refused."""
+    import integrators._admissible as admissible
+    from integrators import NotRegularError
+
+    q, v = sympy.symbols("q v", real=True)
+    L = systems.from_sympy(q ** 2 * v ** 2 / 2 - q ** 2 / 2, [q], [v])  # mass matrix q^2: singular at q = 0
+    vi = VariationalIntegrator(L, 0.05, execution="compiled")
+    first = vi.solve(torch.tensor([[1.0]]), torch.tensor([[0.1]]), 20)  # builds the stepper
+    x = torch.tensor([[1.0, 0.1], [0.3, -2.0], [0.0, 0.5]], dtype=torch.float64)
+    H_auto = admissible._autograd_hessian(vi._L, x[:, :1], x[:, 1:])
+    assert torch.allclose(vi._steppers[1].lagrangian_derivatives(x)[1], H_auto, rtol=1e-14, atol=1e-14)
+
+    def no_autograd(*args):
+        raise AssertionError("the autograd Hessian was taken although a compiled stepper is built")
+
+    monkeypatch.setattr(admissible, "_autograd_hessian", no_autograd)
+    again = vi.solve(torch.tensor([[1.0]]), torch.tensor([[0.1]]), 20)
+    assert torch.equal(again.q, first.q)
+    with pytest.raises(NotRegularError):
+        vi.solve(torch.tensor([[0.0]]), torch.tensor([[0.1]]), 20)

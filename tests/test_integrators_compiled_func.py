@@ -86,6 +86,11 @@ def test_untraceable_code_runs_compiled_and_equals_eager_over_1000_steps(monkeyp
     vi = VariationalIntegrator(erf_oscillator, 0.1)
     got = vi.solve(q0, v0, 1000)
     assert got.stats["execution"] == "torch.compile"
+    stepper = vi._func_steppers[2]  # torch's scan compiled (no unrolled rebuild) wherever torch has it
+    assert stepper._scan == CF._func_parts.has_scan() and stepper.chord_steps == (8 if stepper._scan else 2)
+    # the graph was called at a batch equal to its bucket (its history a view of the march's buffer, unpadded); at
+    # xtol 1e-16 and h = 0.1 it certifies no step here (measured: 21 calls, all refused, newton() takes the 1000)
+    assert stepper.stats["chord_steps"] + stepper._refusals > 0
     ref = VariationalIntegrator(erf_oscillator, 0.1, execution="eager").solve(q0, v0, 1000)
     assert float((got.q - ref.q).abs().max()) <= 1e-12 and float((got.p - ref.p).abs().max()) <= 1e-12
     after = _globals()
@@ -184,7 +189,7 @@ def test_the_func_path_takes_two_gradients_per_step_and_rarely_a_hessian(monkeyp
     step (order 6 needs 3 and a Hessian, as the eager path does) and Hessians only while the predictor warms up; the
     trajectory still equals eager to 1e-13."""
     monkeypatch.setattr(V, "AUTO_MIN_WORK", 1)
-    monkeypatch.setattr(CF, "COMPILE_NEWTON_AFTER", 10 ** 9)  # keep the counters in place
+    monkeypatch.setattr(CF, "COMPILE_NEWTON_WORK", 10 ** 12)  # keep the counters in place
     q0, v0 = _start(4)
     ref = VariationalIntegrator(erf_oscillator, 0.05, execution="eager").solve(q0, v0, 300)
     counts, stats = {}, {}
@@ -198,11 +203,14 @@ def test_the_func_path_takes_two_gradients_per_step_and_rarely_a_hessian(monkeyp
         got = vi.solve(q0, v0, 300)
         assert got.stats["eager_steps"] == 0 and float((got.q - ref.q).abs().max()) <= 1e-13
         counts[order], stats[order] = calls, stepper.stats
-    # order 10 (measured 647 and 18; 283 of the 300 steps in the one graph): 2 gradients a step, plus the warm-up's
-    # Newton iterations and the evaluations of a two-step call voided where the chord cannot certify a step
-    assert counts[10]["r"] <= 2.25 * 300 and counts[10]["J"] <= 20
+    # order 10 (measured 707 and 18; 283 of the 300 steps in the one graph, 41 calls): 2 gradients a step, plus the
+    # warm-up's Newton iterations and the steps of an eight-step call voided after a step the chord cannot certify
+    assert counts[10]["r"] <= 2.4 * 300 and counts[10]["J"] <= 20
     assert stats[10]["chord_steps"] >= 275 and stats[10]["chord_steps"] + stats[10]["newton_steps"] == 300
     assert counts[6]["r"] >= 2.5 * 300 and counts[6]["J"] >= 250
+    # order 6: no step certified; the back-off keeps the graph's wasted calls to 10 (measured 1060 gradients in all;
+    # without it 5620: 16 per step)
+    assert counts[6]["r"] <= 3.6 * 300
 
 
 def _no_chord(stepper):
@@ -265,6 +273,7 @@ def test_a_step_the_chord_cannot_certify_goes_to_newton():
     ref = vi.solve(q0, v0, 30)
     stepper = FuncStepper(erf_oscillator, 0.05, bea.get_scheme("midpoint"), 1, compile=False)
     _edit_verdict(stepper, lambda ok: ok[1:, 1].fill_(False))  # the second step of every call refused at row 1
+    stepper._back_off = lambda certified: None  # (one step kept a call would back off: here the graph is asked each time)
     out, pout = torch.zeros(31, 3, 1, dtype=torch.float64), torch.zeros(31, 3, 1, dtype=torch.float64)
     out[:10], pout[:10] = ref.q[:10], ref.p[:10]
     j, p, jac, stop = stepper.advance(out, 9, 30, ref.p[9], None, None, None, vi.options, None, pout)
@@ -279,6 +288,7 @@ def test_a_step_the_chord_cannot_certify_goes_to_newton():
     refuse = _no_chord(FuncStepper(erf_oscillator, 0.05, bea.get_scheme("midpoint"), 1, compile=False))
     j, _, jac_back, stop = refuse.advance(out, 12, 30, pout[12], jac_in, None, None, vi.options, 1e-9, pout)
     assert j == 12 and stop is not None and torch.equal(jac_back, jac_in)
+    assert refuse.stats["newton_steps"] == refuse._newton_work == 0  # the refused root is no step newton() took
 
 
 def test_padding_rows_do_not_refuse_a_step():
@@ -303,7 +313,7 @@ def test_padding_rows_do_not_refuse_a_step():
 
 
 def test_what_the_run_compiles_counts_in_the_integrators_compile_seconds(monkeypatch):
-    """The torch.compile path compiles newton()'s derivatives during a run (COMPILE_NEWTON_AFTER): that time is
+    """The torch.compile path compiles newton()'s derivatives during a run (COMPILE_NEWTON_WORK): that time is
     added to VariationalIntegrator.compile_seconds, not only the build's."""
     vi = VariationalIntegrator(erf_oscillator, 0.05, execution="eager")
 
@@ -328,8 +338,9 @@ def test_the_build_verifies_at_the_first_runs_bucket_only(monkeypatch):
     that asked for the stepper (1000 trajectories: 1024 rows), not at a bucket of its own; one trajectory: 2 rows
     (the chord step's eager reference, which is not compiled, at the checking states alone)."""
     sizes = []
-    residual = FuncStepper._residual_fn
+    residual, by_autograd = FuncStepper._residual_fn, CF.autograd_derivatives
     monkeypatch.setattr(FuncStepper, "_residual_fn", lambda self, x, a, p: sizes.append(x.shape[0]) or residual(self, x, a, p))
+    monkeypatch.setattr(CF, "autograd_derivatives", lambda st, x, *a: sizes.append(x.shape[0]) or by_autograd(st, x, *a))
     for batch, size in ((1000, 1024), (1, 2)):
         sizes.clear()
         FuncStepper(erf_oscillator, 0.1, bea.get_scheme("midpoint"), 1, compile=False, batch=batch)
@@ -361,10 +372,11 @@ def test_after_a_step_refused_at_its_first_position_the_chord_graph_takes_the_ne
 def test_newtons_derivatives_are_compiled_once_it_has_taken_enough_steps(monkeypatch):
     """newton()'s derivatives stay uncompiled at first (no build cost for them: a run's predictor warm-up is a few
     steps) and are compiled, and checked against autograd at the run's bucket, when newton() has taken
-    COMPILE_NEWTON_AFTER steps (here every step: no chord steps without Jacobian reuse); the trajectory is unchanged."""
+    COMPILE_NEWTON_WORK trajectory-steps (here 3 steps of 3 trajectories; every step is newton()'s: no chord steps
+    without Jacobian reuse); the trajectory is unchanged."""
     from integrators.newton import NewtonOptions
 
-    monkeypatch.setattr(CF, "COMPILE_NEWTON_AFTER", 3)
+    monkeypatch.setattr(CF, "COMPILE_NEWTON_WORK", 9)
     q0, v0 = _start(3)
     ref = VariationalIntegrator(erf_oscillator, 0.05, execution="eager").solve(q0, v0, 20)
     stepper = FuncStepper(erf_oscillator, 0.05, bea.get_scheme("midpoint"), 1, compile=False)
@@ -376,7 +388,7 @@ def test_newtons_derivatives_are_compiled_once_it_has_taken_enough_steps(monkeyp
     pout = torch.zeros_like(out)
     out[:10], pout[:10] = ref.q[:10], ref.p[:10]
     options = NewtonOptions(reuse_jacobian=False)
-    for j, j_end, compiled in ((9, 11, False), (11, 12, True), (12, 20, True)):  # steps 9 and 10, 11, the rest
+    for j, j_end, compiled in ((9, 12, False), (12, 13, True), (13, 20, True)):  # steps 9-11, 12 (compiled first), the rest
         stepper.advance(out, j, j_end, pout[j], None, None, None, options, None, pout)
         assert wrapped == (["_residual_fn", "_jacobian_fn"] if compiled else [])
     assert stepper.stats["chord_steps"] == 0 and verified == [bucket(3)]
@@ -436,3 +448,179 @@ def test_the_graphs_acceptance_test_is_newtons():
         assert torch.equal(x[0][ok[0]], res.x[ok[0]]) and torch.equal(pn[0][ok[0]], res.aux[ok[0]])
         outcomes += ok[0].tolist()
     assert True in outcomes and False in outcomes
+
+
+def test_newtons_uncompiled_derivatives_are_the_torch_func_forms_bit_for_bit():
+    """Before they are compiled, newton()'s residual, momenta and Jacobian come from plain autograd (faster eagerly
+    than torch.func): the same numbers, bit for bit, as the torch.func forms that get compiled (midpoint n = 1,
+    trapezoidal n = 2)."""
+    from integrators._func_parts import autograd_derivatives
+
+    g = torch.Generator().manual_seed(2)
+    for scheme, n in (("midpoint", 1), ("trapezoidal", 2)):
+        stepper = FuncStepper(erf_oscillator, 0.05, bea.get_scheme(scheme), n, compile=False)
+        a = 0.3 + 0.4 * torch.rand(6, n, generator=g, dtype=torch.float64)
+        x, p = a + 0.01 * torch.rand(6, n, generator=g, dtype=torch.float64), torch.rand(6, n, generator=g, dtype=torch.float64)
+        r, p1, J = autograd_derivatives(stepper, x, a, p, True)
+        with torch.no_grad():
+            r_ref, p1_ref = stepper._residual_fn(x, a, p)
+            J_ref = stepper._jacobian_fn(x, a)
+        assert torch.equal(r, r_ref) and torch.equal(p1, p1_ref) and torch.equal(J, J_ref)
+        assert torch.equal(autograd_derivatives(stepper, x, a, p, False)[0], r_ref)
+
+
+def test_a_lagrangian_with_a_constant_gradient_has_a_zero_jacobian():
+    """Autograd has no graph for a gradient that does not depend on the point (L linear in v and q): its Jacobian
+    is zero, not an error."""
+    from integrators._func_parts import autograd_derivatives
+
+    import types
+
+    real = FuncStepper(erf_oscillator, 0.1, bea.get_scheme("midpoint"), 2, compile=False)  # its scheme's w, A, B
+    stepper = types.SimpleNamespace(n=2, w=real.w, A=real.A, B=real.B, _points=real._points,
+                                    L=lambda q, v: (2.0 * v - q).sum(-1))
+    x = torch.ones(3, 2, dtype=torch.float64)
+    r, _, J = autograd_derivatives(stepper, x, 0.5 * x, torch.zeros_like(x), True)
+    assert J.shape == (3, 2, 2) and not bool(J.any())
+    # midpoint: dL/dq = -1, dL/dv = 2: r = h/2 (-1) - 2 = -2.05 in every component
+    assert torch.allclose(r, torch.full_like(r, -2.05), rtol=0, atol=1e-15)
+    # a network whose gradient depends on its parameters but not on the point (an affine layer): still J = 0, and the
+    # residual and momenta are the torch.func forms' (no build for it: its J = 0 makes the chord graph refuse it)
+    lin = torch.nn.Linear(4, 1).double()
+    affine = real
+    affine.L = lambda q, v: lin(torch.cat([q, v], -1)).squeeze(-1)
+    r, p1, J = autograd_derivatives(affine, x, 0.5 * x, torch.zeros_like(x), True)
+    assert J.shape == (3, 2, 2) and not bool(J.any())
+    with torch.no_grad():
+        r_ref, p1_ref = affine._residual_fn(x, 0.5 * x, torch.zeros_like(x))
+        assert not bool(affine._jacobian_fn(x, 0.5 * x).any())
+    assert torch.equal(r, r_ref) and torch.equal(p1, p1_ref)
+    W = lin.weight.detach()[0]  # dL/dq = W[:2], dL/dv = W[2:]: r = h/2 W[:2] - W[2:]
+    assert torch.allclose(r, (0.05 * W[:2] - W[2:]).expand(3, 2), rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize("part", ["_residual_fn", "_jacobian_fn"])
+def test_the_build_checks_the_torch_func_forms_against_autograd(monkeypatch, part):
+    """newton() starts on autograd, but the chord graph evaluates the torch.func residual and newton() the torch.func
+    Jacobian once compiled: a torch.func form off by 1e-6 (100x VERIFY_RTOL) is refused at build time, though the
+    chord graph then equals its own eager run; off by 1e-12 it is accepted."""
+    right = getattr(FuncStepper, part)
+
+    def off_by(eps):
+        def wrong(self, *args):
+            got = right(self, *args)
+            return (got[0] + eps,) + got[1:] if isinstance(got, tuple) else got + eps
+        return wrong
+
+    monkeypatch.setattr(FuncStepper, part, off_by(1e-12))
+    FuncStepper(erf_oscillator, 0.05, bea.get_scheme("trapezoidal"), 2, compile=False)
+    monkeypatch.setattr(FuncStepper, part, off_by(1e-6))
+    with pytest.raises(FuncPathError):
+        FuncStepper(erf_oscillator, 0.05, bea.get_scheme("trapezoidal"), 2, compile=False)
+
+
+def _chord_run(stepper, steps=30, start=9):
+    """``stepper.advance`` over steps ``start -> steps`` of 3 midpoint trajectories from the eager solution's first
+    ``start + 1`` positions: the positions and the eager reference."""
+    q0, v0 = _start(3)
+    vi = VariationalIntegrator(erf_oscillator, 0.05, execution="eager")
+    ref = vi.solve(q0, v0, steps)
+    out, pout = torch.zeros(steps + 1, 3, 1, dtype=torch.float64), torch.zeros(steps + 1, 3, 1, dtype=torch.float64)
+    out[:start + 1], pout[:start + 1] = ref.q[:start + 1], ref.p[:start + 1]
+    j, _, _, stop = stepper.advance(out, start, steps, ref.p[start], None, None, None, vi.options, None, pout)
+    assert (j, stop) == (steps, None)
+    return out, ref.q
+
+
+def test_without_torchs_scan_the_chord_graph_takes_two_steps_a_call(monkeypatch):
+    """Where torch has no scan the chord graph's steps are unrolled in Python (compile time grows with them): 2 steps
+    a call, not CHORD_STEPS = 8; the march equals eager (1e-13) either way."""
+    from integrators import _func_parts as FP
+
+    taken = {}
+    for scan, steps in ((FP._torch_scan, CF.CHORD_STEPS), (None, CF.UNROLLED_CHORD_STEPS)):
+        monkeypatch.setattr(FP, "_torch_scan", scan)
+        stepper = FuncStepper(erf_oscillator, 0.05, bea.get_scheme("midpoint"), 1, compile=False)
+        chord = stepper._chord
+        stepper._chord = lambda *args: taken.__setitem__(scan, chord(*args)[0].shape[0]) or chord(*args)
+        out, ref = _chord_run(stepper)
+        assert stepper.chord_steps == steps == taken[scan] and float((out - ref).abs().max()) <= 1e-13
+    assert (CF.CHORD_STEPS, CF.UNROLLED_CHORD_STEPS) == (8, 2)
+
+
+def test_a_scan_that_does_not_compile_is_rebuilt_unrolled_once(monkeypatch):
+    """torch's scan is private: where it exists but fails inside the compiled graph (here a stand-in compiler that
+    runs the graph eagerly with a scan that raises), the build compiles the chord graph once more with its steps
+    unrolled (2 a call) instead of refusing the path, and the march equals eager; a graph that fails unrolled as
+    well is refused (FuncPathError) after that one retry."""
+    from integrators import _func_parts as FP
+
+    scans, builds = [], []
+
+    def broken_scan(*args):
+        scans.append(1)
+        raise RuntimeError("scan does not lower here (test)")
+
+    def fake_compile(f, **kw):
+        builds.append(f.__name__)
+
+        def run(*args):
+            monkeypatch.setattr(FP, "_in_graph", lambda: True)  # inside the "graph" only
+            try:
+                return f(*args)
+            finally:
+                monkeypatch.setattr(FP, "_in_graph", lambda: False)
+        return run
+
+    monkeypatch.setattr(FP, "_torch_scan", broken_scan)
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    stepper = FuncStepper(erf_oscillator, 0.05, bea.get_scheme("midpoint"), 1)
+    assert (stepper.chord_steps, len(scans), builds) == (2, 1, ["_chord_fn", "_chord_fn"])
+    out, ref = _chord_run(stepper)
+    assert len(scans) == 1 and stepper.stats["chord_steps"] >= 15 and float((out - ref).abs().max()) <= 1e-13
+    builds.clear()
+    monkeypatch.setattr(torch, "compile", lambda f, **kw: builds.append(f.__name__) or broken_scan)  # fails unrolled too
+    with pytest.raises(FuncPathError):
+        FuncStepper(erf_oscillator, 0.05, bea.get_scheme("midpoint"), 1)
+    assert builds == ["_chord_fn", "_chord_fn"]
+
+
+def test_a_call_that_keeps_fewer_than_half_its_steps_backs_off(monkeypatch):
+    """A call whose fourth step is refused keeps 3 of its CHORD_STEPS = 8 steps: a partial refusal, so the back-off
+    grows (without it, graph and newton() alternate: 15 and 6 steps); the numbers stay newton()'s. Steps 10-12 graph,
+    13 newton(); 14-16, 17 and 18 (one skipped); 19-21, 22-24 (three); 25-27, 28-29: 12 and 9 steps, four calls in a
+    row that kept too few. Keeping half resets the count, and so does a new run."""
+    stepper = FuncStepper(erf_oscillator, 0.05, bea.get_scheme("midpoint"), 1, compile=False)
+    _edit_verdict(stepper, lambda ok: ok[3:, 0].fill_(False))
+    out, ref = _chord_run(stepper)
+    assert stepper.stats == {"chord_steps": 12, "newton_steps": 9} and stepper._refusals == 4
+    assert float((out - ref).abs().max()) <= 1e-13
+    stepper._back_off(True)  # a call that kept half of its steps
+    assert (stepper._refusals, stepper._skip) == (0, 0)
+    stepper = FuncStepper(erf_oscillator, 0.05, bea.get_scheme("midpoint"), 1, compile=False)
+    stepper._refusals, stepper._skip = 7, 64  # left by an earlier run
+    monkeypatch.setattr(V, "AUTO_MIN_WORK", 1)
+    vi = VariationalIntegrator(erf_oscillator, 0.05, execution="auto")
+    vi._stepper_errors[1], vi._func_steppers[1] = "no C form (test)", stepper
+    got = vi.solve(*_start(3), 40)
+    assert got.stats["eager_steps"] == 0 and stepper.stats["chord_steps"] >= 25 and stepper._refusals == 0
+
+
+def test_a_failure_compiling_newtons_derivatives_mid_run_hands_the_run_to_eager(monkeypatch):
+    """newton()'s derivatives are compiled during a run (COMPILE_NEWTON_WORK, here 3 steps of 3 trajectories): where
+    that compile or its check fails, the stepper stops (CompiledPathWarning, once) at the step it was about to take,
+    with the steps before it stored, and raises nothing."""
+    from integrators.newton import NewtonOptions
+
+    monkeypatch.setattr(CF, "COMPILE_NEWTON_WORK", 9)
+    q0, v0 = _start(3)
+    ref = VariationalIntegrator(erf_oscillator, 0.05, execution="eager").solve(q0, v0, 20)
+    stepper = FuncStepper(erf_oscillator, 0.05, bea.get_scheme("midpoint"), 1, compile=False)
+    stepper._verify = lambda size: (_ for _ in ()).throw(FuncPathError("mismatch (test)"))
+    out, pout = torch.zeros(21, 3, 1, dtype=torch.float64), torch.zeros(21, 3, 1, dtype=torch.float64)
+    out[:10], pout[:10] = ref.q[:10], ref.p[:10]
+    with pytest.warns(CompiledPathWarning):
+        j, _, _, stop = stepper.advance(out, 9, 20, pout[9], None, None, None, NewtonOptions(reuse_jacobian=False),
+                                        None, pout)
+    assert (j, stepper.stats["newton_steps"]) == (12, 3) and stop is not None and stepper.failure is not None
+    assert float((out[:13] - ref.q[:13]).abs().max()) <= 1e-13 and not bool(out[13:].any())

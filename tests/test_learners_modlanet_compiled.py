@@ -10,7 +10,8 @@ from integrators import VariationalIntegrator
 from integrators.compiled import CompiledStepper, NotLowerable
 from integrators.model_protocol import CompiledPathWarning
 from learners import ModLaNet
-from learners.modlanet.elements import CallableTransform, NewtonianPair, UniformGravity
+from learners.modlanet.elements import CallableTransform, NewtonianPair, PotentialCell, UniformGravity
+from learners.neural.mlp import MLP
 
 import bea
 
@@ -119,7 +120,61 @@ def test_changed_structure_is_refused():
         vi.solve(q0, v0, 5)
 
 
+def test_changed_constant_is_refused():
+    """A known cell's constant (UniformGravity.g) is a literal of the traced C: changing it after the build is a
+    change of structure (refused, not stepped with the old g), and a new integrator steps the new g as eager does."""
+    from bea.errors import BeaRuntimeError
+
+    model = ModLaNet.pendulum_chain(2, transform="rod", potential=UniformGravity(9.8), pair=None, learn_masses=False,
+                                    learn_weights=False)
+    q0, v0 = torch.tensor([[0.5, -0.3]], dtype=torch.float64), torch.zeros(1, 2, dtype=torch.float64)
+    vi = VariationalIntegrator(model, 0.05, execution="compiled")
+    before = vi.solve(q0, v0, 20).q
+    model.potential.g = 4.9
+    with pytest.raises(BeaRuntimeError):
+        vi.solve(q0, v0, 20)
+    after = VariationalIntegrator(model, 0.05, execution="compiled").solve(q0, v0, 20).q
+    eager = VariationalIntegrator(model, 0.05, execution="eager").solve(q0, v0, 20).q
+    assert float((after - before).abs().max()) > 1e-3  # the new g moves the trajectory
+    assert float((after - eager).abs().max()) <= 1e-12  # and the new form is the changed model's (issue 13's 1e-12)
+
+
+def test_estimator_settings_and_replaced_parameters():
+    """The estimator's own settings (the training step h, the learn flags) are not part of the compiled form: changing
+    them keeps a working integrator working, bit for bit. A parameter replaced by a new tensor object (same shape)
+    is a change of structure: refused, not stepped with the traced tensor's old values."""
+    from bea.errors import BeaRuntimeError
+
+    model = ModLaNet.pendulum_chain(2, transform="rod", potential=UniformGravity(9.8), pair=None)
+    q0, v0 = torch.tensor([[0.5, -0.3]], dtype=torch.float64), torch.zeros(1, 2, dtype=torch.float64)
+    vi = VariationalIntegrator(model, 0.05, execution="compiled")
+    before = vi.solve(q0, v0, 20).q
+    model.h, model.learn_masses = 0.1, False
+    assert torch.equal(vi.solve(q0, v0, 20).q, before)
+    name, old = next((k, p) for k, p in model.named_parameters() if p.dim() == 0 or p.numel() == 1)
+    owner = model.get_submodule(name.rpartition(".")[0]) if "." in name else model
+    setattr(owner, name.rpartition(".")[2], torch.nn.Parameter(old.detach() * 3.0))
+    with pytest.raises(BeaRuntimeError):
+        vi.solve(q0, v0, 20)
+
+
+class _OwnPotential(PotentialCell):
+    """A subclass overriding the computation: its C form would be its parent's."""
+
+    def forward(self, x):
+        return 2.0 * super().forward(x)
+
+
 def _not_lowerable(kind):
+    if kind == "subclass-cell":
+        model = ModLaNet.pendulum_chain(2, transform="rod", hidden=12)
+        model.potential = _OwnPotential(2, hidden=4).double()
+        return model
+    if kind == "activation-module":
+        model = ModLaNet.pendulum_chain(2, transform="rod", hidden=12)
+        cell = next(m for m in model.modules() if isinstance(m, MLP))
+        cell.linears.append(torch.nn.Tanh())
+        return model
     if kind == "callable-cell":
         return ModLaNet.pendulum_chain(2, transform="rod", potential=lambda x: 9.8 * x[..., 1], pair=None)
     if kind == "callable-transform":
@@ -129,14 +184,14 @@ def _not_lowerable(kind):
     return model.float()  # float32 parameters: the C form would compute something else
 
 
-@pytest.mark.parametrize("kind", ["callable-cell", "callable-transform", "float32"])
+@pytest.mark.parametrize("kind", ["callable-cell", "callable-transform", "float32", "subclass-cell", "activation-module"])
 def test_not_lowerable_falls_back_to_eager(kind, monkeypatch):
     """Parts without a C form raise NotLowerable; the integrator ("auto") then steps eagerly, with the same
     result as an explicit eager run, and execution="compiled" names the reason."""
     model = _not_lowerable(kind)
     with pytest.raises(NotLowerable):
         model.c_lagrangian()
-    if kind == "float32":
+    if kind in ("float32", "subclass-cell", "activation-module"):
         return
     q0, v0 = torch.tensor([[0.5, -0.3]], dtype=torch.float64), torch.tensor([[0.1, 0.2]], dtype=torch.float64)
     monkeypatch.setattr(V, "AUTO_MIN_WORK", 1)  # "auto" tries to compile even this short run

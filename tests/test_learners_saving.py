@@ -93,7 +93,7 @@ def test_other_class_version_or_format_is_refused(snapshots, tmp_path):
     assert not (tmp_path / "callable.pt").exists()
 
 
-def test_calibration_saved_before_the_variance_rule_warns_on_load(snapshots, tmp_path):
+def test_calibration_saved_before_the_variance_rule_warns_on_load(snapshots, tmp_path, monkeypatch):
     """A state saved before the a-posteriori rounding bound has calibration scales fitted to floored variances and no
     variance-rule tag: restoring it keeps them (the held-back data are not saved) but says so, naming the refit; a
     file saved now carries the tag and loads silently."""
@@ -113,3 +113,12 @@ def test_calibration_saved_before_the_variance_rule_warns_on_load(snapshots, tmp
     with pytest.warns(StaleCalibrationWarning, match="refit"):
         restore(old, state)
     assert old.calibration["del"].scale == 2.5
+    # through the public load, at whatever depth the library reaches it, the warning names the line that called load
+    import learners.shadow.lsi as lsi
+
+    tagged = lsi.calibration_state
+    monkeypatch.setattr(lsi, "calibration_state", lambda m: {k: v for k, v in tagged(m).items() if k != "variance_rule"})
+    path = model.save(tmp_path / "untagged.pt")  # written as before the tag (checksummed: the file is not edited)
+    with pytest.warns(StaleCalibrationWarning) as record:
+        InverseModifiedLagrangianGP.load(path)
+    assert [w.filename for w in record.list] == [__file__]

@@ -175,6 +175,14 @@ def test_auto_is_positions_for_n3_and_identifies(anharmonic):
     assert m.history["one_step_relative_error"] < 5e-3
 
 
+def _calibrate(m) -> None:
+    """Run a model's pending calibration without its order-4 warning (test_energy_calibration_is_reported_and_used
+    asserts that warning), so a test that only reads numbers passes alone as in the module's order."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", IdentifiabilityWarning)
+        m.calibration
+
+
 def test_energy_calibration_is_reported_and_used(anharmonic):
     """model.calibration: the DEL, conservation ("energy") and distant-difference ("energy_differences") calibrations
     with their held-back diagnostics. The conservation scale is at least the DEL one; the innovations' scale is the
@@ -221,7 +229,7 @@ def test_each_quantity_uses_its_own_scale(anharmonic, monkeypatch):
     from dataclasses import replace
 
     system, m = anharmonic
-    m.calibration  # run the pending calibration before patching its entries
+    _calibrate(m)  # run the pending calibration before patching its entries
     q, v = held_out_states(system, 3)
     qs = snapshots(system, 0.2, 1, 3, seed=3).transpose(0, 1)  # (4, 1, n), time first
 
@@ -250,6 +258,7 @@ def test_energy_differences_calibrated_at_ci_size(anharmonic):
     scale); the gap between them opens with more data, where the DEL and conservation scales fall faster than the
     error of distant differences (120 trajectories: -m slow, test_acceptance_energy_calibration)."""
     system, m = anharmonic
+    _calibrate(m)
     _, z = energy_differences(m, system, 2)
     assert 0.5 <= float(z.pow(2).mean().sqrt()) <= 1.5, z
     assert 0.85 <= float((z.abs() <= 2).double().mean()) <= 0.99, z
@@ -412,7 +421,8 @@ UNTUNED = [(duffing3, 0.2, 120), (toda3, 0.2, 120), (toda4, 0.2, 150), (morse3, 
 #: tied position lengthscale cannot fit, and the parts' scales are free (branch id-sym's diagnosis: per-direction
 #: lengthscales + degree-2 kernel + whole matrix reach 1.8e-2 at 150 trajectories, 7.1e-3 at 300)
 _GAP = {"mass_chain4": "energy differences 9.0e-3 relative (target 3e-3; benchmarks/RESULTS_identification.md)",
-        "two_body4": "identified only to 0.0998 relative; the one-step error check warns (benchmarks/RESULTS_identification.md)"}
+        "two_body4": "identified only to 0.0332 relative with the principal directions (0.0998 without); the one-step "
+                     "error check warns (benchmarks/RESULTS_identification.md, Session 6)"}
 
 
 def _systems(gaps):

@@ -100,3 +100,54 @@ def test_torch_sees_the_float_values():
     assert abs(float(exact_ld) - float(float_ld)) <= 1e-15 * abs(float(float_ld))
     tj = bea.triple_jump()
     assert tj.gammas[0] == 1 / (2 - radical(2, 3)) and abs(float(tj(L, a, b, 0.2))) > 0
+
+
+def test_equality_with_field_elements_is_symmetric():
+    """A RadicalNumber and the FieldElement of the same value are equal both ways, with equal hashes (a dict or set
+    sees one key); different values or fields are unequal both ways."""
+    from bea.field_element import coefficient
+
+    x = radical(5) / 10 + Fraction(1, 2)
+    e = coefficient(x)
+    assert x == e and e == x and hash(x) == hash(e) and len({x, e}) == 1
+    y = coefficient(radical(5))
+    assert x != y and y != x
+    z = coefficient(radical(2))
+    assert x != z and z != x
+
+
+def test_component_series_times_radical_without_its_field_is_refused():
+    """A component series whose rules have no variable for theta cannot hold a radical constant: typed error, not a
+    FieldElement slipped into a component polynomial; the dimension-free engine's plain series takes it exactly."""
+    from bea.errors import UnsupportedSchemeError
+    from bea.field_element import FieldElement
+    from bea.hseries import EXACT, HSeries
+    from bea.jets import Jets
+
+    s = HSeries.h_power(1, 1, EXACT, Jets(2).nil)
+    for c in (radical(5), radical(5) * 0 + radical(5) / 3):
+        with pytest.raises(UnsupportedSchemeError):
+            s * c
+        with pytest.raises(UnsupportedSchemeError):
+            c * s
+    free = HSeries.h_power(1) * radical(5)  # PLAIN rules: theta goes into the coefficient
+    (coef,) = free.c[1].values()
+    assert isinstance(coef, FieldElement) and coef == radical(5)
+
+
+def test_perfect_powers_are_found_exactly():
+    """c^(1/d) with c a perfect power beyond a float's precision is rational: refused as such, not taken as a
+    degree-d field (a float root is off by thousands at 10^30 and overflows past 10^308)."""
+    for c, d in (((10**30 + 12345) ** 2, 2), ((10**40 + 3) ** 3, 3), (Fraction(7**300, 11**200), 100)):
+        with pytest.raises(BeaValueError):
+            radical(c, d)
+    assert float(radical(10**400 + 1)) == pytest.approx(1e200, rel=1e-15)
+
+
+def test_format_rational_is_the_canonical_form_both_stores_write():
+    """bea.poly.format_rational writes what parse_rational reads back (lowest terms, sign on p, 0 as 0/1), for
+    Fraction, int and the engine's Q alike; the component and the tree stores both use it."""
+    from bea.poly import Q, format_rational, parse_rational
+
+    for x, text in ((Fraction(-2, 4), "-1/2"), (0, "0/1"), (Q(6, 3), "2/1"), (Fraction(10**30, 7), f"{10**30}/7")):
+        assert format_rational(x) == text and parse_rational(text) == x

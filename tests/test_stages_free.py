@@ -176,15 +176,20 @@ def _rotated(n, seed=0):
     return (lambda q, v: ell(q @ R.T, v @ R.T).sum(-1)), R, ell
 
 
+def _rotated_states(n, seed):
+    """_rotated's L, R, l and three random states (q, v) at n, h = 0.3: the n = 50 evaluations' common set-up."""
+    L, R, ell = _rotated(n)
+    g = torch.Generator().manual_seed(seed)
+    q = 0.5 * torch.randn(3, n, generator=g, dtype=torch.float64)
+    v = 0.5 * torch.randn(3, n, generator=g, dtype=torch.float64)
+    return L, R, ell, q, v, 0.3
+
+
 @pytest.mark.parametrize("kind", LAGRANGIANS)
 def test_torch_n50(kind):
     """The dimension-free galerkin2 series, derived once, evaluated in torch at n = 50 (module docstring)."""
     n = 50
-    L, R, ell = _rotated(n)
-    g = torch.Generator().manual_seed(1)
-    q = 0.5 * torch.randn(3, n, generator=g, dtype=torch.float64)
-    v = 0.5 * torch.randn(3, n, generator=g, dtype=torch.float64)
-    h = 0.3
+    L, R, ell, q, v, h = _rotated_states(n, 1)
     free = bea.series_function(kind, "galerkin2", 4, n, cache=False)  # the dimension-free function at n >= 2
     one = bea.series_function(kind, "galerkin2", 4, 1, cache=False)  # the component formula at n = 1
     got = free(L, q, v, h).detach()
@@ -197,17 +202,15 @@ def test_torch_n50(kind):
     assert float((got - plain).abs().min()) > 1e-6 * float(plain.abs().max())
 
 
-def test_radical_constants_refused_with_a_clear_error():
-    """galerkin3 (sqrt 5) and the triple jump (2^(1/3)) need a radical in the tree coefficients: refused, typed."""
+def test_exact_constants_supported_floats_refused():
+    """Rational and radical constants are exact, so the dimension-free engine takes them (galerkin3's sqrt 5 and the
+    triple jump's 2^(1/3) go into the tree coefficients: tests/test_stages_free_radical.py); constants known only
+    as floats are refused, typed, by every exact engine (n=... too, so its message points to torch)."""
     from bea.free.stages import supported
 
-    for name in ("galerkin3", "triple_jump"):
-        assert not supported(bea.get_scheme(name))  # series_function keeps their component formula at every n
-        with pytest.raises(UnsupportedSchemeError):
-            bea.modified_lagrangian(name, 4, cache=False)
     boole = bea.Galerkin(3, [0, "1/4", "1/2", "3/4", 1], ["7/90", "32/90", "12/90", "32/90", "7/90"])
-    assert supported(G2) and supported(boole)
-    # constants known only as floats: refused by every exact engine, n=... too (so its message points to torch)
+    for sch in (G2, boole, bea.get_scheme("galerkin3"), bea.get_scheme("triple_jump")):
+        assert supported(sch)
     r = 0.5 / 5 ** 0.5
     floats = bea.Galerkin(3, [0, (0.5 - r, "irrational"), (0.5 + r, "irrational"), 1], ["1/12", "5/12", "5/12", "1/12"])
     assert not supported(floats)
@@ -277,14 +280,13 @@ def test_cost_guard_uses_the_stage_scheme_table(monkeypatch):
         bea.modified_lagrangian("galerkin2", 8, cache=False, allow_slow=True)
     with pytest.raises(_Started):
         bea.modified_lagrangian("galerkin2", 6, cache=False)
-    with pytest.raises(UnsupportedSchemeError):  # a radical scheme is refused as such, not as too slow
+    with pytest.raises(cost.TooSlowError):  # two interior points: the h^8 derivation does not finish (table 1b)
         bea.modified_lagrangian("galerkin3", 8, cache=False)
 
 
 def test_series_function_checks_n_for_stage_schemes():
-    """n must be a positive integer on every route; n > MAX_DIM is refused on the component routes only (the
-    dimension-free function serves galerkin2 and the midpoint rule at any n, test_torch_n50)."""
-    from bea.api import MAX_DIM
+    """n must be a positive integer on every route (n > MAX_DIM is served by the dimension-free function,
+    test_series_function_routes)."""
     from bea.errors import BeaTypeError, BeaValueError
 
     for name in ("galerkin2", "galerkin3", "midpoint"):
@@ -294,26 +296,23 @@ def test_series_function_checks_n_for_stage_schemes():
         for n in (2.0, "2", True):
             with pytest.raises(BeaTypeError):
                 bea.series_function("modified_lagrangian", name, 4, n=n, cache=False)
-    for name in ("galerkin3", "triple_jump"):
-        with pytest.raises(BeaValueError):
-            bea.series_function("modified_lagrangian", name, 4, n=MAX_DIM + 1, cache=False)
 
 
 def test_series_function_routes(monkeypatch):
-    """Which engine each scheme takes: radical stage schemes stay on the component formula at n >= 2 (the
-    dimension-free engine refuses them); galerkin2 goes dimension-free there; n = 1 is componentwise for all."""
+    """Which engine each scheme takes: every exact stage scheme (galerkin2, and galerkin3 and the triple jump with
+    their radicals) and the midpoint rule go dimension-free at n >= 2, above MAX_DIM too; n = 1 is componentwise."""
     from bea import api
 
     calls = []
     monkeypatch.setattr(api, "compile_torch", lambda kind, scheme, order, n=None, **k: calls.append((scheme, n)))
-    for name in ("galerkin3", "triple_jump", "galerkin2", "midpoint"):
-        for n in (1, 2, 3):
+    names = ("galerkin3", "triple_jump", "galerkin2", "midpoint")
+    for name in names:
+        for n in (1, 2, 3, api.MAX_DIM + 1):
             api.series_function("modified_lagrangian", name, 4, n=n)
-    want = {("galerkin3", n): n for n in (1, 2, 3)} | {("triple_jump", n): n for n in (1, 2, 3)}
-    want |= {(s, 1): 1 for s in ("galerkin2", "midpoint")} | {(s, n): None for s in ("galerkin2", "midpoint") for n in (2, 3)}
+    want = {(s, 1): 1 for s in names} | {(s, n): None for s in names for n in (2, 3, api.MAX_DIM + 1)}
     got = {}
     it = iter(calls)
-    for name in ("galerkin3", "triple_jump", "galerkin2", "midpoint"):
-        for n in (1, 2, 3):
+    for name in names:
+        for n in (1, 2, 3, api.MAX_DIM + 1):
             got[(name, n)] = next(it)[1]
     assert got == want

@@ -15,7 +15,8 @@ from typing import Dict, List, Optional
 
 from ..errors import BeaValueError, InternalError
 from ..derive import Raw
-from ..hseries import Poly, Q, padd, pmul
+from ..field_element import FieldElement
+from ..hseries import Poly, Q, padd, pmul, radical_poly
 from ..jets import Jets
 from .derive import FreeRaw
 from .trees import A, OPEN, UPPER, V, Graph, decode, find_leaf
@@ -107,7 +108,10 @@ class _Expander:
     def poly(self, p: Poly, free: Optional[int] = None) -> Poly:
         out: Poly = {}
         for m, c in p.items():
-            out = padd(out, self.monomial(m, free), c)
+            if isinstance(c, FieldElement):  # theta is a variable of the component polynomials (bea.poly.Rules)
+                out = padd(out, pmul(self.monomial(m, free), radical_poly(c, self.J.rules), self.J.rules))
+            else:
+                out = padd(out, self.monomial(m, free), c)
         return out
 
 
@@ -120,7 +124,7 @@ def _sum(polys) -> Poly:
 
 def to_components(raw: FreeRaw, n: int, jets: Optional[Jets] = None) -> Raw:
     """The component form of a dimension-free result in dimension ``n``."""
-    J = jets or Jets(n)
+    J = jets or Jets(n, radical=field_of(raw.coeffs))
     if J.n != n:
         raise BeaValueError(f"jets of dimension {J.n} given for n={n}")
     ex = _Expander(J, raw.forest)
@@ -131,3 +135,9 @@ def to_components(raw: FreeRaw, n: int, jets: Optional[Jets] = None) -> Raw:
         else:
             coeffs[k] = ex.poly(p)
     return Raw(raw.kind, J, raw.order, coeffs, raw.symmetric)
+
+
+def field_of(coeffs: Dict[int, Poly]):
+    """The radical field ``(c, d)`` of the coefficients (:class:`~bea.field_element.FieldElement`), or None when all
+    are rational."""
+    return next((c.field for p in coeffs.values() for c in p.values() if isinstance(c, FieldElement)), None)

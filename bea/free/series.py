@@ -15,6 +15,7 @@ from typing import Callable, Dict, Optional
 import sympy
 
 from ..errors import BeaTypeError, BeaValueError, SeriesError
+from ..field_element import FieldElement
 from ..series import MAX_TERMS, H, Series, more_terms, shorten
 from ..symbolic import Frame
 from .components import to_components
@@ -74,7 +75,7 @@ class FreeSeries(Series):
                 if p:
                     terms = []
                     for m, c in p.items():
-                        e = sympy.Rational(int(c.numerator), int(c.denominator))
+                        e = c._sympy_() if isinstance(c, FieldElement) else sympy.Rational(int(c.numerator), int(c.denominator))
                         for x in m:
                             e = e * self._symbol(x)
                         terms.append(e)

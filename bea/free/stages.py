@@ -34,6 +34,7 @@ from __future__ import annotations
 from typing import Dict, List
 
 from ..errors import InternalError, UnsupportedSchemeError
+from ..field_element import coefficient
 from ..hseries import EXACT, HSeries, Poly, Q, substitute
 from ..stage_series import _inverse
 from .algebra import Algebra, _acc, lagrangian_at
@@ -46,9 +47,10 @@ PLACEHOLDER = 1000
 
 
 def supported(scheme) -> bool:
-    """Whether the dimension-free engine derives this stage scheme: its constants must be rational (the tree
-    coefficients are; a radical extension, as in ``galerkin3`` and the triple jump, is not carried)."""
-    return scheme.exact_constants and scheme.radical_field is None
+    """Whether the dimension-free engine derives this stage scheme: its constants must be exact, rational or in one
+    radical extension (``galerkin3``, the triple jump), whose elements are then the tree coefficients
+    (:class:`~bea.field_element.FieldElement`)."""
+    return scheme.exact_constants
 
 
 def check_supported(scheme) -> None:
@@ -58,11 +60,7 @@ def check_supported(scheme) -> None:
             f"{scheme!r} has constants given only as floats, which no exact series engine can represent; give them "
             "exactly (rational, or in one radical such as (5 - bea.radical(5)) / 10), or integrate it in torch with "
             "integrators.VariationalIntegrator")
-    if not supported(scheme):
-        raise UnsupportedSchemeError(
-            f"{scheme!r} has constants in a radical extension; the dimension-free engine (n=None) has rational "
-            "coefficients only: derive it for a given dimension (n=...) or a concrete Lagrangian, where exact radicals "
-            "are supported")
+    scheme.radical_field  # two different radicals: refused, typed (bea.stages)
 
 
 def _strip_open(x: VecSeries) -> VecSeries:
@@ -81,7 +79,7 @@ class StageSolver:
         self.scheme = scheme
         self.alg = alg
         self.forest = alg.forest
-        self.Kinv = [[Q(x.exact) if hasattr(x, "exact") else Q(x) for x in row] for row in _inverse(scheme.stiffness)]
+        self.Kinv = [[coefficient(x) for x in row] for row in _inverse(scheme.stiffness)]
         self.h = HSeries.h_power(1, 1, EXACT)
         self._values: Dict[int, HSeries] = {}  # placeholder code -> its vector tree polynomial
         self._filled: Dict[int, HSeries] = {}  # tree with placeholders -> substituted and normalised

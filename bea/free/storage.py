@@ -1,6 +1,8 @@
-"""Data-only encoding of dimension-free results (for the cache).
+r"""Data-only encoding of dimension-free results (for the cache).
 
-Trees are nested JSON lists and coefficients ``"p/q"`` strings. Decoding validates the whole
+Trees are nested JSON lists and coefficients ``"p/q"`` strings; a scheme with constants in a radical extension
+:math:`\mathbb{Q}(c^{1/d})` has its irrational coefficients stored as lists of their ``d`` coordinates ``"p/q"``
+(:class:`~bea.field_element.FieldElement`), with the field as ``"field": ["c", d]``. Decoding validates the whole
 structure (node kinds, leaf codes, shapes, rationals) and rebuilds canonical tuples; nothing read
 is ever executed, and an entry that does not validate raises ``ValueError`` (the caller then
 derives afresh).
@@ -10,11 +12,17 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from ..errors import CacheFormatError
-from ..poly import parse_rational
+from fractions import Fraction
+
+from ..errors import BeaError, CacheFormatError
+from ..field_element import FieldElement, make
+from ..poly import format_rational, parse_rational
+from ..radicals import _check_field
+from .components import field_of
 from .derive import FreeRaw
 from .trees import A, UPPER, V, Forest, canonical, decode
 
+_MAX_DEGREE = 64  # of a stored radical c^(1/d): bounds the work of validating it
 _VALID_LEAVES = {V, A, UPPER}  # results hold v, the acceleration and the free index only (no jets, no open slots)
 
 
@@ -56,19 +64,52 @@ def tree_from_json(x: Any) -> tuple:
     return t
 
 
+def _coefficient(c: Any) -> Any:
+    """``"p/q"``, or for an element of the radical field the list of its ``d`` coordinates ``"p/q"``."""
+    return [format_rational(a) for a in c.coeffs] if isinstance(c, FieldElement) else format_rational(c)
+
+
 def encode(raw: FreeRaw) -> Dict[str, Any]:
     used = sorted({x for p in raw.coeffs.values() for m in p for x in m})
     local = {x: i for i, x in enumerate(used)}
-    return {
+    out = {
         "trees": [_to_json(raw.forest.trees[x]) for x in used],
         "coefficients": {
-            str(k): [[[local[x] for x in m], f"{int(c.numerator)}/{int(c.denominator)}"] for m, c in p.items()]
+            str(k): [[[local[x] for x in m], _coefficient(c)] for m, c in p.items()]
             for k, p in raw.coeffs.items()
         },
         "symmetric": bool(raw.symmetric),
         "order": raw.order,
         "kind": raw.kind,
     }
+    field = field_of(raw.coeffs)
+    if field is not None:  # only then: rational entries are written as before
+        out["field"] = [format_rational(field[0]), field[1]]
+    return out
+
+
+def _field(x: Any):
+    """The stored field ``[c, d]`` (theta = c^(1/d)), validated as :func:`bea.radicals.radical` validates it."""
+    if x is None:
+        return None
+    if not isinstance(x, list) or len(x) != 2 or type(x[1]) is not int or not 2 <= x[1] <= _MAX_DEGREE:
+        raise CacheFormatError("malformed radical field")
+    c = parse_rational(x[0])
+    try:
+        return _check_field(Fraction(int(c.numerator), int(c.denominator)), x[1])
+    except (BeaError, ArithmeticError) as e:  # ArithmeticError: a radicand too large for the float value
+        raise CacheFormatError(f"invalid radical field: {e}") from None
+
+
+def _read_coefficient(c: Any, field) -> Any:
+    if isinstance(c, str):
+        return parse_rational(c)  # canonical "p/q" only, bounded digits
+    if field is None or not isinstance(c, list) or len(c) != field[1]:
+        raise CacheFormatError("malformed coefficient")
+    coords = [parse_rational(a) for a in c]
+    if not any(coords[1:]):  # a rational is stored as "p/q": the element form would not be canonical
+        raise CacheFormatError("rational coefficient stored as a field element")
+    return make(field, coords)
 
 
 def decode_raw(data: Dict[str, Any]) -> FreeRaw:
@@ -76,11 +117,12 @@ def decode_raw(data: Dict[str, Any]) -> FreeRaw:
         raise CacheFormatError("malformed entry")
     forest = Forest()
     ids: List[int] = [forest.id(tree_from_json(t)) for t in data["trees"]]
+    field = _field(data.get("field"))
     coeffs: Dict[int, dict] = {}
     for k, terms in data["coefficients"].items():
         poly = {}
         for m, c in terms:
-            poly[tuple(sorted(ids[i] for i in m))] = parse_rational(c)  # canonical "p/q" only, bounded digits
+            poly[tuple(sorted(ids[i] for i in m))] = _read_coefficient(c, field)
         coeffs[int(k)] = poly
     order = data["order"]
     if type(order) is not int or sorted(coeffs) != list(range(order + 1)):

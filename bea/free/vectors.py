@@ -15,7 +15,8 @@ from __future__ import annotations
 from typing import Dict, List
 
 from ..errors import InconsistentSchemeError, SeriesError, UnsupportedSchemeError
-from ..hseries import EXACT, ONE, HSeries, Q, to_rational
+from ..field_element import coefficient
+from ..hseries import EXACT, ONE, HSeries, Q
 
 POSITION = 0
 
@@ -110,7 +111,7 @@ class VecSeries:
         if isinstance(o, HSeries):
             return self._scale_series(o)
         try:
-            r = to_rational(o)
+            r = coefficient(o)
         except TypeError:
             return NotImplemented
         return VecSeries([{k: r * x for k, x in d.items()} for d in self.c], self.order)
@@ -134,7 +135,7 @@ class VecSeries:
             order = min(self.order - k, o.order - 2 * k + next((j for j, d in enumerate(self.c) if d), 0))
             return VecSeries([{l: inv * x for l, x in d.items()} for d in self.c[k:]], order)
         try:
-            r = to_rational(o)
+            r = coefficient(o)
         except TypeError:
             return NotImplemented
         if not r:

@@ -7,9 +7,9 @@ only, run on polynomials in the positions, :mod:`integrators.codegen.spaces`), a
 :func:`integrators.traced.trace_taylor` into its Taylor polynomial to any degree, which a :mod:`bea`
 series of the model needs (:math:`\mathrm{inv}_2(M)`: order 4, :mod:`integrators.series_c`). Both are
 verified against autograd when built. A new element or cell therefore needs no C of its own: its
-``forward`` in torch is its compiled form.
+``forward`` in torch is its compiled form, once its class is listed in :data:`TRACEABLE`.
 
-:func:`plan` keeps the list of what is compiled, and why not: :class:`~learners.modlanet.elements.Identity`,
+:func:`plan` keeps the list of what is compiled (:data:`TRACEABLE`), and why not: :class:`~learners.modlanet.elements.Identity`,
 ``AngleOnRod``, ``MLPTransform`` transforms; ``PotentialCell``, ``PairCell``, ``UniformGravity``,
 ``NewtonianPair`` cells; :class:`~learners.neural.mlp.MLP` with ``tanh`` or ``softplus``; float64 parameters.
 Anything else (a ``CallableTransform``, whose Python the trace cannot vouch for, a plain callable cell, a
@@ -33,80 +33,56 @@ from integrators.compiled import CLagrangian, NotLowerable, check_n
 from ..neural.mlp import MLP
 from . import elements as E
 
-__all__ = ["c_lagrangian", "c_taylor", "plan", "ACTIVATIONS", "AUTO_MAX_BATCH"]
+__all__ = ["c_lagrangian", "c_taylor", "plan", "TRACEABLE", "AUTO_MAX_BATCH"]
 
-#: activations of the networks that are compiled
-ACTIVATIONS = ("tanh", "softplus")
 #: batches above this roll out eagerly under execution="auto": double pendulum, cells 2 x 50, one core,
 #: trajectory-steps/s compiled / eager: 7.3 k / 6.2 k at batch 100, 7.4 k / 15.4 k at batch 1000
 #: (benchmarks/RESULTS_speed.md); the C loop costs the same per trajectory at any batch
 AUTO_MAX_BATCH = 200
+#: the submodules whose forward is known torch code; a CallableTransform or FixedCell runs Python that the trace
+#: cannot vouch for (a branch on a value it did not see)
+TRACEABLE = (E.Identity, E.AngleOnRod, E.MLPTransform, E.PotentialCell, E.PairCell, E.UniformGravity, E.NewtonianPair,
+             MLP, torch.nn.Linear, torch.nn.ModuleList)
 
 
-def _float64(*ts) -> None:
-    for t in ts:
-        if torch.as_tensor(t).dtype != torch.float64:
-            raise NotLowerable(f"a ModLaNet parameter is {torch.as_tensor(t).dtype}; the compiled form computes in "
-                               "float64 like the model must")
+#: a bare nn.Module's own state (hooks, flags), and the ModLaNet's settings its forward reads (h, scheme, loss,
+#: options and the learn_* flags belong to the estimator: changing them must not invalidate a compiled form)
+_MODULE_STATE, _ROOT_SETTINGS = frozenset(vars(torch.nn.Module())), ("_order", "parents", "space_dim", "local_dims", "n",
+                                                                     "_offsets")
 
 
-def _mlp(net) -> tuple:
-    """``(dims, activation)`` of a network that is compiled."""
-    if type(net) is not MLP:
-        raise NotLowerable(f"a {type(net).__name__} network has no C form (only learners.neural.mlp.MLP)")
-    if net.activation not in ACTIVATIONS:
-        raise NotLowerable(f"the activation {net.activation!r} has no C form (only {sorted(ACTIVATIONS)})")
-    dims = [net.in_dim]
-    for lin in net.linears:
-        if type(lin) is not torch.nn.Linear or lin.in_features != dims[-1]:
-            raise NotLowerable("an MLP layer that is not a plain nn.Linear chain has no C form")
-        dims.append(lin.out_features)
-        _float64(*[t for t in (lin.weight, lin.bias) if t is not None])
-    return tuple(dims), net.activation
-
-
-def _transform(t) -> tuple:
-    if type(t) is E.Identity:
-        return ("id", t.in_dim)
-    if type(t) is E.AngleOnRod:
-        _float64(t.length)
-        return ("rod",)
-    if type(t) is E.MLPTransform:
-        return ("mlp", t.in_dim, bool(t.periodic), _mlp(t.net))
-    raise NotLowerable(f"the transform {type(t).__name__} has no C form (Identity, AngleOnRod, MLPTransform)")
-
-
-def _cell(c, kind: str, d: int):
-    if c is None:
-        return None
-    if kind == "potential" and type(c) is E.PotentialCell or kind == "pair" and type(c) is E.PairCell:
-        return ("mlp", _mlp(c.net))
-    if kind == "potential" and type(c) is E.UniformGravity and 0 <= c.axis < d:
-        return ("grav", c.axis)
-    if kind == "pair" and type(c) is E.NewtonianPair and d <= 8:
-        return ("newton",)
-    raise NotLowerable(f"the {kind} cell {type(c).__name__} has no C form")
+def _settings(mod, root: bool) -> tuple:
+    """A module's settings (sizes, activation, axis, constants of any type; by ``repr`` where not hashable): what its
+    trace reads as literals. Modules and tensors enter :func:`plan` on their own."""
+    vals = ((k, getattr(mod, k, None)) for k in (_ROOT_SETTINGS if root else sorted(set(vars(mod)) - _MODULE_STATE)))
+    return tuple((k, v if isinstance(v, (bool, int, float, str, type(None))) else repr(v)) for k, v in vals
+                 if not isinstance(v, (torch.nn.Module, torch.Tensor)))
 
 
 def plan(model) -> tuple:
-    """The model's structure (hashable: what a compiled form depends on besides the numbers);
-    :class:`NotLowerable` for what is not compiled (module docstring)."""
+    """The model's structure (hashable: what a compiled form depends on besides the weights' values): each
+    submodule's type and settings, each tensor's shape and identity (the form reads the tensors it traced: one
+    replaced by a new object would be stepped with the old one's values), and the values of the integer and
+    boolean ones (index tables, read as literals); :class:`NotLowerable` for what is not compiled (module
+    docstring)."""
     from .model import ModLaNet
 
     for name in ("forward", "global_states", "kinetic", "potential_energy", "masses"):
         if getattr(type(model), name) is not getattr(ModLaNet, name):
             raise NotLowerable(f"{type(model).__name__} overrides {name}: its C form may not be what it computes")
     check_n(model.n)
-    with torch.no_grad():
-        _float64(model.masses, model.c1, model.c2)
-        N = model.n_elements
-        shared = model.transform is not None
-        trans = tuple(_transform(model.transform if shared else model.transforms[i]) for i in range(N))
-        pot = _cell(model.potential, "potential", model.space_dim)
-        pair = _cell(model.pair, "pair", model.space_dim)
-    pairs = tuple(zip(model._pair_i.tolist(), model._pair_j.tolist())) if pair is not None else ()
-    return (model.n, model.space_dim, tuple(model.parents), tuple(model._order), tuple(model.local_dims),
-            tuple(model._offsets), shared, trans, pot, pair, pairs)
+    parts = []
+    for name, mod in model.named_modules():
+        if name and type(mod) not in TRACEABLE:
+            raise NotLowerable(f"the {type(mod).__name__} {name!r} has no C form (compiled: "
+                               f"{', '.join(t.__name__ for t in TRACEABLE)})")
+        parts.append((name, type(mod).__name__, _settings(mod, root=not name)))
+    for name, t in [*model.named_parameters(), *model.named_buffers()]:
+        if t.is_floating_point() and t.dtype != torch.float64:
+            raise NotLowerable(f"the ModLaNet tensor {name} is {t.dtype}; the compiled form computes in float64 like "
+                               "the model must")
+        parts.append((name, tuple(t.shape), id(t) if t.is_floating_point() else tuple(t.reshape(-1).tolist())))
+    return tuple(parts)
 
 
 #: traced forms per live model: {model: {(structure, order): form}} (a trace takes seconds; the forms read the
@@ -128,8 +104,9 @@ def _traced(model, order: int):
     def refresh() -> np.ndarray:
         now = ref()
         if now is None or plan(now) != structure:
-            raise BeaRuntimeError("the ModLaNet's structure (elements, cells, layer sizes or activations) changed after it "
-                                  "was compiled; build a new VariationalIntegrator for the changed model")
+            raise BeaRuntimeError("the ModLaNet's structure (elements, cells, their constants such as g or G, layer sizes, "
+                                  "activations, or a parameter replaced by a new tensor) changed after it was compiled; "
+                                  "build a new VariationalIntegrator for the changed model")
         return read()
 
     form = dataclasses.replace(form, refresh=refresh)

@@ -51,10 +51,10 @@ import torch
 
 import bea
 
-from .guards import StaleCalibrationWarning
+from .guards import StaleCalibrationWarning, caller_level
 from .variance_rounding import VARIANCE_RULE
 
-__all__ = ["ensure_energy_calibration", "calibration_state", "restored_calibration", "Calibration", "conservation_values", "summary", "difference_calibration", "TARGET_Z", "TARGET_COVERAGE", "CALIBRATION_TRAJECTORIES", "scale_for", "energy_calibration"]
+__all__ = ["ensure_energy_calibration", "del_calibration", "calibration_state", "restored_calibration", "Calibration", "conservation_values", "summary", "difference_calibration", "TARGET_Z", "TARGET_COVERAGE", "CALIBRATION_TRAJECTORIES", "scale_for", "energy_calibration"]
 
 #: |z| quantile matched by the energy calibration: a Gaussian has 90% of |z| below 1.645
 TARGET_Z, TARGET_COVERAGE = 1.6449, 0.90
@@ -110,7 +110,7 @@ def conservation_values(model, qs: torch.Tensor, order: int = 2):
     # the first omitted term as energy(order, return_std=True) takes it: the next order's energy at the same states,
     # by autograd (the closed-form jet of that order is compiled C: 2 minutes at n = 3, for 48 states taking 0.5 s)
     v = model.velocities(qs, order)
-    q_std, v_std = model._to_standard(qs), v / model._speed
+    q_std, v_std = model._to_standard(qs), model._vector_to_standard(v)
     H_next = bea.energy(model._recovered_std(next_order(order, model.scheme), jets=False))(q_std, v_std).detach()
     H_next = model._speed ** 2 * H_next  # energies scale as (sigma / tau)^2
     err, var, trunc = E[1:].reshape(-1), sd[1:].reshape(-1) ** 2, ((H_next - H_next[0]) - E)[1:].reshape(-1)
@@ -161,6 +161,29 @@ def difference_calibration(model, floor: float = 0.0) -> Optional[Tuple[Calibrat
     zero = torch.zeros_like(w)
     s = max(scale_for(d, w, zero), floor)
     return summary(d, w, zero, s, with_ratio=False), s
+
+
+def del_calibration(model, F_tr, F_va) -> None:
+    r"""Scale the posterior variances (``gp.variance_scale``: :math:`\sigma_f^2` and the nugget together, the mean
+    is unchanged) so that 95.4% of the validation residuals lie within two posterior standard deviations, as for a
+    calibrated Gaussian. (The residuals are heavy-tailed -- largest where validation orbits leave the data -- so
+    matching their mean square instead would leave most of them at a fraction of a standard deviation.)"""
+    gp = model.gp
+    with torch.no_grad():
+        gp.condition(F_tr)
+        gp.variance_scale = 1.0
+        mean, var = gp.functional_posterior(F_va)
+        ok = var > 0
+        if int(ok.sum()) < 5:
+            return
+        z = mean[ok].abs() / var[ok].sqrt()
+        s = float((torch.quantile(z, 0.954) / 2) ** 2)
+        if math.isfinite(s) and s > 0:
+            model.history["calibration_factor"] = s
+            model._variance_scale = s
+            zs = z / math.sqrt(s)
+            model._calibration["del"] = Calibration(s, float(zs.pow(2).mean().sqrt()), float((zs <= 2).double().mean()),
+                                                    int(zs.numel()))
 
 
 def ensure_energy_calibration(model) -> None:
@@ -232,6 +255,6 @@ def restored_calibration(extra: Dict[str, object]) -> Dict[str, Calibration]:
         warnings.warn(f"this model's calibration scales ({', '.join(sorted(calibration))}) were fitted to posterior "
                       f"variances computed under the variance rule {rule or 'before the a-posteriori rounding bound'!r}, "
                       f"not {VARIANCE_RULE!r}: its reported stds may be off; refit it (model.fit(model.snapshots)) to "
-                      "recalibrate", StaleCalibrationWarning, stacklevel=4)
+                      "recalibrate", StaleCalibrationWarning, stacklevel=caller_level())
     return calibration
 

@@ -228,9 +228,22 @@ def data_units_form(model, n: int):
     :class:`integrators.model_protocol.AffineModel` (so the public ``integrator()`` steps in C like ``predict``)."""
     from integrators.model_protocol import AffineModel
 
+    if model._rotation is not None:  # AffineModel maps each coordinate alone: the full linear map
+        return rotated_form(model, n)
     speed = float(model._speed)
     unit = float(model._unit) if model._center is not None else 1.0
     center = model._center if model._center is not None else torch.zeros(n, dtype=torch.float64)
     units = [unit] * n + [speed] * n
     offsets = torch.cat([center.reshape(-1).double().cpu(), torch.zeros(n, dtype=torch.float64)])
     return AffineModel(StandardisedMean(model), speed ** 2, units, offsets).compiled_form(n)
+
+
+def rotated_form(model, n: int):
+    r"""The C form of a model fitted in rotated coordinates: :math:`L(q, v) = s^2\,\bar L'(R^\top(q - \bar q)/\sigma,
+    R^\top v/s)` (:mod:`learners.shadow.units`), by :class:`integrators.model_protocol.LinearMapModel`."""
+    from integrators.model_protocol import LinearMapModel
+
+    speed, R = float(model._speed), model._rotation.double().cpu()
+    A = torch.block_diag(R.T / float(model._unit), R.T / speed)
+    offsets = torch.cat([model._center.reshape(-1).double().cpu(), torch.zeros(n, dtype=torch.float64)])
+    return LinearMapModel(StandardisedMean(model), speed ** 2, A, offsets).compiled_form(n)

@@ -238,15 +238,26 @@ def _linear_atoms(make_value: Callable[[Callable], torch.Tensor], wrt: torch.Ten
     return Functionals(D, B * n_out, atoms)
 
 
-def del_residual_functionals(triples: torch.Tensor, h: float, scheme: Union[str, "bea.Scheme"] = "midpoint") -> Functionals:
+def del_residual_functionals(triples: torch.Tensor, h: float, scheme: Union[str, "bea.Scheme"] = "midpoint",
+                             axes: Optional[torch.Tensor] = None) -> Functionals:
     r"""DEL residual functionals :math:`\partial_{b_i}\big[L_\Delta(a, b) + L_\Delta(b, c)\big]` for
     triples (B, 3, n) with rows :math:`(a, b, c) = (q_{j-1}, q_j, q_{j+1})`; functional ``b * n + i``
     is component ``i`` of triple ``b``. Targets are zero. Works for any :mod:`bea` scheme (autograd
-    through the scheme's discrete Lagrangian on a probe)."""
+    through the scheme's discrete Lagrangian on a probe).
+
+    ``axes`` (n, n): component ``i`` is instead the derivative along row ``i``, :math:`\sum_j A_{ij}\,\partial_{b_j}`
+    (taken as :math:`\partial_{w_i}` at :math:`w = 0` of :math:`b + wA`: the same points, directions combined). With
+    the rows of a rotation these are the residual's components along other axes, one functional each, so their
+    posterior variances are exact (a combination of the plain components' stds would need their covariances)."""
     sch = bea.get_scheme(scheme)
     a, b, c = (triples[:, k].detach() for k in range(3))
-    b = b.clone().requires_grad_(True)
-    F = _linear_atoms(lambda L: sch(L, a, b, h) + sch(L, b, c, h), b, triples.shape[-1])
+    if axes is None:
+        b = wrt = b.clone().requires_grad_(True)
+    else:
+        wrt = torch.zeros_like(b, requires_grad=True)
+        with torch.enable_grad():
+            b = b + wrt @ axes.to(b)
+    F = _linear_atoms(lambda L: sch(L, a, b, h) + sch(L, b, c, h), wrt, triples.shape[-1])
     F.targets = triples.new_zeros(F.count)
     return F
 

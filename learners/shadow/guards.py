@@ -8,11 +8,15 @@ r"""Checks that a GP Lagrangian model never returns a non-finite or runaway answ
   a :class:`NonFiniteModelError` (the step where it starts, and the last finite position); :func:`runaway`
   gives the positions farther than :data:`RUNAWAY_FACTOR` data spreads from the data's centre, which the
   models report as an extrapolation (:class:`~learners.shadow.lsi.ExtrapolationWarning`).
+* :func:`caller_level`: the ``stacklevel`` that makes a fit's warning name the user's line, however deep in the
+  library it arises.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import sys
 import warnings
 from typing import Callable, Optional, Tuple
 
@@ -20,7 +24,7 @@ import torch
 
 from bea.errors import BeaError, BeaValueError, BeaWarning
 
-__all__ = ["NonFiniteModelError", "IdentifiabilityWarning", "ExtrapolationWarning", "ToleranceRelaxedWarning", "ExtrapolationError", "check_fitted", "check_prediction", "report_extrapolation", "runaway", "data_region", "RUNAWAY_FACTOR", "FIT_PROBES"]
+__all__ = ["NonFiniteModelError", "IdentifiabilityWarning", "ExtrapolationWarning", "ToleranceRelaxedWarning", "ExtrapolationError", "check_fitted", "check_prediction", "report_extrapolation", "caller_level", "runaway", "data_region", "RUNAWAY_FACTOR", "FIT_PROBES"]
 
 #: a predicted position farther than this many data spreads (RMS standard deviation of the positions) from the
 #: data's centre has left the data's region by orders of magnitude. Why 100: standardised data lie within a few
@@ -107,6 +111,20 @@ def report_extrapolation(msg: str, mode: str, stacklevel: int) -> None:
     if mode == "raise":
         raise ExtrapolationError(msg)
     warnings.warn(msg, ExtrapolationWarning, stacklevel=stacklevel + 1)
+
+
+#: the directory of the ``learners`` package: frames there are the library's own
+_LIBRARY = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def caller_level() -> int:
+    """The ``stacklevel`` for a ``warnings.warn`` in the function that calls this one that names the first frame
+    outside the ``learners`` package (the user's call of ``fit``, ...). Counted, not fixed: a fit's warnings arise
+    at depths that differ by path (principal-direction candidate, stage schemes, LGP)."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(_LIBRARY):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def runaway(qs: torch.Tensor, region: Optional[Tuple[torch.Tensor, float]] = None) -> torch.Tensor:

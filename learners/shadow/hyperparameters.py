@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from pathlib import Path
 from typing import Dict, Optional, Sequence, Union
 
 import gpytorch
@@ -74,10 +75,11 @@ from bea.errors import BeaRuntimeError, BeaValueError
 from .. import saving
 from ..saving import recorded
 from .._checks import check_linear_scheme, check_states, check_step
-from .calibration import Calibration
+from . import persist
+from .calibration import Calibration, del_calibration, ensure_energy_calibration
 from .functionals import Functionals
 from .gp import FunctionalGP
-from .guards import IdentifiabilityWarning, check_fitted
+from .guards import IdentifiabilityWarning, caller_level, check_fitted
 from .hyperparameter_search import (MIN_NOISE, collapsed, grid_best, grid_search, objective, pattern_search, set_hyperparameters,
                                     settle, spread, training_subsets)
 from .kernel_choice import KernelOption, kernel_option, new_gp
@@ -88,7 +90,6 @@ from .objectives import Auto, Objective, get_objective
 from .units import StandardUnits
 
 __all__ = ["FunctionalLagrangianModel", "MIN_NOISE", "IdentifiabilityWarning"]
-
 
 
 class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
@@ -152,19 +153,16 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
     _accepted_scheme = staticmethod(check_linear_scheme)
 
     # ------------------------------------------------------------------ saving
-    def save(self, path) -> "Path":
+    def save(self, path) -> Path:
         """Write the fitted model (constructor arguments, hyperparameters, posterior) to ``path`` atomically
         (:mod:`learners.saving`); :meth:`load` gives it back without refitting."""
-        from . import persist
-
-        return saving.write(self, path, self._init_args, persist.fitted_state(self))
+        state = persist.fitted_state(self)
+        return saving.write(self, path, self._init_args, state, persist.file_version(state))
 
     @classmethod
     def load(cls, path, map_location=None):
         """The model saved in ``path`` by :meth:`save`; :class:`~learners.saving.ModelFileError` if the file holds
         another class or format version."""
-        from . import persist
-
         def restore(config, state):
             model = cls(**config)
             persist.restore(model, state)
@@ -189,17 +187,15 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         (:mod:`learners.shadow.persist`); the cached derived Lagrangians are rebuilt there on demand."""
         if getattr(self, "gp", None) is None or self.gp._beta is None:
             return super()._apply(fn, recurse)
-        from . import persist
-
         persist.move(self, fn)
         return self
 
     # ------------------------------------------------------------------ learning
     def _fit_functionals(self, F_data: Functionals, groups: torch.Tensor, P: Functionals, P_groups: torch.Tensor,
-                         normalisation: Optional[Normalisation] = None) -> None:
-        r"""Learn or set the hyperparameters, then condition on all data functionals + the normalisation.
-
-        ``groups`` (F_data.count,) and ``P_groups`` (P.count,) give the trajectory of each functional."""
+                         normalisation: Optional[Normalisation] = None, finalise: bool = True) -> None:
+        r"""Learn or set the hyperparameters, then (``finalise``, else :meth:`_finalise` later) condition on all data
+        functionals + the normalisation. ``groups`` (F_data.count,) and ``P_groups`` (P.count,) give the trajectory of
+        each functional."""
         D = F_data.dim
         center = torch.cat([a.points for a in F_data.atoms.values()]).mean(0)
         norm = normalisation or self.normalisation
@@ -223,7 +219,14 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         else:
             alt = norm.with_matrix(True).functionals(D // 2, center) if getattr(norm, "matrix", False) is None else None
             F_norm = self._learn(F_data, groups, P, P_groups, F_norm, alt)
-        self._norm_count, gp = F_norm.count, self.gp  # the search may have chosen another kernel's GP
+        self._norm_count, self._final = F_norm.count, (F_data, F_norm)
+        if finalise:
+            self._finalise()
+
+    def _finalise(self) -> None:
+        """The fit's last and largest solve: condition on all data functionals and the normalisation (deferred by
+        :mod:`~learners.shadow.principal` until the search's winner is known), then :func:`check_fitted`."""
+        (F_data, F_norm), self._final, gp = self._final, None, self.gp  # the search may have chosen another kernel's GP
         with torch.no_grad():
             gp.condition(Functionals.cat([F_data, F_norm]))
         gp.variance_scale = self._variance_scale
@@ -237,8 +240,7 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         return self._user_kernel is None and self.fixed_lengthscale is None
 
     def _freeze(self) -> None:
-        for p in self.gp.parameters():
-            p.requires_grad_(False)
+        self.gp.requires_grad_(False)  # every parameter
 
     def _resolved_objective(self, n: int) -> str:
         r"""The objective ``"auto"`` stands for: ``"positions"`` for a model that learns from positions with
@@ -269,7 +271,8 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
                 if getattr(self.objective, "fallback", False) and collapsed(gp) and "positions" in self.objectives:
                     warnings.warn(f"the marginal likelihood collapsed (outputscale {float(gp.kernel.outputscale):.2g}, "
                                   "a Lagrangian ~0 away from the normalisation point): learning the hyperparameters with "
-                                  "objective='positions' instead", IdentifiabilityWarning, stacklevel=4)
+                                  "objective='positions' instead", IdentifiabilityWarning,
+                                  stacklevel=caller_level())
                     kind = "positions"
             if kind == "positions":
                 positions = self._position_objective(torch.unique(groups[va]))
@@ -305,26 +308,9 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         raise BeaValueError(f"{type(self).__name__} does not learn from positions: use objective='mll' or 'heldout'")
 
     def _calibrate(self, F_tr: Functionals, F_va: Functionals) -> None:
-        r"""Scale the posterior variances (``gp.variance_scale``: :math:`\sigma_f^2` and the nugget together, the mean
-        is unchanged) so that 95.4% of the validation residuals lie within two posterior standard deviations, as for a
-        calibrated Gaussian. (The residuals are heavy-tailed -- largest where validation orbits leave the data -- so
-        matching their mean square instead would leave most of them at a fraction of a standard deviation.)"""
-        gp = self.gp
-        with torch.no_grad():
-            gp.condition(F_tr)
-            gp.variance_scale = 1.0
-            mean, var = gp.functional_posterior(F_va)
-            ok = var > 0
-            if int(ok.sum()) < 5:
-                return
-            z = mean[ok].abs() / var[ok].sqrt()
-            s = float((torch.quantile(z, 0.954) / 2) ** 2)
-            if math.isfinite(s) and s > 0:
-                self.history["calibration_factor"] = s
-                self._variance_scale = s
-                zs = z / math.sqrt(s)
-                self._calibration["del"] = Calibration(s, float(zs.pow(2).mean().sqrt()), float((zs <= 2).double().mean()),
-                                                       int(zs.numel()))
+        """Scale the posterior variances on the validation residuals
+        (:func:`~learners.shadow.calibration.del_calibration`)."""
+        del_calibration(self, F_tr, F_va)
 
     @property
     def calibration(self) -> Dict[str, Calibration]:
@@ -333,8 +319,6 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         fixed. Each gives the variance scale, and the RMS z-score, fraction within :math:`2\sigma` and count of the
         held-back values it was fitted on."""
         if getattr(self, "_pending_calibration", None) is not None:
-            from .calibration import ensure_energy_calibration
-
             ensure_energy_calibration(self)
         return dict(self._calibration)
 
@@ -346,10 +330,10 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
     # ------------------------------------------------------------------ hyperparameters after fitting
     @property
     def hyperparameters(self) -> Dict[str, object]:
-        """Lengthscale(s), outputscale and relative nugget in use."""
+        """Lengthscale(s), outputscale and relative nugget in use; the lengthscales are those of the GP's inputs in the
+        data's units, along the rotated directions where the fit turned its coordinates (``_rotation``, principal)."""
         self._require_fit()
-        gp = self.gp
-        ls = gp.kernel.base_kernel.lengthscale.detach().reshape(-1)
+        gp, ls = self.gp, self.gp.kernel.base_kernel.lengthscale.detach().reshape(-1)
         ls = ls * self._input_units(self.n) if ls.numel() > 1 or self._time != 1.0 else ls * self._unit  # data's units
         return {"lengthscale": ls.tolist() if ls.numel() > 1 else float(ls),
                 "outputscale": float(gp.kernel.outputscale) * gp.variance_scale * self._speed ** 4,

@@ -29,7 +29,7 @@ ONE_STEP_LIMIT = 0.05
 def check_one_step(model, snapshots_std: torch.Tensor) -> None:
     """Warn (:class:`~learners.shadow.hyperparameters.IdentifiabilityWarning`) on the held-out one-step error (module
     docstring); ``snapshots_std``: the held-back trajectories in the standardised coordinates."""
-    from .guards import IdentifiabilityWarning
+    from .guards import IdentifiabilityWarning, caller_level
 
     T = snapshots_std.shape[0]
     obj = model.history.get("objective")
@@ -41,16 +41,16 @@ def check_one_step(model, snapshots_std: torch.Tensor) -> None:
             warnings.warn(f"the learned dynamics are poorly determined by the data: on {T} held-back trajectories a "
                           f"predicted position is off by {rel:.2g} of a step (limit {ONE_STEP_LIMIT:g}). Give more "
                           f"trajectories (the dimension is n = {model.n}), or trajectories that cover the region of "
-                          "interest", IdentifiabilityWarning, stacklevel=5)
+                          "interest", IdentifiabilityWarning, stacklevel=caller_level())
 
 
 def check_orders(model) -> None:
     """Warn where the first omitted term of mod_2 is below the calibrated GP std of the energy (module docstring)."""
-    from .guards import IdentifiabilityWarning
+    from .guards import IdentifiabilityWarning, caller_level
 
     cal = model._calibration.get("energy")
     if cal is not None and cal.truncation_ratio is not None and cal.truncation_ratio < 1:
         warnings.warn(f"H_rec[4] will be no more accurate than H_rec[2]: the first omitted term of mod_2 is "
                       f"{cal.truncation_ratio:.2g}x the GP's own std of the energy (median over {cal.count} held-back "
                       "states), so the GP's error dominates. More trajectories lower the GP's error; a larger step h "
-                      "raises the term that order 4 corrects", IdentifiabilityWarning, stacklevel=4)
+                      "raises the term that order 4 corrects", IdentifiabilityWarning, stacklevel=caller_level())

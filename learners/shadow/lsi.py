@@ -46,25 +46,27 @@ from typing import Callable, Dict, Optional, Union
 
 import torch
 
-from integrators import Trajectory, VariationalIntegrator, modified
+from integrators import Trajectory, VariationalIntegrator
 
 import bea
 from bea.errors import BeaValueError
-from .._checks import as_tensor, check_finite, check_order, check_snapshots, snapshot_layout
+from .._checks import as_tensor, check_finite, check_snapshots, snapshot_layout
 from .calibration import calibration_state, restored_calibration
 from .hyperparameters import FunctionalLagrangianModel
 from .retry import solve_with_retry
 from .guards import RUNAWAY_FACTOR, ExtrapolationError, ExtrapolationWarning, check_prediction, report_extrapolation, runaway
 from .functionals import Functionals, del_residual_functionals, snapshot_functionals, triples_from_snapshots
 from .normalisation import in_standard_units
+from .position_objective import position_objective
+from .principal import fit_with_candidate
+from .step_resolution import check_step_resolution
 from .units import position_units, standard_step
 from .recovery import RecoveryMixin
-from .rbf_jet import RBFJet, jets_fit
+from .rbf_jet import RBFJet
 from .stage_lsi import accepted_scheme, check_stage_objective, fit_stages, linear_scheme
 from .compiled_mean import StandardisedMean  # noqa: F401  (re-exported: its old home)
 
-__all__ = ["InverseModifiedLagrangianGP", "DEFAULT_NEWTON", "SEARCH_ITERATIONS", "ExtrapolationWarning", "ExtrapolationError",
-           "EXTRAPOLATION_FACTOR"]
+__all__ = ["InverseModifiedLagrangianGP", "DEFAULT_NEWTON", "SEARCH_ITERATIONS", "ExtrapolationWarning", "ExtrapolationError", "EXTRAPOLATION_FACTOR"]
 
 TorchLagrangian = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -166,35 +168,35 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
     def fit(self, snapshots) -> "InverseModifiedLagrangianGP":
         r"""Learn :math:`L_{inv}` from position snapshots ``(n_traj, n_steps + 1, n)`` (``n_steps >= 2``).
 
-        The snapshots are standardised first (module docstring, *Units*); a coordinate that never moves
-        is an error (nothing to learn about its dynamics). Hyperparameters are learned unless fixed (see
-        the class docstring; a fixed ``lengthscale`` is in the data's units); the final GP is
-        conditioned on all DEL residuals and the normalisation; :attr:`conditioning` reports the solve."""
+        The snapshots are standardised first (module docstring, *Units*); a coordinate that never moves is an error.
+        Hyperparameters are learned unless fixed (class docstring; a fixed ``lengthscale`` is in the data's units); the
+        final GP is conditioned on all DEL residuals and the normalisation (:attr:`conditioning`). From ``n = 3`` the
+        positions search also scores the principal directions (:mod:`~learners.shadow.principal`). ``history`` records
+        an estimate of the step's resolution of the motion (:mod:`~learners.shadow.step_resolution`; no warning)."""
         S = check_snapshots(snapshots)
-        n = S.shape[-1]
-        center, unit = position_units(S)
-        Sd = (S - center) / unit
-        self.n = n
-        self._set_units(center, unit, standard_step(Sd) if self._learns_time_unit else None)
-        h = self._h_std
-        norm = in_standard_units(self.normalisation, self._standard_state, h, self.scheme)
+        fit_with_candidate(self, S)
+        check_step_resolution(self, S)
+        return self
+
+    def _fit_in_units(self, S: torch.Tensor, rotation: Optional[torch.Tensor] = None, finalise: bool = True) -> None:
+        """:meth:`fit` in the standardised coordinates turned by ``rotation`` (:mod:`~learners.shadow.units`) if given;
+        ``finalise=False`` (linear schemes): the search only, the final solve left to :meth:`_finalise`."""
+        self.n, (center, unit) = S.shape[-1], position_units(S)
+        self._set_units(center, unit, None, rotation=rotation)
+        Sd = self._to_standard(S)
+        self._step = standard_step(Sd) if self._learns_time_unit else None  # h', measured in these coordinates
+        h, norm = self._h_std, in_standard_units(self.normalisation, self._standard_state, self._h_std, self.scheme)
         self._standard_snapshots = Sd  # for the "positions" objective while learning
         try:
             if isinstance(self.scheme, bea.StageScheme):  # DEL conditions linearised and iterated (stage_lsi)
                 fit_stages(self, Sd, h, norm)
             else:
-                self._fit_functionals(*snapshot_functionals(Sd, h, self.scheme), normalisation=norm)
+                self._fit_functionals(*snapshot_functionals(Sd, h, self.scheme), normalisation=norm, finalise=finalise)
         finally:
             del self._standard_snapshots
-        self.snapshots = S
-        self._recovered = {}
-        self._jet = None
-        self._data_level = None
-        return self
+        self.snapshots, self._recovered, self._jet, self._data_level = S, {}, None, None
 
     def _position_objective(self, trajectories: torch.Tensor):
-        from .position_objective import position_objective
-
         check_stage_objective("positions", self.scheme)
         return position_objective(triples_from_snapshots(self._standard_snapshots[trajectories]), self._h_std, self.scheme)
 
@@ -212,9 +214,11 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
 
     # ------------------------------------------------------------------ posterior
     def del_residuals(self, snapshots_or_triples, return_std: bool = True):
-        r"""Posterior mean (and standard deviation) of the DEL residuals at new data: triples
-        ``(B, 3, n)``, snapshots ``(n_traj, m, n)`` or a Trajectory (all their triples, trajectory-major). Returns
-        tensors of shape ``(B, n)``, in the data's units (:math:`s = \sigma/\tau` times those of :math:`L'`)."""
+        r"""Posterior mean (and standard deviation) of the DEL residuals at new data: triples ``(B, 3, n)``, snapshots
+        ``(n_traj, m, n)`` or a Trajectory (all their triples, trajectory-major). Returns tensors of shape ``(B, n)``, in
+        the data's units (:math:`s = \sigma/\tau` times those of :math:`L'`), each component along the data's axes
+        with its exact posterior std, also when fitted in rotated coordinates (:mod:`~learners.shadow.principal`;
+        :meth:`_residual_posterior`)."""
         self._require_fit()
         x = as_tensor(snapshot_layout(snapshots_or_triples), "triples")
         check_finite(x, "triples")
@@ -223,13 +227,13 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         else:
             triples = triples_from_snapshots(check_snapshots(x, self.n))
         mean, std = self._residual_posterior(self._to_standard(triples), return_std)
-        if not return_std:
-            return self._speed * mean
-        return self._speed * mean, self._speed * std
+        return (self._speed * mean, self._speed * std) if return_std else self._speed * mean
 
     def _residual_posterior(self, triples_std: torch.Tensor, return_std: bool = True):
-        """Posterior mean and std (or None) of the DEL residuals of :math:`L'` at standardised triples, ``(B, n)``."""
-        G = del_residual_functionals(triples_std, self._h_std, self._linear_scheme())
+        r"""Posterior mean and std (or None) of the DEL residuals of :math:`L'` at standardised triples, ``(B, n)``, with
+        components along the data's axes: with a rotation :math:`R`, component :math:`i` is :math:`\sum_j R_{ij}r'_j`
+        (:mod:`~learners.shadow.units`: :math:`r = sRr'`), one functional each, so its variance is exact."""
+        G = del_residual_functionals(triples_std, self._h_std, self._linear_scheme(), axes=self._rotation)
         with torch.no_grad():
             if not return_std:
                 return self.gp.functional_mean(G).reshape(-1, self.n), None
@@ -237,8 +241,7 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         return mean.reshape(-1, self.n), var.sqrt().reshape(-1, self.n)
 
     def functional_posterior(self, G: Functionals, full_cov: bool = False):
-        """Posterior mean and variance (or covariance) of any linear functionals of :math:`L_{inv}`
-        (points and directions in the data's units)."""
+        """Posterior mean and variance (or covariance) of linear functionals of :math:`L_{inv}` (data's units)."""
         self._require_fit()
         with torch.no_grad():
             return self.gp.functional_posterior(self._standard_functionals(G), full_cov=full_cov)
@@ -258,54 +261,18 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
                 self._data_level = float(torch.quantile(loo.sqrt(), 0.95))
         return self._data_level
 
-    # ------------------------------------------------------------------ identification
-    def recovered_lagrangian(self, order: int = 2) -> TorchLagrangian:
-        r""":math:`L_{rec} = \mathrm{mod}_N(\bar L_{inv})` truncated at :math:`h^N` (``order`` = N; 0 gives
-        :math:`\bar L_{inv}` itself), from :func:`bea.compile_torch` (derived once, cached on disk), in the
-        data's units (:math:`s^2\,\mathrm{mod}_N(\bar L'_{inv})` at the step :math:`h'`, :mod:`learners.shadow.units`)."""
-        self._require_fit()
-        N = check_order(order, self.scheme.symmetric)
-        if N == 0:
-            return self.lagrangian
-        if N not in self._recovered:
-            L_std, speed = self._recovered_std(N), self._speed
-            to_std = self._to_standard
-
-            def L_rec(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-                return speed ** 2 * L_std(to_std(q), v / speed)
-
-            L_rec.order = N  # type: ignore[attr-defined]
-            self._recovered[N] = L_rec
-        return self._recovered[N]
-
-    def _recovered_std(self, order: int, jets: bool = True) -> TorchLagrangian:
-        r""":math:`\mathrm{mod}_N(\bar L'_{inv})` in the standardised coordinates; ``jets``: derivatives of
-        :math:`\bar L'_{inv}` from its closed-form jet (:meth:`_mean_std`; same values to rounding)."""
-        N = check_order(order, self.scheme.symmetric)
-        jets = jets and jets_fit(self.n, N)
-        key = ("std", N, jets)
-        if N == 0:
-            if key not in self._recovered:
-                self._recovered[key] = self._mean_std(2, jets)
-            return self._recovered[key]
-        if key not in self._recovered:
-            # N + 2: the derivatives Newton on d/dv mod_N asks for (fewer jet builds)
-            self._recovered[key] = modified.recovered_lagrangian(self._mean_std(N + 2, jets), N, self._h_std, self.scheme)
-        return self._recovered[key]
-
     def integrator(self, **newton):
         """The :class:`integrators.VariationalIntegrator` of the scheme on :math:`\bar L_{inv}` (data's units)."""
         self._require_fit()
         opts = {**DEFAULT_NEWTON, **newton}
-        return VariationalIntegrator(self, self.h, self.scheme, **opts)  # C form only when not standardised
+        return VariationalIntegrator(self, self.h, self.scheme, **opts)  # C form: compiled_mean.data_units_form
 
     def _integrator_std(self, **newton):
         opts = {**DEFAULT_NEWTON, **newton}
         return VariationalIntegrator(StandardisedMean(self), self._h_std, self.scheme, **opts)
 
     def _momentum_integrator(self, jets: bool = True) -> VariationalIntegrator:
-        r"""The scheme on :math:`\bar L'_{inv}` for discrete momenta: first derivatives only, from the
-        closed-form jet where there is one."""
+        r"""The scheme on :math:`\bar L'_{inv}` for discrete momenta: first derivatives only, from the closed-form jet."""
         return VariationalIntegrator(self._mean_std(1, jets), self._h_std, self.scheme, **DEFAULT_NEWTON)
 
     def predict(self, q0, qdot0, steps: int, order: int = 2, *, return_std: bool = False, on_extrapolation: str = "warn",
@@ -324,9 +291,9 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         test. The test looks at :data:`CHECK_POINTS` evenly spaced positions per trajectory (every position
         with ``return_std=True``); a position more than :data:`~learners.shadow.guards.RUNAWAY_FACTOR` data spreads
         from the data's centre counts too, and non-finite positions raise ``NonFiniteModelError``. ``return_std=True``
-        fills ``std``, of the same shape as ``q``: the posterior
-        std of the DEL residual centred at each position, in the data's units (NaN at the first and last
-        position, which are not the middle of a triple)."""
+        fills ``std``, of the same shape as ``q``: the posterior std of the DEL residual centred at each position, in
+        the data's units (NaN at the first and last position, which are not the middle of a triple; components along the
+        data's axes, as in :meth:`del_residuals`)."""
         self._require_fit()
         if on_extrapolation not in ("warn", "raise", "ignore"):
             raise BeaValueError(f"on_extrapolation must be 'warn', 'raise' or 'ignore', got {on_extrapolation!r}")
@@ -336,7 +303,7 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
             raise BeaValueError(f"q0 and qdot0 must have shape (batch..., {self.n}), got {tuple(q0.shape)} and {tuple(qdot0.shape)}")
         check_finite(q0, "q0")
         check_finite(qdot0, "qdot0")
-        q0s, v0s = self._to_standard(q0), qdot0 / self._speed
+        q0s, v0s = self._to_standard(q0), self._vector_to_standard(qdot0)
         try:
             sol = solve_with_retry(self._integrator_std, newton, q0s, v0s, steps, legendre=self._recovered_std(order))
         except ValueError as err:  # ConvergenceError, NotRegularError, a non-finite initial momentum
@@ -358,7 +325,7 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         t = None if sol.t is None else sol.t * (self.h / self._h_std)  # the solve's times are in the standardised unit
         # legacy: unpacks as the (q, std) it returned before with return_std=True, else acts as the tensor q (deprecated)
         # the march's momenta of L_inv (those of momenta()), mapped back as momenta are (learners.shadow.units)
-        return Trajectory(self._from_standard(sol.q), sol.valid, t=t, p=None if sol.p is None else self._speed * sol.p,
+        return Trajectory(self._from_standard(sol.q), sol.valid, t=t, p=None if sol.p is None else self._vector_from_standard(sol.p),
                           std=self._speed * std if return_std else None, stats=sol.stats,
                           legacy=("q", "std") if return_std else None, legacy_tuple=return_std)
 

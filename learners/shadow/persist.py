@@ -31,20 +31,30 @@ def _functionals(state: Dict[str, Any]) -> Functionals:
 
 
 def fitted_state(model) -> Dict[str, Any]:
-    """Tensors and numbers of a fitted :class:`~learners.shadow.hyperparameters.FunctionalLagrangianModel`."""
+    """Tensors and numbers of a fitted :class:`~learners.shadow.hyperparameters.FunctionalLagrangianModel` (the
+    ``rotation`` key only for a model fitted in rotated coordinates)."""
     model._require_fit()
     gp = model.gp
-    return {"n": model.n, "center": model._center, "unit": model._unit, "step": model._step, "gp": gp.state_dict(), "chol": gp._chol,
-            "beta": gp._beta.detach(), "functionals": _functionals_state(gp.train_functionals), "info": asdict(gp.info),
-            "variance_scale": gp.variance_scale, "norm_count": model._norm_count,
-            "kernel_degree": model.kernel_degree, "subclass": model._fitted_extra()}
+    state = {"n": model.n, "center": model._center, "unit": model._unit, "step": model._step, "gp": gp.state_dict(),
+             "chol": gp._chol, "beta": gp._beta.detach(), "functionals": _functionals_state(gp.train_functionals),
+             "info": asdict(gp.info), "variance_scale": gp.variance_scale, "norm_count": model._norm_count,
+             "kernel_degree": model.kernel_degree, "subclass": model._fitted_extra()}
+    if model._rotation is not None:  # only then: the file is version 3 (file_version), which older code refuses
+        state["rotation"] = model._rotation
+    return state
+
+
+def file_version(state: Dict[str, Any]) -> int:
+    """The model-file version of a :func:`fitted_state` (:data:`learners.saving.VERSIONS`): 3 with a rotation, else 2."""
+    return 3 if "rotation" in state else 2
 
 
 def restore(model, state: Dict[str, Any]) -> None:
     """Put a saved fitted state into a freshly constructed model (no refit)."""
     model.n = state["n"]
     # files before the time unit: h' = h; the device is where the posterior was loaded (or moved) to
-    model._set_units(state["center"], state["unit"], state.get("step"), state["beta"].device)
+    # files before the rotation of the standardised coordinates: none
+    model._set_units(state["center"], state["unit"], state.get("step"), state["beta"].device, state.get("rotation"))
     model.kernel_degree = state.get("kernel_degree")  # files before the kernel choice: the constructor's kernel
     gp = model._make_gp(2 * model.n)
     gp.load_state_dict(state["gp"])

@@ -164,6 +164,7 @@ def search_positions(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions,
     from .hyperparameter_search import objective, split_functionals
 
     n = F_data.dim // 2
+    offset = _direction_offset(model, n)
     G_va = Functionals.cat([F_va, P_va])
     F_sub = F_tr.subset(torch.arange(F_tr.count - F_norm.count))
     tr_all, _ = split_functionals(groups, F_data.count)
@@ -171,13 +172,14 @@ def search_positions(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions,
     candidates = _candidates(model, F_norm, F_norm_alt)
     rbf, mech = None, None
     for k, (gp, norm, degree) in enumerate(candidates):
-        grid = subset_grid(objective(gp, "positions", Functionals.cat([F_sub, norm]), F_va, G_va, positions), n, scale0)
+        grid = subset_grid(_shifted(objective(gp, "positions", Functionals.cat([F_sub, norm]), F_va, G_va, positions), offset),
+                           n, scale0)
         model.history[("grid", "grid_alt", "grid_mechanical")[k]] = grid
         lq, lv, val = min(grid, key=lambda g: g[2])
         if not math.isfinite(val):
             continue
         F_all = Functionals.cat([F_train, norm])
-        evaluate = objective(gp, "positions", F_all, F_va, G_va, positions)
+        evaluate = _shifted(objective(gp, "positions", F_all, F_va, G_va, positions), offset)
         full = evaluate(tied_theta(lq, lv, n)) if len(candidates) > 1 else None  # None: refine evaluates it
         model.history.setdefault("normalisation_values", []).append(full)
         cand = (lq, lv, val, full, F_all, norm, evaluate, gp, degree)
@@ -194,4 +196,26 @@ def search_positions(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions,
     lq, lv, val, _, F_all, F_norm, evaluate, model.gp, model.kernel_degree = best
     evaluate.restore_best()  # the best point's solve: settle + calibration condition on it again at no cost
     model.history["objective"] = val
-    return F_all, tied_theta(lq, lv, n), F_norm
+    return F_all, tied_theta(lq, lv, n) + (0 if offset is None else offset), F_norm
+
+
+def _direction_offset(model, n: int) -> Optional[torch.Tensor]:
+    r"""The log factors added to the tied :math:`\theta` where the model is fitted in principal directions
+    (``model._direction_factors``, :mod:`learners.shadow.principal`): the same factor on a direction's position and
+    velocity lengthscale; None for the tied search."""
+    f = getattr(model, "_direction_factors", None)
+    if f is None:
+        return None
+    log = f.to(dtype=torch.float64, device="cpu").log()
+    return torch.cat([log, log, torch.zeros(1, dtype=torch.float64, device="cpu")])
+
+
+def _shifted(evaluate: Objective, offset: Optional[torch.Tensor]) -> Objective:
+    """``evaluate`` at theta plus ``offset`` (None: ``evaluate`` itself)."""
+    if offset is None:
+        return evaluate
+
+    def shifted(theta: torch.Tensor) -> float:
+        return evaluate(theta + offset)
+    shifted.restore_best = evaluate.restore_best  # type: ignore[attr-defined]
+    return shifted

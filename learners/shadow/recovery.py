@@ -61,6 +61,35 @@ class RecoveryMixin:
             return self._lagrangian_std
         return JetLagrangian(jet, order)
 
+    def recovered_lagrangian(self, order: int = 2) -> TorchLagrangian:
+        r""":math:`L_{rec} = \mathrm{mod}_N(\bar L_{inv})` truncated at :math:`h^N` (``order`` = N; 0 gives
+        :math:`\bar L_{inv}` itself), from :func:`bea.compile_torch` (derived once, cached on disk), in the
+        data's units (:math:`s^2\,\mathrm{mod}_N(\bar L'_{inv})` at the step :math:`h'`, :mod:`learners.shadow.units`)."""
+        self._require_fit()
+        N = check_order(order, self.scheme.symmetric)
+        if N == 0:
+            return self.lagrangian
+        if N not in self._recovered:
+            L_rec = self._in_data_units(self._recovered_std(N))
+            L_rec.order = N  # type: ignore[attr-defined]
+            self._recovered[N] = L_rec
+        return self._recovered[N]
+
+    def _recovered_std(self, order: int, jets: bool = True) -> TorchLagrangian:
+        r""":math:`\mathrm{mod}_N(\bar L'_{inv})` in the standardised coordinates; ``jets``: derivatives of
+        :math:`\bar L'_{inv}` from its closed-form jet (:meth:`_mean_std`; same values to rounding)."""
+        N = check_order(order, self.scheme.symmetric)
+        jets = jets and jets_fit(self.n, N)
+        key = ("std", N, jets)
+        if N == 0:
+            if key not in self._recovered:
+                self._recovered[key] = self._mean_std(2, jets)
+            return self._recovered[key]
+        if key not in self._recovered:
+            # N + 2: the derivatives Newton on d/dv mod_N asks for (fewer jet builds)
+            self._recovered[key] = modified.recovered_lagrangian(self._mean_std(N + 2, jets), N, self._h_std, self.scheme)
+        return self._recovered[key]
+
     def energy(self, order: int = 2, return_std: bool = False, reference=None, truncation: bool = True):
         r"""The recovered energy :math:`H_{rec}[N] = \partial_vL_{rec}\cdot v - L_{rec}` (``order=0``: the
         energy of :math:`\bar L_{inv}` itself, uncorrected), a torch callable ``H(q, v)``.
@@ -132,8 +161,7 @@ class RecoveryMixin:
         Nn = next_order(N, self.scheme)
         if q.shape[0] > SMALL_BATCH or isinstance(self.gp.kernel.base_kernel, RBFKernel):
             L_next = self._recovered_std(Nn, jets=q.shape[0] > SMALL_BATCH)
-            # data units: v' = v / speed and L = speed**2 L' (speed = unit / time unit, learners.shadow.units)
-            H_next = bea.energy(lambda q_, v_: self._speed ** 2 * L_next(self._to_standard(q_), v_ / self._speed))
+            H_next = bea.energy(self._in_data_units(L_next))
             nxt = _in_chunks(H_next, q, v, self._autograd_chunk())
             return nxt if ref is None else nxt - H_next(ref[0][None], ref[1][None]).detach()
         p = self._jet_order("energy", N) + Nn - N
@@ -213,6 +241,8 @@ class RecoveryMixin:
         if what == "momentum":
             Minv = torch.linalg.inv(self._mass_std(order, q3.reshape(-1, n)[rows], v3.reshape(-1, n)[rows]))
             cov = Minv @ cov @ Minv.transpose(1, 2)
+            if self._rotation is not None:  # on the data's axes (learners.shadow.units): R cov R^T, exactly
+                cov = self._rotation @ cov @ self._rotation.T
             std = q_std.new_full((S1 * Bt, n), float("nan"))
             std[rows] = torch.diagonal(cov, dim1=1, dim2=2).clamp_min(0).sqrt()
             return std.reshape(q_std.shape)
@@ -224,8 +254,8 @@ class RecoveryMixin:
         r"""Discrete momenta of :math:`\bar L_{inv}` along positions ``qs`` ``(steps + 1, batch..., n)``:
         :math:`p_0 = -D_1L_\Delta(q_0, q_1)`, :math:`p_j = D_2L_\Delta(q_{j-1}, q_j)` (in time chunks)."""
         qs = self._positions(qs)
-        return self._speed * modified.momenta(None, self._to_standard(qs), self._h_std, self.scheme, chunk,
-                                             integrator=self._momentum_integrator())
+        return self._vector_from_standard(modified.momenta(None, self._to_standard(qs), self._h_std, self.scheme, chunk,
+                                                           integrator=self._momentum_integrator()))
 
 
     def velocities(self, qs, order: int = 2, chunk: Optional[int] = None, return_std: bool = False, std_every: int = 1,
@@ -249,14 +279,14 @@ class RecoveryMixin:
         q_std = self._to_standard(qs)
         v_std = self._velocities_std(q_std, order, chunk)
         if not return_std:
-            return self._speed * v_std
+            return self._vector_from_standard(v_std)
         ensure_energy_calibration(self)
         N = check_order(order, self.scheme.symmetric)
-        std = self._along_positions_std(q_std, v_std, N, "momentum", _every(std_every))
+        std = self._along_positions_std(q_std, v_std, N, "momentum", _every(std_every))  # on the data's axes
         if truncation:
-            v_next = self._velocities_std(q_std, next_order(N, self.scheme), chunk)
-            std = (std ** 2 + (v_next - v_std) ** 2).sqrt()
-        return self._speed * v_std, self._speed * std
+            diff = self._velocities_std(q_std, next_order(N, self.scheme), chunk) - v_std
+            std = (std ** 2 + (diff if self._rotation is None else diff @ self._rotation.T) ** 2).sqrt()
+        return self._vector_from_standard(v_std), self._speed * std
 
     def _velocities_std(self, qs_std: torch.Tensor, order: int, chunk: Optional[int], jets: bool = True) -> torch.Tensor:
         deep = jets and jets_fit(self.n, order)  # momenta need first derivatives only: the jet always serves them

@@ -62,7 +62,7 @@ from bea.stage_torch import solve_interior
 from bea.stages import StageScheme
 
 from .functionals import Functionals, _linear_atoms, discrete_momentum_functionals, snapshot_functionals
-from .guards import IdentifiabilityWarning
+from .guards import IdentifiabilityWarning, caller_level
 
 __all__ = ["LinearisedStages", "interpolated_interior", "interior_jacobians", "fit_stages", "check_stage_objective",
            "accepted_scheme", "linear_scheme", "MAX_ITERATIONS", "STALL", "RELEARN_AT"]
@@ -229,7 +229,7 @@ def fit_stages(model, S: torch.Tensor, h: float, norm) -> None:
             warnings.warn(f"LSI with {scheme.name}: the DEL residuals on the data still decreased after {MAX_ITERATIONS} "
                           f"iterations (largest {steps[-1]['max_del']:.2g}, interior points moved by {change:.2g} data "
                           "spreads); a smaller step h or more data make the fit better determined", IdentifiabilityWarning,
-                          stacklevel=3)
+                          stacklevel=caller_level())
             break
         Ja, Jb = interior_jacobians(mean, a2, Q, b2, h, scheme)
         G = _linearised_del(S, Q, Ja, Jb, h, scheme)

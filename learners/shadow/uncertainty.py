@@ -411,7 +411,6 @@ def posterior_variance(gp, G: LinearisedQuantity, reference: Optional[Reference]
     if reference is not None and G.k != 1:
         raise BeaValueError("differences to a reference state are for scalar quantities (k = 1)")
     base, s2 = _kernel(gp)
-    F = gp.train_functionals
     D = G.x.shape[-1]
     layout = _feature_map(base, D, G.p).split()
     B = G.x.shape[0]

@@ -25,11 +25,24 @@ back with one factor per unit: positions :math:`\sigma q' + \bar q`, velocities 
 :math:`s p'`, DEL residuals :math:`s r'`, energies and Lagrangians :math:`s^2`, their variances
 :math:`s^4`, lengthscales :math:`\sigma` (positions) and :math:`s` (velocities); :math:`\mathrm{mod}_N`
 is taken at :math:`h'`.
+
+*A rotation.* The positions may also be turned to orthonormal directions :math:`R` (:math:`n\times n`,
+:math:`R^\top R = I`; the columns in the data's coordinates), :math:`q' = R^\top(q - \bar q)/\sigma`, i.e. the linear
+map :math:`q = \bar q + A q'` with :math:`A = \sigma R` (the scale alone is :math:`R = I`). Every scheme's DEL
+equations commute with a linear map of the configuration space, :math:`L'(q', v') = s^{-2} L(\bar q + A q', A v'/\tau)`,
+so the discrete motions again map back. Velocities map by :math:`A` (:math:`v = s R v'`), momenta and DEL residuals
+(covectors) by :math:`A^{-\top}`, which for an orthogonal :math:`R` is the same rotation (:math:`p = s R p'`); energies and
+Lagrangians are scalars (factor :math:`s^2` as before) and the trace of the mass matrix is kept. Why orthogonal only:
+the principal directions that use it (:mod:`learners.shadow.principal`) are orthonormal, and then vectors and covectors
+map alike. A per-component std does not map component by component (the rotated components are correlated): the
+velocities rotate their covariance, and the DEL residuals' components along the data's axes are functionals of their
+own (:func:`~learners.shadow.functionals.del_residual_functionals` with ``axes``), so every reported std is exact.
+Lengthscales are then those of the rotated coordinates :math:`q'`.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import torch
 
@@ -37,7 +50,7 @@ from bea.errors import BeaValueError
 
 from .functionals import AtomSet, Functionals
 
-__all__ = ["position_units", "standard_step", "standard_time", "StandardUnits", "VELOCITY_RMS"]
+__all__ = ["position_units", "standard_step", "standard_time", "StandardUnits", "VELOCITY_RMS", "check_rotation"]
 
 #: RMS of the standardised velocities (positions have unit RMS spread). Why 1/2 and not 1: a Lagrangian is a
 #: low-degree function of the velocities (quadratic for mechanical systems), so it is smoother in them than in the
@@ -92,18 +105,22 @@ class StandardUnits:
     r"""Maps between the data's units and the standardised coordinates of a fitted model (module docstring).
 
     State: ``_center`` :math:`\bar q` (None: no shift), ``_unit`` :math:`\sigma`, ``_step`` :math:`h'` (None:
-    the time unit is the data's, :math:`h' = h`); ``h`` is the model's step in the data's units."""
+    the time unit is the data's, :math:`h' = h`), ``_rotation`` :math:`R` (None: :math:`I`; only with a centre);
+    ``h`` is the model's step in the data's units."""
 
     h: float
     _center: Optional[torch.Tensor] = None
     _unit: float = 1.0
     _step: Optional[float] = None
+    _rotation: Optional[torch.Tensor] = None
 
     def _set_units(self, center: Optional[torch.Tensor], unit: float, step: Optional[float],
-                   device: Optional[torch.device] = None) -> None:
-        """``device``: where the data are, when there is no ``center`` to tell (default: the CPU)."""
+                   device: Optional[torch.device] = None, rotation: Optional[torch.Tensor] = None) -> None:
+        """``device``: where the data are, when there is no ``center`` to tell (default: the CPU); ``rotation``: an
+        orthogonal :math:`R` (module docstring), or None."""
         self._center, self._unit, self._step = center, float(unit), (None if step is None else float(step))
         self._data_device = center.device if center is not None else torch.device(device or "cpu")
+        self._rotation = None if rotation is None else check_rotation(rotation, center)
 
     @property
     def _h_std(self) -> float:
@@ -130,14 +147,34 @@ class StandardUnits:
         return self._unit != 1.0 or self._time != 1.0 or (self._center is not None and bool(self._center.any()))
 
     def _to_standard(self, q: torch.Tensor) -> torch.Tensor:
-        return q if self._center is None else (q - self._center) / self._unit
+        if self._center is None:
+            return q
+        d = (q - self._center) / self._unit
+        return d if self._rotation is None else d @ self._rotation
 
     def _from_standard(self, q: torch.Tensor) -> torch.Tensor:
-        return q if self._center is None else q * self._unit + self._center
+        if self._center is None:
+            return q
+        return (q if self._rotation is None else q @ self._rotation.T) * self._unit + self._center
+
+    def _vector_to_standard(self, v: torch.Tensor) -> torch.Tensor:
+        r"""A velocity in the data's units in the GP's coordinates, :math:`v' = R^\top v/s`."""
+        return (v if self._rotation is None else v @ self._rotation) / self._speed
+
+    def _in_data_units(self, L_std: Callable) -> Callable:
+        r"""A Lagrangian of the GP's coordinates as one of the data's: :math:`L(q, v) = s^2 L'(q'(q), v'(v))`
+        (energies scale as :math:`s^2`)."""
+        s2, to_std, vec_to_std = self._speed ** 2, self._to_standard, self._vector_to_standard
+        return lambda q, v: s2 * L_std(to_std(q), vec_to_std(v))
+
+    def _vector_from_standard(self, v: torch.Tensor) -> torch.Tensor:
+        """A velocity, momentum or DEL residual of the GP's coordinates in the data's units, :math:`s R v'` (module
+        docstring: for an orthogonal :math:`R` covectors map as vectors)."""
+        return self._speed * (v if self._rotation is None else v @ self._rotation.T)
 
     def _standard_state(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """``(q, v)`` in the GP's coordinates ``((q - center)/unit, v/speed)``, concatenated."""
-        return torch.cat([self._to_standard(q), v / self._speed], -1)
+        """``(q, v)`` in the GP's coordinates ``(R^T (q - center)/unit, R^T v/speed)``, concatenated."""
+        return torch.cat([self._to_standard(q), self._vector_to_standard(v)], -1)
 
     def _input_units(self, n: int) -> torch.Tensor:
         r"""The unit of each GP input in the data's units: :math:`\sigma` (n positions), :math:`s` (n velocities)."""
@@ -147,11 +184,27 @@ class StandardUnits:
         r"""Functionals of :math:`L = s^2 L'(x')` (points and directions in the data's units) as functionals of
         :math:`L'`: points mapped, each direction component divided by its input's unit (one factor per
         derivative), coefficients times :math:`s^2`."""
-        n = G.dim // 2
-        units = self._input_units(n)
+        n, R, units = G.dim // 2, self._rotation, self._input_units(G.dim // 2)
+
+        def lin(x):  # with a rotation, a derivative along d is one along (R^T d_q / unit, R^T d_v / speed)
+            return (x if R is None else torch.cat([x[..., :n] @ R, x[..., n:] @ R], -1)) / units
         center = self._center if self._center is not None else torch.zeros(n, dtype=torch.float64, device=G.device)
         shift = torch.cat([center, torch.zeros_like(center)])
-        atoms = {m: AtomSet((A.points - shift) / units, A.dirs / units, A.coef * self._speed ** 2, A.owner)
+        atoms = {m: AtomSet(lin(A.points - shift), lin(A.dirs), A.coef * self._speed ** 2, A.owner)
                  for m, A in G.atoms.items()}
         return Functionals(G.dim, G.count, atoms, G.targets)
+
+
+def check_rotation(R: torch.Tensor, center: Optional[torch.Tensor]) -> torch.Tensor:
+    """:math:`R` as float64 on the centre's device, if it is orthogonal (to rounding) and the units have a centre."""
+    if center is None:
+        raise BeaValueError("a rotation of the standardised coordinates needs their centre (a standardised fit)")
+    R = torch.as_tensor(R, dtype=torch.float64, device=center.device)
+    n = center.numel()
+    if R.shape != (n, n) or not bool(torch.isfinite(R).all()):
+        raise BeaValueError(f"the rotation must be a finite ({n}, {n}) matrix, got shape {tuple(R.shape)}")
+    err = float((R.T @ R - torch.eye(n, dtype=torch.float64, device=R.device)).abs().max())
+    if err > 1e-10:
+        raise BeaValueError(f"the rotation must be orthogonal (R^T R = I), it is off by {err:.3g}: use orthonormal directions")
+    return R
 
