@@ -65,3 +65,82 @@ def test_unit_free_term_covers_the_error_after_the_best_scale():
     assert float(z_old.abs().max()) > 5, z_old
     assert float(z_new.abs().max()) <= 1.5, z_new
     assert float(z_new.pow(2).mean().sqrt()) >= 0.3, z_new
+
+
+# ------------------------------------------------------------------ the term's cost: on the mean's jet (Session 8)
+@pytest.fixture(scope="module")
+def small_fit():
+    """anharmonic3 (n = 3) at CI size: 12 trajectories, a short search, the RBF kernel."""
+    import warnings
+
+    from integrators.data import snapshots
+    from learners import InverseModifiedLagrangianGP
+    from tests.test_learners_shadow_auto import anharmonic3
+
+    system = anharmonic3()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = InverseModifiedLagrangianGP(0.2, iterations=6, max_train_functionals=200, progress=False).fit(
+            snapshots(system, 0.2, 12, 5, seed=1))
+    m._jet = False  # no compiled jet of the mean (autograd instead, same numbers): its build is ~30 s in a fresh cache
+    return system, m
+
+
+def _old_route(m, N, q, v):
+    """(c, d) as Session 7 computed them: H_rec[N] and H_rec[N'] each by autograd through the training atoms."""
+    import torch as T
+
+    from learners.shadow.difference_calibration import data_pairs
+
+    x = T.cat(data_pairs(m))
+    qp, vp = m._from_standard(x[:, :m.n]), m._vector_from_standard(x[:, m.n:])
+    H = bea.energy(m._in_data_units(m._recovered_std(N, jets=False)))  # (the compiled jet's build: minutes)
+    mp = H(qp, vp).detach()
+    c, _ = affine_fit(m._next_energy(N, qp, vp) - mp, mp)
+    return c, m._next_energy(N, q, v) - H(q, v).detach()
+
+
+def test_term_on_the_jet_table_equals_the_autograd_route(small_fit, monkeypatch):
+    """The truncation term's first omitted term d = H_rec[4] - H_rec[2] and its unit fit c, both energies on one table
+    of the mean's jet (learners/shadow/taylor_jet.py), against the autograd route of Session 7. Each energy rounds the
+    mean's atom sums, whose terms are far larger than d: the autograd route itself moves d when only its chunking
+    changes (one state per pass instead of all). The jet route stays within 4x that spread of the autograd route's
+    (measured ratio 1-2 at 120 trajectories, where both are 5e-4 - 9e-4 of max |d|), and c to 1e-6 relative."""
+    from learners.shadow import recovery
+    from learners.shadow.truncation import terms_and_unit_fit
+    from tests.test_learners_shadow_auto import held_out_states
+
+    system, m = small_fit
+    q, v = held_out_states(system, 5)
+    c_old, d_old = _old_route(m, 2, q, v)
+    monkeypatch.setattr(recovery, "AUTOGRAD_ENTRIES", 1)  # one state per autograd pass
+    d_old1 = m._next_energy(2, q, v) - bea.energy(m._in_data_units(m._recovered_std(2, jets=False)))(q, v).detach()
+    (c, _), d = terms_and_unit_fit(m, 2, m._states_with_ref(q, v))
+    spread, scale, err = float((d_old1 - d_old).abs().max()), float(d_old.abs().max()), float((d - d_old).abs().max())
+    print(f"spread {spread / scale:.2e}, jet route {err / scale:.2e} of max |d| {scale:.2e}; c {c:.6e} / {c_old:.6e}")
+    assert err <= 4 * spread + 1e-12 * scale, (d - d_old, spread)
+    assert c == pytest.approx(c_old, rel=1e-6)
+    assert terms_and_unit_fit(m, 2, m._states_with_ref(q, v))[0] == (c, _)  # cached per order
+
+
+def test_shared_nodes_change_no_value(small_fit):
+    """The shared derivative nodes (SharedJetLagrangian) against the plain JetLagrangian and the mean's Taylor
+    polynomial (uncertainty.on_mean_jet) on one jet: the energy of mod_4 at 3 states, the same table entries combined
+    by the same formulas -- 1e-13 relative (measured 0 and 2e-16)."""
+    from integrators import modified
+    from learners.shadow.rbf_jet import JetLagrangian
+    from learners.shadow.taylor_jet import MeanTaylorJet, SharedJetLagrangian
+    from learners.shadow.uncertainty import on_mean_jet
+    from tests.test_learners_shadow_auto import held_out_states
+
+    system, m = small_fit
+    q, v = held_out_states(system, 2)
+    x = m._standard_state(q, v)
+    p, jet = m._jet_order("energy", 4), MeanTaylorJet(m.gp, 6)
+    values = []
+    for L in (SharedJetLagrangian(jet, p), JetLagrangian(jet, p)):
+        H = bea.energy(modified.recovered_lagrangian(L, 4, m._h_std, m.scheme))
+        values.append(H(x[:, :3], x[:, 3:]).detach())
+    values.append(on_mean_jet(m.gp, m._quantity("energy", 4), x, p)[:, 0])
+    for other in values[1:]:
+        assert torch.allclose(values[0], other, rtol=1e-13, atol=0)

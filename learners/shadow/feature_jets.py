@@ -221,8 +221,15 @@ class SplitLayout:
         F = Functionals(x.shape[-1], 1, atoms)
         S = self.half.shape[0]
         out = x.new_zeros(x.shape[0], S, S)
+        # graded: the rows of |alpha_q| = a meet the columns of |alpha_v| <= p - a only (the (s, t) the jet reads),
+        # binom(2n+p, p) of the S^2 products (6,435 of 108,900 at n = 4, p = 7)
+        ends = torch.bincount(self.half.sum(-1), minlength=self.order + 1).cumsum(0).tolist()
+        blocks = [(ends[a - 1] if a else 0, ends[a], ends[self.order - a]) for a in range(self.order + 1)]
         for A, sl, pairs in self._products(x, F, 1, entries):
-            out = out + sum((E * A.coef[sl][:, None]).transpose(1, 2) @ P for E, P in pairs)
+            for E, P in pairs:
+                Et = (E * A.coef[sl][:, None]).transpose(1, 2)
+                for lo, hi, width in blocks:
+                    out[:, lo:hi, :width] += Et[:, lo:hi] @ P[:, :, :width]
         return out[:, self.jq, self.jv]
 
     def coefficients(self, J: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

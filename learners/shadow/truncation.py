@@ -63,19 +63,38 @@ def unit_free(d: torch.Tensor, m: torch.Tensor, c: float, b: float = 0.0) -> tor
 
 def energy_unit_fit(model, order: int) -> Tuple[float, float]:
     r"""``model``'s :math:`(c, b)` (module docstring) for :math:`H_{rec}[N]`, ``N = order``, in the data's units;
-    cached until the next fit. On all the pairs' states (2 x CALIBRATION_PAIRS = 120 where the data have them):
-    measured on toda3 (issue 23), the first 40 of them gave :math:`c = -4.5\times 10^{-5}` where all 120 give
-    2.5e-4 and the 40 held-out states ask for 3.2e-4 -- over the data, the part of the term that is not affine in
-    :math:`H` is as large as the affine one (RMS 1.6e-4 over the pairs), so :math:`c` needs the whole sample. Cost: one
-    next-order energy per state (duffing3, mechanical kernel: 7 s CPU for 40 states)."""
+    cached until the next fit (:func:`terms_and_unit_fit`)."""
     key = ("unit", order)
     if key not in model._recovered:
-        from .difference_calibration import _pairs
-
-        x, x_ref = _pairs(model, torch.Generator().manual_seed(model.seed))
-        x = torch.cat([x, x_ref])
-        n = model.n
-        q, v = model._from_standard(x[:, :n]), x[:, n:] * model._speed
-        mean = bea.energy(model.recovered_lagrangian(order))(q, v).detach()
-        model._recovered[key] = affine_fit(model._next_energy(order, q, v) - mean, mean)
+        terms_and_unit_fit(model, order, model._states_with_ref(*_no_states(model)))
     return model._recovered[key]
+
+
+def terms_and_unit_fit(model, order: int, x: torch.Tensor) -> Tuple[Tuple[float, float], torch.Tensor]:
+    r"""``(c, b)`` of :func:`energy_unit_fit` and the first omitted term :math:`d = H_{rec}[N'] - H_{rec}[N]` at the
+    standardised states ``x`` (data units), where the fit is not cached yet in one pass with it: one table of the
+    mean's jet for the fit's states and ``x`` (:meth:`~learners.shadow.recovery.RecoveryMixin._jet_energies`), both
+    energies from it, so that the rounding of the mean's atom sums, common to both, cancels in :math:`d`.
+
+    The fit's states are all the pairs' states (2 x CALIBRATION_PAIRS = 120 where the data have them; the calibration's,
+    :func:`~learners.shadow.difference_calibration.data_pairs`): measured on toda3 (issue 23), the first 40 of them gave
+    :math:`c = -4.5\times 10^{-5}` where all 120 give 2.5e-4 and the 40 held-out states ask for 3.2e-4 -- over the
+    data, the part of the term that is not affine in :math:`H` is as large as the affine one (RMS 1.6e-4 over the
+    pairs), so :math:`c` needs the whole sample."""
+    from .difference_calibration import data_pairs
+    from .recovery import next_order
+
+    key, nxt = ("unit", order), next_order(order, model.scheme)
+    if key in model._recovered:
+        H, H_next = model._jet_energies(order, x, (order, nxt))
+        return model._recovered[key], H_next - H
+    pairs = torch.cat(data_pairs(model))
+    H, H_next = model._jet_energies(order, torch.cat([pairs, x]), (order, nxt))
+    d, m = H_next - H, H
+    model._recovered[key] = affine_fit(d[:pairs.shape[0]], m[:pairs.shape[0]])
+    return model._recovered[key], d[pairs.shape[0]:]
+
+
+def _no_states(model) -> Tuple[torch.Tensor, torch.Tensor]:
+    empty = torch.zeros(0, model.n, dtype=torch.float64, device=model._units_device)
+    return empty, empty
