@@ -22,7 +22,6 @@ from .calibration import ensure_energy_calibration
 from .kernels import RBFKernel
 from .rbf_jet import JetLagrangian, RBFJet, jets_fit
 from .references import energies_reference, reference_state
-from .taylor_jet import on_jet_table
 from .truncation import energy_unit_fit, terms_and_unit_fit, unit_free
 from .uncertainty import (LinearisedQuantity, Reference, jet_order, momentum_functionals, on_mean_jet, posterior_variance,
                           repeat_functionals, weighted)
@@ -156,9 +155,8 @@ class RecoveryMixin:
     def _next_energy(self, N: int, q: torch.Tensor, v: torch.Tensor, ref=None) -> torch.Tensor:
         r""":math:`H_{rec}[N']` (:func:`next_order`) at the states (data units), minus its value at ``ref`` if given: the
         truncation term's partner for ``n <= 2`` (kept as it was, bit for bit) and beyond :data:`SMALL_BATCH` states
-        (``n >= 3`` up to that: :func:`~learners.shadow.truncation.terms_and_unit_fit`, on the mean's jet). The RBF:
-        autograd through its closed-form mean (a few seconds for 40 states at n = 4), or its closed-form jet for many
-        states (compiled C, worth its build only for large batches), in chunks. Other kernels (few states): on the mean's Taylor polynomial at each state
+        (``n >= 3`` up to that: :func:`~learners.shadow.truncation.terms_and_unit_fit`). The RBF: autograd through
+        its closed-form mean, or its closed-form jet for many states (compiled C), in chunks. Other kernels (few states): on the mean's Taylor polynomial at each state
         (:func:`~learners.shadow.uncertainty.on_mean_jet`, whose nested derivatives are those of monomials, not of
         every training atom: at n = 4 autograd through the mechanical kernel's atoms took 4 GB and 129 s for 40
         states, this 0.2 GB and 18 s), of the order the energy of :math:`\mathrm{mod}_{N'}` depends on,
@@ -181,14 +179,6 @@ class RecoveryMixin:
         """The standardised states (B, 2n), and the reference state ``ref`` as one more row if given."""
         x = self._standard_state(q, v)
         return x if ref is None else torch.cat([x, self._standard_state(ref[0][None], ref[1][None])])
-
-    def _jet_energies(self, N: int, x: torch.Tensor, orders) -> list:
-        r""":math:`H_{rec}[k]` for each ``k`` of ``orders`` (at most :func:`next_order` of ``N``) at the standardised
-        states ``x`` (data units), on one table of the mean's jet (:func:`~learners.shadow.taylor_jet.on_jet_table`;
-        the energy of :math:`\mathrm{mod}_k` reads derivatives of order :math:`p(N) + k - N`)."""
-        p = self._jet_order("energy", N) + max(orders) - N
-        values = on_jet_table(self.gp, [self._quantity("energy", k) for k in orders], x, p)
-        return [self._speed ** 2 * H for H in values]
 
     def _autograd_chunk(self) -> int:
         """States per autograd pass through the posterior mean (:data:`AUTOGRAD_ENTRIES`)."""

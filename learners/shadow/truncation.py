@@ -38,7 +38,9 @@ import torch
 import bea
 from bea.errors import BeaValueError
 
-__all__ = ["affine_fit", "unit_free", "energy_unit_fit"]
+from .taylor_jet import on_jet_table
+
+__all__ = ["affine_fit", "unit_free", "energy_unit_fit", "terms_and_unit_fit", "jet_energies"]
 
 
 def affine_fit(d: torch.Tensor, m: torch.Tensor) -> Tuple[float, float]:
@@ -73,7 +75,7 @@ def energy_unit_fit(model, order: int) -> Tuple[float, float]:
 def terms_and_unit_fit(model, order: int, x: torch.Tensor) -> Tuple[Tuple[float, float], torch.Tensor]:
     r"""``(c, b)`` of :func:`energy_unit_fit` and the first omitted term :math:`d = H_{rec}[N'] - H_{rec}[N]` at the
     standardised states ``x`` (data units), where the fit is not cached yet in one pass with it: one table of the
-    mean's jet for the fit's states and ``x`` (:meth:`~learners.shadow.recovery.RecoveryMixin._jet_energies`), both
+    mean's jet for the fit's states and ``x`` (:func:`jet_energies`), both
     energies from it, so that the rounding of the mean's atom sums, common to both, cancels in :math:`d`.
 
     The fit's states are all the pairs' states (2 x CALIBRATION_PAIRS = 120 where the data have them; the calibration's,
@@ -86,13 +88,22 @@ def terms_and_unit_fit(model, order: int, x: torch.Tensor) -> Tuple[Tuple[float,
 
     key, nxt = ("unit", order), next_order(order, model.scheme)
     if key in model._recovered:
-        H, H_next = model._jet_energies(order, x, (order, nxt))
+        H, H_next = jet_energies(model, order, x, (order, nxt))
         return model._recovered[key], H_next - H
     pairs = torch.cat(data_pairs(model))
-    H, H_next = model._jet_energies(order, torch.cat([pairs, x]), (order, nxt))
+    H, H_next = jet_energies(model, order, torch.cat([pairs, x]), (order, nxt))
     d, m = H_next - H, H
     model._recovered[key] = affine_fit(d[:pairs.shape[0]], m[:pairs.shape[0]])
     return model._recovered[key], d[pairs.shape[0]:]
+
+
+def jet_energies(model, N: int, x: torch.Tensor, orders) -> list:
+    r""":math:`H_{rec}[k]` for each ``k`` of ``orders`` (at most the next order of ``N``) at the standardised states
+    ``x`` (data units), on one table of the mean's jet (:func:`~learners.shadow.taylor_jet.on_jet_table`; the energy
+    of :math:`\mathrm{mod}_k` reads derivatives of order :math:`p(N) + k - N`)."""
+    p = model._jet_order("energy", N) + max(orders) - N
+    values = on_jet_table(model.gp, [model._quantity("energy", k) for k in orders], x, p)
+    return [model._speed ** 2 * H for H in values]
 
 
 def _no_states(model) -> Tuple[torch.Tensor, torch.Tensor]:
