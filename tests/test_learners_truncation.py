@@ -144,3 +144,24 @@ def test_shared_nodes_change_no_value(small_fit):
     values.append(on_mean_jet(m.gp, m._quantity("energy", 4), x, p)[:, 0])
     for other in values[1:]:
         assert torch.allclose(values[0], other, rtol=1e-13, atol=0)
+
+
+def test_unit_fit_after_load_uses_the_saved_pairs(small_fit, tmp_path):
+    """The pairs' states (velocities by Newton's method: 12 s CPU at n = 4 with the mechanical kernel) are saved with
+    the calibration and restored on load, not recomputed; the loaded model's unit fit is the same numbers (same
+    posterior, same states, same operations: exactly)."""
+    import warnings
+
+    from learners import InverseModifiedLagrangianGP
+    from learners.shadow.truncation import energy_unit_fit
+
+    _, m = small_fit
+    c = energy_unit_fit(m, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the pending calibration's order warning, if any
+        m.save(tmp_path / "m.pt")
+    loaded = InverseModifiedLagrangianGP.load(tmp_path / "m.pt")
+    assert ("unit", 2) not in loaded._recovered  # nothing derived is saved but the pairs
+    for a, b in zip(loaded._recovered[("pairs", 24)], m._recovered[("pairs", 24)]):  # 12 x 4 interior snapshots / 2
+        assert torch.equal(a, b)
+    assert energy_unit_fit(loaded, 2) == c

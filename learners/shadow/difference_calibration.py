@@ -50,7 +50,7 @@ import bea
 from .uncertainty import LinearisedQuantity, _feature_map, _jet_and_atoms, _kernel, chunk_rows
 from .variance_rounding import factorisation_bound, floored, solve_with_bound
 
-__all__ = ["CALIBRATION_FOLDS", "FOLD_BUDGET", "CALIBRATION_PAIRS", "difference_innovations", "fold_groups", "data_pairs"]
+__all__ = ["CALIBRATION_FOLDS", "FOLD_BUDGET", "CALIBRATION_PAIRS", "difference_innovations", "fold_groups", "data_pairs", "pairs_state", "restore_pairs"]
 
 #: folds of trajectories left out in turn (at most; see :data:`FOLD_BUDGET`)
 CALIBRATION_FOLDS = 5
@@ -73,13 +73,30 @@ def fold_groups(model, count: int) -> Optional[torch.Tensor]:
 
 
 def data_pairs(model) -> Tuple[torch.Tensor, torch.Tensor]:
-    """The pairs of :func:`_pairs` under the model's seed, cached on the model until its next fit (the calibration's
-    innovations and the truncation term's unit fit, :mod:`learners.shadow.truncation`, use the same states; each
-    takes velocities by Newton's method, 12 s CPU at n = 4 with the mechanical kernel)."""
-    key = ("pairs",)
+    """The pairs of :func:`_pairs` under the model's seed, cached on the model until its next fit and saved with it
+    (the calibration's innovations and the truncation term's unit fit, :mod:`learners.shadow.truncation`, use the
+    same states; each takes velocities by Newton's method, 12 s CPU at n = 4 with the mechanical kernel)."""
+    key = ("pairs", _pair_count(model))
     if key not in model._recovered:
         model._recovered[key] = _pairs(model, torch.Generator().manual_seed(model.seed))
     return model._recovered[key]
+
+
+def pairs_state(model) -> Optional[torch.Tensor]:
+    """The cached pairs' states (2P, 2n) to save (None where not computed)."""
+    pairs = model._recovered.get(("pairs", _pair_count(model)))
+    return None if pairs is None else torch.cat(pairs)
+
+
+def restore_pairs(model, x: torch.Tensor) -> None:
+    """Put saved pairs' states (:func:`pairs_state`) into the model's cache."""
+    P = x.shape[0] // 2
+    model._recovered[("pairs", P)] = (x[:P], x[P:])
+
+
+def _pair_count(model) -> int:
+    m, T = model.snapshots.shape[1], model.snapshots.shape[0]
+    return min(CALIBRATION_PAIRS, (m - 2) * T // 2)
 
 
 def _pairs(model, gen: torch.Generator) -> Tuple[torch.Tensor, torch.Tensor]:

@@ -97,11 +97,11 @@ def terms_and_unit_fit(model, order: int, x: torch.Tensor) -> Tuple[Tuple[float,
     return model._recovered[key], d[pairs.shape[0]:]
 
 
-def jet_energies(model, N: int, x: torch.Tensor, orders) -> list:
-    r""":math:`H_{rec}[k]` for each ``k`` of ``orders`` (at most the next order of ``N``) at the standardised states
+def jet_energies(model, order: int, x: torch.Tensor, orders) -> list:
+    r""":math:`H_{rec}[k]` for each ``k`` of ``orders`` (at most the next order of ``order`` = N) at the standardised states
     ``x`` (data units), on one table of the mean's jet (:func:`~learners.shadow.taylor_jet.on_jet_table`; the energy
     of :math:`\mathrm{mod}_k` reads derivatives of order :math:`p(N) + k - N`)."""
-    p = model._jet_order("energy", N) + max(orders) - N
+    p = model._jet_order("energy", order) + max(orders) - order
     values = on_jet_table(model.gp, [model._quantity("energy", k) for k in orders], x, p)
     return [model._speed ** 2 * H for H in values]
 
