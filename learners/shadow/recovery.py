@@ -156,12 +156,12 @@ class RecoveryMixin:
         r""":math:`H_{rec}[N']` (:func:`next_order`) at the states (data units), minus its value at ``ref`` if given: the
         truncation term's partner for ``n <= 2`` (kept as it was, bit for bit) and beyond :data:`SMALL_BATCH` states
         (``n >= 3`` up to that: :func:`~learners.shadow.truncation.terms_and_unit_fit`). The RBF: autograd through
-        its closed-form mean, or its closed-form jet for many states (compiled C), in chunks. Other kernels (few states): on the mean's Taylor polynomial at each state
-        (:func:`~learners.shadow.uncertainty.on_mean_jet`, whose nested derivatives are those of monomials, not of
-        every training atom: at n = 4 autograd through the mechanical kernel's atoms took 4 GB and 129 s for 40
-        states, this 0.2 GB and 18 s), of the order the energy of :math:`\mathrm{mod}_{N'}` depends on,
-        :math:`p(N) + N' - N` (:math:`p(N) = N + 1`: each :math:`h^2` of the series differentiates twice more, the
-        energy once; probing :math:`N' = 6` directly costs minutes)."""
+        its closed-form mean, or its closed-form jet for many states (compiled C), in chunks. Other kernels (few
+        states): on the mean's Taylor polynomial at each state (:func:`~learners.shadow.uncertainty.on_mean_jet`,
+        whose nested derivatives are those of monomials, not of every training atom: at n = 4 autograd through the
+        mechanical kernel's atoms took 4 GB and 129 s for 40 states, this 0.2 GB and 18 s), of the order the energy
+        of :math:`\mathrm{mod}_{N'}` depends on, :math:`p(N) + N' - N` (:math:`p(N) = N + 1`: each :math:`h^2` of the
+        series differentiates twice more, the energy once; probing :math:`N' = 6` directly costs minutes)."""
         Nn = next_order(N, self.scheme)
         if q.shape[0] > SMALL_BATCH or isinstance(self.gp.kernel.base_kernel, RBFKernel):
             L_next = self._recovered_std(Nn, jets=q.shape[0] > SMALL_BATCH)

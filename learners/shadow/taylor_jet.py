@@ -118,7 +118,7 @@ class SharedJetLagrangian(JetLagrangian):
     r"""A :class:`~learners.shadow.rbf_jet.JetLagrangian` whose derivative nodes are shared: every
     :math:`\partial^\alpha L` at one point tensor is one autograd node, however many chains of derivatives reach
     it. The plain one makes a new node per path (:math:`(2n)^k` of them for a derivative of order :math:`k`: 21 s
-    for :math:`H_{rec}[6]` at :math:`n = 4`, this one 2 s for 160 states). Same values (the same table entries,
+    for :math:`H_{rec}[6]` at :math:`n = 4` and 4 states, this one about 2 s for 160). Same values (the same table entries,
     summed by the same formulas); for one evaluation at a time: the graph lives as long as the table."""
 
     def __call__(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -135,8 +135,7 @@ def on_jet_table(gp, quantities: Sequence, x: torch.Tensor, p: int) -> List[torc
     r"""Each of ``quantities`` (``quantity(L, q, v)``, one output per state, jet order at most ``p``) of ``gp``'s
     posterior mean at the states ``x`` (B, D): a list of (B,). The values of
     :func:`~learners.shadow.uncertainty.on_mean_jet` (the same jet of order ``p``, differentiated exactly instead of
-    through its Taylor polynomial); the quantities share one table and its derivative nodes, :data:`TABLE_STATES`
-    states a pass."""
+    through its Taylor polynomial); the quantities share one table, :data:`TABLE_STATES` states a pass."""
     jet, n = MeanTaylorJet(gp, x.shape[-1]), x.shape[-1] // 2
     if x.shape[0] == 0:
         return [x.new_zeros(0) for _ in quantities]
