@@ -102,10 +102,12 @@ def _old_route(m, N, q, v):
 
 def test_term_on_the_jet_table_equals_the_autograd_route(small_fit, monkeypatch):
     """The truncation term's first omitted term d = H_rec[4] - H_rec[2] and its unit fit c, both energies on one table
-    of the mean's jet (learners/shadow/taylor_jet.py), against the autograd route of Session 7. Each energy rounds the
-    mean's atom sums, whose terms are far larger than d: the autograd route itself moves d when only its chunking
-    changes (one state per pass instead of all). The jet route stays within 4x that spread of the autograd route's
-    (measured ratio 1-2 at 120 trajectories, where both are 5e-4 - 9e-4 of max |d|), and c to 1e-6 relative."""
+    of the mean's jet (learners/shadow/taylor_jet.py), against the autograd route of Session 7 (through the training
+    atoms). Each energy rounds the mean's atom sums, whose terms are far larger than d, so the autograd route itself
+    moves d when only its chunking changes (one state per pass instead of all): measured 1.2e-6 of max |d| here, where
+    the jet route is 1.4e-10 from it (the std then equal to better than 1e-10 relative). Asserted: within that
+    spread (at least 1e-9 of max |d|), and c to 1e-6 relative (measured 4e-7). At full size the spread is larger
+    (toda4: 1e-4 - 1e-3 of max |d|; benchmarks/truncation_cost.py prints it beside the difference of the routes)."""
     from learners.shadow import recovery
     from learners.shadow.truncation import terms_and_unit_fit
     from tests.test_learners_shadow_auto import held_out_states
@@ -117,8 +119,7 @@ def test_term_on_the_jet_table_equals_the_autograd_route(small_fit, monkeypatch)
     d_old1 = m._next_energy(2, q, v) - bea.energy(m._in_data_units(m._recovered_std(2, jets=False)))(q, v).detach()
     (c, _), d = terms_and_unit_fit(m, 2, m._states_with_ref(q, v))
     spread, scale, err = float((d_old1 - d_old).abs().max()), float(d_old.abs().max()), float((d - d_old).abs().max())
-    print(f"spread {spread / scale:.2e}, jet route {err / scale:.2e} of max |d| {scale:.2e}; c {c:.6e} / {c_old:.6e}")
-    assert err <= 4 * spread + 1e-12 * scale, (d - d_old, spread)
+    assert err <= max(spread, 1e-9 * scale), (d - d_old, spread)
     assert c == pytest.approx(c_old, rel=1e-6)
     assert terms_and_unit_fit(m, 2, m._states_with_ref(q, v))[0] == (c, _)  # cached per order
 
