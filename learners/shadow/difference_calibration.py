@@ -47,6 +47,7 @@ import torch
 
 import bea
 
+from ..saving import ModelFileError
 from .uncertainty import LinearisedQuantity, _feature_map, _jet_and_atoms, _kernel, chunk_rows
 from .variance_rounding import factorisation_bound, floored, solve_with_bound
 
@@ -88,9 +89,18 @@ def pairs_state(model) -> Optional[torch.Tensor]:
     return None if pairs is None else torch.cat(pairs)
 
 
-def restore_pairs(model, x: torch.Tensor) -> None:
-    """Put saved pairs' states (:func:`pairs_state`) into the model's cache."""
-    P = x.shape[0] // 2
+def restore_pairs(model, x) -> None:
+    """Put saved pairs' states (:func:`pairs_state`) into the model's cache (the model's snapshots and ``n`` restored
+    first). A file's pairs that :func:`pairs_state` cannot have written -- not a float64 tensor of shape
+    (2P, 2n) with :func:`_pair_count`'s P, or not finite -- are a :class:`~learners.saving.ModelFileError` here,
+    not a shape error or a NaN std later."""
+    P, n = _pair_count(model), model.n
+    if not isinstance(x, torch.Tensor) or x.dtype != torch.float64 or tuple(x.shape) != (2 * P, 2 * n):
+        what = f"a {x.dtype} tensor of shape {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ModelFileError(f"the model file's calibration_pairs are {what}, not the float64 (2 x {P} pairs, "
+                             f"2n = {2 * n}) states this model saves; save the model again")
+    if not bool(torch.isfinite(x).all()):
+        raise ModelFileError("the model file's calibration_pairs hold non-finite entries; save the model again")
     model._recovered[("pairs", P)] = (x[:P], x[P:])
 
 
@@ -104,8 +114,7 @@ def _pairs(model, gen: torch.Generator) -> Tuple[torch.Tensor, torch.Tensor]:
     model at order 2 (:func:`_velocities_at`: only at the chosen snapshots)."""
     S = model._to_standard(model.snapshots).transpose(0, 1)  # (m, T, n), time first
     m, T, _ = S.shape
-    count = (m - 2) * T  # interior snapshots, time-major: index (j - 1) T + t
-    P = min(CALIBRATION_PAIRS, count // 2)
+    count, P = (m - 2) * T, _pair_count(model)  # interior snapshots, time-major: index (j - 1) T + t
     idx = torch.randperm(count, generator=gen)[: 2 * P]
     j, t = idx // T + 1, idx % T
     x = torch.cat([S[j, t], _velocities_at(model, S, j, t)], -1).detach()

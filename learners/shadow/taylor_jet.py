@@ -24,7 +24,7 @@ their centre (equal to rounding; tests/test_learners_truncation.py).
 
 from __future__ import annotations
 
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -72,46 +72,40 @@ class MeanTaylorJet:
         return self.s2 * torch.cat(out) * factor
 
 
-class _SharedNode(torch.autograd.Function):
-    r""":math:`\partial^\alpha L` at a table's states as a function of ``(q, v)``, as
-    :class:`~learners.shadow.rbf_jet._JetNode`, but each gradient (the ``n`` nodes of the next order along ``q`` or
-    ``v``, stacked) is made once per (multi-index, point) and shared by every later backward pass."""
+class _SharedTable(_Table):
+    r"""A :class:`~learners.shadow.rbf_jet._Table` whose nodes are shared: each :math:`\partial^\alpha L` at one
+    point tensor (and each gradient, the ``n`` nodes of the next order along ``q`` or ``v``, stacked) is made once
+    and reused by every later backward pass.
 
-    @staticmethod
-    def forward(ctx, q, v, table, alpha):  # noqa: D102
-        ctx.save_for_backward(q, v)
-        ctx.table, ctx.alpha = table, alpha
-        return table.column(alpha).reshape(q.shape[:-1]).clone()
+    Both caches are keyed on the grad mode as well: a node made under ``torch.no_grad`` (a backward pass without
+    ``create_graph``) is a constant, and handed to a later ``create_graph=True`` pass it would drop every higher
+    derivative without a word. The cached outputs' ``grad_fn`` hold this table (``ctx.table``), a reference cycle
+    through autograd's C++ graph that ``gc`` cannot collect: :meth:`release` breaks it once a pass is done."""
 
-    @staticmethod
-    def backward(ctx, grad):  # noqa: D102
-        q, v = ctx.saved_tensors
-        n = q.shape[-1]
-        out = []
-        for part in (0, 1):
-            if not ctx.needs_input_grad[part]:
-                out.append(None)
-                continue
-            key = ("grad", ctx.alpha, part, id(q), id(v))
-            G = ctx.table.shared.get(key)
-            if G is None:
-                nodes = []
-                for i in range(n):
-                    a = list(ctx.alpha)
-                    a[part * n + i] += 1
-                    nodes.append(_shared_node(q, v, ctx.table, tuple(a)))
-                G = ctx.table.shared[key] = torch.stack(nodes, -1)
-            out.append(grad.unsqueeze(-1) * G)
-        return out[0], out[1], None, None
+    def __init__(self, owner, X: torch.Tensor, K: int):
+        super().__init__(owner, X, K)
+        self.shared: Optional[Dict[tuple, torch.Tensor]] = {}
+        self.points: List[Tuple[torch.Tensor, torch.Tensor]] = []  # keeps the ids of the keys unique while cached
 
+    def node(self, q: torch.Tensor, v: torch.Tensor, alpha) -> torch.Tensor:  # noqa: D102
+        return self._cached(("node", alpha), q, v, lambda: super(_SharedTable, self).node(q, v, alpha))
 
-def _shared_node(q: torch.Tensor, v: torch.Tensor, table, alpha) -> torch.Tensor:
-    key = (alpha, id(q), id(v))
-    node = table.shared.get(key)
-    if node is None:
-        node = table.shared[key] = _SharedNode.apply(q, v, table, alpha)
-        table.points.append((q, v))  # keeps the ids of the keys unique while the table lives
-    return node
+    def gradient(self, q: torch.Tensor, v: torch.Tensor, alpha, part: int) -> torch.Tensor:  # noqa: D102
+        return self._cached(("grad", alpha, part), q, v, lambda: super(_SharedTable, self).gradient(q, v, alpha, part))
+
+    def _cached(self, what: tuple, q: torch.Tensor, v: torch.Tensor, make) -> torch.Tensor:
+        if self.shared is None:  # released: plain nodes (a graph still differentiated after its pass)
+            return make()
+        key = what + (id(q), id(v), torch.is_grad_enabled())
+        out = self.shared.get(key)
+        if out is None:
+            out = self.shared[key] = make()
+            self.points.append((q, v))
+        return out
+
+    def release(self) -> None:
+        """Drop the shared nodes (the cycle table -> node -> ``grad_fn`` -> table); later nodes are not shared."""
+        self.shared, self.points = None, []
 
 
 class SharedJetLagrangian(JetLagrangian):
@@ -119,16 +113,23 @@ class SharedJetLagrangian(JetLagrangian):
     :math:`\partial^\alpha L` at one point tensor is one autograd node, however many chains of derivatives reach
     it. The plain one makes a new node per path (:math:`(2n)^k` of them for a derivative of order :math:`k`: 21 s
     for :math:`H_{rec}[6]` at :math:`n = 4` and 4 states, this one about 2 s for 160). Same values (the same table entries,
-    summed by the same formulas); for one evaluation at a time: the graph lives as long as the table."""
+    summed by the same formulas); for one evaluation at a time: call :meth:`release` when done (the shared graph is
+    otherwise kept alive by a reference cycle; a table replaced by one at other states is released then)."""
 
-    def __call__(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        X = torch.cat([q, v], -1).detach().reshape(-1, 2 * self.n).to(torch.float64)
-        table = self._last
-        if table is None or table.X.shape != X.shape or not torch.equal(table.X, X):
-            table = _Table(self, X.clone(), self.order)
-            table.shared, table.points = {}, []
-            self._last = table
-        return _shared_node(q, v, table, (0,) * (2 * self.n))
+    _table_type = _SharedTable
+
+    def _table_for(self, X: torch.Tensor) -> _Table:
+        old = self._last
+        table = super()._table_for(X)
+        if old is not None and old is not table:
+            old.release()
+        return table
+
+    def release(self) -> None:
+        """Release the last table's shared nodes (:meth:`_SharedTable.release`) and forget it."""
+        if self._last is not None:
+            self._last.release()
+            self._last = None
 
 
 def on_jet_table(gp, quantities: Sequence, x: torch.Tensor, p: int) -> List[torch.Tensor]:
@@ -142,11 +143,14 @@ def on_jet_table(gp, quantities: Sequence, x: torch.Tensor, p: int) -> List[torc
     out: List[List[torch.Tensor]] = [[] for _ in quantities]
     for a in range(0, x.shape[0], TABLE_STATES):
         xb = x[a:a + TABLE_STATES]
-        with torch.enable_grad():
-            L = SharedJetLagrangian(jet, p)
-            q, v = xb[:, :n].detach().clone(), xb[:, n:].detach().clone()
-            for values, quantity in zip(out, quantities):
-                values.append(quantity(L, q, v).reshape(-1).detach())
+        L = SharedJetLagrangian(jet, p)
+        try:
+            with torch.enable_grad():
+                q, v = xb[:, :n].detach().clone(), xb[:, n:].detach().clone()
+                for values, quantity in zip(out, quantities):
+                    values.append(quantity(L, q, v).reshape(-1).detach())
+        finally:  # else each pass's graph (~20 MB at n = 3, 200 states) outlives it: a reference cycle
+            L.release()
     return [torch.cat(values) for values in out]
 
 
