@@ -149,22 +149,133 @@ def test_shared_nodes_change_no_value(small_fit):
         assert torch.allclose(values[0], other, rtol=1e-13, atol=0)
 
 
-def test_unit_fit_after_load_uses_the_saved_pairs(small_fit, tmp_path):
+def test_unit_fit_after_load_uses_the_saved_pairs(small_fit, tmp_path, monkeypatch):
     """The pairs' states (velocities by Newton's method: 12 s CPU at n = 4 with the mechanical kernel) are saved with
-    the calibration and restored on load, not recomputed; the loaded model's unit fit is the same numbers (same
-    posterior, same states, same operations: exactly)."""
+    the calibration and restored on load, not recomputed (the loaded model's _pairs raises); the loaded model's unit
+    fit is the same numbers (same posterior, same states, same operations: exactly). A move (.to) keeps them too."""
     import warnings
 
     from learners import InverseModifiedLagrangianGP
+    from learners.shadow import difference_calibration
+    from learners.shadow.difference_calibration import _pair_count
     from learners.shadow.truncation import energy_unit_fit
 
     _, m = small_fit
     c = energy_unit_fit(m, 2)
+    key = ("pairs", _pair_count(m))
+    assert key[1] == 24  # 12 trajectories x 3 interior snapshots, halved: the fixture is what this test thinks
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the pending calibration's order warning, if any
         m.save(tmp_path / "m.pt")
+
+    def recomputed(*args):
+        raise AssertionError("the pairs were recomputed, not restored")
+
+    monkeypatch.setattr(difference_calibration, "_pairs", recomputed)
     loaded = InverseModifiedLagrangianGP.load(tmp_path / "m.pt")
     assert ("unit", 2) not in loaded._recovered  # nothing derived is saved but the pairs
-    for a, b in zip(loaded._recovered[("pairs", 24)], m._recovered[("pairs", 24)]):  # 12 x 4 interior snapshots / 2
+    for a, b in zip(loaded._recovered[key], m._recovered[key]):
         assert torch.equal(a, b)
     assert energy_unit_fit(loaded, 2) == c
+    loaded.to("cpu")
+    assert all(torch.equal(a, b) for a, b in zip(loaded._recovered[key], m._recovered[key]))
+
+
+@pytest.mark.parametrize("edit", [
+    lambda x: x[:, :-1],                      # a column short
+    lambda x: x[:-2],                         # a pair short
+    lambda x: x[None],                        # 3-D
+    lambda x: x.float(),                      # float32
+    lambda x: x.index_fill(0, torch.tensor([3]), float("nan")),
+    lambda x: x.index_fill(0, torch.tensor([3]), float("inf")),
+    lambda x: [x],                            # not a tensor
+], ids=["column", "pair", "3d", "float32", "nan", "inf", "list"])
+def test_saved_pairs_that_do_not_fit_are_a_model_file_error(small_fit, tmp_path, edit):
+    """A model file whose calibration_pairs pairs_state cannot have written (checksum recomputed, so only the content
+    check can catch it) is refused at load, not a RuntimeError or a NaN std later."""
+    import io
+    import warnings
+
+    from learners import InverseModifiedLagrangianGP
+    from learners.saving import ModelFileError, digest
+    from learners.shadow.difference_calibration import data_pairs
+
+    _, m = small_fit
+    data_pairs(m)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        payload = torch.load(m.save(tmp_path / "m.pt"), weights_only=True)
+    extra = payload["state"]["subclass"]
+    extra["calibration_pairs"] = edit(extra["calibration_pairs"])
+    payload["sha256"] = digest(payload)
+    buf = io.BytesIO()
+    torch.save(payload, buf)
+    (tmp_path / "bad.pt").write_bytes(buf.getvalue())
+    with pytest.raises(ModelFileError):
+        InverseModifiedLagrangianGP.load(tmp_path / "bad.pt")
+
+
+# ------------------------------------------------------------------ the shared nodes (SharedJetLagrangian)
+def _table_and_states(m, count=3):
+    from learners.shadow.taylor_jet import MeanTaylorJet
+
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(count, 2 * m.n, generator=gen, dtype=torch.float64)
+    return MeanTaylorJet(m.gp, 2 * m.n), x[:, :m.n], x[:, m.n:]
+
+
+def test_tables_of_finished_passes_are_freed(small_fit, monkeypatch):
+    """Each pass of on_jet_table releases its table: after two calls and gc.collect() no table is alive (before the
+    release, the cycle table -> shared node -> grad_fn -> table kept every one, ~20-36 MB per energy std at n = 3)."""
+    import gc
+    import weakref
+
+    from learners.shadow import taylor_jet
+
+    _, m = small_fit
+    made = []
+
+    class Recorded(taylor_jet._SharedTable):
+        def __init__(self, *args):
+            super().__init__(*args)
+            made.append(weakref.ref(self))
+
+    monkeypatch.setattr(taylor_jet.SharedJetLagrangian, "_table_type", Recorded)
+    x = torch.cat(_table_and_states(m)[1:], -1)
+    first = [taylor_jet.on_jet_table(m.gp, [m._quantity("energy", 2)], x, m._jet_order("energy", 2)) for _ in range(2)]
+    assert torch.equal(first[0][0], first[1][0])
+    gc.collect()
+    assert len(made) == 2 and all(ref() is None for ref in made)
+
+
+def test_shared_nodes_follow_the_grad_mode(small_fit):
+    """A gradient taken without create_graph (its nodes constants), then with it: the second derivative is still
+    there and equals the plain JetLagrangian's (same table entries, same sums: 1e-13 relative). Caching across grad
+    modes handed the constant to the create_graph pass, which then had no second derivative."""
+    from learners.shadow.rbf_jet import JetLagrangian
+    from learners.shadow.taylor_jet import SharedJetLagrangian
+
+    _, m = small_fit
+    jet, q0, v0 = _table_and_states(m)
+    hessians = []
+    for L in (SharedJetLagrangian(jet, 3), JetLagrangian(jet, 3)):
+        q, v = q0.clone().requires_grad_(), v0.clone().requires_grad_()
+        y = L(q, v).sum()
+        first = torch.autograd.grad(y, v, retain_graph=True)[0]
+        g = torch.autograd.grad(y, v, create_graph=True)[0]
+        assert torch.equal(first, g.detach())
+        hessians.append(torch.autograd.grad((g * torch.arange(1.0, m.n + 1, dtype=torch.float64)).sum(), q)[0])
+    assert float(hessians[1].abs().max()) > 0
+    assert torch.allclose(hessians[0], hessians[1], rtol=1e-13, atol=0)
+
+
+def test_shared_lagrangian_checks_shapes(small_fit):
+    """q and v of other shapes: the plain JetLagrangian's BeaValueError, not a silently reshaped table."""
+    from learners.shadow.taylor_jet import SharedJetLagrangian
+
+    _, m = small_fit
+    jet, q, v = _table_and_states(m)
+    with pytest.raises(BeaValueError):
+        SharedJetLagrangian(jet, 2)(q, v[:, :-1])
+    with pytest.raises(BeaValueError):
+        SharedJetLagrangian(jet, 2)(q[:, :-1], v[:, :-1])
