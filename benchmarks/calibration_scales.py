@@ -6,7 +6,9 @@ otherwise. Prints ``model.calibration``'s scales, the scale that 40 held-out ene
 term), and the RMS z and fraction within 2 sigma of those differences (N = 2, 4) and of the velocities along a
 held-out trajectory under two rules, in the same run: the largest of the DEL, conservation and innovations scales
 (this branch's, with the rounding guard) for every quantity (before) and each quantity on its own scale (now:
-``energy`` the innovations', ``velocities`` the conservation one, at least DEL). Usage::
+``energy`` the innovations', ``velocities`` the conservation one, at least DEL); for the energy also with the whole first omitted term in the std
+(before Session 7, branch id-trunc: now its part affine in the energy is left out at ``n >= 3``,
+learners/shadow/truncation.py). Usage::
 
     PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/calibration_scales.py --system duffing3 --kernel auto
 """
@@ -56,9 +58,11 @@ def main(argv=None) -> None:
         s = float((mean * true).sum() / (true * true).sum())
         err = mean - s * true
         raw, trunc2 = sd_gp ** 2 / now, (sd ** 2 - sd_gp ** 2).clamp_min(0)
+        whole = m._next_energy(N, q[1:], v[1:], (q[0], v[0])) - mean  # the first omitted term with its unit part
         print(f"N = {N}: relative error {float(err.norm() / (s * true).norm()):.3g}; the differences ask for "
               f"{scale_for(err, raw, trunc2.sqrt()):.4g}; RMS z, 2 sigma: before {_stats(err / (before * raw + trunc2).sqrt())}"
-              f" | now {_stats(err / sd)}")
+              f" | now {_stats(err / sd)} | the whole omitted term (before Session 7) "
+              f"{_stats(err / (sd_gp ** 2 + whole ** 2).sqrt())}")
     _, (q0, v0) = snapshots(system, h, 1, 1, seed=5, return_initial=True)
     ref = reference_flow(system, q0, v0, h * torch.arange(21, dtype=torch.float64))
     vel, sd = m.velocities(ref.q, 2, return_std=True)

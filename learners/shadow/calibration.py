@@ -241,8 +241,14 @@ def _conservation(model, F_tr, S: torch.Tensor):
 def calibration_state(model) -> Dict[str, object]:
     """The calibration of ``model`` to save (pending ones run first), tagged with the variance rule it was fitted
     under (:data:`~learners.shadow.variance_rounding.VARIANCE_RULE`)."""
+    from .difference_calibration import pairs_state
+
     ensure_energy_calibration(model)
-    return {"calibration": {k: c.as_dict() for k, c in model._calibration.items()}, "variance_rule": VARIANCE_RULE}
+    state = {"calibration": {k: c.as_dict() for k, c in model._calibration.items()}, "variance_rule": VARIANCE_RULE}
+    pairs = pairs_state(model)
+    if pairs is not None:  # the distant-difference pairs' states: the truncation term's unit fit reuses them after load
+        state["calibration_pairs"] = pairs
+    return state
 
 
 def restored_calibration(extra: Dict[str, object]) -> Dict[str, Calibration]:

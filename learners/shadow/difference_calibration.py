@@ -47,10 +47,11 @@ import torch
 
 import bea
 
+from ..saving import ModelFileError
 from .uncertainty import LinearisedQuantity, _feature_map, _jet_and_atoms, _kernel, chunk_rows
 from .variance_rounding import factorisation_bound, floored, solve_with_bound
 
-__all__ = ["CALIBRATION_FOLDS", "FOLD_BUDGET", "CALIBRATION_PAIRS", "difference_innovations", "fold_groups"]
+__all__ = ["CALIBRATION_FOLDS", "FOLD_BUDGET", "CALIBRATION_PAIRS", "difference_innovations", "fold_groups", "data_pairs", "pairs_state", "restore_pairs"]
 
 #: folds of trajectories left out in turn (at most; see :data:`FOLD_BUDGET`)
 CALIBRATION_FOLDS = 5
@@ -72,13 +73,48 @@ def fold_groups(model, count: int) -> Optional[torch.Tensor]:
     return torch.arange(T, device="cpu").repeat_interleave(per)  # indices: on the CPU, as the other search state
 
 
+def data_pairs(model) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The pairs of :func:`_pairs` under the model's seed, cached on the model until its next fit and saved with it
+    (the calibration's innovations and the truncation term's unit fit, :mod:`learners.shadow.truncation`, use the
+    same states; each takes velocities by Newton's method, 12 s CPU at n = 4 with the mechanical kernel)."""
+    key = ("pairs", _pair_count(model))
+    if key not in model._recovered:
+        model._recovered[key] = _pairs(model, torch.Generator().manual_seed(model.seed))
+    return model._recovered[key]
+
+
+def pairs_state(model) -> Optional[torch.Tensor]:
+    """The cached pairs' states (2P, 2n) to save (None where not computed)."""
+    pairs = model._recovered.get(("pairs", _pair_count(model)))
+    return None if pairs is None else torch.cat(pairs)
+
+
+def restore_pairs(model, x) -> None:
+    """Put saved pairs' states (:func:`pairs_state`) into the model's cache (the model's snapshots and ``n`` restored
+    first). A file's pairs that :func:`pairs_state` cannot have written -- not a float64 tensor of shape
+    (2P, 2n) with :func:`_pair_count`'s P, or not finite -- are a :class:`~learners.saving.ModelFileError` here,
+    not a shape error or a NaN std later."""
+    P, n = _pair_count(model), model.n
+    if not isinstance(x, torch.Tensor) or x.dtype != torch.float64 or tuple(x.shape) != (2 * P, 2 * n):
+        what = f"a {x.dtype} tensor of shape {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ModelFileError(f"the model file's calibration_pairs are {what}, not the float64 (2 x {P} pairs, "
+                             f"2n = {2 * n}) states this model saves; save the model again")
+    if not bool(torch.isfinite(x).all()):
+        raise ModelFileError("the model file's calibration_pairs hold non-finite entries; save the model again")
+    model._recovered[("pairs", P)] = (x[:P], x[P:])
+
+
+def _pair_count(model) -> int:
+    m, T = model.snapshots.shape[1], model.snapshots.shape[0]
+    return min(CALIBRATION_PAIRS, (m - 2) * T // 2)
+
+
 def _pairs(model, gen: torch.Generator) -> Tuple[torch.Tensor, torch.Tensor]:
     """Pairs of standardised data states (x, x_ref), each (P, 2n): interior snapshots at random, velocities of the
     model at order 2 (:func:`_velocities_at`: only at the chosen snapshots)."""
     S = model._to_standard(model.snapshots).transpose(0, 1)  # (m, T, n), time first
     m, T, _ = S.shape
-    count = (m - 2) * T  # interior snapshots, time-major: index (j - 1) T + t
-    P = min(CALIBRATION_PAIRS, count // 2)
+    count, P = (m - 2) * T, _pair_count(model)  # interior snapshots, time-major: index (j - 1) T + t
     idx = torch.randperm(count, generator=gen)[: 2 * P]
     j, t = idx // T + 1, idx % T
     x = torch.cat([S[j, t], _velocities_at(model, S, j, t)], -1).detach()
@@ -175,7 +211,7 @@ def difference_innovations(model, order: int = 2) -> Optional[Tuple[torch.Tensor
         return None
     T = int(groups.max()) + 1
     folds = max(2, min(CALIBRATION_FOLDS, T, FOLD_BUDGET // max(F_all.count, 1)))
-    x, x_ref = _pairs(model, torch.Generator().manual_seed(model.seed))
+    x, x_ref = data_pairs(model)
     rest = torch.arange(groups.numel(), F_all.count, device="cpu")  # the normalisation: always kept
     gps, subsets = [final], [torch.arange(F_all.count, device="cpu")]
     for k in range(folds):

@@ -7,10 +7,10 @@ r"""The ``kernel=`` option of the GP Lagrangian models: which kernel, and whethe
   against it by the same held-out one-step error and keeps the lower (``model.kernel_degree`` records the choice);
   elsewhere (``n <= 2``, the likelihood) the RBF exactly. Not the default: with the posterior variances resolved below
   the old worst-case rounding floor (:mod:`learners.shadow.variance_rounding`) its stds are calibrated on
-  anharmonic3 and the 4-mass chain at both orders and its ``H_rec[4]`` stds on two more systems, but its ``H_rec[2]``
-  stds are too narrow on three coupled Duffing oscillators and the 3-particle Toda lattice (RMS z 1.72 and 2.05: the
-  first omitted term under-states the truncation of ``mod_2`` there),
-  where the RBF's are calibrated on the former (benchmarks/RESULTS_identification.md, Session 6);
+  anharmonic3 and the 4-mass chain at both orders, but on three coupled Duffing oscillators they put 40 of 40
+  held-out differences within :math:`2\sigma` at both orders (too wide by the 85-99% band), where the RBF's are
+  calibrated (benchmarks/RESULTS_identification.md, Sessions 6 and 7: with the truncation term's unit part left out,
+  :mod:`learners.shadow.truncation`, its ``H_rec[2]`` RMS z-scores are 0.84-1.26 on five systems);
 * a :class:`~learners.shadow.mechanical.MechanicalKernel` (e.g. ``MechanicalKernel(degree=4)``): a template that
   carries the options; the model builds its own copy for the data's dimension and learns its scales (the
   template is not modified, and a model file records it);

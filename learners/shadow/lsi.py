@@ -52,6 +52,7 @@ import bea
 from bea.errors import BeaValueError
 from .._checks import as_tensor, check_finite, check_snapshots, snapshot_layout
 from .calibration import calibration_state, restored_calibration
+from .difference_calibration import restore_pairs
 from .hyperparameters import FunctionalLagrangianModel
 from .retry import solve_with_retry
 from .guards import RUNAWAY_FACTOR, ExtrapolationError, ExtrapolationWarning, check_prediction, report_extrapolation, runaway
@@ -151,6 +152,8 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         self.snapshots, self._data_level = extra["snapshots"], extra["data_level"]
         self.objective_used = extra.get("objective_used")
         self._calibration = restored_calibration(extra)  # warns where fitted under an older variance rule
+        if extra.get("calibration_pairs") is not None:  # files before Session 8: recomputed on demand (data_pairs)
+            restore_pairs(self, extra["calibration_pairs"])
         self._pending_calibration = None
 
     def _init_state(self) -> None:

@@ -72,6 +72,21 @@ class _Table:
             self._extend(sum(alpha))
         return self.values[:, self.col[alpha]]
 
+    def node(self, q: torch.Tensor, v: torch.Tensor, alpha: MultiIndex) -> torch.Tensor:
+        """:math:`\\partial^\\alpha L` at these states as an autograd node of ``(q, v)`` (a new one per call)."""
+        return _JetNode.apply(q, v, self, alpha)
+
+    def gradient(self, q: torch.Tensor, v: torch.Tensor, alpha: MultiIndex, part: int) -> torch.Tensor:
+        """The gradient of :math:`\\partial^\\alpha L` along ``q`` (``part`` 0) or ``v`` (1): the ``n`` nodes of the
+        next order, stacked on a last axis."""
+        n = q.shape[-1]
+        nodes = []
+        for i in range(n):
+            a = list(alpha)
+            a[part * n + i] += 1
+            nodes.append(self.node(q, v, tuple(a)))
+        return torch.stack(nodes, -1)
+
 
 class _JetNode(torch.autograd.Function):
     """:math:`\\partial^\\alpha L` at the table's states, as a function of ``(q, v)``; its backward is
@@ -86,19 +101,8 @@ class _JetNode(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
         q, v = ctx.saved_tensors
-        n = q.shape[-1]
-        table, alpha = ctx.table, ctx.alpha
-        out = []
-        for part, offset in ((0, 0), (1, n)):
-            if not ctx.needs_input_grad[part]:
-                out.append(None)
-                continue
-            cols = []
-            for i in range(n):
-                a = list(alpha)
-                a[offset + i] += 1
-                cols.append(_JetNode.apply(q, v, table, tuple(a)))
-            out.append(grad.unsqueeze(-1) * torch.stack(cols, -1))
+        out = [grad.unsqueeze(-1) * ctx.table.gradient(q, v, ctx.alpha, part) if ctx.needs_input_grad[part] else None
+               for part in (0, 1)]
         return out[0], out[1], None, None
 
 
@@ -129,11 +133,17 @@ class JetLagrangian:
         if q.shape != v.shape or q.shape[-1] != self.n:
             raise BeaValueError(f"q and v must have the same shape (..., {self.n}), got {tuple(q.shape)} and {tuple(v.shape)}")
         X = torch.cat([q, v], -1).detach().reshape(-1, 2 * self.n).to(torch.float64)
+        return self._table_for(X).node(q, v, (0,) * (2 * self.n))
+
+    #: the table of one batch of states (a subclass may share its nodes: :mod:`learners.shadow.taylor_jet`)
+    _table_type = _Table
+
+    def _table_for(self, X: torch.Tensor) -> _Table:
+        """The table at the states ``X`` (B, 2n): the last one where they are equal by value, else a new one."""
         table = self._last
         if table is None or table.X.shape != X.shape or not torch.equal(table.X, X):
-            table = _Table(self, X.clone(), self.order)
-            self._last = table
-        return _JetNode.apply(q, v, table, (0,) * (2 * self.n))
+            table = self._last = self._table_type(self, X.clone(), self.order)
+        return table
 
 
 def jets_fit(n: int, order: int) -> bool:

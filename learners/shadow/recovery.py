@@ -22,6 +22,7 @@ from .calibration import ensure_energy_calibration
 from .kernels import RBFKernel
 from .rbf_jet import JetLagrangian, RBFJet, jets_fit
 from .references import energies_reference, reference_state
+from .truncation import energy_unit_fit, terms_and_unit_fit, unit_free
 from .uncertainty import (LinearisedQuantity, Reference, jet_order, momentum_functionals, on_mean_jet, posterior_variance,
                           repeat_functionals, weighted)
 
@@ -102,7 +103,9 @@ class RecoveryMixin:
         ``truncation=True`` (default) adds, in quadrature, the truncation error of :math:`\mathrm{mod}_N`
         estimated by the first omitted term, :math:`|H_{rec}[N'] - H_{rec}[N]|` with :math:`N'` the next order
         (:func:`next_order`): the GP posterior knows nothing of it, and at large steps it dominates (pendulum,
-        ``h = 0.5``: :math:`h^4` terms of 3e-5 against a posterior std of 1e-6 for ``N = 2``)."""
+        ``h = 0.5``: :math:`h^4` terms of 3e-5 against a posterior std of 1e-6 for ``N = 2``). For ``n >= 3`` the
+        term's part affine in the energy is left out (:mod:`learners.shadow.truncation`): it changes only the
+        energy's unit, which positions do not determine and a comparison with the truth fits away."""
         H_mean = bea.energy(self.recovered_lagrangian(order))
         if not return_std and reference is None:
             return H_mean
@@ -126,24 +129,39 @@ class RecoveryMixin:
             factor = self._speed ** 4 * self._variance_factor("energy_differences")
             var = factor * posterior_variance(self.gp, G, R)[:, 0, 0].clamp_min(0)
             if truncation:
-                nxt = self._next_energy(N, qf, vf, ref)
-                var = var + (nxt - mean) ** 2
+                var = var + self._truncation_term(N, qf, vf, ref, mean) ** 2
             std = var.sqrt()
             return (mean.reshape(lead), std.reshape(lead)) if return_std else mean.reshape(lead)
 
         return H
 
     # ------------------------------------------------------------------ uncertainty (learners.shadow.uncertainty)
+    def _truncation_term(self, N: int, q: torch.Tensor, v: torch.Tensor, ref, mean: torch.Tensor) -> torch.Tensor:
+        r"""The truncation term of ``energy``'s std at the states (data units): the first omitted term
+        :math:`H_{rec}[N'] - H_{rec}[N]` (minus its value at ``ref`` if given; ``mean`` is :math:`H_{rec}[N]` the same
+        way), for ``n >= 3`` less its part affine in the energy, a change of unit that positions do not determine
+        (:mod:`learners.shadow.truncation`; both energies of the term, and the unit fit's on first use, from one table
+        of the mean's jet). ``n <= 2`` keeps the whole term: the likelihood's path, whose README numbers are kept bit
+        for bit, and where the rule was not measured."""
+        if self.n < UNIT_FREE_MIN_N:
+            return self._next_energy(N, q, v, ref) - mean
+        if q.shape[0] > SMALL_BATCH:
+            d, (c, b) = self._next_energy(N, q, v, ref) - mean, energy_unit_fit(self, N)
+        else:
+            (c, b), d = terms_and_unit_fit(self, N, self._states_with_ref(q, v, ref))
+            d = d if ref is None else d[:-1] - d[-1]
+        return unit_free(d, mean, c, 0.0 if ref is not None else b)
+
     def _next_energy(self, N: int, q: torch.Tensor, v: torch.Tensor, ref=None) -> torch.Tensor:
         r""":math:`H_{rec}[N']` (:func:`next_order`) at the states (data units), minus its value at ``ref`` if given: the
-        truncation term's partner. The RBF: autograd through its closed-form mean (a few seconds for 40 states at
-        n = 4), or its closed-form jet for many states (compiled C, worth its build only for large batches), in
-        chunks. Other kernels (few states): on the mean's Taylor polynomial at each state
-        (:func:`~learners.shadow.uncertainty.on_mean_jet`, whose nested derivatives are those of monomials, not of
-        every training atom: at n = 4 autograd through the mechanical kernel's atoms took 4 GB and 129 s for 40
-        states, this 0.2 GB and 18 s), of the order the energy of :math:`\mathrm{mod}_{N'}` depends on,
-        :math:`p(N) + N' - N` (:math:`p(N) = N + 1`: each :math:`h^2` of the series differentiates twice more, the
-        energy once; probing :math:`N' = 6` directly costs minutes)."""
+        truncation term's partner for ``n <= 2`` (kept as it was, bit for bit) and beyond :data:`SMALL_BATCH` states
+        (``n >= 3`` up to that: :func:`~learners.shadow.truncation.terms_and_unit_fit`). The RBF: autograd through
+        its closed-form mean, or its closed-form jet for many states (compiled C), in chunks. Other kernels (few
+        states): on the mean's Taylor polynomial at each state (:func:`~learners.shadow.uncertainty.on_mean_jet`,
+        whose nested derivatives are those of monomials, not of every training atom: at n = 4 autograd through the
+        mechanical kernel's atoms took 4 GB and 129 s for 40 states, this 0.2 GB and 18 s), of the order the energy
+        of :math:`\mathrm{mod}_{N'}` depends on, :math:`p(N) + N' - N` (:math:`p(N) = N + 1`: each :math:`h^2` of the
+        series differentiates twice more, the energy once; probing :math:`N' = 6` directly costs minutes)."""
         Nn = next_order(N, self.scheme)
         if q.shape[0] > SMALL_BATCH or isinstance(self.gp.kernel.base_kernel, RBFKernel):
             L_next = self._recovered_std(Nn, jets=q.shape[0] > SMALL_BATCH)
@@ -156,6 +174,11 @@ class RecoveryMixin:
             x = torch.cat([x, self._standard_state(ref[0][None], ref[1][None])])
         nxt = self._speed ** 2 * on_mean_jet(self.gp, self._quantity("energy", Nn), x, p)[:, 0]
         return nxt if ref is None else nxt[:-1] - nxt[-1]
+
+    def _states_with_ref(self, q: torch.Tensor, v: torch.Tensor, ref=None) -> torch.Tensor:
+        """The standardised states (B, 2n), and the reference state ``ref`` as one more row if given."""
+        x = self._standard_state(q, v)
+        return x if ref is None else torch.cat([x, self._standard_state(ref[0][None], ref[1][None])])
 
     def _autograd_chunk(self) -> int:
         """States per autograd pass through the posterior mean (:data:`AUTOGRAD_ENTRIES`)."""
@@ -331,7 +354,9 @@ class RecoveryMixin:
         return qs
 
 
-#: batches of at most this many states take the next order's energy (truncation term) by autograd
+#: the smallest n whose energy std takes the truncation term less its unit part (RecoveryMixin._truncation_term)
+UNIT_FREE_MIN_N = 3
+#: batches of at most this many states take the truncation term on the mean's jet (n >= 3; n <= 2: by autograd)
 SMALL_BATCH = 2000
 #: states x training atoms per autograd pass of the next order's energy: the nested derivatives of mod_6 keep
 #: ~2,200 tensors of one entry per (state, atom) alive (n = 4, 4,800 atoms: 85 MB per state), so ~0.7 GB a pass
