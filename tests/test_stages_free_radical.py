@@ -138,7 +138,8 @@ def test_triple_jump_by_evaluation_n2(kind):
 @pytest.mark.parametrize("kind", LAGRANGIANS)
 def test_galerkin3_by_evaluation_n2(kind):
     """galerkin3 to h^6 = h^(2s), dimension-free, against the component derivation on the nonlinear n = 2 L,
-    exactly. The dimension-free derivation takes about 3 CPU s (benchmarks/RESULTS_derive.md, table 1c: 3.14 with the inverse; 5 CPU minutes
+    exactly. The dimension-free derivation takes about 3 CPU s (benchmarks/RESULTS_derive.md,
+    table 1c: 3.14 with the inverse; 5 CPU minutes
     and 4.6 GB before the performance pass); the component derivations of this L take most of the 3.5 minutes wall
     (load 4). The triple jump to h^6 is checked by its closed form instead (test_closed_form_triple_jump_to_h6). Its
     h^6 coefficient is rational
@@ -200,7 +201,8 @@ def test_closed_form_triple_jump_to_h6():
 @pytest.mark.slow
 def test_closed_form_galerkin3_to_h8():
     """galerkin3's modified frequency to h^8 = h^(2s+2), dimension-free (newly reachable: the modified Lagrangian in
-    about 160 CPU s and 3.1 GB alone, 355 s and 4.83 GB with the inverse, RESULTS_derive.md table 1c; 43,262 trees at h^8), against the closed form of its exact
+    about 160 CPU s and 3.1 GB alone, 355 s and 4.83 GB with the inverse, RESULTS_derive.md table 1c;
+    43,262 trees at h^8), against the closed form of its exact
     one-step map (the stage action solved in SymPy, tests/test_stages.py), both coefficients exactly in Q(sqrt 5).
     Passed in 597 s wall on the 2 shared cores (load 4-5), the evaluation of the 43,262 trees at three points included."""
     freq = frequency_series(G3, 4)
