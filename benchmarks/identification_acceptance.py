@@ -9,6 +9,7 @@ see. Usage::
     PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/identification_acceptance.py --system toda3 --orders 2 --without-differences
     PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/identification_acceptance.py --system toda4 --no-std   # dE2, dE4 only
     PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/identification_acceptance.py --system henon3 --seed 1   # untuned
+    PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/identification_acceptance.py --system pendula3 --degree 4   # diagnostic
 
 ``--seed`` draws other data (initial states) of the same system; the held-out states stay those of the tests.
 :data:`UNTUNED` holds systems that no test uses and nothing was tuned on: written for issue 23's session 8 (branch
@@ -70,6 +71,8 @@ def main(argv=None) -> None:
     ap.add_argument("--orders", type=int, nargs="+", default=[2, 4], help="orders N of the energy differences")
     ap.add_argument("--without-differences", action="store_true",
                     help="calibrate the energy std without the distant differences (the method before them)")
+    ap.add_argument("--degree", type=int, default=None,
+                    help="MechanicalKernel(degree=D) with the whole mass matrix fixed (a diagnostic; overrides --kernel)")
     ap.add_argument("--no-std", action="store_true", help="energy differences only (no std, no calibration: fast)")
     args = ap.parse_args(argv)
     if args.without_differences:
@@ -80,6 +83,12 @@ def main(argv=None) -> None:
     system = make()
     data = snapshots(system, h, args.traj or T, 5, seed=args.seed)
     kw = {} if args.kernel is None else {"kernel": args.kernel}
+    if args.degree is not None:
+        from learners.shadow.mechanical import MechanicalKernel
+        from learners.shadow.normalisation import MassNormalisation
+
+        kw = {"kernel": MechanicalKernel(degree=args.degree), "normalisation": MassNormalisation(matrix=True)}
+        args.kernel = f"mechanical{args.degree}+matrix"
     t, c = time.perf_counter(), time.process_time()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", IdentifiabilityWarning)
