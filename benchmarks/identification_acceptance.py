@@ -73,12 +73,18 @@ def main(argv=None) -> None:
                     help="calibrate the energy std without the distant differences (the method before them)")
     ap.add_argument("--degree", type=int, default=None,
                     help="MechanicalKernel(degree=D) with the whole mass matrix fixed (a diagnostic; overrides --kernel)")
+    ap.add_argument("--no-principal", action="store_true",
+                    help="never keep the principal-direction candidate (this process only: a diagnostic)")
     ap.add_argument("--no-std", action="store_true", help="energy differences only (no std, no calibration: fast)")
     args = ap.parse_args(argv)
     if args.without_differences:
         import learners.shadow.calibration as C
 
         C.difference_calibration = lambda model, floor: None  # this process only: the conservation and DEL scales
+    if args.no_principal:
+        import learners.shadow.principal as P
+
+        P.PRINCIPAL_MARGIN = float("inf")  # scored, never kept: the tied fit (bit for bit, test_learners_rotation)
     make, h, T = systems[args.system]
     system = make()
     data = snapshots(system, h, args.traj or T, 5, seed=args.seed)
