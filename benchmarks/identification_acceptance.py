@@ -55,14 +55,8 @@ def pendula3():
 UNTUNED = [(henon3, 0.25, 120), (pendula3, 0.2, 120)]
 
 
-def main(argv=None) -> None:
-    import tests.test_learners_shadow_auto as A
-    from integrators.data import snapshots
-    from learners import InverseModifiedLagrangianGP
-    from learners.shadow.hyperparameters import IdentifiabilityWarning
-
-    systems = {make.__name__: (make, h, T) for make, h, T in A.SYSTEMS}
-    systems.update({make.__name__: (make, h, T) for make, h, T in A.UNTUNED + UNTUNED})
+def _arguments(argv, systems):
+    """The command line; the process-wide diagnostics (``--without-differences``, ``--no-principal``) applied."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--system", choices=sorted(systems), required=True)
     ap.add_argument("--kernel", default=None, help="kernel= of the model (default: the library's)")
@@ -85,16 +79,33 @@ def main(argv=None) -> None:
         import learners.shadow.principal as P
 
         P.PRINCIPAL_MARGIN = float("inf")  # scored, never kept: the tied fit (bit for bit, test_learners_rotation)
+    return args
+
+
+def _model_options(args) -> dict:
+    """The model's keyword arguments: ``--kernel``, or ``--degree`` (which also names the row's kernel)."""
+    if args.degree is None:
+        return {} if args.kernel is None else {"kernel": args.kernel}
+    from learners.shadow.mechanical import MechanicalKernel
+    from learners.shadow.normalisation import MassNormalisation
+
+    args.kernel = f"mechanical{args.degree}+matrix"
+    return {"kernel": MechanicalKernel(degree=args.degree), "normalisation": MassNormalisation(matrix=True)}
+
+
+def main(argv=None) -> None:
+    import tests.test_learners_shadow_auto as A
+    from integrators.data import snapshots
+    from learners import InverseModifiedLagrangianGP
+    from learners.shadow.hyperparameters import IdentifiabilityWarning
+
+    systems = {make.__name__: (make, h, T) for make, h, T in A.SYSTEMS}
+    systems.update({make.__name__: (make, h, T) for make, h, T in A.UNTUNED + UNTUNED})
+    args = _arguments(argv, systems)
     make, h, T = systems[args.system]
     system = make()
     data = snapshots(system, h, args.traj or T, 5, seed=args.seed)
-    kw = {} if args.kernel is None else {"kernel": args.kernel}
-    if args.degree is not None:
-        from learners.shadow.mechanical import MechanicalKernel
-        from learners.shadow.normalisation import MassNormalisation
-
-        kw = {"kernel": MechanicalKernel(degree=args.degree), "normalisation": MassNormalisation(matrix=True)}
-        args.kernel = f"mechanical{args.degree}+matrix"
+    kw = _model_options(args)
     t, c = time.perf_counter(), time.process_time()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", IdentifiabilityWarning)
