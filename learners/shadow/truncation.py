@@ -27,6 +27,12 @@ What it does not do: where the rest :math:`r` dominates the GP part, the error o
 :math:`r` plus a smaller random part, so its z-score is close to :math:`\pm 1` at every state -- an RMS z-score near 1,
 but (nearly) all within :math:`2\sigma` (measured: anharmonic3, duffing3, toda3 at :math:`h = 0.2`, RMS z 0.84-1.07,
 40 of 40 within :math:`2\sigma`). The std is then the size of a known bias, not of a random error.
+
+Where it is not used: :meth:`~learners.shadow.recovery.RecoveryMixin.energies` (energies along positions) adds the
+whole first omitted term at every ``n``, on purpose (Session 7): its use is the conservation of :math:`H_{rec}[N]`
+along an orbit (``reference_index``), where :math:`\Delta H = 0`, so the unit part :math:`c\,\Delta H_{rec}[N]` is
+only as large as the non-conservation it would be taken from. Differences between states, compared after the best
+fit of scale, are :meth:`~learners.shadow.recovery.RecoveryMixin.energy`'s (``return_std=True, reference=...``).
 """
 
 from __future__ import annotations
