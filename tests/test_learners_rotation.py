@@ -92,10 +92,10 @@ def test_rotated_velocity_stds_with_the_truncation_term(pair):
 def test_rotated_fit_has_the_same_energy_unit_fit_and_stds(pair):
     """The truncation term's unit fit (c, b) (learners/shadow/truncation.py, on the calibration pairs' data states)
     and energy(2, return_std=True, reference=...)'s stds, its unit-free truncation term alone too, equal the plain
-    fit's. Before the jet-table route the unit fit took the pairs' velocities into data units without the rotation,
-    and here gave the rotated model c = -0.57 (plain -1.0e-5) and stds 2.8-37x the plain one's. Why 1e-6: c is a ratio of sums of d =
-    H_rec[4] - H_rec[2], a difference of energies ~1e5x larger than d, so the energies' 1e-10 agreement (module
-    docstring) becomes ~1e-5 of d at worst (measured 2e-10 for c, 3e-11 for b and the stds, 1e-9 for the term)."""
+    fit's. Before the jet-table route the unit fit took the pairs' velocities into data units without the rotation:
+    here it gave the rotated model c = -0.57 (plain -1.0e-5) and stds 2.8-37x the plain one's. Why 1e-6: c is a
+    ratio of sums of d = H_rec[4] - H_rec[2], a difference of energies ~1e5x larger than d, so the energies' 1e-10
+    agreement (module docstring) becomes ~1e-5 of d at worst (measured: c 2e-10, b 3e-11, stds 1e-11, term 5e-10)."""
     _, _, plain, rot = pair
     cp, bp = energy_unit_fit(plain, 2)
     cr, br = energy_unit_fit(rot, 2)
