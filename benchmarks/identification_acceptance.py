@@ -15,7 +15,7 @@ see. Usage::
 :data:`UNTUNED` holds systems that no test uses and nothing was tuned on: written for issue 23's session 8 (branch
 id-auto) before any fit of them was run, to recheck the acceptance where nobody looked while choosing the default.
 
-(``--orders``: the header keeps the N = 2, 4 columns; with one order the row has the first three.)
+(``--orders``: the header keeps the N = 2, 4 columns; with one order the row has the first four: dE, RMS z, 2σ, max |z|.)
 """
 
 from __future__ import annotations
