@@ -463,8 +463,10 @@ _CAL_GAP = {"anharmonic3": "std too wide: RMS z 0.60/0.59 (in range) but 100% wi
                            "3-6x too narrow on duffing3 and toda3)",
             "mass_chain4": "std too narrow: RMS z 2.35, 78% within 2 sigma (N = 2 and 4): the error of distant "
                            "differences is 4x the innovations' variance (a bias more data do not move)",
-            "two_body4": "std too wide: RMS z 0.54/0.54 (in range) but 100% within 2 sigma; energy differences "
-                         "3.45e-2 relative (benchmarks/RESULTS_identification.md, Session 8)",
+            "two_body4": "std too wide: RMS z 0.54/0.54 (in range) but 100% within 2 sigma, on a model not identified "
+                         "(energy differences 3.45e-2 relative; kernel='auto' 2.14e-2, RMS z 0.84/0.83, also 100%); "
+                         "re-measured with the rotated fit's truncation unit fit corrected (branch id-fix): the same "
+                         "(benchmarks/RESULTS_identification.md, Session 8)",
             "morse3": "std far too narrow: RMS z 6.72/3.63, 38%/53% within 2 sigma (N = 2/4; energy differences "
                       "1.5e-2/8.4e-3 relative, velocities 100%); every candidate scale of "
                       "benchmarks/calibration_estimators.py misses by 70x-490x (untuned system of branch id-cal)"}
