@@ -11,6 +11,9 @@ held-out trajectory under two rules, in the same run: the largest of the DEL, co
 learners/shadow/truncation.py). Usage::
 
     PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/calibration_scales.py --system duffing3 --kernel auto
+    PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/calibration_scales.py --system henon3 --kernel auto   # untuned
+
+(the systems of benchmarks/identification_acceptance.py's UNTUNED list too: no test uses them).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ def _stats(z) -> str:
 def main(argv=None) -> None:
     import torch
 
+    import benchmarks.identification_acceptance as B
     import tests.test_learners_shadow_auto as A
     from integrators import reference_flow
     from integrators.data import snapshots
@@ -34,7 +38,7 @@ def main(argv=None) -> None:
     from learners.shadow.calibration import scale_for
     from learners.shadow.hyperparameters import IdentifiabilityWarning
 
-    rows = {make.__name__: (make, h, T) for make, h, T in A.SYSTEMS + A.UNTUNED}
+    rows = {make.__name__: (make, h, T) for make, h, T in A.SYSTEMS + A.UNTUNED + B.UNTUNED}
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--system", choices=sorted(rows), required=True)
     ap.add_argument("--kernel", default="rbf")

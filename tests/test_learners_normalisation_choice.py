@@ -208,12 +208,14 @@ def test_kernel_auto_keeps_the_rbf_where_the_matrix_is_wrong(skew_default):
     assert torch.equal(m.lagrangian(q, v), default.lagrangian(q, v))
 
 
-#: issue 23 gap (Session 7 of benchmarks/RESULTS_identification.md): where the truncation term dominates the GP's
-#: std, the error of H_rec[2] is a known bias (the first omitted term less its unit part, learners/shadow/truncation.py)
-#: plus a smaller random part, so every |z| is near 1: RMS z 0.84 but 40 of 40 within 2 sigma (the band's 99% is not
-#: met; with the whole omitted term it read 0.81, 97.5%, while the same rule put z-scores of 5.0 and 8.6 on duffing3
-#: and toda3). Only the upper bound of the coverage is lifted here; RMS z and the lower bound stay asserted.
-_BIAS_DOMINATED = {("anharmonic3", 2)}
+#: issue 23 gaps (Session 7 of benchmarks/RESULTS_identification.md), the coverage's upper bound (99% within 2 sigma)
+#: only: where the truncation term dominates the GP's std, the error of H_rec[2] is a known bias (the first omitted
+#: term less its unit part, learners/shadow/truncation.py) plus a smaller random part, so every |z| is near 1. With the
+#: whole omitted term it read 0.81, 97.5%, while the same rule put z-scores of 5.0 and 8.6 on duffing3 and toda3.
+#: A strict expected failure: the rest of the test (accuracy, RMS z, the lower bound, velocities) must still pass, and
+#: a case that meets the upper bound fails the test until it is removed from here.
+_COVERAGE_GAP = {("anharmonic3", 2): "std too wide: RMS z 0.84 (in range) but 40 of 40 within 2 sigma (target <= 99%), "
+                                     "a bias-dominated std (Session 7)"}
 
 
 @pytest.mark.slow
@@ -227,10 +229,10 @@ def test_kernel_auto_identifies_and_calibrates(name, n_traj):
     1.23 / 1.30, 90% / 90%, velocities 96% (the RBF default 9.0e-3; 2.35, 78%); anharmonic3 (n = 3) 3.8e-5 / 1.9e-5,
     0.81 / 0.84, 97% / 97%, velocities 100% (under the old worst-case floor 0.33 / 0.25, 100% / 100%). With the
     truncation term's unit part left out (Session 7): the chain 1.26 / 1.30, 90% / 90%; anharmonic3 0.84 / 0.84,
-    100% / 97.5% (_BIAS_DOMINATED)."""
+    100% / 97.5% (N = 2: the upper bound a strict expected failure, _COVERAGE_GAP)."""
     import tests.test_learners_shadow_auto as A
 
-    system = getattr(A, name)()
+    system, gap = getattr(A, name)(), None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", IdentifiabilityWarning)
         m = InverseModifiedLagrangianGP(0.2, kernel="auto", progress=False).fit(snapshots(system, 0.2, n_traj, 5, seed=0))
@@ -238,7 +240,14 @@ def test_kernel_auto_identifies_and_calibrates(name, n_traj):
         for N in (2, 4):
             rel, z = energy_differences(m, system, N)
             assert rel <= 3e-3, (N, rel)
-            top = 1.0 if (name, N) in _BIAS_DOMINATED else 0.99
-            assert 0.85 <= float((z.abs() <= 2).double().mean()) <= top and 0.5 <= float(z.pow(2).mean().sqrt()) <= 1.5, z
+            cover, rms = float((z.abs() <= 2).double().mean()), float(z.pow(2).mean().sqrt())
+            assert 0.85 <= cover and 0.5 <= rms <= 1.5, z
+            if (name, N) in _COVERAGE_GAP:  # strict: met, the gap is closed
+                assert cover > 0.99, f"({name!r}, {N}) meets the 99% bound ({cover}): remove it from _COVERAGE_GAP"
+                gap = _COVERAGE_GAP[(name, N)]
+            else:
+                assert cover <= 0.99, z
         zv = A.velocity_z(m, system, 0.2)
     assert float((zv.abs() <= 2).double().mean()) >= 0.85, zv
+    if gap is not None:
+        pytest.xfail(f"issue 23 gap: {gap}")

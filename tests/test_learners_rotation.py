@@ -20,10 +20,11 @@ from learners import InverseModifiedLagrangianGP
 from learners.shadow.hyperparameters import IdentifiabilityWarning
 from learners.shadow.principal import lengthscale_factors, principal_directions
 from learners.shadow.step_resolution import QUANTILE, noise_correlation, step_resolution
+from learners.shadow.truncation import energy_unit_fit
 from learners.shadow.units import check_rotation
 from bea.errors import BeaValueError
 
-from test_learners_shadow_auto import energy_differences, anharmonic3, morse3, two_body4
+from test_learners_shadow_auto import energy_differences, anharmonic3, held_out_states, morse3, two_body4
 
 REL = 1e-9
 H = 0.2
@@ -86,6 +87,25 @@ def test_rotated_velocity_stds_with_the_truncation_term(pair):
     qs = S[:3].transpose(0, 1)
     (va, sa), (vb, sb) = rot.velocities(qs, return_std=True), plain.velocities(qs, return_std=True)
     assert _rel(va, vb) < REL and _rel(sa, sb) < 1e-6
+
+
+def test_rotated_fit_has_the_same_energy_unit_fit_and_stds(pair):
+    """The truncation term's unit fit (c, b) (learners/shadow/truncation.py, on the calibration pairs' data states)
+    and energy(2, return_std=True, reference=...)'s stds, its unit-free truncation term alone too, equal the plain
+    fit's. Before the jet-table route the unit fit took the pairs' velocities into data units without the rotation:
+    here it gave the rotated model c = -0.57 (plain -1.0e-5) and stds 2.8-37x the plain one's. Why 1e-6: c is a
+    ratio of sums of d = H_rec[4] - H_rec[2], a difference of energies ~1e5x larger than d, so the energies' 1e-10
+    agreement (module docstring) becomes ~1e-5 of d at worst (measured: c 2e-10, b 3e-11, stds 1e-11, term 5e-10)."""
+    _, _, plain, rot = pair
+    cp, bp = energy_unit_fit(plain, 2)
+    cr, br = energy_unit_fit(rot, 2)
+    assert cr == pytest.approx(cp, rel=1e-6) and br == pytest.approx(bp, rel=1e-6)
+    q, v = held_out_states(anharmonic3(), 9)
+    ref = (q[0], v[0])
+    (ma, sa), (mb, sb) = (m.energy(2, return_std=True, reference=ref)(q[1:], v[1:]) for m in (rot, plain))
+    assert _rel(ma, mb) < REL and _rel(sa, sb) < 1e-6
+    ta, tb = (m._truncation_term(2, q[1:], v[1:], ref, mb) for m in (rot, plain))
+    assert _rel(ta, tb) < 1e-6 and float(tb.abs().max()) > 0
 
 
 def test_rotated_fit_predicts_the_same_motion(pair):

@@ -318,7 +318,8 @@ class RecoveryMixin:
         ``return_std=True`` also returns the posterior std (same shape; of the differences with
         ``reference_index``), by linearisation: :math:`H_{rec} = p\cdot\dot q - L_{rec}` at the solved velocity, so
         :math:`\delta H_j = \dot q_j\cdot\delta p_j - \delta L_{rec}(q_j, \dot q_j)` (:mod:`learners.shadow.uncertainty`);
-        at every ``std_every``-th time step only (NaN elsewhere); ``truncation`` as in :meth:`energy`."""
+        at every ``std_every``-th time step only (NaN elsewhere). ``truncation``: the whole first omitted term at every
+        ``n``, not :meth:`energy`'s unit-free one (why: along an orbit, :mod:`learners.shadow.truncation`)."""
         qs = self._positions(qs)
         state, reference = energies_reference(reference, reference_index, qs.shape[0], self.n)
         if state is not None and return_std:
@@ -354,8 +355,7 @@ class RecoveryMixin:
         return qs
 
 
-#: the smallest n whose energy std takes the truncation term less its unit part (RecoveryMixin._truncation_term)
-UNIT_FREE_MIN_N = 3
+UNIT_FREE_MIN_N = 3  #: the smallest n whose energy std takes the truncation term less its unit part
 #: batches of at most this many states take the truncation term on the mean's jet (n >= 3; n <= 2: by autograd)
 SMALL_BATCH = 2000
 #: states x training atoms per autograd pass of the next order's energy: the nested derivatives of mod_6 keep
