@@ -18,9 +18,15 @@ printed side by side:
 If innovations and truth agree on the pairs but not on the held-out states, the pairs sample the wrong region; if
 truth asks for more than the innovations on the pairs too, the error is common to all folds (fold removal cannot see
 it). Also printed: the spread of the innovations' scale over a bootstrap of folds, and where the two sets lie (true
-energies, distance of positions to the nearest data position, size of the differences). Usage::
+energies, distance of positions to the nearest data position, size of the differences), and how much of the final
+posterior's errors three candidate shapes explain (least squares on the pairs, then out of sample on the held-out
+differences with the pairs' coefficients): each part's own energy and its square (a relabelling of nearly decoupled
+parts), the quartic-in-velocity terms :math:`v_i^4, V_i^{(4)} v_i^4` (the :math:`h^4` terms of :math:`L_{inv}` a
+kernel of degree 2 in :math:`v` cannot hold), and the directions in which the normalisation's targets move the
+posterior mean (skipped with ``--no-normalisation``: one re-conditioning per target). Usage::
 
     PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/innovations_diagnosis.py --system pendula3 --kernel auto
+    PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/innovations_diagnosis.py --system pendula3 --no-normalisation
 """
 
 from __future__ import annotations
@@ -144,6 +150,44 @@ def _explained(err_p, D_p, err_h, D_h):
     return r2(err_p, D_p @ a), r2(err_h, D_h @ a), r2(err_h, D_h @ fit(err_h, D_h)), a
 
 
+def _part_energies(m, system, x):
+    """(B, 2n): each coordinate's own energy :math:`H_i = v_i^2/2 + V(q_i e_i) - V(0)` at the standardised states and
+    its square -- what nearly decoupled parts conserve one by one, so that a relabelling of each (a flat direction of
+    the motions, which the coupling alone breaks) passes every positions check."""
+    import torch
+
+    n = m.n
+    q, v = m._from_standard(x[:, :n]), m._vector_from_standard(x[:, n:])
+    zero = torch.zeros(1, n, dtype=q.dtype)
+    E0 = system.energy(zero, zero).detach()
+    H = torch.stack([v[:, i] ** 2 / 2 + system.energy(q[:, i:i + 1] * torch.eye(n, dtype=q.dtype)[i], torch.zeros_like(q)).detach()
+                     - E0 for i in range(n)], 1)
+    return torch.cat([H, H ** 2], 1)
+
+
+def _quartic_velocity_terms(m, system, x):
+    r"""(B, 2n): :math:`v_i^4` and :math:`V_i^{(4)}(q_i)\,v_i^4` at the standardised states (data units; :math:`V_i`
+    the potential along coordinate :math:`i`, by autograd): the shape of the :math:`h^4` terms of a midpoint
+    :math:`L_{inv}` of :math:`\tfrac12|v|^2 - V` that are quartic in the velocities, which a kernel of degree 2 in
+    :math:`v` cannot hold."""
+    import torch
+
+    n = m.n
+    q, v = m._from_standard(x[:, :n]), m._vector_from_standard(x[:, n:])
+    cols = []
+    for i in range(n):
+        s = q[:, i].detach().clone().requires_grad_(True)
+        f = system.energy(s[:, None] * torch.eye(n, dtype=q.dtype)[i], torch.zeros_like(q)).sum()
+        for _ in range(4):
+            (g,) = torch.autograd.grad(f, s, create_graph=True, allow_unused=True)
+            if g is None:  # a polynomial of lower degree: the derivative vanishes
+                g = torch.zeros_like(s)
+                break
+            f = g.sum()
+        cols.append(g.detach())
+    return torch.cat([v ** 4, torch.stack(cols, 1) * v ** 4], 1).detach()
+
+
 def _where(m, system, x, xr, data_q):
     """Median true energy of the states, median distance of their positions to the nearest data position
     (standardised), median |dH| and median standardised distance |x - x_ref|."""
@@ -159,7 +203,7 @@ def _where(m, system, x, xr, data_q):
             f"|x - x_ref| median {med((x - xr).norm(dim=1)):.3f}, |v| median {med(x[:, n:].norm(dim=1)):.3f}")
 
 
-def _order_report(m, system, gps, subsets, sets, N) -> None:
+def _order_report(m, system, gps, subsets, sets, N, normalisation=True) -> None:
     """The scales on both sets at order ``N``, and the part of the final errors along the normalisation's directions
     (with the held-out differences' scale once that part, fitted on the pairs, is taken out)."""
     import torch
@@ -182,9 +226,22 @@ def _order_report(m, system, gps, subsets, sets, N) -> None:
               f"{boot[0]:.3g}/{boot[1]:.3g}/{boot[2]:.3g}) | truth (final) {final:.4g} | truth (folds) {folds:.4g}"
               f" | own unit {cc:.6g}; RMS err/sqrt(v) final {float((err[0] ** 2 / var[0]).mean().sqrt()):.3g}, "
               f"RMS trunc/sqrt(v) {float((trunc[name] ** 2 / var[0]).mean().sqrt()):.3g}", flush=True)
-    dirs = _normalisation_directions(m, N, sets)
     P, H = "pairs (data)", "held-out (40)"
     e = {name: res[name][0][0] - c * true[name] for name in sets}
+    parts = {k: _part_energies(m, system, a) - _part_energies(m, system, b) for k, (a, b) in sets.items()}
+    ins, out, own, a = _explained(e[P], parts[P], e[H], parts[H])
+    print(f"  the final errors explained by the parts' energies and their squares: pairs {ins:.3f} (fit there), "
+          f"held-out {out:.3f} (pairs' coefficients), held-out {own:.3f} (own fit); the held-out differences less "
+          f"that part ask for {scale_for(e[H] - parts[H] @ a, res[H][1][0], trunc[H]):.4g}", flush=True)
+    quartic = {k: _quartic_velocity_terms(m, system, a) - _quartic_velocity_terms(m, system, b) for k, (a, b) in sets.items()}
+    ins, out, own, a = _explained(e[P], quartic[P], e[H], quartic[H])
+    print(f"  the final errors explained by v_i^4 and V_i''''(q_i) v_i^4: pairs {ins:.3f} (fit there), held-out {out:.3f}"
+          f" (pairs' coefficients), held-out {own:.3f} (own fit); coefficients in true energy units "
+          f"{[f'{float(t) / c:.3g}' for t in a]}; the held-out differences less that part ask for "
+          f"{scale_for(e[H] - quartic[H] @ a, res[H][1][0], trunc[H]):.4g}", flush=True)
+    if not normalisation:
+        return
+    dirs = _normalisation_directions(m, N, sets)
     ins, out, own, a = _explained(e[P], dirs[P], e[H], dirs[H])
     rest = scale_for(e[H] - dirs[H] @ a, res[H][1][0], trunc[H])
     print(f"  the final errors explained by the {dirs[P].shape[1]} normalisation targets' directions: "
@@ -209,6 +266,7 @@ def main(argv=None) -> None:
     ap.add_argument("--kernel", default="rbf")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--orders", type=int, nargs="+", default=[4])
+    ap.add_argument("--no-normalisation", action="store_true", help="skip the normalisation targets' directions")
     args = ap.parse_args(argv)
     make, h, T = rows[args.system]
     system = make()
@@ -227,7 +285,7 @@ def main(argv=None) -> None:
     for name, (a, b) in sets.items():
         print(f"{name}: {_where(m, system, a, b, data_q)}")
     for N in args.orders:
-        _order_report(m, system, gps, subsets, sets, N)
+        _order_report(m, system, gps, subsets, sets, N, not args.no_normalisation)
     print(f"total {time.process_time() - c0:.0f} s cpu")
 
 
