@@ -10,8 +10,11 @@ see. Usage::
     PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/identification_acceptance.py --system toda4 --no-std   # dE2, dE4 only
     PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/identification_acceptance.py --system henon3 --seed 1   # untuned
     PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/identification_acceptance.py --system pendula3 --degree 4   # diagnostic
+    PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/identification_acceptance.py --system pendula3 --h 0.1 --steps 10
 
 ``--seed`` draws other data (initial states) of the same system; the held-out states stay those of the tests.
+``--h`` / ``--steps``: another step and trajectory length (a diagnostic: ``--h 0.1 --steps 10`` covers the same time
+span as the default 0.2 x 5).
 :data:`UNTUNED` holds systems that no test uses and nothing was tuned on: written for issue 23's session 8 (branch
 id-auto) before any fit of them was run, to recheck the acceptance where nobody looked while choosing the default.
 
@@ -62,6 +65,8 @@ def _arguments(argv, systems):
     ap.add_argument("--kernel", default=None, help="kernel= of the model (default: the library's)")
     ap.add_argument("--traj", type=int, default=None, help="trajectories (default: the acceptance test's)")
     ap.add_argument("--seed", type=int, default=0, help="data seed (the tests': 0)")
+    ap.add_argument("--h", type=float, default=None, help="step (default: the system's; a diagnostic)")
+    ap.add_argument("--steps", type=int, default=5, help="steps per trajectory (the tests': 5)")
     ap.add_argument("--orders", type=int, nargs="+", default=[2, 4], help="orders N of the energy differences")
     ap.add_argument("--without-differences", action="store_true",
                     help="calibrate the energy std without the distant differences (the method before them)")
@@ -103,8 +108,9 @@ def main(argv=None) -> None:
     systems.update({make.__name__: (make, h, T) for make, h, T in A.UNTUNED + UNTUNED})
     args = _arguments(argv, systems)
     make, h, T = systems[args.system]
+    h = args.h or h
     system = make()
-    data = snapshots(system, h, args.traj or T, 5, seed=args.seed)
+    data = snapshots(system, h, args.traj or T, args.steps, seed=args.seed)
     kw = _model_options(args)
     t, c = time.perf_counter(), time.process_time()
     with warnings.catch_warnings(record=True) as caught:
