@@ -42,8 +42,6 @@ from typing import Tuple
 
 import torch
 
-import bea
-
 from .guards import IdentifiabilityWarning, caller_level
 from .taylor_jet import on_jet_table
 
