@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import bea
+from bea.errors import BeaValueError
 from learners.shadow.truncation import affine_fit, unit_free
 
 H_STEP = 0.3
