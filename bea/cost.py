@@ -72,8 +72,9 @@ _OTHER_SCHEME_FREE_INVERSE = {6: 4.4, 8: 7.2}
 #: 3-5 on 2 cores). The Lagrangian kinds share one table, the modified *plus* the inverse modified Lagrangian, an upper
 #: bound of either. Since issue 26's performance pass (interior points to half the order, the operator applied in the
 #: jets, the modified equation from the modified Lagrangian) galerkin3 to h^6 takes 3 CPU s, not 315, and 0.35 GB, not
-#: 4.6. The modified *equation* is a different derivation, dearer than the Lagrangians of the same order (they
-#: need it two orders lower): a kind or an order without a table entry here is not measured, hence refused.
+#: 4.6. The modified *equation* of a stage scheme comes from the Euler-Lagrange equations of its modified Lagrangian
+#: (bea.free.euler_lagrange, to h^(2s+2)), so it costs the Lagrangian to the same order plus the derivatives of its
+#: trees: a kind or an order without a table entry here is not measured, hence refused.
 _LAGRANGIAN_KINDS = ("modified_lagrangian", "inverse_modified_lagrangian")
 _STAGE_LAGRANGIANS = {
     "galerkin2": {2: 0.02, 4: 0.03, 6: 2.47},
@@ -83,12 +84,12 @@ _STAGE_LAGRANGIANS = {
 _STAGE_FREE: Dict[Tuple[str, str], Dict[int, float]] = {
     (name, kind): table for name, table in _STAGE_LAGRANGIANS.items() for kind in _LAGRANGIAN_KINDS
 }
-# the modified equation: CPU seconds of bea.modified_equation(scheme, order, cache=False, allow_slow=True) (table 1c);
-# not run above h^4, hence not estimated there
+# the modified equation: CPU seconds of bea.modified_equation(scheme, order, cache=False, allow_slow=True) (table 1c,
+# ``--stage-free-equation-max 6``; peak 0.92-1.08 GB at h^6, below LIMIT_MEMORY_GB); galerkin3 at h^8 not run
 _STAGE_FREE.update({
-    ("galerkin2", "modified_equation"): {2: 0.01, 4: 0.85},
-    ("galerkin3", "modified_equation"): {2: 0.16, 4: 3.10},
-    ("triple_jump", "modified_equation"): {2: 0.11, 4: 4.70},
+    ("galerkin2", "modified_equation"): {2: 0.01, 4: 0.57, 6: 22.86},
+    ("galerkin3", "modified_equation"): {2: 0.11, 4: 0.13, 6: 21.22},
+    ("triple_jump", "modified_equation"): {2: 0.07, 4: 0.65, 6: 28.31},
 })
 #: scheme -> (order, CPU s, GB resident): the lowest order whose derivation was stopped unfinished, to spare the memory
 #: and time of a shared machine; it and the orders above are estimated "unknown, over the limit". galerkin2: table 1b,

@@ -236,7 +236,7 @@ def test_cost_guard_per_scheme():
     jump to h^6 go ahead (3.14 and 5.39 CPU s since the performance pass), galerkin3 to h^8 (355 CPU s, 4.83 GB) is
     refused by its memory without allow_slow, and the triple jump is not measured above h^6; a user scheme with two interior points
     is estimated as the costliest measured scheme with at least two, not by its name; the modified equation is
-    measured to h^4 only."""
+    measured to h^6."""
     from bea import cost
 
     assert cost.estimate("modified_lagrangian", 6, None, G3) == (3.14, "measured")
@@ -260,11 +260,11 @@ def test_cost_guard_per_scheme():
     quad = bea.Galerkin(4, [0, "1/4", "1/2", "3/4", 1], ["7/90", "32/90", "12/90", "32/90", "7/90"])  # 3 interior
     assert cost.estimate("modified_lagrangian", 4, None, quad)[0] == 0.30
     assert cost.estimate("modified_lagrangian", 6, None, quad)[0] is None
-    assert cost.estimate("modified_equation", 4, None, TJ) == (4.70, "measured")  # 25x its Lagrangians' 0.19
-    assert cost.estimate("modified_equation", 4, None, G3) == (3.10, "measured")
-    assert cost.estimate("modified_equation", 6, None, G3)[0] is None  # not measured above h^4
+    assert cost.estimate("modified_equation", 4, None, TJ) == (0.65, "measured")  # from the modified Lagrangian
+    assert cost.estimate("modified_equation", 6, None, G3) == (21.22, "measured")
+    assert cost.estimate("modified_equation", 8, None, G3)[0] is None  # not measured above h^6
     with pytest.raises(cost.TooSlowError):
-        bea.modified_equation("triple_jump", 6, cache=False)
+        bea.modified_equation("galerkin3", 8, cache=False)
     with pytest.raises(cost.TooSlowError):
         bea.modified_lagrangian("triple_jump", 8, cache=False)
 

@@ -274,6 +274,16 @@ class FreeDerivation:
                 return F
         return self.modified_equation(r)
 
+    def equation(self, order: int) -> HSeries:
+        """The public modified equation to ``h^order``: for a stage scheme from the Euler-Lagrange equations of its
+        modified Lagrangian to ``h^order`` while ``order`` is below twice the first correction
+        (:func:`~bea.free.euler_lagrange.equation_from_lagrangian`, whose docstring gives the argument), which holds to
+        ``h^(2s+2)`` for every ``s >= 2``; otherwise, and for a scheme written at its end points, from the discrete
+        Euler-Lagrange residual (:meth:`modified_equation`). Both give the same series where both apply."""
+        if self._stages is None:
+            return self.modified_equation(order)
+        return self._equation_below(order).truncate(order)
+
     @property
     def symmetric(self) -> bool:
         if self._symmetric is None:
@@ -363,7 +373,7 @@ def derive_free(scheme: Scheme, kind: str, order: int, derivation: Optional[Free
     """Run one dimension-free derivation and package the coefficients by power of ``h``."""
     d = derivation or FreeDerivation(scheme)
     if kind == "modified_equation":
-        s = d.modified_equation(order)
+        s = d.equation(order)
     elif kind == "modified_lagrangian":
         s = d.modified_lagrangian(order)
     elif kind == "inverse_modified_lagrangian":

@@ -9,6 +9,17 @@ and in the sum :math:`D` acts along :math:`\ddot q = A + O(h^c)`, so to :math:`h
 
 .. math::  F = A - \sum_{c \le k \le r} h^k M^{-1}\big(D_A\,\partial_v L_k - \partial_q L_k\big).
 
+Why this is the modified equation to :math:`h^r`. The Euler--Lagrange equations of the full series
+:math:`L_{mod}` hold on the modified flow exactly (as formal series); dropping its terms above :math:`h^r` changes them
+only from :math:`h^{r+1}` on. In them :math:`D\,\partial_v L_k` holds :math:`\ddot q` (through
+:math:`\partial_v\partial_v L_k\,\ddot q`), a higher time derivative of the curve, which is eliminated by the
+modified equation itself; it is multiplied by :math:`h^k`, so :math:`\ddot q` is needed only to :math:`h^{r-k}` with
+:math:`r-k \le r-c < c`, where :math:`F = A`. This is the reason for the limit :math:`r < 2c`: from :math:`h^{2c}` on,
+:math:`h^k D_F\,\partial_v L_k` needs the correction of :math:`F` itself (the products of corrections,
+:math:`M^{-1}\partial_v\partial_v L_k\,M^{-1}(\dots)`), and the discrete Euler--Lagrange residual is used instead
+(:meth:`bea.free.derive.FreeDerivation.equation`). For a scheme of order :math:`2s` (:math:`c = 2s`) the orders
+:math:`2s` and :math:`2s+2` lie below :math:`4s` for every :math:`s \ge 2`.
+
 For a stage scheme this replaces the discrete Euler--Lagrange residual to :math:`h^{r+2}`, whose interior points must
 be solved to that full order (a first variation has no envelope bound, :func:`bea.free.stages.interior_precision`),
 by the modified Lagrangian to :math:`h^r`, two orders lower, and a few derivatives of its trees.
