@@ -117,6 +117,8 @@ def free_stage_rows(cpu: float, mem_gb: float, rows, equation_max: int = 4) -> i
     def cells(r):
         if r is None:
             return [f"> {cpu:.0f} (limit)", "-", "-"]
+        if r.get("refused"):
+            return ["refused (cost guard)", "-", "-"]
         if r.get("stopped"):
             return [f"> {r['cpu']:.0f} (stopped)", f"{r['rss_gb']:.2f}", "-"]
         return [f"{r['cpu']:.2f}", f"{r['rss_gb']:.2f}", str(r["terms"])]

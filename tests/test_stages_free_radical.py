@@ -257,6 +257,10 @@ def test_cost_guard_per_scheme():
     assert cost.estimate("modified_lagrangian", 6, None, bea.galerkin_lobatto(3)) == (3.14, "measured")  # by constants
     named = bea.Composition(["1/3", "1/3", "1/3"], name="galerkin2")  # two interior points, a borrowed name
     assert cost.estimate("modified_lagrangian", 6, None, named)[0] == 5.39
+    # not symmetric: no reflected residual, odd powers to derive; Composition(["1/3", "2/3"]) took 9.76 CPU s at h^6
+    lopsided = bea.Composition(["1/3", "2/3"])
+    assert lopsided.symmetric is False
+    assert cost.estimate("modified_lagrangian", 6, None, lopsided)[0] == 2 * 5.39 > 9.76
     quad = bea.Galerkin(4, [0, "1/4", "1/2", "3/4", 1], ["7/90", "32/90", "12/90", "32/90", "7/90"])  # 3 interior
     assert cost.estimate("modified_lagrangian", 4, None, quad)[0] == 0.30
     assert cost.estimate("modified_lagrangian", 6, None, quad)[0] is None
