@@ -91,6 +91,9 @@ _STAGE_FREE.update({
     ("galerkin3", "modified_equation"): {2: 0.11, 4: 0.13, 6: 21.22},
     ("triple_jump", "modified_equation"): {2: 0.07, 4: 0.65, 6: 28.31},
 })
+#: the modified equation by the discrete Euler-Lagrange route (before the route through the modified Lagrangian; the
+#: costliest of galerkin2 / triple_jump / galerkin3, table 1b): what a user stage scheme that falls back to it costs
+_STAGE_DISCRETE_EQUATION = {2: 1.64, 4: 4.70}
 #: scheme -> (order, CPU s, GB resident): the lowest order whose derivation was stopped unfinished, to spare the memory
 #: and time of a shared machine; it and the orders above are estimated "unknown, over the limit". galerkin2: table 1b,
 #: before the performance pass (not re-measured). Orders above a scheme's table are refused too.
@@ -170,14 +173,22 @@ def _free_stage_estimate(scheme, kind: str, order: int) -> Optional[Tuple[Option
     if m > _MOST_INTERIOR and order > _UNMEASURED_INTERIOR_TOP:
         return None, (f"a stage scheme with {m} interior points on the dimension-free engine is not measured above "
                       f"h^{_UNMEASURED_INTERIOR_TOP}")
-    estimates = [(r,) + _one_stage_estimate(r, kind, order) for r in refs]
-    unknown = [e for e in estimates if e[1] is None]
-    r, seconds, basis = unknown[0] if unknown else max(estimates, key=lambda e: e[1])
-    least = min(m, _MOST_INTERIOR)
+    if kind == "modified_equation":
+        # a user scheme may fall back to the discrete Euler-Lagrange route (not symmetric, or order 2): its table
+        if order > max(_STAGE_DISCRETE_EQUATION):
+            return None, (f"the modified equation of a stage scheme that is not a built-in one is measured (by the "
+                          f"discrete route it may take) only to h^{max(_STAGE_DISCRETE_EQUATION)}")
+        seconds, basis = _from_table(_STAGE_DISCRETE_EQUATION, order)
+        basis = f"{basis} by the discrete route (the costliest built-in scheme)"
+    else:
+        estimates = [(r,) + _one_stage_estimate(r, kind, order) for r in refs]
+        unknown = [e for e in estimates if e[1] is None]
+        r, seconds, basis = unknown[0] if unknown else max(estimates, key=lambda e: e[1])
+        basis = f"{basis} for {r}, the costliest measured scheme with at least {min(m, _MOST_INTERIOR)} interior point(s)"
     if seconds is not None and getattr(scheme, "symmetric", None) is not True:
         seconds *= _NON_SYMMETRIC_STAGE_FACTOR
         basis += f", x{_NON_SYMMETRIC_STAGE_FACTOR:g} for a scheme that is not symmetric"
-    return seconds, f"{basis} for {r}, the costliest measured scheme with at least {least} interior point(s)"
+    return seconds, basis
 
 
 def memory_estimate(order: int, n: Optional[int], scheme="midpoint") -> Optional[float]:
