@@ -139,9 +139,10 @@ def _one_stage_estimate(ref: str, kind: str, order: int) -> Tuple[Optional[float
     return _from_table(table, order)
 
 
-def _stage_refs(scheme) -> Optional[Tuple[Optional[str], List[str], int]]:
-    """For a stage scheme: the built-in it is (or None), the measured schemes it is estimated by (itself, or those
-    with at least as many interior points) and its number of interior points; ``None`` for other schemes."""
+def _stage_refs(scheme) -> Optional[Tuple[Optional[str], List[str], int, bool]]:
+    """For a stage scheme (an object or a registered name): the built-in it is (or None), the measured schemes it is
+    estimated by (itself, or those with at least as many interior points), its number of interior points and whether
+    it is symmetric; ``None`` for other schemes."""
     from .schemes import get_scheme
     from .stages import StageScheme
 
@@ -149,7 +150,7 @@ def _stage_refs(scheme) -> Optional[Tuple[Optional[str], List[str], int]]:
     if not isinstance(sch, StageScheme):
         return None
     ref = _builtin_stage(sch)
-    return ref, ([ref] if ref is not None else _like(sch.n_interior)), sch.n_interior
+    return ref, ([ref] if ref is not None else _like(sch.n_interior)), sch.n_interior, sch.symmetric is True
 
 
 #: a stage scheme that is not symmetric against the symmetric measured ones (2: 9.76 / 5.39 = 1.8 measured at h^6)
@@ -167,7 +168,7 @@ def _free_stage_estimate(scheme, kind: str, order: int) -> Optional[Tuple[Option
     found = _stage_refs(scheme)
     if found is None:
         return None
-    ref, refs, m = found
+    ref, refs, m, symmetric = found
     if ref is not None:
         return _one_stage_estimate(ref, kind, order)
     if m > _MOST_INTERIOR and order > _UNMEASURED_INTERIOR_TOP:
@@ -185,7 +186,7 @@ def _free_stage_estimate(scheme, kind: str, order: int) -> Optional[Tuple[Option
         unknown = [e for e in estimates if e[1] is None]
         r, seconds, basis = unknown[0] if unknown else max(estimates, key=lambda e: e[1])
         basis = f"{basis} for {r}, the costliest measured scheme with at least {min(m, _MOST_INTERIOR)} interior point(s)"
-    if seconds is not None and getattr(scheme, "symmetric", None) is not True:
+    if seconds is not None and not symmetric:
         seconds *= _NON_SYMMETRIC_STAGE_FACTOR
         basis += f", x{_NON_SYMMETRIC_STAGE_FACTOR:g} for a scheme that is not symmetric"
     return seconds, basis

@@ -264,6 +264,15 @@ def test_cost_guard_per_scheme():
     # a user scheme's modified equation may take the discrete route (it did at h^4 here: 3.29 CPU s), measured to h^4
     assert cost.estimate("modified_equation", 4, None, lopsided)[0] == 2 * 4.70 > 3.29
     assert cost.estimate("modified_equation", 6, None, lopsided)[0] is None
+    # the same estimate for a registered scheme given by its name (as the CLI passes it) as for the object
+    from bea.schemes import SCHEMES
+
+    bea.register_scheme("palindrome-of-three", named)
+    try:
+        assert cost.estimate("modified_lagrangian", 4, None, "palindrome-of-three") == \
+            cost.estimate("modified_lagrangian", 4, None, named)
+    finally:
+        SCHEMES.entries.pop("palindrome_of_three")
     quad = bea.Galerkin(4, [0, "1/4", "1/2", "3/4", 1], ["7/90", "32/90", "12/90", "32/90", "7/90"])  # 3 interior
     assert cost.estimate("modified_lagrangian", 4, None, quad)[0] == 0.30
     assert cost.estimate("modified_lagrangian", 6, None, quad)[0] is None
