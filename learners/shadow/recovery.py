@@ -169,9 +169,7 @@ class RecoveryMixin:
             nxt = _in_chunks(H_next, q, v, self._autograd_chunk())
             return nxt if ref is None else nxt - H_next(ref[0][None], ref[1][None]).detach()
         p = self._jet_order("energy", N) + Nn - N
-        x = self._standard_state(q, v)
-        if ref is not None:
-            x = torch.cat([x, self._standard_state(ref[0][None], ref[1][None])])
+        x = self._states_with_ref(q, v, ref)
         nxt = self._speed ** 2 * on_mean_jet(self.gp, self._quantity("energy", Nn), x, p)[:, 0]
         return nxt if ref is None else nxt[:-1] - nxt[-1]
 
