@@ -54,7 +54,7 @@ import bea
 from .guards import StaleCalibrationWarning, caller_level
 from .variance_rounding import VARIANCE_RULE
 
-__all__ = ["ensure_energy_calibration", "del_calibration", "calibration_state", "restored_calibration", "Calibration", "conservation_values", "summary", "difference_calibration", "TARGET_Z", "TARGET_COVERAGE", "CALIBRATION_TRAJECTORIES", "scale_for", "energy_calibration"]
+__all__ = ["ensure_energy_calibration", "del_calibration", "calibration_state", "restore_calibration", "restored_calibration", "Calibration", "conservation_values", "summary", "difference_calibration", "TARGET_Z", "TARGET_COVERAGE", "CALIBRATION_TRAJECTORIES", "scale_for", "energy_calibration"]
 
 #: |z| quantile matched by the energy calibration: a Gaussian has 90% of |z| below 1.645
 TARGET_Z, TARGET_COVERAGE = 1.6449, 0.90
@@ -249,6 +249,17 @@ def calibration_state(model) -> Dict[str, object]:
     if pairs is not None:  # the distant-difference pairs' states: the truncation term's unit fit reuses them after load
         state["calibration_pairs"] = pairs
     return state
+
+
+def restore_calibration(model, extra: Dict[str, object]) -> None:
+    """Put the calibration saved in ``extra`` (:func:`calibration_state`) back on ``model``: its scales
+    (:func:`restored_calibration`) and the distant-difference pairs' states where saved (files before Session 8 have
+    none: recomputed on demand by :func:`~learners.shadow.difference_calibration.data_pairs`)."""
+    from .difference_calibration import restore_pairs
+
+    model._calibration = restored_calibration(extra)
+    if extra.get("calibration_pairs") is not None:
+        restore_pairs(model, extra["calibration_pairs"])
 
 
 def restored_calibration(extra: Dict[str, object]) -> Dict[str, Calibration]:

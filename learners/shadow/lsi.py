@@ -51,8 +51,7 @@ from integrators import Trajectory, VariationalIntegrator
 import bea
 from bea.errors import BeaValueError
 from .._checks import as_tensor, check_finite, check_snapshots, snapshot_layout
-from .calibration import calibration_state, restored_calibration
-from .difference_calibration import restore_pairs
+from .calibration import calibration_state, restore_calibration
 from .hyperparameters import FunctionalLagrangianModel
 from .retry import solve_with_retry
 from .guards import RUNAWAY_FACTOR, ExtrapolationError, ExtrapolationWarning, check_prediction, report_extrapolation, runaway
@@ -151,9 +150,7 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
     def _restore_extra(self, extra: dict) -> None:
         self.snapshots, self._data_level = extra["snapshots"], extra["data_level"]
         self.objective_used = extra.get("objective_used")
-        self._calibration = restored_calibration(extra)  # warns where fitted under an older variance rule
-        if extra.get("calibration_pairs") is not None:  # files before Session 8: recomputed on demand (data_pairs)
-            restore_pairs(self, extra["calibration_pairs"])
+        restore_calibration(self, extra)  # warns where fitted under an older variance rule
         self._pending_calibration = None
 
     def _init_state(self) -> None:
