@@ -37,6 +37,7 @@ from bea.errors import BeaRuntimeError, BeaValueError
 
 from .functionals import AtomSet, Functionals, point_evaluations
 from .kernels import AtomExpansion, FunctionalKernel
+from .symmetric_covariance import symmetric_covariance
 
 __all__ = ["FunctionalGP", "ConditioningInfo", "MAX_JITTER"]
 
@@ -94,11 +95,16 @@ class FunctionalGP(gpytorch.Module):
         return self.likelihood.noise.reshape(())
 
     # ------------------------------------------------------------------ conditioning
-    def factor(self, F: Functionals) -> tuple:
+    def factor(self, F: Functionals, symmetric: bool = False) -> tuple:
         r"""Cholesky factor :math:`R` of :math:`\Theta(F, F) + (\sigma_n^2 + \text{jitter}) I` and the info
-        (differentiable in the hyperparameters)."""
-        K = self.kernel.forward(F, F)
-        K = 0.5 * (K + K.T)
+        (differentiable in the hyperparameters). ``symmetric``: :math:`\Theta` assembled with each atom pair once
+        (:mod:`learners.shadow.symmetric_covariance`; equal to rounding, for a search's evaluations) where no
+        gradient in the hyperparameters is asked for."""
+        if symmetric and not (torch.is_grad_enabled() and any(p.requires_grad for p in self.kernel.parameters())):
+            K = symmetric_covariance(self.kernel, F)
+        else:
+            K = self.kernel.forward(F, F)
+            K = 0.5 * (K + K.T)
         diag_mean = float(torch.diagonal(K).mean().detach())
         scale = diag_mean if diag_mean > 0 else 1.0
         A = K
@@ -121,15 +127,16 @@ class FunctionalGP(gpytorch.Module):
                                  cond_estimate=float((d.max() / d.min()) ** 2))
         return R, info_
 
-    def condition(self, F: Functionals, targets: Optional[torch.Tensor] = None) -> "FunctionalGP":
-        """Condition on the functionals ``F`` with observed values ``targets`` (default ``F.targets``)."""
+    def condition(self, F: Functionals, targets: Optional[torch.Tensor] = None, symmetric: bool = False) -> "FunctionalGP":
+        """Condition on the functionals ``F`` with observed values ``targets`` (default ``F.targets``); ``symmetric``:
+        see :meth:`factor`."""
         y = F.targets if targets is None else targets
         if y is None:
             raise BeaValueError("no targets: give targets= or functionals with .targets")
         key = self._key(F) if targets is None else None
         if key is not None and F is self.train_functionals and key == self._conditioned:  # the search's best, again
             return self
-        R, info = self.factor(F)
+        R, info = self.factor(F, symmetric)
         beta = torch.cholesky_solve(y[:, None].to(R.dtype), R)[:, 0]
         self.train_functionals, self._chol, self._beta, self.info = F, R, beta, info
         self._mean_atoms = _merge_atoms(F, beta)

@@ -128,8 +128,8 @@ def objective(gp: FunctionalGP, kind: str, F_tr: Functionals, F_va: Functionals,
         raise BeaValueError("the 'positions' objective needs held-out triples (positions=)")
 
     def value() -> float:
-        if kind == "positions":
-            gp.condition(F_tr)
+        if kind == "positions":  # each atom pair's block once: the search's values to rounding, ~half the assembly
+            gp.condition(F_tr, symmetric=True)
             return positions(lambda q, v: gp.mean(torch.cat([q, v], -1)))
         if kind == "mll":  # profiled over the outputscale: sigma_f^2* = y' (K1 + rho I)^-1 y / F
             R, s2 = _profiled(gp, F_tr)

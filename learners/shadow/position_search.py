@@ -99,6 +99,7 @@ def refine(evaluate: Objective, n: int, ell_q: float, ell_v: float, evaluations:
     x = torch.tensor([math.log(ell_q), math.log(ell_v)], dtype=torch.float64, device="cpu")
     best = evaluate(tied_theta(ell_q, ell_v, n)) if start is None else start
     trace = [best]
+    seen = {_lattice_key(x): best}  # points already solved (the step back from an improvement is the previous point)
     directions = [(-1.0, -1.0), (1.0, 1.0), (-1.0, 0.0), (1.0, 0.0), (0.0, -1.0), (0.0, 1.0)]
     step = math.log(1.5)
     while len(trace) < evaluations + 1 and step > math.log(1.1):
@@ -107,8 +108,11 @@ def refine(evaluate: Objective, n: int, ell_q: float, ell_v: float, evaluations:
             if len(trace) >= evaluations + 1:
                 break
             trial = x + step * torch.tensor(d, dtype=torch.float64, device="cpu")
-            val = evaluate(tied_theta(math.exp(float(trial[0])), math.exp(float(trial[1])), n))
-            trace.append(val)
+            key = _lattice_key(trial)
+            val = seen.get(key)
+            if val is None:
+                val = seen[key] = evaluate(tied_theta(math.exp(float(trial[0])), math.exp(float(trial[1])), n))
+            trace.append(val)  # a revisited point counts as an evaluation, so the path is the one without the memo
             if val < best:
                 best, x, improved = val, trial, True
                 directions.insert(0, directions.pop(k))  # the next sweep starts in the direction that improved
@@ -116,6 +120,12 @@ def refine(evaluate: Objective, n: int, ell_q: float, ell_v: float, evaluations:
         if not improved:
             step /= 2
     return math.exp(float(x[0])), math.exp(float(x[1])), best, trace
+
+
+def _lattice_key(x: torch.Tensor) -> tuple:
+    """A point of the refinement's lattice, as a key: its log lengthscales rounded to 1e-9 (the steps are
+    log 1.5 / 2^k; a point reached twice differs by rounding of the sums only)."""
+    return tuple(round(float(v), 9) for v in x)
 
 
 def _candidates(model, F_norm, F_norm_alt) -> list:

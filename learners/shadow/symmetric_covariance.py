@@ -1,0 +1,53 @@
+r"""The covariance :math:`\Theta(F, F)` of one family of functionals with itself, each atom pair computed once.
+
+:meth:`~learners.shadow.kernels.FunctionalKernel.forward` computes every entry of :math:`\Theta(F, F)`, both
+triangles, and the GP then averages them (:meth:`~learners.shadow.gp.FunctionalGP.factor`). Because the kernel
+is symmetric,
+
+.. math::  \Theta = U + U^\top, \qquad U = \sum_{m < m'} P(A_m, A_{m'}) + \sum_m P^{\triangle}(A_m),
+
+where :math:`P(A, A')_{ij} = \sigma_f^2\sum_{k \in A \cap i}\sum_{l \in A' \cap j} c_k c_l\,\partial\partial k(x_k, y_l)`
+is the summed covariance of two atom sets (orders :math:`m, m'`) and :math:`P^{\triangle}(A)` the same for one set
+with itself restricted to the atom pairs :math:`k \le l` in the set's order, the pairs of a chunk with itself
+weighted :math:`\tfrac12` (so they count once, symmetrised). Each atom pair's kernel block -- the expensive
+part: a mechanical kernel's is a few dozen dense products -- is then evaluated about once instead of twice. The
+result equals the averaged full matrix to rounding (each entry is one of the two computed triangles' values
+instead of their mean; tests/test_learners_symmetric_covariance.py), so only the hyperparameter search uses it
+(:func:`~learners.shadow.hyperparameter_search.objective`, ``"positions"``); the final solve of a fit keeps the
+full assembly, whose entries earlier fits and their files were made with.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .functionals import AtomSet, Functionals
+from .kernels import CHUNK_ATOMS, FunctionalKernel
+
+__all__ = ["symmetric_covariance"]
+
+
+def symmetric_covariance(kernel: FunctionalKernel, F: Functionals) -> torch.Tensor:
+    r""":math:`\Theta(F, F)` (module docstring), exactly symmetric, without gradients in the hyperparameters (a
+    search's evaluations need none; :meth:`FunctionalKernel.forward` is the path with them)."""
+    with torch.no_grad():
+        U = torch.zeros(F.count, F.count, dtype=torch.float64, device=F.device)
+        sets = [F.atoms[m] for m in sorted(F.atoms)]
+        for i, A in enumerate(sets):
+            _upper_into(kernel, A, U)
+            for B in sets[i + 1:]:
+                kernel._pair_into(A, B, U)  # the other order is its transpose: U + U^T adds it
+        U.add_(U.T.clone())
+        return U.mul_(kernel.outputscale)
+
+
+def _upper_into(kernel: FunctionalKernel, A: AtomSet, out: torch.Tensor) -> None:
+    r"""Add :math:`P^{\triangle}(A)` (module docstring; outputscale 1) to ``out`` in place: row chunks of the atoms
+    against the atoms from the chunk's first on, the chunk's square with itself halved."""
+    step = max(16, CHUNK_ATOMS * CHUNK_ATOMS // max(1, len(A)))  # the chunks of FunctionalKernel._pair_into
+    for s in range(0, len(A), step):
+        sl, tail = slice(s, s + step), slice(s, None)
+        phi = kernel.block(A.points[sl], A.dirs[sl], A.points[tail], A.dirs[tail]) * A.coef[tail]  # (a, len - s)
+        phi[:, : phi.shape[0]].mul_(0.5)  # the pairs within the chunk: both orders are here, each counts half
+        cols = phi.new_zeros(phi.shape[0], out.shape[1]).index_add_(1, A.owner[tail], phi)
+        out.index_add_(0, A.owner[sl], cols * A.coef[sl, None])

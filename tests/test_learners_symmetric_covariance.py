@@ -1,0 +1,56 @@
+"""The search's covariance assembly (learners/shadow/symmetric_covariance.py): each atom pair once, equal to the
+full, averaged assembly of FunctionalKernel.forward to rounding, for the RBF and the mechanical kernel."""
+
+import pytest
+import torch
+
+from learners import FunctionalKernel, RBFKernel
+from learners.shadow.functionals import (Functionals, del_residual_functionals, gradient_evaluations, point_evaluations,
+                                         triples_from_snapshots)
+from learners.shadow.kernels import CHUNK_ATOMS
+from learners.shadow.mechanical import MechanicalKernel
+from learners.shadow.symmetric_covariance import symmetric_covariance
+
+#: entries are sums of a few hundred atom-pair terms of size <= 1 (times the outputscale): the two assemblies add
+#: them in different orders, so they differ by a few hundred ulps of the largest entry at most; any missing or
+#: doubled pair differs by O(1) of an entry (the diagonal pairs: half of a diagonal entry)
+ROUNDING = 1e-12
+
+
+def _functionals(seed: int, traj: int) -> Functionals:
+    """Point values, gradients (orders 0 and 1, as a normalisation has) and DEL residuals of ``traj`` trajectories
+    in n = 2 (order-1 atoms, neighbouring triples sharing midpoints)."""
+    g = torch.Generator().manual_seed(seed)
+    S = 0.6 * torch.randn(traj, 5, 2, generator=g, dtype=torch.float64)
+    x = torch.randn(3, 4, generator=g, dtype=torch.float64)
+    d = torch.randn(3, 4, generator=g, dtype=torch.float64)
+    return Functionals.cat([point_evaluations(x), gradient_evaluations(x, d),
+                            del_residual_functionals(triples_from_snapshots(S), 0.3)])
+
+
+def _mechanical():
+    k = MechanicalKernel(2, ard_num_dims=4).to(torch.float64)
+    k.lengthscale = torch.tensor([[0.7, 1.3, 1.9, 2.6]], dtype=torch.float64)
+    return k
+
+
+def _rbf():
+    k = RBFKernel(ard_num_dims=4).to(torch.float64)
+    k.lengthscale = torch.tensor([[0.7, 1.3, 1.9, 2.6]], dtype=torch.float64)
+    return k
+
+
+@pytest.mark.parametrize("base", [_rbf, _mechanical])
+@pytest.mark.parametrize("traj", [4, 150])  # 150 trajectories: more atoms than one chunk's rows (several chunks)
+def test_symmetric_assembly_equals_the_full_one(base, traj):
+    FK = FunctionalKernel(base()).to(torch.float64)
+    FK.outputscale = 2.5
+    F = _functionals(traj, traj)
+    if traj == 150:  # the chunked path: the order-1 set has several row chunks
+        assert len(F.atoms[1]) > max(16, CHUNK_ATOMS * CHUNK_ATOMS // len(F.atoms[1]))
+    with torch.no_grad():
+        full = FK.forward(F, F)
+    full = 0.5 * (full + full.T)  # what FunctionalGP.factor solves with
+    sym = symmetric_covariance(FK, F)
+    assert torch.equal(sym, sym.T)
+    assert float((sym - full).abs().max()) <= ROUNDING * float(full.abs().max())
