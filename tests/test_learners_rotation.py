@@ -348,10 +348,12 @@ def test_candidate_directions_come_from_the_training_trajectories(pair, monkeypa
 def test_fit_warnings_name_the_caller(monkeypatch):
     """The warnings of the fit kept are re-issued naming the line that called fit (this file), not the library:
     two_body4 with 8 x 4 snapshots predicts held-out positions badly (IdentifiabilityWarning of the tied fit, kept),
-    and the candidate's warnings are dropped."""
+    and the candidate's warnings are dropped. With the RBF: under the default kernel="auto" the (mechanical) principal
+    candidate is kept on these data (benchmarks/RESULTS_identification.md, Session 8), and this case needs the tied
+    fit kept."""
     S = snapshots(two_body4(), H, 8, 4, seed=0)
     with pytest.warns(IdentifiabilityWarning) as record:
-        m = InverseModifiedLagrangianGP(H, progress=False, iterations=2).fit(S)
+        m = InverseModifiedLagrangianGP(H, progress=False, iterations=2, kernel="rbf").fit(S)
     assert not m.history["principal"]["kept"]
     assert record.list and all(w.filename == __file__ for w in record.list)
 

@@ -48,7 +48,7 @@ identifies badly (level sets 0.013 / 0.026 for :math:`H_{rec}[2]` / :math:`H_{re
     with all training functionals, since the best lengthscales shrink as the data grow (on the chain: 1.6 and 12.6 in
     the data's units with the whole training set, 4.2 and 34 with 400 functionals). The same search chooses the
     normalisation (the trace of the mass matrix, or the whole matrix where it predicts clearly better) and, with
-    ``kernel="auto"``, the kernel: the mechanical kernel of degree 2 with the whole matrix where it predicts the held-out
+    ``kernel="auto"`` (the default), the kernel: the mechanical kernel of degree 2 with the whole matrix where it predicts the held-out
     positions better than the RBF (``kernel_degree`` records it).
 
 Calibration (any objective): every fifth training trajectory is held back while learning; at the end the variances
@@ -101,7 +101,7 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
     objectives = ("auto", "mll", "heldout")
 
     @recorded
-    def __init__(self, h: float, scheme: Union[str, "bea.Scheme"] = "midpoint", *, kernel: KernelOption = None,
+    def __init__(self, h: float, scheme: Union[str, "bea.Scheme"] = "midpoint", *, kernel: KernelOption = "auto",
                  normalisation: Union[str, Normalisation, None] = "mass", objective: Union[str, Objective] = "auto",
                  lengthscale: Union[float, Sequence[float], torch.Tensor, None] = None, epsilon: Optional[float] = None,
                  noise: Optional[float] = None, ard: bool = True, iterations: Optional[int] = None, max_train_functionals: int = 600,

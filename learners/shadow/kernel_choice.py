@@ -1,19 +1,22 @@
 r"""The ``kernel=`` option of the GP Lagrangian models: which kernel, and whether its hyperparameters are learned.
 
-* ``None`` or ``"rbf"`` (default): :class:`~learners.shadow.kernels.RBFKernel` on :math:`(q, v)`, learned;
-* ``"mechanical"``: :class:`~learners.shadow.mechanical.MechanicalKernel` of the default degree, learned;
-* ``"auto"`` (opt-in): the RBF, except that the ``"positions"`` search, where it also chooses the normalisation
+* ``"auto"`` (default): the RBF, except that the ``"positions"`` search, where it also chooses the normalisation
   (:mod:`learners.shadow.position_search`), scores the mechanical kernel of degree 2 with the whole mass matrix
   against it by the same held-out one-step error and keeps the lower (``model.kernel_degree`` records the choice);
-  elsewhere (``n <= 2``, the likelihood) the RBF exactly. Not the default (benchmarks/RESULTS_identification.md,
-  Session 8, eight systems at n = 3, 4, ten data sets): it is more accurate everywhere (energy differences 1.1-25x
-  at N = 2, 1.6-114x at N = 4; two_body4 misses 3e-3 with both kernels) and its ``H_rec[2]`` stds have RMS z
-  0.84-1.35, but on the two systems written after everything was chosen its ``N = 4`` stds are too narrow (three
-  Henon-Heiles-coupled oscillators: RMS z 1.61, 68% within :math:`2\sigma`, on data seed 0 with the
-  principal-direction fit kept, 0.92 without it, 1.06 on seed 1; re-measured after the rotated fits' truncation
-  unit fit was corrected: the same;
-  three coupled pendula: 3.12, 30%) where the RBF's RMS z is in range, and at n = 6 (the FPU chain, 200
-  trajectories) the fit takes 175 s of CPU against the RBF's 62 s (budget 120 s);
+  elsewhere (``n <= 2``, the likelihood) the RBF exactly. Why the default (benchmarks/RESULTS_identification.md,
+  Session 8, eight systems at n = 3, 4, ten data sets; Session 9 for the cost): it is more accurate than the RBF on
+  all ten (energy differences 1.1-25x at N = 2, 1.6-114x at N = 4; two_body4 misses 3e-3 with both kernels), and
+  its energy stds leave the RMS-z band [0.5, 1.5] on fewer data sets than the RBF's: two, both at N = 4 -- three
+  Henon-Heiles-coupled oscillators on data seed 0, where the principal-direction fit is kept (RMS z 1.61, 68%
+  within :math:`2\sigma`; 0.92 without that fit, 1.06 on seed 1), and three coupled pendula (3.12, 30%: too
+  narrow, not solved) -- against the RBF's four (a Toda lattice 1.68 / 2.31 at N = 2 / 4, the chain with
+  position-dependent masses 2.36 / 2.35, the Henon-Heiles oscillators 0.41 / 0.52 and 0.38 / 0.49 on seeds 0 and
+  1). At n = 6 (the FPU chain, 200 trajectories) it gains more from order 4 (2.13x against 1.67x); its fit there,
+  175 s of CPU before the search assembled each covariance's atom pairs once, is within the 120 s budget since
+  (Session 9);
+* ``"rbf"`` (or None, what model files from before the switch record): :class:`~learners.shadow.kernels.RBFKernel`
+  on :math:`(q, v)`, learned, at every ``n``;
+* ``"mechanical"``: :class:`~learners.shadow.mechanical.MechanicalKernel` of the default degree, learned;
 * a :class:`~learners.shadow.mechanical.MechanicalKernel` (e.g. ``MechanicalKernel(degree=4)``): a template that
   carries the options; the model builds its own copy for the data's dimension and learns its scales (the
   template is not modified, and a model file records it);

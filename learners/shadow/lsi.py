@@ -113,12 +113,13 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
     h : the sampling step of the data (= the step of the integrator that will use :math:`L_{inv}`).
     scheme : a :mod:`bea` scheme or its name (``"midpoint"``, ``"trapezoidal"``, ...), or a stage scheme
         (``"galerkin2"``: the DEL conditions linearised and iterated, :mod:`~learners.shadow.stage_lsi`).
-    kernel : ``"rbf"`` (default) or ``"mechanical"`` (:class:`~learners.shadow.mechanical.MechanicalKernel`: RBF in
-        :math:`q` times a polynomial of degree 8 in :math:`v`; ``MechanicalKernel(degree=d)`` for another degree),
-        hyperparameters learned (see :mod:`learners.shadow.hyperparameters`); ``"auto"`` (opt-in: the positions search
-        also scores ``MechanicalKernel(degree=2)`` with the whole mass matrix and keeps it where it predicts held-out
-        positions better, :mod:`learners.shadow.kernel_choice`); or a
-        :class:`~learners.shadow.kernels.FunctionalKernel`, used as given (no learning).
+    kernel : ``"auto"`` (default: the RBF, except that at ``n >= 3`` the positions search also scores
+        ``MechanicalKernel(degree=2)`` with the whole mass matrix and keeps it where it predicts held-out positions
+        better, :mod:`learners.shadow.kernel_choice`; ``n <= 2``: the RBF exactly), ``"rbf"`` (or None) or
+        ``"mechanical"`` (:class:`~learners.shadow.mechanical.MechanicalKernel`: RBF in :math:`q` times a polynomial
+        of degree 8 in :math:`v`; ``MechanicalKernel(degree=d)`` for another degree), hyperparameters learned (see
+        :mod:`learners.shadow.hyperparameters`); or a :class:`~learners.shadow.kernels.FunctionalKernel`, used as
+        given (no learning).
     normalisation : ``"mass"`` (default; :class:`~learners.shadow.normalisation.MassNormalisation`),
         ``"vertices"`` (the paper's) or a :class:`~learners.shadow.normalisation.Normalisation`.
     objective : ``"auto"`` (default: ``"mll"`` for ``n <= 2``, switching to ``"positions"`` with an IdentifiabilityWarning
