@@ -80,13 +80,15 @@ def test_positions_objective_avoids_the_collapse_in_n4():
 def test_the_search_solves_each_point_once(monkeypatch):
     """The DEL calibration conditions on the training functionals at the search's best point, which the search has
     solved already: that solve is kept (FunctionalGP.condition returns it), so the solves with all training
-    functionals are exactly the search's own evaluations (one per normalisation candidate, then the refinement's),
-    and one more with all data ends the fit. Before, the calibration solved the best point a second time."""
+    functionals are exactly the search's own evaluations (one per candidate -- trace, whole matrix and, under the
+    default kernel="auto", the mechanical kernel -- then each refinement's), and one more with all data ends the
+    fit. Before, the calibration solved the best point a second time. (Two refinement steps cannot come back to a
+    point, so the refinement's memo of solved points plays no part here.)"""
     from learners.shadow.gp import FunctionalGP
 
     sizes = []
     factor = FunctionalGP.factor
-    monkeypatch.setattr(FunctionalGP, "factor", lambda self, F: (sizes.append(F.count), factor(self, F))[1])
+    monkeypatch.setattr(FunctionalGP, "factor", lambda self, F, *a: (sizes.append(F.count), factor(self, F, *a))[1])
     # the principal-direction candidate is a second, separate search (learners/shadow/principal.py): this counts the tied one's
     monkeypatch.setattr("learners.shadow.principal._applies", lambda model, n: False)
     data = snapshots(integrators.systems.fpu_chain(3, beta=1.0), 0.45, 25, 4, domain=[(-0.6, 0.6)] * 6, seed=0)
@@ -94,7 +96,8 @@ def test_the_search_solves_each_point_once(monkeypatch):
                                         progress=False).fit(data)
     per_traj = 3 * 3  # 3 triples of 3 components
     norms = len(model.history["normalisation_values"])
-    assert norms == 2  # the trace and the whole mass matrix (n >= 3)
+    assert norms == 3  # the trace, the whole mass matrix (n >= 3) and the mechanical kernel with it (kernel="auto")
+    refined = sum(len(model.history[k]) - 1 for k in ("search", "search_mechanical"))  # each trace starts with its start
     train = [s for s in sizes if 20 * per_traj < s < 25 * per_traj]  # 20 training trajectories + a normalisation
-    assert len(train) == norms + len(model.history["search"]) - 1
+    assert len(train) == norms + refined
     assert sizes[-1] == model.gp.train_functionals.count == 25 * per_traj + model._norm_count
