@@ -66,9 +66,10 @@ md("""## Library defaults at $n = 3$: what they pick, and whether the error bars
 A system no pipeline configures: three anharmonic oscillators with cubic couplings, positions only (40 trajectories
 of 5 steps, $h = 0.2$), `InverseModifiedLagrangianGP(h).fit(q)` with nothing else set. The defaults choose the
 hyperparameter objective (`objective="auto"`: the marginal likelihood up to $n = 2$, held-out one-step position
-errors from $n = 3$, where every DEL target is zero and the likelihood runs to a flat Lagrangian) and keep the RBF
-kernel (`kernel="rbf"`; the mechanical kernel is opt-in, `benchmarks/RESULTS_mechanical.md`). `model.calibration`
-reports the variance scales and their held-back diagnostics.""")
+errors from $n = 3$, where every DEL target is zero and the likelihood runs to a flat Lagrangian) and the kernel
+(`kernel="auto"`: from $n = 3$ the positions search scores the RBF and the mechanical kernel of degree 2 with the
+whole mass matrix and keeps the one that predicts held-out positions better; `benchmarks/RESULTS_identification.md`,
+Sessions 8 and 9). `model.calibration` reports the variance scales and their held-back diagnostics.""")
 code("""import sympy
 import integrators
 from integrators.data import snapshots
