@@ -150,8 +150,9 @@ def fit_chain(cfg: IdentificationConfig, system, timings: Dict[str, float], cali
     opts: Dict[str, Any] = dict(progress=cfg.progress, max_train_functionals=cfg.gp_max_train_functionals)
     if cfg.lengthscale is not None:
         opts["lengthscale"] = [float(cfg.lengthscale[0])] * n + [float(cfg.lengthscale[1])] * n
-    else:  # the whole training set: the best lengthscales shrink as the data grow
-        opts.update(objective="positions", iterations=8, max_train_functionals=cfg.n_traj * cfg.n_steps * n)
+    else:  # the whole training set: the best lengthscales shrink as the data grow; the RBF, whose lengthscales the
+        # configurations fix (kernel="auto", the default, may keep the mechanical kernel at n >= 3)
+        opts.update(objective="positions", kernel="rbf", iterations=8, max_train_functionals=cfg.n_traj * cfg.n_steps * n)
     lsi = _timed(timings, "fit", InverseModifiedLagrangianGP(cfg.h, **opts).fit, S)
     if calibrate and cfg.lengthscale is not None:
         _timed(timings, "calibrate", _calibrate, cfg, system, lsi, dom)
