@@ -459,6 +459,7 @@ def test_acceptance_energy_and_velocities(make, h, n_traj):
     for N in (2, 4):
         rel, _ = energy_differences(m, system, N, return_std=False)
         assert rel <= 3e-3, (N, rel)
+    _calibrate(m)  # its order-4 warning (mass_chain4, auto: the omitted term 0.59x the GP's std) is not tested here
     zv = velocity_z(m, system, h)
     assert float((zv.abs() <= 2).double().mean()) >= 0.85, zv
 
