@@ -101,3 +101,26 @@ def test_the_search_solves_each_point_once(monkeypatch):
     train = [s for s in sizes if 20 * per_traj < s < 25 * per_traj]  # 20 training trajectories + a normalisation
     assert len(train) == norms + refined
     assert sizes[-1] == model.gp.train_functionals.count == 25 * per_traj + model._norm_count
+
+
+def test_refinement_solves_a_revisited_point_once():
+    """position_search.refine: the step back from an improving move is the point it came from; its value is taken
+    from the trace (no second solve) and still counts as an evaluation, so the path is the one without the memo. A
+    bowl in (log l_q, log l_v) with its minimum one step (factor 1.5) below the start: the first move reaches it, the
+    next sweep tries (-1, -1) again and then (1, 1), the start again (trace[3] == trace[0]); 6 evaluations, 5 solves
+    after the start's, all at distinct points."""
+    import math
+
+    from learners.shadow.position_search import refine
+
+    calls = []
+
+    def bowl(theta):  # n = 3: theta = (log l_q x 3, log l_v x 3, log rho)
+        x, y = float(theta[0]), float(theta[3])
+        calls.append((round(x, 9), round(y, 9)))
+        return (x - math.log(2.0 / 1.5)) ** 2 + (y - math.log(3.0 / 1.5)) ** 2
+
+    lq, lv, best, trace = refine(bowl, 3, 2.0, 3.0, 6)
+    assert len(trace) == 7 and trace[3] == trace[0] and trace[1] == best == pytest.approx(0.0, abs=1e-24)
+    assert len(calls) == 6 and len(set(calls)) == 6
+    assert (lq, lv) == (pytest.approx(2.0 / 1.5, rel=1e-12), pytest.approx(3.0 / 1.5, rel=1e-12))

@@ -95,7 +95,8 @@ def refine(evaluate: Objective, n: int, ell_q: float, ell_v: float, evaluations:
            start: Optional[float] = None) -> Tuple[float, float, float, List[float]]:
     r"""Stage 2 (module docstring) from ``(ell_q, ell_v)``: returns the best ``(ell_q, ell_v, objective)`` and the
     trace of values (the first is the start, re-evaluated on all training functionals unless its value ``start``
-    is given)."""
+    is given). A point met again (the step back from an improving move is the point it came from) takes its value
+    from the trace instead of a second solve, and still counts as an evaluation: the same path, fewer solves."""
     x = torch.tensor([math.log(ell_q), math.log(ell_v)], dtype=torch.float64, device="cpu")
     best = evaluate(tied_theta(ell_q, ell_v, n)) if start is None else start
     trace = [best]
