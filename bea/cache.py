@@ -43,7 +43,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
-from .errors import BeaError, BeaWarning, CacheFormatError, InternalError, NotRegularFileError
+from .errors import BeaError, BeaWarning, InternalError, NotRegularFileError
 from .files import atomic_write
 from .reading import open_regular, read_regular
 from .coeff_storage import CacheFormatError, decode_coeffs, encode_coeffs  # noqa: F401 - part of this module's API

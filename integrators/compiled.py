@@ -55,7 +55,7 @@ import torch
 from bea.deprecation import h_before_scheme
 from bea.errors import BeaError, BeaRuntimeError, BeaValueError
 from ._march_c import INLINE_MAX_COST, march_source
-from .ccompile import F64P, I32P, I64P, CompileError, load_library, ptr
+from .ccompile import F64P, I32P, I64P, load_library, ptr
 from .newton import STALL_FACTOR, NewtonOptions
 
 __all__ = ["CLagrangian", "CompiledStepper", "lower_lagrangian", "scheme_points", "NotLowerable", "MAX_N", "check_n"]

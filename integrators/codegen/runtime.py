@@ -110,14 +110,14 @@ def _unrolled(D: int, K: int, p: str) -> List[str]:
     """``mul``, ``div`` and ``powers`` written out for one ``(D, K)``: every coefficient one expression with
     constant indices (a table-driven loop spends its time on the indirect loads)."""
     S, full = size(D, K), _products(D, K)
-    lines = [f"/* c = a b (c distinct from a and b) */", f"static void {p}_mul(const double *a, const double *b, double *c) {{"]
+    lines = ["/* c = a b (c distinct from a and b) */", f"static void {p}_mul(const double *a, const double *b, double *c) {{"]
     lines += [f"    c[{k}] = {_sum(full.get(k, []), 'a', 'b')};" for k in range(S)]
-    lines += ["}", f"/* c = a / b, degree by degree (c distinct from a and b) */",
+    lines += ["}", "/* c = a / b, degree by degree (c distinct from a and b) */",
               f"static void {p}_div(const double *a, const double *b, double *c) {{"]
     for k in range(S):
         rest = [(i, j) for i, j in full.get(k, []) if i != k]
         lines.append(f"    c[{k}] = (a[{k}] - ({_sum(rest, 'c', 'b')})) / b[0];" if rest else f"    c[{k}] = a[{k}] / b[0];")
-    lines += ["}", f"/* pw[(k - 1) S ..]: delta^k, k = 1..K, delta = a - a_0 (starts at degree k) */",
+    lines += ["}", "/* pw[(k - 1) S ..]: delta^k, k = 1..K, delta = a - a_0 (starts at degree k) */",
               f"static void {p}_powers(const double *a, double *pw) {{",
               f"    for (int k = 0; k < {S}; k++) pw[k] = a[k];", "    pw[0] = 0.0;"]
     degree = [sum(m) for m in monomials(D, K)]
