@@ -64,7 +64,7 @@ def degrees(name: str) -> None:
     S = make()
     q, v = A.held_out_states(S, 40)
     L = {0: S, **{N: modified.inverse_lagrangian(S, N, h) for N in (2, 4, 6)}}
-    parts = {N: degree_parts(lambda a, b, N=N: L[N](a, b) - L[N - 2](a, b), q, v) for N in (2, 4, 6)}
+    parts = {N: degree_parts(lambda a, b, N=N: L[N](a, b) - L[N - 2](a, b), q, v).detach() for N in (2, 4, 6)}
     print(f"{name} (h = {h}): RMS of the degree-k part in v of L_inv's h^2 / h^4 / h^6 terms")
     for k in range(7):
         print(f"  k = {k}: " + " / ".join(f"{float(parts[N][k].pow(2).mean().sqrt()):.2e}" for N in (2, 4, 6)))
