@@ -144,6 +144,19 @@ class FunctionalGP(gpytorch.Module):
         self._conditioned = key
         return self
 
+    def retarget(self, targets: torch.Tensor) -> "FunctionalGP":
+        """Condition again on the same functionals with other observed values ``targets``: the stored factor is
+        reused (the covariance does not depend on the targets), so this is a triangular solve, not a factorisation."""
+        self._require()
+        F = self.train_functionals
+        F = Functionals(F.dim, F.count, F.atoms, targets.to(torch.float64))
+        beta = torch.cholesky_solve(F.targets[:, None].to(self._chol.dtype), self._chol)[:, 0]
+        self.train_functionals, self._beta = F, beta
+        self._mean_atoms = _merge_atoms(F, beta)
+        self._mean_fn = AtomExpansion(self.kernel, self._mean_atoms, differentiable=beta.requires_grad)
+        self._conditioned = self._key(F)
+        return self
+
     def _key(self, F: Functionals):
         """What a posterior without gradients depends on: the functionals ``F`` (the object, never changed in
         place) and every hyperparameter's value; None where gradients flow (nothing is reused)."""
