@@ -46,6 +46,7 @@ from .algebra import Algebra, lagrangian_at
 from .curve import CurveDerivative
 from .euler_lagrange import equation_from_lagrangian
 from .shift import Shift
+from .release import compact, lean_equation
 from .stages import StageSolver
 from .substitution import LagrangianSubstitution
 from .trees import A, OPEN, Forest, single_node
@@ -372,29 +373,20 @@ def _sinh_operator(lam: HSeries, D, order: int) -> HSeries:
 
 
 def derive_free(scheme: Scheme, kind: str, order: int, derivation: Optional[FreeDerivation] = None) -> FreeRaw:
-    """Run one dimension-free derivation and package the coefficients by power of ``h``."""
+    """Run one dimension-free derivation and package the coefficients by power of ``h``. Without ``derivation``
+    (nobody else holds it) the result keeps only its own trees, and a stage scheme's modified equation releases the
+    derivation before its last step (:mod:`bea.free.release`)."""
     d = derivation or FreeDerivation(scheme)
-    if kind == "modified_equation":
-        s = d.equation(order)
-    elif kind == "modified_lagrangian":
-        s = d.modified_lagrangian(order)
-    elif kind == "inverse_modified_lagrangian":
-        s = d.inverse_modified_lagrangian(order)
-    else:
+    if kind not in KINDS:
         raise BeaValueError(f"unknown derivation {kind!r}; one of {KINDS}")
+    if kind == "modified_equation" and derivation is None:
+        lean = lean_equation(d, order)
+        if lean is not None:
+            return FreeRaw(kind, lean[0], order, lean[1], lean[2])
+    s = {"modified_equation": d.equation, "modified_lagrangian": d.modified_lagrangian,
+         "inverse_modified_lagrangian": d.inverse_modified_lagrangian}[kind](order)
     coeffs = {k: s[k] for k in range(order + 1)}
-    if derivation is None:  # nobody else holds the derivation: keep only the trees of the result
-        return _compact(FreeRaw(kind, d.forest, order, coeffs, d.symmetric))
+    if derivation is None:
+        forest, polys = compact(d.forest, [coeffs[k] for k in range(order + 1)])
+        return FreeRaw(kind, forest, order, dict(enumerate(polys)), d.symmetric)
     return FreeRaw(kind, d.forest, order, coeffs, d.symmetric)
-
-
-def _compact(raw: FreeRaw) -> FreeRaw:
-    """``raw`` over a fresh :class:`Forest` holding only the trees its coefficients use. A derivation registers every
-    intermediate tree (galerkin3 at h^8: most of its 3 GB); a result that kept them all would hold them while the
-    next derivation runs (4.8 GB peak for the modified and then the inverse modified Lagrangian in one process). The
-    relabelling is increasing, so every monomial stays sorted."""
-    used = sorted({x for p in raw.coeffs.values() for m in p for x in m})
-    forest = Forest()
-    new = {x: forest.id(raw.forest.trees[x]) for x in used}
-    coeffs = {k: {tuple(new[x] for x in m): c for m, c in p.items()} for k, p in raw.coeffs.items()}
-    return FreeRaw(raw.kind, forest, raw.order, coeffs, raw.symmetric)
