@@ -79,13 +79,15 @@ _LAGRANGIAN_KINDS = ("modified_lagrangian", "inverse_modified_lagrangian")
 _STAGE_LAGRANGIANS = {
     "galerkin2": {2: 0.02, 4: 0.03, 6: 2.47},
     "triple_jump": {2: 0.14, 4: 0.19, 6: 5.39},
-    "galerkin3": {2: 0.24, 4: 0.30, 6: 3.14, 8: 355.0},  # h^8 by hand, 4.83 GB (RESULTS_derive.md)
+    "galerkin3": {2: 0.24, 4: 0.30, 6: 3.14, 8: 391.67},  # h^8: session 9, 3.27 GB (RESULTS_derive.md)
 }
 _STAGE_FREE: Dict[Tuple[str, str], Dict[int, float]] = {
     (name, kind): table for name, table in _STAGE_LAGRANGIANS.items() for kind in _LAGRANGIAN_KINDS
 }
 # the modified equation: CPU seconds of bea.modified_equation(scheme, order, cache=False, allow_slow=True) (table 1c,
-# ``--stage-free-equation-max 6``; peak 0.92-1.08 GB at h^6, below LIMIT_MEMORY_GB); galerkin3 at h^8 not run
+# ``--stage-free-equation-max 6``; its memory in _STAGE_MEMORY_GB). galerkin3 at h^8 (session 9) was stopped by a 6 GB
+# address-space limit after 440 CPU s at 5.6 GB resident, in the Euler-Lagrange step on its modified Lagrangian's
+# 43,262 trees (the derivation itself released before it, bea.free.release): not measured, hence refused
 _STAGE_FREE.update({
     ("galerkin2", "modified_equation"): {2: 0.01, 4: 0.57, 6: 22.86},
     ("galerkin3", "modified_equation"): {2: 0.11, 4: 0.13, 6: 21.22},
@@ -100,9 +102,18 @@ _STAGE_DISCRETE_EQUATION = {2: 1.64, 4: 4.70}
 _STAGE_STOPPED = {
     "galerkin2": (8, 80.0, 2.8),
 }
-#: GB resident at the end of a finished cold derivation (peak ``ru_maxrss``, table 1c, the interpreter's 0.3 GB of
-#: imports included); orders not listed were not measured
-_STAGE_MEMORY_GB = {"galerkin2": {6: 0.43}, "triple_jump": {6: 0.45}, "galerkin3": {6: 0.35, 8: 4.83}}
+#: (scheme, kind) -> order -> GB resident at the end of a finished cold derivation (peak ``ru_maxrss``, table 1c, the
+#: interpreter's 0.3 GB of imports included; the Lagrangian kinds: the modified *plus* the inverse modified Lagrangian
+#: in one process, as their CPU table); orders not listed were not measured
+_STAGE_MEMORY_GB: Dict[Tuple[str, str], Dict[int, float]] = {
+    (name, kind): table for name, table in {"galerkin2": {6: 0.43}, "triple_jump": {6: 0.45},
+                                            "galerkin3": {6: 0.35, 8: 3.27}}.items() for kind in _LAGRANGIAN_KINDS
+}
+_STAGE_MEMORY_GB.update({
+    ("galerkin2", "modified_equation"): {4: 0.40, 6: 0.97},
+    ("galerkin3", "modified_equation"): {4: 0.31, 6: 0.92},
+    ("triple_jump", "modified_equation"): {4: 0.40, 6: 1.08},
+})
 #: built-in stage scheme -> interior points
 _STAGE_INTERIOR = {"galerkin2": 1, "galerkin3": 2, "triple_jump": 2}
 _MOST_INTERIOR = max(_STAGE_INTERIOR.values())
@@ -192,14 +203,14 @@ def _free_stage_estimate(scheme, kind: str, order: int) -> Optional[Tuple[Option
     return seconds, basis
 
 
-def memory_estimate(order: int, n: Optional[int], scheme="midpoint") -> Optional[float]:
-    """GB resident that a cold derivation to ``h^order`` was measured to need: only stage schemes on the
+def memory_estimate(kind: str, order: int, n: Optional[int], scheme="midpoint") -> Optional[float]:
+    """GB resident that a cold derivation of ``kind`` to ``h^order`` was measured to need: only stage schemes on the
     dimension-free engine are measured (a user scheme: the most of the built-ins it is estimated by); ``None``
     where not measured."""
     found = None if n is not None else _stage_refs(scheme)
     if found is None:
         return None
-    known = [_STAGE_MEMORY_GB.get(r, {}).get(order) for r in found[1]]
+    known = [_STAGE_MEMORY_GB.get((r, kind), {}).get(order) for r in found[1]]
     return max((g for g in known if g is not None), default=None)
 
 
@@ -258,7 +269,7 @@ def check_affordable(kind: str, order: int, n: Optional[int], allow_slow: bool, 
 
         raise BeaTypeError(f"allow_slow must be True or False, got {type(allow_slow).__name__}")
     seconds, basis = estimate(kind, order, n, scheme)
-    gb = memory_estimate(order, n, scheme)
+    gb = memory_estimate(kind, order, n, scheme)
     if allow_slow or (seconds is not None and seconds <= LIMIT_SECONDS and (gb is None or gb <= LIMIT_MEMORY_GB)):
         return
     span = "for every n (dimension-free)" if n is None else f"for n = {n}"

@@ -45,7 +45,12 @@ from bea.errors import UnsupportedSchemeError
 from integrators import systems
 scheme, order, case = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 
+reserve = bytearray(64 << 20)  # released at a limit, so that the report itself can be written
+
+
 def stopped(*_):  # at the CPU limit (SIGXCPU) or the memory limit: report how far it got, then stop
+    global reserve
+    reserve = None
     print(json.dumps({"stopped": True, "cpu": time.process_time() - c0,
                       "rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}), flush=True)
     os._exit(0)

@@ -117,13 +117,15 @@ def _err(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max())
 
 
-def discrete_vs_exact(system, scheme, hs: Sequence[float], T: float, q0, qdot0, **integrator_options) -> List[float]:
-    """Global error of the scheme on ``system`` from ``(q0, qdot0)`` against the exact flow of ``system``."""
+def discrete_vs_exact(system, scheme, hs: Sequence[float], T: float, q0, qdot0, reference_options: Optional[dict] = None,
+                      **integrator_options) -> List[float]:
+    """Global error of the scheme on ``system`` from ``(q0, qdot0)`` against the exact flow of ``system``
+    (:func:`~integrators.reference_flow` with ``reference_options``, e.g. ``{"method": "taylor"}``)."""
     errors = []
     for h in hs:
         steps = _steps(T, h)
         qs = VariationalIntegrator(system, h, scheme, **integrator_options).solve(q0, qdot0, steps).q
-        qe = reference_flow(system, q0, qdot0, h * np.arange(steps + 1)).q
+        qe = reference_flow(system, q0, qdot0, h * np.arange(steps + 1), **(reference_options or {})).q
         errors.append(_err(qs, qe))
     return errors
 
@@ -133,12 +135,13 @@ def discrete_vs_modified_flow(system, scheme, order: int, hs: Sequence[float], T
                               reference_options: Optional[dict] = None, **integrator_options) -> List[float]:
     r"""Global error of the scheme on ``system`` against the exact flow of :math:`EL(L_{mod}[N])` from
     ``(q0, qdot0)``; the discrete solution starts from the first two positions of that flow.
-    ``reference_options``: keywords for :func:`~integrators.collocation.collocation_flow` (generic
-    formula only)."""
+    ``reference_options``: keywords for :func:`~integrators.reference_flow` (concrete formula, e.g.
+    ``{"method": "taylor"}``) or :func:`~integrators.collocation.collocation_flow` (generic formula)."""
     N = order  # the truncation order, N in the formulas
     if formula == "concrete":
         Lmod = series_lagrangian(system, scheme, N, "modified_lagrangian")
-        flows = [reference_flow(Lmod.bind(h=h), q0, qdot0, h * np.arange(_steps(T, h) + 1)).q for h in hs]
+        flows = [reference_flow(Lmod.bind(h=h), q0, qdot0, h * np.arange(_steps(T, h) + 1), **(reference_options or {})).q
+                 for h in hs]
     elif formula == "generic":
         flows = modified_flows(system, scheme, N, hs, T, q0, qdot0, **(reference_options or {}))
     else:
@@ -180,18 +183,20 @@ def modified_flows(system, scheme, order: int, hs: Sequence[float], T: float, q0
 
 @renamed(N="order")
 def inverse_modified_vs_exact(system, scheme, order: int, hs: Sequence[float], T: float, q0, qdot0,
-                              formula: str = "generic", start: str = "positions", **integrator_options) -> List[float]:
+                              formula: str = "generic", start: str = "positions", reference_options: Optional[dict] = None,
+                              **integrator_options) -> List[float]:
     r"""Global error of the scheme on :math:`L_{inv}[N]` against the exact flow of ``system`` from
     ``(q0, qdot0)``. ``start="positions"``: from the exact :math:`q(0), q(h)`; ``start="momentum"``:
     from :math:`(q_0, \dot q_0)` with :math:`p_0 = \partial L/\partial v(q_0, \dot q_0)` of the true
-    ``L`` (``legendre=``), as when predicting with a learned :math:`L_{inv}`."""
+    ``L`` (``legendre=``), as when predicting with a learned :math:`L_{inv}`. ``reference_options``: keywords for
+    :func:`~integrators.reference_flow` (e.g. ``{"method": "taylor"}``)."""
     N = order  # the truncation order, N in the formulas
     if start not in ("positions", "momentum"):
         raise BeaValueError(f"start must be 'positions' or 'momentum', got {start!r}")
     errors = []
     for h in hs:
         steps = _steps(T, h)
-        qe = reference_flow(system, q0, qdot0, h * np.arange(steps + 1)).q
+        qe = reference_flow(system, q0, qdot0, h * np.arange(steps + 1), **(reference_options or {})).q
         Linv = torch_series(system, N, "inverse_modified_lagrangian", h, scheme, formula)
         vi = VariationalIntegrator(Linv, h, scheme, **integrator_options)
         if start == "positions":

@@ -17,11 +17,17 @@ per stage). Its error control uses the RMS norm over all components, so the per-
 can exceed the tolerance by up to about the square root of the batch size; pass
 ``each=True`` to integrate each trajectory separately when that matters.
 
+``method="taylor"`` integrates a symbolic Lagrangian instead with mpmath's Taylor series method in at least 30
+significant digits (:mod:`integrators.taylor`): seconds per trajectory, and an error far below DOP853's, to measure
+DOP853's own (on Henon-Heiles and the double pendulum, ``T = 2``, the defaults are within 1.6e-13 of it).
+
 For a Lagrangian that is expensive to differentiate (a :mod:`bea` series of a torch Lagrangian), the
 Chebyshev collocation of :func:`integrators.collocation.collocation_flow` needs far fewer evaluations.
 """
 
 from __future__ import annotations
+
+import math
 
 from typing import Callable, Optional, Sequence, Tuple, Union
 
@@ -35,6 +41,7 @@ import bea
 from bea.errors import BeaTypeError, BeaValueError
 from ._checks import as_float64, check_states
 from .symbolic import SymbolicLagrangian, check_expression
+from .taylor import taylor_integrate
 from .trajectory import Trajectory
 
 __all__ = ["reference_flow", "acceleration_function", "ReferenceFlowError"]
@@ -44,6 +51,7 @@ class ReferenceFlowError(BeaValueError):
     """The reference integration failed (a singularity or a collision on the way, a step size below
     rounding, non-finite values); the message gives SciPy's reason and the time reached."""
 
+_SCIPY_METHODS = ("RK23", "RK45", "DOP853", "Radau", "BDF", "LSODA")
 Acceleration = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
@@ -59,9 +67,7 @@ def acceleration_function(lagrangian, q: Optional[Sequence] = None, v: Optional[
     if isinstance(lagrangian, (str, bytes)) or (q is not None or v is not None) and not isinstance(lagrangian, sympy.Basic):
         check_expression(lagrangian)  # bea's gate: a string (or an object only str() of which is an expression) raises
     if isinstance(lagrangian, sympy.Basic):
-        if q is None or v is None:
-            raise BeaValueError("a SymPy Lagrangian needs its coordinate and velocity symbols: reference_flow(expr, ..., q=[...], v=[...])")
-        sl = SymbolicLagrangian(lagrangian, q, v)
+        sl = _symbolic(lagrangian, q, v)
         return sl.acceleration_numpy(), sl.n
     if q is not None or v is not None:
         raise BeaValueError("q= and v= (symbols) are only meaningful for a SymPy Lagrangian")
@@ -77,6 +83,17 @@ def acceleration_function(lagrangian, q: Optional[Sequence] = None, v: Optional[
     return A, None
 
 
+def _symbolic(lagrangian, q, v) -> SymbolicLagrangian:
+    if isinstance(lagrangian, SymbolicLagrangian):
+        return lagrangian
+    if not isinstance(lagrangian, sympy.Basic):
+        raise BeaTypeError(f"method='taylor' needs a symbolic Lagrangian (a System, a SymbolicLagrangian or a SymPy "
+                           f"expression with q=, v=), got {type(lagrangian).__name__}: use method='DOP853' for a torch one")
+    if q is None or v is None:
+        raise BeaValueError("a SymPy Lagrangian needs its coordinate and velocity symbols: reference_flow(expr, ..., q=[...], v=[...])")
+    return SymbolicLagrangian(lagrangian, q, v)
+
+
 def reference_flow(lagrangian, q0, qdot0, times, *, q: Optional[Sequence] = None, v: Optional[Sequence] = None,
                    t0: Optional[float] = None, rtol: float = 1e-13, atol: float = 1e-13, method: str = "DOP853",
                    each: bool = False) -> Trajectory:
@@ -90,6 +107,9 @@ def reference_flow(lagrangian, q0, qdot0, times, *, q: Optional[Sequence] = None
     ``t0`` or both (times before ``t0`` are integrated backward in time). Raises
     :class:`ReferenceFlowError` (a ``ValueError``) if the integration fails (e.g. a singular mass matrix or a collision) or produces
     non-finite values.
+
+    ``method``: a SciPy ``solve_ivp`` method, or ``"taylor"`` (symbolic Lagrangians only): mpmath's Taylor series
+    method in ``max(30, 10 - log10(min(rtol, atol)))`` digits, one trajectory at a time (:mod:`integrators.taylor`).
     """
     q0, qdot0 = check_states(q0, qdot0, names=("q0", "qdot0"))
     ts = np.asarray(as_float64(times, "times").cpu().numpy(), dtype=np.float64)
@@ -105,15 +125,25 @@ def reference_flow(lagrangian, q0, qdot0, times, *, q: Optional[Sequence] = None
     for name, tol in (("rtol", rtol), ("atol", atol)):
         if not tol > 0:
             raise BeaValueError(f"{name} must be positive, got {tol}")
-    A, n_sym = acceleration_function(lagrangian, q, v, device=q0.device)
+    if isinstance(method, str) and method != "taylor" and method not in _SCIPY_METHODS:
+        raise BeaValueError(f"method must be 'taylor' or one of SciPy's {_SCIPY_METHODS}, got {method!r}")
+    if method == "taylor":
+        sl = _symbolic(lagrangian, q, v)
+        A, n_sym = None, sl.n
+    else:
+        A, n_sym = acceleration_function(lagrangian, q, v, device=q0.device)
     batch, n = q0.shape[:-1], q0.shape[-1]
     if n_sym is not None and n != n_sym:
         raise BeaValueError(f"q0 has {n} coordinates in its last dimension, but the Lagrangian has n={n_sym}")
     y0 = torch.cat([q0.reshape(-1, n), qdot0.reshape(-1, n)], -1).cpu().numpy()  # (B, 2n)
     groups = [np.arange(y0.shape[0])] if not each else [np.array([b]) for b in range(y0.shape[0])]
     out = np.empty((ts.size, y0.shape[0], 2 * n))
-    for g in groups:
-        out[:, g] = _integrate(A, y0[g], n, start, ts, rtol, atol, method)
+    if method == "taylor":
+        digits = max(30, 10 + int(math.ceil(-math.log10(min(rtol, atol)))))
+        out[:] = taylor_integrate(sl, y0, start, ts, digits)
+    else:
+        for g in groups:
+            out[:, g] = _integrate(A, y0[g], n, start, ts, rtol, atol, method)
     qs = torch.from_numpy(out[..., :n].copy()).reshape(ts.size, *batch, n).to(q0.device)
     vs = torch.from_numpy(out[..., n:].copy()).reshape(ts.size, *batch, n).to(q0.device)
     t = torch.from_numpy(ts.copy()).to(q0.device)

@@ -46,6 +46,7 @@ from .algebra import Algebra, lagrangian_at
 from .curve import CurveDerivative
 from .euler_lagrange import equation_from_lagrangian
 from .shift import Shift
+from .release import compact, lean_equation
 from .stages import StageSolver
 from .substitution import LagrangianSubstitution
 from .trees import A, OPEN, Forest, single_node
@@ -224,14 +225,7 @@ class FreeDerivation:
         if self._stages is not None:
             self._lmod[order] = self._modified_on_shell(order)
             return self._lmod[order]
-        lam = self._mesh(max(order, 3), normalize=False).truncate(order)
-        weights = _mesh_weights(order)
-        out = lam
-        d = lam
-        for k in range(1, order // 2 + 1):
-            d = self.alg.jet_derivative(self.alg.jet_derivative(d, order - 2 * k), order - 2 * k)
-            out = out + HSeries([{}] * (2 * k) + [{(): weights[k]}], EXACT) * d
-        out = out.truncate(order)
+        out = _sinh_operator(self._mesh(max(order, 3), normalize=False).truncate(order), self.alg.jet_derivative, order)
         F = self.modified_equation(max(order - 1, 0))
         values = self._jet_values(F, order, [out])
         out = self.alg.normalize(self.alg.substitute_jets(out, values, order)).truncate(order)
@@ -249,14 +243,7 @@ class FreeDerivation:
         the substitution, which costs several times more (every power of :math:`D_F` glues the terms of ``F`` into
         every tree).
         """
-        lam = self._mesh(max(order, 3)).truncate(order)
-        D = CurveDerivative(self.alg)
-        weights = _mesh_weights(order)
-        out, d = lam, lam
-        for k in range(1, order // 2 + 1):
-            d = D.series(D.series(d, order - 2 * k), order - 2 * k)
-            out = out + HSeries([{}] * (2 * k) + [{(): weights[k]}], EXACT) * d
-        out = out.truncate(order)
+        out = _sinh_operator(self._mesh(max(order, 3)).truncate(order), CurveDerivative(self.alg).series, order)
         # the jets of the h^d term need F to h^(order - d): F to h^(order - low), low the lowest power holding a jet
         f = self.forest
         low = min((d for d in range(1, len(out.c)) for m in out.c[d] for x in m if any(2 <= c < OPEN for c in f.leaves[x])),
@@ -269,10 +256,15 @@ class FreeDerivation:
         of the modified Lagrangian to ``h^r`` where ``r`` is below twice its first correction
         (:mod:`bea.free.euler_lagrange`), else from the discrete Euler-Lagrange residual."""
         if r >= 2 and (self._F is None or self._F.order < r):
-            F = equation_from_lagrangian(self.alg, self.modified_lagrangian(r), self.modified_equation(0), r)
+            F = equation_from_lagrangian(self.alg, self.modified_lagrangian(r), self._acceleration(), r)
             if F is not None:
                 return F
         return self.modified_equation(r)
+
+    def _acceleration(self) -> HSeries:
+        r""":math:`F_0 = A`, the Euler-Lagrange acceleration of ``L`` (the zeroth order of every scheme's modified
+        equation, checked by :meth:`modified_equation`), as a vector tree series known exactly."""
+        return HSeries([{(self.forest.id((3, A)),): Q(1)}], EXACT)  # the vector tree A, as modified_equation(0) builds it
 
     def equation(self, order: int) -> HSeries:
         """The public modified equation to ``h^order``: for a stage scheme from the Euler-Lagrange equations of its
@@ -314,8 +306,7 @@ class FreeDerivation:
             out = self._inverse_by_substitution(order)
             self._linv[order] = out
             return out
-        f = self.forest
-        FA = HSeries([{(f.id((3, A)),): Q(1)}], EXACT)
+        FA = self._acceleration()
         rest = (self._exact_mean(order) - lam).truncate(order)
         jets = self._jet_values(FA, order, [rest])
         rest = self.alg.normalize(self.alg.substitute_jets(rest, jets, order))
@@ -369,16 +360,33 @@ class FreeDerivation:
         return self.alg.normalize(HSeries(coeffs, order))
 
 
+def _sinh_operator(lam: HSeries, D, order: int) -> HSeries:
+    r""":math:`\frac{hD/2}{\sinh(hD/2)}\Lambda = \sum_k w_k h^{2k} D^{2k}\Lambda` to ``h^order`` (``w_k`` of
+    :func:`~bea.derive._mesh_weights`), ``D(S, prec)`` the total derivative along an arbitrary curve on the series at
+    hand: jet shifting on plain nodes, :class:`~bea.free.curve.CurveDerivative` on a stage scheme's trees."""
+    weights = _mesh_weights(order)
+    out, d = lam, lam
+    for k in range(1, order // 2 + 1):
+        d = D(D(d, order - 2 * k), order - 2 * k)
+        out = out + HSeries([{}] * (2 * k) + [{(): weights[k]}], EXACT) * d
+    return out.truncate(order)
+
+
 def derive_free(scheme: Scheme, kind: str, order: int, derivation: Optional[FreeDerivation] = None) -> FreeRaw:
-    """Run one dimension-free derivation and package the coefficients by power of ``h``."""
+    """Run one dimension-free derivation and package the coefficients by power of ``h``. Without ``derivation``
+    (nobody else holds it) the result keeps only its own trees, and a stage scheme's modified equation releases the
+    derivation before its last step (:mod:`bea.free.release`)."""
     d = derivation or FreeDerivation(scheme)
-    if kind == "modified_equation":
-        s = d.equation(order)
-    elif kind == "modified_lagrangian":
-        s = d.modified_lagrangian(order)
-    elif kind == "inverse_modified_lagrangian":
-        s = d.inverse_modified_lagrangian(order)
-    else:
+    if kind not in KINDS:
         raise BeaValueError(f"unknown derivation {kind!r}; one of {KINDS}")
+    if kind == "modified_equation" and derivation is None:
+        lean = lean_equation(d, order)
+        if lean is not None:
+            return FreeRaw(kind, lean[0], order, lean[1], lean[2])
+    s = {"modified_equation": d.equation, "modified_lagrangian": d.modified_lagrangian,
+         "inverse_modified_lagrangian": d.inverse_modified_lagrangian}[kind](order)
     coeffs = {k: s[k] for k in range(order + 1)}
+    if derivation is None:
+        forest, polys = compact(d.forest, [coeffs[k] for k in range(order + 1)])
+        return FreeRaw(kind, forest, order, dict(enumerate(polys)), d.symmetric)
     return FreeRaw(kind, d.forest, order, coeffs, d.symmetric)
