@@ -51,6 +51,7 @@ import torch
 
 import bea
 
+from .functionals import Functionals
 from .guards import StaleCalibrationWarning, caller_level
 from .variance_rounding import VARIANCE_RULE
 
@@ -231,11 +232,21 @@ def _conservation(model, F_tr, S: torch.Tensor):
         p.requires_grad_(False)
     try:
         with torch.no_grad():
-            gp.condition(F_tr)
+            gp.condition(_final_targets(model, F_tr))
         model.gp, model._recovered, model._jet = gp, {}, None
         return conservation_values(model, model._from_standard(S[:CALIBRATION_TRAJECTORIES]).transpose(0, 1))
     finally:
         model.gp, (model._recovered, model._jet) = final, caches
+
+
+def _final_targets(model, F_tr):
+    """``F_tr`` (training functionals, the normalisation's last) with the final solve's normalisation targets, which
+    :mod:`~learners.shadow.mass_target` may have moved after ``F_tr`` was formed: the calibrated posterior is then the
+    final model's on fewer data."""
+    k, final = model._norm_count, model.gp.train_functionals.targets
+    y = F_tr.targets.clone()
+    y[F_tr.count - k:] = final[final.numel() - k:].to(y)
+    return Functionals(F_tr.dim, F_tr.count, F_tr.atoms, y)
 
 
 def calibration_state(model) -> Dict[str, object]:

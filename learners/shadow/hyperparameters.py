@@ -83,7 +83,6 @@ from .guards import IdentifiabilityWarning, caller_level, check_fitted
 from .hyperparameter_search import (MIN_NOISE, collapsed, grid_best, grid_search, objective, pattern_search, set_hyperparameters,
                                     settle, spread, training_subsets)
 from .kernel_choice import KernelOption, kernel_option, new_gp
-from .mass_target import correct_matrix_target
 from .mechanical import MechanicalKernel
 from .position_search import search_positions
 from .normalisation import Normalisation, get_normalisation
@@ -230,11 +229,13 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         (F_data, F_norm), self._final, gp = self._final, None, self.gp  # the search may have chosen another kernel's GP
         with torch.no_grad():
             gp.condition(Functionals.cat([F_data, F_norm]))
-        moved = correct_matrix_target(self, F_norm)  # the matrix conditions' O(h^4) target error (mass_target)
-        if moved is not None:
-            self.history["mass_target"] = moved
+        self._correct_targets(F_norm)
         gp.variance_scale = self._variance_scale
         check_fitted(self, torch.cat([a.points for a in F_data.atoms.values()]))  # never a silent NaN model
+
+    def _correct_targets(self, F_norm: Functionals) -> None:
+        """Move the final solve's normalisation targets ``F_norm`` (last in its functionals): none here; LSI
+        overrides it (:mod:`~learners.shadow.mass_target`)."""
 
     @property
     def _learns_time_unit(self) -> bool:

@@ -21,25 +21,38 @@ The condition the matrix stands for is :math:`G(L_{inv}) = \partial_v^2\,\mathrm
 9e-8 on pendula3), nonlinear in :math:`L_{inv}`. Linearised about the posterior mean :math:`\bar L` of the fit,
 :math:`G(L) \approx G(\bar L) + F(L) - F(\bar L)` (:math:`G - F` is :math:`O(h^4)` and depends on :math:`L` only
 through its curvatures), and :math:`F` follows its targets :math:`y`, so the new targets are :math:`y - G_0(\bar L)`,
-:math:`G_0` the traceless part of :math:`G`; the step's error is :math:`O(h^4)` times the change of the curvatures,
-and a second step takes it up (:data:`STEPS`). Only the traceless part is
+:math:`G_0` the traceless part of :math:`G`. For a constant mass matrix the step's error is :math:`O(h^4)` times the
+change of the curvatures, and a second step takes it up (:data:`STEPS`); where the mass varies with :math:`q`, the
+solve's response to a move carries :math:`O(h'^2)\,\partial_q M` terms and the steps converge only linearly
+(mass_chain4: each step keeps 0.5-0.65 of the miss, 9.1e-5 before the first, 3.1e-5 after the second;
+``history["mass_target"]["remaining"]`` records the miss after the last step). Only the traceless part is
 applied: the trace would change the overall scale, which the positions do not determine and the energy's unit fit
 takes away. The covariance does not depend on the targets, so each re-solve reuses the factor
 (:meth:`~learners.shadow.gp.FunctionalGP.retarget`); each step costs one :math:`\mathrm{mod}_4` Hessian at one state.
 
-It applies where the conditions have a curvature term (the LSI fits set it: the target is :math:`L`'s matrix read
-through :math:`L_{inv}`) and the kernel is the mechanical one (:mod:`learners.shadow.mechanical`: :math:`\bar L` a
-polynomial in :math:`v`, the form of :math:`L_{inv}`'s series, so :math:`G - F` is the :math:`O(h^4)` above). An RBF's
-mean is not: its own velocity derivatives of order 3 and 4 enter :math:`G` at :math:`O(h^2)`, and on the softened
-two-body problem (default RBF, whole matrix kept with the principal directions) :math:`G_0` came out 8.9e-2, not an
-:math:`O(h^4)` miss, so the RBF's fits are left as they were. The trace normalisation (every fit with ``n <= 2``, the
-default's choice on most systems) and the vertex normalisation are untouched too.
+It applies (the premise of the linearisation) only where
+
+* the model is LSI's (:meth:`~learners.shadow.lsi.InverseModifiedLagrangianGP._correct_targets`; the LGP learns
+  :math:`L` itself, whose matrix the linear condition without a curvature term states exactly), with a linear
+  scheme (a stage scheme's fit re-conditions on the normalisation at every iteration, :mod:`~learners.shadow.stage_lsi`:
+  not moved), and the curvature term :math:`\kappa` is the one the fit set from its scheme and step
+  (:func:`~learners.shadow.normalisation.inverse_curvature`); a curvature the user gave is used as given;
+* the kernel is the mechanical one of degree 2 (:mod:`learners.shadow.mechanical`: :math:`\bar L` a quadratic in
+  :math:`v`, so no velocity derivative of order 3 or 4 enters :math:`G` and :math:`G - F` is the :math:`O(h^4)` above).
+  With a higher degree or an RBF, :math:`\bar L`'s own third and fourth velocity derivatives enter :math:`G` at
+  :math:`O(h^2)` (on the softened two-body problem with the RBF, :math:`G_0` came out 8.9e-2);
+* the first move is of the size it stands for: at most :data:`MOVE_BOUND` times :math:`\kappa'^2\Lambda^2`
+  (:func:`move_scale`). Otherwise the posterior's curvatures are far from the truth's, the linearisation's premise
+  fails, and the targets stay linear (``history["mass_target"]["skipped"]`` says why).
+
+The trace normalisation (every default fit with ``n <= 2``, the default's choice on most systems) and the vertex
+normalisation are untouched; the whole matrix at ``n = 2`` with the mechanical kernel is moved.
 """
 
 from __future__ import annotations
 
 import math
-from typing import List, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 
@@ -47,8 +60,10 @@ from integrators import modified
 
 from .functionals import Functionals
 from .mechanical import MechanicalKernel
+from .units import VELOCITY_RMS
 
-__all__ = ["MOD_ORDER", "STEPS", "matrix_conditions", "target_correction", "correct_matrix_target"]
+__all__ = ["MOD_ORDER", "STEPS", "MOVE_BOUND", "matrix_conditions", "target_correction", "move_scale",
+           "correct_matrix_target"]
 
 #: the order N of mod_N in G: ∂_v² mod_4(L_inv) = ∂_v² L + O(h^6) for a symmetric scheme, two orders past the
 #: linear condition's O(h^4)
@@ -61,6 +76,13 @@ MOD_ORDER = 4
 #: themselves hold the conditions' directions the solve follows a move only in part and the steps converge linearly
 #: (mass_chain4, 150 trajectories: 9.1e-5, 4.8e-5, 3.1e-5, ... 8.5e-6 before the sixth): there the target matters less
 STEPS = 2
+
+#: the largest first move applied, in units of kappa'^2 Lambda^2 (:func:`move_scale`). Why 10: the miss has four terms
+#: (V''M^-1V'' with coefficient 1, V'''[M^-1 V'], V''''[v, v]/2 and L_inv's own h^4 term's velocity curvature), each
+#: of order kappa^2 Lambda^2 for a potential whose derivatives change over the data's spread (1 in standardised
+#: units); a decade above the leading term holds their sum, and a move beyond it is the fit's curvature error, not
+#: the O(h^4) miss. Fixed from this argument, not from a data set
+MOVE_BOUND = 10.0
 
 
 def matrix_conditions(F_norm: Functionals) -> Optional[Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
@@ -99,27 +121,66 @@ def target_correction(model, F_norm: Functionals) -> Optional[torch.Tensor]:
     return G - torch.trace(G) / n * torch.eye(n, dtype=torch.float64, device=G.device)
 
 
-def correct_matrix_target(model, F_norm: Functionals) -> Optional[List[float]]:
+def move_scale(model, F_norm: Functionals) -> float:
+    r""":math:`\kappa'^2\Lambda^2`, the size of the :math:`O(h'^4)` miss the move stands for (relative to ``c``):
+    :math:`\kappa'` the conditions' curvature term, :math:`\Lambda` the curvature scale, the largest of
+    :math:`|\partial_q^2\bar L(x_0)|/c` (the squared frequencies :math:`M^{-1}V''` of the fit) and :math:`(1/2)^2`
+    (:data:`~learners.shadow.units.VELOCITY_RMS` over the unit position spread: a motion's squared frequency in the
+    standardised units, where :math:`V''` vanishes at the point). The leading term of the module docstring's miss,
+    :math:`\tfrac{h^4}{288}\,2V''M^{-1}V'' = \kappa^2\,V''M^{-1}V''`, is this with coefficient 1."""
+    owners, i, j, x0 = matrix_conditions(F_norm)
+    A, n = F_norm.atoms[2], F_norm.dim // 2
+    kappa = float(-A.coef[A.dirs[:, :, n:].abs().sum((1, 2)) == 0][0])
+    c = float(F_norm.targets[owners][i == j].abs().mean())
+    q0, v0 = x0[:n].detach(), x0[n:].detach()[None]
+    with torch.enable_grad():
+        Hq = torch.autograd.functional.hessian(lambda q: model._lagrangian_std(q[None], v0).sum(), q0)
+    lam = max(float(torch.linalg.eigvalsh(0.5 * (Hq + Hq.T)).abs().max()) / c, VELOCITY_RMS ** 2)
+    return kappa ** 2 * lam ** 2
+
+
+def _applies(model) -> bool:
+    """The premise's kernel: the mechanical kernel of degree 2 (module docstring)."""
+    kernels = [k for k in model.gp.modules() if isinstance(k, MechanicalKernel)]
+    return bool(kernels) and all(k.degree == 2 for k in kernels)
+
+
+def correct_matrix_target(model, F_norm: Functionals) -> Optional[Dict[str, object]]:
     """Re-solve ``model``'s final GP (conditioned on its data and then ``F_norm``, last) with the matrix conditions'
-    targets moved by :func:`target_correction`, :data:`STEPS` times. Returns the traceless part's largest entry
-    relative to the target ``c`` before each move (None where nothing applies -- no matrix conditions with the
-    curvature term, or a kernel other than the mechanical one -- or where the part is not finite: the fit's
-    own check reports that)."""
+    targets moved by :func:`target_correction`, :data:`STEPS` times. Returns None where nothing applies (no matrix
+    conditions with the curvature term, or not the mechanical kernel of degree 2), else a record for ``history``:
+    ``moves`` (the traceless part's largest entry relative to the target ``c`` before each move), ``remaining`` (after
+    the last), ``bound`` (:data:`MOVE_BOUND` times :func:`move_scale`) and, where the targets were left linear,
+    ``skipped`` (why: the first move above the bound, or a non-finite part -- the fit's own check reports that)."""
     found = matrix_conditions(F_norm)
-    if found is None or not any(isinstance(k, MechanicalKernel) for k in model.gp.modules()):
+    if found is None or not _applies(model):
         return None
     owners, i, j, _ = found
     gp = model.gp
     base = gp.train_functionals.count - F_norm.count
-    c = float(gp.train_functionals.targets[base + owners][i == j].abs().mean())
-    sizes: List[float] = []
-    for _ in range(STEPS):
+    y0 = gp.train_functionals.targets.clone()
+    c = float(y0[base + owners][i == j].abs().mean())
+    moves = []
+    record: Dict[str, object] = {"moves": moves, "bound": MOVE_BOUND * move_scale(model, F_norm)}
+    for step in range(STEPS + 1):
         R = target_correction(model, F_norm)
-        sizes.append(float(R.abs().max()) / c)
-        if not math.isfinite(sizes[-1]):
-            return None
+        size = float(R.abs().max()) / c
+        if not math.isfinite(size):
+            break
+        if step == STEPS:
+            record["remaining"] = size
+            return record
+        moves.append(size)
+        if step == 0 and size > record["bound"]:
+            record["skipped"] = (f"first move {size:.2g} above {MOVE_BOUND:g} kappa'^2 Lambda^2 = {record['bound']:.2g}:"
+                                 " not the O(h^4) miss; the linear targets kept")
+            return record
         y = gp.train_functionals.targets.clone()
         y[base + owners] = y[base + owners] - R[i, j]
         with torch.no_grad():
             gp.retarget(y)
-    return sizes
+    record["skipped"] = "a non-finite move: the linear targets kept"
+    if moves:
+        with torch.no_grad():
+            gp.retarget(y0)  # back to the linear targets' solve, so that the record tells the truth
+    return record

@@ -209,7 +209,9 @@ def _groups(S: torch.Tensor, drop: int) -> torch.Tensor:
 def fit_stages(model, S: torch.Tensor, h: float, norm) -> None:
     """Fit ``model`` (an :class:`~learners.InverseModifiedLagrangianGP` with a stage scheme) on standardised
     snapshots ``S`` at the standardised step ``h`` (module docstring); records the iterations in
-    ``model.history["stage_iterations"]``."""
+    ``model.history["stage_iterations"]``. Each iteration conditions on the same normalisation functionals with their
+    linear targets: :mod:`~learners.shadow.mass_target` does not move them for a stage scheme (its move is for one
+    posterior, and every iteration makes another)."""
     scheme = model.scheme
     model._fit_functionals(*snapshot_functionals(S, h, "midpoint"), normalisation=norm)  # the start, hyperparameters
     F_norm = _norm_functionals(model)
