@@ -205,7 +205,6 @@ def search_positions(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions,
         mech, model.history["search_mechanical"] = _refined(model, n, mech)
         best = mech if best is None or mech[2] < best[2] else best
     lq, lv, val, _, F_all, F_norm, evaluate, model.gp, model.kernel_degree = best
-    evaluate.restore_best()  # the best point's solve: settle + calibration condition on it again at no cost
     model.history["objective"] = val
     return F_all, tied_theta(lq, lv, n) + (0 if offset is None else offset), F_norm
 
@@ -228,5 +227,4 @@ def _shifted(evaluate: Objective, offset: Optional[torch.Tensor]) -> Objective:
 
     def shifted(theta: torch.Tensor) -> float:
         return evaluate(theta + offset)
-    shifted.restore_best = evaluate.restore_best  # type: ignore[attr-defined]
     return shifted

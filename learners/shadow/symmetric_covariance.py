@@ -12,9 +12,13 @@ with itself restricted to the atom pairs :math:`k \le l` in the set's order, the
 weighted :math:`\tfrac12` (so they count once, symmetrised). Each atom pair's kernel block -- the expensive
 part: a mechanical kernel's is a few dozen dense products -- is then evaluated about once instead of twice. The
 result equals the averaged full matrix to rounding (each entry is one of the two computed triangles' values
-instead of their mean; tests/test_learners_symmetric_covariance.py), so only the hyperparameter search uses it
-(:func:`~learners.shadow.hyperparameter_search.objective`, ``"positions"``); the final solve of a fit keeps the
-full assembly, whose entries earlier fits and their files were made with.
+instead of their mean; tests/test_learners_symmetric_covariance.py), not bit for bit, so only the evaluations of
+the ``"positions"`` objective use it (:func:`~learners.shadow.hyperparameter_search.objective`; n <= 2 defaults
+too where the likelihood collapses into it). Their values move at rounding amplified by the solve, which could
+only change a search's choice between points that tie to that level. Every other solve assembles the full matrix
+and is bit for bit what it was: the likelihood and held-out objectives (the n <= 2 defaults), the calibration's
+solve on the training functionals (a search's solve is not reused for it: the assembly is part of
+:class:`~learners.shadow.gp.FunctionalGP`'s solve key) and the final solve of every fit.
 """
 
 from __future__ import annotations
