@@ -21,7 +21,7 @@ From ``n = 3`` on, stage 1 runs twice, with the trace of the mass matrix and wit
 matrix is kept only where its held-out error is lower by :data:`MATRIX_MARGIN` -- where a separate part of the
 Lagrangian collapsed under the trace. The second grid adds 30 subset solves and one full solve.
 
-With ``kernel="auto"`` (opt-in) a third candidate is scored the same way: the mechanical kernel
+With ``kernel="auto"`` (the default) a third candidate is scored the same way: the mechanical kernel
 (:mod:`learners.shadow.mechanical`) of degree :data:`MECHANICAL_DEGREE` in the velocities with the whole matrix.
 Degree 2 holds exactly the mechanical form :math:`\tfrac12 v^\top M(q)v + b(q)\cdot v - V(q)` and the matrix
 condition (with its curvature term) fixes :math:`M(x_0)` as :math:`L_{inv}` has it; the degree-4-in-:math:`v` part of
