@@ -167,7 +167,7 @@ class FunctionalGP(gpytorch.Module):
         return id(F), bool(symmetric), tuple(tuple(p.detach().reshape(-1).tolist()) for p in params)
 
     def posterior_state(self) -> tuple:
-        """The conditioned posterior, for :meth:`restore_posterior` (a search keeps its best solve this way)."""
+        """The conditioned posterior, for :meth:`restore_posterior` (a caller that wants an earlier solve back)."""
         return (self.train_functionals, self._chol, self._beta, self.info, self._mean_atoms, self._mean_fn, self._conditioned)
 
     def restore_posterior(self, state: tuple) -> None:
