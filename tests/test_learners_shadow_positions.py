@@ -77,18 +77,25 @@ def test_positions_objective_avoids_the_collapse_in_n4():
     assert level_set_error(mll.energy(2), system.energy, states=states) > 0.3
 
 
-def test_the_search_solves_each_point_once(monkeypatch):
-    """The DEL calibration conditions on the training functionals at the search's best point, which the search has
-    solved already: that solve is kept (FunctionalGP.condition returns it), so the solves with all training
-    functionals are exactly the search's own evaluations (one per candidate -- trace, whole matrix and, under the
-    default kernel="auto", the mechanical kernel -- then each refinement's), and one more with all data ends the
-    fit. Before, the calibration solved the best point a second time. (Two refinement steps cannot come back to a
-    point, so the refinement's memo of solved points plays no part here.)"""
+def test_the_search_solves_each_point_once_and_the_calibration_with_the_full_assembly(monkeypatch):
+    """The search's evaluations solve the training functionals with the symmetric assembly (one per candidate --
+    trace, whole matrix and, under the default kernel="auto", the mechanical kernel -- then each refinement's); the
+    DEL calibration then solves the best point again with the full assembly (the assembly is part of the solve's
+    key: the search's solve, equal only to rounding, is not reused), and its solve is bit for bit the one a fresh GP
+    with the fitted hyperparameters makes; one more solve with all data ends the fit. With the search's solve
+    reused the calibration's coefficients differ from the fresh solve's at rounding (torch.equal fails), and the
+    counts lack the full solve. (Two refinement steps cannot come back to a point, so the refinement's memo of
+    solved points plays no part here.)"""
+    from learners.shadow import hyperparameters
     from learners.shadow.gp import FunctionalGP
 
-    sizes = []
-    factor = FunctionalGP.factor
-    monkeypatch.setattr(FunctionalGP, "factor", lambda self, F, *a: (sizes.append(F.count), factor(self, F, *a))[1])
+    sizes, seen = [], []
+    factor, calibrate = FunctionalGP.factor, hyperparameters.del_calibration
+    monkeypatch.setattr(FunctionalGP, "factor",
+                        lambda self, F, *a: (sizes.append((F.count, bool(a and a[0]))), factor(self, F, *a))[1])
+    monkeypatch.setattr(hyperparameters, "del_calibration",
+                        lambda model, F_tr, F_va: (calibrate(model, F_tr, F_va),
+                                                   seen.append((F_tr, model.gp._beta.clone(), model.gp.state_dict()))))
     # the principal-direction candidate is a second, separate search (learners/shadow/principal.py): this counts the tied one's
     monkeypatch.setattr("learners.shadow.principal._applies", lambda model, n: False)
     data = snapshots(integrators.systems.fpu_chain(3, beta=1.0), 0.45, 25, 4, domain=[(-0.6, 0.6)] * 6, seed=0)
@@ -98,9 +105,16 @@ def test_the_search_solves_each_point_once(monkeypatch):
     norms = len(model.history["normalisation_values"])
     assert norms == 3  # the trace, the whole mass matrix (n >= 3) and the mechanical kernel with it (kernel="auto")
     refined = sum(len(model.history[k]) - 1 for k in ("search", "search_mechanical"))  # each trace starts with its start
-    train = [s for s in sizes if 20 * per_traj < s < 25 * per_traj]  # 20 training trajectories + a normalisation
-    assert len(train) == norms + refined
-    assert sizes[-1] == model.gp.train_functionals.count == 25 * per_traj + model._norm_count
+    train = [sym for s, sym in sizes if 20 * per_traj < s < 25 * per_traj]  # 20 training trajectories + a normalisation
+    assert train == [True] * (norms + refined) + [False]  # the search's, then the calibration's full assembly
+    assert sizes[-1] == (model.gp.train_functionals.count, False) == (25 * per_traj + model._norm_count, False)
+    (F_tr, beta, state), = seen
+    fresh = model._make_gp(6)
+    fresh.load_state_dict(state)
+    for p in fresh.parameters():
+        p.requires_grad_(False)
+    with torch.no_grad():
+        assert torch.equal(fresh.condition(F_tr)._beta, beta)
 
 
 def test_refinement_solves_a_revisited_point_once():

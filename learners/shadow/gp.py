@@ -98,8 +98,8 @@ class FunctionalGP(gpytorch.Module):
     def factor(self, F: Functionals, symmetric: bool = False) -> tuple:
         r"""Cholesky factor :math:`R` of :math:`\Theta(F, F) + (\sigma_n^2 + \text{jitter}) I` and the info
         (differentiable in the hyperparameters). ``symmetric``: :math:`\Theta` assembled with each atom pair once
-        (:mod:`learners.shadow.symmetric_covariance`; equal to rounding, for a search's evaluations) where no
-        gradient in the hyperparameters is asked for."""
+        (:mod:`learners.shadow.symmetric_covariance`: equal to rounding, not bit for bit; for the positions
+        objective's evaluations) where no gradient in the hyperparameters is asked for."""
         if symmetric and not (torch.is_grad_enabled() and any(p.requires_grad for p in self.kernel.parameters())):
             K = symmetric_covariance(self.kernel, F)
         else:
@@ -129,12 +129,12 @@ class FunctionalGP(gpytorch.Module):
 
     def condition(self, F: Functionals, targets: Optional[torch.Tensor] = None, symmetric: bool = False) -> "FunctionalGP":
         """Condition on the functionals ``F`` with observed values ``targets`` (default ``F.targets``); ``symmetric``:
-        see :meth:`factor`."""
+        see :meth:`factor`. The same ``F``, assembly and hyperparameters again reuse the current solve."""
         y = F.targets if targets is None else targets
         if y is None:
             raise BeaValueError("no targets: give targets= or functionals with .targets")
-        key = self._key(F) if targets is None else None
-        if key is not None and F is self.train_functionals and key == self._conditioned:  # the search's best, again
+        key = self._key(F, symmetric) if targets is None else None
+        if key is not None and F is self.train_functionals and key == self._conditioned:  # the same solve, again
             return self
         R, info = self.factor(F, symmetric)
         beta = torch.cholesky_solve(y[:, None].to(R.dtype), R)[:, 0]
@@ -154,19 +154,20 @@ class FunctionalGP(gpytorch.Module):
         self.train_functionals, self._beta = F, beta
         self._mean_atoms = _merge_atoms(F, beta)
         self._mean_fn = AtomExpansion(self.kernel, self._mean_atoms, differentiable=beta.requires_grad)
-        self._conditioned = self._key(F)
+        self._conditioned = self._key(F, self._conditioned is not None and self._conditioned[1])  # the factor's assembly
         return self
 
-    def _key(self, F: Functionals):
-        """What a posterior without gradients depends on: the functionals ``F`` (the object, never changed in
-        place) and every hyperparameter's value; None where gradients flow (nothing is reused)."""
+    def _key(self, F: Functionals, symmetric: bool = False):
+        r"""What a posterior without gradients depends on: the functionals ``F`` (the object, never changed in
+        place), how :math:`\Theta` was assembled (``symmetric``: its entries differ at rounding, so a search's solve
+        is never the fit's) and every hyperparameter's value; None where gradients flow (nothing is reused)."""
         params = list(self.parameters())
         if torch.is_grad_enabled() and any(p.requires_grad for p in params):
             return None
-        return id(F), tuple(tuple(p.detach().reshape(-1).tolist()) for p in params)
+        return id(F), bool(symmetric), tuple(tuple(p.detach().reshape(-1).tolist()) for p in params)
 
     def posterior_state(self) -> tuple:
-        """The conditioned posterior, for :meth:`restore_posterior` (a search keeps its best solve this way)."""
+        """The conditioned posterior, for :meth:`restore_posterior` (a caller that wants an earlier solve back)."""
         return (self.train_functionals, self._chol, self._beta, self.info, self._mean_atoms, self._mean_fn, self._conditioned)
 
     def restore_posterior(self, state: tuple) -> None:

@@ -128,7 +128,7 @@ def objective(gp: FunctionalGP, kind: str, F_tr: Functionals, F_va: Functionals,
         raise BeaValueError("the 'positions' objective needs held-out triples (positions=)")
 
     def value() -> float:
-        if kind == "positions":  # each atom pair's block once: the search's values to rounding, ~half the assembly
+        if kind == "positions":  # each atom pair once (~half the assembly): values equal to amplified rounding only
             gp.condition(F_tr, symmetric=True)
             return positions(lambda q, v: gp.mean(torch.cat([q, v], -1)))
         if kind == "mll":  # profiled over the outputscale: sigma_f^2* = y' (K1 + rho I)^-1 y / F
@@ -140,23 +140,13 @@ def objective(gp: FunctionalGP, kind: str, F_tr: Functionals, F_va: Functionals,
         r2, p2 = both[:F_va.count].pow(2), both[F_va.count:].pow(2).mean()
         return float(torch.log(r2 + 1e-30 * p2).mean() - torch.log(p2))
 
-    best = [math.inf, None]  # the lowest value and, for "positions", its posterior (one solve saved: calibration)
-
     def evaluate(theta: torch.Tensor) -> float:
         _set_theta(gp, theta)
         try:
             val = value()
         except RuntimeError:
             return math.inf
-        if kind == "positions" and val < best[0]:
-            best[:] = [val, gp.posterior_state()]
         return val if math.isfinite(val) else math.inf
-
-    def restore_best() -> None:
-        """Put the GP back on the posterior of the best evaluation (its hyperparameters are set by the caller)."""
-        if best[1] is not None:
-            gp.restore_posterior(best[1])
-    evaluate.restore_best = restore_best  # type: ignore[attr-defined]
     return evaluate
 
 

@@ -11,11 +11,11 @@ r"""The ``kernel=`` option of the GP Lagrangian models: which kernel, and whethe
   within :math:`2\sigma`; 0.92 without that fit, 1.06 on seed 1), and three coupled pendula (3.12, 30%: too
   narrow, not solved) -- against the RBF's four (a Toda lattice 1.68 / 2.31 at N = 2 / 4, the chain with
   position-dependent masses 2.36 / 2.35, the Henon-Heiles oscillators 0.41 / 0.52 and 0.38 / 0.49 on seeds 0 and
-  1). At n = 6 (the FPU chain, 200 trajectories) it gains more from order 4 (2.13x against 1.67x), and its fit
-  there takes 70-84 s of CPU with one thread (175 s before the search assembled each covariance's atom pairs once,
-  Session 9; budget 120 s);
-* ``"rbf"`` (or None, what model files from before the switch record): :class:`~learners.shadow.kernels.RBFKernel`
-  on :math:`(q, v)`, learned, at every ``n``;
+  1). At n = 6 (the FPU chain, 200 trajectories) it gains more from order 4 (1.88x against 1.67x; 2.13x before the
+  mass-matrix target), and its fit there takes 69-84 s of CPU with one thread (~9 s more with the calibration's
+  full solve; 175 s before the search assembled each covariance's atom pairs once, Session 9; budget 120 s);
+* ``"rbf"`` or None (None is not the default: it means the RBF, as model files from before the switch to ``"auto"``
+  record it): :class:`~learners.shadow.kernels.RBFKernel` on :math:`(q, v)`, learned, at every ``n``;
 * ``"mechanical"``: :class:`~learners.shadow.mechanical.MechanicalKernel` of the default degree, learned;
 * a :class:`~learners.shadow.mechanical.MechanicalKernel` (e.g. ``MechanicalKernel(degree=4)``): a template that
   carries the options; the model builds its own copy for the data's dimension and learns its scales (the

@@ -213,16 +213,18 @@ class FunctionalKernel(gpytorch.kernels.Kernel):
         cols = phi.new_zeros(phi.shape[0], n2).index_add(1, A2.owner, phi)
         return cols.new_zeros(n1, n2).index_add(0, A1.owner, cols * A1.coef[:, None])
 
-    def _pair_into(self, A1: AtomSet, A2: AtomSet, out: torch.Tensor) -> None:
-        """Add the covariance of the atoms ``A1`` with ``A2``, summed into functionals, to ``out`` in place."""
-        # atoms are summed into functionals by index_add on dense chunks: torch's sparse products were 3/4 of the
-        # cost of a covariance, and chunks of CHUNK_ATOMS**2 entries stay in cache (n = 6, 4,800 functionals:
-        # 25 s -> 8 s at load 9, identical entries)
+    def _pair_into(self, A1: AtomSet, A2: AtomSet, out: torch.Tensor, upper: bool = False) -> None:
+        """Add the covariance of the atoms ``A1`` with ``A2``, summed into functionals, to ``out`` in place; ``upper`` (``A1``
+        is ``A2``): row chunks against the atoms from their first on, a chunk with itself halved (symmetric_covariance)."""
+        # atoms are summed into functionals by index_add on dense chunks: torch's sparse products were 3/4 of the cost of a
+        # covariance, and chunks of CHUNK_ATOMS**2 entries stay in cache (n = 6, 4,800 functionals: 25 s -> 8 s at load 9)
         step = max(16, CHUNK_ATOMS * CHUNK_ATOMS // max(1, len(A2)))  # >= 16 rows: bounded Python overhead
         for s in range(0, len(A1), step):
-            sl = slice(s, s + step)
-            phi = self.block(A1.points[sl], A1.dirs[sl], A2.points, A2.dirs) * A2.coef  # (a, A2)
-            cols = phi.new_zeros(phi.shape[0], out.shape[1]).index_add_(1, A2.owner, phi)  # (a, n2)
+            sl, tail = slice(s, s + step), slice(s if upper else 0, None)
+            phi = self.block(A1.points[sl], A1.dirs[sl], A2.points[tail], A2.dirs[tail]) * A2.coef[tail]  # (a, A2)
+            if upper:  # the pairs within the chunk: both orders are here, each counts half
+                phi[:, : phi.shape[0]].mul_(0.5)
+            cols = phi.new_zeros(phi.shape[0], out.shape[1]).index_add_(1, A2.owner[tail], phi)  # (a, n2)
             out.index_add_(0, A1.owner[sl], cols * A1.coef[sl, None])
 
     def diagonal(self, F: Functionals, chunk: int = 512) -> torch.Tensor:

@@ -21,7 +21,7 @@ From ``n = 3`` on, stage 1 runs twice, with the trace of the mass matrix and wit
 matrix is kept only where its held-out error is lower by :data:`MATRIX_MARGIN` -- where a separate part of the
 Lagrangian collapsed under the trace. The second grid adds 30 subset solves and one full solve.
 
-With ``kernel="auto"`` (opt-in) a third candidate is scored the same way: the mechanical kernel
+With ``kernel="auto"`` (the default) a third candidate is scored the same way: the mechanical kernel
 (:mod:`learners.shadow.mechanical`) of degree :data:`MECHANICAL_DEGREE` in the velocities with the whole matrix.
 Degree 2 holds exactly the mechanical form :math:`\tfrac12 v^\top M(q)v + b(q)\cdot v - V(q)` and the matrix
 condition (with its curvature term) fixes :math:`M(x_0)` as :math:`L_{inv}` has it; the degree-4-in-:math:`v` part of
@@ -205,7 +205,6 @@ def search_positions(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions,
         mech, model.history["search_mechanical"] = _refined(model, n, mech)
         best = mech if best is None or mech[2] < best[2] else best
     lq, lv, val, _, F_all, F_norm, evaluate, model.gp, model.kernel_degree = best
-    evaluate.restore_best()  # the best point's solve: settle + calibration condition on it again at no cost
     model.history["objective"] = val
     return F_all, tied_theta(lq, lv, n) + (0 if offset is None else offset), F_norm
 
@@ -228,5 +227,4 @@ def _shifted(evaluate: Objective, offset: Optional[torch.Tensor]) -> Objective:
 
     def shifted(theta: torch.Tensor) -> float:
         return evaluate(theta + offset)
-    shifted.restore_best = evaluate.restore_best  # type: ignore[attr-defined]
     return shifted

@@ -12,17 +12,21 @@ with itself restricted to the atom pairs :math:`k \le l` in the set's order, the
 weighted :math:`\tfrac12` (so they count once, symmetrised). Each atom pair's kernel block -- the expensive
 part: a mechanical kernel's is a few dozen dense products -- is then evaluated about once instead of twice. The
 result equals the averaged full matrix to rounding (each entry is one of the two computed triangles' values
-instead of their mean; tests/test_learners_symmetric_covariance.py), so only the hyperparameter search uses it
-(:func:`~learners.shadow.hyperparameter_search.objective`, ``"positions"``); the final solve of a fit keeps the
-full assembly, whose entries earlier fits and their files were made with.
+instead of their mean; tests/test_learners_symmetric_covariance.py), not bit for bit, so only the evaluations of
+the ``"positions"`` objective use it (:func:`~learners.shadow.hyperparameter_search.objective`; n <= 2 defaults
+too where the likelihood collapses into it). Their values move at rounding amplified by the solve, which could
+only change a search's choice between points that tie to that level. Every other solve assembles the full matrix
+and is bit for bit what it was: the likelihood and held-out objectives (the n <= 2 defaults), the calibration's
+solve on the training functionals (a search's solve is not reused for it: the assembly is part of
+:class:`~learners.shadow.gp.FunctionalGP`'s solve key) and the final solve of every fit.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .functionals import AtomSet, Functionals
-from .kernels import CHUNK_ATOMS, FunctionalKernel
+from .functionals import Functionals
+from .kernels import FunctionalKernel
 
 __all__ = ["symmetric_covariance"]
 
@@ -34,20 +38,9 @@ def symmetric_covariance(kernel: FunctionalKernel, F: Functionals) -> torch.Tens
         U = torch.zeros(F.count, F.count, dtype=torch.float64, device=F.device)
         sets = [F.atoms[m] for m in sorted(F.atoms)]
         for i, A in enumerate(sets):
-            _upper_into(kernel, A, U)
+            kernel._pair_into(A, A, U, upper=True)
             for B in sets[i + 1:]:
                 kernel._pair_into(A, B, U)  # the other order is its transpose: U + U^T adds it
         U.add_(U.T.clone())
         return U.mul_(kernel.outputscale)
 
-
-def _upper_into(kernel: FunctionalKernel, A: AtomSet, out: torch.Tensor) -> None:
-    r"""Add :math:`P^{\triangle}(A)` (module docstring; outputscale 1) to ``out`` in place: row chunks of the atoms
-    against the atoms from the chunk's first on, the chunk's square with itself halved."""
-    step = max(16, CHUNK_ATOMS * CHUNK_ATOMS // max(1, len(A)))  # the chunks of FunctionalKernel._pair_into
-    for s in range(0, len(A), step):
-        sl, tail = slice(s, s + step), slice(s, None)
-        phi = kernel.block(A.points[sl], A.dirs[sl], A.points[tail], A.dirs[tail]) * A.coef[tail]  # (a, len - s)
-        phi[:, : phi.shape[0]].mul_(0.5)  # the pairs within the chunk: both orders are here, each counts half
-        cols = phi.new_zeros(phi.shape[0], out.shape[1]).index_add_(1, A.owner[tail], phi)
-        out.index_add_(0, A.owner[sl], cols * A.coef[sl, None])
