@@ -166,16 +166,6 @@ class FunctionalGP(gpytorch.Module):
             return None
         return id(F), bool(symmetric), tuple(tuple(p.detach().reshape(-1).tolist()) for p in params)
 
-    def posterior_state(self) -> tuple:
-        """The conditioned posterior, for :meth:`restore_posterior` (a caller that wants an earlier solve back)."""
-        return (self.train_functionals, self._chol, self._beta, self.info, self._mean_atoms, self._mean_fn, self._conditioned)
-
-    def restore_posterior(self, state: tuple) -> None:
-        """Go back to a posterior saved by :meth:`posterior_state`; its hyperparameters must be set again by the
-        caller (:meth:`condition` with them and the same functionals then reuses the solve)."""
-        (self.train_functionals, self._chol, self._beta, self.info, self._mean_atoms, self._mean_fn,
-         self._conditioned) = state
-
     def _require(self) -> None:
         if self._beta is None:
             raise BeaRuntimeError("condition the GP on data first (fit)")
