@@ -171,9 +171,15 @@ def test_only_the_premise_is_moved():
     assert matrix_conditions(MassNormalisation(matrix=True, curvature=0.01).functionals(1, x0[:2])) is None
     owners, i, j, _ = matrix_conditions(MassNormalisation(matrix=True, curvature=0.01).functionals(3, x0))
     assert owners.tolist() == [4, 5, 6, 7, 8, 9] and i.tolist() == [0, 0, 0, 1, 1, 2] and j.tolist() == [0, 1, 2, 1, 2, 2]
+    premise = dict(normalisation=MassNormalisation(matrix=True), scheme="midpoint")
     for kernel, applies in ((MechanicalKernel(2), True), (MechanicalKernel(3), False), (MechanicalKernel(8), False)):
-        assert mass_target._applies(SimpleNamespace(gp=FunctionalKernel(kernel))) is applies
-    assert not mass_target._applies(SimpleNamespace(gp=torch.nn.Module()))
+        assert mass_target._applies(SimpleNamespace(gp=FunctionalKernel(kernel), **premise)) is applies
+    assert not mass_target._applies(SimpleNamespace(gp=torch.nn.Module(), **premise))
+    for other in (dict(normalisation=MassNormalisation(matrix=False)), dict(normalisation=MassNormalisation(curvature=0.01)),
+                  dict(scheme=bea.Composition(["1/2", "1/2"]))):  # the trace, a user's curvature, a stage scheme
+        assert not mass_target._applies(SimpleNamespace(gp=FunctionalKernel(MechanicalKernel(2)), **{**premise, **other}))
+    chosen = {**premise, "normalisation": MassNormalisation()}  # matrix=None: the fit's choice, its curvature the scheme's
+    assert mass_target._applies(SimpleNamespace(gp=FunctionalKernel(MechanicalKernel(2)), **chosen))
     m = _fit(MassNormalisation(matrix=True), kernel="mechanical", trajectories=6)  # degree 8, the whole matrix
     assert "mass_target" not in m.history
     assert torch.equal(m.gp.train_functionals.targets[-m._norm_count:], _linear_targets(m))

@@ -57,7 +57,7 @@ from .retry import solve_with_retry
 from .guards import RUNAWAY_FACTOR, ExtrapolationError, ExtrapolationWarning, check_prediction, report_extrapolation, runaway
 from .functionals import Functionals, del_residual_functionals, snapshot_functionals, triples_from_snapshots
 from .mass_target import correct_matrix_target
-from .normalisation import MassNormalisation, in_standard_units
+from .normalisation import in_standard_units
 from .position_objective import position_objective
 from .principal import fit_with_candidate
 from .step_resolution import check_step_resolution
@@ -189,8 +189,6 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         Sd = self._to_standard(S)
         self._step = standard_step(Sd) if self._learns_time_unit else None  # h', measured in these coordinates
         h, norm = self._h_std, in_standard_units(self.normalisation, self._standard_state, self._h_std, self.scheme)
-        given = self.normalisation  # its curvature term set here from the scheme and step (inverse_curvature), not given
-        self._scheme_curvature = isinstance(given, MassNormalisation) and given.matrix is not False and given.curvature is None
         self._standard_snapshots = Sd  # for the "positions" objective while learning
         try:
             if isinstance(self.scheme, bea.StageScheme):  # DEL conditions linearised and iterated (stage_lsi)
@@ -202,14 +200,13 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         self.snapshots, self._recovered, self._jet, self._data_level = S, {}, None, None
 
     def _correct_targets(self, F_norm: Functionals) -> None:
-        """The whole-matrix targets moved to the recovered L's matrix (:mod:`~learners.shadow.mass_target`), where the
-        curvature term is the scheme's (:func:`~learners.shadow.normalisation.inverse_curvature`; one the user gave is
-        used as given) and the scheme is linear: a stage scheme's fit (:func:`~learners.shadow.stage_lsi.fit_stages`)
-        conditions again on the normalisation at each iteration, so its targets stay linear throughout."""
-        if getattr(self, "_scheme_curvature", False) and not isinstance(self.scheme, bea.StageScheme):
-            moved = correct_matrix_target(self, F_norm)
-            if moved is not None:
-                self.history["mass_target"] = moved
+        """The whole-matrix targets moved to the recovered L's matrix (:mod:`~learners.shadow.mass_target`), where its
+        premise holds (:func:`~learners.shadow.mass_target.correct_matrix_target`: the curvature term the scheme's, one
+        the user gave used as given; a linear scheme, as a stage scheme's fit conditions again on the normalisation at
+        each iteration, so its targets stay linear throughout)."""
+        moved = correct_matrix_target(self, F_norm)
+        if moved is not None:
+            self.history["mass_target"] = moved
 
     def _position_objective(self, trajectories: torch.Tensor):
         check_stage_objective("positions", self.scheme)

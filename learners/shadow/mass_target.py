@@ -36,7 +36,8 @@ It applies (the premise of the linearisation) only where
   :math:`L` itself, whose matrix the linear condition without a curvature term states exactly), with a linear
   scheme (a stage scheme's fit re-conditions on the normalisation at every iteration, :mod:`~learners.shadow.stage_lsi`:
   not moved), and the curvature term :math:`\kappa` is the one the fit set from its scheme and step
-  (:func:`~learners.shadow.normalisation.inverse_curvature`); a curvature the user gave is used as given;
+  (:func:`~learners.shadow.normalisation.inverse_curvature`: a :class:`~learners.shadow.normalisation.MassNormalisation`
+  whose ``matrix`` is not False and whose ``curvature`` the user left None); a curvature the user gave is used as given;
 * the kernel is the mechanical one of degree 2 (:mod:`learners.shadow.mechanical`: :math:`\bar L` a quadratic in
   :math:`v`, so no velocity derivative of order 3 or 4 enters :math:`G` and :math:`G - F` is the :math:`O(h^4)` above).
   With a higher degree or an RBF, :math:`\bar L`'s own third and fourth velocity derivatives enter :math:`G` at
@@ -56,10 +57,12 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
+import bea
 from integrators import modified
 
 from .functionals import Functionals
 from .mechanical import MechanicalKernel
+from .normalisation import MassNormalisation
 from .units import VELOCITY_RMS
 
 __all__ = ["MOD_ORDER", "STEPS", "MOVE_BOUND", "matrix_conditions", "target_correction", "move_scale",
@@ -140,7 +143,14 @@ def move_scale(model, F_norm: Functionals) -> float:
 
 
 def _applies(model) -> bool:
-    """The premise's kernel: the mechanical kernel of degree 2 (module docstring)."""
+    """The premise (module docstring): a linear scheme, the whole matrix with the curvature term the fit set from the
+    scheme (the user's normalisation a MassNormalisation, ``matrix`` not False, ``curvature`` None: the same for a
+    fit that adopted the principal-direction candidate, whose normalisation only sets ``matrix=True``), and the
+    mechanical kernel of degree 2."""
+    norm = model.normalisation
+    if isinstance(model.scheme, bea.StageScheme) or not (
+            isinstance(norm, MassNormalisation) and norm.matrix is not False and norm.curvature is None):
+        return False
     kernels = [k for k in model.gp.modules() if isinstance(k, MechanicalKernel)]
     return bool(kernels) and all(k.degree == 2 for k in kernels)
 
@@ -148,7 +158,7 @@ def _applies(model) -> bool:
 def correct_matrix_target(model, F_norm: Functionals) -> Optional[Dict[str, object]]:
     """Re-solve ``model``'s final GP (conditioned on its data and then ``F_norm``, last) with the matrix conditions'
     targets moved by :func:`target_correction`, :data:`STEPS` times. Returns None where nothing applies (no matrix
-    conditions with the curvature term, or not the mechanical kernel of degree 2), else a record for ``history``:
+    conditions with the curvature term, or not the premise of :func:`_applies`), else a record for ``history``:
     ``moves`` (the traceless part's largest entry relative to the target ``c`` before each move), ``remaining`` (after
     the last), ``bound`` (:data:`MOVE_BOUND` times :func:`move_scale`) and, where the targets were left linear,
     ``skipped`` (why: the first move above the bound, or a non-finite part -- the fit's own check reports that)."""
