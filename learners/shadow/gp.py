@@ -84,6 +84,7 @@ class FunctionalGP(gpytorch.Module):
         self._mean_atoms: Optional[Dict[int, AtomSet]] = None
         self._mean_fn: Optional[AtomExpansion] = None
         self._conditioned = None  # the key (_key) of the current posterior: the same solve is not repeated
+        self._factor_symmetric = False  # the assembly asked of the stored factor (factor's ``symmetric``), for retarget
         #: multiplies posterior (co)variances: equivalent to scaling sigma_f^2 and sigma_n^2 together,
         #: which leaves the posterior mean unchanged (set by calibration on held-out data)
         self.variance_scale: float = 1.0
@@ -136,12 +137,7 @@ class FunctionalGP(gpytorch.Module):
         key = self._key(F, symmetric) if targets is None else None
         if key is not None and F is self.train_functionals and key == self._conditioned:  # the same solve, again
             return self
-        R, info = self.factor(F, symmetric)
-        beta = torch.cholesky_solve(y[:, None].to(R.dtype), R)[:, 0]
-        self.train_functionals, self._chol, self._beta, self.info = F, R, beta, info
-        self._mean_atoms = _merge_atoms(F, beta)
-        self._mean_fn = AtomExpansion(self.kernel, self._mean_atoms, differentiable=beta.requires_grad)
-        self._conditioned = key
+        self._set_posterior(F, y, *self.factor(F, symmetric), bool(symmetric), key)
         return self
 
     def retarget(self, targets: torch.Tensor) -> "FunctionalGP":
@@ -150,12 +146,20 @@ class FunctionalGP(gpytorch.Module):
         self._require()
         F = self.train_functionals
         F = Functionals(F.dim, F.count, F.atoms, targets.to(torch.float64))
-        beta = torch.cholesky_solve(F.targets[:, None].to(self._chol.dtype), self._chol)[:, 0]
-        self.train_functionals, self._beta = F, beta
+        self._set_posterior(F, F.targets, self._chol, self.info, self._factor_symmetric, self._key(F, self._factor_symmetric))
+        return self
+
+    def _set_posterior(self, F: Functionals, y: torch.Tensor, R: torch.Tensor, info: ConditioningInfo, symmetric: bool,
+                       key) -> None:
+        r"""The posterior given the values ``y`` of the functionals ``F`` and the factor :math:`R` of their covariance
+        (:meth:`factor`, with its ``info``): :math:`\beta = (RR^\top)^{-1}y` and the mean's atoms; ``symmetric`` (the
+        factor's assembly) and ``key`` (:meth:`_key`, None where nothing may be reused) are kept for the next
+        :meth:`condition` or :meth:`retarget`. Nothing is stored before the solve succeeded."""
+        beta = torch.cholesky_solve(y[:, None].to(R.dtype), R)[:, 0]
+        self.train_functionals, self._chol, self._beta, self.info, self._factor_symmetric = F, R, beta, info, symmetric
         self._mean_atoms = _merge_atoms(F, beta)
         self._mean_fn = AtomExpansion(self.kernel, self._mean_atoms, differentiable=beta.requires_grad)
-        self._conditioned = self._key(F, self._conditioned is not None and self._conditioned[1])  # the factor's assembly
-        return self
+        self._conditioned = key
 
     def _key(self, F: Functionals, symmetric: bool = False):
         r"""What a posterior without gradients depends on: the functionals ``F`` (the object, never changed in
