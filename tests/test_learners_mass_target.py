@@ -150,9 +150,9 @@ def test_a_non_finite_or_oversized_first_move_leaves_the_linear_targets(moved, m
     monkeypatch.setattr(mass_target, "MOVE_BOUND", 10.0)
     real, calls = mass_target.target_correction, []
 
-    def nan_second(model, F_norm):
+    def nan_second(model, F_norm, *known):
         calls.append(1)
-        R = real(model, F_norm)
+        R = real(model, F_norm, *known)
         return R if len(calls) == 1 else R * math.nan
 
     monkeypatch.setattr(mass_target, "target_correction", nan_second)

@@ -106,17 +106,17 @@ def matrix_conditions(F_norm: Functionals) -> Optional[Tuple[torch.Tensor, torch
     return owners, torch.minimum(i, j), torch.maximum(i, j), A.points[vv][0]
 
 
-def target_correction(model, F_norm: Functionals) -> Optional[torch.Tensor]:
+def target_correction(model, F_norm: Functionals, found: Optional[tuple] = None, rec=None) -> Optional[torch.Tensor]:
     r"""The traceless part of :math:`G(\bar L) = \partial_v^2\,\mathrm{mod}_N(\bar L)(x_0)` (n, n) for ``model``'s
     conditioned GP (standardised coordinates, step :math:`h'`), or None where ``F_norm`` has no matrix conditions with
     a curvature term. Where the linear targets hold exactly, :math:`F(\bar L) = c\,I` and this is :math:`r`'s
-    traceless part (module docstring)."""
-    found = matrix_conditions(F_norm)
+    traceless part (module docstring). ``found`` (:func:`matrix_conditions` of ``F_norm``) and ``rec``
+    (:func:`_recovered`) where the caller has them: neither depends on the targets, so a re-solve's loop makes them once."""
+    found = matrix_conditions(F_norm) if found is None else found
     if found is None:
         return None
-    _, _, _, x0 = found
-    n = F_norm.dim // 2
-    rec = modified.recovered_lagrangian(model._lagrangian_std, MOD_ORDER, model._h_std, model.scheme)
+    x0, n = found[3], F_norm.dim // 2
+    rec = _recovered(model) if rec is None else rec
     q0, v0 = x0[:n].detach()[None], x0[n:].detach()
     with torch.enable_grad():
         G = torch.autograd.functional.hessian(lambda v: rec(q0, v[None]).sum(), v0)
@@ -124,17 +124,24 @@ def target_correction(model, F_norm: Functionals) -> Optional[torch.Tensor]:
     return G - torch.trace(G) / n * torch.eye(n, dtype=torch.float64, device=G.device)
 
 
-def move_scale(model, F_norm: Functionals) -> float:
+def _recovered(model):
+    r""":math:`\mathrm{mod}_N(\bar L)` (:data:`MOD_ORDER`) of ``model``'s posterior mean in its standardised units: it
+    evaluates the GP's current posterior at each call, so one serves every re-solve."""
+    return modified.recovered_lagrangian(model._lagrangian_std, MOD_ORDER, model._h_std, model.scheme)
+
+
+def move_scale(model, F_norm: Functionals, found: Optional[tuple] = None, c: Optional[float] = None) -> float:
     r""":math:`\kappa'^2\Lambda^2`, the size of the :math:`O(h'^4)` miss the move stands for (relative to ``c``):
     :math:`\kappa'` the conditions' curvature term, :math:`\Lambda` the curvature scale, the largest of
     :math:`|\partial_q^2\bar L(x_0)|/c` (the squared frequencies :math:`M^{-1}V''` of the fit) and :math:`(1/2)^2`
     (:data:`~learners.shadow.units.VELOCITY_RMS` over the unit position spread: a motion's squared frequency in the
     standardised units, where :math:`V''` vanishes at the point). The leading term of the module docstring's miss,
-    :math:`\tfrac{h^4}{288}\,2V''M^{-1}V'' = \kappa^2\,V''M^{-1}V''`, is this with coefficient 1."""
-    owners, i, j, x0 = matrix_conditions(F_norm)
+    :math:`\tfrac{h^4}{288}\,2V''M^{-1}V'' = \kappa^2\,V''M^{-1}V''`, is this with coefficient 1. ``found``
+    (:func:`matrix_conditions` of ``F_norm``) and ``c`` (the mean target's size on the diagonal) where the caller has them."""
+    owners, i, j, x0 = matrix_conditions(F_norm) if found is None else found
     A, n = F_norm.atoms[2], F_norm.dim // 2
     kappa = float(-A.coef[A.dirs[:, :, n:].abs().sum((1, 2)) == 0][0])
-    c = float(F_norm.targets[owners][i == j].abs().mean())
+    c = float(F_norm.targets[owners][i == j].abs().mean()) if c is None else c
     q0, v0 = x0[:n].detach(), x0[n:].detach()[None]
     with torch.enable_grad():
         Hq = torch.autograd.functional.hessian(lambda q: model._lagrangian_std(q[None], v0).sum(), q0)
@@ -170,10 +177,11 @@ def correct_matrix_target(model, F_norm: Functionals) -> Optional[Dict[str, obje
     base = gp.train_functionals.count - F_norm.count
     y0 = gp.train_functionals.targets.clone()
     c = float(y0[base + owners][i == j].abs().mean())
+    rec = _recovered(model)
     moves = []
-    record: Dict[str, object] = {"moves": moves, "bound": MOVE_BOUND * move_scale(model, F_norm)}
+    record: Dict[str, object] = {"moves": moves, "bound": MOVE_BOUND * move_scale(model, F_norm, found, c)}
     for step in range(STEPS + 1):
-        R = target_correction(model, F_norm)
+        R = target_correction(model, F_norm, found, rec)
         size = float(R.abs().max()) / c
         if not math.isfinite(size):
             break
