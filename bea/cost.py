@@ -81,9 +81,15 @@ _STAGE_LAGRANGIANS = {
     "triple_jump": {2: 0.14, 4: 0.19, 6: 5.39},
     "galerkin3": {2: 0.24, 4: 0.30, 6: 3.14, 8: 391.67},  # h^8: session 9, 3.27 GB (RESULTS_derive.md)
 }
-_STAGE_FREE: Dict[Tuple[str, str], Dict[int, float]] = {
-    (name, kind): table for name, table in _STAGE_LAGRANGIANS.items() for kind in _LAGRANGIAN_KINDS
-}
+
+
+def _per_lagrangian_kind(tables: Dict[str, Dict[int, float]]) -> Dict[Tuple[str, str], Dict[int, float]]:
+    """``{(scheme, kind): table}`` for every kind of :data:`_LAGRANGIAN_KINDS`: one measurement (both Lagrangians in
+    one process) bounds each of them."""
+    return {(name, kind): table for name, table in tables.items() for kind in _LAGRANGIAN_KINDS}
+
+
+_STAGE_FREE: Dict[Tuple[str, str], Dict[int, float]] = _per_lagrangian_kind(_STAGE_LAGRANGIANS)
 # the modified equation: CPU seconds of bea.modified_equation(scheme, order, cache=False, allow_slow=True) (table 1c,
 # ``--stage-free-equation-max 6``; its memory in _STAGE_MEMORY_GB). galerkin3 at h^8 (session 9) was stopped by a 6 GB
 # address-space limit after 440 CPU s at 5.6 GB resident, in the Euler-Lagrange step on its modified Lagrangian's
@@ -105,10 +111,8 @@ _STAGE_STOPPED = {
 #: (scheme, kind) -> order -> GB resident at the end of a finished cold derivation (peak ``ru_maxrss``, table 1c, the
 #: interpreter's 0.3 GB of imports included; the Lagrangian kinds: the modified *plus* the inverse modified Lagrangian
 #: in one process, as their CPU table); orders not listed were not measured
-_STAGE_MEMORY_GB: Dict[Tuple[str, str], Dict[int, float]] = {
-    (name, kind): table for name, table in {"galerkin2": {6: 0.43}, "triple_jump": {6: 0.45},
-                                            "galerkin3": {6: 0.35, 8: 3.27}}.items() for kind in _LAGRANGIAN_KINDS
-}
+_STAGE_MEMORY_GB: Dict[Tuple[str, str], Dict[int, float]] = _per_lagrangian_kind(
+    {"galerkin2": {6: 0.43}, "triple_jump": {6: 0.45}, "galerkin3": {6: 0.35, 8: 3.27}})
 _STAGE_MEMORY_GB.update({
     ("galerkin2", "modified_equation"): {4: 0.40, 6: 0.97},
     ("galerkin3", "modified_equation"): {4: 0.31, 6: 0.92},
