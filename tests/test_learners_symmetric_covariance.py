@@ -4,6 +4,7 @@ full, averaged assembly of FunctionalKernel.forward to rounding, for the RBF and
 import pytest
 import torch
 
+from bea.errors import BeaValueError
 from learners import FunctionalKernel, RBFKernel
 from learners.shadow.functionals import (Functionals, del_residual_functionals, gradient_evaluations, point_evaluations,
                                          triples_from_snapshots)
@@ -84,3 +85,16 @@ def test_a_search_solve_is_not_the_full_solve():
         assert not torch.equal(full, sym)
         assert torch.equal(full, fresh.condition(F)._beta)
         assert gp.condition(F)._beta is full
+
+
+def test_the_symmetric_assembly_refuses_two_families_or_gradients():
+    """forward(F1, F2, symmetric=True) adds only F1's atom pairs m <= m' and U + U^T: with F2 another family, or with
+    gradients in the hyperparameters (the in-place assembly has none), it would be a wrong matrix, so it is an error."""
+    FK = FunctionalKernel(_rbf()).to(torch.float64)
+    F, G = _functionals(4, 4), _functionals(5, 4)  # the same sizes and orders: only the atoms differ
+    with torch.no_grad():
+        with pytest.raises(BeaValueError):
+            FK.forward(F, G, symmetric=True)
+        assert torch.equal(FK.forward(F, F, symmetric=True), symmetric_covariance(FK, F))
+    with pytest.raises(BeaValueError):
+        FK.forward(F, F, symmetric=True)  # the lengthscale and outputscale require grad

@@ -102,8 +102,7 @@ class RBFKernel(SmoothKernel):
 
     def derivative_block(self, X, U, Y, V) -> torch.Tensor:
         ls = self.lengthscale.reshape(-1)
-        Xs, Ys = X / ls, Y / ls
-        Us, Vs = U / ls, V / ls
+        Xs, Ys, Us, Vs = X / ls, Y / ls, U / ls, V / ls
         # r = x - y; Q0 = |r|^2 / 2, expanded so that everything is a smooth polynomial (no clamp)
         sq = 0.5 * ((Xs * Xs).sum(-1)[:, None] + (Ys * Ys).sum(-1)[None, :]) - Xs @ Ys.T
         base = torch.exp(-sq)
@@ -117,9 +116,7 @@ class RBFKernel(SmoothKernel):
         for r in range(b):
             first.append(-((Xs @ Vs[:, r].T) - (Vs[:, r] * Ys).sum(-1)[None, :]))
         m = a + b
-
         second = quadratic_pairs(Us, Vs, a)
-
         poly = _partition_sum(list(range(m)), [-f for f in first], lambda i, j: -second(i, j))
         return base * poly
 
@@ -160,13 +157,13 @@ class FunctionalKernel(gpytorch.kernels.Kernel):
     ``forward(F1, F2)`` takes :class:`~learners.shadow.functionals.Functionals` (not tensors: call it
     directly, not through ``__call__``) and returns the dense (F1.count, F2.count) matrix. The
     outputscale :math:`\sigma_f^2` is a GPyTorch parameter with a positivity constraint.
-    ``closed_form=False`` forces the generic autograd path.
+    ``closed_form=False`` forces the generic autograd path. ``forward(F, F, symmetric=True)`` (no gradients): each
+    atom pair once (:mod:`~learners.shadow.symmetric_covariance`).
     """
 
     def __init__(self, base_kernel: Optional[SmoothKernel] = None, closed_form: bool = True, **kwargs):
         super().__init__(**kwargs)
-        if base_kernel is None:
-            base_kernel = RBFKernel()
+        base_kernel = RBFKernel() if base_kernel is None else base_kernel
         if not isinstance(base_kernel, SmoothKernel):
             raise BeaTypeError("base_kernel must be a learners.shadow.kernels.SmoothKernel (with a smooth pairwise form), "
                             f"got {type(base_kernel).__name__}")
@@ -190,7 +187,8 @@ class FunctionalKernel(gpytorch.kernels.Kernel):
             return self.base_kernel.derivative_block(X, U, Y, V)
         return _autograd_block(self.base_kernel, X, U, Y, V)
 
-    def forward(self, F1: Functionals, F2: Functionals, diag: bool = False, **params) -> torch.Tensor:  # type: ignore[override]
+    def forward(self, F1: Functionals, F2: Functionals, diag: bool = False, symmetric: bool = False,
+                **params) -> torch.Tensor:  # type: ignore[override]
         if not isinstance(F1, Functionals) or not isinstance(F2, Functionals):
             raise BeaTypeError("FunctionalKernel.forward takes two learners.shadow.functionals.Functionals")
         if F1.dim != F2.dim:
@@ -198,12 +196,15 @@ class FunctionalKernel(gpytorch.kernels.Kernel):
         if diag:
             return self.diagonal(F1)
         need_grad = torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
+        if symmetric and (F2 is not F1 or need_grad):
+            raise BeaValueError("symmetric=True assembles Theta(F, F), forward(F, F), without gradients (torch.no_grad())")
         if not need_grad:  # every atom pair adds into one matrix: no (F1, F2) temporary per pair (n = 6: 9 of them)
             out = torch.zeros(F1.count, F2.count, dtype=torch.float64, device=F1.device)
-            for A1 in F1.atoms.values():
-                for A2 in F2.atoms.values():
-                    self._pair_into(A1, A2, out)
-            return out.mul_(self.outputscale)
+            sets = [F1.atoms[m] for m in sorted(F1.atoms)] if symmetric else list(F1.atoms.values())
+            for i, A1 in enumerate(sets):  # symmetric: the pairs of orders m <= m' (U of symmetric_covariance)
+                for k, A2 in enumerate(sets[i:] if symmetric else F2.atoms.values()):
+                    self._pair_into(A1, A2, out, upper=symmetric and k == 0)
+            return (out.add_(out.T.clone()) if symmetric else out).mul_(self.outputscale)  # symmetric: U + U^T
         parts = [self._pair(A1, A2, F1.count, F2.count) for A1 in F1.atoms.values() for A2 in F2.atoms.values()]
         return self.outputscale * sum(parts, torch.zeros(F1.count, F2.count, dtype=torch.float64, device=F1.device))
 

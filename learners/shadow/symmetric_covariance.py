@@ -33,14 +33,7 @@ __all__ = ["symmetric_covariance"]
 
 def symmetric_covariance(kernel: FunctionalKernel, F: Functionals) -> torch.Tensor:
     r""":math:`\Theta(F, F)` (module docstring), exactly symmetric, without gradients in the hyperparameters (a
-    search's evaluations need none; :meth:`FunctionalKernel.forward` is the path with them)."""
+    search's evaluations need none; :meth:`FunctionalKernel.forward` is the path with them): that method's own
+    assembly with ``symmetric=True``, under ``torch.no_grad()``."""
     with torch.no_grad():
-        U = torch.zeros(F.count, F.count, dtype=torch.float64, device=F.device)
-        sets = [F.atoms[m] for m in sorted(F.atoms)]
-        for i, A in enumerate(sets):
-            kernel._pair_into(A, A, U, upper=True)
-            for B in sets[i + 1:]:
-                kernel._pair_into(A, B, U)  # the other order is its transpose: U + U^T adds it
-        U.add_(U.T.clone())
-        return U.mul_(kernel.outputscale)
-
+        return kernel.forward(F, F, symmetric=True)
