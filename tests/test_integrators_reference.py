@@ -194,7 +194,8 @@ def test_taylor_energy_check_and_singular_mass():
 @pytest.mark.slow
 def test_taylor_reference_stops_at_a_collision():
     """L = v^2/2 + 1/q from q = 1 at rest collides with q = 0 at t = pi/2^(3/2) ~ 1.11; the Taylor series steps over
-    the pole and returned q(1.5) = -3.2e11 silently before; the energy check names t = 1.5 (drift 3.5e23). 15 s."""
+    the pole and returned q(1.5) = -3.2e11 silently before; the energy check names t = 1.5 (drift 3.5e23). 15 s alone,
+    76 s wall at load ~5 (the series creeps up to the pole)."""
     from integrators import ReferenceFlowError
 
     q, v = sympy.symbols("q v")
