@@ -291,7 +291,8 @@ def test_truncated_series_orders_galerkin3(system, study):
     both studies; Henon-Heiles' smallest error 1.46e-9), so neither is of the size of what is
     measured. Henon-Heiles over h = 2/3, 1/2, 2/5: 7.86 (modified), 7.86 (inverse); local slopes 7.87, 7.84 and,
     adding h = 1/3, 7.85: flat, the asymptotic regime; 31 s (modified) and 52 s (inverse) wall, 2 cores shared with
-    a derivation running beside. The FPU chain of 2 masses: both pass (109 s modified, 173 s inverse, wall at load ~5)."""
+    a derivation running beside. The FPU chain of 2 masses: both pass (109 s modified, 173 s inverse, wall at load ~5).
+    With the DOP853 guard (stage26b): 34 s, 66 s (Henon-Heiles), 223 s, 153 s (fpu2), wall at load ~5."""
     hs, HH = [2 / 3, 0.5, 0.4], SERIES_SYSTEMS[system]
     flow = HH if study == "inverse" else C.series_lagrangian(HH, "galerkin3", 6).bind(h=hs[-1])
     ts = [hs[-1] * k for k in range(6)]
