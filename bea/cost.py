@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from typing import Dict, List, Optional, Tuple
 
+from .derive import KINDS
 from .errors import BeaValueError
 
 #: a cold derivation expected to take longer than this (or not measured to finish in 10 minutes) is refused
@@ -207,10 +208,12 @@ def _free_stage_estimate(scheme, kind: str, order: int) -> Optional[Tuple[Option
     return seconds, basis
 
 
-def memory_estimate(kind: str, order: int, n: Optional[int], scheme="midpoint") -> Optional[float]:
-    """GB resident that a cold derivation of ``kind`` to ``h^order`` was measured to need: only stage schemes on the
-    dimension-free engine are measured (a user scheme: the most of the built-ins it is estimated by); ``None``
-    where not measured."""
+def memory_estimate(kind: str, order: int, *, n: Optional[int], scheme="midpoint") -> Optional[float]:
+    """GB resident that a cold derivation of ``kind`` (one of :data:`bea.derive.KINDS`, else :class:`BeaValueError`)
+    to ``h^order`` was measured to need: only stage schemes on the dimension-free engine are measured (a user scheme:
+    the most of the built-ins it is estimated by); ``None`` where not measured."""
+    if kind not in KINDS:  # an unknown kind would read as "not measured" and pass the memory guard
+        raise BeaValueError(f"unknown derivation kind {kind!r}; one of {KINDS}")
     found = None if n is not None else _stage_refs(scheme)
     if found is None:
         return None
@@ -273,7 +276,7 @@ def check_affordable(kind: str, order: int, n: Optional[int], allow_slow: bool, 
 
         raise BeaTypeError(f"allow_slow must be True or False, got {type(allow_slow).__name__}")
     seconds, basis = estimate(kind, order, n, scheme)
-    gb = memory_estimate(kind, order, n, scheme)
+    gb = memory_estimate(kind, order, n=n, scheme=scheme)
     if allow_slow or (seconds is not None and seconds <= LIMIT_SECONDS and (gb is None or gb <= LIMIT_MEMORY_GB)):
         return
     span = "for every n (dimension-free)" if n is None else f"for n = {n}"

@@ -20,6 +20,7 @@ can exceed the tolerance by up to about the square root of the batch size; pass
 ``method="taylor"`` integrates a symbolic Lagrangian instead with mpmath's Taylor series method in at least 30
 significant digits (:mod:`integrators.taylor`): seconds per trajectory, and an error far below DOP853's, to measure
 DOP853's own (on Henon-Heiles and the double pendulum, ``T = 2``, the defaults are within 1.6e-13 of it).
+Rational constants of the Lagrangian carry the full precision.
 
 For a Lagrangian that is expensive to differentiate (a :mod:`bea` series of a torch Lagrangian), the
 Chebyshev collocation of :func:`integrators.collocation.collocation_flow` needs far fewer evaluations.
@@ -40,6 +41,7 @@ import bea
 
 from bea.errors import BeaTypeError, BeaValueError
 from ._checks import as_float64, check_states
+from .flow_errors import ReferenceFlowError
 from .symbolic import SymbolicLagrangian, check_expression
 from .taylor import taylor_integrate
 from .trajectory import Trajectory
@@ -47,11 +49,8 @@ from .trajectory import Trajectory
 __all__ = ["reference_flow", "acceleration_function", "ReferenceFlowError"]
 
 
-class ReferenceFlowError(BeaValueError):
-    """The reference integration failed (a singularity or a collision on the way, a step size below
-    rounding, non-finite values); the message gives SciPy's reason and the time reached."""
-
 _SCIPY_METHODS = ("RK23", "RK45", "DOP853", "Radau", "BDF", "LSODA")
+_TAYLOR_MIN_TOL = 1e-190
 Acceleration = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
@@ -83,6 +82,13 @@ def acceleration_function(lagrangian, q: Optional[Sequence] = None, v: Optional[
     return A, None
 
 
+def _check_symbols(lagrangian, q, v) -> None:
+    """``q=``/``v=`` name a SymPy expression's symbols; a System or SymbolicLagrangian carries its own."""
+    if isinstance(lagrangian, SymbolicLagrangian) and (q is not None or v is not None):
+        raise BeaValueError(f"q= and v= are only for a SymPy expression: the {type(lagrangian).__name__} {lagrangian.name} "
+                            "carries its own symbols (drop q= and v=)")
+
+
 def _symbolic(lagrangian, q, v) -> SymbolicLagrangian:
     if isinstance(lagrangian, SymbolicLagrangian):
         return lagrangian
@@ -109,7 +115,8 @@ def reference_flow(lagrangian, q0, qdot0, times, *, q: Optional[Sequence] = None
     non-finite values.
 
     ``method``: a SciPy ``solve_ivp`` method, or ``"taylor"`` (symbolic Lagrangians only): mpmath's Taylor series
-    method in ``max(30, 10 - log10(min(rtol, atol)))`` digits, one trajectory at a time (:mod:`integrators.taylor`).
+    method in ``max(30, 10 - log10(min(rtol, atol)))`` digits (so ``rtol, atol >= 1e-190``), one trajectory at a
+    time, each output state checked against the initial energy (:mod:`integrators.taylor`).
     """
     q0, qdot0 = check_states(q0, qdot0, names=("q0", "qdot0"))
     ts = np.asarray(as_float64(times, "times").cpu().numpy(), dtype=np.float64)
@@ -127,6 +134,11 @@ def reference_flow(lagrangian, q0, qdot0, times, *, q: Optional[Sequence] = None
             raise BeaValueError(f"{name} must be positive, got {tol}")
     if isinstance(method, str) and method != "taylor" and method not in _SCIPY_METHODS:
         raise BeaValueError(f"method must be 'taylor' or one of SciPy's {_SCIPY_METHODS}, got {method!r}")
+    _check_symbols(lagrangian, q, v)
+    if method == "taylor":
+        for name, tol in (("rtol", rtol), ("atol", atol)):
+            if tol < _TAYLOR_MIN_TOL:  # digits = 10 - log10(tol) must stay within taylor_integrate's 200
+                raise BeaValueError(f"method='taylor' works in at most 200 digits: {name} must be >= {_TAYLOR_MIN_TOL:g}, got {tol!r}")
     if method == "taylor":
         sl = _symbolic(lagrangian, q, v)
         A, n_sym = None, sl.n

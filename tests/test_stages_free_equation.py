@@ -120,3 +120,18 @@ def test_a_public_result_keeps_only_its_own_trees(kind):
     assert used == set(range(len(lean.forest.trees))) and len(used) > 30
     assert len(full.forest.trees) > 2 * len(used), (len(full.forest.trees), len(used))  # equation: 3412 against 1343
     assert lean.symmetric is full.symmetric is True
+
+
+def test_shared_helpers_of_the_two_equation_routes():
+    """bea.free.euler_lagrange's helpers, used by FreeDerivation and by the lean route (bea.free.release): galerkin2's
+    modified Lagrangian has its first correction at h^4 (= 2s; none to h^3), so the Euler-Lagrange route holds to h^7;
+    acceleration(forest) is the one vector tree A, FreeDerivation's F_0; release() leaves the derivation empty."""
+    from bea.free.euler_lagrange import acceleration, first_correction
+
+    d = FreeDerivation(bea.get_scheme("galerkin2"))
+    lmod = d.modified_lagrangian(4)
+    assert first_correction(lmod, 4) == 4 and first_correction(lmod, 3) is None
+    F0 = acceleration(d.forest)
+    assert F0.c[0] == d._acceleration().c[0] and len(F0.c[0]) == 1 and d.is_stage_scheme
+    d.release()
+    assert not vars(d)

@@ -256,7 +256,7 @@ def test_cost_guard_per_scheme():
     for sch, order in ((TJ, 8), (G3, 10)):
         assert cost.estimate("modified_lagrangian", order, None, sch)[0] is None
     assert cost.estimate("modified_lagrangian", 8, None, G3) == (391.67, "measured")  # within the hour, and since
-    assert cost.memory_estimate("modified_lagrangian", 8, None, G3) == 3.27 < cost.LIMIT_MEMORY_GB  # session 9 3.27 GB
+    assert cost.memory_estimate("modified_lagrangian", 8, n=None, scheme=G3) == 3.27 < cost.LIMIT_MEMORY_GB  # session 9 3.27 GB
     cost.check_affordable("inverse_modified_lagrangian", 8, None, False, G3)  # goes ahead by default (4.83 GB before)
     boole = bea.Galerkin(3, [0, "1/4", "1/2", "3/4", 1], ["7/90", "32/90", "12/90", "32/90", "7/90"])
     seconds, basis = cost.estimate("modified_lagrangian", 6, None, boole)
@@ -302,8 +302,11 @@ def test_cost_guard_refuses_by_memory_too(monkeypatch):
     from bea import api, cost
 
     monkeypatch.setattr(api, "derive_free", _started)
-    assert cost.memory_estimate("modified_lagrangian", 6, None, G3) == 0.35 and cost.memory_estimate("modified_lagrangian", 6, 2, G3) is None
-    assert cost.memory_estimate("modified_equation", 6, None, G3) == 0.92  # keyed by the kind: its own measurement
+    assert cost.memory_estimate("modified_lagrangian", 6, n=None, scheme=G3) == 0.35
+    assert cost.memory_estimate("modified_lagrangian", 6, n=2, scheme=G3) is None
+    assert cost.memory_estimate("modified_equation", 6, n=None, scheme=G3) == 0.92  # keyed by the kind: its own measurement
+    with pytest.raises(BeaValueError):  # a misspelt kind read as "not measured" and passed the memory guard before
+        cost.memory_estimate("modified_lagrangain", 6, n=None, scheme=G3)
     with pytest.raises(_Started):  # within both budgets: goes ahead
         bea.modified_lagrangian("galerkin3", 6, cache=False)
     for kind in LAGRANGIANS:  # the Lagrangian kinds share one measurement (both in one process)

@@ -44,12 +44,12 @@ from ..errors import BeaValueError, InconsistentSchemeError
 from ..schemes import Scheme
 from .algebra import Algebra, lagrangian_at
 from .curve import CurveDerivative
-from .euler_lagrange import equation_from_lagrangian
+from .euler_lagrange import acceleration, equation_from_lagrangian
 from .shift import Shift
 from .release import compact, lean_equation
 from .stages import StageSolver
 from .substitution import LagrangianSubstitution
-from .trees import A, OPEN, Forest, single_node
+from .trees import OPEN, Forest, single_node
 from .vectors import VecSeries
 
 
@@ -262,9 +262,17 @@ class FreeDerivation:
         return self.modified_equation(r)
 
     def _acceleration(self) -> HSeries:
-        r""":math:`F_0 = A`, the Euler-Lagrange acceleration of ``L`` (the zeroth order of every scheme's modified
-        equation, checked by :meth:`modified_equation`), as a vector tree series known exactly."""
-        return HSeries([{(self.forest.id((3, A)),): Q(1)}], EXACT)  # the vector tree A, as modified_equation(0) builds it
+        """:func:`~bea.free.euler_lagrange.acceleration` in this forest (checked by :meth:`modified_equation`)."""
+        return acceleration(self.forest)
+
+    @property
+    def is_stage_scheme(self) -> bool:
+        """Whether the scheme has interior stage points (:mod:`bea.stages`), fixed by stationarity on trees."""
+        return self._stages is not None
+
+    def release(self) -> None:
+        """Drop the forest, memos and partial results (galerkin3 at h^8: 3 GB) for good (:mod:`bea.free.release`)."""
+        self.__dict__.clear()
 
     def equation(self, order: int) -> HSeries:
         """The public modified equation to ``h^order``: for a stage scheme from the Euler-Lagrange equations of its

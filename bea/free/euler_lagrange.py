@@ -32,7 +32,7 @@ from typing import Optional
 from ..hseries import EXACT, HSeries, Q
 from .algebra import Algebra
 from .surgery import partial_parts
-from .trees import OPEN
+from .trees import A, OPEN, Forest
 
 
 def _partial(alg: Algebra, S: HSeries, kind: int) -> HSeries:
@@ -53,10 +53,22 @@ def _partial(alg: Algebra, S: HSeries, kind: int) -> HSeries:
     return alg.normalize(alg.leibniz(S, d_tree, S.order))
 
 
+def acceleration(forest: Forest) -> HSeries:
+    r""":math:`F_0 = A`, the Euler--Lagrange acceleration of ``L`` (the zeroth order of every scheme's modified
+    equation), as the vector tree ``A`` of ``forest``, known exactly."""
+    return HSeries([{(forest.id((3, A)),): Q(1)}], EXACT)
+
+
+def first_correction(lmod: HSeries, r: int) -> Optional[int]:
+    r"""The lowest power :math:`c \in [1, r]` of ``h`` with a nonzero term of ``lmod`` (``None`` if all vanish). The
+    route of :func:`equation_from_lagrangian` holds for ``r < 2c``: below that no product of two corrections enters."""
+    return next((k for k in range(1, r + 1) if lmod[k]), None)
+
+
 def equation_from_lagrangian(alg: Algebra, lmod: HSeries, F0: HSeries, r: int) -> Optional[HSeries]:
     """:math:`F` to ``h^r`` from the modified Lagrangian ``lmod`` (known to ``h^r``) and :math:`F_0 = A` (module
     docstring); ``None`` where ``r`` is not below twice the first correction (the products of corrections enter)."""
-    c = next((k for k in range(1, r + 1) if lmod[k]), None)
+    c = first_correction(lmod, r)
     if c is not None and r >= 2 * c:
         return None
     FA = HSeries(F0.c[:1], EXACT)

@@ -17,10 +17,10 @@ from __future__ import annotations
 import gc
 from typing import Dict, List, Optional, Tuple
 
-from ..hseries import EXACT, HSeries, Poly, Q
+from ..hseries import HSeries, Poly
 from .algebra import Algebra
-from .euler_lagrange import equation_from_lagrangian
-from .trees import A, Forest
+from .euler_lagrange import acceleration, equation_from_lagrangian, first_correction
+from .trees import Forest
 
 
 def compact(forest: Forest, polys: List[Poly]) -> Tuple[Forest, List[Poly]]:
@@ -36,18 +36,17 @@ def lean_equation(derivation, order: int) -> Optional[Tuple[Forest, Dict[int, Po
     ``derivation`` (a :class:`~bea.free.derive.FreeDerivation` nobody else holds: its memos are cleared), or ``None``
     where this route does not apply (not a stage scheme, ``order < 2``, or ``order`` not below twice the first
     correction); the caller then takes :meth:`~bea.free.derive.FreeDerivation.equation`."""
-    if derivation._stages is None or order < 2:
+    if not derivation.is_stage_scheme or order < 2:
         return None
     lmod = derivation.modified_lagrangian(order)
-    first = next((k for k in range(1, order + 1) if lmod[k]), None)
+    first = first_correction(lmod, order)
     if first is not None and order >= 2 * first:
         return None
     symmetric = derivation.symmetric
     forest, polys = compact(derivation.forest, [lmod[k] for k in range(order + 1)])
-    derivation.__dict__.clear()  # the caller's only reference: release the intermediate trees and memos now
+    derivation.release()  # the caller's only reference: release the intermediate trees and memos now
     del lmod
     gc.collect()
-    F0 = HSeries([{(forest.id((3, A)),): Q(1)}], EXACT)  # the vector tree A, as FreeDerivation._acceleration builds it
-    F = equation_from_lagrangian(Algebra(forest), HSeries(polys, order), F0, order)
+    F = equation_from_lagrangian(Algebra(forest), HSeries(polys, order), acceleration(forest), order)
     forest, polys = compact(forest, [F[k] for k in range(order + 1)])  # not the Lagrangian's trees the step left
     return forest, dict(enumerate(polys)), symmetric
