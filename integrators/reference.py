@@ -43,14 +43,15 @@ from bea.errors import BeaTypeError, BeaValueError
 from ._checks import as_float64, check_states
 from .flow_errors import ReferenceFlowError
 from .symbolic import SymbolicLagrangian, check_expression
-from .taylor import taylor_integrate
+from .taylor import MAX_DIGITS, taylor_integrate
 from .trajectory import Trajectory
 
 __all__ = ["reference_flow", "acceleration_function", "ReferenceFlowError"]
 
 
 _SCIPY_METHODS = ("RK23", "RK45", "DOP853", "Radau", "BDF", "LSODA")
-_TAYLOR_MIN_TOL = 1e-190
+#: the smallest rtol/atol of method="taylor": its digits are 10 - log10(tol), at most MAX_DIGITS
+_TAYLOR_MIN_TOL = 10.0 ** (10 - MAX_DIGITS)
 Acceleration = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
@@ -137,9 +138,9 @@ def reference_flow(lagrangian, q0, qdot0, times, *, q: Optional[Sequence] = None
     _check_symbols(lagrangian, q, v)
     if method == "taylor":
         for name, tol in (("rtol", rtol), ("atol", atol)):
-            if tol < _TAYLOR_MIN_TOL:  # digits = 10 - log10(tol) must stay within taylor_integrate's 200
-                raise BeaValueError(f"method='taylor' works in at most 200 digits: {name} must be >= {_TAYLOR_MIN_TOL:g}, got {tol!r}")
-    if method == "taylor":
+            if tol < _TAYLOR_MIN_TOL:
+                raise BeaValueError(f"method='taylor' works in at most {MAX_DIGITS} digits: {name} must be >= "
+                                    f"{_TAYLOR_MIN_TOL:g}, got {tol!r}")
         sl = _symbolic(lagrangian, q, v)
         A, n_sym = None, sl.n
     else:

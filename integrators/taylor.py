@@ -30,7 +30,10 @@ from sympy.printing.pycode import MpmathPrinter
 from bea.errors import BeaValueError
 from .flow_errors import ReferenceFlowError
 
-__all__ = ["taylor_integrate"]
+__all__ = ["taylor_integrate", "MAX_DIGITS"]
+
+#: the most significant digits a Taylor reference works in (its cost grows quickly with the precision)
+MAX_DIGITS = 200
 
 
 def _compile(ctx, args, exprs):
@@ -59,14 +62,23 @@ def _rhs(sl, ctx, params):
     return f
 
 
-def _energy_check(sl, ctx, params, init, digits: int):
-    """``check(t, y)``: raises :class:`ReferenceFlowError` unless ``y`` is real, finite, and conserves the energy
-    of ``init`` to ``10^(-digits/2)`` relative to the start's term size (see the module docstring)."""
+def _energy_check(sl, ctx, params, digits: int):
+    """``for_start(init)``, which gives ``check(t, y)``: raises :class:`ReferenceFlowError` unless ``y`` is real,
+    finite, and conserves the energy of ``init`` to ``10^(-digits/2)`` relative to the start's term size (see the
+    module docstring). The energy's terms are compiled once, for every trajectory."""
     p_dot_v = sum(vi * pi for vi, pi in zip(sl.v, sl.momentum_exprs))
     fn = _compile(ctx, [*sl.q, *sl.v, *sl.params], [p_dot_v, sl.expr])
-    pv0, L0 = fn(*init, *params)
-    H0, scale = pv0 - L0, abs(pv0) + abs(L0)
     tol = ctx.mpf(10) ** (-(digits // 2))
+
+    def for_start(init):
+        pv0, L0 = fn(*init, *params)
+        return _checker(fn, params, ctx, pv0 - L0, abs(pv0) + abs(L0), tol)
+
+    return for_start
+
+
+def _checker(fn, params, ctx, H0, scale, tol):
+    """The check of one trajectory (:func:`_energy_check`)."""
 
     def check(t: float, y) -> None:
         if not all(isinstance(c, ctx.mpf) and ctx.isfinite(c) for c in y):
@@ -86,17 +98,18 @@ def taylor_integrate(sl, y0: np.ndarray, t0: float, ts: np.ndarray, digits: int)
     parameters bound) from ``y0`` ``(B, 2n)`` at ``t0``, one Taylor integration per trajectory and per
     side of ``t0`` (times before ``t0`` run the reversed field :math:`-f` forward in :math:`t_0 - t`:
     mpmath integrates forward only). Raises :class:`ReferenceFlowError` where a state fails the check above."""
-    if not (isinstance(digits, int) and 20 <= digits <= 200):
-        raise BeaValueError(f"digits must be an integer in [20, 200], got {digits!r}")
+    if not (isinstance(digits, int) and 20 <= digits <= MAX_DIGITS):
+        raise BeaValueError(f"digits must be an integer in [20, {MAX_DIGITS}], got {digits!r}")
     ctx = mpmath.MPContext()
     ctx.dps = digits
     params = [ctx.mpf(p) for p in sl._param_values()]
     f = _rhs(sl, ctx, params)
+    check_from = _energy_check(sl, ctx, params, digits)
     out = np.empty((ts.size, y0.shape[0], y0.shape[1]))
     start = ctx.mpf(t0)
     for b in range(y0.shape[0]):
         init = [ctx.mpf(float(x)) for x in y0[b]]
-        check = _energy_check(sl, ctx, params, init, digits)
+        check = check_from(init)
         for sign in (1, -1):
             # in the direction of integration, so that the first failing time is the one reported
             idx = sorted(np.nonzero(sign * (ts - t0) >= 0)[0], key=lambda k: abs(ts[k] - t0))

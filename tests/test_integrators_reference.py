@@ -181,7 +181,7 @@ def test_taylor_energy_check_and_singular_mass():
     ctx = mpmath.MPContext()
     ctx.dps = 30
     sl = SymbolicLagrangian(v**2 / 2 - q**2 / 2, [q], [v])
-    check = _energy_check(sl, ctx, [], [ctx.mpf(1), ctx.mpf(0)], 30)
+    check = _energy_check(sl, ctx, [], 30)([ctx.mpf(1), ctx.mpf(0)])
     check(1.0, [ctx.cos(1), -ctx.sin(1)])
     with pytest.raises(ReferenceFlowError):
         check(1.0, [ctx.cos(1) + ctx.mpf(10) ** -14, -ctx.sin(1)])
