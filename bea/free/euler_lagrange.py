@@ -65,12 +65,18 @@ def first_correction(lmod: HSeries, r: int) -> Optional[int]:
     return next((k for k in range(1, r + 1) if lmod[k]), None)
 
 
+def route_applies(lmod: HSeries, r: int) -> bool:
+    """Whether :func:`equation_from_lagrangian` holds to ``h^r``: ``r`` below twice the first correction (or none)."""
+    c = first_correction(lmod, r)
+    return c is None or r < 2 * c
+
+
 def equation_from_lagrangian(alg: Algebra, lmod: HSeries, F0: HSeries, r: int) -> Optional[HSeries]:
     """:math:`F` to ``h^r`` from the modified Lagrangian ``lmod`` (known to ``h^r``) and :math:`F_0 = A` (module
     docstring); ``None`` where ``r`` is not below twice the first correction (the products of corrections enter)."""
-    c = first_correction(lmod, r)
-    if c is not None and r >= 2 * c:
+    if not route_applies(lmod, r):
         return None
+    c = first_correction(lmod, r)
     FA = HSeries(F0.c[:1], EXACT)
     out = [dict(F0.c[0])] + [{} for _ in range(r)]
     for k in range(c or r + 1, r + 1):

@@ -19,7 +19,7 @@ from typing import Dict, List, Optional, Tuple
 
 from ..hseries import HSeries, Poly
 from .algebra import Algebra
-from .euler_lagrange import acceleration, equation_from_lagrangian, first_correction
+from .euler_lagrange import acceleration, equation_from_lagrangian, route_applies
 from .trees import Forest
 
 
@@ -39,8 +39,7 @@ def lean_equation(derivation, order: int) -> Optional[Tuple[Forest, Dict[int, Po
     if not derivation.is_stage_scheme or order < 2:
         return None
     lmod = derivation.modified_lagrangian(order)
-    first = first_correction(lmod, order)
-    if first is not None and order >= 2 * first:
+    if not route_applies(lmod, order):
         return None
     symmetric = derivation.symmetric
     forest, polys = compact(derivation.forest, [lmod[k] for k in range(order + 1)])
