@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from typing import Dict, List, Optional, Tuple
 
-from .derive import KINDS
+from .derive import check_kind
 from .errors import BeaValueError
 
 #: a cold derivation expected to take longer than this (or not measured to finish in 10 minutes) is refused
@@ -212,8 +212,7 @@ def memory_estimate(kind: str, order: int, *, n: Optional[int], scheme="midpoint
     """GB resident that a cold derivation of ``kind`` (one of :data:`bea.derive.KINDS`, else :class:`BeaValueError`)
     to ``h^order`` was measured to need: only stage schemes on the dimension-free engine are measured (a user scheme:
     the most of the built-ins it is estimated by); ``None`` where not measured."""
-    if kind not in KINDS:  # an unknown kind would read as "not measured" and pass the memory guard
-        raise BeaValueError(f"unknown derivation kind {kind!r}; one of {KINDS}")
+    check_kind(kind)  # an unknown kind would otherwise read as "not measured"
     found = None if n is not None else _stage_refs(scheme)
     if found is None:
         return None

@@ -34,6 +34,12 @@ from .schemes import Scheme
 KINDS = ("modified_equation", "modified_lagrangian", "inverse_modified_lagrangian")
 
 
+def check_kind(kind) -> None:
+    """Raise :class:`BeaValueError` unless ``kind`` is one of :data:`KINDS`."""
+    if kind not in KINDS:
+        raise BeaValueError(f"unknown derivation kind {repr(kind)[:60]}; one of {', '.join(KINDS)}")
+
+
 @dataclass
 class Raw:
     """Result of a derivation in jet variables: per power of ``h`` a polynomial (or a vector of

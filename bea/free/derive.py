@@ -38,9 +38,9 @@ import math
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
-from ..derive import KINDS, _mesh_weights, evaluate_scheme, mesh_lambda
+from ..derive import _mesh_weights, check_kind, evaluate_scheme, mesh_lambda
 from ..hseries import EXACT, HSeries, Poly, Q
-from ..errors import BeaValueError, InconsistentSchemeError
+from ..errors import InconsistentSchemeError
 from ..schemes import Scheme
 from .algebra import Algebra, lagrangian_at
 from .curve import CurveDerivative
@@ -385,8 +385,7 @@ def derive_free(scheme: Scheme, kind: str, order: int, derivation: Optional[Free
     (nobody else holds it) the result keeps only its own trees, and a stage scheme's modified equation releases the
     derivation before its last step (:mod:`bea.free.release`)."""
     d = derivation or FreeDerivation(scheme)
-    if kind not in KINDS:
-        raise BeaValueError(f"unknown derivation {kind!r}; one of {KINDS}")
+    check_kind(kind)
     if kind == "modified_equation" and derivation is None:
         lean = lean_equation(d, order)
         if lean is not None:
