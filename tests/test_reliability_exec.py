@@ -109,6 +109,8 @@ ALLOWED = {
                                    "check_expression (no strings, no undefined functions)",
     ("integrators/symbolic.py", "lambdify"): "expressions derived from self.expr, which passed check_expression; "
                                              "lambdify dummifies argument names that are not identifiers",
+    ("integrators/taylor.py", "lambdify"): "the Euler-Lagrange data and energy of a SymbolicLagrangian, derived from "
+                                           "its expr, which passed check_expression (integrators/symbolic.py)",
     ("integrators/compiled.py", "sympify"): "strict=True: numbers and SymPy objects only, a string raises",
 }
 

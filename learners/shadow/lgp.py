@@ -68,8 +68,8 @@ class LagrangianGP(FunctionalLagrangianModel):
     h, scheme : step and scheme used by :meth:`predict` and :meth:`velocities` (``h`` is also the
         snapshot step for :meth:`fit`).
     Other parameters as :class:`~learners.InverseModifiedLagrangianGP` (kernel, normalisation,
-    objective, lengthscale/epsilon, noise, ard, iterations, max_train_functionals, progress); ``kernel="auto"``
-    (default) and ``"rbf"`` or None are the same RBF here (no positions search scores the mechanical kernel).
+        objective, lengthscale/epsilon, noise, ard, iterations, max_train_functionals, progress). Here the default
+        ``kernel="auto"``, ``"rbf"`` and None are the same RBF (no positions search scores the mechanical kernel).
     """
 
     # the constructor, with its explicit signature, is FunctionalLagrangianModel.__init__
