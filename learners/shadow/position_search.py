@@ -70,6 +70,11 @@ MATRIX_MARGIN = 0.5
 
 #: degree in the velocities of the mechanical kernel the default search scores against the RBF (module docstring)
 MECHANICAL_DEGREE = 2
+#: degrees of the mechanical candidates, lowest first (module docstring); a higher degree replaces a lower one only
+#: where its refined held-out error is lower by :data:`DEGREE_MARGIN`
+MECHANICAL_DEGREES = (MECHANICAL_DEGREE,)
+#: how much lower the refined held-out error of a higher mechanical degree must be to replace a lower one
+DEGREE_MARGIN = 0.0
 
 Objective = Callable[[torch.Tensor], float]
 
@@ -141,12 +146,18 @@ def _candidates(model, F_norm, F_norm_alt) -> list:
     if F_norm_alt is not None:
         out.append((model.gp, F_norm_alt, None))
         if getattr(model, "_kernel_auto", False):
-            gp = new_gp(None, MechanicalKernel(MECHANICAL_DEGREE), F_norm_alt.dim, model.ard,
-                        model._units_device)
-            for p in gp.parameters():
-                p.requires_grad_(False)
-            out.append((gp, F_norm_alt, MECHANICAL_DEGREE))
+            for degree in MECHANICAL_DEGREES:
+                gp = new_gp(None, MechanicalKernel(degree), F_norm_alt.dim, model.ard, model._units_device)
+                for p in gp.parameters():
+                    p.requires_grad_(False)
+                out.append((gp, F_norm_alt, degree))
     return out
+
+
+def _key(name: str, degree: Optional[int]) -> str:
+    """History key of a mechanical candidate's grid or refinement: ``name`` for the first degree (the key of a
+    single candidate), ``name`` followed by the degree for the others."""
+    return name if degree in (None, MECHANICAL_DEGREES[0]) else f"{name}{degree}"
 
 
 def _refined(model, n: int, cand: tuple) -> tuple:
@@ -181,11 +192,11 @@ def search_positions(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions,
     tr_all, _ = split_functionals(groups, F_data.count)
     F_train = F_data.subset(tr_all)
     candidates = _candidates(model, F_norm, F_norm_alt)
-    rbf, mech = None, None
+    rbf, mechs = None, []
     for k, (gp, norm, degree) in enumerate(candidates):
         grid = subset_grid(_shifted(objective(gp, "positions", Functionals.cat([F_sub, norm]), F_va, G_va, positions), offset),
                            n, scale0)
-        model.history[("grid", "grid_alt", "grid_mechanical")[k]] = grid
+        model.history[("grid", "grid_alt")[k] if degree is None else _key("grid_mechanical", degree)] = grid
         lq, lv, val = min(grid, key=lambda g: g[2])
         if not math.isfinite(val):
             continue
@@ -195,14 +206,18 @@ def search_positions(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions,
         model.history.setdefault("normalisation_values", []).append(full)
         cand = (lq, lv, val, full, F_all, norm, evaluate, gp, degree)
         if degree is not None:
-            mech = cand if math.isfinite(full) else None
+            if math.isfinite(full):
+                mechs.append(cand)
         elif rbf is None or (full is not None and full < rbf[3] - MATRIX_MARGIN):
             rbf = cand  # the whole matrix only where it predicts clearly better (MATRIX_MARGIN)
-    if rbf is None and mech is None:
+    if rbf is None and not mechs:
         raise BeaRuntimeError("no hyperparameters on the grid gave a usable fit; fix them with lengthscale= and noise=")
     best, model.history["search"] = _refined(model, n, rbf) if rbf is not None else (None, [])
+    mech = None
+    for cand in mechs:  # lowest degree first: a higher one replaces it only where clearly lower (DEGREE_MARGIN)
+        cand, model.history[_key("search_mechanical", cand[-1])] = _refined(model, n, cand)
+        mech = cand if mech is None or cand[2] < mech[2] - DEGREE_MARGIN else mech
     if mech is not None:
-        mech, model.history["search_mechanical"] = _refined(model, n, mech)
         best = mech if best is None or mech[2] < best[2] else best
     lq, lv, val, _, F_all, F_norm, evaluate, model.gp, model.kernel_degree = best
     model.history["objective"] = val
