@@ -189,7 +189,7 @@ def test_kernel_auto_chooses_the_mechanical_kernel_where_it_predicts_better(tmp_
     system = separable3()
     m = _fit(system, kernel="auto")
     assert m.kernel_degree == 2 and m._norm_count == 3 + 1 + 6
-    assert len(m.history["normalisation_values"]) == 3 and "search_mechanical" in m.history
+    assert len(m.history["normalisation_values"]) == 4 and "search_mechanical" in m.history and "search_mechanical4" in m.history
     assert energy_differences(m, system, 2, return_std=False)[0] < 2e-3
     q, v = torch.rand(7, 3, dtype=torch.float64) - 0.5, torch.rand(7, 3, dtype=torch.float64) - 0.5
     m._pending_calibration = None  # the energy calibration (run on first demand, 20 s) is not what is saved here

@@ -79,7 +79,8 @@ def test_positions_objective_avoids_the_collapse_in_n4():
 
 def test_the_search_solves_each_point_once_and_the_calibration_with_the_full_assembly(monkeypatch):
     """The search's evaluations solve the training functionals with the symmetric assembly (one per candidate --
-    trace, whole matrix and, under the default kernel="auto", the mechanical kernel -- then each refinement's); the
+    trace, whole matrix and, under the default kernel="auto", the mechanical kernel of each degree -- then each
+    refinement's); the
     DEL calibration then solves the best point again with the full assembly (the assembly is part of the solve's
     key: the search's solve, equal only to rounding, is not reused), and its solve is bit for bit the one a fresh GP
     with the fitted hyperparameters makes; one more solve with all data ends the fit. With the search's solve
@@ -103,8 +104,9 @@ def test_the_search_solves_each_point_once_and_the_calibration_with_the_full_ass
                                         progress=False).fit(data)
     per_traj = 3 * 3  # 3 triples of 3 components
     norms = len(model.history["normalisation_values"])
-    assert norms == 3  # the trace, the whole mass matrix (n >= 3) and the mechanical kernel with it (kernel="auto")
-    refined = sum(len(model.history[k]) - 1 for k in ("search", "search_mechanical"))  # each trace starts with its start
+    assert norms == 4  # the trace, the whole mass matrix (n >= 3) and the mechanical kernels (degrees 2, 4) with it (auto)
+    # each refinement's trace starts with its start
+    refined = sum(len(model.history[k]) - 1 for k in ("search", "search_mechanical", "search_mechanical4"))
     train = [sym for s, sym in sizes if 20 * per_traj < s < 25 * per_traj]  # 20 training trajectories + a normalisation
     assert train == [True] * (norms + refined) + [False]  # the search's, then the calibration's full assembly
     assert sizes[-1] == (model.gp.train_functionals.count, False) == (25 * per_traj + model._norm_count, False)
@@ -138,3 +140,22 @@ def test_refinement_solves_a_revisited_point_once():
     assert len(trace) == 7 and trace[3] == trace[0] and trace[1] == best == pytest.approx(0.0, abs=1e-24)
     assert len(calls) == 6 and len(set(calls)) == 6
     assert (lq, lv) == (pytest.approx(2.0 / 1.5, rel=1e-12), pytest.approx(3.0 / 1.5, rel=1e-12))
+
+
+def test_a_higher_mechanical_degree_replaces_a_lower_one_only_by_the_margin(monkeypatch):
+    """position_search.by_degree: degree 4 is kept over degree 2 only where its refined held-out value is lower by
+    DEGREE_MARGIN (the extra velocity freedom is not pinned where the two are level: benchmarks/RESULTS_identification.md,
+    Session 10); the lowest degree otherwise, and the value alone decides with the margin at zero."""
+    from learners.shadow import position_search as PS
+
+    def cand(val, degree):
+        return (1.0, 2.0, val, val, None, None, None, None, degree)
+
+    m = PS.DEGREE_MARGIN
+    assert m > 0
+    assert PS.by_degree([cand(-10.0, 2), cand(-10.0 - 0.9 * m, 4)])[-1] == 2  # ahead, but by less than the margin
+    assert PS.by_degree([cand(-10.0, 2), cand(-10.0 - 1.1 * m, 4)])[-1] == 4
+    assert PS.by_degree([cand(-10.0, 2), cand(-9.0, 4)])[-1] == 2
+    assert PS.by_degree([cand(-10.0, 4)])[-1] == 4 and PS.by_degree([]) is None
+    monkeypatch.setattr(PS, "DEGREE_MARGIN", 0.0)
+    assert PS.by_degree([cand(-10.0, 2), cand(-10.0 - 0.1 * m, 4)])[-1] == 4

@@ -52,7 +52,7 @@ import torch
 from bea.errors import BeaRuntimeError
 
 __all__ = ["search_positions", "SCALES", "VELOCITY_FACTORS", "REFINE_EVALUATIONS", "NUGGET", "MATRIX_MARGIN", "MECHANICAL_DEGREE",
-           "MECHANICAL_DEGREES", "DEGREE_MARGIN", "subset_grid", "refine", "tied_theta"]
+           "MECHANICAL_DEGREES", "DEGREE_MARGIN", "by_degree", "subset_grid", "refine", "tied_theta"]
 
 #: position lengthscales of the grid, relative to the RMS spread of the data's atoms (factor 2 apart: the
 #: refinement closes the gaps)
@@ -181,6 +181,15 @@ def _refined(model, n: int, cand: tuple) -> tuple:
     return (lq, lv, val, full, F_all, norm, evaluate, gp, degree), trace
 
 
+def by_degree(candidates: list) -> Optional[tuple]:
+    """The mechanical candidate kept among ``candidates`` (refined, lowest degree first; the refined held-out value
+    at index 2): a higher degree replaces the one kept only where lower by :data:`DEGREE_MARGIN`. None if empty."""
+    kept = None
+    for cand in candidates:
+        kept = cand if kept is None or cand[2] < kept[2] - DEGREE_MARGIN else kept
+    return kept
+
+
 def search_positions(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0: float, F_norm_alt=None):
     """Both stages for ``model`` (a :class:`~learners.shadow.hyperparameters.FunctionalLagrangianModel` with one
     lengthscale per input): grid with the training subset ``F_tr`` (which ends with the normalisation ``F_norm``),
@@ -225,10 +234,11 @@ def search_positions(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions,
     if rbf is None and not mechs:
         raise BeaRuntimeError("no hyperparameters on the grid gave a usable fit; fix them with lengthscale= and noise=")
     best, model.history["search"] = _refined(model, n, rbf) if rbf is not None else (None, [])
-    mech = None
-    for cand in mechs:  # lowest degree first: a higher one replaces it only where clearly lower (DEGREE_MARGIN)
+    refined = []
+    for cand in mechs:
         cand, model.history[_key("search_mechanical", cand[-1])] = _refined(model, n, cand)
-        mech = cand if mech is None or cand[2] < mech[2] - DEGREE_MARGIN else mech
+        refined.append(cand)
+    mech = by_degree(refined)
     if mech is not None:
         best = mech if best is None or mech[2] < best[2] else best
     lq, lv, val, _, F_all, F_norm, evaluate, model.gp, model.kernel_degree = best
