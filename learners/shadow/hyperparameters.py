@@ -48,8 +48,8 @@ identifies badly (level sets 0.013 / 0.026 for :math:`H_{rec}[2]` / :math:`H_{re
     with all training functionals, since the best lengthscales shrink as the data grow (on the chain: 1.6 and 12.6 in
     the data's units with the whole training set, 4.2 and 34 with 400 functionals). The same search chooses the
     normalisation (the trace of the mass matrix, or the whole matrix where it predicts clearly better) and, with
-    ``kernel="auto"`` (the default), the kernel: the mechanical kernel of degree 2 with the whole matrix where it
-    predicts the held-out positions better than the RBF (``kernel_degree`` records it).
+    ``kernel="auto"`` (the default), the kernel: the mechanical kernel of degree 2 (or 4, where clearly better than 2)
+    with the whole matrix where it predicts the held-out positions better than the RBF (``kernel_degree`` records it).
 
 Calibration (any objective): every fifth training trajectory is held back while learning; at the end the variances
 are scaled (``FunctionalGP.variance_scale``) so that 95.4% of the held-back DEL/EL residuals lie within two standard
