@@ -198,6 +198,24 @@ def test_kernel_auto_chooses_the_mechanical_kernel_where_it_predicts_better(tmp_
     torch.testing.assert_close(loaded.lagrangian(q, v), m.lagrangian(q, v), rtol=1e-12, atol=1e-14)
 
 
+def test_kernel_auto_keeps_degree_4_where_it_clears_the_margin_and_saves_it(tmp_path, monkeypatch):
+    """kernel="auto" scores the mechanical kernel at degree 4 too (position_search.MECHANICAL_DEGREES); with
+    DEGREE_MARGIN at -inf degree 4 replaces degree 2 whatever their held-out values, and on the separable oscillators it
+    still predicts better than the RBF, so it is kept (kernel_degree 4, the matrix's conditions), its refinement is
+    in the history, and a loaded model rebuilds the degree-4 kernel: the same Lagrangian to rounding. (With the
+    margin, degree 2 is kept here: test_kernel_auto_chooses_the_mechanical_kernel_where_it_predicts_better.)"""
+    from learners.shadow import position_search
+
+    monkeypatch.setattr(position_search, "DEGREE_MARGIN", -math.inf)
+    m = _fit(separable3(), kernel="auto")
+    assert m.kernel_degree == 4 and m._norm_count == 3 + 1 + 6 and "search_mechanical4" in m.history
+    q, v = torch.rand(7, 3, dtype=torch.float64) - 0.5, torch.rand(7, 3, dtype=torch.float64) - 0.5
+    m._pending_calibration = None  # the energy calibration (run on first demand) is not what is saved here
+    loaded = InverseModifiedLagrangianGP.load(m.save(tmp_path / "m.pt"))
+    assert loaded.kernel_degree == 4
+    torch.testing.assert_close(loaded.lagrangian(q, v), m.lagrangian(q, v), rtol=1e-12, atol=1e-14)
+
+
 def test_kernel_auto_keeps_the_rbf_where_the_matrix_is_wrong(skew_default):
     """Non-diagonal masses: the mechanical candidate needs the matrix, which contradicts the data (held-out -8.1
     against -17.1 for the RBF with the trace), so kernel="auto" keeps the RBF and its trace, and gives the RBF's fit
