@@ -112,14 +112,14 @@ class MassNormalisation(Normalisation):
     elsewhere; a number given is used as it is, in the fit's standardised coordinates); ``matrix=None``: the fit
     chooses (module docstring)."""
 
-    def __init__(self, c: float = 1.0, point: Optional[torch.Tensor] = None, matrix: Optional[bool] = None,
-                 curvature: Optional[float] = None):
+    def __init__(self, c: float = 1.0, point: Optional[torch.Tensor] = None, matrix: Union[bool, str, None] = None,
+                 curvature: Optional[float] = None, axes: Optional[torch.Tensor] = None):
         c = float(c)
         curvature = None if curvature is None else float(curvature)
         if not math.isfinite(c) or c == 0:
             raise BeaValueError(f"the normalisation constant c must be finite and non-zero, got {c}")
-        if matrix not in (None, True, False):
-            raise BeaValueError(f"matrix must be True, False or None (let the fit choose), got {matrix!r}")
+        if matrix not in (None, True, False, "diagonal"):
+            raise BeaValueError(f"matrix must be True, False, 'diagonal' or None (let the fit choose), got {matrix!r}")
         if curvature is not None and not math.isfinite(curvature):
             raise BeaValueError(f"the curvature term of the mass-matrix condition must be finite, got {curvature}")
         self.c = c
@@ -127,6 +127,7 @@ class MassNormalisation(Normalisation):
         self.point = None if point is None else torch.as_tensor(point, dtype=torch.float64, device=_device(point))
         self.matrix = matrix
         self.curvature = curvature
+        self.axes = None if axes is None else torch.as_tensor(axes, dtype=torch.float64)
 
     def __repr__(self) -> str:
         extra = "" if self.matrix is None else f", matrix={self.matrix}"
@@ -135,11 +136,15 @@ class MassNormalisation(Normalisation):
 
     def with_matrix(self, matrix: Optional[bool]) -> "MassNormalisation":
         """The same normalisation (constant, point and curvature term) with ``matrix`` set."""
-        return MassNormalisation(self.c, self.point, matrix, self.curvature)
+        return MassNormalisation(self.c, self.point, matrix, self.curvature, self.axes)
 
     def with_curvature(self, curvature: Optional[float]) -> "MassNormalisation":
         """The same normalisation with the curvature term of the matrix condition set (class docstring)."""
-        return MassNormalisation(self.c, self.point, self.matrix, curvature)
+        return MassNormalisation(self.c, self.point, self.matrix, curvature, self.axes)
+
+    def with_axes(self, axes: Optional[torch.Tensor]) -> "MassNormalisation":
+        """The same normalisation with the data's axes (rows, in the fit's coordinates) of ``matrix="diagonal"``."""
+        return MassNormalisation(self.c, self.point, self.matrix, self.curvature, axes)
 
     def functionals(self, n: int, center: Optional[torch.Tensor] = None) -> Functionals:
         D = 2 * n
@@ -150,10 +155,16 @@ class MassNormalisation(Normalisation):
         index = dict(dtype=torch.long, device=f64["device"])
         atoms = {0: AtomSet(x0, torch.zeros(1, 0, D, **f64), torch.ones(1, **f64), torch.zeros(1, **index)),
                  1: AtomSet(x0.expand(n, D), eye[n:][:, None, :], torch.ones(n, **f64), torch.arange(1, n + 1, **index))}
+        trace = AtomSet(x0.expand(n, D), torch.stack([eye[n:], eye[n:]], 1), torch.ones(n, **f64),
+                        torch.full((n,), n + 1, **index))
         if not self.matrix:  # one condition: the trace
-            atoms[2] = AtomSet(x0.expand(n, D), torch.stack([eye[n:], eye[n:]], 1), torch.ones(n, **f64),
-                               torch.full((n,), n + 1, **index))
+            atoms[2] = trace
             return Functionals(D, n + 2, atoms, torch.tensor([0.0] * (n + 1) + [self.c * n], **f64))
+        if self.matrix == "diagonal":
+            off = self._off_diagonal(n, x0, f64, index)
+            atoms[2] = AtomSet(*(torch.cat([getattr(trace, k), getattr(off, k)]) for k in ("points", "dirs", "coef", "owner")))
+            P = n * (n - 1) // 2
+            return Functionals(D, n + 2 + P, atoms, torch.tensor([0.0] * (n + 1) + [self.c * n] + [0.0] * P, **f64))
         i, j = torch.triu_indices(n, n, **index)  # one condition per entry on and above the diagonal
         P = i.numel()
         owner = torch.arange(n + 1, n + 1 + P, **index)
@@ -163,6 +174,21 @@ class MassNormalisation(Normalisation):
             coef, owner = torch.cat([coef, torch.full((P,), -self.curvature, **f64)]), owner.repeat(2)
         atoms[2] = AtomSet(x0.expand(owner.numel(), D), dirs, coef, owner)
         return Functionals(D, n + 1 + P, atoms, torch.cat([torch.zeros(n + 1, **f64), self.c * (i == j).to(torch.float64)]))
+
+    def _off_diagonal(self, n: int, x0: torch.Tensor, f64: dict, index: dict) -> AtomSet:
+        r"""Atoms of the ``matrix="diagonal"`` conditions :math:`a_i^\top(\partial_v^2 L - \kappa\,\partial_q^2 L)(x_0)\,a_j
+        = 0`, :math:`i < j`, with :math:`a_i` the rows of ``axes`` (the data's axes in the fit's coordinates; the fit's
+        own axes without them), functionals ``n + 2 ...``."""
+        a = torch.eye(n, **f64) if self.axes is None else self.axes.to(**f64)
+        i, j = torch.triu_indices(n, n, 1, **index)
+        P = i.numel()
+        zero = torch.zeros(P, n, **f64)
+        dirs = torch.stack([torch.cat([zero, a[i]], 1), torch.cat([zero, a[j]], 1)], 1)  # along velocities
+        coef, owner = torch.ones(P, **f64), torch.arange(n + 2, n + 2 + P, **index)
+        if self.curvature:  # L's mass matrix, not L_inv's (class docstring)
+            dirs = torch.cat([dirs, torch.stack([torch.cat([a[i], zero], 1), torch.cat([a[j], zero], 1)], 1)])
+            coef, owner = torch.cat([coef, torch.full((P,), -self.curvature, **f64)]), owner.repeat(2)
+        return AtomSet(x0.expand(owner.numel(), 2 * n), dirs, coef, owner)
 
 
 def inverse_curvature(h: float, scheme) -> float:
