@@ -105,6 +105,8 @@ def _arguments(argv, systems):
     ap.add_argument("--no-std", action="store_true", help="energy differences only (no std, no calibration: fast)")
     ap.add_argument("--no-mass-target", action="store_true",
                     help="the whole-matrix targets as before session 9 (learners/shadow/mass_target.py off; a diagnostic)")
+    ap.add_argument("--diagonal", action="store_true",
+                    help='normalisation=MassNormalisation(matrix="diagonal"): no equal masses assumed (the remedy)')
     args = ap.parse_args(argv)
     if args.no_mass_target:
         import learners.shadow.mass_target as T
@@ -124,7 +126,12 @@ def _arguments(argv, systems):
 def _model_options(args) -> dict:
     """The model's keyword arguments: ``--kernel``, or ``--degree`` (which also names the row's kernel)."""
     if args.degree is None:
-        return {} if args.kernel is None else {"kernel": args.kernel}
+        kw = {} if args.kernel is None else {"kernel": args.kernel}
+        if args.diagonal:
+            from learners.shadow.normalisation import MassNormalisation
+
+            kw["normalisation"] = MassNormalisation(matrix="diagonal")
+        return kw
     from learners.shadow.mechanical import MechanicalKernel
     from learners.shadow.normalisation import MassNormalisation
 

@@ -218,7 +218,7 @@ def in_standard_units(norm: Normalisation, to_standard, h: float, scheme) -> Nor
     if norm.point is not None:
         x0 = norm.point.reshape(-1).to(torch.float64)
         n = x0.numel() // 2
-        norm = MassNormalisation(norm.c, to_standard(x0[:n], x0[n:]), norm.matrix, norm.curvature)
+        norm = MassNormalisation(norm.c, to_standard(x0[:n], x0[n:]), norm.matrix, norm.curvature, norm.axes)
     if norm.matrix is False or norm.curvature is not None:  # a curvature term given is kept
         return norm
     return norm.with_curvature(inverse_curvature(h, scheme))

@@ -57,8 +57,6 @@ __all__ = ["principal_directions", "lengthscale_factors", "fit_with_candidate", 
 #: one-step errors about 22% smaller, the margin of the mass-matrix choice (position_search.MATRIX_MARGIN) for the same
 #: reason -- differences below it do not say which fit identifies better. two_body4 gains 1.9 (session 5).
 PRINCIPAL_MARGIN = 0.5
-#: the candidate's matrix conditions (module docstring)
-CANDIDATE_MATRIX = "diagonal"
 #: exponent of the lengthscale factors (module docstring)
 POWER = 0.5
 
@@ -123,7 +121,8 @@ def _candidate(model, S: torch.Tensor, R: torch.Tensor, factors: torch.Tensor):
     cand = type(model)(model.h, progress=False)
     for name in _OPTIONS:
         setattr(cand, name, getattr(model, name))
-    cand.normalisation = model.normalisation.with_matrix(CANDIDATE_MATRIX).with_axes(R)
+    norm = model.normalisation
+    cand.normalisation = norm.with_matrix(True) if norm.matrix is None else norm.with_axes(R)  # "diagonal": data's axes
     if model._kernel_auto:
         cand._kernel_template, cand._kernel_auto = MechanicalKernel(MECHANICAL_DEGREE), False
     cand._direction_factors = factors
