@@ -178,7 +178,8 @@ def main(argv=None) -> None:
                     f"{float(z.abs().max()):.2f}"]
         zv = A.velocity_z(m, system, h)
         row += [f"{float((zv.abs() <= 2).double().mean()):.2f}", f"{time.process_time() - c:.0f}"]
-    print(f"seed {args.seed}, kernel degree {m.kernel_degree}")
+    print(f"seed {args.seed}, kernel degree {m.kernel_degree}, energy resolution (calibrated std / RMS of the "
+          f"differences, held-back states) {m.history.get('energy_resolution')}")
     print("| system | kernel | objective | fit s | cpu s | dE2 | rms z2 | 2σ2 | max z2 | dE4 | rms z4 | 2σ4 | max z4 | v 2σ "
           "| total cpu s |")
     print("| " + " | ".join(row) + " |")
