@@ -36,6 +36,16 @@ fixed, 0.77 and 0.099. The same holds approximately wherever parts are weakly co
 normal modes): the motions then determine the parts' relative scales only weakly, and the trace leaves them to the
 GP's prior.
 
+``matrix="diagonal"`` assumes less: the trace and the entries above the diagonal of the mass matrix *in the data's
+axes* (zero: no velocity coupling between the coordinates given), :math:`1 + n(n-1)/2` conditions, with the same
+curvature term; for a fit in turned coordinates (:mod:`learners.shadow.principal`) ``axes`` holds the data's axes
+there. It holds where the masses differ (bodies of masses 1 and 2 in Cartesian positions), where the whole matrix does
+not, and it still fixes the parts' relative scales of the two-body problem: the centre of mass and the relative motion
+each carry the off-diagonal entries :math:`\pm\mu` between a body's x (or y) and the other's, which cancel only at
+equal factors. Measured (benchmarks/RESULTS_identification.md, session 10): two_body4 (equal masses) 2.48e-2 against
+the whole matrix's 2.14e-2, so it is not the default; on the unequal-mass variant with 150 trajectories 0.162 against
+0.259, a fit still too poorly determined (one-step errors 11-17% of a step) to tell what the assumption costs.
+
 The matrix is an assumption -- equal masses in the standardised coordinates at :math:`x_0` -- about :math:`L`, not
 about the :math:`L_{inv}` the GP learns, whose mass matrix carries the potential's Hessian at :math:`O(h^2)`
 (midpoint rule: :math:`\partial_v^2 L_{inv} = M - \tfrac{h^2}{12} V''(q)` for :math:`L = \tfrac12 v^\top M v - V`,
@@ -109,8 +119,9 @@ class MassNormalisation(Normalisation):
     r""":math:`L(x_0) = 0`, :math:`\partial_vL(x_0) = 0`, :math:`\operatorname{tr}\partial_v^2L(x_0) = c\,n`
     (``matrix=False``), or :math:`\partial_v^2L(x_0) - \kappa\,\partial_q^2L(x_0) = c\,I` (``matrix=True``,
     :math:`\kappa` = ``curvature``: None, the default, lets the LSI fit set it from its scheme and step, and means 0
-    elsewhere; a number given is used as it is, in the fit's standardised coordinates); ``matrix=None``: the fit
-    chooses (module docstring)."""
+    elsewhere; a number given is used as it is, in the fit's standardised coordinates); ``matrix="diagonal"``: the
+    trace and the off-diagonal entries in the data's axes (rows of ``axes`` in the fit's coordinates; the fit's own
+    axes without them) set to 0; ``matrix=None``: the fit chooses (module docstring)."""
 
     def __init__(self, c: float = 1.0, point: Optional[torch.Tensor] = None, matrix: Union[bool, str, None] = None,
                  curvature: Optional[float] = None, axes: Optional[torch.Tensor] = None):
