@@ -26,8 +26,8 @@ GP sample with lengthscale :math:`\ell` has gradients of size :math:`1/\ell`, an
 has the RMS :math:`\sqrt{\lambda_i}`, so the lengthscales follow :math:`1/\sqrt{\lambda_i}`. The candidate fixes the
 whole mass matrix (:class:`~learners.shadow.normalisation.MassNormalisation` with ``matrix=True``): in such data the
 parts whose motions are nearly independent are exactly the ones the trace leaves unscaled (with the trace the rotated
-two_body4 fit predicted the motion best but weighted its parts 1.98 / 0.40 / 1.47: energy error 0.25). (A normalisation given with ``matrix="diagonal"`` or
-``True`` is kept as given, the diagonal one in the data's axes.) With
+two_body4 fit predicted the motion best but weighted its parts 1.98 / 0.40 / 1.47: energy error 0.25); a normalisation
+given with ``matrix="diagonal"`` or ``True`` is kept as given, the diagonal one in the data's axes. With
 ``kernel="auto"`` its kernel is the degree-2 mechanical kernel (the lower energy error there: 0.018 against 0.033).
 
 It is kept only where its held-out objective (the mean log squared one-step error, invariant under rotations) is lower
