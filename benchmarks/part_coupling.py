@@ -5,10 +5,11 @@ from the normalisation's assumption, not the data). Measure: in the principal di
 differences, the Hessian of the energy :math:`E = v\cdot\partial_v L - L` (blind to gauge terms, which couple any
 directions in :math:`L` itself) at 24 data states; for each of its blocks ``qq, qv, vq, vv`` the RMS of entry ``(k, l)``
 over the states relative to the geometric mean of the RMS diagonal entries of the same kind; ``c_kl`` the largest of the
-four. Printed for the learned mean and for the true ``L`` in the same coordinates: where the true ``c`` is 0 between
-parts (two_body4) the learned one is 0.09-0.14 (the GP's error of the weak centre-of-mass forces), as large as the
-learned couplings of weakly coupled systems identified to 1e-4 (anharmonic3 0.09-0.22, toda4 0.06-0.20), so no
-threshold tells them apart at these data sizes (session 10 of benchmarks/RESULTS_identification.md).
+four. Printed for the learned mean and for the true ``L`` in the same coordinates: where the true ``c`` is near 0
+between parts (two_body4: 0.006-0.03, the data's principal directions being near the parts') the learned one is
+0.09-0.14 (the GP's error of the weak centre-of-mass forces), as large as the learned couplings of weakly coupled
+systems identified to 1e-4 (anharmonic3 0.09-0.22, toda4 0.06-0.20), so no threshold tells them apart at these data
+sizes (session 10 of benchmarks/RESULTS_identification.md).
 
     PYTHONPATH=. OMP_NUM_THREADS=1 nice -n 5 python3 benchmarks/part_coupling.py two_body4 anharmonic3 toda4 mass_chain4
 """

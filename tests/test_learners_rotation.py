@@ -289,6 +289,25 @@ def _tied_fit(S, margin, monkeypatch, candidate=True, kernel="rbf"):
         return m.fit(S)
 
 
+def test_candidate_keeps_a_diagonal_normalisation(pair, monkeypatch):
+    """A normalisation given with matrix="diagonal" stays diagonal in the principal candidate (kept here: margin
+    -1e9): trace + the 3 off-diagonal conditions in the data's axes, 1 + 3 + 1 + 3 functionals, not the whole matrix's
+    1 + 3 + 6; no mass-target move (it needs the whole matrix); the user's option is left as given."""
+    import learners.shadow.principal as P
+    from learners import MassNormalisation
+
+    _, S, _, _ = pair
+    monkeypatch.setattr(P, "PRINCIPAL_MARGIN", -1e9)
+    m = InverseModifiedLagrangianGP(H, kernel="rbf", normalisation=MassNormalisation(matrix="diagonal"), progress=False)
+    m.iterations = 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", IdentifiabilityWarning)
+        m.fit(S)
+    assert m.history["principal"]["kept"] and m._rotation is not None
+    assert m._norm_count == 1 + 3 + 1 + 3 and "mass_target" not in m.history
+    assert m.normalisation.matrix == "diagonal" and m.normalisation.axes is None
+
+
 def _small_auto_fit(S, margin, monkeypatch):
     """kernel="auto" with the option ``iterations`` set after construction; the candidate kept (margin -1e9) or not."""
     return _tied_fit(S, margin, monkeypatch, kernel="auto")
