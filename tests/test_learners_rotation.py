@@ -229,6 +229,9 @@ def test_principal_directions_and_factors():
     assert abs(float(R[:, 2] @ W[:, 2])) > 0.999
     f = lengthscale_factors(torch.tensor([1.0, 1.0, 100.0], dtype=torch.float64))
     assert torch.allclose(f, torch.tensor([10 ** (1 / 3), 10 ** (1 / 3), 10 ** (-2 / 3)], dtype=torch.float64), rtol=1e-12)
+    # directions with no resolvable force (a free centre of mass: eigenvalues at rounding) at most 100x longer (QUIET)
+    f = lengthscale_factors(torch.tensor([0.0, 1e-20, 1.0], dtype=torch.float64))
+    assert float(f[0]) == float(f[1]) and float(f[0] / f[2]) == pytest.approx(100, rel=1e-12)
 
 
 def test_principal_directions_ignore_a_uniform_force():
