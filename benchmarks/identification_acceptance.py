@@ -17,7 +17,8 @@ see. Usage::
 ``--h`` / ``--steps``: another step and trajectory length (a diagnostic: ``--h 0.1 --steps 10`` covers the same time
 span as the default 0.2 x 5).
 :data:`UNTUNED` holds systems that no test uses and nothing was tuned on: written for issue 23's session 8 (branch
-id-auto) before any fit of them was run, to recheck the acceptance where nobody looked while choosing the default.
+id-auto) before any fit of them was run, to recheck the acceptance where nobody looked while choosing the default
+(session 10 added two two-body problems, unequal masses with a trap and without one, the same way).
 
 (``--orders``: the header keeps the N = 2, 4 columns; with one order the row has the first four: dE, RMS z, 2σ, max |z|.)
 """
