@@ -115,6 +115,29 @@ def test_fit_sets_the_curvature_only_where_the_matrix_may_be_used():
         MassNormalisation(curvature=float("nan"))
 
 
+def test_diagonal_functionals_fix_the_off_diagonal_entries_in_the_data_axes():
+    """matrix="diagonal" (no equal masses assumed): L(x0), dL/dv(x0), the trace, and one condition per entry above the
+    diagonal of the mass matrix in the data's axes (rows of ``axes`` in the fit's coordinates), target 0: applied to
+    L = v'Av/2 - q'Kq/2 in coordinates turned by R they give tr A and the entries of R A R' above the
+    diagonal, and with the curvature term those of R (A + kappa K) R' (to rounding)."""
+    n, c, kappa = 3, 2.5, 0.01
+    th = 0.4
+    R = torch.tensor([[math.cos(th), -math.sin(th), 0], [math.sin(th), math.cos(th), 0], [0, 0, 1]], dtype=torch.float64)
+    A = torch.tensor([[2.0, 0.3, -0.1], [0.3, 1.0, 0.5], [-0.1, 0.5, 3.0]], dtype=torch.float64)
+    K = torch.tensor([[1.0, -0.4, 0.2], [-0.4, 2.0, 0.1], [0.2, 0.1, 1.5]], dtype=torch.float64)
+    L = lambda x: 0.5 * torch.einsum("...i,ij,...j->...", x[..., n:], A, x[..., n:]) \
+        - 0.5 * torch.einsum("...i,ij,...j->...", x[..., :n], K, x[..., :n])
+    i, j = torch.triu_indices(n, n, 1)
+    for curvature, expect in ((None, R @ A @ R.T), (kappa, R @ (A + kappa * K) @ R.T)):
+        F = MassNormalisation(c=c, matrix="diagonal", curvature=curvature, axes=R).functionals(n)
+        assert F.count == n + 2 + n * (n - 1) // 2
+        assert torch.equal(F.targets, torch.tensor([0.0] * (n + 1) + [c * n] + [0.0] * 3, dtype=torch.float64))
+        vals = F.apply(L)
+        assert float(vals[n + 1]) == pytest.approx(float(torch.trace(A)), rel=1e-12)
+        assert torch.allclose(vals[n + 2:], expect[i, j], atol=1e-12)
+    assert MassNormalisation(matrix="diagonal").with_axes(R).with_curvature(kappa).with_matrix("diagonal").axes is not None
+
+
 def test_matrix_needs_a_bool():
     from bea.errors import BeaValueError
 

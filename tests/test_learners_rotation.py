@@ -229,6 +229,9 @@ def test_principal_directions_and_factors():
     assert abs(float(R[:, 2] @ W[:, 2])) > 0.999
     f = lengthscale_factors(torch.tensor([1.0, 1.0, 100.0], dtype=torch.float64))
     assert torch.allclose(f, torch.tensor([10 ** (1 / 3), 10 ** (1 / 3), 10 ** (-2 / 3)], dtype=torch.float64), rtol=1e-12)
+    # directions with no resolvable force (a free centre of mass: eigenvalues at rounding) at most 100x longer (QUIET)
+    f = lengthscale_factors(torch.tensor([0.0, 1e-20, 1.0], dtype=torch.float64))
+    assert float(f[0]) == float(f[1]) and float(f[0] / f[2]) == pytest.approx(100, rel=1e-12)
 
 
 def test_principal_directions_ignore_a_uniform_force():
@@ -287,6 +290,25 @@ def _tied_fit(S, margin, monkeypatch, candidate=True, kernel="rbf"):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", IdentifiabilityWarning)
         return m.fit(S)
+
+
+def test_candidate_keeps_a_diagonal_normalisation(pair, monkeypatch):
+    """A normalisation given with matrix="diagonal" stays diagonal in the principal candidate (kept here: margin
+    -1e9): trace + the 3 off-diagonal conditions in the data's axes, 1 + 3 + 1 + 3 functionals, not the whole matrix's
+    1 + 3 + 6; no mass-target move (it needs the whole matrix); the user's option is left as given."""
+    import learners.shadow.principal as P
+    from learners import MassNormalisation
+
+    _, S, _, _ = pair
+    monkeypatch.setattr(P, "PRINCIPAL_MARGIN", -1e9)
+    m = InverseModifiedLagrangianGP(H, kernel="rbf", normalisation=MassNormalisation(matrix="diagonal"), progress=False)
+    m.iterations = 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", IdentifiabilityWarning)
+        m.fit(S)
+    assert m.history["principal"]["kept"] and m._rotation is not None
+    assert m._norm_count == 1 + 3 + 1 + 3 and "mass_target" not in m.history
+    assert m.normalisation.matrix == "diagonal" and m.normalisation.axes is None
 
 
 def _small_auto_fit(S, margin, monkeypatch):

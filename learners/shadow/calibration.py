@@ -198,7 +198,7 @@ def ensure_energy_calibration(model) -> None:
     failure (e.g. a kernel without a feature expansion) the reason goes to ``model.history["energy_calibration_error"]``
     (conservation) or ``model.history["energy_differences_calibration_error"]``, each independently, and the quantities
     that calibration serves keep the ``"del"`` scale."""
-    from .identifiability import check_orders
+    from .identifiability import check_energy, check_orders
 
     pending = getattr(model, "_pending_calibration", None)
     if pending is None:
@@ -220,6 +220,7 @@ def ensure_energy_calibration(model) -> None:
     if values is not None:
         model._calibration["energy"] = summary(*values, max(scale_for(*values), floor))
         check_orders(model)
+    check_energy(model, pending[1])
 
 
 def _conservation(model, F_tr, S: torch.Tensor):

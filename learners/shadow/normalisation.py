@@ -36,6 +36,16 @@ fixed, 0.77 and 0.099. The same holds approximately wherever parts are weakly co
 normal modes): the motions then determine the parts' relative scales only weakly, and the trace leaves them to the
 GP's prior.
 
+``matrix="diagonal"`` assumes less: the trace and the entries above the diagonal of the mass matrix *in the data's
+axes* (zero: no velocity coupling between the coordinates given), :math:`1 + n(n-1)/2` conditions, with the same
+curvature term; for a fit in turned coordinates (:mod:`learners.shadow.principal`) ``axes`` holds the data's axes
+there. It holds where the masses differ (bodies of masses 1 and 2 in Cartesian positions), where the whole matrix does
+not, and it still fixes the parts' relative scales of the two-body problem: the centre of mass and the relative motion
+each carry the off-diagonal entries :math:`\pm\mu` between a body's x (or y) and the other's, which cancel only at
+equal factors. Measured (benchmarks/RESULTS_identification.md, session 10): two_body4 (equal masses) 2.48e-2 against
+the whole matrix's 2.14e-2, so it is not the default; on the unequal-mass variant with 150 trajectories 0.162 against
+0.259, a fit still too poorly determined (one-step errors 11-17% of a step) to tell what the assumption costs.
+
 The matrix is an assumption -- equal masses in the standardised coordinates at :math:`x_0` -- about :math:`L`, not
 about the :math:`L_{inv}` the GP learns, whose mass matrix carries the potential's Hessian at :math:`O(h^2)`
 (midpoint rule: :math:`\partial_v^2 L_{inv} = M - \tfrac{h^2}{12} V''(q)` for :math:`L = \tfrac12 v^\top M v - V`,
@@ -109,17 +119,18 @@ class MassNormalisation(Normalisation):
     r""":math:`L(x_0) = 0`, :math:`\partial_vL(x_0) = 0`, :math:`\operatorname{tr}\partial_v^2L(x_0) = c\,n`
     (``matrix=False``), or :math:`\partial_v^2L(x_0) - \kappa\,\partial_q^2L(x_0) = c\,I` (``matrix=True``,
     :math:`\kappa` = ``curvature``: None, the default, lets the LSI fit set it from its scheme and step, and means 0
-    elsewhere; a number given is used as it is, in the fit's standardised coordinates); ``matrix=None``: the fit
-    chooses (module docstring)."""
+    elsewhere; a number given is used as it is, in the fit's standardised coordinates); ``matrix="diagonal"``: the
+    trace and the off-diagonal entries in the data's axes (rows of ``axes`` in the fit's coordinates; the fit's own
+    axes without them) set to 0; ``matrix=None``: the fit chooses (module docstring)."""
 
-    def __init__(self, c: float = 1.0, point: Optional[torch.Tensor] = None, matrix: Optional[bool] = None,
-                 curvature: Optional[float] = None):
+    def __init__(self, c: float = 1.0, point: Optional[torch.Tensor] = None, matrix: Union[bool, str, None] = None,
+                 curvature: Optional[float] = None, axes: Optional[torch.Tensor] = None):
         c = float(c)
         curvature = None if curvature is None else float(curvature)
         if not math.isfinite(c) or c == 0:
             raise BeaValueError(f"the normalisation constant c must be finite and non-zero, got {c}")
-        if matrix not in (None, True, False):
-            raise BeaValueError(f"matrix must be True, False or None (let the fit choose), got {matrix!r}")
+        if matrix not in (None, True, False, "diagonal"):
+            raise BeaValueError(f"matrix must be True, False, 'diagonal' or None (let the fit choose), got {matrix!r}")
         if curvature is not None and not math.isfinite(curvature):
             raise BeaValueError(f"the curvature term of the mass-matrix condition must be finite, got {curvature}")
         self.c = c
@@ -127,6 +138,7 @@ class MassNormalisation(Normalisation):
         self.point = None if point is None else torch.as_tensor(point, dtype=torch.float64, device=_device(point))
         self.matrix = matrix
         self.curvature = curvature
+        self.axes = None if axes is None else torch.as_tensor(axes, dtype=torch.float64)
 
     def __repr__(self) -> str:
         extra = "" if self.matrix is None else f", matrix={self.matrix}"
@@ -135,11 +147,15 @@ class MassNormalisation(Normalisation):
 
     def with_matrix(self, matrix: Optional[bool]) -> "MassNormalisation":
         """The same normalisation (constant, point and curvature term) with ``matrix`` set."""
-        return MassNormalisation(self.c, self.point, matrix, self.curvature)
+        return MassNormalisation(self.c, self.point, matrix, self.curvature, self.axes)
 
     def with_curvature(self, curvature: Optional[float]) -> "MassNormalisation":
         """The same normalisation with the curvature term of the matrix condition set (class docstring)."""
-        return MassNormalisation(self.c, self.point, self.matrix, curvature)
+        return MassNormalisation(self.c, self.point, self.matrix, curvature, self.axes)
+
+    def with_axes(self, axes: Optional[torch.Tensor]) -> "MassNormalisation":
+        """The same normalisation with the data's axes (rows, in the fit's coordinates) of ``matrix="diagonal"``."""
+        return MassNormalisation(self.c, self.point, self.matrix, self.curvature, axes)
 
     def functionals(self, n: int, center: Optional[torch.Tensor] = None) -> Functionals:
         D = 2 * n
@@ -150,10 +166,16 @@ class MassNormalisation(Normalisation):
         index = dict(dtype=torch.long, device=f64["device"])
         atoms = {0: AtomSet(x0, torch.zeros(1, 0, D, **f64), torch.ones(1, **f64), torch.zeros(1, **index)),
                  1: AtomSet(x0.expand(n, D), eye[n:][:, None, :], torch.ones(n, **f64), torch.arange(1, n + 1, **index))}
+        trace = AtomSet(x0.expand(n, D), torch.stack([eye[n:], eye[n:]], 1), torch.ones(n, **f64),
+                        torch.full((n,), n + 1, **index))
         if not self.matrix:  # one condition: the trace
-            atoms[2] = AtomSet(x0.expand(n, D), torch.stack([eye[n:], eye[n:]], 1), torch.ones(n, **f64),
-                               torch.full((n,), n + 1, **index))
+            atoms[2] = trace
             return Functionals(D, n + 2, atoms, torch.tensor([0.0] * (n + 1) + [self.c * n], **f64))
+        if self.matrix == "diagonal":
+            off = self._off_diagonal(n, x0, f64, index)
+            atoms[2] = AtomSet(*(torch.cat([getattr(trace, k), getattr(off, k)]) for k in ("points", "dirs", "coef", "owner")))
+            P = n * (n - 1) // 2
+            return Functionals(D, n + 2 + P, atoms, torch.tensor([0.0] * (n + 1) + [self.c * n] + [0.0] * P, **f64))
         i, j = torch.triu_indices(n, n, **index)  # one condition per entry on and above the diagonal
         P = i.numel()
         owner = torch.arange(n + 1, n + 1 + P, **index)
@@ -163,6 +185,21 @@ class MassNormalisation(Normalisation):
             coef, owner = torch.cat([coef, torch.full((P,), -self.curvature, **f64)]), owner.repeat(2)
         atoms[2] = AtomSet(x0.expand(owner.numel(), D), dirs, coef, owner)
         return Functionals(D, n + 1 + P, atoms, torch.cat([torch.zeros(n + 1, **f64), self.c * (i == j).to(torch.float64)]))
+
+    def _off_diagonal(self, n: int, x0: torch.Tensor, f64: dict, index: dict) -> AtomSet:
+        r"""Atoms of the ``matrix="diagonal"`` conditions :math:`a_i^\top(\partial_v^2 L - \kappa\,\partial_q^2 L)(x_0)\,a_j
+        = 0`, :math:`i < j`, with :math:`a_i` the rows of ``axes`` (the data's axes in the fit's coordinates; the fit's
+        own axes without them), functionals ``n + 2 ...``."""
+        a = torch.eye(n, **f64) if self.axes is None else self.axes.to(**f64)
+        i, j = torch.triu_indices(n, n, 1, **index)
+        P = i.numel()
+        zero = torch.zeros(P, n, **f64)
+        dirs = torch.stack([torch.cat([zero, a[i]], 1), torch.cat([zero, a[j]], 1)], 1)  # along velocities
+        coef, owner = torch.ones(P, **f64), torch.arange(n + 2, n + 2 + P, **index)
+        if self.curvature:  # L's mass matrix, not L_inv's (class docstring)
+            dirs = torch.cat([dirs, torch.stack([torch.cat([a[i], zero], 1), torch.cat([a[j], zero], 1)], 1)])
+            coef, owner = torch.cat([coef, torch.full((P,), -self.curvature, **f64)]), owner.repeat(2)
+        return AtomSet(x0.expand(owner.numel(), 2 * n), dirs, coef, owner)
 
 
 def inverse_curvature(h: float, scheme) -> float:
@@ -192,7 +229,7 @@ def in_standard_units(norm: Normalisation, to_standard, h: float, scheme) -> Nor
     if norm.point is not None:
         x0 = norm.point.reshape(-1).to(torch.float64)
         n = x0.numel() // 2
-        norm = MassNormalisation(norm.c, to_standard(x0[:n], x0[n:]), norm.matrix, norm.curvature)
+        norm = MassNormalisation(norm.c, to_standard(x0[:n], x0[n:]), norm.matrix, norm.curvature, norm.axes)
     if norm.matrix is False or norm.curvature is not None:  # a curvature term given is kept
         return norm
     return norm.with_curvature(inverse_curvature(h, scheme))

@@ -26,7 +26,8 @@ GP sample with lengthscale :math:`\ell` has gradients of size :math:`1/\ell`, an
 has the RMS :math:`\sqrt{\lambda_i}`, so the lengthscales follow :math:`1/\sqrt{\lambda_i}`. The candidate fixes the
 whole mass matrix (:class:`~learners.shadow.normalisation.MassNormalisation` with ``matrix=True``): in such data the
 parts whose motions are nearly independent are exactly the ones the trace leaves unscaled (with the trace the rotated
-two_body4 fit predicted the motion best but weighted its parts 1.98 / 0.40 / 1.47: energy error 0.25). With
+two_body4 fit predicted the motion best but weighted its parts 1.98 / 0.40 / 1.47: energy error 0.25); a normalisation
+given with ``matrix="diagonal"`` or ``True`` is kept as given, the diagonal one in the data's axes. With
 ``kernel="auto"`` its kernel is the degree-2 mechanical kernel (the lower energy error there: 0.018 against 0.033).
 
 It is kept only where its held-out objective (the mean log squared one-step error, invariant under rotations) is lower
@@ -57,6 +58,11 @@ __all__ = ["principal_directions", "lengthscale_factors", "fit_with_candidate", 
 #: one-step errors about 22% smaller, the margin of the mass-matrix choice (position_search.MATRIX_MARGIN) for the same
 #: reason -- differences below it do not say which fit identifies better. two_body4 gains 1.9 (session 5).
 PRINCIPAL_MARGIN = 0.5
+#: the smallest eigenvalue, relative to the largest, that the factors follow (:func:`lengthscale_factors`): factors at
+#: most 100x apart. At 1e-12 (before session 10) a two-body problem without a trap (centre-of-mass eigenvalues ~1e-18)
+#: gave factors 985 / 0.001 and the candidate's search found no usable fit; every system measured has ratios above
+#: 2.3e-3 (the unequal-mass two-body variant; two_body4 1.6e-2, the FPU chain 1.3e-2), where nothing changes
+QUIET = 1e-4
 #: exponent of the lengthscale factors (module docstring)
 POWER = 0.5
 
@@ -82,10 +88,10 @@ def principal_directions(S_std: torch.Tensor) -> Tuple[torch.Tensor, torch.Tenso
 
 
 def lengthscale_factors(lam: torch.Tensor, power: float = POWER) -> torch.Tensor:
-    r""":math:`f_i` of the module docstring; a direction without acceleration (:math:`\lambda_i \le 10^{-12}
-    \lambda_{\max}`: no force the data can see) is treated as :math:`10^{-12}\lambda_{\max}`."""
+    r""":math:`f_i` of the module docstring; a direction with less acceleration than :data:`QUIET` :math:`\lambda_{\max}`
+    (none the data can resolve: a freely moving centre of mass, :math:`\lambda_i` at rounding) is treated as that."""
     top = float(lam.max())
-    f = (top / lam.clamp_min(1e-12 * top)) ** power
+    f = (top / lam.clamp_min(QUIET * top)) ** power
     return f / f.log().mean().exp()
 
 
@@ -121,7 +127,8 @@ def _candidate(model, S: torch.Tensor, R: torch.Tensor, factors: torch.Tensor):
     cand = type(model)(model.h, progress=False)
     for name in _OPTIONS:
         setattr(cand, name, getattr(model, name))
-    cand.normalisation = model.normalisation.with_matrix(True)
+    norm = model.normalisation
+    cand.normalisation = norm.with_matrix(True) if norm.matrix is None else norm.with_axes(R)  # "diagonal": data's axes
     if model._kernel_auto:
         cand._kernel_template, cand._kernel_auto = MechanicalKernel(MECHANICAL_DEGREE), False
     cand._direction_factors = factors
