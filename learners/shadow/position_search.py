@@ -166,9 +166,9 @@ def _candidates(model, F_norm, F_norm_alt) -> list:
 
 
 def _key(name: str, degree: Optional[int]) -> str:
-    """History key of a mechanical candidate's grid or refinement: ``name`` for the first degree (the key of a
-    single candidate), ``name`` followed by the degree for the others."""
-    return name if degree in (None, MECHANICAL_DEGREES[0]) else f"{name}{degree}"
+    """History key of a mechanical candidate's grid or refinement: ``name`` for :data:`MECHANICAL_DEGREE` (the key
+    of the single candidate before Session 10), ``name`` followed by the degree for the others."""
+    return name if degree in (None, MECHANICAL_DEGREE) else f"{name}{degree}"
 
 
 def _refined(model, n: int, cand: tuple) -> tuple:
@@ -182,10 +182,13 @@ def _refined(model, n: int, cand: tuple) -> tuple:
 
 
 def by_degree(candidates: list) -> Optional[tuple]:
-    """The mechanical candidate kept among ``candidates`` (refined, lowest degree first; the refined held-out value
-    at index 2): a higher degree replaces the one kept only where lower by :data:`DEGREE_MARGIN`. None if empty."""
+    """The mechanical candidate kept among ``candidates`` (refined; the refined held-out value at index 2, the degree
+    last), taken by increasing degree: a higher degree replaces the one kept only where lower by
+    :data:`DEGREE_MARGIN`. None if empty. The margin is between the degrees only, so the candidate kept can score
+    worse than one it rejected, and then lose to the RBF that the rejected one beats (module docstring: the FPU chain,
+    h = 0.40, seed 2)."""
     kept = None
-    for cand in candidates:
+    for cand in sorted(candidates, key=lambda c: c[-1]):
         kept = cand if kept is None or cand[2] < kept[2] - DEGREE_MARGIN else kept
     return kept
 
@@ -225,6 +228,8 @@ def search_positions(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions,
         evaluate = _shifted(objective(gp, "positions", F_all, F_va, G_va, positions), offset)
         full = evaluate(tied_theta(lq, lv, n)) if len(candidates) > 1 else None  # None: refine evaluates it
         model.history.setdefault("normalisation_values", []).append(full)
+        model.history.setdefault("normalisation_candidates", []).append(
+            ("trace", "matrix")[k] if degree is None else f"mechanical{degree}")  # which value is whose
         cand = (lq, lv, val, full, F_all, norm, evaluate, gp, degree)
         if degree is not None:
             if math.isfinite(full):
@@ -239,6 +244,7 @@ def search_positions(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions,
         cand, model.history[_key("search_mechanical", cand[-1])] = _refined(model, n, cand)
         refined.append(cand)
     mech = by_degree(refined)
+    model.history["mechanical_kept"] = None if mech is None else mech[-1]  # by_degree's choice, kept or not
     if mech is not None:
         best = mech if best is None or mech[2] < best[2] else best
     lq, lv, val, _, F_all, F_norm, evaluate, model.gp, model.kernel_degree = best
