@@ -83,7 +83,7 @@ def _row(args, cfg) -> None:
         print(f"    energy calibration (on first demand): {time.perf_counter() - t:.1f} s wall, "
               f"{time.process_time() - c:.1f} s CPU")
     print(f"    kernel degree {model.kernel_degree}, normalisation conditions {model._norm_count}, held-out (trace, matrix"
-          f"{', mechanical' if model.kernel_degree is not None or model._kernel_auto else ''}) "
+          f"{', mechanical 2, mechanical 4' if model.kernel_degree is not None or model._kernel_auto else ''}) "
           f"{model.history.get('normalisation_values')}, lengthscales {model.hyperparameters['lengthscale']}")
     principal = model.history.get("principal")
     if principal is not None:  # the principal-direction candidate (learners.shadow.principal): choice and cost

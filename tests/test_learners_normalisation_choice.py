@@ -213,6 +213,8 @@ def test_kernel_auto_chooses_the_mechanical_kernel_where_it_predicts_better(tmp_
     m = _fit(system, kernel="auto")
     assert m.kernel_degree == 2 and m._norm_count == 3 + 1 + 6
     assert len(m.history["normalisation_values"]) == 4 and "search_mechanical" in m.history and "search_mechanical4" in m.history
+    assert m.history["normalisation_candidates"] == ["trace", "matrix", "mechanical2", "mechanical4"]
+    assert m.history["mechanical_kept"] == 2
     assert energy_differences(m, system, 2, return_std=False)[0] < 2e-3
     q, v = torch.rand(7, 3, dtype=torch.float64) - 0.5, torch.rand(7, 3, dtype=torch.float64) - 0.5
     m._pending_calibration = None  # the energy calibration (run on first demand, 20 s) is not what is saved here
@@ -232,6 +234,7 @@ def test_kernel_auto_keeps_degree_4_where_it_clears_the_margin_and_saves_it(tmp_
     monkeypatch.setattr(position_search, "DEGREE_MARGIN", -math.inf)
     m = _fit(separable3(), kernel="auto")
     assert m.kernel_degree == 4 and m._norm_count == 3 + 1 + 6 and "search_mechanical4" in m.history
+    assert m.history["mechanical_kept"] == 4
     q, v = torch.rand(7, 3, dtype=torch.float64) - 0.5, torch.rand(7, 3, dtype=torch.float64) - 0.5
     m._pending_calibration = None  # the energy calibration (run on first demand) is not what is saved here
     loaded = InverseModifiedLagrangianGP.load(m.save(tmp_path / "m.pt"))
@@ -247,6 +250,7 @@ def test_kernel_auto_keeps_the_rbf_where_the_matrix_is_wrong(skew_default):
     m = _fit(system, kernel="auto")
     vals = m.history["normalisation_values"]
     assert m.kernel_degree is None and m._norm_count == 3 + 2 and vals[2] > vals[0] + 5, vals
+    assert m.history["mechanical_kept"] in (2, 4)  # the mechanical candidate kept by degree, then lost to the RBF
     assert len(default.history["normalisation_values"]) == 2 and default.kernel_degree is None
     q, v = torch.rand(7, 3, dtype=torch.float64) - 0.5, torch.rand(7, 3, dtype=torch.float64) - 0.5
     assert torch.equal(m.lagrangian(q, v), default.lagrangian(q, v))

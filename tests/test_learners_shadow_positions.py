@@ -157,5 +157,6 @@ def test_a_higher_mechanical_degree_replaces_a_lower_one_only_by_the_margin(monk
     assert PS.by_degree([cand(-10.0, 2), cand(-10.0 - 1.1 * m, 4)])[-1] == 4
     assert PS.by_degree([cand(-10.0, 2), cand(-9.0, 4)])[-1] == 2
     assert PS.by_degree([cand(-10.0, 4)])[-1] == 4 and PS.by_degree([]) is None
+    assert PS.by_degree([cand(-10.0 - 0.9 * m, 4), cand(-10.0, 2)])[-1] == 2  # taken by degree, not in the given order
     monkeypatch.setattr(PS, "DEGREE_MARGIN", 0.0)
     assert PS.by_degree([cand(-10.0, 2), cand(-10.0 - 0.1 * m, 4)])[-1] == 4

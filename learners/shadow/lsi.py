@@ -115,9 +115,9 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
     scheme : a :mod:`bea` scheme or its name (``"midpoint"``, ``"trapezoidal"``, ...), or a stage scheme
         (``"galerkin2"``: the DEL conditions linearised and iterated, :mod:`~learners.shadow.stage_lsi`).
     kernel : ``"auto"`` (default: the RBF, except that at ``n >= 3`` the positions search also scores
-        ``MechanicalKernel(degree=2)`` and ``degree=4`` with the whole mass matrix and keeps one where it
-        predicts held-out positions better, :mod:`learners.shadow.kernel_choice`; ``n <= 2``: the RBF exactly),
-        ``"rbf"`` (or None: the RBF at
+        ``MechanicalKernel(degree=2)`` and ``degree=4`` (4 over 2 only by ``position_search.DEGREE_MARGIN``) with
+        the whole mass matrix and keeps one where it predicts held-out positions better,
+        :mod:`learners.shadow.kernel_choice`; ``n <= 2``: the RBF exactly), ``"rbf"`` (or None: the RBF at
         every ``n``, not the default -- None is what model files from before the switch to ``"auto"`` record) or
         ``"mechanical"`` (:class:`~learners.shadow.mechanical.MechanicalKernel`: RBF in :math:`q` times a polynomial
         of degree 8 in :math:`v`; ``MechanicalKernel(degree=d)`` for another degree), hyperparameters learned (see
