@@ -41,7 +41,8 @@ axes* (zero: no velocity coupling between the coordinates given), :math:`1 + n(n
 curvature term; ``axes`` (orthonormal rows, in the data's coordinates -- the positions given to ``fit``, whose
 standardisation scales all alike, so directions keep their meaning; default the coordinate axes) names other
 directions, and a fit in turned coordinates (:mod:`learners.shadow.principal`) turns them with its own. It holds
-where the masses differ (bodies of masses 1 and 2 in Cartesian positions), where the whole matrix does not, and it still fixes the parts' relative scales of the two-body problem: the centre of mass and the relative motion
+where the masses differ (bodies of masses 1 and 2 in Cartesian positions), where the whole matrix does not, and it
+still fixes the parts' relative scales of the two-body problem: the centre of mass and the relative motion
 each carry the off-diagonal entries :math:`\pm\mu` between a body's x (or y) and the other's, which cancel only at
 equal factors. Measured (benchmarks/RESULTS_identification.md, session 10): two_body4 (equal masses) 2.48e-2 against
 the whole matrix's 2.14e-2, so it is not the default; on the unequal-mass variant with 150 trajectories 0.162 against
