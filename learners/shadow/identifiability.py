@@ -91,7 +91,7 @@ def _energy_states(model, snapshots_std: torch.Tensor):
 
     T = snapshots_std.shape[0]
     if T < ENERGY_MIN_TRAJECTORIES:
-        return f"{T} held-back trajectories, fewer than the {ENERGY_MIN_TRAJECTORIES} needed to judge"
+        return f"not judged: held-back trajectories {T}, fewer than the {ENERGY_MIN_TRAJECTORIES} needed"
     q, v = midpoint_states(model._from_standard(snapshots_std), model.h)
     t, j = spread_picks(T, q.shape[1], ENERGY_STATES)
     t, j = t.to(q.device), j.to(q.device)
