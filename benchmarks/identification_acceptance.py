@@ -116,7 +116,8 @@ def _arguments(argv, systems):
     ap.add_argument("--without-differences", action="store_true",
                     help="calibrate the energy std without the distant differences (the method before them)")
     ap.add_argument("--degree", type=int, default=None,
-                    help="MechanicalKernel(degree=D) with the whole mass matrix fixed (a diagnostic; overrides --kernel)")
+                    help="MechanicalKernel(degree=D) with the whole mass matrix fixed, or with --diagonal the diagonal one "
+                         "(a diagnostic; overrides --kernel)")
     ap.add_argument("--no-principal", action="store_true",
                     help="never keep the principal-direction candidate (this process only: a diagnostic)")
     ap.add_argument("--no-std", action="store_true", help="energy differences only (no std, no calibration: fast)")
@@ -141,19 +142,22 @@ def _arguments(argv, systems):
 
 
 def _model_options(args) -> dict:
-    """The model's keyword arguments: ``--kernel``, or ``--degree`` (which also names the row's kernel)."""
-    if args.degree is None:
-        kw = {} if args.kernel is None else {"kernel": args.kernel}
-        if args.diagonal:
-            from learners.shadow.normalisation import MassNormalisation
-
-            kw["normalisation"] = MassNormalisation(matrix="diagonal")
-        return kw
-    from learners.shadow.mechanical import MechanicalKernel
+    """The model's keyword arguments: ``--kernel``, or ``--degree`` (which also names the row's kernel), with the whole
+    mass matrix fixed or, with ``--diagonal``, ``MassNormalisation(matrix="diagonal")``; ``args.kernel`` becomes the
+    row's kernel column (``+diagonal`` where given)."""
     from learners.shadow.normalisation import MassNormalisation
 
-    args.kernel = f"mechanical{args.degree}+matrix"
-    return {"kernel": MechanicalKernel(degree=args.degree), "normalisation": MassNormalisation(matrix=True)}
+    kw = {} if args.kernel is None else {"kernel": args.kernel}
+    if args.degree is not None:
+        from learners.shadow.mechanical import MechanicalKernel
+
+        kw["kernel"] = MechanicalKernel(degree=args.degree)
+        args.kernel = f"mechanical{args.degree}+" + ("diagonal" if args.diagonal else "matrix")
+        kw["normalisation"] = MassNormalisation(matrix="diagonal" if args.diagonal else True)
+    elif args.diagonal:
+        kw["normalisation"] = MassNormalisation(matrix="diagonal")
+        args.kernel = f"{args.kernel or 'default'}+diagonal"
+    return kw
 
 
 def main(argv=None) -> None:

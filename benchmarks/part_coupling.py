@@ -22,6 +22,7 @@ from typing import Tuple
 
 import torch
 
+from learners.shadow.held_states import midpoint_states
 from learners.shadow.principal import principal_directions
 
 STATES = 24
@@ -30,8 +31,7 @@ STATES = 24
 def _states(S_std: torch.Tensor, h_std: float, count: int) -> torch.Tensor:
     """``count`` states ``(q, v)`` of standardised snapshots (n_traj, m, n): midpoints of triples, central-difference
     velocities, spread evenly over the data."""
-    q = S_std[:, 1:-1].reshape(-1, S_std.shape[-1])
-    v = ((S_std[:, 2:] - S_std[:, :-2]) / (2 * h_std)).reshape(-1, S_std.shape[-1])
+    q, v = (x.reshape(-1, S_std.shape[-1]) for x in midpoint_states(S_std, h_std))
     pick = torch.linspace(0, q.shape[0] - 1, min(count, q.shape[0]), device=q.device).round().long()
     return torch.cat([q[pick], v[pick]], -1)
 

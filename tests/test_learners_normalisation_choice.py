@@ -138,6 +138,22 @@ def test_diagonal_functionals_fix_the_off_diagonal_entries_in_the_data_axes():
     assert MassNormalisation(matrix="diagonal").with_axes(R).with_curvature(kappa).with_matrix("diagonal").axes is not None
 
 
+def test_axes_are_validated():
+    """axes: a square, finite, orthonormal matrix (BeaValueError naming the problem), n checked where the functionals
+    are formed; a rotation computed in float64 passes (tolerance 1e-8, rounding 1e-16), and repr shows matrix and
+    axes."""
+    Q, _ = torch.linalg.qr(torch.randn(3, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0)))
+    norm = MassNormalisation(matrix="diagonal", axes=Q)
+    assert torch.equal(norm.axes, Q) and norm.functionals(3).count == 3 + 2 + 3
+    assert repr(norm).startswith("MassNormalisation(c=1.0, matrix='diagonal', axes=[[")
+    for bad, says in ((torch.ones(2, 3, dtype=torch.float64), "square"), (torch.full((2, 2), float("nan")), "finite"),
+                      (2 * torch.eye(2), "orthonormal"), (Q + 1e-6, "orthonormal")):
+        with pytest.raises(BeaValueError, match=says):
+            MassNormalisation(matrix="diagonal", axes=bad)
+    with pytest.raises(BeaValueError, match="for n = 2 coordinates"):
+        norm.functionals(2)
+
+
 def test_matrix_needs_a_bool():
     from bea.errors import BeaValueError
 

@@ -292,23 +292,39 @@ def _tied_fit(S, margin, monkeypatch, candidate=True, kernel="rbf"):
         return m.fit(S)
 
 
-def test_candidate_keeps_a_diagonal_normalisation(pair, monkeypatch):
+@pytest.mark.parametrize("matrix", ["diagonal", True])
+def test_candidate_keeps_a_diagonal_normalisation(pair, monkeypatch, matrix):
     """A normalisation given with matrix="diagonal" stays diagonal in the principal candidate (kept here: margin
-    -1e9): trace + the 3 off-diagonal conditions in the data's axes, 1 + 3 + 1 + 3 functionals, not the whole matrix's
-    1 + 3 + 6; no mass-target move (it needs the whole matrix); the user's option is left as given."""
+    -1e9), with its axes the data's: the rows of the fit's rotation R (a user's axes A: the rows of A R), so trace + the
+    3 off-diagonal conditions between the data's axes, 1 + 3 + 1 + 3 functionals, and no mass-target move (it needs the
+    whole matrix). The control, matrix=True with the same mechanical degree-2 kernel (kernel="auto"), has the whole
+    matrix's 1 + 3 + 6 and the move's record. The user's option is left as given."""
     import learners.shadow.principal as P
     from learners import MassNormalisation
 
     _, S, _, _ = pair
+    made = []
+    candidate = P._candidate
+    monkeypatch.setattr(P, "_candidate", lambda *a: made.append(candidate(*a)) or made[-1])
     monkeypatch.setattr(P, "PRINCIPAL_MARGIN", -1e9)
-    m = InverseModifiedLagrangianGP(H, kernel="rbf", normalisation=MassNormalisation(matrix="diagonal"), progress=False)
-    m.iterations = 1
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", IdentifiabilityWarning)
-        m.fit(S)
-    assert m.history["principal"]["kept"] and m._rotation is not None
-    assert m._norm_count == 1 + 3 + 1 + 3 and "mass_target" not in m.history
-    assert m.normalisation.matrix == "diagonal" and m.normalisation.axes is None
+    A = torch.tensor([[0.0, 1.0, 0.0], [0.6, 0.0, 0.8], [0.8, 0.0, -0.6]], dtype=torch.float64)
+    for axes in (None, A) if matrix == "diagonal" else (None,):
+        made.clear()
+        m = InverseModifiedLagrangianGP(H, normalisation=MassNormalisation(matrix=matrix, axes=axes), progress=False)
+        m.iterations = 1
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", IdentifiabilityWarning)
+            m.fit(S)
+        assert m.history["principal"]["kept"] and m._rotation is not None and len(made) == 1
+        assert m.kernel_degree == 2  # the kernel under which the mass-target move applies (mass_target._applies)
+        kept = m.normalisation.axes
+        assert m.normalisation.matrix == matrix and (kept is None if axes is None else torch.equal(kept, axes))
+        if matrix == "diagonal":
+            turned = m._rotation if axes is None else axes @ m._rotation
+            assert torch.allclose(made[0].normalisation.axes, turned, rtol=0, atol=1e-15)  # the same product: rounding
+            assert m._norm_count == 1 + 3 + 1 + 3 and "mass_target" not in m.history
+        else:
+            assert m._norm_count == 1 + 3 + 6 and "mass_target" in m.history
 
 
 def _small_auto_fit(S, margin, monkeypatch):

@@ -227,23 +227,22 @@ def test_one_energy_calibration_failing_leaves_the_other(monkeypatch):
 def test_energy_resolution_is_recorded_and_warns_above_its_limit(monkeypatch):
     """identifiability.check_energy, run with the energy calibration: the calibrated std of energy differences
     between held-back states relative to their size is recorded (anharmonic3, 40 trajectories: far below the 1% limit,
-    no such warning); with the limit lowered below it the same calibration warns, naming the remedy of the
+    no such warning); with the limit lowered below it the same check on the same fit warns, naming the remedy of the
     calibration's truncation ratio (here below 1: the GP's error dominates, so more trajectories)."""
     from learners.shadow import identifiability as I
 
-    data = snapshots(anharmonic3(), 0.2, 40, 5, seed=0)
-    for limit in (I.ENERGY_LIMIT, 0.0):
-        monkeypatch.setattr(I, "ENERGY_LIMIT", limit)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", IdentifiabilityWarning)
-            m = InverseModifiedLagrangianGP(0.2, progress=False).fit(data)
-            m.calibration
-        rel = m.history["energy_resolution"]
-        poorly = [w for w in caught if "energy is poorly determined" in str(w.message)]
-        if limit:
-            assert 0 < rel < 1e-2 and not poorly, rel
-        else:
-            assert len(poorly) == 1 and "more trajectories" in str(poorly[0].message), poorly
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", IdentifiabilityWarning)
+        m = InverseModifiedLagrangianGP(0.2, progress=False).fit(snapshots(anharmonic3(), 0.2, 40, 5, seed=0))
+        held = m._pending_calibration[1]
+        m.calibration
+    rel = m.history["energy_resolution"]
+    assert 0 < rel < 1e-2 and not [w for w in caught if "energy is poorly determined" in str(w.message)], rel
+    monkeypatch.setattr(I, "ENERGY_LIMIT", 0.0)
+    with pytest.warns(IdentifiabilityWarning, match="energy is poorly determined") as caught:
+        I.check_energy(m, held)
+    assert len(caught) == 1 and "calibrated std" in str(caught[0].message) and "more trajectories" in str(caught[0].message)
+    assert m.history["energy_resolution"] == rel  # the same states, the same calibrated std
 
 
 def test_each_quantity_uses_its_own_scale(anharmonic, monkeypatch):

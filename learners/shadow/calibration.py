@@ -194,10 +194,13 @@ def ensure_energy_calibration(model) -> None:
     solve), at least the ``"del"`` scale, for ``energies`` and ``velocities``; and ``"energy_differences"``, the
     innovations of differences between distant data states over folds of trajectories
     (:mod:`learners.shadow.difference_calibration`), for ``energy``. Then the warning of
-    :func:`~learners.shadow.identifiability.check_orders`. The model's own posterior is restored afterwards. On
-    failure (e.g. a kernel without a feature expansion) the reason goes to ``model.history["energy_calibration_error"]``
-    (conservation) or ``model.history["energy_differences_calibration_error"]``, each independently, and the quantities
-    that calibration serves keep the ``"del"`` scale."""
+    :func:`~learners.shadow.identifiability.check_orders` (where the conservation calibration ran) and of
+    :func:`~learners.shadow.identifiability.check_energy` (always: its std is the calibrated one where either calibration
+    ran, otherwise the ``"del"`` scale, which its warning then calls uncalibrated, naming no remedy that a truncation ratio
+    would have to support). The model's own posterior is restored afterwards. On failure (e.g. a kernel without a
+    feature expansion) the reason goes to ``model.history["energy_calibration_error"]`` (conservation) or
+    ``model.history["energy_differences_calibration_error"]``, each independently, and the quantities that calibration
+    serves keep the ``"del"`` scale."""
     from .identifiability import check_energy, check_orders
 
     pending = getattr(model, "_pending_calibration", None)

@@ -38,9 +38,11 @@ GP's prior.
 
 ``matrix="diagonal"`` assumes less: the trace and the entries above the diagonal of the mass matrix *in the data's
 axes* (zero: no velocity coupling between the coordinates given), :math:`1 + n(n-1)/2` conditions, with the same
-curvature term; for a fit in turned coordinates (:mod:`learners.shadow.principal`) ``axes`` holds the data's axes
-there. It holds where the masses differ (bodies of masses 1 and 2 in Cartesian positions), where the whole matrix does
-not, and it still fixes the parts' relative scales of the two-body problem: the centre of mass and the relative motion
+curvature term; ``axes`` (orthonormal rows, in the data's coordinates -- the positions given to ``fit``, whose
+standardisation scales all alike, so directions keep their meaning; default the coordinate axes) names other
+directions, and a fit in turned coordinates (:mod:`learners.shadow.principal`) turns them with its own. It holds
+where the masses differ (bodies of masses 1 and 2 in Cartesian positions), where the whole matrix does not, and it
+still fixes the parts' relative scales of the two-body problem: the centre of mass and the relative motion
 each carry the off-diagonal entries :math:`\pm\mu` between a body's x (or y) and the other's, which cancel only at
 equal factors. Measured (benchmarks/RESULTS_identification.md, session 10): two_body4 (equal masses) 2.48e-2 against
 the whole matrix's 2.14e-2, so it is not the default; on the unequal-mass variant with 150 trajectories 0.162 against
@@ -120,8 +122,10 @@ class MassNormalisation(Normalisation):
     (``matrix=False``), or :math:`\partial_v^2L(x_0) - \kappa\,\partial_q^2L(x_0) = c\,I` (``matrix=True``,
     :math:`\kappa` = ``curvature``: None, the default, lets the LSI fit set it from its scheme and step, and means 0
     elsewhere; a number given is used as it is, in the fit's standardised coordinates); ``matrix="diagonal"``: the
-    trace and the off-diagonal entries in the data's axes (rows of ``axes`` in the fit's coordinates; the fit's own
-    axes without them) set to 0; ``matrix=None``: the fit chooses (module docstring)."""
+    trace and the off-diagonal entries between the rows of ``axes`` set to 0 (an orthonormal ``(n, n)`` matrix in the
+    coordinates of the data given to the fit; None: the coordinate axes; a fit that turns its coordinates passes them
+    turned, so here, in :meth:`functionals`, they are in the fit's coordinates; used only with ``"diagonal"``);
+    ``matrix=None``: the fit chooses (module docstring)."""
 
     def __init__(self, c: float = 1.0, point: Optional[torch.Tensor] = None, matrix: Union[bool, str, None] = None,
                  curvature: Optional[float] = None, axes: Optional[torch.Tensor] = None):
@@ -138,14 +142,15 @@ class MassNormalisation(Normalisation):
         self.point = None if point is None else torch.as_tensor(point, dtype=torch.float64, device=_device(point))
         self.matrix = matrix
         self.curvature = curvature
-        self.axes = None if axes is None else torch.as_tensor(axes, dtype=torch.float64)
+        self.axes = None if axes is None else _checked_axes(axes)
 
     def __repr__(self) -> str:
-        extra = "" if self.matrix is None else f", matrix={self.matrix}"
+        extra = "" if self.matrix is None else f", matrix={self.matrix!r}"
         extra += "" if self.curvature is None else f", curvature={self.curvature:.6g}"
+        extra += "" if self.axes is None else f", axes={self.axes.tolist()}"
         return f"MassNormalisation(c={self.c}{extra})"
 
-    def with_matrix(self, matrix: Optional[bool]) -> "MassNormalisation":
+    def with_matrix(self, matrix: Union[bool, str, None]) -> "MassNormalisation":
         """The same normalisation (constant, point and curvature term) with ``matrix`` set."""
         return MassNormalisation(self.c, self.point, matrix, self.curvature, self.axes)
 
@@ -154,7 +159,8 @@ class MassNormalisation(Normalisation):
         return MassNormalisation(self.c, self.point, self.matrix, curvature, self.axes)
 
     def with_axes(self, axes: Optional[torch.Tensor]) -> "MassNormalisation":
-        """The same normalisation with the data's axes (rows, in the fit's coordinates) of ``matrix="diagonal"``."""
+        """The same normalisation with ``axes`` (orthonormal rows, in the coordinates the functionals are taken in) of
+        ``matrix="diagonal"``."""
         return MassNormalisation(self.c, self.point, self.matrix, self.curvature, axes)
 
     def functionals(self, n: int, center: Optional[torch.Tensor] = None) -> Functionals:
@@ -188,8 +194,11 @@ class MassNormalisation(Normalisation):
 
     def _off_diagonal(self, n: int, x0: torch.Tensor, f64: dict, index: dict) -> AtomSet:
         r"""Atoms of the ``matrix="diagonal"`` conditions :math:`a_i^\top(\partial_v^2 L - \kappa\,\partial_q^2 L)(x_0)\,a_j
-        = 0`, :math:`i < j`, with :math:`a_i` the rows of ``axes`` (the data's axes in the fit's coordinates; the fit's
-        own axes without them), functionals ``n + 2 ...``."""
+        = 0`, :math:`i < j`, with :math:`a_i` the rows of ``axes`` (in the coordinates of :meth:`functionals`: the
+        data's, turned where the fit turns its own; the coordinate axes without them), functionals ``n + 2 ...``."""
+        if self.axes is not None and self.axes.shape[0] != n:
+            raise BeaValueError(f"MassNormalisation axes are {tuple(self.axes.shape)} for n = {n} coordinates: give an "
+                                f"orthonormal ({n}, {n}) matrix (rows: the axes), or None for the coordinate axes")
         a = torch.eye(n, **f64) if self.axes is None else self.axes.to(**f64)
         i, j = torch.triu_indices(n, n, 1, **index)
         P = i.numel()
@@ -200,6 +209,27 @@ class MassNormalisation(Normalisation):
             dirs = torch.cat([dirs, torch.stack([torch.cat([a[i], zero], 1), torch.cat([a[j], zero], 1)], 1)])
             coef, owner = torch.cat([coef, torch.full((P,), -self.curvature, **f64)]), owner.repeat(2)
         return AtomSet(x0.expand(owner.numel(), 2 * n), dirs, coef, owner)
+
+
+#: how far ``axes @ axes.T`` may be from the identity (largest entry): float64 rounding of a computed rotation is
+#: 1e-15..1e-13, so 1e-8 admits every such rotation and refuses axes that are not orthonormal
+AXES_TOLERANCE = 1e-8
+
+
+def _checked_axes(axes) -> torch.Tensor:
+    """``axes`` as float64 (on its device), or :class:`~bea.errors.BeaValueError` unless square, finite and
+    orthonormal (rows; :data:`AXES_TOLERANCE`); the number of coordinates is checked where it is known
+    (:meth:`MassNormalisation.functionals`)."""
+    a = torch.as_tensor(axes, dtype=torch.float64, device=_device(axes))
+    if a.dim() != 2 or a.shape[0] != a.shape[1] or a.shape[0] == 0:
+        raise BeaValueError(f"MassNormalisation axes must be a square (n, n) matrix (rows: the axes), got shape {tuple(a.shape)}")
+    if not bool(torch.isfinite(a).all()):
+        raise BeaValueError("MassNormalisation axes must be finite, got non-finite entries")
+    off = float((a @ a.T - torch.eye(a.shape[0], dtype=a.dtype, device=a.device)).abs().max())
+    if not off <= AXES_TOLERANCE:
+        raise BeaValueError(f"MassNormalisation axes must be orthonormal rows: axes @ axes.T is {off:.2g} from the identity "
+                            f"(tolerance {AXES_TOLERANCE:g}); orthonormalise them (e.g. torch.linalg.qr) in float64")
+    return a
 
 
 def inverse_curvature(h: float, scheme) -> float:

@@ -27,7 +27,8 @@ has the RMS :math:`\sqrt{\lambda_i}`, so the lengthscales follow :math:`1/\sqrt{
 whole mass matrix (:class:`~learners.shadow.normalisation.MassNormalisation` with ``matrix=True``): in such data the
 parts whose motions are nearly independent are exactly the ones the trace leaves unscaled (with the trace the rotated
 two_body4 fit predicted the motion best but weighted its parts 1.98 / 0.40 / 1.47: energy error 0.25); a normalisation
-given with ``matrix="diagonal"`` or ``True`` is kept as given, the diagonal one in the data's axes. With
+given with ``matrix="diagonal"`` or ``True`` is kept as given, the diagonal one in the data's axes (the user's
+``axes``, given in the data's coordinates, turned with the fit's coordinates: rows of ``axes @ R``). With
 ``kernel="auto"`` its kernel is the degree-2 mechanical kernel (the lower energy error there: 0.018 against 0.033).
 
 It is kept only where its held-out objective (the mean log squared one-step error, invariant under rotations) is lower
@@ -52,16 +53,17 @@ from .guards import caller_level
 from .hyperparameter_search import split_functionals
 from .step_resolution import second_differences
 
-__all__ = ["principal_directions", "lengthscale_factors", "fit_with_candidate", "PRINCIPAL_MARGIN", "POWER"]
+__all__ = ["principal_directions", "lengthscale_factors", "fit_with_candidate", "PRINCIPAL_MARGIN", "QUIET", "POWER"]
 
 #: how much lower (mean of log squared one-step errors) the candidate's held-out objective must be to be kept: 0.5,
 #: one-step errors about 22% smaller, the margin of the mass-matrix choice (position_search.MATRIX_MARGIN) for the same
 #: reason -- differences below it do not say which fit identifies better. two_body4 gains 1.9 (session 5).
 PRINCIPAL_MARGIN = 0.5
 #: the smallest eigenvalue, relative to the largest, that the factors follow (:func:`lengthscale_factors`): factors at
-#: most 100x apart. At 1e-12 (before session 10) a two-body problem without a trap (centre-of-mass eigenvalues ~1e-18)
-#: gave factors 985 / 0.001 and the candidate's search found no usable fit; every system measured has ratios above
-#: 2.3e-3 (the unequal-mass two-body variant; two_body4 1.6e-2, the FPU chain 1.3e-2), where nothing changes
+#: most ``QUIET ** -POWER`` apart (100x at POWER = 0.5). At 1e-12 (before session 10) a two-body problem without a trap
+#: (centre-of-mass eigenvalues ~1e-18) gave factors 985 / 0.001 and the candidate's search found no usable fit; every
+#: system measured has ratios above 2.3e-3 (the unequal-mass two-body variant; two_body4 1.6e-2, the FPU chain 1.3e-2),
+#: where nothing changes
 QUIET = 1e-4
 #: exponent of the lengthscale factors (module docstring)
 POWER = 0.5
@@ -128,7 +130,10 @@ def _candidate(model, S: torch.Tensor, R: torch.Tensor, factors: torch.Tensor):
     for name in _OPTIONS:
         setattr(cand, name, getattr(model, name))
     norm = model.normalisation
-    cand.normalisation = norm.with_matrix(True) if norm.matrix is None else norm.with_axes(R)  # "diagonal": data's axes
+    if norm.matrix is None:
+        cand.normalisation = norm.with_matrix(True)
+    else:  # "diagonal": the user's axes (rows, data's coordinates; default I) turned with q' -> q' R, rows of axes @ R
+        cand.normalisation = norm.with_axes(R if norm.axes is None else norm.axes.to(R) @ R)
     if model._kernel_auto:
         cand._kernel_template, cand._kernel_auto = MechanicalKernel(MECHANICAL_DEGREE), False
     cand._direction_factors = factors
