@@ -169,7 +169,14 @@ def _arguments(argv, systems):
                     help="the whole-matrix targets as before session 9 (learners/shadow/mass_target.py off; a diagnostic)")
     ap.add_argument("--diagonal", action="store_true",
                     help='normalisation=MassNormalisation(matrix="diagonal"): no equal masses assumed (the remedy)')
+    ap.add_argument("--searched-diagonal", action="store_true",
+                    help='normalisation.SEARCHED_MATRIX = "diagonal" (this process only): the default scores the diagonal '
+                         "condition, not the whole matrix, against the trace")
     args = ap.parse_args(argv)
+    if args.searched_diagonal:
+        import learners.shadow.normalisation as N
+
+        N.SEARCHED_MATRIX = "diagonal"
     if args.no_mass_target:
         import learners.shadow.mass_target as T
 

@@ -77,7 +77,13 @@ from bea.errors import BeaValueError
 
 from .functionals import AtomSet, Functionals
 
-__all__ = ["Normalisation", "VertexNormalisation", "MassNormalisation", "get_normalisation", "inverse_curvature", "in_standard_units"]
+__all__ = ["Normalisation", "VertexNormalisation", "MassNormalisation", "get_normalisation", "inverse_curvature", "in_standard_units",
+           "SEARCHED_MATRIX"]
+
+#: the matrix condition that the default (``matrix=None``) scores against the trace at ``n >= 3`` and that the
+#: principal-direction candidate fixes (:mod:`learners.shadow.position_search`, :mod:`learners.shadow.principal`):
+#: ``True``, the whole matrix (equal masses at :math:`x_0`)
+SEARCHED_MATRIX: Union[bool, str] = True
 
 
 class Normalisation:
@@ -145,7 +151,11 @@ class MassNormalisation(Normalisation):
         extra += "" if self.curvature is None else f", curvature={self.curvature:.6g}"
         return f"MassNormalisation(c={self.c}{extra})"
 
-    def with_matrix(self, matrix: Optional[bool]) -> "MassNormalisation":
+    def searched(self) -> "MassNormalisation":
+        """The matrix condition the default (``matrix=None``) scores against the trace: :data:`SEARCHED_MATRIX`."""
+        return self.with_matrix(SEARCHED_MATRIX)
+
+    def with_matrix(self, matrix: Union[bool, str, None]) -> "MassNormalisation":
         """The same normalisation (constant, point and curvature term) with ``matrix`` set."""
         return MassNormalisation(self.c, self.point, matrix, self.curvature, self.axes)
 
