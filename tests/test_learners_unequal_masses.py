@@ -38,9 +38,9 @@ def test_searched_matrix_is_the_whole_matrix_by_default():
     """The default scores the whole matrix (unchanged fits); ``searched()`` keeps the constant, point and curvature."""
     assert N.SEARCHED_MATRIX is True
     norm = MassNormalisation(c=2.0, curvature=0.01)
-    s = norm.searched()
-    assert s.matrix is True and s.c == 2.0 and s.curvature == 0.01
     n = 3
+    s = norm.searched(n)
+    assert s.matrix is True and s.c == 2.0 and s.curvature == 0.01
     assert s.functionals(n, None).count == n + 1 + n * (n + 1) // 2  # L, dL/dv, one condition per entry
 
 
@@ -48,7 +48,7 @@ def test_searched_matrix_diagonal_gives_the_diagonal_conditions(monkeypatch):
     """With SEARCHED_MATRIX = "diagonal" the searched normalisation is the trace and the n(n-1)/2 off-diagonal entries."""
     monkeypatch.setattr(N, "SEARCHED_MATRIX", "diagonal")
     n = 4
-    F = MassNormalisation().searched().functionals(n, None)
+    F = MassNormalisation().searched(n).functionals(n, None)
     assert F.count == n + 2 + n * (n - 1) // 2
     assert torch.equal(F.targets, MassNormalisation(matrix="diagonal").functionals(n, None).targets)
 

@@ -217,7 +217,7 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
             set_hyperparameters(gp, ls, self.fixed_noise if self.fixed_noise is not None else 1e-12)
             self._freeze()
         else:
-            alt = norm.searched().functionals(D // 2, center) if getattr(norm, "matrix", False) is None else None
+            alt = norm.searched(D // 2).functionals(D // 2, center) if getattr(norm, "matrix", False) is None else None
             F_norm = self._learn(F_data, groups, P, P_groups, F_norm, alt)
         self._norm_count, self._final = F_norm.count, (F_data, F_norm)
         if finalise:

@@ -151,9 +151,10 @@ class MassNormalisation(Normalisation):
         extra += "" if self.curvature is None else f", curvature={self.curvature:.6g}"
         return f"MassNormalisation(c={self.c}{extra})"
 
-    def searched(self) -> "MassNormalisation":
-        """The matrix condition the default (``matrix=None``) scores against the trace: :data:`SEARCHED_MATRIX`."""
-        return self.with_matrix(SEARCHED_MATRIX)
+    def searched(self, n: int) -> "MassNormalisation":
+        """The matrix condition the default (``matrix=None``) scores against the trace at dimension ``n``:
+        :data:`SEARCHED_MATRIX` from ``n = 3`` on, the whole matrix below (``n <= 2`` fits unchanged)."""
+        return self.with_matrix(SEARCHED_MATRIX if n >= 3 else True)
 
     def with_matrix(self, matrix: Union[bool, str, None]) -> "MassNormalisation":
         """The same normalisation (constant, point and curvature term) with ``matrix`` set."""

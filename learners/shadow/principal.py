@@ -128,7 +128,7 @@ def _candidate(model, S: torch.Tensor, R: torch.Tensor, factors: torch.Tensor):
     for name in _OPTIONS:
         setattr(cand, name, getattr(model, name))
     norm = model.normalisation
-    cand.normalisation = norm.searched() if norm.matrix is None else norm  # the fit chooses: SEARCHED_MATRIX
+    cand.normalisation = norm.searched(S.shape[-1]) if norm.matrix is None else norm  # the fit chooses: SEARCHED_MATRIX
     if cand.normalisation.matrix == "diagonal":  # zero off-diagonal entries in the data's axes
         cand.normalisation = cand.normalisation.with_axes(R)
     if model._kernel_auto:
