@@ -71,3 +71,23 @@ def test_unequal_masses_identified_at_ci_size(unequal):
     assert m.objective_used == "positions"
     rel, _ = energy_differences(m, system, 2, return_std=False)
     assert rel < 3e-3, (rel, m.kernel_degree, m.history.get("normalisation_values"))
+
+
+def test_diagonal_conditions_are_moved_off_the_diagonal_only():
+    """mass_target.matrix_conditions of ``matrix="diagonal"`` (curvature term set): the n(n-1)/2 entries above the
+    diagonal, in order, and no trace (it has no curvature term); none in turned axes or without the curvature term.
+    The scale c is read off the trace's target c n over its n atoms as off the whole matrix's diagonal."""
+    from learners.shadow.mass_target import _diagonal_scale, matrix_conditions
+
+    x0 = torch.linspace(-0.3, 0.4, 6, dtype=torch.float64)
+    F = MassNormalisation(c=2.0, matrix="diagonal", curvature=0.01).functionals(3, x0)
+    owners, i, j, p = matrix_conditions(F)
+    assert owners.tolist() == [5, 6, 7] and i.tolist() == [0, 0, 1] and j.tolist() == [1, 2, 2]
+    assert torch.equal(p, x0)
+    assert _diagonal_scale(F.targets, F) == 2.0
+    whole = MassNormalisation(c=2.0, matrix=True, curvature=0.01).functionals(3, x0)
+    assert matrix_conditions(whole)[0].numel() == 6 and _diagonal_scale(whole.targets, whole) == 2.0
+    assert matrix_conditions(MassNormalisation(matrix="diagonal", curvature=0.0).functionals(3, x0)) is None
+    turn = torch.linalg.qr(torch.randn(3, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0)))[0]
+    turned = MassNormalisation(matrix="diagonal", curvature=0.01, axes=turn).functionals(3, x0)
+    assert matrix_conditions(turned) is None

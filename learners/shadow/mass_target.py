@@ -48,6 +48,10 @@ It applies (the premise of the linearisation) only where
 
 The trace normalisation (every default fit with ``n <= 2``, the default's choice on most systems) and the vertex
 normalisation are untouched; the whole matrix at ``n = 2`` with the mechanical kernel is moved.
+``matrix="diagonal"`` (the default's searched condition, :data:`~learners.shadow.normalisation.SEARCHED_MATRIX`)
+is moved the same way on its conditions with the curvature term, the entries above the diagonal (targets 0 minus
+:math:`G_0`'s entries there); its trace condition is not (the overall scale, as above). In turned axes (the
+principal-direction candidate) it is left linear.
 """
 
 from __future__ import annotations
