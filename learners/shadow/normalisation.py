@@ -82,7 +82,14 @@ __all__ = ["Normalisation", "VertexNormalisation", "MassNormalisation", "get_nor
 
 #: the matrix condition that the default (``matrix=None``) scores against the trace at ``n >= 3`` and that the
 #: principal-direction candidate fixes (:mod:`learners.shadow.position_search`, :mod:`learners.shadow.principal`):
-#: ``True``, the whole matrix (equal masses at :math:`x_0`)
+#: ``True``, the whole matrix (equal masses at :math:`x_0`), or ``"diagonal"`` (no equal masses assumed). Measured
+#: (benchmarks/RESULTS_identification.md, Session 10, branch idmass): with unequal masses the whole matrix's candidates
+#: are rejected (held-out -6.5 to -10 against -16 to -20 for the RBF with the trace) and the RBF's accuracy is what is
+#: left (a chain with position-dependent masses 8.0e-3, an alternating FPU chain 5.1e-3, both above the issue's 3e-3);
+#: "diagonal" lets the mechanical kernel be kept there (4.9e-4; the FPU chain still the RBF's 5.1e-3) at small cost on
+#: equal masses (anharmonic3 3.7e-5 / 3.4e-5 at N = 2 / 4 against 3.4e-5 / 1.8e-5) -- but on separable oscillators
+#: with equal masses its off-diagonal conditions hold for any scales of the parts and the energy differences go from
+#: 8.3e-4 to 1.7e-2. Neither replaces the other; scoring both is the open step
 SEARCHED_MATRIX: Union[bool, str] = True
 
 
