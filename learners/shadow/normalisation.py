@@ -77,8 +77,8 @@ from bea.errors import BeaValueError
 
 from .functionals import AtomSet, Functionals
 
-__all__ = ["Normalisation", "VertexNormalisation", "MassNormalisation", "get_normalisation", "inverse_curvature", "in_standard_units",
-           "SEARCHED_MATRIX"]
+__all__ = ["Normalisation", "VertexNormalisation", "MassNormalisation", "get_normalisation", "inverse_curvature",
+           "in_standard_units", "SEARCHED_MATRIX"]
 
 #: the matrix condition that the default (``matrix=None``) scores against the trace at ``n >= 3`` and that the
 #: principal-direction candidate fixes (:mod:`learners.shadow.position_search`, :mod:`learners.shadow.principal`):
