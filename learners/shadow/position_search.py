@@ -46,7 +46,7 @@ import torch
 
 from bea.errors import BeaRuntimeError
 
-__all__ = ["search_positions", "SCALES", "VELOCITY_FACTORS", "REFINE_EVALUATIONS", "NUGGET", "MATRIX_MARGIN", "MECHANICAL_DEGREE", "subset_grid", "refine", "tied_theta"]
+__all__ = ["search_positions", "SCALES", "VELOCITY_FACTORS", "REFINE_EVALUATIONS", "NUGGET", "MATRIX_MARGIN", "MECHANICAL_DEGREE", "MECHANICAL_DIAGONAL", "subset_grid", "refine", "tied_theta"]
 
 #: position lengthscales of the grid, relative to the RMS spread of the data's atoms (factor 2 apart: the
 #: refinement closes the gaps)
@@ -70,6 +70,13 @@ MATRIX_MARGIN = 0.5
 
 #: degree in the velocities of the mechanical kernel the default search scores against the RBF (module docstring)
 MECHANICAL_DEGREE = 2
+
+#: whether the default search also scores the mechanical kernel with ``MassNormalisation(matrix="diagonal")`` (trace,
+#: zero off-diagonal entries in the data's axes: no equal masses assumed), kept over the whole matrix only where its
+#: held-out error is lower by :data:`MATRIX_MARGIN`. With unequal masses the whole matrix's candidates are 8-10 worse
+#: and rejected, leaving the RBF (5e-3 - 8e-3 on two untuned chains); on separable parts with equal masses only the
+#: whole matrix fixes the parts' scales and the two are level (benchmarks/RESULTS_identification.md, Session 10, idmass)
+MECHANICAL_DIAGONAL = True
 
 Objective = Callable[[torch.Tensor], float]
 
@@ -146,6 +153,12 @@ def _candidates(model, F_norm, F_norm_alt) -> list:
             for p in gp.parameters():
                 p.requires_grad_(False)
             out.append((gp, F_norm_alt, MECHANICAL_DEGREE))
+            diagonal = getattr(model, "_norm_diagonal", None)
+            if MECHANICAL_DIAGONAL and diagonal is not None:  # unequal masses: the same kernel, no equal masses assumed
+                gp = new_gp(None, MechanicalKernel(MECHANICAL_DEGREE), diagonal.dim, model.ard, model._units_device)
+                for p in gp.parameters():
+                    p.requires_grad_(False)
+                out.append((gp, diagonal, MECHANICAL_DEGREE))
     return out
 
 
@@ -185,7 +198,7 @@ def search_positions(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions,
     for k, (gp, norm, degree) in enumerate(candidates):
         grid = subset_grid(_shifted(objective(gp, "positions", Functionals.cat([F_sub, norm]), F_va, G_va, positions), offset),
                            n, scale0)
-        model.history[("grid", "grid_alt", "grid_mechanical")[k]] = grid
+        model.history[("grid", "grid_alt", "grid_mechanical", "grid_mechanical_diagonal")[k]] = grid
         lq, lv, val = min(grid, key=lambda g: g[2])
         if not math.isfinite(val):
             continue
@@ -194,8 +207,9 @@ def search_positions(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions,
         full = evaluate(tied_theta(lq, lv, n)) if len(candidates) > 1 else None  # None: refine evaluates it
         model.history.setdefault("normalisation_values", []).append(full)
         cand = (lq, lv, val, full, F_all, norm, evaluate, gp, degree)
-        if degree is not None:
-            mech = cand if math.isfinite(full) else None
+        if degree is not None:  # the diagonal condition (scored second) only where clearly better (MECHANICAL_DIAGONAL)
+            if math.isfinite(full) and (mech is None or full < mech[3] - MATRIX_MARGIN):
+                mech = cand
         elif rbf is None or (full is not None and full < rbf[3] - MATRIX_MARGIN):
             rbf = cand  # the whole matrix only where it predicts clearly better (MATRIX_MARGIN)
     if rbf is None and mech is None:
