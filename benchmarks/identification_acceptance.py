@@ -229,7 +229,7 @@ def main(argv=None) -> None:
         fit_s, cpu_s = time.perf_counter() - t, time.process_time() - c
         print(f"matrix target moves (relative, before each): {m.history.get('mass_target')}")
         print(f"fitted: {fit_s:.0f} s wall, {cpu_s:.0f} s cpu, objective {m.objective_used}, normalisation conditions "
-              f"{m._norm_count}, kernel degree {m.kernel_degree}, held-out (trace, matrix, mechanical) "
+              f"{m._norm_count}, kernel degree {m.kernel_degree}, held-out (trace, matrix, mechanical, mechanical diagonal) "
               f"{m.history.get('normalisation_values')}", flush=True)
         principal = m.history.get("principal")
         if principal is not None:  # the principal-direction candidate (learners.shadow.principal)

@@ -27,7 +27,11 @@ Degree 2 holds exactly the mechanical form :math:`\tfrac12 v^\top M(q)v + b(q)\c
 condition (with its curvature term) fixes :math:`M(x_0)` as :math:`L_{inv}` has it; the degree-4-in-:math:`v` part of
 :math:`L_{inv}` at :math:`O(h^2)` is outside its space (what that costs :math:`H_{rec}[4]` is measured in
 benchmarks/RESULTS_identification.md: it does not; degree 4 did worse at N = 4 too, and the held-out error does not
-see it). It needs the matrix: under the trace alone the scales of its parts are free.
+see it). It needs the matrix: under the trace alone the scales of its parts are free. The whole matrix assumes equal
+masses at :math:`x_0`; with unequal ones (masses in Cartesian coordinates) it contradicts the data, and a fourth
+candidate (:data:`MECHANICAL_DIAGONAL`) scores the same kernel with ``matrix="diagonal"`` (trace, no off-diagonal
+entries in the data's axes), kept over the whole matrix's only where lower by :data:`MATRIX_MARGIN` (on separable
+parts with equal masses the two are level and only the whole matrix fixes the parts' scales).
 The RBF's choice and this candidate are each refined and the lower refined held-out error wins: each kernel at its
 own best hyperparameters (unrefined, the chain with position-dependent masses chose the RBF, -17.72 against -17.25;
 refined, the mechanical kernel reaches -17.92). Cost: 30 subset solves and 1 + 6 full solves more.
