@@ -79,7 +79,8 @@ MECHANICAL_DEGREE = 2
 #: zero off-diagonal entries in the data's axes: no equal masses assumed), kept over the whole matrix only where its
 #: held-out error is lower by :data:`MATRIX_MARGIN`. With unequal masses the whole matrix's candidates are 8-10 worse
 #: and rejected, leaving the RBF (5e-3 - 8e-3 on two untuned chains); on separable parts with equal masses only the
-#: whole matrix fixes the parts' scales and the two are level (benchmarks/RESULTS_identification.md, Session 10, idmass)
+#: whole matrix fixes the parts' scales and the two are level (benchmarks/RESULTS_identification.md, Session 10, idmass).
+#: Cost: 30 subset solves and one full solve (the n = 6 FPU fit 85.7 -> 108.6 s CPU on a loaded machine)
 MECHANICAL_DIAGONAL = True
 
 Objective = Callable[[torch.Tensor], float]
