@@ -89,7 +89,8 @@ __all__ = ["Normalisation", "VertexNormalisation", "MassNormalisation", "get_nor
 #: "diagonal" lets the mechanical kernel be kept there (4.9e-4; the FPU chain still the RBF's 5.1e-3) at small cost on
 #: equal masses (anharmonic3 3.7e-5 / 3.4e-5 at N = 2 / 4 against 3.4e-5 / 1.8e-5) -- but on separable oscillators
 #: with equal masses its off-diagonal conditions hold for any scales of the parts and the energy differences go from
-#: 8.3e-4 to 1.7e-2. Neither replaces the other; scoring both is the open step
+#: 8.3e-4 to 1.7e-2. Neither replaces the other: the default scores the mechanical kernel with both
+#: (:data:`~learners.shadow.position_search.MECHANICAL_DIAGONAL`); this switch is a diagnostic
 SEARCHED_MATRIX: Union[bool, str] = True
 
 
