@@ -82,9 +82,9 @@ def _row(args, cfg) -> None:
     if cal is not None:
         print(f"    energy calibration (on first demand): {time.perf_counter() - t:.1f} s wall, "
               f"{time.process_time() - c:.1f} s CPU")
-    print(f"    kernel degree {model.kernel_degree}, normalisation conditions {model._norm_count}, held-out (trace, matrix"
-          f"{', mechanical 2, mechanical 4' if model.kernel_degree is not None or model._kernel_auto else ''}) "
-          f"{model.history.get('normalisation_values')}, lengthscales {model.hyperparameters['lengthscale']}")
+    held_out = dict(zip(model.history.get("normalisation_candidates", []), model.history.get("normalisation_values", [])))
+    print(f"    kernel degree {model.kernel_degree}, normalisation conditions {model._norm_count}, held-out {held_out}, "
+          f"lengthscales {model.hyperparameters['lengthscale']}")
     principal = model.history.get("principal")
     if principal is not None:  # the principal-direction candidate (learners.shadow.principal): choice and cost
         print(f"    principal directions: kept {principal['kept']}, held-out tied {principal['objective']:.3f}, "

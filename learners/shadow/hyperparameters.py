@@ -217,7 +217,10 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
             set_hyperparameters(gp, ls, self.fixed_noise if self.fixed_noise is not None else 1e-12)
             self._freeze()
         else:
-            alt = norm.with_matrix(True).functionals(D // 2, center) if getattr(norm, "matrix", False) is None else None
+            alt = norm.searched(D // 2).functionals(D // 2, center) if getattr(norm, "matrix", False) is None else None
+            # the mechanical candidate's second condition (position_search.MECHANICAL_DIAGONAL): unequal masses
+            whole = alt is not None and D // 2 >= 3 and norm.searched(D // 2).matrix is True
+            self._norm_diagonal = norm.with_matrix("diagonal").functionals(D // 2, center) if whole else None
             F_norm = self._learn(F_data, groups, P, P_groups, F_norm, alt)
         self._norm_count, self._final = F_norm.count, (F_data, F_norm)
         if finalise:

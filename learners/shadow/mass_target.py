@@ -48,6 +48,10 @@ It applies (the premise of the linearisation) only where
 
 The trace normalisation (every default fit with ``n <= 2``, the default's choice on most systems) and the vertex
 normalisation are untouched; the whole matrix at ``n = 2`` with the mechanical kernel is moved.
+``matrix="diagonal"`` (the default's searched condition, :data:`~learners.shadow.normalisation.SEARCHED_MATRIX`)
+is moved the same way on its conditions with the curvature term, the entries above the diagonal (targets 0 minus
+:math:`G_0`'s entries there); its trace condition is not (the overall scale, as above). In turned axes (the
+principal-direction candidate) it is left linear.
 """
 
 from __future__ import annotations
@@ -89,21 +93,40 @@ MOVE_BOUND = 10.0
 
 
 def matrix_conditions(F_norm: Functionals) -> Optional[Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
-    r"""``(owners, i, j, x0)`` of the whole-matrix conditions with a curvature term in ``F_norm`` (the condition of
-    :math:`(i, j)`, :math:`i \le j`, is functional ``owners[k]``), or None where there are none (the trace, the
-    vertices, a matrix without the curvature term, ``n = 1``)."""
+    r"""``(owners, i, j, x0)`` of the mass-matrix conditions with a curvature term in ``F_norm`` (the condition of
+    :math:`(i, j)`, :math:`i \le j`, is functional ``owners[k]``): every entry of the whole matrix, or the entries
+    above the diagonal of ``matrix="diagonal"`` in the fit's own axes (its trace has no curvature term and is not
+    moved); None where there are none (the trace, the vertices, a matrix without the curvature term, the diagonal
+    condition in turned axes, ``n = 1``)."""
     A = F_norm.atoms.get(2)
     n = F_norm.dim // 2
     if A is None or n < 2:
         return None
     d = A.dirs
-    vv = d[:, :, :n].abs().sum((1, 2)) == 0  # both directions along velocities
     qq = d[:, :, n:].abs().sum((1, 2)) == 0
-    owners = A.owner[vv]
-    if not bool(qq.any()) or torch.unique(owners).numel() != n * (n + 1) // 2:
+    if not bool(qq.any()):
         return None
-    i, j = d[vv, 0, n:].abs().argmax(-1), d[vv, 1, n:].abs().argmax(-1)
-    return owners, torch.minimum(i, j), torch.maximum(i, j), A.points[vv][0]
+    sel = (d[:, :, :n].abs().sum((1, 2)) == 0) & torch.isin(A.owner, A.owner[qq])  # along velocities, curved conditions
+    owners, axis = A.owner[sel], d[sel][:, :, n:].abs()
+    if not bool((axis.amax(-1) == axis.sum(-1)).all()) or torch.unique(owners).numel() != owners.numel():
+        return None  # a direction not along one axis (turned axes), or a condition with several velocity atoms
+    i, j = axis[:, 0].argmax(-1), axis[:, 1].argmax(-1)
+    i, j = torch.minimum(i, j), torch.maximum(i, j)
+    whole = owners.numel() == n * (n + 1) // 2 and int((i == j).sum()) == n
+    if not (whole or (owners.numel() == n * (n - 1) // 2 and bool((i < j).all()))):
+        return None
+    return owners, i, j, A.points[sel][0]
+
+
+def _diagonal_scale(targets: torch.Tensor, F_norm: Functionals) -> float:
+    r"""The normalisation's :math:`c` from ``targets`` (one per functional of ``F_norm``): the mean of :math:`|y_o|/k_o`
+    over the conditions :math:`o` on diagonal entries of the mass matrix, :math:`k_o` their atoms (the whole matrix:
+    :math:`c` each, one atom; the trace: :math:`c\,n`, :math:`n` atoms)."""
+    A, n = F_norm.atoms[2], F_norm.dim // 2
+    d = A.dirs
+    diag = (d[:, :, :n].abs().sum((1, 2)) == 0) & (d[:, 0, n:] * d[:, 1, n:]).abs().sum(-1).gt(0)
+    owners, counts = torch.unique(A.owner[diag], return_counts=True)
+    return float((targets[owners].abs() / counts.to(targets.dtype)).mean())
 
 
 def target_correction(model, F_norm: Functionals, found: Optional[tuple] = None, rec=None) -> Optional[torch.Tensor]:
@@ -141,7 +164,7 @@ def move_scale(model, F_norm: Functionals, found: Optional[tuple] = None, c: Opt
     owners, i, j, x0 = matrix_conditions(F_norm) if found is None else found
     A, n = F_norm.atoms[2], F_norm.dim // 2
     kappa = float(-A.coef[A.dirs[:, :, n:].abs().sum((1, 2)) == 0][0])
-    c = float(F_norm.targets[owners][i == j].abs().mean()) if c is None else c
+    c = _diagonal_scale(F_norm.targets, F_norm) if c is None else c
     q0, v0 = x0[:n].detach(), x0[n:].detach()[None]
     with torch.enable_grad():
         Hq = torch.autograd.functional.hessian(lambda q: model._lagrangian_std(q[None], v0).sum(), q0)
@@ -176,13 +199,13 @@ def correct_matrix_target(model, F_norm: Functionals) -> Optional[Dict[str, obje
     gp = model.gp
     base = gp.train_functionals.count - F_norm.count
     y0 = gp.train_functionals.targets.clone()
-    c = float(y0[base + owners][i == j].abs().mean())
+    c = _diagonal_scale(y0[base:], F_norm)
     rec = _recovered(model)
     moves = []
     record: Dict[str, object] = {"moves": moves, "bound": MOVE_BOUND * move_scale(model, F_norm, found, c)}
     for step in range(STEPS + 1):
         R = target_correction(model, F_norm, found, rec)
-        size = float(R.abs().max()) / c
+        size = float(R[i, j].abs().max()) / c  # the entries moved (R symmetric: the whole matrix's largest)
         if not math.isfinite(size):
             break
         if step == STEPS:

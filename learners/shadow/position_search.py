@@ -38,6 +38,11 @@ where degree 4 is kept; the other two are unchanged (2.14, 2.16); before degree 
 The margin is between the mechanical degrees only, so the kernel kept can score worse than a candidate it rejected:
 at h = 0.40 seed 2 degree 4 (-10.273) is ahead of the RBF (-10.237) and of degree 2 (-10.163) but misses the margin
 against degree 2; degree 2 then loses to the RBF and the RBF is kept (gain 2.14; 2.48 with degree 4).
+The whole matrix assumes equal masses at :math:`x_0`; with unequal ones (masses in Cartesian coordinates) it
+contradicts the data, so a further candidate (:data:`MECHANICAL_DIAGONAL`) scores degree 2 with ``matrix="diagonal"``
+(trace, no off-diagonal entries in the data's axes); it replaces degree 2 with the whole matrix only where its held-out
+error is lower by :data:`MATRIX_MARGIN` (on separable parts with equal masses the two are level and only the whole
+matrix fixes the parts' scales), before the degrees are compared.
 The RBF's choice and the mechanical candidate kept are each refined and the lower refined held-out error wins: each kernel
 at its own best hyperparameters (unrefined, the chain with position-dependent masses chose the RBF, -17.72 against
 -17.25; refined, the mechanical kernel reaches -17.92). Cost: 30 subset solves and 1 + 6 full solves per degree.
@@ -57,7 +62,7 @@ import torch
 from bea.errors import BeaRuntimeError
 
 __all__ = ["search_positions", "SCALES", "VELOCITY_FACTORS", "REFINE_EVALUATIONS", "NUGGET", "MATRIX_MARGIN", "MECHANICAL_DEGREE",
-           "MECHANICAL_DEGREES", "DEGREE_MARGIN", "by_degree", "subset_grid", "refine", "tied_theta"]
+           "MECHANICAL_DEGREES", "DEGREE_MARGIN", "MECHANICAL_DIAGONAL", "by_degree", "subset_grid", "refine", "tied_theta"]
 
 #: position lengthscales of the grid, relative to the RMS spread of the data's atoms (factor 2 apart: the
 #: refinement closes the gaps)
@@ -92,6 +97,14 @@ MECHANICAL_DEGREES = (MECHANICAL_DEGREE, 4)
 #: degree 4 clears it there by 0.02 only (ahead by 0.22; 1.16 at h = 0.35 seed 0); on the first seed not seen before
 #: (2) it is ahead by 0.11 and the choice fell back to the RBF (module docstring)
 DEGREE_MARGIN = 0.2
+
+#: whether the default search also scores the degree-2 mechanical kernel with ``MassNormalisation(matrix="diagonal")``
+#: (trace, zero off-diagonal entries in the data's axes: no equal masses assumed), kept over the whole matrix only where
+#: its held-out error is lower by :data:`MATRIX_MARGIN`. With unequal masses the whole matrix's candidates are 8-10
+#: worse and rejected, leaving the RBF (5e-3 - 8e-3 on two untuned chains); on separable parts with equal masses only
+#: the whole matrix fixes the parts' scales and the two are level (benchmarks/RESULTS_identification.md, Session 10,
+#: idmass). Cost: 30 subset solves and one full solve
+MECHANICAL_DIAGONAL = True
 
 Objective = Callable[[torch.Tensor], float]
 
@@ -152,22 +165,27 @@ def _lattice_key(x: torch.Tensor) -> tuple:
 
 
 def _candidates(model, F_norm, F_norm_alt) -> list:
-    """``(gp, normalisation, kernel degree or None)`` to score: the model's GP with ``F_norm`` and, where the
+    """``(gp, normalisation, kernel degree or None, diagonal)`` to score: the model's GP with ``F_norm`` and, where the
     normalisation is chosen by the search, with ``F_norm_alt``; where the kernel is also chosen (``kernel="auto"``),
     a fresh GP with the mechanical kernel of each degree of :data:`MECHANICAL_DEGREES` with ``F_norm_alt`` (module
-    docstring: it needs the whole mass matrix)."""
+    docstring: it needs the whole mass matrix) and, with :data:`MECHANICAL_DIAGONAL`, degree 2 with the diagonal
+    condition (``diagonal`` True)."""
     from .kernel_choice import new_gp
     from .mechanical import MechanicalKernel
 
-    out = [(model.gp, F_norm, None)]
+    out = [(model.gp, F_norm, None, False)]
     if F_norm_alt is not None:
-        out.append((model.gp, F_norm_alt, None))
+        out.append((model.gp, F_norm_alt, None, False))
         if getattr(model, "_kernel_auto", False):
-            for degree in MECHANICAL_DEGREES:
-                gp = new_gp(None, MechanicalKernel(degree), F_norm_alt.dim, model.ard, model._units_device)
+            mechanical = [(F_norm_alt, degree, False) for degree in MECHANICAL_DEGREES]
+            diagonal = getattr(model, "_norm_diagonal", None)
+            if MECHANICAL_DIAGONAL and diagonal is not None:  # unequal masses: the same kernel, no equal masses assumed
+                mechanical.append((diagonal, MECHANICAL_DEGREE, True))
+            for norm, degree, is_diagonal in mechanical:
+                gp = new_gp(None, MechanicalKernel(degree), norm.dim, model.ard, model._units_device)
                 for p in gp.parameters():
                     p.requires_grad_(False)
-                out.append((gp, F_norm_alt, degree))
+                out.append((gp, norm, degree, is_diagonal))
     return out
 
 
@@ -185,6 +203,18 @@ def _refined(model, n: int, cand: tuple) -> tuple:
     if evaluations > 0:
         lq, lv, val, trace = refine(evaluate, n, lq, lv, evaluations, start=full)
     return (lq, lv, val, full, F_all, norm, evaluate, gp, degree), trace
+
+
+def _with_mechanical(mechs: list, cand: tuple, is_diagonal: bool) -> list:
+    """``mechs`` with the scored mechanical candidate ``cand`` (unrefined held-out value at index 3, degree last): a
+    whole-matrix candidate is added; the diagonal condition's replaces the whole matrix's of its degree only where
+    lower by :data:`MATRIX_MARGIN` (:data:`MECHANICAL_DIAGONAL`), and is added where that one was not usable."""
+    if not is_diagonal:
+        return mechs + [cand]
+    same = [c for c in mechs if c[-1] == cand[-1]]
+    if same and not cand[3] < same[0][3] - MATRIX_MARGIN:
+        return mechs
+    return [c for c in mechs if c[-1] != cand[-1]] + [cand]
 
 
 def by_degree(candidates: list) -> Optional[tuple]:
@@ -223,10 +253,12 @@ def search_positions(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions,
     F_train = F_data.subset(tr_all)
     candidates = _candidates(model, F_norm, F_norm_alt)
     rbf, mechs = None, []
-    for k, (gp, norm, degree) in enumerate(candidates):
+    for k, (gp, norm, degree, is_diagonal) in enumerate(candidates):
         grid = subset_grid(_shifted(objective(gp, "positions", Functionals.cat([F_sub, norm]), F_va, G_va, positions), offset),
                            n, scale0)
-        model.history[("grid", "grid_alt")[k] if degree is None else _key("grid_mechanical", degree)] = grid
+        name = ("trace", "matrix")[k] if degree is None else f"mechanical{degree}" + ("_diagonal" if is_diagonal else "")
+        model.history[("grid", "grid_alt")[k] if degree is None else
+                      _key("grid_mechanical", degree) + ("_diagonal" if is_diagonal else "")] = grid
         lq, lv, val = min(grid, key=lambda g: g[2])
         if not math.isfinite(val):
             continue
@@ -234,13 +266,11 @@ def search_positions(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions,
         evaluate = _shifted(objective(gp, "positions", F_all, F_va, G_va, positions), offset)
         full = evaluate(tied_theta(lq, lv, n)) if len(candidates) > 1 else None  # None: refine evaluates it
         model.history.setdefault("normalisation_values", []).append(full)
-        model.history.setdefault("normalisation_candidates", []).append(
-            ("trace", "matrix")[k] if degree is None else f"mechanical{degree}")  # which value is whose
+        model.history.setdefault("normalisation_candidates", []).append(name)  # which value is whose
         cand = (lq, lv, val, full, F_all, norm, evaluate, gp, degree)
-        if degree is not None:
-            if math.isfinite(full):
-                mechs.append(cand)
-        elif rbf is None or (full is not None and full < rbf[3] - MATRIX_MARGIN):
+        if degree is not None and math.isfinite(full):
+            mechs = _with_mechanical(mechs, cand, is_diagonal)
+        elif degree is None and (rbf is None or (full is not None and full < rbf[3] - MATRIX_MARGIN)):
             rbf = cand  # the whole matrix only where it predicts clearly better (MATRIX_MARGIN)
     if rbf is None and not mechs:
         raise BeaRuntimeError("no hyperparameters on the grid gave a usable fit; fix them with lengthscale= and noise=")

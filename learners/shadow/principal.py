@@ -130,10 +130,12 @@ def _candidate(model, S: torch.Tensor, R: torch.Tensor, factors: torch.Tensor):
     for name in _OPTIONS:
         setattr(cand, name, getattr(model, name))
     norm = model.normalisation
-    if norm.matrix is None:
-        cand.normalisation = norm.with_matrix(True)
-    else:  # "diagonal": the user's axes (rows, data's coordinates; default I) turned with q' -> q' R, rows of axes @ R
-        cand.normalisation = norm.with_axes(R if norm.axes is None else norm.axes.to(R) @ R)
+    if norm.matrix is None:  # the fit chooses: SEARCHED_MATRIX
+        cand.normalisation = norm.searched(S.shape[-1])
+    else:
+        cand.normalisation = norm
+    if cand.normalisation.matrix == "diagonal":  # the user's axes (rows, data's coordinates; default I) turned with q' -> q' R
+        cand.normalisation = cand.normalisation.with_axes(R if norm.axes is None else norm.axes.to(R) @ R)
     if model._kernel_auto:
         cand._kernel_template, cand._kernel_auto = MechanicalKernel(MECHANICAL_DEGREE), False
     cand._direction_factors = factors
