@@ -104,9 +104,13 @@ def test_the_search_solves_each_point_once_and_the_calibration_with_the_full_ass
                                         progress=False).fit(data)
     per_traj = 3 * 3  # 3 triples of 3 components
     norms = len(model.history["normalisation_values"])
-    assert norms == 4  # the trace, the whole mass matrix (n >= 3) and the mechanical kernels (degrees 2, 4) with it (auto)
-    # each refinement's trace starts with its start
-    refined = sum(len(model.history[k]) - 1 for k in ("search", "search_mechanical", "search_mechanical4"))
+    # the trace, the whole mass matrix (n >= 3), the mechanical kernels (degrees 2, 4) with it and degree 2 with the
+    # diagonal condition (auto)
+    assert norms == 5
+    # each refinement's trace starts with its start; degree 2 is refined with one of its two conditions
+    assert {"search", "search_mechanical4"} <= set(model.history)
+    assert ("search_mechanical" in model.history) != ("search_mechanical_diagonal" in model.history)
+    refined = sum(len(v) - 1 for k, v in model.history.items() if k == "search" or k.startswith("search_mechanical"))
     train = [sym for s, sym in sizes if 20 * per_traj < s < 25 * per_traj]  # 20 training trajectories + a normalisation
     assert train == [True] * (norms + refined) + [False]  # the search's, then the calibration's full assembly
     assert sizes[-1] == (model.gp.train_functionals.count, False) == (25 * per_traj + model._norm_count, False)
@@ -160,3 +164,23 @@ def test_a_higher_mechanical_degree_replaces_a_lower_one_only_by_the_margin(monk
     assert PS.by_degree([cand(-10.0 - 0.9 * m, 4), cand(-10.0, 2)])[-1] == 2  # taken by degree, not in the given order
     monkeypatch.setattr(PS, "DEGREE_MARGIN", 0.0)
     assert PS.by_degree([cand(-10.0, 2), cand(-10.0 - 0.1 * m, 4)])[-1] == 4
+
+
+def test_the_diagonal_condition_replaces_the_whole_matrix_only_by_the_margin():
+    """position_search._with_mechanical: a whole-matrix candidate is added; the diagonal condition's degree-2 candidate
+    replaces the whole matrix's of its degree only where its unrefined held-out value is lower by MATRIX_MARGIN, and is
+    added where that one was not usable (the whole matrix's degree 4 stays either way)."""
+    from learners.shadow import position_search as PS
+
+    def cand(full, degree, tag):
+        return (1.0, 2.0, full, full, None, tag, None, None, degree)
+
+    m = PS.MATRIX_MARGIN
+    whole2, whole4 = cand(-10.0, 2, "whole"), cand(-10.5, 4, "whole")
+    mechs = PS._with_mechanical(PS._with_mechanical([], whole2, False), whole4, False)
+    assert mechs == [whole2, whole4]
+    level = cand(-10.0 - 0.9 * m, 2, "diagonal")
+    assert PS._with_mechanical(mechs, level, True) == [whole2, whole4]  # ahead, but by less than the margin
+    better = cand(-10.0 - 1.1 * m, 2, "diagonal")
+    assert PS._with_mechanical(mechs, better, True) == [whole4, better]
+    assert PS._with_mechanical([whole4], level, True) == [whole4, level]  # degree 2 with the whole matrix was not usable

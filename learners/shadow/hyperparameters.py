@@ -219,7 +219,7 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         else:
             alt = norm.searched(D // 2).functionals(D // 2, center) if getattr(norm, "matrix", False) is None else None
             # the mechanical candidate's second condition (position_search.MECHANICAL_DIAGONAL): unequal masses
-            whole = alt is not None and D // 2 >= 3 and norm.searched(D // 2).matrix is True
+            whole = alt is not None and D // 2 >= 3 and norm.searched(D // 2).matrix is True and self._kernel_auto
             self._norm_diagonal = norm.with_matrix("diagonal").functionals(D // 2, center) if whole else None
             F_norm = self._learn(F_data, groups, P, P_groups, F_norm, alt)
         self._norm_count, self._final = F_norm.count, (F_data, F_norm)

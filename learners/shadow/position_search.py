@@ -275,12 +275,15 @@ def search_positions(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions,
     if rbf is None and not mechs:
         raise BeaRuntimeError("no hyperparameters on the grid gave a usable fit; fix them with lengthscale= and noise=")
     best, model.history["search"] = _refined(model, n, rbf) if rbf is not None else (None, [])
-    refined = []
+    refined, names = [], {}
     for cand in mechs:
-        cand, model.history[_key("search_mechanical", cand[-1])] = _refined(model, n, cand)
+        name = _key("search_mechanical", cand[-1]) + ("_diagonal" if cand[5] is getattr(model, "_norm_diagonal", None) else "")
+        cand, model.history[name] = _refined(model, n, cand)
         refined.append(cand)
+        names[id(cand)] = name[len("search_"):]
     mech = by_degree(refined)
     model.history["mechanical_kept"] = None if mech is None else mech[-1]  # by_degree's choice, kept or not
+    model.history["mechanical_kept_name"] = None if mech is None else names[id(mech)]  # with its condition
     if mech is not None:
         best = mech if best is None or mech[2] < best[2] else best
     lq, lv, val, _, F_all, F_norm, evaluate, model.gp, model.kernel_degree = best
