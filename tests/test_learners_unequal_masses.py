@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import warnings
 
-import pytest
 import sympy
 import torch
 
@@ -79,7 +78,8 @@ def test_unequal_masses_identified_at_ci_size():
 
 def test_without_the_diagonal_candidate_the_rbf_is_left(monkeypatch):
     """The same data without the diagonal candidate (the defaults before): both candidates with the whole matrix
-    predict held-out positions far worse than the RBF with the trace (measured -6.6, -6.5 and -6.5 with degree 4, against -16.8) and are
+    predict held-out positions far worse than the RBF with the trace (measured -6.6, -6.5 and -6.5 with
+    degree 4, against -16.8) and are
     rejected, so nothing wrong is kept silently, but the RBF's 1.95e-3 is what is left: between the bound above (1e-3)
     and the issue's 3e-3."""
     monkeypatch.setattr(position_search, "MECHANICAL_DIAGONAL", False)

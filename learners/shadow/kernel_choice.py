@@ -2,7 +2,8 @@ r"""The ``kernel=`` option of the GP Lagrangian models: which kernel, and whethe
 
 * ``"auto"`` (default): the RBF, except that the ``"positions"`` search, where it also chooses the normalisation
   (:mod:`learners.shadow.position_search`), scores the mechanical kernel of degree 2 with the whole mass matrix (or its
-  diagonal where that predicts held-out positions better by MATRIX_MARGIN: position_search.MECHANICAL_DIAGONAL) against it by the same held-out one-step
+  diagonal where that predicts held-out positions better by MATRIX_MARGIN:
+  position_search.MECHANICAL_DIAGONAL) against it by the same held-out one-step
   error and keeps the lower (``model.kernel_degree`` records the choice; degree 4 is scored too and replaces degree 2
   where lower by ``position_search.DEGREE_MARGIN``, Session 10);
   elsewhere (``n <= 2``, the likelihood) the RBF exactly. Why the default (benchmarks/RESULTS_identification.md,
