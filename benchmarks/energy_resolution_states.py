@@ -17,9 +17,10 @@ import warnings
 
 def _before(model, S_std) -> float:
     """The ratio as computed before this branch: the first 41 midpoints of the held-back trajectories in order."""
+    from learners.shadow.held_states import midpoint_states
+
     S = model._from_standard(S_std)
-    q = S[:, 1:-1].reshape(-1, model.n)[:41]
-    v = ((S[:, 2:] - S[:, :-2]) / (2 * model.h)).reshape(-1, model.n)[:41]
+    q, v = (x.reshape(-1, model.n)[:41] for x in midpoint_states(S, model.h))
     mean, std = model.energy(2, return_std=True, reference=(q[0], v[0]))(q[1:], v[1:])
     return float(std.pow(2).mean().sqrt() / mean.pow(2).mean().sqrt())
 

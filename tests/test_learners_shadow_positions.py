@@ -169,18 +169,23 @@ def test_a_higher_mechanical_degree_replaces_a_lower_one_only_by_the_margin(monk
 def test_the_diagonal_condition_replaces_the_whole_matrix_only_by_the_margin():
     """position_search._with_mechanical: a whole-matrix candidate is added; the diagonal condition's degree-2 candidate
     replaces the whole matrix's of its degree only where its unrefined held-out value is lower by MATRIX_MARGIN, and is
-    added where that one was not usable (the whole matrix's degree 4 stays either way)."""
+    added where that one was not usable (the whole matrix's degree 4 stays either way); _names gives each its keys."""
     from learners.shadow import position_search as PS
 
-    def cand(full, degree, tag):
-        return (1.0, 2.0, full, full, None, tag, None, None, degree)
+    def entry(full, degree, diagonal):
+        name, _, key = PS._names(2, degree, diagonal)
+        return (1.0, 2.0, full, full, None, None, None, None, degree), name, key
 
     m = PS.MATRIX_MARGIN
-    whole2, whole4 = cand(-10.0, 2, "whole"), cand(-10.5, 4, "whole")
+    whole2, whole4 = entry(-10.0, 2, False), entry(-10.5, 4, False)
     mechs = PS._with_mechanical(PS._with_mechanical([], whole2, False), whole4, False)
     assert mechs == [whole2, whole4]
-    level = cand(-10.0 - 0.9 * m, 2, "diagonal")
+    level = entry(-10.0 - 0.9 * m, 2, True)
     assert PS._with_mechanical(mechs, level, True) == [whole2, whole4]  # ahead, but by less than the margin
-    better = cand(-10.0 - 1.1 * m, 2, "diagonal")
+    better = entry(-10.0 - 1.1 * m, 2, True)
     assert PS._with_mechanical(mechs, better, True) == [whole4, better]
     assert PS._with_mechanical([whole4], level, True) == [whole4, level]  # degree 2 with the whole matrix was not usable
+    assert [e[1:] for e in (whole2, whole4, better)] == [("mechanical2", "search_mechanical"),
+                                                         ("mechanical4", "search_mechanical4"),
+                                                         ("mechanical2_diagonal", "search_mechanical_diagonal")]
+    assert PS._names(0, None, False) == ("trace", "grid", "search") and PS._names(1, None, False)[:2] == ("matrix", "grid_alt")

@@ -55,12 +55,17 @@ from .functionals import Functionals
 from .guards import StaleCalibrationWarning, caller_level
 from .variance_rounding import VARIANCE_RULE
 
-__all__ = ["ensure_energy_calibration", "del_calibration", "calibration_state", "restore_calibration", "restored_calibration", "Calibration", "conservation_values", "summary", "difference_calibration", "TARGET_Z", "TARGET_COVERAGE", "CALIBRATION_TRAJECTORIES", "scale_for", "energy_calibration"]
+__all__ = ["ensure_energy_calibration", "del_calibration", "calibration_state", "restore_calibration", "restored_calibration", "Calibration", "conservation_values", "summary", "difference_calibration", "TARGET_Z", "TARGET_COVERAGE", "CALIBRATION_TRAJECTORIES", "scale_for", "energy_calibration",
+           "CALIBRATION_FAILURES"]
 
 #: |z| quantile matched by the energy calibration: a Gaussian has 90% of |z| below 1.645
 TARGET_Z, TARGET_COVERAGE = 1.6449, 0.90
 #: held-back trajectories used for the energy calibration (each costs an energy std per snapshot)
 CALIBRATION_TRAJECTORIES = 8
+
+#: the errors a calibration (or a std that rests on one) may end with: caught, recorded in the model's history, and
+#: the quantity left uncalibrated, rather than the fit lost
+CALIBRATION_FAILURES = (RuntimeError, ValueError, ArithmeticError, TypeError)
 
 
 @dataclass
@@ -208,7 +213,7 @@ def ensure_energy_calibration(model) -> None:
         return
     model._pending_calibration = None
     floor = model.gp.variance_scale
-    failures = (RuntimeError, ValueError, ArithmeticError, TypeError)
+    failures = CALIBRATION_FAILURES
     values = differences = None
     try:  # the two calibrations serve different quantities: one failing must not drop the other
         values = _conservation(model, *pending)

@@ -121,6 +121,7 @@ def check_energy(model, snapshots_std: torch.Tensor) -> None:
     ratio in ``model.history["energy_resolution"]``, or why it was not measured in
     ``model.history["energy_resolution_error"]`` (too few held-back trajectories, no std; a non-finite ratio also
     warns: the energy is then not determined at all)."""
+    from .calibration import CALIBRATION_FAILURES
     from .guards import IdentifiabilityWarning, caller_level
 
     if model.objective_used != "positions" or snapshots_std.shape[1] < 3:
@@ -132,7 +133,7 @@ def check_energy(model, snapshots_std: torch.Tensor) -> None:
     (q0, v0), (q, v) = states
     try:
         mean, std = model.energy(2, return_std=True, reference=(q0, v0))(q, v)
-    except (RuntimeError, ValueError, ArithmeticError, TypeError) as err:  # no std (the calibrations' failures)
+    except CALIBRATION_FAILURES as err:  # no std (the calibrations' failures)
         model.history["energy_resolution_error"] = repr(err)
         return
     rel = float(std.pow(2).mean().sqrt() / mean.pow(2).mean().sqrt().clamp_min(1e-300))

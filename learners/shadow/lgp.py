@@ -39,6 +39,7 @@ from .hyperparameters import FunctionalLagrangianModel
 from .retry import solve_with_retry
 from .functionals import Functionals, euler_lagrange_residuals, gradient_evaluations
 from .compiled_mean import StandardisedMean
+from .held_states import midpoint_states
 from .guards import RUNAWAY_FACTOR, check_prediction, data_region, report_extrapolation, runaway
 from .lsi import DEFAULT_NEWTON
 from .references import energies_reference, reference_state
@@ -54,8 +55,7 @@ def finite_differences(snapshots: torch.Tensor, h: float):
     r"""Central differences at the interior snapshots: ``(q, v, a)`` each ``(n_traj, n_steps - 1, n)``."""
     S = check_snapshots(snapshots)
     h = check_step(h)
-    q = S[:, 1:-1]
-    v = (S[:, 2:] - S[:, :-2]) / (2 * h)
+    q, v = midpoint_states(S, h)
     a = (S[:, 2:] - 2 * S[:, 1:-1] + S[:, :-2]) / h**2
     return q, v, a
 

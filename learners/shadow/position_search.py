@@ -205,16 +205,28 @@ def _refined(model, n: int, cand: tuple) -> tuple:
     return (lq, lv, val, full, F_all, norm, evaluate, gp, degree), trace
 
 
-def _with_mechanical(mechs: list, cand: tuple, is_diagonal: bool) -> list:
-    """``mechs`` with the scored mechanical candidate ``cand`` (unrefined held-out value at index 3, degree last): a
-    whole-matrix candidate is added; the diagonal condition's replaces the whole matrix's of its degree only where
-    lower by :data:`MATRIX_MARGIN` (:data:`MECHANICAL_DIAGONAL`), and is added where that one was not usable."""
+def _names(k: int, degree: Optional[int], diagonal: bool) -> Tuple[str, str, str]:
+    """The ``k``-th candidate's name (``history["normalisation_candidates"]``), grid key and refinement key. The
+    keys of degree 2 with the whole matrix keep the spelling they had before Session 10 (:func:`_key`)."""
+    if degree is None:
+        return ("trace", "matrix")[k], ("grid", "grid_alt")[k], "search"
+    suffix = "_diagonal" if diagonal else ""
+    return (f"mechanical{degree}{suffix}", _key("grid_mechanical", degree) + suffix,
+            _key("search_mechanical", degree) + suffix)
+
+
+def _with_mechanical(mechs: list, entry: tuple, is_diagonal: bool) -> list:
+    """``mechs`` with ``entry`` = ``(cand, name, refinement key)`` of a scored mechanical candidate (``cand``'s
+    unrefined held-out value at index 3, its degree last): a whole-matrix candidate is added; the diagonal
+    condition's replaces the whole matrix's of its degree only where lower by :data:`MATRIX_MARGIN`
+    (:data:`MECHANICAL_DIAGONAL`), and is added where that one was not usable."""
     if not is_diagonal:
-        return mechs + [cand]
-    same = [c for c in mechs if c[-1] == cand[-1]]
-    if same and not cand[3] < same[0][3] - MATRIX_MARGIN:
+        return mechs + [entry]
+    degree = entry[0][-1]
+    same = [e for e in mechs if e[0][-1] == degree]
+    if same and not entry[0][3] < same[0][0][3] - MATRIX_MARGIN:
         return mechs
-    return [c for c in mechs if c[-1] != cand[-1]] + [cand]
+    return [e for e in mechs if e[0][-1] != degree] + [entry]
 
 
 def by_degree(candidates: list) -> Optional[tuple]:
@@ -256,9 +268,8 @@ def search_positions(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions,
     for k, (gp, norm, degree, is_diagonal) in enumerate(candidates):
         grid = subset_grid(_shifted(objective(gp, "positions", Functionals.cat([F_sub, norm]), F_va, G_va, positions), offset),
                            n, scale0)
-        name = ("trace", "matrix")[k] if degree is None else f"mechanical{degree}" + ("_diagonal" if is_diagonal else "")
-        model.history[("grid", "grid_alt")[k] if degree is None else
-                      _key("grid_mechanical", degree) + ("_diagonal" if is_diagonal else "")] = grid
+        name, grid_key, search_key = _names(k, degree, is_diagonal)
+        model.history[grid_key] = grid
         lq, lv, val = min(grid, key=lambda g: g[2])
         if not math.isfinite(val):
             continue
@@ -269,21 +280,19 @@ def search_positions(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions,
         model.history.setdefault("normalisation_candidates", []).append(name)  # which value is whose
         cand = (lq, lv, val, full, F_all, norm, evaluate, gp, degree)
         if degree is not None and math.isfinite(full):
-            mechs = _with_mechanical(mechs, cand, is_diagonal)
+            mechs = _with_mechanical(mechs, (cand, name, search_key), is_diagonal)
         elif degree is None and (rbf is None or (full is not None and full < rbf[3] - MATRIX_MARGIN)):
             rbf = cand  # the whole matrix only where it predicts clearly better (MATRIX_MARGIN)
     if rbf is None and not mechs:
         raise BeaRuntimeError("no hyperparameters on the grid gave a usable fit; fix them with lengthscale= and noise=")
     best, model.history["search"] = _refined(model, n, rbf) if rbf is not None else (None, [])
-    refined, names = [], {}
-    for cand in mechs:
-        name = _key("search_mechanical", cand[-1]) + ("_diagonal" if cand[5] is getattr(model, "_norm_diagonal", None) else "")
-        cand, model.history[name] = _refined(model, n, cand)
-        refined.append(cand)
-        names[id(cand)] = name[len("search_"):]
-    mech = by_degree(refined)
+    refined = []
+    for cand, name, search_key in mechs:
+        cand, model.history[search_key] = _refined(model, n, cand)
+        refined.append((cand, name))
+    mech = by_degree([cand for cand, _ in refined])
     model.history["mechanical_kept"] = None if mech is None else mech[-1]  # by_degree's choice, kept or not
-    model.history["mechanical_kept_name"] = None if mech is None else names[id(mech)]  # with its condition
+    model.history["mechanical_kept_name"] = next((name for cand, name in refined if cand is mech), None)  # its condition
     if mech is not None:
         best = mech if best is None or mech[2] < best[2] else best
     lq, lv, val, _, F_all, F_norm, evaluate, model.gp, model.kernel_degree = best
