@@ -67,9 +67,11 @@ A system no pipeline configures: three anharmonic oscillators with cubic couplin
 of 5 steps, $h = 0.2$), `InverseModifiedLagrangianGP(h).fit(q)` with nothing else set. The defaults choose the
 hyperparameter objective (`objective="auto"`: the marginal likelihood up to $n = 2$, held-out one-step position
 errors from $n = 3$, where every DEL target is zero and the likelihood runs to a flat Lagrangian) and the kernel
-(`kernel="auto"`: from $n = 3$ the positions search scores the RBF and the mechanical kernel of degree 2 with the
-whole mass matrix and keeps the one that predicts held-out positions better; `benchmarks/RESULTS_identification.md`,
-Sessions 8 and 9). `model.calibration` reports the variance scales and their held-back diagnostics.""")
+(`kernel="auto"`: from $n = 3$ the positions search scores the RBF and the mechanical kernel of degrees 2 and 4 with
+the whole mass matrix, and of degree 2 with only the matrix's trace and off-diagonal entries fixed (unequal masses), and
+keeps the one that predicts held-out positions better, a higher degree or the weaker condition only by a margin;
+`benchmarks/RESULTS_identification.md`, Sessions 8-10). `model.calibration` reports the variance scales and their
+held-back diagnostics.""")
 code("""import sympy
 import integrators
 from integrators.data import snapshots
@@ -82,7 +84,7 @@ osc = integrators.systems.from_sympy(sum(x**2 for x in vs_) / 2 - V, qs_, vs_, "
 t0 = time.perf_counter()
 model3 = InverseModifiedLagrangianGP(0.2, progress=False).fit(snapshots(osc, 0.2, 40, 5, seed=0))
 print(f"fit {time.perf_counter() - t0:.1f} s; objective {model3.objective_used!r}, kernel "
-      f"{type(model3.gp.kernel.base_kernel).__name__}")
+      f"{type(model3.gp.kernel.base_kernel).__name__} (degree {model3.kernel_degree})")
 print(model3.calibration)""")
 md("""Held-out energy differences to one reference state (40 states in the middle 70% of the box): the model's error,
 with its $2\\sigma$ bars, against the true difference in the identified energy's units (the energy is identified up to a constant
