@@ -202,14 +202,9 @@ class MassNormalisation(Normalisation):
             P = n * (n - 1) // 2
             return Functionals(D, n + 2 + P, atoms, torch.tensor([0.0] * (n + 1) + [self.c * n] + [0.0] * P, **f64))
         i, j = torch.triu_indices(n, n, **index)  # one condition per entry on and above the diagonal
-        P = i.numel()
-        owner = torch.arange(n + 1, n + 1 + P, **index)
-        dirs, coef = torch.stack([eye[n + i], eye[n + j]], 1), torch.ones(P, **f64)
-        if self.curvature:  # - kappa d2L/dq_i dq_j in the same conditions: the target is L's mass matrix, not L_inv's
-            dirs = torch.cat([dirs, torch.stack([eye[i], eye[j]], 1)])
-            coef, owner = torch.cat([coef, torch.full((P,), -self.curvature, **f64)]), owner.repeat(2)
-        atoms[2] = AtomSet(x0.expand(owner.numel(), D), dirs, coef, owner)
-        return Functionals(D, n + 1 + P, atoms, torch.cat([torch.zeros(n + 1, **f64), self.c * (i == j).to(torch.float64)]))
+        atoms[2] = self._pair_atoms(torch.eye(n, **f64), i, j, n + 1, x0, f64, index)
+        return Functionals(D, n + 1 + i.numel(), atoms,
+                           torch.cat([torch.zeros(n + 1, **f64), self.c * (i == j).to(torch.float64)]))
 
     def _off_diagonal(self, n: int, x0: torch.Tensor, f64: dict, index: dict) -> AtomSet:
         r"""Atoms of the ``matrix="diagonal"`` conditions :math:`a_i^\top(\partial_v^2 L - \kappa\,\partial_q^2 L)(x_0)\,a_j
@@ -220,11 +215,18 @@ class MassNormalisation(Normalisation):
                                 f"orthonormal ({n}, {n}) matrix (rows: the axes), or None for the coordinate axes")
         a = torch.eye(n, **f64) if self.axes is None else self.axes.to(**f64)
         i, j = torch.triu_indices(n, n, 1, **index)
-        P = i.numel()
+        return self._pair_atoms(a, i, j, n + 2, x0, f64, index)
+
+    def _pair_atoms(self, a: torch.Tensor, i: torch.Tensor, j: torch.Tensor, first: int, x0: torch.Tensor, f64: dict,
+                    index: dict) -> AtomSet:
+        r"""Atoms of the conditions :math:`a_i^\top(\partial_v^2 L - \kappa\,\partial_q^2 L)(x_0)\,a_j` for the pairs
+        ``(i, j)``, functionals ``first, first + 1, ...``; :math:`a_i` the rows of ``a``. The curvature term (where set)
+        makes the target :math:`L`'s mass matrix, not :math:`L_{inv}`'s (class docstring)."""
+        P, n = i.numel(), a.shape[1]
         zero = torch.zeros(P, n, **f64)
         dirs = torch.stack([torch.cat([zero, a[i]], 1), torch.cat([zero, a[j]], 1)], 1)  # along velocities
-        coef, owner = torch.ones(P, **f64), torch.arange(n + 2, n + 2 + P, **index)
-        if self.curvature:  # L's mass matrix, not L_inv's (class docstring)
+        coef, owner = torch.ones(P, **f64), torch.arange(first, first + P, **index)
+        if self.curvature:
             dirs = torch.cat([dirs, torch.stack([torch.cat([a[i], zero], 1), torch.cat([a[j], zero], 1)], 1)])
             coef, owner = torch.cat([coef, torch.full((P,), -self.curvature, **f64)]), owner.repeat(2)
         return AtomSet(x0.expand(owner.numel(), 2 * n), dirs, coef, owner)
