@@ -217,11 +217,14 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
             set_hyperparameters(gp, ls, self.fixed_noise if self.fixed_noise is not None else 1e-12)
             self._freeze()
         else:
-            alt = norm.searched(D // 2).functionals(D // 2, center) if getattr(norm, "matrix", False) is None else None
-            # the mechanical candidate's second condition (position_search.MECHANICAL_DIAGONAL): unequal masses
-            whole = alt is not None and D // 2 >= 3 and norm.searched(D // 2).matrix is True and self._kernel_auto
+            searched = norm.searched(D // 2) if getattr(norm, "matrix", False) is None else None
+            alt = None if searched is None else searched.functionals(D // 2, center)
+            # the mechanical candidate's second condition (position_search.MECHANICAL_DIAGONAL): unequal masses; read
+            # by the search only, so not kept on the fitted model
+            whole = searched is not None and D // 2 >= 3 and searched.matrix is True and self._kernel_auto
             self._norm_diagonal = norm.with_matrix("diagonal").functionals(D // 2, center) if whole else None
             F_norm = self._learn(F_data, groups, P, P_groups, F_norm, alt)
+            self._norm_diagonal = None
         self._norm_count, self._final = F_norm.count, (F_data, F_norm)
         if finalise:
             self._finalise()
