@@ -19,8 +19,8 @@ span as the default 0.2 x 5).
 :data:`UNTUNED` holds systems that no test uses and nothing was tuned on: written for issue 23's session 8 (branch
 id-auto) before any fit of them was run, to recheck the acceptance where nobody looked while choosing the default
 (session 10 added two two-body problems, unequal masses with a trap and without one, the same way, and branch idmass
-three coupled systems with unequal masses: cubic oscillators, an alternating FPU chain, a position-dependent-mass chain; session 11's branch alt a Morse chain and
-coupled pendula with unequal masses, to validate its fix).
+three coupled systems with unequal masses: cubic oscillators, an alternating FPU chain, a position-dependent-mass
+chain; session 11's branch alt a Morse chain and coupled pendula with unequal masses, to validate its fix).
 
 (``--orders``: the header keeps the N = 2, 4 columns; with one order the row has the first four: dE, RMS z, 2σ, max |z|.)
 """
@@ -203,7 +203,13 @@ def _arguments(argv, systems):
     ap.add_argument("--searched-diagonal", action="store_true",
                     help='normalisation.SEARCHED_MATRIX = "diagonal" (this process only): the default scores the diagonal '
                          "condition, not the whole matrix, against the trace")
+    ap.add_argument("--diagonal-rbf-margin", type=float, default=None,
+                    help="position_search.DIAGONAL_RBF_MARGIN (this process only; 0: the choice before session 11)")
     args = ap.parse_args(argv)
+    if args.diagonal_rbf_margin is not None:
+        import learners.shadow.position_search as S
+
+        S.DIAGONAL_RBF_MARGIN = args.diagonal_rbf_margin
     if args.searched_diagonal:
         import learners.shadow.normalisation as N
 

@@ -72,8 +72,34 @@ def test_unequal_masses_identified_at_ci_size():
     vals = dict(zip(m.history["normalisation_candidates"], m.history["normalisation_values"]))
     assert m.objective_used == "positions" and m.kernel_degree == 2 and m._norm_count == 3 + 2 + 3, vals
     assert len(vals) == 5 and vals["mechanical2_diagonal"] < vals["mechanical2"] - position_search.MATRIX_MARGIN, vals
+    # the data contradict equal masses, so the RBF would have to be lower by DIAGONAL_RBF_MARGIN (position_search.rbf_margin)
+    assert position_search.rbf_margin(m.history, m.history["mechanical_kept_name"]) == position_search.MATRIX_MARGIN
     rel, _ = energy_differences(m, system, 2, return_std=False)
     assert rel < 1e-3, rel
+
+
+def test_rbf_margin_only_where_equal_masses_are_contradicted():
+    """position_search.rbf_margin: DIAGONAL_RBF_MARGIN (MATRIX_MARGIN) only where the diagonal condition's mechanical
+    candidate is kept and the RBF's whole-matrix held-out value is worse than its trace's by more than MATRIX_MARGIN
+    (fpu_alternating4's -8.03 against -16.34); 0, the choice before Session 11, where the two are level (the equal-mass
+    systems: anharmonic3 -22.01 / -22.03, toda4 -17.12 / -17.10), where the whole matrix's mechanical candidate is kept,
+    where a value is missing (no matrix candidate: n <= 2, a normalisation given) or not a number."""
+    margin = position_search.MATRIX_MARGIN
+
+    def history(trace, matrix):
+        return {"normalisation_candidates": ["trace", "matrix", "mechanical2", "mechanical4", "mechanical2_diagonal"],
+                "normalisation_values": [trace, matrix, -7.85, -3.92, -16.25]}
+
+    assert position_search.DIAGONAL_RBF_MARGIN == margin
+    assert position_search.rbf_margin(history(-16.34, -8.03), "mechanical2_diagonal") == margin
+    assert position_search.rbf_margin(history(-16.34, -16.34 + 1.01 * margin), "mechanical2_diagonal") == margin
+    assert position_search.rbf_margin(history(-16.34, -16.34 + 0.99 * margin), "mechanical2_diagonal") == 0.0
+    assert position_search.rbf_margin(history(-22.01, -22.03), "mechanical2_diagonal") == 0.0
+    assert position_search.rbf_margin(history(-16.34, -8.03), "mechanical4") == 0.0
+    assert position_search.rbf_margin(history(-16.34, float("nan")), "mechanical2_diagonal") == 0.0
+    assert position_search.rbf_margin({"normalisation_candidates": ["trace"], "normalisation_values": [None]},
+                                      "mechanical2_diagonal") == 0.0
+    assert position_search.rbf_margin({}, None) == 0.0
 
 
 def test_without_the_diagonal_candidate_the_rbf_is_left(monkeypatch):
