@@ -78,6 +78,16 @@ def test_unequal_masses_identified_at_ci_size():
     assert rel < 1e-3, rel
 
 
+
+def test_rbf_margin_decides_between_the_rbf_and_the_diagonal_candidate(monkeypatch):
+    """The wiring of position_search.DIAGONAL_RBF_MARGIN into the choice: on the same data with the margin set to
+    -1e9 (the RBF kept unless the mechanical candidate's held-out value is lower by 1e9) the RBF with the trace is
+    kept, although the diagonal mechanical candidate leads by 1.7 there (the previous test keeps it)."""
+    monkeypatch.setattr(position_search, "DIAGONAL_RBF_MARGIN", -1e9)
+    m = _fit(unequal_chain3())
+    assert m.history["mechanical_kept_name"] == "mechanical2_diagonal"
+    assert m.kernel_degree is None and m._norm_count == 3 + 2, m.history["normalisation_values"]
+
 def test_rbf_margin_only_where_equal_masses_are_contradicted():
     """position_search.rbf_margin: DIAGONAL_RBF_MARGIN (MATRIX_MARGIN) only where the diagonal condition's mechanical
     candidate is kept and the RBF's whole-matrix held-out value is worse than its trace's by more than MATRIX_MARGIN
