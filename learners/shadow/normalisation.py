@@ -62,8 +62,8 @@ where it predicts held-out positions clearly better (:data:`~learners.shadow.pos
 collapsed under the trace), and the trace everywhere else: where the two predict equally well the matrix identified
 better on some systems but left the energy's std too narrow on another (three anharmonic oscillators at 40
 trajectories). ``"mll"`` (``n <= 2``) always uses the trace, results unchanged. Where the parts' motions are
-predicted as well either way (separable oscillators), the trace is kept and their relative scales stay undetermined. The trace condition has no curvature term: at :math:`O(h^2)` it
-would change only the overall scale.
+predicted as well either way (separable oscillators), the trace is kept and their relative scales stay undetermined.
+The trace condition has no curvature term: at :math:`O(h^2)` it would change only the overall scale.
 """
 
 from __future__ import annotations
