@@ -159,9 +159,9 @@ def morse_chain_unequal3():
 
 
 def pendula_unequal4():
-    """Four pendula of masses 2, 1, 3/2, 1/2 (on-site -cos q_i, unit gravity and length for all) joined by torsion
-    couplings 2/5 (1 - cos(q_i - q_(i+1))) (issue 23's unequal-mass class, session 11 branch alt: written and committed
-    before any fit of it -- a cosine potential, other mass ratios, n = 4)."""
+    """Four pendula of masses 2, 1, 3/2, 1/2 with on-site potential -cos q_i (not -m_i cos q_i: each pendulum in effect
+    has its own g/l, 1/m_i) joined by torsion couplings 2/5 (1 - cos(q_i - q_(i+1))) (issue 23's unequal-mass class,
+    session 11 branch alt: written and committed before any fit of it -- a cosine potential, other mass ratios, n = 4)."""
     import integrators
 
     q = sympy.symbols("q0:4", real=True)
