@@ -118,8 +118,9 @@ DEGREE_MARGIN = 0.2
 MECHANICAL_DIAGONAL = True
 
 #: how much lower the RBF's refined held-out error must be than the mechanical kernel's with the diagonal condition for
-#: the RBF to be kept, where the data contradict equal masses (the RBF's whole-matrix candidate worse than its trace's by
-#: more than :data:`MATRIX_MARGIN`): :data:`MATRIX_MARGIN`, the search's "clearly better". There the RBF is left with
+#: the RBF to be kept, where the data contradict a mass matrix proportional to I at their centre (the RBF's whole-matrix
+#: candidate worse than its trace's by more than :data:`MATRIX_MARGIN`; equal masses in Cartesian coordinates give such
+#: a matrix, module docstring): :data:`MATRIX_MARGIN`, the search's "clearly better". There the RBF is left with
 #: the trace alone, one condition, and the entries of the mass matrix off its diagonal are the RBF's to learn from
 #: one-step positions, which pin them only as well as the positions are predicted; the diagonal condition fixes them.
 #: Measured (benchmarks/RESULTS_identification.md, Session 11, branch alt): on an FPU chain with masses 1, 3, 1, 3 the
