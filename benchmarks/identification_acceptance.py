@@ -19,7 +19,8 @@ span as the default 0.2 x 5).
 :data:`UNTUNED` holds systems that no test uses and nothing was tuned on: written for issue 23's session 8 (branch
 id-auto) before any fit of them was run, to recheck the acceptance where nobody looked while choosing the default
 (session 10 added two two-body problems, unequal masses with a trap and without one, the same way, and branch idmass
-three coupled systems with unequal masses: cubic oscillators, an alternating FPU chain, a position-dependent-mass chain).
+three coupled systems with unequal masses: cubic oscillators, an alternating FPU chain, a position-dependent-mass
+chain; session 11's branch alt a Morse chain and coupled pendula with unequal masses, to validate its fix).
 
 (``--orders``: the header keeps the N = 2, 4 columns; with one order the row has the first four: dE, RMS z, 2σ, max |z|.)
 """
@@ -142,10 +143,39 @@ def mass_chain_unequal4():
     return integrators.systems.from_sympy(T - V, q, v, "mass_chain_unequal4", domain=[(-0.6, 0.6)] * 4 + [(-0.5, 0.5)] * 4)
 
 
+def morse_chain_unequal3():
+    """Three masses 1/2, 2, 1 between fixed ends joined by Morse springs (1 - exp(-r))^2 / 2 (issue 23's unequal-mass
+    class, session 11 branch alt: written and committed before any fit of it, to validate a fix found on
+    fpu_alternating4 -- other mass ratios, an exponential potential, n = 3)."""
+    import integrators
+
+    q = sympy.symbols("q0:3", real=True)
+    v = sympy.symbols("v0:3", real=True)
+    ext = [0, *q, 0]
+    m = (sympy.Rational(1, 2), 2, 1)
+    T = sum(mi * x**2 for mi, x in zip(m, v)) / 2
+    V = sum((1 - sympy.exp(-(ext[i + 1] - ext[i])))**2 / 2 for i in range(4))
+    return integrators.systems.from_sympy(T - V, q, v, "morse_chain_unequal3", domain=[(-0.5, 0.5)] * 3 + [(-0.5, 0.5)] * 3)
+
+
+def pendula_unequal4():
+    """Four pendula of masses 2, 1, 3/2, 1/2 with on-site potential -cos q_i (not -m_i cos q_i: each pendulum in effect
+    has its own g/l, 1/m_i) joined by torsion couplings 2/5 (1 - cos(q_i - q_(i+1))) (issue 23's unequal-mass class,
+    session 11 branch alt: written and committed before any fit of it -- a cosine potential, other mass ratios, n = 4)."""
+    import integrators
+
+    q = sympy.symbols("q0:4", real=True)
+    v = sympy.symbols("v0:4", real=True)
+    m = (2, 1, sympy.Rational(3, 2), sympy.Rational(1, 2))
+    T = sum(mi * x**2 for mi, x in zip(m, v)) / 2
+    V = -sum(sympy.cos(x) for x in q) + sympy.Rational(2, 5) * sum(1 - sympy.cos(q[i] - q[i + 1]) for i in range(3))
+    return integrators.systems.from_sympy(T - V, q, v, "pendula_unequal4", domain=[(-0.8, 0.8)] * 4 + [(-0.5, 0.5)] * 4)
+
+
 #: systems no test uses, measured here only (h, trajectories within the issue's 0.1-0.3 and 100-200)
 UNTUNED = [(henon3, 0.25, 120), (pendula3, 0.2, 120), (wells3, 0.2, 120), (two_body_unequal4, 0.15, 150),
            (two_body_free4, 0.25, 120), (anharmonic_unequal3, 0.2, 120), (fpu_alternating4, 0.2, 150),
-           (mass_chain_unequal4, 0.2, 150)]
+           (mass_chain_unequal4, 0.2, 150), (morse_chain_unequal3, 0.25, 140), (pendula_unequal4, 0.15, 180)]
 
 
 def _arguments(argv, systems):
@@ -173,7 +203,13 @@ def _arguments(argv, systems):
     ap.add_argument("--searched-diagonal", action="store_true",
                     help='normalisation.SEARCHED_MATRIX = "diagonal" (this process only): the default scores the diagonal '
                          "condition, not the whole matrix, against the trace")
+    ap.add_argument("--diagonal-rbf-margin", type=float, default=None,
+                    help="position_search.DIAGONAL_RBF_MARGIN (this process only; 0: the choice before session 11)")
     args = ap.parse_args(argv)
+    if args.diagonal_rbf_margin is not None:
+        import learners.shadow.position_search as S
+
+        S.DIAGONAL_RBF_MARGIN = args.diagonal_rbf_margin
     if args.searched_diagonal:
         import learners.shadow.normalisation as N
 

@@ -72,8 +72,82 @@ def test_unequal_masses_identified_at_ci_size():
     vals = dict(zip(m.history["normalisation_candidates"], m.history["normalisation_values"]))
     assert m.objective_used == "positions" and m.kernel_degree == 2 and m._norm_count == 3 + 2 + 3, vals
     assert len(vals) == 5 and vals["mechanical2_diagonal"] < vals["mechanical2"] - position_search.MATRIX_MARGIN, vals
+    # the data contradict a mass matrix proportional to I, so the RBF would have had to be lower by the margin (0.5), but
+    # the mechanical candidate leads outright (refined held-out values; measured 1.62): the margin did not decide
+    h = m.history
+    assert h["mechanical_kept_name"] == "mechanical2_diagonal" and h["mechanical_kept_diagonal"] is True, h
+    assert h["rbf_margin"] == 0.5 and h["rbf_margin_decided"] is False
+    lead = min(h["search"]) - min(h["search_mechanical_diagonal"])
+    assert 1.2 < lead < 2.2, lead
     rel, _ = energy_differences(m, system, 2, return_std=False)
     assert rel < 1e-3, rel
+
+
+def test_rbf_margin_decides_between_the_rbf_and_the_diagonal_candidate(monkeypatch):
+    """The wiring of position_search.DIAGONAL_RBF_MARGIN into the choice: on the same data with the margin set to
+    -1e9 (the RBF kept unless the mechanical candidate's held-out value is lower by 1e9) the RBF with the trace is
+    kept, although the diagonal mechanical candidate leads by 1.6 there (refined) (the previous test keeps it)."""
+    monkeypatch.setattr(position_search, "DIAGONAL_RBF_MARGIN", -1e9)
+    m = _fit(unequal_chain3())
+    assert m.history["mechanical_kept_name"] == "mechanical2_diagonal" and m.history["mechanical_kept_diagonal"] is True
+    assert m.kernel_degree is None and m._norm_count == 3 + 2, m.history["normalisation_values"]
+    assert m.history["rbf_margin"] == -1e9 and m.history["rbf_margin_decided"] is True
+
+
+def _history(trace, matrix, diagonal=True):
+    """A search's record with fpu_alternating4's held-out values at the grid points (seed 0) but ``trace``, ``matrix``
+    and whether the mechanical candidate kept has the diagonal condition."""
+    return {"normalisation_candidates": ["trace", "matrix", "mechanical2", "mechanical4", "mechanical2_diagonal"],
+            "normalisation_values": [trace, matrix, -7.85, -3.92, -16.25], "mechanical_kept_diagonal": diagonal}
+
+
+def test_rbf_margin_only_where_equal_masses_are_contradicted():
+    """position_search.rbf_margin: DIAGONAL_RBF_MARGIN (0.5, MATRIX_MARGIN) only where the diagonal condition's
+    mechanical candidate is kept and the RBF's whole-matrix held-out value is worse than its trace's by more than
+    MATRIX_MARGIN (fpu_alternating4's -8.03 against -16.34); 0, the choice before Session 11, where the two are level
+    (the equal-mass systems: anharmonic3 -22.01 / -22.03, toda4 -17.12 / -17.10), where the whole matrix's mechanical
+    candidate is kept, where a value is missing (no matrix candidate: n <= 2, a normalisation given) or not finite (a
+    failed solve: inf is worse than any trace, and must not switch the margin on)."""
+    margin = 0.5
+    assert position_search.DIAGONAL_RBF_MARGIN == margin == position_search.MATRIX_MARGIN
+    assert position_search.rbf_margin(_history(-16.34, -8.03)) == margin
+    assert position_search.rbf_margin(_history(-16.34, -16.34 + 1.01 * margin)) == margin
+    assert position_search.rbf_margin(_history(-16.34, -16.34 + 0.99 * margin)) == 0.0
+    assert position_search.rbf_margin(_history(-22.01, -22.03)) == 0.0
+    assert position_search.rbf_margin(_history(-16.34, -8.03, diagonal=False)) == 0.0
+    for bad in (float("nan"), float("inf")):
+        assert position_search.rbf_margin(_history(-16.34, bad)) == 0.0
+        assert position_search.rbf_margin(_history(bad, -8.03)) == 0.0
+    assert position_search.rbf_margin(_history(float("-inf"), -8.03)) == 0.0
+    assert position_search.rbf_margin({"normalisation_candidates": ["trace"], "normalisation_values": [None],
+                                       "mechanical_kept_diagonal": True}) == 0.0
+    assert position_search.rbf_margin({}) == 0.0
+
+
+def test_the_margin_decides_at_the_measured_lead(monkeypatch):
+    """position_search._choose on fpu_alternating4's recorded refined values (seed 0, benchmarks/RESULTS_identification.md,
+    Session 11 branch alt): the RBF -17.175 leads the diagonal mechanical candidate -16.939 by 0.236; a margin 0.01 below
+    that lead keeps the RBF, 0.01 above it the mechanical candidate, and ``rbf_margin_decided`` says the margin decided
+    only there (the lower value is the RBF's). The tuples are stubs: the choice reads the refined value (index 2) and
+    the degree (last) only."""
+    rbf_value, mech_value = -17.175, -16.939
+    lead = mech_value - rbf_value
+    assert abs(lead - 0.236) < 1e-12
+
+    def choose(margin):
+        monkeypatch.setattr(position_search, "DIAGONAL_RBF_MARGIN", margin)
+        history = _history(-16.34, -8.03)
+        rbf, mech = (None, None, rbf_value, None, None), (None, None, mech_value, None, 2)
+        return position_search._choose(history, rbf, [(mech, "mechanical2_diagonal", True)]) is mech, history
+
+    for margin, mech_kept in ((lead - 0.01, False), (lead + 0.01, True), (0.0, False), (0.5, True)):
+        kept, history = choose(margin)
+        assert kept is mech_kept and history["rbf_margin"] == margin, (margin, history)
+        assert history["rbf_margin_decided"] is mech_kept and history["mechanical_kept_diagonal"] is True
+    history = _history(-16.34, float("inf"))  # a failed whole-matrix solve: the margin stays off, the RBF is kept
+    rbf, mech = (None, None, rbf_value, None, None), (None, None, mech_value, None, 2)
+    assert position_search._choose(history, rbf, [(mech, "mechanical2_diagonal", True)]) is rbf
+    assert history["rbf_margin"] == 0.0 and history["rbf_margin_decided"] is False
 
 
 def test_without_the_diagonal_candidate_the_rbf_is_left(monkeypatch):

@@ -61,9 +61,9 @@ differences 2.8e-3 against 1.7e-3), with it equal (1.8e-3). The default (``matri
 where it predicts held-out positions clearly better (:data:`~learners.shadow.position_search.MATRIX_MARGIN`: a part
 collapsed under the trace), and the trace everywhere else: where the two predict equally well the matrix identified
 better on some systems but left the energy's std too narrow on another (three anharmonic oscillators at 40
-trajectories). ``"mll"`` (``n <= 2``) always uses the trace, results unchanged. Where the parts' motions are predicted as well either way (separable oscillators), the trace is
-kept and their relative scales stay undetermined. The trace condition has no curvature term: at :math:`O(h^2)` it
-would change only the overall scale.
+trajectories). ``"mll"`` (``n <= 2``) always uses the trace, results unchanged. Where the parts' motions are
+predicted as well either way (separable oscillators), the trace is kept and their relative scales stay undetermined.
+The trace condition has no curvature term: at :math:`O(h^2)` it would change only the overall scale.
 """
 
 from __future__ import annotations
@@ -88,7 +88,8 @@ __all__ = ["Normalisation", "VertexNormalisation", "MassNormalisation", "get_nor
 #: (benchmarks/RESULTS_identification.md, Session 10, branch idmass): with unequal masses the whole matrix's candidates
 #: are rejected (held-out -6.5 to -10 against -16 to -20 for the RBF with the trace) and the RBF's accuracy is what is
 #: left (a chain with position-dependent masses 8.0e-3, an alternating FPU chain 5.1e-3, both above the issue's 3e-3);
-#: "diagonal" lets the mechanical kernel be kept there (4.9e-4; the FPU chain still the RBF's 5.1e-3) at small cost on
+#: "diagonal" lets the mechanical kernel be kept there (4.9e-4; the FPU chain, where the two were level, only since
+#: :data:`~learners.shadow.position_search.DIAGONAL_RBF_MARGIN`: 2.3e-4, Session 11) at small cost on
 #: equal masses (anharmonic3 3.7e-5 / 3.4e-5 at N = 2 / 4 against 3.4e-5 / 1.8e-5) -- but on separable oscillators
 #: with equal masses its off-diagonal conditions hold for any scales of the parts and the energy differences go from
 #: 8.3e-4 to 1.7e-2. Neither replaces the other: the default scores the mechanical kernel with both
