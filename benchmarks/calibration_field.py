@@ -42,7 +42,8 @@ def _rows(m, system, N, two):
     used = m.calibration["energy_differences"].scale
     point = _pointwise(m, N, q[1:], v[1:], ref, mean)
     field = m._truncation_term(N, q[1:], v[1:], ref, mean)
-    scales = {"one": two["s"] if two else used, "two": used}
+    # the one scale, and the two-scale fit's a whether the fit uses it or not (its rule: learners/shadow/two_scale.py)
+    scales = {"one": two["s"] if two else used, "two": two["a"] if two else used}
     out = []
     for sname, s in scales.items():
         for tname, t in (("point", point), ("field", field)):

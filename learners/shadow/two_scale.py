@@ -35,6 +35,11 @@ scale that the data demand at that level, not the point estimate: a point estima
 moves the std further from the one-scale one than the data support -- with :math:`b` refitted on all innovations at
 that :math:`\rho` and :math:`a = \rho\, b`. Too little spread of :math:`v/v_k` widens the interval until it holds
 1: the one scale is kept there by the same rule. :data:`LEVEL` is the conventional 95%, set before any measurement.
+Where the point estimate is at an end of the range (the halves' scales do not cross: no :math:`\rho` makes them
+agree, and every resample ends there too, so the interval is that end's spread, not a confidence interval), the
+two-scale model does not describe the innovations and the one scale is kept as well (measured on duffing3: the
+upper half of :math:`v/v_k` asks for less than the lower one even at :math:`\rho = \min v_k/v`, the opposite of
+:math:`a < b`; benchmarks/RESULTS_identification.md, Session 11).
 """
 
 from __future__ import annotations
@@ -129,6 +134,7 @@ def two_scales(dz: torch.Tensor, vk: torch.Tensor, v: torch.Tensor, pair: torch.
     t = torch.tensor(boot, dtype=torch.float64)
     low, up = (float(torch.quantile(t, q)) for q in ((1 - LEVEL) / 2, (1 + LEVEL) / 2))
     near = up if up < 1 else low  # the interval's end nearest 1 (used where the interval excludes 1)
-    used = (up < 1 or low > 1) and near > 0
+    inside = 0 < rho < float((vk / v).min()) * (1 - 1e-6)  # a crossing of the halves' scales, not an end
+    used = inside and (up < 1 or low > 1) and near > 0
     b_used = _scale(dz, vk - near * v) if used else b
     return TwoScales((near if used else rho) * b_used, b_used, near if used else rho, rho, low, up, s, used)
