@@ -150,32 +150,23 @@ def energy_calibration(model, qs: torch.Tensor, order: int = 2, floor: float = 0
 
 def difference_calibration(model, floor: float = 0.0) -> Optional[Tuple[Calibration, float]]:
     r"""The ``"energy_differences"`` calibration (:mod:`learners.shadow.difference_calibration`) of the fitted
-    ``model``: its :class:`Calibration` (``scale``: the final posterior's scale of the two-scale fit where the data
-    reject one scale, else the one scale the innovations ask for (:mod:`learners.shadow.two_scale`), at least
-    ``floor``; RMS z and coverage of the innovations under that fit) and that scale; None without enough trajectories.
-    The two-scale fit goes to ``model.history["energy_differences_two_scales"]``. ``energy`` uses it as it is
-    (``floor`` 0): the innovations are of the reported quantity itself, where the ``"del"`` scale is of another one."""
-    from .difference_calibration import innovation_variances
-    from .two_scale import two_scales
+    ``model``: its :class:`Calibration` (``scale``: the one its innovations ask for, at least ``floor``; RMS z and
+    coverage of the innovations at that scale) and that scale; None without enough trajectories. ``energy`` uses it
+    as it is (``floor`` 0): the innovations are of the reported quantity itself, where the ``"del"`` scale is of
+    another one."""
+    from .difference_calibration import difference_innovations
 
-    values = innovation_variances(model)
+    values = difference_innovations(model)
     if values is None:
         return None
-    d, vk, v, pair = values
-    ok = torch.isfinite(d) & torch.isfinite(vk) & torch.isfinite(v) & (vk > v) & (v > 0)
+    d, w = values
+    ok = torch.isfinite(d) & torch.isfinite(w) & (w > 0)
     if int(ok.sum()) < 10:
         return None
-    d, vk, v, pair = d[ok], vk[ok], v[ok], pair[ok]
-    fit = two_scales(d, vk, v, pair, model.seed)
-    zero = torch.zeros_like(v)
-    if fit is not None:
-        model.history["energy_differences_two_scales"] = fit.as_dict()
-    if fit is None or not fit.used:
-        s = max(scale_for(d, vk - v, zero), floor)
-        return summary(d, vk - v, zero, s, with_ratio=False), s
-    s = max(fit.scale, floor)
-    # the innovations' z-scores under the fitted model, Var(dz) = b v_k - a v (the scale reported is a)
-    return summary(d, vk - fit.rho * v, zero, fit.b, fitted=s, with_ratio=False), s
+    d, w = d[ok], w[ok]
+    zero = torch.zeros_like(w)
+    s = max(scale_for(d, w, zero), floor)
+    return summary(d, w, zero, s, with_ratio=False), s
 
 
 def del_calibration(model, F_tr, F_va) -> None:

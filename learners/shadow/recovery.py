@@ -22,7 +22,7 @@ from .calibration import ensure_energy_calibration
 from .kernels import RBFKernel
 from .rbf_jet import JetLagrangian, RBFJet, jets_fit
 from .references import energies_reference, reference_state
-from .truncation import field_term
+from .truncation import energy_unit_fit, terms_and_unit_fit, unit_free
 from .uncertainty import (LinearisedQuantity, Reference, jet_order, momentum_functionals, on_mean_jet, posterior_variance,
                           repeat_functionals, weighted)
 
@@ -137,16 +137,20 @@ class RecoveryMixin:
 
     # ------------------------------------------------------------------ uncertainty (learners.shadow.uncertainty)
     def _truncation_term(self, N: int, q: torch.Tensor, v: torch.Tensor, ref, mean: torch.Tensor) -> torch.Tensor:
-        r"""The truncation term of ``energy``'s std at the states (data units), from the first omitted term
+        r"""The truncation term of ``energy``'s std at the states (data units): the first omitted term
         :math:`H_{rec}[N'] - H_{rec}[N]` (minus its value at ``ref`` if given; ``mean`` is :math:`H_{rec}[N]` the same
-        way). ``n >= 3``: less its part affine in the energy, a change of unit that positions do not determine, and as
-        a random field over the data's states, the same at every state (:func:`~learners.shadow.truncation.field_term`:
-        the pointwise term made every z-score near 1 where it dominates). ``n <= 2`` keeps the whole pointwise term: the
-        likelihood's path, whose README numbers are kept bit for bit, and where neither rule was measured."""
+        way), for ``n >= 3`` less its part affine in the energy, a change of unit that positions do not determine
+        (:mod:`learners.shadow.truncation`; both energies of the term, and the unit fit's on first use, from one table
+        of the mean's jet). ``n <= 2`` keeps the whole term: the likelihood's path, whose README numbers are kept bit
+        for bit, and where the rule was not measured."""
         if self.n < UNIT_FREE_MIN_N:
             return self._next_energy(N, q, v, ref) - mean
-        x_ref = None if ref is None else self._standard_state(ref[0][None], ref[1][None])
-        return torch.full_like(mean, field_term(self, N, x_ref))
+        if q.shape[0] > SMALL_BATCH:
+            d, (c, b) = self._next_energy(N, q, v, ref) - mean, energy_unit_fit(self, N)
+        else:
+            (c, b), d = terms_and_unit_fit(self, N, self._states_with_ref(q, v, ref))
+            d = d if ref is None else d[:-1] - d[-1]
+        return unit_free(d, mean, c, 0.0 if ref is not None else b)
 
     def _next_energy(self, N: int, q: torch.Tensor, v: torch.Tensor, ref=None) -> torch.Tensor:
         r""":math:`H_{rec}[N']` (:func:`next_order`) at the states (data units), minus its value at ``ref`` if given: the

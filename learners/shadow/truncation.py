@@ -45,7 +45,7 @@ import torch
 from .guards import IdentifiabilityWarning, caller_level
 from .taylor_jet import on_jet_table
 
-__all__ = ["affine_fit", "unit_free", "energy_unit_fit", "terms_and_unit_fit", "jet_energies", "field_term"]
+__all__ = ["affine_fit", "unit_free", "energy_unit_fit", "terms_and_unit_fit", "jet_energies"]
 
 
 #: finite states below which :func:`affine_fit` fits no unit and keeps the whole term (with a warning). Why 20: ten
@@ -114,41 +114,9 @@ def terms_and_unit_fit(model, order: int, x: torch.Tensor) -> Tuple[Tuple[float,
         return model._recovered[key], H_next - H
     pairs = torch.cat(data_pairs(model))
     H, H_next = jet_energies(model, order, torch.cat([pairs, x]), (order, nxt))
-    d, m, P = H_next - H, H, pairs.shape[0]
-    model._recovered[key] = affine_fit(d[:P], m[:P])
-    rest = unit_free(d[:P], m[:P], *model._recovered[key])
-    model._recovered[("rest", order)] = rest[torch.isfinite(rest)]  # field_term's sample
-    return model._recovered[key], d[P:]
-
-
-def field_term(model, order: int, x_ref=None) -> float:
-    r"""The truncation term of :meth:`~learners.shadow.recovery.RecoveryMixin.energy`'s std (``n >= 3``), treated as a
-    random field over the data's states: the root mean square of :math:`r(y) - r(x_{ref})` over the unit fit's data
-    states :math:`y` (:func:`energy_unit_fit`'s, all pairs' states), :math:`r` the term less its unit part
-    (module docstring) and ``x_ref`` the reference state (standardised, (1, 2n)); without one, of :math:`r(y)`
-    itself (the fitted origin :math:`b` makes its mean 0: the energy's origin is free).
-
-    Why not :math:`|r(x) - r(x_{ref})|` at each state: where the truncation dominates the GP part, the error of a
-    difference is that term plus a smaller random part, so every z-score is near :math:`\pm 1` -- all within
-    :math:`2\sigma`, a known bias reported as a std (measured: 97.5-100% on anharmonic3, duffing3, toda3 at
-    :math:`N = 2`). A std whose z-scores are distributed as a calibrated Gaussian's must treat the term as random
-    over the states where it is used: with :math:`R(x)` the term at a state drawn as the data's states are, the
-    difference's error :math:`R(x) - r(x_{ref})` has mean square :math:`\mathrm{Var}(r) + (\bar r - r(x_{ref}))^2`, its
-    sample value here. Its z-scores have RMS 1 over such states (by construction) and :math:`2\sigma` coverage
-    :math:`P(|R - r_{ref}| \le 2\tau)`: at least 75% for any field (Chebyshev), 95% for a Gaussian one. The
-    reference's own term is taken as known (it is one state, the same for every difference), the term at the queried
-    state is not (the first omitted term only estimates the truncation error's size there). Cost: the term at the
-    reference only (one state), not at every queried one."""
-    energy_unit_fit(model, order)
-    rest = model._recovered[("rest", order)]
-    if x_ref is None:
-        return float(rest.pow(2).mean().sqrt())
-    from .recovery import next_order
-
-    c, b = model._recovered[("unit", order)]
-    H, H_next = jet_energies(model, order, x_ref, (order, next_order(order, model.scheme)))
-    r_ref = unit_free(H_next - H, H, c, b)
-    return float((rest - r_ref).pow(2).mean().sqrt())
+    d, m = H_next - H, H
+    model._recovered[key] = affine_fit(d[:pairs.shape[0]], m[:pairs.shape[0]])
+    return model._recovered[key], d[pairs.shape[0]:]
 
 
 def jet_energies(model, order: int, x: torch.Tensor, orders) -> list:

@@ -1,5 +1,6 @@
 r"""Two variance scales for the innovations of the distant-difference calibration: one for the final posterior, one
-for the fold posteriors.
+for the fold posteriors (issue 23, session 11, branch cal: measured by benchmarks/calibration_field.py, NOT adopted
+by the library -- the innovations do not show the structure it assumes; benchmarks/RESULTS_identification.md).
 
 :mod:`learners.shadow.difference_calibration` takes the innovations :math:`dz = m - m_k` of energy differences
 between data states, under the final posterior (variance :math:`v`) and a fold posterior without some trajectories
