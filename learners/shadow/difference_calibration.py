@@ -51,7 +51,8 @@ from ..saving import ModelFileError
 from .uncertainty import LinearisedQuantity, _feature_map, _jet_and_atoms, _kernel, chunk_rows
 from .variance_rounding import factorisation_bound, floored, solve_with_bound
 
-__all__ = ["CALIBRATION_FOLDS", "FOLD_BUDGET", "CALIBRATION_PAIRS", "difference_innovations", "innovation_variances", "fold_groups", "data_pairs", "pairs_state", "restore_pairs"]
+__all__ = ["CALIBRATION_FOLDS", "FOLD_BUDGET", "CALIBRATION_PAIRS", "difference_innovations", "innovation_variances",
+           "fold_groups", "data_pairs", "pairs_state", "restore_pairs"]
 
 #: folds of trajectories left out in turn (at most; see :data:`FOLD_BUDGET`)
 CALIBRATION_FOLDS = 5
