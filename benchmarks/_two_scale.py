@@ -51,16 +51,14 @@ from typing import Dict, Optional
 
 import torch
 
+from learners.shadow.calibration import TARGET_COVERAGE as _COVERAGE, TARGET_Z as _Z
+
 __all__ = ["TwoScales", "two_scales", "BOOTSTRAP", "LEVEL"]
 
 #: bootstrap resamples of the pairs for the interval of rho (a 2.5% quantile of 400 draws: ~10 draws beyond each end)
 BOOTSTRAP = 400
 #: central coverage of the bootstrap interval of rho that must exclude 1 and 0 (a conventional 5% test)
 LEVEL = 0.95
-#: as learners.shadow.calibration's TARGET_Z, TARGET_COVERAGE (imported there from here would be circular)
-_Z, _COVERAGE = 1.6449, 0.90
-
-
 @dataclass
 class TwoScales:
     """The fit of :func:`two_scales`: ``a`` (final posterior) and ``b`` (fold posteriors) at the ``rho`` used (where
