@@ -59,6 +59,8 @@ __all__ = ["TwoScales", "two_scales", "BOOTSTRAP", "LEVEL"]
 BOOTSTRAP = 400
 #: central coverage of the bootstrap interval of rho that must exclude 1 and 0 (a conventional 5% test)
 LEVEL = 0.95
+
+
 @dataclass
 class TwoScales:
     """The fit of :func:`two_scales`: ``a`` (final posterior) and ``b`` (fold posteriors) at the ``rho`` used (where
