@@ -51,7 +51,8 @@ from ..saving import ModelFileError
 from .uncertainty import LinearisedQuantity, _feature_map, _jet_and_atoms, _kernel, chunk_rows
 from .variance_rounding import factorisation_bound, floored, solve_with_bound
 
-__all__ = ["CALIBRATION_FOLDS", "FOLD_BUDGET", "CALIBRATION_PAIRS", "difference_innovations", "fold_groups", "data_pairs", "pairs_state", "restore_pairs"]
+__all__ = ["CALIBRATION_FOLDS", "FOLD_BUDGET", "CALIBRATION_PAIRS", "difference_innovations", "innovation_variances",
+           "fold_groups", "data_pairs", "pairs_state", "restore_pairs"]
 
 #: folds of trajectories left out in turn (at most; see :data:`FOLD_BUDGET`)
 CALIBRATION_FOLDS = 5
@@ -201,9 +202,18 @@ def _raw_variances(gps: Sequence, subsets: Sequence[torch.Tensor], G: Linearised
 
 def difference_innovations(model, order: int = 2) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
     r"""The innovations :math:`m - m_k` of energy differences between pairs of data states and their raw variances
-    :math:`v_k - v` (module docstring), pooled over the folds; None where the data have too few trajectories. Each
-    fold re-conditions a copy of the final GP (same hyperparameters) on the data without its trajectories; the
-    variances of all folds share one pass over the training atoms (:func:`_raw_variances`)."""
+    :math:`v_k - v` (module docstring), pooled over the folds (NaN: within rounding); None where the data have too
+    few trajectories (:func:`innovation_variances`, its two variances subtracted)."""
+    values = innovation_variances(model, order)
+    return None if values is None else (values[0], values[1] - values[2])
+
+
+def innovation_variances(model, order: int = 2) -> Optional[Tuple[torch.Tensor, ...]]:
+    r"""The innovations :math:`m - m_k` of energy differences between pairs of data states, the fold and final raw
+    variances :math:`v_k` (NaN where :math:`v_k - v` is within rounding) and :math:`v`, and each one's pair index,
+    pooled over the folds (fold-major); None where the data have too few trajectories. Each fold re-conditions a
+    copy of the final GP (same hyperparameters) on the data without its trajectories; the variances of all folds
+    share one pass over the training atoms (:func:`_raw_variances`)."""
     final = model.gp
     F_all = final.train_functionals
     groups = fold_groups(model, F_all.count)
@@ -221,12 +231,13 @@ def difference_innovations(model, order: int = 2) -> Optional[Tuple[torch.Tensor
     G = LinearisedQuantity(model._quantity("energy", order), x, 1, model._jet_order("energy", order))
     (v, b), *folded = _raw_variances(gps, subsets, G, x_ref)
     mean = [_mean_differences(model, gp, x, x_ref, order) for gp in gps]
-    w = []
+    kept = []
     for v_k, b_k in folded:
         # v and v_k are each known to their rounding bounds (with both factorisations' terms, _raw_variances): a
         # smaller v_k - v is rounding, and dividing by it made innovations of any size (NaN: left out)
-        w.append(torch.where(v_k - v > b + b_k, v_k - v, torch.full_like(v, float("nan"))))
-    return torch.cat([mean[0] - m for m in mean[1:]]), torch.cat(w)
+        kept.append(torch.where(v_k - v > b + b_k, v_k, torch.full_like(v, float("nan"))))
+    pair = torch.arange(v.numel(), device="cpu").repeat(folds)
+    return torch.cat([mean[0] - m for m in mean[1:]]), torch.cat(kept), v.repeat(folds), pair
 
 
 def _conditioned(model, F):
