@@ -9,15 +9,18 @@ truncation of :math:`\mathrm{mod}_N` and the GP's error. The score
 
 .. math::
 
-    c_N = \log \frac{\tfrac1J\sum_j \operatorname{var}_k E_{jk}}{\operatorname{var}_j \bar E_j},
+    c_N = \frac1J\sum_j \log \operatorname{var}_k E_{jk} - \log \operatorname{var}_j \bar E_j,
     \qquad E_{jk} = H_{rec}[N](q_{jk}, \dot q_{jk}),\ \bar E_j = \tfrac1K\sum_k E_{jk},
 
-is the mean variance along a trajectory relative to the variance of the trajectories' mean energies (lower is
-better). It is unchanged by :math:`H \to aH + b` (the energy's unit and constant, which positions do not fix), and a
-flat or degenerate fit cannot win: where :math:`H_{rec}` does not tell the trajectories apart (its values along them
-independent wiggles about one level), the mean variance along :math:`K` snapshots is :math:`(K-1)/K` of the wiggles'
-and that of the means :math:`1/K`, so :math:`c_N \approx \log(K-1) > 0`, far above a fit that conserves (-7 to -8
-on the FPU chain of 6 masses, -12 on a pendulum).
+is the mean log variance along a trajectory relative to the variance of the trajectories' mean energies (lower is
+better). It is unchanged by :math:`H \to aH + b` (the energy's unit and constant, which positions do not fix). The
+mean of logs, as the one-step criterion takes it (:mod:`learners.shadow.position_objective`), weighs each trajectory
+alike; the log of the mean variance is set by the few trajectories of highest energy, near the data's edge, and
+ranked degree 4 last on the FPU chain where its level-set error is the lowest (benchmarks/RESULTS_identification.md,
+Session 11). A flat or degenerate fit cannot win: where :math:`H_{rec}` does not tell the trajectories apart (its
+values along them independent wiggles about one level), the log variance along :math:`K` snapshots averages
+:math:`\log\sigma^2 + \psi(\tfrac{K-1}2) + \log\tfrac2K` and that of the means is :math:`\log\sigma^2 - \log K`, so
+:math:`c_N \approx 1.4` for :math:`K = 6`, far above a fit that conserves (-10 to -12 on the FPU chain of 6 masses).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import math
 
 import torch
 
-__all__ = ["conservation_score", "score_of_energies"]
+__all__ = ["conservation_score", "score_of_energies", "candidate_score"]
 
 
 def conservation_score(model, qs: torch.Tensor, order: int) -> float:
@@ -44,11 +47,33 @@ def conservation_score(model, qs: torch.Tensor, order: int) -> float:
 
 def score_of_energies(E: torch.Tensor) -> float:
     r""":math:`c_N` of the energies ``E`` ``(steps + 1, J)`` along ``J`` trajectories; ``+inf`` where an energy is not
-    finite (e.g. Newton failed on the velocities) or the trajectories' means are all equal, so such a fit never wins."""
+    finite (e.g. Newton failed on the velocities) or the trajectories' means are all equal, so such a fit never wins.
+    A variance along a trajectory is taken at least the square of the float64 rounding of the energies (a constant
+    trajectory must not give :math:`\log 0`)."""
     if not bool(torch.isfinite(E).all()):
         return math.inf
-    within = E.var(0, unbiased=False).mean()
-    across = E.mean(0).var(unbiased=False)
-    if not float(across) > 0:
+    across = float(E.mean(0).var(unbiased=False))
+    if not across > 0:
         return math.inf
-    return math.log(max(float(within), 1e-300) / float(across))
+    rounding = (torch.finfo(E.dtype).eps * float(E.abs().max())) ** 2
+    within = E.var(0, unbiased=False).clamp_min(rounding)
+    return float(within.log().mean()) - math.log(across)
+
+
+def candidate_score(model, gp, theta: torch.Tensor, F_all, degree, trajectories: torch.Tensor, order: int) -> float:
+    r""":func:`conservation_score` of a search candidate during the fit: ``gp`` (its kernel of mechanical ``degree``,
+    None for the kernel asked for) at ``theta`` conditioned on the training functionals ``F_all``, along the held-out
+    ``trajectories`` (indices into ``model._standard_snapshots``). ``model``'s GP, degree and derived caches are
+    restored afterwards."""
+    from .hyperparameter_search import settle
+
+    saved = model.gp, model.kernel_degree, model._recovered, model._jet
+    try:
+        settle(gp, "positions", theta, F_all)
+        with torch.no_grad():
+            gp.condition(F_all)
+        model.gp, model.kernel_degree, model._recovered, model._jet = gp, degree, {}, None
+        qs = model._from_standard(model._standard_snapshots[trajectories]).transpose(0, 1)  # (steps + 1, J, n)
+        return conservation_score(model, qs, order)
+    finally:
+        model.gp, model.kernel_degree, model._recovered, model._jet = saved
