@@ -15,12 +15,16 @@ truncation of :math:`\mathrm{mod}_N` and the GP's error. The score
 is the mean log variance along a trajectory relative to the variance of the trajectories' mean energies (lower is
 better). It is unchanged by :math:`H \to aH + b` (the energy's unit and constant, which positions do not fix). The
 mean of logs, as the one-step criterion takes it (:mod:`learners.shadow.position_objective`), weighs each trajectory
-alike; the log of the mean variance is set by the few trajectories of highest energy, near the data's edge, and
-ranked degree 4 last on the FPU chain where its level-set error is the lowest (benchmarks/RESULTS_identification.md,
-Session 11). A flat or degenerate fit cannot win: where :math:`H_{rec}` does not tell the trajectories apart (its
+alike (the log of the mean variance is set by the few trajectories of highest energy, near the data's edge).
+A flat or degenerate fit cannot win: where :math:`H_{rec}` does not tell the trajectories apart (its
 values along them independent wiggles about one level), the log variance along :math:`K` snapshots averages
 :math:`\log\sigma^2 + \psi(\tfrac{K-1}2) + \log\tfrac2K` and that of the means is :math:`\log\sigma^2 - \log K`, so
 :math:`c_N \approx 1.4` for :math:`K = 6`, far above a fit that conserves (-10 to -12 on the FPU chain of 6 masses).
+
+A diagnostic, not a selection criterion: on the FPU chain of 6 masses (h = 0.40) it ranks the RBF against degree 2
+as their level-set errors of :math:`H_{rec}[4]` do, but degree 4 -- the lowest error on every data set -- first on one
+seed and last on another (benchmarks/RESULTS_identification.md, Session 11, branch gain); ``kernel="auto"`` does not
+use it.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import math
 
 import torch
 
-__all__ = ["conservation_score", "score_of_energies", "candidate_score"]
+__all__ = ["conservation_score", "score_of_energies"]
 
 
 def conservation_score(model, qs: torch.Tensor, order: int) -> float:
@@ -59,21 +63,3 @@ def score_of_energies(E: torch.Tensor) -> float:
     within = E.var(0, unbiased=False).clamp_min(rounding)
     return float(within.log().mean()) - math.log(across)
 
-
-def candidate_score(model, gp, theta: torch.Tensor, F_all, degree, trajectories: torch.Tensor, order: int) -> float:
-    r""":func:`conservation_score` of a search candidate during the fit: ``gp`` (its kernel of mechanical ``degree``,
-    None for the kernel asked for) at ``theta`` conditioned on the training functionals ``F_all``, along the held-out
-    ``trajectories`` (indices into ``model._standard_snapshots``). ``model``'s GP, degree and derived caches are
-    restored afterwards."""
-    from .hyperparameter_search import settle
-
-    saved = model.gp, model.kernel_degree, model._recovered, model._jet
-    try:
-        settle(gp, "positions", theta, F_all)
-        with torch.no_grad():
-            gp.condition(F_all)
-        model.gp, model.kernel_degree, model._recovered, model._jet = gp, degree, {}, None
-        qs = model._from_standard(model._standard_snapshots[trajectories]).transpose(0, 1)  # (steps + 1, J, n)
-        return conservation_score(model, qs, order)
-    finally:
-        model.gp, model.kernel_degree, model._recovered, model._jet = saved

@@ -287,9 +287,7 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
                     kind = "positions"
             if kind == "positions":
                 positions = self._position_objective(torch.unique(groups[va]))
-                self._held_trajectories = torch.unique(groups[va])  # the search's conservation score (position_search)
                 F_tr, theta, F_norm = self._search_positions(F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0, F_norm_alt)
-                self._held_trajectories = None
             self.objective_used = self.history["objective_used"] = kind
             settle(self.gp, kind, theta, F_tr)  # the search may have chosen another kernel's GP
             self._calibrate(F_tr, F_va)

@@ -62,8 +62,7 @@ import torch
 from bea.errors import BeaRuntimeError
 
 __all__ = ["search_positions", "SCALES", "VELOCITY_FACTORS", "REFINE_EVALUATIONS", "NUGGET", "MATRIX_MARGIN", "MECHANICAL_DEGREE",
-           "MECHANICAL_DEGREES", "DEGREE_MARGIN", "MECHANICAL_DIAGONAL", "CONSERVATION_ORDER",
-           "CONSERVATION_MARGIN", "by_degree", "subset_grid", "refine", "tied_theta"]
+           "MECHANICAL_DEGREES", "DEGREE_MARGIN", "MECHANICAL_DIAGONAL", "by_degree", "subset_grid", "refine", "tied_theta"]
 
 #: position lengthscales of the grid, relative to the RMS spread of the data's atoms (factor 2 apart: the
 #: refinement closes the gaps)
@@ -106,13 +105,6 @@ DEGREE_MARGIN = 0.2
 #: the whole matrix fixes the parts' scales and the two are level (benchmarks/RESULTS_identification.md, Session 10,
 #: idmass). Cost: 30 subset solves and one full solve
 MECHANICAL_DIAGONAL = True
-
-#: the order :math:`N` of the recovered energy whose conservation along the held-out trajectories decides between
-#: refined candidates whose held-out one-step errors are level (:func:`_conserving`; None: the one-step error alone)
-CONSERVATION_ORDER: Optional[int] = 4
-#: how close (mean log squared one-step error) to the lowest refined held-out value a candidate must be to count as
-#: level: :data:`DEGREE_MARGIN`'s 0.2, the differences that do not say which fit identifies better
-CONSERVATION_MARGIN = DEGREE_MARGIN
 
 Objective = Callable[[torch.Tensor], float]
 
@@ -272,7 +264,7 @@ def search_positions(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions,
     tr_all, _ = split_functionals(groups, F_data.count)
     F_train = F_data.subset(tr_all)
     candidates = _candidates(model, F_norm, F_norm_alt)
-    rbf, rbf_name, mechs = None, None, []
+    rbf, mechs = None, []
     for k, (gp, norm, degree, is_diagonal) in enumerate(candidates):
         grid = subset_grid(_shifted(objective(gp, "positions", Functionals.cat([F_sub, norm]), F_va, G_va, positions), offset),
                            n, scale0)
@@ -290,11 +282,10 @@ def search_positions(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions,
         if degree is not None and math.isfinite(full):
             mechs = _with_mechanical(mechs, (cand, name, search_key), is_diagonal)
         elif degree is None and (rbf is None or (full is not None and full < rbf[3] - MATRIX_MARGIN)):
-            rbf, rbf_name = cand, name  # the whole matrix only where it predicts clearly better (MATRIX_MARGIN)
+            rbf = cand  # the whole matrix only where it predicts clearly better (MATRIX_MARGIN)
     if rbf is None and not mechs:
         raise BeaRuntimeError("no hyperparameters on the grid gave a usable fit; fix them with lengthscale= and noise=")
     best, model.history["search"] = _refined(model, n, rbf) if rbf is not None else (None, [])
-    scored = [] if best is None else [(best, rbf_name)]
     refined = []
     for cand, name, search_key in mechs:
         cand, model.history[search_key] = _refined(model, n, cand)
@@ -304,34 +295,9 @@ def search_positions(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions,
     model.history["mechanical_kept_name"] = next((name for cand, name in refined if cand is mech), None)  # its condition
     if mech is not None:
         best = mech if best is None or mech[2] < best[2] else best
-    best = _conserving(model, n, offset, best, scored + refined)
     lq, lv, val, _, F_all, F_norm, evaluate, model.gp, model.kernel_degree = best
     model.history["objective"] = val
     return F_all, tied_theta(lq, lv, n) + (0 if offset is None else offset), F_norm
-
-
-def _conserving(model, n: int, offset: Optional[torch.Tensor], best: tuple, candidates: list) -> tuple:
-    """``best``, or, where two or more of the refined ``candidates`` (``(cand, name)``, the refined held-out value at
-    index 2) lie within :data:`CONSERVATION_MARGIN` of the lowest value, the one among those whose recovered energy
-    of order :data:`CONSERVATION_ORDER` is best conserved along the held-out trajectories
-    (:func:`~learners.shadow.conservation.candidate_score`; ``model.history["conservation"]`` records the scores by
-    name). Where every score is +inf (no velocities solved), ``best``."""
-    from .conservation import candidate_score
-
-    trajectories = getattr(model, "_held_trajectories", None)
-    low = min(cand[2] for cand, _ in candidates)
-    level = [(cand, name) for cand, name in candidates if cand[2] <= low + CONSERVATION_MARGIN]
-    if CONSERVATION_ORDER is None or trajectories is None or len(level) < 2:
-        return best
-    scores = {}
-    for cand, name in level:
-        lq, lv, _, _, F_all, _, _, gp, degree = cand
-        theta = tied_theta(lq, lv, n) + (0 if offset is None else offset)
-        scores[name] = candidate_score(model, gp, theta, F_all, degree, trajectories, CONSERVATION_ORDER)
-    model.history["conservation"] = scores
-    if not any(math.isfinite(v) for v in scores.values()):
-        return best
-    return min(level, key=lambda e: (scores[e[1]], e[0][2]))[0]
 
 
 def _direction_offset(model, n: int) -> Optional[torch.Tensor]:
