@@ -21,10 +21,12 @@ values along them independent wiggles about one level), the log variance along :
 :math:`\log\sigma^2 + \psi(\tfrac{K-1}2) + \log\tfrac2K` and that of the means is :math:`\log\sigma^2 - \log K`, so
 :math:`c_N \approx 1.4` for :math:`K = 6`, far above a fit that conserves (-10 to -12 on the FPU chain of 6 masses).
 
-A diagnostic, not a selection criterion: on the FPU chain of 6 masses (h = 0.40) it ranks the RBF against degree 2
-as their level-set errors of :math:`H_{rec}[4]` do, but degree 4 -- the lowest error on every data set -- first on one
-seed and last on another (benchmarks/RESULTS_identification.md, Session 11, branch gain); ``kernel="auto"`` does not
-use it.
+A diagnostic, not a selection criterion: on the FPU chain of 6 masses (h = 0.40, three seeds) it did not rank
+``kernel="auto"``'s candidates by their level-set errors of :math:`H_{rec}[4]` (degree 4, the lowest error on each,
+ranked first once and last twice; degree 2 with 1.7-2.5x the RBF's error ranked ahead of it on one seed;
+benchmarks/RESULTS_identification.md, Session 11, branch gain). A likely reason: at these amplitudes the chain is close
+to its harmonic part, whose normal-mode energies are each nearly conserved over a 5-step trajectory, so an energy
+with wrongly weighted modes is conserved too, with wrong level sets. ``kernel="auto"`` does not use it.
 """
 
 from __future__ import annotations
