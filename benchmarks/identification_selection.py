@@ -6,8 +6,9 @@ as in Session 10's exploratory rows: it is not kept on these data) records every
 RBF's choice, each mechanical candidate). Then, for each candidate, at its own refined hyperparameters:
 
 - ``one-step``: its refined held-out value (mean log squared one-step error; the search's criterion);
-- ``conservation N``: :func:`learners.shadow.conservation.conservation_score` of ``H_rec[N]`` along the held-out
-  trajectories, the GP conditioned on the search's training functionals (positions only);
+- ``cons N``: :func:`learners.shadow.conservation.score_of_energies` of ``H_rec[N]`` along the held-out
+  trajectories, the GP conditioned on the search's training functionals (positions only), then the first variant tried
+  (log of the mean variance along a trajectory over the variance of the means), then the CPU seconds of the energies;
 - ``ls2, ls4, gain``: the true level-set errors of the candidate's final model (all data, the mass target as the fit
   would apply it), what the criterion should rank by.
 
@@ -19,6 +20,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from dataclasses import replace
 
@@ -105,7 +107,7 @@ def _rows(args, cfg) -> None:
         for N in args.orders:
             t = time.process_time()
             E = model.energies(qs, N).detach()
-            scores[N] = (score_of_energies(E), time.process_time() - t)
+            scores[N] = (score_of_energies(E), _log_of_mean(E), time.process_time() - t)
             saved.setdefault(name, {})[f"E{N}"] = E
         with torch.no_grad():
             gp.condition(Functionals.cat([F_data, norm]))
@@ -121,11 +123,16 @@ def _rows(args, cfg) -> None:
         saved[name].update(one_step=val, ls=ls, raw=raw)
         if args.save:
             torch.save(saved, f"{args.save}-h{cfg.h}-s{cfg.data_seed}.pt")
-        score_s = "  ".join(f"cons{N} {s:8.3f} ({c:5.1f} s)" for N, (s, c) in scores.items())
+        score_s = "  ".join(f"cons{N} {s:8.3f} / {a:7.3f} ({c:5.1f} s)" for N, (s, a, c) in scores.items())
         print(f"  {name:>10} one-step {val:8.3f}  {score_s}  ls2 {ls['ls2']:.5f} ls4 {ls['ls4']:.5f} "
               f"gain {ls['ls2'] / ls['ls4']:.2f}" + (f"  (mass target moved; before it ls2 {raw['ls2']:.5f} ls4 {raw['ls4']:.5f})"
                                                       if moved else "") + f"  [level sets {ls_cpu:.1f} s]", flush=True)
     model.gp, model.kernel_degree = final_gp, final_degree
+
+
+def _log_of_mean(E) -> float:
+    """The first variant tried: the log of the mean variance along a trajectory over the variance of the means."""
+    return math.log(float(E.var(0, unbiased=False).mean() / E.mean(0).var(unbiased=False)))
 
 
 if __name__ == "__main__":
