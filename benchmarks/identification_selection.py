@@ -45,7 +45,8 @@ def main(argv=None) -> None:
 
 
 def _fit(cfg):
-    """The default fit with the principal candidate off; returns the model, the refined candidates and F_data."""
+    """The default fit with the principal candidate off: the model, the refined candidates, ``{"F_data", "diagonal"}``
+    (the data functionals and the diagonal condition the search saw), the system and the fit's CPU seconds."""
     from learners import InverseModifiedLagrangianGP
     from learners.shadow import hyperparameters, position_search, principal
     from pipelines import identification as I
