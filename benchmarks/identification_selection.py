@@ -6,7 +6,7 @@ as in Session 10's exploratory rows: it is not kept on these data) records every
 RBF's choice, each mechanical candidate). Then, for each candidate, at its own refined hyperparameters:
 
 - ``one-step``: its refined held-out value (mean log squared one-step error; the search's criterion);
-- ``cons N``: :func:`learners.shadow.conservation.score_of_energies` of ``H_rec[N]`` along the held-out
+- ``cons N``: :func:`benchmarks._conservation_score.score_of_energies` of ``H_rec[N]`` along the held-out
   trajectories, the GP conditioned on the search's training functionals (positions only), then the first variant tried
   (log of the mean variance along a trajectory over the variance of the means), then the CPU seconds of the energies;
 - ``ls2, ls4, gain``: the true level-set errors of the candidate's final model (all data, the mass target as the fit
@@ -83,7 +83,7 @@ def _fit(cfg):
 def _rows(args, cfg) -> None:
     """Fit once, then score and measure every refined candidate (module docstring); one row each."""
     import torch
-    from learners.shadow.conservation import score_of_energies
+    from benchmarks._conservation_score import score_of_energies
     from learners.shadow.functionals import Functionals
     from learners.shadow.hyperparameter_search import settle
     from learners.shadow.position_search import tied_theta

@@ -1,6 +1,6 @@
-r"""A held-out criterion that sees the order-``N`` content of a fit: how well the recovered energy
-:math:`H_{rec}[N]` is conserved along held-out trajectories (issue 23; benchmarks/RESULTS_identification.md,
-Session 11, branch gain).
+r"""Benchmark helper (not the library): a held-out criterion that sees the order-``N`` content of a fit: how
+well the recovered energy :math:`H_{rec}[N]` is conserved along held-out trajectories (issue 23;
+benchmarks/RESULTS_identification.md, Session 11, branch gain).
 
 The held-out trajectories are exact trajectories of the system, so the energy recovered from a good fit -- evaluated
 at the held-out positions with the fit's own velocities (:meth:`~learners.shadow.recovery.RecoveryMixin.energies`:

@@ -1,4 +1,4 @@
-"""The conservation score of a fit along held-out trajectories (learners/shadow/conservation.py): unchanged by the
+"""The conservation score of a fit along held-out trajectories (benchmarks/_conservation_score.py): unchanged by the
 energy's unit and constant, no win for a flat energy, and it tells a fit's own system from another one."""
 
 import math
@@ -8,7 +8,7 @@ import torch
 
 import integrators as I
 from learners import InverseModifiedLagrangianGP
-from learners.shadow.conservation import conservation_score, score_of_energies
+from benchmarks._conservation_score import conservation_score, score_of_energies
 
 
 def test_score_is_unit_free_and_a_flat_energy_cannot_win():
