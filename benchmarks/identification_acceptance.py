@@ -12,6 +12,7 @@ see. Usage::
     PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/identification_acceptance.py --system pendula3 --degree 4   # diagnostic
     PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/identification_acceptance.py --system pendula3 --h 0.1 --steps 10
     PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/identification_acceptance.py --system wells3 --kernel auto --no-mass-target
+    PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/identification_acceptance.py --system anharmonic6 --folds 5
 
 ``--seed`` draws other data (initial states) of the same system; the held-out states stay those of the tests.
 ``--h`` / ``--steps``: another step and trajectory length (a diagnostic: ``--h 0.1 --steps 10`` covers the same time
@@ -230,7 +231,14 @@ def _arguments(argv, systems):
     ap.add_argument("--searched-diagonal", action="store_true",
                     help='normalisation.SEARCHED_MATRIX = "diagonal" (this process only): the default scores the diagonal '
                          "condition, not the whole matrix, against the trace")
+    ap.add_argument("--folds", type=int, default=None,
+                    help="folds of the distant-difference calibration (this process only, FOLD_BUDGET lifted: a diagnostic; "
+                         "the budget holds n = 6 at 200 trajectories to 2)")
     args = ap.parse_args(argv)
+    if args.folds is not None:
+        import learners.shadow.difference_calibration as D
+
+        D.CALIBRATION_FOLDS, D.FOLD_BUDGET = args.folds, 10**9
     if args.searched_diagonal:
         import learners.shadow.normalisation as N
 
