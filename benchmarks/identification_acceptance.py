@@ -12,6 +12,7 @@ see. Usage::
     PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/identification_acceptance.py --system pendula3 --degree 4   # diagnostic
     PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/identification_acceptance.py --system pendula3 --h 0.1 --steps 10
     PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/identification_acceptance.py --system wells3 --kernel auto --no-mass-target
+    PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/identification_acceptance.py --system anharmonic6 --folds 5
 
 ``--seed`` draws other data (initial states) of the same system; the held-out states stay those of the tests.
 ``--h`` / ``--steps``: another step and trajectory length (a diagnostic: ``--h 0.1 --steps 10`` covers the same time
@@ -20,7 +21,9 @@ span as the default 0.2 x 5).
 id-auto) before any fit of them was run, to recheck the acceptance where nobody looked while choosing the default
 (session 10 added two two-body problems, unequal masses with a trap and without one, the same way, and branch idmass
 three coupled systems with unequal masses: cubic oscillators, an alternating FPU chain, a position-dependent-mass
-chain; session 11's branch alt a Morse chain and coupled pendula with unequal masses, to validate its fix).
+chain; session 11's branch alt a Morse chain and coupled pendula with unequal masses, to validate its fix; branch six
+the first n = 6 systems: cubic oscillators, a position-dependent-mass chain, three softened bodies in a trap, and
+the README's FPU chain at h = 0.3). The last column is the process's peak RSS (data, fit, std).
 
 (``--orders``: the header keeps the N = 2, 4 columns; with one order the row has the first four: dE, RMS z, 2σ, max |z|.)
 """
@@ -28,6 +31,7 @@ chain; session 11's branch alt a Morse chain and coupled pendula with unequal ma
 from __future__ import annotations
 
 import argparse
+import resource
 import time
 import warnings
 
@@ -172,10 +176,64 @@ def pendula_unequal4():
     return integrators.systems.from_sympy(T - V, q, v, "pendula_unequal4", domain=[(-0.8, 0.8)] * 4 + [(-0.5, 0.5)] * 4)
 
 
+def anharmonic6():
+    """Six unit-mass oscillators of unequal stiffnesses 1, 1.3, 1.6, 0.8, 1.9, 1.15 with cubic couplings: q_i^2 q_{i+1}
+    between neighbours, q0 q2 q4 and q1 q3 q5 (issue 23's anharmonic class at n = 6, session 11 branch six: written
+    before any fit of it)."""
+    import integrators
+
+    q = sympy.symbols("q0:6", real=True)
+    v = sympy.symbols("v0:6", real=True)
+    k = (1, sympy.Rational(13, 10), sympy.Rational(8, 5), sympy.Rational(4, 5), sympy.Rational(19, 10), sympy.Rational(23, 20))
+    c = (sympy.Rational(1, 4), -sympy.Rational(1, 5), sympy.Rational(3, 10), sympy.Rational(1, 5), -sympy.Rational(1, 4))
+    V = sum(ki * x**2 for ki, x in zip(k, q)) / 2 + sum(ci * q[i]**2 * q[i + 1] for i, ci in enumerate(c)) \
+        + sympy.Rational(3, 10) * q[0] * q[2] * q[4] - sympy.Rational(1, 5) * q[1] * q[3] * q[5]
+    return integrators.systems.from_sympy(sum(x**2 for x in v) / 2 - V, q, v, "anharmonic6",
+                                          domain=[(-0.6, 0.6)] * 6 + [(-0.5, 0.5)] * 6)
+
+
+def mass_chain6():
+    """Six unit masses with position-dependent mass 1 + q_i^2 / 4 on unit springs between fixed ends, quartic on-site
+    terms q^4 / 8 (issue 23's position-dependent-mass class at n = 6, session 11 branch six: written before any fit)."""
+    import integrators
+
+    q = sympy.symbols("q0:6", real=True)
+    v = sympy.symbols("v0:6", real=True)
+    ext = [0, *q, 0]
+    T = sum((1 + q[i]**2 / 4) * v[i]**2 / 2 for i in range(6))
+    V = sum((ext[i + 1] - ext[i])**2 / 2 for i in range(7)) + sum(x**4 for x in q) / 8
+    return integrators.systems.from_sympy(T - V, q, v, "mass_chain6", domain=[(-0.6, 0.6)] * 6 + [(-0.5, 0.5)] * 6)
+
+
+def three_body6():
+    """Three unit masses in the plane, softened pairwise attraction 1 / (2 sqrt(r_ij^2 + 1/2)), in a harmonic trap of
+    stiffness 1/4 (issue 23's softened few-body class at n = 6, session 11 branch six: written before any fit of it;
+    the trap makes the centre of mass a 2-d oscillator, separate from the relative motion)."""
+    import integrators
+
+    q = sympy.symbols("x1 y1 x2 y2 x3 y3", real=True)
+    v = sympy.symbols("u1 w1 u2 w2 u3 w3", real=True)
+    pairs = [(0, 1), (0, 2), (1, 2)]
+    V = -sum(1 / (2 * sympy.sqrt((q[2 * i] - q[2 * j])**2 + (q[2 * i + 1] - q[2 * j + 1])**2 + sympy.Rational(1, 2)))
+             for i, j in pairs) + sum(x**2 for x in q) / 8
+    return integrators.systems.from_sympy(sum(x**2 for x in v) / 2 - V, q, v, "three_body6",
+                                          domain=[(-0.8, 0.8)] * 6 + [(-0.4, 0.4)] * 6)
+
+
+def fpu6():
+    """The README's FPU-beta chain of six unit masses between fixed ends, springs r^2 / 2 + r^4 / 4, initial states in
+    [-0.6, 0.6]^12 (pipelines.identification; here at h = 0.3, inside issue 23's 0.1-0.3, not the README's 0.45)."""
+    import integrators
+
+    s = integrators.systems.fpu_chain(6)
+    return integrators.systems.from_sympy(s.expr, s.q, s.v, "fpu6", domain=[(-0.6, 0.6)] * 12)
+
+
 #: systems no test uses, measured here only (h, trajectories within the issue's 0.1-0.3 and 100-200)
 UNTUNED = [(henon3, 0.25, 120), (pendula3, 0.2, 120), (wells3, 0.2, 120), (two_body_unequal4, 0.15, 150),
            (two_body_free4, 0.25, 120), (anharmonic_unequal3, 0.2, 120), (fpu_alternating4, 0.2, 150),
-           (mass_chain_unequal4, 0.2, 150), (morse_chain_unequal3, 0.25, 140), (pendula_unequal4, 0.15, 180)]
+           (mass_chain_unequal4, 0.2, 150), (morse_chain_unequal3, 0.25, 140), (pendula_unequal4, 0.15, 180),
+           (anharmonic6, 0.2, 200), (mass_chain6, 0.25, 200), (three_body6, 0.2, 200), (fpu6, 0.3, 200)]
 
 
 def _arguments(argv, systems):
@@ -205,11 +263,18 @@ def _arguments(argv, systems):
                          "condition, not the whole matrix, against the trace")
     ap.add_argument("--diagonal-rbf-margin", type=float, default=None,
                     help="position_search.DIAGONAL_RBF_MARGIN (this process only; 0: the choice before session 11)")
+    ap.add_argument("--folds", type=int, default=None,
+                    help="folds of the distant-difference calibration (this process only, FOLD_BUDGET lifted: a diagnostic; "
+                         "the budget holds n = 6 at 200 trajectories to 2)")
     args = ap.parse_args(argv)
     if args.diagonal_rbf_margin is not None:
         import learners.shadow.position_search as S
 
         S.DIAGONAL_RBF_MARGIN = args.diagonal_rbf_margin
+    if args.folds is not None:
+        import learners.shadow.difference_calibration as D
+
+        D.CALIBRATION_FOLDS, D.FOLD_BUDGET = args.folds, 10**9
     if args.searched_diagonal:
         import learners.shadow.normalisation as N
 
@@ -248,6 +313,11 @@ def _model_options(args) -> dict:
     return kw
 
 
+def _peak_rss_mib() -> float:
+    """The process's peak resident set so far, MiB (Linux reports ``ru_maxrss`` in KiB): data, fit and calibration."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def main(argv=None) -> None:
     import tests.test_learners_shadow_auto as A
     from integrators.data import snapshots
@@ -268,8 +338,9 @@ def main(argv=None) -> None:
         m = InverseModifiedLagrangianGP(h, progress=False, **kw).fit(data)
         fit_s, cpu_s = time.perf_counter() - t, time.process_time() - c
         print(f"matrix target moves (relative, before each): {m.history.get('mass_target')}")
-        print(f"fitted: {fit_s:.0f} s wall, {cpu_s:.0f} s cpu, objective {m.objective_used}, normalisation conditions "
-              f"{m._norm_count}, kernel degree {m.kernel_degree}, held-out "
+        print(f"fitted: {fit_s:.0f} s wall, {cpu_s:.0f} s cpu, peak RSS {_peak_rss_mib():.0f} MiB, objective {m.objective_used}, "
+              f"normalisation conditions "
+              f"{m._norm_count}, kernel degree {m.kernel_degree} ({m.history.get('mechanical_kept_name')}), held-out "
               f"{dict(zip(m.history.get('normalisation_candidates', []), m.history.get('normalisation_values', [])))}",
               flush=True)
         principal = m.history.get("principal")
@@ -279,7 +350,8 @@ def main(argv=None) -> None:
                   flush=True)
         if args.no_std:
             rel = [A.energy_differences(m, system, N, return_std=False)[0] for N in (2, 4)]
-            print(f"| {args.system} | {args.kernel or 'default'} | {cpu_s:.0f} | {rel[0]:.3g} | {rel[1]:.3g} |")
+            print(f"| {args.system} | {args.kernel or 'default'} | {cpu_s:.0f} | {rel[0]:.3g} | {rel[1]:.3g} | "
+                  f"{_peak_rss_mib():.0f} MiB |")
             return
         row = [args.system, args.kernel or "default", m.objective_used, f"{fit_s:.0f}", f"{cpu_s:.0f}"]
         for N in args.orders:
@@ -287,11 +359,11 @@ def main(argv=None) -> None:
             row += [f"{rel:.2e}", f"{float(z.pow(2).mean().sqrt()):.2f}", f"{float((z.abs() <= 2).double().mean()):.2f}",
                     f"{float(z.abs().max()):.2f}"]
         zv = A.velocity_z(m, system, h)
-        row += [f"{float((zv.abs() <= 2).double().mean()):.2f}", f"{time.process_time() - c:.0f}"]
+        row += [f"{float((zv.abs() <= 2).double().mean()):.2f}", f"{time.process_time() - c:.0f}", f"{_peak_rss_mib():.0f}"]
     print(f"seed {args.seed}, kernel degree {m.kernel_degree}, energy resolution (calibrated std / RMS of the "
           f"differences, held-back states) {m.history.get('energy_resolution')}")
     print("| system | kernel | objective | fit s | cpu s | dE2 | rms z2 | 2σ2 | max z2 | dE4 | rms z4 | 2σ4 | max z4 | v 2σ "
-          "| total cpu s |")
+          "| total cpu s | peak RSS MiB |")
     print("| " + " | ".join(row) + " |")
     for w in caught:
         print(f"    warning: {w.message}")
