@@ -19,7 +19,7 @@ alike (the log of the mean variance is set by the few trajectories of highest en
 A flat or degenerate fit cannot win: where :math:`H_{rec}` does not tell the trajectories apart (its
 values along them independent wiggles about one level), the log variance along :math:`K` snapshots averages
 :math:`\log\sigma^2 + \psi(\tfrac{K-1}2) + \log\tfrac2K` and that of the means is :math:`\log\sigma^2 - \log K`, so
-:math:`c_N \approx 1.4` for :math:`K = 6`, far above a fit that conserves (-10 to -12 on the FPU chain of 6 masses).
+:math:`c_N \approx 1.4` for :math:`K = 6`, far above a fit that conserves (-8.6 to -13 on the FPU chain of 6 masses).
 
 A diagnostic, not a selection criterion: on the FPU chain of 6 masses (h = 0.40, three seeds) it did not rank
 ``kernel="auto"``'s candidates by their level-set errors of :math:`H_{rec}[4]` (degree 4, the lowest error on each,

@@ -236,7 +236,7 @@ def innovation_variances(model, order: int = 2) -> Optional[Tuple[torch.Tensor, 
         # v and v_k are each known to their rounding bounds (with both factorisations' terms, _raw_variances): a
         # smaller v_k - v is rounding, and dividing by it made innovations of any size (NaN: left out)
         kept.append(torch.where(v_k - v > b + b_k, v_k, torch.full_like(v, float("nan"))))
-    pair = torch.arange(v.numel(), device="cpu").repeat(folds)
+    pair = torch.arange(v.numel(), device=v.device).repeat(folds)
     return torch.cat([mean[0] - m for m in mean[1:]]), torch.cat(kept), v.repeat(folds), pair
 
 
