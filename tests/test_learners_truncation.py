@@ -91,6 +91,43 @@ def test_unit_free_term_covers_the_error_after_the_best_scale():
     assert float(z_new.pow(2).mean().sqrt()) >= 0.3, z_new
 
 
+class _SeriesModel:
+    """What unit_free_term asks of a model beyond the SMALL_BATCH route: H_rec[4] of the known series at the states,
+    minus its value at the reference."""
+    scheme = "midpoint"
+
+    def _next_energy(self, N, q, v, ref):
+        H4 = _energy(4)
+        return (H4(q, v) - H4(ref[0][None], ref[1][None])).detach()
+
+
+def test_unit_part_is_fitted_on_the_reported_states():
+    """The unit part of d = H_rec[4] - H_rec[2] depends on which states it is fitted on (d is not affine in H): fitted
+    on states spread unlike the reported ones (|q|, velocities a quarter of the box's: the data of a trajectory
+    sample may lie so), the term vanishes where the error does not -- measured max |z| 16.9, RMS 3.11 -- while fitted
+    on the 40 reported differences themselves (unit_free_term, issue 23, Session 11: morse_chain_unequal3 was this
+    case) it covers them: measured max |z| 1.21, RMS z 0.95. Bounds: > 5 for the data fit (the case is real), <= 1.5
+    and >= 0.5 for the reported states' fit (as the test above: the 7% tail and sampling)."""
+    from learners.shadow.truncation import unit_free_term
+
+    gen = torch.Generator().manual_seed(0)
+    H2, H4, H6 = (_energy(N) for N in (2, 4, 6))
+    q, v = _states(41, gen)
+    D = {N: (E[1:] - E[0]).detach() for N, E in ((2, H2(q, v)), (4, H4(q, v)), (6, H6(q, v)))}
+    s = float((D[2] * D[6]).sum() / (D[6] * D[6]).sum())
+    err, d = D[2] - s * D[6], D[4] - D[2]
+    _states(120, gen)  # the same-box draw of the exploration, so that the states below are the measured ones
+    qd, vd = _states(120, gen)
+    qd, vd = qd.abs(), vd / 4
+    m2 = H2(qd, vd).detach()
+    c, _ = affine_fit(H4(qd, vd).detach() - m2, m2)
+    z_data = err / unit_free(d, D[2], c).abs()
+    z = err / unit_free_term(_SeriesModel(), 2, q[1:], v[1:], (q[0], v[0]), D[2], small_batch=0).abs()
+    assert float(z_data.abs().max()) > 5, z_data
+    assert float(z.abs().max()) <= 1.5, z
+    assert float(z.pow(2).mean().sqrt()) >= 0.5, z
+
+
 # ------------------------------------------------------------------ the term's cost: on the mean's jet (Session 8)
 @pytest.fixture(scope="module")
 def small_fit():
