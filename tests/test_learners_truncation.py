@@ -93,12 +93,15 @@ def test_unit_free_term_covers_the_error_after_the_best_scale():
 
 class _SeriesModel:
     """What unit_free_term asks of a model beyond the SMALL_BATCH route: H_rec[4] of the known series at the states,
-    minus its value at the reference."""
+    minus its value at the reference; the data pairs' spread of H_rec[2] for the spread guard (energy_spread's cache)."""
     scheme = "midpoint"
+
+    def __init__(self, spread, unit):
+        self._recovered = {("unit_spread", 2): spread, ("unit", 2): unit}
 
     def _next_energy(self, N, q, v, ref):
         H4 = _energy(4)
-        return (H4(q, v) - H4(ref[0][None], ref[1][None])).detach()
+        return (H4(q, v) - (0 if ref is None else H4(ref[0][None], ref[1][None]))).detach()
 
 
 def test_unit_part_is_fitted_on_the_reported_states():
@@ -122,11 +125,49 @@ def test_unit_part_is_fitted_on_the_reported_states():
     m2 = H2(qd, vd).detach()
     c, _ = affine_fit(H4(qd, vd).detach() - m2, m2)
     z_data = err / unit_free(d, D[2], c).abs()
-    z = err / unit_free_term(_SeriesModel(), 2, q[1:], v[1:], (q[0], v[0]), D[2], small_batch=0).abs()
+    model = _SeriesModel(float(m2.std(unbiased=False)), (c, 0.0))
+    z = err / unit_free_term(model, 2, q[1:], v[1:], (q[0], v[0]), D[2], small_batch=0).abs()
     assert float(z_data.abs().max()) > 5, z_data
     assert float(z.abs().max()) <= 1.5, z
     assert float(z.pow(2).mean().sqrt()) >= 0.5, z
 
+
+
+def test_a_batch_without_energy_spread_keeps_the_data_fit():
+    """25 copies of one state (energy spread 0; with and without a reference), and 25 states near one state whose
+    energies spread by ~1e-3 of the data's (under MIN_ENERGY_SPREAD = 0.1; as states along one orbit do): no unit is
+    defined by them, and a slope fitted on them removes the term (the copies: to rounding; on the model, 4.7e-16
+    against 2.4e-6, Session 11 review) -- the data pairs' fit is used instead, exactly (the same formula), and the
+    term is then > 10 times the collapsed one at every state (measured: min 7.0e-5 - 9.1e-5 against max 0 and 2.7e-20
+    for the copies, 1.7e-6 for the near states: 52x). 25 states spread over the box fit their own c (the test
+    above)."""
+    from learners.shadow.truncation import MIN_ENERGY_SPREAD, scale_fit, unit_free_term
+
+    gen = torch.Generator().manual_seed(3)
+    H2, H4 = _energy(2), _energy(4)
+    qd, vd = _states(120, gen)
+    m2 = H2(qd, vd).detach()
+    c, b = affine_fit(H4(qd, vd).detach() - m2, m2)
+    model, spread = _SeriesModel(float(m2.std(unbiased=False)), (c, b)), float(m2.std(unbiased=False))
+    q0, v0 = _states(2, gen)
+    q, v = q0[:1].expand(25, 2), v0[:1].expand(25, 2)
+    near = 1 + 1e-3 * torch.linspace(-1, 1, 25, dtype=torch.float64)[:, None]  # velocities scaled: a small energy spread
+    cases = ((q, v, (q0[1], v0[1])), (q, v, None), (q, v * near, (q0[1], v0[1])))
+    for qc, vc, ref in cases:
+        E2, E4 = H2(qc, vc).detach(), H4(qc, vc).detach()
+        if ref is not None:
+            E2, E4 = E2 - H2(ref[0][None], ref[1][None]).detach(), E4 - H4(ref[0][None], ref[1][None]).detach()
+        assert float(E2.std(unbiased=False)) < MIN_ENERGY_SPREAD * spread
+        assert scale_fit(E4 - E2, E2, spread, origin=ref is None) is None
+        term = unit_free_term(model, 2, qc, vc, ref, E2, small_batch=0)
+        assert torch.equal(term, unit_free(E4 - E2, E2, c, b if ref is None else 0.0))
+        collapsed = unit_free(E4 - E2, E2, *_own_fit(E4 - E2, E2, ref))
+        assert float(term.abs().min()) > 10 * float(collapsed.abs().max())
+
+
+def _own_fit(d, m, ref):
+    """The unit fitted on the batch itself with no spread guard (the collapse the guard prevents)."""
+    return affine_fit(d, m) if ref is None else (float((d * m).sum() / (m * m).sum()), 0.0)
 
 # ------------------------------------------------------------------ the term's cost: on the mean's jet (Session 8)
 @pytest.fixture(scope="module")
