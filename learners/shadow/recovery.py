@@ -145,8 +145,8 @@ class RecoveryMixin:
         r"""The truncation term of ``energy``'s std at the states (data units): the first omitted term
         :math:`H_{rec}[N'] - H_{rec}[N]` (minus its value at ``ref`` if given; ``mean`` is :math:`H_{rec}[N]` the same
         way), for ``n >= 3`` less its part affine in the energy, a change of unit that positions do not determine
-        (:func:`~learners.shadow.truncation.unit_free_term`: the unit fitted on the reported states where there are
-        20 or more, else on the data's pairs; both energies of the term from one table of the mean's jet).
+        (:func:`~learners.shadow.truncation.unit_free_term`: the unit fitted on the reported states where 20 or more
+        spread in energy, else on the data's pairs; both energies of the term from one table of the mean's jet).
         ``n <= 2`` keeps the whole term: the likelihood's path, whose README numbers are kept bit for bit, and where
         the rule was not measured."""
         if self.n < UNIT_FREE_MIN_N:
@@ -156,7 +156,7 @@ class RecoveryMixin:
     def _next_energy(self, N: int, q: torch.Tensor, v: torch.Tensor, ref=None) -> torch.Tensor:
         r""":math:`H_{rec}[N']` (:func:`next_order`) at the states (data units), minus its value at ``ref`` if given: the
         truncation term's partner for ``n <= 2`` (kept as it was, bit for bit) and beyond :data:`SMALL_BATCH` states
-        (``n >= 3`` up to that: :func:`~learners.shadow.truncation.terms_and_unit_fit`). The RBF: autograd through
+        (``n >= 3`` up to that: both energies on one jet table, :func:`~learners.shadow.truncation.unit_free_term`). The RBF: autograd through
         its closed-form mean, or its closed-form jet for many states (compiled C), in chunks. Other kernels (few
         states): on the mean's Taylor polynomial at each state (:func:`~learners.shadow.uncertainty.on_mean_jet`,
         whose nested derivatives are those of monomials, not of every training atom: at n = 4 autograd through the
