@@ -156,8 +156,8 @@ class RecoveryMixin:
     def _next_energy(self, N: int, q: torch.Tensor, v: torch.Tensor, ref=None) -> torch.Tensor:
         r""":math:`H_{rec}[N']` (:func:`next_order`) at the states (data units), minus its value at ``ref`` if given: the
         truncation term's partner for ``n <= 2`` (kept as it was, bit for bit) and beyond :data:`SMALL_BATCH` states
-        (``n >= 3`` up to that: both energies on one jet table, :func:`~learners.shadow.truncation.unit_free_term`). The RBF: autograd through
-        its closed-form mean, or its closed-form jet for many states (compiled C), in chunks. Other kernels (few
+        (``n >= 3`` up to that: one jet table, :func:`~learners.shadow.truncation.unit_free_term`). The RBF: autograd
+        through its closed-form mean, or its closed-form jet for many states (compiled C), in chunks. Other kernels (few
         states): on the mean's Taylor polynomial at each state (:func:`~learners.shadow.uncertainty.on_mean_jet`,
         whose nested derivatives are those of monomials, not of every training atom: at n = 4 autograd through the
         mechanical kernel's atoms took 4 GB and 129 s for 40 states, this 0.2 GB and 18 s), of the order the energy
