@@ -22,7 +22,7 @@ from .calibration import ensure_energy_calibration
 from .kernels import RBFKernel
 from .rbf_jet import JetLagrangian, RBFJet, jets_fit
 from .references import energies_reference, reference_state
-from .truncation import energy_unit_fit, terms_and_unit_fit, unit_free
+from .truncation import unit_free_term
 from .uncertainty import (LinearisedQuantity, Reference, jet_order, momentum_functionals, on_mean_jet, posterior_variance,
                           repeat_functionals, weighted)
 
@@ -104,8 +104,13 @@ class RecoveryMixin:
         estimated by the first omitted term, :math:`|H_{rec}[N'] - H_{rec}[N]|` with :math:`N'` the next order
         (:func:`next_order`): the GP posterior knows nothing of it, and at large steps it dominates (pendulum,
         ``h = 0.5``: :math:`h^4` terms of 3e-5 against a posterior std of 1e-6 for ``N = 2``). For ``n >= 3`` the
-        term's part affine in the energy is left out (:mod:`learners.shadow.truncation`): it changes only the
-        energy's unit, which positions do not determine and a comparison with the truth fits away."""
+        term's part affine in the energy is left out (:mod:`learners.shadow.truncation`): it changes only the energy's
+        unit, which positions do not determine and a comparison with the truth fits away. With 20 or more states in
+        one call, spread in energy, that part is fitted on them (the comparison fits its scale on exactly this
+        batch), so a state's std depends on the batch it is reported with: pass the whole comparison set in one
+        call. Fewer states, or a batch without energy spread (one state repeated, one orbit), use the fit on the
+        data's states. Without ``reference`` the batch's fit is affine; that route was not measured against a
+        metric."""
         H_mean = bea.energy(self.recovered_lagrangian(order))
         if not return_std and reference is None:
             return H_mean
@@ -140,23 +145,19 @@ class RecoveryMixin:
         r"""The truncation term of ``energy``'s std at the states (data units): the first omitted term
         :math:`H_{rec}[N'] - H_{rec}[N]` (minus its value at ``ref`` if given; ``mean`` is :math:`H_{rec}[N]` the same
         way), for ``n >= 3`` less its part affine in the energy, a change of unit that positions do not determine
-        (:mod:`learners.shadow.truncation`; both energies of the term, and the unit fit's on first use, from one table
-        of the mean's jet). ``n <= 2`` keeps the whole term: the likelihood's path, whose README numbers are kept bit
-        for bit, and where the rule was not measured."""
+        (:func:`~learners.shadow.truncation.unit_free_term`: the unit fitted on the reported states where 20 or more
+        spread in energy, else on the data's pairs; both energies of the term from one table of the mean's jet).
+        ``n <= 2`` keeps the whole term: the likelihood's path, whose README numbers are kept bit for bit, and where
+        the rule was not measured."""
         if self.n < UNIT_FREE_MIN_N:
             return self._next_energy(N, q, v, ref) - mean
-        if q.shape[0] > SMALL_BATCH:
-            d, (c, b) = self._next_energy(N, q, v, ref) - mean, energy_unit_fit(self, N)
-        else:
-            (c, b), d = terms_and_unit_fit(self, N, self._states_with_ref(q, v, ref))
-            d = d if ref is None else d[:-1] - d[-1]
-        return unit_free(d, mean, c, 0.0 if ref is not None else b)
+        return unit_free_term(self, N, q, v, ref, mean, SMALL_BATCH)
 
     def _next_energy(self, N: int, q: torch.Tensor, v: torch.Tensor, ref=None) -> torch.Tensor:
         r""":math:`H_{rec}[N']` (:func:`next_order`) at the states (data units), minus its value at ``ref`` if given: the
         truncation term's partner for ``n <= 2`` (kept as it was, bit for bit) and beyond :data:`SMALL_BATCH` states
-        (``n >= 3`` up to that: :func:`~learners.shadow.truncation.terms_and_unit_fit`). The RBF: autograd through
-        its closed-form mean, or its closed-form jet for many states (compiled C), in chunks. Other kernels (few
+        (``n >= 3`` up to that: one jet table, :func:`~learners.shadow.truncation.unit_free_term`). The RBF: autograd
+        through its closed-form mean, or its closed-form jet for many states (compiled C), in chunks. Other kernels (few
         states): on the mean's Taylor polynomial at each state (:func:`~learners.shadow.uncertainty.on_mean_jet`,
         whose nested derivatives are those of monomials, not of every training atom: at n = 4 autograd through the
         mechanical kernel's atoms took 4 GB and 129 s for 40 states, this 0.2 GB and 18 s), of the order the energy
