@@ -444,20 +444,6 @@ def test_fold_layout_matches_the_fit(anharmonic):
     assert fold_groups(m, groups.numel() - 1) is None  # a layout that does not fit: no calibration, never a wrong fold
 
 
-def test_fold_count_does_not_fall_with_the_dimension():
-    """5 folds (or T) wherever the fold factors fit FOLD_MEMORY: n = 3-6 at 120-500 trajectories of 6 snapshots
-    (F = T (6 - 2) n + normalisation) keep 5 (2 at n = 6 with 200 trajectories under the earlier functional budget).
-    The guard: 5 folds hold 8 x 5 x (4/5 F)^2 bytes, 3.70e9 at F = 12,028 (500 trajectories, under 4 GiB = 4.29e9)
-    and 4.31e9 at F = 12,988 (540: over, 4 folds' 3.04e9 fit); it never gives fewer than 2."""
-    from learners.shadow.difference_calibration import FOLD_MEMORY, fold_count
-
-    assert FOLD_MEMORY == 4 * 2**30
-    for T, n in [(120, 3), (150, 4), (200, 6), (500, 6)]:
-        assert fold_count(T, T * 4 * n + 28) == 5, (T, n)
-    assert [fold_count(T, 100) for T in (2, 3, 4, 9)] == [2, 3, 4, 5]
-    assert fold_count(540, 12_988) == 4 and fold_count(10**4, 10**6) == 2
-
-
 def velocity_z(model, system, h, steps=20, seed=5, order=2):
     """z-scores of the velocities along one held-out trajectory of the exact flow (interior states)."""
     from integrators import reference_flow
