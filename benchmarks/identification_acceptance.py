@@ -264,8 +264,8 @@ def _arguments(argv, systems):
     ap.add_argument("--diagonal-rbf-margin", type=float, default=None,
                     help="position_search.DIAGONAL_RBF_MARGIN (this process only; 0: the choice before session 11)")
     ap.add_argument("--folds", type=int, default=None,
-                    help="folds of the distant-difference calibration (this process only, FOLD_MEMORY lifted: a diagnostic; "
-                         "the library's count is 5, fewer only with fewer trajectories or past the memory guard)")
+                    help="folds of the distant-difference calibration (this process only, FOLD_BUDGET lifted: a diagnostic; "
+                         "the budget holds n = 6 at 200 trajectories to 2)")
     args = ap.parse_args(argv)
     if args.diagonal_rbf_margin is not None:
         import learners.shadow.position_search as S
@@ -274,7 +274,7 @@ def _arguments(argv, systems):
     if args.folds is not None:
         import learners.shadow.difference_calibration as D
 
-        D.CALIBRATION_FOLDS, D.FOLD_MEMORY = args.folds, float("inf")
+        D.CALIBRATION_FOLDS, D.FOLD_BUDGET = args.folds, 10**9
     if args.searched_diagonal:
         import learners.shadow.normalisation as N
 

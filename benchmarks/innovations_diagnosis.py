@@ -45,7 +45,7 @@ def _folds(m):
     F_all = m.gp.train_functionals
     groups = D.fold_groups(m, F_all.count)
     T = int(groups.max()) + 1
-    folds = D.fold_count(T, F_all.count)
+    folds = max(2, min(D.CALIBRATION_FOLDS, T, D.FOLD_BUDGET // max(F_all.count, 1)))
     rest = torch.arange(groups.numel(), F_all.count)
     gps, subsets = [m.gp], [torch.arange(F_all.count)]
     for k in range(folds):

@@ -51,32 +51,16 @@ from ..saving import ModelFileError
 from .uncertainty import LinearisedQuantity, _feature_map, _jet_and_atoms, _kernel, chunk_rows
 from .variance_rounding import factorisation_bound, floored, solve_with_bound
 
-__all__ = ["CALIBRATION_FOLDS", "FOLD_MEMORY", "CALIBRATION_PAIRS", "difference_innovations", "innovation_variances",
-           "fold_count", "fold_groups", "data_pairs", "pairs_state", "restore_pairs"]
+__all__ = ["CALIBRATION_FOLDS", "FOLD_BUDGET", "CALIBRATION_PAIRS", "difference_innovations", "innovation_variances",
+           "fold_groups", "data_pairs", "pairs_state", "restore_pairs"]
 
-#: folds of trajectories left out in turn (fewer only with fewer trajectories or past :data:`FOLD_MEMORY`)
+#: folds of trajectories left out in turn (at most; see :data:`FOLD_BUDGET`)
 CALIBRATION_FOLDS = 5
-#: bytes the fold posteriors' Cholesky factors may hold together (:func:`fold_count`): 4 GiB keeps 5 folds up to
-#: ~12,900 functionals (n = 6 with 500 trajectories of 6 snapshots: 12,028, 3.5 GiB; 200 trajectories: 0.6 GiB)
-FOLD_MEMORY = 4 * 2**30
+#: the folds times the training functionals stay below this (each fold is one more Cholesky factorisation): 5
+#: folds up to 2,000 functionals (n = 3, 150 trajectories), 2 at n = 6 with 200 trajectories (4,800)
+FOLD_BUDGET = 10_000
 #: pairs of data states whose differences are compared per fold
 CALIBRATION_PAIRS = 60
-
-
-def fold_count(trajectories: int, functionals: int) -> int:
-    r"""The number of folds :math:`K`: :data:`CALIBRATION_FOLDS` (or the number of trajectories, if fewer), whatever
-    the dimension, since each fold posterior sees :math:`(K-1)/K` of the data and the innovations report that
-    posterior's scale (2 folds at n = 6 gave 13x the scale the held-out differences ask for, 5 folds 3.8x;
-    benchmarks/RESULTS_identification.md). A memory guard only: the :math:`K` fold posteriors are held together,
-    each with its float64 factor of :math:`((K-1)/K\,F)^2` entries, :math:`8K((K-1)/K)^2F^2` bytes (5 folds:
-    :math:`25.6F^2`), and :math:`K` falls (to 2 at least) where that exceeds :data:`FOLD_MEMORY`: at :math:`F` above
-    ~12,900 (n = 6 with ~540 trajectories of 6 snapshots). The CPU is not guarded: a fold's factorisation,
-    :math:`((K-1)/K\,F)^3/3` flops, is one of the many the fit's search makes at the full :math:`F` (at n = 6 with
-    200 trajectories, 5 folds cost ~60 s CPU more than 2, the fit 100-140 s)."""
-    folds = max(2, min(CALIBRATION_FOLDS, trajectories))
-    while folds > 2 and 8 * folds * ((folds - 1) / folds * functionals) ** 2 > FOLD_MEMORY:
-        folds -= 1
-    return folds
 
 
 def fold_groups(model, count: int) -> Optional[torch.Tensor]:
@@ -236,7 +220,7 @@ def innovation_variances(model, order: int = 2) -> Optional[Tuple[torch.Tensor, 
     if groups is None:
         return None
     T = int(groups.max()) + 1
-    folds = fold_count(T, F_all.count)
+    folds = max(2, min(CALIBRATION_FOLDS, T, FOLD_BUDGET // max(F_all.count, 1)))
     x, x_ref = data_pairs(model)
     rest = torch.arange(groups.numel(), F_all.count, device="cpu")  # the normalisation: always kept
     gps, subsets = [final], [torch.arange(F_all.count, device="cpu")]
