@@ -105,12 +105,11 @@ class RecoveryMixin:
         (:func:`next_order`): the GP posterior knows nothing of it, and at large steps it dominates (pendulum,
         ``h = 0.5``: :math:`h^4` terms of 3e-5 against a posterior std of 1e-6 for ``N = 2``). For ``n >= 3`` the
         term's part affine in the energy is left out (:mod:`learners.shadow.truncation`): it changes only the energy's
-        unit, which positions do not determine and a comparison with the truth fits away. With 20 or more states in
-        one call, spread in energy, that part is fitted on them (the comparison fits its scale on exactly this
+        unit, which positions do not determine and a comparison with the truth fits away. With ``reference`` and 20
+        or more states in one call, spread in energy, that part is fitted on them (the comparison fits its scale on exactly this
         batch), so a state's std depends on the batch it is reported with: pass the whole comparison set in one
         call. Fewer states, or a batch without energy spread (one state repeated, one orbit), use the fit on the
-        data's states. Without ``reference`` the batch's fit is affine; that route was not measured against a
-        metric."""
+        data's states, and so do energies without ``reference`` (a fit on the batch was not measured there)."""
         H_mean = bea.energy(self.recovered_lagrangian(order))
         if not return_std and reference is None:
             return H_mean
