@@ -166,7 +166,7 @@ def terms_and_unit_fit(model, order: int, x: torch.Tensor) -> Tuple[Tuple[float,
     return model._recovered[key], d[pairs.shape[0]:]
 
 
-def unit_free_term(model, N: int, q: torch.Tensor, v: torch.Tensor, ref: Optional[Tuple[torch.Tensor, torch.Tensor]],
+def unit_free_term(model, order: int, q: torch.Tensor, v: torch.Tensor, ref: Optional[Tuple[torch.Tensor, torch.Tensor]],
                    mean: torch.Tensor, small_batch: int) -> torch.Tensor:
     r"""The truncation term of ``energy``'s std for ``n >= 3`` at the states ``q, v`` (data units; ``mean`` is
     :math:`H_{rec}[N]` there, minus its value at ``ref`` if given): :math:`d = H_{rec}[N'] - H_{rec}[N]` (the same way)
@@ -190,16 +190,16 @@ def unit_free_term(model, N: int, q: torch.Tensor, v: torch.Tensor, ref: Optiona
     from .recovery import next_order
 
     if q.shape[0] > small_batch:
-        d = model._next_energy(N, q, v, ref) - mean
+        d = model._next_energy(order, q, v, ref) - mean
     elif q.shape[0] >= MIN_UNIT_STATES:  # the term only: the data's pairs enter once per order (energy_spread)
-        H, H_next = jet_energies(model, N, model._states_with_ref(q, v, ref), (N, next_order(N, model.scheme)))
+        H, H_next = jet_energies(model, order, model._states_with_ref(q, v, ref), (order, next_order(order, model.scheme)))
         d = H_next - H if ref is None else (H_next - H)[:-1] - (H_next - H)[-1]
     else:
-        (c, b), d = terms_and_unit_fit(model, N, model._states_with_ref(q, v, ref))
+        (c, b), d = terms_and_unit_fit(model, order, model._states_with_ref(q, v, ref))
         return unit_free(d if ref is None else d[:-1] - d[-1], mean, c, 0.0 if ref is not None else b)
-    c = None if ref is None else scale_fit(d, mean, energy_spread(model, N))
+    c = None if ref is None else scale_fit(d, mean, energy_spread(model, order))
     if c is None:  # no reference, too few finite states, or no energy spread among them: the data's fit
-        c, b = energy_unit_fit(model, N)
+        c, b = energy_unit_fit(model, order)
         return unit_free(d, mean, c, 0.0 if ref is not None else b)
     return unit_free(d, mean, c)
 
