@@ -187,16 +187,11 @@ def unit_free_term(model, order: int, q: torch.Tensor, v: torch.Tensor, ref: Opt
     :math:`d` itself matched the exact inverse modified Lagrangian's (correlation 1.000, RMS ratio 0.87).
     benchmarks/RESULTS_identification.md, Session 11 (branch morse). A std of one state thus depends on the states
     reported with it, as the fitted scale of the comparison does."""
-    from .recovery import next_order
-
     if q.shape[0] > small_batch:
         d = model._next_energy(order, q, v, ref) - mean
-    elif q.shape[0] >= MIN_UNIT_STATES:  # the term only: the data's pairs enter once per order (energy_spread)
-        H, H_next = jet_energies(model, order, model._states_with_ref(q, v, ref), (order, next_order(order, model.scheme)))
-        d = H_next - H if ref is None else (H_next - H)[:-1] - (H_next - H)[-1]
-    else:
-        (c, b), d = terms_and_unit_fit(model, order, model._states_with_ref(q, v, ref))
-        return unit_free(d if ref is None else d[:-1] - d[-1], mean, c, 0.0 if ref is not None else b)
+    else:  # one table of the mean's jet for the states (and, on the first call, the data's pairs with them)
+        _, d = terms_and_unit_fit(model, order, model._states_with_ref(q, v, ref))
+        d = d if ref is None else d[:-1] - d[-1]
     c = None if ref is None else scale_fit(d, mean, energy_spread(model, order))
     if c is None:  # no reference, too few finite states, or no energy spread among them: the data's fit
         c, b = energy_unit_fit(model, order)
