@@ -1,0 +1,137 @@
+"""The distant-difference scale against the amount of data (issue 23, session 12, branch cal): a diagnostic, not a test.
+
+The ``"energy_differences"`` scale (learners/shadow/difference_calibration.py) comes from fold posteriors trained on a
+fraction ``f = (K - 1) / K`` of the trajectories; the scale their innovations ask for is carried to ``f = 1``
+unchanged. Here, on one fit (library defaults, the acceptance's data and 40 held-out differences to a reference), the
+innovations' scale ``s_K`` is measured at several fold counts ``K`` (``--folds``; the library's rule gives the scale
+in use), ``log s`` is fitted linearly in ``log f`` and extrapolated to ``f = 1`` (``ext``), and each scale is set
+against the *ideal* one -- the scale that puts the held-out RMS z at 1 (``ideal``; the truncation term in quadrature
+as ``energy`` forms it, on the same batch) -- at ``N = 2`` and ``N = 4``, with the RMS z and fraction within 2 sigma
+each scale gives. The raw values (innovations per ``K``, held-out errors, GP variances and truncation terms) are saved
+with ``--save`` so that other rules can be scored on the same fit without refitting. Usage::
+
+    PYTHONPATH=. OMP_NUM_THREADS=1 nice -n 5 python3 benchmarks/calibration_fraction.py --system duffing3 --save /tmp/x.pt
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+import warnings
+
+
+def held_values(m, system, N):
+    """At order ``N`` on the acceptance's 40 differences: the error after the best scale, the GP variance at scale 1 of
+    the scale in use (``sd_gp**2 / s_use``) and the truncation term (data units)."""
+    import torch
+
+    import tests.test_learners_shadow_auto as A
+
+    q, v = A.held_out_states(system, 40)
+    true = (system.energy(q[1:], v[1:]) - system.energy(q[:1], v[:1])).detach()
+    mean, sd = m.energy(N, return_std=True, reference=(q[0], v[0]))(q[1:], v[1:])
+    _, sd_gp = m.energy(N, return_std=True, reference=(q[0], v[0]), truncation=False)(q[1:], v[1:])
+    c = float((mean * true).sum() / (true * true).sum())
+    s_use = m.calibration["energy_differences"].scale
+    t2 = (sd.pow(2) - sd_gp.pow(2)).clamp_min(0)
+    return (mean - c * true).detach(), (sd_gp.pow(2) / s_use).detach(), t2.detach()
+
+
+def rms_and_coverage(err, v, t2, s):
+    z = err.abs() / (s * v + t2).sqrt()
+    return float(z.pow(2).mean().sqrt()), float((z <= 2).double().mean())
+
+
+def ideal_scale(err, v, t2):
+    """The scale with held-out RMS z = 1 (bisection in log s); 0 where the truncation term alone gives RMS z <= 1."""
+    ref = float((err.pow(2) / v).mean())
+    lo, hi = math.log(ref * 1e-12), math.log(ref * 1e6)
+    if rms_and_coverage(err, v, t2, math.exp(lo))[0] <= 1:
+        return 0.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if rms_and_coverage(err, v, t2, math.exp(mid))[0] > 1 else (lo, mid)
+    return math.exp(hi)
+
+
+def innovation_scale(m, folds):
+    """The innovations' scale with ``folds`` folds (FOLD_BUDGET lifted in this process), median v/v_k of the kept
+    innovations, and the raw innovation values."""
+    import torch
+
+    import learners.shadow.difference_calibration as D
+    from learners.shadow.calibration import scale_for
+
+    D.CALIBRATION_FOLDS, D.FOLD_BUDGET = folds, 10**12
+    dz, vk, v, pair = D.innovation_variances(m)
+    w = vk - v
+    ok = torch.isfinite(dz) & torch.isfinite(w) & (w > 0)
+    s = scale_for(dz[ok], w[ok], torch.zeros_like(w[ok]))
+    return s, float((v[ok] / vk[ok]).median()), int(ok.sum()), (dz, vk, v, pair)
+
+
+def loglog_extrapolation(fs, ss):
+    """``exp(a)`` of the least-squares line ``log s = a + b log f`` (the scale at f = 1) and the slope ``b``."""
+    import numpy as np
+
+    b, a = np.polyfit(np.log(fs), np.log(ss), 1)
+    return float(math.exp(a)), float(b)
+
+
+def main(argv=None) -> None:
+    import torch
+
+    import benchmarks.identification_acceptance as B
+    import learners.shadow.difference_calibration as D
+    import tests.test_learners_shadow_auto as A
+    from integrators.data import snapshots
+    from learners import InverseModifiedLagrangianGP
+    from learners.shadow.hyperparameters import IdentifiabilityWarning
+
+    rows = {make.__name__: (make, h, T) for make, h, T in A.SYSTEMS + A.UNTUNED + B.UNTUNED}
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--system", choices=sorted(rows), required=True)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--folds", type=int, nargs="+", default=[2, 3, 5, 8])
+    ap.add_argument("--save", default=None, help="a .pt file for the raw values")
+    args = ap.parse_args(argv)
+    make, h, T = rows[args.system]
+    system = make()
+    warnings.simplefilter("ignore", IdentifiabilityWarning)
+    c0 = time.process_time()
+    m = InverseModifiedLagrangianGP(h, progress=False).fit(snapshots(system, h, T, 5, seed=args.seed))
+    fit_cpu = time.process_time() - c0
+    F = m.gp.train_functionals.count
+    k_lib = max(2, min(D.CALIBRATION_FOLDS, m.snapshots.shape[0], D.FOLD_BUDGET // max(F, 1)))
+    held = {N: held_values(m, system, N) for N in (2, 4)}  # the library's calibration runs here (first std)
+    s_use = m.calibration["energy_differences"].scale
+    print(f"{args.system} seed {args.seed}: n {m.n}, T {m.snapshots.shape[0]}, F {F}, library folds {k_lib}, "
+          f"scale in use {s_use:.4g}, fit {fit_cpu:.0f} s cpu", flush=True)
+    out = {"system": args.system, "seed": args.seed, "n": m.n, "F": F, "k_lib": k_lib, "s_use": s_use, "held": held,
+           "innov": {}}
+    scales = {}
+    for K in args.folds:
+        c1 = time.process_time()
+        s, ratio, kept, raw = innovation_scale(m, K)
+        scales[K] = s
+        out["innov"][K] = raw
+        print(f"  K {K} (f {(K - 1) / K:.3f}): s {s:.4g}, median v/v_k {ratio:.3f}, kept {kept}, "
+              f"{time.process_time() - c1:.0f} s cpu", flush=True)
+    Ks = sorted(scales)
+    s_ext, slope = loglog_extrapolation([(K - 1) / K for K in Ks], [scales[K] for K in Ks])
+    print(f"  extrapolated to f = 1: {s_ext:.4g} (slope {slope:.2f} in log f)")
+    for N, (err, v, t2) in held.items():
+        ideal = ideal_scale(err, v, t2)
+        cells = [f"ideal {ideal:.4g}"]
+        for name, s in [("use", s_use), ("ext", s_ext)] + [(f"K{K}", scales[K]) for K in Ks]:
+            r, cov = rms_and_coverage(err, v, t2, s)
+            cells.append(f"{name} {s:.4g} (x{s / ideal if ideal else float('inf'):.2f}): {r:.2f}, {100 * cov:.1f}%")
+        print(f"  N = {N}: " + " | ".join(cells), flush=True)
+    print(f"total {time.process_time() - c0:.0f} s cpu")
+    if args.save:
+        torch.save(out, args.save)
+
+
+if __name__ == "__main__":
+    main()
