@@ -33,9 +33,15 @@ def held_values(m, system, N):
     mean, sd = m.energy(N, return_std=True, reference=(q[0], v[0]))(q[1:], v[1:])
     _, sd_gp = m.energy(N, return_std=True, reference=(q[0], v[0]), truncation=False)(q[1:], v[1:])
     c = float((mean * true).sum() / (true * true).sum())
-    s_use = m.calibration["energy_differences"].scale
+    s_use = scale_in_use(m)
     t2 = (sd.pow(2) - sd_gp.pow(2)).clamp_min(0)
     return (mean - c * true).detach(), (sd_gp.pow(2) / s_use).detach(), t2.detach()
+
+
+def scale_in_use(m):
+    """The scale ``energy`` uses: the distant differences', the conservation one where those failed (history says why)."""
+    cal = m.calibration
+    return (cal["energy_differences"] if "energy_differences" in cal else cal["energy"]).scale
 
 
 def rms_and_coverage(err, v, t2, s):
@@ -79,6 +85,62 @@ def loglog_extrapolation(fs, ss):
     return float(math.exp(a)), float(b)
 
 
+def power_law_scales(innov, beta):
+    """Per fold count ``K``: the scale the innovations ask for if the error scale at the fraction ``f`` of the data is
+    ``a f**-beta`` (``a`` at ``f = 1``): ``Var(m - m_k) = a (f**-beta v_k - v)``, matched by ``scale_for``."""
+    import torch
+
+    from learners.shadow.calibration import scale_for
+
+    out = {}
+    for K, (dz, vk, v, _) in innov.items():
+        w = ((K - 1) / K) ** -beta * vk - v
+        ok = torch.isfinite(dz) & torch.isfinite(w) & (w > 0)
+        if int(ok.sum()) >= 10:
+            out[K] = scale_for(dz[ok], w[ok], torch.zeros_like(w[ok]))
+    return out
+
+
+def power_law_fit(innov, betas=None):
+    """The exponent ``beta`` (grid) at which the scales of :func:`power_law_scales` agree across the fold counts (least
+    variance of their logarithms) and their geometric mean there: the scale at ``f = 1`` under that law."""
+    import numpy as np
+
+    betas = np.linspace(-1.0, 4.0, 101) if betas is None else betas
+    best = None
+    for b in betas:
+        sc = power_law_scales(innov, float(b))
+        if len(sc) < len(innov):
+            continue
+        logs = np.log(list(sc.values()))
+        if best is None or logs.var() < best[0]:
+            best = (logs.var(), float(b), float(np.exp(logs.mean())))
+    return best
+
+
+def score(path):
+    """Score the rules on a saved fit (``--load``): ideal, in use, log-log extrapolation (all K; K >= 3), power law."""
+    import torch
+
+    out = torch.load(path, weights_only=False)
+    innov = out["innov"]
+    scales = {K: power_law_scales({K: raw}, 0.0)[K] for K, raw in innov.items()}
+    Ks = sorted(scales)
+    cands = {"use": out["s_use"], "ext": loglog_extrapolation([(K - 1) / K for K in Ks], [scales[K] for K in Ks])[0],
+             "ext3": loglog_extrapolation([(K - 1) / K for K in Ks if K >= 3], [scales[K] for K in Ks if K >= 3])[0]}
+    fit = power_law_fit(innov)
+    cands["pow"] = fit[2] if fit else float("nan")
+    line = [f"{out['system']} s{out['seed']} (beta {fit[1] if fit else float('nan'):.2f})"]
+    for N, (err, v, t2) in out["held"].items():
+        ideal = ideal_scale(err, v, t2)
+        cells = [f"N{N} ideal {ideal:.4g}"]
+        for name, s in cands.items():
+            r, cov = rms_and_coverage(err, v, t2, s)
+            cells.append(f"{name} x{s / ideal if ideal else float('inf'):.2f} {r:.2f}/{100 * cov:.0f}%")
+        line.append(" ".join(cells))
+    print(" | ".join(line))
+
+
 def main(argv=None) -> None:
     import torch
 
@@ -91,11 +153,16 @@ def main(argv=None) -> None:
 
     rows = {make.__name__: (make, h, T) for make, h, T in A.SYSTEMS + A.UNTUNED + B.UNTUNED}
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--system", choices=sorted(rows), required=True)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--folds", type=int, nargs="+", default=[2, 3, 5, 8])
     ap.add_argument("--save", default=None, help="a .pt file for the raw values")
+    ap.add_argument("--load", nargs="+", default=None, help="score saved fits instead of fitting (:func:`score`)")
+    ap.add_argument("--system", choices=sorted(rows), required=False)
     args = ap.parse_args(argv)
+    if args.load:
+        for path in args.load:
+            score(path)
+        return
     make, h, T = rows[args.system]
     system = make()
     warnings.simplefilter("ignore", IdentifiabilityWarning)
@@ -105,7 +172,8 @@ def main(argv=None) -> None:
     F = m.gp.train_functionals.count
     k_lib = max(2, min(D.CALIBRATION_FOLDS, m.snapshots.shape[0], D.FOLD_BUDGET // max(F, 1)))
     held = {N: held_values(m, system, N) for N in (2, 4)}  # the library's calibration runs here (first std)
-    s_use = m.calibration["energy_differences"].scale
+    s_use = scale_in_use(m)
+    print(f"{m.history.get('energy_differences_calibration_error')}")
     print(f"{args.system} seed {args.seed}: n {m.n}, T {m.snapshots.shape[0]}, F {F}, library folds {k_lib}, "
           f"scale in use {s_use:.4g}, fit {fit_cpu:.0f} s cpu", flush=True)
     out = {"system": args.system, "seed": args.seed, "n": m.n, "F": F, "k_lib": k_lib, "s_use": s_use, "held": held,
