@@ -61,7 +61,7 @@ def ideal_scale(err, v, t2):
     return math.exp(hi)
 
 
-def innovation_scale(m, folds):
+def innovation_scale(m, folds, order=2):
     """The innovations' scale with ``folds`` folds (FOLD_BUDGET lifted in this process), median v/v_k of the kept
     innovations, and the raw innovation values."""
     import torch
@@ -70,7 +70,7 @@ def innovation_scale(m, folds):
     from learners.shadow.calibration import scale_for
 
     D.CALIBRATION_FOLDS, D.FOLD_BUDGET = folds, 10**12
-    dz, vk, v, pair = D.innovation_variances(m)
+    dz, vk, v, pair = D.innovation_variances(m, order)
     w = vk - v
     ok = torch.isfinite(dz) & torch.isfinite(w) & (w > 0)
     s = scale_for(dz[ok], w[ok], torch.zeros_like(w[ok]))
@@ -154,7 +154,7 @@ def main(argv=None) -> None:
     rows = {make.__name__: (make, h, T) for make, h, T in A.SYSTEMS + A.UNTUNED + B.UNTUNED}
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--folds", type=int, nargs="+", default=[2, 3, 5, 8])
+    ap.add_argument("--folds", type=int, nargs="+", default=[2, 3, 5])
     ap.add_argument("--save", default=None, help="a .pt file for the raw values")
     ap.add_argument("--load", nargs="+", default=None, help="score saved fits instead of fitting (:func:`score`)")
     ap.add_argument("--system", choices=sorted(rows), required=False)
@@ -179,20 +179,25 @@ def main(argv=None) -> None:
     out = {"system": args.system, "seed": args.seed, "n": m.n, "F": F, "k_lib": k_lib, "s_use": s_use, "held": held,
            "innov": {}}
     scales = {}
-    for K in args.folds:
+    for K in sorted(set(args.folds) | {k_lib}):  # the library's count always (its scale is the one in use)
         c1 = time.process_time()
         s, ratio, kept, raw = innovation_scale(m, K)
         scales[K] = s
         out["innov"][K] = raw
         print(f"  K {K} (f {(K - 1) / K:.3f}): s {s:.4g}, median v/v_k {ratio:.3f}, kept {kept}, "
               f"{time.process_time() - c1:.0f} s cpu", flush=True)
+    c1 = time.process_time()
+    s4, ratio4, kept4, out["innov4"] = innovation_scale(m, k_lib, 4)
+    print(f"  order 4, K {k_lib}: s {s4:.4g}, median v/v_k {ratio4:.3f}, kept {kept4}, {time.process_time() - c1:.0f} s cpu",
+          flush=True)
     Ks = sorted(scales)
     s_ext, slope = loglog_extrapolation([(K - 1) / K for K in Ks], [scales[K] for K in Ks])
     print(f"  extrapolated to f = 1: {s_ext:.4g} (slope {slope:.2f} in log f)")
     for N, (err, v, t2) in held.items():
         ideal = ideal_scale(err, v, t2)
         cells = [f"ideal {ideal:.4g}"]
-        for name, s in [("use", s_use), ("ext", s_ext)] + [(f"K{K}", scales[K]) for K in Ks]:
+        own = [("own order", s4 if N == 4 else scales[k_lib])]
+        for name, s in [("use", s_use), ("ext", s_ext)] + own + [(f"K{K}", scales[K]) for K in Ks]:
             r, cov = rms_and_coverage(err, v, t2, s)
             cells.append(f"{name} {s:.4g} (x{s / ideal if ideal else float('inf'):.2f}): {r:.2f}, {100 * cov:.1f}%")
         print(f"  N = {N}: " + " | ".join(cells), flush=True)
