@@ -24,8 +24,6 @@ import warnings
 def held_values(m, system, N):
     """At order ``N`` on the acceptance's 40 differences: the error after the best scale, the GP variance at scale 1 of
     the scale in use (``sd_gp**2 / s_use``) and the truncation term (data units)."""
-    import torch
-
     import tests.test_learners_shadow_auto as A
 
     q, v = A.held_out_states(system, 40)
@@ -141,6 +139,18 @@ def score(path):
     print(" | ".join(line))
 
 
+def report(held, rules, scales, s4, k_lib):
+    """One line per order: the ideal scale, and each rule's scale, its factor over the ideal, RMS z and 2 sigma share."""
+    for N, (err, v, t2) in held.items():
+        ideal = ideal_scale(err, v, t2)
+        cells = [f"ideal {ideal:.4g}"]
+        own = [("own order", s4 if N == 4 else scales[k_lib])]
+        for name, s in list(rules.items()) + own + [(f"K{K}", scales[K]) for K in sorted(scales)]:
+            r, cov = rms_and_coverage(err, v, t2, s)
+            cells.append(f"{name} {s:.4g} (x{s / ideal if ideal else float('inf'):.2f}): {r:.2f}, {100 * cov:.1f}%")
+        print(f"  N = {N}: " + " | ".join(cells), flush=True)
+
+
 def main(argv=None) -> None:
     import torch
 
@@ -197,14 +207,7 @@ def main(argv=None) -> None:
     Ks = sorted(scales)
     s_ext, slope = loglog_extrapolation([(K - 1) / K for K in Ks], [scales[K] for K in Ks])
     print(f"  extrapolated to f = 1: {s_ext:.4g} (slope {slope:.2f} in log f)")
-    for N, (err, v, t2) in held.items():
-        ideal = ideal_scale(err, v, t2)
-        cells = [f"ideal {ideal:.4g}"]
-        own = [("own order", s4 if N == 4 else scales[k_lib])]
-        for name, s in [("use", s_use), ("ext", s_ext)] + own + [(f"K{K}", scales[K]) for K in Ks]:
-            r, cov = rms_and_coverage(err, v, t2, s)
-            cells.append(f"{name} {s:.4g} (x{s / ideal if ideal else float('inf'):.2f}): {r:.2f}, {100 * cov:.1f}%")
-        print(f"  N = {N}: " + " | ".join(cells), flush=True)
+    report(held, {"use": s_use, "ext": s_ext}, scales, s4, k_lib)
     print(f"total {time.process_time() - c0:.0f} s cpu")
     if args.save:
         torch.save(out, args.save)
