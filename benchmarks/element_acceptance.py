@@ -131,17 +131,24 @@ def measure(model, system, h: float, *, orders=(0, 2, 4), points: int = 40, std:
             gp: bool = True) -> dict:
     """Every metric of one fitted model on ``system`` (benchmarks/_element_metrics.py): ``ls{N}``, ``gain``, ``cal{N}``
     (a :class:`~benchmarks._element_metrics.Calibration`, with ``std`` and ``gp``), ``traj`` (per initial state)."""
+    c = time.process_time()
     out = {f"ls{N}": e for N, e in M.level_set_errors(model, system, orders, points).items()}
     out["gain"] = out["ls2"] / out["ls4"] if gp and "ls4" in out else float("nan")
+    print(f"    level sets: {time.process_time() - c:.0f} s CPU", flush=True)
     if std:  # without a std (ModLaNet) the relative error only, of its one energy (the same at every N)
         for N in (2, 4) if gp else (2,):
+            c = time.process_time()
             out[f"cal{N}"] = M.calibration(model, system, N, std=gp)
+            print(f"    held-out differences N = {N}: {time.process_time() - c:.0f} s CPU (the std's first demand "
+                  f"calibrates it), peak RSS {_peak_rss_mib():.0f} MiB", flush=True)
+    c = time.process_time()
     opts = {"on_extrapolation": "ignore"} if gp else {}
     try:
         out["traj"] = M.trajectory_errors(model, system, h, rollout_steps, **opts)
     except (ArithmeticError, RuntimeError, ValueError) as err:  # a rollout that fails (Newton, a singular step) reads inf
         print(f"    trajectory: the rollout failed ({type(err).__name__}: {str(err)[:120]})")
         out["traj"] = None
+    print(f"    trajectories: {time.process_time() - c:.0f} s CPU", flush=True)
     return out
 
 
