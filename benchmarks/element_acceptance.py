@@ -134,13 +134,14 @@ def measure(model, system, h: float, *, orders=(0, 2, 4), points: int = 40, std:
     c = time.process_time()
     out = {f"ls{N}": e for N, e in M.level_set_errors(model, system, orders, points).items()}
     out["gain"] = out["ls2"] / out["ls4"] if gp and "ls4" in out else float("nan")
-    print(f"    level sets: {time.process_time() - c:.0f} s CPU", flush=True)
+    print(f"    level sets: {time.process_time() - c:.0f} s CPU; " + ", ".join(f"ls{N} {out[f'ls{N}']:.4f}" for N in orders)
+          + f", gain {out['gain']:.2f}", flush=True)
     if std:  # without a std (ModLaNet) the relative error only, of its one energy (the same at every N)
         for N in (2, 4) if gp else (2,):
             c = time.process_time()
             out[f"cal{N}"] = M.calibration(model, system, N, std=gp)
-            print(f"    held-out differences N = {N}: {time.process_time() - c:.0f} s CPU (the std's first demand "
-                  f"calibrates it), peak RSS {_peak_rss_mib():.0f} MiB", flush=True)
+            print(f"    held-out differences N = {N}: {out[f'cal{N}']}; {time.process_time() - c:.0f} s CPU (the std's first "
+                  f"demand calibrates it), peak RSS {_peak_rss_mib():.0f} MiB", flush=True)
     c = time.process_time()
     opts = {"on_extrapolation": "ignore"} if gp else {}
     try:
