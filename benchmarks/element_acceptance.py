@@ -30,7 +30,8 @@ n = 6 says nothing at n = 10 (one line says so). Usage::
     PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/element_acceptance.py --system bodies4 --model modlanet --epochs 200
     PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/element_acceptance.py --system chain10 --model element --extend-from chain6
 
-``--no-std`` skips the calibration (the std's first demand costs several times the fit at n >= 6).
+``--no-std`` skips the calibration (the std's first demand costs several times the fit at n >= 6); ``--std-orders 2``
+calibrates N = 2 only (at n = 10 the N = 4 std's first demand passed 12 min CPU, benchmarks/RESULTS_element.md).
 """
 
 from __future__ import annotations
