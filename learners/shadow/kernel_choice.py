@@ -23,6 +23,8 @@ r"""The ``kernel=`` option of the GP Lagrangian models: which kernel, and whethe
 * a :class:`~learners.shadow.mechanical.MechanicalKernel` (e.g. ``MechanicalKernel(degree=4)``): a template that
   carries the options; the model builds its own copy for the data's dimension and learns its scales (the
   template is not modified, and a model file records it);
+* an :class:`~learners.shadow.element_kernel.ElementKernel` (``ElementKernel.bodies(2, 2)``, ``ElementKernel.chain(6)``):
+  a template too, opt-in (issue 27; :mod:`learners.shadow.element_search` learns its scales with the positions objective);
 * a :class:`~learners.shadow.kernels.FunctionalKernel`: used exactly as given, no learning.
 """
 
@@ -37,6 +39,7 @@ from gpytorch.constraints import Positive
 from bea.errors import BeaTypeError, BeaValueError
 
 from .gp import FunctionalGP
+from .element_kernel import ElementKernel
 from .kernels import FunctionalKernel, RBFKernel, SmoothKernel
 from .mechanical import MechanicalKernel
 
@@ -45,7 +48,7 @@ __all__ = ["KERNELS", "kernel_option", "base_kernel", "new_gp"]
 #: the kernels a string may name
 KERNELS = ("rbf", "mechanical", "auto")
 
-KernelOption = Union[str, MechanicalKernel, FunctionalKernel, None]
+KernelOption = Union[str, MechanicalKernel, ElementKernel, FunctionalKernel, None]
 
 
 def kernel_option(kernel: KernelOption) -> Tuple[Optional[FunctionalKernel], Optional[MechanicalKernel]]:
@@ -57,7 +60,7 @@ def kernel_option(kernel: KernelOption) -> Tuple[Optional[FunctionalKernel], Opt
             return None, MechanicalKernel()
         raise BeaValueError(f"kernel must be one of {', '.join(map(repr, KERNELS))}, a MechanicalKernel (its options) or a "
                          f"FunctionalKernel (used as given), got {kernel!r}")
-    if isinstance(kernel, MechanicalKernel):
+    if isinstance(kernel, (MechanicalKernel, ElementKernel)):  # templates: the model builds and learns its own copy
         return None, kernel
     if isinstance(kernel, FunctionalKernel):
         return kernel, None

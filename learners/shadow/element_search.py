@@ -1,0 +1,163 @@
+r"""Learning the scales of an :class:`~learners.shadow.element_kernel.ElementKernel` with the ``"positions"`` objective.
+
+The same objective and stages as the default kernels' search (:mod:`learners.shadow.position_search`), on the element
+kernel's parameters :math:`(\ell_g, \lambda_g, s_g)_g, (\ell_c, \lambda_c, s_c)`:
+
+1. **Grid on a subset**, tied: every group's (and the correction's) position lengthscale :math:`\ell_q`, velocity scale
+   :math:`\ell_v`, over :data:`~learners.shadow.position_search.SCALES` x
+   :data:`~learners.shadow.position_search.VELOCITY_FACTORS`, group scales 1 and the correction's
+   :data:`CORRECTION_SCALE` (its terms are :math:`O(h^2)` of :math:`L_{inv}`). Where the normalisation is chosen
+   (trace or whole mass matrix), both are scored and the matrix kept only where lower by
+   :data:`~learners.shadow.position_search.MATRIX_MARGIN` with all training functionals, as for the default kernels.
+2. **Tied refinement** with all training functionals (:func:`~learners.shadow.position_search.refine`).
+3. **Untied coordinate search** with all training functionals: every log-parameter but the first group's scale (the
+   overall scale, which the positions objective does not see), steps of a factor 1.5 halved when none improves,
+   at most :data:`UNTIED_EVALUATIONS` solves (``iterations=`` overrides both stages' budgets).
+
+The relative nugget stays at :data:`~learners.shadow.position_search.NUGGET`. Also here: :class:`ElementHooks`, the
+model's side (binding the maps to the fit's coordinates, the objective, the search, the hyperparameters reported).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Dict, List
+
+import torch
+
+from .element_kernel import ElementKernel
+from .objectives import Auto
+from .position_search import MATRIX_MARGIN, NUGGET, REFINE_EVALUATIONS, refine, subset_grid
+
+__all__ = ["search_elements", "ElementHooks", "CORRECTION_SCALE", "UNTIED_EVALUATIONS"]
+
+#: the correction's scale relative to the groups' where the search starts
+CORRECTION_SCALE = 0.1
+#: most solves of the untied coordinate search (stage 3)
+UNTIED_EVALUATIONS = 16
+
+
+def element_theta(kernel: ElementKernel, ell_q: float, ell_v: float) -> torch.Tensor:
+    r""":math:`\theta` (log-parameters and log nugget) with every group and the correction at ``ell_q``, ``ell_v``,
+    group scales 1, the correction's :data:`CORRECTION_SCALE`."""
+    vals = []
+    for name in kernel.parameter_names():
+        part = name.split(":")[1]
+        vals.append(ell_q if part == "lengthscale" else ell_v if part == "velocity_scale" else
+                    CORRECTION_SCALE if name.startswith("correction:") else 1.0)
+    return torch.tensor([math.log(x) for x in vals] + [math.log(NUGGET)], dtype=torch.float64, device="cpu")
+
+
+def _tied(kernel: ElementKernel, evaluate: Callable, n: int) -> Callable:
+    """``evaluate`` of element theta, as a function of the default search's tied theta (n position, n velocity entries)."""
+    return lambda th: evaluate(element_theta(kernel, math.exp(float(th[0])), math.exp(float(th[n]))))
+
+
+def untied_search(evaluate: Callable, theta: torch.Tensor, best: float, free: List[int],
+                  evaluations: int) -> tuple:
+    """Stage 3 (module docstring) on the coordinates ``free`` of ``theta``: the best theta, its value, the trace."""
+    step, trace = math.log(1.5), []
+    while len(trace) < evaluations and step > math.log(1.1):
+        improved = False
+        for c in free:
+            for sign in (1.0, -1.0):
+                if len(trace) >= evaluations:
+                    break
+                trial = theta.clone()
+                trial[c] += sign * step
+                val = evaluate(trial)
+                trace.append(val)
+                if val < best:
+                    best, theta, improved = val, trial, True
+                    break
+        if not improved:
+            step /= 2
+    return theta, best, trace
+
+
+def search_elements(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0: float, F_norm_alt=None):
+    """The three stages for ``model`` (whose GP has an element kernel), the signature of
+    :func:`~learners.shadow.position_search.search_positions`: returns the training functionals, the best theta and the
+    normalisation kept; grids, held-out values and traces go to ``model.history``."""
+    from .functionals import Functionals
+    from .hyperparameter_search import objective, split_functionals
+
+    n, gp = F_data.dim // 2, model.gp
+    kernel = gp.kernel.base_kernel
+    G_va = Functionals.cat([F_va, P_va])
+    F_sub = F_tr.subset(torch.arange(F_tr.count - F_norm.count))
+    tr_all, _ = split_functionals(groups, F_data.count)
+    F_train = F_data.subset(tr_all)
+    kept = None
+    for k, norm in enumerate([F_norm] + ([F_norm_alt] if F_norm_alt is not None else [])):
+        grid = subset_grid(_tied(kernel, objective(gp, "positions", Functionals.cat([F_sub, norm]), F_va, G_va, positions), n),
+                           n, scale0)
+        model.history[("grid", "grid_alt")[k]] = grid
+        lq, lv, val = min(grid, key=lambda g: g[2])
+        if not math.isfinite(val):
+            continue
+        F_all = Functionals.cat([F_train, norm])
+        evaluate = objective(gp, "positions", F_all, F_va, G_va, positions)
+        full = evaluate(element_theta(kernel, lq, lv))
+        model.history.setdefault("normalisation_values", []).append(full)
+        model.history.setdefault("normalisation_candidates", []).append(("trace", "matrix")[k])
+        if kept is None or full < kept[2] - MATRIX_MARGIN:
+            kept = (lq, lv, full, F_all, norm, evaluate)
+    if kept is None:
+        from bea.errors import BeaRuntimeError
+
+        raise BeaRuntimeError("no element-kernel scales on the grid gave a usable fit; check the structure against the data")
+    lq, lv, full, F_all, norm, evaluate = kept
+    budget = REFINE_EVALUATIONS if model.iterations is None else model.iterations
+    lq, lv, val, model.history["search"] = refine(_tied(kernel, evaluate, n), n, lq, lv, budget, start=full)
+    names = kernel.parameter_names()
+    overall = next(j for j, name in enumerate(names) if name.endswith(":scale"))  # the first group's: fixed at 1
+    free = [i for i in range(len(names)) if i != overall]
+    budget = UNTIED_EVALUATIONS if model.iterations is None else model.iterations
+    theta, val, model.history["search_untied"] = untied_search(evaluate, element_theta(kernel, lq, lv), val, free, budget)
+    model.history["objective"] = val
+    return F_all, theta, norm
+
+
+class ElementHooks:
+    """The model's side of the element kernel (a mixin of :class:`~learners.shadow.lsi.InverseModifiedLagrangianGP`):
+    nothing changes for other kernels."""
+
+    @property
+    def _element(self) -> bool:
+        return isinstance(getattr(self, "_kernel_template", None), ElementKernel)
+
+    def _make_gp(self, D: int):
+        gp = super()._make_gp(D)
+        base = gp.kernel.base_kernel
+        if isinstance(base, ElementKernel) and self._user_kernel is None:  # a learned copy: the fit's coordinates
+            base.bind(self._center, self._unit, self._speed, self._rotation)
+        return gp
+
+    def _resolved_objective(self, n: int) -> str:
+        """``"positions"`` for an element kernel under ``"auto"`` at every ``n`` (the objective the defaults use from
+        ``n = 3``; the likelihood's shared-lengthscale grid does not fit the element parameters)."""
+        if self._element and isinstance(self.objective, Auto) and "positions" in self.objectives:
+            return "positions"
+        return super()._resolved_objective(n)
+
+    def _search_positions(self, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0: float, F_norm_alt=None):
+        if isinstance(self.gp.kernel.base_kernel, ElementKernel):
+            return search_elements(self, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0, F_norm_alt)
+        return super()._search_positions(F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0, F_norm_alt)
+
+    @property
+    def hyperparameters(self) -> Dict[str, object]:
+        """As the other kernels' (data's units), the element kernel's scales by name: position lengthscales times
+        :math:`\\sigma`, velocity scales times :math:`s`, element scales times :math:`s^2` (the Lagrangian's unit)."""
+        base = getattr(getattr(getattr(self, "gp", None), "kernel", None), "base_kernel", None)
+        if not isinstance(base, ElementKernel):
+            return super().hyperparameters
+        self._require_fit()
+        gp, out = self.gp, {}
+        for name, x in zip(base.parameter_names(), base.lengthscale.detach().reshape(-1).tolist()):
+            part = name.split(":")[1]
+            out[name] = x * (self._unit if part == "lengthscale" else self._speed if part == "velocity_scale"
+                             else self._speed ** 2)
+        return {"lengthscale": out, "outputscale": float(gp.kernel.outputscale) * gp.variance_scale * self._speed ** 4,
+                "noise": float(gp.noise) / float(gp.kernel.outputscale)}
