@@ -262,6 +262,7 @@ def _arguments(argv, systems):
                     help="the whole-matrix targets as before session 9 (learners/shadow/mass_target.py off; a diagnostic)")
     ap.add_argument("--diagonal", action="store_true",
                     help='normalisation=MassNormalisation(matrix="diagonal"): no equal masses assumed (the remedy)')
+    ap.add_argument("--matrix", action="store_true", help='normalisation=MassNormalisation(matrix=True): the whole matrix fixed')
     ap.add_argument("--searched-diagonal", action="store_true",
                     help='normalisation.SEARCHED_MATRIX = "diagonal" (this process only): the default scores the diagonal '
                          "condition, not the whole matrix, against the trace")
@@ -311,6 +312,9 @@ def _model_options(args) -> dict:
         kw["kernel"] = MechanicalKernel(degree=args.degree)
         args.kernel = f"mechanical{args.degree}+" + ("diagonal" if args.diagonal else "matrix")
         kw["normalisation"] = MassNormalisation(matrix="diagonal" if args.diagonal else True)
+    elif args.matrix:
+        kw["normalisation"] = MassNormalisation(matrix=True)
+        args.kernel = f"{args.kernel or 'default'}+matrix"
     elif args.diagonal:
         kw["normalisation"] = MassNormalisation(matrix="diagonal")
         args.kernel = f"{args.kernel or 'default'}+diagonal"

@@ -129,6 +129,18 @@ class ElementKernel(SmoothKernel):
             b._apply(fn, recurse)
         return self
 
+    def equal_masses(self) -> bool:
+        r"""Whether the structure implies equal masses: one group's instances, together, select every velocity
+        coordinate once (a unit row each, as the shared body or site element :math:`(q_i, v_i)` does), so every
+        coordinate has the same kinetic energy function."""
+        n = self.dim // 2
+        for g in self.groups:
+            rows = g["maps"][:, g["positions"]:, :].reshape(-1, self.dim)
+            unit = (rows.abs().sum(-1) == 1) & ((rows == 1).sum(-1) == 1)
+            if rows.shape[0] == n and bool(unit.all()) and sorted(rows.argmax(-1).tolist()) == list(range(n, 2 * n)):
+                return True
+        return False
+
     # ------------------------------------------------------------------ hyperparameters
     def parameter_names(self) -> List[str]:
         """The names of the entries of ``lengthscale`` (module docstring, *Hyperparameters*)."""
