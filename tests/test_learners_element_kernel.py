@@ -100,3 +100,31 @@ def test_errors_are_typed():
     groups[0] = dict(groups[0], positions=1, degree=2)
     with pytest.raises(BeaValueError, match="mechanical base"):
         ElementKernel(groups)
+
+
+def test_closed_form_mean_matches_the_generic_path():
+    """The posterior mean's closed form (ElementExpansion, per group the base kernel's own) against the generic
+    blocks through autograd: values, gradients and a Hessian row to rounding."""
+    from learners.shadow.functionals import AtomSet
+    from learners.shadow.kernels import AtomExpansion, FunctionalKernel
+
+    gen = torch.Generator().manual_seed(4)
+    for kern in (ElementKernel.bodies(2, 2), ElementKernel.chain(3, degree=2)):
+        kern = _random_scales(kern.to(torch.float64))
+        D, fk = kern.dim, FunctionalKernel(kern)
+        fk.outputscale = 1.7
+        atoms = {m: AtomSet(torch.randn(7, D, generator=gen, dtype=torch.float64),
+                            torch.randn(7, m, D, generator=gen, dtype=torch.float64),
+                            torch.randn(7, generator=gen, dtype=torch.float64), torch.arange(7)) for m in (0, 1, 2)}
+        X = torch.randn(5, D, generator=gen, dtype=torch.float64, requires_grad=True)
+        closed = AtomExpansion(fk, atoms)
+        assert type(closed._custom).__name__ == "ElementExpansion"
+        for f in (closed, AtomExpansion(fk, atoms, differentiable=True)):
+            val = f(X)
+            (grad,) = torch.autograd.grad(val.sum(), X, create_graph=True)
+            (hess,) = torch.autograd.grad(grad[:, 0].sum(), X)
+            if f is closed:
+                ref = [val.detach(), grad.detach(), hess]
+            else:
+                for a, b in zip(ref, [val.detach(), grad.detach(), hess]):
+                    assert float((a - b).abs().max()) <= ROUNDING * float(b.abs().max())

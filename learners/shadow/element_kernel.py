@@ -45,7 +45,7 @@ from .element_structure import body_groups, chain_groups, check_groups
 from .kernels import RBFKernel, SmoothKernel
 from .mechanical import MechanicalKernel
 
-__all__ = ["ElementKernel"]
+__all__ = ["ElementKernel", "ElementExpansion"]
 
 
 def _unit_kernel(degree: Optional[int]) -> SmoothKernel:
@@ -182,6 +182,10 @@ class ElementKernel(SmoothKernel):
             total = total + corr[1] * self._bases[-1].pointwise(x / corr[0], y / corr[0])
         return total
 
+    def expansion(self, atoms, outputscale: torch.Tensor) -> "ElementExpansion":
+        """The posterior mean over ``atoms`` (orders <= 2) in closed form, hyperparameters frozen."""
+        return ElementExpansion(self, atoms, outputscale)
+
     def derivative_block(self, X, U, Y, V) -> torch.Tensor:
         r"""The functional block of the module docstring: for each group, the atoms projected per instance and the
         base kernel's closed form against all instances at once (one (A, m B) block per instance :math:`e`)."""
@@ -202,3 +206,41 @@ class ElementKernel(SmoothKernel):
             s = corr[0]
             total = total + corr[1] * self._bases[-1].derivative_block(X / s, U / s, Y / s, V / s)
         return total
+
+
+class ElementExpansion:
+    r"""The posterior mean :math:`f(z) = \sigma_f^2\sum_k c_k\,\partial_{w_k} k(z, y_k)` of the element kernel in closed
+    form, hyperparameters frozen: :math:`f(z) = \sum_g \sum_{e \in g} F_g(D_g w_e(z)) + F_c(D_c z)`, where :math:`F_g`
+    is the base kernel's own closed-form mean (:class:`~learners.shadow.kernels.AtomExpansion`: the RBF's fused
+    node, the mechanical kernel's :class:`~learners.shadow.mechanical.MechanicalExpansion`) over the atoms projected
+    by every instance :math:`e'` of the group, outputscale :math:`\sigma_f^2 s_g^2` -- the generic path (blocks
+    through autograd, for every derivative ``mod_N`` takes) needed 8 GB at n = 4."""
+
+    def __init__(self, kernel: ElementKernel, atoms, outputscale: torch.Tensor):
+        from .functionals import AtomSet
+        from .kernels import AtomExpansion, FunctionalKernel
+
+        with torch.no_grad():
+            groups, corr = kernel._layout()
+            maps = [kernel._projected(i, scales) + (var, kernel._bases[i]) for i, (scales, var) in enumerate(groups)]
+            if corr is not None:
+                eye = torch.diag(1.0 / corr[0])[None]
+                maps.append((eye, eye.new_zeros(1, eye.shape[1]), corr[1], kernel._bases[-1]))
+            self._parts = []
+            for M, b, var, base in maps:
+                M, b, m = M.detach(), b.detach(), M.shape[0]
+                Mt = M.transpose(1, 2)
+                proj = {order: AtomSet((A.points @ Mt + b[:, None]).reshape(-1, M.shape[1]),
+                                       (A.dirs @ Mt[:, None]).reshape(m * len(A), order, M.shape[1]),
+                                       A.coef.repeat(m), A.owner.repeat(m)) for order, A in atoms.items()}
+                fk = FunctionalKernel(base).to(device=M.device, dtype=torch.float64)
+                fk.outputscale = float(var) * float(outputscale)
+                fk.requires_grad_(False)
+                self._parts.append((Mt, b, AtomExpansion(fk, proj)))
+
+    def __call__(self, X: torch.Tensor) -> torch.Tensor:
+        out = X.new_zeros(X.shape[0])
+        for Mt, b, ex in self._parts:
+            W = X @ Mt + b[:, None]  # (m, B, k): every instance's input
+            out = out + ex(W.reshape(-1, W.shape[-1])).reshape(W.shape[0], X.shape[0]).sum(0)
+        return out
