@@ -339,6 +339,18 @@ def _element_kernel(args):
     return ElementKernel.bodies(a, b, **opts) if kind == "bodies" else ElementKernel.chain(a, b, **opts)
 
 
+def _velocity_error(A, model, system, h) -> float:
+    """RMS error of the N = 2 velocities over the RMS velocity, along the held-out trajectory of ``A.velocity_z`` (interior
+    states; no std needed: ``--no-std`` rows)."""
+    from integrators import reference_flow
+    from integrators.data import snapshots
+
+    _, (q0, v0) = snapshots(system, h, 1, 1, seed=5, return_initial=True)
+    ref = reference_flow(system, q0, v0, h * A.torch.arange(21, dtype=A.torch.float64))
+    v = model.velocities(ref.q, 2)[1:-1]
+    return float((v - ref.v[1:-1]).pow(2).mean().sqrt() / ref.v[1:-1].pow(2).mean().sqrt())
+
+
 def _peak_rss_mib() -> float:
     """The process's peak resident set so far, MiB (Linux reports ``ru_maxrss`` in KiB): data, fit and calibration."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -377,7 +389,7 @@ def main(argv=None) -> None:
         if args.no_std:
             rel = [A.energy_differences(m, system, N, return_std=False)[0] for N in (2, 4)]
             print(f"| {args.system} | {args.kernel or 'default'} | {cpu_s:.0f} | {rel[0]:.3g} | {rel[1]:.3g} | "
-                  f"{_peak_rss_mib():.0f} MiB |")
+                  f"{_velocity_error(A, m, system, h):.3g} | {_peak_rss_mib():.0f} MiB |")
             return
         row = [args.system, args.kernel or "default", m.objective_used, f"{fit_s:.0f}", f"{cpu_s:.0f}"]
         for N in args.orders:

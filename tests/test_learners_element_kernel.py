@@ -59,8 +59,8 @@ def test_exchange_symmetry_and_rotations():
     x, y = torch.randn(6, 8, generator=gen, dtype=torch.float64), torch.randn(6, 8, generator=gen, dtype=torch.float64)
     swap = torch.tensor([2, 3, 0, 1, 6, 7, 4, 5])
     k = _random_scales(ElementKernel.bodies(2, 2, correction=False).to(torch.float64))
-    base = k.pointwise(x, y)
-    assert float((k.pointwise(x[:, swap], y) - base).abs().max()) <= ROUNDING * float(base.abs().max())
+    base = k.pointwise(x, y).detach()
+    assert float((k.pointwise(x[:, swap], y).detach() - base).abs().max()) <= ROUNDING * float(base.abs().max())
     with_corr = _random_scales(ElementKernel.bodies(2, 2).to(torch.float64))
     assert float((with_corr.pointwise(x[:, swap], y) - with_corr.pointwise(x, y)).abs().max()) > 1e-6  # the test can fail
     c, s = math.cos(0.7), math.sin(0.7)
@@ -128,3 +128,67 @@ def test_closed_form_mean_matches_the_generic_path():
             else:
                 for a, b in zip(ref, [val.detach(), grad.detach(), hess]):
                     assert float((a - b).abs().max()) <= ROUNDING * float(b.abs().max())
+
+
+@pytest.fixture(scope="module")
+def two_body_fit():
+    """The softened two-body problem of the acceptance tests (two unit masses in the plane, n = 4) at CI size:
+    30 trajectories of 5 steps, h = 0.2; fitted with ElementKernel.bodies(2, 2) (about 5 s of CPU)."""
+    from integrators.data import snapshots
+    from learners import InverseModifiedLagrangianGP
+    from tests.test_learners_shadow_auto import two_body4
+
+    system = two_body4()
+    data = snapshots(system, 0.2, 30, 5, seed=0)
+    model = InverseModifiedLagrangianGP(0.2, kernel=ElementKernel.bodies(2, 2), progress=False).fit(data)
+    return system, data, model
+
+
+def test_fit_beats_the_default_at_equal_data(two_body_fit):
+    """Energy differences (N = 2, after the best scale) on the acceptance test's held-out states: 0.132 relative with the
+    element kernel; the default kernel on the same data gives 0.248 (measured, branch elem; its held-out one-step
+    error -6.2 against the element kernel's -12.9, and it warns). The bound 0.2 is 1.5x the element kernel's value and
+    below the default's, so a structure that helps no more than the default fails. The structure's equal masses fix
+    the whole mass matrix (the normalisation is not searched)."""
+    from tests.test_learners_shadow_auto import energy_differences
+
+    system, _, model = two_body_fit
+    assert model.objective_used == "positions" and model.history["normalisation_candidates"] == ["matrix"]
+    rel, _ = energy_differences(model, system, 2, return_std=False)
+    assert rel <= 0.2, rel
+
+
+def test_rotated_data_give_the_rotated_model(two_body_fit):
+    """Both bodies' plane turned by 0.9 rad: the data are standardised with a rotated centre, the maps carried along,
+    the kernel isotropic, so the learned scales agree to rounding and the energy differences at the turned states to
+    1e-4 of their spread (measured 3.5e-6 absolute; the fit's own error is 0.13, so a broken map shows at O(0.1))."""
+    from learners import InverseModifiedLagrangianGP
+    from tests.test_learners_shadow_auto import held_out_states
+
+    system, data, model = two_body_fit
+    c, s = math.cos(0.9), math.sin(0.9)
+    Q = torch.block_diag(*[torch.tensor([[c, -s], [s, c]], dtype=torch.float64)] * 2)
+    turned = InverseModifiedLagrangianGP(0.2, kernel=ElementKernel.bodies(2, 2), progress=False).fit(data @ Q.T)
+    a, b = model.hyperparameters["lengthscale"], turned.hyperparameters["lengthscale"]
+    assert all(math.isclose(a[k], b[k], rel_tol=1e-9) for k in a)
+    q, v = held_out_states(system, 10)
+    H, Ht = model.energy(2), turned.energy(2)
+    dH = (H(q, v) - H(q[:1], v[:1])).detach()
+    dHt = (Ht(q @ Q.T, v @ Q.T) - Ht(q[:1] @ Q.T, v[:1] @ Q.T)).detach()
+    assert float((dH - dHt).abs().max()) <= 1e-4 * float(dH.abs().max())
+
+
+def test_saving_velocities_and_the_missing_std(two_body_fit, tmp_path):
+    """A model file gives the same Lagrangian bit for bit; velocities work; their std (and the energies') needs a
+    feature expansion the element kernel lacks: a typed error that says so."""
+    from learners import InverseModifiedLagrangianGP
+    from tests.test_learners_shadow_auto import held_out_states
+
+    system, data, model = two_body_fit
+    q, v = held_out_states(system, 5)
+    loaded = InverseModifiedLagrangianGP.load(model.save(tmp_path / "m.pt"))
+    assert torch.equal(loaded.lagrangian(q, v), model.lagrangian(q, v))
+    assert model.velocities(data[0], 2).shape == data[0].shape
+    with pytest.raises(BeaTypeError, match="ElementKernel"):
+        model.velocities(data[0], 2, return_std=True)
+    assert set(model.hyperparameters["lengthscale"]) == set(model.gp.kernel.base_kernel.parameter_names())
