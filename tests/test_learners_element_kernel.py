@@ -96,6 +96,9 @@ def test_errors_are_typed():
         ElementKernel.bodies(2, 2).build(12, True)
     with pytest.raises(BeaValueError, match="ends"):
         ElementKernel.chain(4, ends="open")
+    unbound = ElementKernel.bodies(2, 2).build(8, True)  # a model that does not bind it (LagrangianGP): refused
+    with pytest.raises(BeaValueError, match="InverseModifiedLagrangianGP"):
+        unbound.pointwise(torch.zeros(1, 8, dtype=torch.float64), torch.zeros(1, 8, dtype=torch.float64))
     groups = ElementKernel.bodies(2, 2).groups
     groups[0] = dict(groups[0], positions=1, degree=2)
     with pytest.raises(BeaValueError, match="mechanical base"):

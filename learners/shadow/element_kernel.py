@@ -103,6 +103,7 @@ class ElementKernel(SmoothKernel):
             raise BeaValueError(f"the element structure acts on states of dimension {self.dim} (n = {self.dim // 2}), "
                                 f"the data have {D} (n = {D // 2}): build it for the data's bodies or sites")
         k = ElementKernel(self.groups, self.correction)
+        k._unbound = True  # a model's copy: its maps must be carried into the model's coordinates first (bind)
         if constraint is not None:
             k.register_constraint("raw_lengthscale", constraint)
         return k.to(torch.float64)
@@ -112,6 +113,7 @@ class ElementKernel(SmoothKernel):
         (module docstring, *Coordinates*)."""
         n = self.dim // 2
         dev = self.raw_lengthscale.device
+        self._unbound = False
         R = torch.eye(n, dtype=torch.float64, device=dev) if rotation is None else rotation.to(dev, torch.float64)
         T = torch.block_diag(unit * R, speed * R)
         t = torch.zeros(self.dim, dtype=torch.float64, device=dev)
@@ -152,6 +154,10 @@ class ElementKernel(SmoothKernel):
 
     def _layout(self):
         """Per group ``(input scales (k,), variance s^2)`` and the correction's ``(scales (D,), s_c^2)`` or None."""
+        if getattr(self, "_unbound", False):
+            raise BeaValueError("this ElementKernel copy was built for a model that does not carry its maps into the fit's "
+                                "standardised coordinates: learn it with InverseModifiedLagrangianGP(h, kernel=ElementKernel...)"
+                                ", or use ElementKernel(...) itself in the data's coordinates")
         ls = self.lengthscale.reshape(-1)
         out, i = [], 0
         for g in self.groups:
