@@ -50,8 +50,10 @@ def test_structure_maps():
     assert (bond["maps"] @ z).tolist() == [[1, 10], [2, 10], [4, 20], [-7, -40]]
     assert (site["maps"] @ z).tolist() == [[1, 10], [3, 20], [7, 40]]
     assert ElementKernel.bodies(2, 2).equal_masses() and ElementKernel.chain(3).equal_masses()  # one shared kinetic element
-    assert not ElementKernel.bodies(2, 2, identical=False).equal_masses() and not ElementKernel.chain(3, identical=False).equal_masses()
-    assert len(ElementKernel.chain(3, "periodic").groups[1]["maps"]) == 3 and len(ElementKernel.chain(3, "free").groups[1]["maps"]) == 2
+    assert not ElementKernel.bodies(2, 2, identical=False).equal_masses()
+    assert not ElementKernel.chain(3, identical=False).equal_masses()
+    assert len(ElementKernel.chain(3, "periodic").groups[1]["maps"]) == 3
+    assert len(ElementKernel.chain(3, "free").groups[1]["maps"]) == 2
 
 
 def test_exchange_symmetry_and_rotations():
