@@ -18,7 +18,7 @@ ROUNDING = 1e-12
 def _random_scales(kernel, seed=0):
     gen = torch.Generator().manual_seed(seed)
     kernel.lengthscale = torch.rand(kernel.raw_lengthscale.shape[-1], generator=gen, dtype=torch.float64) + 0.5
-    return kernel
+    return kernel.requires_grad_(False)
 
 
 @pytest.mark.parametrize("kernel", [ElementKernel.bodies(2, 2), ElementKernel.bodies(3, 2, degree=2),
@@ -84,7 +84,7 @@ def test_bind_carries_the_maps_into_standardised_coordinates():
     center = torch.randn(n, generator=gen, dtype=torch.float64)
     bound = _random_scales(ElementKernel.bodies(2, 2, correction=False).to(torch.float64))
     bound.bind(center, sigma, speed, R)
-    plain = ElementKernel.bodies(2, 2, correction=False).to(torch.float64)
+    plain = ElementKernel.bodies(2, 2, correction=False).to(torch.float64).requires_grad_(False)
     units = torch.tensor([sigma, speed, 1.0, sigma, speed, 1.0], dtype=torch.float64)
     plain.lengthscale = bound.lengthscale.detach().reshape(-1) * units
     zs, ys = torch.randn(5, 2 * n, generator=gen, dtype=torch.float64), torch.randn(5, 2 * n, generator=gen, dtype=torch.float64)
