@@ -66,6 +66,10 @@ class ElementKernel(SmoothKernel):
     is a template: the model builds its own copy in its coordinates and learns the scales."""
 
     has_lengthscale = True
+    #: why the std of recovered quantities raises (learners.shadow.uncertainty), and the fix
+    missing_std = ("the standard deviations of energies and velocities (return_std=True) need an exact feature expansion of "
+                   "the kernel, which the ElementKernel does not have yet: fit with kernel='auto' (the default) for a "
+                   "calibrated std, or call without return_std=True for the element kernel's means")
 
     @recorded
     def __init__(self, groups: list, correction: bool = True):
@@ -156,8 +160,7 @@ class ElementKernel(SmoothKernel):
         """Per group ``(input scales (k,), variance s^2)`` and the correction's ``(scales (D,), s_c^2)`` or None."""
         if getattr(self, "_unbound", False):
             raise BeaValueError("this ElementKernel copy was built for a model that does not carry its maps into the fit's "
-                                "standardised coordinates: learn it with InverseModifiedLagrangianGP(h, kernel=ElementKernel...)"
-                                ", or use ElementKernel(...) itself in the data's coordinates")
+                                "standardised coordinates: learn it with InverseModifiedLagrangianGP(h, kernel=ElementKernel...)")
         ls = self.lengthscale.reshape(-1)
         out, i = [], 0
         for g in self.groups:

@@ -12,16 +12,25 @@ kernel's parameters :math:`(\ell_g, \lambda_g, s_g)_g, (\ell_c, \lambda_c, s_c)`
    :data:`~learners.shadow.position_search.MATRIX_MARGIN` with all training functionals, as for the default kernels --
    except where the structure itself says the masses are equal
    (:meth:`~learners.shadow.element_kernel.ElementKernel.equal_masses`: one shared body or site element): then the
-   whole matrix, which fixes the scales of separately conserved parts that the trace leaves free (two_body4: 1.15e-2
-   with the matrix against 2.72e-2 with the trace, which the held-out error preferred, -12.87 against -11.41).
+   whole matrix, which fixes the scales of separately conserved parts that the trace leaves free (two_body4, correction
+   held at 0.1: 1.15e-2 with the matrix against 2.72e-2 with the trace, which the held-out error at the grid point
+   preferred, -12.87 against -11.41).
 2. **Tied refinement** with all training functionals (:func:`~learners.shadow.position_search.refine`), then (2b) the
    correction's scale: each of :data:`CORRECTION_SCALES` scored there, the lowest held-out error kept.
 3. **Untied coordinate search** with all training functionals: every log-parameter but the first group's scale (the
-   overall scale, which the positions objective does not see), steps of a factor 1.5 halved when none improves,
-   at most :data:`UNTIED_EVALUATIONS` solves (``iterations=`` overrides both stages' budgets).
+   overall scale, which the positions objective does not see) -- the correction's scale included, so stage 2b's
+   choice is refined further and may leave :data:`CORRECTION_SCALES`' range (two_body4: 6.7e-5) --, steps of a factor
+   1.5 halved when none improves, at most :data:`UNTIED_EVALUATIONS` solves (``iterations=`` overrides both stages'
+   budgets).
 
-The relative nugget stays at :data:`~learners.shadow.position_search.NUGGET`. Also here: :class:`ElementHooks`, the
-model's side (binding the maps to the fit's coordinates, the objective, the search, the hyperparameters reported).
+The relative nugget stays at :data:`~learners.shadow.position_search.NUGGET`, relative to the outputscale
+:math:`\sigma_f^2`, not to the prior variance :math:`k(z, z) = \sigma_f^2(\sum_g s_g^2\sum_{e,e'} k_g(w_e, w_{e'}) +
+s_c^2)`, which reaches :math:`\sigma_f^2(\sum_g m_g^2 s_g^2 + s_c^2)`: at unit group scales about 8 for
+``bodies(2, 2)`` and 85 for ``chain(6)``, so the effective regularisation is one to two orders below the default
+kernels' (whose prior variance is :math:`\sigma_f^2`). Not tuned: the two_body4 numbers were measured with it.
+Only the ``"positions"`` objective learns these scales (the likelihood's shared-lengthscale grid does not fit them):
+another objective is refused. Also here: :class:`ElementHooks`, the model's side (binding the maps to the fit's
+coordinates, the objective, the search, the hyperparameters reported).
 """
 
 from __future__ import annotations
@@ -31,6 +40,8 @@ from typing import Callable, Dict, List
 
 import torch
 
+from bea.errors import BeaRuntimeError, BeaValueError
+
 from .element_kernel import ElementKernel
 from .objectives import Auto
 from .position_search import MATRIX_MARGIN, NUGGET, REFINE_EVALUATIONS, refine, subset_grid
@@ -39,8 +50,8 @@ __all__ = ["search_elements", "ElementHooks", "CORRECTION_SCALES", "UNTIED_EVALU
 
 #: the correction's scales relative to the groups' that stage 2b scores (stages 1 and 2 run at the first, nearly off).
 #: Why not start at 0.1: on two_body4 (150 trajectories, RBF bases, whole matrix), whose h^2 terms are element-additive,
-#: a correction held at 0.1 through the search gave held-out -12.87 and energy differences 1.15e-2; without it -16.93
-#: and 1.5e-4 (benchmarks/RESULTS_identification.md, Session 12, branch elem)
+#: a correction held at 0.1 through the search gave held-out -11.41 (at the grid point) and energy differences 1.15e-2;
+#: without it -16.93 and 1.5e-4 (benchmarks/RESULTS_identification.md, Session 12, branch elem)
 CORRECTION_SCALES = (1e-4, 1e-3, 1e-2, 1e-1)
 #: most solves of the untied coordinate search (stage 3)
 UNTIED_EVALUATIONS = 16
@@ -118,8 +129,6 @@ def search_elements(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, 
         if kept is None or full < kept[2] - MATRIX_MARGIN:
             kept = (lq, lv, full, F_all, norm, evaluate)
     if kept is None:
-        from bea.errors import BeaRuntimeError
-
         raise BeaRuntimeError("no element-kernel scales on the grid gave a usable fit; check the structure against the data")
     lq, lv, full, F_all, norm, evaluate = kept
     budget = REFINE_EVALUATIONS if model.iterations is None else model.iterations
@@ -156,10 +165,14 @@ class ElementHooks:
 
     def _resolved_objective(self, n: int) -> str:
         """``"positions"`` for an element kernel under ``"auto"`` at every ``n`` (the objective the defaults use from
-        ``n = 3``; the likelihood's shared-lengthscale grid does not fit the element parameters)."""
-        if self._element and isinstance(self.objective, Auto) and "positions" in self.objectives:
+        ``n = 3``); another objective is refused: the likelihood's search ties every element parameter on one grid and
+        moves the first group's scale, which the outputscale makes unidentifiable (it collapsed to 1e-21, no warning)."""
+        if not self._element:
+            return super()._resolved_objective(n)
+        if isinstance(self.objective, Auto) or self.objective.name == "positions":
             return "positions"
-        return super()._resolved_objective(n)
+        raise BeaValueError(f"an ElementKernel's scales are learned with objective='positions' (or 'auto'), not "
+                            f"{self.objective.name!r}: the likelihood's search does not fit the element parameters")
 
     def _search_positions(self, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0: float, F_norm_alt=None):
         if isinstance(self.gp.kernel.base_kernel, ElementKernel):
@@ -169,7 +182,9 @@ class ElementHooks:
     @property
     def hyperparameters(self) -> Dict[str, object]:
         """As the other kernels' (data's units), the element kernel's scales by name: position lengthscales times
-        :math:`\\sigma`, velocity scales times :math:`s`, element scales times :math:`s^2` (the Lagrangian's unit)."""
+        :math:`\\sigma`, velocity scales times :math:`s`; the group and correction scales ``:scale`` unchanged (they
+        are relative to each other, dimensionless: the Lagrangian's unit :math:`s^2` is the outputscale's, reported
+        times :math:`s^4`, as its variance)."""
         base = getattr(getattr(getattr(self, "gp", None), "kernel", None), "base_kernel", None)
         if not isinstance(base, ElementKernel):
             return super().hyperparameters
@@ -177,7 +192,6 @@ class ElementHooks:
         gp, out = self.gp, {}
         for name, x in zip(base.parameter_names(), base.lengthscale.detach().reshape(-1).tolist()):
             part = name.split(":")[1]
-            out[name] = x * (self._unit if part == "lengthscale" else self._speed if part == "velocity_scale"
-                             else self._speed ** 2)
+            out[name] = x * (self._unit if part == "lengthscale" else self._speed if part == "velocity_scale" else 1.0)
         return {"lengthscale": out, "outputscale": float(gp.kernel.outputscale) * gp.variance_scale * self._speed ** 4,
                 "noise": float(gp.noise) / float(gp.kernel.outputscale)}

@@ -115,11 +115,17 @@ def check_groups(groups, D: int = None) -> int:
     """Validate ``groups`` (module docstring); returns the state dimension :math:`D = 2n` they act on."""
     if not isinstance(groups, (list, tuple)) or not groups:
         raise BeaValueError("an element kernel needs a non-empty list of groups (dicts: name, maps, offsets, positions, degree)")
-    dims = set()
+    dims, names = set(), [g.get("name") if isinstance(g, dict) else None for g in groups]
+    # the names key the hyperparameters ("name:scale"): a repeated one would overwrite another group's entries
+    if any(not isinstance(x, str) or not x or ":" in x or x == "correction" for x in names) or len(set(names)) != len(names):
+        raise BeaValueError(f"every group needs a distinct non-empty string name without ':' (not 'correction', the "
+                            f"correction term's), got {names}: rename the groups")
     for g in groups:
         M, b, p = g.get("maps"), g.get("offsets"), g.get("positions")
         if not isinstance(M, torch.Tensor) or M.dim() != 3 or not isinstance(b, torch.Tensor) or b.shape != M.shape[:2]:
             raise BeaValueError(f"group {g.get('name')!r}: maps must be a (m, k, D) tensor and offsets (m, k)")
+        if not (bool(torch.isfinite(M).all()) and bool(torch.isfinite(b).all())):
+            raise BeaValueError(f"group {g.get('name')!r}: maps and offsets must be finite (NaN or inf found)")
         if not isinstance(p, int) or not 0 < p <= M.shape[1]:
             raise BeaValueError(f"group {g.get('name')!r}: positions must be an integer in [1, k = {M.shape[1]}], got {p!r}")
         deg = g.get("degree")
