@@ -107,6 +107,33 @@ def test_errors_are_typed():
     groups[0] = dict(groups[0], positions=1, degree=2)
     with pytest.raises(BeaValueError, match="mechanical base"):
         ElementKernel(groups)
+    body, pair = ElementKernel.bodies(2, 2).groups
+    with pytest.raises(BeaValueError, match="distinct"):  # the hyperparameters are keyed by the names
+        ElementKernel([body, dict(pair, name="body")])
+    with pytest.raises(BeaValueError, match="finite"):
+        ElementKernel([body, dict(pair, offsets=torch.full_like(pair["offsets"], math.nan))])
+
+
+def test_options_the_element_kernel_cannot_take():
+    """One lengthscale= for the named scales (it set them all, group scales included), an element kernel used as
+    given (its maps never carried into the fit's coordinates), an objective other than positions (the likelihood's
+    search collapsed the outputscale to 1e-21): typed errors that name the fix, before any search."""
+    from integrators.data import snapshots
+    from learners import InverseModifiedLagrangianGP
+    from learners.shadow import FunctionalKernel
+    from tests.test_learners_shadow_auto import two_body4
+
+    with pytest.raises(BeaValueError, match="leave lengthscale= out"):
+        InverseModifiedLagrangianGP(0.2, kernel=ElementKernel.bodies(2, 2), lengthscale=1.0)
+    with pytest.raises(BeaValueError, match="leave lengthscale= out"):
+        InverseModifiedLagrangianGP(0.2, kernel=ElementKernel.bodies(2, 2), epsilon=1.0)
+    with pytest.raises(BeaTypeError, match="cannot be used as given"):
+        InverseModifiedLagrangianGP(0.2, kernel=FunctionalKernel(ElementKernel.bodies(2, 2)))
+    data = snapshots(two_body4(), 0.2, 4, 5, seed=0)
+    for name in ("mll", "heldout"):
+        model = InverseModifiedLagrangianGP(0.2, kernel=ElementKernel.bodies(2, 2), objective=name, progress=False)
+        with pytest.raises(BeaValueError, match="objective='positions'"):
+            model.fit(data)
 
 
 def test_closed_form_mean_matches_the_generic_path():
@@ -151,18 +178,20 @@ def two_body_fit():
     return system, data, model
 
 
-def test_fit_beats_the_default_at_equal_data(two_body_fit):
+def test_fit_meets_0_2_where_the_default_measured_0_248(two_body_fit):
     """Energy differences (N = 2, after the best scale) on the acceptance test's held-out states: 0.132 relative with the
-    element kernel; the default kernel on the same data gives 0.248 (measured, branch elem; its held-out one-step
-    error -6.2 against the element kernel's -12.9, and it warns). The bound 0.2 is 1.5x the element kernel's value and
-    below the default's, so a structure that helps no more than the default fails. The structure's equal masses fix
-    the whole mass matrix (the normalisation is not searched)."""
+    element kernel. The default kernel is not fitted here: on the same data it gave 0.248 (measured once, branch elem;
+    its held-out one-step error -6.2 against the element kernel's -12.9, and it warns). The bound 0.2 is 1.5x the
+    element kernel's value and below that measured default, so a structure that helps no more than the default did
+    fails. The structure's equal masses fix the whole mass matrix (the normalisation is not searched). The first
+    group's scale is the fixed overall one: reported as 1 (relative scales are dimensionless, not in the data's units)."""
     from tests.test_learners_shadow_auto import energy_differences
 
     system, _, model = two_body_fit
     assert model.objective_used == "positions" and model.history["normalisation_candidates"] == ["matrix"]
     rel, _ = energy_differences(model, system, 2, return_std=False)
     assert rel <= 0.2, rel
+    assert model.hyperparameters["lengthscale"]["body:scale"] == 1.0
 
 
 def test_rotated_data_give_the_rotated_model(two_body_fit):
@@ -177,7 +206,8 @@ def test_rotated_data_give_the_rotated_model(two_body_fit):
     Q = torch.block_diag(*[torch.tensor([[c, -s], [s, c]], dtype=torch.float64)] * 2)
     turned = InverseModifiedLagrangianGP(0.2, kernel=ElementKernel.bodies(2, 2), progress=False).fit(data @ Q.T)
     a, b = model.hyperparameters["lengthscale"], turned.hyperparameters["lengthscale"]
-    assert all(math.isclose(a[k], b[k], rel_tol=1e-9) for k in a)
+    # two discrete searches on rotated rounding: 1e-6 leaves room for a near-tie decided the other way by rounding
+    assert all(math.isclose(a[k], b[k], rel_tol=1e-6) for k in a)
     q, v = held_out_states(system, 10)
     H, Ht = model.energy(2), turned.energy(2)
     dH = (H(q, v) - H(q[:1], v[:1])).detach()
@@ -196,8 +226,10 @@ def test_saving_velocities_and_the_missing_std(two_body_fit, tmp_path):
     loaded = InverseModifiedLagrangianGP.load(model.save(tmp_path / "m.pt"))
     assert torch.equal(loaded.lagrangian(q, v), model.lagrangian(q, v))
     assert model.velocities(data[0], 2).shape == data[0].shape
-    with pytest.raises(BeaTypeError, match="ElementKernel"):
+    with pytest.raises(BeaTypeError, match="ElementKernel does not have yet: fit with kernel='auto'"):
         model.velocities(data[0], 2, return_std=True)
+    with pytest.raises(BeaTypeError, match="ElementKernel does not have yet: fit with kernel='auto'"):
+        model.energy(2, return_std=True)(q, v)
     assert set(model.hyperparameters["lengthscale"]) == set(model.gp.kernel.base_kernel.parameter_names())
 
 
