@@ -233,6 +233,27 @@ def test_saving_velocities_and_the_missing_std(two_body_fit, tmp_path):
     assert set(model.hyperparameters["lengthscale"]) == set(model.gp.kernel.base_kernel.parameter_names())
 
 
+def test_energies_in_bounded_chunks(two_body_fit, monkeypatch):
+    """The energies come in chunks of states whose kernel entries count every instance pair (9 here, ~985 atoms: 4
+    states a pass against the default rule's 40): equal to one unchunked pass to rounding (each state's energy is its
+    own; 1e-12 of the spread as in ROUNDING), and refused with a typed error where one state alone is too large."""
+    import bea
+    from bea.errors import BeaRuntimeError
+    from learners.shadow import element_energy
+    from learners.shadow.recovery import AUTOGRAD_ENTRIES
+    from tests.test_learners_shadow_auto import held_out_states
+
+    system, _, model = two_body_fit
+    atoms = sum(A.points.shape[0] for A in model.gp.train_functionals.atoms.values())
+    assert model._autograd_chunk() == AUTOGRAD_ENTRIES // (9 * atoms) < AUTOGRAD_ENTRIES // atoms
+    q, v = held_out_states(system, 10)
+    chunked, whole = model.energy(2)(q, v), bea.energy(model.recovered_lagrangian(2))(q, v).detach()
+    assert float((chunked - whole).abs().max()) <= ROUNDING * float((whole - whole.mean()).abs().max())
+    monkeypatch.setattr(element_energy, "MAX_STATE_ENTRIES", 9 * atoms - 1)
+    with pytest.raises(BeaRuntimeError, match="not practical at this size"):
+        model.energy(2)
+
+
 @pytest.mark.slow
 def test_two_body_acceptance_with_the_element_kernel():
     """Issue 23's bound on the softened two-body problem (150 trajectories, h = 0.2, the acceptance test's data), which the

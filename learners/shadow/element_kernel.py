@@ -147,6 +147,10 @@ class ElementKernel(SmoothKernel):
                 return True
         return False
 
+    def instance_pairs(self) -> int:
+        r""":math:`\sum_g m_g^2` (+1 with the correction): the kernel entries per pair of points, against one kernel's 1."""
+        return sum(g["maps"].shape[0] ** 2 for g in self.groups) + int(self.correction)
+
     # ------------------------------------------------------------------ hyperparameters
     def parameter_names(self) -> List[str]:
         """The names of the entries of ``lengthscale`` (module docstring, *Hyperparameters*)."""

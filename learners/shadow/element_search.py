@@ -19,9 +19,9 @@ kernel's parameters :math:`(\ell_g, \lambda_g, s_g)_g, (\ell_c, \lambda_c, s_c)`
    correction's scale: each of :data:`CORRECTION_SCALES` scored there, the lowest held-out error kept.
 3. **Untied coordinate search** with all training functionals: every log-parameter but the first group's scale (the
    overall scale, which the positions objective does not see) -- the correction's scale included, so stage 2b's
-   choice is refined further and may leave :data:`CORRECTION_SCALES`' range (two_body4: 6.7e-5) --, steps of a factor
-   1.5 halved when none improves, at most :data:`UNTIED_EVALUATIONS` solves (``iterations=`` overrides both stages'
-   budgets).
+   choice is refined further and may leave :data:`CORRECTION_SCALES`' range (two_body4's CI fit, 30 trajectories:
+   6.7e-5) --, steps of a factor 1.5 halved when none improves, at most :data:`UNTIED_EVALUATIONS` solves
+   (``iterations=`` overrides both stages' budgets).
 
 The relative nugget stays at :data:`~learners.shadow.position_search.NUGGET`, relative to the outputscale
 :math:`\sigma_f^2`, not to the prior variance :math:`k(z, z) = \sigma_f^2(\sum_g s_g^2\sum_{e,e'} k_g(w_e, w_{e'}) +
@@ -42,6 +42,7 @@ import torch
 
 from bea.errors import BeaRuntimeError, BeaValueError
 
+from .element_energy import ElementEnergy
 from .element_kernel import ElementKernel
 from .objectives import Auto
 from .position_search import MATRIX_MARGIN, NUGGET, REFINE_EVALUATIONS, refine, subset_grid
@@ -148,7 +149,7 @@ def search_elements(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, 
     return F_all, theta, norm
 
 
-class ElementHooks:
+class ElementHooks(ElementEnergy):
     """The model's side of the element kernel (a mixin of :class:`~learners.shadow.lsi.InverseModifiedLagrangianGP`):
     nothing changes for other kernels."""
 
