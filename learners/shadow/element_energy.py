@@ -49,8 +49,9 @@ class ElementEnergy:
         if entries > MAX_STATE_ENTRIES:
             raise BeaRuntimeError(f"the element kernel's energy at one state needs {entries:,} kernel entries (instance "
                                   f"pairs x {entries // self.gp.kernel.base_kernel.instance_pairs():,} training atoms), above "
-                                  f"{MAX_STATE_ENTRIES:,} (several GB through mod_N's derivatives): fit fewer trajectories, "
-                                  f"a structure with fewer instances, or kernel='auto' (issue 27: not practical at this size yet)")
+                                  f"{MAX_STATE_ENTRIES:,} (several GB through mod_N's derivatives): fit fewer "
+                                  f"trajectories, a structure with fewer instances, or kernel='auto' (issue 27: not "
+                                  f"practical at this size yet)")
         return max(1, AUTOGRAD_ENTRIES // entries)
 
     def energy(self, order: int = 2, return_std: bool = False, reference=None, truncation: bool = True):
