@@ -236,7 +236,8 @@ def test_saving_velocities_and_the_missing_std(two_body_fit, tmp_path):
 def test_energies_in_bounded_chunks(two_body_fit, monkeypatch):
     """The energies come in chunks of states whose kernel entries count every instance pair (9 here, ~985 atoms: 4
     states a pass against the default rule's 40): equal to one unchunked pass to rounding (each state's energy is its
-    own; 1e-12 of the spread as in ROUNDING), and refused with a typed error where one state alone is too large."""
+    own; 1e-12 of the spread as in ROUNDING), differences to a reference too, and refused with a typed error where one
+    state alone is too large."""
     import bea
     from bea.errors import BeaRuntimeError
     from learners.shadow import element_energy
@@ -249,6 +250,8 @@ def test_energies_in_bounded_chunks(two_body_fit, monkeypatch):
     q, v = held_out_states(system, 10)
     chunked, whole = model.energy(2)(q, v), bea.energy(model.recovered_lagrangian(2))(q, v).detach()
     assert float((chunked - whole).abs().max()) <= ROUNDING * float((whole - whole.mean()).abs().max())
+    diff = model.energy(2, reference=(q[0], v[0]))(q[1:], v[1:])  # differences without the std (raised on branch elem)
+    assert float((diff - (whole[1:] - whole[0])).abs().max()) <= ROUNDING * float((whole - whole.mean()).abs().max())
     monkeypatch.setattr(element_energy, "MAX_STATE_ENTRIES", 9 * atoms - 1)
     with pytest.raises(BeaRuntimeError, match="not practical at this size"):
         model.energy(2)

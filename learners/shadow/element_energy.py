@@ -23,6 +23,7 @@ from bea.errors import BeaRuntimeError
 from .._checks import check_states
 from .element_kernel import ElementKernel
 from .recovery import AUTOGRAD_ENTRIES, _in_chunks
+from .references import reference_state
 
 __all__ = ["ElementEnergy", "MAX_STATE_ENTRIES"]
 
@@ -56,14 +57,18 @@ class ElementEnergy:
 
     def energy(self, order: int = 2, return_std: bool = False, reference=None, truncation: bool = True):
         """As :meth:`RecoveryMixin.energy <learners.shadow.recovery.RecoveryMixin.energy>`; with an element kernel the
-        plain means (no std, no reference) are computed in bounded chunks of states too, and returned detached."""
-        H = super().energy(order, return_std, reference, truncation)
-        if return_std or reference is not None or not self._element_entries():
-            return H  # the reference path already chunks by _autograd_chunk; the std raises for this kernel
-        chunk = self._autograd_chunk()
+        means (differences to ``reference`` if given) are computed in bounded chunks of states and returned detached,
+        and the std, which needs a feature expansion this kernel lacks, raises. (The mixin's reference path computes
+        the std's variance even without ``return_std``: with this kernel it raised for the differences alone.)"""
+        if return_std or not self._element_entries():
+            return super().energy(order, return_std, reference, truncation)
+        H, chunk = super().energy(order), self._autograd_chunk()
+        ref = None if reference is None else reference_state(reference, self.n)
+        H_ref = None if ref is None else H(ref[0][None], ref[1][None]).detach()
 
         def chunked(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             q, v = check_states(q, v, self.n)
-            return _in_chunks(H, q.reshape(-1, self.n), v.reshape(-1, self.n), chunk).reshape(q.shape[:-1])
+            mean = _in_chunks(H, q.reshape(-1, self.n), v.reshape(-1, self.n), chunk)
+            return (mean if H_ref is None else mean - H_ref).reshape(q.shape[:-1])
 
         return chunked
