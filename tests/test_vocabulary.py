@@ -30,6 +30,8 @@ SYNONYMS = {"order": {"N", "truncation_order", "trunc_order"}, "n": {"dim", "ndi
 #: (qualified name, parameter or "scheme before h") -> reason
 ALLOWED = {
     ("learners.shadow.functionals.Functionals.__init__", "dim"): "the dimension D of the atoms' input x = (q, v), 2n",
+    ("learners.shadow.element_structure.body_groups", "dim"): ("the space dimension of one body (2 in the plane), "
+                                                             "not n = count * dim, the system's"),
     ("integrators.newton.ConvergenceError.__init__", "step"): "the index of the time step that failed, not a step size",
     ("learners.neural.rollout.rollout_ode", "v0"): ("the second initial state is a velocity, or for an HNN a momentum "
                                                     "p0 (canonical rollouts): qdot0 would misname the second"),

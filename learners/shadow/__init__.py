@@ -11,7 +11,9 @@ to any order), :mod:`~learners.shadow.compiled_mechanical` (the same for the mec
 compiled integrator), :mod:`~learners.shadow.rbf_jet` (the RBF jets handed to autograd), :mod:`~learners.shadow.units` (the standardised units of
 position and time), :mod:`~learners.shadow.guards` (no silent non-finite or runaway answers),
 :mod:`~learners.shadow.mechanical` (the opt-in mechanical kernel: RBF in the positions times a polynomial in the
-velocities) and :mod:`~learners.shadow.kernel_choice` (the ``kernel=`` option).
+velocities), :mod:`~learners.shadow.element_kernel` (the opt-in element-structured kernel, its structures in
+:mod:`~learners.shadow.element_structure` and its search in :mod:`~learners.shadow.element_search`) and
+:mod:`~learners.shadow.kernel_choice` (the ``kernel=`` option).
 """
 
 from bea.deprecation import renamed_attributes
@@ -21,6 +23,7 @@ from .functionals import (Functionals, del_residual_functionals, discrete_moment
 from .gp import ConditioningInfo, FunctionalGP
 from .guards import (ExtrapolationError, ExtrapolationWarning, IdentifiabilityWarning, NonFiniteModelError,
                      StaleCalibrationWarning, ToleranceRelaxedWarning)
+from .element_kernel import ElementKernel
 from .kernels import FunctionalKernel, RBFKernel, SmoothKernel
 from .lgp import LagrangianGP, finite_differences
 from .lsi import InverseModifiedLagrangianGP
@@ -39,6 +42,7 @@ __all__ = [
     "SmoothKernel",
     "RBFKernel",
     "MechanicalKernel",
+    "ElementKernel",
     # linear functionals
     "Functionals",
     "del_residual_functionals",

@@ -123,7 +123,7 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         if isinstance(max_train_functionals, bool) or not isinstance(max_train_functionals, int) or max_train_functionals < 10:
             raise BeaValueError(f"max_train_functionals must be an integer >= 10 (the size of the subset used to learn the "
                              f"hyperparameters), got {max_train_functionals!r}")
-        self._user_kernel, self._kernel_template = kernel_option(kernel)
+        self._user_kernel, self._kernel_template = kernel_option(kernel, lengthscale)
         self._kernel_auto = isinstance(kernel, str) and kernel == "auto"  # the search may choose (position_search)
         self.kernel_degree: Optional[int] = None  # the mechanical degree the last search chose; None: the kernel asked for
         self.normalisation = get_normalisation(normalisation)

@@ -23,6 +23,8 @@ r"""The ``kernel=`` option of the GP Lagrangian models: which kernel, and whethe
 * a :class:`~learners.shadow.mechanical.MechanicalKernel` (e.g. ``MechanicalKernel(degree=4)``): a template that
   carries the options; the model builds its own copy for the data's dimension and learns its scales (the
   template is not modified, and a model file records it);
+* an :class:`~learners.shadow.element_kernel.ElementKernel` (``ElementKernel.bodies(2, 2)``, ``ElementKernel.chain(6)``):
+  a template too, opt-in (issue 27; :mod:`learners.shadow.element_search` learns its scales with the positions objective);
 * a :class:`~learners.shadow.kernels.FunctionalKernel`: used exactly as given, no learning.
 """
 
@@ -37,6 +39,7 @@ from gpytorch.constraints import Positive
 from bea.errors import BeaTypeError, BeaValueError
 
 from .gp import FunctionalGP
+from .element_kernel import ElementKernel
 from .kernels import FunctionalKernel, RBFKernel, SmoothKernel
 from .mechanical import MechanicalKernel
 
@@ -45,27 +48,37 @@ __all__ = ["KERNELS", "kernel_option", "base_kernel", "new_gp"]
 #: the kernels a string may name
 KERNELS = ("rbf", "mechanical", "auto")
 
-KernelOption = Union[str, MechanicalKernel, FunctionalKernel, None]
+KernelOption = Union[str, MechanicalKernel, ElementKernel, FunctionalKernel, None]
 
 
-def kernel_option(kernel: KernelOption) -> Tuple[Optional[FunctionalKernel], Optional[MechanicalKernel]]:
-    """``(kernel used as given, template of a learned kernel)``; both None for the learned RBF."""
+def kernel_option(kernel: KernelOption, lengthscale=None) -> Tuple[Optional[FunctionalKernel], Optional[SmoothKernel]]:
+    """``(kernel used as given, template of a learned kernel)``; both None for the learned RBF. ``lengthscale``: the
+    model's fixed one, which an element kernel's named scales cannot take."""
     if kernel is None or (isinstance(kernel, str) and kernel in ("rbf", "auto")):
         return None, None
     if isinstance(kernel, str):
         if kernel == "mechanical":
             return None, MechanicalKernel()
-        raise BeaValueError(f"kernel must be one of {', '.join(map(repr, KERNELS))}, a MechanicalKernel (its options) or a "
-                         f"FunctionalKernel (used as given), got {kernel!r}")
-    if isinstance(kernel, MechanicalKernel):
+        raise BeaValueError(f"kernel must be one of {', '.join(map(repr, KERNELS))}, a MechanicalKernel or ElementKernel (a "
+                            f"template, learned) or a FunctionalKernel (used as given), got {kernel!r}")
+    if isinstance(kernel, ElementKernel) and lengthscale is not None:  # one value cannot set named scales of other kinds
+        raise BeaValueError(f"lengthscale= (or epsilon=) sets one scale for every parameter, but an ElementKernel's "
+                            f"{', '.join(kernel.parameter_names())} are lengthscales, velocity scales and relative "
+                            f"group scales: leave lengthscale= out and let the model learn them")
+    if isinstance(kernel, (MechanicalKernel, ElementKernel)):  # templates: the model builds and learns its own copy
         return None, kernel
     if isinstance(kernel, FunctionalKernel):
+        if isinstance(kernel.base_kernel, ElementKernel):  # its maps would stay in the data's coordinates, not the fit's
+            raise BeaTypeError("an ElementKernel cannot be used as given (FunctionalKernel(ElementKernel...)): the model "
+                               "fits in standardised coordinates, which only a learned copy's maps are carried into; pass "
+                               "kernel=ElementKernel.bodies(...) / .chain(...) itself (its scales are learned)")
         return kernel, None
     if isinstance(kernel, SmoothKernel):
         raise BeaTypeError(f"a {type(kernel).__name__} cannot be learned as kernel=: wrap it as FunctionalKernel(base) with its "
-                        f"hyperparameters set (used as given), or use 'rbf' or 'mechanical'")
-    raise BeaTypeError(f"kernel must be a string ({', '.join(map(repr, KERNELS))}), a MechanicalKernel or a FunctionalKernel, "
-                    f"got a {type(kernel).__name__}")
+                           f"hyperparameters set (used as given), or use 'rbf', 'mechanical', a MechanicalKernel or an "
+                           f"ElementKernel")
+    raise BeaTypeError(f"kernel must be a string ({', '.join(map(repr, KERNELS))}), a MechanicalKernel, an ElementKernel or a "
+                       f"FunctionalKernel, got a {type(kernel).__name__}")
 
 
 def base_kernel(template: Optional[MechanicalKernel], D: int, ard: bool, constraint) -> SmoothKernel:

@@ -63,6 +63,7 @@ from .principal import fit_with_candidate
 from .step_resolution import check_step_resolution
 from .units import position_units, standard_step
 from .recovery import RecoveryMixin
+from .element_search import ElementHooks
 from .rbf_jet import RBFJet
 from .stage_lsi import accepted_scheme, check_stage_objective, fit_stages, linear_scheme
 from .compiled_mean import StandardisedMean  # noqa: F401  (re-exported: its old home)
@@ -105,7 +106,7 @@ CHECK_CHUNK = 4096
 CHECK_POINTS = 256
 
 
-class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
+class InverseModifiedLagrangianGP(ElementHooks, RecoveryMixin, FunctionalLagrangianModel):
     r"""GP model of the inverse modified Lagrangian of ``scheme`` at step ``h`` (Lagrangian Shadow
     Integration), learned from position snapshots.
 
@@ -120,7 +121,8 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         :mod:`learners.shadow.kernel_choice`; ``n <= 2``: the RBF exactly), ``"rbf"`` (or None: the RBF at
         every ``n``, not the default -- None is what model files from before the switch to ``"auto"`` record) or
         ``"mechanical"`` (:class:`~learners.shadow.mechanical.MechanicalKernel`: RBF in :math:`q` times a polynomial
-        of degree 8 in :math:`v`; ``MechanicalKernel(degree=d)`` for another degree), hyperparameters learned (see
+        of degree 8 in :math:`v`; ``MechanicalKernel(degree=d)`` for another degree; ``ElementKernel.bodies(count, dim)``
+        or ``ElementKernel.chain(n)``: element-structured, :mod:`learners.shadow.element_kernel`), hyperparameters learned (see
         :mod:`learners.shadow.hyperparameters`); or a :class:`~learners.shadow.kernels.FunctionalKernel`, used as
         given (no learning).
     normalisation : ``"mass"`` (default; :class:`~learners.shadow.normalisation.MassNormalisation`),
@@ -178,7 +180,10 @@ class InverseModifiedLagrangianGP(RecoveryMixin, FunctionalLagrangianModel):
         positions search also scores the principal directions (:mod:`~learners.shadow.principal`). ``history`` records
         an estimate of the step's resolution of the motion (:mod:`~learners.shadow.step_resolution`; no warning)."""
         S = check_snapshots(snapshots)
-        fit_with_candidate(self, S)
+        if self._element:  # the structure fixes the coordinates: no principal-direction candidate
+            self._fit_in_units(S)
+        else:
+            fit_with_candidate(self, S)
         check_step_resolution(self, S)
         return self
 

@@ -166,6 +166,8 @@ class _GaussianMap:
 
 def _kernel(gp) -> Tuple[torch.nn.Module, torch.Tensor]:
     base = gp.kernel.base_kernel
+    if getattr(base, "missing_std", None):  # a kernel that says why it has none, and what to do instead
+        raise BeaTypeError(base.missing_std)
     if not isinstance(base, RBFKernel) and not hasattr(base, "feature_map"):
         raise BeaTypeError(f"uncertainty of recovered quantities needs a kernel with an exact feature expansion (the RBF, the "
                            f"mechanical kernel), got {type(base).__name__}; fit with one of those")

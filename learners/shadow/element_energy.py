@@ -1,0 +1,74 @@
+r"""Energies of a model with an :class:`~learners.shadow.element_kernel.ElementKernel`: states in bounded passes.
+
+The closed-form mean (:class:`~learners.shadow.element_kernel.ElementExpansion`) evaluates each group's base
+expansion on the :math:`m_g` inputs of a state against :math:`m_g` projected copies of the :math:`A` atoms: per state
+:math:`P A` kernel entries, :math:`P = \sum_g m_g^2 + 1` (:meth:`~learners.shadow.element_kernel.ElementKernel.instance_pairs`:
+9 for ``bodies(2, 2)``, 86 for ``chain(6)``) against the default kernel's :math:`A`. :math:`\mathrm{mod}_N`'s nested
+derivatives keep hundreds of tensors of that size alive per state (measured, chain(6), 600 random atoms: 3.2 kB per
+entry at N = 2, 10.9 kB at N = 4; ``benchmarks/RESULTS_identification.md``, Session 12, branch elem2), so the energies
+are evaluated ``chunk`` states at a time, the chunk counting :math:`P A` entries per state against
+:data:`~learners.shadow.recovery.AUTOGRAD_ENTRIES` (the default kernels' rule with :math:`P = 1`). Splitting the
+states inside the expansion does not bound the memory (the graph of every piece stays alive until the energy is
+formed: measured 1,501 against 1,586 MiB), so the split is here, on whole energies, detached. Where one state alone
+exceeds :data:`MAX_STATE_ENTRIES` the evaluation is refused with a typed error rather than killed for memory (fpu6:
+~9,600 atoms x 86, ~2.6 GB per state at N = 2 by the rate above, ~9 GB at N = 4).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from bea.errors import BeaRuntimeError
+
+from .._checks import check_states
+from .element_kernel import ElementKernel
+from .recovery import AUTOGRAD_ENTRIES, _in_chunks
+from .references import reference_state
+
+__all__ = ["ElementEnergy", "MAX_STATE_ENTRIES"]
+
+#: most kernel entries (instance pairs x atoms) for one state's energy: ~1.6 GB at N = 2, ~5.5 GB at N = 4 by the
+#: measured rates (module docstring)
+MAX_STATE_ENTRIES = 500_000
+
+
+class ElementEnergy:
+    """The energy side of :class:`~learners.shadow.element_search.ElementHooks`: nothing changes for other kernels."""
+
+    def _element_entries(self) -> int:
+        """Kernel entries per state of the posterior mean (module docstring); 0 for other kernels."""
+        base = self.gp.kernel.base_kernel
+        if not isinstance(base, ElementKernel):
+            return 0
+        return base.instance_pairs() * sum(A.points.shape[0] for A in self.gp.train_functionals.atoms.values())
+
+    def _autograd_chunk(self) -> int:
+        """States per autograd pass: the default rule, each state counted with its instance pairs' entries."""
+        entries = self._element_entries()
+        if not entries:
+            return super()._autograd_chunk()
+        if entries > MAX_STATE_ENTRIES:
+            raise BeaRuntimeError(f"the element kernel's energy at one state needs {entries:,} kernel entries (instance "
+                                  f"pairs x {entries // self.gp.kernel.base_kernel.instance_pairs():,} training atoms), above "
+                                  f"{MAX_STATE_ENTRIES:,} (several GB through mod_N's derivatives): fit fewer "
+                                  f"trajectories, a structure with fewer instances, or kernel='auto' (issue 27: not "
+                                  f"practical at this size yet)")
+        return max(1, AUTOGRAD_ENTRIES // entries)
+
+    def energy(self, order: int = 2, return_std: bool = False, reference=None, truncation: bool = True):
+        """As :meth:`RecoveryMixin.energy <learners.shadow.recovery.RecoveryMixin.energy>`; with an element kernel the
+        means (differences to ``reference`` if given) are computed in bounded chunks of states and returned detached,
+        and the std, which needs a feature expansion this kernel lacks, raises. (The mixin's reference path computes
+        the std's variance even without ``return_std``: with this kernel it raised for the differences alone.)"""
+        if return_std or not self._element_entries():
+            return super().energy(order, return_std, reference, truncation)
+        H, chunk = super().energy(order), self._autograd_chunk()
+        ref = None if reference is None else reference_state(reference, self.n)
+        H_ref = None if ref is None else H(ref[0][None], ref[1][None]).detach()
+
+        def chunked(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            q, v = check_states(q, v, self.n)
+            mean = _in_chunks(H, q.reshape(-1, self.n), v.reshape(-1, self.n), chunk)
+            return (mean if H_ref is None else mean - H_ref).reshape(q.shape[:-1])
+
+        return chunked

@@ -1,0 +1,198 @@
+r"""Learning the scales of an :class:`~learners.shadow.element_kernel.ElementKernel` with the ``"positions"`` objective.
+
+The same objective and stages as the default kernels' search (:mod:`learners.shadow.position_search`), on the element
+kernel's parameters :math:`(\ell_g, \lambda_g, s_g)_g, (\ell_c, \lambda_c, s_c)`:
+
+1. **Grid on a subset**, tied: every group's (and the correction's) position lengthscale :math:`\ell_q`, velocity scale
+   :math:`\ell_v`, over :data:`~learners.shadow.position_search.SCALES` x
+   :data:`~learners.shadow.position_search.VELOCITY_FACTORS`, group scales 1 and the correction's
+   the first of :data:`CORRECTION_SCALES` (nearly off: its terms are :math:`O(h^2)` of :math:`L_{inv}`, and a larger one
+   costs accuracy where the elements suffice). Where the normalisation is chosen
+   (trace or whole mass matrix), both are scored and the matrix kept only where lower by
+   :data:`~learners.shadow.position_search.MATRIX_MARGIN` with all training functionals, as for the default kernels --
+   except where the structure itself says the masses are equal
+   (:meth:`~learners.shadow.element_kernel.ElementKernel.equal_masses`: one shared body or site element): then the
+   whole matrix, which fixes the scales of separately conserved parts that the trace leaves free (two_body4, correction
+   held at 0.1: 1.15e-2 with the matrix against 2.72e-2 with the trace, which the held-out error at the grid point
+   preferred, -12.87 against -11.41).
+2. **Tied refinement** with all training functionals (:func:`~learners.shadow.position_search.refine`), then (2b) the
+   correction's scale: each of :data:`CORRECTION_SCALES` scored there, the lowest held-out error kept.
+3. **Untied coordinate search** with all training functionals: every log-parameter but the first group's scale (the
+   overall scale, which the positions objective does not see) -- the correction's scale included, so stage 2b's
+   choice is refined further and may leave :data:`CORRECTION_SCALES`' range (two_body4's CI fit, 30 trajectories:
+   6.7e-5) --, steps of a factor 1.5 halved when none improves, at most :data:`UNTIED_EVALUATIONS` solves
+   (``iterations=`` overrides both stages' budgets).
+
+The relative nugget stays at :data:`~learners.shadow.position_search.NUGGET`, relative to the outputscale
+:math:`\sigma_f^2`, not to the prior variance :math:`k(z, z) = \sigma_f^2(\sum_g s_g^2\sum_{e,e'} k_g(w_e, w_{e'}) +
+s_c^2)`, which reaches :math:`\sigma_f^2(\sum_g m_g^2 s_g^2 + s_c^2)`: at unit group scales about 8 for
+``bodies(2, 2)`` and 85 for ``chain(6)``, so the effective regularisation is one to two orders below the default
+kernels' (whose prior variance is :math:`\sigma_f^2`). Not tuned: the two_body4 numbers were measured with it.
+Only the ``"positions"`` objective learns these scales (the likelihood's shared-lengthscale grid does not fit them):
+another objective is refused. Also here: :class:`ElementHooks`, the model's side (binding the maps to the fit's
+coordinates, the objective, the search, the hyperparameters reported).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Dict, List
+
+import torch
+
+from bea.errors import BeaRuntimeError, BeaValueError
+
+from .element_energy import ElementEnergy
+from .element_kernel import ElementKernel
+from .objectives import Auto
+from .position_search import MATRIX_MARGIN, NUGGET, REFINE_EVALUATIONS, refine, subset_grid
+
+__all__ = ["search_elements", "ElementHooks", "CORRECTION_SCALES", "UNTIED_EVALUATIONS"]
+
+#: the correction's scales relative to the groups' that stage 2b scores (stages 1 and 2 run at the first, nearly off).
+#: Why not start at 0.1: on two_body4 (150 trajectories, RBF bases, whole matrix), whose h^2 terms are element-additive,
+#: a correction held at 0.1 through the search gave held-out -11.41 (at the grid point) and energy differences 1.15e-2;
+#: without it -16.93 and 1.5e-4 (benchmarks/RESULTS_identification.md, Session 12, branch elem)
+CORRECTION_SCALES = (1e-4, 1e-3, 1e-2, 1e-1)
+#: most solves of the untied coordinate search (stage 3)
+UNTIED_EVALUATIONS = 16
+
+
+def element_theta(kernel: ElementKernel, ell_q: float, ell_v: float, correction: float = CORRECTION_SCALES[0]) -> torch.Tensor:
+    r""":math:`\theta` (log-parameters and log nugget) with every group and the correction at ``ell_q``, ``ell_v``,
+    group scales 1, the correction's ``correction``."""
+    vals = []
+    for name in kernel.parameter_names():
+        part = name.split(":")[1]
+        vals.append(ell_q if part == "lengthscale" else ell_v if part == "velocity_scale" else
+                    correction if name.startswith("correction:") else 1.0)
+    return torch.tensor([math.log(x) for x in vals] + [math.log(NUGGET)], dtype=torch.float64, device="cpu")
+
+
+def _tied(kernel: ElementKernel, evaluate: Callable, n: int) -> Callable:
+    """``evaluate`` of element theta, as a function of the default search's tied theta (n position, n velocity entries)."""
+    return lambda th: evaluate(element_theta(kernel, math.exp(float(th[0])), math.exp(float(th[n]))))
+
+
+def untied_search(evaluate: Callable, theta: torch.Tensor, best: float, free: List[int],
+                  evaluations: int) -> tuple:
+    """Stage 3 (module docstring) on the coordinates ``free`` of ``theta``: the best theta, its value, the trace."""
+    step, trace = math.log(1.5), []
+    while len(trace) < evaluations and step > math.log(1.1):
+        improved = False
+        for c in free:
+            for sign in (1.0, -1.0):
+                if len(trace) >= evaluations:
+                    break
+                trial = theta.clone()
+                trial[c] += sign * step
+                val = evaluate(trial)
+                trace.append(val)
+                if val < best:
+                    best, theta, improved = val, trial, True
+                    break
+        if not improved:
+            step /= 2
+    return theta, best, trace
+
+
+def search_elements(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0: float, F_norm_alt=None):
+    """The three stages for ``model`` (whose GP has an element kernel), the signature of
+    :func:`~learners.shadow.position_search.search_positions`: returns the training functionals, the best theta and the
+    normalisation kept; grids, held-out values and traces go to ``model.history``."""
+    from .functionals import Functionals
+    from .hyperparameter_search import objective, split_functionals
+
+    n, gp = F_data.dim // 2, model.gp
+    kernel = gp.kernel.base_kernel
+    G_va = Functionals.cat([F_va, P_va])
+    F_sub = F_tr.subset(torch.arange(F_tr.count - F_norm.count))
+    tr_all, _ = split_functionals(groups, F_data.count)
+    F_train = F_data.subset(tr_all)
+    kept = None
+    norms = [F_norm] + ([F_norm_alt] if F_norm_alt is not None else [])
+    if F_norm_alt is not None and kernel.equal_masses():  # the structure says equal masses: the whole matrix, not scored
+        norms = [None, F_norm_alt]
+    for k, norm in enumerate(norms):
+        if norm is None:
+            continue
+        grid = subset_grid(_tied(kernel, objective(gp, "positions", Functionals.cat([F_sub, norm]), F_va, G_va, positions), n),
+                           n, scale0)
+        model.history[("grid", "grid_alt")[k]] = grid
+        lq, lv, val = min(grid, key=lambda g: g[2])
+        if not math.isfinite(val):
+            continue
+        F_all = Functionals.cat([F_train, norm])
+        evaluate = objective(gp, "positions", F_all, F_va, G_va, positions)
+        full = evaluate(element_theta(kernel, lq, lv))
+        model.history.setdefault("normalisation_values", []).append(full)
+        model.history.setdefault("normalisation_candidates", []).append(("trace", "matrix")[k])
+        if kept is None or full < kept[2] - MATRIX_MARGIN:
+            kept = (lq, lv, full, F_all, norm, evaluate)
+    if kept is None:
+        raise BeaRuntimeError("no element-kernel scales on the grid gave a usable fit; check the structure against the data")
+    lq, lv, full, F_all, norm, evaluate = kept
+    budget = REFINE_EVALUATIONS if model.iterations is None else model.iterations
+    lq, lv, val, model.history["search"] = refine(_tied(kernel, evaluate, n), n, lq, lv, budget, start=full)
+    names = kernel.parameter_names()
+    overall = next(j for j, name in enumerate(names) if name.endswith(":scale"))  # the first group's: fixed at 1
+    free = [i for i in range(len(names)) if i != overall]
+    theta = element_theta(kernel, lq, lv)
+    if kernel.correction:  # stage 2b: the correction's scale, from nearly off up
+        scores = [(val, theta)] + [(evaluate(element_theta(kernel, lq, lv, c)), element_theta(kernel, lq, lv, c))
+                                   for c in CORRECTION_SCALES[1:]]
+        model.history["correction_scan"] = [x for x, _ in scores]
+        val, theta = min(scores, key=lambda x: x[0])
+    budget = UNTIED_EVALUATIONS if model.iterations is None else model.iterations
+    theta, val, model.history["search_untied"] = untied_search(evaluate, theta, val, free, budget)
+    model.history["objective"] = val
+    return F_all, theta, norm
+
+
+class ElementHooks(ElementEnergy):
+    """The model's side of the element kernel (a mixin of :class:`~learners.shadow.lsi.InverseModifiedLagrangianGP`):
+    nothing changes for other kernels."""
+
+    @property
+    def _element(self) -> bool:
+        return isinstance(getattr(self, "_kernel_template", None), ElementKernel)
+
+    def _make_gp(self, D: int):
+        gp = super()._make_gp(D)
+        base = gp.kernel.base_kernel
+        if isinstance(base, ElementKernel) and self._user_kernel is None:  # a learned copy: the fit's coordinates
+            base.bind(self._center, self._unit, self._speed, self._rotation)
+        return gp
+
+    def _resolved_objective(self, n: int) -> str:
+        """``"positions"`` for an element kernel under ``"auto"`` at every ``n`` (the objective the defaults use from
+        ``n = 3``); another objective is refused: the likelihood's search ties every element parameter on one grid and
+        moves the first group's scale, which the outputscale makes unidentifiable (it collapsed to 1e-21, no warning)."""
+        if not self._element:
+            return super()._resolved_objective(n)
+        if isinstance(self.objective, Auto) or self.objective.name == "positions":
+            return "positions"
+        raise BeaValueError(f"an ElementKernel's scales are learned with objective='positions' (or 'auto'), not "
+                            f"{self.objective.name!r}: the likelihood's search does not fit the element parameters")
+
+    def _search_positions(self, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0: float, F_norm_alt=None):
+        if isinstance(self.gp.kernel.base_kernel, ElementKernel):
+            return search_elements(self, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0, F_norm_alt)
+        return super()._search_positions(F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0, F_norm_alt)
+
+    @property
+    def hyperparameters(self) -> Dict[str, object]:
+        """As the other kernels' (data's units), the element kernel's scales by name: position lengthscales times
+        :math:`\\sigma`, velocity scales times :math:`s`; the group and correction scales ``:scale`` unchanged (they
+        are relative to each other, dimensionless: the Lagrangian's unit :math:`s^2` is the outputscale's, reported
+        times :math:`s^4`, as its variance)."""
+        base = getattr(getattr(getattr(self, "gp", None), "kernel", None), "base_kernel", None)
+        if not isinstance(base, ElementKernel):
+            return super().hyperparameters
+        self._require_fit()
+        gp, out = self.gp, {}
+        for name, x in zip(base.parameter_names(), base.lengthscale.detach().reshape(-1).tolist()):
+            part = name.split(":")[1]
+            out[name] = x * (self._unit if part == "lengthscale" else self._speed if part == "velocity_scale" else 1.0)
+        return {"lengthscale": out, "outputscale": float(gp.kernel.outputscale) * gp.variance_scale * self._speed ** 4,
+                "noise": float(gp.noise) / float(gp.kernel.outputscale)}

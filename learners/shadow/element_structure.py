@@ -1,0 +1,139 @@
+r"""Element structures of a Lagrangian: which low-dimensional inputs its element energies see.
+
+A mechanical Lagrangian is often a sum of *element* energies, each a function of a few affine combinations of the
+state :math:`z = (q, v) \in \mathbb R^{2n}`: a body's kinetic energy and external field see :math:`(q_i, v_i)`, a
+pair potential sees :math:`q_i - q_j`, a bond of a chain :math:`q_{i+1} - q_i`. A *group* collects elements that are
+the same function of their inputs (identical bodies, identical bonds): instance :math:`e` of the group sees
+:math:`w_e = A_e z + b_e \in \mathbb R^k`, the first ``positions`` outputs position-like, the rest velocity-like.
+
+A group is a dict (plain data, so a model file records it): ``name``, ``maps`` (m, k, 2n), ``offsets`` (m, k),
+``positions`` (int) and ``degree`` (None: an RBF on :math:`w`; an integer: the mechanical kernel of that degree,
+:mod:`learners.shadow.mechanical`, which needs as many velocity-like as position-like outputs).
+
+*Why the pair element sees relative velocities too.* For :math:`L = \sum_i \tfrac12 m_i|v_i|^2 - \sum_{i<j}
+\phi(q_i - q_j)` the :math:`h^2` term of :math:`L_{inv}` holds :math:`v^\top\nabla^2V v = \sum_{i<j} (v_i - v_j)^\top
+\nabla^2\phi(q_i - q_j)(v_i - v_j)`: pair-additive in :math:`(q_i - q_j, v_i - v_j)`. Its other term,
+:math:`\nabla V^\top M^{-1}\nabla V`, is pair-additive for two bodies only (three bodies: products of two pairs'
+forces), which is what the optional full-dimensional correction of :class:`~learners.shadow.element_kernel.ElementKernel`
+is for. Pairs are symmetric under exchange, :math:`\phi(r, w) = \phi(-r, -w)`: both orientations are instances of
+the group, so every sample of the prior is even. A bond of a chain is not (an FPU bond potential has a cubic term):
+one orientation.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List
+
+import torch
+
+from bea.errors import BeaValueError
+
+__all__ = ["body_groups", "chain_groups", "check_groups", "ENDS"]
+
+#: the ends a chain may have
+ENDS = ("fixed", "free", "periodic")
+
+
+def _selector(rows: List[Dict[int, float]], D: int) -> torch.Tensor:
+    """A (k, D) matrix whose row r is the combination ``rows[r]`` (input index -> coefficient)."""
+    A = torch.zeros(len(rows), D, dtype=torch.float64)
+    for r, row in enumerate(rows):
+        for j, c in row.items():
+            A[r, j] += c
+    return A
+
+
+def _group(name: str, maps: List[torch.Tensor], positions: int, degree) -> Dict[str, object]:
+    M = torch.stack(maps)
+    return {"name": name, "maps": M, "offsets": torch.zeros(M.shape[:2], dtype=torch.float64), "positions": positions,
+            "degree": degree}
+
+
+def _site(i: int, dim: int, n: int) -> torch.Tensor:
+    """(q_i, v_i) of site/body ``i`` with ``dim`` coordinates each, body-major layout."""
+    rows = [{i * dim + d: 1.0} for d in range(dim)] + [{n + i * dim + d: 1.0} for d in range(dim)]
+    return _selector(rows, 2 * n)
+
+
+def _difference(i, j, dim: int, n: int, velocities: bool) -> torch.Tensor:
+    """(q_i - q_j[, v_i - v_j]); ``None`` for i or j: a fixed end at the origin."""
+    def rows(off):
+        out = []
+        for d in range(dim):
+            row = {} if i is None else {off + i * dim + d: 1.0}
+            if j is not None:
+                row[off + j * dim + d] = row.get(off + j * dim + d, 0.0) - 1.0
+            out.append(row)
+        return out
+    return _selector(rows(0) + (rows(n) if velocities else []), 2 * n)
+
+
+def body_groups(count: int, dim: int, identical: bool = True, degree=None,
+                pair_velocities: bool = True) -> List[Dict[str, object]]:
+    r"""``count`` bodies with ``dim`` coordinates each, :math:`q = (x_1, y_1, x_2, \dots)`: a body element
+    :math:`(q_i, v_i)` (one group shared by all bodies with ``identical``, else a group per body: bodies of unequal
+    masses are not the same function) and a pair element :math:`(q_i - q_j, v_i - v_j)` (both orientations; positions
+    only without ``pair_velocities``)."""
+    if count < 2 or dim < 1:
+        raise BeaValueError(f"bodies needs at least two bodies of at least one coordinate, got count={count}, dim={dim}")
+    n = count * dim
+    sites = [_site(i, dim, n) for i in range(count)]
+    groups = [_group("body", sites, dim, degree)] if identical else [
+        _group(f"body{i}", [s], dim, degree) for i, s in enumerate(sites)]
+    pairs = []
+    for i in range(count):
+        for j in range(i + 1, count):
+            pairs += [_difference(i, j, dim, n, pair_velocities), _difference(j, i, dim, n, pair_velocities)]
+    groups.append(_group("pair", pairs, dim, degree if pair_velocities else None))
+    return groups
+
+
+def chain_groups(n: int, ends: str = "fixed", identical: bool = True, degree=None,
+                 bond_velocities: bool = True) -> List[Dict[str, object]]:
+    r"""A chain of ``n`` scalar sites: a site element :math:`(q_i, v_i)` (kinetic energy and on-site potential;
+    shared with ``identical``) and a bond element :math:`(q_{i+1} - q_i, v_{i+1} - v_i)`, one orientation, with the
+    bonds to the ends: ``"fixed"`` (walls at 0: :math:`q_1 - 0` and :math:`0 - q_n`), ``"periodic"``
+    (:math:`q_1 - q_n`) or ``"free"`` (none)."""
+    if ends not in ENDS:
+        raise BeaValueError(f"ends must be one of {ENDS}, got {ends!r}")
+    if n < 2:
+        raise BeaValueError(f"a chain needs at least two sites, got n={n}")
+    sites = [_site(i, 1, n) for i in range(n)]
+    groups = [_group("site", sites, 1, degree)] if identical else [
+        _group(f"site{i}", [s], 1, degree) for i, s in enumerate(sites)]
+    links = [(i + 1, i) for i in range(n - 1)]
+    if ends == "fixed":
+        links = [(0, None)] + links + [(None, n - 1)]
+    elif ends == "periodic":
+        links.append((0, n - 1))
+    bonds = [_difference(i, j, 1, n, bond_velocities) for i, j in links]
+    groups.append(_group("bond", bonds, 1, degree if bond_velocities else None))
+    return groups
+
+
+def check_groups(groups, D: int = None) -> int:
+    """Validate ``groups`` (module docstring); returns the state dimension :math:`D = 2n` they act on."""
+    if not isinstance(groups, (list, tuple)) or not groups:
+        raise BeaValueError("an element kernel needs a non-empty list of groups (dicts: name, maps, offsets, positions, degree)")
+    dims, names = set(), [g.get("name") if isinstance(g, dict) else None for g in groups]
+    # the names key the hyperparameters ("name:scale"): a repeated one would overwrite another group's entries
+    if any(not isinstance(x, str) or not x or ":" in x or x == "correction" for x in names) or len(set(names)) != len(names):
+        raise BeaValueError(f"every group needs a distinct non-empty string name without ':' (not 'correction', the "
+                            f"correction term's), got {names}: rename the groups")
+    for g in groups:
+        M, b, p = g.get("maps"), g.get("offsets"), g.get("positions")
+        if not isinstance(M, torch.Tensor) or M.dim() != 3 or not isinstance(b, torch.Tensor) or b.shape != M.shape[:2]:
+            raise BeaValueError(f"group {g.get('name')!r}: maps must be a (m, k, D) tensor and offsets (m, k)")
+        if not (bool(torch.isfinite(M).all()) and bool(torch.isfinite(b).all())):
+            raise BeaValueError(f"group {g.get('name')!r}: maps and offsets must be finite (NaN or inf found)")
+        if not isinstance(p, int) or not 0 < p <= M.shape[1]:
+            raise BeaValueError(f"group {g.get('name')!r}: positions must be an integer in [1, k = {M.shape[1]}], got {p!r}")
+        deg = g.get("degree")
+        if deg is not None and 2 * p != M.shape[1]:
+            raise BeaValueError(f"group {g.get('name')!r}: a mechanical base (degree {deg}) needs as many velocity-like "
+                                f"as position-like outputs; give degree=None (an RBF) or pair every position with its velocity")
+        dims.add(M.shape[2])
+    if len(dims) != 1 or (D is not None and dims != {D}) or next(iter(dims)) % 2:
+        raise BeaValueError(f"the groups' maps act on dimensions {sorted(dims)}, not on one state (q, v) of even dimension"
+                            + ("" if D is None else f" {D}"))
+    return next(iter(dims))

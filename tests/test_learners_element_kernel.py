@@ -1,0 +1,281 @@
+"""The element-structured kernel (issue 27, first milestone): closed-form blocks, structures, symmetry, coordinates,
+a learned fit and its model file."""
+
+import math
+
+import pytest
+import torch
+
+from bea.errors import BeaTypeError, BeaValueError
+from learners.shadow import ElementKernel
+from learners.shadow.kernels import _autograd_block
+
+# rounding of the closed form against nested autograd: 1e-15 relative measured on every case below; 1e-12 leaves
+# room for other BLAS orders while any wrong term (a missing instance pair, a sign) is O(1)
+ROUNDING = 1e-12
+
+
+def _random_scales(kernel, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    kernel.lengthscale = torch.rand(kernel.raw_lengthscale.shape[-1], generator=gen, dtype=torch.float64) + 0.5
+    return kernel.requires_grad_(False)
+
+
+@pytest.mark.parametrize("kernel", [ElementKernel.bodies(2, 2), ElementKernel.bodies(3, 2, degree=2),
+                                    ElementKernel.chain(4), ElementKernel.chain(3, "periodic", identical=False, degree=4)],
+                         ids=["bodies2-rbf", "bodies3-mech2", "chain4-rbf", "chain3-periodic-mech4"])
+def test_closed_form_blocks_match_autograd(kernel):
+    kernel = _random_scales(kernel.to(torch.float64))
+    gen = torch.Generator().manual_seed(1)
+    D = kernel.dim
+    for a, b in [(0, 0), (1, 0), (1, 1), (2, 1), (0, 2), (2, 2)]:
+        X, Y = torch.randn(5, D, generator=gen, dtype=torch.float64), torch.randn(4, D, generator=gen, dtype=torch.float64)
+        U = torch.randn(5, a, D, generator=gen, dtype=torch.float64)
+        V = torch.randn(4, b, D, generator=gen, dtype=torch.float64)
+        closed, auto = kernel.derivative_block(X, U, Y, V).detach(), _autograd_block(kernel, X, U, Y, V).detach()
+        assert float((closed - auto).abs().max()) <= ROUNDING * float(auto.abs().max()), (a, b)
+
+
+def test_structure_maps():
+    """bodies: (q_i, v_i) per body, pairs (q_i - q_j, v_i - v_j) in both orientations; chain with fixed ends: the
+    bonds q_1 - 0, q_{i+1} - q_i, 0 - q_n."""
+    body, pair = ElementKernel.bodies(2, 2).groups
+    z = torch.arange(1.0, 9.0, dtype=torch.float64)  # (x1, y1, x2, y2, u1, w1, u2, w2)
+    assert (body["maps"] @ z).tolist() == [[1, 2, 5, 6], [3, 4, 7, 8]]
+    assert (pair["maps"] @ z).tolist() == [[-2, -2, -2, -2], [2, 2, 2, 2]]
+    assert [g["name"] for g in ElementKernel.bodies(3, 2, identical=False).groups] == ["body0", "body1", "body2", "pair"]
+    assert ElementKernel.bodies(3, 2).groups[1]["maps"].shape == (6, 4, 12)
+    site, bond = ElementKernel.chain(3).groups
+    z = torch.tensor([1.0, 3.0, 7.0, 10.0, 20.0, 40.0], dtype=torch.float64)
+    assert (bond["maps"] @ z).tolist() == [[1, 10], [2, 10], [4, 20], [-7, -40]]
+    assert (site["maps"] @ z).tolist() == [[1, 10], [3, 20], [7, 40]]
+    assert ElementKernel.bodies(2, 2).equal_masses() and ElementKernel.chain(3).equal_masses()  # one shared kinetic element
+    assert not ElementKernel.bodies(2, 2, identical=False).equal_masses()
+    assert not ElementKernel.chain(3, identical=False).equal_masses()
+    assert len(ElementKernel.chain(3, "periodic").groups[1]["maps"]) == 3
+    assert len(ElementKernel.chain(3, "free").groups[1]["maps"]) == 2
+
+
+def test_exchange_symmetry_and_rotations():
+    """Identical bodies: the kernel (without the correction, which is not symmetric) is invariant under exchanging two
+    bodies, in one argument; every structure's kernel is invariant under one rotation of all bodies' space."""
+    gen = torch.Generator().manual_seed(2)
+    x, y = torch.randn(6, 8, generator=gen, dtype=torch.float64), torch.randn(6, 8, generator=gen, dtype=torch.float64)
+    swap = torch.tensor([2, 3, 0, 1, 6, 7, 4, 5])
+    k = _random_scales(ElementKernel.bodies(2, 2, correction=False).to(torch.float64))
+    base = k.pointwise(x, y).detach()
+    assert float((k.pointwise(x[:, swap], y).detach() - base).abs().max()) <= ROUNDING * float(base.abs().max())
+    with_corr = _random_scales(ElementKernel.bodies(2, 2).to(torch.float64))
+    assert float((with_corr.pointwise(x[:, swap], y) - with_corr.pointwise(x, y)).abs().max()) > 1e-6  # the test can fail
+    c, s = math.cos(0.7), math.sin(0.7)
+    Q = torch.block_diag(*[torch.tensor([[c, -s], [s, c]], dtype=torch.float64)] * 4)
+    for kern in (with_corr, _random_scales(ElementKernel.bodies(2, 2, degree=2).to(torch.float64))):
+        ref = kern.pointwise(x, y)
+        assert float((kern.pointwise(x @ Q.T, y @ Q.T) - ref).abs().max()) <= ROUNDING * float(ref.abs().max())
+
+
+def test_bind_carries_the_maps_into_standardised_coordinates():
+    """Bound to q = sigma R q' + c, v = s R v' (any rotation R of all coordinates), the kernel at standardised states
+    equals the unbound kernel at the data's states with its lengthscales in the data's units (position ones times
+    sigma, velocity ones times s); the correction lives on the GP's inputs and is switched off here."""
+    gen = torch.Generator().manual_seed(3)
+    n, sigma, speed = 4, 2.5, 0.3
+    R, _ = torch.linalg.qr(torch.randn(n, n, generator=gen, dtype=torch.float64))
+    center = torch.randn(n, generator=gen, dtype=torch.float64)
+    bound = _random_scales(ElementKernel.bodies(2, 2, correction=False).to(torch.float64))
+    bound.bind(center, sigma, speed, R)
+    plain = ElementKernel.bodies(2, 2, correction=False).to(torch.float64).requires_grad_(False)
+    units = torch.tensor([sigma, speed, 1.0, sigma, speed, 1.0], dtype=torch.float64)
+    plain.lengthscale = bound.lengthscale.detach().reshape(-1) * units
+    zs, ys = torch.randn(5, 2 * n, generator=gen, dtype=torch.float64), torch.randn(5, 2 * n, generator=gen, dtype=torch.float64)
+
+    def data(z):
+        return torch.cat([sigma * z[:, :n] @ R.T + center, speed * z[:, n:] @ R.T], -1)
+    ref = plain.pointwise(data(zs), data(ys))
+    assert float((bound.pointwise(zs, ys) - ref).abs().max()) <= ROUNDING * float(ref.abs().max())
+
+
+def test_errors_are_typed():
+    with pytest.raises(BeaValueError, match="dimension 8"):
+        ElementKernel.bodies(2, 2).build(12, True)
+    with pytest.raises(BeaValueError, match="ends"):
+        ElementKernel.chain(4, ends="open")
+    unbound = ElementKernel.bodies(2, 2).build(8, True)  # a model that does not bind it (LagrangianGP): refused
+    with pytest.raises(BeaValueError, match="InverseModifiedLagrangianGP"):
+        unbound.pointwise(torch.zeros(1, 8, dtype=torch.float64), torch.zeros(1, 8, dtype=torch.float64))
+    groups = ElementKernel.bodies(2, 2).groups
+    groups[0] = dict(groups[0], positions=1, degree=2)
+    with pytest.raises(BeaValueError, match="mechanical base"):
+        ElementKernel(groups)
+    body, pair = ElementKernel.bodies(2, 2).groups
+    with pytest.raises(BeaValueError, match="distinct"):  # the hyperparameters are keyed by the names
+        ElementKernel([body, dict(pair, name="body")])
+    with pytest.raises(BeaValueError, match="finite"):
+        ElementKernel([body, dict(pair, offsets=torch.full_like(pair["offsets"], math.nan))])
+
+
+def test_options_the_element_kernel_cannot_take():
+    """One lengthscale= for the named scales (it set them all, group scales included), an element kernel used as
+    given (its maps never carried into the fit's coordinates), an objective other than positions (the likelihood's
+    search collapsed the outputscale to 1e-21): typed errors that name the fix, before any search."""
+    from integrators.data import snapshots
+    from learners import InverseModifiedLagrangianGP
+    from learners.shadow import FunctionalKernel
+    from tests.test_learners_shadow_auto import two_body4
+
+    with pytest.raises(BeaValueError, match="leave lengthscale= out"):
+        InverseModifiedLagrangianGP(0.2, kernel=ElementKernel.bodies(2, 2), lengthscale=1.0)
+    with pytest.raises(BeaValueError, match="leave lengthscale= out"):
+        InverseModifiedLagrangianGP(0.2, kernel=ElementKernel.bodies(2, 2), epsilon=1.0)
+    with pytest.raises(BeaTypeError, match="cannot be used as given"):
+        InverseModifiedLagrangianGP(0.2, kernel=FunctionalKernel(ElementKernel.bodies(2, 2)))
+    data = snapshots(two_body4(), 0.2, 4, 5, seed=0)
+    for name in ("mll", "heldout"):
+        model = InverseModifiedLagrangianGP(0.2, kernel=ElementKernel.bodies(2, 2), objective=name, progress=False)
+        with pytest.raises(BeaValueError, match="objective='positions'"):
+            model.fit(data)
+
+
+def test_closed_form_mean_matches_the_generic_path():
+    """The posterior mean's closed form (ElementExpansion, per group the base kernel's own) against the generic
+    blocks through autograd: values, gradients and a Hessian row to rounding."""
+    from learners.shadow.functionals import AtomSet
+    from learners.shadow.kernels import AtomExpansion, FunctionalKernel
+
+    gen = torch.Generator().manual_seed(4)
+    for kern in (ElementKernel.bodies(2, 2), ElementKernel.chain(3, degree=2)):
+        kern = _random_scales(kern.to(torch.float64))
+        D, fk = kern.dim, FunctionalKernel(kern)
+        fk.outputscale = 1.7
+        atoms = {m: AtomSet(torch.randn(7, D, generator=gen, dtype=torch.float64),
+                            torch.randn(7, m, D, generator=gen, dtype=torch.float64),
+                            torch.randn(7, generator=gen, dtype=torch.float64), torch.arange(7)) for m in (0, 1, 2)}
+        X = torch.randn(5, D, generator=gen, dtype=torch.float64, requires_grad=True)
+        closed = AtomExpansion(fk, atoms)
+        assert type(closed._custom).__name__ == "ElementExpansion"
+        for f in (closed, AtomExpansion(fk, atoms, differentiable=True)):
+            val = f(X)
+            (grad,) = torch.autograd.grad(val.sum(), X, create_graph=True)
+            (hess,) = torch.autograd.grad(grad[:, 0].sum(), X)
+            if f is closed:
+                ref = [val.detach(), grad.detach(), hess]
+            else:
+                for a, b in zip(ref, [val.detach(), grad.detach(), hess]):
+                    assert float((a - b).abs().max()) <= ROUNDING * float(b.abs().max())
+
+
+@pytest.fixture(scope="module")
+def two_body_fit():
+    """The softened two-body problem of the acceptance tests (two unit masses in the plane, n = 4) at CI size:
+    30 trajectories of 5 steps, h = 0.2; fitted with ElementKernel.bodies(2, 2) (about 5 s of CPU)."""
+    from integrators.data import snapshots
+    from learners import InverseModifiedLagrangianGP
+    from tests.test_learners_shadow_auto import two_body4
+
+    system = two_body4()
+    data = snapshots(system, 0.2, 30, 5, seed=0)
+    model = InverseModifiedLagrangianGP(0.2, kernel=ElementKernel.bodies(2, 2), progress=False).fit(data)
+    return system, data, model
+
+
+def test_fit_meets_0_2_where_the_default_measured_0_248(two_body_fit):
+    """Energy differences (N = 2, after the best scale) on the acceptance test's held-out states: 0.132 relative with the
+    element kernel. The default kernel is not fitted here: on the same data it gave 0.248 (measured once, branch elem;
+    its held-out one-step error -6.2 against the element kernel's -12.9, and it warns). The bound 0.2 is 1.5x the
+    element kernel's value and below that measured default, so a structure that helps no more than the default did
+    fails. The structure's equal masses fix the whole mass matrix (the normalisation is not searched). The first
+    group's scale is the fixed overall one: reported as 1 (relative scales are dimensionless, not in the data's units)."""
+    from tests.test_learners_shadow_auto import energy_differences
+
+    system, _, model = two_body_fit
+    assert model.objective_used == "positions" and model.history["normalisation_candidates"] == ["matrix"]
+    rel, _ = energy_differences(model, system, 2, return_std=False)
+    assert rel <= 0.2, rel
+    assert model.hyperparameters["lengthscale"]["body:scale"] == 1.0
+
+
+def test_rotated_data_give_the_rotated_model(two_body_fit):
+    """Both bodies' plane turned by 0.9 rad: the data are standardised with a rotated centre, the maps carried along,
+    the kernel isotropic, so the learned scales agree to rounding and the energy differences at the turned states to
+    1e-4 of their spread (measured 3.5e-6 absolute; the fit's own error is 0.13, so a broken map shows at O(0.1))."""
+    from learners import InverseModifiedLagrangianGP
+    from tests.test_learners_shadow_auto import held_out_states
+
+    system, data, model = two_body_fit
+    c, s = math.cos(0.9), math.sin(0.9)
+    Q = torch.block_diag(*[torch.tensor([[c, -s], [s, c]], dtype=torch.float64)] * 2)
+    turned = InverseModifiedLagrangianGP(0.2, kernel=ElementKernel.bodies(2, 2), progress=False).fit(data @ Q.T)
+    a, b = model.hyperparameters["lengthscale"], turned.hyperparameters["lengthscale"]
+    # two discrete searches on rotated rounding: 1e-6 leaves room for a near-tie decided the other way by rounding
+    assert all(math.isclose(a[k], b[k], rel_tol=1e-6) for k in a)
+    q, v = held_out_states(system, 10)
+    H, Ht = model.energy(2), turned.energy(2)
+    dH = (H(q, v) - H(q[:1], v[:1])).detach()
+    dHt = (Ht(q @ Q.T, v @ Q.T) - Ht(q[:1] @ Q.T, v[:1] @ Q.T)).detach()
+    assert float((dH - dHt).abs().max()) <= 1e-4 * float(dH.abs().max())
+
+
+def test_saving_velocities_and_the_missing_std(two_body_fit, tmp_path):
+    """A model file gives the same Lagrangian bit for bit; velocities work; their std (and the energies') needs a
+    feature expansion the element kernel lacks: a typed error that says so."""
+    from learners import InverseModifiedLagrangianGP
+    from tests.test_learners_shadow_auto import held_out_states
+
+    system, data, model = two_body_fit
+    q, v = held_out_states(system, 5)
+    loaded = InverseModifiedLagrangianGP.load(model.save(tmp_path / "m.pt"))
+    assert torch.equal(loaded.lagrangian(q, v), model.lagrangian(q, v))
+    assert model.velocities(data[0], 2).shape == data[0].shape
+    with pytest.raises(BeaTypeError, match="ElementKernel does not have yet: fit with kernel='auto'"):
+        model.velocities(data[0], 2, return_std=True)
+    with pytest.raises(BeaTypeError, match="ElementKernel does not have yet: fit with kernel='auto'"):
+        model.energy(2, return_std=True)(q, v)
+    assert set(model.hyperparameters["lengthscale"]) == set(model.gp.kernel.base_kernel.parameter_names())
+
+
+def test_energies_in_bounded_chunks(two_body_fit, monkeypatch):
+    """The energies come in chunks of states whose kernel entries count every instance pair (9 here, ~985 atoms: 4
+    states a pass against the default rule's 40): equal to one unchunked pass to rounding (each state's energy is its
+    own; 1e-12 of the spread as in ROUNDING), differences to a reference too, and refused with a typed error where one
+    state alone is too large."""
+    import bea
+    from bea.errors import BeaRuntimeError
+    from learners.shadow import element_energy
+    from learners.shadow.recovery import AUTOGRAD_ENTRIES
+    from tests.test_learners_shadow_auto import held_out_states
+
+    system, _, model = two_body_fit
+    atoms = sum(A.points.shape[0] for A in model.gp.train_functionals.atoms.values())
+    assert model._autograd_chunk() == AUTOGRAD_ENTRIES // (9 * atoms) < AUTOGRAD_ENTRIES // atoms
+    q, v = held_out_states(system, 10)
+    H = bea.energy(model.recovered_lagrangian(2))
+    chunked, whole = model.energy(2)(q, v), H(q, v).detach()
+    # a state's energy rounds differently in batches of other sizes (the mean cancels large terms): measured up to
+    # 1.4e-9 of the spread (one state against a batch); a state dropped or shifted by the chunks is O(1)
+    spread = float((whole - whole.mean()).abs().max())
+    assert float((chunked - whole).abs().max()) <= 1e-8 * spread
+    # differences without the std (raised on branch elem): the same chunks less one state's own pass
+    diff = model.energy(2, reference=(q[0], v[0]))(q[1:], v[1:])
+    assert float((diff - (model.energy(2)(q[1:], v[1:]) - H(q[:1], v[:1]).detach())).abs().max()) <= ROUNDING * spread
+    assert float((diff - (whole[1:] - whole[0])).abs().max()) <= 1e-8 * spread
+    monkeypatch.setattr(element_energy, "MAX_STATE_ENTRIES", 9 * atoms - 1)
+    with pytest.raises(BeaRuntimeError, match="not practical at this size"):
+        model.energy(2)
+
+
+@pytest.mark.slow
+def test_two_body_acceptance_with_the_element_kernel():
+    """Issue 23's bound on the softened two-body problem (150 trajectories, h = 0.2, the acceptance test's data), which the
+    default kernel misses (2.14e-2): energy differences within 3e-3 at N = 2 and 4. Measured with the element kernel
+    2.93e-4 / 2.40e-4 (seed 0), 2.32e-4 / 2.04e-4 on seed 1 (benchmarks/RESULTS_identification.md, Session 12, branch
+    elem); about 60 s of CPU for the fit."""
+    from integrators.data import snapshots
+    from learners import InverseModifiedLagrangianGP
+    from tests.test_learners_shadow_auto import energy_differences, two_body4
+
+    system = two_body4()
+    model = InverseModifiedLagrangianGP(0.2, kernel=ElementKernel.bodies(2, 2), progress=False).fit(
+        snapshots(system, 0.2, 150, 5, seed=0))
+    for N in (2, 4):
+        rel, _ = energy_differences(model, system, N, return_std=False)
+        assert rel <= 3e-3, (N, rel)
