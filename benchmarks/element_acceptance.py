@@ -44,10 +44,10 @@ import warnings
 
 try:  # run as a script (python3 benchmarks/element_acceptance.py) or imported as benchmarks.element_acceptance
     from benchmarks import _element_metrics as M
-    from benchmarks._element_systems import EXTENSION, SYSTEMS, element_kernel
+    from benchmarks._element_systems import SYSTEMS, element_kernel
 except ImportError:  # pragma: no cover - the script's own directory on sys.path
     import _element_metrics as M
-    from _element_systems import EXTENSION, SYSTEMS, element_kernel
+    from _element_systems import SYSTEMS, element_kernel
 
 HEADER = ("| system | model | fitted on | traj | seed | fit cpu s | peak RSS MiB | ls0 | ls2 | ls4 | gain | dE2 | rms z2 | 2σ2 "
           "| mean abs z2 | dE4 | rms z4 | 2σ4 | mean abs z4 | traj err (max of 3) |")

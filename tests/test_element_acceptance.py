@@ -11,7 +11,7 @@ import torch
 
 from benchmarks import element_acceptance as E
 from benchmarks._element_metrics import Calibration, calibration, level_set_errors, shrunk_box, trajectory_errors
-from benchmarks._element_systems import SYSTEMS, bodies, chain
+from benchmarks._element_systems import EXTENSION, SYSTEMS, bodies, chain
 
 
 class _Perturbed:
@@ -139,7 +139,7 @@ def test_systems():
     assert c.n == 10 and c.domain == [(-0.6, 0.6)] * 20
     q = torch.full((1, 10), 0.1, dtype=torch.float64)
     assert float(c.energy(q, q)) == pytest.approx(0.5 * 10 * 0.01 + 2 * (0.01 / 2 + 1e-4 / 4), rel=1e-12)
-    for large, small in E.EXTENSION.items():
+    for large, small in EXTENSION.items():
         assert SYSTEMS[large][2] == SYSTEMS[small][2] and SYSTEMS[small][3] < SYSTEMS[large][3]
 
 
