@@ -1,6 +1,6 @@
 """Issue 27's acceptance harness (benchmarks/element_acceptance.py) at CI size: its metrics on models whose answer is
-known in closed form (no fit), its systems, and the one-line refusals (no element kernel on this branch, no
-extension of the full GP)."""
+known in closed form (no fit), its systems, the one-line refusals (no element kernel in the checkout, an element
+kernel asked for a std or an extension it does not have yet, no extension of the full GP), and one element fit."""
 
 import math
 
@@ -144,10 +144,16 @@ def test_systems():
 
 
 def test_refusals_are_one_line(monkeypatch, capsys):
-    """Without learners.shadow.ElementKernel, ``--model element`` prints one line naming it (no traceback, no fit);
-    ``--extend-from`` with the full GP prints one line saying it is not meaningful; a source of another kind too."""
+    """One line each (no traceback, no fit): the element kernel asked for calibration (it has no std yet) or for an
+    extension; without learners.shadow.ElementKernel, ``--model element`` naming it; ``--extend-from`` with the full GP
+    (not meaningful); a source of another kind."""
     import learners.shadow
 
+    for argv, word in ((["--system", "chain4", "--model", "element"], "add --no-std"),
+                       (["--system", "bodies3", "--model", "element", "--no-std", "--extend-from", "bodies2"], "larger system yet")):
+        E.main(argv)
+        out = capsys.readouterr().out.strip().splitlines()
+        assert len(out) == 1 and word in out[0]
     monkeypatch.delattr(learners.shadow, "ElementKernel", raising=False)
     for argv, word in ((["--system", "chain4", "--model", "element"], "ElementKernel is not available"),
                        (["--system", "chain10", "--extend-from", "chain6"], "not meaningful"),

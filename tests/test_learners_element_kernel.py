@@ -279,3 +279,35 @@ def test_two_body_acceptance_with_the_element_kernel():
     for N in (2, 4):
         rel, _ = energy_differences(model, system, N, return_std=False)
         assert rel <= 3e-3, (N, rel)
+
+
+def test_energy_is_differentiable_and_the_std_is_refused_before_any_calibration(two_body_fit):
+    """Gradients of the energy (level sets, learners.metrics) flow through the element model's energy where the
+    inputs require them: equal to the recovered Lagrangian's energy's gradient to rounding; the std raises before any
+    calibration runs (no calibration outcome recorded by the refused call: before the fix it ran three failing
+    calibrations first, 8 s at CI size)."""
+    import bea
+    from tests.test_learners_shadow_auto import held_out_states
+
+    system, _, model = two_body_fit
+    q, v = held_out_states(system, 4)
+    q = q.clone().requires_grad_(True)
+    (g,) = torch.autograd.grad(model.energy(2)(q, v).sum(), q)
+    q2 = q.detach().clone().requires_grad_(True)
+    (g0,) = torch.autograd.grad(bea.energy(model.recovered_lagrangian(2))(q2, v).sum(), q2)
+    assert float((g - g0).abs().max()) <= ROUNDING * float(g0.abs().max())
+    before = dict(model.history)
+    for call in (lambda: model.energy(2, return_std=True), lambda: model.energies(q.detach()[None], 2, return_std=True)):
+        with pytest.raises(BeaTypeError, match="fit with kernel='auto'"):
+            call()
+    assert {k for k in model.history if k not in before} == set()
+
+
+def test_an_unfitted_default_model_still_says_it_is_not_fitted():
+    """The element hooks look for an element kernel without assuming a fitted GP: the mixin's own error stands."""
+    from bea.errors import BeaRuntimeError
+    from learners import InverseModifiedLagrangianGP
+
+    for return_std in (False, True):
+        with pytest.raises(BeaRuntimeError, match="not fitted"):
+            InverseModifiedLagrangianGP(0.2).energy(2, return_std=return_std)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from bea.errors import BeaRuntimeError
+from bea.errors import BeaRuntimeError, BeaTypeError
 
 from .._checks import check_states
 from .element_kernel import ElementKernel
@@ -35,12 +35,24 @@ MAX_STATE_ENTRIES = 500_000
 class ElementEnergy:
     """The energy side of :class:`~learners.shadow.element_search.ElementHooks`: nothing changes for other kernels."""
 
+    def _element_kernel(self):
+        """The fitted model's ElementKernel, or None (another kernel, or not fitted: the mixin's checks then apply)."""
+        base = getattr(getattr(getattr(self, "gp", None), "kernel", None), "base_kernel", None)
+        return base if isinstance(base, ElementKernel) else None
+
     def _element_entries(self) -> int:
         """Kernel entries per state of the posterior mean (module docstring); 0 for other kernels."""
-        base = self.gp.kernel.base_kernel
-        if not isinstance(base, ElementKernel):
+        base = self._element_kernel()
+        if base is None:
             return 0
         return base.instance_pairs() * sum(A.points.shape[0] for A in self.gp.train_functionals.atoms.values())
+
+    def _refuse_std(self, return_std: bool) -> None:
+        """The std needs a feature expansion this kernel lacks: say so before any calibration runs (it would fail,
+        after costly solves, and at n = 6 evaluate unchunked energies)."""
+        base = self._element_kernel()
+        if return_std and base is not None:
+            raise BeaTypeError(base.missing_std)
 
     def _autograd_chunk(self) -> int:
         """States per autograd pass: the default rule, each state counted with its instance pairs' entries."""
@@ -57,10 +69,12 @@ class ElementEnergy:
 
     def energy(self, order: int = 2, return_std: bool = False, reference=None, truncation: bool = True):
         """As :meth:`RecoveryMixin.energy <learners.shadow.recovery.RecoveryMixin.energy>`; with an element kernel the
-        means (differences to ``reference`` if given) are computed in bounded chunks of states and returned detached,
-        and the std, which needs a feature expansion this kernel lacks, raises. (The mixin's reference path computes
-        the std's variance even without ``return_std``: with this kernel it raised for the differences alone.)"""
-        if return_std or not self._element_entries():
+        means (differences to ``reference`` if given) are computed in bounded chunks of states, detached, unless
+        gradients are asked for (an input that requires grad, with grad enabled: one pass, differentiable), and the
+        std, which needs a feature expansion this kernel lacks, raises. (The mixin's reference path computes the std's
+        variance even without ``return_std``: with this kernel it raised for the differences alone.)"""
+        self._refuse_std(return_std)
+        if not self._element_entries():
             return super().energy(order, return_std, reference, truncation)
         H, chunk = super().energy(order), self._autograd_chunk()
         ref = None if reference is None else reference_state(reference, self.n)
@@ -68,7 +82,23 @@ class ElementEnergy:
 
         def chunked(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             q, v = check_states(q, v, self.n)
-            mean = _in_chunks(H, q.reshape(-1, self.n), v.reshape(-1, self.n), chunk)
+            qf, vf = q.reshape(-1, self.n), v.reshape(-1, self.n)
+            if torch.is_grad_enabled() and (qf.requires_grad or vf.requires_grad):
+                mean = H(qf, vf)  # differentiated by the caller: its own batches bound the memory (metrics.level_set_field)
+            else:
+                mean = _in_chunks(H, qf, vf, chunk)
             return (mean if H_ref is None else mean - H_ref).reshape(q.shape[:-1])
 
         return chunked
+
+    def velocities(self, qs, order: int = 2, chunk=None, return_std: bool = False, *args, **kwargs):
+        """As :meth:`RecoveryMixin.velocities <learners.shadow.recovery.RecoveryMixin.velocities>`; the std raises
+        at once with an element kernel."""
+        self._refuse_std(return_std)
+        return super().velocities(qs, order, chunk, return_std, *args, **kwargs)
+
+    def energies(self, qs, order: int = 2, chunk=None, return_std: bool = False, *args, **kwargs):
+        """As :meth:`RecoveryMixin.energies <learners.shadow.recovery.RecoveryMixin.energies>`; the std raises at
+        once with an element kernel."""
+        self._refuse_std(return_std)
+        return super().energies(qs, order, chunk, return_std, *args, **kwargs)

@@ -126,7 +126,7 @@ def check_groups(groups, D: int = None) -> int:
             raise BeaValueError(f"group {g.get('name')!r}: maps must be a (m, k, D) tensor and offsets (m, k)")
         if not (bool(torch.isfinite(M).all()) and bool(torch.isfinite(b).all())):
             raise BeaValueError(f"group {g.get('name')!r}: maps and offsets must be finite (NaN or inf found)")
-        if not isinstance(p, int) or not 0 < p <= M.shape[1]:
+        if not isinstance(p, int) or isinstance(p, bool) or not 0 < p <= M.shape[1]:
             raise BeaValueError(f"group {g.get('name')!r}: positions must be an integer in [1, k = {M.shape[1]}], got {p!r}")
         deg = g.get("degree")
         if deg is not None and 2 * p != M.shape[1]:
