@@ -20,7 +20,7 @@ def main(argv=None) -> None:
     from integrators.data import snapshots
     from learners import InverseModifiedLagrangianGP
 
-    systems = {make.__name__: (make, h, T) for make, h, T in I.UNTUNED}
+    systems = {make.__name__: (make, h, T) for make, h, T in A.SYSTEMS + I.UNTUNED}
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--system", choices=sorted(I.ELEMENT_STRUCTURES), required=True)
     ap.add_argument("--kernel", choices=["element", "default"], default="element")
