@@ -43,14 +43,15 @@ def main(argv=None) -> None:
             d = (H(q[1:], v[1:] / c) - H(q[:1], v[:1] / c)).detach()
             s = float((d * true).sum() / (true * true).sum())
             diffs[c, N] = d
-            print(f"unit {c:g} (h = {c * h:g}): fit {cpu:.0f} cpu s, N = {N}: dE {float((d - s * true).norm() / (s * true).norm()):.3g}, "
+            rel = float((d - s * true).norm() / (s * true).norm())
+            print(f"unit {c:g} (h = {c * h:g}): fit {cpu:.0f} cpu s, N = {N}: dE {rel:.3g}, "
                   f"scale against the true energies {s:.4g}", flush=True)
         print(f"    hyperparameters {m.hyperparameters}", flush=True)
     for N in (2, 4):
         d1, dc = diffs[1.0, N], diffs[args.factor, N]
         a = float((d1 * dc).sum() / (dc * dc).sum())
-        print(f"N = {N}: best a {a:.6g} (c^2 = {args.factor**2:g}); |d_1 - a d_c| / |d_1| {float((d1 - a * dc).norm() / d1.norm()):.3g}; "
-              f"with a = c^2: {float((d1 - args.factor**2 * dc).norm() / d1.norm()):.3g}")
+        best, unit = (float((d1 - x * dc).norm() / d1.norm()) for x in (a, args.factor**2))
+        print(f"N = {N}: best a {a:.6g} (c^2 = {args.factor**2:g}); |d_1 - a d_c| / |d_1| {best:.3g}; with a = c^2: {unit:.3g}")
 
 
 if __name__ == "__main__":
