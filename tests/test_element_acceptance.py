@@ -150,7 +150,8 @@ def test_refusals_are_one_line(monkeypatch, capsys):
     import learners.shadow
 
     for argv, word in ((["--system", "chain4", "--model", "element"], "add --no-std"),
-                       (["--system", "bodies3", "--model", "element", "--no-std", "--extend-from", "bodies2"], "larger system yet")):
+                       (["--system", "bodies3", "--model", "element", "--no-std", "--extend-from", "bodies2"],
+                        "larger system yet")):
         E.main(argv)
         out = capsys.readouterr().out.strip().splitlines()
         assert len(out) == 1 and word in out[0]
