@@ -16,6 +16,8 @@ exceeds :data:`MAX_STATE_ENTRIES` the evaluation is refused with a typed error r
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from bea.errors import BeaRuntimeError, BeaTypeError
@@ -91,14 +93,17 @@ class ElementEnergy:
 
         return chunked
 
-    def velocities(self, qs, order: int = 2, chunk=None, return_std: bool = False, *args, **kwargs):
+    def velocities(self, qs, order: int = 2, chunk: Optional[int] = None, return_std: bool = False, std_every: int = 1,
+                   truncation: bool = True):
         """As :meth:`RecoveryMixin.velocities <learners.shadow.recovery.RecoveryMixin.velocities>`; the std raises
         at once with an element kernel."""
         self._refuse_std(return_std)
-        return super().velocities(qs, order, chunk, return_std, *args, **kwargs)
+        return super().velocities(qs, order, chunk, return_std, std_every, truncation)
 
-    def energies(self, qs, order: int = 2, chunk=None, return_std: bool = False, *args, **kwargs):
+    def energies(self, qs, order: int = 2, chunk: Optional[int] = None, return_std: bool = False, std_every: int = 1,
+                 reference=None, truncation: bool = True, *, reference_index: Optional[int] = None):
         """As :meth:`RecoveryMixin.energies <learners.shadow.recovery.RecoveryMixin.energies>`; the std raises at
         once with an element kernel."""
         self._refuse_std(return_std)
-        return super().energies(qs, order, chunk, return_std, *args, **kwargs)
+        return super().energies(qs, order, chunk, return_std, std_every, reference, truncation,
+                                reference_index=reference_index)
