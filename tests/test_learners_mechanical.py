@@ -73,7 +73,7 @@ def test_gram_matrices_are_positive_semidefinite():
 
 @pytest.mark.parametrize("degree", [2, 5])
 def test_posterior_mean_in_c_matches_autograd(degree):
-    """The mean's C form (learners.shadow.compiled_mechanical: a sum over atoms of the code generator's IR, the
+    """The mean's C form (learners.shadow.compiled_mean: a sum over atoms of the code generator's IR, the
     compiled integrator's path) against autograd through the generic sum of derivative blocks, on random atoms of
     orders 0, 1 and 2 with O(1) terms: gradient and Hessian to ROUNDING of the largest entry (measured 5e-16)."""
     from integrators.ccompile import find_compiler

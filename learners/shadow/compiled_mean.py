@@ -1,24 +1,24 @@
-r"""The GP posterior mean with an RBF kernel in C: one sum over atoms of the code generator's IR.
+r"""The GP posterior means in C: each one sum over atoms of the code generator's IR (:mod:`integrators.codegen.reduce`).
 
-:class:`~learners.shadow.kernels.AtomExpansion` with an RBF kernel is
+One atom's term of each kind is a program of :mod:`integrators.codegen.ir` in the scaled variables, whose Taylor
+rules on the coefficients that can be nonzero give the closed forms (the Gaussian's exponent is a sum of functions of
+one variable each, so its exp is the product of series in one variable: the Hermite polynomials of
+:math:`\partial_r^\beta e = (-1)^{|\beta|}He_\beta(r)\,e`) at the cost of the hand-derived code they replace.
 
-.. math::  f(x) = \sigma_f^2 \sum_k e_k P_k(r_k), \quad r_k = (x - y_k)/\ell, \quad e_k = e^{-|r_k|^2/2},
-           \quad P_k(r) = c_k + \tilde v_k\cdot r + c^{(2)}_k (\tilde u_k\cdot r)(\tilde d_k\cdot r),
+* RBF (:class:`~learners.shadow.kernels.AtomExpansion`, :func:`rbf_blocks`): :math:`f(x) = \sigma_f^2 \sum_k e_k
+  P_k(r_k)`, :math:`r_k = (x - y_k)/\ell`, :math:`e_k = e^{-|r_k|^2/2}`, :math:`P_k(r) = c_k + \tilde v_k\cdot r +
+  c^{(2)}_k (\tilde u_k\cdot r)(\tilde d_k\cdot r)` (:math:`c_k = c^0_k - c^{(2)}_k\,\tilde u_k\cdot\tilde d_k`);
+  ``P = [K1, K2, ell (D), sigma_f^2, K1 x (y (D), v (D), c), K2 x (y, v, c, c2, u (D), d (D))]`` (:func:`packed_atoms`).
+* mechanical (:class:`~learners.shadow.mechanical.MechanicalExpansion`, :func:`mechanical_blocks`): :math:`f =
+  \sigma_f^2 \sum_k c_k E_k T_k` in :math:`(q/\ell, v/\lambda)`, a Gaussian in the positions times :math:`T_m`, a
+  polynomial in :math:`b = 1 + \tilde v\cdot\tilde y^v`, :math:`\rho_j` and :math:`\nu_j` for atoms of order ``m``
+  (that class's docstring); ``P = [K0, K1, K2, ell (n), lambda (n), sigma_f^2, rows]``, a row of order ``m`` being
+  ``(c, y^q (n), y^v (n), m x (w^q (n), w^v (n)), [w^q_1 . w^q_2 if m = 2])``, all scaled.
 
-(:math:`c_k = c^0_k - c^{(2)}_k\,\tilde u_k\cdot\tilde d_k`). One atom's term is written here as a program of
-:mod:`integrators.codegen.ir` (:func:`rbf_blocks`: two kinds of atom, with and without the second-order part),
-in the variables :math:`x/\ell`; the sum over the atoms (run-time data) is :mod:`integrators.codegen.reduce`,
-whose Taylor rules on the coefficients that can be nonzero give the closed forms (the Gaussian's exponent is a sum
-of functions of one variable each, so its exp is the product of series in one variable: the Hermite polynomials of
-:math:`\partial_r^\beta e = (-1)^{|\beta|}He_\beta(r)\,e`) at the cost of the hand-derived code they replace. Two
-forms of it:
-
-* :func:`c_lagrangian_of_expansion`: the gradient and Hessian (degree 2), a
-  :class:`~integrators.compiled.CLagrangian`, so the compiled integrator steps a learned Lagrangian without torch;
-* :class:`RBFJet`: every partial derivative to any order ``K`` at a batch of states, for the :mod:`bea` series
-  of the mean (:class:`learners.shadow.rbf_jet.JetLagrangian`).
-
-``P = [K1, K2, ell (D), sigma_f^2, K1 x (y (D), v (D), c), K2 x (y, v, c, c2, u (D), d (D))]`` (:func:`packed_atoms`).
+Two forms: :func:`c_lagrangian_of_expansion`, the gradient and Hessian (degree 2) as a
+:class:`~integrators.compiled.CLagrangian` (both kernels), so the compiled integrator steps a learned Lagrangian
+without torch; :class:`RBFJet`, every partial derivative of the RBF mean to any order ``K`` at a batch of states, for
+the :mod:`bea` series of the mean (:class:`learners.shadow.rbf_jet.JetLagrangian`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from bea.errors import BeaValueError
 
 from .kernels import AtomExpansion
 
-__all__ = ["c_lagrangian_of_expansion", "rbf_blocks", "RBFJet", "StandardisedMean", "data_units_form",
+__all__ = ["c_lagrangian_of_expansion", "rbf_blocks", "mechanical_blocks", "RBFJet", "StandardisedMean", "data_units_form",
            "packed_atoms", "MAX_JET_COLUMNS"]
 
 #: largest number of partial derivatives per state (binom(D + K, K)); beyond it the generated C would be
@@ -43,6 +43,14 @@ MAX_JET_COLUMNS = 2000
 #: states per inner loop of :class:`RBFJet` (side by side in vector registers; measured on AVX-512: 8 lanes 1.6x
 #: faster than 4 at K = 4)
 LANES = 8
+
+
+def _gaussian(prog, r):
+    """:math:`e^{-|r|^2/2}`: a sum of functions of one variable each in the exponent, which reduce.py factors."""
+    sq = 0.0
+    for ri in r:
+        sq = prog.add(sq, prog.mul(ri, ri))
+    return prog.unary("exp", prog.mul(-0.5, sq))
 
 
 def rbf_blocks(D: int, K: int):
@@ -58,10 +66,7 @@ def rbf_blocks(D: int, K: int):
     for second in (False, True):
         prog = Program(D, K)
         r = [prog.sub(prog.seed(i), atom(i)) for i in range(D)]
-        sq = 0.0
-        for ri in r:
-            sq = prog.add(sq, prog.mul(ri, ri))
-        e = prog.unary("exp", prog.mul(-0.5, sq))  # a sum of functions of one variable each: reduce.py factors it
+        e = _gaussian(prog, r)
         poly = prog.dot([atom(D + i) for i in range(D)], r, start=atom(2 * D))
         if second:
             ur = prog.dot([atom(2 * D + 2 + i) for i in range(D)], r)
@@ -81,23 +86,76 @@ def _params(ex: AtomExpansion) -> np.ndarray:
 
 
 def c_lagrangian_of_expansion(ex: AtomExpansion, n: int):
-    """The :class:`integrators.compiled.CLagrangian` of an RBF :class:`AtomExpansion` on ``(q, v)`` with ``n``
-    coordinates (or of the mechanical kernel's, :mod:`learners.shadow.compiled_mechanical`); raises
-    :class:`integrators.compiled.NotLowerable` for other kernels."""
+    """The :class:`integrators.compiled.CLagrangian` of an RBF or mechanical :class:`AtomExpansion` on ``(q, v)`` with
+    ``n`` coordinates; raises :class:`integrators.compiled.NotLowerable` for other kernels."""
     from integrators.compiled import NotLowerable
 
     from .mechanical import MechanicalExpansion
 
-    if isinstance(getattr(ex, "_custom", None), MechanicalExpansion):
-        from .compiled_mechanical import c_lagrangian_of_mechanical
-
-        return c_lagrangian_of_mechanical(ex._custom, n)
-    if not ex.fast:
+    custom = getattr(ex, "_custom", None)
+    mechanical = isinstance(custom, MechanicalExpansion)
+    if not mechanical and not ex.fast:
         raise NotLowerable("only the RBF posterior mean (atoms of order <= 2, fixed hyperparameters) has a C form")
-    D = ex._Y.shape[1]
+    D = 2 * custom.n if mechanical else ex._Y.shape[1]
     if D != 2 * n:
         raise NotLowerable(f"the expansion lives on R^{D}, not on (q, v) with n = {n}")
+    if mechanical:
+        return units_form(mechanical_blocks(n, custom.d, 2), _mechanical_params(custom), n)
     return units_form(rbf_blocks(D, 2), _params(ex), n)
+
+
+def mechanical_blocks(n: int, d: int, K: int):
+    """The three :class:`integrators.codegen.reduce.Block` (atoms of order 0, 1, 2) of the mechanical mean in the
+    ``2n`` scaled variables to degree ``K``, polynomial degree ``d`` in the velocities."""
+    from integrators.codegen import Program
+    from integrators.codegen.reduce import Block, atom
+
+    if d < 2:  # the kernel's polynomial in v has degree >= 2 (MechanicalKernel refuses less)
+        raise BeaValueError(f"mechanical_blocks needs degree d >= 2, got {d}")
+
+    blocks = []
+    for m in range(3):
+        prog = Program(2 * n, K)
+        s = [prog.seed(i) for i in range(2 * n)]
+        r = [prog.sub(s[i], atom(1 + i)) for i in range(n)]
+        E = _gaussian(prog, r)
+        b = prog.dot([atom(1 + n + i) for i in range(n)], s[n:], start=1.0)
+        rho = [prog.dot([atom(1 + 2 * n + 2 * n * j + i) for i in range(n)], r) for j in range(m)]
+        nu = [prog.dot([atom(1 + 3 * n + 2 * n * j + i) for i in range(n)], s[n:]) for j in range(m)]
+        low = prog.ipow(b, max(d - 2, 0))
+        pw = [prog.mul(prog.mul(low, b), b), prog.mul(low, b), low]  # b^d, b^(d-1), b^(d-2)
+        if m == 0:
+            T = pw[0]
+        elif m == 1:
+            T = prog.add(prog.mul(rho[0], pw[0]), prog.mul(float(d), prog.mul(pw[1], nu[0])))
+        else:
+            first = prog.mul(prog.sub(prog.mul(rho[0], rho[1]), atom(1 + 6 * n)), pw[0])
+            mixed = prog.mul(float(d), prog.mul(pw[1], prog.add(prog.mul(rho[0], nu[1]), prog.mul(rho[1], nu[0]))))
+            T = prog.add(prog.add(first, mixed), prog.mul(float(d * (d - 1)), prog.mul(pw[2], prog.mul(nu[0], nu[1]))))
+        blocks.append(Block(prog, prog.mul(atom(0), prog.mul(E, T)), 1 + 2 * n + 2 * n * m + (m == 2)))
+    return blocks
+
+
+def _mechanical_params(ex) -> np.ndarray:
+    """``P`` of the mechanical mean (module docstring), on the host."""
+    with torch.no_grad():
+        counts, rows = [], []
+        by_order = {g["m"]: g for g in ex._groups}
+        for m in range(3):
+            g = by_order.get(m)
+            if g is None:
+                counts.append(0.0)
+                continue
+            cols = [g["c"][:, None], g["Yq_t"].T, g["Yv_t"].T]
+            for j in range(m):
+                cols += [g["Wq_t"][j].T, g["Wv_t"][j].T]
+            if m == 2:
+                cols.append(g["ww"][:, None])
+            block = torch.cat([c.to(torch.float64).cpu() for c in cols], 1)
+            counts.append(float(block.shape[0]))
+            rows.append(block.reshape(-1))
+        head = torch.tensor(counts + ex._lq.tolist() + ex._lv.tolist() + [float(ex._scale)], dtype=torch.float64)
+        return np.ascontiguousarray(torch.cat([head] + rows).numpy(), dtype=np.float64)
 
 
 def units_form(blocks, params: np.ndarray, n: int):
