@@ -24,13 +24,14 @@ autograd's at several random states (relative 1e-8). A Lagrangian that fails any
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Tuple
+from typing import Dict, List
 
 import numpy as np
 import torch
 
 import bea
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
 
 from . import _trace_linalg  # noqa: F401  (registers its lowering rules)
 from ._trace_aten import FACTORIES, OPAQUE_OPS, RULES, literal_array
@@ -82,13 +83,6 @@ class _Tracer(TorchDispatchMode):
         self.bind(t, arr)
         return arr
 
-    def _convert(self, x):
-        if isinstance(x, torch.Tensor):
-            return self.lookup(x)
-        if isinstance(x, (list, tuple)):
-            return type(x)(self._convert(y) for y in x)
-        return x
-
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
@@ -101,13 +95,13 @@ class _Tracer(TorchDispatchMode):
 
     def _lower(self, func, args, kwargs, out) -> None:
         name = str(func)
-        conv = self._convert(list(args))
+        conv = tree_map(lambda x: self.lookup(x) if isinstance(x, torch.Tensor) else x, list(args))
         if name == "aten._local_scalar_dense.default":
             self.prog.guard(conv[0].reshape(-1)[0], float(out))
             return
         outs = list(out) if isinstance(out, (tuple, list)) else [out]
         tensors = [o for o in outs if isinstance(o, torch.Tensor)]
-        ins = [a for a in _flat(conv) if isinstance(a, np.ndarray)]
+        ins = [a for a in tree_flatten(conv)[0] if isinstance(a, np.ndarray)]
         rule = RULES.get(name)
         if name in OPAQUE_OPS or (rule is None and any(x is OPAQUE for a in ins for x in a.reshape(-1))):
             for o in tensors:  # no lowering: opaque (only checks may use it, module docstring of codegen.ir)
@@ -128,24 +122,18 @@ class _Tracer(TorchDispatchMode):
             self.bind(o, r)
 
 
-def _flat(xs):
-    for x in xs:
-        if isinstance(x, (list, tuple)):
-            yield from _flat(x)
-        else:
-            yield x
-
-
-def _trace(L, n: int, x0: torch.Tensor, K: int = 2) -> Tuple[Program, "_Tracer", Any]:
+def _traced(L, n: int, seed: int, K: int):
+    """``(program, result, params function or None, x0, generator)``: ``L`` traced to degree ``K`` at a random state."""
+    check_n(n)
+    gen = torch.Generator().manual_seed(seed)
+    x0 = 0.3 + 0.4 * torch.rand(2 * n, generator=gen, dtype=torch.float64)
     prog = Program(2 * n, K)
     tracer = _Tracer(prog)
     q = x0[:n].clone().reshape(1, n).requires_grad_(True)
     v = x0[n:].clone().reshape(1, n).requires_grad_(True)
-    seeds_q = np.array([[prog.seed(i) for i in range(n)]], dtype=object)
-    seeds_v = np.array([[prog.seed(n + i) for i in range(n)]], dtype=object)
     with torch.enable_grad():
-        tracer.bind(q, seeds_q)
-        tracer.bind(v, seeds_v)
+        tracer.bind(q, np.array([[prog.seed(i) for i in range(n)]], dtype=object))
+        tracer.bind(v, np.array([[prog.seed(n + i) for i in range(n)]], dtype=object))
         try:
             with tracer:
                 val = L(q, v)
@@ -160,22 +148,11 @@ def _trace(L, n: int, x0: torch.Tensor, K: int = 2) -> Tuple[Program, "_Tracer",
     out = tracer.arrays.get(_key(val))
     if out is None:
         raise NotLowerable("the Lagrangian's value was not produced by traced torch operations")
-    return prog, tracer, out.reshape(-1)[0]
-
-
-def _traced(L, n: int, seed: int, K: int):
-    """``(program, result, params function, x0, generator)`` of ``L`` traced to degree ``K``."""
-    check_n(n)
-    gen = torch.Generator().manual_seed(seed)
-    x0 = 0.3 + 0.4 * torch.rand(2 * n, generator=gen, dtype=torch.float64)
-    prog, tracer, result = _trace(L, n, x0, K)
+    result, leaves = out.reshape(-1)[0], list(tracer.leaves)
     if result is OPAQUE or not isinstance(result, Jet):
         raise NotLowerable("the traced Lagrangian does not depend on the state (or only through untraceable operations)")
-    leaves = list(tracer.leaves)
 
     def params() -> np.ndarray:
-        if not leaves:
-            return np.zeros(1)
         return np.concatenate([t.detach().cpu().double().reshape(-1).numpy() for t in leaves])
 
     return prog, result, (params if leaves else None), x0, gen
