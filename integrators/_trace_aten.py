@@ -65,63 +65,48 @@ def _dim(d: int, ndim: int) -> int:
 
 
 # ------------------------------------------------------------------ shapes (no code)
-#: shape operations of one array: aten name (overloads separated by spaces) -> fn(array, *args, shape of the result)
-SHAPES = {
-    "view.default _unsafe_view.default reshape.default squeeze.dim squeeze.dims squeeze.default unsqueeze.default "
-    "view_as.default": lambda a, *rest: a.reshape(rest[-1]),
-    "alias.default detach.default clone.default lift_fresh.default lift_fresh_copy.default _to_copy.default contiguous.default "
-    "positive.default": lambda a, *rest: a.copy(),
-    "expand.default": lambda a, *rest: np.broadcast_to(a, rest[-1]),
-    "t.default": lambda a, *rest: a.T,
-    "transpose.int": lambda a, d0, d1, *rest: np.swapaxes(a, d0, d1),
-    "permute.default": lambda a, dims, *rest: np.transpose(a, [_dim(d, a.ndim) for d in dims]),
-    "select.int": lambda a, dim, index, *rest: np.take(a, index, axis=_dim(dim, a.ndim)),
-    "copy_.default": lambda a, src, *rest: np.broadcast_to(src, a.shape).copy(),
-    "fill_.Scalar": lambda a, value, *rest: np.full(a.shape, float(value), dtype=object),
-}
-for _names, _fn in SHAPES.items():
-    for _n in _names.split():
-        RULES[f"aten.{_n}"] = (lambda fn: lambda p, args, kw, out: fn(*args, tuple(out.shape)))(_fn)
+def _along(a: np.ndarray, dim: int, at) -> tuple:
+    """The index of ``at`` (an integer or a slice) along the dimension ``dim`` of ``a``."""
+    return tuple(at if k == _dim(dim, a.ndim) else slice(None) for k in range(a.ndim))
 
 
-def _slicer(ndim, dim, start, end, step):
-    idx = [slice(None)] * ndim
-    idx[_dim(dim, ndim)] = slice(start, end, step)
-    return tuple(idx)
-
-
-@_rule("aten.slice.Tensor")
-def _slice(p, args, kw, out):
-    a = args[0]
-    dim, start, end, step = (list(args[1:]) + [0, None, None, 1][len(args) - 1:])[:4]
-    return a[_slicer(a.ndim, dim, start, end, step)]
-
-
-@_rule("aten.select_backward.default")
-def _select_backward(p, args, kw, out):  # the gradient written into zeros of the input's shape
-    grad, sizes, dim, index = args[:4]
-    return _select_scatter(p, [_zeros(sizes), grad, dim, index], kw, out)
-
-
-@_rule("aten.slice_backward.default")
-def _slice_backward(p, args, kw, out):
-    grad, sizes, dim, start, end, step = args[:6]
-    res = _zeros(sizes)
-    res[_slicer(len(sizes), dim, start, end, step)] = grad
-    return res
-
-
-@_rule("aten.select_scatter.default")
-def _select_scatter(p, args, kw, out):
-    res = args[0].copy()
-    idx = [slice(None)] * res.ndim
-    idx[_dim(args[2], res.ndim)] = args[3]
-    res[tuple(idx)] = args[1]
+def _put(a: np.ndarray, dim: int, at, src) -> np.ndarray:
+    """A copy of ``a`` with ``src`` written at ``at`` along ``dim`` (the scatters; the backward of indexing, into zeros)."""
+    res = a.copy()
+    res[_along(res, dim, at)] = src
     return res
 
 
 def _zeros(shape) -> np.ndarray:
     return np.full(tuple(shape), 0.0, dtype=object)
+
+
+#: shape operations: aten name (overloads separated by spaces) -> fn(*args, shape=the shape of the result)
+SHAPES = {
+    "view.default _unsafe_view.default reshape.default squeeze.dim squeeze.dims squeeze.default unsqueeze.default "
+    "view_as.default": lambda a, *_, shape: a.reshape(shape),
+    "alias.default detach.default clone.default lift_fresh.default lift_fresh_copy.default _to_copy.default contiguous.default "
+    "positive.default": lambda a, *_, shape: a.copy(),
+    "expand.default": lambda a, *_, shape: np.broadcast_to(a, shape),
+    "t.default": lambda a, *_, shape: a.T,
+    "transpose.int": lambda a, d0, d1, *_, shape: np.swapaxes(a, d0, d1),
+    "permute.default": lambda a, dims, *_, shape: np.transpose(a, [_dim(d, a.ndim) for d in dims]),
+    "select.int": lambda a, dim, index, *_, shape: np.take(a, index, axis=_dim(dim, a.ndim)),
+    "slice.Tensor": lambda a, dim=0, start=None, end=None, step=1, *, shape: a[_along(a, dim, slice(start, end, step))],
+    "copy_.default": lambda a, src, *_, shape: np.broadcast_to(src, a.shape).copy(),
+    "fill_.Scalar": lambda a, value, *_, shape: np.full(a.shape, float(value), dtype=object),
+    "select_scatter.default": lambda a, src, dim, index, *_, shape: _put(a, dim, index, src),
+    "select_backward.default": lambda g, sizes, dim, index, *_, shape: _put(_zeros(sizes), dim, index, g),
+    "slice_backward.default": lambda g, sizes, dim, start, end, step, *_, shape: _put(_zeros(sizes), dim,
+                                                                                       slice(start, end, step), g),
+    # (dim is positional: the dispatcher passes only keyword-only arguments by keyword)
+    "cat.default": lambda parts, dim=0, *, shape: np.concatenate([a for a in parts if a.size or a.ndim > 1],
+                                                                 axis=_dim(dim, len(shape))),
+    "stack.default": lambda parts, dim=0, *, shape: np.stack(list(parts), axis=_dim(dim, len(shape))),
+}
+for _names, _fn in SHAPES.items():
+    for _n in _names.split():
+        RULES[f"aten.{_n}"] = (lambda fn: lambda p, args, kw, out: fn(*args, shape=tuple(out.shape)))(_fn)
 
 
 @_rule("aten.masked_scatter.default")
@@ -136,19 +121,6 @@ def _masked_scatter(p, args, kw, out):
 def _index(p, args, kw, out):
     idx = tuple(slice(None) if i is None else np.asarray(i, dtype=float).astype(np.int64) for i in args[1])
     return args[0][idx]
-
-
-@_rule("aten.cat.default")
-def _cat(p, args, kw, out):
-    parts = [a for a in args[0] if a.size or a.ndim > 1]
-    dim = args[1] if len(args) > 1 else kw.get("dim", 0)
-    return np.concatenate(parts, axis=_dim(dim, out.dim()))
-
-
-@_rule("aten.stack.default")
-def _stack(p, args, kw, out):
-    dim = args[1] if len(args) > 1 else kw.get("dim", 0)
-    return np.stack(list(args[0]), axis=_dim(dim, out.dim()))
 
 
 @_rule("aten.unbind.int")
