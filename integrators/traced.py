@@ -31,7 +31,6 @@ import torch
 
 import bea
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten, tree_map
 
 from . import _trace_linalg  # noqa: F401  (registers its lowering rules)
 from ._trace_aten import FACTORIES, OPAQUE_OPS, RULES, literal_array
@@ -83,6 +82,13 @@ class _Tracer(TorchDispatchMode):
         self.bind(t, arr)
         return arr
 
+    def _convert(self, x):  # (torch's pytree: 6x slower per operation)
+        if isinstance(x, torch.Tensor):
+            return self.lookup(x)
+        if isinstance(x, (list, tuple)):
+            return type(x)(self._convert(y) for y in x)
+        return x
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
@@ -95,13 +101,13 @@ class _Tracer(TorchDispatchMode):
 
     def _lower(self, func, args, kwargs, out) -> None:
         name = str(func)
-        conv = tree_map(lambda x: self.lookup(x) if isinstance(x, torch.Tensor) else x, list(args))
+        conv = self._convert(list(args))
         if name == "aten._local_scalar_dense.default":
             self.prog.guard(conv[0].reshape(-1)[0], float(out))
             return
         outs = list(out) if isinstance(out, (tuple, list)) else [out]
         tensors = [o for o in outs if isinstance(o, torch.Tensor)]
-        ins = [a for a in tree_flatten(conv)[0] if isinstance(a, np.ndarray)]
+        ins = [a for a in _flat(conv) if isinstance(a, np.ndarray)]
         rule = RULES.get(name)
         if name in OPAQUE_OPS or (rule is None and any(x is OPAQUE for a in ins for x in a.reshape(-1))):
             for o in tensors:  # no lowering: opaque (only checks may use it, module docstring of codegen.ir)
@@ -120,6 +126,14 @@ class _Tracer(TorchDispatchMode):
             raise NotLowerable(f"internal: the rule for {name} gave the wrong shape")
         for r, o in zip(results, tensors):
             self.bind(o, r)
+
+
+def _flat(xs):
+    for x in xs:
+        if isinstance(x, (list, tuple)):
+            yield from _flat(x)
+        else:
+            yield x
 
 
 def _traced(L, n: int, seed: int, K: int):
