@@ -1,13 +1,7 @@
 """C source of the compiled stepping loop (a template: the Lagrangian's derivatives are inserted at
-``/*@LAGRANGIAN@*/``). Kept as a Python string so that it ships and loads like the rest of the package.
-
-Speed (issue 28; benchmarks/RESULTS_speed.md): :func:`march_source` builds the loop for one ``n``, a
-compile-time constant (one instantiation: five, for n = 1..4 and generic, took 4-7x the compile time), and the
-Jacobian of the step equation is assembled only when Newton needs it, from the Hessians kept from the
-residual's evaluation. Iterates, tests and starts stay the eager path's (positions bitwise those of the
-loop before these changes on Kepler, 1,000 steps). An order-10 start (as in :mod:`integrators.compiled_func`)
-was measured and left out: on Kepler at h = 0.05 it saved 8% of the evaluations, for a start that is no
-longer the eager one.
+``/*@LAGRANGIAN@*/``), kept as a Python string so that it ships and loads like the rest of the package.
+:func:`march_source` builds it for one ``n``, a compile-time constant; the Jacobian of the step equation is assembled
+only when Newton needs it, from the Hessians kept from the residual's evaluation (benchmarks/RESULTS_speed.md).
 """
 
 TEMPLATE = r"""/* Compiled stepping of integrators.VariationalIntegrator (see integrators/compiled.py).

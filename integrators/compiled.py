@@ -3,23 +3,11 @@ r"""Compiled stepping for :class:`~integrators.variational.VariationalIntegrator
 Why: a time step of the eager path is a few hundred small torch operations and autograd passes,
 about a millisecond whatever the batch. Here the whole march (extrapolated guess, Newton iteration
 with its convergence tests, momenta) runs in C, time-major over a chunk of steps, and Python is
-entered once per chunk.
+entered once per chunk. What is compiled, and when (nothing else changes semantics):
 
-What is compiled, and when (nothing else changes semantics):
-
-* The Lagrangian must *lower* to C: a function computing its gradient :math:`g` and Hessian
-  :math:`H` at a state :math:`x = (q, v)`, from
-
-  - a :class:`~integrators.symbolic.SymbolicLagrangian` (every :mod:`integrators.systems` system,
-    :func:`lower_lagrangian`): its expression is lowered once (:mod:`integrators.codegen.from_sympy`) to a
-    program on second-order Taylor jets, one per term of :math:`L` (each in the few variables it depends
-    on), whose gradients and Hessians are added into :math:`g, H`, printed by the one emitter of
-    :mod:`integrators.codegen`;
-  - any object with a method ``c_lagrangian()`` returning a :class:`CLagrangian` (e.g. the GP
-    posterior mean of :mod:`learners`, whose derivatives are closed-form sums over its atoms, a
-    ModLaNet, whose torch code is traced (:mod:`integrators.codegen`), and a :mod:`bea` series of a model
-    with a Taylor form in C, :mod:`integrators.series_c`, such as :math:`\mathrm{inv}_2` of a ModLaNet).
-
+* The Lagrangian must have a C form, a :class:`CLagrangian` computing its gradient :math:`g` and Hessian
+  :math:`H` at a state :math:`x = (q, v)`; which one it gets is decided in one place,
+  :func:`integrators.model_protocol.compiled_form` (SymPy Lagrangians: :func:`lower_lagrangian`).
 * The scheme must evaluate :math:`L` at points affine in the two slots with constant weights,
   :math:`L_\Delta(a, b) = \sum_k w_k L(y_k)`, :math:`y_k = o_k + A_k a + B_k b` (midpoint,
   trapezoidal, generalised midpoint, and custom schemes of that form); this is found by running
@@ -27,18 +15,13 @@ What is compiled, and when (nothing else changes semantics):
   :math:`D_1L_\Delta = \sum_k w_k A_k^\top g(y_k)`, :math:`D_2L_\Delta = \sum_k w_k B_k^\top g(y_k)`
   and :math:`D_{12}L_\Delta = \sum_k w_k A_k^\top H(y_k) B_k`.
 
-Any other torch code (plain callables, networks, series of either) is traced into C by
-:mod:`integrators.traced`; which form a Lagrangian gets is decided in one place,
-:func:`integrators.model_protocol.compiled_form`. Lagrangians that cannot be traced and other schemes
-are not lowered, and the integrator uses its eager path. Newton's iteration is the one of :mod:`integrators.newton`, element
+Otherwise the integrator uses its eager path. Newton's iteration is the one of :mod:`integrators.newton`, element
 by element, with the same extrapolated guesses, chord step, tolerances and stall test, so compiled
 and eager trajectories agree to rounding. At the first step where any element fails to converge,
 becomes non-finite or jumps beyond ``max_step``, the compiled loop stops *before* that step and the
 eager path takes it (with its retry, masking and error messages), then the compiled loop resumes.
-
 The C library depends only on the Lagrangian's code (``h``, the scheme, the batch and all numbers
-are run-time arguments); it is built once per process (:func:`integrators.ccompile.load_library`,
-an LRU) and the stepper is kept on the integrator, keyed by ``n``.
+are run-time arguments): built once per process (:func:`integrators.ccompile.load_library`).
 """
 
 from __future__ import annotations

@@ -22,11 +22,8 @@ is computed once:
   each form free of cancellation where it is used, and finite with continuous derivatives across the cut
   :math:`x < 0, y = 0`, where only the value jumps by :math:`2\pi`).
 
-Anything else (an unknown symbol, a piecewise or unevaluated term) raises
-:class:`~integrators.compiled.NotLowerable`. Used by :mod:`integrators.compiled` (a SymPy Lagrangian: its
-terms, :func:`lower_terms`, each a second-order jet whose gradient and Hessian are added into the output)
-and :mod:`integrators.series_c` (a :mod:`bea` series formula over the derivatives of a model,
-:func:`lower_sympy`).
+Anything else (an unknown symbol, a piecewise or unevaluated term) raises :class:`~integrators.compiled.NotLowerable`.
+Used by :mod:`integrators.compiled` (a SymPy Lagrangian, :func:`lower_terms`) and :mod:`integrators.series_c`.
 """
 
 from __future__ import annotations

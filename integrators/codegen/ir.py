@@ -10,9 +10,7 @@ whose scalars are
   carried as their Taylor polynomial to degree ``K`` at :math:`x` (``K = 2``: value, gradient, Hessian; ``K``
   is a number of the program, not a dialect).
 
-Each instruction ``(op, out, *args)`` has one lowering rule in C, in :mod:`integrators.codegen.runtime`
-(product: truncated convolution; quotient: solved degree by degree; a function :math:`\phi` of one jet:
-its Taylor series in :math:`a - a_0`, the functions of :data:`~integrators.codegen.runtime.FUNCTIONS`), and
+Each instruction ``(op, out, *args)`` has one lowering rule in C, in :mod:`integrators.codegen.runtime`, and
 :mod:`integrators.codegen.emit` prints the program.
 
 Obvious identities (``x * 0``, ``x * 1``, ``x + 0``) are applied to literals while tracing, which removes

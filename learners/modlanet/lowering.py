@@ -1,23 +1,17 @@
 r"""A ModLaNet on the compiled integrator path (:mod:`integrators.compiled`), through the tracing front-end.
 
 The model is ordinary torch code, so :func:`integrators.traced.trace_lagrangian` turns its forward pass into a
-program of :mod:`integrators.codegen` (second-order Taylor jets; each network layer one linear combination
-with run-time weights, each activation one function rule; the energy cells, which depend on the positions
-only, run on polynomials in the positions, :mod:`integrators.codegen.spaces`), and
-:func:`integrators.traced.trace_taylor` into its Taylor polynomial to any degree, which a :mod:`bea`
-series of the model needs (:math:`\mathrm{inv}_2(M)`: order 4, :mod:`integrators.series_c`). Both are
-verified against autograd when built. A new element or cell therefore needs no C of its own: its
-``forward`` in torch is its compiled form, once its class is listed in :data:`TRACEABLE`.
+program of :mod:`integrators.codegen` (each network layer one linear combination with run-time weights, each
+activation one function rule; the energy cells, which depend on the positions only, run on polynomials in the
+positions), and :func:`integrators.traced.trace_taylor` into its Taylor polynomial to any degree, which a :mod:`bea`
+series of the model needs (:math:`\mathrm{inv}_2(M)`: order 4, :mod:`integrators.series_c`). A new element or cell
+needs no C of its own: its ``forward`` in torch is its compiled form, once its class is listed in :data:`TRACEABLE`.
 
-:func:`plan` keeps the list of what is compiled (:data:`TRACEABLE`), and why not: :class:`~learners.modlanet.elements.Identity`,
-``AngleOnRod``, ``MLPTransform`` transforms; ``PotentialCell``, ``PairCell``, ``UniformGravity``,
-``NewtonianPair`` cells; :class:`~learners.neural.mlp.MLP` with ``tanh`` or ``softplus``; float64 parameters.
-Anything else (a ``CallableTransform``, whose Python the trace cannot vouch for, a plain callable cell, a
-subclass overriding the computation) raises :class:`integrators.compiled.NotLowerable` and the integrator
-takes its eager path. The weights are read before every chunk of steps (training may continue between
-rollouts); a change of structure after the form was built raises :class:`~bea.errors.BeaRuntimeError`. The
-C loop costs the same per trajectory at any batch, while batched torch gets cheaper per trajectory: under
-``execution="auto"`` batches above :data:`AUTO_MAX_BATCH` stay on the eager path.
+:func:`plan` refuses, with :class:`integrators.compiled.NotLowerable` (the integrator then takes its eager path), any
+submodule not in :data:`TRACEABLE` (a ``CallableTransform``, whose Python the trace cannot vouch for, a plain callable
+cell), a subclass overriding the computation, and tensors that are not float64. The weights are read before every
+chunk of steps (training may continue between rollouts); a change of structure after the form was built raises
+:class:`~bea.errors.BeaRuntimeError`. Under ``execution="auto"`` batches above :data:`AUTO_MAX_BATCH` stay eager.
 """
 
 from __future__ import annotations
