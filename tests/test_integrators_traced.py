@@ -182,3 +182,17 @@ def test_indexing_inside_a_gradient_is_traced():
 
     states = torch.tensor([[1.0, 0.3, 0.2, -0.1], [0.7, -0.4, 0.0, 0.3]], dtype=torch.float64)
     assert _derivative_error(L, 2, states) < 1e-12
+
+
+def test_series_with_row_interchanges_is_traced():
+    """inv_2 of a Lagrangian whose mass matrix makes getrf interchange its rows (|M_10| > |M_00|: pivots (2, 2)): the
+    traced LU (integrators._trace_linalg) follows the interchanges; C derivatives equal autograd's (O(1): 1e-12)."""
+    M = torch.tensor([[0.1, 0.2], [0.2, 1.0]], dtype=torch.float64)
+    assert torch.linalg.lu_factor(M)[1].tolist() == [2, 2]
+    inv = bea.compile_torch("inverse_modified_lagrangian", "midpoint", 2)
+
+    def base(q, v):
+        return 0.5 * torch.einsum("...i,...ij,...j->...", v, M * (1 + 0.1 * torch.cos(q[..., :1, None])), v) - (q ** 2).sum(-1)
+
+    states = torch.tensor([[0.3, -0.2, 0.5, 0.1], [0.1, 0.4, -0.3, 0.2]], dtype=torch.float64)
+    assert _derivative_error(lambda q, v: inv(base, q, v, 0.1), 2, states) < 1e-12
