@@ -50,11 +50,6 @@ KINDS = ("modified_lagrangian", "inverse_modified_lagrangian")
 MAX_TERMS = 2000
 
 
-def max_dimension(order: int) -> int:
-    """Largest ``n`` whose component formula is derived at all: midpoint inv_2 takes 0.9 s for n = 4 and 89 s for
-    n = 5 (10 080 terms, beyond MAX_TERMS anyway); at order 4, n = 2 takes 0.3 s (then rejected by MAX_TERMS)."""
-    return 4 if order <= 2 else 2
-
 @dataclass(frozen=True)
 class CTaylor:
     r"""A model's Taylor polynomial in C, for :func:`series_c_lagrangian`.
@@ -106,7 +101,9 @@ def formula_program(kind: str, scheme, order: int, n: int) -> Tuple[int, str, in
     it (with its jet runtime; to follow the model's ``lag_taylor``), and its number of jet operations."""
     if kind not in KINDS:
         raise NotLowerable(f"the series {kind!r} has no C form (only {', '.join(KINDS)})")
-    limit = max_dimension(order)
+    # the largest n whose formula is derived at all: midpoint inv_2 takes 0.9 s for n = 4 and 89 s for n = 5 (10 080
+    # terms, beyond MAX_TERMS anyway); at order 4, n = 2 takes 0.3 s (then rejected by MAX_TERMS)
+    limit = 4 if order <= 2 else 2
     if n > limit:
         raise NotLowerable(f"the component formula of the {kind} of order {order} is derived for n <= {limit} only "
                            f"(n = {n}: minutes of SymPy); the series runs eagerly")

@@ -238,12 +238,11 @@ def emit_c(prog: Program, result, *, taylor: bool = False, prelude: str = "",
 
 
 def _inlining(instructions: int, of_size: int, S: int, terms: bool) -> dict:
-    """How the runtime of polynomials of ``S`` coefficients, used by ``of_size`` of the ``instructions``, is
-    compiled: in a sum of terms (a SymPy Lagrangian's, ``terms``) always inlined when ``of_size * S`` is small (gcc's own limits leave calls of small products in a
-    program of a few hundred of them, whose jets then go through memory: 1.4x slower), else inlined by gcc's
-    choice in a small program and kept calls in a large one (inlined into thousands of calls, large
-    polynomials' unrolled operations make gcc take minutes). Other programs keep gcc's choice (a traced
-    model's Taylor form, always inlined, took 3x longer to compile)."""
+    """How the runtime of polynomials of ``S`` coefficients, used by ``of_size`` of the ``instructions``, is compiled
+    (:func:`~integrators.codegen.runtime.header`'s reasons): in a sum of terms (a SymPy Lagrangian's, ``terms``)
+    always inlined when ``of_size * S`` is small (1.4x faster), else left to gcc in a small program and kept calls in
+    a large one. Other programs keep gcc's choice (a traced model's Taylor form, always inlined, took 3x longer to
+    compile)."""
     if terms and of_size * S <= INLINE_BUDGET:
         return {"inline": True}
     return {"noinline": instructions > INLINE_MAX}
