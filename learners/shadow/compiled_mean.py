@@ -8,7 +8,7 @@ one variable each, so its exp is the product of series in one variable: the Herm
 * RBF (:class:`~learners.shadow.kernels.AtomExpansion`, :func:`rbf_blocks`): :math:`f(x) = \sigma_f^2 \sum_k e_k
   P_k(r_k)`, :math:`r_k = (x - y_k)/\ell`, :math:`e_k = e^{-|r_k|^2/2}`, :math:`P_k(r) = c_k + \tilde v_k\cdot r +
   c^{(2)}_k (\tilde u_k\cdot r)(\tilde d_k\cdot r)` (:math:`c_k = c^0_k - c^{(2)}_k\,\tilde u_k\cdot\tilde d_k`);
-  ``P = [K1, K2, ell (D), sigma_f^2, K1 x (y (D), v (D), c), K2 x (y, v, c, c2, u (D), d (D))]`` (:func:`packed_atoms`).
+  ``P = [K1, K2, ell (D), sigma_f^2, K1 x (y (D), v (D), c), K2 x (y, v, c, c2, u (D), d (D))]``.
 * mechanical (:class:`~learners.shadow.mechanical.MechanicalExpansion`, :func:`mechanical_blocks`): :math:`f =
   \sigma_f^2 \sum_k c_k E_k T_k` in :math:`(q/\ell, v/\lambda)`, a Gaussian in the positions times :math:`T_m`, a
   polynomial in :math:`b = 1 + \tilde v\cdot\tilde y^v`, :math:`\rho_j` and :math:`\nu_j` for atoms of order ``m``
@@ -35,7 +35,7 @@ from bea.errors import BeaValueError
 from .kernels import AtomExpansion
 
 __all__ = ["c_lagrangian_of_expansion", "rbf_blocks", "mechanical_blocks", "RBFJet", "StandardisedMean", "data_units_form",
-           "packed_atoms", "MAX_JET_COLUMNS"]
+           "MAX_JET_COLUMNS"]
 
 #: largest number of partial derivatives per state (binom(D + K, K)); beyond it the generated C would be
 #: impractically large and autograd is the better tool
@@ -77,12 +77,19 @@ def rbf_blocks(D: int, K: int):
 
 
 def _params(ex: AtomExpansion) -> np.ndarray:
-    """``P`` of the docstring, on the host (the C code reads host memory, whatever the model's device)."""
+    """``P`` of the RBF mean (module docstring), on the host (the C code reads host memory, whatever the model's
+    device): atoms without a second-order part first; ``c = c0 + y.v``, the constant of the atom's polynomial in ``r``."""
     with torch.no_grad():
-        D = ex._Y.shape[1]
-        counts, atoms = packed_atoms(ex)
-        parts = [counts, ex._ls.reshape(-1).expand(D).to(torch.float64), ex._scale.reshape(1).to(torch.float64), atoms]
-        return np.ascontiguousarray(torch.cat([t.to(atoms.device) for t in parts]).cpu().numpy(), dtype=np.float64)
+        Y, V = ex._Y, ex._V
+        c = ex._const + (Y * V).sum(-1)
+        two = ex._c2 != 0 if ex._second else torch.zeros(Y.shape[0], dtype=torch.bool, device=Y.device)
+        one = ~two
+        rows = [torch.cat([Y[one], V[one], c[one, None]], 1).reshape(-1)]
+        if bool(two.any()):
+            rows.append(torch.cat([Y[two], V[two], c[two, None], ex._c2[two, None], ex._U[two], ex._Dd[two]], 1).reshape(-1))
+        counts = torch.tensor([float(int(one.sum())), float(int(two.sum()))], dtype=torch.float64, device=Y.device)
+        parts = [counts, ex._ls.reshape(-1).expand(Y.shape[1]).to(torch.float64), ex._scale.reshape(1).to(torch.float64), *rows]
+        return np.ascontiguousarray(torch.cat([t.to(Y.device) for t in parts]).cpu().numpy(), dtype=np.float64)
 
 
 def c_lagrangian_of_expansion(ex: AtomExpansion, n: int):
@@ -176,25 +183,6 @@ def units_form(blocks, params: np.ndarray, n: int):
                        + [f"    T[{k}] = s * T[{k}]{f' / ({e})' if e else ''};" for k, e in enumerate(ells)]
                        + ["}", derivs_of_taylor(D, 2)])
     return CLagrangian(n=n, source=source, params=params, cost=int(sum(params[:nb])))
-
-
-def packed_atoms(ex: AtomExpansion):
-    """The atoms of an RBF expansion as the C code reads them: ``(counts, atoms)`` with ``counts = [K1, K2]``
-    and ``atoms`` the ``K1`` first-order rows ``(y, v, c)`` then the ``K2`` second-order rows
-    ``(y, v, c, c2, u, d)``, flattened (``c = c0 + y.v``: the constant of the atom's polynomial in ``r``)."""
-    Y, V = ex._Y, ex._V
-    c = ex._const + (Y * V).sum(-1)
-    if ex._second:
-        c2, U, Dd = ex._c2, ex._U, ex._Dd
-        two = c2 != 0
-    else:
-        two = torch.zeros(Y.shape[0], dtype=torch.bool, device=Y.device)
-    one = ~two
-    rows = [torch.cat([Y[one], V[one], c[one, None]], 1).reshape(-1)]
-    if bool(two.any()):
-        rows.append(torch.cat([Y[two], V[two], c[two, None], c2[two, None], U[two], Dd[two]], 1).reshape(-1))
-    counts = torch.tensor([float(int(one.sum())), float(int(two.sum()))], dtype=torch.float64, device=Y.device)
-    return counts, torch.cat(rows)
 
 
 class RBFJet:
