@@ -76,8 +76,9 @@ def _mechanical(d: int):
     k.lengthscale = torch.tensor([[0.7, 1.3, 0.9, 1.6]], dtype=torch.float64)
     kernel = FunctionalKernel(k).to(torch.float64)
     kernel.outputscale = 0.7
-    return AtomExpansion(kernel, {m: AtomSet(0.4 * torch.randn(20, 4, generator=g), torch.randn(20, m, 4, generator=g),
-                                             torch.randn(20, generator=g), torch.zeros(20, dtype=torch.long)) for m in (0, 1, 2)})
+    return AtomExpansion(kernel, {m: AtomSet(0.4 * torch.randn(20, 4, generator=g, dtype=torch.float64),
+                                             torch.randn(20, m, 4, generator=g, dtype=torch.float64),
+                                             torch.randn(20, generator=g, dtype=torch.float64), torch.zeros(20, dtype=torch.long)) for m in (0, 1, 2)})
 
 
 def cases():
