@@ -164,11 +164,18 @@ class _GaussianMap:
         return SplitLayout(fq, fv, iq, iv, self.feats.order)
 
 
+def _element(base):
+    """The element kernel's std (:mod:`.element_uncertainty`), or None for another kernel (imported here: a cycle)."""
+    from . import element_uncertainty as E
+
+    return E if isinstance(base, E.ElementKernel) else None
+
+
 def _kernel(gp) -> Tuple[torch.nn.Module, torch.Tensor]:
     base = gp.kernel.base_kernel
     if getattr(base, "missing_std", None):  # a kernel that says why it has none, and what to do instead
         raise BeaTypeError(base.missing_std)
-    if not isinstance(base, RBFKernel) and not hasattr(base, "feature_map"):
+    if not isinstance(base, RBFKernel) and not hasattr(base, "feature_map") and not _element(base):
         raise BeaTypeError(f"uncertainty of recovered quantities needs a kernel with an exact feature expansion (the RBF, the "
                            f"mechanical kernel), got {type(base).__name__}; fit with one of those")
     return base, gp.kernel.outputscale.detach()
@@ -178,12 +185,14 @@ def _feature_map(base, D: int, order: int):
     """The kernel's exact feature expansion for functionals of jet order ``order``."""
     if isinstance(base, RBFKernel):
         return _GaussianMap(base.lengthscale.detach().reshape(-1), GaussianFeatures(D, order))
-    return base.feature_map(D, order)
+    return _element(base).ElementFeatures(base, D, order) if _element(base) else base.feature_map(D, order)
 
 
 def _probe_scales(base, D: int) -> torch.Tensor:
     """Per-input scales (D,) of the test functions of :func:`jet_order` (the kernel's lengthscales)."""
     ls = base.lengthscale.detach().reshape(-1)
+    if _element(base):  # inputs of order one in the standardised coordinates: any positive scale probes exactly
+        return ls.new_ones(D)
     if ls.numel() == 1 or ls.numel() == D:
         return ls.expand(D)
     return ls.repeat_interleave(D // ls.numel())  # e.g. (position, velocity) scales of the mechanical kernel
@@ -339,6 +348,8 @@ def on_mean_jet(gp, quantity: Quantity, x: torch.Tensor, p: int, k: int = 1) -> 
     form), whose nested derivatives are those of :math:`\binom{D+p}{p}` monomials, not of every training atom
     (through :math:`\mathrm{mod}_6` at :math:`n = 4` the atoms' autograd graph took 4 GB for 40 states)."""
     base, s2 = _kernel(gp)
+    if _element(base):  # on the closed-form mean itself (exact)
+        return _element(base).on_mean(gp, [quantity], x, k)[0]
     D = x.shape[-1]
     layout = _feature_map(base, D, p).split()
     scales = torch.cat([layout.fq.scales, layout.fv.scales])
@@ -426,6 +437,8 @@ def posterior_variance(gp, G: LinearisedQuantity, reference: Optional[Reference]
 
 def chunk_rows(layout: SplitLayout, k: int) -> int:
     """States per pass of :func:`posterior_variance` (its memory bounds :data:`PASS_ENTRIES`, :data:`TABLE_ENTRIES`)."""
+    if hasattr(layout, "chunk_rows"):  # the element kernel's (learners.shadow.element_uncertainty)
+        return layout.chunk_rows(k)
     S, Gq, Gv = layout.half.shape[0], layout.fq.exponents.shape[0], layout.fv.exponents.shape[0]
     table = S * (Gq + Gv) + k * (S * S + Gq * Gv + S * Gv)  # tables, jet matrices and coefficients, per state
     return max(1, min(PASS_ENTRIES // (layout.jets.shape[0] + k), TABLE_ENTRIES // table))
@@ -439,15 +452,15 @@ def _jet_and_atoms(gp, G: LinearisedQuantity, x: torch.Tensor, atoms: Optional[F
     :meth:`~learners.shadow.feature_jets.SplitLayout.sections` to the jet values itself (e.g. several posteriors'
     at once, :mod:`learners.shadow.difference_calibration`)."""
     F, k = gp.train_functionals, G.k
-    scales = torch.cat([layout.fq.scales, layout.fv.scales])
-    cols: List[_Columns] = [_Jets(x, scales, G.p)]
+    element = hasattr(layout, "jet_columns")  # learners.shadow.element_uncertainty.ElementLayout: its own columns, prior
+    cols: List[_Columns] = [layout.jet_columns(x) if element else _Jets(x, torch.cat([layout.fq.scales, layout.fv.scales]), G.p)]
     if atoms is not None:
         cols.append(_RowSections(gp, atoms, k))
     cols += list(extra)
     blocks = [None] + _linearise(gp.mean, G.quantity, x, cols, k)  # (no sections column: index 0 unused)
     J = blocks[1]
     c = layout.coefficients(J, x)
-    prior = s2 * c @ c.transpose(1, 2)
+    prior = s2 * (layout.gram(c, x) if element else c @ c.transpose(1, 2))
     if not with_sections:
         if atoms is not None:
             raise BeaValueError("internal: the jet part alone (with_sections=False) is for quantities without atoms")
