@@ -86,7 +86,7 @@ def test_element_std_equals_brute_force(kernel):
     D = kern.dim
     F = _functionals(D, 10, 8, gen)
     gp = _gp(kern, F, torch.randn(8, generator=gen, dtype=torch.float64))
-    x, xr = 0.5 * torch.randn(2, D, generator=gen, dtype=torch.float64), 0.5 * torch.randn(2, D, generator=gen, dtype=torch.float64)
+    x, xr = (0.5 * torch.randn(2, D, generator=gen, dtype=torch.float64) for _ in range(2))
     assert U.jet_order(gp, _quantity, x[:1], 1) == 3
     G = U.LinearisedQuantity(_quantity, x, 1, 3)
     var, var_r = U.posterior_variance(gp, G)[:, 0, 0], U.posterior_variance(gp, G, U.Reference(xr))[:, 0, 0]
@@ -130,7 +130,7 @@ def test_one_identity_element_is_the_rbf():
     rbf.requires_grad_(False)
     F, y = _functionals(D, 10, 8, gen), torch.randn(8, generator=gen, dtype=torch.float64)
     gp_e, gp_r = _gp(kern, F, y), _gp(rbf, F, y, 1.7 * 0.9 ** 2)
-    x, xr = 0.5 * torch.randn(4, D, generator=gen, dtype=torch.float64), 0.5 * torch.randn(4, D, generator=gen, dtype=torch.float64)
+    x, xr = (0.5 * torch.randn(4, D, generator=gen, dtype=torch.float64) for _ in range(2))
     G = U.LinearisedQuantity(_quantity, x, 1, 3)
     for R in (None, U.Reference(xr)):
         ve, vr = U.posterior_variance(gp_e, G, R), U.posterior_variance(gp_r, G, R)

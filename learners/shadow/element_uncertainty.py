@@ -240,9 +240,9 @@ class ElementFeatures:
         L, cols = self.layout, []
         for g in L.groups:
             r = g.inputs(centres)[:, :, None] - g.inputs(y)[:, None]  # (P, e, e', k)
-            top = g.p
-            sign = torch.tensor([(-1) ** a / math.sqrt(math.factorial(a)) for a in range(top + 1)], dtype=r.dtype, device=r.device)
-            h = torch.stack(_hermite(r, top), -1) * sign * torch.exp(-0.5 * r * r)[..., None]
+            sign = torch.tensor([(-1) ** a / math.sqrt(math.factorial(a)) for a in range(g.p + 1)], dtype=r.dtype,
+                                device=r.device)  # h[..., a] = d^a/dr^a e^{-r^2/2} / sqrt(a!)
+            h = torch.stack(_hermite(r, g.p), -1) * sign * torch.exp(-0.5 * r * r)[..., None]
             cols.append(g.var * _product_over_inputs(h, g.mono.exponents).sum(2).reshape(y.shape[0], -1))
         if L.corr is not None:
             cols.append(L.corr_var * L.corr_map(y, centres))

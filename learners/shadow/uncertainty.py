@@ -53,13 +53,13 @@ Energies are determined only up to a constant (and the scale of the normalisatio
 differences :math:`Q_b - Q_{ref}` with their own variance (the covariance of the two is subtracted)
 are what calibration compares (:class:`Reference`).
 
-The :class:`~learners.shadow.kernels.RBFKernel` (the default) has the Gaussian features above; another kernel
-supplies its own exact expansion as ``feature_map(D, p)`` (the mechanical kernel:
-:class:`~learners.shadow.mechanical.MechanicalFeatures`), and one without raises ``TypeError``. Everything here works in the model's standardised coordinates.
+The :class:`~learners.shadow.kernels.RBFKernel` (the default) has the Gaussian features above; another kernel supplies
+its own exact expansion as ``feature_map(D, p)`` (the mechanical kernel: :class:`~learners.shadow.mechanical.MechanicalFeatures`;
+the element kernel: element-space jets, :mod:`learners.shadow.element_uncertainty`), one without raises ``TypeError``.
+Everything here works in the model's standardised coordinates.
 
-Size: one algorithm -- the Gaussian-feature expansion of the prior, the kernel sections at the data and
-the linearisation through ``mod_N`` -- whose pieces share private data structures and are only correct
-together; split, they would need a public interface for internals.
+Size: one algorithm (the prior's expansion, the kernel sections at the data, the linearisation through ``mod_N``)
+whose pieces share private data structures and are only correct together.
 """
 
 from __future__ import annotations
@@ -165,9 +165,8 @@ class _GaussianMap:
 
 
 def _element(base):
-    """The element kernel's std (:mod:`.element_uncertainty`), or None for another kernel (imported here: a cycle)."""
+    """:mod:`.element_uncertainty` for an element kernel, else None (imported here: element_kernel imports this module)."""
     from . import element_uncertainty as E
-
     return E if isinstance(base, E.ElementKernel) else None
 
 
@@ -191,10 +190,8 @@ def _feature_map(base, D: int, order: int):
 def _probe_scales(base, D: int) -> torch.Tensor:
     """Per-input scales (D,) of the test functions of :func:`jet_order` (the kernel's lengthscales)."""
     ls = base.lengthscale.detach().reshape(-1)
-    if _element(base):  # inputs of order one in the standardised coordinates: any positive scale probes exactly
-        return ls.new_ones(D)
-    if ls.numel() == 1 or ls.numel() == D:
-        return ls.expand(D)
+    if ls.numel() == 1 or ls.numel() == D or _element(base):  # element inputs: of order one, any positive scale probes
+        return ls.new_ones(D) if _element(base) else ls.expand(D)
     return ls.repeat_interleave(D // ls.numel())  # e.g. (position, velocity) scales of the mechanical kernel
 
 
