@@ -457,7 +457,7 @@ def _jet_and_atoms(gp, G: LinearisedQuantity, x: torch.Tensor, atoms: Optional[F
     blocks = [None] + _linearise(gp.mean, G.quantity, x, cols, k)  # (no sections column: index 0 unused)
     J = blocks[1]
     c = layout.coefficients(J, x)
-    prior = s2 * (layout.gram(c, x) if element else c @ c.transpose(1, 2))
+    prior = s2 * layout.gram(c, x) if element else s2 * c @ c.transpose(1, 2)  # ((s2 c) c^T: the RBF's rounding kept)
     if not with_sections:
         if atoms is not None:
             raise BeaValueError("internal: the jet part alone (with_sections=False) is for quantities without atoms")
