@@ -48,6 +48,7 @@ import torch
 import bea
 
 from ..saving import ModelFileError
+from .element_uncertainty import energies_at
 from .uncertainty import LinearisedQuantity, _feature_map, _jet_and_atoms, _kernel, chunk_rows
 from .variance_rounding import factorisation_bound, floored, solve_with_bound
 
@@ -150,7 +151,7 @@ def _mean_differences(model, gp, x: torch.Tensor, x_ref: torch.Tensor, order: in
     try:
         n = model.n
         H = bea.energy(model._recovered_std(order, jets=False))
-        return (H(x[:, :n], x[:, n:]) - H(x_ref[:, :n], x_ref[:, n:])).detach()
+        return energies_at(model, H, x[:, :n], x[:, n:]) - energies_at(model, H, x_ref[:, :n], x_ref[:, n:])
     finally:
         model.gp, model._recovered, model._jet = saved
 

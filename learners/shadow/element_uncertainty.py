@@ -46,7 +46,7 @@ from .feature_jets import _directional, _gaussian_section, _hermite, _product_ov
 from .kernels import RBFKernel
 from .uncertainty import PASS_ENTRIES, TABLE_ENTRIES, GaussianFeatures, _Columns, _GaussianMap, _Jets
 
-__all__ = ["ElementLayout", "ElementFeatures", "unsupported", "on_mean", "SECTION_ENTRIES"]
+__all__ = ["ElementLayout", "ElementFeatures", "unsupported", "on_mean", "energies_at", "SECTION_ENTRIES"]
 
 #: rows x atoms x element monomials per pass of the sections (~16 MB per tensor)
 SECTION_ENTRIES = 2_000_000
@@ -266,3 +266,16 @@ def on_mean(gp, quantities: Sequence, x: torch.Tensor, k: int = 1) -> List[torch
                 q, v = xb[:, :n].detach().clone(), xb[:, n:].detach().clone()
                 values.append(quantity(lambda qq, vv: gp.mean(torch.cat([qq, vv], -1)), q, v).reshape(-1, k).detach())
     return [torch.cat(v) if v else x.new_zeros(0, k) for v in out]
+
+
+def energies_at(model, H, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    r"""``H(q, v)`` (..., n) detached: for an element model in the energies' chunks of states (``model._autograd_chunk()``:
+    :math:`\mathrm{mod}_N`'s graph per state is the instance pairs times the atoms wide; the calibration's 60 pairs in
+    one pass took 11 GB at ``two_body4``, 150 trajectories), for the default kernels in one pass, as before."""
+    from .recovery import _in_chunks
+
+    if getattr(model, "_element_entries", lambda: 0)():
+        n = q.shape[-1]
+        return _in_chunks(H, q.reshape(-1, n), v.reshape(-1, n), model._autograd_chunk()).reshape(q.shape[:-1])
+    return H(q, v).detach()
+
