@@ -107,23 +107,34 @@ class _Group:
         grid = "".join(dims)
         return torch.einsum(f"bpe{grid},boef{grid}->bpo", self.dense(c1), T)
 
-    def sections(self, c: torch.Tensor, x: torch.Tensor, F, entries: int = SECTION_ENTRIES) -> torch.Tensor:
-        r""":math:`\sum_{e,\beta} c_{boe\beta}\, \partial_s^\beta\sum_{e'}\Lambda_i^t k_g(w_{b,e}, t)/\sqrt{\beta!}`:
-        (B, O, F.count)."""
+    def _atom_passes(self, x: torch.Tensor, atoms: dict, entries: int):
+        r"""Per pass of at most ``entries`` (rows x instances^2 x atoms x monomials): the atom set, its slice and
+        :math:`E_{bej\beta} = \partial_s^\beta\sum_{e'}\Lambda_j^t k_g(w_{b,e}, t)/\sqrt{\beta!}` (B, m, atoms, M)."""
         B, m, k = x.shape[0], self.m, self.k
         w = self.inputs(x).reshape(B * m, k)
         ones = w.new_ones(k)
-        out = c.new_zeros(c.shape[:2] + (F.count,))
-        for order, A in F.atoms.items():
+        for order, A in atoms.items():
             step = max(1, entries // (B * m * m * self.M))
             for a in range(0, A.points.shape[0], step):
                 sl = slice(a, a + step)
                 Y = (A.points[sl] @ self.Mt + self.b[:, None]).reshape(-1, k)  # row e' P + j
                 V = (A.dirs[sl] @ self.Mt[:, None]).reshape(Y.shape[0], order, k)
                 E = _directional(lambda yy: _gaussian_section(w, yy, ones, self.mono.exponents), Y, V)[tuple(range(order))]
-                E = E.reshape(B, m, m, -1, self.M).sum(2)  # (B, e, j, beta): every instance e' summed
-                val = torch.einsum("bejm,boem->boj", E, c)
-                out = out.index_add(2, A.owner[sl], val * A.coef[sl])
+                yield A, sl, E.reshape(B, m, m, -1, self.M).sum(2)  # every instance e' summed
+
+    def sections(self, c: torch.Tensor, x: torch.Tensor, F, entries: int = SECTION_ENTRIES) -> torch.Tensor:
+        r""":math:`\sum_{e,\beta} c_{boe\beta} E_{bei\beta}` for the functionals ``F``: (B, O, F.count)."""
+        out = c.new_zeros(c.shape[:2] + (F.count,))
+        for A, sl, E in self._atom_passes(x, F.atoms, entries):
+            out = out.index_add(2, A.owner[sl], torch.einsum("bejm,boem->boj", E, c) * A.coef[sl])
+        return out
+
+    def function_jet(self, x: torch.Tensor, atoms: dict, entries: int = SECTION_ENTRIES) -> torch.Tensor:
+        r""":math:`\sum_j a_j E_{bej\beta}` (``atoms``' coefficients :math:`a_j`): the scaled derivatives at every
+        instance's input of the group's part of :math:`\sum_j a_j\Lambda_j^y k(\cdot, y)` (B, m, M)."""
+        out = x.new_zeros(x.shape[0], self.m, self.M)
+        for A, sl, E in self._atom_passes(x, atoms, entries):
+            out = out + torch.einsum("bejm,j->bem", E, A.coef[sl])
         return out
 
 
@@ -203,6 +214,23 @@ class ElementLayout:
         return out
 
 
+    def taylor_mean(self, gp, x: torch.Tensor):
+        r"""The posterior mean's Taylor polynomial of order :attr:`order` at each row's state (rows of ``x``), as a
+        function of the rows' points (B, D) -> (B): :math:`\sigma_f^2` times, per group, :math:`s_g^2\sum_{e,\beta}
+        D_\beta F_g(w_{b,e})\, m_\beta(w_e - w_{b,e})` (:meth:`_Group.function_jet`) and the correction's
+        (:meth:`~learners.shadow.feature_jets.SplitLayout.function_jet`). A quantity of jet order :math:`\le p` reads
+        the same derivatives from it as from the mean (exact), and its nested derivatives through
+        :math:`\mathrm{mod}_N` are those of the monomials, not of every training atom per instance pair (the mean
+        itself: ~0.3 GB per state at ``two_body4``, 150 trajectories, rows of a pass by the hundred)."""
+        s2, atoms = gp.kernel.outputscale.detach(), gp._mean_atoms
+        jets = [s2 * g.var * g.function_jet(x, atoms) for g in self.groups]
+        cols = _ElementJets(self, x)
+        if self.corr is not None:
+            jets.append(s2 * self.corr_var * self.corr.function_jet(x, atoms))
+        coef = torch.cat([j.reshape(x.shape[0], -1) for j in jets], -1)
+        return lambda xp: (cols(xp) * coef).sum(-1)
+
+
 class _ElementJets(_Columns):
     r"""The jet columns of :class:`ElementLayout` at the rows' states :math:`x_b`: per group and instance the scaled
     monomials :math:`m_\beta(w_e(x) - w_e(x_b))`, then the correction's :class:`~learners.shadow.uncertainty._Jets`."""
@@ -249,22 +277,24 @@ class ElementFeatures:
         return torch.cat(cols, -1)
 
 
-def on_mean(gp, quantities: Sequence, x: torch.Tensor, k: int = 1) -> List[torch.Tensor]:
-    r"""Each quantity ``quantity(L, q, v)`` of ``gp``'s posterior mean at the states ``x`` (B, D): (B, k) each, by
-    autograd through the closed-form mean, states chunked as the element energies are
-    (:data:`~learners.shadow.recovery.AUTOGRAD_ENTRIES` over the instance pairs' kernel entries per state)."""
-    from .recovery import AUTOGRAD_ENTRIES
+def on_mean(gp, quantities: Sequence, x: torch.Tensor, p: int, k: int = 1) -> List[torch.Tensor]:
+    r"""Each quantity ``quantity(L, q, v)`` (jet order at most ``p``) of ``gp``'s posterior mean at the states ``x``
+    (B, D): (B, k) each, on the mean's Taylor polynomial of order ``p`` at each state (:meth:`ElementLayout.taylor_mean`;
+    exact, as :func:`~learners.shadow.uncertainty.on_mean_jet` for the other kernels), states in passes of
+    :data:`~learners.shadow.uncertainty.MEAN_JET_ENTRIES` over the polynomial's monomials."""
+    from .uncertainty import MEAN_JET_ENTRIES
 
     n = x.shape[-1] // 2
-    entries = gp.kernel.base_kernel.instance_pairs() * sum(A.points.shape[0] for A in gp._mean_atoms.values())
-    chunk = max(1, AUTOGRAD_ENTRIES // max(1, entries))
+    layout = ElementLayout(gp.kernel.base_kernel, x.shape[-1], p)
     out: List[List[torch.Tensor]] = [[] for _ in quantities]
+    chunk = max(1, MEAN_JET_ENTRIES // layout.size)
     for a in range(0, x.shape[0], chunk):
         xb = x[a:a + chunk]
+        L = layout.taylor_mean(gp, xb)
         for values, quantity in zip(out, quantities):
             with torch.enable_grad():
                 q, v = xb[:, :n].detach().clone(), xb[:, n:].detach().clone()
-                values.append(quantity(lambda qq, vv: gp.mean(torch.cat([qq, vv], -1)), q, v).reshape(-1, k).detach())
+                values.append(quantity(lambda qq, vv: L(torch.cat([qq, vv], -1)), q, v).reshape(-1, k).detach())
     return [torch.cat(v) if v else x.new_zeros(0, k) for v in out]
 
 

@@ -346,7 +346,7 @@ def on_mean_jet(gp, quantity: Quantity, x: torch.Tensor, p: int, k: int = 1) -> 
     (through :math:`\mathrm{mod}_6` at :math:`n = 4` the atoms' autograd graph took 4 GB for 40 states)."""
     base, s2 = _kernel(gp)
     if _element(base):  # on the closed-form mean itself (exact)
-        return _element(base).on_mean(gp, [quantity], x, k)[0]
+        return _element(base).on_mean(gp, [quantity], x, p, k)[0]
     D = x.shape[-1]
     layout = _feature_map(base, D, p).split()
     scales = torch.cat([layout.fq.scales, layout.fv.scales])
@@ -454,7 +454,8 @@ def _jet_and_atoms(gp, G: LinearisedQuantity, x: torch.Tensor, atoms: Optional[F
     if atoms is not None:
         cols.append(_RowSections(gp, atoms, k))
     cols += list(extra)
-    blocks = [None] + _linearise(gp.mean, G.quantity, x, cols, k)  # (no sections column: index 0 unused)
+    mean = layout.taylor_mean(gp, x) if element else gp.mean  # the element mean's own graph: GBs through mod_N
+    blocks = [None] + _linearise(mean, G.quantity, x, cols, k)  # (no sections column: index 0 unused)
     J = blocks[1]
     c = layout.coefficients(J, x)
     prior = s2 * layout.gram(c, x) if element else s2 * c @ c.transpose(1, 2)  # ((s2 c) c^T: the RBF's rounding kept)
