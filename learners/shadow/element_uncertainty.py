@@ -26,9 +26,10 @@ per instance instead of :math:`\binom{2n+p}{p}`), and everything below is closed
 
 The correction :math:`s_c^2 k_{RBF}(D_c z, D_c z')` keeps the RBF's Gaussian layout on full-dimensional jets
 (:class:`~learners.shadow.feature_jets.SplitLayout`): :math:`\binom{2n+p}{p}` columns (1,287 at :math:`n = 4`,
-:math:`p = 5`; 20,349 at :math:`n = 8`: the RBF default's own cost). Quantities without derivatives of :math:`L` in
-their std -- the truncation term's next order, :func:`~learners.shadow.uncertainty.on_mean_jet` -- are evaluated on the
-closed-form mean itself (:class:`~learners.shadow.element_kernel.ElementExpansion`), in the energies' chunks: exact.
+:math:`p = 5`; 20,349 at :math:`n = 8`: the RBF default's own cost). The linearisation pass and the values on the mean
+(the truncation term's next order, :func:`~learners.shadow.uncertainty.on_mean_jet`) evaluate :math:`\mathrm{mod}_N` on
+the mean's Taylor polynomial of order :math:`p` at each state (:meth:`ElementLayout.taylor_mean`: exact, and its graph
+is that of the monomials, not of every training atom per instance pair).
 Mechanical base kernels (``degree=``) are refused (their velocity polynomial needs its own :math:`H`).
 """
 
