@@ -48,7 +48,7 @@ import torch
 import bea
 
 from ..saving import ModelFileError
-from .element_uncertainty import energies_at
+from .element_uncertainty import energies_at, velocities_at
 from .uncertainty import LinearisedQuantity, _feature_map, _jet_and_atoms, _kernel, chunk_rows
 from .variance_rounding import factorisation_bound, floored, solve_with_bound
 
@@ -136,10 +136,10 @@ def _velocities_at(model, S: torch.Tensor, j: torch.Tensor, t: torch.Tensor) -> 
     m, T, _ = S.shape
     W = min(m, 5)
     if W * j.numel() >= m * T:
-        return model._velocities_std(S, 2, None)[j, t]
+        return velocities_at(model, S)[j, t]
     start = (j - 2).clamp(0, m - W)
     window = S[start[None] + torch.arange(W)[:, None], t[None]]  # (W, B, n)
-    v = model._velocities_std(window, 2, None)
+    v = velocities_at(model, window)  # element models: in bounded passes
     return v[j - start, torch.arange(j.numel())]
 
 

@@ -47,10 +47,15 @@ from .feature_jets import _directional, _gaussian_section, _hermite, _product_ov
 from .kernels import RBFKernel
 from .uncertainty import PASS_ENTRIES, TABLE_ENTRIES, GaussianFeatures, _Columns, _GaussianMap, _Jets
 
-__all__ = ["ElementLayout", "ElementFeatures", "unsupported", "on_mean", "energies_at", "SECTION_ENTRIES"]
+__all__ = ["ElementLayout", "ElementFeatures", "unsupported", "on_mean", "energies_at", "velocities_at", "SECTION_ENTRIES",
+           "VELOCITY_ENTRIES"]
 
 #: rows x atoms x element monomials per pass of the sections (~16 MB per tensor)
 SECTION_ENTRIES = 2_000_000
+#: states x kernel entries per state (element instances x atoms) per pass of the calibration's velocity solves
+#: (:func:`velocities_at`): measured 6.9 GB for 600 states x ~90,000 entries in one pass (two_body4, 150 trajectories,
+#: ~0.13 kB per entry), so a pass is bounded at ~0.5 GB
+VELOCITY_ENTRIES = 4_000_000
 _IN, _OUT = "ghijklmnqrst", "GHIJKLMNQRST"  # einsum letters of the beta' and beta grids (inputs k <= 12)
 
 
@@ -309,4 +314,15 @@ def energies_at(model, H, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         n = q.shape[-1]
         return _in_chunks(H, q.reshape(-1, n), v.reshape(-1, n), model._autograd_chunk()).reshape(q.shape[:-1])
     return H(q, v).detach()
+
+
+def velocities_at(model, S: torch.Tensor) -> torch.Tensor:
+    r"""The model's order-2 velocities along the standardised positions ``S`` (W, B, n), time first: for an element model
+    in passes of whole columns (each velocity's Newton solve is its own: the same numbers), at most
+    :data:`VELOCITY_ENTRIES` kernel entries of the mean a pass; for the default kernels in one pass, as before."""
+    entries = getattr(model, "_element_entries", lambda: 0)()
+    if not entries:
+        return model._velocities_std(S, 2, None)
+    b = max(1, VELOCITY_ENTRIES // (entries * S.shape[0]))
+    return torch.cat([model._velocities_std(S[:, a:a + b], 2, None) for a in range(0, S.shape[1], b)], 1)
 
