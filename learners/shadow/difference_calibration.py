@@ -48,7 +48,7 @@ import torch
 import bea
 
 from ..saving import ModelFileError
-from .element_uncertainty import energies_at, velocities_at
+from .element_uncertainty import on_mean, velocities_at
 from .uncertainty import LinearisedQuantity, _feature_map, _jet_and_atoms, _kernel, chunk_rows
 from .variance_rounding import factorisation_bound, floored, solve_with_bound
 
@@ -146,12 +146,16 @@ def _velocities_at(model, S: torch.Tensor, j: torch.Tensor, t: torch.Tensor) -> 
 def _mean_differences(model, gp, x: torch.Tensor, x_ref: torch.Tensor, order: int) -> torch.Tensor:
     r"""Posterior mean of :math:`H_{rec}[N](x) - H_{rec}[N](x_{ref})` under ``gp`` (standardised units); the model's own
     posterior is restored afterwards."""
+    if getattr(model, "_element_entries", lambda: 0)():  # the element kernel: on the mean's Taylor polynomial (exact)
+        Q, p = model._quantity("energy", order), model._jet_order("energy", order)
+        H = on_mean(gp, [Q], torch.cat([x, x_ref]), p)[0][:, 0]
+        return H[:x.shape[0]] - H[x.shape[0]:]
     saved = (model.gp, model._recovered, model._jet)
     model.gp, model._recovered, model._jet = gp, {}, None
     try:
         n = model.n
         H = bea.energy(model._recovered_std(order, jets=False))
-        return energies_at(model, H, x[:, :n], x[:, n:]) - energies_at(model, H, x_ref[:, :n], x_ref[:, n:])
+        return (H(x[:, :n], x[:, n:]) - H(x_ref[:, :n], x_ref[:, n:])).detach()
     finally:
         model.gp, model._recovered, model._jet = saved
 
