@@ -85,9 +85,6 @@ def _not_available(args):
             element_kernel(SYSTEMS[args.system][2], SYSTEMS[args.system][3])
         except ImportError:
             return "--model element: learners.shadow.ElementKernel is not available in this checkout"
-        if not args.no_std:
-            return ("--model element: the element kernel has no std yet (issue 27), so no calibration columns: "
-                    "add --no-std")
         if args.extend_from is not None:
             return "--model element --extend-from: a fitted element model cannot be evaluated on a larger system yet"
     return None

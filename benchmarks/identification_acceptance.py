@@ -456,7 +456,7 @@ def main(argv=None) -> None:
             print("| system | kernel | cpu s | dE2 | dE4 | v rel. error (N = 2) | peak RSS |")
             print(f"| {args.system} | {args.kernel or 'default'} | {cpu_s:.0f} | {rel[0]:.3g} | {rel[1]:.3g} | "
                   f"{_velocity_error(A, m, system, h):.3g} | {_peak_rss_mib():.0f} MiB |")
-            for w in caught:  # the fit's warnings (a user sees them): the element kernel has no std row to print them
+            for w in caught:  # the fit's warnings (a user sees them): a --no-std row has no calibration to print them
                 print(f"    warning: {w.message}")
             return
         row = [args.system, args.kernel or "default", m.objective_used, f"{fit_s:.0f}", f"{cpu_s:.0f}"]

@@ -110,6 +110,7 @@ def conservation_values(model, qs: torch.Tensor, order: int = 2):
     r"""The held-back values of the ``"energy"`` calibration (module docstring) of ``model`` on snapshots ``qs``
     ``(steps + 1, batch, n)`` in the data's units: the differences of :math:`H_{rec}[N]` to the first snapshot (true
     value 0), their raw GP variances and the first omitted term, flattened and finite only; None when fewer than 10."""
+    from .element_uncertainty import energies_at
     from .recovery import next_order
 
     E, sd = model.energies(qs, order, return_std=True, reference_index=0, truncation=False)
@@ -117,7 +118,7 @@ def conservation_values(model, qs: torch.Tensor, order: int = 2):
     # by autograd (the closed-form jet of that order is compiled C: 2 minutes at n = 3, for 48 states taking 0.5 s)
     v = model.velocities(qs, order)
     q_std, v_std = model._to_standard(qs), model._vector_to_standard(v)
-    H_next = bea.energy(model._recovered_std(next_order(order, model.scheme), jets=False))(q_std, v_std).detach()
+    H_next = energies_at(model, bea.energy(model._recovered_std(next_order(order, model.scheme), jets=False)), q_std, v_std)
     H_next = model._speed ** 2 * H_next  # energies scale as (sigma / tau)^2
     err, var, trunc = E[1:].reshape(-1), sd[1:].reshape(-1) ** 2, ((H_next - H_next[0]) - E)[1:].reshape(-1)
     ok = torch.isfinite(err) & torch.isfinite(var) & torch.isfinite(trunc) & (var + trunc ** 2 > 0)

@@ -48,6 +48,7 @@ import torch
 import bea
 
 from ..saving import ModelFileError
+from .element_uncertainty import on_mean, velocities_at
 from .uncertainty import LinearisedQuantity, _feature_map, _jet_and_atoms, _kernel, chunk_rows
 from .variance_rounding import factorisation_bound, floored, solve_with_bound
 
@@ -135,16 +136,20 @@ def _velocities_at(model, S: torch.Tensor, j: torch.Tensor, t: torch.Tensor) -> 
     m, T, _ = S.shape
     W = min(m, 5)
     if W * j.numel() >= m * T:
-        return model._velocities_std(S, 2, None)[j, t]
+        return velocities_at(model, S)[j, t]
     start = (j - 2).clamp(0, m - W)
     window = S[start[None] + torch.arange(W)[:, None], t[None]]  # (W, B, n)
-    v = model._velocities_std(window, 2, None)
+    v = velocities_at(model, window)  # element models: in bounded passes
     return v[j - start, torch.arange(j.numel())]
 
 
 def _mean_differences(model, gp, x: torch.Tensor, x_ref: torch.Tensor, order: int) -> torch.Tensor:
     r"""Posterior mean of :math:`H_{rec}[N](x) - H_{rec}[N](x_{ref})` under ``gp`` (standardised units); the model's own
     posterior is restored afterwards."""
+    if getattr(model, "_element_entries", lambda: 0)():  # the element kernel: on the mean's Taylor polynomial (exact)
+        Q, p = model._quantity("energy", order), model._jet_order("energy", order)
+        H = on_mean(gp, [Q], torch.cat([x, x_ref]), p)[0][:, 0]
+        return H[:x.shape[0]] - H[x.shape[0]:]
     saved = (model.gp, model._recovered, model._jet)
     model.gp, model._recovered, model._jet = gp, {}, None
     try:

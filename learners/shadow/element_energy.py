@@ -50,10 +50,10 @@ class ElementEnergy:
         return base.instance_pairs() * sum(A.points.shape[0] for A in self.gp.train_functionals.atoms.values())
 
     def _refuse_std(self, return_std: bool) -> None:
-        """The std needs a feature expansion this kernel lacks: say so before any calibration runs (it would fail,
-        after costly solves, and at n = 6 evaluate unchunked energies)."""
+        """Where this kernel has no std (mechanical bases: :func:`~learners.shadow.element_uncertainty.unsupported`),
+        say so before any calibration runs (it would fail, after costly solves)."""
         base = self._element_kernel()
-        if return_std and base is not None:
+        if return_std and base is not None and base.missing_std:
             raise BeaTypeError(base.missing_std)
 
     def _autograd_chunk(self) -> int:
@@ -72,11 +72,11 @@ class ElementEnergy:
     def energy(self, order: int = 2, return_std: bool = False, reference=None, truncation: bool = True):
         """As :meth:`RecoveryMixin.energy <learners.shadow.recovery.RecoveryMixin.energy>`; with an element kernel the
         means (differences to ``reference`` if given) are computed in bounded chunks of states, detached, unless
-        gradients are asked for (an input that requires grad, with grad enabled: one pass, differentiable), and the
-        std, which needs a feature expansion this kernel lacks, raises. (The mixin's reference path computes the std's
-        variance even without ``return_std``: with this kernel it raised for the differences alone.)"""
+        gradients are asked for (an input that requires grad, with grad enabled: one pass, differentiable). The std
+        (:mod:`learners.shadow.element_uncertainty`) is the mixin's, refused where a mechanical base has none. (The
+        mixin's reference path computes the std's variance even without ``return_std``: differences alone stay here.)"""
         self._refuse_std(return_std)
-        if not self._element_entries():
+        if return_std or not self._element_entries():  # the std: the mixin's, its means in this class's chunks
             return super().energy(order, return_std, reference, truncation)
         H, chunk = super().energy(order), self._autograd_chunk()
         ref = None if reference is None else reference_state(reference, self.n)

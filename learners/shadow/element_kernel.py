@@ -66,10 +66,13 @@ class ElementKernel(SmoothKernel):
     is a template: the model builds its own copy in its coordinates and learns the scales."""
 
     has_lengthscale = True
-    #: why the std of recovered quantities raises (learners.shadow.uncertainty), and the fix
-    missing_std = ("the standard deviations of energies and velocities (return_std=True) need an exact feature expansion of "
-                   "the kernel, which the ElementKernel does not have yet: fit with kernel='auto' (the default) for a "
-                   "calibrated std, or call without return_std=True for the element kernel's means")
+    @property
+    def missing_std(self) -> Optional[str]:
+        """Why the std of recovered quantities raises (:mod:`learners.shadow.uncertainty`), and the fix; None where it is
+        supported (RBF bases: :mod:`learners.shadow.element_uncertainty`)."""
+        from .element_uncertainty import unsupported
+
+        return unsupported(self)
 
     @recorded
     def __init__(self, groups: list, correction: bool = True):

@@ -29,7 +29,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 
 from .rbf_jet import JetLagrangian, _Table
-from .uncertainty import _feature_map, _kernel
+from .uncertainty import _element, _feature_map, _kernel
 
 __all__ = ["MeanTaylorJet", "SharedJetLagrangian", "on_jet_table", "TAYLOR_TABLE_ENTRIES", "TABLE_STATES"]
 
@@ -137,6 +137,9 @@ def on_jet_table(gp, quantities: Sequence, x: torch.Tensor, p: int) -> List[torc
     posterior mean at the states ``x`` (B, D): a list of (B,). The values of
     :func:`~learners.shadow.uncertainty.on_mean_jet` (the same jet of order ``p``, differentiated exactly instead of
     through its Taylor polynomial); the quantities share one table, :data:`TABLE_STATES` states a pass."""
+    element = _element(gp.kernel.base_kernel)
+    if element:  # the element kernel: on its closed-form mean itself (learners.shadow.element_uncertainty.on_mean)
+        return [v[:, 0] for v in element.on_mean(gp, quantities, x, p)]
     jet, n = MeanTaylorJet(gp, x.shape[-1]), x.shape[-1] // 2
     if x.shape[0] == 0:
         return [x.new_zeros(0) for _ in quantities]

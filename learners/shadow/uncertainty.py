@@ -53,13 +53,13 @@ Energies are determined only up to a constant (and the scale of the normalisatio
 differences :math:`Q_b - Q_{ref}` with their own variance (the covariance of the two is subtracted)
 are what calibration compares (:class:`Reference`).
 
-The :class:`~learners.shadow.kernels.RBFKernel` (the default) has the Gaussian features above; another kernel
-supplies its own exact expansion as ``feature_map(D, p)`` (the mechanical kernel:
-:class:`~learners.shadow.mechanical.MechanicalFeatures`), and one without raises ``TypeError``. Everything here works in the model's standardised coordinates.
+The :class:`~learners.shadow.kernels.RBFKernel` (the default) has the Gaussian features above; another kernel supplies
+its own exact expansion as ``feature_map(D, p)`` (the mechanical kernel: :class:`~learners.shadow.mechanical.MechanicalFeatures`;
+the element kernel: element-space jets, :mod:`learners.shadow.element_uncertainty`), one without raises ``TypeError``.
+Everything here works in the model's standardised coordinates.
 
-Size: one algorithm -- the Gaussian-feature expansion of the prior, the kernel sections at the data and
-the linearisation through ``mod_N`` -- whose pieces share private data structures and are only correct
-together; split, they would need a public interface for internals.
+Size: one algorithm (the prior's expansion, the kernel sections at the data, the linearisation through ``mod_N``)
+whose pieces share private data structures and are only correct together.
 """
 
 from __future__ import annotations
@@ -164,11 +164,17 @@ class _GaussianMap:
         return SplitLayout(fq, fv, iq, iv, self.feats.order)
 
 
+def _element(base):
+    """:mod:`.element_uncertainty` for an element kernel, else None (imported here: element_kernel imports this module)."""
+    from . import element_uncertainty as E
+    return E if isinstance(base, E.ElementKernel) else None
+
+
 def _kernel(gp) -> Tuple[torch.nn.Module, torch.Tensor]:
     base = gp.kernel.base_kernel
     if getattr(base, "missing_std", None):  # a kernel that says why it has none, and what to do instead
         raise BeaTypeError(base.missing_std)
-    if not isinstance(base, RBFKernel) and not hasattr(base, "feature_map"):
+    if not isinstance(base, RBFKernel) and not hasattr(base, "feature_map") and not _element(base):
         raise BeaTypeError(f"uncertainty of recovered quantities needs a kernel with an exact feature expansion (the RBF, the "
                            f"mechanical kernel), got {type(base).__name__}; fit with one of those")
     return base, gp.kernel.outputscale.detach()
@@ -178,14 +184,14 @@ def _feature_map(base, D: int, order: int):
     """The kernel's exact feature expansion for functionals of jet order ``order``."""
     if isinstance(base, RBFKernel):
         return _GaussianMap(base.lengthscale.detach().reshape(-1), GaussianFeatures(D, order))
-    return base.feature_map(D, order)
+    return _element(base).ElementFeatures(base, D, order) if _element(base) else base.feature_map(D, order)
 
 
 def _probe_scales(base, D: int) -> torch.Tensor:
     """Per-input scales (D,) of the test functions of :func:`jet_order` (the kernel's lengthscales)."""
     ls = base.lengthscale.detach().reshape(-1)
-    if ls.numel() == 1 or ls.numel() == D:
-        return ls.expand(D)
+    if ls.numel() == 1 or ls.numel() == D or _element(base):  # element inputs: of order one, any positive scale probes
+        return ls.new_ones(D) if _element(base) else ls.expand(D)
     return ls.repeat_interleave(D // ls.numel())  # e.g. (position, velocity) scales of the mechanical kernel
 
 
@@ -339,6 +345,8 @@ def on_mean_jet(gp, quantity: Quantity, x: torch.Tensor, p: int, k: int = 1) -> 
     form), whose nested derivatives are those of :math:`\binom{D+p}{p}` monomials, not of every training atom
     (through :math:`\mathrm{mod}_6` at :math:`n = 4` the atoms' autograd graph took 4 GB for 40 states)."""
     base, s2 = _kernel(gp)
+    if _element(base):  # on the closed-form mean itself (exact)
+        return _element(base).on_mean(gp, [quantity], x, p, k)[0]
     D = x.shape[-1]
     layout = _feature_map(base, D, p).split()
     scales = torch.cat([layout.fq.scales, layout.fv.scales])
@@ -426,6 +434,8 @@ def posterior_variance(gp, G: LinearisedQuantity, reference: Optional[Reference]
 
 def chunk_rows(layout: SplitLayout, k: int) -> int:
     """States per pass of :func:`posterior_variance` (its memory bounds :data:`PASS_ENTRIES`, :data:`TABLE_ENTRIES`)."""
+    if hasattr(layout, "chunk_rows"):  # the element kernel's (learners.shadow.element_uncertainty)
+        return layout.chunk_rows(k)
     S, Gq, Gv = layout.half.shape[0], layout.fq.exponents.shape[0], layout.fv.exponents.shape[0]
     table = S * (Gq + Gv) + k * (S * S + Gq * Gv + S * Gv)  # tables, jet matrices and coefficients, per state
     return max(1, min(PASS_ENTRIES // (layout.jets.shape[0] + k), TABLE_ENTRIES // table))
@@ -439,15 +449,16 @@ def _jet_and_atoms(gp, G: LinearisedQuantity, x: torch.Tensor, atoms: Optional[F
     :meth:`~learners.shadow.feature_jets.SplitLayout.sections` to the jet values itself (e.g. several posteriors'
     at once, :mod:`learners.shadow.difference_calibration`)."""
     F, k = gp.train_functionals, G.k
-    scales = torch.cat([layout.fq.scales, layout.fv.scales])
-    cols: List[_Columns] = [_Jets(x, scales, G.p)]
+    element = hasattr(layout, "jet_columns")  # learners.shadow.element_uncertainty.ElementLayout: its own columns, prior
+    cols: List[_Columns] = [layout.jet_columns(x) if element else _Jets(x, torch.cat([layout.fq.scales, layout.fv.scales]), G.p)]
     if atoms is not None:
         cols.append(_RowSections(gp, atoms, k))
     cols += list(extra)
-    blocks = [None] + _linearise(gp.mean, G.quantity, x, cols, k)  # (no sections column: index 0 unused)
+    mean = layout.taylor_mean(gp, x) if element else gp.mean  # the element mean's own graph: GBs through mod_N
+    blocks = [None] + _linearise(mean, G.quantity, x, cols, k)  # (no sections column: index 0 unused)
     J = blocks[1]
     c = layout.coefficients(J, x)
-    prior = s2 * c @ c.transpose(1, 2)
+    prior = s2 * layout.gram(c, x) if element else s2 * c @ c.transpose(1, 2)  # ((s2 c) c^T: the RBF's rounding kept)
     if not with_sections:
         if atoms is not None:
             raise BeaValueError("internal: the jet part alone (with_sections=False) is for quantities without atoms")
