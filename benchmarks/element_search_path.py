@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
+import warnings
 
 
 def _point(text: str):
@@ -75,11 +76,15 @@ def main(argv=None) -> None:
 
     H.objective, E.search_elements = logged_objective, search
     t = time.process_time()
-    model = InverseModifiedLagrangianGP(h, progress=False, kernel=I._element_kernel(ns)).fit(data)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = InverseModifiedLagrangianGP(h, progress=False, kernel=I._element_kernel(ns)).fit(data)
+    for w in caught:
+        print(f"warning ({type(w.message).__name__}): {w.message}")
     print(f"fit {time.process_time() - t:.0f} CPU s; names {model.gp.kernel.base_kernel.parameter_names()}")
     for count, scales, val, cpu in log:
         print(f"  functionals {count:5d}  value {val:9.4f}  scales {scales}  ({cpu:.1f} CPU s)")
-    for key in ("grid_alt", "search", "correction_scan", "search_untied", "objective"):
+    for key in ("grid_alt", "basins", "search", "correction_scan", "search_untied", "objective", "degenerate_scales"):
         print(f"{key}: {model.history.get(key)}")
     print(f"hyperparameters {model.hyperparameters}")
     rel = [A.energy_differences(model, system, N, return_std=False)[0] for N in (2, 4)]
