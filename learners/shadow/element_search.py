@@ -47,6 +47,7 @@ coordinates, the objective, the search, the hyperparameters reported).
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Callable, Dict, List
 
 import torch
@@ -137,15 +138,13 @@ def _start(model, kernel: ElementKernel, grid: List[tuple], evaluate: Callable) 
     value)`` (module docstring, stage 1); ``model.history["basins"]`` gets ``(ell_q, ell_v, subset value, value)``."""
     scored = [(lq, lv, sub, evaluate(element_theta(kernel, lq, lv))) for lq, lv, sub in grid_basins(grid)]
     model.history.setdefault("basins", []).append(scored)
-    lq, lv, _, full = min(scored, key=lambda g: g[3])
+    lq, lv, _, full = min(scored, key=lambda g: g[3] if math.isfinite(g[3]) else math.inf)  # a failed solve: NaN
     return lq, lv, full
 
 
 def check_scales(model, kernel: ElementKernel, theta: torch.Tensor, scale0: float) -> None:
     """Warn (:class:`DegenerateScalesWarning`) where a group's position lengthscale in ``theta`` ended above
     :data:`DEGENERATE_LENGTHSCALE` times the data's spread ``scale0`` (module docstring)."""
-    import warnings
-
     from .guards import caller_level
 
     limit = DEGENERATE_LENGTHSCALE * scale0
@@ -157,8 +156,9 @@ def check_scales(model, kernel: ElementKernel, theta: torch.Tensor, scale0: floa
                       f"{ {k: round(v / scale0, 1) for k, v in long.items()} } data spreads, above the grid's top "
                       f"{DEGENERATE_LENGTHSCALE:g}; there the energies of separately conserved parts (a centre of mass and "
                       "a relative motion) are not identified even where the positions are predicted well (bodies(2, 3): "
-                      "energy differences wrong by 1.2). Remedy: more trajectories, mechanical bases (degree=2), or another "
-                      "structure; check the energies against held-out data", DegenerateScalesWarning, stacklevel=caller_level())
+                      "energy differences wrong by 1.2). Remedy: more trajectories, mechanical bases (ElementKernel.bodies(..., "
+                      "degree=2)), or another structure; check the energies against held-out data", DegenerateScalesWarning,
+                      stacklevel=caller_level())
 
 
 def search_elements(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0: float, F_norm_alt=None):
