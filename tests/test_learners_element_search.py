@@ -25,10 +25,16 @@ def _landscape(u: float, w: float, full: bool, basin: bool) -> float:
     return min(ramp, well) if basin else ramp
 
 
-def _stub(monkeypatch, basin: bool) -> None:
+#: the search's training subset in the fits below: at most this many training functionals (and the few normalisation
+#: conditions: 47 functionals at ten trajectories), against 143 with all training functionals
+MAX_TRAIN = 40
+
+
+def _stub(monkeypatch, basin: bool, fail_full: bool = False) -> None:
     """Replace the positions objective by :func:`_landscape` on the mean log lengthscales of the groups (the
-    correction's do not count); the grid's objective (the first one made) is the subset's, every later one has all
-    training functionals (at ten trajectories the two hold the same ones, so the order tells them apart)."""
+    correction's do not count); an objective of more than ``2 * MAX_TRAIN`` functionals is one with all training
+    functionals (the subset's holds at most ``MAX_TRAIN`` and the normalisation conditions). ``fail_full``: every solve
+    with all training functionals fails (``inf``, as the objective maps a failed fit)."""
     import learners.shadow.hyperparameter_search as H
 
     seen = {}
@@ -37,14 +43,13 @@ def _stub(monkeypatch, basin: bool) -> None:
     v = [i for i, x in enumerate(names) if x.endswith(":velocity_scale") and not x.startswith("correction")]
 
     def objective(gp, kind, F, *rest):
-        full = "made" in seen
-        seen["made"] = True
+        full = F.count > 2 * MAX_TRAIN
 
         def evaluate(theta):
             seen.setdefault("scale0", math.exp(float(theta[0])) / SCALES[0])  # the grid's first point: SCALES[0] spreads
             u = sum(float(theta[i]) for i in q) / len(q) - math.log(seen["scale0"])
             w = sum(float(theta[i]) for i in v) / len(v) - math.log(seen["scale0"])
-            return _landscape(u, w, full, basin)
+            return math.inf if full and fail_full else _landscape(u, w, full, basin)
         return evaluate
     monkeypatch.setattr(H, "objective", objective)
 
@@ -60,7 +65,8 @@ def data():
 def _fit(data):
     from learners import InverseModifiedLagrangianGP
 
-    return InverseModifiedLagrangianGP(0.2, kernel=ElementKernel.bodies(2, 2), progress=False).fit(data)
+    return InverseModifiedLagrangianGP(0.2, kernel=ElementKernel.bodies(2, 2), progress=False,
+                                       max_train_functionals=MAX_TRAIN).fit(data)
 
 
 def _spreads(model) -> float:
@@ -97,13 +103,24 @@ def test_near_polynomial_scales_warn(data, monkeypatch):
     """Where the objective falls all the way to long scales (no basin), the search ends above the grid's top and the fit
     warns with the cause and the remedy, instead of the silent 1.22 of two_body_lj6."""
     _stub(monkeypatch, basin=False)
-    with pytest.warns(DegenerateScalesWarning, match="near-polynomial.*Remedy: more trajectories"):
+    with pytest.warns(DegenerateScalesWarning, match="near-polynomial.*may not be identified.*Remedy: check the energies.*more trajectories"):
         model = _fit(data)
     assert _spreads(model) > DEGENERATE_LENGTHSCALE and set(model.history["degenerate_scales"]) == {"body", "pair"}
 
 
+def test_every_full_solve_failing_raises(data, monkeypatch):
+    """The subset's grid is usable but every solve with all training functionals fails: no scales were chosen by the
+    data, so the fit raises with the cause and the remedy instead of keeping a point of value inf."""
+    from bea.errors import BeaRuntimeError
+
+    _stub(monkeypatch, basin=True, fail_full=True)
+    with pytest.raises(BeaRuntimeError, match="every element-kernel fit with all training functionals failed.*check the"):
+        _fit(data)
+
+
 def test_check_scales_names_the_groups_above_the_grids_top():
-    """Only group position lengthscales count: the correction's and the velocity scales may be long."""
+    """Only group position lengthscales count: the correction's and the velocity scales may be long. Reported in data
+    spreads (not the fit's units)."""
     import warnings
     from types import SimpleNamespace
 
@@ -111,10 +128,28 @@ def test_check_scales_names_the_groups_above_the_grids_top():
     model = SimpleNamespace(history={})
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        check_scales(model, kernel, element_theta(kernel, DEGENERATE_LENGTHSCALE * 0.5, 1e3), 0.5)  # at the top: 16 spreads
+        check_scales(model, kernel, element_theta(kernel, DEGENERATE_LENGTHSCALE * 0.5 / 1.01, 1e3), 0.5)
     assert model.history["degenerate_scales"] == {}
-    with pytest.warns(DegenerateScalesWarning, match="'body': 20.0"):
+    with pytest.warns(DegenerateScalesWarning, match="'body': 20.0.*may not be identified"):
         theta = element_theta(kernel, 1.0, 1.0)
         theta[0] = math.log(10.0)  # body lengthscale 20 spreads of 0.5
         check_scales(model, kernel, theta, 0.5)
     assert list(model.history["degenerate_scales"]) == ["body"]
+
+
+@pytest.mark.parametrize("scale0", [0.789, 0.1, 0.3, 0.5, 1.0, 1.7, 2.2, 7.3])
+def test_the_grids_top_warns_at_every_scale0(scale0):
+    """A lengthscale set exactly at the grid's top (16 spreads, through theta's log as the search sets it) warns for every
+    ``scale0`` and reports 16.0 spreads (before: the exp/log round trip decided, and 0.789 reported 12.6 in the fit's
+    units); 1% below the top never warns. 0.789 is two_body_lj6's scale0; the others span the standardised data's."""
+    import warnings
+    from types import SimpleNamespace
+
+    kernel, model = ElementKernel.bodies(2, 3), SimpleNamespace(history={})
+    with pytest.warns(DegenerateScalesWarning, match=r"'body': 16\.0, 'pair': 16\.0\} data spreads"):
+        check_scales(model, kernel, element_theta(kernel, DEGENERATE_LENGTHSCALE * scale0, 1.0), scale0)
+    assert model.history["degenerate_scales"] == pytest.approx({"body": 16.0, "pair": 16.0}, rel=1e-12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_scales(model, kernel, element_theta(kernel, DEGENERATE_LENGTHSCALE * scale0 / 1.01, 1.0), scale0)
+    assert model.history["degenerate_scales"] == {}

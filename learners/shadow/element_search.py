@@ -28,11 +28,11 @@ kernel's parameters :math:`(\ell_g, \lambda_g, s_g)_g, (\ell_c, \lambda_c, s_c)`
    6.7e-5) --, steps of a factor 1.5 halved when none improves, at most :data:`UNTIED_EVALUATIONS` solves
    (``iterations=`` overrides both stages' budgets).
 
-After the search, a group's position lengthscale above :data:`DEGENERATE_LENGTHSCALE` data spreads (the grid's top)
-warns (:class:`DegenerateScalesWarning`, :func:`check_scales`): over the data such an RBF element is nearly a
-polynomial of low degree, which predicts the positions of a harmonic centre of mass well while it misses a relative
+After the search, a group's position lengthscale at or above :data:`DEGENERATE_LENGTHSCALE` data spreads (the grid's
+top) warns (:class:`DegenerateScalesWarning`, :func:`check_scales`): over the data such an RBF element is nearly a
+polynomial of low degree, which predicts the positions of a harmonic centre of mass well while it may miss a relative
 well, and the objective, which sees one-step positions only, does not say so -- the element kernel has no energy std,
-so no other check would.
+so no other check would. A polynomial element (a harmonic trap, FPU springs) is right there, so the warning says "may".
 
 The relative nugget stays at :data:`~learners.shadow.position_search.NUGGET`, relative to the outputscale
 :math:`\sigma_f^2`, not to the prior variance :math:`k(z, z) = \sigma_f^2(\sum_g s_g^2\sum_{e,e'} k_g(w_e, w_{e'}) +
@@ -56,7 +56,7 @@ from bea.errors import BeaRuntimeError, BeaValueError
 
 from .element_energy import ElementEnergy
 from .element_kernel import ElementKernel
-from .guards import IdentifiabilityWarning
+from .guards import IdentifiabilityWarning, caller_level
 from .objectives import Auto
 from .position_search import MATRIX_MARGIN, NUGGET, REFINE_EVALUATIONS, SCALES, VELOCITY_FACTORS, refine, subset_grid
 
@@ -72,14 +72,14 @@ CORRECTION_SCALES = (1e-4, 1e-3, 1e-2, 1e-1)
 UNTIED_EVALUATIONS = 16
 #: most local minima of the tied grid scored with all training functionals (stage 1, :func:`grid_basins`)
 BASIN_STARTS = 3
-#: a group's position lengthscale above this many data spreads (the tied grid's top, ``SCALES[-1]``) warns
+#: a group's position lengthscale at or above this many data spreads (the tied grid's top, ``SCALES[-1]``) warns
 #: (:func:`check_scales`): the element function is then nearly a polynomial over the data
 DEGENERATE_LENGTHSCALE = SCALES[-1]
 
 
 class DegenerateScalesWarning(IdentifiabilityWarning):
-    """The element kernel's search ended at near-polynomial scales (a group's position lengthscale beyond the tied
-    grid's top), where the energies of separately conserved parts are not identified; the message names the remedy."""
+    """The element kernel's search ended at near-polynomial scales (a group's position lengthscale at or beyond the tied
+    grid's top), where the energies of separately conserved parts may not be identified; the message names the remedy."""
 
 
 def element_theta(kernel: ElementKernel, ell_q: float, ell_v: float, correction: float = CORRECTION_SCALES[0]) -> torch.Tensor:
@@ -138,27 +138,29 @@ def _start(model, kernel: ElementKernel, grid: List[tuple], evaluate: Callable) 
     value)`` (module docstring, stage 1); ``model.history["basins"]`` gets ``(ell_q, ell_v, subset value, value)``."""
     scored = [(lq, lv, sub, evaluate(element_theta(kernel, lq, lv))) for lq, lv, sub in grid_basins(grid)]
     model.history.setdefault("basins", []).append(scored)
-    lq, lv, _, full = min(scored, key=lambda g: g[3] if math.isfinite(g[3]) else math.inf)  # a failed solve: NaN
+    lq, lv, _, full = min(scored, key=lambda g: g[3])  # a failed solve is inf (objective), never the start unless all fail
     return lq, lv, full
 
 
 def check_scales(model, kernel: ElementKernel, theta: torch.Tensor, scale0: float) -> None:
-    """Warn (:class:`DegenerateScalesWarning`) where a group's position lengthscale in ``theta`` ended above
-    :data:`DEGENERATE_LENGTHSCALE` times the data's spread ``scale0`` (module docstring)."""
-    from .guards import caller_level
-
-    limit = DEGENERATE_LENGTHSCALE * scale0
-    long = {name.split(":")[0]: math.exp(float(x)) for name, x in zip(kernel.parameter_names(), theta)
-            if name.endswith(":lengthscale") and not name.startswith("correction:") and math.exp(float(x)) > limit}
+    r"""Warn (:class:`DegenerateScalesWarning`) where a group's position lengthscale in ``theta`` ended at or above
+    :data:`DEGENERATE_LENGTHSCALE` times the data's spread ``scale0`` (module docstring): :math:`\log\ell_g \ge
+    \log(16\,\mathrm{scale0}) - 10^{-9}`, compared in log space (theta's own), so a lengthscale set exactly at the
+    grid's top counts whatever rounding the log/exp round trip adds. At the top, not only above it: the grid looked no
+    further, so a point there is one it could not tell from longer scales (two_body_lj6 seed 2, the search before
+    issue 27's fix: body 16.0 spreads, energy differences wrong by 0.114). The lengthscales are reported in spreads."""
+    limit = math.log(DEGENERATE_LENGTHSCALE * scale0) - 1e-9
+    long = {name.split(":")[0]: math.exp(float(x)) / scale0 for name, x in zip(kernel.parameter_names(), theta)
+            if name.endswith(":lengthscale") and not name.startswith("correction:") and float(x) >= limit}
     model.history["degenerate_scales"] = long
     if long:
         warnings.warn(f"the element kernel's search ended at near-polynomial scales: position lengthscale(s) "
-                      f"{ {k: round(v / scale0, 1) for k, v in long.items()} } data spreads, above the grid's top "
+                      f"{ {k: round(v, 1) for k, v in long.items()} } data spreads, at or above the grid's top "
                       f"{DEGENERATE_LENGTHSCALE:g}; there the energies of separately conserved parts (a centre of mass and "
-                      "a relative motion) are not identified even where the positions are predicted well (bodies(2, 3): "
-                      "energy differences wrong by 1.2). Remedy: more trajectories, mechanical bases (ElementKernel.bodies(..., "
-                      "degree=2)), or another structure; check the energies against held-out data", DegenerateScalesWarning,
-                      stacklevel=caller_level())
+                      "a relative motion) may not be identified even where the positions are predicted well (a polynomial "
+                      "element, such as a harmonic trap, can be right there). Remedy: check the energies against held-out "
+                      "data; if they are off, more trajectories, mechanical bases (ElementKernel.bodies(..., degree=2)) "
+                      "or another structure", DegenerateScalesWarning, stacklevel=caller_level())
 
 
 def search_elements(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0: float, F_norm_alt=None):
@@ -209,6 +211,11 @@ def search_elements(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, 
         val, theta = min(scores, key=lambda x: x[0])
     budget = UNTIED_EVALUATIONS if model.iterations is None else model.iterations
     theta, val, model.history["search_untied"] = untied_search(evaluate, theta, val, free, budget)
+    if not math.isfinite(val):
+        raise BeaRuntimeError("every element-kernel fit with all training functionals failed (a linear-algebra error or "
+                              "a non-finite held-out error at each scale the search tried), though the subset's grid had "
+                              "usable points; check the structure against the data (coordinates body by body or site by "
+                              "site) and the data for repeated or non-finite states, or fit kernel='auto'")
     model.history["objective"] = val
     check_scales(model, kernel, theta, scale0)
     return F_all, theta, norm
