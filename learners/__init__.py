@@ -43,6 +43,7 @@ from .neural.rollout import (angles_mod_2pi, mse_energy, mse_q, pendulum_positio
 from .shadow.guards import NonFiniteModelError
 from .saving import ModelFileError
 from .shadow.guards import IdentifiabilityWarning, StaleCalibrationWarning, ToleranceRelaxedWarning
+from .shadow.element_search import DegenerateScalesWarning
 from .shadow.lsi import ExtrapolationError, ExtrapolationWarning, InverseModifiedLagrangianGP
 from .modlanet.model import ModLaNet
 from .modlanet.data import (AccelerationData, double_pendulum_data, n_body_data, n_body_snapshots, pendulum_chain_data,
@@ -67,6 +68,7 @@ __all__ = [
     "InverseModifiedLagrangianGP",
     "ExtrapolationWarning",
     "IdentifiabilityWarning",
+    "DegenerateScalesWarning",
     "StaleCalibrationWarning",
     "ToleranceRelaxedWarning",
     "ExtrapolationError",

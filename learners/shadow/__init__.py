@@ -24,6 +24,7 @@ from .gp import ConditioningInfo, FunctionalGP
 from .guards import (ExtrapolationError, ExtrapolationWarning, IdentifiabilityWarning, NonFiniteModelError,
                      StaleCalibrationWarning, ToleranceRelaxedWarning)
 from .element_kernel import ElementKernel
+from .element_search import DegenerateScalesWarning
 from .kernels import FunctionalKernel, RBFKernel, SmoothKernel
 from .lgp import LagrangianGP, finite_differences
 from .lsi import InverseModifiedLagrangianGP
@@ -58,6 +59,7 @@ __all__ = [
     "ExtrapolationWarning",
     "ExtrapolationError",
     "IdentifiabilityWarning",
+    "DegenerateScalesWarning",
     "StaleCalibrationWarning",
     "NonFiniteModelError",
     "ToleranceRelaxedWarning",

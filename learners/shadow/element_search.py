@@ -7,7 +7,12 @@ kernel's parameters :math:`(\ell_g, \lambda_g, s_g)_g, (\ell_c, \lambda_c, s_c)`
    :math:`\ell_v`, over :data:`~learners.shadow.position_search.SCALES` x
    :data:`~learners.shadow.position_search.VELOCITY_FACTORS`, group scales 1 and the correction's
    the first of :data:`CORRECTION_SCALES` (nearly off: its terms are :math:`O(h^2)` of :math:`L_{inv}`, and a larger one
-   costs accuracy where the elements suffice). Where the normalisation is chosen
+   costs accuracy where the elements suffice). The grid's local minima (:func:`grid_basins`, at most
+   :data:`BASIN_STARTS`, lowest first) are each scored with all training functionals and the lowest is the start of
+   stage 2: the subset's best point can lie in another basin than the full data's. two_body_lj6 (bodies(2, 3), seed 0):
+   the subset's best was the grid's corner (16, 256 data spreads; -6.93 against -6.40 at 2, 8), but with all training
+   functionals 2, 8 scored -9.91 against the corner's -8.27, and the search from the corner walked on to lengthscales
+   of 81 spreads (-9.50) with energy differences wrong by 1.22. Where the normalisation is chosen
    (trace or whole mass matrix), both are scored and the matrix kept only where lower by
    :data:`~learners.shadow.position_search.MATRIX_MARGIN` with all training functionals, as for the default kernels --
    except where the structure itself says the masses are equal
@@ -23,6 +28,12 @@ kernel's parameters :math:`(\ell_g, \lambda_g, s_g)_g, (\ell_c, \lambda_c, s_c)`
    6.7e-5) --, steps of a factor 1.5 halved when none improves, at most :data:`UNTIED_EVALUATIONS` solves
    (``iterations=`` overrides both stages' budgets).
 
+After the search, a group's position lengthscale at or above :data:`DEGENERATE_LENGTHSCALE` data spreads (the grid's
+top) warns (:class:`DegenerateScalesWarning`, :func:`check_scales`): over the data such an RBF element is nearly a
+polynomial of low degree, which predicts the positions of a harmonic centre of mass well while it may miss a relative
+well, and the objective, which sees one-step positions only, does not say so -- the element kernel has no energy std,
+so no other check would. A polynomial element (a harmonic trap, FPU springs) is right there, so the warning says "may".
+
 The relative nugget stays at :data:`~learners.shadow.position_search.NUGGET`, relative to the outputscale
 :math:`\sigma_f^2`, not to the prior variance :math:`k(z, z) = \sigma_f^2(\sum_g s_g^2\sum_{e,e'} k_g(w_e, w_{e'}) +
 s_c^2)`, which reaches :math:`\sigma_f^2(\sum_g m_g^2 s_g^2 + s_c^2)`: at unit group scales about 8 for
@@ -36,6 +47,7 @@ coordinates, the objective, the search, the hyperparameters reported).
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Callable, Dict, List
 
 import torch
@@ -44,10 +56,12 @@ from bea.errors import BeaRuntimeError, BeaValueError
 
 from .element_energy import ElementEnergy
 from .element_kernel import ElementKernel
+from .guards import IdentifiabilityWarning, caller_level
 from .objectives import Auto
-from .position_search import MATRIX_MARGIN, NUGGET, REFINE_EVALUATIONS, refine, subset_grid
+from .position_search import MATRIX_MARGIN, NUGGET, REFINE_EVALUATIONS, SCALES, VELOCITY_FACTORS, refine, subset_grid
 
-__all__ = ["search_elements", "ElementHooks", "CORRECTION_SCALES", "UNTIED_EVALUATIONS"]
+__all__ = ["search_elements", "ElementHooks", "CORRECTION_SCALES", "UNTIED_EVALUATIONS", "BASIN_STARTS",
+           "DEGENERATE_LENGTHSCALE", "DegenerateScalesWarning", "grid_basins", "check_scales"]
 
 #: the correction's scales relative to the groups' that stage 2b scores (stages 1 and 2 run at the first, nearly off).
 #: Why not start at 0.1: on two_body4 (150 trajectories, RBF bases, whole matrix), whose h^2 terms are element-additive,
@@ -56,6 +70,16 @@ __all__ = ["search_elements", "ElementHooks", "CORRECTION_SCALES", "UNTIED_EVALU
 CORRECTION_SCALES = (1e-4, 1e-3, 1e-2, 1e-1)
 #: most solves of the untied coordinate search (stage 3)
 UNTIED_EVALUATIONS = 16
+#: most local minima of the tied grid scored with all training functionals (stage 1, :func:`grid_basins`)
+BASIN_STARTS = 3
+#: a group's position lengthscale at or above this many data spreads (the tied grid's top, ``SCALES[-1]``) warns
+#: (:func:`check_scales`): the element function is then nearly a polynomial over the data
+DEGENERATE_LENGTHSCALE = SCALES[-1]
+
+
+class DegenerateScalesWarning(IdentifiabilityWarning):
+    """The element kernel's search ended at near-polynomial scales (a group's position lengthscale at or beyond the tied
+    grid's top), where the energies of separately conserved parts may not be identified; the message names the remedy."""
 
 
 def element_theta(kernel: ElementKernel, ell_q: float, ell_v: float, correction: float = CORRECTION_SCALES[0]) -> torch.Tensor:
@@ -96,6 +120,49 @@ def untied_search(evaluate: Callable, theta: torch.Tensor, best: float, free: Li
     return theta, best, trace
 
 
+def grid_basins(grid: List[tuple], count: int = BASIN_STARTS) -> List[tuple]:
+    """The tied grid's local minima, lowest first, at most ``count``: the finite points of
+    :func:`~learners.shadow.position_search.subset_grid`'s list (``SCALES`` x ``VELOCITY_FACTORS``, in that order) not
+    above any neighbour on the lattice (one step in the lengthscale or in the velocity factor)."""
+    width = len(VELOCITY_FACTORS)
+
+    def value(i, j):
+        return grid[i * width + j][2] if 0 <= i < len(grid) // width and 0 <= j < width else math.inf
+    out = [g for k, g in enumerate(grid) if math.isfinite(g[2]) and all(
+        g[2] <= value(k // width + di, k % width + dj) for di, dj in ((-1, 0), (1, 0), (0, -1), (0, 1)))]
+    return sorted(out, key=lambda g: g[2])[:count]
+
+
+def _start(model, kernel: ElementKernel, grid: List[tuple], evaluate: Callable) -> tuple:
+    """The refinement's start: of :func:`grid_basins`, the lowest with all training functionals, ``(ell_q, ell_v,
+    value)`` (module docstring, stage 1); ``model.history["basins"]`` gets ``(ell_q, ell_v, subset value, value)``."""
+    scored = [(lq, lv, sub, evaluate(element_theta(kernel, lq, lv))) for lq, lv, sub in grid_basins(grid)]
+    model.history.setdefault("basins", []).append(scored)
+    lq, lv, _, full = min(scored, key=lambda g: g[3])  # a failed solve is inf (objective), never the start unless all fail
+    return lq, lv, full
+
+
+def check_scales(model, kernel: ElementKernel, theta: torch.Tensor, scale0: float) -> None:
+    r"""Warn (:class:`DegenerateScalesWarning`) where a group's position lengthscale in ``theta`` ended at or above
+    :data:`DEGENERATE_LENGTHSCALE` times the data's spread ``scale0`` (module docstring): :math:`\log\ell_g \ge
+    \log(16\,\mathrm{scale0}) - 10^{-9}`, compared in log space (theta's own), so a lengthscale set exactly at the
+    grid's top counts whatever rounding the log/exp round trip adds. At the top, not only above it: the grid looked no
+    further, so a point there is one it could not tell from longer scales (two_body_lj6 seed 2, the search before
+    issue 27's fix: body 16.0 spreads, energy differences wrong by 0.114). The lengthscales are reported in spreads."""
+    limit = math.log(DEGENERATE_LENGTHSCALE * scale0) - 1e-9
+    long = {name.split(":")[0]: math.exp(float(x)) / scale0 for name, x in zip(kernel.parameter_names(), theta)
+            if name.endswith(":lengthscale") and not name.startswith("correction:") and float(x) >= limit}
+    model.history["degenerate_scales"] = long
+    if long:
+        warnings.warn(f"the element kernel's search ended at near-polynomial scales: position lengthscale(s) "
+                      f"{ {k: round(v, 1) for k, v in long.items()} } data spreads, at or above the grid's top "
+                      f"{DEGENERATE_LENGTHSCALE:g}; there the energies of separately conserved parts (a centre of mass and "
+                      "a relative motion) may not be identified even where the positions are predicted well (a polynomial "
+                      "element, such as a harmonic trap, can be right there). Remedy: check the energies against held-out "
+                      "data; if they are off, more trajectories, mechanical bases (ElementKernel.bodies(..., degree=2)) "
+                      "or another structure", DegenerateScalesWarning, stacklevel=caller_level())
+
+
 def search_elements(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0: float, F_norm_alt=None):
     """The three stages for ``model`` (whose GP has an element kernel), the signature of
     :func:`~learners.shadow.position_search.search_positions`: returns the training functionals, the best theta and the
@@ -119,12 +186,11 @@ def search_elements(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, 
         grid = subset_grid(_tied(kernel, objective(gp, "positions", Functionals.cat([F_sub, norm]), F_va, G_va, positions), n),
                            n, scale0)
         model.history[("grid", "grid_alt")[k]] = grid
-        lq, lv, val = min(grid, key=lambda g: g[2])
-        if not math.isfinite(val):
+        if not any(math.isfinite(g[2]) for g in grid):
             continue
         F_all = Functionals.cat([F_train, norm])
         evaluate = objective(gp, "positions", F_all, F_va, G_va, positions)
-        full = evaluate(element_theta(kernel, lq, lv))
+        lq, lv, full = _start(model, kernel, grid, evaluate)
         model.history.setdefault("normalisation_values", []).append(full)
         model.history.setdefault("normalisation_candidates", []).append(("trace", "matrix")[k])
         if kept is None or full < kept[2] - MATRIX_MARGIN:
@@ -145,7 +211,13 @@ def search_elements(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, 
         val, theta = min(scores, key=lambda x: x[0])
     budget = UNTIED_EVALUATIONS if model.iterations is None else model.iterations
     theta, val, model.history["search_untied"] = untied_search(evaluate, theta, val, free, budget)
+    if not math.isfinite(val):
+        raise BeaRuntimeError("every element-kernel fit with all training functionals failed (a linear-algebra error or "
+                              "a non-finite held-out error at each scale the search tried), though the subset's grid had "
+                              "usable points; check the structure against the data (coordinates body by body or site by "
+                              "site) and the data for repeated or non-finite states, or fit kernel='auto'")
     model.history["objective"] = val
+    check_scales(model, kernel, theta, scale0)
     return F_all, theta, norm
 
 
