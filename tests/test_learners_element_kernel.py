@@ -36,6 +36,88 @@ def test_closed_form_blocks_match_autograd(kernel):
         assert float((closed - auto).abs().max()) <= ROUNDING * float(auto.abs().max()), (a, b)
 
 
+def _plain_block(kern, X, U, Y, V):
+    """Every instance pair's base block summed, as the kernel computed its blocks before session 13 (the reference
+    for the reduced sums)."""
+    groups, corr = kern._layout()
+    total = X.new_zeros(X.shape[0], Y.shape[0])
+    for i, (scales, var) in enumerate(groups):
+        M, b = kern._projected(i, scales)
+        Mt = M.transpose(1, 2)
+        Xe, Ue, Ye, Ve = X @ Mt + b[:, None], U @ Mt[:, None], Y @ Mt + b[:, None], V @ Mt[:, None]
+        m = M.shape[0]
+        total = total + var * sum(kern._bases[i].derivative_block(Xe[e], Ue[e], Ye[f], Ve[f]) for e in range(m) for f in range(m))
+    s = corr[0]
+    return total + corr[1] * kern._bases[-1].derivative_block(X / s, U / s, Y / s, V / s)
+
+
+def _coordinate_atoms(gen, count, order, D, h=0.2):
+    """Atoms like the DEL functionals': every direction along one coordinate k, (h/2 e_k, e_k) in (q, v)."""
+    n = D // 2
+    dirs = torch.zeros(count, order, D, dtype=torch.float64)
+    k = torch.randint(0, n, (count, order), generator=gen)
+    for r in range(order):
+        dirs[torch.arange(count), r, k[:, r]] = h / 2
+        dirs[torch.arange(count), r, n + k[:, r]] = 1.0
+    return torch.randn(count, D, generator=gen, dtype=torch.float64), dirs
+
+
+@pytest.mark.parametrize("kernel", [ElementKernel.bodies(3, 2), ElementKernel.bodies(3, 2, degree=2),
+                                    ElementKernel.chain(4), ElementKernel.chain(3, "periodic", identical=False, degree=2)],
+                         ids=["bodies3-rbf", "bodies3-mech2", "chain4-rbf", "chain3-periodic-mech2"])
+def test_reduced_blocks_equal_every_instance_pair(kernel):
+    """The blocks with active instances only, one orientation of the pairs and one triangle of the same atoms equal
+    the sum over every instance pair (_plain_block) to rounding, bound to standardised coordinates with a centre (so
+    the offsets are non-zero and their negation must be exact), for coordinate directions (the DEL functionals':
+    most instances inactive) and dense ones; the pointwise kernel too. A dropped instance pair or a wrong factor 2
+    is O(1) against ROUNDING."""
+    from learners.shadow.element_blocks import same_atoms
+
+    kernel = _random_scales(kernel.to(torch.float64))
+    gen = torch.Generator().manual_seed(5)
+    D = kernel.dim
+    kernel.bind(torch.randn(D // 2, generator=gen, dtype=torch.float64), 1.7, 0.6, None)
+    halves = [kernel._half(i) for i in range(len(kernel.groups))]
+    paired = kernel.groups[-1]["name"] == "pair"  # bodies' pairs: both orientations; sites, bodies, bonds: none
+    assert [h is not None for h in halves] == [False] * (len(halves) - 1) + [paired]
+    if paired:
+        assert len(halves[-1]) == kernel.groups[-1]["maps"].shape[0] // 2
+    for a, b in [(0, 0), (1, 0), (1, 1), (2, 1), (2, 2)]:
+        for coordinate in (True, False):
+            if coordinate:
+                (X, U), (Y, V) = _coordinate_atoms(gen, 30, a, D), _coordinate_atoms(gen, 20, b, D)
+            else:
+                X, U = torch.randn(6, D, generator=gen, dtype=torch.float64), torch.randn(6, a, D, generator=gen, dtype=torch.float64)
+                Y, V = torch.randn(5, D, generator=gen, dtype=torch.float64), torch.randn(5, b, D, generator=gen, dtype=torch.float64)
+            cases = [(X, U, Y, V)] + ([(X, U, X, U), (X, U, X[:], U[:])] if a == b else [])  # same atoms: object or view
+            assert a != b or same_atoms(X, U, X[:], U[:])
+            for case in cases:
+                ref = _plain_block(kernel, *case)
+                got = kernel.derivative_block(*case)
+                assert float((got - ref).abs().max()) <= ROUNDING * float(ref.abs().max()), (a, b, coordinate)
+                if case[2] is case[0]:
+                    assert float((got - got.T).abs().max()) <= ROUNDING * float(ref.abs().max())
+    x, y = torch.randn(7, D, generator=gen, dtype=torch.float64), torch.randn(7, D, generator=gen, dtype=torch.float64)
+    ref = torch.stack([_plain_block(kernel, x[j:j + 1], x.new_zeros(1, 0, D), y[j:j + 1], x.new_zeros(1, 0, D))[0, 0]
+                       for j in range(7)])
+    assert float((kernel.pointwise(x, y) - ref).abs().max()) <= ROUNDING * float(ref.abs().max())
+
+
+def test_orientation_halving_needs_an_exact_negation():
+    """A group whose instances do not pair up under negation exactly (one map perturbed) is summed over every
+    instance: no factor 2 from a near-miss."""
+    from learners.shadow.element_blocks import negation_half
+
+    pair = ElementKernel.bodies(3, 2).groups[1]
+    assert negation_half(pair["maps"], pair["offsets"]).tolist() == [0, 2, 4]
+    M = pair["maps"].clone()
+    M[1, 0, 0] += 1e-12
+    assert negation_half(M, pair["offsets"]) is None
+    b = pair["offsets"].clone()
+    b[3, 1] = 1.0
+    assert negation_half(pair["maps"], b) is None
+
+
 def test_structure_maps():
     """bodies: (q_i, v_i) per body, pairs (q_i - q_j, v_i - v_j) in both orientations; chain with fixed ends: the
     bonds q_1 - 0, q_{i+1} - q_i, 0 - q_n."""

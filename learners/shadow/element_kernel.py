@@ -41,6 +41,7 @@ from gpytorch.constraints import Positive
 from bea.errors import BeaValueError
 
 from ..saving import recorded, register
+from .element_blocks import active_atoms, even_base, group_block, negation_half
 from .element_structure import body_groups, chain_groups, check_groups
 from .kernels import RBFKernel, SmoothKernel
 from .mechanical import MechanicalKernel
@@ -184,13 +185,33 @@ class ElementKernel(SmoothKernel):
     def _projected(self, i: int, scales: torch.Tensor):
         return getattr(self, f"maps_{i}") / scales[:, None], getattr(self, f"offsets_{i}") / scales
 
+    def _half(self, i: int) -> Optional[torch.Tensor]:
+        """One orientation of group ``i`` when its instances pair up under negation and its base is even
+        (:mod:`~learners.shadow.element_blocks`), else None; cached on the maps it was found from (bind replaces them)."""
+        M, b = getattr(self, f"maps_{i}"), getattr(self, f"offsets_{i}")
+        key = (M.data_ptr(), b.data_ptr(), M._version, b._version, M.device)
+        cache = self.__dict__.setdefault("_halves", {})
+        if i not in cache or cache[i][0] != key:
+            cache[i] = (key, negation_half(M, b) if even_base(self._bases[i]) else None)
+        return cache[i][1]
+
+    def _rows(self, i: int):
+        """The instances a sum over ``e`` runs on and its factor: one orientation twice, or all once."""
+        half = self._half(i)
+        return (slice(None), 1.0) if half is None else (half, 2.0)
+
     def pointwise(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         groups, corr = self._layout()
         total = 0.0
         for i, (scales, var) in enumerate(groups):
             M, b = self._projected(i, scales)
             xs, ys = x @ M.transpose(1, 2) + b[:, None], y @ M.transpose(1, 2) + b[:, None]  # (m, P, k)
-            total = total + var * sum(self._bases[i].pointwise(xe, ye) for xe in xs for ye in ys)
+            rows, factor = self._rows(i)
+            m, P, k = ys.shape
+            flat = ys.reshape(m * P, k)  # every instance e' at once, one base call per instance e
+            acc = sum(self._bases[i].pointwise(xe.expand(m, P, k).reshape(m * P, k), flat).reshape(m, P).sum(0)
+                      for xe in xs[rows])
+            total = total + (factor * var) * acc
         if corr is not None:
             total = total + corr[1] * self._bases[-1].pointwise(x / corr[0], y / corr[0])
         return total
@@ -200,21 +221,14 @@ class ElementKernel(SmoothKernel):
         return ElementExpansion(self, atoms, outputscale)
 
     def derivative_block(self, X, U, Y, V) -> torch.Tensor:
-        r"""The functional block of the module docstring: for each group, the atoms projected per instance and the
-        base kernel's closed form against all instances at once (one (A, m B) block per instance :math:`e`)."""
+        r"""The functional block of the module docstring: per group, the active (instance, atom) pairs of both sides
+        in one base call, one orientation of a negation-closed group, one triangle of the same atoms
+        (:func:`~learners.shadow.element_blocks.group_block`: the same sums as over every instance pair, to rounding)."""
         groups, corr = self._layout()
-        A, B = X.shape[0], Y.shape[0]
-        total = X.new_zeros(A, B)
+        total = X.new_zeros(X.shape[0], Y.shape[0])
         for i, (scales, var) in enumerate(groups):
             M, b = self._projected(i, scales)
-            m, k = M.shape[0], M.shape[1]
-            Xe, Ue = X @ M.transpose(1, 2) + b[:, None], U @ M.transpose(1, 2)[:, None]  # (m, A, k), (m, A, a, k)
-            Ye = (Y @ M.transpose(1, 2) + b[:, None]).reshape(m * B, k)
-            Ve = (V @ M.transpose(1, 2)[:, None]).reshape(m * B, V.shape[1], k)  # row e' B + j: instance e', atom j
-            acc = X.new_zeros(A, B)
-            for e in range(m):
-                acc = acc + self._bases[i].derivative_block(Xe[e], Ue[e], Ye, Ve).reshape(A, m, B).sum(1)
-            total = total + var * acc
+            total = total + var * group_block(self._bases[i], M, b, self._half(i), X, U, Y, V)
         if corr is not None:
             s = corr[0]
             total = total + corr[1] * self._bases[-1].derivative_block(X / s, U / s, Y / s, V / s)
@@ -227,29 +241,33 @@ class ElementExpansion:
     is the base kernel's own closed-form mean (:class:`~learners.shadow.kernels.AtomExpansion`: the RBF's fused
     node, the mechanical kernel's :class:`~learners.shadow.mechanical.MechanicalExpansion`) over the atoms projected
     by every instance :math:`e'` of the group, outputscale :math:`\sigma_f^2 s_g^2` -- the generic path (blocks
-    through autograd, for every derivative ``mod_N`` takes) needed 8 GB at n = 4."""
+    through autograd, for every derivative ``mod_N`` takes) needed 8 GB at n = 4. Exactly as in the blocks
+    (:mod:`~learners.shadow.element_blocks`): a projected atom whose direction vanishes adds zero and is left out, and
+    for a negation-closed group with an even base :math:`F_g(-w) = F_g(w)`, so :math:`\sum_e F_g(w_e) = 2\sum_{e \in
+    H} F_g(w_e)`. ``entries``: kernel entries per state (instances evaluated x projected atoms kept, summed)."""
 
     def __init__(self, kernel: ElementKernel, atoms, outputscale: torch.Tensor):
-        from .functionals import AtomSet
         from .kernels import AtomExpansion, FunctionalKernel
 
         with torch.no_grad():
             groups, corr = kernel._layout()
-            maps = [kernel._projected(i, scales) + (var, kernel._bases[i]) for i, (scales, var) in enumerate(groups)]
+            maps = [kernel._projected(i, scales) + (var, kernel._bases[i]) + kernel._rows(i)
+                    for i, (scales, var) in enumerate(groups)]
             if corr is not None:
                 eye = torch.diag(1.0 / corr[0])[None]
-                maps.append((eye, eye.new_zeros(1, eye.shape[1]), corr[1], kernel._bases[-1]))
-            self._parts = []
-            for M, b, var, base in maps:
-                M, b, m = M.detach(), b.detach(), M.shape[0]
-                Mt = M.transpose(1, 2)
-                proj = {order: AtomSet((A.points @ Mt + b[:, None]).reshape(-1, M.shape[1]),
-                                       (A.dirs @ Mt[:, None]).reshape(m * len(A), order, M.shape[1]),
-                                       A.coef.repeat(m), A.owner.repeat(m)) for order, A in atoms.items()}
+                maps.append((eye, eye.new_zeros(1, eye.shape[1]), corr[1], kernel._bases[-1], slice(None), 1.0))
+            self._parts, self.entries = [], 0
+            for M, b, var, base, rows, factor in maps:
+                M, b = M.detach(), b.detach()
+                proj = _projected_atoms(atoms, M.transpose(1, 2), b)
+                if not proj:  # no atom sees this group: it adds nothing
+                    continue
                 fk = FunctionalKernel(base).to(device=M.device, dtype=torch.float64)
-                fk.outputscale = float(var) * float(outputscale)
+                fk.outputscale = factor * float(var) * float(outputscale)
                 fk.requires_grad_(False)
-                self._parts.append((Mt, b, AtomExpansion(fk, proj)))
+                Mt = M[rows].transpose(1, 2)
+                self.entries += Mt.shape[0] * sum(len(A) for A in proj.values())
+                self._parts.append((Mt, b[rows], AtomExpansion(fk, proj)))
 
     def __call__(self, X: torch.Tensor) -> torch.Tensor:
         out = X.new_zeros(X.shape[0])
@@ -257,3 +275,17 @@ class ElementExpansion:
             W = X @ Mt + b[:, None]  # (m, B, k): every instance's input
             out = out + ex(W.reshape(-1, W.shape[-1])).reshape(W.shape[0], X.shape[0]).sum(0)
         return out
+
+
+def _projected_atoms(atoms, Mt: torch.Tensor, b: torch.Tensor) -> dict:
+    """The atoms as every instance sees them, ``Mt`` (m, D, k), ``b`` (m, k): those with a vanishing direction left
+    out (they add zero), orders left with none dropped."""
+    from .functionals import AtomSet
+
+    out = {}
+    for order, A in atoms.items():
+        P, Q = A.points @ Mt + b[:, None], A.dirs @ Mt[:, None]  # (m, A, k), (m, A, a, k)
+        e, a = active_atoms(P, Q)
+        if len(a):
+            out[order] = AtomSet(P[e, a], Q[e, a], A.coef[a], A.owner[a])
+    return out
