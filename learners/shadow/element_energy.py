@@ -1,17 +1,18 @@
 r"""Energies of a model with an :class:`~learners.shadow.element_kernel.ElementKernel`: states in bounded passes.
 
 The closed-form mean (:class:`~learners.shadow.element_kernel.ElementExpansion`) evaluates each group's base
-expansion on the :math:`m_g` inputs of a state against :math:`m_g` projected copies of the :math:`A` atoms: per state
-:math:`P A` kernel entries, :math:`P = \sum_g m_g^2 + 1` (:meth:`~learners.shadow.element_kernel.ElementKernel.instance_pairs`:
-9 for ``bodies(2, 2)``, 86 for ``chain(6)``) against the default kernel's :math:`A`. :math:`\mathrm{mod}_N`'s nested
+expansion on the instances of a state against the training atoms as the instances see them: per state
+:meth:`~learners.shadow.element_kernel.ElementKernel.state_entries` kernel entries (at most :math:`P A`, :math:`P =
+\sum_g m_g^2 + 1`; the atoms of the DEL functionals differentiate along one coordinate, which most instances do not
+see, so far fewer: chain(6) ~21 A against 86 A) against the default kernel's :math:`A`. :math:`\mathrm{mod}_N`'s nested
 derivatives keep hundreds of tensors of that size alive per state (measured, chain(6), 600 random atoms: 3.2 kB per
 entry at N = 2, 10.9 kB at N = 4; ``benchmarks/RESULTS_identification.md``, Session 12, branch elem2), so the energies
-are evaluated ``chunk`` states at a time, the chunk counting :math:`P A` entries per state against
-:data:`~learners.shadow.recovery.AUTOGRAD_ENTRIES` (the default kernels' rule with :math:`P = 1`). Splitting the
+are evaluated ``chunk`` states at a time, the chunk counting these entries per state against
+:data:`~learners.shadow.recovery.AUTOGRAD_ENTRIES` (the default kernels' rule with one entry per atom), and the
+velocities and energies along positions in passes of as many time steps (:meth:`ElementEnergy._time_chunk`). Splitting the
 states inside the expansion does not bound the memory (the graph of every piece stays alive until the energy is
 formed: measured 1,501 against 1,586 MiB), so the split is here, on whole energies, detached. Where one state alone
-exceeds :data:`MAX_STATE_ENTRIES` the evaluation is refused with a typed error rather than killed for memory (fpu6:
-~9,600 atoms x 86, ~2.6 GB per state at N = 2 by the rate above, ~9 GB at N = 4).
+exceeds :data:`MAX_STATE_ENTRIES` the evaluation is refused with a typed error rather than killed for memory.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ class ElementEnergy:
         base = self._element_kernel()
         if base is None:
             return 0
-        return base.instance_pairs() * sum(A.points.shape[0] for A in self.gp.train_functionals.atoms.values())
+        return base.state_entries(self.gp.train_functionals.atoms)
 
     def _refuse_std(self, return_std: bool) -> None:
         """The std needs a feature expansion this kernel lacks: say so before any calibration runs (it would fail,
@@ -62,8 +63,9 @@ class ElementEnergy:
         if not entries:
             return super()._autograd_chunk()
         if entries > MAX_STATE_ENTRIES:
-            raise BeaRuntimeError(f"the element kernel's energy at one state needs {entries:,} kernel entries (instance "
-                                  f"pairs x {entries // self.gp.kernel.base_kernel.instance_pairs():,} training atoms), above "
+            atoms = sum(len(A) for A in self.gp.train_functionals.atoms.values())
+            raise BeaRuntimeError(f"the element kernel's energy at one state needs {entries:,} kernel entries (instances "
+                                  f"x the {atoms:,} training atoms they see), above "
                                   f"{MAX_STATE_ENTRIES:,} (several GB through mod_N's derivatives): fit fewer "
                                   f"trajectories, a structure with fewer instances, or kernel='auto' (issue 27: not "
                                   f"practical at this size yet)")
@@ -93,17 +95,26 @@ class ElementEnergy:
 
         return chunked
 
+    def _time_chunk(self, qs, chunk: Optional[int]) -> Optional[int]:
+        """Time steps per pass of :meth:`velocities` and :meth:`energies`: ``chunk`` if given; with an element kernel the
+        states per autograd pass (:meth:`_autograd_chunk`, refused above :data:`MAX_STATE_ENTRIES`) over the states per
+        time step, at least two (the discrete momenta take pairs of positions); else None (the mixin's default)."""
+        if chunk is not None or not self._element_entries():
+            return chunk
+        per_step = max(1, self._positions(qs)[0].numel() // self.n)  # (steps + 1, batch..., n): states per step
+        return max(2, self._autograd_chunk() // per_step)
+
     def velocities(self, qs, order: int = 2, chunk: Optional[int] = None, return_std: bool = False, std_every: int = 1,
                    truncation: bool = True):
-        """As :meth:`RecoveryMixin.velocities <learners.shadow.recovery.RecoveryMixin.velocities>`; the std raises
-        at once with an element kernel."""
+        """As :meth:`RecoveryMixin.velocities <learners.shadow.recovery.RecoveryMixin.velocities>`; with an element
+        kernel in bounded passes of time steps (:meth:`_time_chunk`), and the std raises at once."""
         self._refuse_std(return_std)
-        return super().velocities(qs, order, chunk, return_std, std_every, truncation)
+        return super().velocities(qs, order, self._time_chunk(qs, chunk), return_std, std_every, truncation)
 
     def energies(self, qs, order: int = 2, chunk: Optional[int] = None, return_std: bool = False, std_every: int = 1,
                  reference=None, truncation: bool = True, *, reference_index: Optional[int] = None):
-        """As :meth:`RecoveryMixin.energies <learners.shadow.recovery.RecoveryMixin.energies>`; the std raises at
-        once with an element kernel."""
+        """As :meth:`RecoveryMixin.energies <learners.shadow.recovery.RecoveryMixin.energies>`; with an element
+        kernel in bounded passes of time steps (:meth:`_time_chunk`), and the std raises at once."""
         self._refuse_std(return_std)
-        return super().energies(qs, order, chunk, return_std, std_every, reference, truncation,
+        return super().energies(qs, order, self._time_chunk(qs, chunk), return_std, std_every, reference, truncation,
                                 reference_index=reference_index)

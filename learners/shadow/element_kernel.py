@@ -152,6 +152,20 @@ class ElementKernel(SmoothKernel):
         r""":math:`\sum_g m_g^2` (+1 with the correction): the kernel entries per pair of points, against one kernel's 1."""
         return sum(g["maps"].shape[0] ** 2 for g in self.groups) + int(self.correction)
 
+    def state_entries(self, atoms) -> int:
+        r"""Kernel entries of the closed-form mean (:class:`ElementExpansion`) per state, for the atoms ``atoms``
+        (order -> AtomSet): per group the instances evaluated (one orientation of a negation-closed group) times the
+        projected atoms with non-vanishing directions, plus the atoms once for the correction; at most
+        :meth:`instance_pairs` times the atoms."""
+        total = sum(len(A) for A in atoms.values()) if self.correction else 0
+        for i, g in enumerate(self.groups):
+            M, b = getattr(self, f"maps_{i}"), getattr(self, f"offsets_{i}")
+            rows, _ = self._rows(i)
+            Mt = M.transpose(1, 2)
+            active = sum(len(active_atoms(A.points @ Mt + b[:, None], A.dirs @ Mt[:, None])[0]) for A in atoms.values())
+            total += M[rows].shape[0] * active
+        return total
+
     # ------------------------------------------------------------------ hyperparameters
     def parameter_names(self) -> List[str]:
         """The names of the entries of ``lengthscale`` (module docstring, *Hyperparameters*)."""
