@@ -87,8 +87,8 @@ def test_reduced_blocks_equal_every_instance_pair(kernel):
             if coordinate:
                 (X, U), (Y, V) = _coordinate_atoms(gen, 30, a, D), _coordinate_atoms(gen, 20, b, D)
             else:
-                X, U = torch.randn(6, D, generator=gen, dtype=torch.float64), torch.randn(6, a, D, generator=gen, dtype=torch.float64)
-                Y, V = torch.randn(5, D, generator=gen, dtype=torch.float64), torch.randn(5, b, D, generator=gen, dtype=torch.float64)
+                X, U = (torch.randn(6, *s, D, generator=gen, dtype=torch.float64) for s in ((), (a,)))
+                Y, V = (torch.randn(5, *s, D, generator=gen, dtype=torch.float64) for s in ((), (b,)))
             cases = [(X, U, Y, V)] + ([(X, U, X, U), (X, U, X[:], U[:])] if a == b else [])  # same atoms: object or view
             assert a != b or same_atoms(X, U, X[:], U[:])
             for case in cases:
@@ -330,9 +330,9 @@ def test_saving_velocities_and_the_missing_std(two_body_fit, tmp_path):
 
 def test_energies_in_bounded_chunks(two_body_fit, monkeypatch):
     """The energies come in chunks of states whose kernel entries count the instances and the atoms they see (5 atoms'
-    worth here, ~985 atoms: 8 states a pass against the default rule's 40): equal to one unchunked pass to rounding (each state's energy is its
-    own; 1e-12 of the spread as in ROUNDING), differences to a reference too, and refused with a typed error where one
-    state alone is too large."""
+    worth here, ~985 atoms: 8 states a pass against the default rule's 40): equal to one unchunked pass to rounding
+    (each state's energy is its own; 1e-12 of the spread as in ROUNDING), differences to a reference too, and refused
+    with a typed error where one state alone is too large."""
     import bea
     from bea.errors import BeaRuntimeError
     from learners.shadow import element_energy
