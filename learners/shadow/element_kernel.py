@@ -203,11 +203,11 @@ class ElementKernel(SmoothKernel):
         """One orientation of group ``i`` when its instances pair up under negation and its base is even
         (:mod:`~learners.shadow.element_blocks`), else None; cached on the maps it was found from (bind replaces them)."""
         M, b = getattr(self, f"maps_{i}"), getattr(self, f"offsets_{i}")
-        key = (M.data_ptr(), b.data_ptr(), M._version, b._version, M.device)
         cache = self.__dict__.setdefault("_halves", {})
-        if i not in cache or cache[i][0] != key:
-            cache[i] = (key, negation_half(M, b) if even_base(self._bases[i]) else None)
-        return cache[i][1]
+        hit = cache.get(i)  # holds the tensors themselves: an identity check that a freed address cannot fool
+        if hit is None or hit[0] is not M or hit[1] is not b or hit[2] != (M._version, b._version):
+            hit = cache[i] = (M, b, (M._version, b._version), negation_half(M, b) if even_base(self._bases[i]) else None)
+        return hit[3]
 
     def _rows(self, i: int):
         """The instances a sum over ``e`` runs on and its factor: one orientation twice, or all once."""
