@@ -116,6 +116,36 @@ def test_reduced_blocks_are_differentiable_in_the_scales():
         assert float((grads[0] - grads[1]).abs().max()) <= ROUNDING * float(grads[0].abs().max())
 
 
+def test_assemblies_reuse_the_gathered_columns(monkeypatch):
+    """Without gradients an assembly's row chunks reuse the columns gathered once (ColumnCache), the triangle's chunks
+    as suffixes of them: the covariance of DEL functionals (random walks, many row chunks) equals the one assembled
+    with gradients (no cache, every block on the whole atom sets) to rounding, both triangles and the full matrix."""
+    from learners.shadow import element_blocks, kernels
+    from learners.shadow.functionals import snapshot_functionals
+    from learners.shadow.kernels import FunctionalKernel
+
+    monkeypatch.setattr(kernels, "CHUNK_ATOMS", 24)  # rows of 16 atoms a chunk: dozens of chunks per atom set
+    gathered = []
+    real = element_blocks._gather
+    monkeypatch.setattr(element_blocks, "_gather", lambda *a, **k: gathered.append(1) or real(*a, **k))
+    gen = torch.Generator().manual_seed(7)
+    F = snapshot_functionals(0.3 * torch.randn(3, 6, 6, generator=gen, dtype=torch.float64).cumsum(1), 0.2, "midpoint")[0]
+    for kern in (ElementKernel.bodies(3, 2), ElementKernel.chain(6)):
+        fk = FunctionalKernel(_random_scales(kern.to(torch.float64)))
+        ref = fk.requires_grad_(True).forward(F, F).detach()
+        fk.requires_grad_(False)
+        gathered.clear()
+        with torch.no_grad():
+            sym, full = fk.forward(F, F, symmetric=True), fk.forward(F, F)
+        chunks, g = -(-F.atoms[1].points.shape[0] // 16), len(kern.groups)
+        assert set(F.atoms) == {1}
+        # rows gathered per chunk and group in both assemblies, the columns once per group and assembly (no cache: as
+        # often as the rows)
+        assert 2 * chunks * g < len(gathered) <= 2 * chunks * g + 2 * g
+        for got in (sym, full):
+            assert float((got - ref).abs().max()) <= ROUNDING * float(ref.abs().max())
+
+
 def test_orientation_halving_needs_an_exact_negation():
     """A group whose instances do not pair up under negation exactly (one map perturbed) is summed over every
     instance: no factor 2 from a near-miss."""

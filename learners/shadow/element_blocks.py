@@ -35,7 +35,7 @@ import torch
 from .kernels import CHUNK_ATOMS, RBFKernel
 from .mechanical import MechanicalKernel
 
-__all__ = ["ELEMENT_BLOCK_ENTRIES", "negation_half", "even_base", "group_block", "active_atoms", "same_atoms"]
+__all__ = ["ELEMENT_BLOCK_ENTRIES", "ColumnCache", "negation_half", "even_base", "group_block", "active_atoms", "same_atoms"]
 
 #: most gathered (row, column) entries per base call: the default assembly's cache-sized block (CHUNK_ATOMS**2)
 ELEMENT_BLOCK_ENTRIES = CHUNK_ATOMS * CHUNK_ATOMS
@@ -101,18 +101,67 @@ def _sum_into(base, rows, cols, A: int, B: int, symmetric: bool) -> torch.Tensor
     return out + out.T if symmetric else out
 
 
-def group_block(base, M: torch.Tensor, b: torch.Tensor, half: Optional[torch.Tensor], X, U, Y, V) -> torch.Tensor:
+def _gather(P, Q, keep=None, sign: float = 1.0):
+    """The active projected atoms of ``P`` (m, A, k), ``Q`` (m, A, a, k) (of the instances ``keep``), times ``sign``:
+    points, directions and their atoms' indices."""
+    if keep is not None:
+        P, Q = P[keep], Q[keep]
+    e, a = active_atoms(P, Q)
+    return sign * P[e, a], sign * Q[e, a], a
+
+
+class ColumnCache:
+    r"""The gathered column atoms of the last call, reused while the maps and the atoms are the same: an assembly calls
+    the block once per row chunk against the same columns (or, for one triangle, the columns from the chunk's first on:
+    a suffix of the same tensor, taken from the cached list by its atoms' indices). Without gradients only (a cached
+    graph would be differentiated twice); the tensors are held, so neither an address nor a value can change unseen."""
+
+    def __init__(self):
+        self._last = None
+
+    def columns(self, M: torch.Tensor, b: torch.Tensor, Y: torch.Tensor, V: torch.Tensor):
+        """:func:`_gather` of the projections of ``Y``, ``V`` by every instance of ``M``, ``b``."""
+        if torch.is_grad_enabled() and (M.requires_grad or b.requires_grad):
+            return _gather(Y @ M.transpose(1, 2) + b[:, None], V @ M.transpose(1, 2)[:, None])
+        hit = self._last
+        if hit is not None:
+            r = self._rows_of(hit, M, b, Y, V)
+            if r is not None:
+                P, Q, a = hit[4]
+                keep = (a >= r) & (a < r + Y.shape[0])
+                return P[keep], Q[keep], a[keep] - r
+        cols = _gather(Y @ M.transpose(1, 2) + b[:, None], V @ M.transpose(1, 2)[:, None])
+        self._last = (M.detach().clone(), b.detach().clone(), Y, V, cols, (Y._version, V._version))
+        return cols
+
+    @staticmethod
+    def _rows_of(hit, M, b, Y, V):
+        """The first row of ``Y`` within the cached atoms when ``Y``, ``V`` are a row range of them under equal maps, else
+        None."""
+        M0, b0, Y0, V0, _, versions = hit
+        if (Y.untyped_storage().data_ptr() != Y0.untyped_storage().data_ptr() or Y.stride() != Y0.stride()
+                or V.untyped_storage().data_ptr() != V0.untyped_storage().data_ptr() or V.stride() != V0.stride()
+                or V.shape[1:] != V0.shape[1:] or Y.shape[1:] != Y0.shape[1:] or versions != (Y0._version, V0._version)):
+            return None
+        dy, dv = Y.storage_offset() - Y0.storage_offset(), V.storage_offset() - V0.storage_offset()
+        sy, sv = Y.stride(0), V.stride(0)
+        if sy <= 0 or dy % sy or (sv > 0 and dv != (dy // sy) * sv) or dy < 0:
+            return None
+        r = dy // sy
+        if r + Y.shape[0] > Y0.shape[0] or not (torch.equal(M, M0) and torch.equal(b, b0)):
+            return None
+        return r
+
+
+def group_block(base, M: torch.Tensor, b: torch.Tensor, half: Optional[torch.Tensor], X, U, Y, V,
+                cache: Optional[ColumnCache] = None) -> torch.Tensor:
     r""":math:`S` (A, B) of the module docstring for one group: ``M`` (m, k, D), ``b`` (m, k) its projected maps,
-    ``half`` the indices of one orientation (:func:`negation_half`, only for an :func:`even_base`) or None."""
+    ``half`` the indices of one orientation (:func:`negation_half`, only for an :func:`even_base`) or None; ``cache``
+    keeps the gathered columns between calls (:class:`ColumnCache`)."""
     A, B = X.shape[0], Y.shape[0]
     Mt = M.transpose(1, 2)
     Xe, Ue = X @ Mt + b[:, None], U @ Mt[:, None]  # (m, A, k), (m, A, a, k)
-
-    def gather(P, Q, keep=None, sign=1.0):
-        if keep is not None:
-            P, Q = P[keep], Q[keep]
-        e, a = active_atoms(P, Q)
-        return sign * P[e, a], sign * Q[e, a], a
+    gather = _gather
 
     if same_atoms(X, U, Y, V):
         if half is None:
@@ -120,8 +169,7 @@ def group_block(base, M: torch.Tensor, b: torch.Tensor, half: Optional[torch.Ten
             return _sum_into(base, g, g, A, B, True)
         g = gather(Xe, Ue, half)
         return 2.0 * (_sum_into(base, g, g, A, B, True) + _sum_into(base, g, gather(Xe, Ue, half, -1.0), A, B, True))
-    Ye, Ve = Y @ Mt + b[:, None], V @ Mt[:, None]
-    cols = gather(Ye, Ve)
+    cols = (cache or ColumnCache()).columns(M, b, Y, V)
     if half is None:
         return _sum_into(base, gather(Xe, Ue), cols, A, B, False)
     return 2.0 * _sum_into(base, gather(Xe, Ue, half), cols, A, B, False)

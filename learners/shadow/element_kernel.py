@@ -41,7 +41,7 @@ from gpytorch.constraints import Positive
 from bea.errors import BeaValueError
 
 from ..saving import recorded, register
-from .element_blocks import active_atoms, even_base, group_block, negation_half
+from .element_blocks import ColumnCache, active_atoms, even_base, group_block, negation_half
 from .element_structure import body_groups, chain_groups, check_groups
 from .kernels import RBFKernel, SmoothKernel
 from .mechanical import MechanicalKernel
@@ -209,6 +209,12 @@ class ElementKernel(SmoothKernel):
             hit = cache[i] = (M, b, (M._version, b._version), negation_half(M, b) if even_base(self._bases[i]) else None)
         return hit[3]
 
+    def _column_cache(self, i: int) -> ColumnCache:
+        """Group ``i``'s gathered columns between the calls of an assembly
+        (:class:`~learners.shadow.element_blocks.ColumnCache`)."""
+        caches = self.__dict__.setdefault("_columns", {})
+        return caches.setdefault(i, ColumnCache())
+
     def _rows(self, i: int):
         """The instances a sum over ``e`` runs on and its factor: one orientation twice, or all once."""
         half = self._half(i)
@@ -242,7 +248,7 @@ class ElementKernel(SmoothKernel):
         total = X.new_zeros(X.shape[0], Y.shape[0])
         for i, (scales, var) in enumerate(groups):
             M, b = self._projected(i, scales)
-            total = total + var * group_block(self._bases[i], M, b, self._half(i), X, U, Y, V)
+            total = total + var * group_block(self._bases[i], M, b, self._half(i), X, U, Y, V, self._column_cache(i))
         if corr is not None:
             s = corr[0]
             total = total + corr[1] * self._bases[-1].derivative_block(X / s, U / s, Y / s, V / s)
