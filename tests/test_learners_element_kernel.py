@@ -431,7 +431,8 @@ def test_two_body_acceptance_with_the_element_kernel():
 
 def test_energy_is_differentiable_and_the_std_is_refused_before_any_calibration(two_body_fit):
     """Gradients of the energy (level sets, learners.metrics) flow through the element model's energy where the
-    inputs require them: equal to the recovered Lagrangian's energy's gradient to rounding; the std raises before any
+    inputs require them (in chunks beyond one chunk of states): equal to the recovered Lagrangian's energy's gradient
+    to rounding; the std raises before any
     calibration runs (no calibration outcome recorded by the refused call: before the fix it ran three failing
     calibrations first, 8 s at CI size)."""
     import bea
@@ -444,6 +445,18 @@ def test_energy_is_differentiable_and_the_std_is_refused_before_any_calibration(
     q2 = q.detach().clone().requires_grad_(True)
     (g0,) = torch.autograd.grad(bea.energy(model.recovered_lagrangian(2))(q2, v).sum(), q2)
     assert float((g - g0).abs().max()) <= ROUNDING * float(g0.abs().max())
+    # more states than a chunk (8 here): per chunk, graphs freed, the same gradients (to the batch rounding of
+    # test_energies_in_bounded_chunks, ~1e-9) and no second derivative (it raises rather than being wrong)
+    q, v = held_out_states(system, 20)
+    assert q.shape[0] > model._autograd_chunk()
+    q = q.clone().requires_grad_(True)
+    E = model.energy(2)(q, v)
+    (g,) = torch.autograd.grad(E.sum(), q, create_graph=True)
+    q2 = q.detach().clone().requires_grad_(True)
+    (g0,) = torch.autograd.grad(bea.energy(model.recovered_lagrangian(2))(q2, v).sum(), q2)
+    assert float((g - g0).abs().max()) <= 1e-8 * float(g0.abs().max())
+    with pytest.raises(RuntimeError, match="once_differentiable|does not require grad"):
+        torch.autograd.grad(g.sum(), q)
     before = dict(model.history)
     for call in (lambda: model.energy(2, return_std=True), lambda: model.energies(q.detach()[None], 2, return_std=True)):
         with pytest.raises(BeaTypeError, match="fit with kernel='auto'"):
