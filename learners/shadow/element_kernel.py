@@ -18,8 +18,8 @@ along :math:`A u`: the atoms are projected, :math:`X \to D_g(A_e X + b_e)`, :mat
 kernel's own closed-form ``derivative_block`` (unit scales) gives each of the :math:`m^2` instance pairs of a group of
 :math:`m` instances -- in fact only the instances an atom's directions reach, one orientation of a negation-closed
 group, one triangle of the same atoms (:mod:`~learners.shadow.element_blocks`: the same sums; for the DEL functionals
-6 base blocks per atom pair for a chain of any length, 20 for ``bodies(4, 2)``, against :math:`\sum_g m_g^2` = 222
-and 161), plus one on :math:`\mathbb R^{2n}` for the correction. Differentiable in the hyperparameters; agrees with the generic autograd
+6 base blocks per atom pair for a chain of any length, 20 for ``bodies(4, 2)``, against :math:`\sum_g m_g^2 + 1` =
+222 and 161, each count with the correction's one block on :math:`\mathbb R^{2n}`). Differentiable in the hyperparameters; agrees with the generic autograd
 path (:func:`learners.shadow.kernels._autograd_block`) to rounding (tests).
 
 *Coordinates.* The maps are given in the user's coordinates; the model fits in standardised ones,
