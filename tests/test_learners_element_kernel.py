@@ -116,6 +116,35 @@ def test_reduced_blocks_are_differentiable_in_the_scales():
         assert float((grads[0] - grads[1]).abs().max()) <= ROUNDING * float(grads[0].abs().max())
 
 
+def test_reduced_blocks_between_different_atoms_are_differentiable_twice():
+    """X != Y (the cross-covariance's path, ColumnCache): the gradient in the scales and in the column atoms equals the
+    plain sum's to rounding, and a second call with the same atoms (a cache hit without grad) is differentiated again
+    (a cached graph raised "backward through the graph a second time"); under inference mode (no version counters) the
+    blocks are the no-grad ones (bit for bit: the same sums in the same order)."""
+    gen = torch.Generator().manual_seed(8)
+    kern = _random_scales(ElementKernel.bodies(3, 2, degree=2).to(torch.float64)).requires_grad_(True)
+    X, U = _coordinate_atoms(gen, 20, 1, kern.dim)
+    Y, V = _coordinate_atoms(gen, 15, 1, kern.dim)
+    W = torch.randn(20, 15, generator=gen, dtype=torch.float64)
+    Y.requires_grad_(True)
+    for scales in (True, False):  # with the scales' graph, and with the atoms' alone (the maps then need no grad)
+        kern.requires_grad_(scales)
+        wrt = (kern.raw_lengthscale, Y) if scales else (Y,)
+        ref = torch.autograd.grad((_plain_block(kern, X, U, Y, V) * W).sum(), wrt)
+        for _ in range(2):
+            got = torch.autograd.grad((kern.derivative_block(X, U, Y, V) * W).sum(), wrt)
+            for g, r in zip(got, ref):
+                assert float((g - r).abs().max()) <= ROUNDING * float(r.abs().max())
+    Y = Y.detach()
+    with torch.no_grad():
+        plain = kern.derivative_block(X, U, Y, V)
+    with torch.inference_mode():
+        Yi, Vi = Y.clone(), V.clone()  # inference tensors
+        for _ in range(2):
+            assert torch.equal(kern.derivative_block(X, U, Yi, Vi), plain)
+            assert torch.equal(kern.derivative_block(X, U, Y, V), plain)
+
+
 def test_assemblies_reuse_the_gathered_columns(monkeypatch):
     """Without gradients an assembly's row chunks reuse the columns gathered once (ColumnCache), the triangle's chunks
     as suffixes of them: the covariance of DEL functionals (random walks, many row chunks) equals the one assembled
@@ -395,20 +424,34 @@ def test_energies_in_bounded_chunks(two_body_fit, monkeypatch):
         model.energy(2)
 
 
-def test_velocities_and_energies_in_bounded_chunks(two_body_fit):
-    """Along positions, velocities and energies come in passes of time steps holding at most the energy's states per
-    pass (here 2 steps of 4 trajectories against the mixin's 1,000): equal to one pass over all steps to 1e-8 of
-    their size (each state's solve is its own, but the mean rounds differently in batches of other sizes, as in
-    test_energies_in_bounded_chunks: measured 2.0e-9 for the velocities, 6e-9 for the energies; a state dropped or
-    shifted by a step moves a velocity by O(0.1) and an energy by its spread along the trajectory, ~1e-4)."""
+def test_velocities_and_energies_in_bounded_chunks(two_body_fit, monkeypatch):
+    """Along positions, velocities and energies come in passes of at most the energy's states per pass (at least two):
+    windows of time steps as long as that allows, and as many trajectories as fit with them (budgets 3: windows of 3
+    steps, one trajectory; 13: whole trajectories, two at a time; the fit's own), equal to one pass over all steps to
+    1e-7 of their size (each state's solve is its own, but the mean rounds differently in batches of other sizes, as
+    in test_energies_in_bounded_chunks: measured up to 2.8e-9 for the velocities, 1.3e-8 for the energies over windows
+    of 2 to 6 steps and 1 to 4 trajectories; a state dropped or shifted by a step or a trajectory moves a velocity by
+    O(0.1) and an energy by its spread, ~1e-4 of it)."""
+    from learners.shadow.recovery import RecoveryMixin
+
     _, data, model = two_body_fit
     qs = data[:4].transpose(0, 1)  # (6 snapshots, 4 trajectories, n)
-    chunk = model._time_chunk(qs, None)
-    assert chunk == max(2, model._autograd_chunk() // 4) < qs.shape[0] - 1
-    for f in (model.velocities, model.energies):
-        got, whole = f(qs), f(qs, chunk=qs.shape[0])
-        size = float(whole.abs().max())  # (the energies' spread along a trajectory is ~1e-4 of it: conserved)
-        assert got.shape == whole.shape and float((got - whole).abs().max()) <= 1e-8 * size
+    whole = {f: f(qs, chunk=qs.shape[0]) for f in (model.velocities, model.energies)}
+    passes = []
+    for name in ("velocities", "energies"):
+        def spy(self, q, order=2, chunk=None, *a, _real=getattr(RecoveryMixin, name), **k):
+            passes.append((min(chunk, q.shape[0]), q.shape[1]))  # (time steps a window, trajectories) of a pass
+            return _real(self, q, order, chunk, *a, **k)
+        monkeypatch.setattr(RecoveryMixin, name, spy)
+    for budget in (3, 13, model._autograd_chunk()):
+        monkeypatch.setattr(model, "_autograd_chunk", lambda b=budget: b)
+        for f in (model.velocities, model.energies):
+            passes.clear()
+            got = f(qs)
+            size = float(whole[f].abs().max())  # (the energies' spread along a trajectory is ~1e-4 of it: conserved)
+            assert got.shape == whole[f].shape and float((got - whole[f]).abs().max()) <= 1e-7 * size
+            assert sum(c for _, c in passes) == 4 and max(t * c for t, c in passes) <= max(2, budget)
+            assert min(t for t, _ in passes) == min(qs.shape[0], max(2, budget))  # windows as long as the bound allows
 
 
 @pytest.mark.slow

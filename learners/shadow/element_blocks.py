@@ -96,9 +96,16 @@ def _sum_into(base, rows, cols, A: int, B: int, symmetric: bool) -> torch.Tensor
             cidx = ca[s:]
         else:
             phi, cidx = base.derivative_block(Xp[sl], Up[sl], Yp, Vp), ca
-        cols_sum = phi.new_zeros(phi.shape[0], B).index_add(1, cidx, phi)
-        out = out.index_add(0, ra[sl], cols_sum)  # out of place: differentiable in the hyperparameters
+        # in place on fresh zeros (still differentiable: index_add_'s backward needs neither value), no (A, B) copies
+        out.index_add_(0, ra[sl], phi.new_zeros(phi.shape[0], B).index_add_(1, cidx, phi))
     return out + out.T if symmetric else out
+
+
+def _project(M: torch.Tensor, b: torch.Tensor, X: torch.Tensor, U: torch.Tensor):
+    """Atoms ``X`` (A, D), ``U`` (A, a, D) as every instance of ``M`` (m, k, D), ``b`` (m, k) sees them: (m, A, k),
+    (m, A, a, k)."""
+    Mt = M.transpose(1, 2)
+    return X @ Mt + b[:, None], U @ Mt[:, None]
 
 
 def _gather(P, Q, keep=None, sign: float = 1.0):
@@ -113,16 +120,19 @@ def _gather(P, Q, keep=None, sign: float = 1.0):
 class ColumnCache:
     r"""The gathered column atoms of the last call, reused while the maps and the atoms are the same: an assembly calls
     the block once per row chunk against the same columns (or, for one triangle, the columns from the chunk's first on:
-    a suffix of the same tensor, taken from the cached list by its atoms' indices). Without gradients only (a cached
-    graph would be differentiated twice); the tensors are held, so neither an address nor a value can change unseen."""
+    a suffix of the same tensor, taken from the cached list by its atoms' indices). Only where nothing requires grad
+    (a cached graph would be differentiated twice) and outside inference mode (inference tensors have no version
+    counter). The tensors are held, so an address cannot be reused unseen, and in-place writes through
+    autograd-visible views are seen (version counters); writes that bypass them (``.data``, raw storage) are not."""
 
     def __init__(self):
         self._last = None
 
     def columns(self, M: torch.Tensor, b: torch.Tensor, Y: torch.Tensor, V: torch.Tensor):
         """:func:`_gather` of the projections of ``Y``, ``V`` by every instance of ``M``, ``b``."""
-        if torch.is_grad_enabled() and (M.requires_grad or b.requires_grad):
-            return _gather(Y @ M.transpose(1, 2) + b[:, None], V @ M.transpose(1, 2)[:, None])
+        if (torch.is_inference_mode_enabled() or any(t.is_inference() for t in (M, b, Y, V))
+                or (torch.is_grad_enabled() and any(t.requires_grad for t in (M, b, Y, V)))):
+            return _gather(*_project(M, b, Y, V))
         hit = self._last
         if hit is not None:
             r = self._rows_of(hit, M, b, Y, V)
@@ -130,7 +140,7 @@ class ColumnCache:
                 P, Q, a = hit[4]
                 keep = (a >= r) & (a < r + Y.shape[0])
                 return P[keep], Q[keep], a[keep] - r
-        cols = _gather(Y @ M.transpose(1, 2) + b[:, None], V @ M.transpose(1, 2)[:, None])
+        cols = _gather(*_project(M, b, Y, V))
         self._last = (M.detach().clone(), b.detach().clone(), Y, V, cols, (Y._version, V._version))
         return cols
 
@@ -159,17 +169,14 @@ def group_block(base, M: torch.Tensor, b: torch.Tensor, half: Optional[torch.Ten
     ``half`` the indices of one orientation (:func:`negation_half`, only for an :func:`even_base`) or None; ``cache``
     keeps the gathered columns between calls (:class:`ColumnCache`)."""
     A, B = X.shape[0], Y.shape[0]
-    Mt = M.transpose(1, 2)
-    Xe, Ue = X @ Mt + b[:, None], U @ Mt[:, None]  # (m, A, k), (m, A, a, k)
-    gather = _gather
-
+    Xe, Ue = _project(M, b, X, U)
     if same_atoms(X, U, Y, V):
         if half is None:
-            g = gather(Xe, Ue)
+            g = _gather(Xe, Ue)
             return _sum_into(base, g, g, A, B, True)
-        g = gather(Xe, Ue, half)
-        return 2.0 * (_sum_into(base, g, g, A, B, True) + _sum_into(base, g, gather(Xe, Ue, half, -1.0), A, B, True))
+        g = _gather(Xe, Ue, half)
+        return 2.0 * (_sum_into(base, g, g, A, B, True) + _sum_into(base, g, _gather(Xe, Ue, half, -1.0), A, B, True))
     cols = (cache or ColumnCache()).columns(M, b, Y, V)
     if half is None:
-        return _sum_into(base, gather(Xe, Ue), cols, A, B, False)
-    return 2.0 * _sum_into(base, gather(Xe, Ue, half), cols, A, B, False)
+        return _sum_into(base, _gather(Xe, Ue), cols, A, B, False)
+    return 2.0 * _sum_into(base, _gather(Xe, Ue, half), cols, A, B, False)

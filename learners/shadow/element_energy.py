@@ -9,7 +9,8 @@ derivatives keep hundreds of tensors of that size alive per state (measured, cha
 entry at N = 2, 10.9 kB at N = 4; ``benchmarks/RESULTS_identification.md``, Session 12, branch elem2), so the energies
 are evaluated ``chunk`` states at a time, the chunk counting these entries per state against
 :data:`~learners.shadow.recovery.AUTOGRAD_ENTRIES` (the default kernels' rule with one entry per atom), and the
-velocities and energies along positions in passes of as many time steps (:meth:`ElementEnergy._time_chunk`). Splitting the
+velocities and energies along positions in passes of as many states (:meth:`ElementEnergy._along_positions`: whole
+windows of time steps, a few trajectories at a time). Splitting the
 states inside the expansion does not bound the memory (the graph of every piece stays alive until the energy is
 formed: measured 1,501 against 1,586 MiB), so the split is here, on whole energies, detached. Where one state alone
 exceeds :data:`MAX_STATE_ENTRIES` the evaluation is refused with a typed error rather than killed for memory.
@@ -31,8 +32,8 @@ from .references import reference_state
 
 __all__ = ["ElementEnergy", "MAX_STATE_ENTRIES"]
 
-#: most kernel entries (instance pairs x atoms) for one state's energy: ~1.6 GB at N = 2, ~5.5 GB at N = 4 by the
-#: measured rates (module docstring)
+#: most kernel entries (instances evaluated x the projected atoms they see: state_entries) for one state's energy:
+#: ~1.6 GB at N = 2, ~5.5 GB at N = 4 by the measured rates (module docstring)
 MAX_STATE_ENTRIES = 500_000
 
 
@@ -99,29 +100,49 @@ class ElementEnergy:
 
         return chunked
 
-    def _time_chunk(self, qs, chunk: Optional[int]) -> Optional[int]:
-        """Time steps per pass of :meth:`velocities` and :meth:`energies`: ``chunk`` if given; with an element kernel the
-        states per autograd pass (:meth:`_autograd_chunk`, refused above :data:`MAX_STATE_ENTRIES`) over the states per
-        time step, at least two (the discrete momenta take pairs of positions); else None (the mixin's default)."""
+    def _along_positions(self, method, qs, chunk: Optional[int]):
+        """``method`` (the mixin's velocities or energies) along positions ``qs`` ``(steps + 1, batch..., n)``: with an
+        element kernel and no ``chunk`` given, in passes of at most :meth:`_autograd_chunk` states (refused above
+        :data:`MAX_STATE_ENTRIES`), at least two (the discrete momenta take pairs of positions): windows of ``t`` time
+        steps, as long as the bound allows up to the whole trajectory (each window's Newton starts from a first-order
+        guess), and as many trajectories a pass as fit with them; each trajectory's results are its own (a reference
+        index is per trajectory), so the passes are concatenated along the batch. Else the mixin's passes."""
         if chunk is not None or not self._element_entries():
-            return chunk
-        per_step = max(1, self._positions(qs)[0].numel() // self.n)  # (steps + 1, batch..., n): states per step
-        return max(2, self._autograd_chunk() // per_step)
+            return method(qs, chunk)
+        qs = self._positions(qs)
+        steps, batch = qs.shape[0], qs.shape[1:-1]
+        flat = qs.reshape(steps, -1, self.n)
+        budget = self._autograd_chunk()
+        t = max(2, min(steps, budget))
+        cols = max(1, budget // t)
+        parts = [method(flat[:, a:a + cols], t) for a in range(0, flat.shape[1], cols)]
+
+        def joined(pieces):
+            out = torch.cat(pieces, 1)
+            return out.reshape(steps, *batch, *out.shape[2:])
+
+        return tuple(map(joined, zip(*parts))) if isinstance(parts[0], tuple) else joined(parts)
 
     def velocities(self, qs, order: int = 2, chunk: Optional[int] = None, return_std: bool = False, std_every: int = 1,
                    truncation: bool = True):
         """As :meth:`RecoveryMixin.velocities <learners.shadow.recovery.RecoveryMixin.velocities>`; with an element
-        kernel in bounded passes of time steps (:meth:`_time_chunk`), and the std raises at once."""
+        kernel in bounded passes of states (:meth:`_along_positions`), and the std raises at once."""
         self._refuse_std(return_std)
-        return super().velocities(qs, order, self._time_chunk(qs, chunk), return_std, std_every, truncation)
+
+        def call(q, c):
+            return super(ElementEnergy, self).velocities(q, order, c, return_std, std_every, truncation)
+        return self._along_positions(call, qs, chunk)
 
     def energies(self, qs, order: int = 2, chunk: Optional[int] = None, return_std: bool = False, std_every: int = 1,
                  reference=None, truncation: bool = True, *, reference_index: Optional[int] = None):
         """As :meth:`RecoveryMixin.energies <learners.shadow.recovery.RecoveryMixin.energies>`; with an element
-        kernel in bounded passes of time steps (:meth:`_time_chunk`), and the std raises at once."""
+        kernel in bounded passes of states (:meth:`_along_positions`), and the std raises at once."""
         self._refuse_std(return_std)
-        return super().energies(qs, order, self._time_chunk(qs, chunk), return_std, std_every, reference, truncation,
-                                reference_index=reference_index)
+
+        def call(q, c):
+            return super(ElementEnergy, self).energies(q, order, c, return_std, std_every, reference, truncation,
+                                                       reference_index=reference_index)
+        return self._along_positions(call, qs, chunk)
 
 
 class _ChunkedEnergy(torch.autograd.Function):
@@ -131,18 +152,23 @@ class _ChunkedEnergy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, v, H, chunk):
+        want = ctx.needs_input_grad[:2]  # only the inputs that require grad: the other's derivatives are not taken
         vals, grads = [], []
         for a in range(0, q.shape[0], chunk):
             with torch.enable_grad():
-                qa, va = q[a:a + chunk].detach().requires_grad_(True), v[a:a + chunk].detach().requires_grad_(True)
-                e = H(qa, va)
-                grads.append(torch.autograd.grad(e.sum(), (qa, va)))
+                parts = [x[a:a + chunk].detach().requires_grad_(w) for x, w in zip((q, v), want)]
+                e = H(*parts)
+                inputs = [x for x, w in zip(parts, want) if w]
+                # allow_unused: an energy need not depend on q or v in a chunk (its derivative is then zero)
+                got = torch.autograd.grad(e.sum(), inputs, allow_unused=True) if e.requires_grad else [None] * len(inputs)
+                grads.append([torch.zeros_like(x) if g is None else g for x, g in zip(inputs, got)])
             vals.append(e.detach())
-        ctx.save_for_backward(torch.cat([g[0] for g in grads]), torch.cat([g[1] for g in grads]))
+        ctx.want = want
+        ctx.save_for_backward(*(torch.cat(g) for g in zip(*grads)))
         return torch.cat(vals)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad):
-        gq, gv = ctx.saved_tensors
-        return grad[:, None] * gq, grad[:, None] * gv, None, None
+        saved = iter(ctx.saved_tensors)
+        return tuple(grad[:, None] * next(saved) if w else None for w in ctx.want) + (None, None)

@@ -19,8 +19,8 @@ kernel's own closed-form ``derivative_block`` (unit scales) gives each of the :m
 :math:`m` instances -- in fact only the instances an atom's directions reach, one orientation of a negation-closed
 group, one triangle of the same atoms (:mod:`~learners.shadow.element_blocks`: the same sums; for the DEL functionals
 6 base blocks per atom pair for a chain of any length, 20 for ``bodies(4, 2)``, against :math:`\sum_g m_g^2 + 1` =
-222 and 161, each count with the correction's one block on :math:`\mathbb R^{2n}`). Differentiable in the hyperparameters; agrees with the generic autograd
-path (:func:`learners.shadow.kernels._autograd_block`) to rounding (tests).
+222 and 161, each count with the correction's one block on :math:`\mathbb R^{2n}`). Differentiable in the
+hyperparameters; agrees with the generic autograd path (:func:`learners.shadow.kernels._autograd_block`) to rounding (tests).
 
 *Coordinates.* The maps are given in the user's coordinates; the model fits in standardised ones,
 :math:`z = T z' + t` (:mod:`learners.shadow.units`: :math:`q = \sigma R q' + \bar q`, :math:`v = s R v'`).
@@ -121,6 +121,7 @@ class ElementKernel(SmoothKernel):
         n = self.dim // 2
         dev = self.raw_lengthscale.device
         self._unbound = False
+        self._forget()
         R = torch.eye(n, dtype=torch.float64, device=dev) if rotation is None else rotation.to(dev, torch.float64)
         T = torch.block_diag(unit * R, speed * R)
         t = torch.zeros(self.dim, dtype=torch.float64, device=dev)
@@ -136,7 +137,14 @@ class ElementKernel(SmoothKernel):
         super()._apply(fn, recurse)
         for b in self._bases:  # the unit kernels follow the device
             b._apply(fn, recurse)
+        self._forget()
         return self
+
+    def _forget(self) -> None:
+        """Drop the orientations and gathered columns found on the old maps (new maps or device: they would only hold
+        memory; the caches check identity, so they could not be wrongly reused)."""
+        self.__dict__.pop("_halves", None)
+        self.__dict__.pop("_columns", None)
 
     def equal_masses(self) -> bool:
         r"""Whether the structure implies equal masses: one group's instances, together, select every velocity
@@ -160,12 +168,9 @@ class ElementKernel(SmoothKernel):
         projected atoms with non-vanishing directions, plus the atoms once for the correction; at most
         :meth:`instance_pairs` times the atoms."""
         total = sum(len(A) for A in atoms.values()) if self.correction else 0
-        for i, g in enumerate(self.groups):
+        for i in range(len(self.groups)):
             M, b = getattr(self, f"maps_{i}"), getattr(self, f"offsets_{i}")
-            rows, _ = self._rows(i)
-            Mt = M.transpose(1, 2)
-            active = sum(len(active_atoms(A.points @ Mt + b[:, None], A.dirs @ Mt[:, None])[0]) for A in atoms.values())
-            total += M[rows].shape[0] * active
+            total += _entries(M[self._rows(i)[0]], _projected_atoms(atoms, M.transpose(1, 2), b))
         return total
 
     # ------------------------------------------------------------------ hyperparameters
@@ -288,7 +293,7 @@ class ElementExpansion:
                 fk.outputscale = factor * float(var) * float(outputscale)
                 fk.requires_grad_(False)
                 Mt = M[rows].transpose(1, 2)
-                self.entries += Mt.shape[0] * sum(len(A) for A in proj.values())
+                self.entries += _entries(Mt, proj)
                 self._parts.append((Mt, b[rows], AtomExpansion(fk, proj)))
 
     def __call__(self, X: torch.Tensor) -> torch.Tensor:
@@ -297,6 +302,12 @@ class ElementExpansion:
             W = X @ Mt + b[:, None]  # (m, B, k): every instance's input
             out = out + ex(W.reshape(-1, W.shape[-1])).reshape(W.shape[0], X.shape[0]).sum(0)
         return out
+
+
+def _entries(M: torch.Tensor, projected: dict) -> int:
+    """Kernel entries per state of one group: its instances evaluated (``M``'s first dimension) times the projected
+    atoms kept (:func:`_projected_atoms`)."""
+    return M.shape[0] * sum(len(A) for A in projected.values())
 
 
 def _projected_atoms(atoms, Mt: torch.Tensor, b: torch.Tensor) -> dict:
