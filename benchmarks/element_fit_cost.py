@@ -23,6 +23,13 @@ except ImportError:  # pragma: no cover - run from benchmarks/
     import identification_acceptance as IA
 
 
+def _fingerprint(F) -> tuple:
+    """The functionals' count and a checksum of their atoms (an id() can be reused by another set once one is freed,
+    and equal functionals built anew have another)."""
+    return (F.count,) + tuple((order, len(A), float(A.points.sum()), float(A.dirs.sum()), float(A.coef.sum()))
+                              for order, A in sorted(F.atoms.items()))
+
+
 def _counting():
     """Wrap FunctionalKernel.forward and the Cholesky factorisation; returns the tallies."""
     from learners.shadow.kernels import FunctionalKernel
@@ -39,7 +46,7 @@ def _counting():
         t = tally[f"assembly {key}"]
         t[0], t[1], t[2] = t[0] + 1, t[1] + time.process_time() - c, t[2] + F1.count * F2.count
         # the same functionals at the same hyperparameters again: what a cache per hyperparameter vector would save
-        point = (key, id(F1), id(F2), F1.count, F2.count, float(self.outputscale),
+        point = (key, _fingerprint(F1), _fingerprint(F2), float(self.outputscale),
                  tuple(float(x) for x in self.base_kernel.lengthscale.reshape(-1)))
         if point in seen:
             r = tally[f"repeated {key}"]
