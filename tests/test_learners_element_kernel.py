@@ -36,6 +36,160 @@ def test_closed_form_blocks_match_autograd(kernel):
         assert float((closed - auto).abs().max()) <= ROUNDING * float(auto.abs().max()), (a, b)
 
 
+def _plain_block(kern, X, U, Y, V):
+    """Every instance pair's base block summed, as the kernel computed its blocks before session 13 (the reference
+    for the reduced sums)."""
+    groups, corr = kern._layout()
+    total = X.new_zeros(X.shape[0], Y.shape[0])
+    for i, (scales, var) in enumerate(groups):
+        M, b = kern._projected(i, scales)
+        Mt = M.transpose(1, 2)
+        Xe, Ue, Ye, Ve = X @ Mt + b[:, None], U @ Mt[:, None], Y @ Mt + b[:, None], V @ Mt[:, None]
+        m = M.shape[0]
+        total = total + var * sum(kern._bases[i].derivative_block(Xe[e], Ue[e], Ye[f], Ve[f]) for e in range(m) for f in range(m))
+    s = corr[0]
+    return total + corr[1] * kern._bases[-1].derivative_block(X / s, U / s, Y / s, V / s)
+
+
+def _coordinate_atoms(gen, count, order, D, h=0.2):
+    """Atoms like the DEL functionals': every direction along one coordinate k, (h/2 e_k, e_k) in (q, v)."""
+    n = D // 2
+    dirs = torch.zeros(count, order, D, dtype=torch.float64)
+    k = torch.randint(0, n, (count, order), generator=gen)
+    for r in range(order):
+        dirs[torch.arange(count), r, k[:, r]] = h / 2
+        dirs[torch.arange(count), r, n + k[:, r]] = 1.0
+    return torch.randn(count, D, generator=gen, dtype=torch.float64), dirs
+
+
+@pytest.mark.parametrize("kernel", [ElementKernel.bodies(3, 2), ElementKernel.bodies(3, 2, degree=2),
+                                    ElementKernel.chain(4), ElementKernel.chain(3, "periodic", identical=False, degree=2)],
+                         ids=["bodies3-rbf", "bodies3-mech2", "chain4-rbf", "chain3-periodic-mech2"])
+def test_reduced_blocks_equal_every_instance_pair(kernel):
+    """The blocks with active instances only, one orientation of the pairs and one triangle of the same atoms equal
+    the sum over every instance pair (_plain_block) to rounding, bound to standardised coordinates with a centre (so
+    the offsets are non-zero and their negation must be exact), for coordinate directions (the DEL functionals':
+    most instances inactive) and dense ones; the pointwise kernel too. A dropped instance pair or a wrong factor 2
+    is O(1) against ROUNDING."""
+    from learners.shadow.element_blocks import same_atoms
+
+    kernel = _random_scales(kernel.to(torch.float64))
+    gen = torch.Generator().manual_seed(5)
+    D = kernel.dim
+    kernel.bind(torch.randn(D // 2, generator=gen, dtype=torch.float64), 1.7, 0.6, None)
+    halves = [kernel._half(i) for i in range(len(kernel.groups))]
+    paired = kernel.groups[-1]["name"] == "pair"  # bodies' pairs: both orientations; sites, bodies, bonds: none
+    assert [h is not None for h in halves] == [False] * (len(halves) - 1) + [paired]
+    if paired:
+        assert len(halves[-1]) == kernel.groups[-1]["maps"].shape[0] // 2
+    for a, b in [(0, 0), (1, 0), (1, 1), (2, 1), (2, 2)]:
+        for coordinate in (True, False):
+            if coordinate:
+                (X, U), (Y, V) = _coordinate_atoms(gen, 30, a, D), _coordinate_atoms(gen, 20, b, D)
+            else:
+                X, U = (torch.randn(6, *s, D, generator=gen, dtype=torch.float64) for s in ((), (a,)))
+                Y, V = (torch.randn(5, *s, D, generator=gen, dtype=torch.float64) for s in ((), (b,)))
+            cases = [(X, U, Y, V)] + ([(X, U, X, U), (X, U, X[:], U[:])] if a == b else [])  # same atoms: object or view
+            assert a != b or same_atoms(X, U, X[:], U[:])
+            for case in cases:
+                ref = _plain_block(kernel, *case)
+                got = kernel.derivative_block(*case)
+                assert float((got - ref).abs().max()) <= ROUNDING * float(ref.abs().max()), (a, b, coordinate)
+                if case[2] is case[0]:
+                    assert float((got - got.T).abs().max()) <= ROUNDING * float(ref.abs().max())
+    x, y = torch.randn(7, D, generator=gen, dtype=torch.float64), torch.randn(7, D, generator=gen, dtype=torch.float64)
+    ref = torch.stack([_plain_block(kernel, x[j:j + 1], x.new_zeros(1, 0, D), y[j:j + 1], x.new_zeros(1, 0, D))[0, 0]
+                       for j in range(7)])
+    assert float((kernel.pointwise(x, y) - ref).abs().max()) <= ROUNDING * float(ref.abs().max())
+
+
+def test_reduced_blocks_are_differentiable_in_the_scales():
+    """The gradient in the hyperparameters (the likelihood's path, FunctionalKernel._pair on one atom set with itself:
+    the symmetric triangle with the orientation halving) equals the plain sum's to rounding."""
+    gen = torch.Generator().manual_seed(6)
+    for kern in (ElementKernel.bodies(3, 2, degree=2), ElementKernel.chain(4)):
+        kern = _random_scales(kern.to(torch.float64)).requires_grad_(True)
+        X, U = _coordinate_atoms(gen, 25, 1, kern.dim)
+        W = torch.randn(25, 25, generator=gen, dtype=torch.float64)
+        grads = [torch.autograd.grad((f(kern, X, U, X, U) * W).sum(), kern.raw_lengthscale)[0]
+                 for f in (_plain_block, ElementKernel.derivative_block)]
+        assert float((grads[0] - grads[1]).abs().max()) <= ROUNDING * float(grads[0].abs().max())
+
+
+def test_reduced_blocks_between_different_atoms_are_differentiable_twice():
+    """X != Y (the cross-covariance's path, ColumnCache): the gradient in the scales and in the column atoms equals the
+    plain sum's to rounding, and a second call with the same atoms (a cache hit without grad) is differentiated again
+    (a cached graph raised "backward through the graph a second time"); under inference mode (no version counters) the
+    blocks are the no-grad ones (bit for bit: the same sums in the same order)."""
+    gen = torch.Generator().manual_seed(8)
+    kern = _random_scales(ElementKernel.bodies(3, 2, degree=2).to(torch.float64)).requires_grad_(True)
+    X, U = _coordinate_atoms(gen, 20, 1, kern.dim)
+    Y, V = _coordinate_atoms(gen, 15, 1, kern.dim)
+    W = torch.randn(20, 15, generator=gen, dtype=torch.float64)
+    Y.requires_grad_(True)
+    for scales in (True, False):  # with the scales' graph, and with the atoms' alone (the maps then need no grad)
+        kern.requires_grad_(scales)
+        wrt = (kern.raw_lengthscale, Y) if scales else (Y,)
+        ref = torch.autograd.grad((_plain_block(kern, X, U, Y, V) * W).sum(), wrt)
+        for _ in range(2):
+            got = torch.autograd.grad((kern.derivative_block(X, U, Y, V) * W).sum(), wrt)
+            for g, r in zip(got, ref):
+                assert float((g - r).abs().max()) <= ROUNDING * float(r.abs().max())
+    Y = Y.detach()
+    with torch.no_grad():
+        plain = kern.derivative_block(X, U, Y, V)
+    with torch.inference_mode():
+        Yi, Vi = Y.clone(), V.clone()  # inference tensors
+        for _ in range(2):
+            assert torch.equal(kern.derivative_block(X, U, Yi, Vi), plain)
+            assert torch.equal(kern.derivative_block(X, U, Y, V), plain)
+
+
+def test_assemblies_reuse_the_gathered_columns(monkeypatch):
+    """Without gradients an assembly's row chunks reuse the columns gathered once (ColumnCache), the triangle's chunks
+    as suffixes of them: the covariance of DEL functionals (random walks, many row chunks) equals the one assembled
+    with gradients (no cache, every block on the whole atom sets) to rounding, both triangles and the full matrix."""
+    from learners.shadow import element_blocks, kernels
+    from learners.shadow.functionals import snapshot_functionals
+    from learners.shadow.kernels import FunctionalKernel
+
+    monkeypatch.setattr(kernels, "CHUNK_ATOMS", 24)  # rows of 16 atoms a chunk: dozens of chunks per atom set
+    gathered = []
+    real = element_blocks._gather
+    monkeypatch.setattr(element_blocks, "_gather", lambda *a, **k: gathered.append(1) or real(*a, **k))
+    gen = torch.Generator().manual_seed(7)
+    F = snapshot_functionals(0.3 * torch.randn(3, 6, 6, generator=gen, dtype=torch.float64).cumsum(1), 0.2, "midpoint")[0]
+    for kern in (ElementKernel.bodies(3, 2), ElementKernel.chain(6)):
+        fk = FunctionalKernel(_random_scales(kern.to(torch.float64)))
+        ref = fk.requires_grad_(True).forward(F, F).detach()
+        fk.requires_grad_(False)
+        gathered.clear()
+        with torch.no_grad():
+            sym, full = fk.forward(F, F, symmetric=True), fk.forward(F, F)
+        chunks, g = -(-F.atoms[1].points.shape[0] // 16), len(kern.groups)
+        assert set(F.atoms) == {1}
+        # rows gathered per chunk and group in both assemblies, the columns once per group and assembly (no cache: as
+        # often as the rows)
+        assert 2 * chunks * g < len(gathered) <= 2 * chunks * g + 2 * g
+        for got in (sym, full):
+            assert float((got - ref).abs().max()) <= ROUNDING * float(ref.abs().max())
+
+
+def test_orientation_halving_needs_an_exact_negation():
+    """A group whose instances do not pair up under negation exactly (one map perturbed) is summed over every
+    instance: no factor 2 from a near-miss."""
+    from learners.shadow.element_blocks import negation_half
+
+    pair = ElementKernel.bodies(3, 2).groups[1]
+    assert negation_half(pair["maps"], pair["offsets"]).tolist() == [0, 2, 4]
+    M = pair["maps"].clone()
+    M[1, 0, 0] += 1e-12
+    assert negation_half(M, pair["offsets"]) is None
+    b = pair["offsets"].clone()
+    b[3, 1] = 1.0
+    assert negation_half(pair["maps"], b) is None
+
+
 def test_structure_maps():
     """bodies: (q_i, v_i) per body, pairs (q_i - q_j, v_i - v_j) in both orientations; chain with fixed ends: the
     bonds q_1 - 0, q_{i+1} - q_i, 0 - q_n."""
@@ -243,19 +397,26 @@ def test_saving_velocities_and_the_std(two_body_fit, tmp_path):
 
 
 def test_energies_in_bounded_chunks(two_body_fit, monkeypatch):
-    """The energies come in chunks of states whose kernel entries count every instance pair (9 here, ~985 atoms: 4
-    states a pass against the default rule's 40): equal to one unchunked pass to rounding (each state's energy is its
-    own; 1e-12 of the spread as in ROUNDING), differences to a reference too, and refused with a typed error where one
-    state alone is too large."""
+    """The energies come in chunks of states whose kernel entries count the instances and the atoms they see (5 atoms'
+    worth here, ~985 atoms: 8 states a pass against the default rule's 40): equal to one unchunked pass to rounding
+    (each state's energy is its own; 1e-12 of the spread as in ROUNDING), differences to a reference too, and refused
+    with a typed error where one state alone is too large."""
     import bea
     from bea.errors import BeaRuntimeError
     from learners.shadow import element_energy
+    from learners.shadow.element_kernel import ElementExpansion
     from learners.shadow.recovery import AUTOGRAD_ENTRIES
     from tests.test_learners_shadow_auto import held_out_states
 
     system, _, model = two_body_fit
     atoms = sum(A.points.shape[0] for A in model.gp.train_functionals.atoms.values())
-    assert model._autograd_chunk() == AUTOGRAD_ENTRIES // (9 * atoms) < AUTOGRAD_ENTRIES // atoms
+    # per state: body 2 instances x 1 of each order-1 atom's projections, pair 1 orientation x 2, correction 1 (the 9
+    # instance pairs before session 13); the mass normalisation's order-2 atoms on two bodies are seen by no body
+    entries = model._element_entries()
+    kernel = model.gp.kernel.base_kernel
+    assert entries == ElementExpansion(kernel, model.gp.train_functionals.atoms, 1.0).entries
+    assert 5 * len(model.gp.train_functionals.atoms[1]) <= entries <= 5 * atoms
+    assert model._autograd_chunk() == AUTOGRAD_ENTRIES // entries < AUTOGRAD_ENTRIES // atoms
     q, v = held_out_states(system, 10)
     H = bea.energy(model.recovered_lagrangian(2))
     chunked, whole = model.energy(2)(q, v), H(q, v).detach()
@@ -267,9 +428,39 @@ def test_energies_in_bounded_chunks(two_body_fit, monkeypatch):
     diff = model.energy(2, reference=(q[0], v[0]))(q[1:], v[1:])
     assert float((diff - (model.energy(2)(q[1:], v[1:]) - H(q[:1], v[:1]).detach())).abs().max()) <= ROUNDING * spread
     assert float((diff - (whole[1:] - whole[0])).abs().max()) <= 1e-8 * spread
-    monkeypatch.setattr(element_energy, "MAX_STATE_ENTRIES", 9 * atoms - 1)
+    monkeypatch.setattr(element_energy, "MAX_STATE_ENTRIES", entries - 1)
     with pytest.raises(BeaRuntimeError, match="not practical at this size"):
         model.energy(2)
+
+
+def test_velocities_and_energies_in_bounded_chunks(two_body_fit, monkeypatch):
+    """Along positions, velocities and energies come in passes of at most the energy's states per pass (at least two):
+    windows of time steps as long as that allows, and as many trajectories as fit with them (budgets 3: windows of 3
+    steps, one trajectory; 13: whole trajectories, two at a time; the fit's own), equal to one pass over all steps to
+    1e-7 of their size (each state's solve is its own, but the mean rounds differently in batches of other sizes, as
+    in test_energies_in_bounded_chunks: measured up to 2.8e-9 for the velocities, 1.3e-8 for the energies over windows
+    of 2 to 6 steps and 1 to 4 trajectories; a state dropped or shifted by a step or a trajectory moves a velocity by
+    O(0.1) and an energy by its spread, ~1e-4 of it)."""
+    from learners.shadow.recovery import RecoveryMixin
+
+    _, data, model = two_body_fit
+    qs = data[:4].transpose(0, 1)  # (6 snapshots, 4 trajectories, n)
+    whole = {f: f(qs, chunk=qs.shape[0]) for f in (model.velocities, model.energies)}
+    passes = []
+    for name in ("velocities", "energies"):
+        def spy(self, q, order=2, chunk=None, *a, _real=getattr(RecoveryMixin, name), **k):
+            passes.append((min(chunk, q.shape[0]), q.shape[1]))  # (time steps a window, trajectories) of a pass
+            return _real(self, q, order, chunk, *a, **k)
+        monkeypatch.setattr(RecoveryMixin, name, spy)
+    for budget in (3, 13, model._autograd_chunk()):
+        monkeypatch.setattr(model, "_autograd_chunk", lambda b=budget: b)
+        for f in (model.velocities, model.energies):
+            passes.clear()
+            got = f(qs)
+            size = float(whole[f].abs().max())  # (the energies' spread along a trajectory is ~1e-4 of it: conserved)
+            assert got.shape == whole[f].shape and float((got - whole[f]).abs().max()) <= 1e-7 * size
+            assert sum(c for _, c in passes) == 4 and max(t * c for t, c in passes) <= max(2, budget)
+            assert min(t for t, _ in passes) == min(qs.shape[0], max(2, budget))  # windows as long as the bound allows
 
 
 @pytest.mark.slow
@@ -292,10 +483,10 @@ def test_two_body_acceptance_with_the_element_kernel():
 
 def test_energy_is_differentiable_and_the_std_is_refused_before_any_calibration(two_body_fit, monkeypatch):
     """Gradients of the energy (level sets, learners.metrics) flow through the element model's energy where the
-    inputs require them: equal to the recovered Lagrangian's energy's gradient to rounding; where the kernel has no std
-    (mechanical bases: element_uncertainty.unsupported, here made to say so) it raises before any calibration runs (no
-    calibration outcome recorded by the refused call: before the fix it ran three failing calibrations first, 8 s at
-    CI size)."""
+    inputs require them (in chunks beyond one chunk of states): equal to the recovered Lagrangian's energy's gradient
+    to rounding; where the kernel has no std (mechanical bases: element_uncertainty.unsupported, here made to say so) it
+    raises before any calibration runs (no calibration outcome recorded by the refused call: before the fix it ran
+    three failing calibrations first, 8 s at CI size)."""
     import bea
     from learners.shadow import element_uncertainty
     from tests.test_learners_shadow_auto import held_out_states
@@ -307,6 +498,18 @@ def test_energy_is_differentiable_and_the_std_is_refused_before_any_calibration(
     q2 = q.detach().clone().requires_grad_(True)
     (g0,) = torch.autograd.grad(bea.energy(model.recovered_lagrangian(2))(q2, v).sum(), q2)
     assert float((g - g0).abs().max()) <= ROUNDING * float(g0.abs().max())
+    # more states than a chunk (8 here): per chunk, graphs freed, the same gradients (to the batch rounding of
+    # test_energies_in_bounded_chunks, ~1e-9) and no second derivative (it raises rather than being wrong)
+    q, v = held_out_states(system, 20)
+    assert q.shape[0] > model._autograd_chunk()
+    q = q.clone().requires_grad_(True)
+    E = model.energy(2)(q, v)
+    (g,) = torch.autograd.grad(E.sum(), q, create_graph=True)
+    q2 = q.detach().clone().requires_grad_(True)
+    (g0,) = torch.autograd.grad(bea.energy(model.recovered_lagrangian(2))(q2, v).sum(), q2)
+    assert float((g - g0).abs().max()) <= 1e-8 * float(g0.abs().max())
+    with pytest.raises(RuntimeError, match="once_differentiable|does not require grad"):
+        torch.autograd.grad(g.sum(), q)
     before = dict(model.history)
     monkeypatch.setattr(element_uncertainty, "unsupported", lambda base: "no std here: build it with degree=None")
     for call in (lambda: model.energy(2, return_std=True), lambda: model.energies(q.detach()[None], 2, return_std=True),

@@ -1,17 +1,19 @@
 r"""Energies of a model with an :class:`~learners.shadow.element_kernel.ElementKernel`: states in bounded passes.
 
 The closed-form mean (:class:`~learners.shadow.element_kernel.ElementExpansion`) evaluates each group's base
-expansion on the :math:`m_g` inputs of a state against :math:`m_g` projected copies of the :math:`A` atoms: per state
-:math:`P A` kernel entries, :math:`P = \sum_g m_g^2 + 1` (:meth:`~learners.shadow.element_kernel.ElementKernel.instance_pairs`:
-9 for ``bodies(2, 2)``, 86 for ``chain(6)``) against the default kernel's :math:`A`. :math:`\mathrm{mod}_N`'s nested
+expansion on the instances of a state against the training atoms as the instances see them: per state
+:meth:`~learners.shadow.element_kernel.ElementKernel.state_entries` kernel entries (at most :math:`P A`, :math:`P =
+\sum_g m_g^2 + 1`; the atoms of the DEL functionals differentiate along one coordinate, which most instances do not
+see, so far fewer: chain(6) ~21 A against 86 A) against the default kernel's :math:`A`. :math:`\mathrm{mod}_N`'s nested
 derivatives keep hundreds of tensors of that size alive per state (measured, chain(6), 600 random atoms: 3.2 kB per
 entry at N = 2, 10.9 kB at N = 4; ``benchmarks/RESULTS_identification.md``, Session 12, branch elem2), so the energies
-are evaluated ``chunk`` states at a time, the chunk counting :math:`P A` entries per state against
-:data:`~learners.shadow.recovery.AUTOGRAD_ENTRIES` (the default kernels' rule with :math:`P = 1`). Splitting the
+are evaluated ``chunk`` states at a time, the chunk counting these entries per state against
+:data:`~learners.shadow.recovery.AUTOGRAD_ENTRIES` (the default kernels' rule with one entry per atom), and the
+velocities and energies along positions in passes of as many states (:meth:`ElementEnergy._along_positions`: whole
+windows of time steps, a few trajectories at a time). Splitting the
 states inside the expansion does not bound the memory (the graph of every piece stays alive until the energy is
 formed: measured 1,501 against 1,586 MiB), so the split is here, on whole energies, detached. Where one state alone
-exceeds :data:`MAX_STATE_ENTRIES` the evaluation is refused with a typed error rather than killed for memory (fpu6:
-~9,600 atoms x 86, ~2.6 GB per state at N = 2 by the rate above, ~9 GB at N = 4).
+exceeds :data:`MAX_STATE_ENTRIES` the evaluation is refused with a typed error rather than killed for memory.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from bea.errors import BeaRuntimeError, BeaTypeError
 
@@ -29,8 +32,8 @@ from .references import reference_state
 
 __all__ = ["ElementEnergy", "MAX_STATE_ENTRIES"]
 
-#: most kernel entries (instance pairs x atoms) for one state's energy: ~1.6 GB at N = 2, ~5.5 GB at N = 4 by the
-#: measured rates (module docstring)
+#: most kernel entries (instances evaluated x the projected atoms they see: state_entries) for one state's energy:
+#: ~1.6 GB at N = 2, ~5.5 GB at N = 4 by the measured rates (module docstring)
 MAX_STATE_ENTRIES = 500_000
 
 
@@ -47,7 +50,7 @@ class ElementEnergy:
         base = self._element_kernel()
         if base is None:
             return 0
-        return base.instance_pairs() * sum(A.points.shape[0] for A in self.gp.train_functionals.atoms.values())
+        return base.state_entries(self.gp.train_functionals.atoms)
 
     def _refuse_std(self, return_std: bool) -> None:
         """Where this kernel has no std (mechanical bases: :func:`~learners.shadow.element_uncertainty.unsupported`),
@@ -62,8 +65,9 @@ class ElementEnergy:
         if not entries:
             return super()._autograd_chunk()
         if entries > MAX_STATE_ENTRIES:
-            raise BeaRuntimeError(f"the element kernel's energy at one state needs {entries:,} kernel entries (instance "
-                                  f"pairs x {entries // self.gp.kernel.base_kernel.instance_pairs():,} training atoms), above "
+            atoms = sum(len(A) for A in self.gp.train_functionals.atoms.values())
+            raise BeaRuntimeError(f"the element kernel's energy at one state needs {entries:,} kernel entries (instances "
+                                  f"x the {atoms:,} training atoms they see), above "
                                   f"{MAX_STATE_ENTRIES:,} (several GB through mod_N's derivatives): fit fewer "
                                   f"trajectories, a structure with fewer instances, or kernel='auto' (issue 27: not "
                                   f"practical at this size yet)")
@@ -72,7 +76,8 @@ class ElementEnergy:
     def energy(self, order: int = 2, return_std: bool = False, reference=None, truncation: bool = True):
         """As :meth:`RecoveryMixin.energy <learners.shadow.recovery.RecoveryMixin.energy>`; with an element kernel the
         means (differences to ``reference`` if given) are computed in bounded chunks of states, detached, unless
-        gradients are asked for (an input that requires grad, with grad enabled: one pass, differentiable). The std
+        gradients are asked for (an input that requires grad, with grad enabled: one pass, differentiable, within a
+        chunk; beyond it per chunk with first derivatives only). The std
         (:mod:`learners.shadow.element_uncertainty`) is the mixin's, refused where a mechanical base has none. (The
         mixin's reference path computes the std's variance even without ``return_std``: differences alone stay here.)"""
         self._refuse_std(return_std)
@@ -86,24 +91,84 @@ class ElementEnergy:
             q, v = check_states(q, v, self.n)
             qf, vf = q.reshape(-1, self.n), v.reshape(-1, self.n)
             if torch.is_grad_enabled() and (qf.requires_grad or vf.requires_grad):
-                mean = H(qf, vf)  # differentiated by the caller: its own batches bound the memory (metrics.level_set_field)
+                # differentiated by the caller: one graph for a batch within the chunk (any derivative), else per chunk
+                # the values and first derivatives, graphs freed (level sets took 21 GB at chain(10) in one pass)
+                mean = H(qf, vf) if qf.shape[0] <= chunk else _ChunkedEnergy.apply(qf, vf, H, chunk)
             else:
                 mean = _in_chunks(H, qf, vf, chunk)
             return (mean if H_ref is None else mean - H_ref).reshape(q.shape[:-1])
 
         return chunked
 
+    def _along_positions(self, method, qs, chunk: Optional[int]):
+        """``method`` (the mixin's velocities or energies) along positions ``qs`` ``(steps + 1, batch..., n)``: with an
+        element kernel and no ``chunk`` given, in passes of at most :meth:`_autograd_chunk` states (refused above
+        :data:`MAX_STATE_ENTRIES`), at least two (the discrete momenta take pairs of positions): windows of ``t`` time
+        steps, as long as the bound allows up to the whole trajectory (each window's Newton starts from a first-order
+        guess), and as many trajectories a pass as fit with them; each trajectory's results are its own (a reference
+        index is per trajectory), so the passes are concatenated along the batch. Else the mixin's passes."""
+        if chunk is not None or not self._element_entries():
+            return method(qs, chunk)
+        qs = self._positions(qs)
+        steps, batch = qs.shape[0], qs.shape[1:-1]
+        flat = qs.reshape(steps, -1, self.n)
+        budget = self._autograd_chunk()
+        t = max(2, min(steps, budget))
+        cols = max(1, budget // t)
+        parts = [method(flat[:, a:a + cols], t) for a in range(0, flat.shape[1], cols)]
+
+        def joined(pieces):
+            out = torch.cat(pieces, 1)
+            return out.reshape(steps, *batch, *out.shape[2:])
+
+        return tuple(map(joined, zip(*parts))) if isinstance(parts[0], tuple) else joined(parts)
+
     def velocities(self, qs, order: int = 2, chunk: Optional[int] = None, return_std: bool = False, std_every: int = 1,
                    truncation: bool = True):
-        """As :meth:`RecoveryMixin.velocities <learners.shadow.recovery.RecoveryMixin.velocities>`; the std raises
-        at once with an element kernel."""
+        """As :meth:`RecoveryMixin.velocities <learners.shadow.recovery.RecoveryMixin.velocities>`; with an element
+        kernel in bounded passes of states (:meth:`_along_positions`), and the std raises at once."""
         self._refuse_std(return_std)
-        return super().velocities(qs, order, chunk, return_std, std_every, truncation)
+
+        def call(q, c):
+            return super(ElementEnergy, self).velocities(q, order, c, return_std, std_every, truncation)
+        return self._along_positions(call, qs, chunk)
 
     def energies(self, qs, order: int = 2, chunk: Optional[int] = None, return_std: bool = False, std_every: int = 1,
                  reference=None, truncation: bool = True, *, reference_index: Optional[int] = None):
-        """As :meth:`RecoveryMixin.energies <learners.shadow.recovery.RecoveryMixin.energies>`; the std raises at
-        once with an element kernel."""
+        """As :meth:`RecoveryMixin.energies <learners.shadow.recovery.RecoveryMixin.energies>`; with an element
+        kernel in bounded passes of states (:meth:`_along_positions`), and the std raises at once."""
         self._refuse_std(return_std)
-        return super().energies(qs, order, chunk, return_std, std_every, reference, truncation,
-                                reference_index=reference_index)
+
+        def call(q, c):
+            return super(ElementEnergy, self).energies(q, order, c, return_std, std_every, reference, truncation,
+                                                       reference_index=reference_index)
+        return self._along_positions(call, qs, chunk)
+
+
+class _ChunkedEnergy(torch.autograd.Function):
+    r"""Energies ``H(q, v)`` (B,) of states ``chunk`` at a time with their gradients in ``q`` and ``v`` (each state's
+    energy depends on its own state only, so :math:`\partial_{q_i}\sum_j H_j = \partial_{q_i} H_i`): the memory of one
+    chunk's graph, first derivatives only (a second raises: ``once_differentiable``)."""
+
+    @staticmethod
+    def forward(ctx, q, v, H, chunk):
+        want = ctx.needs_input_grad[:2]  # only the inputs that require grad: the other's derivatives are not taken
+        vals, grads = [], []
+        for a in range(0, q.shape[0], chunk):
+            with torch.enable_grad():
+                parts = [x[a:a + chunk].detach().requires_grad_(w) for x, w in zip((q, v), want)]
+                e = H(*parts)
+                inputs = [x for x, w in zip(parts, want) if w]
+                # allow_unused: an energy need not depend on q or v in a chunk (its derivative is then zero)
+                got = torch.autograd.grad(e.sum(), inputs, allow_unused=True) if e.requires_grad else [None] * len(inputs)
+                grads.append([torch.zeros_like(x) if g is None else g for x, g in zip(inputs, got)])
+            vals.append(e.detach())
+        ctx.want = want
+        ctx.save_for_backward(*(torch.cat(g) for g in zip(*grads)))
+        return torch.cat(vals)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        saved = iter(ctx.saved_tensors)
+        return tuple(grad[:, None] * next(saved) if w else None for w in ctx.want) + (None, None)

@@ -16,9 +16,11 @@ which the correction (a small full-dimensional RBF, scale :math:`s_c` learned) a
 *Functional blocks in closed form.* A derivative of :math:`k_g(A z + b, \cdot)` along :math:`u` is one of :math:`k_g`
 along :math:`A u`: the atoms are projected, :math:`X \to D_g(A_e X + b_e)`, :math:`U \to D_g A_e U`, and the base
 kernel's own closed-form ``derivative_block`` (unit scales) gives each of the :math:`m^2` instance pairs of a group of
-:math:`m` instances (cost: :math:`\sum_g m_g^2` base blocks on :math:`k`-dimensional inputs, plus one on
-:math:`\mathbb R^{2n}` for the correction). Differentiable in the hyperparameters; agrees with the generic autograd
-path (:func:`learners.shadow.kernels._autograd_block`) to rounding (tests).
+:math:`m` instances -- in fact only the instances an atom's directions reach, one orientation of a negation-closed
+group, one triangle of the same atoms (:mod:`~learners.shadow.element_blocks`: the same sums; for the DEL functionals
+6 base blocks per atom pair for a chain of any length, 20 for ``bodies(4, 2)``, against :math:`\sum_g m_g^2 + 1` =
+222 and 161, each count with the correction's one block on :math:`\mathbb R^{2n}`). Differentiable in the
+hyperparameters; agrees with the generic autograd path (:func:`learners.shadow.kernels._autograd_block`) to rounding (tests).
 
 *Coordinates.* The maps are given in the user's coordinates; the model fits in standardised ones,
 :math:`z = T z' + t` (:mod:`learners.shadow.units`: :math:`q = \sigma R q' + \bar q`, :math:`v = s R v'`).
@@ -41,6 +43,7 @@ from gpytorch.constraints import Positive
 from bea.errors import BeaValueError
 
 from ..saving import recorded, register
+from .element_blocks import ColumnCache, active_atoms, even_base, group_block, negation_half
 from .element_structure import body_groups, chain_groups, check_groups
 from .kernels import RBFKernel, SmoothKernel
 from .mechanical import MechanicalKernel
@@ -121,6 +124,7 @@ class ElementKernel(SmoothKernel):
         n = self.dim // 2
         dev = self.raw_lengthscale.device
         self._unbound = False
+        self._forget()
         R = torch.eye(n, dtype=torch.float64, device=dev) if rotation is None else rotation.to(dev, torch.float64)
         T = torch.block_diag(unit * R, speed * R)
         t = torch.zeros(self.dim, dtype=torch.float64, device=dev)
@@ -136,7 +140,14 @@ class ElementKernel(SmoothKernel):
         super()._apply(fn, recurse)
         for b in self._bases:  # the unit kernels follow the device
             b._apply(fn, recurse)
+        self._forget()
         return self
+
+    def _forget(self) -> None:
+        """Drop the orientations and gathered columns found on the old maps (new maps or device: they would only hold
+        memory; the caches check identity, so they could not be wrongly reused)."""
+        self.__dict__.pop("_halves", None)
+        self.__dict__.pop("_columns", None)
 
     def equal_masses(self) -> bool:
         r"""Whether the structure implies equal masses: one group's instances, together, select every velocity
@@ -153,6 +164,17 @@ class ElementKernel(SmoothKernel):
     def instance_pairs(self) -> int:
         r""":math:`\sum_g m_g^2` (+1 with the correction): the kernel entries per pair of points, against one kernel's 1."""
         return sum(g["maps"].shape[0] ** 2 for g in self.groups) + int(self.correction)
+
+    def state_entries(self, atoms) -> int:
+        r"""Kernel entries of the closed-form mean (:class:`ElementExpansion`) per state, for the atoms ``atoms``
+        (order -> AtomSet): per group the instances evaluated (one orientation of a negation-closed group) times the
+        projected atoms with non-vanishing directions, plus the atoms once for the correction; at most
+        :meth:`instance_pairs` times the atoms."""
+        total = sum(len(A) for A in atoms.values()) if self.correction else 0
+        for i in range(len(self.groups)):
+            M, b = getattr(self, f"maps_{i}"), getattr(self, f"offsets_{i}")
+            total += _entries(M[self._rows(i)[0]], _projected_atoms(atoms, M.transpose(1, 2), b))
+        return total
 
     # ------------------------------------------------------------------ hyperparameters
     def parameter_names(self) -> List[str]:
@@ -187,13 +209,39 @@ class ElementKernel(SmoothKernel):
     def _projected(self, i: int, scales: torch.Tensor):
         return getattr(self, f"maps_{i}") / scales[:, None], getattr(self, f"offsets_{i}") / scales
 
+    def _half(self, i: int) -> Optional[torch.Tensor]:
+        """One orientation of group ``i`` when its instances pair up under negation and its base is even
+        (:mod:`~learners.shadow.element_blocks`), else None; cached on the maps it was found from (bind replaces them)."""
+        M, b = getattr(self, f"maps_{i}"), getattr(self, f"offsets_{i}")
+        cache = self.__dict__.setdefault("_halves", {})
+        hit = cache.get(i)  # holds the tensors themselves: an identity check that a freed address cannot fool
+        if hit is None or hit[0] is not M or hit[1] is not b or hit[2] != (M._version, b._version):
+            hit = cache[i] = (M, b, (M._version, b._version), negation_half(M, b) if even_base(self._bases[i]) else None)
+        return hit[3]
+
+    def _column_cache(self, i: int) -> ColumnCache:
+        """Group ``i``'s gathered columns between the calls of an assembly
+        (:class:`~learners.shadow.element_blocks.ColumnCache`)."""
+        caches = self.__dict__.setdefault("_columns", {})
+        return caches.setdefault(i, ColumnCache())
+
+    def _rows(self, i: int):
+        """The instances a sum over ``e`` runs on and its factor: one orientation twice, or all once."""
+        half = self._half(i)
+        return (slice(None), 1.0) if half is None else (half, 2.0)
+
     def pointwise(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         groups, corr = self._layout()
         total = 0.0
         for i, (scales, var) in enumerate(groups):
             M, b = self._projected(i, scales)
             xs, ys = x @ M.transpose(1, 2) + b[:, None], y @ M.transpose(1, 2) + b[:, None]  # (m, P, k)
-            total = total + var * sum(self._bases[i].pointwise(xe, ye) for xe in xs for ye in ys)
+            rows, factor = self._rows(i)
+            m, P, k = ys.shape
+            flat = ys.reshape(m * P, k)  # every instance e' at once, one base call per instance e
+            acc = sum(self._bases[i].pointwise(xe.expand(m, P, k).reshape(m * P, k), flat).reshape(m, P).sum(0)
+                      for xe in xs[rows])
+            total = total + (factor * var) * acc
         if corr is not None:
             total = total + corr[1] * self._bases[-1].pointwise(x / corr[0], y / corr[0])
         return total
@@ -203,21 +251,14 @@ class ElementKernel(SmoothKernel):
         return ElementExpansion(self, atoms, outputscale)
 
     def derivative_block(self, X, U, Y, V) -> torch.Tensor:
-        r"""The functional block of the module docstring: for each group, the atoms projected per instance and the
-        base kernel's closed form against all instances at once (one (A, m B) block per instance :math:`e`)."""
+        r"""The functional block of the module docstring: per group, the active (instance, atom) pairs of both sides
+        in one base call, one orientation of a negation-closed group, one triangle of the same atoms
+        (:func:`~learners.shadow.element_blocks.group_block`: the same sums as over every instance pair, to rounding)."""
         groups, corr = self._layout()
-        A, B = X.shape[0], Y.shape[0]
-        total = X.new_zeros(A, B)
+        total = X.new_zeros(X.shape[0], Y.shape[0])
         for i, (scales, var) in enumerate(groups):
             M, b = self._projected(i, scales)
-            m, k = M.shape[0], M.shape[1]
-            Xe, Ue = X @ M.transpose(1, 2) + b[:, None], U @ M.transpose(1, 2)[:, None]  # (m, A, k), (m, A, a, k)
-            Ye = (Y @ M.transpose(1, 2) + b[:, None]).reshape(m * B, k)
-            Ve = (V @ M.transpose(1, 2)[:, None]).reshape(m * B, V.shape[1], k)  # row e' B + j: instance e', atom j
-            acc = X.new_zeros(A, B)
-            for e in range(m):
-                acc = acc + self._bases[i].derivative_block(Xe[e], Ue[e], Ye, Ve).reshape(A, m, B).sum(1)
-            total = total + var * acc
+            total = total + var * group_block(self._bases[i], M, b, self._half(i), X, U, Y, V, self._column_cache(i))
         if corr is not None:
             s = corr[0]
             total = total + corr[1] * self._bases[-1].derivative_block(X / s, U / s, Y / s, V / s)
@@ -230,29 +271,33 @@ class ElementExpansion:
     is the base kernel's own closed-form mean (:class:`~learners.shadow.kernels.AtomExpansion`: the RBF's fused
     node, the mechanical kernel's :class:`~learners.shadow.mechanical.MechanicalExpansion`) over the atoms projected
     by every instance :math:`e'` of the group, outputscale :math:`\sigma_f^2 s_g^2` -- the generic path (blocks
-    through autograd, for every derivative ``mod_N`` takes) needed 8 GB at n = 4."""
+    through autograd, for every derivative ``mod_N`` takes) needed 8 GB at n = 4. Exactly as in the blocks
+    (:mod:`~learners.shadow.element_blocks`): a projected atom whose direction vanishes adds zero and is left out, and
+    for a negation-closed group with an even base :math:`F_g(-w) = F_g(w)`, so :math:`\sum_e F_g(w_e) = 2\sum_{e \in
+    H} F_g(w_e)`. ``entries``: kernel entries per state (instances evaluated x projected atoms kept, summed)."""
 
     def __init__(self, kernel: ElementKernel, atoms, outputscale: torch.Tensor):
-        from .functionals import AtomSet
         from .kernels import AtomExpansion, FunctionalKernel
 
         with torch.no_grad():
             groups, corr = kernel._layout()
-            maps = [kernel._projected(i, scales) + (var, kernel._bases[i]) for i, (scales, var) in enumerate(groups)]
+            maps = [kernel._projected(i, scales) + (var, kernel._bases[i]) + kernel._rows(i)
+                    for i, (scales, var) in enumerate(groups)]
             if corr is not None:
                 eye = torch.diag(1.0 / corr[0])[None]
-                maps.append((eye, eye.new_zeros(1, eye.shape[1]), corr[1], kernel._bases[-1]))
-            self._parts = []
-            for M, b, var, base in maps:
-                M, b, m = M.detach(), b.detach(), M.shape[0]
-                Mt = M.transpose(1, 2)
-                proj = {order: AtomSet((A.points @ Mt + b[:, None]).reshape(-1, M.shape[1]),
-                                       (A.dirs @ Mt[:, None]).reshape(m * len(A), order, M.shape[1]),
-                                       A.coef.repeat(m), A.owner.repeat(m)) for order, A in atoms.items()}
+                maps.append((eye, eye.new_zeros(1, eye.shape[1]), corr[1], kernel._bases[-1], slice(None), 1.0))
+            self._parts, self.entries = [], 0
+            for M, b, var, base, rows, factor in maps:
+                M, b = M.detach(), b.detach()
+                proj = _projected_atoms(atoms, M.transpose(1, 2), b)
+                if not proj:  # no atom sees this group: it adds nothing
+                    continue
                 fk = FunctionalKernel(base).to(device=M.device, dtype=torch.float64)
-                fk.outputscale = float(var) * float(outputscale)
+                fk.outputscale = factor * float(var) * float(outputscale)
                 fk.requires_grad_(False)
-                self._parts.append((Mt, b, AtomExpansion(fk, proj)))
+                Mt = M[rows].transpose(1, 2)
+                self.entries += _entries(Mt, proj)
+                self._parts.append((Mt, b[rows], AtomExpansion(fk, proj)))
 
     def __call__(self, X: torch.Tensor) -> torch.Tensor:
         out = X.new_zeros(X.shape[0])
@@ -260,3 +305,23 @@ class ElementExpansion:
             W = X @ Mt + b[:, None]  # (m, B, k): every instance's input
             out = out + ex(W.reshape(-1, W.shape[-1])).reshape(W.shape[0], X.shape[0]).sum(0)
         return out
+
+
+def _entries(M: torch.Tensor, projected: dict) -> int:
+    """Kernel entries per state of one group: its instances evaluated (``M``'s first dimension) times the projected
+    atoms kept (:func:`_projected_atoms`)."""
+    return M.shape[0] * sum(len(A) for A in projected.values())
+
+
+def _projected_atoms(atoms, Mt: torch.Tensor, b: torch.Tensor) -> dict:
+    """The atoms as every instance sees them, ``Mt`` (m, D, k), ``b`` (m, k): those with a vanishing direction left
+    out (they add zero), orders left with none dropped."""
+    from .functionals import AtomSet
+
+    out = {}
+    for order, A in atoms.items():
+        P, Q = A.points @ Mt + b[:, None], A.dirs @ Mt[:, None]  # (m, A, k), (m, A, a, k)
+        e, a = active_atoms(P, Q)
+        if len(a):
+            out[order] = AtomSet(P[e, a], Q[e, a], A.coef[a], A.owner[a])
+    return out
