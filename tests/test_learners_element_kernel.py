@@ -143,6 +143,22 @@ def test_reduced_blocks_between_different_atoms_are_differentiable_twice():
         for _ in range(2):
             assert torch.equal(kern.derivative_block(X, U, Yi, Vi), plain)
             assert torch.equal(kern.derivative_block(X, U, Y, V), plain)
+    assert "_columns" in kern.__dict__ and "_columns" not in kern.to(torch.float64).__dict__  # .to() drops the caches
+
+
+def test_chunked_energy_gradients_of_what_is_asked():
+    """_ChunkedEnergy: an energy that ignores v (or q) gives zero derivatives there, not an error; only inputs that
+    require grad get one; each equals the closed form (2 q) exactly (one multiplication)."""
+    from learners.shadow.element_energy import _ChunkedEnergy
+
+    gen = torch.Generator().manual_seed(9)
+    q, v = (torch.randn(7, 2, generator=gen, dtype=torch.float64) for _ in range(2))
+    q.requires_grad_(True)
+    e = _ChunkedEnergy.apply(q, v, lambda a, b: (a ** 2).sum(-1), 3)
+    assert torch.equal(torch.autograd.grad(e.sum(), q)[0], 2 * q.detach())
+    v.requires_grad_(True)
+    gq, gv = torch.autograd.grad(_ChunkedEnergy.apply(q, v, lambda a, b: (a ** 2).sum(-1), 3).sum(), (q, v))
+    assert torch.equal(gq, 2 * q.detach()) and torch.equal(gv, torch.zeros_like(v))
 
 
 def test_assemblies_reuse_the_gathered_columns(monkeypatch):
