@@ -178,10 +178,8 @@ class ElementLayout:
 
     def chunk_rows(self, k: int) -> int:
         """States per pass: the linearisation's columns (:data:`PASS_ENTRIES`) and the largest dense grid
-        (:data:`TABLE_ENTRIES`), with the correction's tables (:func:`~learners.shadow.uncertainty.chunk_rows`).
+        (:data:`TABLE_ENTRIES`), with the correction's tables (:meth:`~learners.shadow.feature_jets.SplitLayout.chunk_rows`).
         One state's grid (instances^2 x (p+1)^k x outputs) above :data:`TABLE_ENTRIES` is refused (BeaRuntimeError)."""
-        from .uncertainty import chunk_rows
-
         grid = max(g.m * g.m * (g.p + 1) ** g.k for g in self.groups) * k
         if grid > TABLE_ENTRIES:
             g = max(self.groups, key=lambda g: g.m * g.m * (g.p + 1) ** g.k)
@@ -191,7 +189,7 @@ class ElementLayout:
                 f"ask for a quantity of lower jet order, use a structure with fewer instances or element inputs, or call "
                 f"without return_std=True")
         rows = max(1, min(PASS_ENTRIES // (self.size + k), TABLE_ENTRIES // grid))
-        return rows if self.corr is None else min(rows, chunk_rows(self.corr, k))
+        return rows if self.corr is None else min(rows, self.corr.chunk_rows(k))
 
     # ------------------------------------------------------------------ the interface of SplitLayout
     def coefficients(self, J: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
