@@ -5,7 +5,7 @@ identity element."""
 import pytest
 import torch
 
-from bea.errors import BeaTypeError
+from bea.errors import BeaRuntimeError, BeaTypeError
 from learners.shadow import ElementKernel
 from learners.shadow import uncertainty as U
 from learners.shadow.functionals import AtomSet, Functionals
@@ -202,3 +202,16 @@ def test_element_std_with_atoms_and_two_outputs_equals_brute_force():
     assert bool((diag > 0.01 * torch.diagonal(TT + AA, dim1=1, dim2=2)).all())  # no cancellation to rounding
     scale = diag.sqrt()[:, :, None] * diag.sqrt()[:, None, :]  # each entry against its outputs' standard deviations
     assert float(((var - bf) / scale).abs().max()) <= EXACT
+
+
+def test_a_table_above_the_bound_at_one_state_is_refused(monkeypatch):
+    """One state's dense table (instances^2 x (p+1)^k x outputs) above TABLE_ENTRIES: a typed refusal naming the size
+    and the remedy, before any work (chain(2)'s largest group: 3 instances of 2 inputs, p = 3: 9 x 4^2 x 2 = 288)."""
+    from learners.shadow import element_uncertainty as E
+
+    layout = E.ElementLayout(ElementKernel.chain(2, correction=False).to(torch.float64), 4, 3)
+    monkeypatch.setattr(E, "TABLE_ENTRIES", 288)
+    assert layout.chunk_rows(2) >= 1  # at the bound: one state a pass
+    monkeypatch.setattr(E, "TABLE_ENTRIES", 287)
+    with pytest.raises(BeaRuntimeError, match=r"needs 288 entries \(3 instances.*return_std=True"):
+        layout.chunk_rows(2)
