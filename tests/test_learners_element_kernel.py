@@ -351,7 +351,9 @@ def test_fit_meets_0_2_where_the_default_measured_0_248(two_body_fit):
 def test_mean_differences_on_the_taylor_mean_equal_the_mod_n_mean(two_body_fit, monkeypatch):
     """The distant-difference calibration's means for an element model (on the mean's Taylor polynomial at each state,
     element_uncertainty.on_mean) equal the path they replace (bea.energy of mod_N of the mean itself) at a few random
-    standardised pairs: both exact, so to rounding (1e-9 of the largest difference; a wrong order or jet is O(1))."""
+    standardised pairs: both exact, so to rounding -- measured 1.7e-9 of the largest difference (mod_N's nested
+    derivatives of the mean's cancelling atom sums); 1e-7 leaves room for other BLAS orders, while the values of a jet
+    one order too low differ by far more (p = 2 instead of 3: 1.8e-3 of the values, measured)."""
     from learners.shadow.difference_calibration import _mean_differences
 
     model = two_body_fit[2]
@@ -361,7 +363,7 @@ def test_mean_differences_on_the_taylor_mean_equal_the_mod_n_mean(two_body_fit, 
     monkeypatch.setattr(model, "_element_entries", lambda: 0)  # the default kernels' branch: mod_N on the mean
     plain = _mean_differences(model, model.gp, x, x_ref, 2)
     assert float(plain.abs().max()) > 1e-3
-    assert float((taylor - plain).abs().max()) <= 1e-9 * float(plain.abs().max())
+    assert float((taylor - plain).abs().max()) <= 1e-7 * float(plain.abs().max())
 
 
 def test_rotated_data_give_the_rotated_model(two_body_fit):

@@ -20,7 +20,8 @@ per instance instead of :math:`\binom{2n+p}{p}`), and everything below is closed
   :math:`(p+1)^k` grid of :math:`\beta` (no :math:`M^2` table); :math:`e = e'` at one state is :math:`r = 0`;
 * *sections* (cross-covariance with the training functionals): per instance :math:`e`, the scaled :math:`s`-derivatives
   at :math:`w_{b,e}` of :math:`\sum_{e'}\Lambda^t k_g(s, t)`, the atoms projected by :math:`e'` (points
-  :math:`P_{e'}y + b_{e'}`, directions :math:`P_{e'}u`, as ``derivative_block``):
+  :math:`P_{e'}y + b_{e'}`, directions :math:`P_{e'}u`, as ``derivative_block``; only the (instance, atom) pairs with
+  no vanishing direction, as the mean: :func:`~learners.shadow.element_kernel._projected_atoms`):
   :func:`~learners.shadow.feature_jets._gaussian_section` at unit scales, differentiated along the projected directions;
 * *a row's function* (an atom part against a reference's jet part): the same sections, each atom at its own row.
 
