@@ -205,13 +205,14 @@ def test_element_std_with_atoms_and_two_outputs_equals_brute_force():
 
 
 def test_a_table_above_the_bound_at_one_state_is_refused(monkeypatch):
-    """One state's dense table (instances^2 x (p+1)^k x outputs) above TABLE_ENTRIES: a typed refusal naming the size
+    """One state's dense table (instances^2 x (p+1)^k x outputs) above MAX_STATE_TABLE: a typed refusal naming the size
     and the remedy, before any work (chain(2)'s largest group: 3 instances of 2 inputs, p = 3: 9 x 4^2 x 2 = 288)."""
     from learners.shadow import element_uncertainty as E
 
     layout = E.ElementLayout(ElementKernel.chain(2, correction=False).to(torch.float64), 4, 3)
-    monkeypatch.setattr(E, "TABLE_ENTRIES", 288)
-    assert layout.chunk_rows(2) >= 1  # at the bound: one state a pass
-    monkeypatch.setattr(E, "TABLE_ENTRIES", 287)
+    monkeypatch.setattr(E, "TABLE_ENTRIES", 100)
+    monkeypatch.setattr(E, "MAX_STATE_TABLE", 288)
+    assert layout.chunk_rows(2) == 1  # above the pass bound, at the state's: one state a pass
+    monkeypatch.setattr(E, "MAX_STATE_TABLE", 287)
     with pytest.raises(BeaRuntimeError, match=r"needs 288 entries \(3 instances.*return_std=True"):
         layout.chunk_rows(2)

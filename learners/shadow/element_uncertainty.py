@@ -49,10 +49,14 @@ from .functionals import AtomSet
 from .kernels import RBFKernel
 from .uncertainty import PASS_ENTRIES, TABLE_ENTRIES, GaussianFeatures, _Columns, _GaussianMap, _Jets
 
-__all__ = ["ElementLayout", "ElementFeatures", "unsupported", "on_mean", "energies_at", "velocities_at", "SECTION_ENTRIES"]
+__all__ = ["ElementLayout", "ElementFeatures", "unsupported", "on_mean", "energies_at", "velocities_at", "SECTION_ENTRIES",
+           "MAX_STATE_TABLE"]
 
 #: rows x atoms x element monomials per pass of the sections (~16 MB per tensor)
 SECTION_ENTRIES = 2_000_000
+#: most dense-table entries (instances^2 x (p+1)^k x outputs) of one state: ~0.2 GB a tensor, 2-3 alive in
+#: :meth:`_Group.quadratic`; above :data:`TABLE_ENTRIES` a pass takes that one state, above this it is refused
+MAX_STATE_TABLE = 25_000_000
 _IN, _OUT = "ghijklmnqrst", "GHIJKLMNQRST"  # einsum letters of the beta' and beta grids (inputs k <= 12)
 
 
@@ -180,13 +184,13 @@ class ElementLayout:
     def chunk_rows(self, k: int) -> int:
         """States per pass: the linearisation's columns (:data:`PASS_ENTRIES`) and the largest dense grid
         (:data:`TABLE_ENTRIES`), with the correction's tables (:meth:`~learners.shadow.feature_jets.SplitLayout.chunk_rows`).
-        One state's grid (instances^2 x (p+1)^k x outputs) above :data:`TABLE_ENTRIES` is refused (BeaRuntimeError)."""
+        One state's grid (instances^2 x (p+1)^k x outputs) above :data:`MAX_STATE_TABLE` is refused (BeaRuntimeError)."""
         grid = max(g.m * g.m * (g.p + 1) ** g.k for g in self.groups) * k
-        if grid > TABLE_ENTRIES:
+        if grid > MAX_STATE_TABLE:
             g = max(self.groups, key=lambda g: g.m * g.m * (g.p + 1) ** g.k)
             raise BeaRuntimeError(
                 f"the element std's table at one state needs {grid:,} entries ({g.m} instances squared x (order "
-                f"{g.p} + 1)^{g.k} inputs x {k} outputs), above {TABLE_ENTRIES:,} (~{8 * grid / 1e9:.1f} GB a tensor): "
+                f"{g.p} + 1)^{g.k} inputs x {k} outputs), above {MAX_STATE_TABLE:,} (~{8 * grid / 1e9:.1f} GB a tensor): "
                 f"ask for a quantity of lower jet order, use a structure with fewer instances or element inputs, or call "
                 f"without return_std=True")
         rows = max(1, min(PASS_ENTRIES // (self.size + k), TABLE_ENTRIES // grid))

@@ -1,0 +1,45 @@
+"""The calibration's windowed velocities of an element model (element_uncertainty.velocities_at): passes by the
+model's own budget (``_autograd_chunk()`` states, session 13 elstd2) against the former VELOCITY_ENTRIES = 4,000,000
+kernel entries a pass; CPU seconds (time.process_time), passes, and the largest difference of the velocities.
+
+    OMP_NUM_THREADS=1 python3 benchmarks/element_velocity_passes.py [--trajectories 30] [--pairs 60]
+"""
+
+import argparse
+import time
+
+import torch
+
+from integrators.data import snapshots
+from learners import InverseModifiedLagrangianGP
+from learners.shadow import ElementKernel
+from learners.shadow import element_uncertainty as E
+from tests.test_learners_shadow_auto import two_body4
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trajectories", type=int, default=30)
+    ap.add_argument("--pairs", type=int, default=60)
+    args = ap.parse_args()
+    data = snapshots(two_body4(), 0.2, args.trajectories, 5, seed=0)
+    model = InverseModifiedLagrangianGP(0.2, kernel=ElementKernel.bodies(2, 2), progress=False).fit(data)
+    S = model._to_standard(model.snapshots).transpose(0, 1)
+    W, T = min(S.shape[0], 5), S.shape[1]
+    gen = torch.Generator().manual_seed(0)
+    t = torch.randint(0, T, (2 * args.pairs,), generator=gen)
+    window = S[torch.arange(W)[:, None], t[None]]  # (W, B, n): the calibration's windows
+    entries = model._element_entries()
+    rules = {"autograd_chunk": max(1, model._autograd_chunk() // W), "VELOCITY_ENTRIES": max(1, 4_000_000 // (entries * W))}
+    out = {}
+    for name, b in rules.items():
+        start = time.process_time()
+        out[name] = torch.cat([model._velocities_std(window[:, a:a + b], 2, None) for a in range(0, window.shape[1], b)], 1)
+        print(f"{name}: {b} columns a pass, {-(-window.shape[1] // b)} passes, {time.process_time() - start:.2f} CPU s "
+              f"({entries:,} entries a state)")
+    assert torch.equal(E.velocities_at(model, window), out["autograd_chunk"])
+    print(f"largest difference {float((out['autograd_chunk'] - out['VELOCITY_ENTRIES']).abs().max()):.1e}")
+
+
+if __name__ == "__main__":
+    main()
