@@ -50,13 +50,19 @@ from .kernels import RBFKernel
 from .uncertainty import PASS_ENTRIES, TABLE_ENTRIES, GaussianFeatures, _Columns, _GaussianMap, _Jets
 
 __all__ = ["ElementLayout", "ElementFeatures", "unsupported", "on_mean", "energies_at", "velocities_at", "SECTION_ENTRIES",
-           "MAX_STATE_TABLE"]
+           "MAX_STATE_TABLE", "VELOCITY_ENTRIES"]
 
 #: rows x atoms x element monomials per pass of the sections (~16 MB per tensor)
 SECTION_ENTRIES = 2_000_000
 #: most dense-table entries (instances^2 x (p+1)^k x outputs) of one state: ~0.2 GB a tensor, 2-3 alive in
 #: :meth:`_Group.quadratic`; above :data:`TABLE_ENTRIES` a pass takes that one state, above this it is refused
 MAX_STATE_TABLE = 25_000_000
+#: states x ``_element_entries()`` (the mean's kernel entries a state) per pass of the calibration's velocity solves
+#: (:func:`velocities_at`). Measured 6.9 GB for 600 states x ~90,000 entries of the former count (instance pairs x atoms,
+#: ~0.13 kB each); the count is now ``state_entries`` (1.8-4x smaller), so ~0.25-0.5 kB each, ~0.25-0.5 GB a pass. The
+#: energies' own budget (``_autograd_chunk()``) was measured 6x slower here (two_body4, 30 trajectories: 75.5 against
+#: 12.6 CPU s, one column a pass; RESULTS_element.md, Session 13, branch elstd2)
+VELOCITY_ENTRIES = 1_000_000
 _IN, _OUT = "ghijklmnqrst", "GHIJKLMNQRST"  # einsum letters of the beta' and beta grids (inputs k <= 12)
 
 
@@ -327,12 +333,13 @@ def energies_at(model, H, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 
 def velocities_at(model, S: torch.Tensor) -> torch.Tensor:
     r"""The model's order-2 velocities along the standardised positions ``S`` (W, B, n), time first: for an element model
-    in passes of whole columns (each velocity's Newton solve is its own: the same numbers) of at most the energies'
-    ``model._autograd_chunk()`` states (``_element_entries()`` kernel entries each; refused above
-    :data:`~learners.shadow.element_energy.MAX_STATE_ENTRIES`), at least one column: a column of more states than that
-    is one pass, its memory not bounded by the rule (5.5-6.2 GB measured at chain4 with one column a pass); for the
-    default kernels in one pass, as before."""
-    if not getattr(model, "_element_entries", lambda: 0)():
+    in passes of whole columns (each velocity's Newton solve is its own: the same numbers to rounding and Newton's
+    stopping, 4.6e-9 apart between 1 and 120 passes at two_body4, measured) of at most
+    :data:`VELOCITY_ENTRIES` kernel entries (``model._element_entries()`` a state), at least one column: a column of
+    more is one pass, its memory not bounded by the rule (5.5-6.2 GB measured at chain4 with one column a pass); for
+    the default kernels in one pass, as before."""
+    entries = getattr(model, "_element_entries", lambda: 0)()
+    if not entries:
         return model._velocities_std(S, 2, None)
-    b = max(1, model._autograd_chunk() // S.shape[0])
+    b = max(1, VELOCITY_ENTRIES // (entries * S.shape[0]))
     return torch.cat([model._velocities_std(S[:, a:a + b], 2, None) for a in range(0, S.shape[1], b)], 1)
