@@ -144,8 +144,9 @@ def test_systems():
 
 
 def test_refusals_are_one_line(monkeypatch, capsys):
-    """One line each (no traceback, no fit): the element kernel asked for an extension; without learners.shadow.ElementKernel, ``--model element`` naming it; ``--extend-from`` with the full GP
-    (not meaningful); a source of another kind."""
+    """One line each (no traceback, no fit): the element kernel asked for an extension; without
+    learners.shadow.ElementKernel, ``--model element`` naming it; ``--extend-from`` with the full GP (not meaningful); a
+    source of another kind."""
     import learners.shadow
 
     for argv, word in ((["--system", "bodies3", "--model", "element", "--no-std", "--extend-from", "bodies2"],

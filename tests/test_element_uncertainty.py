@@ -5,7 +5,7 @@ identity element."""
 import pytest
 import torch
 
-from bea.errors import BeaTypeError
+from bea.errors import BeaRuntimeError, BeaTypeError
 from learners.shadow import ElementKernel
 from learners.shadow import uncertainty as U
 from learners.shadow.functionals import AtomSet, Functionals
@@ -146,3 +146,73 @@ def test_mechanical_bases_are_refused_with_the_fix():
 
     with pytest.raises(BeaTypeError, match="degree=None"):
         ElementLayout(kern, 4, 3)
+
+
+def _quantity2(L, q, v):
+    r"""Two outputs per state: :func:`_quantity` and a momentum-like :math:`\partial_{v_0}L` (jet order 3)."""
+    q, v = (z if z.requires_grad else z.detach().requires_grad_(True) for z in (q, v))
+    (gv,) = torch.autograd.grad(L(q, v).sum(), v, create_graph=True)
+    return torch.stack([_quantity(L, q, v), gv[:, 0]], -1)
+
+
+def _apply2(gp, x, fun):
+    """The jet parts T_{b,o}[fun] (B, 2) of :func:`_quantity2` at each row's state, differentiable in fun."""
+    n = x.shape[-1] // 2
+    eps = torch.zeros(x.shape[0], dtype=torch.float64, requires_grad=True)
+    L = lambda q, v: gp.mean(torch.cat([q, v], -1)) + eps * fun(torch.cat([q, v], -1))  # noqa: E731
+    Q = _quantity2(L, x[:, :n].clone(), x[:, n:].clone())
+    return torch.stack([torch.autograd.grad(Q[:, o].sum(), eps, create_graph=True)[0] for o in range(2)], -1)
+
+
+def test_element_std_with_atoms_and_two_outputs_equals_brute_force():
+    """G_b = A_b + T_b with k = 2 outputs (a jet quantity of order 3 and a momentum-like one) and an atom part of
+    orders 1 and 2 per output: the element tables' covariance (B, 2, 2) equals nested autograd of the kernel on the full
+    state for T-T, the kernel's derivative blocks for T-A, A-A and the sections, to rounding (EXACT)."""
+    gen = _gen(5)
+    kern = ElementKernel.chain(2).to(torch.float64)
+    kern.lengthscale = torch.rand(kern.raw_lengthscale.shape[-1], generator=gen, dtype=torch.float64) + 0.7
+    kern.requires_grad_(False)
+    D, B, k = kern.dim, 2, 2
+    gp = _gp(kern, _functionals(D, 10, 8, gen), torch.randn(8, generator=gen, dtype=torch.float64))
+    x = 0.5 * torch.randn(B, D, generator=gen, dtype=torch.float64)
+    atoms = _functionals(D, 3, B * k, gen)  # owner b * k + o: row b, output o
+    s2 = gp.kernel.outputscale.detach()
+    var = U.posterior_variance(gp, U.LinearisedQuantity(_quantity2, x, k, 3, atoms))
+    with torch.enable_grad():
+        TT = torch.stack([_apply2(gp, x, lambda xo: _apply2(gp, x, lambda y: s2 * kern.pointwise(xo, y))[:, o])
+                          for o in range(k)], -1).detach()  # [b, o, o']
+
+        def row_atoms(o):  # s2 A_{b,o}^t k(x_b, t) at each row's point
+            def f(xo):
+                out = xo.new_zeros(B)
+                for A in atoms.atoms.values():
+                    blk = kern.derivative_block(xo, xo.new_zeros(B, 0, D), A.points, A.dirs) * A.coef  # (B, atoms)
+                    own = (A.owner[None] == torch.arange(B)[:, None] * k + o).to(blk.dtype)
+                    out = out + (blk * own).sum(-1)
+                return s2 * out
+            return f
+        X = torch.stack([_apply2(gp, x, row_atoms(o)) for o in range(k)], -1).detach()  # X[b, o, o'] = Cov(T_bo, A_bo')
+    idx = torch.arange(B * k).reshape(B, k)
+    AA = gp.kernel.forward(atoms, atoms)[idx[:, :, None], idx[:, None, :]]
+    (KT,) = U._linearise(gp.mean, _quantity2, x, [U._Sections(gp, gp.train_functionals)], k)
+    K = KT + gp.kernel.forward(atoms, gp.train_functionals).reshape(B, k, -1)
+    V = torch.linalg.solve_triangular(gp._chol, K.reshape(B * k, -1).T, upper=False).reshape(-1, B, k)
+    bf = TT + X + X.transpose(1, 2) + AA - torch.einsum("fbo,fbp->bop", V, V)
+    diag = torch.diagonal(bf, dim1=1, dim2=2)
+    assert bool((diag > 0.01 * torch.diagonal(TT + AA, dim1=1, dim2=2)).all())  # no cancellation to rounding
+    scale = diag.sqrt()[:, :, None] * diag.sqrt()[:, None, :]  # each entry against its outputs' standard deviations
+    assert float(((var - bf) / scale).abs().max()) <= EXACT
+
+
+def test_a_table_above_the_bound_at_one_state_is_refused(monkeypatch):
+    """One state's dense table (instances^2 x (p+1)^k x outputs) above MAX_STATE_TABLE: a typed refusal naming the size
+    and the remedy, before any work (chain(2)'s largest group: 3 instances of 2 inputs, p = 3: 9 x 4^2 x 2 = 288)."""
+    from learners.shadow import element_uncertainty as E
+
+    layout = E.ElementLayout(ElementKernel.chain(2, correction=False).to(torch.float64), 4, 3)
+    monkeypatch.setattr(E, "TABLE_ENTRIES", 100)
+    monkeypatch.setattr(E, "MAX_STATE_TABLE", 288)
+    assert layout.chunk_rows(2) == 1  # above the pass bound, at the state's: one state a pass
+    monkeypatch.setattr(E, "MAX_STATE_TABLE", 287)
+    with pytest.raises(BeaRuntimeError, match=r"needs 288 entries \(3 instances.*return_std=True"):
+        layout.chunk_rows(2)

@@ -49,7 +49,7 @@ import bea
 
 from ..saving import ModelFileError
 from .element_uncertainty import on_mean, velocities_at
-from .uncertainty import LinearisedQuantity, _feature_map, _jet_and_atoms, _kernel, chunk_rows
+from .uncertainty import LinearisedQuantity, _feature_map, _jet_and_atoms, _kernel
 from .variance_rounding import factorisation_bound, floored, solve_with_bound
 
 __all__ = ["CALIBRATION_FOLDS", "FOLD_BUDGET", "CALIBRATION_PAIRS", "difference_innovations", "innovation_variances",
@@ -182,7 +182,7 @@ def _raw_variances(gps: Sequence, subsets: Sequence[torch.Tensor], G: Linearised
     base, s2 = _kernel(gps[0])
     F = gps[0].train_functionals
     layout = _feature_map(base, G.x.shape[-1], G.p).split()
-    chunk = chunk_rows(layout, G.k)  # the rows posterior_variance takes per pass (same rounding)
+    chunk = layout.chunk_rows(G.k)  # the rows posterior_variance takes per pass (same rounding)
     out: List[List[torch.Tensor]] = [[] for _ in gps]
     for a in range(0, G.x.shape[0], chunk):
         x, xr = G.x[a:a + chunk], x_ref[a:a + chunk]

@@ -126,7 +126,8 @@ class ElementEnergy:
     def velocities(self, qs, order: int = 2, chunk: Optional[int] = None, return_std: bool = False, std_every: int = 1,
                    truncation: bool = True):
         """As :meth:`RecoveryMixin.velocities <learners.shadow.recovery.RecoveryMixin.velocities>`; with an element
-        kernel in bounded passes of states (:meth:`_along_positions`), and the std raises at once."""
+        kernel in bounded passes of states (:meth:`_along_positions`); the std is the mixin's, refused at once where a
+        mechanical base has none (:meth:`_refuse_std`)."""
         self._refuse_std(return_std)
 
         def call(q, c):
@@ -136,7 +137,8 @@ class ElementEnergy:
     def energies(self, qs, order: int = 2, chunk: Optional[int] = None, return_std: bool = False, std_every: int = 1,
                  reference=None, truncation: bool = True, *, reference_index: Optional[int] = None):
         """As :meth:`RecoveryMixin.energies <learners.shadow.recovery.RecoveryMixin.energies>`; with an element
-        kernel in bounded passes of states (:meth:`_along_positions`), and the std raises at once."""
+        kernel in bounded passes of states (:meth:`_along_positions`); the std is the mixin's, refused at once where a
+        mechanical base has none (:meth:`_refuse_std`)."""
         self._refuse_std(return_std)
 
         def call(q, c):

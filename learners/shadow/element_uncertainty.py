@@ -20,7 +20,8 @@ per instance instead of :math:`\binom{2n+p}{p}`), and everything below is closed
   :math:`(p+1)^k` grid of :math:`\beta` (no :math:`M^2` table); :math:`e = e'` at one state is :math:`r = 0`;
 * *sections* (cross-covariance with the training functionals): per instance :math:`e`, the scaled :math:`s`-derivatives
   at :math:`w_{b,e}` of :math:`\sum_{e'}\Lambda^t k_g(s, t)`, the atoms projected by :math:`e'` (points
-  :math:`P_{e'}y + b_{e'}`, directions :math:`P_{e'}u`, as ``derivative_block``):
+  :math:`P_{e'}y + b_{e'}`, directions :math:`P_{e'}u`, as ``derivative_block``; only the (instance, atom) pairs with
+  no vanishing direction, as the mean: :func:`~learners.shadow.element_kernel._projected_atoms`):
   :func:`~learners.shadow.feature_jets._gaussian_section` at unit scales, differentiated along the projected directions;
 * *a row's function* (an atom part against a reference's jet part): the same sections, each atom at its own row.
 
@@ -40,22 +41,28 @@ from typing import List, Optional, Sequence
 
 import torch
 
-from bea.errors import BeaTypeError
+from bea.errors import BeaRuntimeError, BeaTypeError
 
-from .element_kernel import ElementKernel
+from .element_kernel import ElementKernel, _projected_atoms
 from .feature_jets import _directional, _gaussian_section, _hermite, _product_over_inputs
+from .functionals import AtomSet
 from .kernels import RBFKernel
 from .uncertainty import PASS_ENTRIES, TABLE_ENTRIES, GaussianFeatures, _Columns, _GaussianMap, _Jets
 
 __all__ = ["ElementLayout", "ElementFeatures", "unsupported", "on_mean", "energies_at", "velocities_at", "SECTION_ENTRIES",
-           "VELOCITY_ENTRIES"]
+           "MAX_STATE_TABLE", "VELOCITY_ENTRIES"]
 
 #: rows x atoms x element monomials per pass of the sections (~16 MB per tensor)
 SECTION_ENTRIES = 2_000_000
-#: states x kernel entries per state (element instances x atoms) per pass of the calibration's velocity solves
-#: (:func:`velocities_at`): measured 6.9 GB for 600 states x ~90,000 entries in one pass (two_body4, 150 trajectories,
-#: ~0.13 kB per entry), so a pass is bounded at ~0.5 GB
-VELOCITY_ENTRIES = 4_000_000
+#: most dense-table entries (instances^2 x (p+1)^k x outputs) of one state: ~0.2 GB a tensor, 2-3 alive in
+#: :meth:`_Group.quadratic`; above :data:`TABLE_ENTRIES` a pass takes that one state, above this it is refused
+MAX_STATE_TABLE = 25_000_000
+#: states x ``_element_entries()`` (the mean's kernel entries a state) per pass of the calibration's velocity solves
+#: (:func:`velocities_at`). Measured 6.9 GB for 600 states x ~90,000 entries of the former count (instance pairs x atoms,
+#: ~0.13 kB each); the count is now ``state_entries`` (1.8-4x smaller), so ~0.25-0.5 kB each, ~0.25-0.5 GB a pass. The
+#: energies' own budget (``_autograd_chunk()``) was measured 6x slower here (two_body4, 30 trajectories: 75.5 against
+#: 12.6 CPU s, one column a pass; RESULTS_element.md, Session 13, branch elstd2)
+VELOCITY_ENTRIES = 1_000_000
 _IN, _OUT = "ghijklmnqrst", "GHIJKLMNQRST"  # einsum letters of the beta' and beta grids (inputs k <= 12)
 
 
@@ -114,33 +121,36 @@ class _Group:
         return torch.einsum(f"bpe{grid},boef{grid}->bpo", self.dense(c1), T)
 
     def _atom_passes(self, x: torch.Tensor, atoms: dict, entries: int):
-        r"""Per pass of at most ``entries`` (rows x instances^2 x atoms x monomials): the atom set, its slice and
-        :math:`E_{bej\beta} = \partial_s^\beta\sum_{e'}\Lambda_j^t k_g(w_{b,e}, t)/\sqrt{\beta!}` (B, m, atoms, M)."""
+        r"""Per pass of at most ``entries`` (rows x instances x (instance, atom) pairs x monomials; one row and one pair
+        at least, :math:`m M` entries): the rows' slice, the pairs' :class:`~learners.shadow.functionals.AtomSet` and
+        :math:`E_{bej\beta} = \partial_s^\beta\Lambda_j^t k_g(w_{b,e}, t)/\sqrt{\beta!}` (rows, m, pairs, M), the pairs
+        those of the mean (:func:`~learners.shadow.element_kernel._projected_atoms`: each atom as every instance
+        :math:`e'` sees it, the pairs with a vanishing direction dropped -- they add exactly zero)."""
         B, m, k = x.shape[0], self.m, self.k
-        w = self.inputs(x).reshape(B * m, k)
-        ones = w.new_ones(k)
-        for order, A in atoms.items():
-            step = max(1, entries // (B * m * m * self.M))
-            for a in range(0, A.points.shape[0], step):
-                sl = slice(a, a + step)
-                Y = (A.points[sl] @ self.Mt + self.b[:, None]).reshape(-1, k)  # row e' P + j
-                V = (A.dirs[sl] @ self.Mt[:, None]).reshape(Y.shape[0], order, k)
-                E = _directional(lambda yy: _gaussian_section(w, yy, ones, self.mono.exponents), Y, V)[tuple(range(order))]
-                yield A, sl, E.reshape(B, m, m, -1, self.M).sum(2)  # every instance e' summed
+        ones, pairs = x.new_ones(k), list(_projected_atoms(atoms, self.Mt, self.b).values())
+        rows = max(1, entries // (m * self.M))
+        for r in range(0, B, rows):
+            w = self.inputs(x[r:r + rows]).reshape(-1, k)
+            step = max(1, entries // (w.shape[0] * self.M))
+            for A in pairs:
+                for a in range(0, len(A), step):
+                    P = AtomSet(A.points[a:a + step], A.dirs[a:a + step], A.coef[a:a + step], A.owner[a:a + step])
+                    E = _directional(lambda yy: _gaussian_section(w, yy, ones, self.mono.exponents), P.points, P.dirs)
+                    yield slice(r, r + rows), P, E[tuple(range(A.order))].reshape(-1, m, len(P), self.M)
 
     def sections(self, c: torch.Tensor, x: torch.Tensor, F, entries: int = SECTION_ENTRIES) -> torch.Tensor:
         r""":math:`\sum_{e,\beta} c_{boe\beta} E_{bei\beta}` for the functionals ``F``: (B, O, F.count)."""
         out = c.new_zeros(c.shape[:2] + (F.count,))
-        for A, sl, E in self._atom_passes(x, F.atoms, entries):
-            out = out.index_add(2, A.owner[sl], torch.einsum("bejm,boem->boj", E, c) * A.coef[sl])
+        for rs, A, E in self._atom_passes(x, F.atoms, entries):
+            out[rs] = out[rs].index_add(2, A.owner, torch.einsum("bejm,boem->boj", E, c[rs]) * A.coef)
         return out
 
     def function_jet(self, x: torch.Tensor, atoms: dict, entries: int = SECTION_ENTRIES) -> torch.Tensor:
         r""":math:`\sum_j a_j E_{bej\beta}` (``atoms``' coefficients :math:`a_j`): the scaled derivatives at every
         instance's input of the group's part of :math:`\sum_j a_j\Lambda_j^y k(\cdot, y)` (B, m, M)."""
         out = x.new_zeros(x.shape[0], self.m, self.M)
-        for A, sl, E in self._atom_passes(x, atoms, entries):
-            out = out + torch.einsum("bejm,j->bem", E, A.coef[sl])
+        for rs, A, E in self._atom_passes(x, atoms, entries):
+            out[rs] += torch.einsum("bejm,j->bem", E, A.coef)
         return out
 
 
@@ -179,12 +189,18 @@ class ElementLayout:
 
     def chunk_rows(self, k: int) -> int:
         """States per pass: the linearisation's columns (:data:`PASS_ENTRIES`) and the largest dense grid
-        (:data:`TABLE_ENTRIES`), with the correction's tables (:func:`~learners.shadow.uncertainty.chunk_rows`)."""
-        from .uncertainty import chunk_rows
-
+        (:data:`TABLE_ENTRIES`), with the correction's tables (:meth:`~learners.shadow.feature_jets.SplitLayout.chunk_rows`).
+        One state's grid (instances^2 x (p+1)^k x outputs) above :data:`MAX_STATE_TABLE` is refused (BeaRuntimeError)."""
         grid = max(g.m * g.m * (g.p + 1) ** g.k for g in self.groups) * k
+        if grid > MAX_STATE_TABLE:
+            g = max(self.groups, key=lambda g: g.m * g.m * (g.p + 1) ** g.k)
+            raise BeaRuntimeError(
+                f"the element std's table at one state needs {grid:,} entries ({g.m} instances squared x (order "
+                f"{g.p} + 1)^{g.k} inputs x {k} outputs), above {MAX_STATE_TABLE:,} (~{8 * grid / 1e9:.1f} GB a tensor): "
+                f"ask for a quantity of lower jet order, use a structure with fewer instances or element inputs, or call "
+                f"without return_std=True")
         rows = max(1, min(PASS_ENTRIES // (self.size + k), TABLE_ENTRIES // grid))
-        return rows if self.corr is None else min(rows, chunk_rows(self.corr, k))
+        return rows if self.corr is None else min(rows, self.corr.chunk_rows(k))
 
     # ------------------------------------------------------------------ the interface of SplitLayout
     def coefficients(self, J: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -218,7 +234,6 @@ class ElementLayout:
             e = self.elements
             out = out + self.corr_var * self.corr.apply_to_sections(J[..., e:], x, centres, coef[:, e:])
         return out
-
 
     def taylor_mean(self, gp, x: torch.Tensor):
         r"""The posterior mean's Taylor polynomial of order :attr:`order` at each row's state (rows of ``x``), as a
@@ -318,11 +333,13 @@ def energies_at(model, H, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 
 def velocities_at(model, S: torch.Tensor) -> torch.Tensor:
     r"""The model's order-2 velocities along the standardised positions ``S`` (W, B, n), time first: for an element model
-    in passes of whole columns (each velocity's Newton solve is its own: the same numbers), at most
-    :data:`VELOCITY_ENTRIES` kernel entries of the mean a pass; for the default kernels in one pass, as before."""
+    in passes of whole columns (each velocity's Newton solve is its own: the same numbers to rounding and Newton's
+    stopping, 4.6e-9 apart between 1 and 120 passes at two_body4, measured) of at most
+    :data:`VELOCITY_ENTRIES` kernel entries (``model._element_entries()`` a state), at least one column: a column of
+    more is one pass, its memory not bounded by the rule (5.5-6.2 GB measured at chain4 with one column a pass); for
+    the default kernels in one pass, as before."""
     entries = getattr(model, "_element_entries", lambda: 0)()
     if not entries:
         return model._velocities_std(S, 2, None)
     b = max(1, VELOCITY_ENTRIES // (entries * S.shape[0]))
     return torch.cat([model._velocities_std(S[:, a:a + b], 2, None) for a in range(0, S.shape[1], b)], 1)
-

@@ -237,6 +237,22 @@ class SplitLayout:
                     out[:, lo:hi, :width] += Et[:, lo:hi] @ P[:, :, :width]
         return out[:, self.jq, self.jv]
 
+    def jet_columns(self, x: torch.Tensor):
+        """The jet columns at the rows' states ``x``: :class:`~learners.shadow.uncertainty._Jets` of :attr:`order` in
+        the factors' scales."""
+        from .uncertainty import _Jets  # uncertainty imports this module
+
+        return _Jets(x, torch.cat([self.fq.scales, self.fv.scales]), self.order)
+
+    def chunk_rows(self, k: int) -> int:
+        """States per pass of :func:`~learners.shadow.uncertainty.posterior_variance` for ``k`` outputs (its memory
+        bounds :data:`~learners.shadow.uncertainty.PASS_ENTRIES` and :data:`~learners.shadow.uncertainty.TABLE_ENTRIES`)."""
+        from .uncertainty import PASS_ENTRIES, TABLE_ENTRIES  # read at the call: uncertainty imports this module
+
+        S, Gq, Gv = self.half.shape[0], self.fq.exponents.shape[0], self.fv.exponents.shape[0]
+        table = S * (Gq + Gv) + k * (S * S + Gq * Gv + S * Gv)  # tables, jet matrices and coefficients, per state
+        return max(1, min(PASS_ENTRIES // (self.jets.shape[0] + k), TABLE_ENTRIES // table))
+
     def coefficients(self, J: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         r"""Feature coefficients :math:`c_{b o m} = T_{b,o}[\Phi_m(\cdot\,; x_b)]` from the jet values ``J`` (B, k, A)
         at the states ``x`` (B, 2n): (B, k, M)."""

@@ -190,8 +190,10 @@ def _feature_map(base, D: int, order: int):
 def _probe_scales(base, D: int) -> torch.Tensor:
     """Per-input scales (D,) of the test functions of :func:`jet_order` (the kernel's lengthscales)."""
     ls = base.lengthscale.detach().reshape(-1)
-    if ls.numel() == 1 or ls.numel() == D or _element(base):  # element inputs: of order one, any positive scale probes
-        return ls.new_ones(D) if _element(base) else ls.expand(D)
+    if _element(base):  # element inputs: of order one, any positive scale probes
+        return ls.new_ones(D)
+    if ls.numel() == 1 or ls.numel() == D:
+        return ls.expand(D)
     return ls.repeat_interleave(D // ls.numel())  # e.g. (position, velocity) scales of the mechanical kernel
 
 
@@ -349,13 +351,11 @@ def on_mean_jet(gp, quantity: Quantity, x: torch.Tensor, p: int, k: int = 1) -> 
         return _element(base).on_mean(gp, [quantity], x, p, k)[0]
     D = x.shape[-1]
     layout = _feature_map(base, D, p).split()
-    scales = torch.cat([layout.fq.scales, layout.fv.scales])
     chunk = max(1, MEAN_JET_ENTRIES // layout.jets.shape[0])
     out = []
     for a in range(0, x.shape[0], chunk):
         xb = x[a:a + chunk]
-        coef = s2 * layout.function_jet(xb, gp._mean_atoms)  # (B, A)
-        cols = _Jets(xb, scales, p)
+        coef, cols = s2 * layout.function_jet(xb, gp._mean_atoms), layout.jet_columns(xb)  # (B, A), its columns
         with torch.enable_grad():
             q, v = xb[:, :D // 2].detach().clone(), xb[:, D // 2:].detach().clone()
             out.append(quantity(lambda qq, vv: (cols(torch.cat([qq, vv], -1)) * coef).sum(-1), q, v).reshape(-1, k).detach())
@@ -421,24 +421,13 @@ def posterior_variance(gp, G: LinearisedQuantity, reference: Optional[Reference]
     if reference is not None and G.k != 1:
         raise BeaValueError("differences to a reference state are for scalar quantities (k = 1)")
     base, s2 = _kernel(gp)
-    D = G.x.shape[-1]
-    layout = _feature_map(base, D, G.p).split()
-    B = G.x.shape[0]
-    chunk = chunk_rows(layout, G.k) if chunk is None else chunk
+    layout, B = _feature_map(base, G.x.shape[-1], G.p).split(), G.x.shape[0]
+    chunk = layout.chunk_rows(G.k) if chunk is None else chunk
     out = []
     for a in range(0, B, chunk):
         rows = torch.arange(a, min(a + chunk, B), device=G.x.device)
         out.append(_chunk_covariance(gp, G, reference, rows, layout, s2))
     return gp.variance_scale * torch.cat(out)
-
-
-def chunk_rows(layout: SplitLayout, k: int) -> int:
-    """States per pass of :func:`posterior_variance` (its memory bounds :data:`PASS_ENTRIES`, :data:`TABLE_ENTRIES`)."""
-    if hasattr(layout, "chunk_rows"):  # the element kernel's (learners.shadow.element_uncertainty)
-        return layout.chunk_rows(k)
-    S, Gq, Gv = layout.half.shape[0], layout.fq.exponents.shape[0], layout.fv.exponents.shape[0]
-    table = S * (Gq + Gv) + k * (S * S + Gq * Gv + S * Gv)  # tables, jet matrices and coefficients, per state
-    return max(1, min(PASS_ENTRIES // (layout.jets.shape[0] + k), TABLE_ENTRIES // table))
 
 
 def _jet_and_atoms(gp, G: LinearisedQuantity, x: torch.Tensor, atoms: Optional[Functionals], layout: SplitLayout, s2,
@@ -449,8 +438,8 @@ def _jet_and_atoms(gp, G: LinearisedQuantity, x: torch.Tensor, atoms: Optional[F
     :meth:`~learners.shadow.feature_jets.SplitLayout.sections` to the jet values itself (e.g. several posteriors'
     at once, :mod:`learners.shadow.difference_calibration`)."""
     F, k = gp.train_functionals, G.k
-    element = hasattr(layout, "jet_columns")  # learners.shadow.element_uncertainty.ElementLayout: its own columns, prior
-    cols: List[_Columns] = [layout.jet_columns(x) if element else _Jets(x, torch.cat([layout.fq.scales, layout.fv.scales]), G.p)]
+    element = hasattr(layout, "taylor_mean")  # learners.shadow.element_uncertainty.ElementLayout: its own mean, prior
+    cols: List[_Columns] = [layout.jet_columns(x)]
     if atoms is not None:
         cols.append(_RowSections(gp, atoms, k))
     cols += list(extra)
