@@ -78,7 +78,8 @@ def _mechanical(d: int):
     kernel.outputscale = 0.7
     return AtomExpansion(kernel, {m: AtomSet(0.4 * torch.randn(20, 4, generator=g, dtype=torch.float64),
                                              torch.randn(20, m, 4, generator=g, dtype=torch.float64),
-                                             torch.randn(20, generator=g, dtype=torch.float64), torch.zeros(20, dtype=torch.long)) for m in (0, 1, 2)})
+                                             torch.randn(20, generator=g, dtype=torch.float64),
+                                             torch.zeros(20, dtype=torch.long)) for m in (0, 1, 2)})
 
 
 def cases():
