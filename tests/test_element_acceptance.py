@@ -1,6 +1,6 @@
 """Issue 27's acceptance harness (benchmarks/element_acceptance.py) at CI size: its metrics on models whose answer is
 known in closed form (no fit), its systems, the one-line refusals (no element kernel in the checkout, an element
-kernel asked for a std or an extension it does not have yet, no extension of the full GP), and one element fit."""
+kernel asked for an extension it does not have yet, no extension of the full GP), and one element fit."""
 
 import math
 

@@ -486,8 +486,10 @@ def test_velocities_and_energies_in_bounded_chunks(two_body_fit, monkeypatch):
             passes.append((min(chunk, q.shape[0]), q.shape[1]))  # (time steps a window, trajectories) of a pass
             return _real(self, q, order, chunk, *a, **k)
         monkeypatch.setattr(RecoveryMixin, name, spy)
+    assert model._velocity_chunk() >= model._autograd_chunk()  # the Newton solves' own, larger passes
     for budget in (3, 13, model._autograd_chunk()):
         monkeypatch.setattr(model, "_autograd_chunk", lambda b=budget: b)
+        monkeypatch.setattr(model, "_velocity_chunk", lambda b=budget: b)
         for f in (model.velocities, model.energies):
             passes.clear()
             got = f(qs)

@@ -103,7 +103,8 @@ def test_near_polynomial_scales_warn(data, monkeypatch):
     """Where the objective falls all the way to long scales (no basin), the search ends above the grid's top and the fit
     warns with the cause and the remedy, instead of the silent 1.22 of two_body_lj6."""
     _stub(monkeypatch, basin=False)
-    with pytest.warns(DegenerateScalesWarning, match="near-polynomial.*may not be identified.*Remedy: check the energies.*more trajectories"):
+    with pytest.warns(DegenerateScalesWarning,
+                      match="near-polynomial.*may not be identified.*Remedy: check the energies.*more trajectories"):
         model = _fit(data)
     assert _spreads(model) > DEGENERATE_LENGTHSCALE and set(model.history["degenerate_scales"]) == {"body", "pair"}
 

@@ -12,7 +12,9 @@ autograd), :mod:`~learners.shadow.units` (the standardised units of position and
 :mod:`~learners.shadow.guards` (no silent non-finite or runaway answers),
 :mod:`~learners.shadow.mechanical` (the opt-in mechanical kernel: RBF in the positions times a polynomial in the
 velocities), :mod:`~learners.shadow.element_kernel` (the opt-in element-structured kernel, its structures in
-:mod:`~learners.shadow.element_structure` and its search in :mod:`~learners.shadow.element_search`) and
+:mod:`~learners.shadow.element_structure`, its search in :mod:`~learners.shadow.element_search`, its blocks in
+:mod:`~learners.shadow.element_blocks`, its chunked energies in :mod:`~learners.shadow.element_energy` and its std in
+:mod:`~learners.shadow.element_uncertainty`) and
 :mod:`~learners.shadow.kernel_choice` (the ``kernel=`` option).
 """
 

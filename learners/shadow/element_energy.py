@@ -27,6 +27,7 @@ from bea.errors import BeaRuntimeError, BeaTypeError
 
 from .._checks import check_states
 from .element_kernel import ElementKernel
+from .element_uncertainty import VELOCITY_ENTRIES
 from .recovery import AUTOGRAD_ENTRIES, _in_chunks
 from .references import reference_state
 
@@ -60,7 +61,8 @@ class ElementEnergy:
             raise BeaTypeError(base.missing_std)
 
     def _autograd_chunk(self) -> int:
-        """States per autograd pass: the default rule, each state counted with its instance pairs' entries."""
+        """States per autograd pass: the default rule, each state counted with its kernel entries
+        (:meth:`~learners.shadow.element_kernel.ElementKernel.state_entries`: instances x the atoms they see)."""
         entries = self._element_entries()
         if not entries:
             return super()._autograd_chunk()
@@ -100,19 +102,26 @@ class ElementEnergy:
 
         return chunked
 
-    def _along_positions(self, method, qs, chunk: Optional[int]):
+    def _velocity_chunk(self) -> int:
+        """States per pass of the velocities' Newton solves: :data:`~learners.shadow.element_uncertainty.VELOCITY_ENTRIES`
+        kernel entries, at least :meth:`_autograd_chunk` (whose smaller passes were 6x slower there, measured)."""
+        return max(self._autograd_chunk(), VELOCITY_ENTRIES // self._element_entries())
+
+    def _along_positions(self, method, qs, chunk: Optional[int], budget: Optional[int] = None):
         """``method`` (the mixin's velocities or energies) along positions ``qs`` ``(steps + 1, batch..., n)``: with an
         element kernel and no ``chunk`` given, in passes of at most :meth:`_autograd_chunk` states (refused above
         :data:`MAX_STATE_ENTRIES`), at least two (the discrete momenta take pairs of positions): windows of ``t`` time
         steps, as long as the bound allows up to the whole trajectory (each window's Newton starts from a first-order
         guess), and as many trajectories a pass as fit with them; each trajectory's results are its own (a reference
-        index is per trajectory), so the passes are concatenated along the batch. Else the mixin's passes."""
+        index is per trajectory), so the passes are concatenated along the batch. Else the mixin's passes. ``budget``:
+        states a pass other than :meth:`_autograd_chunk`'s (the velocities' Newton solves take more, see
+        :data:`~learners.shadow.element_uncertainty.VELOCITY_ENTRIES`)."""
         if chunk is not None or not self._element_entries():
             return method(qs, chunk)
         qs = self._positions(qs)
         steps, batch = qs.shape[0], qs.shape[1:-1]
         flat = qs.reshape(steps, -1, self.n)
-        budget = self._autograd_chunk()
+        budget = self._autograd_chunk() if budget is None else budget
         t = max(2, min(steps, budget))
         cols = max(1, budget // t)
         parts = [method(flat[:, a:a + cols], t) for a in range(0, flat.shape[1], cols)]
@@ -132,7 +141,7 @@ class ElementEnergy:
 
         def call(q, c):
             return super(ElementEnergy, self).velocities(q, order, c, return_std, std_every, truncation)
-        return self._along_positions(call, qs, chunk)
+        return self._along_positions(call, qs, chunk, self._velocity_chunk() if self._element_entries() else None)
 
     def energies(self, qs, order: int = 2, chunk: Optional[int] = None, return_std: bool = False, std_every: int = 1,
                  reference=None, truncation: bool = True, *, reference_index: Optional[int] = None):

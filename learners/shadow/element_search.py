@@ -31,8 +31,8 @@ kernel's parameters :math:`(\ell_g, \lambda_g, s_g)_g, (\ell_c, \lambda_c, s_c)`
 After the search, a group's position lengthscale at or above :data:`DEGENERATE_LENGTHSCALE` data spreads (the grid's
 top) warns (:class:`DegenerateScalesWarning`, :func:`check_scales`): over the data such an RBF element is nearly a
 polynomial of low degree, which predicts the positions of a harmonic centre of mass well while it may miss a relative
-well, and the objective, which sees one-step positions only, does not say so -- the element kernel has no energy std,
-so no other check would. A polynomial element (a harmonic trap, FPU springs) is right there, so the warning says "may".
+well, and the objective, which sees one-step positions only, does not say so; the other check, the energy std's
+:class:`~learners.shadow.identifiability.IdentifiabilityWarning`, runs only where a std is asked for. A polynomial element (a harmonic trap, FPU springs) is right there, so the warning says "may".
 
 The relative nugget stays at :data:`~learners.shadow.position_search.NUGGET`, relative to the outputscale
 :math:`\sigma_f^2`, not to the prior variance :math:`k(z, z) = \sigma_f^2(\sum_g s_g^2\sum_{e,e'} k_g(w_e, w_{e'}) +
@@ -159,8 +159,8 @@ def check_scales(model, kernel: ElementKernel, theta: torch.Tensor, scale0: floa
                       f"{DEGENERATE_LENGTHSCALE:g}; there the energies of separately conserved parts (a centre of mass and "
                       "a relative motion) may not be identified even where the positions are predicted well (a polynomial "
                       "element, such as a harmonic trap, can be right there). Remedy: check the energies against held-out "
-                      "data; if they are off, more trajectories, mechanical bases (ElementKernel.bodies(..., degree=2)) "
-                      "or another structure", DegenerateScalesWarning, stacklevel=caller_level())
+                      "data or ask for their std (energy(N, return_std=True) warns where they are poorly determined); if "
+                      "they are off, more trajectories or another structure (mechanical bases, degree=2, give no std)", DegenerateScalesWarning, stacklevel=caller_level())
 
 
 def search_elements(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0: float, F_norm_alt=None):

@@ -138,7 +138,7 @@ def on_jet_table(gp, quantities: Sequence, x: torch.Tensor, p: int) -> List[torc
     :func:`~learners.shadow.uncertainty.on_mean_jet` (the same jet of order ``p``, differentiated exactly instead of
     through its Taylor polynomial); the quantities share one table, :data:`TABLE_STATES` states a pass."""
     element = _element(gp.kernel.base_kernel)
-    if element:  # the element kernel: on its closed-form mean itself (learners.shadow.element_uncertainty.on_mean)
+    if element:  # the element kernel: its mean's Taylor polynomial (learners.shadow.element_uncertainty.on_mean)
         return [v[:, 0] for v in element.on_mean(gp, quantities, x, p)]
     jet, n = MeanTaylorJet(gp, x.shape[-1]), x.shape[-1] // 2
     if x.shape[0] == 0:

@@ -347,7 +347,7 @@ def on_mean_jet(gp, quantity: Quantity, x: torch.Tensor, p: int, k: int = 1) -> 
     form), whose nested derivatives are those of :math:`\binom{D+p}{p}` monomials, not of every training atom
     (through :math:`\mathrm{mod}_6` at :math:`n = 4` the atoms' autograd graph took 4 GB for 40 states)."""
     base, s2 = _kernel(gp)
-    if _element(base):  # on the closed-form mean itself (exact)
+    if _element(base):  # on the mean's Taylor polynomial of order p (exact for a jet of order p)
         return _element(base).on_mean(gp, [quantity], x, p, k)[0]
     D = x.shape[-1]
     layout = _feature_map(base, D, p).split()
@@ -438,7 +438,7 @@ def _jet_and_atoms(gp, G: LinearisedQuantity, x: torch.Tensor, atoms: Optional[F
     :meth:`~learners.shadow.feature_jets.SplitLayout.sections` to the jet values itself (e.g. several posteriors'
     at once, :mod:`learners.shadow.difference_calibration`)."""
     F, k = gp.train_functionals, G.k
-    element = hasattr(layout, "taylor_mean")  # learners.shadow.element_uncertainty.ElementLayout: its own mean, prior
+    element = _element(gp.kernel.base_kernel)  # learners.shadow.element_uncertainty.ElementLayout: its own mean, prior
     cols: List[_Columns] = [layout.jet_columns(x)]
     if atoms is not None:
         cols.append(_RowSections(gp, atoms, k))
