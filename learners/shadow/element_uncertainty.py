@@ -335,11 +335,12 @@ def velocities_at(model, S: torch.Tensor) -> torch.Tensor:
     r"""The model's order-2 velocities along the standardised positions ``S`` (W, B, n), time first: for an element model
     in passes of whole columns (each velocity's Newton solve is its own: the same numbers to rounding and Newton's
     stopping, 4.6e-9 apart between 1 and 120 passes at two_body4, measured) of at most
-    :data:`VELOCITY_ENTRIES` kernel entries (``model._element_entries()`` a state), at least one column: a column of
+    :data:`VELOCITY_ENTRIES` kernel entries (``model._element_entries()`` a state; ``model._velocity_chunk()`` states,
+    the rule of ``model.velocities``), at least one column: a column of
     more is one pass, its memory not bounded by the rule (5.5-6.2 GB measured at chain4 with one column a pass); for
     the default kernels in one pass, as before."""
     entries = getattr(model, "_element_entries", lambda: 0)()
     if not entries:
         return model._velocities_std(S, 2, None)
-    b = max(1, VELOCITY_ENTRIES // (entries * S.shape[0]))
+    b = max(1, model._velocity_chunk() // S.shape[0])  # the rule of ElementEnergy.velocities: one budget
     return torch.cat([model._velocities_std(S[:, a:a + b], 2, None) for a in range(0, S.shape[1], b)], 1)
