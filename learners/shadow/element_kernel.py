@@ -170,10 +170,11 @@ class ElementKernel(SmoothKernel):
         (order -> AtomSet): per group the instances evaluated (one orientation of a negation-closed group) times the
         projected atoms with non-vanishing directions, plus the atoms once for the correction; at most
         :meth:`instance_pairs` times the atoms."""
-        total = sum(len(A) for A in atoms.values()) if self.correction else 0
+        total = sum(len(A) for A in atoms.values()) if self.correction and self.atom_correction else 0
         for i in range(len(self.groups)):
-            M, b = getattr(self, f"maps_{i}"), getattr(self, f"offsets_{i}")
-            total += _entries(M[self._rows(i)[0]], _projected_atoms(atoms, M.transpose(1, 2), b))
+            M = getattr(self, f"maps_{i}")
+            Ma, ba = self._atom_side(i, M.new_ones(M.shape[1]))  # unit scales: they do not change which directions vanish
+            total += _entries(M[self._rows(i)[0]], _projected_atoms(atoms, Ma.transpose(1, 2), ba))
         return total
 
     # ------------------------------------------------------------------ hyperparameters
@@ -208,6 +209,15 @@ class ElementKernel(SmoothKernel):
     # ------------------------------------------------------------------ the kernel
     def _projected(self, i: int, scales: torch.Tensor):
         return getattr(self, f"maps_{i}") / scales[:, None], getattr(self, f"offsets_{i}") / scales
+
+    def _atom_side(self, i: int, scales: torch.Tensor):
+        """The scaled maps that see the training atoms (the mean's and the std's sections): this kernel's own; an
+        extension's are its source's (:mod:`~learners.shadow.element_extension`)."""
+        return self._projected(i, scales)
+
+    #: whether the correction term is the one the training atoms condition (an extension to another dimension: an
+    #: independent one, its cross terms with the atoms zero)
+    atom_correction = True
 
     def _half(self, i: int) -> Optional[torch.Tensor]:
         """One orientation of group ``i`` when its instances pair up under negation and its base is even
@@ -281,15 +291,15 @@ class ElementExpansion:
 
         with torch.no_grad():
             groups, corr = kernel._layout()
-            maps = [kernel._projected(i, scales) + (var, kernel._bases[i]) + kernel._rows(i)
+            maps = [kernel._projected(i, scales) + kernel._atom_side(i, scales) + (var, kernel._bases[i]) + kernel._rows(i)
                     for i, (scales, var) in enumerate(groups)]
-            if corr is not None:
+            if corr is not None and kernel.atom_correction:
                 eye = torch.diag(1.0 / corr[0])[None]
-                maps.append((eye, eye.new_zeros(1, eye.shape[1]), corr[1], kernel._bases[-1], slice(None), 1.0))
+                maps.append((eye, eye.new_zeros(1, eye.shape[1])) * 2 + (corr[1], kernel._bases[-1], slice(None), 1.0))
             self._parts, self.entries = [], 0
-            for M, b, var, base, rows, factor in maps:
+            for M, b, Ma, ba, var, base, rows, factor in maps:  # states through (M, b), the atoms through (Ma, ba)
                 M, b = M.detach(), b.detach()
-                proj = _projected_atoms(atoms, M.transpose(1, 2), b)
+                proj = _projected_atoms(atoms, Ma.detach().transpose(1, 2), ba.detach())
                 if not proj:  # no atom sees this group: it adds nothing
                     continue
                 fk = FunctionalKernel(base).to(device=M.device, dtype=torch.float64)

@@ -252,6 +252,17 @@ class ElementHooks(ElementEnergy):
             return search_elements(self, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0, F_norm_alt)
         return super()._search_positions(F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0, F_norm_alt)
 
+    def extend(self, structure: ElementKernel):
+        r"""This fitted element model carried to another system with the same groups, e.g.
+        ``model.extend(ElementKernel.chain(10))`` after a fit on ``chain(6)``: :math:`L_{new}(z) = \sum_g\sum_{e \in
+        g_{new}} u_g(w_e(z)) + c_{new}(z)` under the same posterior over the group functions :math:`u_g` (same
+        functionals, weights, hyperparameters), the correction :math:`c_{new}` an independent prior of the fitted scale
+        on another dimension (its variance in every std), the source's variance scales
+        (:mod:`~learners.shadow.element_extension`). Returns an :class:`~learners.shadow.element_model.ElementExtension`."""
+        from .element_extension import extend_model
+
+        return extend_model(self, structure)
+
     @property
     def hyperparameters(self) -> Dict[str, object]:
         """As the other kernels' (data's units), the element kernel's scales by name: position lengthscales times

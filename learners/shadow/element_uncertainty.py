@@ -82,10 +82,14 @@ def unsupported(base) -> Optional[str]:
 
 
 class _Group:
-    """One group's scaled maps ``Mt`` (m, D, k), offsets (m, k), relative variance and monomials of order ``p``."""
+    """One group's scaled maps ``Mt`` (m, D, k), offsets (m, k), relative variance and monomials of order ``p``;
+    ``atom_side``: the scaled maps and offsets that see the training atoms (default: the same; an extension's are its
+    source's, :mod:`~learners.shadow.element_extension`)."""
 
-    def __init__(self, M: torch.Tensor, b: torch.Tensor, var: torch.Tensor, order: int):
+    def __init__(self, M: torch.Tensor, b: torch.Tensor, var: torch.Tensor, order: int, atom_side=None):
         self.Mt, self.b, self.var = M.detach().transpose(1, 2), b.detach(), var.detach()
+        Ma, ba = (M, b) if atom_side is None else atom_side
+        self.atom_Mt, self.atom_b = Ma.detach().transpose(1, 2), ba.detach()
         self.m, self.k, self.p = M.shape[0], M.shape[1], order
         self.mono = GaussianFeatures(self.k, order, gaussian=False)
         self.M = len(self.mono)
@@ -127,7 +131,7 @@ class _Group:
         those of the mean (:func:`~learners.shadow.element_kernel._projected_atoms`: each atom as every instance
         :math:`e'` sees it, the pairs with a vanishing direction dropped -- they add exactly zero)."""
         B, m, k = x.shape[0], self.m, self.k
-        ones, pairs = x.new_ones(k), list(_projected_atoms(atoms, self.Mt, self.b).values())
+        ones, pairs = x.new_ones(k), list(_projected_atoms(atoms, self.atom_Mt, self.atom_b).values())
         rows = max(1, entries // (m * self.M))
         for r in range(0, B, rows):
             w = self.inputs(x[r:r + rows]).reshape(-1, k)
@@ -166,8 +170,10 @@ class ElementLayout:
             raise BeaTypeError(reason)
         with torch.no_grad():
             groups, corr = kernel._layout()
-            self.groups = [_Group(*kernel._projected(i, scales), var, order) for i, (scales, var) in enumerate(groups)]
+            self.groups = [_Group(*kernel._projected(i, scales), var, order, kernel._atom_side(i, scales))
+                           for i, (scales, var) in enumerate(groups)]
             self.corr_var = None if corr is None else corr[1].detach()
+            self.corr_atoms = kernel.atom_correction  # False: an independent correction, no cross terms with the atoms
             self.corr_map = None if corr is None else _GaussianMap(corr[0].detach(), GaussianFeatures(D, order))
         self.corr = None if corr is None else self.corr_map.split()
         self.order, self.D = order, D
@@ -220,7 +226,7 @@ class ElementLayout:
     def sections(self, J: torch.Tensor, x: torch.Tensor, F) -> torch.Tensor:
         r""":math:`\sigma_f^{-2}\mathrm{Cov}(T_{b,o}, \Lambda_i)`: (B, k, F.count)."""
         out = sum(g.var * g.sections(cg, x, F) for g, cg in zip(self.groups, self._parts(J)))
-        if self.corr is not None:
+        if self.corr is not None and self.corr_atoms:
             out = out + self.corr_var * self.corr.sections(J[..., self.elements:], x, F)
         return out
 
@@ -246,8 +252,9 @@ class ElementLayout:
         s2, atoms = gp.kernel.outputscale.detach(), gp._mean_atoms
         jets = [s2 * g.var * g.function_jet(x, atoms) for g in self.groups]
         cols = _ElementJets(self, x)
-        if self.corr is not None:
-            jets.append(s2 * self.corr_var * self.corr.function_jet(x, atoms))
+        if self.corr is not None:  # an independent correction (corr_atoms False) has mean zero
+            jets.append(s2 * self.corr_var * self.corr.function_jet(x, atoms) if self.corr_atoms
+                        else x.new_zeros(x.shape[0], self.size - self.elements))
         coef = torch.cat([j.reshape(x.shape[0], -1) for j in jets], -1)
         return lambda xp: (cols(xp) * coef).sum(-1)
 
