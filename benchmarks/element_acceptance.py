@@ -21,9 +21,9 @@ Models (``--model``):
   represent nearest-neighbour springs with fixed ends -- a structural mismatch, measured as such.
 
 ``--extend-from SMALL``: fit on the smaller system SMALL of the same kind (same h, box, seed), then evaluate on
-``--system``: for ``modlanet`` through ``ModLaNet.extend``, for ``element`` through the fitted model's ``extend`` if
-branch elem gives it one. Not meaningful for ``full``: its kernel lives on the whole 2n-dimensional state, so a fit on
-n = 6 says nothing at n = 10 (one line says so). Usage::
+``--system``: for ``modlanet`` through ``ModLaNet.extend``, for ``element`` through the fitted model's
+``extend(structure)`` (:mod:`learners.shadow.element_extension`). Not meaningful for ``full``: its kernel lives on the
+whole 2n-dimensional state, so a fit on n = 6 says nothing at n = 10 (one line says so). Usage::
 
     PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/element_acceptance.py --system bodies4 --trajectories 100
     PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/element_acceptance.py --system chain10 --trajectories 200 --no-std
@@ -85,8 +85,6 @@ def _not_available(args):
             element_kernel(SYSTEMS[args.system][2], SYSTEMS[args.system][3])
         except ImportError:
             return "--model element: learners.shadow.ElementKernel is not available in this checkout"
-        if args.extend_from is not None:
-            return "--model element --extend-from: a fitted element model cannot be evaluated on a larger system yet"
     return None
 
 
@@ -119,12 +117,13 @@ def _modlanet(kind: str, size: int, h: float, epochs: int, seed: int):
                            options=TrainOptions(epochs=epochs, seed=seed, progress=False))
 
 
-def _extended(model, size):
-    """The fitted model carried to ``size`` elements (ModLaNet.extend; the element GP's ``extend`` if it has one)."""
+def _extended(model, name: str, kind: str, size: int):
+    """The fitted model carried to ``size`` elements: ``ModLaNet.extend(size)``; the element GP's ``extend`` of the
+    larger system's structure (:func:`element_kernel`: the same groups, the correction an independent prior there)."""
     extend = getattr(model, "extend", None)
     if extend is None:
         return None
-    return extend(size)
+    return extend(size) if name == "modlanet" else extend(element_kernel(kind, size))
 
 
 def _peak_rss_mib() -> float:
@@ -185,7 +184,7 @@ def main(argv=None) -> None:
         print(f"fitted {args.model} on {source} ({args.trajectories} x {args.steps + 1} snapshots, h = {h}, seed {args.seed}): "
               f"{cpu_s:.0f} s CPU, peak RSS {_peak_rss_mib():.0f} MiB", flush=True)
         if args.extend_from is not None:
-            model = _extended(model, size)
+            model = _extended(model, args.model, kind, size)
             if model is None:
                 print(f"--extend-from: the fitted {args.model} model has no extend(); the extension is not available")
                 return
