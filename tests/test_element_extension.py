@@ -180,3 +180,16 @@ def test_a_mechanical_base_extends_without_std():
     with pytest.raises(BeaValueError, match="do not match"):
         model.extend(ElementKernel.chain(4))  # RBF bases against the fitted mechanical ones
     assert math.isfinite(float(ext.hyperparameters["outputscale"]))
+
+
+def test_velocities_and_energies_along_a_prediction(model):
+    """The extension's velocities and energies along its own prediction, with their std (momentum functionals of the
+    larger system against the source's atoms: the cross blocks), finite and positive."""
+    ext = model.extend(ElementKernel.chain(4))
+    q0, v0 = _states(4, count=2)
+    tr = ext.predict(0.5 * q0, 0.5 * v0, 5, on_extrapolation="ignore")
+    v, sv = ext.velocities(tr.q, return_std=True)
+    E, sE = ext.energies(tr.q, return_std=True)
+    assert v.shape == sv.shape == tr.q.shape and E.shape == sE.shape == tr.q.shape[:-1]
+    assert bool(torch.isfinite(v).all()) and bool((sv > 0).all()) and bool((sE > 0).all())
+    assert bool(torch.isfinite(sv).all()) and bool(torch.isfinite(sE).all())

@@ -14,7 +14,8 @@ autograd), :mod:`~learners.shadow.units` (the standardised units of position and
 velocities), :mod:`~learners.shadow.element_kernel` (the opt-in element-structured kernel, its structures in
 :mod:`~learners.shadow.element_structure`, its search in :mod:`~learners.shadow.element_search`, its blocks in
 :mod:`~learners.shadow.element_blocks`, its chunked energies in :mod:`~learners.shadow.element_energy` and its std in
-:mod:`~learners.shadow.element_uncertainty`) and
+:mod:`~learners.shadow.element_uncertainty`, its extension to other structures in
+:mod:`~learners.shadow.element_extension` and :mod:`~learners.shadow.element_model`) and
 :mod:`~learners.shadow.kernel_choice` (the ``kernel=`` option).
 """
 
