@@ -68,7 +68,7 @@ def test_the_same_structure_is_the_fitted_model(model):
     for N in (0, 2):
         assert _rel(ext.energy(N)(q, v), model.energy(N)(q, v)) <= EXACT
     for ref in (None, (q[0], v[0])):
-        (m1, s1), (m0, s0) = ext.energy(2, return_std=True, reference=ref)(q, v), model.energy(2, return_std=True, reference=ref)(q, v)
+        (m1, s1), (m0, s0) = (m.energy(2, return_std=True, reference=ref)(q, v) for m in (ext, model))
         assert _rel(m1, m0) <= EXACT and _rel(s1, s0) <= EXACT and bool((s0 > 0).all())
     t1, t0 = (m.predict(q[:2], v[:2], 6, return_std=True) for m in (ext, model))
     assert _rel(t1.q, t0.q) <= EXACT
