@@ -191,8 +191,7 @@ class FunctionalKernel(gpytorch.kernels.Kernel):
                 **params) -> torch.Tensor:  # type: ignore[override]
         if not isinstance(F1, Functionals) or not isinstance(F2, Functionals):
             raise BeaTypeError("FunctionalKernel.forward takes two learners.shadow.functionals.Functionals")
-        # a base kernel between two spaces (an element extension's: new states against the source's atoms) says so
-        if F1.dim != F2.dim and (F1.dim, F2.dim) not in getattr(self.base_kernel, "cross_dimensions", ()):
+        if F1.dim != F2.dim and (F1.dim, F2.dim) not in getattr(self.base_kernel, "cross_dimensions", ()):  # element_extension
             raise BeaValueError(f"functionals on spaces of different dimensions: {F1.dim} and {F2.dim}")
         if diag:
             return self.diagonal(F1)
