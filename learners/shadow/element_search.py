@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional
 
 import torch
 
@@ -133,10 +133,14 @@ def grid_basins(grid: List[tuple], count: int = BASIN_STARTS) -> List[tuple]:
     return sorted(out, key=lambda g: g[2])[:count]
 
 
-def _start(model, kernel: ElementKernel, grid: List[tuple], evaluate: Callable) -> tuple:
-    """The refinement's start: of :func:`grid_basins`, the lowest with all training functionals, ``(ell_q, ell_v,
-    value)`` (module docstring, stage 1); ``model.history["basins"]`` gets ``(ell_q, ell_v, subset value, value)``."""
-    scored = [(lq, lv, sub, evaluate(element_theta(kernel, lq, lv))) for lq, lv, sub in grid_basins(grid)]
+def _start(model, kernel: ElementKernel, grid: List[tuple], evaluate: Callable, count: int = BASIN_STARTS,
+           known: Optional[dict] = None) -> tuple:
+    """The refinement's start: of :func:`grid_basins` (at most ``count``), the lowest with all training functionals,
+    ``(ell_q, ell_v, value)`` (module docstring, stage 1); ``model.history["basins"]`` gets ``(ell_q, ell_v, subset
+    value, value)``. ``known``: values already solved, by ``(ell_q, ell_v)`` (the screen's, structure_choice)."""
+    known = known or {}
+    scored = [(lq, lv, sub, known[(lq, lv)] if (lq, lv) in known else evaluate(element_theta(kernel, lq, lv)))
+              for lq, lv, sub in grid_basins(grid, count)]
     model.history.setdefault("basins", []).append(scored)
     lq, lv, _, full = min(scored, key=lambda g: g[3])  # a failed solve is inf (objective), never the start unless all fail
     return lq, lv, full
@@ -163,11 +167,14 @@ def check_scales(model, kernel: ElementKernel, theta: torch.Tensor, scale0: floa
                       "they are off, more trajectories or another structure (mechanical bases, degree=2, give no std)", DegenerateScalesWarning, stacklevel=caller_level())
 
 
-def element_start(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0: float, F_norm_alt=None) -> tuple:
+def element_start(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0: float, F_norm_alt=None,
+                  basins: int = BASIN_STARTS, screened: Optional[dict] = None) -> tuple:
     """Stage 1 (module docstring) for ``model.gp``'s element kernel, the arguments of :func:`search_elements`: the tied
-    grid on the subset for each normalisation scored, its basins with all training functionals, the lower kept (the
-    whole matrix by MATRIX_MARGIN): ``(ell_q, ell_v, value, F_all, norm, evaluate)``. Also the screen of the element
-    structures that ``kernel="auto"`` scores (:mod:`learners.shadow.structure_choice`)."""
+    grid on the subset for each normalisation scored, its ``basins`` lowest basins with all training functionals, the
+    lower kept (the whole matrix by MATRIX_MARGIN): ``(ell_q, ell_v, value, F_all, norm, evaluate)``. With
+    ``basins=1``, the screen of the element structures that ``kernel="auto"`` scores
+    (:mod:`learners.shadow.structure_choice`); ``screened``: that screen's history, whose grids and solved basins
+    are reused (not solved again)."""
     from .functionals import Functionals
     from .hyperparameter_search import objective, split_functionals
 
@@ -184,14 +191,15 @@ def element_start(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, sc
     for k, norm in enumerate(norms):
         if norm is None:
             continue
-        grid = subset_grid(_tied(kernel, objective(gp, "positions", Functionals.cat([F_sub, norm]), F_va, G_va, positions), n),
-                           n, scale0)
-        model.history[("grid", "grid_alt")[k]] = grid
+        key = ("grid", "grid_alt")[k]
+        grid = screened[key] if screened is not None else subset_grid(
+            _tied(kernel, objective(gp, "positions", Functionals.cat([F_sub, norm]), F_va, G_va, positions), n), n, scale0)
+        model.history[key] = grid
         if not any(math.isfinite(g[2]) for g in grid):
             continue
         F_all = Functionals.cat([F_train, norm])
         evaluate = objective(gp, "positions", F_all, F_va, G_va, positions)
-        lq, lv, full = _start(model, kernel, grid, evaluate)
+        lq, lv, full = _start(model, kernel, grid, evaluate, basins, _solved(screened, ("trace", "matrix")[k]))
         model.history.setdefault("normalisation_values", []).append(full)
         model.history.setdefault("normalisation_candidates", []).append(("trace", "matrix")[k])
         if kept is None or full < kept[2] - MATRIX_MARGIN:
@@ -199,6 +207,16 @@ def element_start(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, sc
     if kept is None:
         raise BeaRuntimeError("no element-kernel scales on the grid gave a usable fit; check the structure against the data")
     return kept
+
+
+def _solved(screened: Optional[dict], name: str) -> dict:
+    """The basins a screen's history ``screened`` solved with all training functionals under normalisation ``name``
+    (``"trace"``/``"matrix"``), by ``(ell_q, ell_v)``; empty without a screen."""
+    if screened is None:
+        return {}
+    names = screened.get("normalisation_candidates", [])
+    return {(lq, lv): full for which, scored in zip(names, screened.get("basins", [])) if which == name
+            for lq, lv, _, full in scored}
 
 
 def search_elements(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0: float, F_norm_alt=None,

@@ -11,12 +11,14 @@ With ``kernel="auto"`` and the ``"positions"`` search (``n >= 3``), after the de
 :func:`structures` admits at ``n`` are scored by the same held-out one-step error (the same validation trajectories,
 held-out functionals and objective):
 
-1. **Screen**, each structure: stage 1 of the element search (:func:`~learners.shadow.element_search.element_start`:
-   the tied grid on the training subset, its basins with all training functionals);
+1. **Screen**, each structure: stage 1 of the element search (:func:`~learners.shadow.element_search.element_start`)
+   with one basin: the tied grid on the training subset, its best point solved with all training functionals (per
+   normalisation scored; one for a structure of equal masses);
 2. **Refinement** of the best screened structure only, and only where its screened value is already below the default's
    *refined* value (a structure that cannot beat the default before its refinement is not refined: the refinement costs
-   up to 26 full solves); stages 2-3 of :func:`~learners.shadow.element_search.search_elements` from the screen's start
-   -- the fit of ``kernel=ElementKernel...`` with that structure, the same numbers;
+   up to 28 full solves): the opt-in search of ``kernel=ElementKernel...`` with that structure
+   (:func:`~learners.shadow.element_search.search_elements`: the grid's other basins, then stages 2-3), the screen's
+   grid and solves reused -- the same fit, the same numbers;
 3. the structure is **kept** only where its refined value is lower than the default's by :data:`STRUCTURE_MARGIN` and
    its scales did not end degenerate (:func:`~learners.shadow.element_search.check_scales`: near-polynomial elements,
    where the positions objective does not see a missing relative energy; the warning is then not issued, since the
@@ -118,7 +120,7 @@ def _screen(model, args: tuple, D: int, records: dict) -> list:
             gp = model._structure_gp(spec, D)
             with _Scoped(model, gp, sub), warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # a structure's screen warns of nothing the model keeps
-                start = element_start(model, *args)
+                start = element_start(model, *args, basins=1)
             record["screen"] = start[2]
             if math.isfinite(start[2]):
                 out.append((start[2], spec, gp, start, sub))
@@ -133,7 +135,7 @@ def choose_structure(model, args: tuple, found: tuple) -> tuple:
     F_norm)`` (``model.gp`` its winner's GP, ``model.history["objective"]`` its refined held-out value); ``args``: the
     search's arguments ``(F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0, F_norm_alt)``. Returns ``found``
     or the structure's ``(F_all, theta, F_norm)``, with ``model.gp`` and ``model.kernel_structure`` set to it."""
-    from .element_search import search_elements
+    from .element_search import element_start, search_elements
 
     history = model.history
     default = history.get("objective")
@@ -147,18 +149,19 @@ def choose_structure(model, args: tuple, found: tuple) -> tuple:
     record = records[name]
     if math.isfinite(default) and not value < default:  # even the best screen is behind: not refined (module docstring)
         return found
+    full = record["history"] = {"screen": sub}  # the refinement's history, the screen's inside it
     started = time.process_time()
-    with _Scoped(model, gp, sub), warnings.catch_warnings(record=True) as caught:
+    with _Scoped(model, gp, full), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        try:
-            result = search_elements(model, *args, start=start)
+        try:  # the opt-in search's stage 1 (every basin; the screen's grid and solves reused), then stages 2-3
+            result = search_elements(model, *args, start=element_start(model, *args, screened=sub))
         except (BeaError, torch.linalg.LinAlgError) as err:
             record["error"] = f"{type(err).__name__}: {err}"
             return found
         finally:
             record["refine_cpu_s"] = time.process_time() - started
-    refined = record["refined"] = sub["objective"]
-    degenerate = bool(sub.get("degenerate_scales"))
+    refined = record["refined"] = full["objective"]
+    degenerate = bool(full.get("degenerate_scales"))
     if degenerate or not (refined < default - STRUCTURE_MARGIN or not math.isfinite(default)):
         return found
     history["structure_kept"], history["objective"] = name, refined
