@@ -16,9 +16,9 @@ held-out functionals and objective):
    normalisation scored; one for a structure of equal masses);
 2. **Refinement** of the best screened structure only, and only where its screened value is already below the default's
    *refined* value (a structure that cannot beat the default before its refinement is not refined: the refinement costs
-   up to 28 full solves): the opt-in search of ``kernel=ElementKernel...`` with that structure
-   (:func:`~learners.shadow.element_search.search_elements`: the grid's other basins, then stages 2-3), the screen's
-   grid and solves reused -- the same fit, the same numbers;
+   about 26 full solves, 174-179 s of CPU for chain(6) at n = 6): the opt-in search of ``kernel=ElementKernel...``
+   with that structure (:func:`~learners.shadow.element_search.search_elements`: the grid's other basins, then stages
+   2-3), the screen's grid and solves reused -- the same fit, the same numbers;
 3. the structure is **kept** only where its refined value is lower than the default's by :data:`STRUCTURE_MARGIN` and
    its scales did not end degenerate (:func:`~learners.shadow.element_search.check_scales`: near-polynomial elements,
    where the positions objective does not see a missing relative energy; the warning is then not issued, since the
