@@ -498,7 +498,8 @@ def test_acceptance_energy_and_velocities(make, h, n_traj):
     which reuses these systems, data and metrics; RESULTS_identification.md, Sessions 8 and 9): anharmonic3 (120
     trajectories) 3.42e-5 / 1.77e-5 (N = 2 / 4; 3.80e-5 / 1.90e-5 before the mass-matrix target), velocities 100%;
     mass_chain4 (150) 4.32e-4 / 4.11e-4 (4.64e-4 / 4.36e-4 before), velocities 96% (the same since Session 14's structure
-    choice: chain(4) led there by 3.9 but ended at degenerate scales and is not kept; 4.32e-4 / 4.11e-4 re-measured); two_body4 (150, bodies(2, 2) kept since Session 14) 2.93e-4 /
+    choice: chain(4) led there by 3.9 but ended at degenerate scales and is not kept; 4.32e-4 / 4.11e-4 re-measured);
+    two_body4 (150, bodies(2, 2) kept since Session 14) 2.93e-4 /
     2.40e-4, velocities 100%. (With the
     RBF, Session 8: 2.37e-4 / 2.29e-4, 96%; 9.03e-3 / 9.06e-3, 97%.)"""
     system, m = _fit(make, h, n_traj)
