@@ -22,7 +22,10 @@ held-out functionals and objective):
 3. the structure is **kept** only where its refined value is lower than the default's by :data:`STRUCTURE_MARGIN` and
    its scales did not end degenerate (:func:`~learners.shadow.element_search.check_scales`: near-polynomial elements,
    where the positions objective does not see a missing relative energy; the warning is then not issued, since the
-   structure is not used).
+   structure is not used). That rule is conservative, and measured to cost accuracy where the elements are
+   polynomials: on a chain of position-dependent masses between fixed ends chain(4) led by 3.9, ended at 24 / 16
+   spreads, and would have given energy differences 1.25e-4 against the default's 4.3e-4
+   (benchmarks/RESULTS_identification.md, Session 14).
 
 ``model.kernel_structure`` records the structure kept (:func:`structure_name` spells it; None: the default kernels'
 choice, ``kernel_degree``), as does a model file (:mod:`learners.shadow.persist`); ``model.history["structures"]``
