@@ -463,6 +463,10 @@ def main(argv=None) -> None:
               f"{m._norm_count}, kernel degree {m.kernel_degree} ({m.history.get('mechanical_kept_name')}), held-out "
               f"{dict(zip(m.history.get('normalisation_candidates', []), m.history.get('normalisation_values', [])))}",
               flush=True)
+        fields = ("screen", "refined", "screen_cpu_s", "refine_cpu_s", "error")  # kernel="auto"'s element structures
+        structures = {k: {x: r[x] for x in fields if r.get(x) is not None} for k, r in m.history.get("structures", {}).items()}
+        print(f"element structures: kept {m.history.get('structure_kept')}, default kernels' held-out "
+              f"{m.history.get('default_objective')}, {structures}", flush=True)
         principal = m.history.get("principal")
         if principal is not None:  # the principal-direction candidate (learners.shadow.principal)
             print(f"principal directions: kept {principal['kept']}, held-out tied {principal['objective']:.3f}, "

@@ -55,10 +55,11 @@ __all__ = ["ModelFileError", "FORMAT", "VERSION", "VERSIONS", "MAX_SIZE", "MAX_P
 FORMAT = "bea.learners.model"
 #: the newest version. 2: the file carries a checksum (version 1 files are refused: save the model again); 3: a GP
 #: model fitted in rotated coordinates (its ``rotation``, :mod:`learners.shadow.units`) -- written only for such a
-#: model, since code that reads version 2 would load it without the rotation and predict wrongly
-VERSION = 3
+#: model, since code that reads version 2 would load it without the rotation and predict wrongly; 4: a GP model whose
+#: ``kernel="auto"`` fit chose an element structure (:mod:`learners.shadow.structure_choice`), likewise only for such a model
+VERSION = 4
 #: the versions this code reads
-VERSIONS = (2, 3)
+VERSIONS = (2, 3, 4)
 
 #: the largest size a model file may declare (a width, a dimension, a number of layers, a list's length)
 MAX_SIZE = 4096

@@ -48,7 +48,10 @@ def test_default_fit_keeps_degree_4_on_fpu6():
     few minutes of CPU). Degree 4 is ahead of degree 2 by 1.16 and of the RBF by 0.03 in the refined held-out error,
     and is kept; measured gain 2.64 on the 40 level-set states (0.0036 / 0.0013), against 1.84 with the RBF and
     0.95 with degree 2 (benchmarks/RESULTS_identification.md, Session 10). Asserted: gain > 2.3, 13% below the
-    measurement and above both other kernels' gains by 0.46 or more, so a fall back to either fails."""
+    measurement and above both other kernels' gains by 0.46 or more, so a fall back to either fails. Since Session 14
+    the element structures are scored after this choice and chain(6) may replace it (kept at h = 0.45, gain 3.71;
+    h = 0.35 not measured on branch autostruct): the mechanical choice is asserted on its record, the gain on the
+    model kept."""
     from dataclasses import replace
 
     from integrators.data import snapshots
@@ -58,6 +61,7 @@ def test_default_fit_keeps_degree_4_on_fpu6():
     system = ident.chain_system(cfg)
     data = snapshots(system, cfg.h, cfg.n_traj, cfg.n_steps, domain=[(-cfg.amplitude, cfg.amplitude)] * 12, seed=0)
     model = InverseModifiedLagrangianGP(cfg.h, progress=False).fit(data)
-    assert model.kernel_degree == 4 and model.history["mechanical_kept"] == 4, model.history["normalisation_values"]
+    assert model.history["mechanical_kept"] == 4, model.history["normalisation_values"]
+    assert model.kernel_degree == (4 if model.kernel_structure is None else None), model.history["structures"]
     ls = ident.level_set_errors(cfg, model, system, (2, 4), cfg.level_points)
     assert ls["ls2"] / ls["ls4"] > 2.3, ls

@@ -99,6 +99,8 @@ def test_the_search_solves_each_point_once_and_the_calibration_with_the_full_ass
                                                    seen.append((F_tr, model.gp._beta.clone(), model.gp.state_dict()))))
     # the principal-direction candidate is a second, separate search (learners/shadow/principal.py): this counts the tied one's
     monkeypatch.setattr("learners.shadow.principal._applies", lambda model, n: False)
+    # so are the element structures' screens (learners/shadow/structure_choice.py, tests/test_learners_structure_choice.py)
+    monkeypatch.setattr("learners.shadow.structure_choice.scores_structures", lambda model, n: False)
     data = snapshots(integrators.systems.fpu_chain(3, beta=1.0), 0.45, 25, 4, domain=[(-0.6, 0.6)] * 6, seed=0)
     model = InverseModifiedLagrangianGP(0.45, objective="positions", iterations=2, max_train_functionals=90,
                                         progress=False).fit(data)

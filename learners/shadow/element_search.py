@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional
 
 import torch
 
@@ -60,7 +60,7 @@ from .guards import IdentifiabilityWarning, caller_level
 from .objectives import Auto
 from .position_search import MATRIX_MARGIN, NUGGET, REFINE_EVALUATIONS, SCALES, VELOCITY_FACTORS, refine, subset_grid
 
-__all__ = ["search_elements", "ElementHooks", "CORRECTION_SCALES", "UNTIED_EVALUATIONS", "BASIN_STARTS",
+__all__ = ["search_elements", "element_start", "ElementHooks", "CORRECTION_SCALES", "UNTIED_EVALUATIONS", "BASIN_STARTS",
            "DEGENERATE_LENGTHSCALE", "DegenerateScalesWarning", "grid_basins", "check_scales"]
 
 #: the correction's scales relative to the groups' that stage 2b scores (stages 1 and 2 run at the first, nearly off).
@@ -133,10 +133,14 @@ def grid_basins(grid: List[tuple], count: int = BASIN_STARTS) -> List[tuple]:
     return sorted(out, key=lambda g: g[2])[:count]
 
 
-def _start(model, kernel: ElementKernel, grid: List[tuple], evaluate: Callable) -> tuple:
-    """The refinement's start: of :func:`grid_basins`, the lowest with all training functionals, ``(ell_q, ell_v,
-    value)`` (module docstring, stage 1); ``model.history["basins"]`` gets ``(ell_q, ell_v, subset value, value)``."""
-    scored = [(lq, lv, sub, evaluate(element_theta(kernel, lq, lv))) for lq, lv, sub in grid_basins(grid)]
+def _start(model, kernel: ElementKernel, grid: List[tuple], evaluate: Callable, count: int = BASIN_STARTS,
+           known: Optional[dict] = None) -> tuple:
+    """The refinement's start: of :func:`grid_basins` (at most ``count``), the lowest with all training functionals,
+    ``(ell_q, ell_v, value)`` (module docstring, stage 1); ``model.history["basins"]`` gets ``(ell_q, ell_v, subset
+    value, value)``. ``known``: values already solved, by ``(ell_q, ell_v)`` (the screen's, structure_choice)."""
+    known = known or {}
+    scored = [(lq, lv, sub, known[(lq, lv)] if (lq, lv) in known else evaluate(element_theta(kernel, lq, lv)))
+              for lq, lv, sub in grid_basins(grid, count)]
     model.history.setdefault("basins", []).append(scored)
     lq, lv, _, full = min(scored, key=lambda g: g[3])  # a failed solve is inf (objective), never the start unless all fail
     return lq, lv, full
@@ -163,10 +167,14 @@ def check_scales(model, kernel: ElementKernel, theta: torch.Tensor, scale0: floa
                       "they are off, more trajectories or another structure (mechanical bases, degree=2, give no std)", DegenerateScalesWarning, stacklevel=caller_level())
 
 
-def search_elements(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0: float, F_norm_alt=None):
-    """The three stages for ``model`` (whose GP has an element kernel), the signature of
-    :func:`~learners.shadow.position_search.search_positions`: returns the training functionals, the best theta and the
-    normalisation kept; grids, held-out values and traces go to ``model.history``."""
+def element_start(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0: float, F_norm_alt=None,
+                  basins: int = BASIN_STARTS, screened: Optional[dict] = None) -> tuple:
+    """Stage 1 (module docstring) for ``model.gp``'s element kernel, the arguments of :func:`search_elements`: the tied
+    grid on the subset for each normalisation scored, its ``basins`` lowest basins with all training functionals, the
+    lower kept (the whole matrix by MATRIX_MARGIN): ``(ell_q, ell_v, value, F_all, norm, evaluate)``. With
+    ``basins=1``, the screen of the element structures that ``kernel="auto"`` scores
+    (:mod:`learners.shadow.structure_choice`); ``screened``: that screen's history, whose grids and solved basins
+    are reused (not solved again)."""
     from .functionals import Functionals
     from .hyperparameter_search import objective, split_functionals
 
@@ -183,20 +191,44 @@ def search_elements(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, 
     for k, norm in enumerate(norms):
         if norm is None:
             continue
-        grid = subset_grid(_tied(kernel, objective(gp, "positions", Functionals.cat([F_sub, norm]), F_va, G_va, positions), n),
-                           n, scale0)
-        model.history[("grid", "grid_alt")[k]] = grid
+        key = ("grid", "grid_alt")[k]
+        grid = screened[key] if screened is not None else subset_grid(
+            _tied(kernel, objective(gp, "positions", Functionals.cat([F_sub, norm]), F_va, G_va, positions), n), n, scale0)
+        model.history[key] = grid
         if not any(math.isfinite(g[2]) for g in grid):
             continue
         F_all = Functionals.cat([F_train, norm])
         evaluate = objective(gp, "positions", F_all, F_va, G_va, positions)
-        lq, lv, full = _start(model, kernel, grid, evaluate)
+        lq, lv, full = _start(model, kernel, grid, evaluate, basins, _solved(screened, ("trace", "matrix")[k]))
         model.history.setdefault("normalisation_values", []).append(full)
         model.history.setdefault("normalisation_candidates", []).append(("trace", "matrix")[k])
         if kept is None or full < kept[2] - MATRIX_MARGIN:
             kept = (lq, lv, full, F_all, norm, evaluate)
     if kept is None:
         raise BeaRuntimeError("no element-kernel scales on the grid gave a usable fit; check the structure against the data")
+    return kept
+
+
+def _solved(screened: Optional[dict], name: str) -> dict:
+    """The basins a screen's history ``screened`` solved with all training functionals under normalisation ``name``
+    (``"trace"``/``"matrix"``), by ``(ell_q, ell_v)``; empty without a screen."""
+    if screened is None:
+        return {}
+    names = screened.get("normalisation_candidates", [])
+    return {(lq, lv): full for which, scored in zip(names, screened.get("basins", [])) if which == name
+            for lq, lv, _, full in scored}
+
+
+def search_elements(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0: float, F_norm_alt=None,
+                    start: tuple = None):
+    """The three stages for ``model`` (whose GP has an element kernel), the signature of
+    :func:`~learners.shadow.position_search.search_positions`: returns the training functionals, the best theta and the
+    normalisation kept; grids, held-out values and traces go to ``model.history``. ``start``: stage 1's result
+    (:func:`element_start`) where it was already run (the screen of ``kernel="auto"``)."""
+    n = F_data.dim // 2
+    kernel = model.gp.kernel.base_kernel
+    kept = start if start is not None else element_start(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions,
+                                                         scale0, F_norm_alt)
     lq, lv, full, F_all, norm, evaluate = kept
     budget = REFINE_EVALUATIONS if model.iterations is None else model.iterations
     lq, lv, val, model.history["search"] = refine(_tied(kernel, evaluate, n), n, lq, lv, budget, start=full)
@@ -230,10 +262,24 @@ class ElementHooks(ElementEnergy):
         return isinstance(getattr(self, "_kernel_template", None), ElementKernel)
 
     def _make_gp(self, D: int):
-        gp = super()._make_gp(D)
+        spec = getattr(self, "kernel_structure", None)  # the structure kernel="auto" chose (structure_choice)
+        gp = super()._make_gp(D) if spec is None else self._structure_gp(spec, D, bind=False)
         base = gp.kernel.base_kernel
         if isinstance(base, ElementKernel) and self._user_kernel is None:  # a learned copy: the fit's coordinates
             base.bind(self._center, self._unit, self._speed, self._rotation)
+        return gp
+
+    def _structure_gp(self, spec: tuple, D: int, bind: bool = True):
+        """A fresh GP with the element kernel of structure ``spec`` (:mod:`learners.shadow.structure_choice`), its maps
+        carried into the fit's coordinates (``bind``)."""
+        from .kernel_choice import new_gp
+        from .structure_choice import structure_kernel
+
+        gp = new_gp(None, structure_kernel(spec), D, self.ard, self._units_device)
+        if bind:
+            gp.kernel.base_kernel.bind(self._center, self._unit, self._speed, self._rotation)
+        for p in gp.parameters():
+            p.requires_grad_(False)
         return gp
 
     def _resolved_objective(self, n: int) -> str:
@@ -248,9 +294,13 @@ class ElementHooks(ElementEnergy):
                             f"{self.objective.name!r}: the likelihood's search does not fit the element parameters")
 
     def _search_positions(self, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0: float, F_norm_alt=None):
+        from .structure_choice import choose_structure, scores_structures
+
+        args = (F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0, F_norm_alt)
         if isinstance(self.gp.kernel.base_kernel, ElementKernel):
-            return search_elements(self, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0, F_norm_alt)
-        return super()._search_positions(F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0, F_norm_alt)
+            return search_elements(self, *args)
+        found = super()._search_positions(*args)
+        return choose_structure(self, args, found) if scores_structures(self, F_data.dim // 2) else found
 
     def extend(self, structure: ElementKernel):
         r"""This fitted element model carried to another system with the same groups, e.g.

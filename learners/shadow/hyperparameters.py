@@ -126,6 +126,8 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         self._user_kernel, self._kernel_template = kernel_option(kernel, lengthscale)
         self._kernel_auto = isinstance(kernel, str) and kernel == "auto"  # the search may choose (position_search)
         self.kernel_degree: Optional[int] = None  # the mechanical degree the last search chose; None: the kernel asked for
+        #: the element structure the last search chose (learners.shadow.structure_choice), e.g. ("bodies", 2, 2); None: none
+        self.kernel_structure: Optional[tuple] = None
         self.normalisation = get_normalisation(normalisation)
         self.objective = objective
         #: the objective the last fit used ("auto" resolved; None when the hyperparameters were fixed)
@@ -200,7 +202,7 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         center = torch.cat([a.points for a in F_data.atoms.values()]).mean(0)
         norm = normalisation or self.normalisation
         F_norm = norm.functionals(D // 2, center)
-        self.kernel_degree = None
+        self.kernel_degree = self.kernel_structure = None
         self.gp = gp = self._make_gp(D)
         self.history = {}
         self._calibration = {}

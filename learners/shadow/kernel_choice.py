@@ -16,7 +16,16 @@ r"""The ``kernel=`` option of the GP Lagrangian models: which kernel, and whethe
   position-dependent masses 2.36 / 2.35, the Henon-Heiles oscillators 0.41 / 0.52 and 0.38 / 0.49 on seeds 0 and
   1). At n = 6 (the FPU chain, 200 trajectories) it gains more from order 4 (1.88x against 1.67x; 2.13x before the
   mass-matrix target), and its fit there takes 69-84 s of CPU with one thread (~9 s more with the calibration's
-  full solve; 175 s before the search assembled each covariance's atom pairs once, Session 9; budget 120 s);
+  full solve; 175 s before the search assembled each covariance's atom pairs once, Session 9; budget 120 s).
+  Then (Session 14, :mod:`learners.shadow.structure_choice`) the element structures the dimension admits --
+  ``bodies(k, d)`` for ``d`` in 2, 3 with ``k d = n`` and ``chain(n)`` with fixed ends -- are screened by the same
+  held-out error (stage 1 of the element search), the best refined where its screen already beats the kernel kept,
+  and kept only where lower by ``structure_choice.STRUCTURE_MARGIN`` (``model.kernel_structure`` records it, None
+  otherwise). Measured (benchmarks/RESULTS_identification.md, Session 14, seed 0): bodies(2, 2) kept on two planar
+  two-body problems (held-out -19.4 / -18.4 against the default kernels' -7.6 / -7.3; energy differences 2.14e-2 ->
+  2.9e-4 and 3.83 -> 5.6e-4; fit 28 -> 58 / 76 s of CPU), chain(6) on the README's FPU chain (-12.3 against -9.7;
+  order-4 gain 2.14x -> 3.71x; fit 127 -> 363 s: over the 120 s budget), nothing on oscillators and an
+  unequal-mass chain (screens 8-13 behind: the same fit, 7-29% more time);
 * ``"rbf"`` or None (None is not the default: it means the RBF, as model files from before the switch to ``"auto"``
   record it): :class:`~learners.shadow.kernels.RBFKernel` on :math:`(q, v)`, learned, at every ``n``;
 * ``"mechanical"``: :class:`~learners.shadow.mechanical.MechanicalKernel` of the default degree, learned;

@@ -61,6 +61,7 @@ from .normalisation import in_standard_units
 from .position_objective import position_objective
 from .principal import fit_with_candidate
 from .step_resolution import check_step_resolution
+from .structure_choice import structure_name
 from .units import position_units, standard_step
 from .recovery import RecoveryMixin
 from .element_search import ElementHooks
@@ -168,6 +169,8 @@ class InverseModifiedLagrangianGP(ElementHooks, RecoveryMixin, FunctionalLagrang
 
     def __repr__(self) -> str:
         state = f"fitted on {self.snapshots.shape[0]} trajectories" if self.snapshots is not None else "not fitted"
+        if getattr(self, "kernel_structure", None) is not None:  # chosen by kernel="auto" (structure_choice)
+            state += f", element structure {structure_name(self.kernel_structure)}"
         return f"InverseModifiedLagrangianGP(h={self.h}, scheme={self.scheme!r}, normalisation={self.normalisation!r}, {state})"
 
     # ------------------------------------------------------------------ fitting

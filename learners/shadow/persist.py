@@ -41,12 +41,16 @@ def fitted_state(model) -> Dict[str, Any]:
              "kernel_degree": model.kernel_degree, "subclass": model._fitted_extra()}
     if model._rotation is not None:  # only then: the file is version 3 (file_version), which older code refuses
         state["rotation"] = model._rotation
+    if getattr(model, "kernel_structure", None) is not None:  # only then: version 4, which older code refuses
+        state["kernel_structure"] = list(model.kernel_structure)
     return state
 
 
 def file_version(state: Dict[str, Any]) -> int:
-    """The model-file version of a :func:`fitted_state` (:data:`learners.saving.VERSIONS`): 3 with a rotation, else 2."""
-    return 3 if "rotation" in state else 2
+    """The model-file version of a :func:`fitted_state` (:data:`learners.saving.VERSIONS`): 4 with an element structure
+    chosen by ``kernel="auto"`` (code before it would build the default kernel and fail on its scales), 3 with a
+    rotation, else 2."""
+    return 4 if "kernel_structure" in state else 3 if "rotation" in state else 2
 
 
 def restore(model, state: Dict[str, Any]) -> None:
@@ -56,6 +60,8 @@ def restore(model, state: Dict[str, Any]) -> None:
     # files before the rotation of the standardised coordinates: none
     model._set_units(state["center"], state["unit"], state.get("step"), state["beta"].device, state.get("rotation"))
     model.kernel_degree = state.get("kernel_degree")  # files before the kernel choice: the constructor's kernel
+    structure = state.get("kernel_structure")  # files before the structure choice: none
+    model.kernel_structure = None if structure is None else tuple(structure)
     gp = model._make_gp(2 * model.n)
     gp.load_state_dict(state["gp"])
     F = _functionals(state["functionals"])

@@ -75,8 +75,8 @@ _OPTIONS = ("h", "scheme", "objective", "fixed_lengthscale", "fixed_noise", "ard
 #: (units, posterior, normalisation count, kernel degree, the subclass's extra), the fit's history and the calibration
 #: still to run (:func:`~learners.shadow.calibration.ensure_energy_calibration`), and the final solve still to make
 _FITTED = ("n", "_center", "_unit", "_step", "_rotation", "_data_device", "gp", "_norm_count", "kernel_degree",
-           "snapshots", "_data_level", "objective_used", "_calibration", "_pending_calibration", "_variance_scale",
-           "history", "_recovered", "_jet", "_final")
+           "kernel_structure", "snapshots", "_data_level", "objective_used", "_calibration", "_pending_calibration",
+           "_variance_scale", "history", "_recovered", "_jet", "_final")
 
 
 def principal_directions(S_std: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:

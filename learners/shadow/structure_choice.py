@@ -1,0 +1,178 @@
+r"""Element structures scored by ``kernel="auto"``: the default kernel takes a structure where the data say so.
+
+The coordinates' layout (bodies in the plane or in space, a chain of sites) cannot be read off positions, but it can
+be *tested*: an element kernel (:class:`~learners.shadow.element_kernel.ElementKernel`) holds only Lagrangians that
+are sums of its element energies, so a structure the data's Lagrangian does not have cannot represent it and predicts
+held-out positions worse, while the right one fixes what the default kernels leave free (two_body4: the relative
+motion's energy, 2.9e-4 against the default's 2.1e-2; benchmarks/RESULTS_identification.md, Session 12).
+
+With ``kernel="auto"`` and the ``"positions"`` search (``n >= 3``), after the default kernels' search
+(:mod:`learners.shadow.position_search`) has chosen among the RBF and the mechanical kernels, the structures
+:func:`structures` admits at ``n`` are scored by the same held-out one-step error (the same validation trajectories,
+held-out functionals and objective):
+
+1. **Screen**, each structure: stage 1 of the element search (:func:`~learners.shadow.element_search.element_start`)
+   with one basin: the tied grid on the training subset, its best point solved with all training functionals (per
+   normalisation scored; one for a structure of equal masses);
+2. **Refinement** of the best screened structure only, and only where its screened value is already below the default's
+   *refined* value (a structure that cannot beat the default before its refinement is not refined: the refinement costs
+   about 26 full solves, 174-179 s of CPU for chain(6) at n = 6): the opt-in search of ``kernel=ElementKernel...``
+   with that structure (:func:`~learners.shadow.element_search.search_elements`: the grid's other basins, then stages
+   2-3), the screen's grid and solves reused -- the same fit, the same numbers;
+3. the structure is **kept** only where its refined value is lower than the default's by :data:`STRUCTURE_MARGIN` and
+   its scales did not end degenerate (:func:`~learners.shadow.element_search.check_scales`: near-polynomial elements,
+   where the positions objective does not see a missing relative energy; the warning is then not issued, since the
+   structure is not used). That rule is conservative, and measured to cost accuracy where the elements are
+   polynomials: on a chain of position-dependent masses between fixed ends chain(4) led by 3.9, ended at 24 / 16
+   spreads, and would have given energy differences 1.25e-4 against the default's 4.3e-4
+   (benchmarks/RESULTS_identification.md, Session 14).
+
+``model.kernel_structure`` records the structure kept (:func:`structure_name` spells it; None: the default kernels'
+choice, ``kernel_degree``), as does a model file (:mod:`learners.shadow.persist`); ``model.history["structures"]``
+holds each structure's screen value, refined value and search history, ``history["default_objective"]`` the default
+kernels' refined value they are compared with. ``n <= 2`` and every kernel other than
+``"auto"`` are untouched (no structure is scored).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from typing import List, Optional, Tuple
+
+import torch
+
+import bea
+from bea.errors import BeaError, BeaValueError
+
+from .element_kernel import ElementKernel
+from .guards import caller_level
+
+__all__ = ["STRUCTURE_MARGIN", "DIMENSIONS", "structures", "structure_kernel", "structure_name", "scores_structures",
+           "choose_structure"]
+
+#: how much lower (mean of log squared one-step errors) a structure's refined held-out value must be than the default
+#: kernels' for the structure to be kept: 1.0, one-step errors 1.65x smaller, twice MATRIX_MARGIN (a structure replaces
+#: the kernel). Measured (benchmarks/RESULTS_identification.md, Session 14, seed 0): kept structures led by 11.8 / 11.1
+#: (bodies(2, 2), two planar two-body problems) and 2.6 / 3.2 (chain(6), the FPU chain at h 0.45 / 0.3); on systems
+#: without one the screens were 8-13 behind. No case fell between, so these data do not pin the value (1.0-2.5 choose
+#: the same); a small lead says little (degree 4's 0.05 at 9x the energy error, position_search.DEGREE_MARGIN)
+STRUCTURE_MARGIN = 1.0
+#: the dimensions of a body that :func:`structures` tries: planar and spatial bodies
+DIMENSIONS = (2, 3)
+
+Spec = Tuple
+
+
+def structures(n: int) -> List[Spec]:
+    """The structures scored at ``n`` coordinates: ``("bodies", k, d)`` for each ``d`` of :data:`DIMENSIONS` with
+    ``k d = n``, ``k >= 2`` (body-major layout), and ``("chain", n, "fixed")``."""
+    out: List[Spec] = [("bodies", n // d, d) for d in DIMENSIONS if n % d == 0 and n // d >= 2]
+    return out + [("chain", n, "fixed")]
+
+
+def structure_kernel(spec: Spec) -> ElementKernel:
+    """The element kernel template of ``spec`` (default options: identical elements, RBF bases, the correction)."""
+    spec = tuple(spec)
+    if len(spec) == 3 and spec[0] == "bodies":
+        return ElementKernel.bodies(int(spec[1]), int(spec[2]))
+    if len(spec) == 3 and spec[0] == "chain":
+        return ElementKernel.chain(int(spec[1]), ends=str(spec[2]))
+    raise BeaValueError(f"unknown element structure {spec!r}: expected ('bodies', count, dim) or ('chain', n, ends)")
+
+
+def structure_name(spec: Optional[Spec]) -> Optional[str]:
+    """``"bodies(2, 2)"``, ``"chain(6)"`` (``"chain(6, ends='free')"`` for other ends); None for None."""
+    if spec is None:
+        return None
+    if spec[0] == "chain":
+        return f"chain({spec[1]})" if spec[2] == "fixed" else f"chain({spec[1]}, ends={spec[2]!r})"
+    return f"{spec[0]}({spec[1]}, {spec[2]})"
+
+
+def scores_structures(model, n: int) -> bool:
+    """Whether the search scores the structures: ``kernel="auto"``, ``n >= 3``, learned per-input scales, a scheme
+    linear in L (the element search's conditions)."""
+    return (getattr(model, "_kernel_auto", False) and n >= 3 and model._user_kernel is None
+            and model.fixed_lengthscale is None and model.ard and not isinstance(model.scheme, bea.StageScheme))
+
+
+class _Scoped:
+    """``model.gp`` and ``model.history`` set to a candidate's while its search runs, restored after."""
+
+    def __init__(self, model, gp, history: dict):
+        self.model, self.gp, self.history = model, gp, history
+
+    def __enter__(self):
+        self.saved = self.model.gp, self.model.history
+        self.model.gp, self.model.history = self.gp, self.history
+        return self
+
+    def __exit__(self, *exc):
+        self.model.gp, self.model.history = self.saved
+        return False
+
+
+def _screen(model, args: tuple, D: int, records: dict) -> list:
+    """Stage 1 for each structure: ``[(value, spec, gp, start, history)]``, finite values only; ``records`` gets each
+    structure's screen value (or its error) and CPU seconds."""
+    from .element_search import element_start
+
+    out = []
+    for spec in structures(D // 2):
+        started, sub = time.process_time(), {}
+        record = records[structure_name(spec)] = {"history": sub}
+        try:
+            gp = model._structure_gp(spec, D)
+            with _Scoped(model, gp, sub), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # a structure's screen warns of nothing the model keeps
+                start = element_start(model, *args, basins=1)
+            record["screen"] = start[2]
+            if math.isfinite(start[2]):
+                out.append((start[2], spec, gp, start, sub))
+        except (BeaError, torch.linalg.LinAlgError) as err:  # a structure that cannot be fitted is not a candidate
+            record["error"] = f"{type(err).__name__}: {err}"
+        record["screen_cpu_s"] = time.process_time() - started
+    return out
+
+
+def choose_structure(model, args: tuple, found: tuple) -> tuple:
+    """The module docstring's choice after the default kernels' search, whose result ``found`` = ``(F_all, theta,
+    F_norm)`` (``model.gp`` its winner's GP, ``model.history["objective"]`` its refined held-out value); ``args``: the
+    search's arguments ``(F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0, F_norm_alt)``. Returns ``found``
+    or the structure's ``(F_all, theta, F_norm)``, with ``model.gp`` and ``model.kernel_structure`` set to it."""
+    from .element_search import element_start, search_elements
+
+    history = model.history
+    default = history.get("objective")
+    records = history["structures"] = {}
+    screened = _screen(model, args, args[0].dim, records)
+    history["structure_kept"], history["default_objective"] = None, default
+    if not screened or default is None:
+        return found
+    value, spec, gp, start, sub = min(screened, key=lambda s: s[0])
+    name = structure_name(spec)
+    record = records[name]
+    if math.isfinite(default) and not value < default:  # even the best screen is behind: not refined (module docstring)
+        return found
+    full = record["history"] = {"screen": sub}  # the refinement's history, the screen's inside it
+    started = time.process_time()
+    with _Scoped(model, gp, full), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:  # the opt-in search's stage 1 (every basin; the screen's grid and solves reused), then stages 2-3
+            result = search_elements(model, *args, start=element_start(model, *args, screened=sub))
+        except (BeaError, torch.linalg.LinAlgError) as err:
+            record["error"] = f"{type(err).__name__}: {err}"
+            return found
+        finally:
+            record["refine_cpu_s"] = time.process_time() - started
+    refined = record["refined"] = full["objective"]
+    degenerate = bool(full.get("degenerate_scales"))
+    if degenerate or not (refined < default - STRUCTURE_MARGIN or not math.isfinite(default)):
+        return found
+    history["structure_kept"], history["objective"] = name, refined
+    model.gp, model.kernel_structure, model.kernel_degree = gp, tuple(spec), None
+    for w in caught:  # the kept structure's warnings, as the opt-in fit issues them
+        warnings.warn(w.message, w.category, stacklevel=caller_level())
+    return result
