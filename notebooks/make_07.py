@@ -1,8 +1,9 @@
 """Writes notebooks/07_elements.ipynb (kept as a script so the notebook diff stays reviewable).
 
-The notebook runs at CI size by default (two data sizes on two bodies in the plane, n = 4; about a minute and a
-half of CPU on one core, benchmarks/RESULTS_element.md Session 14); ``BEA_FULL=1`` runs more data sizes and longer training on the same system. The full-size
-table of issue 27 (n = 8 and n = 10) is benchmarks/element_acceptance.py's (benchmarks/RESULTS_element.md)."""
+The notebook runs at CI size by default (two data sizes on two bodies in the plane, n = 4; about two minutes of CPU
+on one core, benchmarks/RESULTS_element.md Session 14); ``BEA_FULL=1`` runs more data sizes and longer training on the
+same system. The full-size table of issue 27 (n = 8 and n = 10) is benchmarks/element_acceptance.py's
+(benchmarks/RESULTS_element.md)."""
 
 import nbformat as nbf
 
@@ -224,13 +225,13 @@ seconds of the fit on one thread of a loaded 2-core machine; Sessions 12 and 13)
 | chain10 (10) | full GP | 96 | 0.0559 | not measured (`--no-std`) |
 | chain10 (10) | element GP, `chain(10)` | 187 | 0.0113 | not measured (`--no-std`) |
 
-Commands (from the repository root):
+Commands (from the repository root, after `export PYTHONPATH=. OMP_NUM_THREADS=1`):
 
-    PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/element_acceptance.py --system bodies4 --trajectories 100
-    PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/element_acceptance.py --system bodies4 --model element --trajectories 100 --no-std
-    PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/element_acceptance.py --system bodies4 --model modlanet --trajectories 100 --epochs 200
-    PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/element_acceptance.py --system chain10 --trajectories 100 --no-std
-    PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/element_acceptance.py --system chain10 --model element --trajectories 100 --no-std
+    python3 benchmarks/element_acceptance.py --system bodies4 --trajectories 100
+    python3 benchmarks/element_acceptance.py --system bodies4 --model element --trajectories 100 --no-std
+    python3 benchmarks/element_acceptance.py --system bodies4 --model modlanet --trajectories 100 --epochs 200
+    python3 benchmarks/element_acceptance.py --system chain10 --trajectories 100 --no-std
+    python3 benchmarks/element_acceptance.py --system chain10 --model element --trajectories 100 --no-std
 
 RESULTS_element.md also has the 200-trajectory rows, the order-4 gains, the trajectory errors, peak memory, and the
 element std's calibration on the two-body problems at 150 trajectories.""")
