@@ -190,6 +190,8 @@ for name, style in zip(MODELS, ("s-", "o-", "^-")):
     rs = [r for r in rows if r["model"] == name]
     axes[0].loglog([r["T"] for r in rs], [r["level set"] for r in rs], style, label=name)
     axes[1].loglog([r["T"] for r in rs], [r["dE"] for r in rs], style, label=name)
+for ax in axes:
+    ax.set_xticks(SIZES, [str(T) for T in SIZES], minor=False); ax.set_xticks([], minor=True)
 axes[0].set(xlabel="trajectories (6 snapshots each)", ylabel="level-set error of H_rec[2]")
 axes[1].set(xlabel="trajectories (6 snapshots each)", ylabel="held-out energy differences, rel. error")
 axes[0].legend()
@@ -238,7 +240,8 @@ element std's calibration on the two-body problems at 150 trajectories.""")
 md("""## Extension to more elements
 
 <!-- EXTENSION: reserved for the fitted element model's `extend` (another branch builds it). Put its cells here:
-fit on the smaller system, extend, and measure with `measure(...)` above. -->
+the fitted models are `fitted[name, T]` (e.g. `fitted["element GP", max(SIZES)]`); fit on the smaller system, extend,
+and measure with `measure(...)` above (written for this system: redefine its states for a larger one). -->
 
 *Reserved.* The element GP's functions do not depend on the number of bodies, so a model fitted on two bodies
 determines one on three; that step (`extend`) is being built elsewhere and will appear in this section.""")
