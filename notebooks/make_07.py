@@ -169,9 +169,11 @@ in rounding and in the CPU seconds):
 
 * **Data.** The element GP's level-set error is about $10^{-2}$ at 20 trajectories and $2\\times10^{-3}$ at 40, its
   held-out energy differences 3% and 0.3%. The full GP, learning one function on $\\mathbb R^8$ from the same
-  snapshots, is not identified at either size (level-set error 0.85 at 40) and says so in its warnings; more data did
-  not help its search at these sizes (0.80 at 60, benchmarks/RESULTS_element.md, Session 14). ModLaNet sits in between
-  at this training budget (at $n = 8$ with 200 epochs it reaches 0.08, below).
+  snapshots, is not identified at either size (level-set error 0.85 at 40) and says so in its warnings; its error is
+  not monotone in the data (0.39, 0.11, 0.85, 0.80 at 20, 30, 40, 60 trajectories; benchmarks/RESULTS_element.md,
+  Session 14). ModLaNet at this training budget (100 epochs) is not identified either and does not improve from 20 to
+  40 (level-set error 0.29, energy differences 0.59-0.60); at $n = 8$ with 200 epochs and 100 trajectories it reaches
+  0.08 (below).
 * **Not monotone.** At 30 trajectories (`BEA_FULL=1` only) the element GP measured a level-set error of 0.15 and a
   std far too narrow (RMS $z$ 20) -- and warned that the energy is poorly determined. One size's hyperparameter
   search can land badly; the warning, not the trajectory count, is what to read.
