@@ -155,8 +155,8 @@ md("""## Fits
 For each size, the three models on the same trajectories. The whole-state GP's kernel is named, not left to the
 default: it is the RBF on $(q, v)$ (`kernel="rbf"`), the kernel the default `kernel="auto"` chose at 40 trajectories
 before it could choose element structures (at 20 it chose the whole-state mechanical kernel of degree 4; Reading,
-below). With the default `kernel="auto"` the library now chooses the structure, whole-state or element, by held-out
-error where the data say so; this notebook names every kernel and fits no model with the default.
+below). With the default `kernel="auto"` the structure, whole-state or element, is chosen by held-out error where the
+data say so, within the one fit; this notebook names every kernel and fits no model with the default.
 
 The library's own warnings (`BeaWarning`s, e.g. `IdentifiabilityWarning`: its checks of whether the data determine the
 energy) are collected and listed under the table rather than interleaved; any other warning is shown where it arises.""")
