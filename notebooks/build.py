@@ -1,6 +1,6 @@
 """Regenerate every notebook from its script and store it executed, with outputs, at CI size.
 
-    python3 notebooks/build.py            # all of them, six today (about 10 minutes on 2 cores)
+    python3 notebooks/build.py            # all of them, seven today (about 12 minutes on 2 cores)
     python3 notebooks/build.py 03 05      # some of them
     python3 notebooks/build.py --no-execute   # cells only (outputs dropped), e.g. to review a diff quickly
 

@@ -15,7 +15,7 @@ from nbclient import NotebookClient
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 NAMES = {"01": "01_correction_formulas.ipynb", "02": "02_convergence_orders.ipynb", "03": "03_pendulum_shadow.ipynb",
          "04": "04_henon_heiles.ipynb", "05": "05_modlanet.ipynb",
-         "06": "06_identification.ipynb"}
+         "06": "06_identification.ipynb", "07": "07_elements.ipynb"}
 
 
 def _build_module():
