@@ -48,7 +48,7 @@ from bea.errors import BeaRuntimeError, BeaTypeError, BeaValueError
 from .element_blocks import _gather, _project, _sum_into
 from .element_kernel import ElementKernel
 from .gp import FunctionalGP
-from .kernels import AtomExpansion, FunctionalKernel
+from .kernels import FunctionalKernel
 
 __all__ = ["ExtendedElementKernel", "extend_model", "check_extension"]
 
@@ -99,6 +99,7 @@ def check_extension(source: ElementKernel, target) -> None:
     if not isinstance(target, ElementKernel) or isinstance(target, ExtendedElementKernel):
         raise BeaTypeError(f"extend takes an ElementKernel structure (e.g. ElementKernel.chain(10)), got "
                            f"{type(target).__name__}")
+
     def shape(g):
         return g["name"], g["maps"].shape[1], g["positions"], g.get("degree")
     mine, theirs = [shape(g) for g in source.groups], [shape(g) for g in target.groups]
@@ -127,13 +128,7 @@ def _extended_gp(model, kernel: ExtendedElementKernel) -> FunctionalGP:
     with torch.no_grad():
         fk.raw_outputscale.copy_(src.kernel.raw_outputscale.detach())
     fk.requires_grad_(False)
-    gp = FunctionalGP(fk)
-    gp.likelihood = src.likelihood
-    for name in ("train_functionals", "info", "_chol", "_beta", "_mean_atoms", "_factor_symmetric", "variance_scale"):
-        setattr(gp, name, getattr(src, name))
-    gp._conditioned = None  # never re-solved: condition() would refactor the source's functionals under this kernel
-    gp._mean_fn = AtomExpansion(fk, gp._mean_atoms)
-    return gp
+    return src.sharing_posterior(fk)
 
 
 def extend_model(model, structure: ElementKernel):
