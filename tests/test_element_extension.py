@@ -218,8 +218,9 @@ def test_many_states_on_one_orbit_keep_the_whole_truncation_term(model):
     spread against, so it keeps the whole term :math:`d = \Delta H_{rec}[4] - \Delta H_{rec}[2]` and never fits its
     unit part away on them. The std equals :math:`\sqrt{\sigma_{GP}^2 + d^2}` with :math:`d` from the two energies'
     means (autograd, not the jet table) and :math:`\sigma_{GP}` the same call without the term: d's two routes round
-    the mean's atom sums differently (~1e-12 of d here), 1e-8 relative on the std, where the unit part fitted away (the
-    bug this guards) lowered it by ~6e-4 (d 2e-4 against a std of 5.8e-3)."""
+    the mean's atom sums differently (measured 3e-7 of d, 3.5e-10 of the std), 1e-8 relative on the std, where the
+    unit part fitted away (the bug this guards: the term fitted to 1e-5 of d) lowered it by 5.6e-4 (d 2e-4 against a
+    GP std of 5.8e-3)."""
     ext = model.extend(ElementKernel.chain(4))
     q0, v0 = _states(4, count=2, seed=4)
     g = torch.Generator().manual_seed(5)
