@@ -246,3 +246,21 @@ def test_the_extension_does_not_share_module_bookkeeping(model):
     for name in ("_constraints", "_priors", "_non_persistent_buffers_set"):
         if name in vars(model):
             assert vars(ext)[name] is not vars(model)[name]
+
+
+def test_the_acceptance_harness_runs_an_extension(model, monkeypatch, capsys):
+    """benchmarks/element_acceptance.py --extend-from with --model element, chain3 -> chain4 at toy size (the fit
+    replaced by this module's: the harness's own is minutes): it extends through ``element_kernel(kind, size)`` and
+    measures the extension on the larger system -- one markdown row, the fitted-on column the source, level sets and
+    trajectory errors finite (the numbers themselves are the acceptance runs', benchmarks/RESULTS_element.md)."""
+    from benchmarks import element_acceptance as E
+
+    monkeypatch.setitem(E.SYSTEMS, "chain3", (lambda: _chain(3), H, "chain", 3))
+    monkeypatch.setattr(E, "_fit", lambda args, name: (model, 0.0) if name == "chain3" else pytest.fail(name))
+    E.main(["--system", "chain4", "--model", "element", "--extend-from", "chain3", "--no-std", "--points", "4",
+            "--rollout-steps", "3"])
+    row = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| chain4 ")]
+    assert len(row) == 1
+    cells = [c.strip() for c in row[0].strip("|").split("|")]
+    assert cells[1:3] == ["element", "chain3"]
+    assert all(math.isfinite(float(c)) for c in cells[7:10]) and math.isfinite(float(cells[-1]))
