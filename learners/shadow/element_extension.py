@@ -31,9 +31,11 @@ unit, centred at 0 without rotation (on the source's dimension: the source's cen
 there (:meth:`~learners.shadow.element_kernel.ElementKernel.bind`): an element sees its input in the same units as in
 the fit. The variance scales are the source's (its ``"del"`` scale, and the energy calibrations run on the source's
 held-back data on the first std, as for the source itself); nothing is recalibrated on the target system, of which
-the model has seen no data. The truncation term's unit part (:mod:`~learners.shadow.truncation`) is fitted on the
-reported states where there are enough spread in energy (the rule issue 23 measured), else the whole term is kept
-(there are no data pairs of the target system): an over-statement, never an under-statement.
+the model has seen no data. On another dimension the truncation term (:mod:`~learners.shadow.truncation`) is kept
+whole: a fitted model fits its unit part on the reported states only where they spread in energy by a share of the
+data pairs' spread, and there are no data pairs of the target system to give that scale (a batch on one orbit would get the term
+fitted away): an over-statement, never an under-statement. Energies without ``reference=`` have a std dominated by the
+group constants there (the data fix them only in the source's combination of instance counts): ask for differences.
 """
 
 from __future__ import annotations
