@@ -198,8 +198,9 @@ def test_velocities_and_energies_along_a_prediction(model):
 def test_the_variance_routes_agree_on_another_dimension(model):
     """chain(3) -> chain(4): the std route (:func:`~learners.shadow.uncertainty.posterior_variance` of L itself, the
     element layout's sections and jets) against the GP's own variance (the cross blocks, forward against the training
-    functionals): both read the target's maps on the states and the source's on the atoms, by separate code, so a map
-    taken from the wrong side in either differs by O(1). Measured 2.5e-10 relative (the variance is a difference of
+    functionals): both read the target's maps on the states and the source's on the atoms, by separate code (the
+    layout given the target's maps on the atoms fails on their width, tried; a wrong scale or offset on one side would
+    differ by O(1)). Measured 2.5e-10 relative (the variance is a difference of
     nearly equal numbers: prior minus |R^-1 k|^2); 1e-8."""
     from learners.shadow.uncertainty import LinearisedQuantity, posterior_variance
 
