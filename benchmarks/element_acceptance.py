@@ -117,13 +117,16 @@ def _modlanet(kind: str, size: int, h: float, epochs: int, seed: int):
                            options=TrainOptions(epochs=epochs, seed=seed, progress=False))
 
 
-def _extended(model, name: str, kind: str, size: int):
+def _extended(model, name: str, kind: str, size: int, window=None):
     """The fitted model carried to ``size`` elements: ``ModLaNet.extend(size)``; the element GP's ``extend`` of the
-    larger system's structure (:func:`element_kernel`: the same groups, the correction an independent prior there)."""
+    larger system's structure (:func:`element_kernel`, with the fit's ``window`` option where one is given: the same
+    groups, matched by name; the correction an independent prior there)."""
     extend = getattr(model, "extend", None)
     if extend is None:
         return None
-    return extend(size) if name == "modlanet" else extend(element_kernel(kind, size))
+    if name == "modlanet":
+        return extend(size)
+    return extend(element_kernel(kind, size, **({} if window is None else {"window": window})))
 
 
 def _peak_rss_mib() -> float:
@@ -184,7 +187,7 @@ def main(argv=None) -> None:
         print(f"fitted {args.model} on {source} ({args.trajectories} x {args.steps + 1} snapshots, h = {h}, seed {args.seed}): "
               f"{cpu_s:.0f} s CPU, peak RSS {_peak_rss_mib():.0f} MiB", flush=True)
         if args.extend_from is not None:
-            model = _extended(model, args.model, kind, size)
+            model = _extended(model, args.model, kind, size, getattr(args, "window", None))  # --window: branch window
             if model is None:
                 print(f"--extend-from: the fitted {args.model} model has no extend(); the extension is not available")
                 return

@@ -31,9 +31,11 @@ unit, centred at 0 without rotation (on the source's dimension: the source's cen
 there (:meth:`~learners.shadow.element_kernel.ElementKernel.bind`): an element sees its input in the same units as in
 the fit. The variance scales are the source's (its ``"del"`` scale, and the energy calibrations run on the source's
 held-back data on the first std, as for the source itself); nothing is recalibrated on the target system, of which
-the model has seen no data. The truncation term's unit part (:mod:`~learners.shadow.truncation`) is fitted on the
-reported states where there are enough spread in energy (the rule issue 23 measured), else the whole term is kept
-(there are no data pairs of the target system): an over-statement, never an under-statement.
+the model has seen no data. On another dimension the truncation term (:mod:`~learners.shadow.truncation`) is kept
+whole: a fitted model fits its unit part on the reported states only where they spread in energy by a share of the
+data pairs' spread, and there are no data pairs of the target system to give that scale (a batch on one orbit would get the term
+fitted away): an over-statement, never an under-statement. Energies without ``reference=`` have a std dominated by the
+group constants there (the data fix them only in the source's combination of instance counts): ask for differences.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from bea.errors import BeaRuntimeError, BeaTypeError, BeaValueError
 from .element_blocks import _gather, _project, _sum_into
 from .element_kernel import ElementKernel
 from .gp import FunctionalGP
-from .kernels import AtomExpansion, FunctionalKernel
+from .kernels import FunctionalKernel
 
 __all__ = ["ExtendedElementKernel", "extend_model", "check_extension"]
 
@@ -99,6 +101,7 @@ def check_extension(source: ElementKernel, target) -> None:
     if not isinstance(target, ElementKernel) or isinstance(target, ExtendedElementKernel):
         raise BeaTypeError(f"extend takes an ElementKernel structure (e.g. ElementKernel.chain(10)), got "
                            f"{type(target).__name__}")
+
     def shape(g):
         return g["name"], g["maps"].shape[1], g["positions"], g.get("degree")
     mine, theirs = [shape(g) for g in source.groups], [shape(g) for g in target.groups]
@@ -127,13 +130,7 @@ def _extended_gp(model, kernel: ExtendedElementKernel) -> FunctionalGP:
     with torch.no_grad():
         fk.raw_outputscale.copy_(src.kernel.raw_outputscale.detach())
     fk.requires_grad_(False)
-    gp = FunctionalGP(fk)
-    gp.likelihood = src.likelihood
-    for name in ("train_functionals", "info", "_chol", "_beta", "_mean_atoms", "_factor_symmetric", "variance_scale"):
-        setattr(gp, name, getattr(src, name))
-    gp._conditioned = None  # never re-solved: condition() would refactor the source's functionals under this kernel
-    gp._mean_fn = AtomExpansion(fk, gp._mean_atoms)
-    return gp
+    return src.sharing_posterior(fk)
 
 
 def extend_model(model, structure: ElementKernel):

@@ -10,12 +10,26 @@ refused) and its calibration is the source's, run on the source's held-back data
 
 from __future__ import annotations
 
+import copy
+
+import torch
+
 from bea.errors import BeaTypeError
 
 from .calibration import ensure_energy_calibration
 from .lsi import InverseModifiedLagrangianGP
 
 __all__ = ["ElementExtension"]
+
+
+def _bookkeeping(module) -> list:
+    """The names of ``module``'s Module bookkeeping containers (submodules, parameters, buffers, hooks, and GPyTorch's
+    priors, constraints, loss terms where it has them): every dict or set a fresh :class:`torch.nn.Module` holds in its
+    ``__dict__``, plus those of ``module``'s own that are private dicts or sets -- copied for an extension, so that what
+    is registered on it does not reach its source."""
+    fresh = [name for name, value in vars(torch.nn.Module()).items() if isinstance(value, (dict, set))]
+    extra = ("_priors", "_constraints", "_added_loss_terms")
+    return fresh + [name for name in extra if isinstance(module.__dict__.get(name), (dict, set))]
 
 
 class ElementExtension(InverseModifiedLagrangianGP):
@@ -27,8 +41,8 @@ class ElementExtension(InverseModifiedLagrangianGP):
         # the source's settings as they are (h, scheme, normalisation, options), with module dicts of its own, so that
         # the GP set here is this model's only; the constructor's fresh state would be a model without a fit
         self.__dict__.update(source.__dict__)
-        for name in ("_modules", "_parameters", "_buffers"):  # in __dict__ itself: Module.__setattr__ would not replace them
-            self.__dict__[name] = dict(source.__dict__[name])
+        for name in _bookkeeping(source):  # in __dict__ itself: Module.__setattr__ would not replace them
+            self.__dict__[name] = copy.copy(source.__dict__[name])
         self.__dict__["_source"] = source  # a plain reference, not a submodule (saving is refused)
         level = source.data_level()  # the data's DEL std level: predict's extrapolation test compares with it
         self.gp, self.n = gp, n
@@ -64,10 +78,12 @@ class ElementExtension(InverseModifiedLagrangianGP):
         return self._source.extend(structure)
 
     def _truncation_term(self, N: int, q, v, ref, mean):
-        """The truncation term with no data pairs of this system (:mod:`~learners.shadow.truncation`): its unit part
-        fitted on the reported states where the spread allows (spread guard 0), else the whole term kept ((c, b) = 0).
-        On the source's structure its data pairs are this system's: the source's rule."""
+        """The truncation term with no data pairs of this system (:mod:`~learners.shadow.truncation`): the whole term
+        kept, always ((c, b) = 0 and an infinite data spread, which no reported batch reaches): without data of this
+        system there is no scale against which the reported states' energies spread -- a batch on one orbit would get
+        the unit part fitted to its non-conservation and the term removed. On the source's structure its data pairs are
+        this system's: the source's rule."""
         if self.snapshots is None:
             self._recovered.setdefault(("unit", N), (0.0, 0.0))
-            self._recovered.setdefault(("unit_spread", N), 0.0)
+            self._recovered.setdefault(("unit_spread", N), float("inf"))
         return super()._truncation_term(N, q, v, ref, mean)

@@ -161,6 +161,20 @@ class FunctionalGP(gpytorch.Module):
         self._mean_fn = AtomExpansion(self.kernel, self._mean_atoms, differentiable=beta.requires_grad)
         self._conditioned = key
 
+    def sharing_posterior(self, kernel: FunctionalKernel) -> "FunctionalGP":
+        r"""A GP under ``kernel`` holding this one's posterior as it is -- functionals, factor :math:`R`, weights
+        :math:`\beta`, mean atoms, likelihood, variance scale --, its mean :math:`\sum_a c_a\,\partial k(\cdot, a)` of
+        ``kernel``: the same weights under another kernel whose blocks with the training atoms are the ones to use
+        (:mod:`~learners.shadow.element_extension`). It is never re-solved (``condition`` would refactor the
+        functionals under ``kernel``), so it shares the tensors, which nothing changes in place."""
+        self._require()
+        gp = FunctionalGP(kernel)
+        gp.likelihood, gp.variance_scale = self.likelihood, self.variance_scale
+        gp.train_functionals, gp.info, gp._chol, gp._beta = self.train_functionals, self.info, self._chol, self._beta
+        gp._mean_atoms, gp._factor_symmetric = self._mean_atoms, self._factor_symmetric
+        gp._mean_fn = AtomExpansion(kernel, gp._mean_atoms)
+        return gp
+
     def _key(self, F: Functionals, symmetric: bool = False):
         r"""What a posterior without gradients depends on: the functionals ``F`` (the object, never changed in
         place), how :math:`\Theta` was assembled (``symmetric``: its entries differ at rounding, so a search's solve
