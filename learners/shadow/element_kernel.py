@@ -100,10 +100,11 @@ class ElementKernel(SmoothKernel):
 
     @classmethod
     def chain(cls, n: int, ends: str = "fixed", identical: bool = True, degree: Optional[int] = None,
-              correction: bool = True) -> "ElementKernel":
+              correction: bool = True, window: Optional[int] = None) -> "ElementKernel":
         r"""A chain of ``n`` sites: site elements :math:`(q_i, v_i)` and bond elements :math:`(q_{i+1} - q_i, v_{i+1} -
-        v_i)` with ``ends`` ``"fixed"`` (walls at 0), ``"periodic"`` or ``"free"``."""
-        return cls(chain_groups(n, ends, identical, degree), correction)
+        v_i)` with ``ends`` ``"fixed"`` (walls at 0), ``"periodic"`` or ``"free"``; ``window``: also windows of that
+        many consecutive bonds (:func:`~learners.shadow.element_structure.chain_groups`)."""
+        return cls(chain_groups(n, ends, identical, degree, window=window), correction)
 
     # ------------------------------------------------------------------ the model's copy
     def build(self, D: int, ard: bool = True, constraint=None) -> "ElementKernel":
