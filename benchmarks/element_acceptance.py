@@ -68,6 +68,8 @@ def _arguments(argv):
     ap.add_argument("--points", type=int, default=40, help="level-set states")
     ap.add_argument("--rollout-steps", type=int, default=200, help="steps of the trajectory error")
     ap.add_argument("--epochs", type=int, default=100, help="ModLaNet's training epochs")
+    ap.add_argument("--window", type=int, default=None,
+                    help="element chains: also windows of this many bonds (ElementKernel.chain(n, window=w); default none)")
     return ap.parse_args(argv)
 
 
@@ -101,7 +103,7 @@ def _fit(args, name):
     else:
         from learners import InverseModifiedLagrangianGP
 
-        kw = {} if args.model == "full" else {"kernel": element_kernel(kind, size)}
+        kw = {} if args.model == "full" else {"kernel": element_kernel(kind, size, args.window)}
         model = InverseModifiedLagrangianGP(h, progress=False, **kw).fit(data)
     return model, time.process_time() - c
 

@@ -74,8 +74,9 @@ def _brute_force(gp, x, xr):
     return prior - (Vb * Vb).sum(0), prior + prior_r - 2 * cross - (Vd * Vd).sum(0), prior
 
 
-@pytest.mark.parametrize("kernel", [ElementKernel.chain(2), ElementKernel.bodies(2, 1, correction=False)],
-                         ids=["chain2-correction", "bodies2x1"])
+@pytest.mark.parametrize("kernel", [ElementKernel.chain(2), ElementKernel.bodies(2, 1, correction=False),
+                                    ElementKernel.chain(2, window=2, correction=False)],
+                         ids=["chain2-correction", "bodies2x1", "chain2-window2"])
 def test_element_std_equals_brute_force(kernel):
     """Variances of a jet quantity (order 3) and of its differences to reference states, under a GP conditioned on
     random functionals of orders 0..2: the element tables equal nested autograd of the kernel to rounding."""

@@ -22,8 +22,10 @@ def _random_scales(kernel, seed=0):
 
 
 @pytest.mark.parametrize("kernel", [ElementKernel.bodies(2, 2), ElementKernel.bodies(3, 2, degree=2),
-                                    ElementKernel.chain(4), ElementKernel.chain(3, "periodic", identical=False, degree=4)],
-                         ids=["bodies2-rbf", "bodies3-mech2", "chain4-rbf", "chain3-periodic-mech4"])
+                                    ElementKernel.chain(4), ElementKernel.chain(3, "periodic", identical=False, degree=4),
+                                    ElementKernel.chain(4, window=3), ElementKernel.chain(3, "periodic", degree=2, window=2)],
+                         ids=["bodies2-rbf", "bodies3-mech2", "chain4-rbf", "chain3-periodic-mech4", "chain4-window3",
+                              "chain3-periodic-window2-mech2"])
 def test_closed_form_blocks_match_autograd(kernel):
     kernel = _random_scales(kernel.to(torch.float64))
     gen = torch.Generator().manual_seed(1)
@@ -63,8 +65,9 @@ def _coordinate_atoms(gen, count, order, D, h=0.2):
 
 
 @pytest.mark.parametrize("kernel", [ElementKernel.bodies(3, 2), ElementKernel.bodies(3, 2, degree=2),
-                                    ElementKernel.chain(4), ElementKernel.chain(3, "periodic", identical=False, degree=2)],
-                         ids=["bodies3-rbf", "bodies3-mech2", "chain4-rbf", "chain3-periodic-mech2"])
+                                    ElementKernel.chain(4), ElementKernel.chain(3, "periodic", identical=False, degree=2),
+                                    ElementKernel.chain(4, window=3)],
+                         ids=["bodies3-rbf", "bodies3-mech2", "chain4-rbf", "chain3-periodic-mech2", "chain4-window3"])
 def test_reduced_blocks_equal_every_instance_pair(kernel):
     """The blocks with active instances only, one orientation of the pairs and one triangle of the same atoms equal
     the sum over every instance pair (_plain_block) to rounding, bound to standardised coordinates with a centre (so

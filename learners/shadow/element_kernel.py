@@ -11,7 +11,8 @@ Groups :math:`g` of identical elements (:mod:`learners.shadow.element_structure`
 group: isotropic, so rotations of the bodies' space are kept), :math:`D_c` the correction's two scales. The DEL
 functionals are linear, so conditioning on them is exact for any :math:`L` in this space. :math:`L_{inv}`'s terms from
 :math:`h^2` on are not all element-additive (three bodies: products of two pairs' forces; a chain: neighbouring bonds'),
-which the correction (a small full-dimensional RBF, scale :math:`s_c` learned) absorbs.
+which the correction (a small full-dimensional RBF, scale :math:`s_c` learned) absorbs, or for a chain a group of
+windows of consecutive bonds (``chain(n, window=2)``; at :math:`n = 10` the correction could not learn them).
 
 *Functional blocks in closed form.* A derivative of :math:`k_g(A z + b, \cdot)` along :math:`u` is one of :math:`k_g`
 along :math:`A u`: the atoms are projected, :math:`X \to D_g(A_e X + b_e)`, :math:`U \to D_g A_e U`, and the base
@@ -100,10 +101,11 @@ class ElementKernel(SmoothKernel):
 
     @classmethod
     def chain(cls, n: int, ends: str = "fixed", identical: bool = True, degree: Optional[int] = None,
-              correction: bool = True) -> "ElementKernel":
+              correction: bool = True, window: Optional[int] = None) -> "ElementKernel":
         r"""A chain of ``n`` sites: site elements :math:`(q_i, v_i)` and bond elements :math:`(q_{i+1} - q_i, v_{i+1} -
-        v_i)` with ``ends`` ``"fixed"`` (walls at 0), ``"periodic"`` or ``"free"``."""
-        return cls(chain_groups(n, ends, identical, degree), correction)
+        v_i)` with ``ends`` ``"fixed"`` (walls at 0), ``"periodic"`` or ``"free"``; ``window``: also windows of that
+        many consecutive bonds (:func:`~learners.shadow.element_structure.chain_groups`)."""
+        return cls(chain_groups(n, ends, identical, degree, window=window), correction)
 
     # ------------------------------------------------------------------ the model's copy
     def build(self, D: int, ard: bool = True, constraint=None) -> "ElementKernel":

@@ -89,11 +89,14 @@ def body_groups(count: int, dim: int, identical: bool = True, degree=None,
 
 
 def chain_groups(n: int, ends: str = "fixed", identical: bool = True, degree=None,
-                 bond_velocities: bool = True) -> List[Dict[str, object]]:
+                 bond_velocities: bool = True, window: int = None) -> List[Dict[str, object]]:
     r"""A chain of ``n`` scalar sites: a site element :math:`(q_i, v_i)` (kinetic energy and on-site potential;
     shared with ``identical``) and a bond element :math:`(q_{i+1} - q_i, v_{i+1} - v_i)`, one orientation, with the
     bonds to the ends: ``"fixed"`` (walls at 0: :math:`q_1 - 0` and :math:`0 - q_n`), ``"periodic"``
-    (:math:`q_1 - q_n`) or ``"free"`` (none)."""
+    (:math:`q_1 - q_n`) or ``"free"`` (none). ``window`` (an integer :math:`w \ge 2`): also a group ``"window"`` of
+    :math:`w` consecutive bonds, instance :math:`j` seeing :math:`(r_j, \dots, r_{j+w-1}, \dot r_j, \dots,
+    \dot r_{j+w-1})` (velocities with ``bond_velocities``), every run of :math:`w` bonds in chain order (wrapping round
+    for ``"periodic"``), one shared function (:func:`_windows`)."""
     if ends not in ENDS:
         raise BeaValueError(f"ends must be one of {ENDS}, got {ends!r}")
     if n < 2:
@@ -108,7 +111,27 @@ def chain_groups(n: int, ends: str = "fixed", identical: bool = True, degree=Non
         links.append((0, n - 1))
     bonds = [_difference(i, j, 1, n, bond_velocities) for i, j in links]
     groups.append(_group("bond", bonds, 1, degree if bond_velocities else None))
+    if window is not None:
+        groups.append(_windows(bonds, window, ends == "periodic", degree if bond_velocities else None))
     return groups
+
+
+def _windows(bonds: List[torch.Tensor], w: int, cyclic: bool, degree) -> Dict[str, object]:
+    r"""The group ``"window"``: instance :math:`j` stacks the position rows, then the velocity rows, of ``bonds[j:j+w]``
+    (indices mod the bond count where ``cyclic``). Why: a nearest-neighbour chain's :math:`L_{inv}` holds, from
+    :math:`h^2` on, terms that are sums over sites of functions of the bonds next to them (:math:`F_i^2` of two bonds,
+    :math:`F_i H_{i,i+1} F_{i+1}` of three), not sums over single bonds (docs/theory/elements.md, *Windows*)."""
+    if isinstance(w, bool) or not isinstance(w, int) or w < 2:
+        raise BeaValueError(f"window must be an integer >= 2 (consecutive bonds per instance), got {w!r}")
+    count = len(bonds) if cyclic else len(bonds) - w + 1
+    if w > len(bonds) or count < 1:
+        raise BeaValueError(f"window={w} needs at least {w} bonds; this chain has {len(bonds)}: use a smaller window")
+    k = bonds[0].shape[0]  # 1 (positions only) or 2 (position and velocity rows)
+    maps = []
+    for j in range(count):
+        run = [bonds[(j + a) % len(bonds)] for a in range(w)]
+        maps.append(torch.cat([b[r:r + 1] for r in range(k) for b in run]))
+    return _group("window", maps, w, degree)
 
 
 def check_groups(groups, D: int = None) -> int:
