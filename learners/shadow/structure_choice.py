@@ -49,7 +49,7 @@ from bea.errors import BeaError, BeaValueError
 from .element_kernel import ElementKernel
 from .guards import caller_level
 
-__all__ = ["STRUCTURE_MARGIN", "DIMENSIONS", "structures", "structure_kernel", "structure_name", "scores_structures",
+__all__ = ["STRUCTURE_MARGIN", "DEGENERATE_MARGIN", "DIMENSIONS", "structures", "structure_kernel", "structure_name", "scores_structures",
            "choose_structure"]
 
 #: how much lower (mean of log squared one-step errors) a structure's refined held-out value must be than the default
@@ -59,6 +59,12 @@ __all__ = ["STRUCTURE_MARGIN", "DIMENSIONS", "structures", "structure_kernel", "
 #: without one the screens were 8-13 behind. No case fell between, so these data do not pin the value (1.0-2.5 choose
 #: the same); a small lead says little (degree 4's 0.05 at 9x the energy error, position_search.DEGREE_MARGIN)
 STRUCTURE_MARGIN = 1.0
+#: the lead a structure whose search ended at degenerate (near-polynomial) scales
+#: (:func:`~learners.shadow.element_search.check_scales`) needs to be kept: 3 x STRUCTURE_MARGIN. Measured: mass_chain4's
+#: chain(4), its own structure, led by 3.9 at 24 / 16 spreads with energy differences 3.5x / 8.9x better than the
+#: default's (kept); the one degenerate-and-wrong case on record (two_body_lj6's bodies(2, 3), energies wrong by 1.2)
+#: was under the search before Session 13's basin starts (benchmarks/RESULTS_identification.md, Session 14)
+DEGENERATE_MARGIN = 3 * STRUCTURE_MARGIN
 #: the dimensions of a body that :func:`structures` tries: planar and spatial bodies
 DIMENSIONS = (2, 3)
 
@@ -114,9 +120,22 @@ class _Scoped:
         return False
 
 
+def _state_entries(gp, args: tuple) -> int:
+    """The kernel entries per state of ``gp``'s element kernel on the final solve's atoms (all data functionals and the
+    larger of the normalisations scored), which :meth:`~learners.shadow.element_energy.ElementEnergy.energy` bounds."""
+    from .functionals import Functionals
+
+    kernel, F_data = gp.kernel.base_kernel, args[0]
+    return max(kernel.state_entries(Functionals.cat([F_data, norm]).atoms) for norm in (args[5], args[8])
+               if norm is not None)
+
+
 def _screen(model, args: tuple, D: int, records: dict) -> list:
     """Stage 1 for each structure: ``[(value, spec, gp, start, history)]``, finite values only; ``records`` gets each
-    structure's screen value (or its error) and CPU seconds."""
+    structure's screen value (or its error) and CPU seconds. A structure whose fitted model's energy would need more
+    than :data:`~learners.shadow.element_energy.MAX_STATE_ENTRIES` kernel entries per state (chain(6) at 500
+    trajectories, bodies(4, 2) at 200) is skipped before its screen, the reason recorded: its energies would be refused."""
+    from . import element_energy
     from .element_search import element_start
 
     out = []
@@ -125,6 +144,11 @@ def _screen(model, args: tuple, D: int, records: dict) -> list:
         record = records[structure_name(spec)] = {"history": sub}
         try:
             gp = model._structure_gp(spec, D)
+            entries = _state_entries(gp, args)
+            if entries > element_energy.MAX_STATE_ENTRIES:
+                record["skipped"] = (f"{entries:,} kernel entries per state, above the energy's bound "
+                                     f"{element_energy.MAX_STATE_ENTRIES:,}: not screened")
+                continue
             with _Scoped(model, gp, sub), warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # a structure's screen warns of nothing the model keeps
                 start = element_start(model, *args, basins=1)
@@ -133,7 +157,8 @@ def _screen(model, args: tuple, D: int, records: dict) -> list:
                 out.append((start[2], spec, gp, start, sub))
         except (BeaError, torch.linalg.LinAlgError) as err:  # a structure that cannot be fitted is not a candidate
             record["error"] = f"{type(err).__name__}: {err}"
-        record["screen_cpu_s"] = time.process_time() - started
+        finally:
+            record["screen_cpu_s"] = time.process_time() - started
     return out
 
 
@@ -142,7 +167,7 @@ def choose_structure(model, args: tuple, found: tuple) -> tuple:
     F_norm)`` (``model.gp`` its winner's GP, ``model.history["objective"]`` its refined held-out value); ``args``: the
     search's arguments ``(F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0, F_norm_alt)``. Returns ``found``
     or the structure's ``(F_all, theta, F_norm)``, with ``model.gp`` and ``model.kernel_structure`` set to it."""
-    from .element_search import element_start, search_elements
+    from .element_search import DegenerateScalesWarning, element_start, search_elements
 
     history = model.history
     default = history.get("objective")
@@ -168,11 +193,13 @@ def choose_structure(model, args: tuple, found: tuple) -> tuple:
         finally:
             record["refine_cpu_s"] = time.process_time() - started
     refined = record["refined"] = full["objective"]
-    degenerate = bool(full.get("degenerate_scales"))
-    if degenerate or not (refined < default - STRUCTURE_MARGIN or not math.isfinite(default)):
+    margin = DEGENERATE_MARGIN if full.get("degenerate_scales") else STRUCTURE_MARGIN
+    if not (refined < default - margin or not math.isfinite(default)):
         return found
     history["structure_kept"], history["objective"] = name, refined
     model.gp, model.kernel_structure, model.kernel_degree = gp, tuple(spec), None
-    for w in caught:  # the kept structure's warnings, as the opt-in fit issues them
-        warnings.warn(w.message, w.category, stacklevel=caller_level())
+    for w in caught:  # the kept structure's warnings, as the opt-in fit issues them; the default's user chose no kernel
+        message = f"{w.message} (kernel='auto' kept {name}: kernel='mechanical' or kernel='rbf' fit without a structure)"
+        warnings.warn(w.category(message) if issubclass(w.category, DegenerateScalesWarning) else w.message, w.category,
+                      stacklevel=caller_level())
     return result
