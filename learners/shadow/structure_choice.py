@@ -49,7 +49,8 @@ from bea.errors import BeaError, BeaValueError
 from .element_kernel import ElementKernel
 from .guards import caller_level
 
-__all__ = ["STRUCTURE_MARGIN", "DEGENERATE_MARGIN", "DIMENSIONS", "structures", "structure_kernel", "structure_name", "scores_structures",
+__all__ = ["STRUCTURE_MARGIN", "DEGENERATE_MARGIN", "DIMENSIONS",
+           "structures", "structure_kernel", "structure_name", "scores_structures",
            "choose_structure"]
 
 #: how much lower (mean of log squared one-step errors) a structure's refined held-out value must be than the default
