@@ -182,7 +182,7 @@ def fit_with_candidate(model, S: torch.Tensor) -> None:
         warnings.simplefilter("always")
         model._fit_in_units(S, finalise=False)
     if getattr(model, "kernel_structure", None) is not None:  # the structure kernel="auto" kept fixes the coordinates
-        model.history["principal"] = {"skipped": "an element structure was kept"}  # (as with kernel=ElementKernel...)
+        model.history["principal"] = {"kept": False, "skipped": "an element structure was kept"}  # (as kernel=Element...)
         model._finalise()
         _reissue(base_warnings)
         return
