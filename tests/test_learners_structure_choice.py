@@ -86,8 +86,8 @@ def test_the_chosen_structure_survives_save_and_load(two_body_auto, tmp_path, mo
 
 def test_oscillators_without_the_structure_keep_the_default_bit_for_bit(monkeypatch):
     """Three anharmonic oscillators with unequal frequencies and a three-body coupling (anharmonic3, 20 trajectories):
-    chain(3), the one structure n = 3 admits, cannot hold its Lagrangian and is not kept; the fit is then exactly the
-    one without the screen (same hyperparameters, same energies)."""
+    chain(3), the one structure n = 3 admits, is not its structure and screens behind (not refined, not kept); the fit
+    is then exactly the one without the screen (same hyperparameters, same energies)."""
     system = anharmonic3()
     data = snapshots(system, 0.2, 20, 5, seed=0)
     with warnings.catch_warnings():
