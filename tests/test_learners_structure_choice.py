@@ -106,14 +106,15 @@ def test_a_structure_whose_energy_would_be_refused_is_not_screened(two_body_auto
     """A structure whose fitted energy() would need more than element_energy.MAX_STATE_ENTRIES kernel entries per state
     (chain(6) at 500 trajectories, bodies(4, 2) at 200) is skipped before its screen, the reason recorded: with the
     bound set below what bodies(2, 2) needs on the same CI data (where it is kept otherwise), no structure is screened
-    and the default kernels' fit stays."""
+    and the default kernels' fit stays (with its warning at this size: one-step errors 0.15 of a step)."""
     from learners.shadow import element_energy
 
     _, data, kept = two_body_auto
     needed = kept.gp.kernel.base_kernel.state_entries(kept.gp.train_functionals.atoms)
     assert 1_000 < needed < element_energy.MAX_STATE_ENTRIES  # so the bound below cuts a structure that fits otherwise
     monkeypatch.setattr(element_energy, "MAX_STATE_ENTRIES", needed - 1)
-    m = InverseModifiedLagrangianGP(0.2, progress=False).fit(data)
+    with pytest.warns(IdentifiabilityWarning, match="poorly determined"):  # the default kernels' fit at 30 trajectories
+        m = InverseModifiedLagrangianGP(0.2, progress=False).fit(data)
     record = m.history["structures"]["bodies(2, 2)"]
     assert f"above the energy's bound {needed - 1:,}" in record["skipped"] and "screen" not in record
     assert m.kernel_structure is None and m.history["structure_kept"] is None and m.kernel_degree is not None
