@@ -39,8 +39,8 @@ held-out functionals and objective):
 The comparison is not even-handed, and the margins were set knowing it: the structure's refined value is the best of
 a larger search (up to 27 solves, 16 of them over untied parameters, one scale per group and the correction's) than
 the default kernels' (a 6-solve tied refinement) on the same validation functionals, so it is biased low by the
-selection (optimistic) where the default's is less so; the measured leads of kept structures (2.6-11.8) are well above
-STRUCTURE_MARGIN, and no case between 0 and 2.6 was measured.
+selection (optimistic) where the default's is less so; the measured leads of kept structures of the right layout
+(2.6-11.8) are well above STRUCTURE_MARGIN, and the one case measured between (a wrong chain(4), 2.3, above) was kept.
 
 ``model.kernel_structure`` records the structure kept (:func:`structure_name` spells it; None: the default kernels'
 choice, ``kernel_degree``), as does a model file (:mod:`learners.shadow.persist`); ``model.history["structures"]``
@@ -73,15 +73,17 @@ __all__ = ["STRUCTURE_MARGIN", "DEGENERATE_MARGIN", "DIMENSIONS",
 #: kernels' for the structure to be kept: 1.0, one-step errors 1.65x smaller, twice MATRIX_MARGIN (a structure replaces
 #: the kernel). Measured (benchmarks/RESULTS_identification.md, Session 14, seed 0): kept structures led by 11.8 / 11.1
 #: (bodies(2, 2), two planar two-body problems) and 2.6 / 3.2 (chain(6), the FPU chain at h 0.45 / 0.3); on systems
-#: without one the screens were 8-13 behind. No case fell between, so these data do not pin the value (1.0-2.5 choose
-#: the same); a small lead says little (degree 4's 0.05 at 9x the energy error, position_search.DEGREE_MARGIN)
-#: the same; it also absorbs the refined value's optimistic bias (module docstring: the larger, untied search)
+#: without one the screens were 8-13 behind. Between: two_body4 in the (x1, x2, y1, y2) layout (CI size), where the
+#: wrong chain(4) led by 2.3 and is kept (energy differences 7.2e-2, 8.0e-2 without structures: not worse). These data
+#: do not pin the value; a small lead says little (degree 4's 0.05 at 9x the energy error, position_search.DEGREE_MARGIN).
+#: It also has to absorb the refined value's optimistic bias (module docstring: the larger, untied search)
 STRUCTURE_MARGIN = 1.0
 #: the lead a structure whose search ended at degenerate (near-polynomial) scales
 #: (:func:`~learners.shadow.element_search.check_scales`) needs to be kept: 3 x STRUCTURE_MARGIN. Measured: mass_chain4's
 #: chain(4), its own structure, led by 3.9 at 24 / 16 spreads with energy differences 3.5x / 8.9x better than the
 #: default's (kept); the one degenerate-and-wrong case on record (two_body_lj6's bodies(2, 3), energies wrong by 1.2)
-#: was under the search before Session 13's basin starts (benchmarks/RESULTS_identification.md, Session 14)
+#: was under the search before Session 13's basin starts; under today's it ends non-degenerate, leads by 8.4 and gives
+#: 5.7e-3 (benchmarks/RESULTS_identification.md, Session 14, fix pass)
 DEGENERATE_MARGIN = 3 * STRUCTURE_MARGIN
 #: the dimensions of a body that :func:`structures` tries: planar and spatial bodies
 DIMENSIONS = (2, 3)
