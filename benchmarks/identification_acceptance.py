@@ -460,15 +460,21 @@ def main(argv=None) -> None:
         print(f"matrix target moves (relative, before each): {m.history.get('mass_target')}")
         print(f"fitted: {fit_s:.0f} s wall, {cpu_s:.0f} s cpu, peak RSS {_peak_rss_mib():.0f} MiB, objective {m.objective_used}, "
               f"normalisation conditions "
-              f"{m._norm_count}, kernel degree {m.kernel_degree} ({m.history.get('mechanical_kept_name')}), held-out "
+              f"{m._norm_count}, kernel degree {m.kernel_degree} ({m.history.get('mechanical_kept_name')}), "
+              f"the default kernels' held-out "
               f"{dict(zip(m.history.get('normalisation_candidates', []), m.history.get('normalisation_values', [])))}",
               flush=True)
-        fields = ("screen", "refined", "screen_cpu_s", "refine_cpu_s", "error")  # kernel="auto"'s element structures
+        fields = ("screen", "refined", "screen_cpu_s", "refine_cpu_s", "error", "skipped")  # kernel="auto"'s element structures
         structures = {k: {x: r[x] for x in fields if r.get(x) is not None} for k, r in m.history.get("structures", {}).items()}
+        for k, r in m.history.get("structures", {}).items():  # a refined structure's degenerate scales (DEGENERATE_MARGIN)
+            if "refined" in r:
+                structures[k]["degenerate_scales"] = r["history"].get("degenerate_scales")
         print(f"element structures: kept {m.history.get('structure_kept')}, default kernels' held-out "
               f"{m.history.get('default_objective')}, {structures}", flush=True)
         principal = m.history.get("principal")
-        if principal is not None:  # the principal-direction candidate (learners.shadow.principal)
+        if principal is not None and "skipped" in principal:  # not scored: a structure kept
+            print(f"principal directions: not scored, {principal['skipped']}", flush=True)
+        elif principal is not None:  # the principal-direction candidate (learners.shadow.principal)
             print(f"principal directions: kept {principal['kept']}, held-out tied {principal['objective']:.3f}, "
                   f"principal {principal['candidate_objective']}, factors {[round(f, 3) for f in principal['factors']]}",
                   flush=True)

@@ -83,14 +83,20 @@ def _row(args, cfg) -> None:
         print(f"    energy calibration (on first demand): {time.perf_counter() - t:.1f} s wall, "
               f"{time.process_time() - c:.1f} s CPU")
     held_out = dict(zip(model.history.get("normalisation_candidates", []), model.history.get("normalisation_values", [])))
-    print(f"    kernel degree {model.kernel_degree}, normalisation conditions {model._norm_count}, held-out {held_out}, "
+    print(f"    kernel degree {model.kernel_degree}, normalisation conditions {model._norm_count}, "
+          f"the default kernels' held-out {held_out}, "
           f"lengthscales {model.hyperparameters['lengthscale']}")
-    fields = ("screen", "refined", "screen_cpu_s", "refine_cpu_s", "error")  # kernel="auto"'s element structures
+    fields = ("screen", "refined", "screen_cpu_s", "refine_cpu_s", "error", "skipped")  # kernel="auto"'s element structures
     structures = {k: {x: r[x] for x in fields if r.get(x) is not None} for k, r in model.history.get("structures", {}).items()}
+    for k, r in model.history.get("structures", {}).items():  # a refined structure's degenerate scales (DEGENERATE_MARGIN)
+        if "refined" in r:
+            structures[k]["degenerate_scales"] = r["history"].get("degenerate_scales")
     print(f"    element structures: kept {model.history.get('structure_kept')}, default kernels' held-out "
           f"{model.history.get('default_objective')}, {structures}")
     principal = model.history.get("principal")
-    if principal is not None:  # the principal-direction candidate (learners.shadow.principal): choice and cost
+    if principal is not None and "skipped" in principal:  # not scored: a structure kept
+        print(f"    principal directions: not scored, {principal['skipped']}")
+    elif principal is not None:  # the principal-direction candidate (learners.shadow.principal): choice and cost
         print(f"    principal directions: kept {principal['kept']}, held-out tied {principal['objective']:.3f}, "
               f"principal {principal['candidate_objective']}, candidate search {principal['candidate_cpu_s']:.1f} s CPU")
     for w in caught:

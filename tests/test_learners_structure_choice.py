@@ -57,6 +57,7 @@ def test_planar_two_body_data_choose_bodies_2_2(two_body_auto):
     assert isinstance(m.gp.kernel.base_kernel, ElementKernel) and "element structure bodies(2, 2)" in repr(m)
     assert h["objective"] < h["default_objective"] - structure_choice.STRUCTURE_MARGIN
     assert "refined" not in h["structures"]["chain(4)"]
+    assert "skipped" in h["principal"]  # the structure fixes the coordinates: no principal-direction candidate
     opt_in = InverseModifiedLagrangianGP(0.2, kernel=ElementKernel.bodies(2, 2), progress=False).fit(data)
     assert h["objective"] == pytest.approx(opt_in.history["objective"], rel=1e-9, abs=1e-9)
     rel, _ = energy_differences(m, system, 2, return_std=False)
@@ -85,8 +86,8 @@ def test_the_chosen_structure_survives_save_and_load(two_body_auto, tmp_path, mo
 
 def test_oscillators_without_the_structure_keep_the_default_bit_for_bit(monkeypatch):
     """Three anharmonic oscillators with unequal frequencies and a three-body coupling (anharmonic3, 20 trajectories):
-    chain(3), the one structure n = 3 admits, cannot hold its Lagrangian and is not kept; the fit is then exactly the
-    one without the screen (same hyperparameters, same energies)."""
+    chain(3), the one structure n = 3 admits, is not its structure and screens behind (not refined, not kept); the fit
+    is then exactly the one without the screen (same hyperparameters, same energies)."""
     system = anharmonic3()
     data = snapshots(system, 0.2, 20, 5, seed=0)
     with warnings.catch_warnings():
@@ -99,3 +100,36 @@ def test_oscillators_without_the_structure_keep_the_default_bit_for_bit(monkeypa
     assert m.hyperparameters == plain.hyperparameters and m.kernel_degree == plain.kernel_degree
     q, v = data[0, :3], torch.full((3, 3), 0.1, dtype=torch.float64)
     assert torch.equal(m.lagrangian(q, v), plain.lagrangian(q, v))
+
+
+def test_a_structure_whose_energy_would_be_refused_is_not_screened(two_body_auto, monkeypatch):
+    """A structure whose fitted energy() would need more than element_energy.MAX_STATE_ENTRIES kernel entries per state
+    (chain(6) at 500 trajectories, bodies(4, 2) at 200) is skipped before its screen, the reason recorded: with the
+    bound set below what bodies(2, 2) needs on the same CI data (where it is kept otherwise), no structure is screened
+    and the default kernels' fit stays (with its warning at this size: one-step errors 0.15 of a step)."""
+    from learners.shadow import element_energy
+
+    _, data, kept = two_body_auto
+    needed = kept.gp.kernel.base_kernel.state_entries(kept.gp.train_functionals.atoms)
+    assert 1_000 < needed < element_energy.MAX_STATE_ENTRIES  # so the bound below cuts a structure that fits otherwise
+    monkeypatch.setattr(element_energy, "MAX_STATE_ENTRIES", needed - 1)
+    with pytest.warns(IdentifiabilityWarning, match="poorly determined"):  # the default kernels' fit at 30 trajectories
+        m = InverseModifiedLagrangianGP(0.2, progress=False).fit(data)
+    record = m.history["structures"]["bodies(2, 2)"]
+    assert f"above the energy's bound {needed - 1:,}" in record["skipped"] and "screen" not in record
+    assert m.kernel_structure is None and m.history["structure_kept"] is None and m.kernel_degree is not None
+
+
+def test_an_adopted_principal_candidate_keeps_the_screens_history():
+    """principal._adopt: the candidate (fitted without structures) replaces the fitted state and the history, but the
+    structures the model's own search scored stay recorded, and kernel_structure is the candidate's None."""
+    from types import SimpleNamespace
+
+    from learners.shadow import principal
+
+    screened = {"structures": {"chain(3)": {"screen": -10.2}}, "structure_kept": None, "default_objective": -23.2}
+    model = SimpleNamespace(history=dict(screened, objective=-23.2), kernel_structure=None)
+    cand = SimpleNamespace(**{name: None for name in principal._FITTED})
+    cand.history = {"objective": -24.1}
+    principal._adopt(model, cand)
+    assert model.kernel_structure is None and model.history == dict(screened, objective=-24.1)

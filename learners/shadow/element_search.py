@@ -271,15 +271,13 @@ class ElementHooks(ElementEnergy):
 
     def _structure_gp(self, spec: tuple, D: int, bind: bool = True):
         """A fresh GP with the element kernel of structure ``spec`` (:mod:`learners.shadow.structure_choice`), its maps
-        carried into the fit's coordinates (``bind``)."""
+        carried into the fit's coordinates (``bind``); built as the opt-in kernel's (:func:`new_gp`, nothing frozen)."""
         from .kernel_choice import new_gp
         from .structure_choice import structure_kernel
 
         gp = new_gp(None, structure_kernel(spec), D, self.ard, self._units_device)
         if bind:
             gp.kernel.base_kernel.bind(self._center, self._unit, self._speed, self._rotation)
-        for p in gp.parameters():
-            p.requires_grad_(False)
         return gp
 
     def _resolved_objective(self, n: int) -> str:

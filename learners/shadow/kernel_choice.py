@@ -24,8 +24,10 @@ r"""The ``kernel=`` option of the GP Lagrangian models: which kernel, and whethe
   otherwise). Measured (benchmarks/RESULTS_identification.md, Session 14, seed 0): bodies(2, 2) kept on two planar
   two-body problems (held-out -19.4 / -18.4 against the default kernels' -7.6 / -7.3; energy differences 2.14e-2 ->
   2.9e-4 and 3.83 -> 5.6e-4; fit 28 -> 58 / 76 s of CPU), chain(6) on the README's FPU chain (-12.3 against -9.7;
-  order-4 gain 2.14x -> 3.71x; fit 127 -> 363 s: over the 120 s budget), nothing on oscillators and an
-  unequal-mass chain (screens 8-13 behind: the same fit, 7-29% more time);
+  order-4 gain 2.14x -> 3.71x; fit 127 -> 363 s: over the 120 s budget), chain(4) on a chain of identical
+  position-dependent masses (at degenerate scales, kept by DEGENERATE_MARGIN: energy differences 4.3e-4 -> 1.25e-4),
+  nothing on oscillators and an unequal-mass chain (screens 8-13 behind: the same fit; the screens' own CPU 9.5 and
+  13.4 s, about 30% of those fits);
 * ``"rbf"`` or None (None is not the default: it means the RBF, as model files from before the switch to ``"auto"``
   record it): :class:`~learners.shadow.kernels.RBFKernel` on :math:`(q, v)`, learned, at every ``n``;
 * ``"mechanical"``: :class:`~learners.shadow.mechanical.MechanicalKernel` of the default degree, learned;

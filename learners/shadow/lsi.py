@@ -180,7 +180,8 @@ class InverseModifiedLagrangianGP(ElementHooks, RecoveryMixin, FunctionalLagrang
         The snapshots are standardised first (module docstring, *Units*); a coordinate that never moves is an error.
         Hyperparameters are learned unless fixed (class docstring; a fixed ``lengthscale`` is in the data's units); the
         final GP is conditioned on all DEL residuals and the normalisation (:attr:`conditioning`). From ``n = 3`` the
-        positions search also scores the principal directions (:mod:`~learners.shadow.principal`). ``history`` records
+        positions search also scores the principal directions (:mod:`~learners.shadow.principal`; not where ``kernel="auto"``
+        kept an element structure, which fixes the coordinates). ``history`` records
         an estimate of the step's resolution of the motion (:mod:`~learners.shadow.step_resolution`; no warning)."""
         S = check_snapshots(snapshots)
         if self._element:  # the structure fixes the coordinates: no principal-direction candidate
