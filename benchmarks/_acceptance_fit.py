@@ -26,3 +26,14 @@ def fitted_system(argv, description: str, *, system=None, kernel: str, order: in
         warnings.simplefilter("ignore")
         model = InverseModifiedLagrangianGP(h, progress=False, kernel=args.kernel).fit(snapshots(chosen, h, T, 5, seed=0))
     return args, A, chosen, model
+
+
+def structure_report(history: dict) -> dict:
+    """``kernel="auto"``'s element structures from a fit's ``history``: per structure its screen, refinement, CPU
+    seconds, error or reason skipped, and a refined structure's degenerate scales (``DEGENERATE_MARGIN``)."""
+    fields = ("screen", "refined", "screen_cpu_s", "refine_cpu_s", "error", "skipped")
+    out = {k: {x: r[x] for x in fields if r.get(x) is not None} for k, r in history.get("structures", {}).items()}
+    for k, r in history.get("structures", {}).items():
+        if "refined" in r:
+            out[k]["degenerate_scales"] = r["history"].get("degenerate_scales")
+    return out

@@ -464,11 +464,9 @@ def main(argv=None) -> None:
               f"the default kernels' held-out "
               f"{dict(zip(m.history.get('normalisation_candidates', []), m.history.get('normalisation_values', [])))}",
               flush=True)
-        fields = ("screen", "refined", "screen_cpu_s", "refine_cpu_s", "error", "skipped")  # kernel="auto"'s element structures
-        structures = {k: {x: r[x] for x in fields if r.get(x) is not None} for k, r in m.history.get("structures", {}).items()}
-        for k, r in m.history.get("structures", {}).items():  # a refined structure's degenerate scales (DEGENERATE_MARGIN)
-            if "refined" in r:
-                structures[k]["degenerate_scales"] = r["history"].get("degenerate_scales")
+        from _acceptance_fit import structure_report
+
+        structures = structure_report(m.history)
         print(f"element structures: kept {m.history.get('structure_kept')}, default kernels' held-out "
               f"{m.history.get('default_objective')}, {structures}", flush=True)
         principal = m.history.get("principal")

@@ -86,11 +86,9 @@ def _row(args, cfg) -> None:
     print(f"    kernel degree {model.kernel_degree}, normalisation conditions {model._norm_count}, "
           f"the default kernels' held-out {held_out}, "
           f"lengthscales {model.hyperparameters['lengthscale']}")
-    fields = ("screen", "refined", "screen_cpu_s", "refine_cpu_s", "error", "skipped")  # kernel="auto"'s element structures
-    structures = {k: {x: r[x] for x in fields if r.get(x) is not None} for k, r in model.history.get("structures", {}).items()}
-    for k, r in model.history.get("structures", {}).items():  # a refined structure's degenerate scales (DEGENERATE_MARGIN)
-        if "refined" in r:
-            structures[k]["degenerate_scales"] = r["history"].get("degenerate_scales")
+    from _acceptance_fit import structure_report
+
+    structures = structure_report(model.history)
     print(f"    element structures: kept {model.history.get('structure_kept')}, default kernels' held-out "
           f"{model.history.get('default_objective')}, {structures}")
     principal = model.history.get("principal")
