@@ -60,7 +60,7 @@ from typing import List, Optional, Tuple
 import torch
 
 import bea
-from bea.errors import BeaError, BeaValueError
+from bea.errors import BeaError, BeaValueError, BeaWarning
 
 from .element_kernel import ElementKernel
 from .guards import caller_level
@@ -220,6 +220,7 @@ def choose_structure(model, args: tuple, found: tuple) -> tuple:
     model.gp, model.kernel_structure, model.kernel_degree = gp, tuple(spec), None
     for w in caught:  # the kept structure's warnings, as the opt-in fit issues them; the default's user chose no kernel
         message = f"{w.message} (kernel='auto' kept {name}: kernel='mechanical' or kernel='rbf' fit without a structure)"
-        warnings.warn(w.category(message) if issubclass(w.category, DegenerateScalesWarning) else w.message, w.category,
+        # a Warning instance as the message: warn issues its own class (the category argument is then not used)
+        warnings.warn(w.category(message) if issubclass(w.category, DegenerateScalesWarning) else w.message, BeaWarning,
                       stacklevel=caller_level())
     return result
