@@ -82,6 +82,8 @@ def _not_available(args):
         if args.model == "full":
             return ("--extend-from with --model full: not meaningful (the full GP's kernel lives on the whole 2n-dimensional "
                     "state; a fit on one n cannot be evaluated at another) -- use element or modlanet")
+    if args.window is not None and SYSTEMS[args.system][2] != "chain":
+        return "--window: only for chains (windows of consecutive bonds)"
     if args.model == "element":
         try:
             element_kernel(SYSTEMS[args.system][2], SYSTEMS[args.system][3])
@@ -128,7 +130,7 @@ def _extended(model, name: str, kind: str, size: int, window=None):
         return None
     if name == "modlanet":
         return extend(size)
-    return extend(element_kernel(kind, size, **({} if window is None else {"window": window})))
+    return extend(element_kernel(kind, size, window))
 
 
 def _peak_rss_mib() -> float:
@@ -189,7 +191,7 @@ def main(argv=None) -> None:
         print(f"fitted {args.model} on {source} ({args.trajectories} x {args.steps + 1} snapshots, h = {h}, seed {args.seed}): "
               f"{cpu_s:.0f} s CPU, peak RSS {_peak_rss_mib():.0f} MiB", flush=True)
         if args.extend_from is not None:
-            model = _extended(model, args.model, kind, size, getattr(args, "window", None))  # --window: branch window
+            model = _extended(model, args.model, kind, size, args.window)
             if model is None:
                 print(f"--extend-from: the fitted {args.model} model has no extend(); the extension is not available")
                 return

@@ -265,3 +265,24 @@ def test_the_acceptance_harness_runs_an_extension(model, monkeypatch, capsys):
     cells = [c.strip() for c in row[0].strip("|").split("|")]
     assert cells[1:3] == ["element", "chain3"]
     assert all(math.isfinite(float(c)) for c in cells[7:10]) and math.isfinite(float(cells[-1]))
+
+
+def test_windows_extend_like_the_other_groups():
+    """chain(3, window=2) -> itself is the fitted model, and -> chain(4, window=2) reads the window group by name: the
+    std route and the GP's own variance agree there as in the test above (the window group's maps on both sides)."""
+    from learners.shadow.uncertainty import LinearisedQuantity, posterior_variance
+
+    with warnings.catch_warnings():  # a toy fit's scales may end at the grid's top (its algebra is what is tested)
+        warnings.simplefilter("ignore", DegenerateScalesWarning)
+        source = _fit(3, window=2)
+    q, v = _states(3)
+    assert _rel(source.extend(ElementKernel.chain(3, window=2)).energy(2)(q, v), source.energy(2)(q, v)) <= EXACT
+    ext = source.extend(ElementKernel.chain(4, window=2))
+    q, v = _states(4)
+    x = torch.cat([q, v], -1)
+    G = LinearisedQuantity(lambda L, q, v: L(q, v)[:, None], x, 1, 2)
+    with torch.no_grad():
+        var, direct = posterior_variance(ext.gp, G)[:, 0, 0], ext.gp.variance(x)
+    assert bool((direct > 0).all()) and _rel(var, direct) <= 1e-8
+    with pytest.raises(BeaValueError):  # the window group is missing from the target
+        source.extend(ElementKernel.chain(4))

@@ -79,6 +79,11 @@ def test_the_chosen_structure_survives_save_and_load(two_body_auto, tmp_path, mo
     assert back.kernel_structure == ("bodies", 2, 2) and repr(back) == repr(m)
     q, v = data[0, :3], torch.full((3, 4), 0.1, dtype=torch.float64)
     assert torch.allclose(back.lagrangian(q, v), m.lagrangian(q, v), rtol=1e-10, atol=1e-12)
+    # the structure the default kept extends like an opt-in one, before and after the file: three bodies' L, the same
+    q3, v3 = torch.linspace(-0.4, 0.4, 6, dtype=torch.float64).reshape(1, 6), torch.full((1, 6), 0.1, dtype=torch.float64)
+    wide = [x.extend(ElementKernel.bodies(3, 2)) for x in (m, back)]
+    assert wide[0].kernel_structure is None and m.extend(ElementKernel.bodies(2, 2)).kernel_structure == ("bodies", 2, 2)
+    assert torch.allclose(wide[1].lagrangian(q3, v3), wide[0].lagrangian(q3, v3), rtol=1e-10, atol=1e-12)
     monkeypatch.setattr(saving, "VERSIONS", (2, 3))  # code before the structure choice
     with pytest.raises(saving.ModelFileError):
         InverseModifiedLagrangianGP.load(path)

@@ -11,7 +11,8 @@ integrator, and the RBF mean's jets to any order), :mod:`~learners.shadow.rbf_je
 autograd), :mod:`~learners.shadow.units` (the standardised units of position and time),
 :mod:`~learners.shadow.guards` (no silent non-finite or runaway answers),
 :mod:`~learners.shadow.mechanical` (the opt-in mechanical kernel: RBF in the positions times a polynomial in the
-velocities), :mod:`~learners.shadow.element_kernel` (the opt-in element-structured kernel, its structures in
+velocities), :mod:`~learners.shadow.element_kernel` (the element-structured kernel, opt-in or chosen by ``kernel="auto"`` through
+:mod:`~learners.shadow.structure_choice`, its structures in
 :mod:`~learners.shadow.element_structure`, its search in :mod:`~learners.shadow.element_search`, its blocks in
 :mod:`~learners.shadow.element_blocks`, its chunked energies in :mod:`~learners.shadow.element_energy` and its std in
 :mod:`~learners.shadow.element_uncertainty`, its extension to other structures in

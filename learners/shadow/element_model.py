@@ -50,6 +50,7 @@ class ElementExtension(InverseModifiedLagrangianGP):
         same = n == source.n  # the source's own structure (element_extension.check_extension): its data are this system's
         self.snapshots, self._data_level, self._recovered, self._jet = source.snapshots if same else None, level, {}, None
         self._pending_calibration = None
+        self.kernel_structure = source.kernel_structure if same else None  # an auto-chosen spec names the source's n
         self.history = {"extended_from": {"n": source.n, "groups": [g["name"] for g in gp.kernel.base_kernel.groups]}}
 
     @property

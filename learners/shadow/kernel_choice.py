@@ -20,7 +20,7 @@ r"""The ``kernel=`` option of the GP Lagrangian models: which kernel, and whethe
   Then (Session 14, :mod:`learners.shadow.structure_choice`) the element structures the dimension admits --
   ``bodies(k, d)`` for ``d`` in 2, 3 with ``k d = n`` and ``chain(n)`` with fixed ends -- are screened by the same
   held-out error (stage 1 of the element search), the best refined where its screen already beats the kernel kept,
-  and kept only where lower by ``structure_choice.STRUCTURE_MARGIN`` (``model.kernel_structure`` records it, None
+  and kept only where lower than the default kernels' unrotated fit by ``structure_choice.STRUCTURE_MARGIN`` (``model.kernel_structure`` records it, None
   otherwise). Measured (benchmarks/RESULTS_identification.md, Session 14, seed 0): bodies(2, 2) kept on two planar
   two-body problems (held-out -19.4 / -18.4 against the default kernels' -7.6 / -7.3; energy differences 2.14e-2 ->
   2.9e-4 and 3.83 -> 5.6e-4; fit 28 -> 58 / 76 s of CPU), chain(6) on the README's FPU chain (-12.3 against -9.7;
