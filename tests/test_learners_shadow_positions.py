@@ -56,7 +56,7 @@ def test_lgp_has_no_position_objective():
         LagrangianGP(0.1, objective="positions")
 
 
-def test_positions_objective_avoids_the_collapse_in_n4():
+def test_positions_objective_avoids_the_collapse_in_n4(monkeypatch):
     """FPU-beta chain, n = 4, 25 trajectories of 5 steps at h = 0.45. The likelihood runs to the shortest
     lengthscales with an outputscale of ~1e-24 (a Lagrangian that is zero away from the normalisation point):
     level-set error of H_rec[2] 0.58 measured (0.73 at 200 trajectories). The positions objective picks long
@@ -69,6 +69,9 @@ def test_positions_objective_avoids_the_collapse_in_n4():
     x = 0.42 * (2 * torch.rand(20, 8, generator=g, dtype=torch.float64) - 1)
     states = (x[:, :4].contiguous(), x[:, 4:].contiguous())
     opts = dict(iterations=0, max_train_functionals=1000, progress=False)
+    # the objective is the subject: the whole-state kernels' lengthscales (since Session 14 kernel="auto" keeps chain(4)
+    # here, at near-polynomial scales: tests/test_learners_structure_choice.py covers the structures)
+    monkeypatch.setattr("learners.shadow.structure_choice.scores_structures", lambda model, n: False)
     pos = InverseModifiedLagrangianGP(h, objective="positions", **opts).fit(data)
     ls = torch.tensor(pos.hyperparameters["lengthscale"])
     assert bool((ls[4:] > ls[:4]).all()), ls
