@@ -283,7 +283,10 @@ def test_kernel_auto_keeps_the_rbf_where_the_matrix_is_wrong(skew_default):
 #: A strict expected failure: the rest of the test (accuracy, RMS z, the lower bound, velocities) must still pass, and
 #: a case that meets the upper bound fails the test until it is removed from here.
 _COVERAGE_GAP = {("anharmonic3", 2): "std too wide: RMS z 0.84 (in range) but 40 of 40 within 2 sigma (target <= 99%), "
-                                     "a bias-dominated std (Session 7)"}
+                                     "a bias-dominated std (Session 7)",
+                ("mass_chain4", 2): "std too wide with chain(4) kept (Session 14): 40 of 40 within 2 sigma (target <= 99%), "
+                                    "energy differences and RMS z within their bounds; N = 4 and the velocities not "
+                                    "reached in that run"}
 
 
 @pytest.mark.slow
