@@ -1,0 +1,133 @@
+"""Why the energy std of an element-structure fit is too narrow (two_body_morse4) or too wide (two_body4): a
+decomposition of the 40 held-out energy differences' errors (issue 23, session 15, branch morsecal; a diagnostic).
+
+One fit with the library defaults on the acceptance data (seed 0, 5 steps), then at N = 2 and 4 on the held-out
+differences of tests/test_learners_shadow_auto.py (after the best scale, as the acceptance):
+
+* ``err``: RMS error; ``gp``: RMS calibrated GP std (``truncation=False``); ``trunc``: RMS truncation term as
+  ``energy`` adds it; ``exact``: RMS error of the *exact* inverse modified Lagrangian's differences (bea series of
+  order ``--floor``, no learning; its own best scale): the truncation floor (b); ``err - exact``: what is left for
+  the GP (a), with its z under the calibrated GP std alone;
+* the scales (c): ``model.calibration``'s (relative to the raw posterior variance), ``held``: the one the held-out
+  differences ask for (``scale_for`` with the model's truncation term, as the calibration's own rule), ``rms1``: the
+  one that puts their RMS z at 1; the RMS z and fraction within 2 sigma under the calibrated std and under the raw
+  (scale 1) and DEL ones;
+* ``--innovations``: the innovations' scale on the calibration's pairs and on the held-out differences themselves
+  (benchmarks/innovations_states.py's rows: ``innov``, ``truth``, ``v/v_k``).
+
+    PYTHONPATH=. OMP_NUM_THREADS=1 nice -n 5 python3 benchmarks/element_calibration_diagnosis.py --system two_body_morse4
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+from pathlib import Path
+
+
+def _rms(t) -> float:
+    return float(t.pow(2).mean().sqrt())
+
+
+def _z_line(err, var, trunc, s) -> str:
+    z = err.abs() / (s * var + trunc ** 2).sqrt()
+    return f"RMS z {_rms(z):.2f}, 2σ {float((z <= 2).double().mean()):.3f}, max {float(z.max()):.2f}"
+
+
+def _order(m, system, A, N, exact, cal) -> None:
+    """One order's decomposition (module docstring)."""
+    import torch
+
+    from learners.shadow.calibration import scale_for
+
+    q, v = A.held_out_states(system, 40)
+    true = (system.energy(q[1:], v[1:]) - system.energy(q[:1], v[:1])).detach()
+    ref = (q[0], v[0])
+    mean, std = m.energy(N, return_std=True, reference=ref)(q[1:], v[1:])
+    _, gp = m.energy(N, return_std=True, reference=ref, truncation=False)(q[1:], v[1:])
+    mean, std, gp = mean.detach(), std.detach(), gp.detach()
+    c = float((mean * true).sum() / true.pow(2).sum())
+    err, trunc = mean - c * true, (std ** 2 - gp ** 2).clamp_min(0).sqrt()
+    s_cal = (cal.get("energy_differences") or cal.get("energy") or cal["del"]).scale  # as _variance_factor takes it
+    raw = gp ** 2 / s_cal  # the raw posterior variance (scale 1), data units
+    held = scale_for(err, raw, trunc)
+    rms1 = float(((err ** 2 - trunc ** 2).mean() / raw.mean()))
+    print(f"N = {N}: dE {float(err.norm() / (c * true).norm()):.3g}; RMS err {_rms(err):.3g}, gp {_rms(gp):.3g}, "
+          f"trunc {_rms(trunc):.3g}")
+    print(f"  scales: in use {s_cal:.4g}, held {held:.4g} (x{held / s_cal:.2f}), rms1 {rms1:.4g} (x{rms1 / s_cal:.2f})")
+    for name, s in [("in use", s_cal), ("raw (1)", 1.0)] + [(k, c.scale) for k, c in cal.items()]:
+        print(f"  under {name} scale {s:.4g}: {_z_line(err, raw, trunc, s)}")
+    print(f"  GP part alone (no truncation): {_z_line(err, raw, torch.zeros_like(err), s_cal)}")
+    if exact is not None:
+        H = exact.energy(N)
+        d = (H(q[1:], v[1:]) - H(q[:1], v[:1])).detach()
+        ce = float((d * true).sum() / true.pow(2).sum())
+        e_ex = d - ce * true
+        rest = err - e_ex * c / ce  # the exact floor in the model's unit
+        print(f"  exact floor: dE {float(e_ex.norm() / (ce * true).norm()):.3g}, RMS {_rms(e_ex * c / ce):.3g}; "
+              f"corr(model trunc term, |floor|) {float(torch.corrcoef(torch.stack([trunc, e_ex.abs()]))[0, 1]):.2f}; "
+              f"err - floor RMS {_rms(rest):.3g}: {_z_line(rest, raw, torch.zeros_like(err), s_cal)}")
+
+
+def main(argv=None) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import identification_acceptance as B
+    import innovations_states as S
+    import tests.test_learners_shadow_auto as A
+    from identification_default import _ExactInverse
+    from integrators.data import snapshots
+    from learners import InverseModifiedLagrangianGP
+    from learners.shadow.hyperparameters import IdentifiabilityWarning
+
+    rows = {make.__name__: (make, h, T) for make, h, T in A.SYSTEMS + A.UNTUNED + B.UNTUNED}
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--system", choices=sorted(rows), required=True)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--floor", type=int, default=0, help="series order of the exact L_inv (0: not computed)")
+    ap.add_argument("--innovations", action="store_true")
+    ap.add_argument("--no-calibration", action="store_true", help="skip the energy calibrations: the DEL scale")
+    args = ap.parse_args(argv)
+    make, h, T = rows[args.system]
+    system = make()
+    warnings.simplefilter("ignore", IdentifiabilityWarning)
+    c0 = time.process_time()
+    m = InverseModifiedLagrangianGP(h, progress=False).fit(snapshots(system, h, T, 5, seed=args.seed))
+    print(f"{args.system} seed {args.seed}: kept {m.history.get('structure_kept')}, fit {time.process_time() - c0:.0f} s cpu",
+          flush=True)
+    if args.no_calibration:  # energy's std on the DEL scale (what an element fit uses when no innovation is kept)
+        from learners.shadow.calibration import Calibration
+
+        m._pending_calibration = None
+        cal = {"del": Calibration(m.gp.variance_scale, float("nan"), float("nan"), 0)}
+    else:
+        cal = m.calibration
+    print("calibration: " + "; ".join(f"{k} {c.scale:.4g} (RMS z {c.rms_z:.2f}, 2σ {c.coverage:.2f}, n {c.count})"
+                                      for k, c in cal.items()), flush=True)
+    exact = _ExactInverse(system, h, args.floor, system.n) if args.floor else None
+    for N in (2, 4):
+        _order(m, system, A, N, exact, cal)
+        print(f"  ({time.process_time() - c0:.0f} s cpu)", flush=True)
+    if args.innovations:
+        import torch
+
+        import learners.shadow.difference_calibration as D
+        import benchmarks.innovations_diagnosis as I
+
+        x, xr = D._pairs(m, torch.Generator().manual_seed(m.seed))
+        q, v = A.held_out_states(system, 40)
+        xh = m._standard_state(q[1:], v[1:]).detach()
+        sets = {"pairs": (x, xr), "held": (xh, m._standard_state(q[:1], v[:1]).detach().expand_as(xh).contiguous())}
+        gps, subsets = I._folds(m)
+        for N in (2, 4):
+            s_use = None
+            for name, (a, b) in sets.items():
+                text, innov = S._row(m, system, gps, subsets, N, a, b, s_use)
+                s_use = s_use or innov
+                print(f"N = {N} {name}: {text}", flush=True)
+    print(f"total {time.process_time() - c0:.0f} s cpu")
+
+
+if __name__ == "__main__":
+    main()
