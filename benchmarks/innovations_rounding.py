@@ -28,7 +28,8 @@ system = getattr(B, name)() if hasattr(B, name) else getattr(A, name)()
 c0 = time.process_time()
 m = InverseModifiedLagrangianGP(h, progress=False).fit(snapshots(system, h, T, 5, seed=0))
 F = m.gp.train_functionals
-print(name, "kept", m.history.get("structure_kept"), "fit", round(time.process_time() - c0), "count", F.count, "del", m.gp.variance_scale, flush=True)
+print(name, "kept", m.history.get("structure_kept"), "fit", round(time.process_time() - c0), "count", F.count,
+      "del", m.gp.variance_scale, flush=True)
 rec = {}
 fb = D.factorisation_bound
 D.factorisation_bound = lambda R, V: rec.setdefault("fact", []).append(fb(R, V)) or rec["fact"][-1]
@@ -47,18 +48,23 @@ for N in tuple(int(a) for a in sys.argv[4:]) or (2, 4):
         mean, var, bound = I._evaluate(m, gps, subsets, N, a, b)
         v0, vp = var[0], var[-1]
         fact = torch.stack(rec["fact"]).reshape(len(gps), -1) if len(rec["fact"]) == len(gps) else None
-        print(f"N={N} {nm}: v [{Q(v0)}] bound/v [{Q(bound[0] / v0)}]" + (f" fact/v [{Q(fact[0] / v0)}]" if fact is not None else "")
-              + f" |v_perm - v|/v [{Q((vp - v0).abs() / v0)}] |m_perm - m|/sqrt(v) [{Q((mean[-1] - mean[0]).abs() / v0.sqrt())}]", flush=True)
+        print(f"N={N} {nm}: v [{Q(v0)}] bound/v [{Q(bound[0] / v0)}]"
+              + (f" fact/v [{Q(fact[0] / v0)}]" if fact is not None else "")
+              + f" |v_perm - v|/v [{Q((vp - v0).abs() / v0)}]"
+              + f" |m_perm - m|/sqrt(v) [{Q((mean[-1] - mean[0]).abs() / v0.sqrt())}]", flush=True)
         dz, w = mean[0] - mean[1:-1], var[1:-1] - v0
         ok = w > 0
         zero = torch.zeros(int(ok.sum()), dtype=w.dtype)
-        print(f"   (v_k - v)/v [{Q((w / v0).reshape(-1))}] positive {int(ok.sum())}/{ok.numel()}; innov scale (w>0) {scale_for(dz[ok], w[ok], zero):.4g}; "
+        print(f"   (v_k - v)/v [{Q((w / v0).reshape(-1))}] positive {int(ok.sum())}/{ok.numel()}; "
+              f"innov scale (w>0) {scale_for(dz[ok], w[ok], zero):.4g}; "
               f"(v_k - v)/|v_perm - v| [{Q((w / (vp - v0).abs()).reshape(-1))}]", flush=True)
         if nm == "held":
             true = I._true_differences(m, system, a, b)
             trunc = I._truncation(m, N, a, b)
             c = float((mean[0] * true).sum() / true.pow(2).sum())
             err = mean[0] - c * true
-            print(f"   truth scale {scale_for(err, v0, trunc):.4g}, truth without trunc {scale_for(err, v0, torch.zeros_like(v0)):.4g}; "
-                  f"RMS trunc / RMS (del std) {float(trunc.pow(2).mean().sqrt() / (m.gp.variance_scale * v0).mean().sqrt()):.3g}", flush=True)
+            ratio = float(trunc.pow(2).mean().sqrt() / (m.gp.variance_scale * v0).mean().sqrt())
+            print(f"   truth scale {scale_for(err, v0, trunc):.4g}, "
+                  f"truth without trunc {scale_for(err, v0, torch.zeros_like(v0)):.4g}; "
+                  f"RMS trunc / RMS (del std) {ratio:.3g}", flush=True)
 print("cpu", round(time.process_time() - c0))

@@ -428,11 +428,11 @@ def test_innovations_within_rounding_are_left_out(anharmonic, monkeypatch):
 def test_a_pessimistic_factorisation_bound_is_measured_instead(anharmonic, monkeypatch):
     """Where the worst-case factorisation term leaves fewer than MIN_INNOVATIONS innovations (here: raised 1e8-fold,
     as it was ~5e5 times the rounding re-factorisation shows for the element kernel at 150 trajectories,
-    two_body_morse4, where it dropped all 240 and energy's std fell back to the DEL scale), the term is measured by re-factorising the final
-    posterior instead: the innovations come back. Without the measured term every one is NaN. The kept ones are the
-    same numbers as under the true bound (one computation of each variance; tolerance 1e-10 relative: the pass holds
-    one more posterior, nothing else changes), and at least as many are kept (the measured term is far below the
-    worst case)."""
+    two_body_morse4, where it dropped all 240 and energy's std fell back to the DEL scale), the term is measured by
+    re-factorising the final posterior instead: the innovations come back. Without the measured term every one is
+    NaN. The kept ones are the same numbers as under the true bound (one computation of each variance; tolerance 1e-10
+    relative: the pass holds one more posterior, nothing else changes), and at least as many are kept (the measured
+    term is far below the worst case)."""
     from learners.shadow import difference_calibration as D
 
     monkeypatch.setattr(D, "CALIBRATION_FOLDS", 2)
