@@ -425,30 +425,6 @@ def test_innovations_within_rounding_are_left_out(anharmonic, monkeypatch):
     assert C.difference_calibration(m) is None
 
 
-def test_a_pessimistic_factorisation_bound_is_measured_instead(anharmonic, monkeypatch):
-    """Where the worst-case factorisation term leaves fewer than MIN_INNOVATIONS innovations (here: raised 1e8-fold,
-    as it was ~5e5 times the rounding re-factorisation shows for the element kernel at 150 trajectories,
-    two_body_morse4, where it dropped all 240 and energy's std fell back to the DEL scale), the term is measured by
-    re-factorising the final posterior instead: the innovations come back. Without the measured term every one is
-    NaN. The kept ones are the same numbers as under the true bound (one computation of each variance; tolerance 1e-10
-    relative: the pass holds one more posterior, nothing else changes), and at least as many are kept (the measured
-    term is far below the worst case)."""
-    from learners.shadow import difference_calibration as D
-
-    monkeypatch.setattr(D, "CALIBRATION_FOLDS", 2)
-    monkeypatch.setattr(D, "CALIBRATION_PAIRS", 20)
-    _, m = anharmonic
-    d0, w0 = D.difference_innovations(m)
-    bound = D.factorisation_bound
-    monkeypatch.setattr(D, "factorisation_bound", lambda R, V: 1e8 * bound(R, V))
-    d, w = D.difference_innovations(m)
-    kept0, kept = ~torch.isnan(w0), ~torch.isnan(w)
-    assert int(kept.sum()) >= max(D.MIN_INNOVATIONS, int(kept0.sum())), (int(kept.sum()), int(kept0.sum()))
-    assert torch.equal(d, d0)
-    both = kept & kept0
-    assert bool(both.any()) and torch.allclose(w[both], w0[both], rtol=1e-10, atol=0)
-
-
 def test_fold_layout_matches_the_fit(anharmonic):
     """The folds of the distant-difference calibration leave out whole trajectories: the first T (m - 2) n training
     functionals of the final GP are the DEL residuals trajectory by trajectory, the rest the normalisation conditions

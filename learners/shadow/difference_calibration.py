@@ -53,8 +53,7 @@ from .uncertainty import LinearisedQuantity, _feature_map, _jet_and_atoms, _kern
 from .variance_rounding import factorisation_bound, floored, solve_with_bound
 
 __all__ = ["CALIBRATION_FOLDS", "FOLD_BUDGET", "CALIBRATION_PAIRS", "difference_innovations", "innovation_variances",
-           "fold_groups", "data_pairs", "pairs_state", "restore_pairs", "measured_factorisation", "MIN_INNOVATIONS",
-           "MEASURED_MARGIN"]
+           "fold_groups", "data_pairs", "pairs_state", "restore_pairs"]
 
 #: folds of trajectories left out in turn (at most; see :data:`FOLD_BUDGET`)
 CALIBRATION_FOLDS = 5
@@ -63,11 +62,6 @@ CALIBRATION_FOLDS = 5
 FOLD_BUDGET = 10_000
 #: pairs of data states whose differences are compared per fold
 CALIBRATION_PAIRS = 60
-#: innovations the worst-case guard must keep; below this the measured factorisation term decides
-#: (:func:`measured_factorisation`), and below it still the calibration reports none
-MIN_INNOVATIONS = 10
-#: the measured factorisation term: this many times the largest relative move of a variance under re-factorisation
-MEASURED_MARGIN = 10.0
 
 
 def fold_groups(model, count: int) -> Optional[torch.Tensor]:
@@ -174,8 +168,7 @@ def _differences(model, gp, x: torch.Tensor, x_ref: torch.Tensor, order: int) ->
     return _mean_differences(model, gp, x, x_ref, order), _raw_variances([gp], [all_], G, x_ref)[0][0]
 
 
-def _raw_variances(gps: Sequence, subsets: Sequence[torch.Tensor], G: LinearisedQuantity, x_ref: torch.Tensor,
-                   split: bool = False) -> List[torch.Tensor]:
+def _raw_variances(gps: Sequence, subsets: Sequence[torch.Tensor], G: LinearisedQuantity, x_ref: torch.Tensor) -> List[torch.Tensor]:
     r"""Raw posterior variances (``variance_scale`` 1) and their rounding bounds
     (:func:`~learners.shadow.variance_rounding.resolved_variance`, plus its
     :func:`~learners.shadow.variance_rounding.factorisation_bound`: the innovations compare these variances between
@@ -185,8 +178,7 @@ def _raw_variances(gps: Sequence, subsets: Sequence[torch.Tensor], G: Linearised
     :func:`~learners.shadow.uncertainty.posterior_variance` (``Reference(x_ref)``) for each posterior in turn, with its
     dominant cost shared: the kernel sections at the training atoms (:meth:`SplitLayout.sections`) do not depend on
     the posterior, only the jet values they are contracted with do, so every posterior's jet values go through one
-    pass over all atoms and each posterior takes its own columns. ``split``: a third row, the solve's bound alone
-    (without the factorisation term; :func:`measured_factorisation`)."""
+    pass over all atoms and each posterior takes its own columns."""
     base, s2 = _kernel(gps[0])
     F = gps[0].train_functionals
     layout = _feature_map(base, G.x.shape[-1], G.p).split()
@@ -209,8 +201,7 @@ def _raw_variances(gps: Sequence, subsets: Sequence[torch.Tensor], G: Linearised
             V, bound = solve_with_bound(gp._chol, (K_b - K_r)[:, j, idx], priors[j][0], priors[j][1],
                                         (K_b.abs() + K_r.abs())[:, j, idx])
             var = floored((priors[j][0] - (V * V).sum(0))[:, None, None], bound[:, None])[:, 0, 0]
-            rows = [var, bound + factorisation_bound(gp._chol, V)] + ([bound] if split else [])
-            out[j].append(torch.stack(rows))
+            out[j].append(torch.stack([var, bound + factorisation_bound(gp._chol, V)]))
     return [torch.cat(o, 1) for o in out]
 
 
@@ -245,8 +236,6 @@ def innovation_variances(model, order: int = 2) -> Optional[Tuple[torch.Tensor, 
     G = LinearisedQuantity(model._quantity("energy", order), x, 1, model._jet_order("energy", order))
     (v, b), *folded = _raw_variances(gps, subsets, G, x_ref)
     mean = [_mean_differences(model, gp, x, x_ref, order) for gp in gps]
-    if sum(int((v_k - v > b + b_k).sum()) for v_k, b_k in folded) < MIN_INNOVATIONS:  # the worst case drops them
-        (v, b), *folded = measured_factorisation(model, gps, subsets, G, x_ref)
     kept = []
     for v_k, b_k in folded:
         # v and v_k are each known to their rounding bounds (with both factorisations' terms, _raw_variances): a
@@ -254,31 +243,6 @@ def innovation_variances(model, order: int = 2) -> Optional[Tuple[torch.Tensor, 
         kept.append(torch.where(v_k - v > b + b_k, v_k, torch.full_like(v, float("nan"))))
     pair = torch.arange(v.numel(), device=v.device).repeat(folds)
     return torch.cat([mean[0] - m for m in mean[1:]]), torch.cat(kept), v.repeat(folds), pair
-
-
-def measured_factorisation(model, gps: Sequence, subsets: Sequence[torch.Tensor], G: LinearisedQuantity,
-                           x_ref: torch.Tensor) -> List[torch.Tensor]:
-    r""":func:`_raw_variances` of ``gps`` with each bound's factorisation term measured instead of bounded: the solve's
-    bound plus :data:`MEASURED_MARGIN` :math:`\rho\, v`, where :math:`\rho = \max_i |v'_i - v_i| / v_i` over the pairs
-    and :math:`v'` is the final posterior's variance with its functionals factorised in another order (the same GP
-    in exact arithmetic: the two differ by the rounding of two factorisations, what the term is about). A variance
-    at its solve bound (floored: not resolved) stays within its bound, so it is never kept.
-
-    Why: :func:`~learners.shadow.variance_rounding.factorisation_bound` is the worst case (all signs aligned,
-    :math:`\gamma_{F+1} = (F+1)\epsilon`). With the element kernel at 150 trajectories (two_body_morse4, 2,415
-    functionals) it was 2.8-22x the variances themselves and 25x :math:`v_k - v`, so the guard dropped every
-    innovation and ``energy`` fell back to the conservation scale floored at the DEL one -- another quantity's --
-    while :math:`v_k - v` was positive at 239 of 240 pairs and folds (rounding of the bound's size would make half of
-    them negative) and re-factorising moved :math:`v` by 1.3e-5 of itself in the median
-    (benchmarks/RESULTS_calibration.md, Session 15). Used only where the worst case keeps fewer than
-    :data:`MIN_INNOVATIONS`: elsewhere the calibration is unchanged."""
-    F = model.gp.train_functionals
-    order = torch.randperm(F.count, generator=torch.Generator().manual_seed(model.seed), device="cpu")
-    again = _conditioned(model, F.subset(order))
-    rows = _raw_variances(list(gps) + [again], list(subsets) + [order], G, x_ref, split=True)
-    v, v2 = rows[0][0], rows[-1][0]
-    rho = float(((v2 - v).abs() / v.abs().clamp_min(1e-300)).max())
-    return [torch.stack([r[0], r[2] + MEASURED_MARGIN * rho * r[0].abs()]) for r in rows[:-1]]
 
 
 def _conditioned(model, F):
