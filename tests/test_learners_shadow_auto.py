@@ -553,3 +553,25 @@ def test_acceptance_energy_calibration(make, h, n_traj):
         _, z = energy_differences(m, system, N)
         assert 0.85 <= float((z.abs() <= 2).double().mean()) <= 0.99, (N, z)
         assert 0.5 <= float(z.pow(2).mean().sqrt()) <= 1.5, (N, z)
+
+
+def test_a_skipped_difference_calibration_says_why(monkeypatch):
+    """Where the rounding guard leaves fewer than 10 innovations, energy's std falls back to another quantity's scale:
+    that fallback was silent (two_body_morse4: all 240 dropped, RMS z 1.6; benchmarks/RESULTS_calibration.md, Session
+    15). The reason is now in the history, with the counts; no "energy_differences" entry is stored."""
+    from learners.shadow import difference_calibration as D
+
+    real = D.innovation_variances
+
+    def unresolved(model, order=2):
+        d, v_k, v, pair = real(model, order)
+        return d, torch.full_like(v_k, float("nan")), v, pair  # every innovation within the rounding bound
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", IdentifiabilityWarning)
+        m = InverseModifiedLagrangianGP(0.2, progress=False).fit(snapshots(anharmonic3(), 0.2, 40, 5, seed=0))
+        monkeypatch.setattr(D, "innovation_variances", unresolved)
+        cal = m.calibration
+    assert "energy_differences" not in cal and "energy" in cal
+    reason = m.history["energy_differences_calibration_skipped"]
+    assert reason.startswith("0 of ") and "rounding bound" in reason, reason

@@ -152,17 +152,25 @@ def energy_calibration(model, qs: torch.Tensor, order: int = 2, floor: float = 0
 def difference_calibration(model, floor: float = 0.0) -> Optional[Tuple[Calibration, float]]:
     r"""The ``"energy_differences"`` calibration (:mod:`learners.shadow.difference_calibration`) of the fitted
     ``model``: its :class:`Calibration` (``scale``: the one its innovations ask for, at least ``floor``; RMS z and
-    coverage of the innovations at that scale) and that scale; None without enough trajectories. ``energy`` uses it
+    coverage of the innovations at that scale) and that scale; None without enough trajectories or with fewer than 10
+    innovations outside the rounding bound (the reason in ``model.history["energy_differences_calibration_skipped"]``).
+    ``energy`` uses it
     as it is (``floor`` 0): the innovations are of the reported quantity itself, where the ``"del"`` scale is of
     another one."""
     from .difference_calibration import difference_innovations
 
     values = difference_innovations(model)
     if values is None:
+        model.history["energy_differences_calibration_skipped"] = "too few trajectories for folds"
         return None
     d, w = values
     ok = torch.isfinite(d) & torch.isfinite(w) & (w > 0)
     if int(ok.sum()) < 10:
+        # silent before: energy then fell back to the "del" scale, another quantity's (two_body_morse4: all 240 dropped
+        # by the worst-case rounding guard, RMS z 1.6; benchmarks/RESULTS_calibration.md, Session 15)
+        model.history["energy_differences_calibration_skipped"] = (
+            f"{int(ok.sum())} of {d.numel()} innovations resolved (fewer than 10; the rest within the rounding bound): "
+            "energy's std uses the 'energy' / 'del' scale")
         return None
     d, w = d[ok], w[ok]
     zero = torch.zeros_like(w)
