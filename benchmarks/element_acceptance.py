@@ -70,6 +70,8 @@ def _arguments(argv):
     ap.add_argument("--epochs", type=int, default=100, help="ModLaNet's training epochs")
     ap.add_argument("--window", type=int, default=None,
                     help="element chains: also windows of this many bonds (ElementKernel.chain(n, window=w); default none)")
+    ap.add_argument("--triples", action="store_true",
+                    help="element bodies: also the triple group (ElementKernel.bodies(c, 2, triples=True); default off)")
     return ap.parse_args(argv)
 
 
@@ -84,6 +86,8 @@ def _not_available(args):
                     "state; a fit on one n cannot be evaluated at another) -- use element or modlanet")
     if args.window is not None and SYSTEMS[args.system][2] != "chain":
         return "--window: only for chains (windows of consecutive bonds)"
+    if args.triples and SYSTEMS[args.system][2] != "bodies":
+        return "--triples: only for bodies (triples of bodies)"
     if args.model == "element":
         try:
             element_kernel(SYSTEMS[args.system][2], SYSTEMS[args.system][3])
@@ -105,7 +109,7 @@ def _fit(args, name):
     else:
         from learners import InverseModifiedLagrangianGP
 
-        kw = {} if args.model == "full" else {"kernel": element_kernel(kind, size, args.window)}
+        kw = {} if args.model == "full" else {"kernel": element_kernel(kind, size, args.window, args.triples)}
         model = InverseModifiedLagrangianGP(h, progress=False, **kw).fit(data)
     return model, time.process_time() - c
 

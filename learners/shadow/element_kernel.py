@@ -93,11 +93,13 @@ class ElementKernel(SmoothKernel):
     # ------------------------------------------------------------------ structures
     @classmethod
     def bodies(cls, count: int, dim: int, identical: bool = True, degree: Optional[int] = None,
-               correction: bool = True) -> "ElementKernel":
+               correction: bool = True, triples: bool = False, triple_velocities: bool = False) -> "ElementKernel":
         r"""``count`` bodies in ``dim`` dimensions, :math:`q = (x_1, y_1, x_2, \dots)`: body elements :math:`(q_i, v_i)`
         (one shared function with ``identical``: give ``identical=False`` for unequal masses) and exchange-symmetric
-        pair elements :math:`(q_i - q_j, v_i - v_j)`; ``degree``: mechanical base kernels (None: RBF)."""
-        return cls(body_groups(count, dim, identical, degree), correction)
+        pair elements :math:`(q_i - q_j, v_i - v_j)`; ``degree``: mechanical base kernels (None: RBF); ``triples``: also
+        triple elements :math:`(q_i - q_j, q_i - q_k)` (:func:`~learners.shadow.element_structure.body_groups`)."""
+        return cls(body_groups(count, dim, identical, degree, triples=triples, triple_velocities=triple_velocities),
+                   correction)
 
     @classmethod
     def chain(cls, n: int, ends: str = "fixed", identical: bool = True, degree: Optional[int] = None,

@@ -18,6 +18,10 @@ forces), which is what the optional full-dimensional correction of :class:`~lear
 is for. Pairs are symmetric under exchange, :math:`\phi(r, w) = \phi(-r, -w)`: both orientations are instances of
 the group, so every sample of the prior is even. A bond of a chain is not (an FPU bond potential has a cubic term):
 one orientation.
+
+*Triples.* For three bodies and more the same :math:`h^2` term holds :math:`\nabla V^\top M^{-1}\nabla V = \sum_i
+|\sum_j f_{ij}|^2`, whose cross products :math:`f_{ij}\cdot f_{ik}` are functions of the relative positions of a body
+and two others: ``body_groups(..., triples=True)`` adds a group of them (:func:`_triples`).
 """
 
 from __future__ import annotations
@@ -68,14 +72,18 @@ def _difference(i, j, dim: int, n: int, velocities: bool) -> torch.Tensor:
     return _selector(rows(0) + (rows(n) if velocities else []), 2 * n)
 
 
-def body_groups(count: int, dim: int, identical: bool = True, degree=None,
-                pair_velocities: bool = True) -> List[Dict[str, object]]:
+def body_groups(count: int, dim: int, identical: bool = True, degree=None, pair_velocities: bool = True,
+                triples: bool = False, triple_velocities: bool = False) -> List[Dict[str, object]]:
     r"""``count`` bodies with ``dim`` coordinates each, :math:`q = (x_1, y_1, x_2, \dots)`: a body element
     :math:`(q_i, v_i)` (one group shared by all bodies with ``identical``, else a group per body: bodies of unequal
     masses are not the same function) and a pair element :math:`(q_i - q_j, v_i - v_j)` (both orientations; positions
-    only without ``pair_velocities``)."""
+    only without ``pair_velocities``). ``triples``: also the group ``"triple"`` (:func:`_triples`; three bodies at
+    least), with the relative velocities where ``triple_velocities``."""
     if count < 2 or dim < 1:
         raise BeaValueError(f"bodies needs at least two bodies of at least one coordinate, got count={count}, dim={dim}")
+    if triples and count < 3:
+        raise BeaValueError(f"triples=True needs at least three bodies (a triple is a body and two others), got "
+                            f"count={count}: leave triples off for two bodies (their products of forces are pair terms)")
     n = count * dim
     sites = [_site(i, dim, n) for i in range(count)]
     groups = [_group("body", sites, dim, degree)] if identical else [
@@ -85,7 +93,29 @@ def body_groups(count: int, dim: int, identical: bool = True, degree=None,
         for j in range(i + 1, count):
             pairs += [_difference(i, j, dim, n, pair_velocities), _difference(j, i, dim, n, pair_velocities)]
     groups.append(_group("pair", pairs, dim, degree if pair_velocities else None))
+    if triples:
+        groups.append(_triples(count, dim, degree if triple_velocities else None, triple_velocities))
     return groups
+
+
+def _triples(count: int, dim: int, degree, velocities: bool) -> Dict[str, object]:
+    r"""The group ``"triple"``: instance :math:`(i; j, k)`, :math:`j \ne k` both :math:`\ne i`, sees
+    :math:`(q_i - q_j, q_i - q_k[, v_i - v_j, v_i - v_k])` (position rows, then velocity rows), every ordered
+    :math:`(j, k)`: both orders are instances, so every sample of the prior is symmetric under :math:`j \leftrightarrow
+    k`; :math:`\text{count}(\text{count} - 1)(\text{count} - 2)` instances, one shared function. Why: the :math:`h^2`
+    term of :math:`L_{inv}` holds :math:`|F_i|^2 = |\sum_j f_{ij}|^2`, whose cross terms :math:`f_{ij} \cdot f_{ik}`
+    are functions of :math:`(q_i - q_j, q_i - q_k)` -- three bodies, positions only -- which neither the body nor the
+    pair elements hold (docs/theory/elements.md, *Triples*)."""
+    n = count * dim
+    maps = []
+    for i in range(count):
+        for j in range(count):
+            for k in range(count):
+                if len({i, j, k}) == 3:
+                    a, b = _difference(i, j, dim, n, velocities), _difference(i, k, dim, n, velocities)
+                    rows = [a[:dim], b[:dim]] + ([a[dim:], b[dim:]] if velocities else [])
+                    maps.append(torch.cat(rows))
+    return _group("triple", maps, 2 * dim, degree)
 
 
 def chain_groups(n: int, ends: str = "fixed", identical: bool = True, degree=None,
