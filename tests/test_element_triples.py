@@ -98,3 +98,24 @@ def test_triples_represent_the_cross_products_of_pair_forces():
     with_triples = _best_error(True, X[:300], y[:300], X[300:], y[300:])
     without = _best_error(False, X[:300], y[:300], X[300:], y[300:])
     assert with_triples < 0.01 and 4 * with_triples < without, (with_triples, without)
+
+
+def test_triple_std_equals_brute_force():
+    """The element std's closed-form tables hold a triple group as any RBF group: three bodies on a line with triples
+    (6 instances of 2 inputs), the same check and tolerance as the other structures'
+    (tests/test_element_uncertainty.py)."""
+    from test_element_uncertainty import test_element_std_equals_brute_force
+
+    test_element_std_equals_brute_force(ElementKernel.bodies(3, 1, triples=True, correction=False))
+
+
+def test_triple_std_table_bound():
+    """One state's dense table is instances^2 x (p+1)^k x outputs: four bodies in the plane, positions-only triples
+    (24 instances, k = 4) stay below MAX_STATE_TABLE at p = 5; with velocities (k = 8) they are refused, typed."""
+    from bea.errors import BeaRuntimeError
+    from learners.shadow import element_uncertainty as E
+
+    E.ElementLayout(ElementKernel.bodies(4, 2, triples=True).to(torch.float64), 16, 5).chunk_rows(2)
+    kernel = ElementKernel(body_groups(4, 2, triples=True, triple_velocities=True)).to(torch.float64)
+    with pytest.raises(BeaRuntimeError, match=r"24 instances squared x \(order 5 \+ 1\)\^8 inputs"):
+        E.ElementLayout(kernel, 16, 5).chunk_rows(2)
