@@ -119,3 +119,30 @@ def test_triple_std_table_bound():
     kernel = ElementKernel(body_groups(4, 2, triples=True, triple_velocities=True)).to(torch.float64)
     with pytest.raises(BeaRuntimeError, match=r"24 instances squared x \(order 5 \+ 1\)\^8 inputs"):
         E.ElementLayout(kernel, 16, 5).chunk_rows(2)
+
+
+def test_swap_half_changes_nothing_but_the_count(monkeypatch):
+    """The triple group's sums over instances run on one of each swapped pair, twice (element_blocks.swap_half): the
+    kernel's pointwise values and the closed-form mean equal those over every instance to rounding (measured <= 1e-15
+    relative; 1e-12 leaves room for other summation orders, while a missing or wrong instance is O(1)), and the mean's
+    entries a state halve for the triples' share."""
+    from learners.shadow.functionals import AtomSet
+
+    gen = torch.Generator().manual_seed(1)
+    kernel = ElementKernel.bodies(3, 2, triples=True).to(torch.float64)
+    kernel.bind(None, 1.0, 1.0, None)
+    kernel.lengthscale = torch.rand(kernel.raw_lengthscale.shape[-1], generator=gen, dtype=torch.float64) + 0.7
+    kernel.requires_grad_(False)
+    x, y = (torch.randn(5, 12, generator=gen, dtype=torch.float64) for _ in range(2))
+    atoms = {1: AtomSet(torch.randn(7, 12, generator=gen, dtype=torch.float64),
+                        torch.randn(7, 1, 12, generator=gen, dtype=torch.float64),
+                        torch.randn(7, generator=gen, dtype=torch.float64), torch.arange(7))}
+    assert kernel._swap(2).tolist() == [0, 2, 4] and kernel._swap(0) is None and kernel._half(2) is None
+    halved = (kernel.pointwise(x, y), kernel.expansion(atoms, torch.tensor(1.3))(x), kernel.state_entries(atoms))
+    monkeypatch.setattr(ElementKernel, "_swap", lambda self, i: None)
+    full = (kernel.pointwise(x, y), kernel.expansion(atoms, torch.tensor(1.3))(x), kernel.state_entries(atoms))
+    for a, b in zip(halved[:2], full[:2]):
+        assert float(((a - b) / b).abs().max()) <= 1e-12
+    # instances evaluated x atoms as every instance sees them (random directions: all kept): body 3 x 3 x 7, pair 3 (of
+    # 6) x 6 x 7, triple 3 (of 6) or 6 x 6 x 7, correction 7
+    assert (halved[2], full[2]) == (63 + 126 + 126 + 7, 63 + 126 + 252 + 7)

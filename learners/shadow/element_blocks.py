@@ -35,7 +35,7 @@ import torch
 from .kernels import CHUNK_ATOMS, RBFKernel
 from .mechanical import MechanicalKernel
 
-__all__ = ["ELEMENT_BLOCK_ENTRIES", "ColumnCache", "negation_half", "even_base", "group_block", "active_atoms", "same_atoms"]
+__all__ = ["ELEMENT_BLOCK_ENTRIES", "ColumnCache", "negation_half", "swap_half", "even_base", "group_block", "active_atoms", "same_atoms"]
 
 #: most gathered (row, column) entries per base call: the default assembly's cache-sized block (CHUNK_ATOMS**2)
 ELEMENT_BLOCK_ENTRIES = CHUNK_ATOMS * CHUNK_ATOMS
@@ -51,11 +51,33 @@ def even_base(base) -> bool:
 def negation_half(M: torch.Tensor, b: torch.Tensor) -> Optional[torch.Tensor]:
     r"""Indices :math:`H` of one orientation when the instances pair up exactly as :math:`(A_{\bar e}, b_{\bar e}) =
     -(A_e, b_e)`, :math:`\bar e \ne e`, each instance in one pair; else None. ``M`` (m, k, D), ``b`` (m, k)."""
+    return _paired_half(M, b, -M, -b)
+
+
+def swap_half(M: torch.Tensor, b: torch.Tensor, positions: int) -> Optional[torch.Tensor]:
+    r"""Indices :math:`H` of one instance of each pair :math:`w_{\bar e} = \Pi w_e` exactly, :math:`\Pi` the swap of
+    the two halves of the position outputs and of the velocity outputs (a triple's :math:`(r_{ij}, r_{ik}) \to (r_{ik},
+    r_{ij})`); None where the outputs do not split so or the instances do not pair up. With a base invariant under
+    :math:`\Pi` on both arguments (the RBF with one scale per kind of output, the mechanical kernel: a function of
+    :math:`|q - q'|` and :math:`v \cdot v'`) and atoms closed under :math:`\Pi`, a posterior mean :math:`F_g` is
+    :math:`\Pi`-symmetric, so :math:`\sum_e F_g(w_e) = 2\sum_{e \in H} F_g(w_e)`."""
+    k = M.shape[1]
+    if positions % 2 or k - positions not in (0, positions):
+        return None
+    h = positions // 2
+    perm = [*range(h, positions), *range(h), *(positions + j for j in [*range(h, positions), *range(h)][:k - positions])]
+    return _paired_half(M, b, M[:, perm], b[:, perm])
+
+
+def _paired_half(M: torch.Tensor, b: torch.Tensor, M_image: torch.Tensor, b_image: torch.Tensor) -> Optional[torch.Tensor]:
+    """Indices of one instance of each pair (e, f), f != e, with instance f's map equal to instance e's image (the
+    ``*_image`` tensors, row e each), each instance in one pair; else None."""
     m = M.shape[0]
     if m < 2 or m % 2:
         return None
     flat = torch.cat([M.reshape(m, -1), b.reshape(m, -1)], 1)
-    match = (flat[:, None, :] == -flat[None, :, :]).all(-1)  # match[e, f]: w_f = -w_e exactly
+    image = torch.cat([M_image.reshape(m, -1), b_image.reshape(m, -1)], 1)
+    match = (image[:, None, :] == flat[None, :, :]).all(-1)  # match[e, f]: w_f = image of w_e exactly
     partner = [None] * m
     for e in range(m):
         hits = [f for f in match[e].nonzero().flatten().tolist() if f != e and partner[f] is None]

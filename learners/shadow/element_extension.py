@@ -74,6 +74,10 @@ class ExtendedElementKernel(ElementKernel):
         = 2\sum_{e \in H}F_g(w_e)` needs :math:`F_g` even, which the source's instances give."""
         return None if self._source._half(i) is None else super()._half(i)
 
+    def _swap(self, i: int) -> Optional[torch.Tensor]:
+        """As :meth:`_half`, for the swap of a group's two halves (:func:`~learners.shadow.element_blocks.swap_half`)."""
+        return None if self._source._swap(i) is None else super()._swap(i)
+
     def derivative_block(self, X, U, Y, V) -> torch.Tensor:
         r"""The block between atoms on the target's states and/or the source's (told apart by their dimension): both on
         the target, the target's prior (its correction included); both on the source, the source's kernel; across,

@@ -44,7 +44,7 @@ from gpytorch.constraints import Positive
 from bea.errors import BeaValueError
 
 from ..saving import recorded, register
-from .element_blocks import ColumnCache, active_atoms, even_base, group_block, negation_half
+from .element_blocks import ColumnCache, active_atoms, even_base, group_block, negation_half, swap_half
 from .element_structure import body_groups, chain_groups, check_groups
 from .kernels import RBFKernel, SmoothKernel
 from .mechanical import MechanicalKernel
@@ -226,11 +226,23 @@ class ElementKernel(SmoothKernel):
     def _half(self, i: int) -> Optional[torch.Tensor]:
         """One orientation of group ``i`` when its instances pair up under negation and its base is even
         (:mod:`~learners.shadow.element_blocks`), else None; cached on the maps it was found from (bind replaces them)."""
+        return self._cached_half(i, "negation")
+
+    def _swap(self, i: int) -> Optional[torch.Tensor]:
+        """One of each pair of instances that differ by the swap of their two halves (a triple's two others:
+        :func:`~learners.shadow.element_blocks.swap_half`), for a base known to be invariant under it; else None."""
+        return self._cached_half(i, "swap")
+
+    def _cached_half(self, i: int, kind: str) -> Optional[torch.Tensor]:
+        """:meth:`_half` or :meth:`_swap`, cached on the maps it was found from (bind replaces them)."""
         M, b = getattr(self, f"maps_{i}"), getattr(self, f"offsets_{i}")
         cache = self.__dict__.setdefault("_halves", {})
-        hit = cache.get(i)  # holds the tensors themselves: an identity check that a freed address cannot fool
+        hit = cache.get((i, kind))  # holds the tensors themselves: an identity check that a freed address cannot fool
         if hit is None or hit[0] is not M or hit[1] is not b or hit[2] != (M._version, b._version):
-            hit = cache[i] = (M, b, (M._version, b._version), negation_half(M, b) if even_base(self._bases[i]) else None)
+            # the classes even_base knows are also invariant under the swap (swap_half's docstring)
+            half = None if not even_base(self._bases[i]) else negation_half(M, b) if kind == "negation" else swap_half(
+                M, b, self.groups[i]["positions"])
+            hit = cache[(i, kind)] = (M, b, (M._version, b._version), half)
         return hit[3]
 
     def _column_cache(self, i: int) -> ColumnCache:
@@ -240,8 +252,10 @@ class ElementKernel(SmoothKernel):
         return caches.setdefault(i, ColumnCache())
 
     def _rows(self, i: int):
-        """The instances a sum over ``e`` runs on and its factor: one orientation twice, or all once."""
+        """The instances a sum over ``e`` of a symmetric function runs on and its factor: one orientation (or one of
+        each swapped pair) twice, or all once."""
         half = self._half(i)
+        half = self._swap(i) if half is None else half
         return (slice(None), 1.0) if half is None else (half, 2.0)
 
     def pointwise(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
