@@ -35,7 +35,8 @@ import torch
 from .kernels import CHUNK_ATOMS, RBFKernel
 from .mechanical import MechanicalKernel
 
-__all__ = ["ELEMENT_BLOCK_ENTRIES", "ColumnCache", "negation_half", "swap_half", "even_base", "group_block", "active_atoms", "same_atoms"]
+__all__ = ["ELEMENT_BLOCK_ENTRIES", "ColumnCache", "negation_half", "swap_half", "even_base", "group_block", "active_atoms",
+           "same_atoms"]
 
 #: most gathered (row, column) entries per base call: the default assembly's cache-sized block (CHUNK_ATOMS**2)
 ELEMENT_BLOCK_ENTRIES = CHUNK_ATOMS * CHUNK_ATOMS
