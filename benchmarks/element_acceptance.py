@@ -74,7 +74,13 @@ def _arguments(argv):
                     help="with --extend-from: also the level sets of the fit on its own system, before the extension")
     ap.add_argument("--triples", action="store_true",
                     help="element bodies: also the triple group (ElementKernel.bodies(c, 2, triples=True); default off)")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if args.triples and args.extend_from is not None:  # refused up front: check_extension would refuse after the fit
+        ap.error("--triples with --extend-from: a fit with the triple group cannot be extended to another count of "
+                 "bodies (learners.shadow.element_extension.check_extension); fit --system directly")
+    if args.source_level_sets and args.extend_from is None:
+        ap.error("--source-level-sets: only with --extend-from (the fit's own system is --system otherwise)")
+    return args
 
 
 def _not_available(args):

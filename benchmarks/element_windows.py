@@ -1,5 +1,6 @@
-"""Issue 27, session 14: the element GP on an FPU chain (positions only) with and without the window group
-(``ElementKernel.chain(n, window=w)``), and the truncation floor.
+"""Issue 27, sessions 14-15: the element GP on an FPU chain (positions only) with and without the window group
+(``ElementKernel.chain(n, window=w)``), on bodies with and without the triple group (``--triples``:
+``ElementKernel.bodies(c, 2, triples=True)``), and the truncation floor of either (``--floor N``; ``--h``: another step).
 
 Prints the level-set errors of H_rec[0/2/4] against H (benchmarks/_element_metrics.py: 40 Halton states of the 70%
 box), the gain ls2 / ls4, and the level-set error of the learned energy(0) against the *exact* L_inv's energy (the bea
@@ -10,6 +11,8 @@ process. Usage::
 
     PYTHONPATH=$PWD OMP_NUM_THREADS=1 python3 benchmarks/element_windows.py --system chain10 --floor 6
     PYTHONPATH=$PWD OMP_NUM_THREADS=1 python3 benchmarks/element_windows.py --system chain10 --window 2
+    PYTHONPATH=$PWD OMP_NUM_THREADS=1 python3 benchmarks/element_windows.py --system bodies3 --triples
+    PYTHONPATH=$PWD OMP_NUM_THREADS=1 python3 benchmarks/element_windows.py --system bodies3 --floor 4 --h 0.05
 """
 
 from __future__ import annotations
@@ -73,6 +76,13 @@ def main(argv=None) -> None:
     ap.add_argument("--h", type=float, default=None, help="--floor: this step instead of the system's")
     ap.add_argument("--floor", type=int, default=None, help="the exact L_inv series of this order instead of a fit")
     a = ap.parse_args(argv)
+    kind = SYSTEMS[a.system][2]
+    if a.triples and kind != "bodies":
+        ap.error("--triples: only for bodies (triples of bodies)")
+    if a.window is not None and kind != "chain":
+        ap.error("--window: only for chains (windows of consecutive bonds)")
+    if a.h is not None and a.floor is None:
+        ap.error("--h: only with --floor (a fit uses the system's step)")
     if a.floor is not None:
         _floor(a.system, a.floor, a.h)
     else:

@@ -7,7 +7,8 @@ import torch
 
 from bea.errors import BeaValueError
 from learners.shadow import ElementKernel
-from learners.shadow.element_structure import body_groups
+from learners.shadow.element_blocks import swap_half
+from learners.shadow.element_structure import ENDS, body_groups
 
 #: three bodies in the plane, q = (x1, y1, x2, y2, x3, y3) = (1, 2), (10, 30), (200, 500); v = (3, 5), (7, 11), (13, 17)
 Z = torch.tensor([1.0, 2.0, 10.0, 30.0, 200.0, 500.0, 3.0, 5.0, 7.0, 11.0, 13.0, 17.0], dtype=torch.float64)
@@ -48,6 +49,14 @@ def test_triple_refusals_are_typed(count, dim):
     with pytest.raises(BeaValueError, match="triples=True needs at least three bodies"):
         ElementKernel.bodies(count, dim, triples=True)
     ElementKernel.bodies(count, dim)  # without triples two bodies are fine
+
+
+def test_triple_velocities_without_triples_is_refused():
+    with pytest.raises(BeaValueError, match="triple_velocities=True .* give triples=True"):
+        ElementKernel.bodies(3, 2, triple_velocities=True)
+    groups = body_groups(3, 2, triples=True)
+    with pytest.raises(BeaValueError, match="swap must be True or False"):
+        ElementKernel(groups[:2] + [{**groups[2], "swap": 1}])
 
 
 def _force_squares(X: torch.Tensor, count: int = 3) -> torch.Tensor:
@@ -121,15 +130,18 @@ def test_triple_std_table_bound():
         E.ElementLayout(kernel, 16, 5).chunk_rows(2)
 
 
-def test_swap_half_changes_nothing_but_the_count(monkeypatch):
+@pytest.mark.parametrize("triple_velocities", [False, True])
+@pytest.mark.parametrize("degree", [None, 2])
+def test_swap_half_changes_nothing_but_the_count(monkeypatch, triple_velocities, degree):
     """The triple group's sums over instances run on one of each swapped pair, twice (element_blocks.swap_half): the
     kernel's pointwise values and the closed-form mean equal those over every instance to rounding (measured <= 1e-15
     relative; 1e-12 leaves room for other summation orders, while a missing or wrong instance is O(1)), and the mean's
-    entries a state halve for the triples' share."""
+    entries a state halve for the triples' share. With the relative velocities (the swap then also exchanges the two
+    velocity halves) and with mechanical bases (``degree``: the bodies' and pairs', and the triples' with velocities)."""
     from learners.shadow.functionals import AtomSet
 
     gen = torch.Generator().manual_seed(1)
-    kernel = ElementKernel.bodies(3, 2, triples=True).to(torch.float64)
+    kernel = ElementKernel.bodies(3, 2, triples=True, triple_velocities=triple_velocities, degree=degree).to(torch.float64)
     kernel.bind(None, 1.0, 1.0, None)
     kernel.lengthscale = torch.rand(kernel.raw_lengthscale.shape[-1], generator=gen, dtype=torch.float64) + 0.7
     kernel.requires_grad_(False)
@@ -148,6 +160,33 @@ def test_swap_half_changes_nothing_but_the_count(monkeypatch):
     assert (halved[2], full[2]) == (63 + 126 + 126 + 7, 63 + 126 + 252 + 7)
 
 
+def _default_structures():
+    """Every chain (n <= 4, each end, no window or each window the bonds allow) and bodies (2-3 bodies, 1-2
+    coordinates, identical or not, RBF or mechanical bases) structure without triples."""
+    bonds = {"fixed": 1, "free": -1, "periodic": 0}
+    for n in (2, 3, 4):
+        for ends in ENDS:
+            for window in [None, *range(2, n + bonds[ends] + 1)]:
+                yield ElementKernel.chain(n, ends=ends, window=window)
+    for count in (2, 3):
+        for dim in (1, 2):
+            for identical in (True, False):
+                for degree in (None, 2):
+                    yield ElementKernel.bodies(count, dim, identical=identical, degree=degree)
+
+
+def test_swap_halving_is_opt_in():
+    """Swap halving runs only on groups the triple builder marks (``"swap"``): no group of a default chain or bodies
+    structure is swap-halved, even one whose instances happen to be swap-closed (the periodic chain's window of all n
+    bonds, n even: asserted closed, so the check is not vacuous), so their sums stay bit-identical to main's."""
+    closed = 0
+    for kernel in _default_structures():
+        for i, g in enumerate(kernel.groups):
+            assert "swap" not in g and kernel._swap(i) is None, (g["name"], kernel.dim)
+            closed += swap_half(g["maps"], g["offsets"], g["positions"]) is not None
+    assert closed >= 2  # periodic window = n for n = 2 and 4
+
+
 def test_an_extension_of_triples_to_another_count_is_refused():
     """A triple function of one difference is a pair term counted count - 2 times, not separated from the pair group
     by the fit: an extension 3 -> 4 bodies would change it (measured level sets 0.82 against 0.0024 without triples;
@@ -158,3 +197,11 @@ def test_an_extension_of_triples_to_another_count_is_refused():
     with pytest.raises(BeaValueError, match="triple group cannot be extended"):
         check_extension(source, ElementKernel.bodies(4, 2, triples=True))
     check_extension(source, ElementKernel.bodies(3, 2, triples=True))
+    # keyed on the structure's "swap" marker, not on the name: renamed triples are refused, an unmarked group is not
+    def renamed(count, swap=True):
+        groups = body_groups(count, 2, triples=True)
+        return ElementKernel(groups[:2] + [{**{k: v for k, v in groups[2].items() if k != "swap"}, "name": "threes"}
+                                           | ({"swap": True} if swap else {})])
+    with pytest.raises(BeaValueError, match="triple group cannot be extended"):
+        check_extension(renamed(3), renamed(4))
+    check_extension(renamed(3, swap=False), renamed(4, swap=False))

@@ -112,7 +112,8 @@ def check_extension(source: ElementKernel, target) -> None:
     if mine != theirs:
         raise BeaValueError(f"the target structure's groups (name, inputs, positions, degree) {theirs} do not match the "
                             f"fitted model's {mine}: build it with the same constructor and options for the larger system")
-    if target.dim != source.dim and "triple" in [g["name"] for g in source.groups]:
+    if target.dim != source.dim and any(g.get("swap", False) for g in source.groups):
+        # keyed on the structural marker (body_groups sets "swap" on the triples only), not on a name a user may reuse;
         # sum_{i, j != k} g(r_ij) = (count - 2) sum_{i != j} g(r_ij): a triple function holds pair terms, counted with a
         # factor that changes with the bodies' count, and the fit does not tell them from the pair group's
         raise BeaValueError("a fit with the triple group cannot be extended to another count of bodies: its pair-like "

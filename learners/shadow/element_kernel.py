@@ -44,7 +44,7 @@ from gpytorch.constraints import Positive
 from bea.errors import BeaValueError
 
 from ..saving import recorded, register
-from .element_blocks import ColumnCache, active_atoms, even_base, group_block, negation_half, swap_half
+from .element_blocks import ColumnCache, active_atoms, even_base, group_block, negation_half, swap_half, swap_invariant_base
 from .element_structure import body_groups, chain_groups, check_groups
 from .kernels import RBFKernel, SmoothKernel
 from .mechanical import MechanicalKernel
@@ -171,9 +171,9 @@ class ElementKernel(SmoothKernel):
 
     def state_entries(self, atoms) -> int:
         r"""Kernel entries of the closed-form mean (:class:`ElementExpansion`) per state, for the atoms ``atoms``
-        (order -> AtomSet): per group the instances evaluated (one orientation of a negation-closed group) times the
-        projected atoms with non-vanishing directions, plus the atoms once for the correction; at most
-        :meth:`instance_pairs` times the atoms."""
+        (order -> AtomSet): per group the instances evaluated (one orientation of a negation-closed group, one of
+        each swapped pair of a ``"swap"`` group: :meth:`_rows`) times the projected atoms with non-vanishing
+        directions, plus the atoms once for the correction; at most :meth:`instance_pairs` times the atoms."""
         total = sum(len(A) for A in atoms.values()) if self.correction and self.atom_correction else 0
         for i in range(len(self.groups)):
             M = getattr(self, f"maps_{i}")
@@ -230,7 +230,8 @@ class ElementKernel(SmoothKernel):
 
     def _swap(self, i: int) -> Optional[torch.Tensor]:
         """One of each pair of instances that differ by the swap of their two halves (a triple's two others:
-        :func:`~learners.shadow.element_blocks.swap_half`), for a base known to be invariant under it; else None."""
+        :func:`~learners.shadow.element_blocks.swap_half`) for a group marked ``"swap"`` (opt-in: only the triple
+        builder sets it) with a base known to be invariant under it; else None."""
         return self._cached_half(i, "swap")
 
     def _cached_half(self, i: int, kind: str) -> Optional[torch.Tensor]:
@@ -239,9 +240,11 @@ class ElementKernel(SmoothKernel):
         cache = self.__dict__.setdefault("_halves", {})
         hit = cache.get((i, kind))  # holds the tensors themselves: an identity check that a freed address cannot fool
         if hit is None or hit[0] is not M or hit[1] is not b or hit[2] != (M._version, b._version):
-            # the classes even_base knows are also invariant under the swap (swap_half's docstring)
-            half = None if not even_base(self._bases[i]) else negation_half(M, b) if kind == "negation" else swap_half(
-                M, b, self.groups[i]["positions"])
+            if kind == "negation":
+                half = negation_half(M, b) if even_base(self._bases[i]) else None
+            else:  # only where the structure asks for it: a group that merely happens to be swap-closed keeps its sums
+                marked = self.groups[i].get("swap", False) and swap_invariant_base(self._bases[i])
+                half = swap_half(M, b, self.groups[i]["positions"]) if marked else None
             hit = cache[(i, kind)] = (M, b, (M._version, b._version), half)
         return hit[3]
 
@@ -302,7 +305,10 @@ class ElementExpansion:
     through autograd, for every derivative ``mod_N`` takes) needed 8 GB at n = 4. Exactly as in the blocks
     (:mod:`~learners.shadow.element_blocks`): a projected atom whose direction vanishes adds zero and is left out, and
     for a negation-closed group with an even base :math:`F_g(-w) = F_g(w)`, so :math:`\sum_e F_g(w_e) = 2\sum_{e \in
-    H} F_g(w_e)`. ``entries``: kernel entries per state (instances evaluated x projected atoms kept, summed)."""
+    H} F_g(w_e)`; likewise for a group marked ``"swap"`` (the body triples) with a swap-invariant base,
+    :math:`F_g(\Pi w) = F_g(w)` and :math:`H` one of each swapped pair (:func:`~learners.shadow.element_blocks.swap_half`;
+    the blocks do not use this one). ``entries``: kernel entries per state (instances evaluated x projected atoms kept,
+    summed)."""
 
     def __init__(self, kernel: ElementKernel, atoms, outputscale: torch.Tensor):
         from .kernels import AtomExpansion, FunctionalKernel

@@ -8,7 +8,10 @@ the same function of their inputs (identical bodies, identical bonds): instance 
 
 A group is a dict (plain data, so a model file records it): ``name``, ``maps`` (m, k, 2n), ``offsets`` (m, k),
 ``positions`` (int) and ``degree`` (None: an RBF on :math:`w`; an integer: the mechanical kernel of that degree,
-:mod:`learners.shadow.mechanical`, which needs as many velocity-like as position-like outputs).
+:mod:`learners.shadow.mechanical`, which needs as many velocity-like as position-like outputs); optional ``swap``
+(True: the instance set is closed under the swap of the two halves of the position and of the velocity outputs,
+and the closed-form mean may sum over one of each swapped pair, :func:`~learners.shadow.element_blocks.swap_half`;
+set by the triples only).
 
 *Why the pair element sees relative velocities too.* For :math:`L = \sum_i \tfrac12 m_i|v_i|^2 - \sum_{i<j}
 \phi(q_i - q_j)` the :math:`h^2` term of :math:`L_{inv}` holds :math:`v^\top\nabla^2V v = \sum_{i<j} (v_i - v_j)^\top
@@ -47,10 +50,11 @@ def _selector(rows: List[Dict[int, float]], D: int) -> torch.Tensor:
     return A
 
 
-def _group(name: str, maps: List[torch.Tensor], positions: int, degree) -> Dict[str, object]:
+def _group(name: str, maps: List[torch.Tensor], positions: int, degree, swap: bool = False) -> Dict[str, object]:
     M = torch.stack(maps)
-    return {"name": name, "maps": M, "offsets": torch.zeros(M.shape[:2], dtype=torch.float64), "positions": positions,
-            "degree": degree}
+    group = {"name": name, "maps": M, "offsets": torch.zeros(M.shape[:2], dtype=torch.float64), "positions": positions,
+             "degree": degree}
+    return {**group, "swap": True} if swap else group  # the key only where set: the other groups' records unchanged
 
 
 def _site(i: int, dim: int, n: int) -> torch.Tensor:
@@ -81,6 +85,9 @@ def body_groups(count: int, dim: int, identical: bool = True, degree=None, pair_
     least), with the relative velocities where ``triple_velocities``."""
     if count < 2 or dim < 1:
         raise BeaValueError(f"bodies needs at least two bodies of at least one coordinate, got count={count}, dim={dim}")
+    if triple_velocities and not triples:
+        raise BeaValueError("triple_velocities=True adds the relative velocities to the triple group, which is off: give "
+                            "triples=True as well, or leave triple_velocities off")
     if triples and count < 3:
         raise BeaValueError(f"triples=True needs at least three bodies (a triple is a body and two others), got "
                             f"count={count}: leave triples off for two bodies (their products of forces are pair terms)")
@@ -115,7 +122,7 @@ def _triples(count: int, dim: int, degree, velocities: bool) -> Dict[str, object
                     a, b = _difference(i, j, dim, n, velocities), _difference(i, k, dim, n, velocities)
                     rows = [a[:dim], b[:dim]] + ([a[dim:], b[dim:]] if velocities else [])
                     maps.append(torch.cat(rows))
-    return _group("triple", maps, 2 * dim, degree)
+    return _group("triple", maps, 2 * dim, degree, swap=True)
 
 
 def chain_groups(n: int, ends: str = "fixed", identical: bool = True, degree=None,
@@ -181,6 +188,8 @@ def check_groups(groups, D: int = None) -> int:
             raise BeaValueError(f"group {g.get('name')!r}: maps and offsets must be finite (NaN or inf found)")
         if not isinstance(p, int) or isinstance(p, bool) or not 0 < p <= M.shape[1]:
             raise BeaValueError(f"group {g.get('name')!r}: positions must be an integer in [1, k = {M.shape[1]}], got {p!r}")
+        if not isinstance(g.get("swap", False), bool):
+            raise BeaValueError(f"group {g.get('name')!r}: swap must be True or False, got {g.get('swap')!r}")
         deg = g.get("degree")
         if deg is not None and 2 * p != M.shape[1]:
             raise BeaValueError(f"group {g.get('name')!r}: a mechanical base (degree {deg}) needs as many velocity-like "
