@@ -284,7 +284,8 @@ class ElementKernel(SmoothKernel):
     def derivative_block(self, X, U, Y, V) -> torch.Tensor:
         r"""The functional block of the module docstring: per group, the active (instance, atom) pairs of both sides
         in one base call, one orientation of a negation-closed group, one triangle of the same atoms
-        (:func:`~learners.shadow.element_blocks.group_block`: the same sums as over every instance pair, to rounding)."""
+        (:func:`~learners.shadow.element_blocks.group_block`: the same sums as over every instance pair, to rounding);
+        every instance of a ``"swap"`` group (its halving is the closed-form mean's only, :meth:`_rows`)."""
         groups, corr = self._layout()
         total = X.new_zeros(X.shape[0], Y.shape[0])
         for i, (scales, var) in enumerate(groups):
