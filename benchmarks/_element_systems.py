@@ -63,12 +63,12 @@ SYSTEMS = {**{f"chain{n}": (_chain(n), 0.3, "chain", n) for n in (4, 6, 10)},
 EXTENSION = {"chain10": "chain6", "bodies4": "bodies3", "chain6": "chain4", "bodies3": "bodies2"}
 
 
-def element_kernel(kind: str, size: int, window=None):
+def element_kernel(kind: str, size: int, window=None, triples: bool = False):
     """The element-structured kernel for the system (branch elem's ``learners.shadow.ElementKernel``; ``window``: the
-    chain's windows of that many bonds, ``ElementKernel.chain(n, window=w)``); raises ImportError where it does not
-    exist."""
+    chain's windows of that many bonds, ``ElementKernel.chain(n, window=w)``; ``triples``: the bodies' triple group,
+    positions only, ``ElementKernel.bodies(c, 2, triples=True)``); raises ImportError where it does not exist."""
     from learners.shadow import ElementKernel
 
     if kind == "chain":
         return ElementKernel.chain(size, ends="fixed", **({} if window is None else {"window": window}))
-    return ElementKernel.bodies(size, 2)
+    return ElementKernel.bodies(size, 2, **({"triples": True} if triples else {}))

@@ -70,7 +70,17 @@ def _arguments(argv):
     ap.add_argument("--epochs", type=int, default=100, help="ModLaNet's training epochs")
     ap.add_argument("--window", type=int, default=None,
                     help="element chains: also windows of this many bonds (ElementKernel.chain(n, window=w); default none)")
-    return ap.parse_args(argv)
+    ap.add_argument("--source-level-sets", action="store_true",
+                    help="with --extend-from: also the level sets of the fit on its own system, before the extension")
+    ap.add_argument("--triples", action="store_true",
+                    help="element bodies: also the triple group (ElementKernel.bodies(c, 2, triples=True); default off)")
+    args = ap.parse_args(argv)
+    if args.triples and args.extend_from is not None:  # refused up front: check_extension would refuse after the fit
+        ap.error("--triples with --extend-from: a fit with the triple group cannot be extended to another count of "
+                 "bodies (learners.shadow.element_extension.check_extension); fit --system directly")
+    if args.source_level_sets and args.extend_from is None:
+        ap.error("--source-level-sets: only with --extend-from (the fit's own system is --system otherwise)")
+    return args
 
 
 def _not_available(args):
@@ -84,6 +94,8 @@ def _not_available(args):
                     "state; a fit on one n cannot be evaluated at another) -- use element or modlanet")
     if args.window is not None and SYSTEMS[args.system][2] != "chain":
         return "--window: only for chains (windows of consecutive bonds)"
+    if args.triples and SYSTEMS[args.system][2] != "bodies":
+        return "--triples: only for bodies (triples of bodies)"
     if args.model == "element":
         try:
             element_kernel(SYSTEMS[args.system][2], SYSTEMS[args.system][3])
@@ -105,7 +117,7 @@ def _fit(args, name):
     else:
         from learners import InverseModifiedLagrangianGP
 
-        kw = {} if args.model == "full" else {"kernel": element_kernel(kind, size, args.window)}
+        kw = {} if args.model == "full" else {"kernel": element_kernel(kind, size, args.window, args.triples)}
         model = InverseModifiedLagrangianGP(h, progress=False, **kw).fit(data)
     return model, time.process_time() - c
 
@@ -121,16 +133,16 @@ def _modlanet(kind: str, size: int, h: float, epochs: int, seed: int):
                            options=TrainOptions(epochs=epochs, seed=seed, progress=False))
 
 
-def _extended(model, name: str, kind: str, size: int, window=None):
+def _extended(model, name: str, kind: str, size: int, window=None, triples: bool = False):
     """The fitted model carried to ``size`` elements: ``ModLaNet.extend(size)``; the element GP's ``extend`` of the
-    larger system's structure (:func:`element_kernel`, with the fit's ``window`` option where one is given: the same
+    larger system's structure (:func:`element_kernel`, with the fit's ``window`` and ``triples`` options: the same
     groups, matched by name; the correction an independent prior there)."""
     extend = getattr(model, "extend", None)
     if extend is None:
         return None
     if name == "modlanet":
         return extend(size)
-    return extend(element_kernel(kind, size, window))
+    return extend(element_kernel(kind, size, window, triples))
 
 
 def _peak_rss_mib() -> float:
@@ -190,8 +202,14 @@ def main(argv=None) -> None:
         model, cpu_s = _fit(args, source)
         print(f"fitted {args.model} on {source} ({args.trajectories} x {args.steps + 1} snapshots, h = {h}, seed {args.seed}): "
               f"{cpu_s:.0f} s CPU, peak RSS {_peak_rss_mib():.0f} MiB", flush=True)
+        if args.model == "element":
+            print("    scales", {k: f"{v:.3g}" for k, v in model.hyperparameters["lengthscale"].items()}, flush=True)
+        if args.extend_from is not None and args.source_level_sets:
+            c, ls = time.process_time(), M.level_set_errors(model, SYSTEMS[source][0](), (0, 2, 4), args.points)
+            print(f"    on {source} itself: ls0 {ls[0]:.4f} ls2 {ls[2]:.4f} ls4 {ls[4]:.4f} gain {ls[2] / ls[4]:.2f} "
+                  f"({time.process_time() - c:.0f} s CPU)", flush=True)
         if args.extend_from is not None:
-            model = _extended(model, args.model, kind, size, args.window)
+            model = _extended(model, args.model, kind, size, args.window, args.triples)
             if model is None:
                 print(f"--extend-from: the fitted {args.model} model has no extend(); the extension is not available")
                 return

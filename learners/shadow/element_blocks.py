@@ -24,6 +24,12 @@ exactly zero or exactly equal to one they keep; the sums differ from the plain o
   against itself weighted one half, and :math:`S = T + T^\top`. With both: :math:`S = 2(T_+ + T_+^\top + T_- +
   T_-^\top)`, :math:`T_\pm` the symmetric sums over :math:`H \times (\pm H)` (:math:`B(e, -e')^\top = B(e', -e)` by
   evenness).
+
+A fourth reduction is not used in these blocks, only in the closed-form mean (:class:`~learners.shadow.element_kernel.
+ElementExpansion`, and so :meth:`~learners.shadow.element_kernel.ElementKernel.state_entries`): *Swaps.* For a group
+marked ``"swap"`` (the body triples, :func:`~learners.shadow.element_structure.body_groups`) whose instance set is
+closed under the swap :math:`\Pi` of its two halves, and a :func:`swap_invariant_base`, :math:`\sum_e F_g(w_e) =
+2\sum_{e \in H} F_g(w_e)` (:func:`swap_half`). The blocks above run over every instance of such a group.
 """
 
 from __future__ import annotations
@@ -35,7 +41,8 @@ import torch
 from .kernels import CHUNK_ATOMS, RBFKernel
 from .mechanical import MechanicalKernel
 
-__all__ = ["ELEMENT_BLOCK_ENTRIES", "ColumnCache", "negation_half", "even_base", "group_block", "active_atoms", "same_atoms"]
+__all__ = ["ELEMENT_BLOCK_ENTRIES", "ColumnCache", "negation_half", "swap_half", "even_base", "swap_invariant_base",
+           "group_block", "active_atoms", "same_atoms"]
 
 #: most gathered (row, column) entries per base call: the default assembly's cache-sized block (CHUNK_ATOMS**2)
 ELEMENT_BLOCK_ENTRIES = CHUNK_ATOMS * CHUNK_ATOMS
@@ -48,14 +55,48 @@ def even_base(base) -> bool:
     return type(base) in (RBFKernel, MechanicalKernel)
 
 
+def swap_invariant_base(base) -> bool:
+    r"""Whether ``base`` is known to satisfy :math:`k(\Pi s, \Pi t) = k(s, t)` for the swap :math:`\Pi` of
+    :func:`swap_half` (exact classes only, as :func:`even_base`). True for the unit RBF, a function of :math:`|s - t|^2`
+    only, and for the mechanical kernel, a function of :math:`|\tilde q - \tilde q'|^2` and :math:`\tilde v \cdot
+    \tilde v'` only: sums over coordinates of the same permutation applied to both arguments, which :math:`\Pi` is
+    (it permutes the position outputs among themselves and the velocity outputs among themselves). The element
+    kernel's scales :math:`D_g` are one per kind of output, so they commute with :math:`\Pi`. Unlike evenness this
+    holds for any permutation-invariant form, not for a base with one scale per input."""
+    return type(base) in (RBFKernel, MechanicalKernel)
+
+
 def negation_half(M: torch.Tensor, b: torch.Tensor) -> Optional[torch.Tensor]:
     r"""Indices :math:`H` of one orientation when the instances pair up exactly as :math:`(A_{\bar e}, b_{\bar e}) =
     -(A_e, b_e)`, :math:`\bar e \ne e`, each instance in one pair; else None. ``M`` (m, k, D), ``b`` (m, k)."""
+    return _paired_half(M, b, -M, -b)
+
+
+def swap_half(M: torch.Tensor, b: torch.Tensor, positions: int) -> Optional[torch.Tensor]:
+    r"""Indices :math:`H` of one instance of each pair :math:`w_{\bar e} = \Pi w_e` exactly, :math:`\Pi` the swap of
+    the two halves of the position outputs and of the velocity outputs (a triple's :math:`(r_{ij}, r_{ik}) \to (r_{ik},
+    r_{ij})`); None where the outputs do not split so or the instances do not pair up. With a base invariant under
+    :math:`\Pi` on both arguments (the RBF with one scale per kind of output, the mechanical kernel: a function of
+    :math:`|q - q'|` and :math:`v \cdot v'`: :func:`swap_invariant_base`) and the group's instance set closed under
+    :math:`\Pi`, a posterior mean :math:`F_g` is
+    :math:`\Pi`-symmetric, so :math:`\sum_e F_g(w_e) = 2\sum_{e \in H} F_g(w_e)`."""
+    k = M.shape[1]
+    if positions % 2 or k - positions not in (0, positions):
+        return None
+    h = positions // 2
+    perm = [*range(h, positions), *range(h), *(positions + j for j in [*range(h, positions), *range(h)][:k - positions])]
+    return _paired_half(M, b, M[:, perm], b[:, perm])
+
+
+def _paired_half(M: torch.Tensor, b: torch.Tensor, M_image: torch.Tensor, b_image: torch.Tensor) -> Optional[torch.Tensor]:
+    """Indices of one instance of each pair (e, f), f != e, with instance f's map equal to instance e's image (the
+    ``*_image`` tensors, row e each), each instance in one pair; else None."""
     m = M.shape[0]
     if m < 2 or m % 2:
         return None
     flat = torch.cat([M.reshape(m, -1), b.reshape(m, -1)], 1)
-    match = (flat[:, None, :] == -flat[None, :, :]).all(-1)  # match[e, f]: w_f = -w_e exactly
+    image = torch.cat([M_image.reshape(m, -1), b_image.reshape(m, -1)], 1)
+    match = (image[:, None, :] == flat[None, :, :]).all(-1)  # match[e, f]: w_f = image of w_e exactly
     partner = [None] * m
     for e in range(m):
         hits = [f for f in match[e].nonzero().flatten().tolist() if f != e and partner[f] is None]

@@ -44,7 +44,7 @@ from gpytorch.constraints import Positive
 from bea.errors import BeaValueError
 
 from ..saving import recorded, register
-from .element_blocks import ColumnCache, active_atoms, even_base, group_block, negation_half
+from .element_blocks import ColumnCache, active_atoms, even_base, group_block, negation_half, swap_half, swap_invariant_base
 from .element_structure import body_groups, chain_groups, check_groups
 from .kernels import RBFKernel, SmoothKernel
 from .mechanical import MechanicalKernel
@@ -93,11 +93,13 @@ class ElementKernel(SmoothKernel):
     # ------------------------------------------------------------------ structures
     @classmethod
     def bodies(cls, count: int, dim: int, identical: bool = True, degree: Optional[int] = None,
-               correction: bool = True) -> "ElementKernel":
+               correction: bool = True, triples: bool = False, triple_velocities: bool = False) -> "ElementKernel":
         r"""``count`` bodies in ``dim`` dimensions, :math:`q = (x_1, y_1, x_2, \dots)`: body elements :math:`(q_i, v_i)`
         (one shared function with ``identical``: give ``identical=False`` for unequal masses) and exchange-symmetric
-        pair elements :math:`(q_i - q_j, v_i - v_j)`; ``degree``: mechanical base kernels (None: RBF)."""
-        return cls(body_groups(count, dim, identical, degree), correction)
+        pair elements :math:`(q_i - q_j, v_i - v_j)`; ``degree``: mechanical base kernels (None: RBF); ``triples``: also
+        triple elements :math:`(q_i - q_j, q_i - q_k)` (:func:`~learners.shadow.element_structure.body_groups`)."""
+        return cls(body_groups(count, dim, identical, degree, triples=triples, triple_velocities=triple_velocities),
+                   correction)
 
     @classmethod
     def chain(cls, n: int, ends: str = "fixed", identical: bool = True, degree: Optional[int] = None,
@@ -169,9 +171,9 @@ class ElementKernel(SmoothKernel):
 
     def state_entries(self, atoms) -> int:
         r"""Kernel entries of the closed-form mean (:class:`ElementExpansion`) per state, for the atoms ``atoms``
-        (order -> AtomSet): per group the instances evaluated (one orientation of a negation-closed group) times the
-        projected atoms with non-vanishing directions, plus the atoms once for the correction; at most
-        :meth:`instance_pairs` times the atoms."""
+        (order -> AtomSet): per group the instances evaluated (one orientation of a negation-closed group, one of
+        each swapped pair of a ``"swap"`` group: :meth:`_rows`) times the projected atoms with non-vanishing
+        directions, plus the atoms once for the correction; at most :meth:`instance_pairs` times the atoms."""
         total = sum(len(A) for A in atoms.values()) if self.correction and self.atom_correction else 0
         for i in range(len(self.groups)):
             M = getattr(self, f"maps_{i}")
@@ -224,11 +226,26 @@ class ElementKernel(SmoothKernel):
     def _half(self, i: int) -> Optional[torch.Tensor]:
         """One orientation of group ``i`` when its instances pair up under negation and its base is even
         (:mod:`~learners.shadow.element_blocks`), else None; cached on the maps it was found from (bind replaces them)."""
+        return self._cached_half(i, "negation")
+
+    def _swap(self, i: int) -> Optional[torch.Tensor]:
+        """One of each pair of instances that differ by the swap of their two halves (a triple's two others:
+        :func:`~learners.shadow.element_blocks.swap_half`) for a group marked ``"swap"`` (opt-in: only the triple
+        builder sets it) with a base known to be invariant under it; else None."""
+        return self._cached_half(i, "swap")
+
+    def _cached_half(self, i: int, kind: str) -> Optional[torch.Tensor]:
+        """:meth:`_half` or :meth:`_swap`, cached on the maps it was found from (bind replaces them)."""
         M, b = getattr(self, f"maps_{i}"), getattr(self, f"offsets_{i}")
         cache = self.__dict__.setdefault("_halves", {})
-        hit = cache.get(i)  # holds the tensors themselves: an identity check that a freed address cannot fool
+        hit = cache.get((i, kind))  # holds the tensors themselves: an identity check that a freed address cannot fool
         if hit is None or hit[0] is not M or hit[1] is not b or hit[2] != (M._version, b._version):
-            hit = cache[i] = (M, b, (M._version, b._version), negation_half(M, b) if even_base(self._bases[i]) else None)
+            if kind == "negation":
+                half = negation_half(M, b) if even_base(self._bases[i]) else None
+            else:  # only where the structure asks for it: a group that merely happens to be swap-closed keeps its sums
+                marked = self.groups[i].get("swap", False) and swap_invariant_base(self._bases[i])
+                half = swap_half(M, b, self.groups[i]["positions"]) if marked else None
+            hit = cache[(i, kind)] = (M, b, (M._version, b._version), half)
         return hit[3]
 
     def _column_cache(self, i: int) -> ColumnCache:
@@ -238,8 +255,10 @@ class ElementKernel(SmoothKernel):
         return caches.setdefault(i, ColumnCache())
 
     def _rows(self, i: int):
-        """The instances a sum over ``e`` runs on and its factor: one orientation twice, or all once."""
+        """The instances a sum over ``e`` of a symmetric function runs on and its factor: one orientation (or one of
+        each swapped pair) twice, or all once."""
         half = self._half(i)
+        half = self._swap(i) if half is None else half
         return (slice(None), 1.0) if half is None else (half, 2.0)
 
     def pointwise(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -265,7 +284,8 @@ class ElementKernel(SmoothKernel):
     def derivative_block(self, X, U, Y, V) -> torch.Tensor:
         r"""The functional block of the module docstring: per group, the active (instance, atom) pairs of both sides
         in one base call, one orientation of a negation-closed group, one triangle of the same atoms
-        (:func:`~learners.shadow.element_blocks.group_block`: the same sums as over every instance pair, to rounding)."""
+        (:func:`~learners.shadow.element_blocks.group_block`: the same sums as over every instance pair, to rounding);
+        every instance of a ``"swap"`` group (its halving is the closed-form mean's only, :meth:`_rows`)."""
         groups, corr = self._layout()
         total = X.new_zeros(X.shape[0], Y.shape[0])
         for i, (scales, var) in enumerate(groups):
@@ -286,7 +306,10 @@ class ElementExpansion:
     through autograd, for every derivative ``mod_N`` takes) needed 8 GB at n = 4. Exactly as in the blocks
     (:mod:`~learners.shadow.element_blocks`): a projected atom whose direction vanishes adds zero and is left out, and
     for a negation-closed group with an even base :math:`F_g(-w) = F_g(w)`, so :math:`\sum_e F_g(w_e) = 2\sum_{e \in
-    H} F_g(w_e)`. ``entries``: kernel entries per state (instances evaluated x projected atoms kept, summed)."""
+    H} F_g(w_e)`; likewise for a group marked ``"swap"`` (the body triples) with a swap-invariant base,
+    :math:`F_g(\Pi w) = F_g(w)` and :math:`H` one of each swapped pair (:func:`~learners.shadow.element_blocks.swap_half`;
+    the blocks do not use this one). ``entries``: kernel entries per state (instances evaluated x projected atoms kept,
+    summed)."""
 
     def __init__(self, kernel: ElementKernel, atoms, outputscale: torch.Tensor):
         from .kernels import AtomExpansion, FunctionalKernel

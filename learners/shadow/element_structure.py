@@ -8,7 +8,10 @@ the same function of their inputs (identical bodies, identical bonds): instance 
 
 A group is a dict (plain data, so a model file records it): ``name``, ``maps`` (m, k, 2n), ``offsets`` (m, k),
 ``positions`` (int) and ``degree`` (None: an RBF on :math:`w`; an integer: the mechanical kernel of that degree,
-:mod:`learners.shadow.mechanical`, which needs as many velocity-like as position-like outputs).
+:mod:`learners.shadow.mechanical`, which needs as many velocity-like as position-like outputs); optional ``swap``
+(True: the instance set is closed under the swap of the two halves of the position and of the velocity outputs,
+and the closed-form mean may sum over one of each swapped pair, :func:`~learners.shadow.element_blocks.swap_half`;
+set by the triples only).
 
 *Why the pair element sees relative velocities too.* For :math:`L = \sum_i \tfrac12 m_i|v_i|^2 - \sum_{i<j}
 \phi(q_i - q_j)` the :math:`h^2` term of :math:`L_{inv}` holds :math:`v^\top\nabla^2V v = \sum_{i<j} (v_i - v_j)^\top
@@ -18,6 +21,10 @@ forces), which is what the optional full-dimensional correction of :class:`~lear
 is for. Pairs are symmetric under exchange, :math:`\phi(r, w) = \phi(-r, -w)`: both orientations are instances of
 the group, so every sample of the prior is even. A bond of a chain is not (an FPU bond potential has a cubic term):
 one orientation.
+
+*Triples.* For three bodies and more the same :math:`h^2` term holds :math:`\nabla V^\top M^{-1}\nabla V = \sum_i
+|\sum_j f_{ij}|^2`, whose cross products :math:`f_{ij}\cdot f_{ik}` are functions of the relative positions of a body
+and two others: ``body_groups(..., triples=True)`` adds a group of them (:func:`_triples`).
 """
 
 from __future__ import annotations
@@ -43,10 +50,11 @@ def _selector(rows: List[Dict[int, float]], D: int) -> torch.Tensor:
     return A
 
 
-def _group(name: str, maps: List[torch.Tensor], positions: int, degree) -> Dict[str, object]:
+def _group(name: str, maps: List[torch.Tensor], positions: int, degree, swap: bool = False) -> Dict[str, object]:
     M = torch.stack(maps)
-    return {"name": name, "maps": M, "offsets": torch.zeros(M.shape[:2], dtype=torch.float64), "positions": positions,
-            "degree": degree}
+    group = {"name": name, "maps": M, "offsets": torch.zeros(M.shape[:2], dtype=torch.float64), "positions": positions,
+             "degree": degree}
+    return {**group, "swap": True} if swap else group  # the key only where set: the other groups' records unchanged
 
 
 def _site(i: int, dim: int, n: int) -> torch.Tensor:
@@ -68,14 +76,21 @@ def _difference(i, j, dim: int, n: int, velocities: bool) -> torch.Tensor:
     return _selector(rows(0) + (rows(n) if velocities else []), 2 * n)
 
 
-def body_groups(count: int, dim: int, identical: bool = True, degree=None,
-                pair_velocities: bool = True) -> List[Dict[str, object]]:
+def body_groups(count: int, dim: int, identical: bool = True, degree=None, pair_velocities: bool = True,
+                triples: bool = False, triple_velocities: bool = False) -> List[Dict[str, object]]:
     r"""``count`` bodies with ``dim`` coordinates each, :math:`q = (x_1, y_1, x_2, \dots)`: a body element
     :math:`(q_i, v_i)` (one group shared by all bodies with ``identical``, else a group per body: bodies of unequal
     masses are not the same function) and a pair element :math:`(q_i - q_j, v_i - v_j)` (both orientations; positions
-    only without ``pair_velocities``)."""
+    only without ``pair_velocities``). ``triples``: also the group ``"triple"`` (:func:`_triples`; three bodies at
+    least), with the relative velocities where ``triple_velocities``."""
     if count < 2 or dim < 1:
         raise BeaValueError(f"bodies needs at least two bodies of at least one coordinate, got count={count}, dim={dim}")
+    if triple_velocities and not triples:
+        raise BeaValueError("triple_velocities=True adds the relative velocities to the triple group, which is off: give "
+                            "triples=True as well, or leave triple_velocities off")
+    if triples and count < 3:
+        raise BeaValueError(f"triples=True needs at least three bodies (a triple is a body and two others), got "
+                            f"count={count}: leave triples off for two bodies (their products of forces are pair terms)")
     n = count * dim
     sites = [_site(i, dim, n) for i in range(count)]
     groups = [_group("body", sites, dim, degree)] if identical else [
@@ -85,7 +100,29 @@ def body_groups(count: int, dim: int, identical: bool = True, degree=None,
         for j in range(i + 1, count):
             pairs += [_difference(i, j, dim, n, pair_velocities), _difference(j, i, dim, n, pair_velocities)]
     groups.append(_group("pair", pairs, dim, degree if pair_velocities else None))
+    if triples:
+        groups.append(_triples(count, dim, degree if triple_velocities else None, triple_velocities))
     return groups
+
+
+def _triples(count: int, dim: int, degree, velocities: bool) -> Dict[str, object]:
+    r"""The group ``"triple"``: instance :math:`(i; j, k)`, :math:`j \ne k` both :math:`\ne i`, sees
+    :math:`(q_i - q_j, q_i - q_k[, v_i - v_j, v_i - v_k])` (position rows, then velocity rows), every ordered
+    :math:`(j, k)`: both orders are instances, so every sample of the prior is symmetric under :math:`j \leftrightarrow
+    k`; :math:`\text{count}(\text{count} - 1)(\text{count} - 2)` instances, one shared function. Why: the :math:`h^2`
+    term of :math:`L_{inv}` holds :math:`|F_i|^2 = |\sum_j f_{ij}|^2`, whose cross terms :math:`f_{ij} \cdot f_{ik}`
+    are functions of :math:`(q_i - q_j, q_i - q_k)` -- three bodies, positions only -- which neither the body nor the
+    pair elements hold (docs/theory/elements.md, *Triples*)."""
+    n = count * dim
+    maps = []
+    for i in range(count):
+        for j in range(count):
+            for k in range(count):
+                if len({i, j, k}) == 3:
+                    a, b = _difference(i, j, dim, n, velocities), _difference(i, k, dim, n, velocities)
+                    rows = [a[:dim], b[:dim]] + ([a[dim:], b[dim:]] if velocities else [])
+                    maps.append(torch.cat(rows))
+    return _group("triple", maps, 2 * dim, degree, swap=True)
 
 
 def chain_groups(n: int, ends: str = "fixed", identical: bool = True, degree=None,
@@ -151,6 +188,8 @@ def check_groups(groups, D: int = None) -> int:
             raise BeaValueError(f"group {g.get('name')!r}: maps and offsets must be finite (NaN or inf found)")
         if not isinstance(p, int) or isinstance(p, bool) or not 0 < p <= M.shape[1]:
             raise BeaValueError(f"group {g.get('name')!r}: positions must be an integer in [1, k = {M.shape[1]}], got {p!r}")
+        if not isinstance(g.get("swap", False), bool):
+            raise BeaValueError(f"group {g.get('name')!r}: swap must be True or False, got {g.get('swap')!r}")
         deg = g.get("degree")
         if deg is not None and 2 * p != M.shape[1]:
             raise BeaValueError(f"group {g.get('name')!r}: a mechanical base (degree {deg}) needs as many velocity-like "
