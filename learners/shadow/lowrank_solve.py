@@ -120,7 +120,9 @@ def _accept_block(C: torch.Tensor, cand: torch.Tensor, L: torch.Tensor, r: torch
         if float(r[p] / d[p]) <= tol:
             break  # the rest are explained at least as well
         k = len(piv)
-        col = C[:, j] - L[:, k0:k] @ L[p, k0:k] if k > k0 else C[:, j]
+        col = C[:, j] - L[:, k0:k] @ L[p, k0:k] if k > k0 else C[:, j].clone()
+        if piv:  # the earlier pivots' rows are reproduced: zero, not rounding (L_m exactly lower triangular)
+            col[torch.tensor(piv, dtype=torch.long, device=col.device)] = 0.0
         pivot = float(col[p])
         if pivot <= 0.0:
             break  # rounding: the matrix is numerically exhausted on this block

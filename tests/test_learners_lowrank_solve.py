@@ -1,0 +1,121 @@
+"""The opt-in low-rank solve of FunctionalGP (learners/shadow/lowrank_solve.py): exactness at full rank and at a low
+rank that the matrix has, the pivoted Cholesky's residual, refusals, retarget, and the dense path left as it was."""
+
+import pytest
+import torch
+
+from bea.errors import BeaValueError
+from learners.shadow.functionals import Functionals, point_evaluations, snapshot_functionals
+from learners.shadow.gp import FunctionalGP
+from learners.shadow.kernels import FunctionalKernel, RBFKernel, SmoothKernel
+from learners.shadow.lowrank_solve import LowRankSolver, LowRankWarning, pivoted_cholesky
+
+
+class _Quadratic(SmoothKernel):
+    """k(x, y) = (1 + x.y)^2: rank 1 + D + D(D+1)/2 on any family of functionals (generic autograd blocks)."""
+
+    def pointwise(self, x, y):
+        return (1 + (x * y).sum(-1)) ** 2
+
+
+def _data(traj=6, lengthscale=1.5, noise=1e-6):
+    """DEL residuals of random walks (targets 0) and five point values (targets random): the LSI solve's shape."""
+    gen = torch.Generator().manual_seed(0)
+    S = 0.3 * torch.randn(traj, 6, 2, generator=gen, dtype=torch.float64).cumsum(1)
+    F = snapshot_functionals(S, 0.2, "midpoint")[0]
+    F.targets = torch.zeros(F.count, dtype=torch.float64)
+    P = point_evaluations(torch.randn(5, 4, generator=gen, dtype=torch.float64))
+    P.targets = torch.randn(5, generator=gen, dtype=torch.float64)
+    base = RBFKernel(ard_num_dims=4)
+    base.lengthscale = lengthscale
+    gp = FunctionalGP(FunctionalKernel(base), noise=noise).requires_grad_(False)
+    return gp, Functionals.cat([F, P]), torch.randn(20, 4, generator=gen, dtype=torch.float64)
+
+
+def test_full_rank_reproduces_the_dense_mean():
+    # tol 0: every functional a pivot, so the subset-of-regressors weights are (Theta + s^2 I)^{-1} y; the relative
+    # nugget 1e-6 keeps the condition ~1e6-1e8, so rounding leaves ~1e-10 of the mean's size (1e-8 asked)
+    gp, F, x = _data()
+    gp.condition(F)
+    dense, dense_f = gp.mean(x), gp.functional_mean(F)
+    gp.solver = LowRankSolver(tol=0.0, max_rank=10 ** 6, block=7)
+    gp.condition(F)
+    assert gp.info.extra["rank"] == F.count
+    scale = float(dense.abs().max())
+    assert float((gp.mean(x) - dense).abs().max()) < 1e-8 * scale
+    assert float((gp.functional_mean(F) - dense_f).abs().max()) < 1e-8 * float(F.targets.abs().max())
+
+
+def test_a_low_rank_covariance_is_reproduced_at_its_rank():
+    # (1 + x.y)^2 on R^4 spans 1 + 4 + 10 = 15 functions, so Theta has rank r <= 15 (14 here: one quadratic is annihilated
+    # by these functionals), read from its spectrum (a gap of > 1e8); Theta = L L^T exactly at rank r (rounding: 1e-10)
+    _, F, _ = _data(traj=4)
+    K = FunctionalKernel(_Quadratic()).requires_grad_(False)
+    trace = []
+    fac = pivoted_cholesky(K, F, tol=1e-12, max_rank=F.count, block=4, trace=trace)
+    full = K.forward(F, F).detach()
+    ev = torch.linalg.eigvalsh(full).flip(0)
+    r = int((ev > 1e-10 * ev[0]).sum())
+    assert r <= 15 and float(ev[r - 1]) > 1e8 * float(ev[r].abs())
+    assert fac.rank == r
+    assert float((fac.L @ fac.L.T - full).abs().max()) < 1e-10 * float(full.diagonal().max())
+    # exact on the pivots' rows: L_m L_m^T = Theta_mm, L_m lower triangular
+    Lm = fac.L[fac.pivots]
+    assert torch.equal(Lm, torch.tril(Lm))
+    # the residual trace never increases and ends at rounding
+    assert all(b <= a * (1 + 1e-12) for a, b in zip(trace, trace[1:]))
+    assert trace[-1] < 1e-10 * float(full.diagonal().sum())
+
+
+def test_the_residual_decreases_and_the_mean_converges_with_the_tolerance():
+    # 101 functionals on R^4, lengthscale 3: the ranks 32, 53, 79, 96 and the mean's error 0.98, 0.83, 0.38, 0.014 of its
+    # size (measured); asserted: ranks increase with a smaller tol and the last error is < 1/10 of the first
+    gp, F, x = _data(traj=12, lengthscale=3.0)
+    gp.condition(F)
+    dense = gp.mean(x)
+    errors, ranks = [], []
+    for tol in (1e-1, 1e-2, 1e-3, 1e-4):
+        gp.solver = LowRankSolver(tol=tol, max_rank=10 ** 6)
+        gp.condition(F)
+        assert gp.info.extra["relative_residual"] <= tol
+        ranks.append(gp.info.extra["rank"])
+        errors.append(float((gp.mean(x) - dense).abs().max()))
+    assert all(a < b for a, b in zip(ranks, ranks[1:])) and ranks[-1] < F.count
+    assert errors[-1] < 0.1 * errors[0]
+
+
+def test_retarget_equals_a_new_solve():
+    gp, F, x = _data()
+    gp.solver = LowRankSolver(tol=1e-9)
+    y = torch.linspace(-1, 1, F.count, dtype=torch.float64)
+    gp.condition(F)
+    gp.retarget(y)
+    again = gp.mean(x)
+    gp.condition(F, targets=y)
+    assert float((gp.mean(x) - again).abs().max()) < 1e-10 * float(again.abs().max())
+
+
+def test_std_and_gradients_are_refused_and_dense_comes_back():
+    gp, F, x = _data()
+    gp.solver = LowRankSolver(tol=1e-9)
+    gp.condition(F)
+    for call in (lambda: gp.variance(x), lambda: gp.functional_posterior(F), lambda: gp._chol):
+        with pytest.raises(BeaValueError, match="dense solve"):
+            call()
+    gp.solver = None  # the same functionals and hyperparameters: solved again, densely (not the low-rank key)
+    gp.condition(F)
+    assert gp._chol is not None and bool((gp.variance(x) >= 0).all())
+    gp.requires_grad_(True)
+    gp.solver = LowRankSolver()
+    with pytest.raises(BeaValueError, match="not differentiable"):
+        gp.condition(F)
+
+
+def test_the_rank_cap_warns_and_bad_options_are_refused():
+    gp, F, _ = _data()
+    gp.solver = LowRankSolver(tol=1e-12, max_rank=10)
+    with pytest.warns(LowRankWarning, match="rank cap 10"):
+        gp.condition(F)
+    assert gp.info.extra["rank"] == 10
+    with pytest.raises(BeaValueError):
+        LowRankSolver(tol=1.0)
