@@ -9,7 +9,8 @@ dense (``gp.solver = None``) and once low-rank (``LowRankSolver(tol, max_rank)``
 (its peak RSS above the parent's at the fork is reported). Measured per solve: CPU s of the final solve (the
 ``_finalise`` call: assembly/columns, factorisation, the mass-target correction), peak RSS increase, the rank, the
 max over held-out states (DEL atoms of 40 unseen trajectories, seed + 1) of |mean_lowrank - mean_dense| relative to
-the dense mean's range there, and the level-set error of H_rec[N] (benchmarks/_element_metrics.py, 40 states).
+the dense mean's range there (and of the difference less its average: L is identified up to a constant only by the
+normalisation), and the level-set error of H_rec[N] (benchmarks/_element_metrics.py, 40 states).
 ``--no-dense-above F``: dense skipped where F is larger (memory); its row then says so. Usage::
 
     PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/lowrank_solve.py --system chain4 --kernel rbf --traj 160 320 640
@@ -126,9 +127,9 @@ def main(argv=None) -> None:
     system, h, model, F_norm = _fitted(args)
     S_held = snapshots(system, h, 40, args.steps, seed=args.seed + 1)
     held = torch.cat([a.points for a in _standard_functionals(model, S_held).atoms.values()])
-    print("| kernel | F | solver | rank | final solve CPU s | peak RSS +MiB | mean rel. diff (held-out) | "
+    print("| kernel | F | solver | rank | final solve CPU s | peak RSS +MiB | mean rel. diff (held-out) | centred | "
           + " | ".join(f"ls{N}" for N in args.orders) + " |")
-    print("| --- " * (7 + len(args.orders)) + "|", flush=True)
+    print("| --- " * (9 + len(args.orders)) + "|", flush=True)
     for T in args.traj:
         F_data = _standard_functionals(model, snapshots(system, h, T, args.steps, seed=args.seed))
         F = F_data.count + F_norm.count
@@ -138,15 +139,19 @@ def main(argv=None) -> None:
         for name, solver in runs:
             r = _in_child(model, system, F_data, F_norm, solver, held, args.orders)
             if solver is None:
-                ref = r["mean"]
-            diff = "-" if ref is None else f"{float((r['mean'] - ref).abs().max() / (ref.max() - ref.min())):.1e}"
+                ref, ref_cost = r["mean"], (r["cpu"], r["peak"])
+            ratios = "-" if ref is None else f"{ref_cost[0] / r['cpu']:.2f}, {ref_cost[1] / max(r['peak'], 1.0):.2f}"
+            diff = "- | -" if ref is None else " | ".join(f"{float(e.abs().max() / (ref.max() - ref.min())):.1e}" for e in
+                                                      (r["mean"] - ref, r["mean"] - ref - (r["mean"] - ref).mean()))
             rank = F if r["rank"] is None else int(r["rank"])
             ls = " | ".join(f"{r['ls'][N]:.4f}" for N in args.orders)
-            print(f"| {args.kernel} | {F} | {name} | {rank} | {r['cpu']:.1f} | {r['peak']:.0f} | {diff} | {ls} |", flush=True)
+            print(f"| {args.kernel} | {F} | {name} | {rank} | {r['cpu']:.1f} | {r['peak']:.0f} | {ratios} | {diff} | {ls} |",
+                  flush=True)
             for w in r["warnings"]:
                 print(f"  warning: {w}", flush=True)
         if not any(s is None for _, s in runs):
-            print(f"| {args.kernel} | {F} | dense | skipped: > --no-dense-above {args.no_dense_above} | | | | |", flush=True)
+            print(f"| {args.kernel} | {F} | dense | skipped: F > --no-dense-above {args.no_dense_above} | | | | | | |",
+                  flush=True)
 
 
 if __name__ == "__main__":
