@@ -91,7 +91,7 @@ def _rss_mib() -> float:
 def _solve(model, system, F_data, F_norm, solver, held, orders, out):
     """In a forked child: the final solve with ``solver``, its cost and the mean at ``held`` and the level sets."""
     base = _rss_mib()
-    model.gp.solver = solver
+    model.final_solver = solver
     model._final = (F_data, F_norm)
     c = time.process_time()
     with warnings.catch_warnings(record=True) as caught:
