@@ -14,7 +14,7 @@ normalisation), and the level-set error of H_rec[N] (benchmarks/_element_metrics
 ``--no-dense-above F``: dense skipped where F is larger (memory); its row then says so. Usage::
 
     PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/lowrank_solve.py --system chain4 --kernel rbf --traj 160 320 640
-    PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/lowrank_solve.py --system chain4 --kernel element --traj 160 --tol 1e-8 1e-10
+    PYTHONPATH=. python3 benchmarks/lowrank_solve.py --system chain4 --kernel element --traj 100 --tol 1e-8 1e-10
 """
 
 from __future__ import annotations
