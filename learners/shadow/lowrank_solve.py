@@ -100,9 +100,9 @@ def pivoted_cholesky(kernel: FunctionalKernel, F: Functionals, tol: float, max_r
             if len(piv) == k:  # nothing accepted: every candidate was already explained (rounding)
                 break
         if len(piv) == cap and float((r / d).max()) > tol and cap < F.count:
-            warnings.warn(LowRankWarning(
-                f"pivoted Cholesky stopped at its rank cap {cap} with max residual/variance {float((r / d).max()):.1e} "
-                f"> tol {tol:.1e}: the mean is less accurate -- raise max_rank, or use {DENSE_ROUTE}"), stacklevel=3)
+            warnings.warn(f"pivoted Cholesky stopped at its rank cap {cap} with max residual/variance "
+                          f"{float((r / d).max()):.1e} > tol {tol:.1e}: the mean is less accurate -- raise max_rank, or use "
+                          f"{DENSE_ROUTE}", LowRankWarning, stacklevel=3)
         m = len(piv)
         return LowRankFactor(L[:, :m].clone(), torch.tensor(piv, dtype=torch.long, device=d.device), r, d)
 
