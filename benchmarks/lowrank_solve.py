@@ -127,8 +127,8 @@ def main(argv=None) -> None:
     system, h, model, F_norm = _fitted(args)
     S_held = snapshots(system, h, 40, args.steps, seed=args.seed + 1)
     held = torch.cat([a.points for a in _standard_functionals(model, S_held).atoms.values()])
-    print("| kernel | F | solver | rank | final solve CPU s | peak RSS +MiB | mean rel. diff (held-out) | centred | "
-          + " | ".join(f"ls{N}" for N in args.orders) + " |")
+    print("| kernel | F | solver | rank | final solve CPU s | peak RSS +MiB | dense / this: CPU, RSS "
+          "| mean rel. diff (held-out) | centred | " + " | ".join(f"ls{N}" for N in args.orders) + " |")
     print("| --- " * (9 + len(args.orders)) + "|", flush=True)
     for T in args.traj:
         F_data = _standard_functionals(model, snapshots(system, h, T, args.steps, seed=args.seed))
