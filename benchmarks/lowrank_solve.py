@@ -45,7 +45,7 @@ def _arguments(argv):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tol", type=float, nargs="+", default=[1e-10], help="LowRankSolver tolerances")
     ap.add_argument("--max-rank", type=int, default=4000)
-    ap.add_argument("--orders", type=int, nargs="+", default=[2, 4], help="level-set orders (none: --orders)")
+    ap.add_argument("--orders", type=int, nargs="*", default=[2, 4], help="level-set orders (none: --orders)")
     ap.add_argument("--no-dense-above", type=int, default=12000, help="dense skipped above this many functionals")
     return ap.parse_args(argv)
 
@@ -96,7 +96,11 @@ def _solve(model, system, F_data, F_norm, solver, held, orders, out):
     c = time.process_time()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model._finalise()
+        try:  # under a memory limit (prlimit --as) the dense solve may not fit: say so, do not hang the parent
+            model._finalise()
+        except (MemoryError, RuntimeError) as e:
+            out.send({"error": f"{type(e).__name__} after {time.process_time() - c:.0f} CPU s: {str(e)[:80]}"})
+            return
     cpu = time.process_time() - c
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - base
     model._recovered, model._jet, model._data_level = {}, None, None
@@ -115,7 +119,8 @@ def _in_child(*args):
     p.start()
     res = recv.recv()
     p.join()
-    res["mean"] = torch.tensor(res["mean"], dtype=torch.float64)
+    if "mean" in res:
+        res["mean"] = torch.tensor(res["mean"], dtype=torch.float64)
     return res
 
 
@@ -138,6 +143,9 @@ def main(argv=None) -> None:
         ref = None
         for name, solver in runs:
             r = _in_child(model, system, F_data, F_norm, solver, held, args.orders)
+            if "error" in r:
+                print(f"| {args.kernel} | {F} | {name} | failed: {r['error']} | | | | | | |", flush=True)
+                continue
             if solver is None:
                 ref, ref_cost = r["mean"], (r["cpu"], r["peak"])
             ratios = "-" if ref is None else f"{ref_cost[0] / r['cpu']:.2f}, {ref_cost[1] / max(r['peak'], 1.0):.2f}"
