@@ -43,7 +43,7 @@ def _arguments(argv):
     ap.add_argument("--traj", type=int, nargs="+", default=[160], help="trajectories of the final solves compared")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--tol", type=float, nargs="+", default=[1e-10], help="LowRankSolver tolerances")
+    ap.add_argument("--tol", type=float, nargs="+", default=[1e-12], help="LowRankSolver tolerances")
     ap.add_argument("--max-rank", type=int, default=4000)
     ap.add_argument("--orders", type=int, nargs="*", default=[2, 4], help="level-set orders (none: --orders)")
     ap.add_argument("--no-dense-above", type=int, default=12000, help="dense skipped above this many functionals")

@@ -10,7 +10,8 @@ rapidly decaying spectrum, so a few columns carry the matrix.
 :math:`r_i = \Theta_{ii} - \sum_{k} L_{ik}^2`, the next pivot is :math:`p = \arg\max_i r_i / d_i` (the functional least
 explained relative to its own prior variance: DEL residuals and normalisation functionals have different scales),
 and :math:`L_{:,k} = (\Theta_{:,p} - L L_{p,:}^\top)/\sqrt{r_p}`. It stops when :math:`\max_i r_i/d_i \le`
-``tol`` (every functional explained to that fraction of its variance: scale-free, not tuned to one system) or at
+``tol`` (every functional explained to that fraction of its variance: scale-free; default 1e-12, the fit's relative
+nugget) or at
 ``max_rank`` columns (then a :class:`LowRankWarning` gives the fraction reached). Only the diagonal and the m pivot
 columns :math:`\Theta(F, F_m)` are assembled (F m entries), in blocks of ``block`` candidates (the largest
 :math:`r_i/d_i`; a candidate already explained by the block's earlier pivots, :math:`r_p/d_p \le` ``tol``, is
@@ -166,10 +167,11 @@ class LowRankSolver:
     r"""Opt-in solver of :class:`~learners.shadow.gp.FunctionalGP` (``gp.solver = LowRankSolver()``): pivoted Cholesky
     to ``tol`` (max residual / prior variance over the functionals) or ``max_rank`` columns, in blocks of ``block``
     candidates, then the subset-of-regressors mean (module docstring). No gradients in the hyperparameters; no std.
-    The default ``tol`` 1e-10: on chain4 (RBF) at F = 2.5e3-1e4 its level-set errors equal the dense solve's to the
-    measurements' spread, 1e-8 lost up to 20% at order 4 (benchmarks/RESULTS_element.md, Session 15)."""
+    The default ``tol`` 1e-12 (the fit's relative nugget): the level-set errors equal the dense solve's (chain4 RBF at
+    F = 2.5e3-1e4, chain10 element at 2.6e3); 1e-10 lost 6-9% on the element kernel, 1e-8 up to 20% on the RBF
+    (benchmarks/RESULTS_element.md, Session 15)."""
 
-    tol: float = 1e-10
+    tol: float = 1e-12
     max_rank: int = 4000
     block: int = 64
 
