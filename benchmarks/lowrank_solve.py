@@ -91,6 +91,7 @@ def _rss_mib() -> float:
 def _solve(model, system, F_data, F_norm, solver, held, orders, out):
     """In a forked child: the final solve with ``solver``, its cost and the mean at ``held`` and the level sets."""
     base = _rss_mib()
+    split = _timed_parts() if solver is None else {}
     model.final_solver = solver
     model._final = (F_data, F_norm)
     c = time.process_time()
@@ -108,8 +109,29 @@ def _solve(model, system, F_data, F_norm, solver, held, orders, out):
         mean = torch.cat([model.gp.mean(held[a:a + 64]) for a in range(0, held.shape[0], 64)])
     ls = M.level_set_errors(model, system, orders) if orders else {}
     # plain Python values: torch tensors would travel through shared memory that the child's exit releases
-    out.send({"cpu": cpu, "peak": peak, "mean": mean.tolist(), "ls": ls, "rank": model.gp.info.extra.get("rank"),
-              "warnings": [str(w.message)[:120] for w in caught]})
+    out.send({"cpu": cpu, "peak": peak, "split": dict(split), "mean": mean.tolist(), "ls": ls,
+              "rank": model.gp.info.extra.get("rank"), "warnings": [str(w.message)[:120] for w in caught]})
+
+
+def _timed_parts() -> dict:
+    """In the dense child only (the patches die with it): CPU s inside ``FunctionalKernel.forward`` (the assembly, and the
+    mass-target correction's few small blocks) and inside ``torch.linalg.cholesky_ex``, accumulated."""
+    from learners.shadow.kernels import FunctionalKernel
+
+    parts = {"assembly": 0.0, "cholesky": 0.0}
+
+    def timed(name, f):
+        def g(*a, **k):
+            c = time.process_time()
+            try:
+                return f(*a, **k)
+            finally:
+                parts[name] += time.process_time() - c
+        return g
+
+    FunctionalKernel.forward = timed("assembly", FunctionalKernel.forward)
+    torch.linalg.cholesky_ex = timed("cholesky", torch.linalg.cholesky_ex)
+    return parts
 
 
 def _in_child(*args):
@@ -152,6 +174,8 @@ def main(argv=None) -> None:
             diff = "- | -" if ref is None else " | ".join(f"{float(e.abs().max() / (ref.max() - ref.min())):.1e}" for e in
                                                       (r["mean"] - ref, r["mean"] - ref - (r["mean"] - ref).mean()))
             rank = F if r["rank"] is None else int(r["rank"])
+            if r["split"]:
+                name += " (assembly {assembly:.1f} s, Cholesky {cholesky:.1f} s)".format(**r["split"])
             ls = " | ".join(f"{r['ls'][N]:.4f}" for N in args.orders)
             print(f"| {args.kernel} | {F} | {name} | {rank} | {r['cpu']:.1f} | {r['peak']:.0f} | {ratios} | {diff} | {ls} |",
                   flush=True)

@@ -11,8 +11,7 @@ rapidly decaying spectrum, so a few columns carry the matrix.
 explained relative to its own prior variance: DEL residuals and normalisation functionals have different scales),
 and :math:`L_{:,k} = (\Theta_{:,p} - L L_{p,:}^\top)/\sqrt{r_p}`. It stops when :math:`\max_i r_i/d_i \le`
 ``tol`` (every functional explained to that fraction of its variance: scale-free; default 1e-12, the fit's relative
-nugget) or at
-``max_rank`` columns (then a :class:`LowRankWarning` gives the fraction reached). Only the diagonal and the m pivot
+nugget) or at ``max_rank`` columns (then a :class:`LowRankWarning` gives the fraction reached). Only the diagonal and the m pivot
 columns :math:`\Theta(F, F_m)` are assembled (F m entries), in blocks of ``block`` candidates (the largest
 :math:`r_i/d_i`; a candidate already explained by the block's earlier pivots, :math:`r_p/d_p \le` ``tol``, is
 dropped). Then :math:`\Theta \approx LL^\top`, exact on the pivots' rows and columns, and
