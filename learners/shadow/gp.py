@@ -37,6 +37,7 @@ from bea.errors import BeaRuntimeError, BeaValueError
 
 from .functionals import AtomSet, Functionals, point_evaluations
 from .kernels import AtomExpansion, FunctionalKernel
+from .lowrank_solve import DENSE_ROUTE
 from .symmetric_covariance import symmetric_covariance
 
 __all__ = ["FunctionalGP", "ConditioningInfo", "MAX_JITTER"]
@@ -176,7 +177,7 @@ class FunctionalGP(gpytorch.Module):
         functionals only (:attr:`_beta` holds them at the pivots' places, zeros elsewhere); ``previous``: the same
         functionals' factor, reused for new values ``y`` (:meth:`retarget`)."""
         noise = float(self.noise.detach())
-        if previous is None:
+        if previous is None or previous.noise != noise:  # R = qr([L; sigma_n I]) holds the noise it was made with
             post = self.solver.solve(self.kernel, F, y, noise)
         else:
             post = previous
@@ -185,7 +186,8 @@ class FunctionalGP(gpytorch.Module):
         d = torch.diagonal(post.R)
         info = ConditioningInfo(size=F.count, noise=noise, jitter=0.0, mean_diag=float(post.factor.diag.mean()),
                                 cond_estimate=float((d.max() / d.min()) ** 2) if d.numel() else 1.0,
-                                extra={"rank": float(post.factor.rank), "relative_residual": post.factor.relative_residual})
+                                extra={"rank": float(post.factor.rank), "relative_residual": post.factor.relative_residual,
+                                       "residual_over_noise": float(post.factor.residual.sum()) / noise})
         self._chol, self._factor_symmetric = None, False
         self.train_functionals, self._beta, self.info, self._lowrank = F, beta, info, post
         self._mean_atoms = _merge_atoms(post.functionals, post.alpha)
@@ -197,10 +199,10 @@ class FunctionalGP(gpytorch.Module):
     def _chol(self) -> Optional[torch.Tensor]:
         """The dense Cholesky factor of the last solve; refused where the low-rank solver made the posterior."""
         if self.__dict__.get("_lowrank") is not None:
-            from .lowrank_solve import DENSE_ROUTE
-
             raise BeaValueError(f"this posterior was solved by the low-rank solver ({self.solver}): it has no dense "
-                                f"factor, so no posterior std (nor what needs the factor); use {DENSE_ROUTE}")
+                                "factor, which the posterior std and variances, calibration, data_level, saving the model, "
+                                "the element extension (sharing_posterior) and predict's return_std all need (predict "
+                                f"without them skips its std check with a LowRankWarning); use {DENSE_ROUTE}")
         return self.__dict__.get("_dense_chol")
 
     @_chol.setter
@@ -251,9 +253,10 @@ class FunctionalGP(gpytorch.Module):
     def functional_posterior(self, G: Functionals, full_cov: bool = False):
         r"""Posterior mean and variance (or full covariance) of the functionals ``G``."""
         self._require()
+        R = self._chol  # refused in low-rank mode, before Theta(G, F) is assembled
         KGT = self.kernel.forward(G, self.train_functionals)
         mean = KGT @ self._beta
-        V = torch.linalg.solve_triangular(self._chol, KGT.T, upper=False)
+        V = torch.linalg.solve_triangular(R, KGT.T, upper=False)
         if full_cov:
             return mean, self.variance_scale * (self.kernel.forward(G, G) - V.T @ V)
         var = self.kernel.diagonal(G) - (V * V).sum(0)

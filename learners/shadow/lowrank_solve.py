@@ -10,8 +10,11 @@ rapidly decaying spectrum, so a few columns carry the matrix.
 :math:`r_i = \Theta_{ii} - \sum_{k} L_{ik}^2`, the next pivot is :math:`p = \arg\max_i r_i / d_i` (the functional least
 explained relative to its own prior variance: DEL residuals and normalisation functionals have different scales),
 and :math:`L_{:,k} = (\Theta_{:,p} - L L_{p,:}^\top)/\sqrt{r_p}`. It stops when :math:`\max_i r_i/d_i \le`
-``tol`` (every functional explained to that fraction of its variance: scale-free; default 1e-12, the fit's relative
-nugget) or at ``max_rank`` columns (then a :class:`LowRankWarning` gives the fraction reached). Only the diagonal and the m pivot
+``tol`` (every functional explained to that fraction of its variance: scale-free; default 1e-12, chosen by measurement;
+it is not the nugget :math:`\sigma_n^2`, whose ratio :math:`\sigma_n^2/d_i` the fits measured 1e-13..5e-12; the
+posterior's ``info.extra["residual_over_noise"]`` records :math:`\sum_i r_i/\sigma_n^2`, the trace of
+:math:`\Theta - LL^\top` in units of the nugget) or at ``max_rank`` columns (a :class:`LowRankWarning` gives the fraction
+reached, as it does wherever the stop is above ``tol``). Only the diagonal and the m pivot
 columns :math:`\Theta(F, F_m)` are assembled (F m entries), in blocks of ``block`` candidates (the largest
 :math:`r_i/d_i`; a candidate already explained by the block's earlier pivots, :math:`r_p/d_p \le` ``tol``, is
 dropped). Then :math:`\Theta \approx LL^\top`, exact on the pivots' rows and columns, and
@@ -45,6 +48,7 @@ import torch
 from bea.errors import BeaValueError, BeaWarning
 
 from .functionals import Functionals
+from .guards import NonFiniteModelError, caller_level
 from .kernels import FunctionalKernel
 
 __all__ = ["LowRankSolver", "LowRankFactor", "LowRankPosterior", "LowRankWarning", "pivoted_cholesky", "DENSE_ROUTE"]
@@ -54,7 +58,8 @@ DENSE_ROUTE = "the dense solve (gp.solver = None, then condition again)"
 
 
 class LowRankWarning(BeaWarning):
-    """The pivoted Cholesky stopped at its rank cap before reaching its tolerance (the mean is less accurate)."""
+    """The low-rank solve is short of the dense one: its pivoted Cholesky stopped above its tolerance (rank cap or
+    rounding; the mean is less accurate), or a check that needs the posterior std was skipped."""
 
 
 @dataclass
@@ -80,31 +85,42 @@ class LowRankFactor:
 def pivoted_cholesky(kernel: FunctionalKernel, F: Functionals, tol: float, max_rank: int, block: int = 64,
                      trace: Optional[list] = None) -> LowRankFactor:
     r"""Greedy pivoted Cholesky of :math:`\Theta(F, F)` (module docstring) from its diagonal and pivot columns only.
-    ``trace``: a list that receives :math:`\sum_i r_i` after every accepted pivot (for tests and benchmarks)."""
+    ``trace``: a list that receives :math:`\sum_i r_i` after every accepted pivot (for tests and benchmarks).
+    ``L`` grows by one block of columns at a time (memory F m, not F ``max_rank``)."""
     with torch.no_grad():
         d = kernel.diagonal(F).to(torch.float64)
+        _require_finite(d, "diagonal Theta_ii", F.count)
         if bool((d <= 0).any()):
             raise BeaValueError("a functional has zero prior variance: it carries no information (drop it) -- "
                                 f"{int((d <= 0).sum())} of {F.count}")
         cap = min(int(max_rank), F.count)
-        L = d.new_zeros(F.count, cap)
-        r = d.clone()
-        piv: list = []
+        L, r, piv = d.new_zeros(F.count, 0), d.clone(), []
         while len(piv) < cap and float((r / d).max()) > tol:
             cand = torch.topk(r / d, min(block, cap - len(piv))).indices
             C = kernel.forward(F, F.subset(cand))  # (F, b): the candidates' columns
+            _require_finite(C, "pivot columns Theta(F, F_m)", C.numel())
             k = len(piv)
             if k:
                 C -= L[:, :k] @ L[cand, :k].T
+            L = torch.cat([L[:, :k], L.new_zeros(F.count, cand.numel())], 1)  # room for this block's pivots only
             _accept_block(C, cand, L, r, d, piv, tol, trace)
-            if len(piv) == k:  # nothing accepted: every candidate was already explained (rounding)
-                break
-        if len(piv) == cap and float((r / d).max()) > tol and cap < F.count:
-            warnings.warn(f"pivoted Cholesky stopped at its rank cap {cap} with max residual/variance "
-                          f"{float((r / d).max()):.1e} > tol {tol:.1e}: the mean is less accurate -- raise max_rank, or use "
-                          f"{DENSE_ROUTE}", LowRankWarning, stacklevel=3)
+        rel = float((r / d).max())
+        if rel > tol:  # the cap, or the loop left after rounding ended every block's candidates
+            cause = f"its rank cap {cap}" if len(piv) == cap else f"rank {len(piv)} (rounding: no positive pivot left)"
+            warnings.warn(f"pivoted Cholesky stopped at {cause} with max residual/variance {rel:.1e} > tol {tol:.1e}: "
+                          f"the mean is less accurate -- raise max_rank, or use {DENSE_ROUTE}", LowRankWarning,
+                          stacklevel=caller_level())
         m = len(piv)
-        return LowRankFactor(L[:, :m].clone(), torch.tensor(piv, dtype=torch.long, device=d.device), r, d)
+        pivots = torch.tensor(piv, dtype=torch.long, device=d.device)
+        return LowRankFactor(L if L.shape[1] == m else L[:, :m].clone(), pivots, r, d)
+
+
+def _require_finite(x: torch.Tensor, what: str, of: int) -> None:
+    """A NaN entry compares False with every threshold, so it would end the pivoting at rank 0 (a zero mean): refuse."""
+    if not bool(torch.isfinite(x).all()):
+        raise NonFiniteModelError(f"the low-rank solve's {what} has {int((~torch.isfinite(x)).sum())} non-finite "
+                                  f"entries (of {of}): the kernel's hyperparameters or the data are not finite -- check "
+                                  "them (the dense solve fails on the same matrix)")
 
 
 def _accept_block(C: torch.Tensor, cand: torch.Tensor, L: torch.Tensor, r: torch.Tensor, d: torch.Tensor, piv: list,
@@ -124,8 +140,9 @@ def _accept_block(C: torch.Tensor, cand: torch.Tensor, L: torch.Tensor, r: torch
         if piv:  # the earlier pivots' rows are reproduced: zero, not rounding (L_m exactly lower triangular)
             col[torch.tensor(piv, dtype=torch.long, device=col.device)] = 0.0
         pivot = float(col[p])
-        if pivot <= 0.0:
-            break  # rounding: the matrix is numerically exhausted on this block
+        if pivot <= 0.0:  # rounding: r[p] overstated what the column leaves; p is explained to rounding, go on
+            r[p] = 0.0
+            continue
         L[:, k] = col / pivot ** 0.5
         r -= L[:, k] ** 2
         r[p] = 0.0  # exact: the pivot's row is reproduced
@@ -138,12 +155,14 @@ def _accept_block(C: torch.Tensor, cand: torch.Tensor, L: torch.Tensor, r: torch
 @dataclass
 class LowRankPosterior:
     r"""What the mean needs: the pivot ``functionals`` :math:`F_m`, their weights ``alpha``; and for a new right-hand
-    side (``retarget``) the factor, :math:`L_m` and the QR factor ``R`` of :math:`[L; \sigma_n I]`."""
+    side (``retarget``) the factor, :math:`L_m` and the QR factor ``R`` of :math:`[L; \sigma_n I]` at the ``noise``
+    :math:`\sigma_n^2` it was made with (another noise needs a new ``R``: :meth:`FunctionalGP.retarget` solves again)."""
 
     factor: LowRankFactor
     R: torch.Tensor
     functionals: Functionals
     alpha: torch.Tensor
+    noise: float
 
     def weights(self, y: torch.Tensor, noise: float) -> torch.Tensor:
         r""":math:`\alpha = L_m^{-\top}\gamma`, :math:`\gamma = (L^\top L + \sigma_n^2 I)^{-1}L^\top y` by the
@@ -166,8 +185,8 @@ class LowRankSolver:
     r"""Opt-in solver of :class:`~learners.shadow.gp.FunctionalGP` (``gp.solver = LowRankSolver()``): pivoted Cholesky
     to ``tol`` (max residual / prior variance over the functionals) or ``max_rank`` columns, in blocks of ``block``
     candidates, then the subset-of-regressors mean (module docstring). No gradients in the hyperparameters; no std.
-    The default ``tol`` 1e-12 (the fit's relative nugget): the level-set errors equal the dense solve's (chain4 RBF at
-    F = 2.5e3-1e4, chain10 element at 2.6e3); 1e-10 lost 6-9% on the element kernel, 1e-8 up to 20% on the RBF
+    The default ``tol`` 1e-12 (measured, not derived; not the nugget): the level-set errors equal the dense solve's
+    (chain4 RBF at F = 2.5e3-1e4, chain10 element at 2.6e3); 1e-10 lost 6-9% on the element kernel, 1e-8 up to 20% on the RBF
     (benchmarks/RESULTS_element.md, Session 15)."""
 
     tol: float = 1e-12
@@ -189,6 +208,6 @@ class LowRankSolver:
             aug = torch.cat([factor.L, (noise ** 0.5) * torch.eye(m, dtype=factor.L.dtype, device=factor.L.device)])
             R = torch.linalg.qr(aug, mode="r").R
             R = R * torch.sign(torch.diagonal(R))[:, None]  # positive diagonal (a Cholesky factor of R^T R)
-            post = LowRankPosterior(factor, R, F.subset(factor.pivots), factor.L.new_zeros(0))
+            post = LowRankPosterior(factor, R, F.subset(factor.pivots), factor.L.new_zeros(0), noise)
             post.alpha = post.weights(y, noise)
         return post
