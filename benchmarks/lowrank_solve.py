@@ -110,7 +110,8 @@ def _solve(model, system, F_data, F_norm, solver, held, orders, out):
     ls = M.level_set_errors(model, system, orders) if orders else {}
     # plain Python values: torch tensors would travel through shared memory that the child's exit releases
     out.send({"cpu": cpu, "peak": peak, "split": dict(split), "mean": mean.tolist(), "ls": ls,
-              "rank": model.gp.info.extra.get("rank"), "warnings": [str(w.message)[:120] for w in caught]})
+              "rank": model.gp.info.extra.get("rank"), "jitter": model.gp.info.jitter,
+              "r_noise": model.gp.info.extra.get("residual_over_noise"), "warnings": [str(w.message)[:120] for w in caught]})
 
 
 def _timed_parts() -> dict:
@@ -176,6 +177,8 @@ def main(argv=None) -> None:
             rank = F if r["rank"] is None else int(r["rank"])
             if r["split"]:
                 name += " (assembly {assembly:.1f} s, Cholesky {cholesky:.1f} s)".format(**r["split"])
+            # the dense solve's added jitter; the low-rank residual trace sum_i r_i in units of the nugget sigma^2
+            name += f" (jitter {r['jitter']:.1e})" if solver is None else f" (sum r / s^2 {r['r_noise']:.2g})"
             ls = " | ".join(f"{r['ls'][N]:.4f}" for N in args.orders)
             print(f"| {args.kernel} | {F} | {name} | {rank} | {r['cpu']:.1f} | {r['peak']:.0f} | {ratios} | {diff} | {ls} |",
                   flush=True)

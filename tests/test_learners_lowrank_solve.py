@@ -8,7 +8,8 @@ from bea.errors import BeaValueError
 from learners.shadow.functionals import Functionals, point_evaluations, snapshot_functionals
 from learners.shadow.gp import FunctionalGP
 from learners.shadow.kernels import FunctionalKernel, RBFKernel, SmoothKernel
-from learners.shadow.lowrank_solve import LowRankSolver, LowRankWarning, pivoted_cholesky
+from learners.shadow.guards import NonFiniteModelError
+from learners.shadow.lowrank_solve import LowRankSolver, LowRankWarning, _accept_block, pivoted_cholesky
 
 
 class _Quadratic(SmoothKernel):
@@ -159,3 +160,71 @@ def test_the_element_kernels_columns_give_its_covariance():
         fac = pivoted_cholesky(K, F, tol=1e-13, max_rank=F.count, block=5)
     assert 0 < fac.rank <= F.count
     assert float((fac.L @ fac.L.T - full).abs().max()) < 1e-12 * float(full.diagonal().max())
+
+
+def test_a_partial_rank_mean_is_the_subset_of_regressors_mean():
+    # tol 1e-3 (rank ~79 of 101, blocks of 16: several blocks) against the SoR mean written out from Theta's pivot columns:
+    # alpha = Theta_mm^{-1/2} gamma, gamma the least squares of [Theta_Fm C^{-T}; s I] gamma = [y; 0] (C C^T = Theta_mm);
+    # both are backward stable at condition ~1e4-1e6, so they agree to ~1e-10 of the mean (1e-8 asked)
+    gp, F, x = _data(traj=12, lengthscale=3.0)
+    gp.solver = LowRankSolver(tol=1e-3, max_rank=10 ** 6, block=16)
+    gp.condition(F)
+    piv = gp._lowrank.factor.pivots
+    assert 16 < piv.numel() < F.count
+    with torch.no_grad():
+        Fm = F.subset(piv)
+        K_Fm = gp.kernel.forward(F, Fm)
+        C = torch.linalg.cholesky(K_Fm[piv])
+        B = torch.linalg.solve_triangular(C, K_Fm.T, upper=False).T
+        s = float(gp.noise) ** 0.5
+        A = torch.cat([B, s * torch.eye(piv.numel(), dtype=torch.float64)])
+        Q, R = torch.linalg.qr(A)
+        gamma = torch.linalg.solve_triangular(R, Q.T @ torch.cat([F.targets, torch.zeros(piv.numel(), dtype=torch.float64)])[:, None],
+                                              upper=True)
+        alpha = torch.linalg.solve_triangular(C.T, gamma, upper=True)[:, 0]
+        ref = gp.kernel.forward(point_evaluations(x), Fm) @ alpha
+    assert float((gp.mean(x) - ref).abs().max()) < 1e-8 * float(ref.abs().max())
+
+
+def test_non_finite_kernel_values_are_refused(monkeypatch):
+    # a NaN compares False with every threshold: unchecked, the pivoting stopped at rank 0 and gave a zero mean
+    gp, F, _ = _data()
+    gp.solver = LowRankSolver()
+    diagonal, forward = gp.kernel.diagonal, gp.kernel.forward
+    monkeypatch.setattr(gp.kernel, "diagonal", lambda G: diagonal(G).index_fill(0, torch.tensor([3]), float("nan")))
+    with pytest.raises(NonFiniteModelError, match="diagonal"):
+        gp.condition(F)
+    with torch.no_grad():
+        d = diagonal(F)
+    monkeypatch.setattr(gp.kernel, "diagonal", lambda G: d)  # finite (the diagonal is assembled through forward)
+    monkeypatch.setattr(gp.kernel, "forward", lambda G, H: forward(G, H) * float("nan"))
+    with pytest.raises(NonFiniteModelError, match="pivot columns"):
+        gp.condition(F)
+
+
+def test_a_non_positive_pivot_is_zeroed_and_the_block_goes_on():
+    # candidate 0's column says its residual is gone (pivot -1e-16 < 0: rounding) though r[0] = 1: r[0] -> 0 and candidate 1
+    # (an exact unit column) is still pivoted; the old rule stopped the block there, leaving r[0] = 1 > tol
+    d = torch.ones(3, dtype=torch.float64)
+    r, L, piv = d.clone(), torch.zeros(3, 2, dtype=torch.float64), []
+    C = torch.tensor([[-1e-16, 0.0], [0.0, 1.0], [0.0, 0.0]], dtype=torch.float64)
+    _accept_block(C, torch.tensor([0, 1]), L, r, d, piv, 1e-12, None)
+    assert piv == [1] and r.tolist() == [0.0, 0.0, 1.0] and L[:, 0].tolist() == [0.0, 1.0, 0.0]
+
+
+def test_retarget_at_another_noise_solves_again():
+    # R = qr([L; s I]) holds the noise: at a new noise the posterior is re-solved, equal to a fresh solve (rounding);
+    # the stale R would be off by ~1e-2 of the mean here (noise x 1e4 against the relative residual at tol 1e-9)
+    gp, F, x = _data()
+    gp.solver = LowRankSolver(tol=1e-9)
+    y = torch.linspace(-1, 1, F.count, dtype=torch.float64)
+    gp.condition(F)
+    stale = gp._lowrank
+    gp.likelihood.noise = 1e-2
+    gp.retarget(y)
+    again = gp.mean(x)
+    assert gp._lowrank is not stale and gp._lowrank.noise == pytest.approx(1e-2)
+    stale_mean = gp.kernel.forward(point_evaluations(x), stale.functionals) @ stale.weights(y, float(gp.noise))
+    gp.condition(F, targets=y)
+    assert float((gp.mean(x) - again).abs().max()) < 1e-10 * float(again.abs().max())
+    assert float((stale_mean - again).abs().max()) > 1e-6 * float(again.abs().max())

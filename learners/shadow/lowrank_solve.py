@@ -105,9 +105,8 @@ def pivoted_cholesky(kernel: FunctionalKernel, F: Functionals, tol: float, max_r
             L = torch.cat([L[:, :k], L.new_zeros(F.count, cand.numel())], 1)  # room for this block's pivots only
             _accept_block(C, cand, L, r, d, piv, tol, trace)
         rel = float((r / d).max())
-        if rel > tol:  # the cap, or the loop left after rounding ended every block's candidates
-            cause = f"its rank cap {cap}" if len(piv) == cap else f"rank {len(piv)} (rounding: no positive pivot left)"
-            warnings.warn(f"pivoted Cholesky stopped at {cause} with max residual/variance {rel:.1e} > tol {tol:.1e}: "
+        if rel > tol:  # only the rank cap leaves the loop above tol (a non-positive pivot's residual is zeroed)
+            warnings.warn(f"pivoted Cholesky stopped at its rank cap {cap} with max residual/variance {rel:.1e} > tol {tol:.1e}: "
                           f"the mean is less accurate -- raise max_rank, or use {DENSE_ROUTE}", LowRankWarning,
                           stacklevel=caller_level())
         m = len(piv)
