@@ -11,10 +11,10 @@ rapidly decaying spectrum, so a few columns carry the matrix.
 explained relative to its own prior variance: DEL residuals and normalisation functionals have different scales),
 and :math:`L_{:,k} = (\Theta_{:,p} - L L_{p,:}^\top)/\sqrt{r_p}`. It stops when :math:`\max_i r_i/d_i \le`
 ``tol`` (every functional explained to that fraction of its variance: scale-free; default 1e-12, chosen by measurement;
-it is not the nugget :math:`\sigma_n^2`, whose ratio :math:`\sigma_n^2/d_i` the fits measured 1e-13..5e-12; the
+it is not the nugget :math:`\sigma_n^2`, whose ratio :math:`\sigma_n^2/d_i` was 1e-13..5e-12 on Session 15's fits; the
 posterior's ``info.extra["residual_over_noise"]`` records :math:`\sum_i r_i/\sigma_n^2`, the trace of
 :math:`\Theta - LL^\top` in units of the nugget) or at ``max_rank`` columns (a :class:`LowRankWarning` gives the fraction
-reached, as it does wherever the stop is above ``tol``). Only the diagonal and the m pivot
+reached). Only the diagonal and the m pivot
 columns :math:`\Theta(F, F_m)` are assembled (F m entries), in blocks of ``block`` candidates (the largest
 :math:`r_i/d_i`; a candidate already explained by the block's earlier pivots, :math:`r_p/d_p \le` ``tol``, is
 dropped). Then :math:`\Theta \approx LL^\top`, exact on the pivots' rows and columns, and
@@ -58,8 +58,8 @@ DENSE_ROUTE = "the dense solve (gp.solver = None, then condition again)"
 
 
 class LowRankWarning(BeaWarning):
-    """The low-rank solve is short of the dense one: its pivoted Cholesky stopped above its tolerance (rank cap or
-    rounding; the mean is less accurate), or a check that needs the posterior std was skipped."""
+    """The low-rank solve is short of the dense one: its pivoted Cholesky stopped at its rank cap above its tolerance
+    (the mean is less accurate), or a check that needs the posterior std was skipped (predict's extrapolation check)."""
 
 
 @dataclass
@@ -106,8 +106,8 @@ def pivoted_cholesky(kernel: FunctionalKernel, F: Functionals, tol: float, max_r
             _accept_block(C, cand, L, r, d, piv, tol, trace)
         rel = float((r / d).max())
         if rel > tol:  # only the rank cap leaves the loop above tol (a non-positive pivot's residual is zeroed)
-            warnings.warn(f"pivoted Cholesky stopped at its rank cap {cap} with max residual/variance {rel:.1e} > tol {tol:.1e}: "
-                          f"the mean is less accurate -- raise max_rank, or use {DENSE_ROUTE}", LowRankWarning,
+            warnings.warn(f"pivoted Cholesky stopped at its rank cap {cap} with max residual/variance {rel:.1e} > "
+                          f"tol {tol:.1e}: the mean is less accurate -- raise max_rank, or use {DENSE_ROUTE}", LowRankWarning,
                           stacklevel=caller_level())
         m = len(piv)
         pivots = torch.tensor(piv, dtype=torch.long, device=d.device)
@@ -185,8 +185,8 @@ class LowRankSolver:
     to ``tol`` (max residual / prior variance over the functionals) or ``max_rank`` columns, in blocks of ``block``
     candidates, then the subset-of-regressors mean (module docstring). No gradients in the hyperparameters; no std.
     The default ``tol`` 1e-12 (measured, not derived; not the nugget): the level-set errors equal the dense solve's
-    (chain4 RBF at F = 2.5e3-1e4, chain10 element at 2.6e3); 1e-10 lost 6-9% on the element kernel, 1e-8 up to 20% on the RBF
-    (benchmarks/RESULTS_element.md, Session 15)."""
+    (chain4 RBF at F = 2.5e3-1e4, chain10 element at 2.6e3); 1e-10 lost 6-9% on the element kernel, 1e-8 up to 20% on
+    the RBF (benchmarks/RESULTS_element.md, Session 15)."""
 
     tol: float = 1e-12
     max_rank: int = 4000
