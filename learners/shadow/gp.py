@@ -178,6 +178,9 @@ class FunctionalGP(gpytorch.Module):
         functionals' factor, reused for new values ``y`` (:meth:`retarget`)."""
         noise = float(self.noise.detach())
         if previous is None or previous.noise != noise:  # R = qr([L; sigma_n I]) holds the noise it was made with
+            if self.solver is None:
+                raise BeaValueError("retarget after a noise change needs a new low-rank solve, but gp.solver is None: "
+                                    "condition again (densely, or with gp.solver set)")
             post = self.solver.solve(self.kernel, F, y, noise)
         else:
             post = previous
