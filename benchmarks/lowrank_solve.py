@@ -45,6 +45,7 @@ def _arguments(argv):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tol", type=float, nargs="+", default=[1e-12], help="LowRankSolver tolerances")
     ap.add_argument("--max-rank", type=int, default=4000)
+    ap.add_argument("--relative-to", choices=("variance", "noise"), default="variance", help="LowRankSolver.relative_to")
     ap.add_argument("--orders", type=int, nargs="*", default=[2, 4], help="level-set orders (none: --orders)")
     ap.add_argument("--no-dense-above", type=int, default=12000, help="dense skipped above this many functionals")
     return ap.parse_args(argv)
@@ -162,7 +163,8 @@ def main(argv=None) -> None:
         F_data = _standard_functionals(model, snapshots(system, h, T, args.steps, seed=args.seed))
         F = F_data.count + F_norm.count
         runs = [("dense", None)] if F <= args.no_dense_above else []
-        runs += [(f"lowrank tol {t:g}", LowRankSolver(tol=t, max_rank=args.max_rank)) for t in args.tol]
+        runs += [(f"lowrank tol {t:g}", LowRankSolver(tol=t, max_rank=args.max_rank,
+                                                                    relative_to=args.relative_to)) for t in args.tol]
         ref = None
         for name, solver in runs:
             r = _in_child(model, system, F_data, F_norm, solver, held, args.orders)

@@ -252,3 +252,16 @@ def test_retarget_at_another_noise_solves_again():
     gp.condition(F, targets=y)
     assert float((gp.mean(x) - again).abs().max()) < 1e-10 * float(again.abs().max())
     assert float((stale_mean - again).abs().max()) > 1e-6 * float(again.abs().max())
+
+
+def test_the_noise_relative_stop():
+    # relative_to="noise": every residual variance ends below tol sigma_n^2 (here ~1e-6, tol 1: each functional's
+    # unexplained prior variance below its noise variance), at a rank below F (measured 99 of 101, sum r / sigma^2 1.5); tol >= 1 allowed
+    gp, F, x = _data(traj=12, lengthscale=3.0)
+    gp.solver = LowRankSolver(tol=1.0, relative_to="noise")
+    gp.condition(F)
+    fac, noise = gp._lowrank.factor, float(gp.noise)
+    assert float(fac.residual.max()) <= noise and 0 < fac.rank < F.count
+    assert gp.info.extra["residual_over_noise"] == pytest.approx(float(fac.residual.sum()) / noise)
+    with pytest.raises(BeaValueError, match="relative_to"):
+        LowRankSolver(relative_to="nugget")

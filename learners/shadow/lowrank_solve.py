@@ -83,9 +83,11 @@ class LowRankFactor:
 
 
 def pivoted_cholesky(kernel: FunctionalKernel, F: Functionals, tol: float, max_rank: int, block: int = 64,
-                     trace: Optional[list] = None) -> LowRankFactor:
+                     trace: Optional[list] = None, noise: Optional[float] = None) -> LowRankFactor:
     r"""Greedy pivoted Cholesky of :math:`\Theta(F, F)` (module docstring) from its diagonal and pivot columns only.
     ``trace``: a list that receives :math:`\sum_i r_i` after every accepted pivot (for tests and benchmarks).
+    ``noise`` :math:`\sigma_n^2` given: residuals on the nugget's scale, pivot :math:`\arg\max r_i`, stop at
+    :math:`\max_i r_i \le` ``tol`` :math:`\sigma_n^2` (opt-in; the default scale is each :math:`d_i`).
     ``L`` grows by one block of columns at a time (memory F m, not F ``max_rank``)."""
     with torch.no_grad():
         d = kernel.diagonal(F).to(torch.float64)
@@ -95,16 +97,17 @@ def pivoted_cholesky(kernel: FunctionalKernel, F: Functionals, tol: float, max_r
                                 f"{int((d <= 0).sum())} of {F.count}")
         cap = min(int(max_rank), F.count)
         L, r, piv = d.new_zeros(F.count, 0), d.clone(), []
-        while len(piv) < cap and float((r / d).max()) > tol:
-            cand = torch.topk(r / d, min(block, cap - len(piv))).indices
+        s = d if noise is None else torch.full_like(d, float(noise))  # the scale each residual is compared on
+        while len(piv) < cap and float((r / s).max()) > tol:
+            cand = torch.topk(r / s, min(block, cap - len(piv))).indices
             C = kernel.forward(F, F.subset(cand))  # (F, b): the candidates' columns
             _require_finite(C, "pivot columns Theta(F, F_m)", C.numel())
             k = len(piv)
             if k:
                 C -= L[:, :k] @ L[cand, :k].T
             L = torch.cat([L[:, :k], L.new_zeros(F.count, cand.numel())], 1)  # room for this block's pivots only
-            _accept_block(C, cand, L, r, d, piv, tol, trace)
-        rel = float((r / d).max())
+            _accept_block(C, cand, L, r, s, piv, tol, trace)
+        rel = float((r / s).max())
         if rel > tol:  # only the rank cap leaves the loop above tol (a non-positive pivot's residual is zeroed)
             warnings.warn(f"pivoted Cholesky stopped at its rank cap {cap} with max residual/variance {rel:.1e} > "
                           f"tol {tol:.1e}: the mean is less accurate -- raise max_rank, or use {DENSE_ROUTE}", LowRankWarning,
@@ -191,17 +194,22 @@ class LowRankSolver:
     tol: float = 1e-12
     max_rank: int = 4000
     block: int = 64
+    #: "variance": stop at r_i <= tol d_i; "noise" (opt-in, benchmarked in Session 15): r_i <= tol sigma_n^2
+    relative_to: str = "variance"
 
     def __post_init__(self):
-        if not (0.0 <= self.tol < 1.0) or self.max_rank < 1 or self.block < 1:
-            raise BeaValueError(f"LowRankSolver needs 0 <= tol < 1, max_rank >= 1, block >= 1; got {self}")
+        top = 1.0 if self.relative_to == "variance" else float("inf")
+        if not (0.0 <= self.tol < top) or self.max_rank < 1 or self.block < 1 or self.relative_to not in ("variance", "noise"):
+            raise BeaValueError(f"LowRankSolver needs 0 <= tol (< 1 relative to the variance), max_rank >= 1, block >= 1, "
+                                f"relative_to 'variance' or 'noise'; got {self}")
 
     def solve(self, kernel: FunctionalKernel, F: Functionals, y: torch.Tensor, noise: float) -> LowRankPosterior:
         """The factor of ``F``'s covariance under ``kernel`` and the mean's weights for the values ``y``."""
         if torch.is_grad_enabled() and any(p.requires_grad for p in kernel.parameters()):
             raise BeaValueError("the low-rank solve is not differentiable in the hyperparameters: call it under "
                                 f"torch.no_grad() (a fit's final solve), or use {DENSE_ROUTE}")
-        factor = pivoted_cholesky(kernel, F, self.tol, self.max_rank, self.block)
+        factor = pivoted_cholesky(kernel, F, self.tol, self.max_rank, self.block,
+                                  noise=noise if self.relative_to == "noise" else None)
         with torch.no_grad():
             m = factor.rank
             aug = torch.cat([factor.L, (noise ** 0.5) * torch.eye(m, dtype=factor.L.dtype, device=factor.L.device)])
