@@ -189,7 +189,10 @@ class LowRankSolver:
     candidates, then the subset-of-regressors mean (module docstring). No gradients in the hyperparameters; no std.
     The default ``tol`` 1e-12 (measured, not derived; not the nugget): the level-set errors equal the dense solve's
     (chain4 RBF at F = 2.5e3-1e4, chain10 element at 2.6e3); 1e-10 lost 6-9% on the element kernel, 1e-8 up to 20% on
-    the RBF (benchmarks/RESULTS_element.md, Session 15)."""
+    the RBF (benchmarks/RESULTS_element.md, Session 15). ``relative_to="noise"`` (opt-in): stop at
+    :math:`\max_i r_i \le c\,\sigma_n^2` with :math:`c` = ``tol`` instead; :math:`E = \Theta - LL^\top` is positive
+    semi-definite, so :math:`|E_{ij}| \le \sqrt{r_i r_j} \le c\,\sigma_n^2`: at :math:`c = 1` no functional's
+    neglected prior (co)variance exceeds the noise variance the posterior already assumes."""
 
     tol: float = 1e-12
     max_rank: int = 4000
