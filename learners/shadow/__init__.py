@@ -2,7 +2,8 @@ r"""GP shadow learning: Gaussian-process models of (inverse modified) Lagrangian
 
 Modules: :mod:`~learners.shadow.functionals` (linear functionals as derivative atoms),
 :mod:`~learners.shadow.kernels` (kernels with functionals on both sides), :mod:`~learners.shadow.gp`
-(the conditioned GP, exact Cholesky solve), :mod:`~learners.shadow.normalisation`,
+(the conditioned GP, exact Cholesky solve; an opt-in low-rank final solve in :mod:`~learners.shadow.lowrank_solve`),
+:mod:`~learners.shadow.normalisation`,
 :mod:`~learners.shadow.hyperparameters` (the shared model: kernel set-up, hyperparameter learning,
 conditioning), :mod:`~learners.shadow.lsi` (Lagrangian Shadow Integration),
 :mod:`~learners.shadow.lgp` (the LGP / LGPExact baselines), :mod:`~learners.shadow.compiled_mean`
@@ -31,6 +32,7 @@ from .element_kernel import ElementKernel
 from .element_search import DegenerateScalesWarning
 from .kernels import FunctionalKernel, RBFKernel, SmoothKernel
 from .lgp import LagrangianGP, finite_differences
+from .lowrank_solve import LowRankSolver, LowRankWarning
 from .lsi import InverseModifiedLagrangianGP
 from .mechanical import MechanicalKernel
 from .normalisation import MassNormalisation, Normalisation, VertexNormalisation
@@ -48,6 +50,7 @@ __all__ = [
     "RBFKernel",
     "MechanicalKernel",
     "ElementKernel",
+    "LowRankSolver",
     # linear functionals
     "Functionals",
     "del_residual_functionals",
@@ -67,6 +70,7 @@ __all__ = [
     "StaleCalibrationWarning",
     "NonFiniteModelError",
     "ToleranceRelaxedWarning",
+    "LowRankWarning",
 ]
 
 # one name, one idea (issue 29): the old names of the functional builders, one release with a DeprecationWarning

@@ -37,6 +37,7 @@ from bea.errors import BeaRuntimeError, BeaValueError
 
 from .functionals import AtomSet, Functionals, point_evaluations
 from .kernels import AtomExpansion, FunctionalKernel
+from .lowrank_solve import DENSE_ROUTE
 from .symmetric_covariance import symmetric_covariance
 
 __all__ = ["FunctionalGP", "ConditioningInfo", "MAX_JITTER"]
@@ -88,6 +89,9 @@ class FunctionalGP(gpytorch.Module):
         #: multiplies posterior (co)variances: equivalent to scaling sigma_f^2 and sigma_n^2 together,
         #: which leaves the posterior mean unchanged (set by calibration on held-out data)
         self.variance_scale: float = 1.0
+        #: None: the exact Cholesky (default); a :class:`~learners.shadow.lowrank_solve.LowRankSolver`: its mean, no std
+        self.solver = None
+        self._lowrank = None  # the low-rank posterior (lowrank_solve.LowRankPosterior) where the solver made it
         # float64 whatever the caller's default dtype (GPyTorch creates its parameters in the default)
         self.to(torch.float64)
 
@@ -135,8 +139,12 @@ class FunctionalGP(gpytorch.Module):
         if y is None:
             raise BeaValueError("no targets: give targets= or functionals with .targets")
         key = self._key(F, symmetric) if targets is None else None
+        if key is not None and self.solver is not None:  # a low-rank solve is never a dense one's repeat
+            key = (key, self.solver)
         if key is not None and F is self.train_functionals and key == self._conditioned:  # the same solve, again
             return self
+        if self.solver is not None:
+            return self._set_lowrank(F, y, key)
         self._set_posterior(F, y, *self.factor(F, symmetric), bool(symmetric), key)
         return self
 
@@ -146,6 +154,8 @@ class FunctionalGP(gpytorch.Module):
         self._require()
         F = self.train_functionals
         F = Functionals(F.dim, F.count, F.atoms, targets.to(torch.float64))
+        if self._lowrank is not None:
+            return self._set_lowrank(F, F.targets, None, self._lowrank)
         self._set_posterior(F, F.targets, self._chol, self.info, self._factor_symmetric, self._key(F, self._factor_symmetric))
         return self
 
@@ -156,10 +166,51 @@ class FunctionalGP(gpytorch.Module):
         factor's assembly) and ``key`` (:meth:`_key`, None where nothing may be reused) are kept for the next
         :meth:`condition` or :meth:`retarget`. Nothing is stored before the solve succeeded."""
         beta = torch.cholesky_solve(y[:, None].to(R.dtype), R)[:, 0]
+        self._lowrank = None
         self.train_functionals, self._chol, self._beta, self.info, self._factor_symmetric = F, R, beta, info, symmetric
         self._mean_atoms = _merge_atoms(F, beta)
         self._mean_fn = AtomExpansion(self.kernel, self._mean_atoms, differentiable=beta.requires_grad)
         self._conditioned = key
+
+    def _set_lowrank(self, F: Functionals, y: torch.Tensor, key, previous=None) -> "FunctionalGP":
+        r"""The posterior of :attr:`solver` (:mod:`~learners.shadow.lowrank_solve`): weights :math:`\alpha` on the pivot
+        functionals only (:attr:`_beta` holds them at the pivots' places, zeros elsewhere); ``previous``: the same
+        functionals' factor, reused for new values ``y`` (:meth:`retarget`)."""
+        noise = float(self.noise.detach())
+        if previous is None or previous.noise != noise:  # R = qr([L; sigma_n I]) holds the noise it was made with
+            if self.solver is None:
+                raise BeaValueError("retarget after a noise change needs a new low-rank solve, but gp.solver is None: "
+                                    "condition again (densely, or with gp.solver set)")
+            post = self.solver.solve(self.kernel, F, y, noise)
+        else:
+            post = previous
+            post.alpha = post.weights(y, noise)
+        beta = post.alpha.new_zeros(F.count).index_copy(0, post.factor.pivots, post.alpha)
+        d = torch.diagonal(post.R)
+        info = ConditioningInfo(size=F.count, noise=noise, jitter=0.0, mean_diag=float(post.factor.diag.mean()),
+                                cond_estimate=float((d.max() / d.min()) ** 2) if d.numel() else 1.0,
+                                extra={"rank": float(post.factor.rank), "relative_residual": post.factor.relative_residual,
+                                       "residual_over_noise": float(post.factor.residual.sum()) / noise})
+        self._chol, self._factor_symmetric = None, False
+        self.train_functionals, self._beta, self.info, self._lowrank = F, beta, info, post
+        self._mean_atoms = _merge_atoms(post.functionals, post.alpha)
+        self._mean_fn = AtomExpansion(self.kernel, self._mean_atoms)
+        self._conditioned = key
+        return self
+
+    @property
+    def _chol(self) -> Optional[torch.Tensor]:
+        """The dense Cholesky factor of the last solve; refused where the low-rank solver made the posterior."""
+        if self.__dict__.get("_lowrank") is not None:
+            raise BeaValueError(f"this posterior was solved by the low-rank solver ({self.solver}): it has no dense "
+                                "factor, which the posterior std and variances, calibration, data_level, saving the model, "
+                                "the element extension (sharing_posterior) and predict's return_std all need (predict "
+                                f"without them skips its std check with a LowRankWarning); use {DENSE_ROUTE}")
+        return self.__dict__.get("_dense_chol")
+
+    @_chol.setter
+    def _chol(self, value: Optional[torch.Tensor]) -> None:
+        self.__dict__["_dense_chol"] = value
 
     def sharing_posterior(self, kernel: FunctionalKernel) -> "FunctionalGP":
         r"""A GP under ``kernel`` holding this one's posterior as it is -- functionals, factor :math:`R`, weights
@@ -198,14 +249,17 @@ class FunctionalGP(gpytorch.Module):
     def functional_mean(self, G: Functionals) -> torch.Tensor:
         r"""Posterior mean of the functionals ``G``: :math:`\Theta_{G\Lambda}\beta`."""
         self._require()
+        if self._lowrank is not None:  # the pivots only carry weights
+            return self.kernel.forward(G, self._lowrank.functionals) @ self._lowrank.alpha
         return self.kernel.forward(G, self.train_functionals) @ self._beta
 
     def functional_posterior(self, G: Functionals, full_cov: bool = False):
         r"""Posterior mean and variance (or full covariance) of the functionals ``G``."""
         self._require()
+        R = self._chol  # refused in low-rank mode, before Theta(G, F) is assembled
         KGT = self.kernel.forward(G, self.train_functionals)
         mean = KGT @ self._beta
-        V = torch.linalg.solve_triangular(self._chol, KGT.T, upper=False)
+        V = torch.linalg.solve_triangular(R, KGT.T, upper=False)
         if full_cov:
             return mean, self.variance_scale * (self.kernel.forward(G, G) - V.T @ V)
         var = self.kernel.diagonal(G) - (V * V).sum(0)

@@ -99,6 +99,8 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
     default_iterations = 16
     #: the hyperparameter objectives this model offers
     objectives = ("auto", "mll", "heldout")
+    #: the final solve's solver: None, the exact Cholesky; opt-in a learners.shadow.lowrank_solve.LowRankSolver (mean only)
+    final_solver = None
 
     @recorded
     def __init__(self, h: float, scheme: Union[str, "bea.Scheme"] = "midpoint", *, kernel: KernelOption = "auto",
@@ -235,6 +237,7 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         """The fit's last and largest solve: condition on all data functionals and the normalisation (deferred by
         :mod:`~learners.shadow.principal` until the search's winner is known), then :func:`check_fitted`."""
         (F_data, F_norm), self._final, gp = self._final, None, self.gp  # the search may have chosen another kernel's GP
+        gp.solver = self.final_solver  # set on the model before fit (None, the default: the dense solve, unchanged)
         with torch.no_grad():
             gp.condition(Functionals.cat([F_data, F_norm]))
         self._correct_targets(F_norm)

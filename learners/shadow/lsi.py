@@ -42,6 +42,7 @@ a fit that ends with a non-finite model and a non-finite prediction raise
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Callable, Dict, Optional, Union
 
 import torch
@@ -54,6 +55,8 @@ from .._checks import as_tensor, check_finite, check_snapshots, snapshot_layout
 from .calibration import calibration_state, restore_calibration
 from .hyperparameters import FunctionalLagrangianModel
 from .retry import solve_with_retry
+from .lowrank_solve import LowRankWarning
+from .guards import caller_level
 from .guards import RUNAWAY_FACTOR, ExtrapolationError, ExtrapolationWarning, check_prediction, report_extrapolation, runaway
 from .functionals import Functionals, del_residual_functionals, snapshot_functionals, triples_from_snapshots
 from .mass_target import correct_matrix_target
@@ -326,10 +329,11 @@ class InverseModifiedLagrangianGP(ElementHooks, RecoveryMixin, FunctionalLagrang
         check_finite(q0, "q0")
         check_finite(qdot0, "qdot0")
         q0s, v0s = self._to_standard(q0), self._vector_to_standard(qdot0)
+        lowrank = getattr(self.gp, "_lowrank", None) is not None  # no std: no std-based extrapolation check
         try:
             sol = solve_with_retry(self._integrator_std, newton, q0s, v0s, steps, legendre=self._recovered_std(order))
         except ValueError as err:  # ConvergenceError, NotRegularError, a non-finite initial momentum
-            if on_extrapolation != "ignore":  # is the start itself outside the data? then that is the cause
+            if on_extrapolation != "ignore" and not lowrank:  # is the start outside the data? then that is the cause
                 h = self._h_std
                 lin = torch.stack([q0s - h * v0s, q0s, q0s + h * v0s], -2).reshape(-1, 3, self.n)
                 ratio = float(self._residual_posterior(lin)[1].amax()) / max(self.data_level(), 1e-300)
@@ -342,7 +346,11 @@ class InverseModifiedLagrangianGP(ElementHooks, RecoveryMixin, FunctionalLagrang
             raise
         check_prediction(sol.q, "InverseModifiedLagrangianGP.predict", self._from_standard)
         std = None
-        if return_std or on_extrapolation != "ignore":
+        if lowrank and not return_std and on_extrapolation != "ignore":
+            warnings.warn("predict's extrapolation check needs the posterior std, which the low-rank final solve does not "
+                          "give: skipped (on_extrapolation='ignore' skips it silently; the dense solve has it)",
+                          LowRankWarning, stacklevel=caller_level())
+        elif return_std or on_extrapolation != "ignore":
             std = self._check_extrapolation(sol.q, on_extrapolation, every=not return_std)
         t = None if sol.t is None else sol.t * (self.h / self._h_std)  # the solve's times are in the standardised unit
         # legacy: unpacks as the (q, std) it returned before with return_std=True, else acts as the tensor q (deprecated)
