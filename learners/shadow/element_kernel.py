@@ -267,13 +267,17 @@ class ElementKernel(SmoothKernel):
         in one base call, one orientation of a negation-closed group, one triangle of the same atoms
         (:func:`~learners.shadow.element_blocks.group_block`: the same sums as over every instance pair, to rounding)."""
         groups, corr = self._layout()
+        part = getattr(self, "_part", None)  # one part alone at unit variance (element_gram.part_covariance), else all
         total = X.new_zeros(X.shape[0], Y.shape[0])
         for i, (scales, var) in enumerate(groups):
-            M, b = self._projected(i, scales)
-            total = total + var * group_block(self._bases[i], M, b, self._half(i), X, U, Y, V, self._column_cache(i))
-        if corr is not None:
+            if part is None or part == i:
+                M, b = self._projected(i, scales)
+                block = group_block(self._bases[i], M, b, self._half(i), X, U, Y, V, self._column_cache(i))
+                total = total + (var if part is None else 1.0) * block
+        if corr is not None and part in (None, len(groups)):
             s = corr[0]
-            total = total + corr[1] * self._bases[-1].derivative_block(X / s, U / s, Y / s, V / s)
+            block = self._bases[-1].derivative_block(X / s, U / s, Y / s, V / s)
+            total = total + (corr[1] if part is None else 1.0) * block
         return total
 
 

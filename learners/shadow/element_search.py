@@ -55,6 +55,7 @@ import torch
 from bea.errors import BeaRuntimeError, BeaValueError
 
 from .element_energy import ElementEnergy
+from .element_gram import reusing_parts
 from .element_kernel import ElementKernel
 from .guards import IdentifiabilityWarning, caller_level
 from .objectives import Auto
@@ -236,13 +237,14 @@ def search_elements(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, 
     overall = next(j for j, name in enumerate(names) if name.endswith(":scale"))  # the first group's: fixed at 1
     free = [i for i in range(len(names)) if i != overall]
     theta = element_theta(kernel, lq, lv)
-    if kernel.correction:  # stage 2b: the correction's scale, from nearly off up
-        scores = [(val, theta)] + [(evaluate(element_theta(kernel, lq, lv, c)), element_theta(kernel, lq, lv, c))
-                                   for c in CORRECTION_SCALES[1:]]
-        model.history["correction_scan"] = [x for x, _ in scores]
-        val, theta = min(scores, key=lambda x: x[0])
-    budget = UNTIED_EVALUATIONS if model.iterations is None else model.iterations
-    theta, val, model.history["search_untied"] = untied_search(evaluate, theta, val, free, budget)
+    with reusing_parts(kernel):  # stages 2b and 3 move one parameter a trial: the other parts' Grams are reused
+        if kernel.correction:  # stage 2b: the correction's scale, from nearly off up
+            scores = [(val, theta)] + [(evaluate(element_theta(kernel, lq, lv, c)), element_theta(kernel, lq, lv, c))
+                                       for c in CORRECTION_SCALES[1:]]
+            model.history["correction_scan"] = [x for x, _ in scores]
+            val, theta = min(scores, key=lambda x: x[0])
+        budget = UNTIED_EVALUATIONS if model.iterations is None else model.iterations
+        theta, val, model.history["search_untied"] = untied_search(evaluate, theta, val, free, budget)
     if not math.isfinite(val):
         raise BeaRuntimeError("every element-kernel fit with all training functionals failed (a linear-algebra error or "
                               "a non-finite held-out error at each scale the search tried), though the subset's grid had "

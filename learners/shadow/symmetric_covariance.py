@@ -34,6 +34,10 @@ __all__ = ["symmetric_covariance"]
 def symmetric_covariance(kernel: FunctionalKernel, F: Functionals) -> torch.Tensor:
     r""":math:`\Theta(F, F)` (module docstring), exactly symmetric, without gradients in the hyperparameters (a
     search's evaluations need none; :meth:`FunctionalKernel.forward` is the path with them): that method's own
-    assembly with ``symmetric=True``, under ``torch.no_grad()``."""
+    assembly with ``symmetric=True``, under ``torch.no_grad()`` -- part by part, each part's Gram reused, for an element
+    kernel within :func:`~learners.shadow.element_gram.reusing_parts` (the element search's later stages)."""
+    from .element_gram import part_covariance
+
     with torch.no_grad():
-        return kernel.forward(F, F, symmetric=True)
+        parts = part_covariance(kernel, F)  # an element kernel's parts, reused between the element search's trials
+        return kernel.forward(F, F, symmetric=True) if parts is None else parts

@@ -1,0 +1,104 @@
+r"""The element kernel's covariance as a sum of its parts' Grams, each reused while its own scales stay.
+
+The element kernel (:mod:`~learners.shadow.element_kernel`) is a sum over its groups and the correction,
+
+.. math::  \Theta(F, F) = \sum_p s_p^2\, G_p(\ell_p, \lambda_p), \qquad
+           G_p = \sigma_f^2\,\Lambda\Lambda^\top k_p, \quad k_p = \sum_{e, e' \in p} k_g(D_p w_e, D_p w_{e'})
+           \ \text{(the correction: one term)},
+
+where a part's Gram :math:`G_p` depends on its own scales :math:`(\ell_p, \lambda_p)` only and its variance
+:math:`s_p^2` enters linearly. The element search's later stages (:mod:`~learners.shadow.element_search`: the
+correction's scan, 2b, and the untied coordinate search, 3) move one parameter at a time, so most parts' Grams of a
+trial are those of the point it moves from: under :func:`reusing_parts` the positions objective's covariance
+(:func:`~learners.shadow.symmetric_covariance.symmetric_covariance`) is assembled part by part, a part's Gram taken
+from the last :data:`KEPT` of its own that were assembled with the same functionals, maps, scales and outputscale,
+and only a part whose scales moved is assembled again. A trial that moves a variance :math:`s_p` (the correction's
+scale, a group's scale) then costs its Cholesky factor and the objective, no assembly.
+
+The sum is the same as the one-pass assembly, in another order (each part's atoms summed into functionals, then the
+parts added): equal to rounding, not bit for bit -- the footing of the symmetric assembly itself, whose values the
+objective may move at rounding amplified by the solve. Only these search evaluations use it; the fit's final solve
+assembles in one pass as before. Memory: :data:`KEPT` Grams per part, :math:`F^2` doubles each (chain(6), 4,828
+functionals: 186 MB each, 1.1 GB for its three parts), freed when the stage ends.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import List, Optional
+
+import torch
+
+from .functionals import Functionals
+
+__all__ = ["KEPT", "reusing_parts", "part_covariance"]
+
+#: Grams kept per part: the point the coordinate search moves from and its latest trial
+KEPT = 2
+
+
+class _PartGrams:
+    """Per part the last :data:`KEPT` ``(key, Gram)`` assembled, newest last; the functionals they were assembled on."""
+
+    def __init__(self):
+        self.functionals: Optional[Functionals] = None
+        self.kept: dict = {}
+
+    def get(self, F: Functionals, part: int, key: tuple) -> Optional[torch.Tensor]:
+        if F is not self.functionals:
+            return None
+        return next((G for k, G in self.kept.get(part, []) if k == key), None)
+
+    def put(self, F: Functionals, part: int, key: tuple, G: torch.Tensor) -> None:
+        if F is not self.functionals:  # other functionals: nothing kept applies to them
+            self.functionals, self.kept = F, {}
+        self.kept[part] = (self.kept.get(part, []) + [(key, G)])[-KEPT:]
+
+
+@contextmanager
+def reusing_parts(kernel):
+    """Within the block, the positions objective's covariance under the element kernel ``kernel`` (the GP's base
+    kernel) is assembled part by part, each part's Gram reused while its scales stay (module docstring); the Grams are
+    dropped on exit."""
+    kernel._part_grams = _PartGrams()
+    try:
+        yield kernel
+    finally:
+        kernel.__dict__.pop("_part_grams", None)
+
+
+def _keys(kernel, outputscale: float) -> List[tuple]:
+    """Per part (groups in order, then the correction) what its Gram depends on besides the functionals: its maps (the
+    tensors and their versions; bind replaces them), its input scales and the outputscale."""
+    groups, corr = kernel._layout()
+    keys = []
+    for i, (scales, _) in enumerate(groups):
+        M, b = getattr(kernel, f"maps_{i}"), getattr(kernel, f"offsets_{i}")
+        keys.append((id(M), M._version, id(b), b._version, tuple(scales.tolist()), outputscale))
+    if corr is not None:
+        keys.append(("correction", tuple(corr[0].tolist()), outputscale))
+    return keys
+
+
+def part_covariance(fk, F: Functionals) -> Optional[torch.Tensor]:
+    r""":math:`\Theta(F, F)` of the functional kernel ``fk`` summed over its element kernel's parts (module docstring),
+    without gradients; None where ``fk``'s base kernel is not within :func:`reusing_parts`."""
+    kernel = fk.base_kernel
+    grams = getattr(kernel, "_part_grams", None)
+    if grams is None:
+        return None
+    with torch.no_grad():
+        groups, corr = kernel._layout()
+        variances = [var for _, var in groups] + ([corr[1]] if corr is not None else [])
+        total = None
+        for part, (key, var) in enumerate(zip(_keys(kernel, float(fk.outputscale)), variances)):
+            G = grams.get(F, part, key)
+            if G is None:
+                kernel._part = part  # derivative_block: this part alone, unit variance
+                try:
+                    G = fk.forward(F, F, symmetric=True)
+                finally:
+                    kernel.__dict__.pop("_part", None)
+                grams.put(F, part, key, G)
+            total = var * G if total is None else total.add_(G, alpha=float(var))
+        return total
