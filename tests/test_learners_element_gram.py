@@ -71,3 +71,22 @@ def test_parts_sum_to_the_one_pass_covariance_and_only_moved_parts_are_assembled
                 part = len(kern.groups) if group == "correction" else [g["name"] for g in kern.groups].index(group)
                 assert moved == {part}, name
     assert "_part_grams" not in kern.__dict__  # dropped with the stage: the fit's own solve is one pass
+
+
+def test_a_part_keeps_the_gram_other_trials_reuse():
+    """The coordinate search's order: the point B (reused by the trials of other parts), then two trials of this part
+    (T1, T2): T2 replaces T1, not B; with no Gram reused yet, the oldest goes."""
+    from learners.shadow.element_gram import KEPT, _PartGrams
+
+    assert KEPT == 2
+    grams, F = _PartGrams(), object()
+    grams.put(F, 0, "B", "gram B")
+    assert grams.get(F, 0, "B") == "gram B"
+    grams.put(F, 0, "T1", "gram T1")
+    grams.put(F, 0, "T2", "gram T2")
+    assert grams.get(F, 0, "B") == "gram B" and grams.get(F, 0, "T1") is None and grams.get(F, 0, "T2") == "gram T2"
+    fresh = _PartGrams()
+    for key in ("A", "B", "C"):
+        fresh.put(F, 1, key, key)
+    assert [fresh.get(F, 1, k) for k in ("A", "B", "C")] == [None, "B", "C"]
+    assert fresh.get(object(), 1, "C") is None  # other functionals: nothing applies

@@ -33,26 +33,39 @@ from .functionals import Functionals
 
 __all__ = ["KEPT", "reusing_parts", "part_covariance"]
 
-#: Grams kept per part: the point the coordinate search moves from and its latest trial
+#: Grams kept per part: the point the coordinate search moves from and its latest trial (a trial that moved the part
+#: and improved is then dropped by the next trial moving the same part, and assembled once more: one part, not all)
 KEPT = 2
 
 
 class _PartGrams:
-    """Per part the last :data:`KEPT` ``(key, Gram)`` assembled, newest last; the functionals they were assembled on."""
+    """Per part at most :data:`KEPT` entries ``[key, Gram, hit, stamp]``; the functionals they were assembled on. Full,
+    a part drops a Gram never reused before one that was (a trial's, which moved this part, before the point the search
+    moves from, which every trial moving another part reuses), else the one reused least recently."""
 
     def __init__(self):
         self.functionals: Optional[Functionals] = None
         self.kept: dict = {}
+        self.clock = 0
 
     def get(self, F: Functionals, part: int, key: tuple) -> Optional[torch.Tensor]:
         if F is not self.functionals:
             return None
-        return next((G for k, G in self.kept.get(part, []) if k == key), None)
+        hit = next((entry for entry in self.kept.get(part, []) if entry[0] == key), None)
+        if hit is None:
+            return None
+        self.clock += 1
+        hit[2:] = [True, self.clock]
+        return hit[1]
 
     def put(self, F: Functionals, part: int, key: tuple, G: torch.Tensor) -> None:
         if F is not self.functionals:  # other functionals: nothing kept applies to them
             self.functionals, self.kept = F, {}
-        self.kept[part] = (self.kept.get(part, []) + [(key, G)])[-KEPT:]
+        entries = self.kept.setdefault(part, [])
+        if len(entries) >= KEPT:
+            entries.remove(min(entries, key=lambda entry: (entry[2], entry[3])))  # never reused first, then the oldest
+        self.clock += 1
+        entries.append([key, G, False, self.clock])
 
 
 @contextmanager
