@@ -28,6 +28,10 @@ kernel's parameters :math:`(\ell_g, \lambda_g, s_g)_g, (\ell_c, \lambda_c, s_c)`
    6.7e-5) --, steps of a factor 1.5 halved when none improves, at most :data:`UNTIED_EVALUATIONS` solves
    (``iterations=`` overrides both stages' budgets).
 
+Stages 2b and 3 move one parameter a trial, so their covariances are assembled part by part (the groups and the
+correction), a part's Gram reused while its own scales stay (:mod:`~learners.shadow.element_gram`; equal to rounding):
+a trial that moves a scale :math:`s_g, s_c` assembles nothing, one that moves a group's lengthscales that group only.
+
 After the search, a group's position lengthscale at or above :data:`DEGENERATE_LENGTHSCALE` data spreads (the grid's
 top) warns (:class:`DegenerateScalesWarning`, :func:`check_scales`): over the data such an RBF element is nearly a
 polynomial of low degree, which predicts the positions of a harmonic centre of mass well while it may miss a relative
