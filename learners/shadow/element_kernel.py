@@ -273,11 +273,11 @@ class ElementKernel(SmoothKernel):
             if part is None or part == i:
                 M, b = self._projected(i, scales)
                 block = group_block(self._bases[i], M, b, self._half(i), X, U, Y, V, self._column_cache(i))
-                total = total + (var if part is None else 1.0) * block
+                total = total + var * block if part is None else block  # a part alone: its block itself, no copy
         if corr is not None and part in (None, len(groups)):
             s = corr[0]
             block = self._bases[-1].derivative_block(X / s, U / s, Y / s, V / s)
-            total = total + (corr[1] if part is None else 1.0) * block
+            total = total + corr[1] * block if part is None else block
         return total
 
 
