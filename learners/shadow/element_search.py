@@ -241,7 +241,8 @@ def search_elements(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, 
     overall = next(j for j, name in enumerate(names) if name.endswith(":scale"))  # the first group's: fixed at 1
     free = [i for i in range(len(names)) if i != overall]
     theta = element_theta(kernel, lq, lv)
-    with reusing_parts(kernel):  # stages 2b and 3 move one parameter a trial: the other parts' Grams are reused
+    with reusing_parts(kernel) as grams:  # stages 2b and 3 move one parameter a trial: the other parts' Grams are reused
+        evaluate = grams.keeping(evaluate, val)  # the same values; the Grams of the point moved from are kept
         if kernel.correction:  # stage 2b: the correction's scale, from nearly off up
             scores = [(val, theta)] + [(evaluate(element_theta(kernel, lq, lv, c)), element_theta(kernel, lq, lv, c))
                                        for c in CORRECTION_SCALES[1:]]
