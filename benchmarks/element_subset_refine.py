@@ -40,7 +40,8 @@ def _search(share: float):
         lq, lv, val, _ = refine(ES._tied(kernel, part, n), n, lq, lv, REFINE_EVALUATIONS)
         names = kernel.parameter_names()
         overall = next(j for j, name in enumerate(names) if name.endswith(":scale"))
-        with ES.reusing_parts(kernel):
+        with ES.reusing_parts(kernel) as grams:  # as search_elements: the searched point's Grams kept
+            part = grams.keeping(part, val)
             trials = [ES.element_theta(kernel, lq, lv, c) for c in ES.CORRECTION_SCALES[1:]]
             scores = [(val, ES.element_theta(kernel, lq, lv))] + [(part(th), th) for th in trials]
             val, theta = min(scores, key=lambda x: x[0])
