@@ -13,8 +13,8 @@ trial are those of the point it moves from: under :func:`reusing_parts` the posi
 (:func:`~learners.shadow.symmetric_covariance.symmetric_covariance`) is assembled part by part, a part's Gram taken
 from the last :data:`KEPT` of its own that were assembled with the same functionals, maps, scales and outputscale,
 and only a part whose scales moved is assembled again (the closed-form blocks only: ``closed_form=False`` assembles in
-one pass). A trial that moves a variance :math:`s_p` (the correction's
-scale, a group's scale) then costs its Cholesky factor and the objective, no assembly.
+one pass). A trial that moves a variance :math:`s_p` (the correction's scale, a group's scale) then costs its Cholesky
+factor and the objective, no assembly.
 
 The sum is the same as the one-pass assembly, in another order (each part's atoms summed into functionals, then the
 parts added): equal to rounding, not bit for bit -- the footing of the symmetric assembly itself, whose values the
