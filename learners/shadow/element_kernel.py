@@ -287,13 +287,17 @@ class ElementKernel(SmoothKernel):
         (:func:`~learners.shadow.element_blocks.group_block`: the same sums as over every instance pair, to rounding);
         every instance of a ``"swap"`` group (its halving is the closed-form mean's only, :meth:`_rows`)."""
         groups, corr = self._layout()
+        part = getattr(self, "_part", None)  # one part alone at unit variance (element_gram.part_covariance), else all
         total = X.new_zeros(X.shape[0], Y.shape[0])
         for i, (scales, var) in enumerate(groups):
-            M, b = self._projected(i, scales)
-            total = total + var * group_block(self._bases[i], M, b, self._half(i), X, U, Y, V, self._column_cache(i))
-        if corr is not None:
+            if part is None or part == i:
+                M, b = self._projected(i, scales)
+                block = group_block(self._bases[i], M, b, self._half(i), X, U, Y, V, self._column_cache(i))
+                total = total + var * block if part is None else block  # a part alone: its block itself, no copy
+        if corr is not None and part in (None, len(groups)):
             s = corr[0]
-            total = total + corr[1] * self._bases[-1].derivative_block(X / s, U / s, Y / s, V / s)
+            block = self._bases[-1].derivative_block(X / s, U / s, Y / s, V / s)
+            total = total + corr[1] * block if part is None else block
         return total
 
 

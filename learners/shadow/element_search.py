@@ -28,6 +28,10 @@ kernel's parameters :math:`(\ell_g, \lambda_g, s_g)_g, (\ell_c, \lambda_c, s_c)`
    6.7e-5) --, steps of a factor 1.5 halved when none improves, at most :data:`UNTIED_EVALUATIONS` solves
    (``iterations=`` overrides both stages' budgets).
 
+Stages 2b and 3 move one parameter a trial, so their covariances are assembled part by part (the groups and the
+correction), a part's Gram reused while its own scales stay (:mod:`~learners.shadow.element_gram`; equal to rounding):
+a trial that moves a scale :math:`s_g, s_c` assembles nothing, one that moves a group's lengthscales that group only.
+
 After the search, a group's position lengthscale at or above :data:`DEGENERATE_LENGTHSCALE` data spreads (the grid's
 top) warns (:class:`DegenerateScalesWarning`, :func:`check_scales`): over the data such an RBF element is nearly a
 polynomial of low degree, which predicts the positions of a harmonic centre of mass well while it may miss a relative
@@ -55,6 +59,7 @@ import torch
 from bea.errors import BeaRuntimeError, BeaValueError
 
 from .element_energy import ElementEnergy
+from .element_gram import reusing_parts
 from .element_kernel import ElementKernel
 from .guards import IdentifiabilityWarning, caller_level
 from .objectives import Auto
@@ -236,13 +241,15 @@ def search_elements(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, 
     overall = next(j for j, name in enumerate(names) if name.endswith(":scale"))  # the first group's: fixed at 1
     free = [i for i in range(len(names)) if i != overall]
     theta = element_theta(kernel, lq, lv)
-    if kernel.correction:  # stage 2b: the correction's scale, from nearly off up
-        scores = [(val, theta)] + [(evaluate(element_theta(kernel, lq, lv, c)), element_theta(kernel, lq, lv, c))
-                                   for c in CORRECTION_SCALES[1:]]
-        model.history["correction_scan"] = [x for x, _ in scores]
-        val, theta = min(scores, key=lambda x: x[0])
-    budget = UNTIED_EVALUATIONS if model.iterations is None else model.iterations
-    theta, val, model.history["search_untied"] = untied_search(evaluate, theta, val, free, budget)
+    with reusing_parts(kernel) as grams:  # stages 2b and 3 move one parameter a trial: the other parts' Grams are reused
+        evaluate = grams.keeping(evaluate, val)  # the same values; the Grams of the point moved from are kept
+        if kernel.correction:  # stage 2b: the correction's scale, from nearly off up
+            scores = [(val, theta)] + [(evaluate(element_theta(kernel, lq, lv, c)), element_theta(kernel, lq, lv, c))
+                                       for c in CORRECTION_SCALES[1:]]
+            model.history["correction_scan"] = [x for x, _ in scores]
+            val, theta = min(scores, key=lambda x: x[0])
+        budget = UNTIED_EVALUATIONS if model.iterations is None else model.iterations
+        theta, val, model.history["search_untied"] = untied_search(evaluate, theta, val, free, budget)
     if not math.isfinite(val):
         raise BeaRuntimeError("every element-kernel fit with all training functionals failed (a linear-algebra error or "
                               "a non-finite held-out error at each scale the search tried), though the subset's grid had "

@@ -18,13 +18,17 @@ too where the likelihood collapses into it). Their values move at rounding ampli
 only change a search's choice between points that tie to that level. Every other solve assembles the full matrix
 and is bit for bit what it was: the likelihood and held-out objectives (the n <= 2 defaults), the calibration's
 solve on the training functionals (a search's solve is not reused for it: the assembly is part of
-:class:`~learners.shadow.gp.FunctionalGP`'s solve key) and the final solve of every fit.
+:class:`~learners.shadow.gp.FunctionalGP`'s solve key) and the final solve of every fit. In the element search's
+stages 2b-3 (within :func:`~learners.shadow.element_gram.reusing_parts`) an element kernel's covariance is summed in
+another order again -- each part (group, correction) assembled alone, then the parts added with their variances --:
+equal to rounding too, the same footing.
 """
 
 from __future__ import annotations
 
 import torch
 
+from .element_gram import part_covariance
 from .functionals import Functionals
 from .kernels import FunctionalKernel
 
@@ -34,6 +38,8 @@ __all__ = ["symmetric_covariance"]
 def symmetric_covariance(kernel: FunctionalKernel, F: Functionals) -> torch.Tensor:
     r""":math:`\Theta(F, F)` (module docstring), exactly symmetric, without gradients in the hyperparameters (a
     search's evaluations need none; :meth:`FunctionalKernel.forward` is the path with them): that method's own
-    assembly with ``symmetric=True``, under ``torch.no_grad()``."""
+    assembly with ``symmetric=True``, under ``torch.no_grad()`` -- part by part, each part's Gram reused, for an element
+    kernel within :func:`~learners.shadow.element_gram.reusing_parts` (the element search's later stages)."""
     with torch.no_grad():
-        return kernel.forward(F, F, symmetric=True)
+        parts = part_covariance(kernel, F)  # an element kernel's parts, reused between the element search's trials
+        return kernel.forward(F, F, symmetric=True) if parts is None else parts
