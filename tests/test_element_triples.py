@@ -9,6 +9,7 @@ from bea.errors import BeaValueError
 from learners.shadow import ElementKernel
 from learners.shadow.element_blocks import swap_half
 from learners.shadow.element_structure import ENDS, body_groups
+from tests.test_element_windows import best_error
 
 #: three bodies in the plane, q = (x1, y1, x2, y2, x3, y3) = (1, 2), (10, 30), (200, 500); v = (3, 5), (7, 11), (13, 17)
 Z = torch.tensor([1.0, 2.0, 10.0, 30.0, 200.0, 500.0, 3.0, 5.0, 7.0, 11.0, 13.0, 17.0], dtype=torch.float64)
@@ -69,28 +70,10 @@ def _force_squares(X: torch.Tensor, count: int = 3) -> torch.Tensor:
     return (f.sum(2) ** 2).sum((1, 2))
 
 
-def _regression_error(kernel, X, y, Xt, yt) -> float:
-    """Relative RMS error at ``Xt`` of the kernel's posterior mean from exact values ``y`` (relative nugget 1e-8)."""
-    empty = X.new_zeros(X.shape[0], 0, X.shape[1])
-    K = kernel.derivative_block(X, empty, X, empty)
-    Kt = kernel.derivative_block(Xt, empty[:Xt.shape[0]], X, empty)
-    alpha = torch.linalg.solve(K + 1e-8 * K.diagonal().mean() * torch.eye(len(X), dtype=K.dtype), y)
-    return float((Kt @ alpha - yt).norm() / yt.norm())
-
-
 def _best_error(triples: bool, X, y, Xt, yt) -> float:
-    """The lowest held-out error over the same small grid of scales for either kernel: position lengthscales 0.5 or 1
-    (relative positions spread ~0.65; 2 was worse for both kernels), velocity scales 100 (the target has no
-    velocities), correction scale 0.01 or 1."""
-    best = float("inf")
-    for ell in (0.5, 1.0):
-        for corr in (1e-2, 1.0):
-            kernel = ElementKernel.bodies(3, 2, triples=triples).to(torch.float64)
-            kernel.lengthscale = torch.tensor([ell if x.endswith(":lengthscale") else 100.0 if x.endswith(":velocity_scale")
-                                               else corr if x.startswith("correction") else 1.0
-                                               for x in kernel.parameter_names()], dtype=torch.float64)
-            best = min(best, _regression_error(kernel.requires_grad_(False), X, y, Xt, yt))
-    return best
+    """:func:`~tests.test_element_windows.best_error` of bodies(3, 2) with or without triples, position lengthscales
+    0.5 or 1 (relative positions spread ~0.65; 2 was worse for both kernels)."""
+    return best_error(lambda: ElementKernel.bodies(3, 2, triples=triples), (0.5, 1.0), X, y, Xt, yt)
 
 
 def test_triples_represent_the_cross_products_of_pair_forces():

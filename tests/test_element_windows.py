@@ -54,7 +54,7 @@ def _neighbour_products(X: torch.Tensor) -> torch.Tensor:
     return (f[:, 1:] * f[:, :-1]).sum(1)
 
 
-def _regression_error(kernel, X, y, Xt, yt) -> float:
+def regression_error(kernel, X, y, Xt, yt) -> float:
     """Relative RMS error at ``Xt`` of the kernel's posterior mean from exact values ``y`` (relative nugget 1e-8)."""
     empty = X.new_zeros(X.shape[0], 0, X.shape[1])
     K = kernel.derivative_block(X, empty, X, empty)
@@ -63,18 +63,24 @@ def _regression_error(kernel, X, y, Xt, yt) -> float:
     return float((Kt @ alpha - yt).norm() / yt.norm())
 
 
-def _best_error(window, X, y, Xt, yt) -> float:
-    """The lowest held-out error over the same small grid of scales for either kernel: position lengthscales 0.5, 1, 2
-    (data spreads ~0.35-0.5), velocity scales 100 (the target has no velocities), correction scale 0.01 or 1."""
+def best_error(make, ells, X, y, Xt, yt) -> float:
+    """The lowest held-out error of the kernels ``make()`` over a small grid of scales: position lengthscales ``ells``,
+    velocity scales 100 (the targets have no velocities), correction scale 0.01 or 1 (also tests/test_element_triples)."""
     best = float("inf")
-    for ell in (0.5, 1.0, 2.0):
+    for ell in ells:
         for corr in (1e-2, 1.0):
-            kernel = ElementKernel.chain(4, window=window).to(torch.float64)
+            kernel = make().to(torch.float64)
             kernel.lengthscale = torch.tensor([ell if x.endswith(":lengthscale") else 100.0 if x.endswith(":velocity_scale")
                                                else corr if x.startswith("correction") else 1.0
                                                for x in kernel.parameter_names()], dtype=torch.float64)
-            best = min(best, _regression_error(kernel.requires_grad_(False), X, y, Xt, yt))
+            best = min(best, regression_error(kernel.requires_grad_(False), X, y, Xt, yt))
     return best
+
+
+def _best_error(window, X, y, Xt, yt) -> float:
+    """:func:`best_error` of chain(4) with or without windows, position lengthscales 0.5, 1, 2 (data spreads
+    ~0.35-0.5)."""
+    return best_error(lambda: ElementKernel.chain(4, window=window), (0.5, 1.0, 2.0), X, y, Xt, yt)
 
 
 def test_window_represents_the_products_of_neighbouring_bonds():
