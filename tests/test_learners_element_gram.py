@@ -36,7 +36,8 @@ def _assembled(fk, monkeypatch):
     return seen
 
 
-@pytest.mark.parametrize("structure", [ElementKernel.bodies(3, 2), ElementKernel.chain(6)], ids=["bodies3", "chain6"])
+@pytest.mark.parametrize("structure", [ElementKernel.bodies(3, 2), ElementKernel.chain(6),
+                                       ElementKernel.bodies(3, 2, triples=True)], ids=["bodies3", "chain6", "bodies3_triples"])
 def test_parts_sum_to_the_one_pass_covariance_and_only_moved_parts_are_assembled(structure, monkeypatch):
     fk, F = _kernel(structure), _functionals()
     kern = fk.base_kernel

@@ -136,10 +136,14 @@ def test_the_models_final_solve_opts_in_and_the_default_is_unchanged(monkeypatch
     q = torch.linspace(-1.0, 1.0, 9, dtype=torch.float64)[:, None]
     v = torch.linspace(-0.8, 0.8, 9, dtype=torch.float64)[:, None]
     dense = InverseModifiedLagrangianGP(0.5, lengthscale=[1.8, 4.0], noise=1e-10).fit(S)
-    # the default fit's weights are the dense solve written out (Cholesky of Theta + s^2 I, then its solve): bit for bit
+    # the default fit's weights are the dense solve written out here (Theta assembled and symmetrised, s^2 on its
+    # diagonal, Cholesky, then its solve), not through FunctionalGP.factor: bit for bit
     G = dense.gp.train_functionals
     with torch.no_grad():
-        beta = torch.cholesky_solve(G.targets[:, None], dense.gp.factor(G)[0])[:, 0]
+        K = dense.gp.kernel.forward(G, G)
+        A = 0.5 * (K + K.T)
+        A.diagonal().add_(dense.gp.noise)
+        beta = torch.cholesky_solve(G.targets[:, None], torch.linalg.cholesky(A))[:, 0]
     assert dense.gp.solver is None and torch.equal(beta, dense.gp._beta)
     low = InverseModifiedLagrangianGP(0.5, lengthscale=[1.8, 4.0], noise=1e-10)
     low.final_solver = LowRankSolver(tol=0.0)
@@ -149,6 +153,7 @@ def test_the_models_final_solve_opts_in_and_the_default_is_unchanged(monkeypatch
     assert float((E1 - E0).abs().max()) < 1e-7 * float(E0.max() - E0.min())
     with pytest.raises(BeaValueError, match="dense solve"):
         low.energy(2, return_std=True)(q, v)
+    assert low.gp.mean_functionals.count == low.gp.info.extra["rank"]  # what the energy's chunks count
     # predict: no std, so its extrapolation check is skipped with a warning; the positions are the dense model's (1e-6)
     q0, v0 = q[3:6], v[3:6]
     with pytest.warns(LowRankWarning, match="extrapolation check"):
@@ -256,7 +261,8 @@ def test_retarget_at_another_noise_solves_again():
 
 def test_the_noise_relative_stop():
     # relative_to="noise": every residual variance ends below tol sigma_n^2 (here ~1e-6, tol 1: each functional's
-    # unexplained prior variance below its noise variance), at a rank below F (measured 99 of 101, sum r / sigma^2 1.5); tol >= 1 allowed
+    # unexplained prior variance below its noise variance), at a rank below F (measured 99 of 101, sum r / sigma^2
+    # 1.5); tol >= 1 allowed; a zero noise is refused (the mean's QR and the stop divide by it)
     gp, F, x = _data(traj=12, lengthscale=3.0)
     gp.solver = LowRankSolver(tol=1.0, relative_to="noise")
     gp.condition(F)
@@ -265,3 +271,27 @@ def test_the_noise_relative_stop():
     assert gp.info.extra["residual_over_noise"] == pytest.approx(float(fac.residual.sum()) / noise)
     with pytest.raises(BeaValueError, match="relative_to"):
         LowRankSolver(relative_to="nugget")
+    with pytest.raises(BeaValueError, match="positive noise"):
+        LowRankSolver(relative_to="noise").solve(gp.kernel, F, F.targets, 0.0)
+
+
+def test_a_searched_low_rank_fit_refuses_the_std_before_any_calibration_solve(monkeypatch):
+    # with the search, the energy calibrations are pending until the first std: their folds are dense solves of most of
+    # the data (at F = 2e4 about 110 s and 3.9 GB each), so the refusal must come first
+    import integrators
+    from integrators.data import snapshots
+    from learners import InverseModifiedLagrangianGP
+    from learners.shadow import difference_calibration
+
+    model = InverseModifiedLagrangianGP(0.5, progress=False)
+    model.final_solver = LowRankSolver()
+    model.fit(snapshots(integrators.systems.pendulum(), 0.5, 8, 5, seed=0))
+    assert model._pending_calibration is not None
+    folds = []
+    monkeypatch.setattr(difference_calibration, "_conditioned", lambda *a: folds.append(a))
+    q = torch.zeros(3, 1, dtype=torch.float64)
+    with pytest.raises(BeaValueError, match="dense solve"):
+        model.energy(2, return_std=True)(q, q + 0.1)
+    with pytest.raises(BeaValueError, match="dense solve"):
+        model.calibration
+    assert folds == [] and model._pending_calibration is not None

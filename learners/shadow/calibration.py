@@ -161,7 +161,8 @@ def difference_calibration(model, floor: float = 0.0) -> Optional[Tuple[Calibrat
 
     values = difference_innovations(model)
     if values is None:
-        model.history["energy_differences_calibration_skipped"] = "too few trajectories for folds"
+        model.history["energy_differences_calibration_skipped"] = (
+            "fewer than 2 trajectories, or functionals not in the per-trajectory layout")
         return None
     d, w = values
     ok = torch.isfinite(d) & torch.isfinite(w) & (w > 0)
@@ -169,8 +170,8 @@ def difference_calibration(model, floor: float = 0.0) -> Optional[Tuple[Calibrat
         # silent before: energy then fell back to the "del" scale, another quantity's (two_body_morse4: all 240 dropped
         # by the worst-case rounding guard, RMS z 1.6; benchmarks/RESULTS_calibration.md, Session 15)
         model.history["energy_differences_calibration_skipped"] = (
-            f"{int(ok.sum())} of {d.numel()} innovations resolved (fewer than 10; the rest within the rounding bound): "
-            "energy's std uses the 'energy' / 'del' scale")
+            f"{int(ok.sum())} of {d.numel()} innovations finite and resolved (fewer than 10; the rest within the rounding "
+            "bound or non-finite): energy's std uses the 'energy' / 'del' scale")
         return None
     d, w = d[ok], w[ok]
     zero = torch.zeros_like(w)
@@ -220,6 +221,7 @@ def ensure_energy_calibration(model) -> None:
     pending = getattr(model, "_pending_calibration", None)
     if pending is None:
         return
+    model.gp.require_dense()  # a low-rank posterior: refused here, not after the folds' dense solves
     model._pending_calibration = None
     floor = model.gp.variance_scale
     failures = CALIBRATION_FAILURES

@@ -51,7 +51,7 @@ class ElementEnergy:
         base = self._element_kernel()
         if base is None:
             return 0
-        return base.state_entries(self.gp.train_functionals.atoms)
+        return base.state_entries(self.gp.mean_functionals.atoms)
 
     def _refuse_std(self, return_std: bool) -> None:
         """Where this kernel has no std (mechanical bases: :func:`~learners.shadow.element_uncertainty.unsupported`),
@@ -67,7 +67,7 @@ class ElementEnergy:
         if not entries:
             return super()._autograd_chunk()
         if entries > MAX_STATE_ENTRIES:
-            atoms = sum(len(A) for A in self.gp.train_functionals.atoms.values())
+            atoms = sum(len(A) for A in self.gp.mean_functionals.atoms.values())
             raise BeaRuntimeError(f"the element kernel's energy at one state needs {entries:,} kernel entries (instances "
                                   f"x the {atoms:,} training atoms they see), above "
                                   f"{MAX_STATE_ENTRIES:,} (several GB through mod_N's derivatives): fit fewer "

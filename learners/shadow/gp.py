@@ -212,6 +212,15 @@ class FunctionalGP(gpytorch.Module):
     def _chol(self, value: Optional[torch.Tensor]) -> None:
         self.__dict__["_dense_chol"] = value
 
+    def require_dense(self) -> None:
+        """Raise :attr:`_chol`'s refusal where the low-rank solver made the posterior (before costly work needing it)."""
+        self._chol  # noqa: B018 -- the property raises
+
+    @property
+    def mean_functionals(self) -> Functionals:
+        """The functionals the posterior mean sums over: the training functionals, or the low-rank solve's pivots."""
+        return self.train_functionals if self._lowrank is None else self._lowrank.functionals
+
     def sharing_posterior(self, kernel: FunctionalKernel) -> "FunctionalGP":
         r"""A GP under ``kernel`` holding this one's posterior as it is -- functionals, factor :math:`R`, weights
         :math:`\beta`, mean atoms, likelihood, variance scale --, its mean :math:`\sum_a c_a\,\partial k(\cdot, a)` of

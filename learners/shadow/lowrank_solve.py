@@ -211,6 +211,9 @@ class LowRankSolver:
         if torch.is_grad_enabled() and any(p.requires_grad for p in kernel.parameters()):
             raise BeaValueError("the low-rank solve is not differentiable in the hyperparameters: call it under "
                                 f"torch.no_grad() (a fit's final solve), or use {DENSE_ROUTE}")
+        if not noise > 0:  # the mean's QR of [L; sigma I] and residual_over_noise divide by it
+            raise BeaValueError(f"the low-rank solve needs a positive noise variance, got {noise!r}: fit with noise > 0 "
+                                f"(the model's default), or use {DENSE_ROUTE}")
         factor = pivoted_cholesky(kernel, F, self.tol, self.max_rank, self.block,
                                   noise=noise if self.relative_to == "noise" else None)
         with torch.no_grad():

@@ -56,8 +56,8 @@ from .calibration import calibration_state, restore_calibration
 from .hyperparameters import FunctionalLagrangianModel
 from .retry import solve_with_retry
 from .lowrank_solve import LowRankWarning
-from .guards import caller_level
-from .guards import RUNAWAY_FACTOR, ExtrapolationError, ExtrapolationWarning, check_prediction, report_extrapolation, runaway
+from .guards import (caller_level, RUNAWAY_FACTOR, ExtrapolationError, ExtrapolationWarning,
+                     check_prediction, report_extrapolation, runaway)
 from .functionals import Functionals, del_residual_functionals, snapshot_functionals, triples_from_snapshots
 from .mass_target import correct_matrix_target
 from .normalisation import in_standard_units

@@ -180,7 +180,7 @@ class RecoveryMixin:
 
     def _autograd_chunk(self) -> int:
         """States per autograd pass through the posterior mean (:data:`AUTOGRAD_ENTRIES`)."""
-        atoms = sum(A.points.shape[0] for A in self.gp.train_functionals.atoms.values())
+        atoms = sum(A.points.shape[0] for A in self.gp.mean_functionals.atoms.values())
         return max(1, AUTOGRAD_ENTRIES // max(1, atoms))
 
     def _quantity(self, what: str, order: int):
