@@ -1,9 +1,6 @@
-"""C source of the compiled stepping loop (a template: the Lagrangian's derivatives are inserted at
-``/*@LAGRANGIAN@*/``), kept as a Python string so that it ships and loads like the rest of the package.
-:func:`march_source` builds it for one ``n``, a compile-time constant; the Jacobian of the step equation is assembled
-only when Newton needs it, from the Hessians kept from the residual's evaluation (benchmarks/RESULTS_speed.md).
+"""C source of the compiled stepping loop, a template with the Lagrangian's derivatives inserted at
+``/*@LAGRANGIAN@*/``; :func:`march_source` builds it for one ``n`` (docs/theory/codegen.md, "The compiled march").
 """
-
 TEMPLATE = r"""/* Compiled stepping of integrators.VariationalIntegrator (see integrators/compiled.py).
 
    The Lagrangian part, lag_derivs(x, P, g, H): gradient g (D) and Hessian H (D x D, row-major) of
@@ -227,8 +224,7 @@ BEA_FLATTEN int bea_march(int B, int n_in, int j0, int j_end, double *out, long 
 """
 
 
-#: largest CLagrangian.cost inlined into the march, at n = 1 only (scalar Newton: L's derivatives stay in registers;
-#: cost 1: +6-20% steps/s, the System pendulum's C 0.44x -> 0.50x the hand loop; n = 2-8: -5% to +5%, not kept)
+#: largest CLagrangian.cost inlined into the march, at n = 1 only (measured: docs/theory/codegen.md)
 INLINE_MAX_COST = 8
 
 

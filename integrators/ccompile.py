@@ -1,17 +1,7 @@
-"""Compile C source generated in this process into a shared library and load it with ctypes.
-
-Used by :mod:`integrators.compiled` for the compiled stepping path. The source is always generated
-here, from objects in memory (SymPy expressions with only numbered symbols and whitelisted math
-functions, or fixed templates); it is never read from disk or a string supplied from outside. Each
-library is built in a fresh private temporary directory (mode 0700), loaded, and the directory is
-removed again. Across processes, :mod:`integrators.ccache` keeps each built library in the authenticated
-disk cache of :mod:`bea.cache` and loads a stored one only after its HMAC verifies (from a private copy).
-
-Compiled libraries are kept in an explicit small LRU (:func:`load_library`, keyed by the SHA-256 of
-the source and the compiler flags), so one process compiles each distinct Lagrangian once, however
-many integrators use it.
+"""Compile C source generated in this process into a shared library and load it with ctypes (an in-process LRU
+over :mod:`integrators.ccache`'s authenticated disk cache). Why the source is safe to compile, and the flags' reasons:
+docs/theory/codegen.md.
 """
-
 from __future__ import annotations
 
 import collections
@@ -35,14 +25,10 @@ __all__ = ["CompileError", "CompiledLibrary", "find_compiler", "load_library", "
 #: libraries kept loaded per process (least recently used beyond this are forgotten)
 LIBRARY_CACHE_SIZE = 32
 
-#: -ffp-contract=off: no fused multiply-add, so the arithmetic is the one written (as in torch's
-#: elementwise kernels); -fno-math-errno lets sqrt/exp inline without changing any result.
+#: no fused multiply-add (-ffp-contract=off): the arithmetic is the one written
 CFLAGS = ("-O2", "-shared", "-fPIC", "-ffp-contract=off", "-fno-math-errno", "-std=c99")
 
-#: extra flags for loops written to vectorise (``load_library(..., vectorise=True)``): the host's vector
-#: instructions (the library is built and loaded on the machine that runs it) and the loop vectoriser;
-#: -fno-trapping-math lets it if-convert branch-free selects. None changes a result: with
-#: -ffp-contract=off every operation is the one written, lane by lane.
+#: extra flags for loops written to vectorise (``load_library(..., vectorise=True)``); none changes a result
 VECTOR_FLAGS = ("-march=native", "-ftree-vectorize", "-fno-trapping-math")
 
 

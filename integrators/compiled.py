@@ -1,29 +1,10 @@
-r"""Compiled stepping for :class:`~integrators.variational.VariationalIntegrator`.
-
-Why: a time step of the eager path is a few hundred small torch operations and autograd passes,
-about a millisecond whatever the batch. Here the whole march (extrapolated guess, Newton iteration
-with its convergence tests, momenta) runs in C, time-major over a chunk of steps, and Python is
-entered once per chunk. What is compiled, and when (nothing else changes semantics):
-
-* The Lagrangian must have a C form, a :class:`CLagrangian` computing its gradient :math:`g` and Hessian
-  :math:`H` at a state :math:`x = (q, v)`; which one it gets is decided in one place,
-  :func:`integrators.model_protocol.compiled_form` (SymPy Lagrangians: :func:`lower_lagrangian`).
-* The scheme must evaluate :math:`L` at points affine in the two slots with constant weights,
-  :math:`L_\Delta(a, b) = \sum_k w_k L(y_k)`, :math:`y_k = o_k + A_k a + B_k b` (midpoint,
-  trapezoidal, generalised midpoint, and custom schemes of that form); this is found by running
-  the scheme on a SymPy probe (:func:`scheme_points`). Then
-  :math:`D_1L_\Delta = \sum_k w_k A_k^\top g(y_k)`, :math:`D_2L_\Delta = \sum_k w_k B_k^\top g(y_k)`
-  and :math:`D_{12}L_\Delta = \sum_k w_k A_k^\top H(y_k) B_k`.
-
-Otherwise the integrator uses its eager path. Newton's iteration is the one of :mod:`integrators.newton`, element
-by element, with the same extrapolated guesses, chord step, tolerances and stall test, so compiled
-and eager trajectories agree to rounding. At the first step where any element fails to converge,
-becomes non-finite or jumps beyond ``max_step``, the compiled loop stops *before* that step and the
-eager path takes it (with its retry, masking and error messages), then the compiled loop resumes.
-The C library depends only on the Lagrangian's code (``h``, the scheme, the batch and all numbers
-are run-time arguments): built once per process (:func:`integrators.ccompile.load_library`).
+r"""Compiled stepping for :class:`~integrators.variational.VariationalIntegrator`: the whole march in C, Python
+entered once per chunk of steps. For a Lagrangian with a C form (:class:`CLagrangian`: gradient :math:`g` and Hessian
+:math:`H` at :math:`x = (q, v)`) and a scheme :math:`L_\Delta(a, b) = \sum_k w_k L(y_k)`, :math:`y_k = o_k + A_k a + B_k b`
+(:func:`scheme_points`), :math:`D_1L_\Delta = \sum_k w_k A_k^\top g(y_k)`, :math:`D_2L_\Delta = \sum_k w_k B_k^\top g(y_k)`,
+:math:`D_{12}L_\Delta = \sum_k w_k A_k^\top H(y_k) B_k`; otherwise, and at any step that fails in C, the eager path runs
+(docs/theory/codegen.md, "The compiled march").
 """
-
 from __future__ import annotations
 
 import ctypes
@@ -62,15 +43,10 @@ class CLagrangian:
 
     ``source`` defines ``static void lag_derivs(const double *x, const double *P, double *g, double *H)``
     writing the gradient ``g`` (``2n``) and the row-major Hessian ``H`` (``2n x 2n``) of :math:`L` at
-    the state ``x = (q_1..q_n, v_1..v_n)``; ``params`` is the array passed as ``P``. ``cost``: relative
-    cost of one evaluation (a lowered program: one unit per 20 jet operations; a sum over atoms: the number
-    of terms), used to size chunks. ``refresh``: optional, returns the current ``params`` (same layout); called before every
-    chunk of steps, so a Lagrangian whose numbers change (a network still training) is never stepped
-    with stale ones. ``vectorise``: build with the host's vector instructions
-    (:data:`integrators.ccompile.VECTOR_FLAGS`; the same operations lane by lane, for sources with long
-    inner loops such as networks). ``auto_max_batch``: under ``execution="auto"`` larger batches take the
-    eager path (where batched torch overtakes the C loop, which costs the same per element at any batch);
-    None: no limit. The source must come from code, never from data read at run time."""
+    ``x = (q_1..q_n, v_1..v_n)``, ``P`` = ``params``. ``cost``: relative cost of one evaluation (sizes chunks).
+    ``refresh``: returns the current ``params``, called before every chunk. ``vectorise``: build with
+    :data:`integrators.ccompile.VECTOR_FLAGS`. ``auto_max_batch``: under ``execution="auto"`` larger batches take
+    the eager path (None: no limit). The source must come from code, never from data read at run time."""
 
     n: int
     source: str
@@ -84,9 +60,7 @@ class CLagrangian:
 # ---------------------------------------------------------------------------------- lowering
 def lower_lagrangian(L: Any) -> CLagrangian:
     """The :class:`CLagrangian` of a :class:`~integrators.symbolic.SymbolicLagrangian`, or :class:`NotLowerable`:
-    its expression as a program on second-order jets in ``x = (q, v)`` (the one SymPy lowering,
-    :mod:`integrators.codegen.from_sympy`), whose result's gradient and Hessian are ``lag_derivs``. (Which
-    form any other Lagrangian gets is :func:`integrators.model_protocol.compiled_form`'s business.)"""
+    its expression's terms on second-order jets in ``x = (q, v)`` (:mod:`integrators.codegen.from_sympy`)."""
     from .codegen import Jet, Program, Val, emit_c, lower_terms
     from .symbolic import SymbolicLagrangian
 
@@ -165,11 +139,9 @@ def _require_cpu(**tensors: Optional[torch.Tensor]) -> None:
 
 
 class CompiledStepper:
-    """The compiled march for one Lagrangian (or its :class:`CLagrangian`), scheme, step ``h`` and ``n`` (see the
-    module docstring). The C form comes from :func:`integrators.model_protocol.compiled_form`; ``trace=False``
-    leaves out its tracing front-end (:mod:`integrators.traced`).
-
-    ``compile_seconds``: time spent compiling when it was built (0 if the library was already loaded)."""
+    """The compiled march for one Lagrangian (or its :class:`CLagrangian`, else
+    :func:`integrators.model_protocol.compiled_form`'s; ``trace=False``: no tracing front-end), scheme, ``h`` and
+    ``n``. ``compile_seconds``: time spent compiling when it was built (0 if the library was already loaded)."""
 
     @h_before_scheme("self", "lagrangian", "scheme", "h", "n")
     def __init__(self, lagrangian: Any, h: float, scheme, n: int, *, trace: bool = True):
@@ -221,8 +193,7 @@ class CompiledStepper:
         self.params = params
 
     def chunk_steps(self, batch: int, work: int = 1 << 18) -> int:
-        """Steps per call: about ``work`` element-evaluations, so the progress bar moves (at most 65,536: at 4,096
-        the ~70 us of Python a call were a tenth of a cheap step's time on one trajectory)."""
+        """Steps per call: about ``work`` element-evaluations, at most 65,536 (docs/theory/codegen.md)."""
         return int(min(1 << 16, max(1, work // max(1, batch * self.cost))))
 
     def advance(self, out: torch.Tensor, j: int, j_end: int, p: torch.Tensor, jac: Optional[torch.Tensor],

@@ -1,28 +1,10 @@
 r"""A :mod:`bea` series of a model, in C, for the compiled integrator path (:mod:`integrators.compiled`).
 
-The integrated Lagrangian of a position-trained model of the true :math:`L` is a series such as
-:math:`L_{inv} = \mathrm{inv}_N(M) = \sum_{k \le N} h^k F_k(\partial^{\le r}M, v)`, with :math:`F_k` the
-component formula of :mod:`bea` for ``n`` coordinates (rational in the derivatives of :math:`M` of order
-:math:`\le r` and in :math:`v`; :math:`r = 2` for the midpoint :math:`\mathrm{inv}_2`). The Newton step
-needs its gradient :math:`g` and Hessian :math:`H` in :math:`x = (q, v)`, i.e. derivatives of :math:`M` up
-to order :math:`K = r + 2`. Here:
-
-1. the model writes the Taylor polynomial of :math:`M` at :math:`x` to degree :math:`K`
-   (:class:`CTaylor`, from its method ``c_taylor(K)``; arithmetic of :mod:`integrators.codegen.runtime`);
-2. every derivative :math:`\partial^\alpha M` in the formula is read off it as a second-order jet
-   (value, gradient, Hessian) at :math:`x`: :math:`\partial_i\partial_j\partial^\alpha M =
-   (\alpha + e_i + e_j)!\,c_{\alpha + e_i + e_j}` for the coefficients :math:`c_\beta = \partial^\beta M/\beta!`;
-3. the formula is lowered by the one SymPy front-end (:mod:`integrators.codegen.from_sympy`: common
-   subexpressions, one rule per node) into a program of :mod:`integrators.codegen` on second-order Taylor
-   jets, with :math:`x_i` as seeded jets and :math:`h` a run-time value, and emitted by its one C emitter;
-   the result's value, gradient and Hessian are :math:`L_{inv}, g, H`.
-
-The C source depends on the series (kind, scheme, order, ``n``) and the model's structure; :math:`h` and the
-model's numbers are the run-time array ``(h, model params...)``, refreshed before every chunk like the
-model's own :class:`~integrators.compiled.CLagrangian`. A model without ``c_taylor`` (or one whose
-``c_taylor`` raises :class:`~integrators.compiled.NotLowerable`) leaves the series to the eager path.
+For :math:`L_{inv} = \sum_{k \le N} h^k F_k(\partial^{\le r}M, v)`, the model writes its Taylor polynomial
+:math:`T_\beta = \partial^\beta M(x)/\beta!` to degree :math:`K = r + 2` (:class:`CTaylor`); each
+:math:`\partial^\alpha M` is read off it as a second-order jet (:func:`_gather_table`), and the formula is lowered
+and emitted on those jets: the result's value, gradient and Hessian are :math:`L_{inv}, g, H` (docs/theory/codegen.md).
 """
-
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -44,9 +26,7 @@ __all__ = ["CTaylor", "series_c_lagrangian", "formula_program", "KINDS"]
 
 #: the series with a C form (functions of the derivatives of the model at one point)
 KINDS = ("modified_lagrangian", "inverse_modified_lagrangian")
-#: larger component formulas stay eager: midpoint inv_2 has 25 terms for n = 2 (C generated in 0.05 s), 163 for
-#: n = 3 (0.5 s), 1 211 for n = 4 (10 s, 2 050 jet operations; 15 s with compiling); inv_4 has 10 528 for n = 2
-#: (27 s to generate, 20 108 operations, minutes to compile)
+#: larger component formulas stay eager (sizes and times measured: docs/theory/codegen.md)
 MAX_TERMS = 2000
 
 
@@ -56,9 +36,8 @@ class CTaylor:
 
     ``source`` defines ``static void lag_taylor(const double *x, const double *P, double *T)`` writing the
     coefficients :math:`\partial^\beta M(x)/\beta!`, :math:`|\beta| \le` ``order``, in the order of
-    ``integrators.codegen.monomials(2n, order)``; it may use the helpers of ``integrators.codegen.header``
-    (for polynomials in variables of its choice), which it then includes. ``params``, ``cost``, ``refresh``, ``vectorise`` as for
-    :class:`~integrators.compiled.CLagrangian`."""
+    ``integrators.codegen.monomials(2n, order)`` (it includes any ``integrators.codegen.header`` it uses).
+    ``params``, ``cost``, ``refresh``, ``vectorise`` as for :class:`~integrators.compiled.CLagrangian`."""
 
     n: int
     order: int
@@ -101,8 +80,7 @@ def formula_program(kind: str, scheme, order: int, n: int) -> Tuple[int, str, in
     it (with its jet runtime; to follow the model's ``lag_taylor``), and its number of jet operations."""
     if kind not in KINDS:
         raise NotLowerable(f"the series {kind!r} has no C form (only {', '.join(KINDS)})")
-    # the largest n whose formula is derived at all: midpoint inv_2 takes 0.9 s for n = 4 and 89 s for n = 5 (10 080
-    # terms, beyond MAX_TERMS anyway); at order 4, n = 2 takes 0.3 s (then rejected by MAX_TERMS)
+    # the largest n whose formula is derived at all (derivation times: docs/theory/codegen.md)
     limit = 4 if order <= 2 else 2
     if n > limit:
         raise NotLowerable(f"the component formula of the {kind} of order {order} is derived for n <= {limit} only "
@@ -165,6 +143,5 @@ def series_c_lagrangian(kind: str, order: int, h: float, scheme, model) -> CLagr
     params = np.concatenate([hv, np.asarray(taylor.params, dtype=np.float64).reshape(-1)])
     source = taylor.source + body
     cost = taylor.cost + max(1, ops * (2 * n) ** 2 // 100)
-    # no auto_max_batch: with its nested autograd passes the eager series stays slower at any batch (midpoint
-    # inv_2 of the double pendulum, cells 2 x 50: compiled / eager 2.9x at batch 100, 1.4x at 4 000; RESULTS_speed.md)
+    # no auto_max_batch: the eager series stays slower at any batch (docs/theory/codegen.md)
     return CLagrangian(n=n, source=source, params=params, cost=cost, refresh=refresh, vectorise=taylor.vectorise)

@@ -1,16 +1,6 @@
-"""The code generator of the compiled path: one intermediate representation, one C runtime, one emitter.
-
-* :mod:`~integrators.codegen.ir`: straight-line programs over truncated Taylor values in ``D`` variables to
-  degree ``K`` (the front-ends build them: :mod:`integrators.traced` from torch code,
-  :mod:`integrators.series_c` from a :mod:`bea` series formula, both of whose SymPy expressions go through
-  :mod:`~integrators.codegen.from_sympy`, as do SymPy Lagrangians);
-* :mod:`~integrators.codegen.runtime`: the C of Taylor arithmetic, each operation written once;
-* :mod:`~integrators.codegen.emit`: the program as the C function a compiled form needs;
-* :mod:`~integrators.codegen.reduce`: a sum over run-time atoms of one program each (kernel expansions: the GP mean).
-
-Compiling and loading (one ctypes path, one in-process cache) is :mod:`integrators.ccompile`.
+"""The code generator of the compiled path: one intermediate representation (:mod:`.ir`), one C runtime of Taylor
+arithmetic (:mod:`.runtime`), one emitter (:mod:`.emit`), sums over atoms (:mod:`.reduce`); docs/theory/codegen.md.
 """
-
 from .emit import emit_c
 from .from_sympy import lower_sympy, lower_terms
 from .ir import OPAQUE, Jet, Program, Val

@@ -1,22 +1,9 @@
-r"""The one C emitter of the code generator: a program of :mod:`integrators.codegen.ir` as C.
-
-Only instructions that reach the result or a guard are kept, each seed moved to just before its first reader.
-Each jet lives in the smallest space of its variables (:mod:`integrators.codegen.spaces`), in a work array
-``W<d>`` of slots of ``binom(d + K, K)`` doubles, one array per space size ``d``; a slot is reused once the
-last instruction reading it has run (an instruction's output never shares a slot with its inputs, so the
-runtime need not handle aliasing). Every instruction is one call of the runtime
-(:mod:`integrators.codegen.runtime`, prefix ``jt``), included in the source. The printed function is either
-
-* ``lag_derivs(x, P, g, H)`` of :class:`~integrators.compiled.CLagrangian` (``K >= 2``): the gradient and
-  the Hessian, :math:`\partial_i\partial_j f = (1 + \delta_{ij})\,c_{e_i + e_j}`, of one jet, or of a sum
-  :math:`\sum_k c_k f_k` whose terms are never added as jets: each term's gradient and Hessian are added
-  into ``g`` and ``H`` right after it is computed (a SymPy Lagrangian's terms stay in the few variables
-  each depends on, and the Hessian's sparsity costs nothing); or
-* ``lag_taylor(x, P, T)`` of :class:`~integrators.series_c.CTaylor`: all coefficients.
-
-A failed guard sets ``g[0]`` (``T[0]``) to NaN, which makes the compiled march hand that step to the eager path.
+r"""The one C emitter of the code generator: a program of :mod:`integrators.codegen.ir` as C, each jet in the smallest
+space of its variables (:mod:`integrators.codegen.spaces`) and a reused slot of a work array, each instruction one call
+of the runtime (prefix ``jt``). It prints ``lag_taylor(x, P, T)`` (all coefficients) or ``lag_derivs(x, P, g, H)``,
+:math:`g_i = c_{e_i}`, :math:`H_{ij} = (1 + \delta_{ij})\,c_{e_i + e_j}` of one jet or of a sum :math:`\sum_k c_k f_k`
+added term by term; a failed guard sets ``g[0]`` (``T[0]``) to NaN (docs/theory/codegen.md, "The emitter").
 """
-
 from __future__ import annotations
 
 import math
@@ -188,10 +175,8 @@ def _layout(prog: Program, result, taylor: bool):
 def emit_c(prog: Program, result, *, taylor: bool = False, prelude: str = "",
            prefix: str = PREFIX) -> Tuple[str, int, int]:
     """``(source, number of jet operations, number of weighted terms in table form)`` of ``lag_derivs`` (or, with
-    ``taylor``, ``lag_taylor``) computing the jet ``result``, or (``lag_derivs`` only) the sum of a list of terms
-    ``[(c, scalar)]`` whose derivatives are added into ``g`` and ``H`` one by one; ``prelude``: C lines run first
-    (they may define the arrays that ``gather`` instructions read); ``prefix``: of the runtime's C names (two
-    programs of different sizes in one file need two)."""
+    ``taylor``, ``lag_taylor``) of the jet ``result``, or (``lag_derivs`` only) of a sum of terms ``[(c, scalar)]``;
+    ``prelude``: C lines run first (arrays that ``gather`` reads); ``prefix``: of the runtime's C names."""
     D, K = prog.D, prog.K
     code, spaces, slot, counts, result, terms = _layout(prog, result, taylor)
     work = sum(n * size(d, K) for d, n in counts.items())
@@ -238,11 +223,9 @@ def emit_c(prog: Program, result, *, taylor: bool = False, prelude: str = "",
 
 
 def _inlining(instructions: int, of_size: int, S: int, terms: bool) -> dict:
-    """How the runtime of polynomials of ``S`` coefficients, used by ``of_size`` of the ``instructions``, is compiled
-    (:func:`~integrators.codegen.runtime.header`'s reasons): in a sum of terms (a SymPy Lagrangian's, ``terms``)
-    always inlined when ``of_size * S`` is small (1.4x faster), else left to gcc in a small program and kept calls in
-    a large one. Other programs keep gcc's choice (a traced model's Taylor form, always inlined, took 3x longer to
-    compile)."""
+    """How the runtime of polynomials of ``S`` coefficients, used by ``of_size`` of the ``instructions``, is compiled:
+    in a sum of terms always inlined when ``of_size * S <= INLINE_BUDGET``, else calls in a program of more than
+    :data:`INLINE_MAX` instructions (measurements: docs/theory/codegen.md)."""
     if terms and of_size * S <= INLINE_BUDGET:
         return {"inline": True}
     return {"noinline": instructions > INLINE_MAX}
@@ -265,7 +248,7 @@ def _statement(ins: tuple, arg, val, p: str, slot) -> str:
     if op == "lin" and len(a) >= 16 and all(isinstance(c, Val) and c.name.startswith("P[") for c in a[0::2]):
         d = slot[out.k][0]
         table = ", ".join(f"{slot[j.k][1]} * {p.upper()}_S, {c.name[2:-1]}" for c, j in zip(a[0::2], a[1::2]))
-        # a table and a loop, not one call per term: the straight-line form takes gcc minutes for a 64x64 layer
+        # a table and a loop, not one call per term (gcc's time: docs/theory/codegen.md)
         return f"{{ static const int T[] = {{{table}}}; {p}_lin_p(T, {len(a) // 2}, P, W{d}, {arg(out)}); }}"
     if op == "lin":
         terms = [f"{p}_scale({arg(a[1])}, {val(a[0])}, {arg(out)});"]

@@ -1,31 +1,8 @@
-r"""The SymPy front-end of the code generator: expressions lowered onto a program of :mod:`integrators.codegen.ir`.
-
-One rule per kind of node, after SymPy's common-subexpression elimination (``cse``), so that a subexpression
-is computed once:
-
-* numbers (rationals, :math:`\pi`, ...): literals;
-* sums: added by halves (partial sums in few variables), terms with a negative coefficient subtracted;
-* products: the numerator's factors multiplied, divided once by the product of the factors :math:`b^{-k}`
-  (:math:`k` a positive integer);
-* powers :math:`b^e` with :math:`e` a number: integer :math:`e` by repeated squaring (products of jets, no
-  ``pow`` call), :math:`e = \pm 1/2` as ``sqrt``/``rsqrt``, other exponents the binomial series of ``pow``;
-  an exponent that is a run-time value (a parameter) also takes ``pow``;
-* powers :math:`b^e` with an exponent that depends on the state: :math:`\exp(e \log b)`;
-* functions: those of :data:`~integrators.codegen.runtime.FUNCTIONS` by name (``erf`` included), and others by
-  composition, exact on Taylor polynomials because composition of truncated series is:
-  :math:`\arcsin a = \arctan(a/\sqrt{1-a^2})`, :math:`\arccos a = \pi/2 - \arcsin a`,
-  :math:`\operatorname{erfc} = 1 - \operatorname{erf}`, :math:`\operatorname{acot} a = \arctan(1/a)`,
-  :math:`\operatorname{atanh} a = (\log(1+a) - \log(1-a))/2`, :math:`\operatorname{acosh} a = \log(a + \sqrt{a^2-1})`,
-  :math:`\operatorname{asinh} a = \pm\log(|a| + \sqrt{a^2+1})` with the sign of :math:`a` (no cancellation),
-  :math:`\operatorname{atan2}(y, x) = 2\arctan(y/(r + x))` for :math:`x > 0` and
-  :math:`\pm\pi - 2\arctan(y/(r - x))` otherwise, with the sign of :math:`y` (:math:`r = \sqrt{x^2+y^2}`;
-  each form free of cancellation where it is used, and finite with continuous derivatives across the cut
-  :math:`x < 0, y = 0`, where only the value jumps by :math:`2\pi`).
-
-Anything else (an unknown symbol, a piecewise or unevaluated term) raises :class:`~integrators.compiled.NotLowerable`.
-Used by :mod:`integrators.compiled` (a SymPy Lagrangian, :func:`lower_terms`) and :mod:`integrators.series_c`.
+r"""The SymPy front-end of the code generator: expressions lowered onto a program of :mod:`integrators.codegen.ir`,
+one rule per kind of node after common-subexpression elimination (numbers, sums by halves, products, powers, the
+runtime's functions by name and others by composition, exact on truncated series; :func:`_composed`, :func:`_atan2`).
+Anything else raises :class:`~integrators.compiled.NotLowerable` (the rules and their reasons: docs/theory/codegen.md).
 """
-
 from __future__ import annotations
 
 import math
@@ -113,9 +90,7 @@ def _node(prog: Program, names: Dict[Any, Any], e):
 
 def _sum(prog: Program, names, terms):
     """``(s, negative)``: the sum of the terms ``(expr, negative)`` is ``-s`` if ``negative`` else ``s``, added by
-    halves, each half lowered only when it is added: at most log2(len) partial sums are live at once, and,
-    as SymPy lists terms in the same variables together, partial sums of neighbours stay in small spaces
-    (:mod:`integrators.codegen.spaces`; a running sum would carry every partial sum in all the variables)."""
+    halves, each half lowered only when it is added (why: docs/theory/codegen.md)."""
     if len(terms) == 1:
         return _node(prog, names, terms[0][0]), terms[0][1]
     half = len(terms) // 2
@@ -169,7 +144,9 @@ def _function(prog: Program, name: str, args: List[Any]):
 
 
 def _composed(prog: Program, name: str, a):
-    """The functions of one argument lowered by composition (exact on Taylor polynomials)."""
+    r""":math:`\arcsin a = \arctan(a/\sqrt{1-a^2})`, :math:`\arccos a = \pi/2 - \arcsin a`, :math:`\mathrm{erfc} = 1 -
+    \mathrm{erf}`, :math:`\mathrm{acot}\,a = \arctan(1/a)`, :math:`\mathrm{atanh}\,a = (\log(1+a) - \log(1-a))/2`,
+    :math:`\mathrm{acosh}\,a = \log(a + \sqrt{a^2-1})`, :math:`\mathrm{asinh}\,a = \pm\log(|a| + \sqrt{a^2+1})` (sign of a)."""
     if name == "asin":
         return prog.unary("atan", prog.mul(a, prog.unary("rsqrt", prog.sub(1.0, prog.mul(a, a)))))
     if name == "acos":

@@ -1,24 +1,9 @@
-r"""The intermediate representation of the code generator: straight-line programs over truncated Taylor values.
-
-A front-end (a traced torch Lagrangian, a :mod:`bea` series formula) builds, scalar by scalar, a program
-whose scalars are
-
-* *literals* (Python floats: numbers fixed by the code, folded as it is traced),
-* *values* (:class:`Val`: numbers known at run time but constant in the state, e.g. a network's weights,
-  read from the parameter array ``P``, and comparisons, which carry no derivative), and
-* *jets* (:class:`Jet`): functions of the variables :math:`x \in \mathbb R^D` (the state :math:`(q, v)`)
-  carried as their Taylor polynomial to degree ``K`` at :math:`x` (``K = 2``: value, gradient, Hessian; ``K``
-  is a number of the program, not a dialect).
-
-Each instruction ``(op, out, *args)`` has one lowering rule in C, in :mod:`integrators.codegen.runtime`, and
-:mod:`integrators.codegen.emit` prints the program.
-
-Obvious identities (``x * 0``, ``x * 1``, ``x + 0``) are applied to literals while tracing, which removes
-most of the zeros that autograd's backward formulas introduce. *Opaque* scalars (:data:`OPAQUE`) stand
-for results with no lowering (an eigen-decomposition inside a regularity check); they may only reach
-guards, which are then dropped (the eager path re-checks any step that fails in C).
+r"""The intermediate representation of the code generator: straight-line programs whose scalars are literals
+(floats, folded while building: ``x * 0``, ``x * 1``, ``x + 0``), run-time values constant in the state (:class:`Val`),
+jets (:class:`Jet`: Taylor polynomials to degree ``K`` in :math:`x \in \mathbb R^D`) and :data:`OPAQUE` (no lowering;
+reaches guards only, which are then dropped). Each instruction ``(op, out, *args)`` has one C rule in
+:mod:`integrators.codegen.runtime` (docs/theory/codegen.md).
 """
-
 from __future__ import annotations
 
 import math
@@ -62,7 +47,7 @@ VALUE_BINARY = {"add": "({} + {})", "sub": "({} - {})", "mul": "({} * {})", "div
                 "and": "(double)({} != 0.0 && {} != 0.0)", "or": "(double)({} != 0.0 || {} != 0.0)",
                 "max": "fmax({}, {})", "min": "fmin({}, {})"}
 
-#: most instructions one program may hold (the size policy: beyond it the C would take minutes to compile)
+#: most instructions one program may hold (beyond it the C would take minutes to compile)
 MAX_INSTRUCTIONS = 60000
 
 

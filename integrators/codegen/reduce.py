@@ -1,26 +1,9 @@
-r"""A sum over run-time atoms: the IR construct of kernel expansions :math:`f(x) = \sum_b \sum_k \phi_b(x; a_{bk})`.
-
-A front-end (the GP posterior mean, :mod:`learners.shadow.compiled_mean`) writes the term of *one* atom of each
-kind ``b`` as a program of :mod:`integrators.codegen.ir` (a :class:`Block`: ``D`` variables, degree ``K``) whose
-run-time numbers are the atom's own, :func:`atom` (``A[j]``), and those all atoms share, :func:`shared` (``G[j]``).
-The atoms are data: one C function serves every fitted model of a shape. ``P`` is ``[n_0, .., n_{B-1}`` (atoms of
-each kind) ``, G, rows of kind 0 (n_0 x width_0), rows of kind 1, ..]``. :func:`emit_sum` prints
-``void <name>(const double *X, long N, const double *P, double *T)``: at each of the ``N`` states ``X`` (row-major
-``N x D``, ``N`` a multiple of ``lanes``) the Taylor coefficients :math:`\partial^\beta f/\beta!`, :math:`|\beta| \le K`,
-in :func:`~integrators.codegen.runtime.monomials` order.
-
-Each operation is the runtime's rule (:mod:`integrators.codegen.runtime`: the truncated product; ``exp`` as the
-series :math:`f_0 \sum_q \delta^q/q!`) written out over the coefficients that can be nonzero: a jet carries its
-*pattern* (a seed :math:`x_i` two coefficients, a function of :math:`x_i` alone the powers of :math:`x_i`), and a
-product sums only pairs of nonzero coefficients, so that a product with a quadratic costs a handful per
-coefficient. ``exp`` of a sum of functions of one variable each is the product of their exps (a series in one
-variable each): a Gaussian costs one multiplication per coefficient and variable, and the closed forms of its
-derivatives (Hermite polynomials) fall out of the rules instead of being derived by hand. Instructions run where
-their inputs allow: on shared numbers once, on an atom's numbers once per atom, the rest per atom and state,
-``lanes`` states side by side in a loop without calls or branches that the compiler vectorises (``exp`` there is
-:data:`EXP_SOURCE`, inline).
+r"""A sum over run-time atoms: the IR construct of kernel expansions :math:`f(x) = \sum_b \sum_k \phi_b(x; a_{bk})`,
+one program per kind ``b`` (a :class:`Block`) with the atom's numbers :func:`atom` (``A[j]``) and shared ones
+:func:`shared` (``G[j]``); ``P = [n_0, .., n_{B-1}, G, rows of kind 0, ..]``. Each runtime rule is written out over
+the coefficients that can be nonzero, ``exp`` of a sum of one-variable functions as a product of one-variable series
+(:meth:`_Block._exp`), and each line runs once, per atom, or per atom and state (docs/theory/codegen.md).
 """
-
 from __future__ import annotations
 
 import math
@@ -36,10 +19,8 @@ from .runtime import FUNCTIONS, monomials, size
 
 __all__ = ["Block", "atom", "shared", "emit_sum", "EXP_SOURCE"]
 
-#: exp without a library call, so that the lane loop vectorises: Cody--Waite reduction x = k ln2 + t,
-#: |t| <= ln2/2, Taylor polynomial to t^13 (truncation < 1e-17 relative), 2^k assembled in the exponent bits;
-#: 0 below -708 (near where exp turns subnormal), inf above 709 (exp(709) = 8.2e307; the few values between it and
-#: the overflow at 709.78 come back as inf).
+#: exp without a library call, so that the lane loop vectorises: x = k ln2 + t, |t| <= ln2/2, sum_{j <= 13} t^j/j!
+#: times 2^k (range and accuracy: docs/theory/codegen.md)
 EXP_SOURCE = "\n".join([
     "#include <math.h>", "static inline double cg_exp(double x) {",
     "    const double shifter = 6755399441055744.0; /* 2^52 + 2^51: adding it rounds to an integer */",
@@ -159,8 +140,7 @@ class _Block:
 
     def _exp(self, x: Dict[int, str], out: Jet) -> Dict[int, str]:
         r""":math:`e^{a} = e^{a_0} \prod_v \sum_q \delta_v^q/q!`, :math:`\delta = a - a_0 = \sum_v \delta_v` grouped by the
-        one variable of each coefficient (one group: the runtime's series); :math:`e^{a_0}` multiplies last (measured:
-        the code that waits for it less is 10% faster)."""
+        one variable of each coefficient (one group: the runtime's series); :math:`e^{a_0}` multiplies last."""
         groups: Dict[int, Dict[int, str]] = {}
         for k, e in x.items():
             if k:
@@ -182,9 +162,9 @@ class _Block:
 
 
 def emit_sum(blocks: List[Block], n_shared: int, *, name: str = "atom_sum", lanes: int = 8, exp: str = "cg_exp") -> str:
-    """C of ``void <name>(const double *X, long N, const double *P, double *T)`` (module docstring); ``lanes``: states
-    side by side; ``exp``: ``cg_exp`` (:data:`EXP_SOURCE`, included by the caller: it vectorises) or the C library's
-    (faster one state at a time)."""
+    r"""C of ``void <name>(const double *X, long N, const double *P, double *T)``: at each of the ``N`` states ``X``
+    (``N x D``, ``N`` a multiple of ``lanes``) :math:`\partial^\beta f/\beta!`, :math:`|\beta| \le K`; ``exp``:
+    ``cg_exp`` (:data:`EXP_SOURCE`, included by the caller: it vectorises) or the C library's (one state at a time)."""
     D, K = blocks[0].prog.D, blocks[0].prog.K
     if any((b.prog.D, b.prog.K) != (D, K) for b in blocks):
         raise InternalError("the blocks of one sum must share D and K")

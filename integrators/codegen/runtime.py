@@ -1,26 +1,10 @@
-r"""The C runtime of the code-generation IR: arithmetic on truncated multivariate Taylor polynomials.
-
-A value in ``D`` variables to total degree ``K`` is the array of its Taylor coefficients
-:math:`c_\beta = \partial^\beta f(x_0)/\beta!` over the multi-indices :math:`|\beta| \le K`, in
-:func:`monomials` order (graded: degree 0, then 1, ...; index ``1 + i`` is the variable ``i``). ``K = 2`` is
-the value, gradient and (upper) Hessian: :math:`\partial_i\partial_j f = c_{e_i + e_j}` for :math:`i \ne j`,
-:math:`2 c_{2e_i}` on the diagonal. Every operation is written once, for any ``(D, K)``:
-
-* product: the truncated convolution :math:`(ab)_\gamma = \sum_{\alpha+\beta=\gamma} a_\alpha b_\beta`, one C
-  expression per coefficient (``mul``);
-* quotient: :math:`o = a/b` solved degree by degree, :math:`o_\gamma = (a_\gamma - \sum_{\beta<\gamma}
-  o_\beta b_{\gamma-\beta})/b_0` (``div``);
-* a smooth function of one value: :math:`\phi(a) = \sum_{k\le K} f_k\,\delta^k`, :math:`\delta = a - a_0`,
-  :math:`f_k = \phi^{(k)}(a_0)/k!` (``powers``, ``series``); :math:`\delta^k` has no term below degree
-  :math:`k`, so its products skip those coefficients. The :math:`f_k` come from one-variable recurrences
-  (``coef``): :math:`\phi' = w(\phi)` gives :math:`f_k = w_{k-1}/k` (``exp``, ``tanh``: :math:`w = 1 - \phi^2`,
-  ``sigmoid``: :math:`\phi - \phi^2`, ``tan``, ``sin``/``cos`` in pairs), a power :math:`a^e` the binomial
-  series :math:`\binom{e}{k}a_0^{e-k}`, ``log`` :math:`f_k = -f_{k-1}(k-1)/(k a_0)`.
-
-:func:`header` writes the sizes (``<P>_D``, ``<P>_K``, ``<P>_S``) and the functions ``<p>_*`` for one
-``(D, K)`` and name prefix ``p`` (two sizes can share a C file); only integers enter it.
+r"""The C runtime of the code-generation IR: arithmetic on truncated Taylor polynomials in ``D`` variables to degree
+``K``, coefficients :math:`c_\beta = \partial^\beta f(x_0)/\beta!` in :func:`monomials` order. Product
+:math:`(ab)_\gamma = \sum_{\alpha+\beta=\gamma} a_\alpha b_\beta`; quotient :math:`o_\gamma = (a_\gamma -
+\sum_{\beta<\gamma} o_\beta b_{\gamma-\beta})/b_0`; a function of one value :math:`\phi(a) = \sum_{k\le K} f_k\delta^k`,
+:math:`\delta = a - a_0`, :math:`f_k = \phi^{(k)}(a_0)/k!` from one-variable recurrences (``coef``; each rule and why
+it is written so: docs/theory/codegen.md).
 """
-
 from __future__ import annotations
 
 import itertools
@@ -107,8 +91,8 @@ def _sum(pairs, a: str, b: str) -> str:
 
 
 def _unrolled(D: int, K: int, p: str) -> List[str]:
-    """``mul``, ``div`` and ``powers`` written out for one ``(D, K)``: every coefficient one expression with
-    constant indices (a table-driven loop spends its time on the indirect loads)."""
+    r"""``mul``, ``div`` and ``powers`` (:math:`\delta^k`, ``k = 1..K``) written out for one ``(D, K)``: every
+    coefficient one expression with constant indices."""
     S, full = size(D, K), _products(D, K)
     lines = ["/* c = a b (c distinct from a and b) */", f"static void {p}_mul(const double *a, const double *b, double *c) {{"]
     lines += [f"    c[{k}] = {_sum(full.get(k, []), 'a', 'b')};" for k in range(S)]
@@ -180,9 +164,8 @@ static void p_ode(double *y, double c0, double c1, double c2) {
 
 def _lin_p(S: int, p: str) -> List[str]:
     """``lin_p(T, m, P, W, o)``: ``o = sum_t P[T[2t+1]] W[T[2t] ..]``, a linear combination with run-time
-    coefficients (a network's weights), ``T[2t]`` the offset of a term in the work array ``W`` (``o`` is never
-    a term). For ``S <= 64`` the sums run in registers, 4 coefficients per vector (GNU C vector types) and the
-    last ``S % 4`` in scalars; each lane does the scalar operations in the scalar order: the same results."""
+    coefficients, ``T[2t]`` the offset of a term in the work array ``W`` (``o`` is never a term); for ``S <= 64`` in
+    registers, 4 lanes per GNU C vector, each in the scalar order (the same results)."""
     head = [f"static void {p}_lin_p(const int *restrict T, int m, const double *restrict P, const double *restrict W,",
             "                    double *restrict o) {"]
     if S > 64:
@@ -223,14 +206,10 @@ def _coef(p: str) -> List[str]:
 
 def header(D: int, K: int, prefix: str = "tp", noinline: bool = False, inline: bool = False) -> str:
     """Sizes and the ``<prefix>_*`` functions for polynomials in ``D`` variables to degree ``K``. ``noinline``: the
-    helpers stay calls (inlined into thousands of straight-line calls they make gcc take minutes); ``inline``:
-    they are always inlined (gcc's own limits leave calls of small polynomials' products in a program of a
-    few hundred of them, whose jets then go through memory)."""
+    helpers stay calls; ``inline``: they are always inlined (when to use which: docs/theory/codegen.md)."""
     P = prefix.upper()
     lines = [f"#define {P}_D {D}", f"#define {P}_K {K}", f"#define {P}_S {size(D, K)}", *UNROLL]
-    # the loops over coefficients unrolled (not those over a network's terms, _lin_p): inlined into a small
-    # program, its jets then stay in registers (a pendulum's lag_derivs 2.5x faster; the order of the
-    # operations, and so the numbers, unchanged)
+    # the loops over coefficients unrolled (not those over a network's terms, _lin_p): jets stay in registers
     lines += [_unroll(x) for x in _unrolled(D, K, prefix)] + _lin_p(size(D, K), prefix)
     text = "\n".join(lines) + _unroll(_HELPERS.replace("p_", prefix + "_").replace("P_", P + "_") + "\n".join(_coef(prefix)))
     text += "\n"

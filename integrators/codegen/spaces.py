@@ -1,16 +1,8 @@
-r"""Each instruction in the smallest space of variables: a pass over a program of :mod:`integrators.codegen.ir`.
-
-A jet that depends on a subset :math:`V` of the ``D`` variables has Taylor coefficients only on the
-monomials in :math:`V`: it is carried as a polynomial in :math:`|V|` variables, :math:`\binom{|V|+K}{K}`
-numbers instead of :math:`\binom{D+K}{K}` (the potential of a mechanical Lagrangian depends on the positions
-only: for ``n = 2`` and ``K = 4``, 15 numbers instead of 70). An instruction runs in the union of its
-inputs' spaces; an input from a smaller space is first *embedded* (``embed``: its coefficients copied to the
-same monomials of the larger space, zeros elsewhere, which changes no number). The sums of the runtime then
-skip only products with a zero factor, so the results are those of the full space up to the order of
-additions. At most :data:`MAX_SIZES` sizes below ``D`` are kept (each size is one more runtime to compile),
-none below :data:`MIN_D` variables; a jet of another size is carried in the full space.
+r"""Each instruction in the smallest space of variables: a jet that depends on the variables :math:`V` is carried in
+:math:`\binom{|V|+K}{K}` coefficients instead of :math:`\binom{D+K}{K}`; an instruction runs in the union of its
+inputs' spaces, a smaller input first embedded (the same monomials, zeros elsewhere: no number changes). At most
+:data:`MAX_SIZES` sizes below ``D``, none below :data:`MIN_D` variables (docs/theory/codegen.md, "Smaller spaces").
 """
-
 from __future__ import annotations
 
 import itertools
@@ -24,8 +16,7 @@ __all__ = ["split", "MAX_SIZES"]
 
 #: most space sizes below D one program uses
 MAX_SIZES = 3
-#: programs in fewer variables stay in the full space: for D = 2 (n = 1) the embeddings cost more than the
-#: smaller polynomials save (measured: a pendulum's derivatives 15% slower split than not)
+#: programs in fewer variables stay in the full space (measured: docs/theory/codegen.md)
 MIN_D = 4
 
 Space = Tuple[int, ...]

@@ -1,19 +1,9 @@
-r"""A ModLaNet on the compiled integrator path (:mod:`integrators.compiled`), through the tracing front-end.
-
-The model is ordinary torch code, so :func:`integrators.traced.trace_lagrangian` turns its forward pass into a
-program of :mod:`integrators.codegen` (each network layer one linear combination with run-time weights, each
-activation one function rule; the energy cells, which depend on the positions only, run on polynomials in the
-positions), and :func:`integrators.traced.trace_taylor` into its Taylor polynomial to any degree, which a :mod:`bea`
-series of the model needs (:math:`\mathrm{inv}_2(M)`: order 4, :mod:`integrators.series_c`). A new element or cell
-needs no C of its own: its ``forward`` in torch is its compiled form, once its class is listed in :data:`TRACEABLE`.
-
-:func:`plan` refuses, with :class:`integrators.compiled.NotLowerable` (the integrator then takes its eager path), any
-submodule not in :data:`TRACEABLE` (a ``CallableTransform``, whose Python the trace cannot vouch for, a plain callable
-cell), a subclass overriding the computation, and tensors that are not float64. The weights are read before every
-chunk of steps (training may continue between rollouts); a change of structure after the form was built raises
-:class:`~bea.errors.BeaRuntimeError`. Under ``execution="auto"`` batches above :data:`AUTO_MAX_BATCH` stay eager.
+r"""A ModLaNet on the compiled integrator path (:mod:`integrators.compiled`), through the tracing front-end:
+:func:`integrators.traced.trace_lagrangian` turns its forward pass into a program of :mod:`integrators.codegen`, and
+:func:`integrators.traced.trace_taylor` into its Taylor polynomial (for a :mod:`bea` series, :mod:`integrators.series_c`).
+:func:`plan` refuses, with :class:`integrators.compiled.NotLowerable`, any submodule not in :data:`TRACEABLE`, a
+subclass overriding the computation, and tensors that are not float64 (docs/theory/codegen.md, "ModLaNet").
 """
-
 from __future__ import annotations
 
 import dataclasses
@@ -29,9 +19,7 @@ from . import elements as E
 
 __all__ = ["c_lagrangian", "c_taylor", "plan", "TRACEABLE", "AUTO_MAX_BATCH"]
 
-#: batches above this roll out eagerly under execution="auto": double pendulum, cells 2 x 50, one core,
-#: trajectory-steps/s compiled / eager: 7.3 k / 6.2 k at batch 100, 7.4 k / 15.4 k at batch 1000
-#: (benchmarks/RESULTS_speed.md); the C loop costs the same per trajectory at any batch
+#: batches above this roll out eagerly under execution="auto" (measured: docs/theory/codegen.md)
 AUTO_MAX_BATCH = 200
 #: the submodules whose forward is known torch code; a CallableTransform or FixedCell runs Python that the trace
 #: cannot vouch for (a branch on a value it did not see)

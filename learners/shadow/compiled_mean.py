@@ -1,26 +1,10 @@
-r"""The GP posterior means in C: each one sum over atoms of the code generator's IR (:mod:`integrators.codegen.reduce`).
-
-One atom's term of each kind is a program of :mod:`integrators.codegen.ir` in the scaled variables, whose Taylor
-rules on the coefficients that can be nonzero give the closed forms (the Gaussian's exponent is a sum of functions of
-one variable each, so its exp is the product of series in one variable: the Hermite polynomials of
-:math:`\partial_r^\beta e = (-1)^{|\beta|}He_\beta(r)\,e`) at the cost of the hand-derived code they replace.
-
-* RBF (:class:`~learners.shadow.kernels.AtomExpansion`, :func:`rbf_blocks`): :math:`f(x) = \sigma_f^2 \sum_k e_k
-  P_k(r_k)`, :math:`r_k = (x - y_k)/\ell`, :math:`e_k = e^{-|r_k|^2/2}`, :math:`P_k(r) = c_k + \tilde v_k\cdot r +
-  c^{(2)}_k (\tilde u_k\cdot r)(\tilde d_k\cdot r)` (:math:`c_k = c^0_k - c^{(2)}_k\,\tilde u_k\cdot\tilde d_k`);
-  ``P = [K1, K2, ell (D), sigma_f^2, K1 x (y (D), v (D), c), K2 x (y, v, c, c2, u (D), d (D))]``.
-* mechanical (:class:`~learners.shadow.mechanical.MechanicalExpansion`, :func:`mechanical_blocks`): :math:`f =
-  \sigma_f^2 \sum_k c_k E_k T_k` in :math:`(q/\ell, v/\lambda)`, a Gaussian in the positions times :math:`T_m`, a
-  polynomial in :math:`b = 1 + \tilde v\cdot\tilde y^v`, :math:`\rho_j` and :math:`\nu_j` for atoms of order ``m``
-  (that class's docstring); ``P = [K0, K1, K2, ell (n), lambda (n), sigma_f^2, rows]``, a row of order ``m`` being
-  ``(c, y^q (n), y^v (n), m x (w^q (n), w^v (n)), [w^q_1 . w^q_2 if m = 2])``, all scaled.
-
-Two forms: :func:`c_lagrangian_of_expansion`, the gradient and Hessian (degree 2) as a
-:class:`~integrators.compiled.CLagrangian` (both kernels), so the compiled integrator steps a learned Lagrangian
-without torch; :class:`RBFJet`, every partial derivative of the RBF mean to any order ``K`` at a batch of states, for
-the :mod:`bea` series of the mean (:class:`learners.shadow.rbf_jet.JetLagrangian`).
+r"""The GP posterior means in C: each one sum over atoms of the code generator's IR (:mod:`integrators.codegen.reduce`),
+in scaled variables. RBF (:func:`rbf_blocks`): :math:`f(x) = \sigma_f^2 \sum_k e_k P_k(r_k)`, :math:`r_k = (x - y_k)/\ell`,
+:math:`e_k = e^{-|r_k|^2/2}`, :math:`P_k` of degree 2 in :math:`r`; mechanical (:func:`mechanical_blocks`):
+:math:`f = \sigma_f^2 \sum_k c_k E_k T_k` in :math:`(q/\ell, v/\lambda)`. Forms: :func:`c_lagrangian_of_expansion`
+(gradient and Hessian) and :class:`RBFJet` (every derivative to order ``K``); the layouts of ``P``:
+docs/theory/codegen.md, "The GP means".
 """
-
 from __future__ import annotations
 
 import ctypes
@@ -37,11 +21,9 @@ from .kernels import AtomExpansion
 __all__ = ["c_lagrangian_of_expansion", "rbf_blocks", "mechanical_blocks", "RBFJet", "StandardisedMean", "data_units_form",
            "MAX_JET_COLUMNS"]
 
-#: largest number of partial derivatives per state (binom(D + K, K)); beyond it the generated C would be
-#: impractically large and autograd is the better tool
+#: largest number of partial derivatives per state (binom(D + K, K)); beyond it autograd is the better tool
 MAX_JET_COLUMNS = 2000
-#: states per inner loop of :class:`RBFJet` (side by side in vector registers; measured on AVX-512: 8 lanes 1.6x
-#: faster than 4 at K = 4)
+#: states per inner loop of :class:`RBFJet`, side by side in vector registers (docs/theory/codegen.md)
 LANES = 8
 
 
@@ -55,10 +37,8 @@ def _gaussian(prog, r):
 
 def rbf_blocks(D: int, K: int):
     r"""The two :class:`integrators.codegen.reduce.Block` of the RBF mean in ``D`` variables to degree ``K``: one
-    atom's term :math:`e_k P_k` (first-order atoms, then atoms with a second-order part; layout in the docstring), in
-    the variables :math:`x/\ell` (the derivatives of :math:`r` are then ones, which the generated code multiplies
-    away): the Taylor coefficients of the sum times :math:`\sigma_f^2/\ell^\beta` are those in :math:`x` (applied by
-    the callers)."""
+    atom's term :math:`e_k P_k` (first-order atoms, then atoms with a second-order part) in :math:`x/\ell`; the
+    callers multiply the coefficients by :math:`\sigma_f^2/\ell^\beta` (those in :math:`x`)."""
     from integrators.codegen import Program
     from integrators.codegen.reduce import Block, atom
 
@@ -77,8 +57,8 @@ def rbf_blocks(D: int, K: int):
 
 
 def _params(ex: AtomExpansion) -> np.ndarray:
-    """``P`` of the RBF mean (module docstring), on the host (the C code reads host memory, whatever the model's
-    device): atoms without a second-order part first; ``c = c0 + y.v``, the constant of the atom's polynomial in ``r``."""
+    """``P = [K1, K2, ell (D), sigma_f^2, K1 x (y, v, c), K2 x (y, v, c, c2, u, d)]`` of the RBF mean on the host (C reads
+    host memory), ``c = c0 + y.v`` the constant of the atom's polynomial in ``r``."""
     with torch.no_grad():
         Y, V = ex._Y, ex._V
         c = ex._const + (Y * V).sum(-1)
@@ -144,7 +124,8 @@ def mechanical_blocks(n: int, d: int, K: int):
 
 
 def _mechanical_params(ex) -> np.ndarray:
-    """``P`` of the mechanical mean (module docstring), on the host."""
+    """``P = [K0, K1, K2, ell (n), lambda (n), sigma_f^2, rows]`` of the mechanical mean on the host, a row of order ``m``
+    ``(c, y^q, y^v, m x (w^q, w^v), [w^q_1 . w^q_2 if m = 2])``."""
     with torch.no_grad():
         counts, rows = [], []
         by_order = {g["m"]: g for g in ex._groups}
@@ -242,8 +223,7 @@ class RBFJet:
         if X.dim() != 2 or X.shape[1] != self.D:
             raise BeaValueError(f"states must have shape (B, {self.D}), got {tuple(X.shape)}")
         fn, B = self._fn(K), X.shape[0]
-        # the last group of LANES states padded with zeros: every lane is computed alone, so the padding changes
-        # no number of the others (one loop in the C, not a second one-lane copy for the rest)
+        # the last group of LANES states padded with zeros: each lane is computed alone
         x = np.zeros((-(-B // LANES) * LANES, self.D))
         x[:B] = X.detach().to(torch.float64).cpu().numpy() / self._ell
         out = np.empty((x.shape[0], len(self._factors[K])), dtype=np.float64)
