@@ -18,8 +18,7 @@ from bea.errors import BeaValueError
 
 from .kernels import AtomExpansion
 
-__all__ = ["c_lagrangian_of_expansion", "rbf_blocks", "mechanical_blocks", "RBFJet", "StandardisedMean", "data_units_form",
-           "MAX_JET_COLUMNS"]
+__all__ = ["c_lagrangian_of_expansion", "rbf_blocks", "mechanical_blocks", "RBFJet", "MAX_JET_COLUMNS"]
 
 #: largest number of partial derivatives per state (binom(D + K, K)); beyond it autograd is the better tool
 MAX_JET_COLUMNS = 2000
@@ -232,44 +231,3 @@ class RBFJet:
         fn(ptr(x), x.shape[0], ptr(self._params), ptr(out))
         return (torch.from_numpy(out[:B]) * self._factors[K]).to(X.device)
 
-
-class StandardisedMean:
-    r""":math:`\bar L'_{inv}` of a fitted model in its standardised coordinates, callable as ``L(q, v)``
-    and with the C form of the posterior mean, so that predictions step on the integrators' compiled path."""
-
-    def __init__(self, model):
-        self.model = model
-        self.n = model.n
-
-    def __call__(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return self.model.gp.mean(torch.cat([q, v], -1))
-
-    def c_lagrangian(self):
-        return self.model._standardised_c_lagrangian()
-
-
-def data_units_form(model, n: int):
-    r"""The C form of a fitted model's posterior mean in the data's units: :math:`L(q, v) = s^2\,\bar L'((q - \bar q)/\sigma,
-    v/s)` (:mod:`learners.shadow.units`), the GP coordinates' C form composed by
-    :class:`integrators.model_protocol.AffineModel` (so the public ``integrator()`` steps in C like ``predict``)."""
-    from integrators.model_protocol import AffineModel
-
-    if model._rotation is not None:  # AffineModel maps each coordinate alone: the full linear map
-        return rotated_form(model, n)
-    speed = float(model._speed)
-    unit = float(model._unit) if model._center is not None else 1.0
-    center = model._center if model._center is not None else torch.zeros(n, dtype=torch.float64)
-    units = [unit] * n + [speed] * n
-    offsets = torch.cat([center.reshape(-1).double().cpu(), torch.zeros(n, dtype=torch.float64)])
-    return AffineModel(StandardisedMean(model), speed ** 2, units, offsets).compiled_form(n)
-
-
-def rotated_form(model, n: int):
-    r"""The C form of a model fitted in rotated coordinates: :math:`L(q, v) = s^2\,\bar L'(R^\top(q - \bar q)/\sigma,
-    R^\top v/s)` (:mod:`learners.shadow.units`), by :class:`integrators.model_protocol.LinearMapModel`."""
-    from integrators.model_protocol import LinearMapModel
-
-    speed, R = float(model._speed), model._rotation.double().cpu()
-    A = torch.block_diag(R.T / float(model._unit), R.T / speed)
-    offsets = torch.cat([model._center.reshape(-1).double().cpu(), torch.zeros(n, dtype=torch.float64)])
-    return LinearMapModel(StandardisedMean(model), speed ** 2, A, offsets).compiled_form(n)

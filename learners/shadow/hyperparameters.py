@@ -377,7 +377,7 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         the standardisation, so that every integrator of the model -- :meth:`integrator` included -- takes the
         compiled path. Raises ``integrators.compiled.NotLowerable`` for kernels without a C form."""
         self._require_fit()
-        from .compiled_mean import data_units_form
+        from .units import data_units_form
 
         return data_units_form(self, n)
 

@@ -38,7 +38,7 @@ from .._checks import as_tensor, check_finite, check_order, check_snapshots, che
 from .hyperparameters import FunctionalLagrangianModel
 from .retry import solve_with_retry
 from .functionals import Functionals, euler_lagrange_residuals, gradient_evaluations
-from .compiled_mean import StandardisedMean
+from .units import StandardisedMean
 from .held_states import midpoint_states
 from .guards import RUNAWAY_FACTOR, check_prediction, data_region, report_extrapolation, runaway
 from .lsi import DEFAULT_NEWTON

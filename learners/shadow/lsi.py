@@ -70,7 +70,7 @@ from .recovery import RecoveryMixin
 from .element_search import ElementHooks
 from .rbf_jet import RBFJet
 from .stage_lsi import accepted_scheme, check_stage_objective, fit_stages, linear_scheme
-from .compiled_mean import StandardisedMean  # noqa: F401  (re-exported: its old home)
+from .units import StandardisedMean  # noqa: F401  (re-exported: its old home)
 
 __all__ = ["InverseModifiedLagrangianGP", "DEFAULT_NEWTON", "SEARCH_ITERATIONS", "ExtrapolationWarning", "ExtrapolationError", "EXTRAPOLATION_FACTOR"]
 
@@ -290,7 +290,7 @@ class InverseModifiedLagrangianGP(ElementHooks, RecoveryMixin, FunctionalLagrang
         """The :class:`integrators.VariationalIntegrator` of the scheme on :math:`\bar L_{inv}` (data's units)."""
         self._require_fit()
         opts = {**DEFAULT_NEWTON, **newton}
-        return VariationalIntegrator(self, self.h, self.scheme, **opts)  # C form: compiled_mean.data_units_form
+        return VariationalIntegrator(self, self.h, self.scheme, **opts)  # C form: units.data_units_form
 
     def _integrator_std(self, **newton):
         opts = {**DEFAULT_NEWTON, **newton}
