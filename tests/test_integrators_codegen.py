@@ -34,7 +34,8 @@ CODEGEN_FILES = (
 #: (codegen/reduce.py; compiled_mean.py); learners/shadow/rbf_jet.py generates nothing and is not listed. The issue's
 #: 1,800 is not met; the count's history and what was measured and kept is in benchmarks/RESULTS_speed.md.
 #: 3,336 -> 3,227 (sessions 6-7, dedup) -> 3,263 (features) -> 3,146 (session 13 cgtrim: one GP-mean module, rule tables)
-CODEGEN_LINES = 3155
+#: -> 2,887 (session 16 cgdocs: derivations and measurements to docs/theory/codegen.md, compiled_mean's tail to units.py)
+CODEGEN_LINES = 2900
 
 
 def test_code_generation_source_stays_within_its_bound():
