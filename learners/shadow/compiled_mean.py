@@ -36,8 +36,9 @@ def _gaussian(prog, r):
 
 def rbf_blocks(D: int, K: int):
     r"""The two :class:`integrators.codegen.reduce.Block` of the RBF mean in ``D`` variables to degree ``K``: one
-    atom's term :math:`e_k P_k` (first-order atoms, then atoms with a second-order part) in :math:`x/\ell`; the
-    callers multiply the coefficients by :math:`\sigma_f^2/\ell^\beta` (those in :math:`x`)."""
+    atom's term :math:`e_k P_k` (first-order atoms, then atoms with a second-order part) in :math:`x/\ell`, with
+    :math:`P_k(r) = c_k + \tilde v_k\cdot r + c^{(2)}_k (\tilde u_k\cdot r)(\tilde d_k\cdot r)` (the last term only for
+    second-order atoms); the callers multiply the coefficients by :math:`\sigma_f^2/\ell^\beta` (those in :math:`x`)."""
     from integrators.codegen import Program
     from integrators.codegen.reduce import Block, atom
 
