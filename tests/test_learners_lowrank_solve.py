@@ -145,9 +145,7 @@ def test_the_models_final_solve_opts_in_and_the_default_is_unchanged(monkeypatch
         A.diagonal().add_(dense.gp.noise)
         beta = torch.cholesky_solve(G.targets[:, None], torch.linalg.cholesky(A))[:, 0]
     assert dense.gp.solver is None and torch.equal(beta, dense.gp._beta)
-    low = InverseModifiedLagrangianGP(0.5, lengthscale=[1.8, 4.0], noise=1e-10)
-    low.final_solver = LowRankSolver(tol=0.0)
-    low.fit(S)
+    low = InverseModifiedLagrangianGP(0.5, lengthscale=[1.8, 4.0], noise=1e-10, final_solver=LowRankSolver(tol=0.0)).fit(S)
     assert low.gp.info.extra["rank"] == low.gp.train_functionals.count
     E0, E1 = dense.energy(2)(q, v).detach(), low.energy(2)(q, v).detach()
     assert float((E1 - E0).abs().max()) < 1e-7 * float(E0.max() - E0.min())
@@ -283,8 +281,7 @@ def test_a_searched_low_rank_fit_refuses_the_std_before_any_calibration_solve(mo
     from learners import InverseModifiedLagrangianGP
     from learners.shadow import difference_calibration
 
-    model = InverseModifiedLagrangianGP(0.5, progress=False)
-    model.final_solver = LowRankSolver()
+    model = InverseModifiedLagrangianGP(0.5, progress=False, final_solver=LowRankSolver())
     model.fit(snapshots(integrators.systems.pendulum(), 0.5, 8, 5, seed=0))
     assert model._pending_calibration is not None
     folds = []
@@ -295,3 +292,57 @@ def test_a_searched_low_rank_fit_refuses_the_std_before_any_calibration_solve(mo
     with pytest.raises(BeaValueError, match="dense solve"):
         model.calibration
     assert folds == [] and model._pending_calibration is not None
+
+
+def test_final_solver_is_a_constructor_argument_and_the_attribute_still_works(tmp_path):
+    # the pendulum of the test above (fixed hyperparameters: the final solve only). The constructor's solver and the
+    # deprecated attribute run the same code on the same data, so their means agree to rounding (1e-12 of the mean's
+    # range asked; bit-equal expected); final_solver=None given is the default, bit for bit
+    import integrators
+    from integrators.data import snapshots
+    from learners import InverseModifiedLagrangianGP, saving
+
+    S = snapshots(integrators.systems.pendulum(), 0.5, 12, 5, seed=0)
+    q = torch.linspace(-1.0, 1.0, 9, dtype=torch.float64)[:, None]
+    v = torch.linspace(-0.8, 0.8, 9, dtype=torch.float64)[:, None]
+    fixed = dict(lengthscale=[1.8, 4.0], noise=1e-10)
+    low = InverseModifiedLagrangianGP(0.5, **fixed, final_solver=LowRankSolver(tol=0.0)).fit(S)
+    old = InverseModifiedLagrangianGP(0.5, **fixed)
+    with pytest.warns(DeprecationWarning, match=r"final_solver=LowRankSolver\(tol=0.0") as caught:
+        old.final_solver = LowRankSolver(tol=0.0)
+    assert caught[0].filename == __file__  # names the user's line, not the setter's
+    old.fit(S)
+    assert low.gp._lowrank is not None and old.gp._lowrank is not None
+    L_low, L_old = low(q, v).detach(), old(q, v).detach()
+    assert float((L_low - L_old).abs().max()) <= 1e-12 * float(L_low.max() - L_low.min())
+    dense = InverseModifiedLagrangianGP(0.5, **fixed).fit(S)
+    none = InverseModifiedLagrangianGP(0.5, **fixed, final_solver=None).fit(S)
+    assert none.gp._lowrank is None and torch.equal(none.gp._beta, dense.gp._beta)
+    assert torch.equal(none(q, v), dense(q, v))
+    # saving: a low-rank posterior has no dense factor, so it is refused, saying why; a dense model's file leaves the
+    # argument out (readable by code from before it)
+    with pytest.raises(saving.ModelFileError, match="final solve was low-rank.*final_solver=None"):
+        low.save(tmp_path / "low.pt")
+    config, _ = saving.read(none.save(tmp_path / "none.pt"), InverseModifiedLagrangianGP)
+    assert "final_solver" not in config and config["noise"] == 1e-10
+
+
+def test_a_final_solver_that_is_not_a_solver_is_refused():
+    from bea.errors import BeaTypeError
+    from learners import InverseModifiedLagrangianGP, LagrangianGP
+
+    for cls in (InverseModifiedLagrangianGP, LagrangianGP):
+        for wrong in ("lowrank", LowRankSolver, 1e-12, True):
+            with pytest.raises(BeaTypeError, match="final_solver must be None .* or a learners.shadow.LowRankSolver"):
+                cls(0.5, final_solver=wrong)
+        model = cls(0.5)
+        with pytest.raises(BeaTypeError, match="final_solver must be None"):
+            model.final_solver = "lowrank"
+        assert model.final_solver is None
+    # both given: the constructor's value wins, and a different attribute is refused, not silently dropped or applied
+    model = InverseModifiedLagrangianGP(0.5, final_solver=LowRankSolver())
+    with pytest.raises(BeaValueError, match="constructed with final_solver=LowRankSolver.*constructor's value wins"):
+        model.final_solver = None
+    assert model.final_solver == LowRankSolver()
+    with pytest.warns(DeprecationWarning):
+        model.final_solver = LowRankSolver()  # the same solver: allowed
