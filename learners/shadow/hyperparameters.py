@@ -153,6 +153,7 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
     def save(self, path) -> Path:
         """Write the fitted model (constructor arguments, hyperparameters, posterior) to ``path`` atomically
         (:mod:`learners.saving`); :meth:`load` gives it back without refitting."""
+        persist.check_savable(self)
         state = persist.fitted_state(self)
         return saving.write(self, path, persist.saved_config(self), state, persist.file_version(state))
 

@@ -15,10 +15,13 @@ and ``final_solver=`` with the attribute it replaces
     refused with a typed error naming the dense route.
 
     The attribute ``model.final_solver = LowRankSolver()`` set before ``fit`` (Session 15) works for one more release,
-    with a :class:`DeprecationWarning`. Where both are given, the constructor's value wins: setting the attribute to
-    another solver than the one the model was constructed with is refused (a :class:`~bea.errors.BeaValueError`), never
-    silently ignored or applied. A saved model's file does not record ``final_solver``: a saved posterior is always the
-    dense one (:mod:`learners.shadow.persist`), and files stay readable by code from before the argument.
+    with a :class:`DeprecationWarning`; the class attribute it was is now a property (:data:`final_solver`), so
+    ``FunctionalLagrangianModel.final_solver`` reads a property object, not None. A model constructed with a
+    :class:`~learners.shadow.lowrank_solve.LowRankSolver` keeps it: setting the attribute to another solver is refused
+    (a :class:`~bea.errors.BeaValueError`), never silently ignored or applied. (An explicit ``final_solver=None`` is
+    not told apart from the default, so the attribute may still set a solver on such a model.) A saved model's file
+    does not record ``final_solver``: a saved posterior is always the dense one (:mod:`learners.shadow.persist`), and
+    files stay readable by code from before the argument.
 """
 
 from __future__ import annotations
@@ -72,7 +75,8 @@ def check_final_solver(solver) -> Optional[LowRankSolver]:
 
 
 def _get(model) -> Optional[LowRankSolver]:
-    return model._final_solver
+    # an instance from before the argument (an old pickle or deepcopy) has no _final_solver: its old attribute, or None
+    return model.__dict__.get("_final_solver", model.__dict__.get("final_solver"))
 
 
 def _set(model, solver) -> None:

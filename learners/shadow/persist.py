@@ -4,8 +4,8 @@ The posterior is kept exactly as fitted -- the Cholesky factor :math:`R` of the 
 the weights :math:`\beta = (K + \sigma_n^2 I)^{-1} y`, the conditioning functionals (their atoms) and the
 hyperparameters (the GP's ``state_dict``) -- so a loaded model predicts the same numbers without
 refitting. The fit's ``history`` (hyperparameter search trace) is not saved. So a model whose final solve was the
-low-rank one (``final_solver=``, :mod:`learners.shadow.lowrank_solve`), which has no :math:`R`, is refused; and the
-file's configuration leaves ``final_solver`` out (:func:`saved_config`).
+low-rank one (``final_solver=``, :mod:`learners.shadow.lowrank_solve`), which has no :math:`R`, is refused by
+:func:`check_savable`; and the file's configuration leaves ``final_solver`` out (:func:`saved_config`).
 """
 
 from __future__ import annotations
@@ -35,13 +35,14 @@ def _functionals(state: Dict[str, Any]) -> Functionals:
 
 def saved_config(model) -> Dict[str, Any]:
     """The constructor's arguments a model file records: all but ``final_solver``, which says how a fit solves, while
-    a saved posterior is always the dense one (:func:`fitted_state`); so files stay readable by code before it."""
+    a saved posterior is always the dense one (:func:`check_savable`); so files stay readable by code before it."""
+    # the only place final_solver is filtered out of _init_args: a file (and load's cls(**config)) never sees it
     return {k: v for k, v in model._init_args.items() if k != "final_solver"}
 
 
-def fitted_state(model) -> Dict[str, Any]:
-    """Tensors and numbers of a fitted :class:`~learners.shadow.hyperparameters.FunctionalLagrangianModel` (the
-    ``rotation`` key only for a model fitted in rotated coordinates); a low-rank posterior is refused."""
+def check_savable(model) -> None:
+    """Refuse to save a model whose final solve was low-rank (only :meth:`save` calls this; :func:`move` keeps the
+    dense-factor refusal of :attr:`~learners.shadow.gp.FunctionalGP._chol`): a file holds the dense factor R."""
     model._require_fit()
     gp = model.gp
     if gp._lowrank is not None:
@@ -49,6 +50,13 @@ def fitted_state(model) -> Dict[str, Any]:
                              "model file holds the dense Cholesky factor R, which a loaded model's std, calibration and "
                              "data_level read and a low-rank posterior does not have; fit it with final_solver=None "
                              "(the default) to save it")
+
+
+def fitted_state(model) -> Dict[str, Any]:
+    """Tensors and numbers of a fitted :class:`~learners.shadow.hyperparameters.FunctionalLagrangianModel` (the
+    ``rotation`` key only for a model fitted in rotated coordinates)."""
+    model._require_fit()
+    gp = model.gp
     state = {"n": model.n, "center": model._center, "unit": model._unit, "step": model._step, "gp": gp.state_dict(),
              "chol": gp._chol, "beta": gp._beta.detach(), "functionals": _functionals_state(gp.train_functionals),
              "info": asdict(gp.info), "variance_scale": gp.variance_scale, "norm_count": model._norm_count,
