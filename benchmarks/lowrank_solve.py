@@ -93,7 +93,7 @@ def _solve(model, system, F_data, F_norm, solver, held, orders, out):
     """In a forked child: the final solve with ``solver``, its cost and the mean at ``held`` and the level sets."""
     base = _rss_mib()
     split = _timed_parts() if solver is None else {}
-    model.final_solver = solver
+    model._final_solver = solver  # one searched model, solved both ways (a user passes final_solver= to the constructor)
     model._final = (F_data, F_norm)
     c = time.process_time()
     with warnings.catch_warnings(record=True) as caught:

@@ -122,6 +122,17 @@ def test_the_rank_cap_warns_and_bad_options_are_refused():
         LowRankSolver(tol=1.0)
 
 
+def _explicit_dense_weights(gp):
+    """A fitted model's dense weights written out here (Theta assembled and symmetrised, s^2 on its diagonal, Cholesky,
+    then its solve), not through FunctionalGP.factor: a default fit's weights equal them bit for bit."""
+    G = gp.train_functionals
+    with torch.no_grad():
+        K = gp.kernel.forward(G, G)
+        A = 0.5 * (K + K.T)
+        A.diagonal().add_(gp.noise)
+        return torch.cholesky_solve(G.targets[:, None], torch.linalg.cholesky(A))[:, 0]
+
+
 def test_the_models_final_solve_opts_in_and_the_default_is_unchanged(monkeypatch):
     # a pendulum with fixed hyperparameters (no search: the final solve only); tol 0 is the full-rank solve, equal to the
     # dense one up to rounding amplified by the condition of the nugget-regularised system (relative nugget 1e-10):
@@ -136,18 +147,8 @@ def test_the_models_final_solve_opts_in_and_the_default_is_unchanged(monkeypatch
     q = torch.linspace(-1.0, 1.0, 9, dtype=torch.float64)[:, None]
     v = torch.linspace(-0.8, 0.8, 9, dtype=torch.float64)[:, None]
     dense = InverseModifiedLagrangianGP(0.5, lengthscale=[1.8, 4.0], noise=1e-10).fit(S)
-    # the default fit's weights are the dense solve written out here (Theta assembled and symmetrised, s^2 on its
-    # diagonal, Cholesky, then its solve), not through FunctionalGP.factor: bit for bit
-    G = dense.gp.train_functionals
-    with torch.no_grad():
-        K = dense.gp.kernel.forward(G, G)
-        A = 0.5 * (K + K.T)
-        A.diagonal().add_(dense.gp.noise)
-        beta = torch.cholesky_solve(G.targets[:, None], torch.linalg.cholesky(A))[:, 0]
-    assert dense.gp.solver is None and torch.equal(beta, dense.gp._beta)
-    low = InverseModifiedLagrangianGP(0.5, lengthscale=[1.8, 4.0], noise=1e-10)
-    low.final_solver = LowRankSolver(tol=0.0)
-    low.fit(S)
+    assert dense.gp.solver is None and torch.equal(_explicit_dense_weights(dense.gp), dense.gp._beta)
+    low = InverseModifiedLagrangianGP(0.5, lengthscale=[1.8, 4.0], noise=1e-10, final_solver=LowRankSolver(tol=0.0)).fit(S)
     assert low.gp.info.extra["rank"] == low.gp.train_functionals.count
     E0, E1 = dense.energy(2)(q, v).detach(), low.energy(2)(q, v).detach()
     assert float((E1 - E0).abs().max()) < 1e-7 * float(E0.max() - E0.min())
@@ -283,8 +284,7 @@ def test_a_searched_low_rank_fit_refuses_the_std_before_any_calibration_solve(mo
     from learners import InverseModifiedLagrangianGP
     from learners.shadow import difference_calibration
 
-    model = InverseModifiedLagrangianGP(0.5, progress=False)
-    model.final_solver = LowRankSolver()
+    model = InverseModifiedLagrangianGP(0.5, progress=False, final_solver=LowRankSolver())
     model.fit(snapshots(integrators.systems.pendulum(), 0.5, 8, 5, seed=0))
     assert model._pending_calibration is not None
     folds = []
@@ -295,3 +295,69 @@ def test_a_searched_low_rank_fit_refuses_the_std_before_any_calibration_solve(mo
     with pytest.raises(BeaValueError, match="dense solve"):
         model.calibration
     assert folds == [] and model._pending_calibration is not None
+
+
+def test_final_solver_is_a_constructor_argument_and_the_attribute_still_works(tmp_path):
+    # the pendulum of the test above (fixed hyperparameters: the final solve only). The constructor's solver and the
+    # deprecated attribute run the same code on the same data, so their means agree to rounding (1e-12 of the mean's
+    # range asked; bit-equal expected); final_solver=None given is the dense solve, its weights the explicit Cholesky's
+    import integrators
+    from integrators.data import snapshots
+    from learners import InverseModifiedLagrangianGP, saving
+
+    S = snapshots(integrators.systems.pendulum(), 0.5, 12, 5, seed=0)
+    q = torch.linspace(-1.0, 1.0, 9, dtype=torch.float64)[:, None]
+    v = torch.linspace(-0.8, 0.8, 9, dtype=torch.float64)[:, None]
+    fixed = dict(lengthscale=[1.8, 4.0], noise=1e-10)
+    low = InverseModifiedLagrangianGP(0.5, **fixed, final_solver=LowRankSolver(tol=0.0)).fit(S)
+    old = InverseModifiedLagrangianGP(0.5, **fixed)
+    with pytest.warns(DeprecationWarning, match=r"final_solver=LowRankSolver\(tol=0.0") as caught:
+        old.final_solver = LowRankSolver(tol=0.0)
+    assert caught[0].filename == __file__  # names the user's line, not the setter's
+    assert old.final_solver == LowRankSolver(tol=0.0) and old.gp is None  # stored, applied at fit
+    old.fit(S)
+    assert low.gp._lowrank is not None and old.gp._lowrank is not None
+    L_low, L_old = low(q, v).detach(), old(q, v).detach()
+    assert float((L_low - L_old).abs().max()) <= 1e-12 * float(L_low.max() - L_low.min())
+    none = InverseModifiedLagrangianGP(0.5, **fixed, final_solver=None).fit(S)
+    assert none.gp._lowrank is None and torch.equal(none.gp._beta, _explicit_dense_weights(none.gp))
+    # saving: a low-rank posterior has no dense factor, so it is refused, saying why; a dense model's file leaves the
+    # argument out (readable by code from before it) and loads back with the default, predicting the same numbers
+    with pytest.raises(saving.ModelFileError, match="final solve was low-rank.*final_solver=None"):
+        low.save(tmp_path / "low.pt")
+    path = none.save(tmp_path / "none.pt")
+    config, _ = saving.read(path, InverseModifiedLagrangianGP)
+    assert "final_solver" not in config and config["noise"] == 1e-10
+    loaded = InverseModifiedLagrangianGP.load(path)
+    assert loaded.final_solver is None and torch.equal(loaded(q, v), none(q, v))
+    # moving (.cpu(), .to(): persist.move) a low-rank model is refused as before the argument, by the missing dense
+    # factor, not by the save refusal, and leaves the model as it was
+    with pytest.raises(BeaValueError, match="no dense factor"):
+        low.cpu()
+    assert low.gp._lowrank is not None and torch.equal(low(q, v).detach(), L_low)
+
+
+def test_a_final_solver_that_is_not_a_solver_is_refused():
+    from bea.errors import BeaTypeError
+    from learners import InverseModifiedLagrangianGP, LagrangianGP
+
+    for cls in (InverseModifiedLagrangianGP, LagrangianGP):
+        for wrong in ("lowrank", LowRankSolver, 1e-12, True):
+            with pytest.raises(BeaTypeError, match="final_solver must be None .* or a learners.shadow.LowRankSolver"):
+                cls(0.5, final_solver=wrong)
+        model = cls(0.5)
+        with pytest.raises(BeaTypeError, match="final_solver must be None"):
+            model.final_solver = "lowrank"
+        assert model.final_solver is None
+    # constructed with a LowRankSolver: the model keeps it; a different attribute is refused, not dropped or applied
+    model = InverseModifiedLagrangianGP(0.5, final_solver=LowRankSolver())
+    with pytest.raises(BeaValueError, match="constructed with final_solver=LowRankSolver.*constructor's value wins"):
+        model.final_solver = None
+    assert model.final_solver == LowRankSolver()
+    with pytest.warns(DeprecationWarning):
+        model.final_solver = LowRankSolver()  # the same solver: allowed
+    # an instance from before the argument (old pickle, deepcopy) has no _final_solver: its old attribute, else None
+    del model.__dict__["_final_solver"]
+    assert model.final_solver is None
+    model.__dict__["final_solver"] = LowRankSolver(tol=0.0)
+    assert model.final_solver == LowRankSolver(tol=0.0)

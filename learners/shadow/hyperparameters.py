@@ -61,7 +61,6 @@ learning; ``noise=`` then sets :math:`\rho` (default ``1e-12``). The searches: :
 
 from __future__ import annotations
 
-import math
 import warnings
 from pathlib import Path
 from typing import Dict, Optional, Sequence, Union
@@ -75,7 +74,7 @@ from bea.errors import BeaRuntimeError, BeaValueError
 from .. import saving
 from ..saving import recorded
 from .._checks import check_linear_scheme, check_states, check_step
-from . import persist
+from . import model_arguments, persist
 from .calibration import Calibration, del_calibration, ensure_energy_calibration
 from .functionals import Functionals
 from .gp import FunctionalGP
@@ -83,6 +82,7 @@ from .guards import IdentifiabilityWarning, caller_level, check_fitted
 from .hyperparameter_search import (MIN_NOISE, collapsed, grid_best, grid_search, objective, pattern_search, set_hyperparameters,
                                     settle, spread, training_subsets)
 from .kernel_choice import KernelOption, kernel_option, new_gp
+from .lowrank_solve import LowRankSolver
 from .mechanical import MechanicalKernel
 from .position_search import search_positions
 from .normalisation import Normalisation, get_normalisation
@@ -93,38 +93,31 @@ __all__ = ["FunctionalLagrangianModel", "MIN_NOISE", "IdentifiabilityWarning"]
 
 
 class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
-    r"""Base class of :class:`~learners.InverseModifiedLagrangianGP` and :class:`~learners.LagrangianGP`."""
+    r"""Base class of :class:`~learners.InverseModifiedLagrangianGP` and :class:`~learners.LagrangianGP`; their
+    constructor (parameters: :class:`~learners.InverseModifiedLagrangianGP`). ``final_solver``: None (default), the
+    exact Cholesky of :math:`\Theta + \sigma_n^2 I` in the fit's final solve; a
+    :class:`~learners.shadow.lowrank_solve.LowRankSolver`, a pivoted Cholesky :math:`\Theta \approx LL^\top` of
+    :math:`m \ll F` columns and the subset-of-regressors mean, std refused (:mod:`learners.shadow.model_arguments`)."""
 
     #: hyperparameter-search evaluations when ``iterations`` is not given
     default_iterations = 16
     #: the hyperparameter objectives this model offers
     objectives = ("auto", "mll", "heldout")
-    #: the final solve's solver: None, the exact Cholesky; opt-in a learners.shadow.lowrank_solve.LowRankSolver (mean only)
-    final_solver = None
+    final_solver = model_arguments.final_solver  # the constructor's final_solver=; setting it is deprecated
 
     @recorded
     def __init__(self, h: float, scheme: Union[str, "bea.Scheme"] = "midpoint", *, kernel: KernelOption = "auto",
                  normalisation: Union[str, Normalisation, None] = "mass", objective: Union[str, Objective] = "auto",
                  lengthscale: Union[float, Sequence[float], torch.Tensor, None] = None, epsilon: Optional[float] = None,
                  noise: Optional[float] = None, ard: bool = True, iterations: Optional[int] = None, max_train_functionals: int = 600,
-                 progress: Optional[bool] = None, seed: int = 0):
+                 progress: Optional[bool] = None, seed: int = 0, final_solver: Optional[LowRankSolver] = None):
         super().__init__()
         self.h = check_step(h)
         self.scheme = self._accepted_scheme(bea.get_scheme(scheme))
         objective = get_objective(objective, self.objectives, type(self).__name__)
-        if epsilon is not None:
-            if lengthscale is not None:
-                raise BeaValueError("give lengthscale= or epsilon=, not both")
-            if not float(epsilon) > 0:
-                raise BeaValueError(f"epsilon must be positive, got {epsilon}")
-            lengthscale = float(epsilon) / math.sqrt(2)
-        if noise is not None and not (math.isfinite(float(noise)) and float(noise) >= MIN_NOISE):
-            raise BeaValueError(f"noise (relative nugget) must be a finite number >= {MIN_NOISE:g}, got {noise}")
-        if iterations is not None and (isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 0):
-            raise BeaValueError(f"iterations must be an integer >= 0, got {iterations!r}")
-        if isinstance(max_train_functionals, bool) or not isinstance(max_train_functionals, int) or max_train_functionals < 10:
-            raise BeaValueError(f"max_train_functionals must be an integer >= 10 (the size of the subset used to learn the "
-                             f"hyperparameters), got {max_train_functionals!r}")
+        lengthscale = model_arguments.checked_lengthscale(lengthscale, epsilon, noise)
+        model_arguments.check_search_budget(iterations, max_train_functionals)
+        self._final_solver = model_arguments.check_final_solver(final_solver)
         self._user_kernel, self._kernel_template = kernel_option(kernel, lengthscale)
         self._kernel_auto = isinstance(kernel, str) and kernel == "auto"  # the search may choose (position_search)
         self.kernel_degree: Optional[int] = None  # the mechanical degree the last search chose; None: the kernel asked for
@@ -160,8 +153,9 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
     def save(self, path) -> Path:
         """Write the fitted model (constructor arguments, hyperparameters, posterior) to ``path`` atomically
         (:mod:`learners.saving`); :meth:`load` gives it back without refitting."""
+        persist.check_savable(self)
         state = persist.fitted_state(self)
-        return saving.write(self, path, self._init_args, state, persist.file_version(state))
+        return saving.write(self, path, persist.saved_config(self), state, persist.file_version(state))
 
     @classmethod
     def load(cls, path, map_location=None):
@@ -237,7 +231,7 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         """The fit's last and largest solve: condition on all data functionals and the normalisation (deferred by
         :mod:`~learners.shadow.principal` until the search's winner is known), then :func:`check_fitted`."""
         (F_data, F_norm), self._final, gp = self._final, None, self.gp  # the search may have chosen another kernel's GP
-        gp.solver = self.final_solver  # set on the model before fit (None, the default: the dense solve, unchanged)
+        gp.solver = self.final_solver  # the constructor's (None, the default: the dense solve, unchanged)
         with torch.no_grad():
             gp.condition(Functionals.cat([F_data, F_norm]))
         self._correct_targets(F_norm)

@@ -68,7 +68,7 @@ class LagrangianGP(FunctionalLagrangianModel):
     h, scheme : step and scheme used by :meth:`predict` and :meth:`velocities` (``h`` is also the
         snapshot step for :meth:`fit`).
     Other parameters as :class:`~learners.InverseModifiedLagrangianGP` (kernel, normalisation,
-        objective, lengthscale/epsilon, noise, ard, iterations, max_train_functionals, progress). Here the default
+        objective, lengthscale/epsilon, noise, ard, iterations, max_train_functionals, progress, final_solver). Here the default
         ``kernel="auto"``, ``"rbf"`` and None are the same RBF (no positions search scores the mechanical kernel).
     """
 

@@ -1,5 +1,6 @@
 r"""A low-rank solve for many functionals: a pivoted Cholesky of :math:`\Theta` from m of its columns, and the
-subset-of-regressors (DTC) posterior mean (opt-in: ``FunctionalGP.solver = LowRankSolver(...)``; issue 27).
+subset-of-regressors (DTC) posterior mean (opt-in: a model's ``final_solver=LowRankSolver(...)``, a
+:class:`~learners.shadow.gp.FunctionalGP`'s ``solver``; issue 27).
 
 *Why.* The exact solve (:class:`~learners.shadow.gp.FunctionalGP`) assembles all :math:`F^2` entries of
 :math:`\Theta = \Lambda\Lambda^\top k` (each a mixed derivative of the kernel) and factors them in :math:`F^3/3`;
@@ -34,7 +35,8 @@ normal equations would square the condition) and one step of refinement. At m = 
 :math:`O(F m^2)` arithmetic, memory F m.
 
 *Std*: not derived. Every posterior (co)variance route of the project uses the dense factor; in this mode it is
-refused with a :class:`~bea.errors.BeaValueError` naming the dense route (``gp.solver = None`` and condition again).
+refused with a :class:`~bea.errors.BeaValueError` naming the dense route (a model fitted with ``final_solver=None``;
+``gp.solver = None`` and condition again).
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ from .kernels import FunctionalKernel
 __all__ = ["LowRankSolver", "LowRankFactor", "LowRankPosterior", "LowRankWarning", "pivoted_cholesky", "DENSE_ROUTE"]
 
 #: how a refusal names the exact route
-DENSE_ROUTE = "the dense solve (gp.solver = None, then condition again)"
+DENSE_ROUTE = "the dense solve (a model fitted with final_solver=None, the default; gp.solver = None, then condition again)"
 
 
 class LowRankWarning(BeaWarning):

@@ -144,6 +144,9 @@ class InverseModifiedLagrangianGP(ElementHooks, RecoveryMixin, FunctionalLagrang
         ``max_train_functionals``: size of the training subset used while learning (the final fit
         uses all data).
     progress : ``tqdm`` bar while learning (None: only on a terminal).
+    final_solver : None (default: the final solve's exact Cholesky) or a :class:`~learners.shadow.LowRankSolver`: a pivoted
+        Cholesky :math:`\Theta \approx LL^\top` of :math:`m \ll F` columns and the subset-of-regressors mean, for many
+        functionals; no std, and such a model is not saved (:mod:`learners.shadow.model_arguments`).
     """
 
     default_iterations = SEARCH_ITERATIONS

@@ -3,7 +3,9 @@ r"""The fitted state of the GP Lagrangian models as tensors, for :mod:`learners.
 The posterior is kept exactly as fitted -- the Cholesky factor :math:`R` of the conditioned covariance,
 the weights :math:`\beta = (K + \sigma_n^2 I)^{-1} y`, the conditioning functionals (their atoms) and the
 hyperparameters (the GP's ``state_dict``) -- so a loaded model predicts the same numbers without
-refitting. The fit's ``history`` (hyperparameter search trace) is not saved.
+refitting. The fit's ``history`` (hyperparameter search trace) is not saved. So a model whose final solve was the
+low-rank one (``final_solver=``, :mod:`learners.shadow.lowrank_solve`), which has no :math:`R`, is refused by
+:func:`check_savable`; and the file's configuration leaves ``final_solver`` out (:func:`saved_config`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch
 
 from bea.errors import BeaTypeError
 
+from ..saving import ModelFileError
 from .functionals import AtomSet, Functionals
 from .gp import ConditioningInfo, _merge_atoms
 from .kernels import AtomExpansion
@@ -28,6 +31,25 @@ def _functionals_state(F: Functionals) -> Dict[str, Any]:
 def _functionals(state: Dict[str, Any]) -> Functionals:
     atoms = {int(m): AtomSet(*parts) for m, parts in state["atoms"].items()}
     return Functionals(state["dim"], state["count"], atoms, state["targets"])
+
+
+def saved_config(model) -> Dict[str, Any]:
+    """The constructor's arguments a model file records: all but ``final_solver``, which says how a fit solves, while
+    a saved posterior is always the dense one (:func:`check_savable`); so files stay readable by code before it."""
+    # the only place final_solver is filtered out of _init_args: a file (and load's cls(**config)) never sees it
+    return {k: v for k, v in model._init_args.items() if k != "final_solver"}
+
+
+def check_savable(model) -> None:
+    """Refuse to save a model whose final solve was low-rank (only :meth:`save` calls this; :func:`move` keeps the
+    dense-factor refusal of :attr:`~learners.shadow.gp.FunctionalGP._chol`): a file holds the dense factor R."""
+    model._require_fit()
+    gp = model.gp
+    if gp._lowrank is not None:
+        raise ModelFileError(f"cannot save this {type(model).__name__}: its final solve was low-rank ({gp.solver}), and a "
+                             "model file holds the dense Cholesky factor R, which a loaded model's std, calibration and "
+                             "data_level read and a low-rank posterior does not have; fit it with final_solver=None "
+                             "(the default) to save it")
 
 
 def fitted_state(model) -> Dict[str, Any]:
