@@ -109,8 +109,9 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
     def __init__(self, h: float, scheme: Union[str, "bea.Scheme"] = "midpoint", *, kernel: KernelOption = "auto",
                  normalisation: Union[str, Normalisation, None] = "mass", objective: Union[str, Objective] = "auto",
                  lengthscale: Union[float, Sequence[float], torch.Tensor, None] = None, epsilon: Optional[float] = None,
-                 noise: Optional[float] = None, ard: bool = True, iterations: Optional[int] = None, max_train_functionals: int = 600,
-                 progress: Optional[bool] = None, seed: int = 0, final_solver: Optional[LowRankSolver] = None):
+                 noise: Optional[float] = None, ard: bool = True, iterations: Optional[int] = None,
+                 max_train_functionals: int = 600, progress: Optional[bool] = None, seed: int = 0,
+                 final_solver: Optional[LowRankSolver] = None):
         super().__init__()
         self.h = check_step(h)
         self.scheme = self._accepted_scheme(bea.get_scheme(scheme))
@@ -286,7 +287,8 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
                     kind = "positions"
             if kind == "positions":
                 positions = self._position_objective(torch.unique(groups[va]))
-                F_tr, theta, F_norm = self._search_positions(F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0, F_norm_alt)
+                F_tr, theta, F_norm = self._search_positions(F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0,
+                                                             F_norm_alt)
             self.objective_used = self.history["objective_used"] = kind
             settle(self.gp, kind, theta, F_tr)  # the search may have chosen another kernel's GP
             self._calibrate(F_tr, F_va)
@@ -333,7 +335,8 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         return dict(self._calibration)
 
     def _variance_factor(self, quantity: str) -> float:
-        """Factor on the posterior variances (already times the DEL scale) for ``quantity``; "energy" for a missing "energy_differences"."""
+        """Factor on the posterior variances (already times the DEL scale) for ``quantity``; "energy" for a missing
+        "energy_differences"."""
         cal = self._calibration.get(quantity, self._calibration.get("energy") if quantity == "energy_differences" else None)
         return 1.0 if cal is None else cal.scale / self.gp.variance_scale
 
