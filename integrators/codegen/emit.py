@@ -210,7 +210,7 @@ def emit_c(prog: Program, result, *, taylor: bool = False, prelude: str = "",
         p = pfx(len(spaces[ins[1].k])) if isinstance(ins[1], Jet) else prefix
         lines.append("    " + _statement(ins, arg, val, p, slot))
         ops += isinstance(ins[1], Jet)
-        tables += (len(ins) - 2) // 2 if "_lin_p" in lines[-1] else 0
+        tables += (len(ins) - 3) // 2 if "_lin_p" in lines[-1] else 0
         lines += ["    " + _scatter(D, K, arg(j), c, spaces[j.k]) for c, j in terms.get(k, [])]
     for g, expected in prog.guards:
         test = f"!isnan({val(g)})" if math.isnan(expected) else f"{val(g)} != {_number(expected)}"
@@ -243,29 +243,29 @@ def _statement(ins: tuple, arg, val, p: str, slot) -> str:
                 f"{{{', '.join(map(_number, a[2]))}}}; {p}_gather({a[0]}, I, F, {arg(out)}); }}")
     if op in ("add", "sub", "mul", "div"):
         return f"{p}_{op}({arg(a[0])}, {arg(a[1])}, {arg(out)});"
-    if op in ("addc", "scale", "divc", "cdiv", "rsubc"):
-        return f"{p}_{op}({arg(a[0])}, {val(a[1])}, {arg(out)});"
-    if op == "lin" and len(a) >= 16 and all(isinstance(c, Val) and c.name.startswith("P[") for c in a[0::2]):
-        d = slot[out.k][0]
-        table = ", ".join(f"{slot[j.k][1]} * {p.upper()}_S, {c.name[2:-1]}" for c, j in zip(a[0::2], a[1::2]))
-        # a table and a loop, not one call per term (gcc's time: docs/theory/codegen.md)
-        return f"{{ static const int T[] = {{{table}}}; {p}_lin_p(T, {len(a) // 2}, P, W{d}, {arg(out)}); }}"
     if op == "lin":
-        terms = [f"{p}_scale({arg(a[1])}, {val(a[0])}, {arg(out)});"]
-        terms += [f"{p}_axpy({val(a[k])}, {arg(a[k + 1])}, {arg(out)});" for k in range(2, len(a), 2)]
-        return " ".join(terms)
+        const = "" if a[0] == 0.0 else f" {arg(out)}[0] += {val(a[0])};"
+        return _lin(a[1:], arg, val, p, slot, out) + const
     if op == "sel":
         return (f"{{ double ta[{p.upper()}_S], tb[{p.upper()}_S]; const double *pa = {_jet_or_const(a[1], arg, val, 'ta', p)}, "
                 f"*pb = {_jet_or_const(a[2], arg, val, 'tb', p)}; {p}_sel({val(a[0])}, pa, pb, {arg(out)}); }}")
-    if op in ("fun", "pow"):
-        fn, e = (_FN[a[1]], "0.0") if op == "fun" else (_FN["pow"], val(a[1]))
-        return (f"{{ double f[{p.upper()}_K + 1]; {p}_coef({fn}, {val(a[0])}, {e}, f); "
+    if op == "fun":
+        return (f"{{ double f[{p.upper()}_K + 1]; {p}_coef({_FN[a[1]]}, {val(a[0])}, {val(a[2])}, f); "
                 f"{p}_fun({arg(a[0])}, f, {arg(out)}); }}")
-    if op == "vfun":
-        return f"double {out.name}; {{ const double a = {val(a[1])}; {out.name} = {FUNCTIONS[a[0]]}; }}"
     if op == "val":
         return f"const double {out.name} = {a[0].format(*[val(x) for x in a[1:]])};"
     raise NotLowerable(f"internal: unknown instruction {op}")
+
+
+def _lin(a: tuple, arg, val, p: str, slot, out) -> str:
+    """``o = sum_t a[2t] a[2t+1]`` (coefficient, jet): a table and a loop for many run-time coefficients ``P[i]``
+    (gcc's time: docs/theory/codegen.md), else one call per term (a coefficient 1.0 a copy)."""
+    if len(a) >= 16 and all(isinstance(c, Val) and c.name.startswith("P[") for c in a[0::2]):
+        d = slot[out.k][0]
+        table = ", ".join(f"{slot[j.k][1]} * {p.upper()}_S, {c.name[2:-1]}" for c, j in zip(a[0::2], a[1::2]))
+        return f"{{ static const int T[] = {{{table}}}; {p}_lin_p(T, {len(a) // 2}, P, W{d}, {arg(out)}); }}"
+    first = f"{p}_copy({arg(a[1])}, {arg(out)});" if a[0] == 1.0 else f"{p}_scale({arg(a[1])}, {val(a[0])}, {arg(out)});"
+    return " ".join([first] + [f"{p}_axpy({val(a[k])}, {arg(a[k + 1])}, {arg(out)});" for k in range(2, len(a), 2)])
 
 
 def _jet_or_const(x, arg, val, tmp: str, p: str) -> str:
