@@ -71,14 +71,17 @@ def _fdiv(a: float, b: float) -> float:
 _FOLD = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": _fdiv}
 
 
+_NEG = object()  # "the negated second operand" (0 - x)
+
+
 def _identity(op: str, a, b):
     """The result of ``a op b`` when one operand is a literal identity (``x + 0``, ``x - 0``, ``x * 1``, ``x / 1``;
-    ``0 - x`` is ``"neg"``); ``x * 0`` and ``0 / x`` are ``0.0``, as autograd's zero cotangents (finite products
+    ``0 - x`` is :data:`_NEG`); ``x * 0`` and ``0 / x`` are ``0.0``, as autograd's zero cotangents (finite products
     assumed); else None."""
     if _lit(b) and b == (1.0 if op in ("mul", "div") else 0.0):
         return a
     if _lit(a) and a == 0.0:
-        return {"add": b, "sub": "neg", "mul": 0.0, "div": 0.0}[op]
+        return {"add": b, "sub": _NEG, "mul": 0.0, "div": 0.0}[op]
     if op == "mul" and ((_lit(b) and b == 0.0) or (_lit(a) and a == 1.0)):
         return 0.0 if _lit(b) and b == 0.0 else b
     return None
@@ -128,7 +131,7 @@ class Program:
             return _FOLD[op](a, b)
         same = _identity(op, a, b)
         if same is not None:
-            return same if same != "neg" else self.neg(b)
+            return self.neg(b) if same is _NEG else same
         if isinstance(a, Jet) and isinstance(b, Jet):
             return self._jet(op, a, b)
         if isinstance(a, Jet):  # o = s a + c
