@@ -1,5 +1,5 @@
 r"""The one C emitter of the code generator: a program of :mod:`integrators.codegen.ir` as C, each jet in the smallest
-space of its variables (:func:`split`) and a reused slot of a work array, each instruction one call of the runtime
+space of its variables (:func:`_split`) and a reused slot of a work array, each instruction one call of the runtime
 (prefix ``jt``). It prints ``lag_taylor(x, P, T)`` (all coefficients) or ``lag_derivs(x, P, g, H)``,
 :math:`g_i = c_{e_i}`, :math:`H_{ij} = (1 + \delta_{ij})\,c_{e_i + e_j}` of one jet or of a sum :math:`\sum_k c_k f_k`
 added term by term; a failed guard sets ``g[0]`` (``T[0]``) to NaN (docs/theory/codegen.md, "The emitter").
@@ -10,6 +10,8 @@ import itertools
 import math
 from collections import Counter
 from typing import Dict, List, Tuple
+
+from bea.errors import InternalError
 
 from ..compiled import NotLowerable
 from .ir import Jet, Program, Val
@@ -101,7 +103,7 @@ def _natural(code: List[tuple], D: int, keep=None) -> Dict[int, Space]:
     return spaces
 
 
-def embedding(src: Space, dst: Space, K: int) -> Tuple[int, ...]:
+def _embedding(src: Space, dst: Space, K: int) -> Tuple[int, ...]:
     """For each coefficient of a polynomial in the variables ``src``, its index among those in ``dst``."""
     pos = [dst.index(v) for v in src]
     index = monomial_index(len(dst), K)
@@ -114,7 +116,7 @@ def embedding(src: Space, dst: Space, K: int) -> Tuple[int, ...]:
     return tuple(out)
 
 
-def split(code: List[tuple], results: List[Jet], D: int, K: int, full: bool = True
+def _split(code: List[tuple], results: List[Jet], D: int, K: int, full: bool = True
           ) -> Tuple[List[tuple], Dict[int, Space], List[Jet]]:
     """``(code, spaces, results)``: the instructions with ``embed`` ones inserted where an input's space is smaller
     than the instruction's, the space of every jet, and the results (embedded in the full space if ``full``)."""
@@ -133,7 +135,7 @@ def split(code: List[tuple], results: List[Jet], D: int, K: int, full: bool = Tr
         if key not in memo:
             memo[key] = Jet(next(fresh))
             spaces[memo[key].k] = sp
-            out_code.append(("embed", memo[key], a, embedding(spaces[a.k], sp, K)))
+            out_code.append(("embed", memo[key], a, _embedding(spaces[a.k], sp, K)))
         return memo[key]
 
     for ins in code:
@@ -229,7 +231,7 @@ def _layout(prog: Program, result, taylor: bool):
             raise NotLowerable("internal: a sum of terms is added into derivatives only")
         pairs = [(float(c), j) for c, j in result if isinstance(j, Jet)]  # a constant term has no derivative
         code = _live(prog, [j for _, j in pairs] + guards)
-        code, spaces, _ = split(code, [j for _, j in pairs], prog.D, prog.K, full=False)
+        code, spaces, _ = _split(code, [j for _, j in pairs], prog.D, prog.K, full=False)
         where = {ins[1].k: k for k, ins in enumerate(code) if isinstance(ins[1], Jet)}
         terms: Dict[int, List[tuple]] = {}
         for c, j in pairs:
@@ -238,7 +240,7 @@ def _layout(prog: Program, result, taylor: bool):
         result = None
     else:
         code = _live(prog, [result] + guards)
-        code, spaces, (result,) = split(code, [result], prog.D, prog.K)
+        code, spaces, (result,) = _split(code, [result], prog.D, prog.K)
         terms, roots = {}, {result.k: len(code)}
     for g in guards:
         if isinstance(g, Jet):
@@ -331,7 +333,9 @@ class _Fields(dict):
             return self.arg(x) if isinstance(x, Jet) else f"({self['p']}_const({self.val(x)}, {tmp}), {tmp})"
         if kind == "t":
             return ", ".join(_number(y) if isinstance(y, float) else str(y) for y in x)
-        return {"j": self.arg, "v": self.val, "r": str, "n": len, "f": _FN.get}[kind](x)
+        if kind == "f" and x not in _FN:
+            raise InternalError(f"the function {x} has no number in the runtime (FUNCTIONS)")
+        return {"j": self.arg, "v": self.val, "r": str, "n": len, "f": _FN.__getitem__}[kind](x)
 
 
 def _statement(ins: tuple, arg, val, p: str, slot) -> str:
@@ -342,7 +346,7 @@ def _statement(ins: tuple, arg, val, p: str, slot) -> str:
     if op == "val":
         return f"const double {out.name} = {a[0].format(*[val(x) for x in a[1:]])};"
     if op not in _C:
-        raise NotLowerable(f"internal: unknown instruction {op}")
+        raise InternalError(f"the instruction {op} has no C form in the emitter (_C)")
     return _C[op].format_map(_Fields(a, arg, val, p, o=arg(out)))
 
 

@@ -10,8 +10,11 @@ from __future__ import annotations
 import math
 import operator
 import re
+import sys
 from functools import partialmethod
 from typing import List, Tuple
+
+from bea.errors import InternalError
 
 from ..compiled import NotLowerable
 from .runtime import FUNCTIONS
@@ -63,8 +66,28 @@ def _lit(x) -> bool:
 
 
 def _fdiv(a: float, b: float) -> float:
-    """IEEE division of literals (Python raises on a zero divisor)."""
-    return a / b if b != 0.0 else (math.copysign(math.inf, a) * math.copysign(1.0, b) if a != 0.0 else math.nan)
+    """IEEE division of literals (Python raises on a zero divisor): ``a / 0`` is signed inf, ``0 / 0`` and ``nan / 0`` nan."""
+    if b != 0.0:
+        return a / b
+    return math.nan if a != a or a == 0.0 else math.copysign(math.inf, a) * math.copysign(1.0, b)
+
+
+def _fpow(a: float, e: float) -> float:
+    """C's ``pow`` of literals, which Python's ``**`` calls but for three cases: ``pow(0, e < 0)`` is inf (signed
+    for an odd integer ``e``) and an overflow inf (ZeroDivisionError, OverflowError), a negative base to a fractional
+    power nan (complex in Python)."""
+    odd = e % 2.0 == 1.0
+    try:
+        r = a ** e
+    except (ZeroDivisionError, OverflowError):
+        return math.copysign(math.inf, a) if odd else math.inf
+    return math.nan if isinstance(r, complex) else float(r)
+
+
+def _normal_reciprocal(c: float) -> bool:
+    """Whether ``1 / c`` is a normal float (``1/DBL_MAX < |c| <= 1/DBL_MIN``, about 5.6e-309 to 4.5e307): then
+    ``j * (1/c)`` is ``j / c`` to 1 ulp; outside, ``1/c`` is inf or subnormal where ``j / c`` is finite or exact."""
+    return 1.0 / sys.float_info.max < abs(c) <= 1.0 / sys.float_info.min
 
 
 #: literal arithmetic of the binary operations
@@ -76,11 +99,15 @@ _NEG = object()  # "the negated second operand" (0 - x)
 
 def _identity(op: str, a, b):
     """The result of ``a op b`` when one operand is a literal identity (``x + 0``, ``x - 0``, ``x * 1``, ``x / 1``;
-    ``0 - x`` is :data:`_NEG`); ``x * 0`` and ``0 / x`` are ``0.0``, as autograd's zero cotangents (finite products
-    assumed); else None."""
+    ``0 - x`` is :data:`_NEG`), exact for every ``x``; else None. Two folds assume a finite operand: ``x * 0`` and
+    ``0 * x`` are ``0.0`` for a jet or value ``x`` (IEEE: nan where ``x`` is inf or nan), as autograd's zero cotangents
+    do (kept from before the one dispatch: a product with a structural zero weight is dropped, which eager computes
+    too, so only a model already non-finite there differs); ``0 / x`` is ``0.0`` for a value ``x`` only (eager's
+    ``0 / 0`` is nan, rare for a state-independent divisor), never for a jet: at a state where the jet is 0 eager
+    gives nan in every coefficient, and the compiled form must too."""
     if _lit(b) and b == (1.0 if op in ("mul", "div") else 0.0):
         return a
-    if _lit(a) and a == 0.0:
+    if _lit(a) and a == 0.0 and not (op == "div" and isinstance(b, Jet)):
         return {"add": b, "sub": _NEG, "mul": 0.0, "div": 0.0}[op]
     if op == "mul" and ((_lit(b) and b == 0.0) or (_lit(a) and a == 1.0)):
         return 0.0 if _lit(b) and b == 0.0 else b
@@ -124,7 +151,9 @@ class Program:
     def _binary(self, op: str, a, b):
         r"""``a op b`` for ``op`` in :data:`_FOLD`: literals fold, identities (:func:`_identity`) drop, two jets
         are one instruction, a jet and a constant the affine :math:`o = s\,j + c` (``lin``), ``c / j`` is
-        ``c * reciprocal(j)``, two constants a value."""
+        ``c * reciprocal(j)``, two constants a value. ``j / c`` is ``j * (1/c)`` (1 ulp): for a literal ``c`` only
+        when ``1/c`` is normal (:func:`_normal_reciprocal`, else no lowering); for a run-time ``c`` this assumes
+        ``5.6e-309 < |c| <= 4.5e307`` (outside, ``1/c`` is inf or subnormal where eager's ``j / c`` is not)."""
         if a is OPAQUE or b is OPAQUE:
             return OPAQUE
         if _lit(a) and _lit(b):
@@ -135,11 +164,14 @@ class Program:
         if isinstance(a, Jet) and isinstance(b, Jet):
             return self._jet(op, a, b)
         if isinstance(a, Jet):  # o = s a + c
+            if op == "div" and _lit(b) and not _normal_reciprocal(b):
+                raise NotLowerable(f"a division by {b!r}, whose reciprocal is not a normal float, stays eager")
             s, c = {"add": (1.0, b), "sub": (1.0, None), "mul": (b, 0.0), "div": (None, 0.0)}[op]
             return self.affine(a, self.div(1.0, b) if s is None else s, self.neg(b) if c is None else c)
         if isinstance(b, Jet):
-            if op == "div":
-                return self.mul(a, self.unary("reciprocal", b))
+            if op == "div":  # 0 / j too (a lin of scale 0): nan where j is 0, as eager
+                r = self.unary("reciprocal", b)
+                return self.affine(r, 0.0, 0.0) if _lit(a) and a == 0.0 else self.mul(a, r)
             s, c = {"add": (1.0, a), "sub": (-1.0, a), "mul": (a, 0.0)}[op]
             return self.affine(b, s, c)
         return self._val(VALUE_BINARY[op], a, b)
@@ -168,7 +200,9 @@ class Program:
                     terms.append((x, y))
             else:
                 acc = self.add(acc, self.mul(x, y))
-        if len(terms) < 2 or acc is OPAQUE:
+        if acc is OPAQUE:
+            return OPAQUE
+        if len(terms) < 2:
             return self.add(acc, self.mul(*terms[0])) if terms else acc
         flat = [z for t in terms for z in t]
         if isinstance(acc, Jet):
@@ -192,7 +226,7 @@ class Program:
         if isinstance(e, Jet):
             raise NotLowerable("a power with an exponent that depends on the state has no compiled form here")
         if _lit(a) and _lit(e):
-            return float(a ** e) if not (a < 0 and e != int(e)) else math.nan
+            return _fpow(a, e)
         if _lit(e) and e == 1.0:
             return a
         if _lit(e) and e == 2.0:
@@ -204,6 +238,8 @@ class Program:
     def unary(self, name: str, a):
         if a is OPAQUE:
             return OPAQUE
+        if name == "pow":
+            raise InternalError("Program.unary('pow') has no exponent: call Program.pow(a, e)")
         if name not in FUNCTIONS:
             raise NotLowerable(f"the function {name} has no Taylor rule in the code generator")
         return self._jet("fun", a, name, 0.0) if isinstance(a, Jet) else self._val(_VALUE_FUN[name], a)
