@@ -66,16 +66,15 @@ def _lit(x) -> bool:
 
 
 def _fdiv(a: float, b: float) -> float:
-    """IEEE division of literals (Python raises on a zero divisor): ``a / 0`` is signed inf, ``0 / 0`` and ``nan / 0`` nan."""
+    """IEEE division of literals (Python raises on a zero divisor): ``a / 0`` a signed inf, ``0 / 0``, ``nan / 0`` nan."""
     if b != 0.0:
         return a / b
     return math.nan if a != a or a == 0.0 else math.copysign(math.inf, a) * math.copysign(1.0, b)
 
 
 def _fpow(a: float, e: float) -> float:
-    """C's ``pow`` of literals, which Python's ``**`` calls but for three cases: ``pow(0, e < 0)`` is inf (signed
-    for an odd integer ``e``) and an overflow inf (ZeroDivisionError, OverflowError), a negative base to a fractional
-    power nan (complex in Python)."""
+    """C's ``pow`` of literals (Python's ``**`` calls it, but raises for ``pow(0, e < 0)`` and an overflow, both inf,
+    signed for an odd integer ``e``, and gives a complex number for a negative base to a fractional power: nan)."""
     odd = e % 2.0 == 1.0
     try:
         r = a ** e
@@ -84,10 +83,8 @@ def _fpow(a: float, e: float) -> float:
     return math.nan if isinstance(r, complex) else float(r)
 
 
-def _normal_reciprocal(c: float) -> bool:
-    """Whether ``1 / c`` is a normal float (``1/DBL_MAX < |c| <= 1/DBL_MIN``, about 5.6e-309 to 4.5e307): then
-    ``j * (1/c)`` is ``j / c`` to 1 ulp; outside, ``1/c`` is inf or subnormal where ``j / c`` is finite or exact."""
-    return 1.0 / sys.float_info.max < abs(c) <= 1.0 / sys.float_info.min
+#: ``1/c`` is a normal float for ``_RECIPROCAL_NORMAL[0] < |c| <= _RECIPROCAL_NORMAL[1]`` (5.6e-309, 4.5e307)
+_RECIPROCAL_NORMAL = (1.0 / sys.float_info.max, 1.0 / sys.float_info.min)
 
 
 #: literal arithmetic of the binary operations
@@ -99,12 +96,10 @@ _NEG = object()  # "the negated second operand" (0 - x)
 
 def _identity(op: str, a, b):
     """The result of ``a op b`` when one operand is a literal identity (``x + 0``, ``x - 0``, ``x * 1``, ``x / 1``;
-    ``0 - x`` is :data:`_NEG`), exact for every ``x``; else None. Two folds assume a finite operand: ``x * 0`` and
-    ``0 * x`` are ``0.0`` for a jet or value ``x`` (IEEE: nan where ``x`` is inf or nan), as autograd's zero cotangents
-    do (kept from before the one dispatch: a product with a structural zero weight is dropped, which eager computes
-    too, so only a model already non-finite there differs); ``0 / x`` is ``0.0`` for a value ``x`` only (eager's
-    ``0 / 0`` is nan, rare for a state-independent divisor), never for a jet: at a state where the jet is 0 eager
-    gives nan in every coefficient, and the compiled form must too."""
+    ``0 - x`` is :data:`_NEG`), exact for every ``x``; else None. Two assume a finite ``x`` (IEEE gives nan for inf,
+    nan): ``x * 0`` is ``0.0`` for a jet or value ``x`` (as autograd's zero cotangents; a model differs only where
+    it is already non-finite), ``0 / x`` for a value ``x`` only (eager's ``0 / 0`` is nan): never for a jet, which
+    is 0 at some state, where eager gives nan in every coefficient and so must the compiled form."""
     if _lit(b) and b == (1.0 if op in ("mul", "div") else 0.0):
         return a
     if _lit(a) and a == 0.0 and not (op == "div" and isinstance(b, Jet)):
@@ -152,7 +147,7 @@ class Program:
         r"""``a op b`` for ``op`` in :data:`_FOLD`: literals fold, identities (:func:`_identity`) drop, two jets
         are one instruction, a jet and a constant the affine :math:`o = s\,j + c` (``lin``), ``c / j`` is
         ``c * reciprocal(j)``, two constants a value. ``j / c`` is ``j * (1/c)`` (1 ulp): for a literal ``c`` only
-        when ``1/c`` is normal (:func:`_normal_reciprocal`, else no lowering); for a run-time ``c`` this assumes
+        when ``1/c`` is normal (:data:`_RECIPROCAL_NORMAL`, else no lowering); for a run-time ``c`` this assumes
         ``5.6e-309 < |c| <= 4.5e307`` (outside, ``1/c`` is inf or subnormal where eager's ``j / c`` is not)."""
         if a is OPAQUE or b is OPAQUE:
             return OPAQUE
@@ -164,7 +159,7 @@ class Program:
         if isinstance(a, Jet) and isinstance(b, Jet):
             return self._jet(op, a, b)
         if isinstance(a, Jet):  # o = s a + c
-            if op == "div" and _lit(b) and not _normal_reciprocal(b):
+            if op == "div" and _lit(b) and not _RECIPROCAL_NORMAL[0] < abs(b) <= _RECIPROCAL_NORMAL[1]:
                 raise NotLowerable(f"a division by {b!r}, whose reciprocal is not a normal float, stays eager")
             s, c = {"add": (1.0, b), "sub": (1.0, None), "mul": (b, 0.0), "div": (None, 0.0)}[op]
             return self.affine(a, self.div(1.0, b) if s is None else s, self.neg(b) if c is None else c)
@@ -200,10 +195,8 @@ class Program:
                     terms.append((x, y))
             else:
                 acc = self.add(acc, self.mul(x, y))
-        if acc is OPAQUE:
-            return OPAQUE
-        if len(terms) < 2:
-            return self.add(acc, self.mul(*terms[0])) if terms else acc
+        if len(terms) < 2 or acc is OPAQUE:  # OPAQUE before a dead lin is built
+            return self.add(acc, self.mul(*terms[0])) if terms and acc is not OPAQUE else acc
         flat = [z for t in terms for z in t]
         if isinstance(acc, Jet):
             return self.add(self._jet("lin", 0.0, *flat), acc)
