@@ -290,7 +290,8 @@ def emit_c(prog: Program, result, *, taylor: bool = False, prelude: str = "",
         tables += (len(ins) - 3) // 2 if "_lin_p" in lines[-1] else 0
         lines += ["    " + _scatter(D, K, arg(j), c, spaces[j.k]) for c, j in terms.get(k, [])]
     for g, expected in prog.guards:
-        test = f"!isnan({val(g)})" if math.isnan(expected) else f"{val(g)} != {_number(expected)}"
+        test = (f"!({val(g)} != 0.0)" if expected is None else f"!isnan({val(g)})" if math.isnan(expected)
+                else f"{val(g)} != {_number(expected)}")  # None: the scalar must be nonzero (a divisor of 0 / j)
         lines.append(f"    if ({test}) bad = 1;")
     if taylor:
         lines += [f"    for (int k = 0; k < {size(D, K)}; k++) T[k] = {arg(result)}[k];", "    if (bad) T[0] = NAN;"]

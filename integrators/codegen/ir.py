@@ -97,12 +97,12 @@ _NEG = object()  # "the negated second operand" (0 - x)
 def _identity(op: str, a, b):
     """The result of ``a op b`` when one operand is a literal identity (``x + 0``, ``x - 0``, ``x * 1``, ``x / 1``;
     ``0 - x`` is :data:`_NEG`), exact for every ``x``; else None. Two assume a finite ``x`` (IEEE gives nan for inf,
-    nan): ``x * 0`` is ``0.0`` for a jet or value ``x`` (as autograd's zero cotangents; a model differs only where
-    it is already non-finite), ``0 / x`` for a value ``x`` only (eager's ``0 / 0`` is nan): never for a jet, which
-    is 0 at some state, where eager gives nan in every coefficient and so must the compiled form."""
+    nan): ``x * 0`` is ``0.0`` (as autograd's zero cotangents; a model differs only where it is already non-finite),
+    and ``0 / x`` also a nonzero ``x``: for a jet, which is 0 at some state, :meth:`Program._binary` adds a guard
+    (that state goes to the eager path, whose 0/0 is nan); for a value (constant in the state) it is assumed."""
     if _lit(b) and b == (1.0 if op in ("mul", "div") else 0.0):
         return a
-    if _lit(a) and a == 0.0 and not (op == "div" and isinstance(b, Jet)):
+    if _lit(a) and a == 0.0:
         return {"add": b, "sub": _NEG, "mul": 0.0, "div": 0.0}[op]
     if op == "mul" and ((_lit(b) and b == 0.0) or (_lit(a) and a == 1.0)):
         return 0.0 if _lit(b) and b == 0.0 else b
@@ -118,7 +118,7 @@ class Program:
         self.code: List[tuple] = []
         self.njets = 0
         self.nvals = 0
-        self.guards: List[Tuple[object, float]] = []
+        self.guards: List[Tuple[object, object]] = []
 
     # ------------------------------------------------------------------ creation
     def _jet(self, op: str, *args) -> Jet:
@@ -155,6 +155,8 @@ class Program:
             return _FOLD[op](a, b)
         same = _identity(op, a, b)
         if same is not None:
+            if op == "div" and isinstance(b, Jet):  # 0 / j is 0 where j's value is nonzero, else the eager path
+                self.guard(b, None)
             return self.neg(b) if same is _NEG else same
         if isinstance(a, Jet) and isinstance(b, Jet):
             return self._jet(op, a, b)
@@ -164,9 +166,8 @@ class Program:
             s, c = {"add": (1.0, b), "sub": (1.0, None), "mul": (b, 0.0), "div": (None, 0.0)}[op]
             return self.affine(a, self.div(1.0, b) if s is None else s, self.neg(b) if c is None else c)
         if isinstance(b, Jet):
-            if op == "div":  # 0 / j too (a lin of scale 0): nan where j is 0, as eager
-                r = self.unary("reciprocal", b)
-                return self.affine(r, 0.0, 0.0) if _lit(a) and a == 0.0 else self.mul(a, r)
+            if op == "div":
+                return self.mul(a, self.unary("reciprocal", b))
             s, c = {"add": (1.0, a), "sub": (-1.0, a), "mul": (a, 0.0)}[op]
             return self.affine(b, s, c)
         return self._val(VALUE_BINARY[op], a, b)
@@ -254,9 +255,9 @@ class Program:
             return self._jet("sel", c, a, b)
         return self._val("({} != 0.0 ? {} : {})", c, a, b)
 
-    def guard(self, a, expected: float) -> None:
-        """At run time the scalar ``a`` must equal ``expected`` (its traced value), else the element is
-        handed back to the eager path; opaque guards are dropped (see the module docstring)."""
+    def guard(self, a, expected) -> None:
+        """At run time the scalar ``a`` must equal ``expected`` (its traced value; None: be nonzero, not nan), else
+        the element is handed back to the eager path; opaque guards are dropped (see the module docstring)."""
         if a is OPAQUE or _lit(a):
             return
-        self.guards.append((a, float(expected)))
+        self.guards.append((a, None if expected is None else float(expected)))
