@@ -117,8 +117,9 @@ def test_every_function_rule_to_degree_4_equals_autograd(name, base, function_ru
 def test_one_binary_dispatch_folds_identities_and_lowers_constants_to_lin():
     """Program._binary: identities with literals give no instruction (x * 1, x + 0, x - 0, x / 1 are x; x * 0 and
     0 / x are 0.0, the latter with a guard that a jet x is nonzero), a jet with a literal or a run-time constant is
-    one affine ``lin`` (j / c as j * (1/c)), c / j is c * reciprocal(j). The eight mixed forms summed in 2 variables to degree 3 equal nested autograd to 1e-13 of the
-    largest coefficient (measured ~1e-16: a few roundings per coefficient, one more for j * (1/c))."""
+    one affine ``lin`` (j / c as j * (1/c)), c / j is c * reciprocal(j). The eight mixed forms summed in 2 variables
+    to degree 3 equal nested autograd to 1e-13 of the largest coefficient (measured ~1e-16: a few roundings per
+    coefficient, one more for j * (1/c))."""
     from integrators.codegen import Val
 
     prog = Program(2, 3)
@@ -144,8 +145,9 @@ def test_one_binary_dispatch_folds_identities_and_lowers_constants_to_lin():
 def test_folds_are_ieee_where_eager_is_not_finite():
     """0 / x with a jet x is 0 with a guard that x is nonzero: at x = 0, where eager's 0 / x is NaN in every
     coefficient, the state is marked for the eager path (T[0] NaN); elsewhere exactly 0 + x. Literal folds give C's
-    results where Python raises (nan / 0, pow(0, -1), an overflow, a negative base to a fractional power); a division by a literal with no normal reciprocal and pow through unary
-    are refused; an unknown function or instruction in the emitter is an InternalError."""
+    results where Python raises (nan / 0, pow(0, -1), an overflow, a negative base to a fractional power); a division
+    by a literal with no normal reciprocal and pow through unary are refused; an unknown function or instruction in
+    the emitter is an InternalError."""
     from bea.errors import InternalError
     from integrators.codegen.ir import _fdiv
     from integrators.compiled import NotLowerable
