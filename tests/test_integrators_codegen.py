@@ -36,7 +36,7 @@ CODEGEN_FILES = (
 #: 3,336 -> 3,227 (sessions 6-7, dedup) -> 3,263 (features) -> 3,146 (session 13 cgtrim: one GP-mean module, rule tables)
 #: -> 2,887 (session 16 cgdocs: derivations and measurements to docs/theory/codegen.md, compiled_mean's tail to units.py)
 #: -> 2,851 (session 16 cgir S2: one binary dispatch, a smaller op set) -> 2,851 (S3: spaces.py into emit.py)
-#: -> 2,884 (cgir fix pass: IEEE folds of 0 / jet, nan / 0, pow; j / c refused without a normal 1/c; typed errors)
+#: -> 2,886 (cgir fix pass: IEEE folds of 0 / jet, nan / 0, pow; j / c refused without a normal 1/c; typed errors)
 CODEGEN_LINES = 2895
 
 
