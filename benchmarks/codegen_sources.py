@@ -1,7 +1,7 @@
 """The C every front-end of the code generator emits, as hashes, and the CPU time to build it: to check that a
 refactoring of integrators/codegen and its front-ends changes no byte of the generated C, and no build time.
 
-    PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/codegen_sources.py [--out hashes.json] [--time]
+    PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/codegen_sources.py [--out hashes.json] [--time] [--count]
 
 One row per case (SymPy systems through the march, traced callables and networks, traced Taylor forms, traced
 series with LU solves, the GP means (RBF, its jets, mechanical), a ModLaNet and its series): the first 16 hex digits
@@ -9,7 +9,8 @@ of the SHA-256 of every source handed to the compiler while the case is built, w
 (parameters, evaluation points, an RBF jet's values). Run it in two trees and compare the ``--out`` files: equal
 hashes are the same C, parameters and points. ``--time``: for the cases that trace or lower, the least and median
 CPU time of 7 builds (libraries from the in-process cache: this is the Python side, tracing, lowering, emitting and
-the traced form's verification).
+the traced form's verification). ``--count``: the live instructions of the programs each case emits, jet
+instructions and values (what runs per evaluation: a refactoring of the IR must not grow them).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import argparse
 import hashlib
 import json
 import time
+from collections import Counter
 
 import numpy as np
 import torch
@@ -35,6 +37,15 @@ _load = ccompile._load
 def _recording_load(source, flags):
     _SEEN.append(source)
     return _load(source, flags)
+
+
+def _counting_live(live, counts):
+    """``live`` (the emitter's liveness pass) adding each kept instruction's op to ``counts``."""
+    def counted(prog, roots):
+        code = live(prog, roots)
+        counts.update(ins[0] for ins in code)
+        return code
+    return counted
 
 
 def _digest(result) -> str:
@@ -136,13 +147,21 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", help="write {case: hash} as JSON")
     ap.add_argument("--time", action="store_true", help="CPU seconds per build of the timed cases (least, median of 7)")
+    ap.add_argument("--count", action="store_true", help="live instructions per case: jets, values, by op")
     args = ap.parse_args()
     ccompile._load = _recording_load
-    hashes = {}
+    hashes, counts = {}, Counter()
+    if args.count:
+        from integrators.codegen import emit, reduce
+        emit._live = reduce._live = _counting_live(emit._live, counts)
     for name, (build, timed) in cases().items():
         _SEEN.clear()
+        counts.clear()
         hashes[name] = _digest(build())
         line = f"{name:40s} {hashes[name]}"
+        if args.count:
+            jets = sum(n for op, n in counts.items() if op not in ("val", "vfun"))
+            line += f"   jet {jets:5d} val {counts['val'] + counts['vfun']:4d} {dict(sorted(counts.items()))}"
         if args.time and timed:
             ts = []
             for _ in range(7):

@@ -1,19 +1,21 @@
 r"""The one C emitter of the code generator: a program of :mod:`integrators.codegen.ir` as C, each jet in the smallest
-space of its variables (:mod:`integrators.codegen.spaces`) and a reused slot of a work array, each instruction one call
-of the runtime (prefix ``jt``). It prints ``lag_taylor(x, P, T)`` (all coefficients) or ``lag_derivs(x, P, g, H)``,
+space of its variables (:func:`_split`) and a reused slot of a work array, each instruction one call of the runtime
+(prefix ``jt``). It prints ``lag_taylor(x, P, T)`` (all coefficients) or ``lag_derivs(x, P, g, H)``,
 :math:`g_i = c_{e_i}`, :math:`H_{ij} = (1 + \delta_{ij})\,c_{e_i + e_j}` of one jet or of a sum :math:`\sum_k c_k f_k`
 added term by term; a failed guard sets ``g[0]`` (``T[0]``) to NaN (docs/theory/codegen.md, "The emitter").
 """
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
 from typing import Dict, List, Tuple
 
+from bea.errors import InternalError
+
 from ..compiled import NotLowerable
 from .ir import Jet, Program, Val
-from .runtime import FUNCTIONS, UNROLL, header, monomial_index, size
-from .spaces import split
+from .runtime import FUNCTIONS, UNROLL, header, monomial_index, monomials, size
 
 __all__ = ["emit_c", "derivs_of_taylor", "MAX_WORK_DOUBLES"]
 
@@ -69,6 +71,81 @@ def _sink_seeds(code: List[tuple]) -> List[tuple]:
         if k not in seeds:
             out.append(ins)
     return out
+
+
+# Smaller spaces: a jet in the variables V is carried in binom(|V|+K, K) coefficients, not binom(D+K, K); an instruction
+# runs in the union of its inputs' spaces, a smaller input first embedded (the same monomials, zeros elsewhere: no
+# number changes; docs/theory/codegen.md, "Smaller spaces").
+#: most space sizes below D one program uses
+MAX_SIZES = 3
+#: programs in fewer variables stay in the full space (measured: docs/theory/codegen.md)
+MIN_D = 4
+
+Space = Tuple[int, ...]
+
+
+def _natural(code: List[tuple], D: int, keep=None) -> Dict[int, Space]:
+    """The space of every jet (by number): seeds their variable, ``gather`` all, others the union of their inputs';
+    with ``keep``, a space whose size is not kept is the full one."""
+    full = tuple(range(D))
+    spaces: Dict[int, Space] = {}
+    for ins in code:
+        op, out, args = ins[0], ins[1], ins[2:]
+        if not isinstance(out, Jet):
+            continue
+        if op == "seed":
+            sp: Space = (args[0],)
+        elif op == "gather":
+            sp = full
+        else:
+            sp = tuple(sorted(set().union(*[spaces[a.k] for a in args if isinstance(a, Jet)])))
+        spaces[out.k] = sp if keep is None or len(sp) in keep else full
+    return spaces
+
+
+def _embedding(src: Space, dst: Space, K: int) -> Tuple[int, ...]:
+    """For each coefficient of a polynomial in the variables ``src``, its index among those in ``dst``."""
+    pos = [dst.index(v) for v in src]
+    index = monomial_index(len(dst), K)
+    out = []
+    for m in monomials(len(src), K):
+        e = [0] * len(dst)
+        for p, c in zip(pos, m):
+            e[p] = c
+        out.append(index[tuple(e)])
+    return tuple(out)
+
+
+def _split(code: List[tuple], results: List[Jet], D: int, K: int, full: bool = True
+          ) -> Tuple[List[tuple], Dict[int, Space], List[Jet]]:
+    """``(code, spaces, results)``: the instructions with ``embed`` ones inserted where an input's space is smaller
+    than the instruction's, the space of every jet, and the results (embedded in the full space if ``full``)."""
+    sizes = Counter(len(sp) for sp in _natural(code, D).values())
+    keep = {D} | {s for s, _ in sizes.most_common() if s < D}
+    keep = {D} | set(sorted(keep - {D}, key=lambda s: -sizes[s])[:MAX_SIZES if D >= MIN_D else 0])
+    spaces = _natural(code, D, keep)
+    fresh = itertools.count(1 + max([ins[1].k for ins in code if isinstance(ins[1], Jet)] + [r.k for r in results]))
+    memo: Dict[Tuple[int, Space], Jet] = {}
+    out_code: List[tuple] = []
+
+    def to(a, sp: Space):
+        if not isinstance(a, Jet) or spaces[a.k] == sp:
+            return a
+        key = (a.k, sp)
+        if key not in memo:
+            memo[key] = Jet(next(fresh))
+            spaces[memo[key].k] = sp
+            out_code.append(("embed", memo[key], a, _embedding(spaces[a.k], sp, K)))
+        return memo[key]
+
+    for ins in code:
+        op, out, args = ins[0], ins[1], ins[2:]
+        if op == "seed":
+            args = (args[0], spaces[out.k].index(args[0]))  # the variable and its direction in the space
+        elif isinstance(out, Jet) and op != "gather":
+            args = tuple(to(a, spaces[out.k]) for a in args)
+        out_code.append((op, out, *args))
+    return out_code, spaces, [to(r, tuple(range(D))) if full else r for r in results]
 
 
 def _slots(code: List[tuple], roots, spaces) -> Tuple[Dict[int, Tuple[int, int]], Dict[int, int]]:
@@ -154,7 +231,7 @@ def _layout(prog: Program, result, taylor: bool):
             raise NotLowerable("internal: a sum of terms is added into derivatives only")
         pairs = [(float(c), j) for c, j in result if isinstance(j, Jet)]  # a constant term has no derivative
         code = _live(prog, [j for _, j in pairs] + guards)
-        code, spaces, _ = split(code, [j for _, j in pairs], prog.D, prog.K, full=False)
+        code, spaces, _ = _split(code, [j for _, j in pairs], prog.D, prog.K, full=False)
         where = {ins[1].k: k for k, ins in enumerate(code) if isinstance(ins[1], Jet)}
         terms: Dict[int, List[tuple]] = {}
         for c, j in pairs:
@@ -163,7 +240,7 @@ def _layout(prog: Program, result, taylor: bool):
         result = None
     else:
         code = _live(prog, [result] + guards)
-        code, spaces, (result,) = split(code, [result], prog.D, prog.K)
+        code, spaces, (result,) = _split(code, [result], prog.D, prog.K)
         terms, roots = {}, {result.k: len(code)}
     for g in guards:
         if isinstance(g, Jet):
@@ -210,10 +287,11 @@ def emit_c(prog: Program, result, *, taylor: bool = False, prelude: str = "",
         p = pfx(len(spaces[ins[1].k])) if isinstance(ins[1], Jet) else prefix
         lines.append("    " + _statement(ins, arg, val, p, slot))
         ops += isinstance(ins[1], Jet)
-        tables += (len(ins) - 2) // 2 if "_lin_p" in lines[-1] else 0
+        tables += (len(ins) - 3) // 2 if "_lin_p" in lines[-1] else 0
         lines += ["    " + _scatter(D, K, arg(j), c, spaces[j.k]) for c, j in terms.get(k, [])]
     for g, expected in prog.guards:
-        test = f"!isnan({val(g)})" if math.isnan(expected) else f"{val(g)} != {_number(expected)}"
+        test = (f"!({val(g)} != 0.0)" if expected is None else f"!isnan({val(g)})" if math.isnan(expected)
+                else f"{val(g)} != {_number(expected)}")  # None: the scalar must be nonzero (a divisor of 0 / j)
         lines.append(f"    if ({test}) bad = 1;")
     if taylor:
         lines += [f"    for (int k = 0; k < {size(D, K)}; k++) T[k] = {arg(result)}[k];", "    if (bad) T[0] = NAN;"]
@@ -231,44 +309,54 @@ def _inlining(instructions: int, of_size: int, S: int, terms: bool) -> dict:
     return {"noinline": instructions > INLINE_MAX}
 
 
+#: the C of each instruction but ``lin`` and ``val``: ``{o}`` the output's array, ``{p}``/``{P}`` the runtime's prefix,
+#: ``{jN}`` argument N as a jet's array, ``{vN}`` as a value, ``{rN}`` as is, ``{tN}`` a table, ``{nN}`` its length,
+#: ``{cN}`` a jet or a constant as an array, ``{fN}`` a function's number (``_Fields``)
+_C = {"seed": "{p}_seed(x[{r0}], {r1}, {o});",
+      "embed": "{{ static const int M[] = {{{t1}}}; {p}_embed({j0}, M, {n1}, {o}); }}",
+      "gather": "{{ static const int I[] = {{{t1}}}; static const double F[] = {{{t2}}}; {p}_gather({r0}, I, F, {o}); }}",
+      **{op: f"{{p}}_{op}({{j0}}, {{j1}}, {{o}});" for op in ("add", "sub", "mul", "div")},
+      "sel": "{{ double ta[{P}_S], tb[{P}_S]; const double *pa = {c1}, *pb = {c2}; {p}_sel({v0}, pa, pb, {o}); }}",
+      "fun": "{{ double f[{P}_K + 1]; {p}_coef({f1}, {v0}, {v2}, f); {p}_fun({j0}, f, {o}); }}"}
+
+
+class _Fields(dict):
+    """The fields of an instruction's format in :data:`_C`, each printed when the format asks for it."""
+
+    def __init__(self, a: tuple, arg, val, p: str, **known):
+        super().__init__(p=p, P=p.upper(), **known)
+        self.a, self.arg, self.val = a, arg, val
+
+    def __missing__(self, key: str) -> str:
+        kind, x = key[0], self.a[int(key[1:])]
+        if kind == "c":  # a constant branch of sel: in a temporary array ta or tb
+            tmp = "t" + "_ab"[int(key[1:])]
+            return self.arg(x) if isinstance(x, Jet) else f"({self['p']}_const({self.val(x)}, {tmp}), {tmp})"
+        if kind == "t":
+            return ", ".join(_number(y) if isinstance(y, float) else str(y) for y in x)
+        if kind == "f" and x not in _FN:
+            raise InternalError(f"the function {x} has no number in the runtime (FUNCTIONS)")
+        return {"j": self.arg, "v": self.val, "r": str, "n": len, "f": _FN.__getitem__}[kind](x)
+
+
 def _statement(ins: tuple, arg, val, p: str, slot) -> str:
     op, out, a = ins[0], ins[1], ins[2:]
-    if op == "seed":
-        return f"{p}_seed(x[{a[0]}], {a[1]}, {arg(out)});"
-    if op == "embed":
-        return (f"{{ static const int M[] = {{{', '.join(map(str, a[1]))}}}; "
-                f"{p}_embed({arg(a[0])}, M, {len(a[1])}, {arg(out)}); }}")
-    if op == "gather":
-        return (f"{{ static const int I[] = {{{', '.join(map(str, a[1]))}}}; static const double F[] = "
-                f"{{{', '.join(map(_number, a[2]))}}}; {p}_gather({a[0]}, I, F, {arg(out)}); }}")
-    if op in ("add", "sub", "mul", "div"):
-        return f"{p}_{op}({arg(a[0])}, {arg(a[1])}, {arg(out)});"
-    if op in ("addc", "scale", "divc", "cdiv", "rsubc"):
-        return f"{p}_{op}({arg(a[0])}, {val(a[1])}, {arg(out)});"
-    if op == "lin" and len(a) >= 16 and all(isinstance(c, Val) and c.name.startswith("P[") for c in a[0::2]):
-        d = slot[out.k][0]
-        table = ", ".join(f"{slot[j.k][1]} * {p.upper()}_S, {c.name[2:-1]}" for c, j in zip(a[0::2], a[1::2]))
-        # a table and a loop, not one call per term (gcc's time: docs/theory/codegen.md)
-        return f"{{ static const int T[] = {{{table}}}; {p}_lin_p(T, {len(a) // 2}, P, W{d}, {arg(out)}); }}"
     if op == "lin":
-        terms = [f"{p}_scale({arg(a[1])}, {val(a[0])}, {arg(out)});"]
-        terms += [f"{p}_axpy({val(a[k])}, {arg(a[k + 1])}, {arg(out)});" for k in range(2, len(a), 2)]
-        return " ".join(terms)
-    if op == "sel":
-        return (f"{{ double ta[{p.upper()}_S], tb[{p.upper()}_S]; const double *pa = {_jet_or_const(a[1], arg, val, 'ta', p)}, "
-                f"*pb = {_jet_or_const(a[2], arg, val, 'tb', p)}; {p}_sel({val(a[0])}, pa, pb, {arg(out)}); }}")
-    if op in ("fun", "pow"):
-        fn, e = (_FN[a[1]], "0.0") if op == "fun" else (_FN["pow"], val(a[1]))
-        return (f"{{ double f[{p.upper()}_K + 1]; {p}_coef({fn}, {val(a[0])}, {e}, f); "
-                f"{p}_fun({arg(a[0])}, f, {arg(out)}); }}")
-    if op == "vfun":
-        return f"double {out.name}; {{ const double a = {val(a[1])}; {out.name} = {FUNCTIONS[a[0]]}; }}"
+        const = "" if a[0] == 0.0 else f" {arg(out)}[0] += {val(a[0])};"
+        return _lin(a[1:], arg, val, p, slot, out) + const
     if op == "val":
         return f"const double {out.name} = {a[0].format(*[val(x) for x in a[1:]])};"
-    raise NotLowerable(f"internal: unknown instruction {op}")
+    if op not in _C:
+        raise InternalError(f"the instruction {op} has no C form in the emitter (_C)")
+    return _C[op].format_map(_Fields(a, arg, val, p, o=arg(out)))
 
 
-def _jet_or_const(x, arg, val, tmp: str, p: str) -> str:
-    if isinstance(x, Jet):
-        return arg(x)
-    return f"({p}_const({val(x)}, {tmp}), {tmp})"
+def _lin(a: tuple, arg, val, p: str, slot, out) -> str:
+    """``o = sum_t a[2t] a[2t+1]`` (coefficient, jet): a table and a loop for many run-time coefficients ``P[i]``
+    (gcc's time: docs/theory/codegen.md), else one call per term (a coefficient 1.0 a copy)."""
+    if len(a) >= 16 and all(isinstance(c, Val) and c.name.startswith("P[") for c in a[0::2]):
+        d = slot[out.k][0]
+        table = ", ".join(f"{slot[j.k][1]} * {p.upper()}_S, {c.name[2:-1]}" for c, j in zip(a[0::2], a[1::2]))
+        return f"{{ static const int T[] = {{{table}}}; {p}_lin_p(T, {len(a) // 2}, P, W{d}, {arg(out)}); }}"
+    first = f"{p}_copy({arg(a[1])}, {arg(out)});" if a[0] == 1.0 else f"{p}_scale({arg(a[1])}, {val(a[0])}, {arg(out)});"
+    return " ".join([first] + [f"{p}_axpy({val(a[k])}, {arg(a[k + 1])}, {arg(out)});" for k in range(2, len(a), 2)])

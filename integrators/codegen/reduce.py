@@ -15,7 +15,7 @@ from bea.errors import InternalError
 from ..compiled import NotLowerable
 from .emit import _live, _number
 from .ir import Jet, Program, Val
-from .runtime import FUNCTIONS, monomials, size
+from .runtime import monomials, size
 
 __all__ = ["Block", "atom", "shared", "emit_sum", "EXP_SOURCE"]
 
@@ -93,24 +93,12 @@ class _Block:
                 self.coef[id(out)] = self.named(f"j{self.b}_{out.k}", self._jet(op, out, args), where)
                 continue
             name = self.names[id(out)] = f"v{self.b}_{out.name}"
-            if op == "val":
-                line = f"{name} = {args[0].format(*[self.val(x) for x in args[1:]])};"
-            else:  # vfun
-                line = f"{{ const double a = {self.val(args[1])}; {name} = {FUNCTIONS[args[0]]}; }}"
-            self.sections[where] += [f"double {name};", line]
+            self.sections[where] += [f"double {name};", f"{name} = {args[0].format(*[self.val(x) for x in args[1:]])};"]
 
     def _jet(self, op: str, out: Jet, a) -> Dict[int, str]:
         J = self.coef
         if op == "seed":
             return {0: f"xs[{a[0]}][w]", **({1 + a[0]: "1.0"} if self.K else {})}  # at K = 0 a value only
-        if op in ("addc", "rsubc"):
-            x, c = J[id(a[0])], self.val(a[1])
-            o = {k: (e if op == "addc" else f"(-{e})") for k, e in x.items() if k}
-            o[0] = (f"{x[0]} + {c}" if op == "addc" else f"{c} - {x[0]}") if 0 in x else c
-            return dict(sorted(o.items()))
-        if op in ("scale", "divc"):
-            x, c = J[id(a[0])], self.val(a[1])
-            return {k: (f"{e} / {c}" if op == "divc" else c if e == "1.0" else f"{c} * {e}") for k, e in x.items()}
         if op in ("add", "sub"):
             x, y = J[id(a[0])], J[id(a[1])]
             o = {k: (f"{x[k]} {'+' if op == 'add' else '-'} {y[k]}" if k in y else x[k]) for k in x}
@@ -118,12 +106,16 @@ class _Block:
             return dict(sorted(o.items()))
         if op == "mul":
             return self._mul(J[id(a[0])], J[id(a[1])])
-        if op == "lin":
+        if op == "lin":  # o = c + sum_t s_t j_t
             terms: Dict[int, List[str]] = {}
-            for c, j in zip(a[0::2], a[1::2]):
+            for c, j in zip(a[1::2], a[2::2]):
                 for k, e in J[id(j)].items():
-                    terms.setdefault(k, []).append(f"{self.val(c)} * {e}")
-            return {k: " + ".join(t) for k, t in sorted(terms.items())}
+                    c_ = self.val(c)
+                    terms.setdefault(k, []).append(c_ if e == "1.0" else e if c_ == "1.0" else f"{c_} * {e}")
+            o = {k: " + ".join(t) for k, t in sorted(terms.items())}
+            if a[0] != 0.0:
+                o[0] = f"{o[0]} + {self.val(a[0])}" if 0 in o else self.val(a[0])
+            return dict(sorted(o.items()))
         if op == "fun" and a[1] == "exp":
             return self._exp(J[id(a[0])], out)
         raise NotLowerable(f"the instruction {op} {a[1] if op == 'fun' else ''} has no form in a sum over atoms")

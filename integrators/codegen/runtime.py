@@ -121,9 +121,6 @@ static void p_add(const double *a, const double *b, double *o) { for (int k = 0;
 static void p_sub(const double *a, const double *b, double *o) { for (int k = 0; k < P_S; k++) o[k] = a[k] - b[k]; }
 static void p_scale(const double *a, double c, double *o) { for (int k = 0; k < P_S; k++) o[k] = c * a[k]; }
 static void p_axpy(double c, const double *a, double *o) { for (int k = 0; k < P_S; k++) o[k] += c * a[k]; }
-static void p_addc(const double *a, double c, double *o) { p_copy(a, o); o[0] = a[0] + c; }
-static void p_rsubc(const double *a, double c, double *o) { for (int k = 1; k < P_S; k++) o[k] = -a[k]; o[0] = c - a[0]; }
-static void p_divc(const double *a, double c, double *o) { for (int k = 0; k < P_S; k++) o[k] = a[k] / c; }
 /* o = a from a space of fewer variables: a[k] to o[map[k]], k < m, zeros elsewhere */
 static void p_embed(const double *a, const int *map, int m, double *o) {
     for (int k = 0; k < P_S; k++) o[k] = 0.0;
@@ -139,13 +136,6 @@ static void p_fun(const double *a, const double *f, double *o) {
         for (int q = 1; q <= P_K; q++) s += f[q] * pw[(q - 1) * P_S + k];
         o[k] = s;
     }
-}
-/* o = c / b */
-static void p_cdiv(const double *b, double c, double *o) {
-    double f[P_K + 1];
-    f[0] = c / b[0];
-    for (int k = 1; k <= P_K; k++) f[k] = -f[k - 1] / b[0];
-    p_fun(b, f, o);
 }
 /* o = sum over the P_S coefficients of fac[k] T[idx[k]]: a derivative of a model read off its Taylor polynomial */
 static void p_gather(const double *T, const int *idx, const double *fac, double *o) {
