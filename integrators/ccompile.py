@@ -82,8 +82,7 @@ def find_compiler() -> Optional[str]:
 def load_library(source: str, vectorise: bool = False) -> CompiledLibrary:
     """Compile ``source`` (or take it from the LRU) and load it. Raises :class:`CompileError`.
 
-    ``source`` must be C this process generated (never text read from disk or from a user): loading runs it."""
-
+    ``source`` must be C this process generated (never text read from disk or from a user): loading runs it.
     ``vectorise``: add :data:`VECTOR_FLAGS`; a compiler that rejects them builds without them."""
     if vectorise:
         try:
