@@ -1,6 +1,7 @@
 """C source of the compiled stepping loop, a template with the Lagrangian's derivatives inserted at
 ``/*@LAGRANGIAN@*/``; :func:`march_source` builds it for one ``n`` (docs/theory/codegen.md, "The compiled march").
 """
+
 TEMPLATE = r"""/* Compiled stepping of integrators.VariationalIntegrator (see integrators/compiled.py).
 
    The Lagrangian part, lag_derivs(x, P, g, H): gradient g (D) and Hessian H (D x D, row-major) of

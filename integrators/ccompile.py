@@ -2,6 +2,7 @@
 over :mod:`integrators.ccache`'s authenticated disk cache). Why the source is safe to compile, and the flags' reasons:
 docs/theory/codegen.md.
 """
+
 from __future__ import annotations
 
 import collections

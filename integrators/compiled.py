@@ -5,6 +5,7 @@ entered once per chunk of steps. For a Lagrangian with a C form (:class:`CLagran
 :math:`D_{12}L_\Delta = \sum_k w_k A_k^\top H(y_k) B_k`; otherwise, and at any step that fails in C, the eager path runs
 (docs/theory/codegen.md, "The compiled march").
 """
+
 from __future__ import annotations
 
 import ctypes

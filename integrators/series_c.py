@@ -5,6 +5,7 @@ For :math:`L_{inv} = \sum_{k \le N} h^k F_k(\partial^{\le r}M, v)`, the model wr
 :math:`\partial^\alpha M` is read off it as a second-order jet (:func:`_gather_table`), and the formula is lowered
 and emitted on those jets: the result's value, gradient and Hessian are :math:`L_{inv}, g, H` (docs/theory/codegen.md).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

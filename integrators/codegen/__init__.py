@@ -1,6 +1,7 @@
 """The code generator of the compiled path: one intermediate representation (:mod:`.ir`), one C runtime of Taylor
 arithmetic (:mod:`.runtime`), one emitter (:mod:`.emit`), sums over atoms (:mod:`.reduce`); docs/theory/codegen.md.
 """
+
 from .emit import emit_c
 from .from_sympy import lower_sympy, lower_terms
 from .ir import OPAQUE, Jet, Program, Val

@@ -4,6 +4,7 @@ space of its variables (:func:`_split`) and a reused slot of a work array, each 
 :math:`g_i = c_{e_i}`, :math:`H_{ij} = (1 + \delta_{ij})\,c_{e_i + e_j}` of one jet or of a sum :math:`\sum_k c_k f_k`
 added term by term; a failed guard sets ``g[0]`` (``T[0]``) to NaN (docs/theory/codegen.md, "The emitter").
 """
+
 from __future__ import annotations
 
 import itertools
@@ -78,7 +79,7 @@ def _sink_seeds(code: List[tuple]) -> List[tuple]:
 # number changes; docs/theory/codegen.md, "Smaller spaces").
 #: most space sizes below D one program uses
 MAX_SIZES = 3
-#: programs in fewer variables stay in the full space (measured: docs/theory/codegen.md)
+#: a program of fewer than MIN_D variables keeps every jet in its full space (measured: docs/theory/codegen.md)
 MIN_D = 4
 
 Space = Tuple[int, ...]

@@ -3,6 +3,7 @@ one rule per kind of node after common-subexpression elimination (numbers, sums 
 runtime's functions by name and others by composition, exact on truncated series; :func:`_composed`, :func:`_atan2`).
 Anything else raises :class:`~integrators.compiled.NotLowerable` (the rules and their reasons: docs/theory/codegen.md).
 """
+
 from __future__ import annotations
 
 import math
@@ -115,6 +116,8 @@ def _product(prog: Program, names, e):
 
 
 def _power(prog: Program, names, base_expr, exp):
+    r""":math:`b^e`: integer :math:`e` by repeated squaring (:math:`1/b^{|e|}` for :math:`e < 0`), :math:`e = \pm 1/2` as
+    sqrt / rsqrt, another number through pow's binomial series, a state-dependent :math:`e` as :math:`\exp(e \log b)`."""
     base = _node(prog, names, base_expr)
     if exp.is_Integer:
         out = prog.ipow(base, abs(int(exp)))

@@ -5,6 +5,7 @@ reaches guards only, which are then dropped). Each instruction ``(op, out, *args
 :mod:`integrators.codegen.runtime`; on jets: ``seed``, ``gather``, ``add sub mul div`` (two jets), ``lin``
 :math:`c + \sum_t s_t j_t` (``(c, s_0, j_0, ..)``), ``fun`` (``(a, name, exponent)``), ``sel`` (docs/theory/codegen.md).
 """
+
 from __future__ import annotations
 
 import math

@@ -4,6 +4,7 @@ one program per kind ``b`` (a :class:`Block`) with the atom's numbers :func:`ato
 the coefficients that can be nonzero, ``exp`` of a sum of one-variable functions as a product of one-variable series
 (:meth:`_Block._exp`), and each line runs once, per atom, or per atom and state (docs/theory/codegen.md).
 """
+
 from __future__ import annotations
 
 import math

@@ -5,6 +5,7 @@ r"""The C runtime of the code-generation IR: arithmetic on truncated Taylor poly
 :math:`\delta = a - a_0`, :math:`f_k = \phi^{(k)}(a_0)/k!` from one-variable recurrences (``coef``; each rule and why
 it is written so: docs/theory/codegen.md).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -23,7 +24,10 @@ FUNCTIONS = {
     "erf": "erf(a)",
 }
 
-#: ``coef`` bodies (after f[0] = phi(a)); u, w: scratch arrays of K + 1; ``e``: the exponent of pow
+#: ``coef`` bodies (after f[0] = phi(a)): the Taylor coefficients f_k of phi(a + t). Where phi' = w(phi), f_k = w_{k-1}/k
+#: with w's coefficients from f's; ``ode(c0, c1, c2)`` is w = c0 + c1 phi + c2 phi^2 (tan 1 + phi^2, tanh 1 - phi^2,
+#: sigmoid phi - phi^2); pow: the binomial series; log: f_k = -f_{k-1}(k - 1)/(k a). u, w: scratch arrays of K + 1;
+#: ``e``: the exponent of pow
 _COEF = {
     "sin": "u[0] = cos(a); for (k = 1; k <= K; k++) { f[k] = u[k - 1] / k; u[k] = -f[k - 1] / k; }",
     "cos": "u[0] = sin(a); for (k = 1; k <= K; k++) { f[k] = -u[k - 1] / k; u[k] = f[k - 1] / k; }",

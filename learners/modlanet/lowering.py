@@ -4,6 +4,7 @@ r"""A ModLaNet on the compiled integrator path (:mod:`integrators.compiled`), th
 :func:`plan` refuses, with :class:`integrators.compiled.NotLowerable`, any submodule not in :data:`TRACEABLE`, a
 subclass overriding the computation, and tensors that are not float64 (docs/theory/codegen.md, "ModLaNet").
 """
+
 from __future__ import annotations
 
 import dataclasses

@@ -5,6 +5,7 @@ in scaled variables. RBF (:func:`rbf_blocks`): :math:`f(x) = \sigma_f^2 \sum_k e
 (gradient and Hessian) and :class:`RBFJet` (every derivative to order ``K``); the layouts of ``P``:
 docs/theory/codegen.md, "The GP means".
 """
+
 from __future__ import annotations
 
 import ctypes
