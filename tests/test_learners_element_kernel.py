@@ -367,6 +367,26 @@ def test_fit_meets_0_2_where_the_default_measured_0_248(two_body_fit):
     assert model.hyperparameters["lengthscale"]["body:scale"] == 1.0
 
 
+def test_hyperparameters_of_a_fit_read_without_warnings(two_body_fit):
+    """``model.hyperparameters`` reads trained scales (tensors that require grad) as floats without torch's
+    "converting a tensor with requires_grad=True to a scalar" UserWarning, which it raised for element fits."""
+    import warnings
+
+    model = two_body_fit[2]
+    params = list(model.gp.kernel.parameters())
+    flags = [q.requires_grad for q in params]
+    try:
+        for q in params:  # as a fit through kernel="auto" leaves them
+            q.requires_grad_(True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            hp = model.hyperparameters
+    finally:
+        for q, f in zip(params, flags):
+            q.requires_grad_(f)
+    assert hp["outputscale"] > 0 and hp["noise"] > 0
+
+
 def test_mean_differences_on_the_taylor_mean_equal_the_mod_n_mean(two_body_fit, monkeypatch):
     """The distant-difference calibration's means for an element model (on the mean's Taylor polynomial at each state,
     element_uncertainty.on_mean) equal the path they replace (bea.energy of mod_N of the mean itself) at a few random

@@ -332,5 +332,5 @@ class ElementHooks(ElementEnergy):
         for name, x in zip(base.parameter_names(), base.lengthscale.detach().reshape(-1).tolist()):
             part = name.split(":")[1]
             out[name] = x * (self._unit if part == "lengthscale" else self._speed if part == "velocity_scale" else 1.0)
-        return {"lengthscale": out, "outputscale": float(gp.kernel.outputscale) * gp.variance_scale * self._speed ** 4,
-                "noise": float(gp.noise) / float(gp.kernel.outputscale)}
+        return {"lengthscale": out, "outputscale": float(gp.kernel.outputscale.detach()) * gp.variance_scale * self._speed ** 4,
+                "noise": float(gp.noise.detach()) / float(gp.kernel.outputscale.detach())}

@@ -349,8 +349,8 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         gp, ls = self.gp, self.gp.kernel.base_kernel.lengthscale.detach().reshape(-1)
         ls = ls * self._input_units(self.n) if ls.numel() > 1 or self._time != 1.0 else ls * self._unit  # data's units
         return {"lengthscale": ls.tolist() if ls.numel() > 1 else float(ls),
-                "outputscale": float(gp.kernel.outputscale) * gp.variance_scale * self._speed ** 4,
-                "noise": float(gp.noise) / float(gp.kernel.outputscale)}
+                "outputscale": float(gp.kernel.outputscale.detach()) * gp.variance_scale * self._speed ** 4,
+                "noise": float(gp.noise.detach()) / float(gp.kernel.outputscale.detach())}
 
     @property
     def conditioning(self):
