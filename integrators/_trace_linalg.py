@@ -1,11 +1,8 @@
-r"""Lowering rules for the small dense linear algebra of :mod:`bea` series (LU factorisation and solves).
+r"""Lowering rules for the LU factorisation and solves of :mod:`bea` series, with the row interchanges traced.
 
-A series solves with the mass matrix :math:`\partial^2 L/\partial v^2` by ``torch.linalg.lu_factor`` and
-``lu_solve``. Here the factorisation is written out on scalars, as LAPACK's ``getrf`` computes it
-(right-looking Doolittle, rows interchanged before each elimination step), with the row interchanges
-the trace observed: for the symmetric positive definite mass matrices of regular Lagrangians the pivot
-order only changes rounding, and a zero pivot gives non-finite values, which hand the step to the eager
-path. The solve applies the interchanges, then the unit lower and the upper triangular substitutions.
+Factor (LAPACK ``getrf``, right-looking Doolittle): for each k swap rows k and :math:`p_k`, then
+:math:`\ell_{ik} = a_{ik}/a_{kk}`, :math:`a_{ij} \mathrel{-}= \ell_{ik} a_{kj}` (i, j > k). Solve: the interchanges,
+then the unit lower and the upper triangular substitutions. Why a traced pivot order is safe: docs/theory/tracing.md.
 """
 
 from __future__ import annotations

@@ -1,28 +1,15 @@
-r"""A C form for any torch Lagrangian, by tracing: the front-end of the compiled path for plain callables,
-``nn.Module`` Lagrangians (MLP, LNN) and :mod:`bea` series applied to them.
+r"""A C form for any torch Lagrangian, by tracing (plain callables, ``nn.Module`` Lagrangians, :mod:`bea` series of them).
 
-Tracing runs ``L(q, v)`` once, on one state (``q, v`` of shape ``(1, n)``), under a
-:class:`~torch.utils._python_dispatch.TorchDispatchMode` that sees every torch (aten) operation, including
-those of the backward passes that a :mod:`bea` series takes inside ``L``. Each tensor becomes an array of
-scalars and each operation one lowering rule (:mod:`integrators._trace_aten`), which emits straight-line
-code on second-order Taylor jets in the state :math:`x = (q, v)` (:mod:`integrators.codegen`). The final jet
-is :math:`(L, \nabla L, \nabla^2 L)`: exactly the ``lag_derivs`` a :class:`~integrators.compiled.CLagrangian`
-needs, so the DEL Newton step of the compiled march gets compiled derivatives.
-
-Tensors the trace meets without having produced them (a network's weights, captured constants) are read
-at run time from the parameter array ``P`` (refreshed before every chunk of steps, so training between
-runs is seen). Python control flow that reads a tensor (``bool(x.any())``, ``x.item()``) becomes a
-*guard*: the compiled code checks that the value is the traced one and otherwise hands the step back to
-the eager path.
-
-Because tracing sees one run, code whose operations depend on the state in ways no guard records could
-be traced wrongly; so every traced form is *verified* before use: its gradient and Hessian must equal
-autograd's at several random states (relative 1e-8). A Lagrangian that fails any of this raises
-:class:`~integrators.compiled.NotLowerable` with the reason, and the integrator runs it eagerly.
+``L(q, v)`` runs once on one state under a dispatch mode; each torch (aten) operation, backward ones included,
+becomes its rule's instructions (:mod:`integrators._trace_aten`) on Taylor jets in :math:`x = (q, v)`, and the final
+jet is :math:`(L, \nabla L, \nabla^2 L)` (``lag_derivs``) or the Taylor polynomial to degree ``K``. Tensors not
+produced by the trace are run-time parameters ``P``; tensor reads are guards; the form must equal autograd at random
+states, or :class:`~integrators.compiled.NotLowerable`. Derivation: docs/theory/tracing.md.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Dict, List
 
@@ -43,9 +30,16 @@ __all__ = ["trace_lagrangian", "trace_taylor", "VERIFY_RTOL"]
 
 #: relative agreement with autograd required of a traced form at the verification states
 VERIFY_RTOL = 1e-8
-#: a traced form with at least NETWORK_TERMS weighted terms (a 64 x 64 layer has 4096) is a network: under
-#: execution="auto", batches above NETWORK_MAX_BATCH take the eager path (batched torch matrix products)
+#: a network (>= NETWORK_TERMS weighted terms): vector C, and under execution="auto" larger batches than this go eager
 NETWORK_TERMS, NETWORK_MAX_BATCH = 1024, 100
+
+
+@functools.lru_cache(maxsize=None)
+def _decompositions() -> dict:
+    """torch's decompositions into core ATen operations (built on the first operation without a rule)."""
+    from torch._decomp import core_aten_decompositions
+
+    return dict(core_aten_decompositions())
 
 
 def _key(t: torch.Tensor) -> tuple:
@@ -82,7 +76,7 @@ class _Tracer(TorchDispatchMode):
         self.bind(t, arr)
         return arr
 
-    def _convert(self, x):  # (torch's pytree: 6x slower per operation)
+    def _convert(self, x):
         if isinstance(x, torch.Tensor):
             return self.lookup(x)
         if isinstance(x, (list, tuple)):
@@ -91,6 +85,12 @@ class _Tracer(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        name = str(func)
+        if self.error is None and name not in RULES and name not in OPAQUE_OPS and name.split(".")[1] not in FACTORIES:
+            with self:  # torch's own decomposition (or NotImplemented): its operations are traced, each by its rule
+                out = _decompositions().get(func, func.decompose)(*args, **kwargs)
+            if out is not NotImplemented:
+                return out
         out = func(*args, **kwargs)
         if self.error is None:
             try:
@@ -177,8 +177,6 @@ def trace_lagrangian(L, n: int, *, seed: int = 0) -> CLagrangian:
     (:class:`~integrators.compiled.NotLowerable` if it cannot be)."""
     prog, result, refresh, x0, gen = _traced(L, n, seed, 2)
     source, ops, tables = emit_c(prog, result)
-    # networks (weight tables): vector instructions, and batches beyond NETWORK_MAX_BATCH left to batched torch
-    # under execution="auto", which overtakes the per-element C loop there (benchmarks/integrate_any.py)
     clag = CLagrangian(n=n, source=source, params=refresh() if refresh else np.zeros(1), cost=max(1, (ops + tables) // 20),
                        refresh=refresh, vectorise=tables > 0,
                        auto_max_batch=NETWORK_MAX_BATCH if tables >= NETWORK_TERMS else None)
@@ -187,10 +185,8 @@ def trace_lagrangian(L, n: int, *, seed: int = 0) -> CLagrangian:
 
 
 def trace_taylor(L, n: int, order: int, *, seed: int = 0) -> CTaylor:
-    """Trace ``L`` for ``n`` coordinates into its Taylor polynomial to degree ``order`` in C, a
-    :class:`~integrators.series_c.CTaylor` (what a :mod:`bea` series on the compiled path needs of a model).
-    Verified as :func:`trace_lagrangian` on its coefficients of degree <= 2; the higher ones come from the
-    same instructions and runtime rules (tested against nested autograd)."""
+    """Trace ``L`` for ``n`` coordinates into its Taylor polynomial to degree ``order``, a
+    :class:`~integrators.series_c.CTaylor`; verified as :func:`trace_lagrangian` on its coefficients of degree <= 2."""
     if not isinstance(order, int) or order < 2:
         raise NotLowerable(f"a Taylor form of order {order} (at least 2) was asked for")
     prog, result, refresh, x0, gen = _traced(L, n, seed, order)
