@@ -172,7 +172,7 @@ def test_a_tensor_built_inside_the_lagrangian_is_traced():
 
 def test_indexing_inside_a_gradient_is_traced():
     """A gradient taken inside L through cat, unbind, select, slice and stack: the backward of indexing (select_backward,
-    slice_backward into zeros) is lowered; C derivatives equal autograd's to rounding (O(1) entries: 1e-12)."""
+    slice_backward: torch's decompositions, scatters into zeros) is lowered; C derivatives equal autograd's (O(1): 1e-12)."""
     def L(q, v):
         x = torch.cat([q, v], -1)
         first, _, third, _ = torch.unbind(x, -1)
@@ -196,3 +196,25 @@ def test_series_with_row_interchanges_is_traced():
 
     states = torch.tensor([[0.3, -0.2, 0.5, 0.1], [0.1, 0.4, -0.3, 0.2]], dtype=torch.float64)
     assert _derivative_error(lambda q, v: inv(base, q, v, 0.1), 2, states) < 1e-12
+
+
+def test_operations_without_a_rule_run_torchs_decomposition():
+    """Operations with no lowering rule (SiLU, logsumexp, and those whose rules torch's decompositions replaced: square,
+    rsub, dot, transpose, select_scatter, the backward of tanh, sigmoid and ReLU) are traced through torch's core-ATen
+    decompositions; C derivatives equal autograd's to rounding (O(1) entries: 1e-12)."""
+    from integrators._trace_aten import RULES
+
+    assert not {"aten.silu.default", "aten.logsumexp.default", "aten.tanh_backward.default"} & set(RULES)
+    M = torch.tensor([[2.0, 0.3], [0.3, 1.0]], dtype=torch.float64)
+    act = (torch.tanh, torch.sigmoid, torch.relu)
+
+    def L(q, v):
+        x = torch.cat([q, v], -1)
+        e = sum(f(x * (k + 1) - 0.2).sum(-1) for k, f in enumerate(act))
+        (g,) = torch.autograd.grad(e.sum(), x, create_graph=True)
+        s = torch.select_scatter(q, torch.cos(q[..., 0]), 1, 0)
+        return (torch.dot(v[0], M @ v[0]) / 2 - torch.square(1 - s).sum() + torch.nn.functional.silu(q).sum()
+                + torch.logsumexp(x, -1).sum() + (q.transpose(0, 1) ** 3).sum() + 0.1 * (g ** 2).sum())[None]
+
+    states = torch.tensor([[1.0, 0.3, 0.2, -0.1], [0.7, -0.4, 0.0, 0.3]], dtype=torch.float64)
+    assert _derivative_error(L, 2, states) < 1e-12
