@@ -87,20 +87,19 @@ class _Tracer(TorchDispatchMode):
         kwargs = kwargs or {}
         name = str(func)
         if self.error is None and name not in RULES and name not in OPAQUE_OPS and name.split(".")[1] not in FACTORIES:
-            with self:  # torch's own decomposition (or NotImplemented): its operations are traced, each by its rule
+            with self:  # torch's own decomposition (or NotImplemented): its operations are traced (a rule, or decomposed)
                 out = _decompositions().get(func, func.decompose)(*args, **kwargs)
             if out is not NotImplemented:
                 return out
         out = func(*args, **kwargs)
         if self.error is None:
             try:
-                self._lower(func, args, kwargs, out)
+                self._lower(name, args, kwargs, out)
             except NotLowerable as err:
                 self.error = err
         return out
 
-    def _lower(self, func, args, kwargs, out) -> None:
-        name = str(func)
+    def _lower(self, name: str, args, kwargs, out) -> None:
         conv = self._convert(list(args))
         if name == "aten._local_scalar_dense.default":
             self.prog.guard(conv[0].reshape(-1)[0], float(out))
