@@ -12,6 +12,7 @@ import itertools
 from typing import Callable, Dict
 
 import numpy as np
+import torch
 
 from .codegen.ir import FUNCTIONS, Program
 
@@ -76,7 +77,7 @@ def _put(a: np.ndarray, dim: int, at, src) -> np.ndarray:
 SHAPES = {
     "view.default _unsafe_view.default reshape.default squeeze.dim squeeze.dims squeeze.default unsqueeze.default "
     "view_as.default": lambda a, *_, shape: a.reshape(shape),
-    "alias.default detach.default clone.default lift_fresh.default lift_fresh_copy.default _to_copy.default contiguous.default "
+    "alias.default detach.default clone.default lift_fresh.default lift_fresh_copy.default contiguous.default "
     "positive.default": lambda a, *_, shape: a.copy(),
     "expand.default": lambda a, *_, shape: np.broadcast_to(a, shape),
     "permute.default": lambda a, dims, *_, shape: np.transpose(a, [_dim(d, a.ndim) for d in dims]),
@@ -105,6 +106,16 @@ def _masked_scatter(p, args, kw, out):
 def _index(p, args, kw, out):
     idx = tuple(slice(None) if i is None else np.asarray(i, dtype=float).astype(np.int64) for i in args[1])
     return args[0][idx]
+
+
+@_rule("aten._to_copy.default")
+def _to_copy(p, args, kw, out):
+    """A copy; a cast to another dtype (``.float()``, ``.long()``) would round what the C computes in double: refused."""
+    if out.dtype != torch.float64:
+        from .compiled import NotLowerable
+
+        raise NotLowerable(f"a cast of a state-dependent tensor to {out.dtype} has no compiled form (float64 only)")
+    return args[0].copy()
 
 
 # ------------------------------------------------------------------ elementwise
@@ -139,6 +150,8 @@ ELEMENTWISE = {
     "bitwise_not.default logical_not.default": (1, Program.vnot),
     "where.self": (3, lambda p, c, a, b: (a if c else b) if isinstance(c, float) else p.select(c, a, b)),
     "sign.default": (1, lambda p, a: p.sub(p.value("gt", a, 0.0), p.value("lt", a, 0.0))),
+    # g y (1 - y): torch's decomposition keeps g and 1 - y live too, nearly twice the jet workspace (tracing.md)
+    "sigmoid_backward.default": (2, lambda p, g, y: p.mul(g, p.mul(y, p.sub(1.0, y)))),
 }
 # erf: the SymPy front-end's only (untested traced)
 ELEMENTWISE.update({f"{n}.default": (1, lambda p, a, n=n: p.unary(n, a)) for n in FUNCTIONS if n not in ("pow", "erf")})
