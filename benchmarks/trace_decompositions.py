@@ -4,7 +4,8 @@ operation runs torch's decomposition under the trace, integrators/traced.py).
 
     PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/trace_decompositions.py [--without] [--builds N] [NAME ...]
 
-Each row prints ``(program length, operations, table entries)`` of the emitted C and the least and median build CPU
+Each row prints ``(program length, operations, table entries, workspace doubles)`` of the emitted C (the last:
+the jet arrays ``W`` its function declares, the live jet memory) and the least and median build CPU
 seconds of N builds (default 3). ``--without``: also the row with the case's rules removed (a rule kept in
 integrators/_trace_aten.py should make its program smaller than the decomposition does; a deleted one prints the
 same row twice). Run it in two trees to
@@ -13,6 +14,7 @@ compare a tree with a rule against one without it. NAME: only the cases whose na
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 
@@ -28,7 +30,8 @@ _emit = T.emit_c
 
 def _recording_emit(prog, result, **kw):
     out = _emit(prog, result, **kw)
-    SIZES.append((len(prog.code), out[1], out[2]))
+    workspace = sum(int(m) for m in re.findall(r"double W\d+\[(\d+)\]", out[0]))  # the jets' arrays, in doubles
+    SIZES.append((len(prog.code), out[1], out[2], workspace))
     return out
 
 
@@ -100,7 +103,7 @@ def _row(name: str, rules: str, L, n: int, without: bool, builds: int) -> str:
             t0 = time.process_time()
             T.trace_lagrangian(L, n)
             ts.append(time.process_time() - t0)
-        return (f"{name:36s} {'without' if without else 'as is':8s} (length, ops, tables) = {SIZES[0]}  "
+        return (f"{name:36s} {'without' if without else 'as is':8s} (length, ops, tables, workspace) = {SIZES[0]}  "
                 f"build CPU s {min(ts):.4f} / {sorted(ts)[builds // 2]:.4f}")
     finally:
         RULES.update(saved)
