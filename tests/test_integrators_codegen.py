@@ -35,7 +35,8 @@ CODEGEN_FILES = (
 #: 1,800 is not met; the count's history and what was measured and kept is in benchmarks/RESULTS_speed.md.
 #: 3,336 -> 3,227 (sessions 6-7, dedup) -> 3,263 (features) -> 3,146 (session 13 cgtrim: one GP-mean module, rule tables)
 #: -> 3,105 (session 16 cgtrace: tracer rules from torch's decompositions, derivations to docs/theory/tracing.md)
-CODEGEN_LINES = 3114
+#: -> 3,162 (its fix pass: in-place writes through views refused, pivot guards, wider verification, casts refused)
+CODEGEN_LINES = 3170
 
 
 def test_code_generation_source_stays_within_its_bound():
