@@ -232,11 +232,11 @@ def _verify(L, clag: CLagrangian, n: int, x0: torch.Tensor, gen: torch.Generator
     from .model_protocol import derivatives  # the protocol's autograd reference
 
     near = x0[None] + 0.5 * (torch.rand(3, 2 * n, generator=gen, dtype=torch.float64) - 0.5)
-    xs, wide = torch.cat([x0[None], near]), torch.stack([-x0, 2 * x0, -2 * x0])
-    try:  # a Lagrangian may raise outside its domain: then only the near states are checked
-        _, g_w, H_w = derivatives(L, wide)
-        xs, g_ref, H_ref = torch.cat([xs, wide]), *(torch.cat(p) for p in zip(derivatives(L, xs)[1:], (g_w, H_w)))
+    xs = torch.cat([x0[None], near, torch.stack([-x0, 2 * x0, -2 * x0])])
+    try:  # one batch; a Lagrangian may raise outside its domain: then only the near states are checked
+        _, g_ref, H_ref = derivatives(L, xs)
     except Exception:
+        xs = xs[:4]
         _, g_ref, H_ref = derivatives(L, xs)
     g, H = CompiledStepper(clag, 0.1, bea.get_scheme("midpoint"), n).lagrangian_derivatives(xs)
     ref, got = torch.cat([g_ref, H_ref.flatten(1)], 1), torch.cat([g, H.flatten(1)], 1)

@@ -256,7 +256,8 @@ def test_in_place_writes_through_another_view_are_refused():
 def test_casts_branches_and_decomposed_refusals():
     """A cast to another dtype is refused (float32 rounds: it passed verification at 5.9e-8 before); a refusal inside a
     decomposition names the operation the user wrote; a branch on a NumPy copy of q (the trace sees q > 0 only) is
-    found at the mirrored verification states -x0, -2 x0 (the three near states all have q > 0.05)."""
+    found at the mirrored verification states -x0, -2 x0 (the three near states all have q > 0.05); a Lagrangian raising
+    there is checked at the near states only."""
     kin = lambda v: (v ** 2).sum(-1) / 2  # noqa: E731
     with pytest.raises(NotLowerable, match="torch.float32"):
         trace_lagrangian(lambda q, v: kin(v) + (q.float().double() ** 2).sum(-1), 1)
@@ -272,6 +273,12 @@ def test_casts_branches_and_decomposed_refusals():
 
     with pytest.raises(NotLowerable, match="differ from autograd"):
         trace_lagrangian(numpy_branch, 1)
+
+    def positive_only(q, v):  # raises at the mirrored states: only the near ones are checked, and it is traced
+        if bool((q < 0).any()):
+            raise ValueError("q < 0")
+        return kin(v) + (q ** 3).sum(-1)
+    assert trace_lagrangian(positive_only, 1).n == 1
 
 
 def test_lu_pivot_order_is_guarded():
