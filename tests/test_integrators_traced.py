@@ -14,7 +14,7 @@ import bea
 from integrators import VariationalIntegrator, systems
 from integrators.ccompile import find_compiler
 from integrators.compiled import CompiledStepper, NotLowerable
-from integrators.model_protocol import AffineModel, compiled_form, derivatives
+from integrators.model_protocol import AffineModel, CompiledPathWarning, compiled_form, derivatives
 from integrators.traced import trace_lagrangian
 
 pytestmark = pytest.mark.skipif(find_compiler() is None, reason="no C compiler: only the eager path exists here")
@@ -243,6 +243,12 @@ def test_in_place_writes_through_another_view_are_refused():
         trace_lagrangian(sliced, 1)
     with pytest.raises(BeaValueError, match="in-place operation aten.masked_fill_"):
         VariationalIntegrator(viewed, 0.1, execution="compiled").solve(torch.tensor([[-0.5]]), torch.tensor([[0.3]]), 5)
+    # "auto" at AUTO_MIN_WORK (500 trajectory-steps) says why once and steps eagerly: the eager trajectory exactly
+    q0, v0 = torch.tensor([[-0.5], [0.4]], dtype=torch.float64), torch.tensor([[0.3], [-0.2]], dtype=torch.float64)
+    eager = VariationalIntegrator(viewed, 0.1, execution="eager").solve(q0, v0, 250).q
+    with pytest.warns(CompiledPathWarning, match="in-place operation aten.masked_fill_"):
+        vi = VariationalIntegrator(viewed, 0.1, execution="auto")
+        assert torch.equal(vi.solve(q0, v0, 250).q, eager) and vi.last_execution == "eager"
 
     def plain(q, v):
         x = torch.cat([q, v], -1) * 1.0
