@@ -1,13 +1,8 @@
 r"""Lowering rules: one per torch (aten) operation, on arrays of scalars of :mod:`integrators.codegen.ir`.
 
-Each rule gets the :class:`~integrators.codegen.ir.Program`, the operation's arguments with every tensor
-replaced by a NumPy object array of scalars (same shape), and the real result the operation produced
-while tracing (for shapes, and for results that do not depend on the state). It returns the array(s)
-of the result. Shape operations (views, ``cat``, ``select``, the backward of indexing) move scalars
-around and emit nothing; arithmetic emits one instruction per element.
-
-Operations without a rule here make the Lagrangian not lowerable (the eager path runs it); operations
-whose tensor arguments are all literals never reach a rule (their real result is taken as a literal).
+A rule maps ``(program, arguments with tensors as object arrays of scalars, the traced result)`` to the result's
+array(s): shape operations move scalars, arithmetic emits one instruction per element. An operation without a rule
+runs torch's decomposition (:mod:`integrators.traced`); what each rule computes: docs/theory/tracing.md.
 """
 
 from __future__ import annotations
@@ -17,6 +12,7 @@ import itertools
 from typing import Callable, Dict
 
 import numpy as np
+import torch
 
 from .codegen.ir import FUNCTIONS, Program
 
@@ -71,38 +67,27 @@ def _along(a: np.ndarray, dim: int, at) -> tuple:
 
 
 def _put(a: np.ndarray, dim: int, at, src) -> np.ndarray:
-    """A copy of ``a`` with ``src`` written at ``at`` along ``dim`` (the scatters; the backward of indexing, into zeros)."""
+    """A copy of ``a`` with ``src`` written at ``at`` along ``dim``."""
     res = a.copy()
     res[_along(res, dim, at)] = src
     return res
-
-
-def _zeros(shape) -> np.ndarray:
-    return np.full(tuple(shape), 0.0, dtype=object)
 
 
 #: shape operations: aten name (overloads separated by spaces) -> fn(*args, shape=the shape of the result)
 SHAPES = {
     "view.default _unsafe_view.default reshape.default squeeze.dim squeeze.dims squeeze.default unsqueeze.default "
     "view_as.default": lambda a, *_, shape: a.reshape(shape),
-    "alias.default detach.default clone.default lift_fresh.default lift_fresh_copy.default _to_copy.default contiguous.default "
+    "alias.default detach.default clone.default lift_fresh.default lift_fresh_copy.default contiguous.default "
     "positive.default": lambda a, *_, shape: a.copy(),
     "expand.default": lambda a, *_, shape: np.broadcast_to(a, shape),
-    "t.default": lambda a, *_, shape: a.T,
-    "transpose.int": lambda a, d0, d1, *_, shape: np.swapaxes(a, d0, d1),
     "permute.default": lambda a, dims, *_, shape: np.transpose(a, [_dim(d, a.ndim) for d in dims]),
     "select.int": lambda a, dim, index, *_, shape: np.take(a, index, axis=_dim(dim, a.ndim)),
     "slice.Tensor": lambda a, dim=0, start=None, end=None, step=1, *, shape: a[_along(a, dim, slice(start, end, step))],
     "copy_.default": lambda a, src, *_, shape: np.broadcast_to(src, a.shape).copy(),
-    "fill_.Scalar": lambda a, value, *_, shape: np.full(a.shape, float(value), dtype=object),
-    "select_scatter.default": lambda a, src, dim, index, *_, shape: _put(a, dim, index, src),
-    "select_backward.default": lambda g, sizes, dim, index, *_, shape: _put(_zeros(sizes), dim, index, g),
-    "slice_backward.default": lambda g, sizes, dim, start, end, step, *_, shape: _put(_zeros(sizes), dim,
-                                                                                       slice(start, end, step), g),
+    "slice_scatter.default": lambda a, src, dim=0, i=None, j=None, step=1, *, shape: _put(a, dim, slice(i, j, step), src),
     # (dim is positional: the dispatcher passes only keyword-only arguments by keyword)
     "cat.default": lambda parts, dim=0, *, shape: np.concatenate([a for a in parts if a.size or a.ndim > 1],
                                                                  axis=_dim(dim, len(shape))),
-    "stack.default": lambda parts, dim=0, *, shape: np.stack(list(parts), axis=_dim(dim, len(shape))),
 }
 for _names, _fn in SHAPES.items():
     for _n in _names.split():
@@ -123,10 +108,14 @@ def _index(p, args, kw, out):
     return args[0][idx]
 
 
-@_rule("aten.unbind.int")
-def _unbind(p, args, kw, out):
-    dim = _dim(args[1] if len(args) > 1 else 0, args[0].ndim)
-    return [np.take(args[0], k, axis=dim) for k in range(args[0].shape[dim])]
+@_rule("aten._to_copy.default")
+def _to_copy(p, args, kw, out):
+    """A copy; a cast to another dtype (``.float()``, ``.long()``) would round what the C computes in double: refused."""
+    if out.dtype != torch.float64:
+        from .compiled import NotLowerable
+
+        raise NotLowerable(f"a cast of a state-dependent tensor to {out.dtype} has no compiled form (float64 only)")
+    return args[0].copy()
 
 
 # ------------------------------------------------------------------ elementwise
@@ -156,15 +145,12 @@ def _value_or_select(p: Program, op: str, x, y):
 #: operations element by element (broadcast) on their first ``arity`` arguments: aten name (overloads separated by
 #: spaces) -> (arity, fn(program, *scalars))
 ELEMENTWISE = {
-    "rsub.Scalar rsub.Tensor": (2, lambda p, a, b: p.sub(b, a)),
     "pow.Tensor_Scalar pow.Tensor_Tensor pow.Scalar": (2, Program.pow),
     "neg.default": (1, Program.neg),
-    "square.default": (1, lambda p, a: p.mul(a, a)),
     "bitwise_not.default logical_not.default": (1, Program.vnot),
     "where.self": (3, lambda p, c, a, b: (a if c else b) if isinstance(c, float) else p.select(c, a, b)),
     "sign.default": (1, lambda p, a: p.sub(p.value("gt", a, 0.0), p.value("lt", a, 0.0))),
-    # backward formulas in the forward result y: tanh' = 1 - y^2, sigmoid' = y (1 - y)
-    "tanh_backward.default": (2, lambda p, g, y: p.mul(g, p.sub(1.0, p.mul(y, y)))),
+    # g y (1 - y): torch's decomposition keeps g and 1 - y live too, nearly twice the jet workspace (tracing.md)
     "sigmoid_backward.default": (2, lambda p, g, y: p.mul(g, p.mul(y, p.sub(1.0, y)))),
 }
 # erf: the SymPy front-end's only (untested traced)
@@ -177,11 +163,6 @@ ELEMENTWISE.update({f"{n}.Tensor {n}.default": (2, lambda p, a, b, op=op: _value
 for _names, (_arity, _fn) in ELEMENTWISE.items():
     for _n in _names.split():
         RULES[f"aten.{_n}"] = (lambda k, fn: lambda p, args, kw, out: _map(lambda *xs: fn(p, *xs), *args[:k]))(_arity, _fn)
-
-
-@_rule("aten.threshold_backward.default")
-def _threshold_backward(p, args, kw, out):
-    return _map(lambda g, x: p.select(p.value("gt", x, float(args[2])), g, 0.0), args[0], args[1])
 
 
 @_rule("aten.softplus_backward.default")
@@ -252,7 +233,6 @@ def _matmul(p: Program, A: np.ndarray, B: np.ndarray) -> np.ndarray:
 RULES["aten.mm.default"] = lambda p, a, kw, out: _matmul(p, a[0], a[1])
 RULES["aten.bmm.default"] = lambda p, a, kw, out: np.stack([_matmul(p, x, y) for x, y in zip(a[0], a[1])])
 RULES["aten.mv.default"] = lambda p, a, kw, out: _matmul(p, a[0], a[1][:, None])[:, 0]
-RULES["aten.dot.default"] = lambda p, a, kw, out: _matmul(p, a[0][None, :], a[1][:, None])[0, 0]
 
 
 @_rule("aten.addmm.default")

@@ -1,11 +1,8 @@
-r"""Lowering rules for the small dense linear algebra of :mod:`bea` series (LU factorisation and solves).
+r"""Lowering rules for the LU factorisation and solves of :mod:`bea` series, with the row interchanges traced.
 
-A series solves with the mass matrix :math:`\partial^2 L/\partial v^2` by ``torch.linalg.lu_factor`` and
-``lu_solve``. Here the factorisation is written out on scalars, as LAPACK's ``getrf`` computes it
-(right-looking Doolittle, rows interchanged before each elimination step), with the row interchanges
-the trace observed: for the symmetric positive definite mass matrices of regular Lagrangians the pivot
-order only changes rounding, and a zero pivot gives non-finite values, which hand the step to the eager
-path. The solve applies the interchanges, then the unit lower and the upper triangular substitutions.
+Factor (LAPACK ``getrf``, right-looking Doolittle): for each k swap rows k and :math:`p_k`, then
+:math:`\ell_{ik} = a_{ik}/a_{kk}`, :math:`a_{ij} \mathrel{-}= \ell_{ik} a_{kj}` (i, j > k). Solve: the interchanges,
+then the unit lower and the upper triangular substitutions. The traced pivot order is guarded (docs/theory/tracing.md).
 """
 
 from __future__ import annotations
@@ -19,11 +16,21 @@ from .compiled import NotLowerable
 __all__ = []
 
 
+def _pivot_guards(p: Program, col, r: int) -> None:
+    """Guards that row ``r`` is the pivot partial pivoting chooses in ``col`` (the first largest magnitude): at a state
+    needing other interchanges the element goes eager (a fixed row order is not stable: [[0.1, c], [c, 1]] swapped)."""
+    mag = [abs(x) if isinstance(x, float) else p.value("max", x, p.value("sub", 0.0, x)) for x in col]
+    for i, m in enumerate(mag):
+        if i != r and not (isinstance(m, float) and isinstance(mag[r], float)):
+            p.guard(p.value("gt" if i < r else "ge", mag[r], m), 1.0)
+
+
 def _factor(p: Program, A: np.ndarray, piv) -> np.ndarray:
     a = A.copy()
     m = a.shape[0]
     for k in range(m):
         r = int(piv[k]) - 1
+        _pivot_guards(p, a[k:, k], r - k)
         if r != k:
             a[[k, r]] = a[[r, k]]
         for i in range(k + 1, m):

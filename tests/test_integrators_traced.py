@@ -14,7 +14,7 @@ import bea
 from integrators import VariationalIntegrator, systems
 from integrators.ccompile import find_compiler
 from integrators.compiled import CompiledStepper, NotLowerable
-from integrators.model_protocol import AffineModel, compiled_form, derivatives
+from integrators.model_protocol import AffineModel, CompiledPathWarning, compiled_form, derivatives
 from integrators.traced import trace_lagrangian
 
 pytestmark = pytest.mark.skipif(find_compiler() is None, reason="no C compiler: only the eager path exists here")
@@ -172,7 +172,7 @@ def test_a_tensor_built_inside_the_lagrangian_is_traced():
 
 def test_indexing_inside_a_gradient_is_traced():
     """A gradient taken inside L through cat, unbind, select, slice and stack: the backward of indexing (select_backward,
-    slice_backward into zeros) is lowered; C derivatives equal autograd's to rounding (O(1) entries: 1e-12)."""
+    slice_backward: torch's decompositions, scatters into zeros) is lowered; C derivatives equal autograd's (O(1): 1e-12)."""
     def L(q, v):
         x = torch.cat([q, v], -1)
         first, _, third, _ = torch.unbind(x, -1)
@@ -196,3 +196,109 @@ def test_series_with_row_interchanges_is_traced():
 
     states = torch.tensor([[0.3, -0.2, 0.5, 0.1], [0.1, 0.4, -0.3, 0.2]], dtype=torch.float64)
     assert _derivative_error(lambda q, v: inv(base, q, v, 0.1), 2, states) < 1e-12
+
+
+def test_operations_without_a_rule_run_torchs_decomposition():
+    """Operations with no lowering rule (SiLU, logsumexp, and those whose rules torch's decompositions replaced: square,
+    rsub, dot, transpose, select_scatter, the backward of tanh, sigmoid and ReLU) are traced through torch's core-ATen
+    decompositions; C derivatives equal autograd's to rounding (O(1) entries: 1e-12)."""
+    from integrators._trace_aten import RULES
+
+    assert not {"aten.silu.default", "aten.logsumexp.default", "aten.tanh_backward.default"} & set(RULES)
+    M = torch.tensor([[2.0, 0.3], [0.3, 1.0]], dtype=torch.float64)
+    act = (torch.tanh, torch.sigmoid, torch.relu)
+
+    def L(q, v):
+        x = torch.cat([q, v], -1)
+        e = sum(f(x * (k + 1) - 0.2).sum(-1) for k, f in enumerate(act))
+        (g,) = torch.autograd.grad(e.sum(), x, create_graph=True)
+        s = torch.select_scatter(q, torch.cos(q[..., 0]), 1, 0)
+        return (torch.dot(v[0], M @ v[0]) / 2 - torch.square(1 - s).sum() + torch.nn.functional.silu(q).sum()
+                + torch.logsumexp(x, -1).sum() + (q.transpose(0, 1) ** 3).sum() + 0.1 * (g ** 2).sum())[None]
+
+    states = torch.tensor([[1.0, 0.3, 0.2, -0.1], [0.7, -0.4, 0.0, 0.3]], dtype=torch.float64)
+    assert _derivative_error(L, 2, states) < 1e-12
+
+
+def test_in_place_writes_through_another_view_are_refused():
+    """Rules are functional: an in-place write (masked_fill_, copy_ of ``x[:, :1] = ...``) updates the written geometry's
+    array only, so a write to a storage another traced view holds is refused (the view would keep old values: 1.07 over
+    100 steps before the fix); in place on a tensor no other view holds is exact (to rounding, 1e-12)."""
+    from bea.errors import BeaValueError
+
+    def viewed(q, v):  # y views x; masked_fill_ writes x
+        x = torch.cat([q, v], -1) * 1.0
+        y = x[..., :1]
+        x.masked_fill_(x < 0, 0.0)
+        return (y ** 2).sum(-1) + (v ** 2).sum(-1) / 2 + torch.cos(q).sum(-1)
+
+    def sliced(q, v):  # copy_ into a slice of x, x read
+        x = torch.cat([q, v], -1) * 1.0
+        x[:, :1] = torch.clamp(q[:, :1], min=0.0)
+        return (x ** 2).sum(-1)
+
+    with pytest.raises(NotLowerable, match="in-place operation aten.masked_fill_"):
+        trace_lagrangian(viewed, 1)
+    with pytest.raises(NotLowerable, match="in-place operation aten.copy_"):
+        trace_lagrangian(sliced, 1)
+    with pytest.raises(BeaValueError, match="in-place operation aten.masked_fill_"):
+        VariationalIntegrator(viewed, 0.1, execution="compiled").solve(torch.tensor([[-0.5]]), torch.tensor([[0.3]]), 5)
+    # "auto" at AUTO_MIN_WORK (500 trajectory-steps) says why once and steps eagerly: the eager trajectory exactly
+    q0, v0 = torch.tensor([[-0.5], [0.4]], dtype=torch.float64), torch.tensor([[0.3], [-0.2]], dtype=torch.float64)
+    eager = VariationalIntegrator(viewed, 0.1, execution="eager").solve(q0, v0, 250).q
+    with pytest.warns(CompiledPathWarning, match="in-place operation aten.masked_fill_"):
+        vi = VariationalIntegrator(viewed, 0.1, execution="auto")
+        assert torch.equal(vi.solve(q0, v0, 250).q, eager) and vi.last_execution == "eager"
+
+    def plain(q, v):
+        x = torch.cat([q, v], -1) * 1.0
+        x.masked_fill_(x < 0, 0.0)
+        return (x ** 3).sum(-1) + (torch.empty_like(q).fill_(2.0) * q).sum(-1) + (v ** 2).sum(-1)
+
+    states = torch.tensor([[0.3, -0.2, 0.5, 0.1], [-0.8, 0.4, -0.3, -0.2]], dtype=torch.float64)
+    assert _derivative_error(plain, 2, states) < 1e-12
+
+
+def test_casts_branches_and_decomposed_refusals():
+    """A cast to another dtype is refused (float32 rounds: it passed verification at 5.9e-8 before); a refusal inside a
+    decomposition names the operation the user wrote; a branch on a NumPy copy of q (the trace sees q > 0 only) is
+    found at the mirrored verification states -x0, -2 x0 (the three near states all have q > 0.05); a Lagrangian raising
+    there is checked at the near states only."""
+    kin = lambda v: (v ** 2).sum(-1) / 2  # noqa: E731
+    with pytest.raises(NotLowerable, match="torch.float32"):
+        trace_lagrangian(lambda q, v: kin(v) + (q.float().double() ** 2).sum(-1), 1)
+    with pytest.raises(NotLowerable, match="torch.int64"):
+        trace_lagrangian(lambda q, v: kin(v) + ((3 * q).long().double() * q).sum(-1), 1)
+    with pytest.raises(NotLowerable, match="aten.isnan.*while decomposing aten.nan_to_num"):
+        trace_lagrangian(lambda q, v: kin(v) + torch.nan_to_num(torch.log(q.abs())).sum(-1), 1)
+    assert _derivative_error(lambda q, v: kin(v) + ((q > 0).double() * q ** 2).sum(-1), 1,
+                             torch.tensor([[0.3, 0.1], [-0.4, 0.2]], dtype=torch.float64)) < 1e-13
+
+    def numpy_branch(q, v):
+        return kin(v) + (torch.from_numpy(np.where(q.detach().numpy() > 0, 2.0, 1.0)) * q ** 2).sum(-1)
+
+    with pytest.raises(NotLowerable, match="differ from autograd"):
+        trace_lagrangian(numpy_branch, 1)
+
+    def positive_only(q, v):  # raises at the mirrored states: only the near ones are checked, and it is traced
+        if bool((q < 0).any()):
+            raise ValueError("q < 0")
+        return kin(v) + (q ** 3).sum(-1)
+    assert trace_lagrangian(positive_only, 1).n == 1
+
+
+def test_lu_pivot_order_is_guarded():
+    """M(q) = [[0.004, b], [b, 1]], b = q0/(10 (1 + q0^2)), is SPD and swapped by partial pivoting while b > 0.004 (so at
+    the traced and verification states). At q0 = 1e-11 the traced swap divides by b: without the pivot guards the C
+    derivatives were off by 2.5e14 (relative); guarded, C declines there (g[0] NaN: that step goes eager) and
+    stays exact (1e-12) where the swap is right."""
+    def L(q, v):
+        b = 0.1 * q[0, 0] / (1 + q[0, 0] ** 2)
+        M = torch.stack([torch.stack([0.004 + 0 * b, b]), torch.stack([b, 1.0 + 0 * b])])
+        LU, piv = torch.linalg.lu_factor(M)
+        return (0.5 * v[0] @ torch.linalg.lu_solve(LU, piv, v[0][:, None])[:, 0] + torch.cos(q).sum())[None]
+
+    stepper = CompiledStepper(L, 0.1, bea.get_scheme("midpoint"), 2)
+    swapped, kept = (torch.tensor([[c, 0.2, 0.3, -0.4]], dtype=torch.float64) for c in (0.5, 1e-11))
+    assert _derivative_error(L, 2, swapped) < 1e-12
+    assert torch.isnan(stepper.lagrangian_derivatives(kept)[0][0, 0])  # a failed guard: g[0] is NaN (codegen.emit)
