@@ -9,7 +9,8 @@ conditioning), :mod:`~learners.shadow.lsi` (Lagrangian Shadow Integration),
 :mod:`~learners.shadow.lgp` (the LGP / LGPExact baselines), :mod:`~learners.shadow.compiled_mean`
 (the posterior means, RBF and mechanical, as sums over atoms of the code generator's IR: their C for the compiled
 integrator, and the RBF mean's jets to any order), :mod:`~learners.shadow.rbf_jet` (the RBF jets handed to
-autograd), :mod:`~learners.shadow.units` (the standardised units of position and time, and the posterior mean's C form in the data's units),
+autograd), :mod:`~learners.shadow.units` (the standardised units of position and time, and the posterior mean's C form
+in the data's units),
 :mod:`~learners.shadow.guards` (no silent non-finite or runaway answers),
 :mod:`~learners.shadow.mechanical` (the opt-in mechanical kernel: RBF in the positions times a polynomial in the
 velocities), :mod:`~learners.shadow.element_kernel` (the element-structured kernel, opt-in or chosen by ``kernel="auto"`` through

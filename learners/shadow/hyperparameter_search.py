@@ -218,4 +218,4 @@ def settle(gp: FunctionalGP, kind: str, theta: torch.Tensor, F_tr: Functionals) 
 
 def collapsed(gp: FunctionalGP) -> bool:
     """Whether the profiled outputscale set by :func:`settle` for ``"mll"`` is below :data:`COLLAPSE_OUTPUTSCALE`."""
-    return float(gp.kernel.outputscale) < COLLAPSE_OUTPUTSCALE
+    return float(gp.kernel.outputscale.detach()) < COLLAPSE_OUTPUTSCALE

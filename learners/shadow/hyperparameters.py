@@ -280,7 +280,7 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
             if kind != "positions":
                 theta = self._search(kind, F_tr, F_va, P_va, None, scale0)
                 if getattr(self.objective, "fallback", False) and collapsed(gp) and "positions" in self.objectives:
-                    warnings.warn(f"the marginal likelihood collapsed (outputscale {float(gp.kernel.outputscale):.2g}, "
+                    warnings.warn(f"the marginal likelihood collapsed (outputscale {float(gp.kernel.outputscale.detach()):.2g}, "
                                   "a Lagrangian ~0 away from the normalisation point): learning the hyperparameters with "
                                   "objective='positions' instead", IdentifiabilityWarning,
                                   stacklevel=caller_level())

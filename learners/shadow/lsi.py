@@ -70,7 +70,7 @@ from .recovery import RecoveryMixin
 from .element_search import ElementHooks
 from .rbf_jet import RBFJet
 from .stage_lsi import accepted_scheme, check_stage_objective, fit_stages, linear_scheme
-from .units import StandardisedMean  # noqa: F401  (re-exported: its old home)
+from .units import StandardisedMean  # noqa: F401  (re-exported: importable from lsi, as before)
 
 __all__ = ["InverseModifiedLagrangianGP", "DEFAULT_NEWTON", "SEARCH_ITERATIONS", "ExtrapolationWarning", "ExtrapolationError", "EXTRAPOLATION_FACTOR"]
 
@@ -285,7 +285,7 @@ class InverseModifiedLagrangianGP(ElementHooks, RecoveryMixin, FunctionalLagrang
             with torch.no_grad():
                 inv_diag = torch.cholesky_inverse(gp._chol).diagonal()
                 n_data = gp.train_functionals.count - self._norm_count
-                loo = (1 / inv_diag[:n_data] - float(gp.noise) - gp.info.jitter).clamp_min(0) * gp.variance_scale
+                loo = (1 / inv_diag[:n_data] - float(gp.noise.detach()) - gp.info.jitter).clamp_min(0) * gp.variance_scale
                 self._data_level = float(torch.quantile(loo.sqrt(), 0.95))
         return self._data_level
 
