@@ -88,7 +88,7 @@ def _evaluate(m, gps, subsets, N, x, xr):
     G = LinearisedQuantity(m._quantity("energy", N), x, 1, m._jet_order("energy", N))
     var = D._raw_variances(gps, subsets, G, xr)
     mean = torch.stack([D._mean_differences(m, gp, x, xr, N) for gp in gps])
-    return mean, torch.stack([vb[0] for vb in var]), torch.stack([vb[1] for vb in var])
+    return mean, torch.stack([vb[0] for vb in var]), torch.stack([vb[1] + vb[2] for vb in var])  # worst-case guard
 
 
 def _scales(mean, var, bound, err_final, trunc, gen):

@@ -425,6 +425,41 @@ def test_innovations_within_rounding_are_left_out(anharmonic, monkeypatch):
     assert C.difference_calibration(m) is None
 
 
+def test_innovations_guard_measures_the_factorisation_rounding(anharmonic, monkeypatch):
+    """The guard's factorisation term is the worst case times the share of it that a re-factorisation realises
+    (variance_rounding.realised_share), not the worst case itself: with factorisation_bound inflated 1e8-fold (as the
+    all-signs-aligned bound over-states the rounding of a large element-kernel fit: 7x the variances on
+    two_body_morse4, whose 240 innovations it all dropped) the same innovations are kept, where the worst-case guard
+    kept none (the share falls by the same 1e8). And the measured share covers an independent factorisation: a
+    second permutation's variances lie within the guard (solve bounds plus the share of both worst cases) of the
+    final posterior's at every pair (measured: the share is 0.04-0.05 of the worst case here, the largest move of
+    other permutations 0.24-0.49 of the share)."""
+    from learners.shadow import difference_calibration as D
+    from learners.shadow.uncertainty import LinearisedQuantity
+
+    monkeypatch.setattr(D, "CALIBRATION_FOLDS", 2)
+    monkeypatch.setattr(D, "CALIBRATION_PAIRS", 20)
+    _, m = anharmonic
+    _, w = D.difference_innovations(m)
+    share = m.history["innovation_factorisation_share"]
+    kept = torch.isfinite(w)
+    assert int(kept.sum()) >= 30 and 0 < share < 0.5, (int(kept.sum()), share)
+    real = D.factorisation_bound
+    monkeypatch.setattr(D, "factorisation_bound", lambda R, V: 1e8 * real(R, V))
+    _, w8 = D.difference_innovations(m)
+    assert torch.equal(torch.isfinite(w8), kept), w8
+    assert share * 1e-9 < m.history["innovation_factorisation_share"] < share * 1e-7
+    monkeypatch.setattr(D, "factorisation_bound", real)
+    F = m.gp.train_functionals
+    x, x_ref = D.data_pairs(m)
+    G = LinearisedQuantity(m._quantity("energy", 2), x, 1, m._jet_order("energy", 2))
+    perm = torch.randperm(F.count, generator=torch.Generator().manual_seed(m.seed + 1))  # not the calibration's
+    (v, b, f), (v2, b2, f2) = D._raw_variances([m.gp, D._conditioned(m, F.subset(perm))], [torch.arange(F.count), perm],
+                                               G, x_ref)
+    assert bool(((v2 - v).abs() <= b + b2 + share * (f + f2)).all())
+    assert float((v2 - v).abs().max()) > 0  # the permutation does round differently
+
+
 def test_fold_layout_matches_the_fit(anharmonic):
     """The folds of the distant-difference calibration leave out whole trajectories: the first T (m - 2) n training
     functionals of the final GP are the DEL residuals trajectory by trajectory, the rest the normalisation conditions

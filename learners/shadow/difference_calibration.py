@@ -21,9 +21,12 @@ only), the quantity is :math:`H_{rec}[2]` (the GP part of higher orders uses the
 matched by :func:`~learners.shadow.calibration.scale_for` (90% of :math:`|z|` below 1.645). The truncation term
 does not enter: both posteriors share it. Each posterior variance is known only to its rounding bound
 (:func:`~learners.shadow.variance_rounding.resolved_variance`), so a pair whose :math:`v_k - v` is below the sum of the
-two bounds is left out, each bound with its factorisation term
-(:func:`~learners.shadow.variance_rounding.factorisation_bound`: the two variances are exact for two different nearby
-GPs, the final one's and the fold's, so their difference carries both factorisations' rounding): dividing by rounding gave innovations of any size (with the earlier worst-case floor
+two bounds is left out, each bound with its factorisation term (the two variances are exact for two different nearby
+GPs, the final one's and the fold's, so their difference carries both factorisations' rounding): the worst case
+:func:`~learners.shadow.variance_rounding.factorisation_bound` times the share of it that a re-factorisation of the
+final GP in another order realises (:func:`~learners.shadow.variance_rounding.realised_share`; the worst case alone
+was 7x the variances and dropped all 240 innovations of two_body_morse4). Dividing by rounding gave innovations of
+any size (with the earlier worst-case floor
 :math:`\kappa(R)\,\epsilon P`, reached by the variances of :math:`H_{rec}` differences under the mechanical kernel at
 120 trajectories, scales of 324 to 19,000 between folds).
 
@@ -50,7 +53,7 @@ import bea
 from ..saving import ModelFileError
 from .element_uncertainty import on_mean, velocities_at
 from .uncertainty import LinearisedQuantity, _feature_map, _jet_and_atoms, _kernel
-from .variance_rounding import factorisation_bound, floored, solve_with_bound
+from .variance_rounding import factorisation_bound, floored, realised_share, solve_with_bound
 
 __all__ = ["CALIBRATION_FOLDS", "FOLD_BUDGET", "CALIBRATION_PAIRS", "difference_innovations", "innovation_variances",
            "fold_groups", "data_pairs", "pairs_state", "restore_pairs"]
@@ -169,10 +172,10 @@ def _differences(model, gp, x: torch.Tensor, x_ref: torch.Tensor, order: int) ->
 
 
 def _raw_variances(gps: Sequence, subsets: Sequence[torch.Tensor], G: LinearisedQuantity, x_ref: torch.Tensor) -> List[torch.Tensor]:
-    r"""Raw posterior variances (``variance_scale`` 1) and their rounding bounds
-    (:func:`~learners.shadow.variance_rounding.resolved_variance`, plus its
-    :func:`~learners.shadow.variance_rounding.factorisation_bound`: the innovations compare these variances between
-    posteriors factorised apart), (2, B) each, of the scalar jet quantity ``G`` at ``G.x`` minus
+    r"""Raw posterior variances (``variance_scale`` 1), their rounding bounds
+    (:func:`~learners.shadow.variance_rounding.resolved_variance`) and the worst case of factorising apart
+    (:func:`~learners.shadow.variance_rounding.factorisation_bound`: the innovations compare these variances between
+    posteriors factorised apart), (3, B) each, of the scalar jet quantity ``G`` at ``G.x`` minus
     the same at ``x_ref``, under each posterior of ``gps``: one kernel and one set of hyperparameters, posterior ``j``
     conditioned on the functionals ``subsets[j]`` of ``gps[0]``'s. The same numbers as
     :func:`~learners.shadow.uncertainty.posterior_variance` (``Reference(x_ref)``) for each posterior in turn, with its
@@ -201,7 +204,7 @@ def _raw_variances(gps: Sequence, subsets: Sequence[torch.Tensor], G: Linearised
             V, bound = solve_with_bound(gp._chol, (K_b - K_r)[:, j, idx], priors[j][0], priors[j][1],
                                         (K_b.abs() + K_r.abs())[:, j, idx])
             var = floored((priors[j][0] - (V * V).sum(0))[:, None, None], bound[:, None])[:, 0, 0]
-            out[j].append(torch.stack([var, bound + factorisation_bound(gp._chol, V)]))
+            out[j].append(torch.stack([var, bound, factorisation_bound(gp._chol, V)]))
     return [torch.cat(o, 1) for o in out]
 
 
@@ -218,7 +221,9 @@ def innovation_variances(model, order: int = 2) -> Optional[Tuple[torch.Tensor, 
     variances :math:`v_k` (NaN where :math:`v_k - v` is within rounding) and :math:`v`, and each one's pair index,
     pooled over the folds (fold-major); None where the data have too few trajectories. Each fold re-conditions a
     copy of the final GP (same hyperparameters) on the data without its trajectories; the variances of all folds
-    share one pass over the training atoms (:func:`_raw_variances`)."""
+    share one pass over the training atoms (:func:`_raw_variances`). The factorisation term of the rounding guard is
+    the worst case times the share of it measured by factorising the final GP once more with its functionals permuted
+    (:func:`~learners.shadow.variance_rounding.realised_share`; ``model.history["innovation_factorisation_share"]``)."""
     final = model.gp
     F_all = final.train_functionals
     groups = fold_groups(model, F_all.count)
@@ -232,15 +237,19 @@ def innovation_variances(model, order: int = 2) -> Optional[Tuple[torch.Tensor, 
     for k in range(folds):
         subsets.append(torch.cat([torch.nonzero(groups % folds != k).flatten(), rest]))
         gps.append(_conditioned(model, F_all.subset(subsets[-1])))
+    # the same GP factorised in another order: how far factorising apart moves a variance, measured (realised_share)
+    subsets.append(torch.randperm(F_all.count, generator=torch.Generator().manual_seed(model.seed)))
+    gps.append(_conditioned(model, F_all.subset(subsets[-1])))
     # the jet order is the quantity's (which derivatives of L it reads), probed once under the final posterior
     G = LinearisedQuantity(model._quantity("energy", order), x, 1, model._jet_order("energy", order))
-    (v, b), *folded = _raw_variances(gps, subsets, G, x_ref)
-    mean = [_mean_differences(model, gp, x, x_ref, order) for gp in gps]
+    (v, b, f), *folded, (v_p, b_p, f_p) = _raw_variances(gps, subsets, G, x_ref)
+    share = model.history["innovation_factorisation_share"] = realised_share(v, b, f, v_p, b_p, f_p)
+    mean = [_mean_differences(model, gp, x, x_ref, order) for gp in gps[:-1]]
     kept = []
-    for v_k, b_k in folded:
-        # v and v_k are each known to their rounding bounds (with both factorisations' terms, _raw_variances): a
-        # smaller v_k - v is rounding, and dividing by it made innovations of any size (NaN: left out)
-        kept.append(torch.where(v_k - v > b + b_k, v_k, torch.full_like(v, float("nan"))))
+    for v_k, b_k, f_k in folded:
+        # v and v_k are each known to their solve bounds, and their difference to both factorisations' (measured
+        # share of the worst case): a smaller v_k - v is rounding, and dividing by it made innovations of any size
+        kept.append(torch.where(v_k - v > b + b_k + share * (f + f_k), v_k, torch.full_like(v, float("nan"))))
     pair = torch.arange(v.numel(), device=v.device).repeat(folds)
     return torch.cat([mean[0] - m for m in mean[1:]]), torch.cat(kept), v.repeat(folds), pair
 
