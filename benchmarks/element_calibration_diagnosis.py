@@ -109,6 +109,30 @@ def _hyper(m, system, A, HS, rec, cal) -> None:
         print(f"  {name}: {_z_line(err, v0, (trunc ** 2 + extra).sqrt(), s_use)}")
 
 
+def _guard_lines(rows) -> None:
+    """The innovations' rounding guard under three rules, from the calibration's variance rows (final, folds,
+    re-factorised final; each (variance, solve bound, worst-case factorisation term)): kept innovations with the
+    worst case (before Session 16), with Session 15's tried rule (solve bound + 10 max_i |v'_i - v_i| / v_i times the
+    variance) and with the measured share (the library's now)."""
+    import torch
+
+    from learners.shadow.variance_rounding import realised_share
+
+    (v, b, f), *folded, (vp, bp, fp) = rows
+    share = realised_share(v, b, f, vp, bp, fp)
+    rel = (vp - v).abs() / v.abs().clamp_min(1e-300)
+    j = int(torch.argmax(rel))
+    rules = {"worst case": lambda vk, bk, fk: b + bk + f + fk, "Session 15 (10 max rel move)":
+             lambda vk, bk, fk: b + bk + 10 * float(rel.max()) * (v.abs() + vk.abs()),
+             f"measured share {share:.3g}": lambda vk, bk, fk: b + bk + share * (f + fk)}
+    kept = {k: sum(int((vk - v > g(vk, bk, fk)).sum()) for vk, bk, fk in folded) for k, g in rules.items()}
+    ok = (v > 2 * b) & (vp > 2 * bp)
+    print(f"guard: kept of {sum(vk.numel() for vk, _, _ in folded)}: {kept}; max |v'-v|/v {float(rel.max()):.3g} at a pair "
+          f"with v/b {float(v[j] / b[j]):.3g}, f/v {float(f[j] / v[j]):.3g}; over resolved pairs ({int(ok.sum())}) "
+          f"max {float(rel[ok].max()):.3g}, 90% {float(torch.quantile(rel[ok], 0.9)):.3g}; b/v median "
+          f"{float((b / v).median()):.3g}, f/v median {float((f / v).median()):.3g}", flush=True)
+
+
 def main(argv=None) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import identification_acceptance as B
@@ -147,7 +171,14 @@ def main(argv=None) -> None:
         m._pending_calibration = None
         cal = {"del": Calibration(m.gp.variance_scale, float("nan"), float("nan"), 0)}
     else:
+        import learners.shadow.difference_calibration as D
+
+        raw, seen = D._raw_variances, []
+        D._raw_variances = lambda *a, **k: seen.append(raw(*a, **k)) or seen[-1]
         cal = m.calibration
+        D._raw_variances = raw
+        if seen and max(len(r) for r in seen) > 2:  # the innovations' call: folds + 2 posteriors
+            _guard_lines(max(seen, key=len))
     print("calibration: " + "; ".join(f"{k} {c.scale:.4g} (RMS z {c.rms_z:.2f}, 2σ {c.coverage:.2f}, n {c.count})"
                                       for k, c in cal.items()), flush=True)
     exact = _ExactInverse(system, h, args.floor, system.n) if args.floor else None
