@@ -20,7 +20,8 @@ differences of tests/test_learners_shadow_auto.py (after the best scale, as the 
   units, and the RMS z / 2 sigma with the Laplace variance added (element structures only).
 
     PYTHONPATH=. OMP_NUM_THREADS=1 nice -n 5 python3 benchmarks/element_calibration_diagnosis.py --system two_body_morse4
-    PYTHONPATH=. OMP_NUM_THREADS=1 nice -n 5 python3 benchmarks/element_calibration_diagnosis.py --system two_body4 --hyper --orders 2
+    PYTHONPATH=. OMP_NUM_THREADS=1 nice -n 5 python3 benchmarks/element_calibration_diagnosis.py --system two_body4 \
+        --hyper --orders 2
 """
 
 from __future__ import annotations
