@@ -134,6 +134,38 @@ def _guard_lines(rows) -> None:
           f"{float((b / v).median()):.3g}, f/v median {float((f / v).median()):.3g}", flush=True)
 
 
+def _arguments(rows, argv):
+    """The command line (module docstring); ``rows``: the systems by name."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--system", choices=sorted(rows), required=True)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--floor", type=int, default=0, help="series order of the exact L_inv (0: not computed)")
+    ap.add_argument("--innovations", action="store_true")
+    ap.add_argument("--no-calibration", action="store_true", help="skip the energy calibrations: the DEL scale")
+    ap.add_argument("--hyper", action="store_true", help="the hyperparameters' share of the error (module docstring)")
+    ap.add_argument("--orders", type=int, nargs="+", default=[2, 4])
+    ap.add_argument("--traj", type=int, default=None, help="trajectories (default: the acceptance's; a smoke test)")
+    return ap.parse_args(argv)
+
+
+def _calibration(m, no_calibration: bool) -> dict:
+    """``model.calibration`` (with the guard lines), or the DEL scale alone with ``--no-calibration``."""
+    if no_calibration:  # energy's std on the DEL scale (what an element fit uses when no innovation is kept)
+        from learners.shadow.calibration import Calibration
+
+        m._pending_calibration = None
+        return {"del": Calibration(m.gp.variance_scale, float("nan"), float("nan"), 0)}
+    import learners.shadow.difference_calibration as D
+
+    raw, seen = D._raw_variances, []
+    D._raw_variances = lambda *a, **k: seen.append(raw(*a, **k)) or seen[-1]
+    cal = m.calibration
+    D._raw_variances = raw
+    if seen and max(len(r) for r in seen) > 2:  # the innovations' call: folds + 2 posteriors
+        _guard_lines(max(seen, key=len))
+    return cal
+
+
 def main(argv=None) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import identification_acceptance as B
@@ -145,16 +177,7 @@ def main(argv=None) -> None:
     from learners.shadow.hyperparameters import IdentifiabilityWarning
 
     rows = {make.__name__: (make, h, T) for make, h, T in A.SYSTEMS + A.UNTUNED + B.UNTUNED}
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--system", choices=sorted(rows), required=True)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--floor", type=int, default=0, help="series order of the exact L_inv (0: not computed)")
-    ap.add_argument("--innovations", action="store_true")
-    ap.add_argument("--no-calibration", action="store_true", help="skip the energy calibrations: the DEL scale")
-    ap.add_argument("--hyper", action="store_true", help="the hyperparameters' share of the error (module docstring)")
-    ap.add_argument("--orders", type=int, nargs="+", default=[2, 4])
-    ap.add_argument("--traj", type=int, default=None, help="trajectories (default: the acceptance's; a smoke test)")
-    args = ap.parse_args(argv)
+    args = _arguments(rows, argv)
     make, h, T = rows[args.system]
     T = args.traj or T
     system = make()
@@ -166,20 +189,7 @@ def main(argv=None) -> None:
         m = InverseModifiedLagrangianGP(h, progress=False).fit(snapshots(system, h, T, 5, seed=args.seed))
     print(f"{args.system} seed {args.seed}: kept {m.history.get('structure_kept')}, fit {time.process_time() - c0:.0f} s cpu",
           flush=True)
-    if args.no_calibration:  # energy's std on the DEL scale (what an element fit uses when no innovation is kept)
-        from learners.shadow.calibration import Calibration
-
-        m._pending_calibration = None
-        cal = {"del": Calibration(m.gp.variance_scale, float("nan"), float("nan"), 0)}
-    else:
-        import learners.shadow.difference_calibration as D
-
-        raw, seen = D._raw_variances, []
-        D._raw_variances = lambda *a, **k: seen.append(raw(*a, **k)) or seen[-1]
-        cal = m.calibration
-        D._raw_variances = raw
-        if seen and max(len(r) for r in seen) > 2:  # the innovations' call: folds + 2 posteriors
-            _guard_lines(max(seen, key=len))
+    cal = _calibration(m, args.no_calibration)
     print("calibration: " + "; ".join(f"{k} {c.scale:.4g} (RMS z {c.rms_z:.2f}, 2σ {c.coverage:.2f}, n {c.count})"
                                       for k, c in cal.items()), flush=True)
     exact = _ExactInverse(system, h, args.floor, system.n) if args.floor else None
