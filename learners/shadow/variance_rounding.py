@@ -11,6 +11,7 @@ actually present (its docstring states it and why it suffices).
 
 from __future__ import annotations
 
+import math
 from typing import Optional, Tuple
 
 import torch
@@ -123,36 +124,45 @@ def factorisation_bound(R: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
 
 
 def realised_share(v: torch.Tensor, bound: torch.Tensor, worst: torch.Tensor, v_other: torch.Tensor,
-                   bound_other: torch.Tensor, worst_other: torch.Tensor) -> float:
-    r"""The share of :func:`factorisation_bound`'s worst case that factorising apart actually realises: the variances
-    ``v`` (B,) of one posterior and ``v_other`` of the same GP factorised in another order (the functionals permuted;
-    equal in exact arithmetic), each with its solve bound (:func:`solve_with_bound`) and its worst case ``worst``
-    (:func:`factorisation_bound`). Returns :data:`SHARE_SAFETY` times the :data:`SHARE_QUANTILE` quantile of
-    :math:`|v' - v| / (f + f')` over the pairs that measure it -- both variances above twice their solve bounds
-    (resolved), and :math:`f + f'` above the two solve bounds (so the move is mostly the factorisations') --, at most 1
-    (1 with fewer than :data:`SHARE_MIN_PAIRS` such pairs: there the worst case stays).
+                   bound_other: torch.Tensor, worst_other: torch.Tensor) -> Tuple[float, int, str]:
+    r"""An estimate of the share of :func:`factorisation_bound`'s worst case that factorising apart realises: the
+    variances ``v`` (B,) of one posterior and ``v_other`` of the same GP factorised in another order (the functionals
+    permuted; equal in exact arithmetic), each with its solve bound (:func:`solve_with_bound`) and its worst case
+    ``worst`` (:func:`factorisation_bound`). Returns ``(share, pairs, reason)``: :data:`SHARE_SAFETY` times the
+    :data:`SHARE_QUANTILE` quantile of :math:`|v' - v| / (f + f')` over the ``pairs`` that measure it -- both
+    variances above twice their solve bounds (resolved), and :math:`f + f' > 2(b + b')` (so the solves' rounding,
+    which the solve bounds cover, is at most half the numerator's scale) --, at most 1. Not a bound: one
+    re-factorisation is one sample of each pair's rounding. Degenerate cases, named in ``reason``: fewer than
+    :data:`SHARE_MIN_PAIRS` measuring pairs keep the worst case (1); a quantile of 0 (90% of the pairs moved by
+    exactly 0) or not finite takes the largest finite ratio instead (times the safety factor), or 1 where none is
+    positive and finite.
 
     Why measured: the worst case adds :math:`\gamma_{F+1}|\alpha|^\top|R||R^\top||\alpha|` with every sign aligned;
     the actual backward error of a Cholesky factorisation has entries of both signs, so :math:`\alpha^\top\Delta\Theta
     \alpha` cancels. On two_body_morse4 (element kernel, 2,415 functionals) the worst case was 6.8x the variance in the
     median while a re-factorisation moved it by 1.3e-5 of itself, and the guard dropped all 240 innovations
     (benchmarks/RESULTS_calibration.md, Sessions 15-16). Why those pairs only: a variance within or near its solve
-    bound is rounding itself, and where :math:`f` is below the solve bound the move is the solves' (which the solve
-    bounds cover rigorously), not the factorisation's. Session 15 tried 10x the largest relative move over all pairs
-    and it kept nothing on two_body_morse4: that move (0.17 of the variance) was a pair at its solve bound (floored),
-    where over the 48 pairs above twice their solve bounds it was at most 4.0e-5; the share here (3.3e-5 of the worst
-    case) keeps 204 of the 240. On anharmonic3 (40 trajectories, 60 pairs, 6 permutations) the largest move over
-    :math:`f` was 270-470x the 90% quantile, set by one pair whose :math:`f` was 1/75 of its solve bound; over the
-    pairs kept here 2.4-4.9x. Why a quantile times a safety factor, not the largest: one re-factorisation is one sample
-    of each pair's rounding, the 90% quantile is stable across samples (0.0036-0.0050
-    over those 6 permutations) where the maximum is the tail, and 10x it covers the largest move of every other
-    permutation there by 2x or more. The folds factorise principal submatrices of the same covariance (at least 1/2
-    of it), whose rounding is of the same order (tests/test_learners_shadow_auto.py checks a second permutation)."""
-    ok = (v > 2 * bound) & (v_other > 2 * bound_other) & (worst + worst_other > bound + bound_other)
-    if int(ok.sum()) < SHARE_MIN_PAIRS:
-        return 1.0
+    bound is rounding itself, and where :math:`f` is not above the solve bounds the move is the solves' (which the
+    solve bounds cover rigorously), not the factorisation's. Session 15 tried 10x the largest relative move over all
+    pairs and it kept nothing on two_body_morse4: that move (0.17 of the variance) was a pair at its solve bound
+    (floored). On anharmonic3 (40 trajectories, 60 pairs, 6 permutations of the final GP) the largest move over
+    :math:`f` was 270-470x the 90% quantile, set by one pair whose :math:`f` was 1/75 of its solve bound. Why a
+    quantile times a safety factor, not the largest: the 90% quantile is stable across samples (0.0036-0.0050 over
+    those 6 permutations) where the maximum is the tail, and 10x it covered the largest move of every other
+    permutation there by 2x or more."""
+    ok = (v > 2 * bound) & (v_other > 2 * bound_other) & (worst + worst_other > 2 * (bound + bound_other))
+    pairs = int(ok.sum())
+    if pairs < SHARE_MIN_PAIRS:
+        return 1.0, pairs, f"fewer than {SHARE_MIN_PAIRS} measuring pairs: the worst case"
     ratio = (v_other - v).abs()[ok] / (worst + worst_other)[ok]
-    return min(1.0, SHARE_SAFETY * float(torch.quantile(ratio, SHARE_QUANTILE)))
+    q = float(torch.quantile(ratio, SHARE_QUANTILE))
+    if math.isfinite(q) and q > 0:
+        return min(1.0, SHARE_SAFETY * q), pairs, f"{SHARE_SAFETY:g} x the {SHARE_QUANTILE:g} quantile"
+    finite = ratio[torch.isfinite(ratio)]
+    top = float(finite.max()) if finite.numel() else float("nan")
+    if math.isfinite(top) and top > 0:  # the quantile is 0 or not finite: the largest finite move instead
+        return min(1.0, SHARE_SAFETY * top), pairs, f"quantile {q:g}: {SHARE_SAFETY:g} x the largest finite ratio"
+    return 1.0, pairs, f"quantile {q:g} and no positive finite ratio: the worst case"
 
 
 def floored(cov: torch.Tensor, bound: torch.Tensor) -> torch.Tensor:
