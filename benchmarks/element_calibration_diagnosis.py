@@ -110,28 +110,29 @@ def _hyper(m, system, A, HS, rec, cal) -> None:
         print(f"  {name}: {_z_line(err, v0, (trunc ** 2 + extra).sqrt(), s_use)}")
 
 
-def _guard_lines(rows) -> None:
-    """The innovations' rounding guard under three rules, from the calibration's variance rows (final, folds,
-    re-factorised final; each (variance, solve bound, worst-case factorisation term)): kept innovations with the
-    worst case (before Session 16), with Session 15's tried rule (solve bound + 10 max_i |v'_i - v_i| / v_i times the
-    variance) and with the measured share (the library's now)."""
+def _guard_lines(seen, share) -> None:
+    """The innovations' rounding guard under three rules, from the calibration's :func:`_raw_variances` calls
+    (``seen[0]``: final, folds; ``seen[1]``, where the share was measured: the first fold and its permuted copy; each
+    (variance, solve bound, worst-case factorisation term)): kept innovations with the worst case (before Session
+    16), with Session 15's tried rule (solve bound + 10 max_i |v'_i - v_i| / v_i times the variance, the moves of the
+    permuted fold) and with the library's share (``share``, from history). The moves are shown over the pairs
+    resolved as v > 2b and v' > 2b' (not the library's measuring mask, which also asks f + f' > 2(b + b')), and
+    the largest fold move |v_1' - v_1| over share (f_1 + f_1') (at most 1 where the share covers it)."""
     import torch
 
-    from learners.shadow.variance_rounding import realised_share
-
-    (v, b, f), *folded, (vp, bp, fp) = rows
-    share = realised_share(v, b, f, vp, bp, fp)
-    rel = (vp - v).abs() / v.abs().clamp_min(1e-300)
-    j = int(torch.argmax(rel))
-    rules = {"worst case": lambda vk, bk, fk: b + bk + f + fk, "Session 15 (10 max rel move)":
-             lambda vk, bk, fk: b + bk + 10 * float(rel.max()) * (v.abs() + vk.abs()),
-             f"measured share {share:.3g}": lambda vk, bk, fk: b + bk + share * (f + fk)}
-    kept = {k: sum(int((vk - v > g(vk, bk, fk)).sum()) for vk, bk, fk in folded) for k, g in rules.items()}
-    ok = (v > 2 * b) & (vp > 2 * bp)
-    print(f"guard: kept of {sum(vk.numel() for vk, _, _ in folded)}: {kept}; max |v'-v|/v {float(rel.max()):.3g} at a pair "
-          f"with v/b {float(v[j] / b[j]):.3g}, f/v {float(f[j] / v[j]):.3g}; over resolved pairs ({int(ok.sum())}) "
-          f"max {float(rel[ok].max()):.3g}, 90% {float(torch.quantile(rel[ok], 0.9)):.3g}; b/v median "
-          f"{float((b / v).median()):.3g}, f/v median {float((f / v).median()):.3g}", flush=True)
+    (v, b, f), *folded = seen[0]
+    kept = lambda g: sum(int((vk - v > g(vk, bk, fk)).sum()) for vk, bk, fk in folded)
+    line = f"guard: kept of {sum(vk.numel() for vk, _, _ in folded)}: worst case {kept(lambda vk, bk, fk: b + bk + f + fk)}"
+    line += f", share {share:.3g} {kept(lambda vk, bk, fk: (b + share * f) + (bk + share * fk))}"
+    if len(seen) > 1:
+        (v1, b1, f1), (vp, bp, fp) = seen[1]
+        rel = (vp - v1).abs() / v1.abs().clamp_min(1e-300)
+        ok = (v1 > 2 * b1) & (vp > 2 * bp)
+        s15 = kept(lambda vk, bk, fk: b + bk + 10 * float(rel.max()) * (v.abs() + vk.abs()))
+        cover = float(((vp - v1).abs() / (share * (f1 + fp))).max())
+        line += (f", Session 15 (10 max rel move) {s15}; fold 1 permuted: max |v'-v|/v {float(rel.max()):.3g}, over "
+                 f"resolved pairs ({int(ok.sum())}) max {float(rel[ok].max()):.3g}; max |v'-v| / (share (f + f')) {cover:.3g}")
+    print(line + f"; b/v median {float((b / v).median()):.3g}, f/v median {float((f / v).median()):.3g}", flush=True)
 
 
 def _arguments(rows, argv):
@@ -159,10 +160,14 @@ def _calibration(m, no_calibration: bool) -> dict:
 
     raw, seen = D._raw_variances, []
     D._raw_variances = lambda *a, **k: seen.append(raw(*a, **k)) or seen[-1]
-    cal = m.calibration
-    D._raw_variances = raw
-    if seen and max(len(r) for r in seen) > 2:  # the innovations' call: folds + 2 posteriors
-        _guard_lines(max(seen, key=len))
+    try:
+        cal = m.calibration
+    finally:
+        D._raw_variances = raw
+    first = next((i for i, r in enumerate(seen) if len(r) > 2), None)  # the innovations' call: final + folds
+    if first is not None:
+        measured = [r for r in seen[first + 1:first + 2] if len(r) == 2]  # the share's call, where it ran
+        _guard_lines([seen[first]] + measured, m.history["innovation_factorisation_share"][0])
     return cal
 
 
