@@ -158,12 +158,21 @@ def _calibration(m, no_calibration: bool) -> dict:
         return {"del": Calibration(m.gp.variance_scale, float("nan"), float("nan"), 0)}
     import learners.shadow.difference_calibration as D
 
-    raw, seen = D._raw_variances, []
-    D._raw_variances = lambda *a, **k: seen.append(raw(*a, **k)) or seen[-1]
+    raw, share_of, seen, cpu = D._raw_variances, D._factorisation_share, [], []
+
+    def timed(*a):  # the share's CPU seconds (its extra factorisation and pass, where it runs)
+        c0 = time.process_time()
+        try:
+            return share_of(*a)
+        finally:
+            cpu.append(time.process_time() - c0)
+
+    D._raw_variances, D._factorisation_share = (lambda *a, **k: seen.append(raw(*a, **k)) or seen[-1]), timed
     try:
         cal = m.calibration
     finally:
-        D._raw_variances = raw
+        D._raw_variances, D._factorisation_share = raw, share_of
+    print(f"factorisation share: {m.history.get('innovation_factorisation_share')}, {sum(cpu):.1f} s cpu", flush=True)
     first = next((i for i, r in enumerate(seen) if len(r) > 2), None)  # the innovations' call: final + folds
     if first is not None:
         measured = [r for r in seen[first + 1:first + 2] if len(r) == 2]  # the share's call, where it ran
