@@ -15,7 +15,13 @@ differences of tests/test_learners_shadow_auto.py (after the best scale, as the 
 * ``--innovations``: the innovations' scale on the calibration's pairs and on the held-out differences themselves
   (benchmarks/innovations_states.py's rows: ``innov``, ``truth``, ``v/v_k``).
 
+* ``--hyper`` (Session 16): the hyperparameters' share of the held-out error at N = 2 (benchmarks/_hyper_spread.py):
+  the Laplace and weighted-spread variances of the differences' means over the element search's objective, in scale
+  units, and the RMS z / 2 sigma with the Laplace variance added (element structures only).
+
     PYTHONPATH=. OMP_NUM_THREADS=1 nice -n 5 python3 benchmarks/element_calibration_diagnosis.py --system two_body_morse4
+    PYTHONPATH=. OMP_NUM_THREADS=1 nice -n 5 python3 benchmarks/element_calibration_diagnosis.py --system two_body4 \
+        --hyper --orders 2
 """
 
 from __future__ import annotations
@@ -71,6 +77,109 @@ def _order(m, system, A, N, exact, cal) -> None:
               f"err - floor RMS {_rms(rest):.3g}: {_z_line(rest, raw, torch.zeros_like(err), s_cal)}")
 
 
+def _hyper(m, system, A, HS, rec, cal) -> None:
+    """The ``--hyper`` lines (module docstring), N = 2, standardised units."""
+    import torch
+
+    import innovations_diagnosis as I
+    import learners.shadow.difference_calibration as D
+    from learners.shadow.calibration import scale_for
+    from learners.shadow.uncertainty import LinearisedQuantity
+
+    q, v = A.held_out_states(system, 40)
+    x = m._standard_state(q[1:], v[1:]).detach()
+    xr = m._standard_state(q[:1], v[:1]).detach().expand_as(x).contiguous()
+    out = HS.spread(m, rec, x, xr)
+    if out is None:
+        print("--hyper: no untied element search recorded (no element structure kept)")
+        return
+    var_hyp, var_w, info = out
+    G = LinearisedQuantity(m._quantity("energy", 2), x, 1, m._jet_order("energy", 2))
+    v0 = D._raw_variances([m.gp], [torch.arange(m.gp.train_functionals.count)], G, xr)[0][0]
+    mean, true = D._mean_differences(m, m.gp, x, xr, 2), I._true_differences(m, system, x, xr)
+    c = float((mean * true).sum() / true.pow(2).sum())
+    err, trunc = mean - c * true, I._truncation(m, 2, x, xr)
+    s_use = (cal.get("energy_differences") or cal.get("energy") or cal["del"]).scale
+    Q = lambda t: " / ".join(f"{float(a):.3g}" for a in torch.quantile(t, torch.tensor([0.1, 0.5, 0.9], dtype=t.dtype)))
+    print(f"--hyper N = 2: {info}")
+    print(f"  var_hyp / v (Laplace) 10/50/90%: {Q(var_hyp / v0)}; weighted spread / v: {Q(var_w / v0)}; "
+          f"mean ratio {float(var_hyp.mean() / v0.mean()):.4g} / {float(var_w.mean() / v0.mean()):.4g}")
+    print(f"  truth scale {scale_for(err, v0, trunc):.4g}; with var_hyp as a fixed term "
+          f"{scale_for(err, v0, (trunc ** 2 + var_hyp).sqrt()):.4g}; in use {s_use:.4g}")
+    for name, extra in (("in use", 0 * v0), ("in use + Laplace", var_hyp), ("in use + weighted", var_w)):
+        print(f"  {name}: {_z_line(err, v0, (trunc ** 2 + extra).sqrt(), s_use)}")
+
+
+def _guard_lines(seen, share) -> None:
+    """The innovations' rounding guard under three rules, from the calibration's :func:`_raw_variances` calls
+    (``seen[0]``: final, folds; ``seen[1]``, where the share was measured: the first fold and its permuted copy; each
+    (variance, solve bound, worst-case factorisation term)): kept innovations with the worst case (before Session
+    16), with Session 15's tried rule (solve bound + 10 max_i |v'_i - v_i| / v_i times the variance, the moves of the
+    permuted fold) and with the library's share (``share``, from history). The moves are shown over the pairs
+    resolved as v > 2b and v' > 2b' (not the library's measuring mask, which also asks f + f' > 2(b + b')), and
+    the largest fold move |v_1' - v_1| over share (f_1 + f_1') (at most 1 where the share covers it)."""
+    import torch
+
+    (v, b, f), *folded = seen[0]
+    kept = lambda g: sum(int((vk - v > g(vk, bk, fk)).sum()) for vk, bk, fk in folded)
+    line = f"guard: kept of {sum(vk.numel() for vk, _, _ in folded)}: worst case {kept(lambda vk, bk, fk: b + bk + f + fk)}"
+    line += f", share {share:.3g} {kept(lambda vk, bk, fk: (b + share * f) + (bk + share * fk))}"
+    if len(seen) > 1:
+        (v1, b1, f1), (vp, bp, fp) = seen[1]
+        rel = (vp - v1).abs() / v1.abs().clamp_min(1e-300)
+        ok = (v1 > 2 * b1) & (vp > 2 * bp)
+        s15 = kept(lambda vk, bk, fk: b + bk + 10 * float(rel.max()) * (v.abs() + vk.abs()))
+        cover = float(((vp - v1).abs() / (share * (f1 + fp))).max())
+        line += (f", Session 15 (10 max rel move) {s15}; fold 1 permuted: max |v'-v|/v {float(rel.max()):.3g}, over "
+                 f"resolved pairs ({int(ok.sum())}) max {float(rel[ok].max()):.3g}; max |v'-v| / (share (f + f')) {cover:.3g}")
+    print(line + f"; b/v median {float((b / v).median()):.3g}, f/v median {float((f / v).median()):.3g}", flush=True)
+
+
+def _arguments(rows, argv):
+    """The command line (module docstring); ``rows``: the systems by name."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--system", choices=sorted(rows), required=True)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--floor", type=int, default=0, help="series order of the exact L_inv (0: not computed)")
+    ap.add_argument("--innovations", action="store_true")
+    ap.add_argument("--no-calibration", action="store_true", help="skip the energy calibrations: the DEL scale")
+    ap.add_argument("--hyper", action="store_true", help="the hyperparameters' share of the error (module docstring)")
+    ap.add_argument("--orders", type=int, nargs="+", default=[2, 4])
+    ap.add_argument("--traj", type=int, default=None, help="trajectories (default: the acceptance's; a smoke test)")
+    return ap.parse_args(argv)
+
+
+def _calibration(m, no_calibration: bool) -> dict:
+    """``model.calibration`` (with the guard lines), or the DEL scale alone with ``--no-calibration``."""
+    if no_calibration:  # energy's std on the DEL scale (what an element fit uses when no innovation is kept)
+        from learners.shadow.calibration import Calibration
+
+        m._pending_calibration = None
+        return {"del": Calibration(m.gp.variance_scale, float("nan"), float("nan"), 0)}
+    import learners.shadow.difference_calibration as D
+
+    raw, share_of, seen, cpu = D._raw_variances, D._factorisation_share, [], []
+
+    def timed(*a):  # the share's CPU seconds (its extra factorisation and pass, where it runs)
+        c0 = time.process_time()
+        try:
+            return share_of(*a)
+        finally:
+            cpu.append(time.process_time() - c0)
+
+    D._raw_variances, D._factorisation_share = (lambda *a, **k: seen.append(raw(*a, **k)) or seen[-1]), timed
+    try:
+        cal = m.calibration
+    finally:
+        D._raw_variances, D._factorisation_share = raw, share_of
+    print(f"factorisation share: {m.history.get('innovation_factorisation_share')}, {sum(cpu):.1f} s cpu", flush=True)
+    first = next((i for i, r in enumerate(seen) if len(r) > 2), None)  # the innovations' call: final + folds
+    if first is not None:
+        measured = [r for r in seen[first + 1:first + 2] if len(r) == 2]  # the share's call, where it ran
+        _guard_lines([seen[first]] + measured, m.history["innovation_factorisation_share"][0])
+    return cal
+
+
 def main(argv=None) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import identification_acceptance as B
@@ -82,32 +191,29 @@ def main(argv=None) -> None:
     from learners.shadow.hyperparameters import IdentifiabilityWarning
 
     rows = {make.__name__: (make, h, T) for make, h, T in A.SYSTEMS + A.UNTUNED + B.UNTUNED}
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--system", choices=sorted(rows), required=True)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--floor", type=int, default=0, help="series order of the exact L_inv (0: not computed)")
-    ap.add_argument("--innovations", action="store_true")
-    ap.add_argument("--no-calibration", action="store_true", help="skip the energy calibrations: the DEL scale")
-    args = ap.parse_args(argv)
+    args = _arguments(rows, argv)
     make, h, T = rows[args.system]
+    T = args.traj or T
     system = make()
     warnings.simplefilter("ignore", IdentifiabilityWarning)
     c0 = time.process_time()
-    m = InverseModifiedLagrangianGP(h, progress=False).fit(snapshots(system, h, T, 5, seed=args.seed))
+    import _hyper_spread as HS
+
+    with HS.recording() as rec:
+        m = InverseModifiedLagrangianGP(h, progress=False).fit(snapshots(system, h, T, 5, seed=args.seed))
     print(f"{args.system} seed {args.seed}: kept {m.history.get('structure_kept')}, fit {time.process_time() - c0:.0f} s cpu",
           flush=True)
-    if args.no_calibration:  # energy's std on the DEL scale (what an element fit uses when no innovation is kept)
-        from learners.shadow.calibration import Calibration
-
-        m._pending_calibration = None
-        cal = {"del": Calibration(m.gp.variance_scale, float("nan"), float("nan"), 0)}
-    else:
-        cal = m.calibration
+    cal = _calibration(m, args.no_calibration)
     print("calibration: " + "; ".join(f"{k} {c.scale:.4g} (RMS z {c.rms_z:.2f}, 2σ {c.coverage:.2f}, n {c.count})"
                                       for k, c in cal.items()), flush=True)
     exact = _ExactInverse(system, h, args.floor, system.n) if args.floor else None
-    for N in (2, 4):
+    share = m.history.get("innovation_factorisation_share")
+    print(f"innovation factorisation share {share}; skipped: {m.history.get('energy_differences_calibration_skipped')}")
+    for N in args.orders:
         _order(m, system, A, N, exact, cal)
+        print(f"  ({time.process_time() - c0:.0f} s cpu)", flush=True)
+    if args.hyper:
+        _hyper(m, system, A, HS, rec, cal)
         print(f"  ({time.process_time() - c0:.0f} s cpu)", flush=True)
     if args.innovations:
         import torch

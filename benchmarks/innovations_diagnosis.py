@@ -15,6 +15,10 @@ printed side by side:
 * ``truth (folds)``: the same for the fold posteriors, ``(m_k - c dH) / sqrt(v_k)``: the quantity whose variance the
   innovations estimate if the GP's form were right.
 
+The innovations' rounding guard here is the worst case (solve bounds plus the whole factorisation term), not the
+library's (which scales the factorisation term by an estimated share where the worst case drops innovations,
+learners/shadow/difference_calibration.py).
+
 If innovations and truth agree on the pairs but not on the held-out states, the pairs sample the wrong region; if
 truth asks for more than the innovations on the pairs too, the error is common to all folds (fold removal cannot see
 it). Also printed: the spread of the innovations' scale over a bootstrap of folds, and where the two sets lie (true
@@ -88,7 +92,7 @@ def _evaluate(m, gps, subsets, N, x, xr):
     G = LinearisedQuantity(m._quantity("energy", N), x, 1, m._jet_order("energy", N))
     var = D._raw_variances(gps, subsets, G, xr)
     mean = torch.stack([D._mean_differences(m, gp, x, xr, N) for gp in gps])
-    return mean, torch.stack([vb[0] for vb in var]), torch.stack([vb[1] for vb in var])
+    return mean, torch.stack([vb[0] for vb in var]), torch.stack([vb[1] + vb[2] for vb in var])  # worst-case guard
 
 
 def _scales(mean, var, bound, err_final, trunc, gen):

@@ -425,6 +425,73 @@ def test_innovations_within_rounding_are_left_out(anharmonic, monkeypatch):
     assert C.difference_calibration(m) is None
 
 
+def _guarded_run(D, m, monkeypatch, f_factor=1.0, share=None):
+    """``difference_innovations(m)`` with ``factorisation_bound`` scaled by ``f_factor`` and the share forced to
+    ``share`` (None: measured); returns the innovations' variances and the (variance, solve bound, worst case) rows
+    of the final posterior and the folds, as the guard saw them."""
+    real_f, real_share, raw, seen = D.factorisation_bound, D.realised_share, D._raw_variances, []
+    monkeypatch.setattr(D, "factorisation_bound", lambda R, V: f_factor * real_f(R, V))
+    monkeypatch.setattr(D, "realised_share", real_share if share is None else lambda *a: (share, 0, "forced"))
+    monkeypatch.setattr(D, "_raw_variances", lambda *a: seen.append(raw(*a)) or seen[-1])
+    _, w = D.difference_innovations(m)
+    for name, value in (("factorisation_bound", real_f), ("realised_share", real_share), ("_raw_variances", raw)):
+        monkeypatch.setattr(D, name, value)
+    return w, seen[0]
+
+
+def _guard_keeps(rows, share):
+    """The pairs the guard keeps with factorisation share ``share`` (fold-major), from :func:`_guarded_run`'s rows."""
+    (v, b, f), *folded = rows
+    return torch.cat([v_k - v > (b + share * f) + (b_k + share * f_k) for v_k, b_k, f_k in folded])
+
+
+def test_innovations_guard_measures_the_factorisation_rounding(anharmonic, monkeypatch):
+    """The guard's factorisation term is the worst case (variance_rounding.factorisation_bound) times a share: 1 where
+    the worst case drops nothing the solve bounds keep, else estimated on a fold factorised in another order
+    (realised_share). With the worst case inflated 1e8-fold (as the all-signs-aligned bound over-states the rounding
+    of a large element-kernel fit: 7x the variances on two_body_morse4, all 240 innovations dropped) the worst-case
+    guard (share forced to 1) keeps none and the measured share keeps the fit's innovations. Where the share decides
+    (the worst case scaled so that it drops half the pairs the solve bounds keep), the kept pairs are those of the
+    guard with the share recorded in history: some kept with it are dropped with share 1, and share 0 keeps every
+    pair the solve bounds keep. And the estimate covers an independent factorisation of the fold: a second
+    permutation's variances lie within the guard of the first fold's at every pair."""
+    from learners.shadow import difference_calibration as D
+    from learners.shadow.uncertainty import LinearisedQuantity
+
+    monkeypatch.setattr(D, "CALIBRATION_FOLDS", 2)
+    monkeypatch.setattr(D, "CALIBRATION_PAIRS", 20)
+    _, m = anharmonic
+    w, rows = _guarded_run(D, m, monkeypatch)
+    kept = torch.isfinite(w)
+    assert int(kept.sum()) >= 30 and torch.equal(kept, _guard_keeps(rows, m.history["innovation_factorisation_share"][0]))
+    w1, _ = _guarded_run(D, m, monkeypatch, 1e8, share=1.0)
+    assert bool(torch.isnan(w1).all()), w1  # the worst case back: it kept none
+    w8, _ = _guarded_run(D, m, monkeypatch, 1e8)
+    share8, pairs8, _ = m.history["innovation_factorisation_share"]
+    assert torch.equal(torch.isfinite(w8), kept) and pairs8 >= 10 and share8 < 1e-8, (w8, share8, pairs8)
+    (v, b, f), *folded = rows
+    r = torch.cat([(v_k - v - b - b_k) / (f + f_k) for v_k, b_k, f_k in folded])
+    c = float(r[r > 0].median())  # the worst case times c drops half the pairs the solve bounds keep
+    wm, rows_c = _guarded_run(D, m, monkeypatch, c)
+    share, pairs, _ = m.history["innovation_factorisation_share"]
+    keep_m, keep_1, keep_0 = (_guard_keeps(rows_c, s) for s in (share, 1.0, 0.0))
+    assert torch.equal(torch.isfinite(wm), keep_m) and 0 < share < 1 and pairs >= 10, (share, pairs)
+    assert bool((keep_m & ~keep_1).any()), (share, c)  # the share decides these pairs
+    assert torch.equal(torch.isfinite(_guarded_run(D, m, monkeypatch, c, share=1.0)[0]), keep_1)
+    assert torch.equal(torch.isfinite(_guarded_run(D, m, monkeypatch, c, share=0.0)[0]), keep_0)
+    # a second permutation of the first fold (another seed than the calibration's) lies within the guard
+    x, x_ref = D.data_pairs(m)
+    G = LinearisedQuantity(m._quantity("energy", 2), x, 1, m._jet_order("energy", 2))
+    F = m.gp.train_functionals
+    groups = D.fold_groups(m, F.count)
+    F1 = F.subset(torch.cat([torch.nonzero(groups % 2 != 0).flatten(), torch.arange(groups.numel(), F.count)]))
+    perm = torch.randperm(F1.count, generator=torch.Generator().manual_seed(m.seed + 2))
+    (v1, b1, f1), (v2, b2, f2) = D._raw_variances([D._conditioned(m, F1), D._conditioned(m, F1.subset(perm))],
+                                                  [torch.arange(F1.count), perm], G, x_ref)
+    assert bool(((v2 - v1).abs() <= b1 + b2 + share * c * (f1 + f2)).all())
+    assert float((v2 - v1).abs().max()) > 0  # the permutation does round differently
+
+
 def test_fold_layout_matches_the_fit(anharmonic):
     """The folds of the distant-difference calibration leave out whole trajectories: the first T (m - 2) n training
     functionals of the final GP are the DEL residuals trajectory by trajectory, the rest the normalisation conditions

@@ -170,3 +170,29 @@ def test_bound_by_row_blocks_matches_one_block(monkeypatch):
     v2, b2 = resolved_variance(R, P, K)
     assert torch.equal(v1, v2)
     assert float(((b1 - b2) / b1).abs().max()) <= 1e-15
+
+
+def test_realised_share_degenerate_cases_are_explicit():
+    """realised_share: 10x the 90% quantile of |v' - v| / (f + f') over the measuring pairs (v > 2b, v' > 2b',
+    f + f' > 2(b + b')); with fewer than 10 such pairs the worst case (1); a quantile of 0 (>= 90% of the pairs
+    moved by exactly 0) or NaN takes 10x the largest finite ratio, or 1 where none is positive; each with its count
+    and reason. Ratios here are exact in binary (powers of 2), so the equalities are exact."""
+    from learners.shadow.variance_rounding import realised_share
+
+    B = 20
+    v, b, f = torch.ones(B, dtype=torch.float64), torch.full((B,), 2.0 ** -20), torch.full((B,), 0.5)
+    moves = torch.zeros(B, dtype=torch.float64)
+    moves[:19] = 2.0 ** -10  # ratio 2^-10 (f + f' = 1) at 19 pairs: the 90% quantile
+    moves[19] = 2.0 ** -4
+    share, pairs, reason = realised_share(v, b, f, v + moves, b, f)
+    assert (share, pairs) == (10 * 2.0 ** -10, B) and "quantile" in reason
+    # the factorisation term not above twice the solve bounds: no measuring pair, the worst case
+    assert realised_share(v, b, torch.full((B,), 2.0 ** -20), v + moves, b, torch.full((B,), 2.0 ** -20))[:2] == (1.0, 0)
+    moves[:19] = 0.0  # 90% of the pairs move by exactly 0: the largest finite ratio (2^-4), not 0
+    share, pairs, reason = realised_share(v, b, f, v + moves, b, f)
+    assert share == 10 * 2.0 ** -4 and "largest" in reason, (share, reason)
+    assert realised_share(v, b, f, v.clone(), b, f)[0] == 1.0  # nothing moved: no positive ratio, the worst case
+    inf_f, inf_v = f.clone(), v + moves
+    inf_f[:3], inf_v[:3] = float("inf"), float("inf")  # inf / inf: NaN ratios make the quantile NaN
+    share, pairs, reason = realised_share(v, b, inf_f, inf_v, b, inf_f)
+    assert share == 10 * 2.0 ** -4 and "nan" in reason, (share, pairs, reason)

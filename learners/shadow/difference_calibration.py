@@ -21,9 +21,14 @@ only), the quantity is :math:`H_{rec}[2]` (the GP part of higher orders uses the
 matched by :func:`~learners.shadow.calibration.scale_for` (90% of :math:`|z|` below 1.645). The truncation term
 does not enter: both posteriors share it. Each posterior variance is known only to its rounding bound
 (:func:`~learners.shadow.variance_rounding.resolved_variance`), so a pair whose :math:`v_k - v` is below the sum of the
-two bounds is left out, each bound with its factorisation term
-(:func:`~learners.shadow.variance_rounding.factorisation_bound`: the two variances are exact for two different nearby
-GPs, the final one's and the fold's, so their difference carries both factorisations' rounding): dividing by rounding gave innovations of any size (with the earlier worst-case floor
+two bounds is left out, each bound with its factorisation term (the two variances are exact for two different nearby
+GPs, the final one's and the fold's, so their difference carries both factorisations' rounding): the worst case
+:func:`~learners.shadow.variance_rounding.factorisation_bound`, or, where that drops innovations the solve bounds
+keep, the worst case times an estimate of the share of it realised (not a bound: 10x the 90% quantile of the moves of
+one fold's variances when that fold is factorised with its functionals permuted,
+:func:`~learners.shadow.variance_rounding.realised_share`; the worst case alone was 7x the variances and dropped all
+240 innovations of two_body_morse4). Dividing by rounding gave innovations of
+any size (with the earlier worst-case floor
 :math:`\kappa(R)\,\epsilon P`, reached by the variances of :math:`H_{rec}` differences under the mechanical kernel at
 120 trajectories, scales of 324 to 19,000 between folds).
 
@@ -31,7 +36,11 @@ GPs, the final one's and the fold's, so their difference carries both factorisat
 pass over the training atoms for their variances (:func:`_raw_variances`), and the pairs' velocities are solved at
 the chosen snapshots only (:func:`_velocities_at`); both give the numbers of the plain per-fold computation
 (tests/test_learners_shadow_auto.py). At n = 6 with 200 trajectories the plain computation's cost was 2/3 the
-velocities of every data state (benchmarks/RESULTS_identification.md).
+velocities of every data state (benchmarks/RESULTS_identification.md). The factorisation share
+(:func:`_factorisation_share`) costs nothing where the worst case drops no innovation the solve bounds keep; where it
+does, one more factorisation of the first fold's matrix (its functionals permuted; outside :data:`FOLD_BUDGET`, up to
+(1 - 1/K) F functionals: at n = 6, F ~ 4,800-12,000 and K = 2, a 2,400-6,000 square factor, 46-290 MB, plus its
+assembly) and one more pass over the training atoms for two posteriors.
 
 The estimate holds where the GP's form is right; where it is not, the measured factor between it and the scale
 that the true differences ask for was 0.3-4 on the systems of issue 23 (benchmarks/RESULTS_calibration.md). The
@@ -50,7 +59,7 @@ import bea
 from ..saving import ModelFileError
 from .element_uncertainty import on_mean, velocities_at
 from .uncertainty import LinearisedQuantity, _feature_map, _jet_and_atoms, _kernel
-from .variance_rounding import factorisation_bound, floored, solve_with_bound
+from .variance_rounding import factorisation_bound, floored, realised_share, solve_with_bound
 
 __all__ = ["CALIBRATION_FOLDS", "FOLD_BUDGET", "CALIBRATION_PAIRS", "difference_innovations", "innovation_variances",
            "fold_groups", "data_pairs", "pairs_state", "restore_pairs"]
@@ -58,7 +67,8 @@ __all__ = ["CALIBRATION_FOLDS", "FOLD_BUDGET", "CALIBRATION_PAIRS", "difference_
 #: folds of trajectories left out in turn (at most; see :data:`FOLD_BUDGET`)
 CALIBRATION_FOLDS = 5
 #: the folds times the training functionals stay below this (each fold is one more Cholesky factorisation): 5
-#: folds up to 2,000 functionals (n = 3, 150 trajectories), 2 at n = 6 with 200 trajectories (4,800)
+#: folds up to 2,000 functionals (n = 3, 150 trajectories), 2 at n = 6 with 200 trajectories (4,800); the guard's
+#: measured share may add one more fold-sized factorisation (module docstring, *Cost*), not counted here
 FOLD_BUDGET = 10_000
 #: pairs of data states whose differences are compared per fold
 CALIBRATION_PAIRS = 60
@@ -169,10 +179,10 @@ def _differences(model, gp, x: torch.Tensor, x_ref: torch.Tensor, order: int) ->
 
 
 def _raw_variances(gps: Sequence, subsets: Sequence[torch.Tensor], G: LinearisedQuantity, x_ref: torch.Tensor) -> List[torch.Tensor]:
-    r"""Raw posterior variances (``variance_scale`` 1) and their rounding bounds
-    (:func:`~learners.shadow.variance_rounding.resolved_variance`, plus its
-    :func:`~learners.shadow.variance_rounding.factorisation_bound`: the innovations compare these variances between
-    posteriors factorised apart), (2, B) each, of the scalar jet quantity ``G`` at ``G.x`` minus
+    r"""Raw posterior variances (``variance_scale`` 1), their rounding bounds
+    (:func:`~learners.shadow.variance_rounding.resolved_variance`) and the worst case of factorising apart
+    (:func:`~learners.shadow.variance_rounding.factorisation_bound`: the innovations compare these variances between
+    posteriors factorised apart), (3, B) each, of the scalar jet quantity ``G`` at ``G.x`` minus
     the same at ``x_ref``, under each posterior of ``gps``: one kernel and one set of hyperparameters, posterior ``j``
     conditioned on the functionals ``subsets[j]`` of ``gps[0]``'s. The same numbers as
     :func:`~learners.shadow.uncertainty.posterior_variance` (``Reference(x_ref)``) for each posterior in turn, with its
@@ -201,7 +211,7 @@ def _raw_variances(gps: Sequence, subsets: Sequence[torch.Tensor], G: Linearised
             V, bound = solve_with_bound(gp._chol, (K_b - K_r)[:, j, idx], priors[j][0], priors[j][1],
                                         (K_b.abs() + K_r.abs())[:, j, idx])
             var = floored((priors[j][0] - (V * V).sum(0))[:, None, None], bound[:, None])[:, 0, 0]
-            out[j].append(torch.stack([var, bound + factorisation_bound(gp._chol, V)]))
+            out[j].append(torch.stack([var, bound, factorisation_bound(gp._chol, V)]))
     return [torch.cat(o, 1) for o in out]
 
 
@@ -218,7 +228,9 @@ def innovation_variances(model, order: int = 2) -> Optional[Tuple[torch.Tensor, 
     variances :math:`v_k` (NaN where :math:`v_k - v` is within rounding) and :math:`v`, and each one's pair index,
     pooled over the folds (fold-major); None where the data have too few trajectories. Each fold re-conditions a
     copy of the final GP (same hyperparameters) on the data without its trajectories; the variances of all folds
-    share one pass over the training atoms (:func:`_raw_variances`)."""
+    share one pass over the training atoms (:func:`_raw_variances`). The factorisation term of the rounding guard is
+    the worst case times :func:`_factorisation_share` (1 unless the worst case drops innovations; then estimated on
+    the first fold factorised with its functionals permuted; ``model.history["innovation_factorisation_share"]``)."""
     final = model.gp
     F_all = final.train_functionals
     groups = fold_groups(model, F_all.count)
@@ -234,15 +246,37 @@ def innovation_variances(model, order: int = 2) -> Optional[Tuple[torch.Tensor, 
         gps.append(_conditioned(model, F_all.subset(subsets[-1])))
     # the jet order is the quantity's (which derivatives of L it reads), probed once under the final posterior
     G = LinearisedQuantity(model._quantity("energy", order), x, 1, model._jet_order("energy", order))
-    (v, b), *folded = _raw_variances(gps, subsets, G, x_ref)
+    (v, b, f), *folded = _raw_variances(gps, subsets, G, x_ref)
+    share = _factorisation_share(model, gps[1], G, x_ref, [(v, b, f)] + folded)
     mean = [_mean_differences(model, gp, x, x_ref, order) for gp in gps]
     kept = []
-    for v_k, b_k in folded:
-        # v and v_k are each known to their rounding bounds (with both factorisations' terms, _raw_variances): a
-        # smaller v_k - v is rounding, and dividing by it made innovations of any size (NaN: left out)
-        kept.append(torch.where(v_k - v > b + b_k, v_k, torch.full_like(v, float("nan"))))
+    for v_k, b_k, f_k in folded:
+        # v and v_k are each known to their solve bounds, and their difference to both factorisations' (the
+        # estimated share of the worst case): a smaller v_k - v is rounding, and dividing by it made innovations of
+        # any size (share 1: the worst case, main's sums bit for bit)
+        guard = (b + share * f) + (b_k + share * f_k)
+        kept.append(torch.where(v_k - v > guard, v_k, torch.full_like(v, float("nan"))))
     pair = torch.arange(v.numel(), device=v.device).repeat(folds)
     return torch.cat([mean[0] - m for m in mean[1:]]), torch.cat(kept), v.repeat(folds), pair
+
+
+def _factorisation_share(model, fold, G: LinearisedQuantity, x_ref: torch.Tensor, rows: List[torch.Tensor]) -> float:
+    r"""The share of the worst-case factorisation term that the innovations' guard uses: 1 (the worst case, nothing
+    measured) where it drops no innovation that the solve bounds alone keep; else
+    :func:`~learners.shadow.variance_rounding.realised_share` between fold ``fold`` (the matrix guarded) and the
+    same fold factorised with its functionals permuted (seed ``model.seed + 1``, apart from :func:`data_pairs`'
+    draw). ``rows``: :func:`_raw_variances`' (variance, solve bound, worst case) of the final posterior, then the
+    folds'. ``model.history["innovation_factorisation_share"]``: (share, measuring pairs, reason)."""
+    (v, b, f), *folded = rows
+    if not any(bool(((v_k - v > b + b_k) & ~(v_k - v > (b + f) + (b_k + f_k))).any()) for v_k, b_k, f_k in folded):
+        model.history["innovation_factorisation_share"] = (1.0, 0, "the worst case drops no innovation: not measured")
+        return 1.0
+    F = fold.train_functionals
+    perm = torch.randperm(F.count, generator=torch.Generator().manual_seed(model.seed + 1))
+    (v1, b1, f1), (vp, bp, fp) = _raw_variances([fold, _conditioned(model, F.subset(perm))],
+                                                [torch.arange(F.count), perm], G, x_ref)
+    measured = model.history["innovation_factorisation_share"] = realised_share(v1, b1, f1, vp, bp, fp)
+    return measured[0]
 
 
 def _conditioned(model, F):
