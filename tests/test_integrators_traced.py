@@ -343,3 +343,21 @@ def test_a_guard_failing_at_a_near_test_state_is_skipped_not_refused():
     fast = vi.solve(q0, v0, 30).q
     assert vi.last_execution == "compiled+eager" and float(fast[..., 0].max()) > 0.68  # crosses q0 = 0.65
     assert float((eager - fast).abs().max()) < 1e-12
+
+
+def test_a_taylor_form_declines_where_its_sign_guard_fails():
+    """L = v^2/2 + s q^3, s = sign(q).item() (a guard): the Taylor form traced at q > 0 gives NaN in every derivative
+    read off it at q = -0.5 (was: T[0] alone NaN, g = -0.75 where autograd's is +0.75) and autograd's to 1e-12 at 0.5."""
+    from integrators.codegen.emit import derivs_of_taylor
+    from integrators.compiled import CLagrangian
+    from integrators.traced import trace_taylor
+
+    def L(q, v):
+        return v[..., 0] ** 2 / 2 + torch.sign(q[..., 0]).reshape(-1)[0].item() * q[..., 0] ** 3
+
+    taylor = trace_taylor(L, 1, 4)
+    check = CLagrangian(n=1, source=taylor.source + derivs_of_taylor(2, 4), params=taylor.params)
+    g, H = CompiledStepper(check, 0.1, bea.get_scheme("midpoint"), 1).lagrangian_derivatives(
+        torch.tensor([[-0.5, 0.2], [0.5, 0.2]], dtype=torch.float64))
+    assert g[0].isnan().all() and H[0].isnan().all()
+    assert float((g[1] - torch.tensor([0.75, 0.2], dtype=torch.float64)).abs().max()) < 1e-12
