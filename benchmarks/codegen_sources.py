@@ -10,7 +10,8 @@ of the SHA-256 of every source handed to the compiler while the case is built, w
 hashes are the same C, parameters and points. ``--time``: for the cases that trace or lower, the least and median
 CPU time of 7 builds (libraries from the in-process cache: this is the Python side, tracing, lowering, emitting and
 the traced form's verification). ``--count``: the live instructions of the programs each case emits, jet
-instructions and values (what runs per evaluation: a refactoring of the IR must not grow them).
+instructions and values (what runs per evaluation: a refactoring of the IR must not grow them) and the jets'
+work arrays in doubles, summed over the case's sources.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import time
 from collections import Counter
 
@@ -161,7 +163,8 @@ def main():
         line = f"{name:40s} {hashes[name]}"
         if args.count:
             jets = sum(n for op, n in counts.items() if op not in ("val", "vfun"))
-            line += f"   jet {jets:5d} val {counts['val'] + counts['vfun']:4d} {dict(sorted(counts.items()))}"
+            work = sum(int(m) for src in _SEEN for m in re.findall(r"double W\d+\[(\d+)\]", src))  # jets' arrays, doubles
+            line += f"   jet {jets:5d} val {counts['val'] + counts['vfun']:4d} work {work:6d} {dict(sorted(counts.items()))}"
         if args.time and timed:
             ts = []
             for _ in range(7):

@@ -71,12 +71,12 @@ def test_traced_derivatives_and_parameters_follow_the_module():
 
 
 def test_guards_and_refusals():
-    # Python reading a tensor (.item()) is a guard: the traced form is only right at the traced state, which
-    # the verification at other states finds, so the Lagrangian is refused (and integrated eagerly)
+    # Python reading a tensor (.item()) is a guard: the traced form is only right at the traced state, and its guard
+    # declines every other test state, so the Lagrangian is refused (and integrated eagerly)
     def reads_item(q, v):
         return v[..., 0] ** 2 / 2 + math.cos(float(q.detach().reshape(-1)[0])) * q[..., 0]
 
-    with pytest.raises(NotLowerable, match="differ from autograd"):
+    with pytest.raises(NotLowerable, match="at the traced state only"):
         trace_lagrangian(reads_item, 1)
     with pytest.raises(NotLowerable, match="aten.erf"):
         trace_lagrangian(lambda q, v: (v ** 2).sum(-1) + torch.erf(q).sum(-1), 1)
@@ -286,11 +286,19 @@ def test_casts_branches_and_decomposed_refusals():
         return kin(v) + (q ** 3).sum(-1)
     assert trace_lagrangian(positive_only, 1).n == 1
 
+    def bounded(q, v):  # raises at the wider states and at the near q = 0.76 (seed 0): its error names both
+        if bool((q < 0).any()) or bool((q > 0.75).any()):
+            raise ValueError("q < 0" if bool((q < 0).any()) else "q > 0.75")
+        return kin(v) + (q ** 3).sum(-1)
+    with pytest.raises(ValueError, match="q > 0.75") as raised:
+        trace_lagrangian(bounded, 1)
+    assert "at the wider states -x0, 2 x0, -2 x0 first: ValueError('q" in raised.value.__notes__[0]
+
 
 def test_lu_pivot_order_is_guarded():
     """M(q) = [[0.004, b], [b, 1]], b = q0/(10 (1 + q0^2)), is SPD and swapped by partial pivoting while b > 0.004 (so at
     the traced and verification states). At q0 = 1e-11 the traced swap divides by b: without the pivot guards the C
-    derivatives were off by 2.5e14 (relative); guarded, C declines there (g[0] NaN: that step goes eager) and
+    derivatives were off by 2.5e14 (relative); guarded, C declines there (g and H NaN: that step goes eager) and
     stays exact (1e-12) where the swap is right."""
     def L(q, v):
         b = 0.1 * q[0, 0] / (1 + q[0, 0] ** 2)
@@ -301,4 +309,55 @@ def test_lu_pivot_order_is_guarded():
     stepper = CompiledStepper(L, 0.1, bea.get_scheme("midpoint"), 2)
     swapped, kept = (torch.tensor([[c, 0.2, 0.3, -0.4]], dtype=torch.float64) for c in (0.5, 1e-11))
     assert _derivative_error(L, 2, swapped) < 1e-12
-    assert torch.isnan(stepper.lagrangian_derivatives(kept)[0][0, 0])  # a failed guard: g[0] is NaN (codegen.emit)
+    assert all(d.isnan().all() for d in stepper.lagrangian_derivatives(kept))  # a failed guard: all NaN (codegen.emit)
+
+
+def _pivoting_mass(q, v):
+    """M(q) = [[q0, 0.65], [0.65, 2]] (SPD for q0 > 0.22): partial pivoting swaps its rows where q0 < 0.65."""
+    M = torch.stack([torch.stack([q[0, 0], 0.65 + 0 * q[0, 0]]), torch.tensor([0.65, 2.0], dtype=q.dtype)])
+    LU, piv = torch.linalg.lu_factor(M)
+    kinetic = 0.5 * v[0] @ torch.linalg.lu_solve(LU, piv, v[0][:, None])[:, 0]
+    return (kinetic - 2.0 * (q[0, 0] - 0.7) ** 2 - 0.5 * q[0, 1] ** 2)[None]
+
+
+def test_a_guard_failing_at_a_near_test_state_is_skipped_not_refused():
+    """The traced state (seed 0) has q0 = 0.688, unswapped; the near test state q0 = 0.616 is swapped, a failed pivot
+    guard where the C form declines (every derivative NaN, the Lagrangian's and the Taylor form's through
+    derivs_of_taylor): the form is kept (it was refused before), exact (1e-12) where unswapped, and a march crossing
+    q0 = 0.65 with execution='compiled' (30 steps to q0 = 0.69: eager ones cost ~0.1 s here) equals eager to 1e-12
+    (rounding; the declined steps run eagerly)."""
+    from integrators.codegen.emit import derivs_of_taylor
+    from integrators.compiled import CLagrangian
+    from integrators.traced import trace_taylor
+
+    swapped, kept = (torch.tensor([[c, 0.1, 0.3, -0.4]], dtype=torch.float64) for c in (0.6, 0.8))
+    assert _derivative_error(_pivoting_mass, 2, kept) < 1e-12
+    taylor = trace_taylor(_pivoting_mass, 2, 4)
+    check = CLagrangian(n=2, source=taylor.source + derivs_of_taylor(4, 4), params=taylor.params)
+    for form in (trace_lagrangian(_pivoting_mass, 2), check):
+        g, H = CompiledStepper(form, 0.1, bea.get_scheme("midpoint"), 2).lagrangian_derivatives(swapped)
+        assert g.isnan().all() and H.isnan().all()
+    q0, v0 = torch.tensor([[0.6, 0.1]], dtype=torch.float64), torch.tensor([[0.0, 0.3]], dtype=torch.float64)
+    eager = VariationalIntegrator(_pivoting_mass, 0.1, execution="eager").solve(q0, v0, 30).q  # about one period
+    vi = VariationalIntegrator(_pivoting_mass, 0.1, execution="compiled")
+    fast = vi.solve(q0, v0, 30).q
+    assert vi.last_execution == "compiled+eager" and float(fast[..., 0].max()) > 0.68  # crosses q0 = 0.65
+    assert float((eager - fast).abs().max()) < 1e-12
+
+
+def test_a_taylor_form_declines_where_its_sign_guard_fails():
+    """L = v^2/2 + s q^3, s = sign(q).item() (a guard): the Taylor form traced at q > 0 gives NaN in every derivative
+    read off it at q = -0.5 (was: T[0] alone NaN, g = -0.75 where autograd's is +0.75) and autograd's to 1e-12 at 0.5."""
+    from integrators.codegen.emit import derivs_of_taylor
+    from integrators.compiled import CLagrangian
+    from integrators.traced import trace_taylor
+
+    def L(q, v):
+        return v[..., 0] ** 2 / 2 + torch.sign(q[..., 0]).reshape(-1)[0].item() * q[..., 0] ** 3
+
+    taylor = trace_taylor(L, 1, 4)
+    check = CLagrangian(n=1, source=taylor.source + derivs_of_taylor(2, 4), params=taylor.params)
+    g, H = CompiledStepper(check, 0.1, bea.get_scheme("midpoint"), 1).lagrangian_derivatives(
+        torch.tensor([[-0.5, 0.2], [0.5, 0.2]], dtype=torch.float64))
+    assert g[0].isnan().all() and H[0].isnan().all()
+    assert float((g[1] - torch.tensor([0.75, 0.2], dtype=torch.float64)).abs().max()) < 1e-12

@@ -2,7 +2,8 @@ r"""The one C emitter of the code generator: a program of :mod:`integrators.code
 space of its variables (:func:`_split`) and a reused slot of a work array, each instruction one call of the runtime
 (prefix ``jt``). It prints ``lag_taylor(x, P, T)`` (all coefficients) or ``lag_derivs(x, P, g, H)``,
 :math:`g_i = c_{e_i}`, :math:`H_{ij} = (1 + \delta_{ij})\,c_{e_i + e_j}` of one jet or of a sum :math:`\sum_k c_k f_k`
-added term by term; a failed guard sets ``g[0]`` (``T[0]``) to NaN (docs/theory/codegen.md, "The emitter").
+added term by term. Each guard is tested right after the instruction computing it; a failed one sets every entry of
+``g`` and ``H`` (every ``T[k]``) to NaN, so that any reader hands the state to the eager path (docs/theory/codegen.md).
 """
 
 from __future__ import annotations
@@ -243,9 +244,6 @@ def _layout(prog: Program, result, taylor: bool):
         code = _live(prog, [result] + guards)
         code, spaces, (result,) = _split(code, [result], prog.D, prog.K)
         terms, roots = {}, {result.k: len(code)}
-    for g in guards:
-        if isinstance(g, Jet):
-            roots[g.k] = max(roots.get(g.k, len(code)), len(code))
     slot, counts = _slots(code, roots, spaces)
     return code, spaces, slot, counts, result, terms
 
@@ -283,21 +281,26 @@ def emit_c(prog: Program, result, *, taylor: bool = False, prelude: str = "",
               "    int bad = 0;", "    (void)P; (void)bad; (void)x;", prelude]
     if result is None:
         lines += [f"    for (int i = 0; i < {D}; i++) g[i] = 0.0;", f"    for (int i = 0; i < {D * D}; i++) H[i] = 0.0;"]
+    # each guard is tested right after the instruction that computes it: its jet's slot is free again at once
+    defined = {id(ins[1]): k for k, ins in enumerate(code)}
+    tests: Dict[int, List[str]] = {}
+    for g, expected in prog.guards:
+        test = (f"!({val(g)} != 0.0)" if expected is None else f"!isnan({val(g)})" if math.isnan(expected)
+                else f"{val(g)} != {_number(expected)}")  # None: the scalar must be nonzero (a divisor of 0 / j)
+        tests.setdefault(defined.get(id(g), -1), []).append(f"    if ({test}) bad = 1;")
+    lines += tests.get(-1, [])
     ops = tables = 0
     for k, ins in enumerate(code):
         p = pfx(len(spaces[ins[1].k])) if isinstance(ins[1], Jet) else prefix
         lines.append("    " + _statement(ins, arg, val, p, slot))
         ops += isinstance(ins[1], Jet)
         tables += (len(ins) - 3) // 2 if "_lin_p" in lines[-1] else 0
-        lines += ["    " + _scatter(D, K, arg(j), c, spaces[j.k]) for c, j in terms.get(k, [])]
-    for g, expected in prog.guards:
-        test = (f"!({val(g)} != 0.0)" if expected is None else f"!isnan({val(g)})" if math.isnan(expected)
-                else f"{val(g)} != {_number(expected)}")  # None: the scalar must be nonzero (a divisor of 0 / j)
-        lines.append(f"    if ({test}) bad = 1;")
-    if taylor:
-        lines += [f"    for (int k = 0; k < {size(D, K)}; k++) T[k] = {arg(result)}[k];", "    if (bad) T[0] = NAN;"]
+        lines += ["    " + _scatter(D, K, arg(j), c, spaces[j.k]) for c, j in terms.get(k, [])] + tests.get(k, [])
+    if taylor:  # a failed guard: every coefficient NaN, since readers use any of them (the gradient T[1..D])
+        lines += [f"    for (int k = 0; k < {size(D, K)}; k++) T[k] = bad ? NAN : {arg(result)}[k];"]
     else:
-        lines += (_derivs(D, K, arg(result)) if result is not None else []) + ["    if (bad) g[0] = NAN;"]
+        lines += (_derivs(D, K, arg(result)) if result is not None else []) + [
+            f"    if (bad) {{ for (int i = 0; i < {D}; i++) g[i] = NAN; for (int i = 0; i < {D * D}; i++) H[i] = NAN; }}"]
     return "\n".join(lines + ["}", ""]), ops, tables
 
 
