@@ -118,8 +118,6 @@ def _guard_lines(seen, share) -> None:
     permuted fold) and with the library's share (``share``, from history). The moves are shown over the pairs
     resolved as v > 2b and v' > 2b' (not the library's measuring mask, which also asks f + f' > 2(b + b')), and
     the largest fold move |v_1' - v_1| over share (f_1 + f_1') (at most 1 where the share covers it)."""
-    import torch
-
     (v, b, f), *folded = seen[0]
     kept = lambda g: sum(int((vk - v > g(vk, bk, fk)).sum()) for vk, bk, fk in folded)
     line = f"guard: kept of {sum(vk.numel() for vk, _, _ in folded)}: worst case {kept(lambda vk, bk, fk: b + bk + f + fk)}"
