@@ -165,8 +165,9 @@ def test_folds_are_ieee_where_eager_is_not_finite():
     assert np.isnan(eager).all() and np.isnan(fn(np.zeros(1))).all() and np.array_equal(fn(np.array([0.3])), [0.3, 1, 0])
     assert np.isnan(_fdiv(np.nan, 0.0)) and np.isnan(_fdiv(0.0, -0.0)) and _fdiv(-2.0, -0.0) == np.inf
     pows = [prog.pow(a, e) for a, e in ((0.0, -1.0), (-0.0, -3.0), (10.0, 400.0), (-10.0, 401.0), (-8.0, 1 / 3),
-                                             (-10.0, 400.5))]
+                                             (-10.0, 400.5), (-np.inf, 0.5), (-np.inf, -0.5))]
     assert pows[:4] == [np.inf, -np.inf, np.inf, -np.inf] and np.isnan(pows[4]) and np.isnan(pows[5])
+    assert pows[6:] == [np.inf, 0.0]  # C's pow(-inf, +-1/2)
     for c in (0.0, 1e-310, 1e308):
         with pytest.raises(NotLowerable):
             prog.div(x, c)

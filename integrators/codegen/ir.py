@@ -76,7 +76,7 @@ def _fdiv(a: float, b: float) -> float:
 def _fpow(a: float, e: float) -> float:
     """C's ``pow`` of literals (Python's ``**`` calls it, but raises for ``pow(0, e < 0)`` and an overflow, both inf,
     signed for an odd integer ``e``, and gives a complex number for a negative base to a fractional power: nan)."""
-    if a < 0.0 and math.isfinite(e) and not e.is_integer():
+    if -math.inf < a < 0.0 and math.isfinite(e) and not e.is_integer():  # pow(-inf, 1/2) is inf in C, not nan
         return math.nan  # before the overflow, which is not signed: pow(-10, 400.5) is nan in C, not inf
     odd = e % 2.0 == 1.0
     try:

@@ -260,13 +260,16 @@ def innovation_variances(model, order: int = 2) -> Optional[Tuple[torch.Tensor, 
     return torch.cat([mean[0] - m for m in mean[1:]]), torch.cat(kept), v.repeat(folds), pair
 
 
-def _factorisation_share(model, fold, G: LinearisedQuantity, x_ref: torch.Tensor, rows: List[torch.Tensor]) -> float:
+def _factorisation_share(model, fold, G: LinearisedQuantity, x_ref: torch.Tensor,
+                         rows: Sequence[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> float:
     r"""The share of the worst-case factorisation term that the innovations' guard uses: 1 (the worst case, nothing
     measured) where it drops no innovation that the solve bounds alone keep; else
     :func:`~learners.shadow.variance_rounding.realised_share` between fold ``fold`` (the matrix guarded) and the
     same fold factorised with its functionals permuted (seed ``model.seed + 1``, apart from :func:`data_pairs`'
     draw). ``rows``: :func:`_raw_variances`' (variance, solve bound, worst case) of the final posterior, then the
-    folds'. ``model.history["innovation_factorisation_share"]``: (share, measuring pairs, reason)."""
+    folds'. ``model.history["innovation_factorisation_share"]``: (share, measuring pairs, reason). The share measured
+    on one fold is applied to every posterior's worst case, the final one's included: an assumption (the same kernel,
+    a matrix (K - 1)/K the size), not a measurement of each."""
     (v, b, f), *folded = rows
     if not any(bool(((v_k - v > b + b_k) & ~(v_k - v > (b + f) + (b_k + f_k))).any()) for v_k, b_k, f_k in folded):
         model.history["innovation_factorisation_share"] = (1.0, 0, "the worst case drops no innovation: not measured")

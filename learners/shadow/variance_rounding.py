@@ -162,6 +162,8 @@ def realised_share(v: torch.Tensor, bound: torch.Tensor, worst: torch.Tensor, v_
     top = float(finite.max()) if finite.numel() else float("nan")
     if math.isfinite(top) and top > 0:  # the quantile is 0 or not finite: the largest finite move instead
         return min(1.0, SHARE_SAFETY * top), pairs, f"quantile {q:g}: {SHARE_SAFETY:g} x the largest finite ratio"
+    # nothing moved (or nothing finite): no evidence of how the rounding falls, since a permutation may leave the
+    # arithmetic unchanged; so the worst case, not zero
     return 1.0, pairs, f"quantile {q:g} and no positive finite ratio: the worst case"
 
 
