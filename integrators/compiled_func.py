@@ -176,7 +176,9 @@ class FuncStepper:
         """:data:`CHORD_STEPS` steps from the last :data:`PREDICTOR_ORDER` positions ``hist`` (oldest first), each
         with the Jacobian ``J``: ``(x, p_next, ok)`` stacked over the steps, ``ok[s]`` true where Newton would
         accept ``x[s]`` after at most this chord correction (module docstring; the first step with an element not
-        ``ok`` must be taken by :func:`~integrators.newton.newton`, and the later ones are void)."""
+        ``ok`` must be taken by :func:`~integrators.newton.newton`, and the later ones are void). ``xtol`` has shape
+        ``(1,)``: a 0-d tensor read inside the scan body becomes a symbolic float that inductor cannot keep, and Dynamo
+        then traces and lowers the whole graph a second time (about 5 s of a cold build's CPU; RESULTS_speed.md)."""
         def step(carry, _):
             hist, a, p = carry
             x0 = extrapolate(hist, hist.shape[0] - 1, None, hist.shape[0])
@@ -264,7 +266,7 @@ class FuncStepper:
         with torch.no_grad():
             r0 = self._residual_fn(x, a, p)[0]
         for shift, tol in ((2.0, 1e-16), (0.0, 1e-8)):  # the residual at x is then J shift (1 + |x|)
-            pp, xtol = p - r0 + torch.einsum("bij,bj->bi", J, shift * (1 + x.abs())), torch.tensor(tol, dtype=torch.float64)
+            pp, xtol = p - r0 + torch.einsum("bij,bj->bi", J, shift * (1 + x.abs())), torch.tensor([tol], dtype=torch.float64)
             try:
                 with torch.no_grad(), warnings.catch_warnings():
                     warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.")
@@ -297,7 +299,7 @@ class FuncStepper:
         (within ``max_step``); stops before the first step where one does not, for the eager path to take it."""
         self._size = bucket(p.shape[0])
         chord = options.reuse_jacobian and options.ftol == 0  # newton()'s test is then the one-graph step's
-        xtol = torch.tensor(float(options.xtol), dtype=torch.float64)
+        xtol = torch.tensor([float(options.xtol)], dtype=torch.float64)  # (1,), not 0-d: see _chord_fn
         refused = False  # the last call stopped at a step it could not certify: newton() takes that one
         if j < PREDICTOR_ORDER - 1:  # a run's start (j0 0 or 1): the last run's back-off (its dynamics) does not apply
             self._refusals = self._skip = 0
