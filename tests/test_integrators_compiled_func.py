@@ -369,6 +369,35 @@ def test_after_a_step_refused_at_its_first_position_the_chord_graph_takes_the_ne
     assert float((out - ref.q).abs().max()) <= 1e-13
 
 
+def test_the_chord_graph_gets_xtol_as_a_one_element_tensor(monkeypatch):
+    """The graph's xtol has shape (1,) at build and in a run: a 0-d tensor read in the scan body made Dynamo restart
+    the analysis of a build (the graph traced and lowered twice, RESULTS_speed.md, session 17). The run's value is
+    the integrator's xtol."""
+    q0, v0 = _start(3)
+    ref = VariationalIntegrator(erf_oscillator, 0.05, execution="eager").solve(q0, v0, 12)
+    original, seen = FuncStepper._chord_fn, []
+
+    def recording(self, *args):
+        seen.append(args[-1])
+        return original(self, *args)
+
+    monkeypatch.setattr(FuncStepper, "_chord_fn", recording)
+    stepper = FuncStepper(erf_oscillator, 0.05, bea.get_scheme("midpoint"), 1, compile=False)
+    built = len(seen)  # the build's checks of the graph
+    out, pout = torch.zeros(13, 3, 1, dtype=torch.float64), torch.zeros(13, 3, 1, dtype=torch.float64)
+    out[:10], pout[:10] = ref.q[:10], ref.p[:10]
+    options = VariationalIntegrator(erf_oscillator, 0.05, xtol=1e-15).options
+    stepper.advance(out, 9, 12, ref.p[9], ref_jacobian(stepper, ref), None, None, options, None, pout)
+    assert built >= 2 and len(seen) > built
+    assert all(t.shape == (1,) and t.dtype == torch.float64 for t in seen)
+    assert float(seen[-1]) == 1e-15
+
+
+def ref_jacobian(stepper, ref):
+    """The Newton Jacobian at step 9 of ``ref`` (so that the run's first call goes to the chord graph)."""
+    return stepper.derivatives(ref.q[10], ref.q[9], ref.p[9])[2]
+
+
 def test_newtons_derivatives_are_compiled_once_it_has_taken_enough_steps(monkeypatch):
     """newton()'s derivatives stay uncompiled at first (no build cost for them: a run's predictor warm-up is a few
     steps) and are compiled, and checked against autograd at the run's bucket, when newton() has taken
