@@ -211,6 +211,13 @@ def _run(m, system, A, args):
               f"{float((th - theta0).abs().max()):.3f}; innov fixed {_scale(mp - m_f, vk - v, keep)[0]:.4g}, refit "
               f"{_scale(mp - m_r, vk - v, keep)[0]:.4g}, refit v' {_scale(mp - m_r, vr - v, keep_r)[0]:.4g}; "
               f"fold truth fixed {row[0]:.4g}, refit {row[1]:.4g}", flush=True)
+    _summary(acc, fold_truth, truth, s_use, cal, err, v0, trunc)
+
+
+def _summary(acc, fold_truth, truth, s_use, cal, err, v0, trunc):
+    """The pooled scales of every candidate and the 40 held-out differences' RMS z under each."""
+    import torch
+
     cat = {key: torch.cat(val) for key, val in acc.items()}
     s_fix, n_fix = _scale(cat["fix_n"], cat["fix_d"], cat["fix_k"])
     s_ref, _ = _scale(cat["ref_n"], cat["fix_d"], cat["fix_k"])
