@@ -22,6 +22,11 @@ do. Usage::
     PYTHONPATH=$PWD OMP_NUM_THREADS=1 python3 benchmarks/element_picard.py --system bodies4 --trajectories 30
     PYTHONPATH=$PWD OMP_NUM_THREADS=1 python3 benchmarks/element_picard.py --system bodies2 --trajectories 30
     PYTHONPATH=$PWD OMP_NUM_THREADS=1 python3 benchmarks/element_picard.py --system chain4 --trajectories 30
+    PYTHONPATH=$PWD OMP_NUM_THREADS=1 python3 benchmarks/element_picard.py --system bodies2 --trajectories 20 --check
+
+``--check``: the RMS over the DEL functionals of the true L's :math:`\Lambda[L]`, :math:`\Lambda[\mathrm{inv}_N L]`
+(small: the set-up is right), :math:`\Lambda[R_N L]`, and of the plain fit's :math:`\Lambda[R_N \bar L^{(0)}]` and
+its difference from the true one at the best scale.
 """
 
 from __future__ import annotations
@@ -141,6 +146,31 @@ def picard(model, order: int, iterations: int, system, oracle: bool = False):
     return rows
 
 
+def check(model, system, orders) -> None:
+    r"""RMS over the DEL functionals of :math:`\Lambda[L]`, :math:`\Lambda[\mathrm{inv}_N L]`, :math:`\Lambda[R_N L]` for
+    the true L, and of :math:`\Lambda[R_N \bar L^{(0)}]` and its difference from :math:`c\Lambda[R_N L]` at the best
+    scale c: the set-up's check and how well the plain fit's mean gives the targets."""
+    import bea
+
+    gp, n, h = model.gp, model.n, model._h_std
+    F = gp.train_functionals
+    F_del = F.subset(torch.arange(F.count - model._norm_count))
+    L_true = true_standardised(model, system)
+
+    def rms(t):
+        return float(t.pow(2).mean().sqrt())
+
+    for N in orders:
+        series = bea.compile_torch("inverse_modified_lagrangian", model._linear_scheme(), N)
+        lam = apply_chunked(F_del, lambda x: L_true(x[..., :n], x[..., n:]))
+        inv = apply_chunked(F_del, lambda x: series(L_true, x[..., :n], x[..., n:], h))
+        rt = apply_chunked(F_del, remainder(L_true, series, h, n))
+        rb = apply_chunked(F_del, remainder(Frozen(gp), series, h, n))
+        c = float(rb @ rt / (rt @ rt))
+        print(f"check inv_{N}: RMS Lambda[L] {rms(lam):.3e}, Lambda[inv_N L] {rms(inv):.3e}, Lambda[R_N L] {rms(rt):.3e}; "
+              f"Lambda[R_N mean] {rms(rb):.3e}, best scale {c:.3f}, difference {rms(rb - c * rt):.3e}", flush=True)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--system", choices=sorted(SYSTEMS), required=True)
@@ -150,6 +180,7 @@ def main(argv=None) -> None:
     ap.add_argument("--iterations", type=int, default=4)
     ap.add_argument("--orders", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--oracle-only", action="store_true", help="the oracle rows only (no Picard iteration)")
+    ap.add_argument("--check", action="store_true", help="the set-up's check only (module docstring)")
     args = ap.parse_args(argv)
     from integrators.data import snapshots
     from learners import InverseModifiedLagrangianGP
@@ -165,6 +196,8 @@ def main(argv=None) -> None:
     F = model.gp.train_functionals
     print(f"{args.system} h {h} traj {args.trajectories} seed {args.seed}: {F.count} functionals "
           f"({model._norm_count} normalisation), fit {fit:.0f} s CPU, h' {model._h_std:.4g}")
+    if args.check:
+        return check(model, system, args.orders)
     ls = M.level_set_errors(model, system, (0, 2, 4), 40)
     print(f"plain element model (L_inv): ls0 {ls[0]:.3e} ls2 {ls[2]:.3e} ls4 {ls[4]:.3e} gain {ls[2] / ls[4]:.2f}")
     for oracle in (True,) if args.oracle_only else (True, False):
