@@ -9,7 +9,8 @@ today's fit :math:`L^{(0)}`, :math:`L^{(i+1)}` is the same GP (same hyperparamet
 ``FunctionalGP.retarget``) conditioned on :math:`y_k = y^{(0)}_k - \Lambda_k[R_N[\bar L^{(i)}]]` for every functional,
 the normalisation's too: its conditions (:math:`\partial_v^2 - \tfrac{h^2}{12}\partial_q^2` at a state, targets moved
 by :mod:`learners.shadow.mass_target`) are written for :math:`L_{inv}`, and kept as they are they contradict the true
-:math:`L` at :math:`O(h^2)` (measured: the iteration then made the energy worse). The energy is then :math:`E[\bar L] = v\cdot\partial_v \bar L - \bar L` itself, at every N.
+:math:`L` at :math:`O(h^2)` (measured: the iteration then made the energy worse). The energy is then
+:math:`E[\bar L] = v\cdot\partial_v \bar L - \bar L` itself, at every N.
 
 Prints, per system: the plain element model's level-set errors (H_rec[0/2/4], benchmarks/_element_metrics.py: 40
 Halton states of the 70% box), then for N = 2 and 4 the iteration's target change per step (max and RMS of
