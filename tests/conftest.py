@@ -105,3 +105,20 @@ def gp_file(tmp_path_factory):
     snaps = I.data.snapshots(I.systems.pendulum(), 0.5, n_traj=8, n_steps=4, seed=0)
     gp = InverseModifiedLagrangianGP(0.5, lengthscale=1.0, noise=1e-10, progress=False).fit(snaps)
     return gp.save(tmp_path_factory.mktemp("gp") / "gp.pt")
+
+
+@pytest.fixture(scope="session")
+def two_body_element_fit():
+    """The softened two-body problem (tests/test_learners_shadow_auto.two_body4, n = 4) at CI size: 30 trajectories of 5
+    steps, h = 0.2, fitted with ElementKernel.bodies(2, 2) -- once per session, for the two modules that fit exactly
+    this (tests/test_learners_element_kernel.py, tests/test_learners_structure_choice.py). Read it only: a test that
+    calibrates or changes the model takes a deep copy (test_learners_element_kernel.two_body_fit does)."""
+    from integrators.data import snapshots
+    from learners import InverseModifiedLagrangianGP
+    from learners.shadow import ElementKernel
+    from tests.test_learners_shadow_auto import two_body4
+
+    system = two_body4()
+    data = snapshots(system, 0.2, 30, 5, seed=0)
+    model = InverseModifiedLagrangianGP(0.2, kernel=ElementKernel.bodies(2, 2), progress=False).fit(data)
+    return system, data, model

@@ -6,6 +6,7 @@ energy std is calibrated on energy conservation along held-back trajectories (le
 The systems here (an anharmonic oscillator with cubic couplings, n = 3; a chain with position-dependent masses and
 a softened two-body problem, n = 4) appear nowhere else in the suite; the full-size acceptance is under -m slow."""
 
+import copy
 import math
 import warnings
 
@@ -152,12 +153,31 @@ def test_scale_for_recovers_a_known_scale():
 
 
 @pytest.fixture(scope="module")
-def anharmonic():
+def _anharmonic_fit():
+    """anharmonic3, 40 trajectories, library defaults, its calibration pending: fitted once for the module (its fit is
+    the module's largest cost) and never handed out itself -- each user gets a deep copy (a calibration or a patched
+    entry on a copy leaves this one as the fit left it)."""
     system = anharmonic3()
     data = snapshots(system, 0.2, 40, 5, seed=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", IdentifiabilityWarning)
         model = InverseModifiedLagrangianGP(0.2, progress=False).fit(data)
+    return system, model
+
+
+@pytest.fixture(scope="module")
+def anharmonic(_anharmonic_fit):
+    """The module's shared fit (its tests calibrate it once and read it; they patch it only through monkeypatch)."""
+    system, model = _anharmonic_fit
+    return system, copy.deepcopy(model)
+
+
+@pytest.fixture
+def fresh_anharmonic(_anharmonic_fit):
+    """A copy of the same fit for one test alone, its calibration still pending (as a fit of its own would leave it)."""
+    system, model = _anharmonic_fit
+    model = copy.deepcopy(model)
+    assert model._pending_calibration is not None
     return system, model
 
 
@@ -205,7 +225,7 @@ def test_energy_calibration_is_reported_and_used(anharmonic):
     assert m._variance_factor("energy_differences") == pytest.approx(d.scale / cal["del"].scale, rel=1e-12)
 
 
-def test_one_energy_calibration_failing_leaves_the_other(monkeypatch):
+def test_one_energy_calibration_failing_leaves_the_other(fresh_anharmonic, monkeypatch):
     """The conservation calibration (energies, velocities) and the distant-difference one (energy) serve different
     quantities: when the second fails, the first is still stored and used, and the failure is recorded under its own
     key (one try around both dropped the conservation scale too)."""
@@ -214,9 +234,9 @@ def test_one_energy_calibration_failing_leaves_the_other(monkeypatch):
     def broken(model):
         raise RuntimeError("a failing innovation solve")
 
+    m = fresh_anharmonic[1]  # the fit of anharmonic3 at 40 trajectories, its calibration pending
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", IdentifiabilityWarning)
-        m = InverseModifiedLagrangianGP(0.2, progress=False).fit(snapshots(anharmonic3(), 0.2, 40, 5, seed=0))
         monkeypatch.setattr(C, "difference_calibration", broken)
         cal = m.calibration
     assert "energy" in cal and "energy_differences" not in cal
@@ -224,16 +244,16 @@ def test_one_energy_calibration_failing_leaves_the_other(monkeypatch):
     assert m._variance_factor("energy") == pytest.approx(cal["energy"].scale / cal["del"].scale, rel=1e-12)
 
 
-def test_energy_resolution_is_recorded_and_warns_above_its_limit(monkeypatch):
+def test_energy_resolution_is_recorded_and_warns_above_its_limit(fresh_anharmonic, monkeypatch):
     """identifiability.check_energy, run with the energy calibration: the calibrated std of energy differences
     between held-back states relative to their size is recorded (anharmonic3, 40 trajectories: far below the 1% limit,
     no such warning); with the limit lowered below it the same check on the same fit warns, naming the remedy of the
     calibration's truncation ratio (here below 1: the GP's error dominates, so more trajectories)."""
     from learners.shadow import identifiability as I
 
+    m = fresh_anharmonic[1]  # the fit of anharmonic3 at 40 trajectories, its calibration pending
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", IdentifiabilityWarning)
-        m = InverseModifiedLagrangianGP(0.2, progress=False).fit(snapshots(anharmonic3(), 0.2, 40, 5, seed=0))
         held = m._pending_calibration[1]
         m.calibration
     rel = m.history["energy_resolution"]

@@ -46,7 +46,7 @@ def two_body_auto():
     return system, data, InverseModifiedLagrangianGP(0.2, progress=False).fit(data)
 
 
-def test_planar_two_body_data_choose_bodies_2_2(two_body_auto):
+def test_planar_two_body_data_choose_bodies_2_2(two_body_auto, two_body_element_fit):
     """The default keeps bodies(2, 2) and its fit is the opt-in kernel's: the same held-out value (same search from the
     same screen) and energy differences 0.132 (tests/test_learners_element_kernel.py bounds the opt-in fit's by 0.2,
     where the default kernels gave 0.248). The default kernels' held-out value (-6.2 measured) is behind by far more
@@ -58,7 +58,8 @@ def test_planar_two_body_data_choose_bodies_2_2(two_body_auto):
     assert h["objective"] < h["default_objective"] - structure_choice.STRUCTURE_MARGIN
     assert "refined" not in h["structures"]["chain(4)"]
     assert "skipped" in h["principal"]  # the structure fixes the coordinates: no principal-direction candidate
-    opt_in = InverseModifiedLagrangianGP(0.2, kernel=ElementKernel.bodies(2, 2), progress=False).fit(data)
+    opt_in = two_body_element_fit[2]  # kernel=ElementKernel.bodies(2, 2) on the same data (tests/conftest.py)
+    assert torch.equal(two_body_element_fit[1], data)
     assert h["objective"] == pytest.approx(opt_in.history["objective"], rel=1e-9, abs=1e-9)
     rel, _ = energy_differences(m, system, 2, return_std=False)
     assert rel <= 0.2, rel
