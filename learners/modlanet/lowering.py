@@ -15,17 +15,14 @@ import torch
 from bea.errors import BeaRuntimeError
 from integrators.compiled import CLagrangian, NotLowerable, check_n
 
-from ..neural.mlp import MLP
 from . import elements as E
 
 __all__ = ["c_lagrangian", "c_taylor", "plan", "TRACEABLE", "AUTO_MAX_BATCH"]
 
 #: batches above this roll out eagerly under execution="auto" (measured: docs/theory/codegen.md)
 AUTO_MAX_BATCH = 200
-#: the submodules whose forward is known torch code; a CallableTransform or FixedCell runs Python that the trace
-#: cannot vouch for (a branch on a value it did not see)
-TRACEABLE = (E.Identity, E.AngleOnRod, E.MLPTransform, E.PotentialCell, E.PairCell, E.UniformGravity, E.NewtonianPair,
-             MLP, torch.nn.Linear, torch.nn.ModuleList)
+#: the submodule types the trace may follow: a class joins with the decorator :func:`~learners.modlanet.elements.traceable`
+TRACEABLE = E.TRACEABLE
 
 
 #: a bare nn.Module's own state (hooks, flags), and the ModLaNet's settings its forward reads (h, scheme, loss,
@@ -58,7 +55,8 @@ def plan(model) -> tuple:
     for name, mod in model.named_modules():
         if name and type(mod) not in TRACEABLE:
             raise NotLowerable(f"the {type(mod).__name__} {name!r} has no C form (compiled: "
-                               f"{', '.join(t.__name__ for t in TRACEABLE)})")
+                               f"{', '.join(sorted(t.__name__ for t in TRACEABLE))}; a class whose forward is torch "
+                               "code joins with the decorator learners.modlanet.elements.traceable)")
         parts.append((name, type(mod).__name__, _settings(mod, root=not name)))
     for name, t in [*model.named_parameters(), *model.named_buffers()]:
         if t.is_floating_point() and t.dtype != torch.float64:
