@@ -14,6 +14,7 @@ import torch
 
 from bea.errors import BeaRuntimeError
 from integrators.compiled import CLagrangian, NotLowerable, check_n
+from integrators.traced import trace_lagrangian, trace_taylor
 
 from . import elements as E
 
@@ -77,8 +78,6 @@ def _traced(model, order: int):
     forms = _FORMS.setdefault(model, {})
     if (structure, order) in forms:
         return forms[(structure, order)]
-    from integrators.traced import trace_lagrangian, trace_taylor
-
     form = trace_lagrangian(model, model.n) if order is None else trace_taylor(model, model.n, order)
     ref, read = weakref.ref(model), form.refresh
 
