@@ -55,14 +55,22 @@ __all__ = [
 DTYPE = torch.float64
 
 #: the module types whose forward is known torch code, which the compiled path's trace may follow
-#: (:func:`learners.modlanet.lowering.plan`). Exact types: a subclass may override the computation. A
-#: CallableTransform or FixedCell runs Python that the trace cannot vouch for (a branch on a value it did not see).
+#: (:func:`learners.modlanet.lowering.plan`): a mutable set, grown by :func:`traceable`. Exact types: a subclass may
+#: override the computation. A CallableTransform or FixedCell runs Python that the trace cannot vouch for (a branch on
+#: a value it did not see).
 TRACEABLE: Set[type] = {MLP, nn.Linear, nn.ModuleList}
 
 
 def traceable(cls: type) -> type:
     """Class decorator: ``cls`` (an element or cell whose ``forward`` is torch code without data-dependent Python) takes
-    the compiled path; its C form is its traced forward, so an element needs nothing beyond its class."""
+    the compiled path; its C form is its traced forward, so an element needs nothing beyond its class. Adds ``cls`` to
+    the mutable, process-wide :data:`TRACEABLE`. :class:`BeaTypeError` for a :class:`Transform` whose ``tangent`` is
+    the default one (:func:`torch.func.jvp`), which the trace cannot follow."""
+    if isinstance(cls, type) and issubclass(cls, Transform) and cls.tangent is Transform.tangent:
+        # refused here, not at the first compiled solve: jvp's layout checks and zero tangents have no C form
+        raise BeaTypeError(f"the Transform {cls.__name__} keeps the default tangent (torch.func.jvp), which the compiled "
+                           "path cannot trace; write tangent by hand ((T(q), J_T(q) qdot), as AngleOnRod does) before "
+                           "decorating it with traceable")
     TRACEABLE.add(cls)
     return cls
 
