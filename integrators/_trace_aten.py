@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from .codegen.ir import FUNCTIONS, Program
+from .compiled import NotLowerable
 
 __all__ = ["RULES", "literal_array", "OPAQUE_OPS"]
 
@@ -112,8 +113,6 @@ def _index(p, args, kw, out):
 def _to_copy(p, args, kw, out):
     """A copy; a cast to another dtype (``.float()``, ``.long()``) would round what the C computes in double: refused."""
     if out.dtype != torch.float64:
-        from .compiled import NotLowerable
-
         raise NotLowerable(f"a cast of a state-dependent tensor to {out.dtype} has no compiled form (float64 only)")
     return args[0].copy()
 
@@ -252,8 +251,6 @@ def _vector_norm(p, args, kw, out):
         return _reduce(args[0], dims, out.shape, lambda xs: p.unary("sqrt", _sum_all(p, [p.mul(x, x) for x in xs])))
     if order == 1.0:
         return _reduce(args[0], dims, out.shape, lambda xs: _sum_all(p, [p.unary("abs", x) for x in xs]))
-    from .compiled import NotLowerable
-
     raise NotLowerable(f"the vector norm of order {order:g} has no compiled form (orders 1 and 2 have)")
 
 

@@ -25,7 +25,7 @@ wrapped by :class:`FixedCell`.
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Callable, Optional, Sequence, Set, Tuple
 
 import torch
 from torch import nn
@@ -37,6 +37,8 @@ from ..neural.mlp import MLP, positive_int
 from ..saving import recorded, register
 
 __all__ = [
+    "TRACEABLE",
+    "traceable",
     "MLP",
     "Transform",
     "Identity",
@@ -51,6 +53,26 @@ __all__ = [
 ]
 
 DTYPE = torch.float64
+
+#: the module types whose forward is known torch code, which the compiled path's trace may follow
+#: (:func:`learners.modlanet.lowering.plan`): a mutable set, grown by :func:`traceable`. Exact types: a subclass may
+#: override the computation. A CallableTransform or FixedCell runs Python that the trace cannot vouch for (a branch on
+#: a value it did not see).
+TRACEABLE: Set[type] = {MLP, nn.Linear, nn.ModuleList}
+
+
+def traceable(cls: type) -> type:
+    """Class decorator: ``cls`` (an element or cell whose ``forward`` is torch code without data-dependent Python) takes
+    the compiled path; its C form is its traced forward, so an element needs nothing beyond its class. Adds ``cls`` to
+    the mutable, process-wide :data:`TRACEABLE`. :class:`BeaTypeError` for a :class:`Transform` whose ``tangent`` is
+    the default one (:func:`torch.func.jvp`), which the trace cannot follow."""
+    if isinstance(cls, type) and issubclass(cls, Transform) and cls.tangent is Transform.tangent:
+        # refused here, not at the first compiled solve: jvp's layout checks and zero tangents have no C form
+        raise BeaTypeError(f"the Transform {cls.__name__} keeps the default tangent (torch.func.jvp), which the compiled "
+                           "path cannot trace; write tangent by hand ((T(q), J_T(q) qdot), as AngleOnRod does) before "
+                           "decorating it with traceable")
+    TRACEABLE.add(cls)
+    return cls
 
 
 # ---------------------------------------------------------------------------------------------- transforms
@@ -67,6 +89,7 @@ class Transform(nn.Module):
         return torch.func.jvp(self.forward, (q,), (qdot,))
 
 
+@traceable
 @register
 class Identity(Transform):
     """Global coordinates already: :math:`T(q) = q` (``space_dim`` = local = global dimension)."""
@@ -87,6 +110,7 @@ class Identity(Transform):
         return f"dim={self.in_dim}"
 
 
+@traceable
 @register
 class AngleOnRod(Transform):
     r"""A bob on a massless rod of length ``length``: :math:`\theta \mapsto l(\sin\theta, -\cos\theta)`,
@@ -123,6 +147,7 @@ class AngleOnRod(Transform):
         return f"length={float(self.length):g}"
 
 
+@traceable
 @register
 class MLPTransform(Transform):
     r"""Learned :math:`T(q) = \mathrm{MLP}(\phi(q))`; ``periodic=True`` uses :math:`\phi(q) = (\cos q, \sin q)`
@@ -173,6 +198,7 @@ class CallableTransform(Transform):
 
 
 # ---------------------------------------------------------------------------------------------- energy cells
+@traceable
 @register
 class PotentialCell(nn.Module):
     r"""One-body potential :math:`U_1(x)`: an MLP :math:`\mathbb R^d \to \mathbb R`; ``(..., d) -> (...)``."""
@@ -189,6 +215,7 @@ class PotentialCell(nn.Module):
         return self.net(x)[..., 0]
 
 
+@traceable
 @register
 class PairCell(nn.Module):
     r"""Pair potential :math:`U_2(x_i, x_j) = \tfrac12[f(x_i \oplus x_j) + f(x_j \oplus x_i)]`, ``f`` an MLP
@@ -221,6 +248,7 @@ class FixedCell(nn.Module):
         return self.fn(*x)
 
 
+@traceable
 @register
 class UniformGravity(nn.Module):
     r"""Known one-body potential :math:`U_1(x) = g\,x_{\text{axis}}` (default ``y``, up); with :math:`c_1 = 1`
@@ -238,6 +266,7 @@ class UniformGravity(nn.Module):
         return f"g={self.g}, axis={self.axis}"
 
 
+@traceable
 @register
 class NewtonianPair(nn.Module):
     r"""Known pair potential :math:`U_2(x_i, x_j) = -G/|x_i - x_j|`; with :math:`c_2 = 1` the model's pair

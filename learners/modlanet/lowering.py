@@ -14,18 +14,18 @@ import torch
 
 from bea.errors import BeaRuntimeError
 from integrators.compiled import CLagrangian, NotLowerable, check_n
+from integrators.traced import trace_lagrangian, trace_taylor
 
-from ..neural.mlp import MLP
 from . import elements as E
 
 __all__ = ["c_lagrangian", "c_taylor", "plan", "TRACEABLE", "AUTO_MAX_BATCH"]
 
 #: batches above this roll out eagerly under execution="auto" (measured: docs/theory/codegen.md)
 AUTO_MAX_BATCH = 200
-#: the submodules whose forward is known torch code; a CallableTransform or FixedCell runs Python that the trace
-#: cannot vouch for (a branch on a value it did not see)
-TRACEABLE = (E.Identity, E.AngleOnRod, E.MLPTransform, E.PotentialCell, E.PairCell, E.UniformGravity, E.NewtonianPair,
-             MLP, torch.nn.Linear, torch.nn.ModuleList)
+#: the submodule types the trace may follow: a mutable, process-wide set (the object of
+#: :data:`learners.modlanet.elements.TRACEABLE`), to which the decorator :func:`~learners.modlanet.elements.traceable`
+#: adds a class; code that adds one for a while (a test) removes it afterwards
+TRACEABLE = E.TRACEABLE
 
 
 #: a bare nn.Module's own state (hooks, flags), and the ModLaNet's settings its forward reads (h, scheme, loss,
@@ -44,10 +44,10 @@ def _settings(mod, root: bool) -> tuple:
 
 def plan(model) -> tuple:
     """The model's structure (hashable: what a compiled form depends on besides the weights' values): each
-    submodule's type and settings, each tensor's shape and identity (the form reads the tensors it traced: one
-    replaced by a new object would be stepped with the old one's values), and the values of the integer and
-    boolean ones (index tables, read as literals); :class:`NotLowerable` for what is not compiled (module
-    docstring)."""
+    submodule's class (the object: two classes of one name differ) and settings, each tensor's shape and identity
+    (the form reads the tensors it traced: one replaced by a new object would be stepped with the old one's values),
+    and the values of the integer and boolean ones (index tables, read as literals); :class:`NotLowerable` for what
+    is not compiled (module docstring)."""
     from .model import ModLaNet
 
     for name in ("forward", "global_states", "kinetic", "potential_energy", "masses"):
@@ -58,8 +58,10 @@ def plan(model) -> tuple:
     for name, mod in model.named_modules():
         if name and type(mod) not in TRACEABLE:
             raise NotLowerable(f"the {type(mod).__name__} {name!r} has no C form (compiled: "
-                               f"{', '.join(t.__name__ for t in TRACEABLE)})")
-        parts.append((name, type(mod).__name__, _settings(mod, root=not name)))
+                               f"{', '.join(sorted(t.__name__ for t in TRACEABLE))}; a class whose forward is torch "
+                               "code joins with the decorator learners.modlanet.elements.traceable)")
+        # the class object, not its name: a class redefined under the same name (a re-run notebook cell) is new code
+        parts.append((name, type(mod), _settings(mod, root=not name)))
     for name, t in [*model.named_parameters(), *model.named_buffers()]:
         if t.is_floating_point() and t.dtype != torch.float64:
             raise NotLowerable(f"the ModLaNet tensor {name} is {t.dtype}; the compiled form computes in float64 like "
@@ -79,8 +81,6 @@ def _traced(model, order: int):
     forms = _FORMS.setdefault(model, {})
     if (structure, order) in forms:
         return forms[(structure, order)]
-    from integrators.traced import trace_lagrangian, trace_taylor
-
     form = trace_lagrangian(model, model.n) if order is None else trace_taylor(model, model.n, order)
     ref, read = weakref.ref(model), form.refresh
 

@@ -16,6 +16,11 @@ import numpy as np
 import torch
 
 from bea.errors import BeaValueError
+from integrators.ccompile import F64P, load_library, ptr  # learners depend on integrators, never the reverse
+from integrators.codegen import Program, monomials, size
+from integrators.codegen.emit import derivs_of_taylor
+from integrators.codegen.reduce import EXP_SOURCE, Block, atom, emit_sum
+from integrators.compiled import CLagrangian, NotLowerable
 
 from .kernels import AtomExpansion
 
@@ -40,9 +45,6 @@ def rbf_blocks(D: int, K: int):
     atom's term :math:`e_k P_k` (first-order atoms, then atoms with a second-order part) in :math:`x/\ell`, with
     :math:`P_k(r) = c_k + \tilde v_k\cdot r + c^{(2)}_k (\tilde u_k\cdot r)(\tilde d_k\cdot r)` (the last term only for
     second-order atoms); the callers multiply the coefficients by :math:`\sigma_f^2/\ell^\beta` (those in :math:`x`)."""
-    from integrators.codegen import Program
-    from integrators.codegen.reduce import Block, atom
-
     blocks = []
     for second in (False, True):
         prog = Program(D, K)
@@ -76,8 +78,6 @@ def _params(ex: AtomExpansion) -> np.ndarray:
 def c_lagrangian_of_expansion(ex: AtomExpansion, n: int):
     """The :class:`integrators.compiled.CLagrangian` of an RBF or mechanical :class:`AtomExpansion` on ``(q, v)`` with
     ``n`` coordinates; raises :class:`integrators.compiled.NotLowerable` for other kernels."""
-    from integrators.compiled import NotLowerable
-
     from .mechanical import MechanicalExpansion
 
     custom = getattr(ex, "_custom", None)
@@ -95,9 +95,6 @@ def c_lagrangian_of_expansion(ex: AtomExpansion, n: int):
 def mechanical_blocks(n: int, d: int, K: int):
     """The three :class:`integrators.codegen.reduce.Block` (atoms of order 0, 1, 2) of the mechanical mean in the
     ``2n`` scaled variables to degree ``K``, polynomial degree ``d`` in the velocities."""
-    from integrators.codegen import Program
-    from integrators.codegen.reduce import Block, atom
-
     if d < 2:  # the kernel's polynomial in v has degree >= 2 (MechanicalKernel refuses less)
         raise BeaValueError(f"mechanical_blocks needs degree d >= 2, got {d}")
 
@@ -151,11 +148,6 @@ def units_form(blocks, params: np.ndarray, n: int):
     r"""The :class:`integrators.compiled.CLagrangian` of ``scale * f(x / units)``, ``f`` the sum over atoms of
     ``blocks`` (degree 2, in the scaled variables), ``P = [counts (one per block), units (2n), scale, rows]``: the
     Taylor coefficients in ``x`` are those in ``x / units`` times :math:`\mathrm{scale}/\mathrm{units}^\beta`."""
-    from integrators.codegen import monomials
-    from integrators.codegen.emit import derivs_of_taylor
-    from integrators.codegen.reduce import EXP_SOURCE, emit_sum
-    from integrators.compiled import CLagrangian
-
     D, nb = 2 * n, len(blocks)
     ells = [" * ".join(f"l[{i}]" for i, e in enumerate(m) for _ in range(e)) for m in monomials(D, 2)]
     source = "\n".join([EXP_SOURCE, emit_sum(blocks, D + 1, name="atom_taylor", lanes=1, exp="exp"),
@@ -194,21 +186,14 @@ class RBFJet:
 
     def columns(self, K: int) -> List[tuple]:
         """The multi-indices of the columns of ``self(X, K)``."""
-        from integrators.codegen import monomials
-
         return list(monomials(self.D, K))
 
     def _fn(self, K: int):
         fn = self._fns.get(K)
         if fn is None:
-            from integrators.codegen import monomials, size
-
             if size(self.D, K) > MAX_JET_COLUMNS:
                 raise BeaValueError(f"a jet of order {K} in {self.D} variables has {size(self.D, K)} partial derivatives per "
                                     f"state, more than MAX_JET_COLUMNS = {MAX_JET_COLUMNS}; use autograd for such orders")
-            from integrators.ccompile import F64P, load_library  # learners depend on integrators, not the reverse
-            from integrators.codegen.reduce import EXP_SOURCE, emit_sum
-
             # the sum over atoms in the variables x / ell; _factors turns its coefficients into derivatives in x
             source = EXP_SOURCE + emit_sum(rbf_blocks(self.D, K), self.D + 1, name="rbf_jet", lanes=LANES)
             fn = load_library(source, vectorise=True).function("rbf_jet", None, F64P, ctypes.c_long, F64P, F64P)
@@ -228,8 +213,6 @@ class RBFJet:
         x = np.zeros((-(-B // LANES) * LANES, self.D))
         x[:B] = X.detach().to(torch.float64).cpu().numpy() / self._ell
         out = np.empty((x.shape[0], len(self._factors[K])), dtype=np.float64)
-        from integrators.ccompile import ptr
-
         fn(ptr(x), x.shape[0], ptr(self._params), ptr(out))
         return (torch.from_numpy(out[:B]) * self._factors[K]).to(X.device)
 
