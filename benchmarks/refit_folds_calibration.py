@@ -251,6 +251,8 @@ def main(argv=None) -> None:
     m = InverseModifiedLagrangianGP(h, progress=False).fit(snapshots(system, h, args.traj or T, 5, seed=args.seed))
     print(f"{args.system} seed {args.seed}: kept {m.history.get('structure_kept')}, fit {time.process_time() - c0:.0f} s cpu",
           flush=True)
+    if m.objective_used != "positions":  # _refit builds the positions objective and sets the outputscale to 1
+        raise SystemExit(f"{args.system}: the fit used objective {m.objective_used!r}; this script assumes 'positions'")
     _run(m, system, A, args)
     print(f"total {time.process_time() - c0:.0f} s cpu")
 

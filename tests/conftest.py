@@ -108,11 +108,11 @@ def gp_file(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def two_body_element_fit():
+def _two_body_element_fit():
     """The softened two-body problem (tests/test_learners_shadow_auto.two_body4, n = 4) at CI size: 30 trajectories of 5
     steps, h = 0.2, fitted with ElementKernel.bodies(2, 2) -- once per session, for the two modules that fit exactly
-    this (tests/test_learners_element_kernel.py, tests/test_learners_structure_choice.py). Read it only: a test that
-    calibrates or changes the model takes a deep copy (test_learners_element_kernel.two_body_fit does)."""
+    this (tests/test_learners_element_kernel.py, tests/test_learners_structure_choice.py). Never handed out: users get
+    :func:`two_body_element_fit`'s deep copy, so no test sees another's calibration or patches."""
     from integrators.data import snapshots
     from learners import InverseModifiedLagrangianGP
     from learners.shadow import ElementKernel
@@ -122,3 +122,11 @@ def two_body_element_fit():
     data = snapshots(system, 0.2, 30, 5, seed=0)
     model = InverseModifiedLagrangianGP(0.2, kernel=ElementKernel.bodies(2, 2), progress=False).fit(data)
     return system, data, model
+
+
+@pytest.fixture(scope="module")
+def two_body_element_fit(_two_body_element_fit):
+    """``(system, data, model)``: a deep copy of the session's two-body element fit (about 0.02 s), one per module."""
+    import copy
+
+    return copy.deepcopy(_two_body_element_fit)

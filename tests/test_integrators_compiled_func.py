@@ -470,7 +470,7 @@ def test_the_graphs_acceptance_test_is_newtons():
 
     outcomes = []
     for tol in (1e-16, 1e-13, 1e-10, 1e-6):
-        x, pn, ok = stepper._chord_fn(hist, ref.q[10], ref.p[10], J, torch.tensor(tol, dtype=torch.float64))
+        x, pn, ok = stepper._chord_fn(hist, ref.q[10], ref.p[10], J, torch.tensor([tol], dtype=torch.float64))
         x0 = CF.extrapolate(hist, CF.PREDICTOR_ORDER - 1, None, CF.PREDICTOR_ORDER)
         res = newton(evaluate, x0, (ref.q[10], ref.p[10]), options=NewtonOptions(xtol=tol, maxiter=1), jac0=J)
         assert torch.equal(ok[0], res.converged)

@@ -340,12 +340,10 @@ def test_closed_form_mean_matches_the_generic_path():
 @pytest.fixture(scope="module")
 def two_body_fit(two_body_element_fit):
     """The softened two-body problem of the acceptance tests (two unit masses in the plane, n = 4) at CI size:
-    30 trajectories of 5 steps, h = 0.2; fitted with ElementKernel.bodies(2, 2) (about 5 s of CPU) once per session
-    (tests/conftest.py); this module's own deep copy, since its tests calibrate it and patch its entries."""
-    import copy
-
-    system, data, model = two_body_element_fit
-    return system, data, copy.deepcopy(model)
+    30 trajectories of 5 steps, h = 0.2; fitted with ElementKernel.bodies(2, 2) (about 13 s of CPU) once per session
+    (tests/conftest.py); this module's own deep copy (tests/conftest.two_body_element_fit), since its tests calibrate
+    it and patch its entries."""
+    return two_body_element_fit
 
 
 def test_fit_meets_0_2_where_the_default_measured_0_248(two_body_fit):

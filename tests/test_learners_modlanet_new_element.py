@@ -7,7 +7,7 @@ and step equal to the eager path. The decorator adds to a process-wide set: each
 import pytest
 import torch
 
-from bea.errors import BeaTypeError
+from bea.errors import BeaRuntimeError, BeaTypeError
 from integrators import VariationalIntegrator
 from learners import ModLaNet
 from learners.modlanet.elements import TRACEABLE, Transform, UniformGravity, traceable
@@ -93,7 +93,7 @@ def test_a_cell_class_redefined_under_its_name_is_compiled_anew_equal_to_eager(r
     sc = VariationalIntegrator(model, 0.05, execution="compiled").solve(q0, v0, 200)
     se = VariationalIntegrator(model, 0.05, execution="eager").solve(q0, v0, 200)
     assert sc.execution == "compiled"
-    assert float(se.q.abs().max()) > 0.5  # it moves (two resting solves would agree trivially)
+    assert float((se.q - q0).abs().max()) > 0.5  # it moves (two resting solves would agree trivially)
     assert float((sc.q - se.q).abs().max()) <= 1e-12
 
 
@@ -107,3 +107,40 @@ def test_a_transform_with_the_default_tangent_is_refused_at_decoration(restore_t
     with pytest.raises(BeaTypeError, match="write tangent by hand"):
         traceable(Parabola)
     assert Parabola not in TRACEABLE
+
+
+def test_a_tensor_attribute_replaced_after_compiling_is_not_stepped_with_its_old_values(restore_traceable):
+    """A decorated cell holding its constant as a plain tensor attribute (not a buffer): the compiled form reads that
+    tensor object, so replacing it by a new one must retrace (a new integrator) or refuse (the old one) -- it was stepped
+    with the old values, 2.0 away from eager. A harmonic spring, k 4 -> 1 by a new tensor; 100 steps, 1e-12 as above."""
+
+    @traceable
+    class TensorSpring(torch.nn.Module):
+        def __init__(self, k: float):
+            super().__init__()
+            self.k = torch.tensor(k, dtype=torch.float64)
+
+        def forward(self, x):
+            return 0.5 * self.k * (x * x).sum(-1)
+
+    model = ModLaNet.bodies(1, potential=TensorSpring(4.0), pair=None, learn_masses=False, learn_weights=False)
+    q0 = torch.tensor([[1.0, 0.0]], dtype=torch.float64)
+    v0 = torch.tensor([[0.0, 0.8]], dtype=torch.float64)
+    old = VariationalIntegrator(model, 0.05, execution="compiled")
+    old.solve(q0, v0, 1)
+    model.potential.k = torch.tensor(1.0, dtype=torch.float64)
+    sc = VariationalIntegrator(model, 0.05, execution="compiled").solve(q0, v0, 100)
+    se = VariationalIntegrator(model, 0.05, execution="eager").solve(q0, v0, 100)
+    assert sc.execution == "compiled" and float((se.q - q0).abs().max()) > 0.5
+    assert float((sc.q - se.q).abs().max()) <= 1e-12
+    with pytest.raises(BeaRuntimeError, match="changed after it was compiled"):
+        old.solve(q0, v0, 5)
+
+
+def test_traceable_refuses_what_is_not_a_module_class():
+    """The decorator takes an nn.Module class; anything else is a typed error naming what it got (nothing is added)."""
+    before = set(TRACEABLE)
+    for thing in (lambda x: x, torch.nn.Linear(1, 1), int):
+        with pytest.raises(BeaTypeError, match="nn.Module class"):
+            traceable(thing)
+    assert TRACEABLE == before

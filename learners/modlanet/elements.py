@@ -64,9 +64,14 @@ TRACEABLE: Set[type] = {MLP, nn.Linear, nn.ModuleList}
 def traceable(cls: type) -> type:
     """Class decorator: ``cls`` (an element or cell whose ``forward`` is torch code without data-dependent Python) takes
     the compiled path; its C form is its traced forward, so an element needs nothing beyond its class. Adds ``cls`` to
-    the mutable, process-wide :data:`TRACEABLE`. :class:`BeaTypeError` for a :class:`Transform` whose ``tangent`` is
-    the default one (:func:`torch.func.jvp`), which the trace cannot follow."""
-    if isinstance(cls, type) and issubclass(cls, Transform) and cls.tangent is Transform.tangent:
+    the mutable, process-wide :data:`TRACEABLE` (it only grows: a class redefined under its name, as by a re-run
+    notebook cell, is another entry). Constants its ``forward`` reads are Python scalars, buffers or tensor attributes
+    (a module-level global read in ``forward`` is baked into the trace). :class:`BeaTypeError` for what is not an
+    ``nn.Module`` class, and for a :class:`Transform` whose ``tangent`` is the default one (:func:`torch.func.jvp`),
+    which the trace cannot follow."""
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        raise BeaTypeError(f"traceable decorates a torch.nn.Module class (an element or cell), got {cls!r}")
+    if issubclass(cls, Transform) and cls.tangent is Transform.tangent:
         # refused here, not at the first compiled solve: jvp's layout checks and zero tangents have no C form
         raise BeaTypeError(f"the Transform {cls.__name__} keeps the default tangent (torch.func.jvp), which the compiled "
                            "path cannot trace; write tangent by hand ((T(q), J_T(q) qdot), as AngleOnRod does) before "

@@ -34,12 +34,19 @@ _MODULE_STATE, _ROOT_SETTINGS = frozenset(vars(torch.nn.Module())), ("_order", "
                                                                      "_offsets")
 
 
+def _setting(v):
+    """One setting as :func:`plan` compares it: a plain tensor attribute (not a buffer) by shape and identity like a
+    buffer (the form reads that object: a replaced one must retrace), a scalar by value, anything else by ``repr``."""
+    if isinstance(v, torch.Tensor):
+        return ("tensor", tuple(v.shape), id(v) if v.is_floating_point() else tuple(v.reshape(-1).tolist()))
+    return v if isinstance(v, (bool, int, float, str, type(None))) else repr(v)
+
+
 def _settings(mod, root: bool) -> tuple:
-    """A module's settings (sizes, activation, axis, constants of any type; by ``repr`` where not hashable): what its
-    trace reads as literals. Modules and tensors enter :func:`plan` on their own."""
+    """A module's settings (sizes, activation, axis, constants of any type, tensors held as plain attributes): what
+    its trace reads. Submodules, parameters and buffers enter :func:`plan` on their own."""
     vals = ((k, getattr(mod, k, None)) for k in (_ROOT_SETTINGS if root else sorted(set(vars(mod)) - _MODULE_STATE)))
-    return tuple((k, v if isinstance(v, (bool, int, float, str, type(None))) else repr(v)) for k, v in vals
-                 if not isinstance(v, (torch.nn.Module, torch.Tensor)))
+    return tuple((k, _setting(v)) for k, v in vals if not isinstance(v, torch.nn.Module))
 
 
 def plan(model) -> tuple:
