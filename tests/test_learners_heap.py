@@ -103,7 +103,7 @@ def _mapped_chunks(libc, count, size):
 
 
 @glibc
-def test_kept_heap_keeps_blocks_out_of_mmap(monkeypatch):
+def test_kept_heap_keeps_blocks_out_of_mmap(monkeypatch, no_user_settings):
     # a 48 MB block is above every mmap threshold glibc has outside the block (its dynamic rule stops at 32 MB, and
     # kept_heap's end fixes 32 MB), so each of 3 is mmapped; within the 1 GiB threshold none is. Counted, not timed:
     # independent of transparent huge pages and of the machine's load.
