@@ -20,15 +20,16 @@ GIB, MB32, MB64, TRIM = 1 << 30, 32 << 20, 64 << 20, 2**31 - 1
 
 
 class FakeLibc:
-    """mallopt refuses an mmap threshold above `largest` (glibc before ~2.35: above 32 MB); calls are recorded."""
+    """mallopt refuses an mmap threshold above `largest` (glibc before ~2.35: above 32 MB), else passes the call
+    `through` to the real C library if given; calls and answers are recorded."""
 
     def __init__(self, largest, through=None):
         self.largest, self.through, self.calls = largest, through, []
 
     def mallopt(self, what, value):
         accepted = int(what != -3 or value <= self.largest)
-        if accepted and self.through is not None:
-            self.through.mallopt(what, value)
+        if accepted and self.through is not None:  # then the real answer is recorded
+            accepted = self.through.mallopt(what, value)
         self.calls.append(("mallopt", what, value, accepted))
         return accepted
 
