@@ -110,7 +110,8 @@ def kept_heap() -> Iterator[bool]:
         with _lock:
             _depth += 1
             if _depth == 1:
-                # the mmap threshold first: setting it takes both out of glibc's dynamic rule
+                # True first: an interrupt within the mallopt calls still ends at the fixed 32 MB / 64 MB, not at 1 GiB
+                _kept = True
                 _kept = _raise_thresholds(libc)
             kept = _kept
         yield kept
