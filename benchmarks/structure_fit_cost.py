@@ -16,6 +16,8 @@ import argparse
 import time
 import warnings
 
+import torch
+
 
 def _logged(log: list):
     """The objective factory of hyperparameter_search, each evaluation appended to ``log``."""
@@ -51,11 +53,12 @@ def main(argv=None) -> None:
     system, log = make(), []
     HS.objective = _logged(log)
     data = snapshots(system, h, T, 5, seed=0)
-    started = time.process_time()
+    started, wall = time.process_time(), time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = InverseModifiedLagrangianGP(h, progress=False).fit(data)
-    print(f"fit CPU s {time.process_time() - started:.1f}; kept {model.history.get('structure_kept')}; "
+    print(f"fit CPU s {time.process_time() - started:.1f}, wall s {time.perf_counter() - wall:.1f} "
+          f"(torch threads {torch.get_num_threads()}); kept {model.history.get('structure_kept')}; "
           f"structures {structure_report(model.history)}")
     runs = []
     for name, count, value, cpu in log:

@@ -53,6 +53,7 @@ import bea
 from bea.errors import BeaValueError
 from .._checks import as_tensor, check_finite, check_snapshots, snapshot_layout
 from .calibration import calibration_state, restore_calibration
+from .heap import kept_heap
 from .hyperparameters import FunctionalLagrangianModel
 from .retry import solve_with_retry
 from .lowrank_solve import LowRankWarning
@@ -190,10 +191,11 @@ class InverseModifiedLagrangianGP(ElementHooks, RecoveryMixin, FunctionalLagrang
         kept an element structure, which fixes the coordinates). ``history`` records
         an estimate of the step's resolution of the motion (:mod:`~learners.shadow.step_resolution`; no warning)."""
         S = check_snapshots(snapshots)
-        if self._element:  # the structure fixes the coordinates: no principal-direction candidate
-            self._fit_in_units(S)
-        else:
-            fit_with_candidate(self, S)
+        with kept_heap():  # the assemblies' temporaries reuse freed memory instead of faulting fresh pages in (heap.py)
+            if self._element:  # the structure fixes the coordinates: no principal-direction candidate
+                self._fit_in_units(S)
+            else:
+                fit_with_candidate(self, S)
         check_step_resolution(self, S)
         return self
 
