@@ -36,9 +36,16 @@ _MODULE_STATE, _ROOT_SETTINGS = frozenset(vars(torch.nn.Module())), ("_order", "
 
 def _setting(v):
     """One setting as :func:`plan` compares it: a plain tensor attribute (not a buffer) by shape and identity like a
-    buffer (the form reads that object: a replaced one must retrace), a scalar by value, anything else by ``repr``."""
+    buffer (the form reads that object: a replaced one must retrace), also within a list, tuple or dict (``repr``
+    rounds and abridges a tensor); a scalar by value; anything else by ``repr``. The forms kept per model hold the
+    tensors they read, so an identity is never reused while its form lives (a loop replacing a tensor attribute keeps
+    one form per replacement until the model is freed)."""
     if isinstance(v, torch.Tensor):
         return ("tensor", tuple(v.shape), id(v) if v.is_floating_point() else tuple(v.reshape(-1).tolist()))
+    if isinstance(v, (list, tuple)):
+        return (type(v).__name__, tuple(_setting(x) for x in v))
+    if isinstance(v, dict):
+        return ("dict", tuple((repr(k), _setting(x)) for k, x in v.items()))
     return v if isinstance(v, (bool, int, float, str, type(None))) else repr(v)
 
 
