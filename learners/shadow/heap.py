@@ -12,11 +12,11 @@ faults and 10.3 and 11.3 CPU s for two assemblies, against 141,448 and 21,030 fa
 
 :func:`kept_heap` raises both thresholds (``mallopt``) for the duration of a block: the mmap threshold to
 :data:`KEPT_MMAP_THRESHOLD`, or to 32 MB where glibc refuses that (before about 2.35 it refuses values above half its
-64 MB heap size; the review of this module emulated it on one mechanical-kernel assembly at 3,800 functionals:
-8.3 CPU s plain, 2.5 s at 1 GiB, 3.45 s at 32 MB -- not measured on a whole fit nor on an old glibc), and the trim
-threshold to :data:`KEPT_TRIM_THRESHOLD`. If glibc refuses 32 MB too, it sets nothing: a trim threshold alone would
-freeze the mmap threshold at its current dynamic value and make the fit slower. The arithmetic is untouched -- torch aligns every array to 64 bytes whichever way it was
-obtained -- so every result is bit for bit the same.
+64 MB heap size; the review of this module emulated it on one mechanical-kernel assembly at 3,800 functionals: 8.3 CPU
+s plain, 2.5 s at 1 GiB, 3.45 s at 32 MB -- not measured on a whole fit nor on an old glibc), and the trim threshold
+to :data:`KEPT_TRIM_THRESHOLD`. If glibc refuses 32 MB too, it sets nothing: a trim threshold alone would freeze the
+mmap threshold at its current dynamic value and make the fit slower. The arithmetic is untouched -- torch aligns every
+array to 64 bytes whichever way it was obtained -- so every result is bit for bit the same.
 
 glibc has no getter for these thresholds, so their previous state cannot be restored. After the outermost block the
 mmap threshold is fixed at 32 MB and the trim threshold at 64 MB -- the values glibc's dynamic rule reaches once a
