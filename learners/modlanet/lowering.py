@@ -80,7 +80,7 @@ def plan(model) -> tuple:
         if t.is_floating_point() and t.dtype != torch.float64:
             raise NotLowerable(f"the ModLaNet tensor {name} is {t.dtype}; the compiled form computes in float64 like "
                                "the model must")
-        parts.append((name, tuple(t.shape), id(t) if t.is_floating_point() else tuple(t.reshape(-1).tolist())))
+        parts.append((name, _setting(t)))  # as a tensor attribute: shape, and identity or integer values
     return tuple(parts)
 
 
