@@ -88,8 +88,13 @@ def test_cost_model_within_2x_of_every_measured_derivation():
 @pytest.mark.slow
 def test_the_demo_reproduces_its_recorded_numbers(tmp_path):
     """``bea demo`` today gives the numbers of ``docs/data/demo.json`` (about two minutes on 2 cores). With one
-    torch thread, as recorded, the run is deterministic up to the order of BLAS sums; 5% allows for another
-    machine's BLAS, and is far below the changes that matter (the README's stale 4.20e-6 against 2.61e-6)."""
+    torch thread, as recorded, the run is deterministic up to the order of BLAS sums, and 5% allows for another
+    machine's BLAS in every metric but the 10,000-step trajectory error: the posterior mean's terms cancel by seven
+    to nine orders, so that error follows the order of its sums (README: 1.3e-6 to 5e-6 for algebraically equal
+    evaluations of one fitted mean; one thread on an AMD EPYC gives 4.31e-6 against the recorded 3.44e-6, ratio
+    1.25, where the level sets agree to 1e-4 and vel_rec4, the next most sensitive, to 3.6%). It is held to a
+    factor 2 of the record, the spread of that README range about its middle, which still fails the errors that
+    matter (the paper's 4.9e-4, or an order lost)."""
     import os
     import subprocess
     import sys
@@ -101,5 +106,6 @@ def test_the_demo_reproduces_its_recorded_numbers(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     now = json.loads((tmp_path / "out" / "results.json").read_text())["metrics"]
     recorded = json.loads((RT.ROOT / "docs" / "data" / "demo.json").read_text())["metrics"]
-    for key in ("traj_lsi", "ls_inv", "ls_rec2", "ls_rec4", "band_rec2", "band_rec4", "vel_rec2", "vel_rec4"):
+    for key in ("ls_inv", "ls_rec2", "ls_rec4", "band_rec2", "band_rec4", "vel_rec2", "vel_rec4"):
         assert now[key] == pytest.approx(recorded[key], rel=0.05), key
+    assert 0.5 <= now["traj_lsi"] / recorded["traj_lsi"] <= 2.0, (now["traj_lsi"], recorded["traj_lsi"])
