@@ -5,6 +5,14 @@ import torch
 
 torch.set_default_dtype(torch.float64)
 
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    # the suite's command runs one pytest-xdist worker per core: each worker takes its share of the cores for torch's
+    # threads, and so do the notebooks' kernels and the demo it starts, since OpenMP threads beyond the cores spin
+    # and slow every fit (this process is the test harness, not a user's)
+    _threads = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    torch.set_num_threads(_threads)
+    os.environ.setdefault("OMP_NUM_THREADS", str(_threads))
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _isolated_cache(tmp_path_factory):
@@ -12,6 +20,12 @@ def _isolated_cache(tmp_path_factory):
     BEA_TEST_CACHE is set to reuse one between local runs."""
     if os.environ.get("BEA_TEST_CACHE"):
         os.environ["BEA_CACHE_DIR"] = os.environ["BEA_TEST_CACHE"]
+    elif os.environ.get("PYTEST_XDIST_WORKER"):
+        # one cache for the run's workers (each has its own basetemp below the run's): a C library or series built
+        # by one is not built again by the other -- the cache's writes and its key are safe between processes
+        directory = tmp_path_factory.getbasetemp().parent / "bea-cache"
+        directory.mkdir(mode=0o700, exist_ok=True)
+        os.environ["BEA_CACHE_DIR"] = str(directory)
     else:
         os.environ["BEA_CACHE_DIR"] = str(tmp_path_factory.mktemp("bea-cache"))
     yield
