@@ -490,7 +490,7 @@ def test_velocities_and_energies_in_bounded_chunks(two_body_fit, monkeypatch):
     windows of time steps as long as that allows, and as many trajectories as fit with them (budgets 3: windows of 3
     steps, one trajectory; 13: whole trajectories, two at a time, then the third alone; the fit's own), equal to one
     pass over all steps to 1e-7 of their size (each state's solve is its own, but the mean rounds differently in
-    batches of other sizes, as in test_energies_in_bounded_chunks: measured up to 2.8e-9 for the velocities, 1.3e-8 for
+    batches of other sizes, as in test_energies_in_bounded_chunks: measured up to 4.8e-9 for the velocities, 1.3e-8 for
     the energies over windows of 2 to 6 steps and 1 to 4 trajectories; a state dropped or shifted by a step or a
     trajectory moves a velocity by O(0.1) and an energy by its spread, ~1e-4 of it). Three trajectories since
     Session 18 (four before; the cost is per state): the budget of 13 then leaves a remainder group of one; measured

@@ -338,7 +338,7 @@ def _small_auto_fit(S, margin, monkeypatch):
 @pytest.fixture(scope="module")
 def auto_fits(pair):
     """``{margin: (model, models whose _finalise ran during its fit)}`` for the candidate kept (-1e9) and not kept
-    (1e9): the two small kernel="auto" fits that three tests below read (made once: neither test changes a model),
+    (1e9): the two small kernel="auto" fits that three tests below read (made once: none of the three changes a model),
     with every model's _finalise counted while each fit runs."""
     from learners.shadow.hyperparameters import FunctionalLagrangianModel
 
@@ -363,7 +363,8 @@ def test_adopted_candidate_keeps_the_model_s_modules_and_options(auto_fits):
     candidate's MechanicalKernel template, which has parameters, does not leak into it), kernel="auto" stays the
     model's option, and the candidate ran with the options as they are at fit time (iterations = 1 set after
     construction: the refinement's trace holds the start and one evaluation, 2 entries, against up to 1 + the default
-    REFINE_EVALUATIONS had it been built from the constructor's arguments). CI size: 12 x 4 snapshots, ~1.5 s."""
+    REFINE_EVALUATIONS had it been built from the constructor's arguments). CI size: 12 x 4 snapshots; the fits are
+    the module fixture's (14 s of setup, shared)."""
     kept, plain = auto_fits[-1e9][0], auto_fits[1e9][0]
     assert kept.history["principal"]["kept"] and not plain.history["principal"]["kept"]
     assert kept._rotation is not None and kept.kernel_degree == 2
