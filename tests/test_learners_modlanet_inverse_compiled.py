@@ -91,17 +91,22 @@ STATES = (torch.tensor([[0.5, -0.3], [1.0, 0.2], [-0.4, 0.8]], dtype=torch.float
 
 @pytest.mark.parametrize("name", ["chain-rod", "chain-mlp"])
 def test_rollouts_compiled_equal_eager(name):
-    """Midpoint rule on inv_2(M), h = 0.05, 100 steps, batch 1 and 3 compiled against one eager batch of 3 (its
-    rows are independent problems: the batch-1 run is its first row). Both paths iterate Newton to rounding level,
-    so the difference is accumulated rounding: measured 1.2e-14 / 3.4e-14 (rods, batch 1 / 3) and 4.1e-14 (learned
-    transform), the motions staying within |q| < 2. Issue 13 asks for 1e-12. (The eager run is most of this test's time: one nested-autograd series per Newton iteration.)"""
+    """Midpoint rule on inv_2(M), h = 0.05, batch 1 and 3 compiled against one eager batch of 3 (its rows are
+    independent problems: the batch-1 run is its first row). Both paths iterate Newton to rounding level, so the
+    difference is accumulated rounding; issue 13 asks for 1e-12. Rods: 100 steps, measured 4.7e-15 / 9.8e-15 (batch
+    1 / 3), the motions reaching |q| = 1.0 / 1.9; a compiled Newton accepting at a residual of 1e-11 reaches 1.2e-11
+    there, caught, but only 1.7e-13 by step 40. Learned transform: 40 steps since Session 18 (its eager run, one
+    nested-autograd series per Newton iteration, is most of this test's time: 39 s for 100 steps on a loaded 2-core
+    machine), measured 1.4e-14 (3.1e-14 over 100 steps), motions within |q| < 1.02; a compiled Newton accepting at
+    1e-13 already reaches 5.6e-11 by step 40."""
     model = _frozen(MODELS[name]())
     L = inverse_lagrangian(model, 2, 0.05)
     q0, v0 = STATES
-    se = VariationalIntegrator(L, 0.05, execution="eager").solve(q0, v0, 100)
+    steps = 100 if name == "chain-rod" else 40
+    se = VariationalIntegrator(L, 0.05, execution="eager").solve(q0, v0, steps)
     assert se.execution == "eager"
     for batch in (1, 3):
-        sc = VariationalIntegrator(L, 0.05, execution="compiled").solve(q0[:batch], v0[:batch], 100)
+        sc = VariationalIntegrator(L, 0.05, execution="compiled").solve(q0[:batch], v0[:batch], steps)
         assert sc.execution == "compiled"
         assert bool(torch.isfinite(sc.q).all()) and float(sc.q.abs().max()) < 10
         assert float((sc.q - se.q[:, :batch]).abs().max()) <= 1e-12

@@ -335,14 +335,37 @@ def _small_auto_fit(S, margin, monkeypatch):
     return _tied_fit(S, margin, monkeypatch, kernel="auto")
 
 
-def test_adopted_candidate_keeps_the_model_s_modules_and_options(pair, monkeypatch):
+@pytest.fixture(scope="module")
+def auto_fits(pair):
+    """``{margin: (model, models whose _finalise ran during its fit)}`` for the candidate kept (-1e9) and not kept
+    (1e9): the two small kernel="auto" fits that three tests below read (made once: none of the three changes a model),
+    with every model's _finalise counted while each fit runs."""
+    from learners.shadow.hyperparameters import FunctionalLagrangianModel
+
+    _, S, _, _ = pair
+    original, calls, fits = FunctionalLagrangianModel._finalise, [], {}
+
+    def counted(self):
+        calls.append(self)
+        original(self)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(FunctionalLagrangianModel, "_finalise", counted)
+        for margin in (-1e9, 1e9):
+            calls.clear()
+            m = _small_auto_fit(S, margin, mp)
+            fits[margin] = (m, list(calls))
+    return fits
+
+
+def test_adopted_candidate_keeps_the_model_s_modules_and_options(auto_fits):
     """Adopting the candidate copies its fitted state only: the model's state_dict has the keys of a plain fit (the
     candidate's MechanicalKernel template, which has parameters, does not leak into it), kernel="auto" stays the
     model's option, and the candidate ran with the options as they are at fit time (iterations = 1 set after
     construction: the refinement's trace holds the start and one evaluation, 2 entries, against up to 1 + the default
-    REFINE_EVALUATIONS had it been built from the constructor's arguments). CI size: 12 x 4 snapshots, ~1.5 s."""
-    _, S, _, _ = pair
-    kept, plain = _small_auto_fit(S, -1e9, monkeypatch), _small_auto_fit(S, 1e9, monkeypatch)
+    REFINE_EVALUATIONS had it been built from the constructor's arguments). CI size: 12 x 4 snapshots; the fits are
+    the module fixture's (14 s of setup, shared)."""
+    kept, plain = auto_fits[-1e9][0], auto_fits[1e9][0]
     assert kept.history["principal"]["kept"] and not plain.history["principal"]["kept"]
     assert kept._rotation is not None and kept.kernel_degree == 2
     assert set(kept.state_dict()) == set(plain.state_dict())
@@ -350,34 +373,23 @@ def test_adopted_candidate_keeps_the_model_s_modules_and_options(pair, monkeypat
     assert len(kept.history["search"]) == 2
 
 
-def test_only_the_fit_kept_makes_the_final_solve(pair, monkeypatch):
+def test_only_the_fit_kept_makes_the_final_solve(auto_fits):
     """Both searches run, but the final solve on all data (the fit's largest Cholesky) is made once, by the model
-    that is kept, kept or not: counted over every model's _finalise, and the model ends fitted on all data."""
-    from learners.shadow.hyperparameters import FunctionalLagrangianModel
-
-    calls = []
-    original = FunctionalLagrangianModel._finalise
-
-    def counted(self):
-        calls.append(self)
-        original(self)
-
-    monkeypatch.setattr(FunctionalLagrangianModel, "_finalise", counted)
-    _, S, _, _ = pair
+    that is kept, kept or not: counted over every model's _finalise during each fit (auto_fits), and the model ends
+    fitted on all data."""
     for margin in (-1e9, 1e9):
-        calls.clear()
-        m = _small_auto_fit(S, margin, monkeypatch)
+        m, calls = auto_fits[margin]
         assert calls == [m] and m._final is None
         assert m.gp.train_functionals.count == m.gp._chol.shape[0] > 3 * 12 * 3  # all 36 triples' DEL rows and more
 
 
-def test_candidate_directions_come_from_the_training_trajectories(pair, monkeypatch):
+def test_candidate_directions_come_from_the_training_trajectories(pair, auto_fits):
     """The directions and factors are those of the trajectories the search trains on (every fifth one validates:
     trajectories 4 and 9 of 12), so the held-out trajectories that then choose between the fits did not shape the
     candidate: the recorded eigenvalues equal those of the ten training trajectories (1e-12: the same sums, one
     subtraction of the centre apart) and differ from those of all twelve (by 27% of the largest here)."""
     _, S, _, _ = pair
-    m = _small_auto_fit(S, 1e9, monkeypatch)
+    m = auto_fits[1e9][0]
     recorded = torch.tensor(m.history["principal"]["eigenvalues"], dtype=torch.float64)
     train = [i for i in range(S.shape[0]) if i % 5 != 4]
     lam_train, _ = principal_directions((S[train] - m._center) / m._unit)
