@@ -41,6 +41,7 @@ from gpytorch.constraints import Positive
 from bea.errors import BeaTypeError, BeaValueError
 
 from .functionals import AtomSet, Functionals
+from .rbf_block import first_order_block, usable
 
 __all__ = ["SmoothKernel", "RBFKernel", "FunctionalKernel", "AtomExpansion"]
 
@@ -100,25 +101,24 @@ class RBFKernel(SmoothKernel):
         ls = self.lengthscale.reshape(-1)
         return torch.exp(-0.5 * (((x - y) / ls) ** 2).sum(-1))
 
-    def derivative_block(self, X, U, Y, V) -> torch.Tensor:
+    def derivative_block(self, X, U, Y, V, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``out``: write the block there (an (A, B) view) -- first-order atoms without gradients: in place (rbf_block)."""
         ls = self.lengthscale.reshape(-1)
         Xs, Ys, Us, Vs = X / ls, Y / ls, U / ls, V / ls
+        if usable(Us, Vs, Xs, Ys):
+            return first_order_block(Xs, Us, Ys, Vs, out)
         # r = x - y; Q0 = |r|^2 / 2, expanded so that everything is a smooth polynomial (no clamp)
         sq = 0.5 * ((Xs * Xs).sum(-1)[:, None] + (Ys * Ys).sum(-1)[None, :]) - Xs @ Ys.T
         base = torch.exp(-sq)
         a, b = U.shape[1], V.shape[1]
         if a == 0 and b == 0:
-            return base
+            return base if out is None else out.copy_(base)
         # first derivatives of Q at 0: x-side u.r, y-side -v.r  (r = x - y)
-        first: List[torch.Tensor] = []
-        for r in range(a):
-            first.append((Us[:, r] * Xs).sum(-1)[:, None] - Us[:, r] @ Ys.T)
-        for r in range(b):
-            first.append(-((Xs @ Vs[:, r].T) - (Vs[:, r] * Ys).sum(-1)[None, :]))
-        m = a + b
+        first = [(Us[:, r] * Xs).sum(-1)[:, None] - Us[:, r] @ Ys.T for r in range(a)]
+        first += [-((Xs @ Vs[:, r].T) - (Vs[:, r] * Ys).sum(-1)[None, :]) for r in range(b)]
         second = quadratic_pairs(Us, Vs, a)
-        poly = _partition_sum(list(range(m)), [-f for f in first], lambda i, j: -second(i, j))
-        return base * poly
+        poly = _partition_sum(list(range(a + b)), [-f for f in first], lambda i, j: -second(i, j))
+        return base * poly if out is None else torch.mul(base, poly, out=out)
 
 
 def quadratic_pairs(U: torch.Tensor, V: torch.Tensor, a: int):
