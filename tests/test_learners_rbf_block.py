@@ -1,0 +1,102 @@
+"""The RBF's in-place first-order block (learners.shadow.rbf_block) and the element blocks' in-place sums: bit for bit
+the general form's numbers (torch.equal, not a tolerance: the search's choices amplify rounding, issue 23 item 5)."""
+
+import pytest
+import torch
+
+from learners.shadow.element_blocks import _sum_into
+from learners.shadow.element_kernel import ElementKernel
+from learners.shadow.kernels import RBFKernel
+from learners.shadow.rbf_block import first_order_block, usable
+
+
+def _rbf(ard: int = 0) -> RBFKernel:
+    k = RBFKernel(ard_num_dims=ard or None).to(torch.float64)
+    k.lengthscale = torch.tensor([0.7, 1.3, 0.9, 2.1][: ard or 1], dtype=torch.float64)
+    return k.requires_grad_(False)
+
+
+def _general(kernel, X, U, Y, V):
+    """The partition-sum form: the in-place path is skipped where an input requires grad."""
+    with torch.enable_grad():
+        return kernel.derivative_block(X.clone().requires_grad_(True), U, Y, V).detach()
+
+
+@pytest.mark.parametrize("ard", [0, 4])
+def test_first_order_block_is_the_general_form_bit_for_bit(ard):
+    gen = torch.Generator().manual_seed(3)
+    X, Y = (torch.randn(n, 4, generator=gen, dtype=torch.float64) for n in (37, 53))
+    U, V = (torch.randn(n, 1, 4, generator=gen, dtype=torch.float64) for n in (37, 53))
+    kernel = _rbf(ard)
+    ref = _general(kernel, X, U, Y, V)
+    assert usable(U, V, X, Y) and not usable(U, V, X.clone().requires_grad_(True))
+    assert torch.equal(kernel.derivative_block(X, U, Y, V), ref)
+    buf = torch.full((37, 80), float("nan"), dtype=torch.float64)  # a strided view, as the element sums write
+    assert torch.equal(kernel.derivative_block(X, U, Y, V, out=buf[:, 20:73]), ref)
+    assert bool(torch.isnan(buf[:, :20]).all()) and bool(torch.isnan(buf[:, 73:]).all())
+    # against the closed form itself (not only the other code path): e^{-|r|^2/2} (u.v - (u.r)(v.r)), scaled
+    ls = kernel.lengthscale.reshape(-1)
+    r = (X[:, None] - Y[None]) / ls
+    u, v = U[:, 0] / ls, V[:, 0] / ls
+    direct = torch.exp(-0.5 * (r * r).sum(-1)) * (u @ v.T - (u[:, None] * r).sum(-1) * (v[None] * r).sum(-1))
+    assert float((ref - direct).abs().max()) <= 1e-14 * float(direct.abs().max())
+    assert torch.equal(first_order_block(X / ls, U / ls, Y / ls, V / ls), ref)
+
+
+def test_other_orders_still_take_the_general_form():
+    """Order 0 and 2 atoms: the out= argument writes the general form's block."""
+    gen = torch.Generator().manual_seed(4)
+    X, Y = (torch.randn(n, 3, generator=gen, dtype=torch.float64) for n in (9, 11))
+    kernel = _rbf()
+    for a, b in [(0, 0), (2, 1), (0, 1)]:
+        U, V = (torch.randn(n, m, 3, generator=gen, dtype=torch.float64) for n, m in ((9, a), (11, b)))
+        out = torch.empty(9, 11, dtype=torch.float64)
+        ref = _general(kernel, X, U, Y, V)
+        assert torch.equal(kernel.derivative_block(X, U, Y, V, out=out), ref) and torch.equal(out, ref)
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_in_place_element_sums_are_the_general_sums_bit_for_bit(symmetric):
+    """_sum_into's in-place loop (reused buffers, chunks halved in place) against its general loop, over more rows
+    than one chunk (several chunks, a short last one, repeated atom indices)."""
+    gen = torch.Generator().manual_seed(5)
+    A = 700
+    P = torch.randn(A, 2, generator=gen, dtype=torch.float64)
+    Q = torch.randn(A, 1, 2, generator=gen, dtype=torch.float64)
+    owner = torch.randint(0, 300, (A,), generator=gen)
+    rows = (P, Q, owner)
+    cols = rows if symmetric else (P[:650] + 0.1, Q[:650], torch.randint(0, 280, (650,), generator=gen))
+    B = 300 if symmetric else 280
+    base = _rbf()
+    import learners.shadow.element_blocks as EB
+    old = EB.ELEMENT_BLOCK_ENTRIES
+    EB.ELEMENT_BLOCK_ENTRIES = 64 * 650  # ~64 rows a chunk: 11 chunks
+    try:
+        got = _sum_into(base, rows, cols, 300, B, symmetric)
+        with torch.enable_grad():
+            grad_rows = (P.clone().requires_grad_(True), Q, owner)
+            ref = _sum_into(base, grad_rows, grad_rows if symmetric else cols, 300, B, symmetric).detach()
+    finally:
+        EB.ELEMENT_BLOCK_ENTRIES = old
+    assert torch.equal(got, ref)
+
+
+def test_element_blocks_in_place_are_the_autograd_paths_numbers():
+    """A chain's element blocks on DEL atoms without gradients (in place) equal those computed with the scales
+    requiring grad (the general form), bit for bit: the same atoms (one triangle) and a row range against all."""
+    from learners.shadow.functionals import del_residual_functionals, triples_from_snapshots
+
+    gen = torch.Generator().manual_seed(6)
+    kernel = ElementKernel.chain(3).to(torch.float64)
+    kernel.bind(None, 1.0, 1.0, None)
+    kernel.lengthscale = torch.tensor([0.8, 1.4, 0.9, 0.7, 1.2, 1.1, 2.0, 3.0, 0.5], dtype=torch.float64)
+    snaps = 0.5 * torch.randn(6, 5, 3, generator=gen, dtype=torch.float64)
+    A = del_residual_functionals(triples_from_snapshots(snaps), 0.3, "midpoint").atoms[1]
+    assert A.dirs.shape[1] == 1 and len(A) > 100
+    for case in [(A.points, A.dirs, A.points, A.dirs), (A.points[:40], A.dirs[:40], A.points, A.dirs)]:
+        with torch.no_grad():
+            fast = kernel.derivative_block(*case)
+        with torch.enable_grad():
+            assert kernel.raw_lengthscale.requires_grad
+            slow = kernel.derivative_block(*case).detach()
+        assert torch.equal(fast, slow) and float(fast.abs().max()) > 0
