@@ -100,3 +100,28 @@ def test_element_blocks_in_place_are_the_autograd_paths_numbers():
             assert kernel.raw_lengthscale.requires_grad
             slow = kernel.derivative_block(*case).detach()
         assert torch.equal(fast, slow) and float(fast.abs().max()) > 0
+
+
+@pytest.mark.parametrize("degree,ard", [(2, None), (8, None), (5, 6)])
+def test_mechanical_first_order_block_is_the_general_form_bit_for_bit(degree, ard):
+    from learners.shadow.mechanical import MechanicalKernel
+
+    gen = torch.Generator().manual_seed(7)
+    X, Y = (torch.randn(n, 6, generator=gen, dtype=torch.float64) for n in (41, 29))
+    U, V = (torch.randn(n, 1, 6, generator=gen, dtype=torch.float64) for n in (41, 29))
+    kernel = MechanicalKernel(degree, ard_num_dims=ard).to(torch.float64)
+    kernel.lengthscale = torch.linspace(0.6, 1.9, ard or 1, dtype=torch.float64)
+    kernel.requires_grad_(False)
+    ref = _general(kernel, X, U, Y, V)
+    got = kernel.derivative_block(X, U, Y, V)
+    assert torch.equal(got, ref) and float(ref.abs().max()) > 0
+    # and the formula itself: e^{-Q0}[f2 a_u a_v + f1 u.v + g_u f1 a_v + g_v f1 a_u + (g_u g_v + u.v) f0] by autograd
+    with torch.enable_grad():
+        t = torch.zeros(41, 29, dtype=torch.float64, requires_grad=True)
+        s = torch.zeros(41, 29, dtype=torch.float64, requires_grad=True)
+        x = X[:, None] + t[..., None] * U[:, None, 0]
+        y = Y[None] + s[..., None] * V[None, :, 0]
+        val = kernel.pointwise(x.reshape(-1, 6), y.reshape(-1, 6)).sum()
+        (gt,) = torch.autograd.grad(val, t, create_graph=True)
+        (gts,) = torch.autograd.grad(gt.sum(), s)
+    assert float((gts - got).abs().max()) <= 1e-12 * float(got.abs().max())

@@ -13,16 +13,18 @@ roundings in the same order -- only exact steps differ: a negation moved into a 
 (:math:`-(p - q) = q - p`), a product by one or a double negation dropped -- so the result is bit for bit the general
 form's, while the (A, B) matrices are three buffers written in place instead of about fifteen fresh temporaries
 (the element kernel's assembly at n = 6 makes ~1,000 such blocks of ~10^5-10^6 entries each). Without gradients
-only (in-place writes): :func:`usable` says when.
+only (in-place writes): :func:`usable` says when. :func:`mechanical_first_order_block` does the same for the
+mechanical kernel's block (the general form's sum over the four subsets of the two leaves, in its order).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
 
-__all__ = ["usable", "first_order_block"]
+__all__ = ["usable", "first_order_block", "mechanical_first_order_block"]
 
 
 def usable(U: torch.Tensor, V: torch.Tensor, *tensors: torch.Tensor) -> bool:
@@ -52,3 +54,43 @@ def first_order_block(Xs: torch.Tensor, Us: torch.Tensor, Ys: torch.Tensor, Vs: 
     if out is None:
         return G.mul_(E)
     return torch.mul(G, E, out=out)
+
+
+def mechanical_first_order_block(Xq, Xv, Uq, Uv, Yq, Yv, Vq, Vv, degree: int) -> torch.Tensor:
+    r"""The mechanical kernel's block :math:`e^{-Q_0}\sum_{S \subseteq \{u, v\}} \partial_S e^{-Q}\,\partial_{S^c} P`
+    (:mod:`~learners.shadow.mechanical`) for one direction a side, scaled position and velocity parts (``Uq`` (A, 1,
+    n), ...): with :math:`f_k = P^{(k)}(a_0)`, :math:`a_u = u^v\cdot y^v`, :math:`a_v = x^v\cdot v^v` and :math:`g_u,
+    g_v` as for the RBF on the positions,
+
+    .. math::  e^{-Q_0}\big[f_2 a_u a_v + f_1 u^v\cdot v^v + g_u f_1 a_v + g_v f_1 a_u
+               + (g_u g_v + u^q\cdot v^q) f_0\big],
+
+    the general form's four subsets in its order, each product and sum rounded as there (bit for bit)."""
+    uq, vq, uv, vv = Uq[:, 0], Vq[:, 0], Uv[:, 0], Vv[:, 0]
+    E = torch.add((Xq * Xq).sum(-1)[:, None], (Yq * Yq).sum(-1)[None, :])
+    E.mul_(0.5)
+    W = Xq @ Yq.T
+    torch.sub(W, E, out=E)
+    E.exp_()
+    base = (Xv @ Yv.T).add_(1)
+    f2 = base ** (degree - 2)  # the general form's powers: b^(d-2), then products
+    f1 = f2 * base
+    f0 = base.mul_(f1)
+    f2.mul_(math.perm(degree, 2))
+    f1.mul_(degree)
+    total = uv @ Yv.T  # a_u
+    au = total.clone()
+    av = Xv @ vv.T
+    total.mul_(av).mul_(f2)  # f_2 (a_u a_v)
+    torch.mm(uv, vv.T, out=W)
+    total.add_(W.mul_(f1))  # + f_1 (u.v)
+    gu = uq @ Yq.T
+    gu.sub_((uq * Xq).sum(-1)[:, None])  # -(first derivative of Q along u), as for the RBF
+    gv = Xq @ vq.T
+    gv.sub_((vq * Yq).sum(-1)[None, :])
+    total.add_(av.mul_(f1).mul_(gu))
+    total.add_(au.mul_(f1).mul_(gv))
+    gu.mul_(gv)
+    torch.mm(uq, vq.T, out=W)
+    total.add_(gu.add_(W).mul_(f0))
+    return total.mul_(E)
