@@ -24,7 +24,7 @@ from typing import Optional
 
 import torch
 
-__all__ = ["usable", "first_order_block", "mechanical_first_order_block"]
+__all__ = ["usable", "column_terms", "first_order_block", "mechanical_first_order_block"]
 
 
 def usable(U: torch.Tensor, V: torch.Tensor, *tensors: torch.Tensor) -> bool:
@@ -34,12 +34,20 @@ def usable(U: torch.Tensor, V: torch.Tensor, *tensors: torch.Tensor) -> bool:
     return not (torch.is_grad_enabled() and any(t.requires_grad for t in (U, V) + tensors))
 
 
+def column_terms(Ys: torch.Tensor, Vs: torch.Tensor):
+    r"""The column side's :math:`\|y\|^2` and :math:`v\cdot y` of :func:`first_order_block`, once for many row chunks
+    (a row's sum does not depend on the rows around it: the same numbers)."""
+    return (Ys * Ys).sum(-1), (Vs[:, 0] * Ys).sum(-1)
+
+
 def first_order_block(Xs: torch.Tensor, Us: torch.Tensor, Ys: torch.Tensor, Vs: torch.Tensor,
-                      out: Optional[torch.Tensor] = None) -> torch.Tensor:
+                      out: Optional[torch.Tensor] = None, columns=None) -> torch.Tensor:
     r""":math:`e^{-Q_0}(g_u g_v + u\cdot v)` (module docstring) for scaled atoms ``Xs`` (A, D), ``Us`` (A, 1, D) and
-    ``Ys`` (B, D), ``Vs`` (B, 1, D), written into ``out`` (A, B) (any strides) when given."""
+    ``Ys`` (B, D), ``Vs`` (B, 1, D), written into ``out`` (A, B) (any strides) when given; ``columns``: the
+    :func:`column_terms` of ``Ys``, ``Vs`` if known."""
     u, v, Yt = Us[:, 0], Vs[:, 0], Ys.T
-    E = torch.add((Xs * Xs).sum(-1)[:, None], (Ys * Ys).sum(-1)[None, :])
+    yy, vy = column_terms(Ys, Vs) if columns is None else columns
+    E = torch.add((Xs * Xs).sum(-1)[:, None], yy[None, :])
     E.mul_(0.5)
     W = Xs @ Yt
     torch.sub(W, E, out=E)  # -Q0, the general form's -(Q0) with the subtraction's operands swapped
@@ -47,7 +55,7 @@ def first_order_block(Xs: torch.Tensor, Us: torch.Tensor, Ys: torch.Tensor, Vs: 
     G = u @ Yt
     G.sub_((u * Xs).sum(-1)[:, None])  # g_u = -((u.x) - u.y)
     torch.mm(Xs, v.T, out=W)
-    W.sub_((v * Ys).sum(-1)[None, :])  # g_v = -(-((x.v) - y.v))
+    W.sub_(vy[None, :])  # g_v = -(-((x.v) - y.v))
     G.mul_(W)
     torch.mm(u, v.T, out=W)  # -(-(u.v)): the pair term negated twice
     G.add_(W)
