@@ -32,7 +32,8 @@ def test_first_order_block_is_the_general_form_bit_for_bit(ard):
     assert usable(U, V, X, Y) and not usable(U, V, X.clone().requires_grad_(True))
     assert torch.equal(kernel.derivative_block(X, U, Y, V), ref)
     buf = torch.full((37, 80), float("nan"), dtype=torch.float64)  # a strided view, as the element sums write
-    assert torch.equal(kernel.derivative_block(X, U, Y, V, out=buf[:, 20:73]), ref)
+    ls = kernel.lengthscale.reshape(-1)
+    assert torch.equal(first_order_block(X / ls, U / ls, Y / ls, V / ls, out=buf[:, 20:73]), ref)
     assert bool(torch.isnan(buf[:, :20]).all()) and bool(torch.isnan(buf[:, 73:]).all())
     # against the closed form itself (not only the other code path): e^{-|r|^2/2} (u.v - (u.r)(v.r)), scaled
     ls = kernel.lengthscale.reshape(-1)
@@ -43,20 +44,51 @@ def test_first_order_block_is_the_general_form_bit_for_bit(ard):
     assert torch.equal(first_order_block(X / ls, U / ls, Y / ls, V / ls), ref)
 
 
-def test_other_orders_still_take_the_general_form():
-    """Order 0 and 2 atoms: the out= argument writes the general form's block."""
+def test_other_orders_still_take_the_general_form(monkeypatch):
+    """Order 0 and 2 atoms: the general form's block, the in-place one never called."""
+    import learners.shadow.kernels as K
+
+    calls = _counted(monkeypatch, K, "first_order_block")
     gen = torch.Generator().manual_seed(4)
     X, Y = (torch.randn(n, 3, generator=gen, dtype=torch.float64) for n in (9, 11))
     kernel = _rbf()
     for a, b in [(0, 0), (2, 1), (0, 1)]:
         U, V = (torch.randn(n, m, 3, generator=gen, dtype=torch.float64) for n, m in ((9, a), (11, b)))
-        out = torch.empty(9, 11, dtype=torch.float64)
-        ref = _general(kernel, X, U, Y, V)
-        assert torch.equal(kernel.derivative_block(X, U, Y, V, out=out), ref) and torch.equal(out, ref)
+        assert torch.equal(kernel.derivative_block(X, U, Y, V), _general(kernel, X, U, Y, V))
+    assert calls == []
+
+
+def _counted(monkeypatch, module, name):
+    """Record each call of ``module.name`` (still called): a test of the in-place path must see it taken."""
+    calls, real = [], getattr(module, name)
+
+    def counting(*args, **kwargs):
+        calls.append(name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counting)
+    return calls
+
+
+def test_a_base_whose_scales_need_gradients_takes_the_general_sum(monkeypatch):
+    """_sum_into with an RBF base whose lengthscale requires grad (inputs without): the general loop, differentiable,
+    not the in-place one (whose out= writes autograd refuses)."""
+    import learners.shadow.element_blocks as EB
+
+    calls = _counted(monkeypatch, EB, "first_order_block")
+    gen = torch.Generator().manual_seed(8)
+    P, Q = torch.randn(30, 2, generator=gen, dtype=torch.float64), torch.randn(30, 1, 2, generator=gen, dtype=torch.float64)
+    rows = (P, Q, torch.arange(30) % 7)
+    base = RBFKernel().to(torch.float64)
+    with torch.enable_grad():
+        out = _sum_into(base, rows, rows, 7, 7, True)
+        assert out.requires_grad and calls == []
+        (g,) = torch.autograd.grad(out.sum(), base.raw_lengthscale)
+    assert bool(torch.isfinite(g).all())
 
 
 @pytest.mark.parametrize("symmetric", [True, False])
-def test_in_place_element_sums_are_the_general_sums_bit_for_bit(symmetric):
+def test_in_place_element_sums_are_the_general_sums_bit_for_bit(symmetric, monkeypatch):
     """_sum_into's in-place loop (reused buffers, chunks halved in place) against its general loop, over more rows
     than one chunk (several chunks, a short last one, repeated atom indices)."""
     gen = torch.Generator().manual_seed(5)
@@ -71,8 +103,10 @@ def test_in_place_element_sums_are_the_general_sums_bit_for_bit(symmetric):
     import learners.shadow.element_blocks as EB
     old = EB.ELEMENT_BLOCK_ENTRIES
     EB.ELEMENT_BLOCK_ENTRIES = 64 * 650  # ~64 rows a chunk: 11 chunks
+    calls = _counted(monkeypatch, EB, "first_order_block")
     try:
         got = _sum_into(base, rows, cols, 300, B, symmetric)
+        assert len(calls) >= 11  # the in-place loop ran, every chunk
         with torch.enable_grad():
             grad_rows = (P.clone().requires_grad_(True), Q, owner)
             ref = _sum_into(base, grad_rows, grad_rows if symmetric else cols, 300, B, symmetric).detach()
@@ -103,7 +137,7 @@ def test_element_blocks_in_place_are_the_autograd_paths_numbers():
 
 
 @pytest.mark.parametrize("degree,ard", [(2, None), (8, None), (5, 6)])
-def test_mechanical_first_order_block_is_the_general_form_bit_for_bit(degree, ard):
+def test_mechanical_first_order_block_is_the_general_form_bit_for_bit(degree, ard, monkeypatch):
     from learners.shadow.mechanical import MechanicalKernel
 
     gen = torch.Generator().manual_seed(7)
@@ -113,8 +147,11 @@ def test_mechanical_first_order_block_is_the_general_form_bit_for_bit(degree, ar
     kernel.lengthscale = torch.linspace(0.6, 1.9, ard or 1, dtype=torch.float64)
     kernel.requires_grad_(False)
     ref = _general(kernel, X, U, Y, V)
+    import learners.shadow.mechanical as M
+
+    calls = _counted(monkeypatch, M, "mechanical_first_order_block")
     got = kernel.derivative_block(X, U, Y, V)
-    assert torch.equal(got, ref) and float(ref.abs().max()) > 0
+    assert calls and torch.equal(got, ref) and float(ref.abs().max()) > 0
     # and the formula itself: e^{-Q0}[f2 a_u a_v + f1 u.v + g_u f1 a_v + g_v f1 a_u + (g_u g_v + u.v) f0] by autograd
     with torch.enable_grad():
         t = torch.zeros(41, 29, dtype=torch.float64, requires_grad=True)

@@ -129,7 +129,7 @@ def _sum_into(base, rows, cols, A: int, B: int, symmetric: bool) -> torch.Tensor
     Yp, Vp, ca = cols
     out = Xp.new_zeros(A, B)
     step = max(_MIN_ROWS, ELEMENT_BLOCK_ENTRIES // max(1, Yp.shape[0]))
-    if type(base) is RBFKernel and usable(Up, Vp, Xp, Yp):  # blocks and their column sums in two reused buffers
+    if type(base) is RBFKernel and usable(Up, Vp, Xp, Yp, base.lengthscale):  # blocks, column sums: two reused buffers
         return _sum_in_place(base, rows, cols, out, step, symmetric)
     for s in range(0, Xp.shape[0], step):
         sl = slice(s, s + step)

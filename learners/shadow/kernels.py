@@ -101,24 +101,24 @@ class RBFKernel(SmoothKernel):
         ls = self.lengthscale.reshape(-1)
         return torch.exp(-0.5 * (((x - y) / ls) ** 2).sum(-1))
 
-    def derivative_block(self, X, U, Y, V, out: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """``out``: write the block there (an (A, B) view) -- first-order atoms without gradients: in place (rbf_block)."""
+    def derivative_block(self, X, U, Y, V) -> torch.Tensor:
+        """First-order atoms without gradients: in a few passes over one buffer (:mod:`~learners.shadow.rbf_block`)."""
         ls = self.lengthscale.reshape(-1)
         Xs, Ys, Us, Vs = X / ls, Y / ls, U / ls, V / ls
         if usable(Us, Vs, Xs, Ys):
-            return first_order_block(Xs, Us, Ys, Vs, out)
+            return first_order_block(Xs, Us, Ys, Vs)
         # r = x - y; Q0 = |r|^2 / 2, expanded so that everything is a smooth polynomial (no clamp)
         sq = 0.5 * ((Xs * Xs).sum(-1)[:, None] + (Ys * Ys).sum(-1)[None, :]) - Xs @ Ys.T
         base = torch.exp(-sq)
         a, b = U.shape[1], V.shape[1]
         if a == 0 and b == 0:
-            return base if out is None else out.copy_(base)
+            return base
         # first derivatives of Q at 0: x-side u.r, y-side -v.r  (r = x - y)
         first = [(Us[:, r] * Xs).sum(-1)[:, None] - Us[:, r] @ Ys.T for r in range(a)]
         first += [-((Xs @ Vs[:, r].T) - (Vs[:, r] * Ys).sum(-1)[None, :]) for r in range(b)]
         second = quadratic_pairs(Us, Vs, a)
         poly = _partition_sum(list(range(a + b)), [-f for f in first], lambda i, j: -second(i, j))
-        return base * poly if out is None else torch.mul(base, poly, out=out)
+        return base * poly
 
 
 def quadratic_pairs(U: torch.Tensor, V: torch.Tensor, a: int):

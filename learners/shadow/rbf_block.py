@@ -40,6 +40,16 @@ def column_terms(Ys: torch.Tensor, Vs: torch.Tensor):
     return (Ys * Ys).sum(-1), (Vs[:, 0] * Ys).sum(-1)
 
 
+def _gaussian(Xs: torch.Tensor, Ys: torch.Tensor, yy: torch.Tensor):
+    r""":math:`e^{-Q_0}` (A, B) and the buffer :math:`x\cdot y` was formed in (free for reuse): :math:`-Q_0` as the general
+    form's :math:`-(Q_0)` with the subtraction's operands swapped (the same number)."""
+    E = torch.add((Xs * Xs).sum(-1)[:, None], yy[None, :])
+    E.mul_(0.5)
+    W = Xs @ Ys.T
+    torch.sub(W, E, out=E)
+    return E.exp_(), W
+
+
 def first_order_block(Xs: torch.Tensor, Us: torch.Tensor, Ys: torch.Tensor, Vs: torch.Tensor,
                       out: Optional[torch.Tensor] = None, columns=None) -> torch.Tensor:
     r""":math:`e^{-Q_0}(g_u g_v + u\cdot v)` (module docstring) for scaled atoms ``Xs`` (A, D), ``Us`` (A, 1, D) and
@@ -47,11 +57,7 @@ def first_order_block(Xs: torch.Tensor, Us: torch.Tensor, Ys: torch.Tensor, Vs: 
     :func:`column_terms` of ``Ys``, ``Vs`` if known."""
     u, v, Yt = Us[:, 0], Vs[:, 0], Ys.T
     yy, vy = column_terms(Ys, Vs) if columns is None else columns
-    E = torch.add((Xs * Xs).sum(-1)[:, None], yy[None, :])
-    E.mul_(0.5)
-    W = Xs @ Yt
-    torch.sub(W, E, out=E)  # -Q0, the general form's -(Q0) with the subtraction's operands swapped
-    E.exp_()
+    E, W = _gaussian(Xs, Ys, yy)
     G = u @ Yt
     G.sub_((u * Xs).sum(-1)[:, None])  # g_u = -((u.x) - u.y)
     torch.mm(Xs, v.T, out=W)
@@ -75,11 +81,7 @@ def mechanical_first_order_block(Xq, Xv, Uq, Uv, Yq, Yv, Vq, Vv, degree: int) ->
 
     the general form's four subsets in its order, each product and sum rounded as there (bit for bit)."""
     uq, vq, uv, vv = Uq[:, 0], Vq[:, 0], Uv[:, 0], Vv[:, 0]
-    E = torch.add((Xq * Xq).sum(-1)[:, None], (Yq * Yq).sum(-1)[None, :])
-    E.mul_(0.5)
-    W = Xq @ Yq.T
-    torch.sub(W, E, out=E)
-    E.exp_()
+    E, W = _gaussian(Xq, Yq, (Yq * Yq).sum(-1))
     base = (Xv @ Yv.T).add_(1)
     f2 = base ** (degree - 2)  # the general form's powers: b^(d-2), then products
     f1 = f2 * base
