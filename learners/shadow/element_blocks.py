@@ -40,6 +40,7 @@ import torch
 
 from .kernels import CHUNK_ATOMS, RBFKernel
 from .mechanical import MechanicalKernel
+from .rbf_block import column_terms, first_order_block, usable
 
 __all__ = ["ELEMENT_BLOCK_ENTRIES", "ColumnCache", "negation_half", "swap_half", "even_base", "swap_invariant_base",
            "group_block", "active_atoms", "same_atoms"]
@@ -128,6 +129,8 @@ def _sum_into(base, rows, cols, A: int, B: int, symmetric: bool) -> torch.Tensor
     Yp, Vp, ca = cols
     out = Xp.new_zeros(A, B)
     step = max(_MIN_ROWS, ELEMENT_BLOCK_ENTRIES // max(1, Yp.shape[0]))
+    if type(base) is RBFKernel and usable(Up, Vp, Xp, Yp, base.lengthscale):  # blocks, column sums: two reused buffers
+        return _sum_in_place(base, rows, cols, out, step, symmetric)
     for s in range(0, Xp.shape[0], step):
         sl = slice(s, s + step)
         if symmetric:  # the chunk against itself counts half (both orders are in it), then the columns after it
@@ -139,6 +142,30 @@ def _sum_into(base, rows, cols, A: int, B: int, symmetric: bool) -> torch.Tensor
             phi, cidx = base.derivative_block(Xp[sl], Up[sl], Yp, Vp), ca
         # in place on fresh zeros (still differentiable: index_add_'s backward needs neither value), no (A, B) copies
         out.index_add_(0, ra[sl], phi.new_zeros(phi.shape[0], B).index_add_(1, cidx, phi))
+    return out + out.T if symmetric else out
+
+
+def _sum_in_place(base, rows, cols, out: torch.Tensor, step: int, symmetric: bool) -> torch.Tensor:
+    """:func:`_sum_into`'s loop for an RBF base on first-order atoms without gradients: each chunk's blocks written
+    into one buffer (:func:`~learners.shadow.rbf_block.first_order_block`), the chunk against itself halved in place,
+    the column sums into a second one -- the same values summed in the same order (bit for bit)."""
+    ls = base.lengthscale.reshape(-1)  # scaled once (elementwise: a row's numbers as when scaled chunk by chunk)
+    Xp, Up, ra = rows[0] / ls, rows[1] / ls, rows[2]
+    Yp, Vp, ca = cols[0] / ls, cols[1] / ls, cols[2]
+    yy, vy = column_terms(Yp, Vp)
+    block = Xp.new_empty(min(step, Xp.shape[0]), Yp.shape[0])
+    summed = Xp.new_empty(block.shape[0], out.shape[1])
+    for s in range(0, Xp.shape[0], step):
+        sl = slice(s, s + step)
+        r = Xp[sl].shape[0]
+        if symmetric:  # the chunk against itself counts half (both orders are in it), then the columns after it
+            e = min(s + step, Yp.shape[0])
+            phi, cidx = block[:r, : Yp.shape[0] - s], ca[s:]
+            first_order_block(Xp[sl], Up[sl], Yp[s:e], Vp[s:e], phi[:, : e - s], (yy[s:e], vy[s:e])).mul_(0.5)
+            first_order_block(Xp[sl], Up[sl], Yp[e:], Vp[e:], phi[:, e - s:], (yy[e:], vy[e:]))
+        else:
+            phi, cidx = first_order_block(Xp[sl], Up[sl], Yp, Vp, block[:r], (yy, vy)), ca
+        out.index_add_(0, ra[sl], summed[:r].zero_().index_add_(1, cidx, phi))
     return out + out.T if symmetric else out
 
 

@@ -41,6 +41,7 @@ from gpytorch.constraints import Positive
 from bea.errors import BeaTypeError, BeaValueError
 
 from .functionals import AtomSet, Functionals
+from .rbf_block import first_order_block, usable
 
 __all__ = ["SmoothKernel", "RBFKernel", "FunctionalKernel", "AtomExpansion"]
 
@@ -101,8 +102,11 @@ class RBFKernel(SmoothKernel):
         return torch.exp(-0.5 * (((x - y) / ls) ** 2).sum(-1))
 
     def derivative_block(self, X, U, Y, V) -> torch.Tensor:
+        """First-order atoms without gradients: in a few passes over one buffer (:mod:`~learners.shadow.rbf_block`)."""
         ls = self.lengthscale.reshape(-1)
         Xs, Ys, Us, Vs = X / ls, Y / ls, U / ls, V / ls
+        if usable(Us, Vs, Xs, Ys):
+            return first_order_block(Xs, Us, Ys, Vs)
         # r = x - y; Q0 = |r|^2 / 2, expanded so that everything is a smooth polynomial (no clamp)
         sq = 0.5 * ((Xs * Xs).sum(-1)[:, None] + (Ys * Ys).sum(-1)[None, :]) - Xs @ Ys.T
         base = torch.exp(-sq)
@@ -110,14 +114,10 @@ class RBFKernel(SmoothKernel):
         if a == 0 and b == 0:
             return base
         # first derivatives of Q at 0: x-side u.r, y-side -v.r  (r = x - y)
-        first: List[torch.Tensor] = []
-        for r in range(a):
-            first.append((Us[:, r] * Xs).sum(-1)[:, None] - Us[:, r] @ Ys.T)
-        for r in range(b):
-            first.append(-((Xs @ Vs[:, r].T) - (Vs[:, r] * Ys).sum(-1)[None, :]))
-        m = a + b
+        first = [(Us[:, r] * Xs).sum(-1)[:, None] - Us[:, r] @ Ys.T for r in range(a)]
+        first += [-((Xs @ Vs[:, r].T) - (Vs[:, r] * Ys).sum(-1)[None, :]) for r in range(b)]
         second = quadratic_pairs(Us, Vs, a)
-        poly = _partition_sum(list(range(m)), [-f for f in first], lambda i, j: -second(i, j))
+        poly = _partition_sum(list(range(a + b)), [-f for f in first], lambda i, j: -second(i, j))
         return base * poly
 
 

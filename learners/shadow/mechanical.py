@@ -61,6 +61,7 @@ from bea.errors import BeaValueError
 from ..saving import recorded, register
 from .feature_jets import GaussianFactor, MonomialFactor, SplitLayout
 from .kernels import SmoothKernel, quadratic_pairs
+from .rbf_block import mechanical_first_order_block, usable
 from .uncertainty import GaussianFeatures
 
 __all__ = ["MechanicalKernel", "MechanicalFeatures", "MechanicalExpansion", "DEFAULT_DEGREE"]
@@ -123,6 +124,8 @@ class MechanicalKernel(SmoothKernel):
         Xq, Yq, Uq, Vq = X[:, :n] / lq, Y[:, :n] / lq, U[..., :n] / lq, V[..., :n] / lq
         Xv, Yv, Uv, Vv = X[:, n:] / lv, Y[:, n:] / lv, U[..., n:] / lv, V[..., n:] / lv
         a, b = U.shape[1], V.shape[1]
+        if usable(Uq, Vq, Xq, Yq, Uv, Vv, Xv, Yv):  # one direction a side, no gradients: in place, the same numbers
+            return mechanical_first_order_block(Xq, Xv, Uq, Uv, Yq, Yv, Vq, Vv, self.degree)
         # Q0 = |q - q'|^2 / 2 expanded (smooth: no norm), as in RBFKernel.derivative_block
         Q0 = 0.5 * ((Xq * Xq).sum(-1)[:, None] + (Yq * Yq).sum(-1)[None, :]) - Xq @ Yq.T
         a0 = Xv @ Yv.T
