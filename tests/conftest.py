@@ -5,24 +5,35 @@ import torch
 
 torch.set_default_dtype(torch.float64)
 
+
+def _worker_threads() -> int:
+    """torch threads for one pytest-xdist worker: OMP_NUM_THREADS where the caller set it, else the worker's share of
+    the CPUs this process may run on (its affinity, not the machine's count)."""
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
+        return int(os.environ["OMP_NUM_THREADS"])
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cpus // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+
+
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     # the suite's command runs one pytest-xdist worker per core: each worker takes its share of the cores for torch's
     # threads, and so do the notebooks' kernels and the demo it starts, since OpenMP threads beyond the cores spin
     # and slow every fit (this process is the test harness, not a user's)
-    _threads = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    _threads = _worker_threads()
     torch.set_num_threads(_threads)
-    os.environ.setdefault("OMP_NUM_THREADS", str(_threads))
+    os.environ["OMP_NUM_THREADS"] = str(_threads)
 
 
 @pytest.fixture(autouse=True, scope="session")
 def _isolated_cache(tmp_path_factory):
-    """Every test session derives into its own cache (CI machines start empty too), unless
-    BEA_TEST_CACHE is set to reuse one between local runs."""
+    """Every test session derives into its own cache (CI machines start empty too), one for all the workers of a
+    pytest-xdist run, unless BEA_TEST_CACHE is set to reuse one between local runs."""
     if os.environ.get("BEA_TEST_CACHE"):
         os.environ["BEA_CACHE_DIR"] = os.environ["BEA_TEST_CACHE"]
     elif os.environ.get("PYTEST_XDIST_WORKER"):
         # one cache for the run's workers (each has its own basetemp below the run's): a C library or series built
-        # by one is not built again by the other -- the cache's writes and its key are safe between processes
+        # by one is usually not built again by the other (both build it where both miss at once) -- the cache's
+        # writes and its key are safe between processes
         directory = tmp_path_factory.getbasetemp().parent / "bea-cache"
         directory.mkdir(mode=0o700, exist_ok=True)
         os.environ["BEA_CACHE_DIR"] = str(directory)
@@ -55,7 +66,8 @@ class _RayInstances:
 
         if self.mode != "local":
             self.stop()
-            ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20, log_to_driver=False,
+            # address="local": always a new instance, never one that another pytest-xdist worker's cluster recorded
+            ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20, log_to_driver=False,
                      logging_level="ERROR")
             self.mode = "local"
 

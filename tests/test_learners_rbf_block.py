@@ -162,3 +162,27 @@ def test_mechanical_first_order_block_is_the_general_form_bit_for_bit(degree, ar
         (gt,) = torch.autograd.grad(val, t, create_graph=True)
         (gts,) = torch.autograd.grad(gt.sum(), s)
     assert float((gts - got).abs().max()) <= 1e-12 * float(got.abs().max())
+
+
+def test_torch_func_transforms_take_the_general_form(monkeypatch):
+    """torch.func.jvp and jacfwd through RBFKernel and MechanicalKernel blocks (requires_grad reads False inside them):
+    the general, differentiable form, whose tangent equals central differences of the block to 1e-7 relative (step
+    1e-5 on inputs of order 1: truncation 1e-10, rounding 1e-11 of the block's size)."""
+    import learners.shadow.kernels as K
+    from learners.shadow.mechanical import MechanicalKernel
+
+    calls = _counted(monkeypatch, K, "first_order_block")
+    gen = torch.Generator().manual_seed(9)
+    X, Y = (torch.randn(n, 4, generator=gen, dtype=torch.float64) for n in (7, 5))
+    U, V = (torch.randn(n, 1, 4, generator=gen, dtype=torch.float64) for n in (7, 5))
+    dX = torch.randn(7, 4, generator=gen, dtype=torch.float64)
+    mech = MechanicalKernel(3).to(torch.float64).requires_grad_(False)
+    for kernel in (_rbf(), mech):
+        def block(x):
+            return kernel.derivative_block(x, U, Y, V)
+
+        _, tangent = torch.func.jvp(block, (X,), (dX,))
+        fd = (block(X + 1e-5 * dX) - block(X - 1e-5 * dX)) / 2e-5
+        assert float((tangent - fd).abs().max()) <= 1e-7 * float(fd.abs().max())
+        assert torch.func.jacfwd(block)(X).shape == (7, 5, 7, 4)
+    assert len(calls) == 2  # the two central differences of the RBF, outside any transform

@@ -92,9 +92,9 @@ def test_the_demo_reproduces_its_recorded_numbers(tmp_path):
     machine's BLAS in every metric but the 10,000-step trajectory error: the posterior mean's terms cancel by seven
     to nine orders, so that error follows the order of its sums (README: 1.3e-6 to 5e-6 for algebraically equal
     evaluations of one fitted mean; one thread on an AMD EPYC gives 4.31e-6 against the recorded 3.44e-6, ratio
-    1.25, where the level sets agree to 1e-4 and vel_rec4, the next most sensitive, to 3.6%). It is held to a
-    factor 2 of the record, the spread of that README range about its middle, which still fails the errors that
-    matter (the paper's 4.9e-4, or an order lost)."""
+    1.25, where the level sets agree to 1e-4 and vel_rec4, the next most sensitive, to 3.6%; two threads gave 2.61e-6,
+    ratio 0.76). It is held to a factor 2 of the record, which still fails the errors that matter (the paper's
+    4.9e-4, or an order lost)."""
     import os
     import subprocess
     import sys

@@ -28,8 +28,9 @@ __all__ = ["usable", "column_terms", "first_order_block", "mechanical_first_orde
 
 
 def usable(U: torch.Tensor, V: torch.Tensor, *tensors: torch.Tensor) -> bool:
-    """Whether :func:`first_order_block` applies: one direction a side and nothing to differentiate."""
-    if U.shape[1] != 1 or V.shape[1] != 1:
+    """Whether :func:`first_order_block` applies: one direction a side and nothing to differentiate -- neither by
+    autograd nor by a torch.func transform (jvp, jacfwd, vmap), inside which ``requires_grad`` reads False."""
+    if U.shape[1] != 1 or V.shape[1] != 1 or torch._C._are_functorch_transforms_active():
         return False
     return not (torch.is_grad_enabled() and any(t.requires_grad for t in (U, V) + tensors))
 
