@@ -24,6 +24,48 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     os.environ["OMP_NUM_THREADS"] = str(_threads)
 
 
+#: what takes minutes in the suite (the CI run's --durations): under ``--dist loadfile`` these units go to the
+#: pytest-xdist workers first, longest first, so that the workers finish together rather than one of them running a
+#: notebook alone at the end; each notebook's execution is a unit of its own (they share no fixture). Only the order of
+#: the work depends on this list: a file missing from it, or a stale entry, costs time, never a result.
+LONGEST_FIRST = ("tests/test_notebooks.py::test_notebook_executes[06_identification.ipynb]",
+                 "tests/test_notebooks.py::test_notebook_executes[07_elements.ipynb]",
+                 "tests/test_learners_element_kernel.py", "tests/test_learners_rotation.py",
+                 "tests/test_learners_modlanet_experiments.py", "tests/test_learners_shadow_auto.py",
+                 "tests/test_notebooks.py::test_notebook_executes[03_pendulum_shadow.ipynb]",
+                 "tests/test_element_extension.py", "tests/test_integrators_orders_free.py",
+                 "tests/test_learners_modlanet_inverse_compiled.py",
+                 "tests/test_notebooks.py::test_notebook_executes[05_modlanet.ipynb]",
+                 "tests/test_notebooks.py::test_notebook_executes[02_convergence_orders.ipynb]")
+_NOTEBOOK_RUN = "tests/test_notebooks.py::test_notebook_executes["
+
+
+def _work_unit(nodeid: str) -> str:
+    """A test's unit of work for the workers: its file, or the test itself for a notebook's execution."""
+    return nodeid if nodeid.startswith(_NOTEBOOK_RUN) else nodeid.split("::", 1)[0]
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {unit: i for i, unit in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(_work_unit(item.nodeid), len(rank)))  # stable: the rest keep their order
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` with :func:`_work_unit`'s units, handed out in collection order (longest first, above)
+    instead of pytest-xdist's order by number of tests."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class LongestFirst(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _work_unit(nodeid)
+
+    config.option.loadscopereorder = False
+    return LongestFirst(config, log)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _isolated_cache(tmp_path_factory):
     """Every test session derives into its own cache (CI machines start empty too), one for all the workers of a
