@@ -12,6 +12,11 @@ energy along the directions :math:`\Delta E_{com}` and :math:`\Delta E_{rel}`, i
 ratio is uncertain: the posterior std of ``a/b - 1`` as a linear functional is not available, so its proxy is the
 RMS z of the set ``com`` (differences of the centre's energy alone) under the common scale.
 
+``--exact-target``: the same after re-targeting the final GP (same factor, same std) on the whole-matrix conditions
+that the *exact* :math:`L_{inv}` (bea series, midpoint, order 6) meets at the fit's normalisation point -- its
+:math:`\partial_v^2 L_{inv} - \kappa\,\partial_q^2 L_{inv}` scaled to the fit's trace, in place of :math:`c I` --
+to test whether the condition's own :math:`O(h^4)` miss is the error every fold shares.
+
     PYTHONPATH=. OMP_NUM_THREADS=1 python3 benchmarks/separate_parts_error.py /tmp/cal9-morse4.pt --system two_body_morse4
 """
 
@@ -22,11 +27,41 @@ import sys
 from pathlib import Path
 
 
+def _exact_target(m, system, h) -> None:
+    """Re-target ``m``'s whole-matrix conditions on the exact L_inv's (module docstring)."""
+    import torch
+
+    import bea
+
+    F = m.gp.train_functionals
+    n, count = m.n, F.count
+    first = count - m._norm_count + n + 1  # value, gradient (n + 1 conditions), then the matrix entries i <= j
+    pts = torch.cat([a.points[a.owner == count - 1] for a in F.atoms.values()])
+    x0 = pts[:1]
+    q0, v0 = m._from_standard(x0[:, :n]).detach(), m._vector_from_standard(x0[:, n:]).detach()
+    f = bea.series_function("inverse_modified_lagrangian", "midpoint", 6, n)
+    kappa = h ** 2 / 12
+    Hv = torch.autograd.functional.hessian(lambda v: f(system, q0, v, h).sum(), v0)[0, :, 0, :]
+    Hq = torch.autograd.functional.hessian(lambda q: f(system, q, v0, h).sum(), q0)[0, :, 0, :]
+    M = Hv - kappa * Hq
+    i, j = torch.triu_indices(n, n)
+    y = F.targets.clone()
+    old = y[first:].clone()
+    trace = float(old[i == j].sum())
+    y[first:] = (M * trace / torch.trace(M))[i, j]
+    print(f"exact target at q0 {q0.tolist()}, v0 {v0.tolist()}: relative move of the matrix targets "
+          f"{((y[first:] - old) / (trace / n)).tolist()}")
+    m.gp.retarget(y)
+    m._recovered, m._jet = {}, None
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("path")
     ap.add_argument("--system", default="two_body_morse4")
     ap.add_argument("--orders", type=int, nargs="+", default=[2, 4])
+    ap.add_argument("--exact-target", action="store_true")
+    ap.add_argument("--h", type=float, default=None)
     args = ap.parse_args(argv)
     root = Path(__file__).resolve().parent
     sys.path[:0] = [str(root), str(root.parent)]
@@ -37,9 +72,13 @@ def main(argv=None) -> None:
     import tests.test_learners_shadow_auto as A
     from learners import InverseModifiedLagrangianGP
 
-    systems = {make.__name__: make for make, _, _ in A.SYSTEMS + A.UNTUNED + IA.UNTUNED}
-    system = systems[args.system]()
+    systems = {make.__name__: (make, h) for make, h, _ in A.SYSTEMS + A.UNTUNED + IA.UNTUNED}
+    make, h = systems[args.system]
+    system = make()
     m = InverseModifiedLagrangianGP.load(args.path)
+    print(f"mass_target: {m.history.get('mass_target')}; normalisation functionals {m._norm_count}")
+    if args.exact_target:
+        _exact_target(m, system, args.h or h)
     sets = C._parts(system, A)
     dE = {k: (system.energy(*qv)[1:] - system.energy(*qv)[:1]).detach() for k, qv in sets.items()}
     rms = lambda t: float(t.pow(2).mean().sqrt())  # noqa: E731
