@@ -119,6 +119,7 @@ def main(argv=None) -> None:
     ap.add_argument("--orders", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--scales", type=float, nargs="+", default=[0, 1e-8, 1e-2, 1e-1, 1.0])
     ap.add_argument("--save", default=None, help="save the fitted (first) model there")
+    ap.add_argument("--rows-of-first", type=int, default=1, help="0: no rows for the fitted model (known already)")
     args = ap.parse_args(argv)
     root = Path(__file__).resolve().parent
     sys.path[:0] = [str(root), str(root.parent)]
@@ -149,7 +150,7 @@ def main(argv=None) -> None:
             if not s:
                 print(f"    scales {ls}; correction_scan (stage 2b, tied theta; 1e-4..1e-1) "
                       f"{m.history.get('correction_scan')}; objective {m.history.get('objective')}", flush=True)
-            for N in args.orders:
+            for N in args.orders if (s or args.rows_of_first) else ():
                 print("    " + _rows(m, system, A, N), flush=True)
             print(f"    cpu {time.process_time() - t:.0f} s", flush=True)
 
