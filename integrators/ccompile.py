@@ -20,7 +20,7 @@ from bea.errors import BeaError, InternalError
 
 from . import ccache
 
-__all__ = ["CompileError", "CompiledLibrary", "find_compiler", "load_library", "LIBRARY_CACHE_SIZE", "ptr", "F64P",
+__all__ = ["CompileError", "CompiledLibrary", "find_compiler", "load_library", "digest_of", "LIBRARY_CACHE_SIZE", "ptr", "F64P",
            "I64P", "I32P"]
 
 #: libraries kept loaded per process (least recently used beyond this are forgotten)
@@ -93,8 +93,13 @@ def load_library(source: str, vectorise: bool = False) -> CompiledLibrary:
     return _load(source, CFLAGS)
 
 
+def digest_of(source: str, flags) -> str:
+    """The SHA-256 of ``flags`` and ``source``: the library's name in the LRU and (with the compiler) on disk."""
+    return hashlib.sha256(("\0".join(flags) + "\0" + source).encode()).hexdigest()
+
+
 def _load(source: str, flags) -> CompiledLibrary:
-    digest = hashlib.sha256(("\0".join(flags) + "\0" + source).encode()).hexdigest()
+    digest = digest_of(source, flags)
     with _lock:
         hit = _cache.get(digest)
         if hit is not None:
@@ -105,8 +110,16 @@ def _load(source: str, flags) -> CompiledLibrary:
         raise CompileError("no C compiler found (set $CC or install gcc/clang); the eager path is used instead")
     t0 = time.perf_counter()
     lib = ccache.fetch(digest, cc)  # built by an earlier process: loaded only once its HMAC verifies
-    if lib is not None:
-        return _remember(CompiledLibrary(lib, digest, 0.0))
+    if lib is None:
+        with ccache.building(digest, cc) as waited:
+            lib = ccache.fetch(digest, cc) if waited else None  # stored by the process this one waited for
+            if lib is None:
+                return _remember(_build(source, flags, digest, cc, t0))
+    return _remember(CompiledLibrary(lib, digest, 0.0))
+
+
+def _build(source: str, flags, digest: str, cc: str, t0: float) -> CompiledLibrary:
+    """Run ``cc`` on ``source`` in a private directory, load the library and store it in the disk cache."""
     with tempfile.TemporaryDirectory(prefix="bea-cc-") as tmp:  # created with mode 0700
         src, out = os.path.join(tmp, "step.c"), os.path.join(tmp, "step.so")
         with open(src, "w") as f:
@@ -120,7 +133,7 @@ def _load(source: str, flags) -> CompiledLibrary:
             raise CompileError(f"the C compiler {cc} rejected the generated step code: " + " | ".join(first))
         lib = ctypes.CDLL(out)  # the mapping stays valid after the file is removed
         ccache.store(digest, cc, out)
-    return _remember(CompiledLibrary(lib, digest, time.perf_counter() - t0))
+    return CompiledLibrary(lib, digest, time.perf_counter() - t0)
 
 
 def _remember(entry: CompiledLibrary) -> CompiledLibrary:

@@ -4,6 +4,7 @@ import ctypes
 import os
 import subprocess
 import sys
+import time
 import warnings
 
 import pytest
@@ -117,3 +118,51 @@ def test_a_verified_library_that_cannot_be_loaded_is_rebuilt(monkeypatch, tmp_pa
     with pytest.warns(CacheWarning, match="could not be loaded"):
         again = ccompile.load_library(source)
     assert again.compile_seconds > 0 and _value(again) == 19.0
+
+
+def _slow_compiler(tmp_path):
+    """A compiler that records each run and takes a second longer: two builds of one library would overlap."""
+    script = tmp_path / "slowcc"
+    script.write_text(f"#!/bin/sh\necho run >> {tmp_path / 'runs'}\nsleep 1\nexec {ccompile.find_compiler()} \"$@\"\n")
+    script.chmod(0o700)
+    return str(script)
+
+
+def _child(source, barrier, results):
+    barrier.wait()
+    entry = ccompile.load_library(source)
+    results.put((entry.compile_seconds, _value(entry)))
+
+
+def test_two_processes_that_miss_one_library_build_it_once(monkeypatch, tmp_path):
+    """Forked processes (no imports to pay) start together: the one that waits for the other's lock loads its library."""
+    import multiprocessing
+    if ccompile.find_compiler() is None or not hasattr(os, "fork"):
+        pytest.skip("needs a C compiler and fork")
+    source = _fresh(monkeypatch, tmp_path, 14)
+    monkeypatch.setenv("CC", _slow_compiler(tmp_path))
+    ctx = multiprocessing.get_context("fork")
+    barrier, results = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_child, args=(source, barrier, results)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    out = sorted(results.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(timeout=60)
+    assert (tmp_path / "runs").read_text().split() == ["run"]  # without the lock: two runs
+    assert out[0][0] == 0.0 and out[1][0] > 1.0 and out[0][1] == out[1][1] == 20.0
+
+
+def test_a_held_lock_delays_a_build_only_until_the_wait_runs_out(monkeypatch, tmp_path):
+    """A holder that never finishes (here: this very process) cannot deadlock a build: after LOCK_WAIT_SECONDS it
+    builds unlocked."""
+    from integrators import ccache
+    source = _fresh(monkeypatch, tmp_path, 15)
+    monkeypatch.setattr(ccache, "LOCK_WAIT_SECONDS", 0.5)
+    with ccache.building(ccompile.digest_of(source, ccompile.CFLAGS), ccompile.find_compiler()) as waited:
+        assert not waited  # taken at once
+        t0 = time.perf_counter()
+        entry = ccompile.load_library(source)
+        assert time.perf_counter() - t0 >= 0.5 and entry.compile_seconds >= 0.5 and _value(entry) == 21.0
+    ccompile._cache.clear()
+    assert ccompile.load_library(source).compile_seconds == 0.0  # stored all the same
