@@ -21,13 +21,19 @@ from bea.errors import BeaError, InternalError
 from . import ccache
 
 __all__ = ["CompileError", "CompiledLibrary", "find_compiler", "load_library", "digest_of", "LIBRARY_CACHE_SIZE", "ptr", "F64P",
-           "I64P", "I32P"]
+           "I64P", "I32P", "QUICK_BYTES", "QUICK_LEVEL"]
 
 #: libraries kept loaded per process (least recently used beyond this are forgotten)
 LIBRARY_CACHE_SIZE = 32
 
 #: no fused multiply-add (-ffp-contract=off): the arithmetic is the one written
 CFLAGS = ("-O2", "-shared", "-fPIC", "-ffp-contract=off", "-fno-math-errno", "-std=c99")
+
+#: first-use policy (issue 28): a source of at least QUICK_BYTES characters (the RBF jets of order 5 in 6-8 variables,
+#: 0.4-1.2 MB of straight-line code) is built at -O1, which compiles 1.4x faster than -O2 there and runs up to 2x slower
+#: (benchmarks/RESULTS_speed.md, Session 19); results are the same bits (no flag changes an operation)
+QUICK_BYTES = 400_000
+QUICK_LEVEL = "-O1"
 
 #: extra flags for loops written to vectorise (``load_library(..., vectorise=True)``); none changes a result
 VECTOR_FLAGS = ("-march=native", "-ftree-vectorize", "-fno-trapping-math")
@@ -99,6 +105,8 @@ def digest_of(source: str, flags) -> str:
 
 
 def _load(source: str, flags) -> CompiledLibrary:
+    if len(source) >= QUICK_BYTES:  # the flags, hence the digest, say which level built it
+        flags = tuple(QUICK_LEVEL if f == "-O2" else f for f in flags)
     digest = digest_of(source, flags)
     with _lock:
         hit = _cache.get(digest)

@@ -90,6 +90,28 @@ def test_jet_rows_do_not_depend_on_the_batch():
     assert torch.equal(T[5:], jet(X[5:], 3))
 
 
+def test_the_first_use_policy_of_large_jets_gives_the_same_bits(monkeypatch):
+    """Large jets are built with LARGE_LANES lanes at ccompile.QUICK_LEVEL (issue 28's first-use policy). Neither
+    changes an operation (lanes are computed alone, contraction stays off), so a jet built under the policy (forced
+    here on a small one by lowering both thresholds) equals the default build bit for bit; the compiler saw the
+    quick level."""
+    from integrators import ccompile
+    from learners.shadow import compiled_mean
+    ex = _random_expansion(4)
+    X = torch.randn(13, 4, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    monkeypatch.setenv("BEA_C_CACHE", "0")  # every build below runs the compiler
+    monkeypatch.setattr(ccompile, "_cache", type(ccompile._cache)())
+    default = RBFJet(ex)(X, 3)
+    seen, real = [], ccompile.subprocess.run
+    monkeypatch.setattr(ccompile.subprocess, "run", lambda args, *a, **k: seen.append(args) or real(args, *a, **k))
+    monkeypatch.setattr(ccompile, "QUICK_BYTES", 0)
+    monkeypatch.setattr(compiled_mean, "LARGE_JET_COLUMNS", 1)
+    quick = RBFJet(ex)
+    assert torch.equal(quick(X, 3), default)
+    assert quick._fn(3)[1] == compiled_mean.LARGE_LANES != compiled_mean.LANES
+    assert len(seen) == 1 and ccompile.QUICK_LEVEL in seen[0] and "-O2" not in seen[0]
+
+
 def test_jet_lagrangian_to_third_order_and_reuse(model):
     """JetLagrangian: value, gradient, Hessian and a third derivative by autograd equal the autograd mean's;
     the several calls at one batch of states compute one jet (extended once for the third order)."""

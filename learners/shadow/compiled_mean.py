@@ -30,6 +30,9 @@ __all__ = ["c_lagrangian_of_expansion", "rbf_blocks", "mechanical_blocks", "RBFJ
 MAX_JET_COLUMNS = 2000
 #: states per inner loop of :class:`RBFJet`, side by side in vector registers (docs/theory/codegen.md)
 LANES = 8
+#: from this many partial derivatives per state (order 5 in 6-8 variables) a jet has LARGE_LANES lanes: its first build
+#: is faster (half the vector code per statement), its evaluation slower (first-use policy, with ccompile.QUICK_BYTES)
+LARGE_JET_COLUMNS, LARGE_LANES = 400, 4
 
 
 def _gaussian(prog, r):
@@ -189,15 +192,17 @@ class RBFJet:
         return list(monomials(self.D, K))
 
     def _fn(self, K: int):
+        """The loaded ``rbf_jet`` of order ``K`` and its lane count (built on first use)."""
         fn = self._fns.get(K)
         if fn is None:
             if size(self.D, K) > MAX_JET_COLUMNS:
                 raise BeaValueError(f"a jet of order {K} in {self.D} variables has {size(self.D, K)} partial derivatives per "
                                     f"state, more than MAX_JET_COLUMNS = {MAX_JET_COLUMNS}; use autograd for such orders")
             # the sum over atoms in the variables x / ell; _factors turns its coefficients into derivatives in x
-            source = EXP_SOURCE + emit_sum(rbf_blocks(self.D, K), self.D + 1, name="rbf_jet", lanes=LANES)
+            lanes = LARGE_LANES if size(self.D, K) >= LARGE_JET_COLUMNS else LANES
+            source = EXP_SOURCE + emit_sum(rbf_blocks(self.D, K), self.D + 1, name="rbf_jet", lanes=lanes)
             fn = load_library(source, vectorise=True).function("rbf_jet", None, F64P, ctypes.c_long, F64P, F64P)
-            self._fns[K] = fn
+            self._fns[K] = fn = fn, lanes
             expo = np.array(monomials(self.D, K), dtype=np.float64)  # Taylor coefficients in x / ell to derivatives in x
             beta = np.array([math.prod(map(math.factorial, m)) for m in monomials(self.D, K)], dtype=np.float64)
             self._factors[K] = torch.from_numpy(self._scale * beta / np.prod(self._ell ** expo, -1))
@@ -208,9 +213,9 @@ class RBFJet:
         :math:`\\alpha_j` the ``j``-th of :meth:`columns`."""
         if X.dim() != 2 or X.shape[1] != self.D:
             raise BeaValueError(f"states must have shape (B, {self.D}), got {tuple(X.shape)}")
-        fn, B = self._fn(K), X.shape[0]
-        # the last group of LANES states padded with zeros: each lane is computed alone
-        x = np.zeros((-(-B // LANES) * LANES, self.D))
+        (fn, lanes), B = self._fn(K), X.shape[0]
+        # the last group of lanes padded with zeros: each lane is computed alone
+        x = np.zeros((-(-B // lanes) * lanes, self.D))
         x[:B] = X.detach().to(torch.float64).cpu().numpy() / self._ell
         out = np.empty((x.shape[0], len(self._factors[K])), dtype=np.float64)
         fn(ptr(x), x.shape[0], ptr(self._params), ptr(out))
