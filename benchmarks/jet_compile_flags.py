@@ -40,7 +40,8 @@ def params(D: int, atoms: int, rng) -> np.ndarray:
 def main(cases):
     """Each (D, K) under every lane count of ``JET_LANES`` (default 8) and flag set; bits compared with the first build."""
     rng = np.random.default_rng(0)
-    print("| D | K | lines | lanes | flags | compile s (wall) | compile s (CPU) | eval s (256 states, 200 atoms, best of JET_REPEATS) | bit-identical to the first |")
+    print("| D | K | lines | lanes | flags | compile s (wall) | compile s (CPU) | eval s (256 states, 200 atoms, best of "
+          "JET_REPEATS) | bit-identical to the first |")
     print("|---|---|---|---|---|---|---|---|---|")
     for D, K in cases:
         P, X = params(D, 100, rng), np.ascontiguousarray(rng.normal(size=(256, D)) * 0.7)
@@ -61,8 +62,8 @@ def main(cases):
                 best = min(best, time.perf_counter() - t0)
             ref = out.copy() if ref is None else ref
             same = bool(np.array_equal(out.view(np.int64), ref.view(np.int64)))
-            print(f"| {D} | {K} | {source.count(chr(10))} | {lanes} | {tag} | {lib.compile_seconds:.1f} | {cpu:.1f} | {best:.4f} | {same} |",
-                  flush=True)
+            print(f"| {D} | {K} | {source.count(chr(10))} | {lanes} | {tag} | {lib.compile_seconds:.1f} | {cpu:.1f} | "
+                  f"{best:.4f} | {same} |", flush=True)
 
 
 if __name__ == "__main__":
