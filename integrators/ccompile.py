@@ -29,9 +29,9 @@ LIBRARY_CACHE_SIZE = 32
 #: no fused multiply-add (-ffp-contract=off): the arithmetic is the one written
 CFLAGS = ("-O2", "-shared", "-fPIC", "-ffp-contract=off", "-fno-math-errno", "-std=c99")
 
-#: first-use policy (issue 28): a source of at least QUICK_BYTES characters (the RBF jets of order 5 in 6-8 variables,
-#: 0.4-1.2 MB of straight-line code) is built at -O1, which compiles 1.4x faster than -O2 there and runs up to 2x slower
-#: (benchmarks/RESULTS_speed.md, Session 19); results are the same bits (no flag changes an operation)
+#: first-use policy (issue 28): a source of at least QUICK_BYTES characters (the RBF jets of order 4-5 in 6-8 variables,
+#: 0.4-1.2 MB of straight-line code) is built at -O1: its compiler CPU was 1.3-1.4x below -O2's there and the code ran
+#: within 15% of -O2's (smaller sources lose up to 2x; benchmarks/RESULTS_speed.md, Session 19); the same bits
 QUICK_BYTES = 400_000
 QUICK_LEVEL = "-O1"
 
