@@ -10,6 +10,7 @@ import ctypes
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -35,12 +36,19 @@ CFLAGS = ("-O2", "-shared", "-fPIC", "-ffp-contract=off", "-fno-math-errno", "-s
 QUICK_BYTES = 400_000
 QUICK_LEVEL = "-O1"
 
+#: longest compiler run (s); a slower one is killed with every process it started (its cc1 and as) and raises
+COMPILE_SECONDS = 300.0
+
 #: extra flags for loops written to vectorise (``load_library(..., vectorise=True)``); none changes a result
 VECTOR_FLAGS = ("-march=native", "-ftree-vectorize", "-fno-trapping-math")
 
 
 class CompileError(BeaError, RuntimeError):
     """The C compiler is missing or rejected the generated source."""
+
+
+class _Rejected(CompileError):
+    """The compiler ran and exited non-zero (flags it does not know, or the source): the one failure worth a retry."""
 
 
 #: ctypes pointer types of the generated functions' array arguments (double, long, int)
@@ -94,7 +102,7 @@ def load_library(source: str, vectorise: bool = False) -> CompiledLibrary:
     if vectorise:
         try:
             return _load(source, CFLAGS + VECTOR_FLAGS)
-        except CompileError:
+        except _Rejected:  # not after a timeout: the same source would take as long again
             pass
     return _load(source, CFLAGS)
 
@@ -132,16 +140,36 @@ def _build(source: str, flags, digest: str, cc: str, t0: float) -> CompiledLibra
         src, out = os.path.join(tmp, "step.c"), os.path.join(tmp, "step.so")
         with open(src, "w") as f:
             f.write(source)
-        try:
-            proc = subprocess.run([cc, *flags, "-o", out, src, "-lm"], capture_output=True, text=True, timeout=300)
-        except (OSError, subprocess.TimeoutExpired) as err:
-            raise CompileError(f"running the C compiler {cc} failed: {err}") from err
-        if proc.returncode != 0:
-            first = (proc.stderr or proc.stdout).strip().splitlines()[:5]
-            raise CompileError(f"the C compiler {cc} rejected the generated step code: " + " | ".join(first))
+        code, text = _run([cc, *flags, "-o", out, src, "-lm"])
+        if code != 0:
+            first = text.strip().splitlines()[:5]
+            raise _Rejected(f"the C compiler {cc} rejected the generated step code: " + " | ".join(first))
         lib = ctypes.CDLL(out)  # the mapping stays valid after the file is removed
         ccache.store(digest, cc, out)
     return CompiledLibrary(lib, digest, time.perf_counter() - t0)
+
+
+def _run(cmd) -> "tuple[int, str]":
+    """Run the compiler ``cmd``: its return code and its error output (else its output). It runs in a session of its
+    own, so that a timeout or an interrupt kills the whole group: killing the driver alone leaves its cc1 running."""
+    group = hasattr(os, "killpg")
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=group)
+    except OSError as err:
+        raise CompileError(f"running the C compiler {cmd[0]} failed: {err}") from err
+    try:
+        out, err = proc.communicate(timeout=COMPILE_SECONDS)
+    except BaseException as exc:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL) if group else proc.kill()
+        except OSError:  # the group is gone already
+            pass
+        proc.communicate()
+        if isinstance(exc, subprocess.TimeoutExpired):
+            raise CompileError(f"the C compiler {cmd[0]} ran longer than COMPILE_SECONDS = {COMPILE_SECONDS:g} s and "
+                               "was stopped; the eager path is used instead") from exc
+        raise
+    return proc.returncode, err or out
 
 
 def _remember(entry: CompiledLibrary) -> CompiledLibrary:

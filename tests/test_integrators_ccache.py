@@ -166,3 +166,39 @@ def test_a_held_lock_delays_a_build_only_until_the_wait_runs_out(monkeypatch, tm
         assert time.perf_counter() - t0 >= 0.5 and entry.compile_seconds >= 0.5 and _value(entry) == 21.0
     ccompile._cache.clear()
     assert ccompile.load_library(source).compile_seconds == 0.0  # stored all the same
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie waiting for its reaper counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_compiler_timeout_kills_the_compilers_children_and_is_not_retried(monkeypatch, tmp_path):
+    """A compiler that runs past COMPILE_SECONDS is stopped with the processes it started (as cc1 would be: killing
+    the driver alone left them running), and vectorise=True does not run it again without the vector flags."""
+    if not hasattr(os, "killpg") or not os.path.isdir("/proc/self"):
+        pytest.skip("needs process groups and /proc")
+    source = _fresh(monkeypatch, tmp_path, 16)
+    script, pids = tmp_path / "hangcc", tmp_path / "pids"
+    script.write_text(f"#!/bin/sh\nsh -c 'echo $$ >> {pids}; exec sleep 30' &\nsleep 30\n")
+    script.chmod(0o700)
+    monkeypatch.setenv("CC", str(script))
+    monkeypatch.setattr(ccompile, "COMPILE_SECONDS", 1.0)
+    with pytest.raises(ccompile.CompileError, match="C compiler"):
+        ccompile.load_library(source, vectorise=True)
+    started = [int(p) for p in pids.read_text().split()]
+    try:
+        deadline = time.monotonic() + 5.0  # the orphan is reaped by init, not by this process
+        while any(map(_alive, started)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert started and len(started) == 1 and not any(map(_alive, started))  # one run, its child gone
+    finally:
+        for pid in started:
+            try:
+                os.kill(pid, 9)
+            except OSError:
+                pass
