@@ -144,35 +144,34 @@ def _lock_fd(digest: str, cc: str) -> Optional[int]:
         return None
 
 
-def _acquire(fd: int, wait: float) -> Optional[bool]:
-    """Take the exclusive lock on ``fd``, polling (a blocking flock has no timeout) for up to ``wait`` seconds: None
-    if not taken, else whether another process held it first."""
-    deadline, pause, waited = time.monotonic() + wait, 0.01, False
+def _acquire(fd: int, wait: float) -> bool:
+    """Take the exclusive lock on ``fd``, polling (a blocking flock has no timeout) for up to ``wait`` seconds;
+    whether it was taken."""
+    deadline, pause = time.monotonic() + wait, 0.01
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return waited
+            return True
         except BlockingIOError:
             if time.monotonic() >= deadline:
-                return None
-            waited = True
+                return False
             time.sleep(pause)
             pause = min(2 * pause, 0.25)
         except OSError:  # a file system without locks
-            return None
+            return False
 
 
 @contextlib.contextmanager
 def building(digest: str, cc: str):
-    """Serialise the build and store of ``digest`` across processes: yields True when this process took the library's
-    lock after waiting for another holder (the caller then fetches again: the holder has likely stored it), False
-    when it builds at once (lock free, no lock available, or :data:`LOCK_WAIT_SECONDS` passed)."""
-    fd = _lock_fd(digest, cc)
-    got = None if fd is None else _acquire(fd, LOCK_WAIT_SECONDS)
+    """Serialise the build and store of ``digest`` across processes: holds the library's lock while the caller fetches
+    again (another holder has likely stored it meanwhile) and builds if still absent. Without a lock (none available,
+    or :data:`LOCK_WAIT_SECONDS` passed) the caller goes on unlocked."""
+    fd, got = _lock_fd(digest, cc), False
     try:
-        yield bool(got)
+        got = fd is not None and _acquire(fd, LOCK_WAIT_SECONDS)  # inside the try: an interrupt while waiting closes fd
+        yield
     finally:
-        if got is not None:
+        if got:
             fcntl.flock(fd, fcntl.LOCK_UN)
         if fd is not None:
             os.close(fd)

@@ -127,8 +127,8 @@ def _load(source: str, flags) -> CompiledLibrary:
     t0 = time.perf_counter()
     lib = ccache.fetch(digest, cc)  # built by an earlier process: loaded only once its HMAC verifies
     if lib is None:
-        with ccache.building(digest, cc) as waited:
-            lib = ccache.fetch(digest, cc) if waited else None  # stored by the process this one waited for
+        with ccache.building(digest, cc):
+            lib = ccache.fetch(digest, cc)  # stored meanwhile by the process that held the lock (or finished first)
             if lib is None:
                 return _remember(_build(source, flags, digest, cc, t0))
     return _remember(CompiledLibrary(lib, digest, 0.0))

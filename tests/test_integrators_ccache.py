@@ -110,7 +110,7 @@ def test_a_verified_library_that_cannot_be_loaded_is_rebuilt(monkeypatch, tmp_pa
 
     def refuses(path, *args, **kwargs):
         calls.append(path)
-        if len(calls) == 1:  # the first load is the verified copy from the cache; the rebuilt one loads
+        if len(calls) <= 2:  # the verified copies from the cache (looked up before and under the lock); the rebuilt loads
             raise OSError("cannot map the library (test)")
         return real(path, *args, **kwargs)
 
@@ -129,7 +129,7 @@ def _slow_compiler(tmp_path):
 
 
 def _child(source, barrier, results):
-    barrier.wait()
+    barrier.wait(timeout=60)
     entry = ccompile.load_library(source)
     results.put((entry.compile_seconds, _value(entry)))
 
@@ -144,28 +144,50 @@ def test_two_processes_that_miss_one_library_build_it_once(monkeypatch, tmp_path
     ctx = multiprocessing.get_context("fork")
     barrier, results = ctx.Barrier(2), ctx.Queue()
     procs = [ctx.Process(target=_child, args=(source, barrier, results)) for _ in range(2)]
-    for p in procs:
-        p.start()
-    out = sorted(results.get(timeout=120) for _ in procs)
-    for p in procs:
-        p.join(timeout=60)
+    try:
+        for p in procs:
+            p.start()
+        out = sorted(results.get(timeout=120) for _ in procs)
+    finally:  # a child that failed leaves the other at the barrier or in the queue: neither outlives the test
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=10)
     assert (tmp_path / "runs").read_text().split() == ["run"]  # without the lock: two runs
     assert out[0][0] == 0.0 and out[1][0] > 1.0 and out[0][1] == out[1][1] == 20.0
 
 
 def test_a_held_lock_delays_a_build_only_until_the_wait_runs_out(monkeypatch, tmp_path):
     """A holder that never finishes (here: this very process) cannot deadlock a build: after LOCK_WAIT_SECONDS it
-    builds unlocked."""
+    builds unlocked. The spy on the lock's acquire sees the holder take it and the build give up waiting."""
     from integrators import ccache
     source = _fresh(monkeypatch, tmp_path, 15)
     monkeypatch.setattr(ccache, "LOCK_WAIT_SECONDS", 0.5)
-    with ccache.building(ccompile.digest_of(source, ccompile.CFLAGS), ccompile.find_compiler()) as waited:
-        assert not waited  # taken at once
+    taken, real = [], ccache._acquire
+    monkeypatch.setattr(ccache, "_acquire", lambda fd, wait: taken.append((real(fd, wait), wait)) or taken[-1][0])
+    with ccache.building(ccompile.digest_of(source, ccompile.CFLAGS), ccompile.find_compiler()):
+        assert taken == [(True, 0.5)]
         t0 = time.perf_counter()
         entry = ccompile.load_library(source)
+        assert taken == [(True, 0.5), (False, 0.5)]  # the build was refused the lock for the whole wait
         assert time.perf_counter() - t0 >= 0.5 and entry.compile_seconds >= 0.5 and _value(entry) == 21.0
     ccompile._cache.clear()
     assert ccompile.load_library(source).compile_seconds == 0.0  # stored all the same
+
+
+def test_a_library_stored_before_the_lock_is_taken_is_not_built_again(monkeypatch, tmp_path):
+    """The look under the lock is taken always, not only after a wait: another process may have stored the library
+    between this one's first look and its lock."""
+    from integrators import ccache
+    source = _fresh(monkeypatch, tmp_path, 17)
+    assert ccompile.load_library(source).compile_seconds > 0
+    ccompile._cache.clear()
+    calls, real = [], ccache.fetch
+    monkeypatch.setattr(ccache, "fetch", lambda digest, cc: calls.append(digest) or (real(digest, cc) if len(calls) > 1
+                                                                                       else None))
+    again = ccompile.load_library(source)
+    assert len(calls) == 2 and again.compile_seconds == 0.0 and _value(again) == 23.0
 
 
 def _alive(pid: int) -> bool:
