@@ -21,8 +21,8 @@ Concurrent builds (:func:`building`): processes that miss the same library at on
 the jobs of a sweep) would each run the compiler, for up to a minute each on the largest sources. So a build holds
 an advisory ``flock`` on a per-library lock file next to the entry; a process that waits for it fetches what the
 holder stored instead of compiling. The lock never decides correctness: after :data:`LOCK_WAIT_SECONDS` a waiter
-builds anyway, a lock that cannot be taken (no ``fcntl``, an unusable directory) means building unlocked, and the
-kernel releases the lock of a process that dies.
+builds anyway, a lock that cannot or should not be taken (no ``fcntl``, a cache that cannot store, a lock file that
+is not this user's regular file) means building unlocked, and the kernel releases the lock of a process that dies.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import ctypes
 import hashlib
 import os
 import platform
+import stat
 import tempfile
 import time
 import warnings
@@ -133,15 +134,24 @@ def store(digest: str, cc: str, path: str) -> None:
 
 
 def _lock_fd(digest: str, cc: str) -> Optional[int]:
-    """An open descriptor of the library's lock file (created 0600 in the cache directory), or None."""
+    """An open descriptor of the library's lock file (created 0600 in the cache directory), or None: no lock when the
+    cache cannot store (its key cannot be created or read: builds that are not stored gain nothing from waiting) or
+    when the file is not a regular file of this user's (another user could hold it to stall this user's builds)."""
     if fcntl is None or not enabled():
         return None
     path = cache.entry_path(_key(digest, cc), part=PART).with_suffix(".lock")
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        return os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    except OSError:  # an unusable directory: fetch and store report it; building needs no lock
+        if cache._secret(path.parent, create=True) is None:
+            return None
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except (OSError, cache._Unusable):  # an unusable directory or key: fetch and store report it
         return None
+    st = os.fstat(fd)
+    if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+        return fd
+    os.close(fd)
+    return None
 
 
 def _acquire(fd: int, wait: float) -> bool:

@@ -224,3 +224,36 @@ def test_a_compiler_timeout_kills_the_compilers_children_and_is_not_retried(monk
                 os.kill(pid, 9)
             except OSError:
                 pass
+
+
+def _lock_of(source):
+    from integrators import ccache
+    return ccache._lock_fd(ccompile.digest_of(source, ccompile.CFLAGS), ccompile.find_compiler())
+
+
+def test_no_lock_where_the_cache_cannot_store(monkeypatch, tmp_path):
+    """A cache whose key cannot be read (here a directory in its place) stores nothing: its builds are not serialised,
+    and no lock file is made."""
+    source = _fresh(monkeypatch, tmp_path, 18)
+    (tmp_path / "secret.key").mkdir()
+    assert _lock_of(source) is None and not list(tmp_path.glob("*.lock"))
+    os.rmdir(tmp_path / "secret.key")
+    fd = _lock_of(source)  # the same directory with a usable key is locked
+    assert fd is not None and len(list(tmp_path.glob("*.lock"))) == 1
+    os.close(fd)
+
+
+def test_no_lock_on_a_lock_file_that_is_not_this_users_regular_file(monkeypatch, tmp_path):
+    """Another user's lock file (the owner faked by the effective uid) or a FIFO in its place: built unlocked."""
+    source = _fresh(monkeypatch, tmp_path, 19)
+    fd = _lock_of(source)
+    path = next(tmp_path.glob("*.lock"))
+    os.close(fd)
+    with monkeypatch.context() as m:
+        m.setattr(ccompile.ccache.cache, "_secret", lambda directory, create: b"k" * 32)  # the key is not the subject
+        m.setattr(os, "geteuid", lambda uid=os.geteuid(): uid + 1)
+        assert _lock_of(source) is None
+    os.close(_lock_of(source))  # this user's regular file is locked
+    path.unlink()
+    os.mkfifo(path)
+    assert _lock_of(source) is None
