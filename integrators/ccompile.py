@@ -22,7 +22,7 @@ from bea.errors import BeaError, InternalError
 from . import ccache
 
 __all__ = ["CompileError", "CompiledLibrary", "find_compiler", "load_library", "digest_of", "LIBRARY_CACHE_SIZE", "ptr", "F64P",
-           "I64P", "I32P", "QUICK_BYTES", "QUICK_LEVEL"]
+           "I64P", "I32P", "QUICK_LEVEL"]
 
 #: libraries kept loaded per process (least recently used beyond this are forgotten)
 LIBRARY_CACHE_SIZE = 32
@@ -30,10 +30,8 @@ LIBRARY_CACHE_SIZE = 32
 #: no fused multiply-add (-ffp-contract=off): the arithmetic is the one written
 CFLAGS = ("-O2", "-shared", "-fPIC", "-ffp-contract=off", "-fno-math-errno", "-std=c99")
 
-#: first-use policy (issue 28): a source of at least QUICK_BYTES characters (the RBF jets of order 4-5 in 6-8 variables,
-#: 0.4-1.2 MB of straight-line code) is built at -O1: its compiler CPU was 1.3-1.4x below -O2's there and the code ran
-#: within 15% of -O2's (smaller sources lose up to 2x; benchmarks/RESULTS_speed.md, Session 19); the same bits
-QUICK_BYTES = 400_000
+#: the level of ``load_library(..., quick=True)``: the first-use policy (issue 28) of the largest RBF jets
+#: (learners.shadow.compiled_mean.jet_build): with 4 lanes 1.3-2x less compiler CPU (benchmarks/RESULTS_speed.md, Session 19)
 QUICK_LEVEL = "-O1"
 
 #: longest compiler run (s); a slower one is killed with every process it started (its cc1 and as) and raises
@@ -94,17 +92,19 @@ def find_compiler() -> Optional[str]:
     return None
 
 
-def load_library(source: str, vectorise: bool = False) -> CompiledLibrary:
+def load_library(source: str, vectorise: bool = False, quick: bool = False) -> CompiledLibrary:
     """Compile ``source`` (or take it from the LRU) and load it. Raises :class:`CompileError`.
 
     ``source`` must be C this process generated (never text read from disk or from a user): loading runs it.
-    ``vectorise``: add :data:`VECTOR_FLAGS`; a compiler that rejects them builds without them."""
+    ``vectorise``: add :data:`VECTOR_FLAGS`; a compiler that rejects them builds without them. ``quick``: build at
+    :data:`QUICK_LEVEL` instead of -O2 (the same operations, so the same bits; the level is a flag, hence in the digest)."""
+    flags = tuple(QUICK_LEVEL if f == "-O2" else f for f in CFLAGS) if quick else CFLAGS
     if vectorise:
         try:
-            return _load(source, CFLAGS + VECTOR_FLAGS)
+            return _load(source, flags + VECTOR_FLAGS)
         except _Rejected:  # not after a timeout: the same source would take as long again
             pass
-    return _load(source, CFLAGS)
+    return _load(source, flags)
 
 
 def digest_of(source: str, flags) -> str:
@@ -113,8 +113,6 @@ def digest_of(source: str, flags) -> str:
 
 
 def _load(source: str, flags) -> CompiledLibrary:
-    if len(source) >= QUICK_BYTES:  # the flags, hence the digest, say which level built it
-        flags = tuple(QUICK_LEVEL if f == "-O2" else f for f in flags)
     digest = digest_of(source, flags)
     with _lock:
         hit = _cache.get(digest)
