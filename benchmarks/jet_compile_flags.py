@@ -20,9 +20,9 @@ from integrators.codegen import size  # noqa: E402
 from integrators.codegen.reduce import EXP_SOURCE, emit_sum  # noqa: E402
 from learners.shadow.compiled_mean import LANES, rbf_blocks  # noqa: E402
 
-ccompile.QUICK_BYTES = float("inf")  # the flag sets here are the ones asked for, whatever the source's size
 REPEATS = int(os.environ.get("JET_REPEATS", "3"))
-BASE = ("-shared", "-fPIC", "-ffp-contract=off", "-fno-math-errno", "-std=c99") + ccompile.VECTOR_FLAGS
+#: the library's own flags without their level (each flag set below names one) and with the vector flags
+BASE = tuple(f for f in ccompile.CFLAGS if not f.startswith("-O")) + ccompile.VECTOR_FLAGS
 FLAG_SETS = {t: (t and "-" + t,) + BASE for t in os.environ.get("JET_OPT", "O2 O1").split()}
 for extra in os.environ.get("JET_FLAGS", "").split(";"):
     if extra.strip():
