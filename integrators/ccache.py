@@ -16,16 +16,26 @@ The key names everything the bytes depend on: the SHA-256 of the flags and the s
 :func:`integrators.ccompile.load_library`), the compiler (path, size, modification time) and the host
 (machine type and CPU flags, since vectorised libraries use the host's instructions). ``BEA_C_CACHE=0``
 turns the on-disk part off (each process then compiles once, as before).
+
+Concurrent builds (:func:`building`): processes that miss the same library at once (the workers of one test run,
+the jobs of a sweep) would each run the compiler, for up to a minute each on the largest sources. So a build holds
+an advisory ``flock`` on a per-library lock file next to the entry; a process that waits for it fetches what the
+holder stored instead of compiling. The lock never decides correctness: after :data:`LOCK_WAIT_SECONDS` a waiter
+builds anyway, a lock that cannot or should not be taken (no ``fcntl``, a cache that cannot store, a lock file that
+is not this user's regular file) means building unlocked, and the kernel releases the lock of a process that dies.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import ctypes
 import hashlib
 import os
 import platform
+import stat
 import tempfile
+import time
 import warnings
 from functools import lru_cache
 from typing import Optional
@@ -33,13 +43,21 @@ from typing import Optional
 from bea import cache
 from bea.errors import CacheFormatError
 
-__all__ = ["fetch", "store", "enabled"]
+try:
+    import fcntl
+except ImportError:  # not POSIX: builds are not serialised across processes
+    fcntl = None
+
+__all__ = ["fetch", "store", "enabled", "building", "LOCK_WAIT_SECONDS"]
 
 #: version of this entry layout (part of every key)
 FORMAT = 1
 PART = "clib"
 #: headers of a shared library: ELF (Linux), Mach-O 64-bit (macOS, both byte orders)
 _HEADERS = (b"\x7fELF", b"\xcf\xfa\xed\xfe", b"\xfe\xed\xfa\xcf")
+#: longest wait for another process's build of the same library (s): the compiler's own limit (300 s) and a margin,
+#: so that a waiter only builds itself when the holder is stuck
+LOCK_WAIT_SECONDS = 330.0
 
 
 def enabled() -> bool:
@@ -113,3 +131,57 @@ def store(digest: str, cc: str, path: str) -> None:
         data = fh.read()
     body = {"lib": base64.b64encode(data).decode("ascii"), "sha256": hashlib.sha256(data).hexdigest()}
     cache.save(_key(digest, cc), body, part=PART)
+
+
+def _lock_fd(digest: str, cc: str) -> Optional[int]:
+    """An open descriptor of the library's lock file (created 0600 in the cache directory), or None: no lock when the
+    cache cannot store (its key cannot be created or read: builds that are not stored gain nothing from waiting) or
+    when the file is not a regular file of this user's (another user could hold it to stall this user's builds)."""
+    if fcntl is None or not enabled():
+        return None
+    path = cache.entry_path(_key(digest, cc), part=PART).with_suffix(".lock")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if cache._secret(path.parent, create=True) is None:
+            return None
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except (OSError, cache._Unusable):  # an unusable directory or key: fetch and store report it
+        return None
+    st = os.fstat(fd)
+    if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+        return fd
+    os.close(fd)
+    return None
+
+
+def _acquire(fd: int, wait: float) -> bool:
+    """Take the exclusive lock on ``fd``, polling (a blocking flock has no timeout) for up to ``wait`` seconds;
+    whether it was taken."""
+    deadline, pause = time.monotonic() + wait, 0.01
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(pause)
+            pause = min(2 * pause, 0.25)
+        except OSError:  # a file system without locks
+            return False
+
+
+@contextlib.contextmanager
+def building(digest: str, cc: str):
+    """Serialise the build and store of ``digest`` across processes: holds the library's lock while the caller fetches
+    again (another holder has likely stored it meanwhile) and builds if still absent. Without a lock (none available,
+    or :data:`LOCK_WAIT_SECONDS` passed) the caller goes on unlocked."""
+    fd, got = _lock_fd(digest, cc), False
+    try:
+        got = fd is not None and _acquire(fd, LOCK_WAIT_SECONDS)  # inside the try: an interrupt while waiting closes fd
+        yield
+    finally:
+        if got:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        if fd is not None:
+            os.close(fd)

@@ -4,6 +4,7 @@ import ctypes
 import os
 import subprocess
 import sys
+import time
 import warnings
 
 import pytest
@@ -109,7 +110,7 @@ def test_a_verified_library_that_cannot_be_loaded_is_rebuilt(monkeypatch, tmp_pa
 
     def refuses(path, *args, **kwargs):
         calls.append(path)
-        if len(calls) == 1:  # the first load is the verified copy from the cache; the rebuilt one loads
+        if len(calls) <= 2:  # the verified copies from the cache (looked up before and under the lock); the rebuilt loads
             raise OSError("cannot map the library (test)")
         return real(path, *args, **kwargs)
 
@@ -117,3 +118,142 @@ def test_a_verified_library_that_cannot_be_loaded_is_rebuilt(monkeypatch, tmp_pa
     with pytest.warns(CacheWarning, match="could not be loaded"):
         again = ccompile.load_library(source)
     assert again.compile_seconds > 0 and _value(again) == 19.0
+
+
+def _slow_compiler(tmp_path):
+    """A compiler that records each run and takes a second longer: two builds of one library would overlap."""
+    script = tmp_path / "slowcc"
+    script.write_text(f"#!/bin/sh\necho run >> {tmp_path / 'runs'}\nsleep 1\nexec {ccompile.find_compiler()} \"$@\"\n")
+    script.chmod(0o700)
+    return str(script)
+
+
+def _child(source, barrier, results):
+    barrier.wait(timeout=60)
+    entry = ccompile.load_library(source)
+    results.put((entry.compile_seconds, _value(entry)))
+
+
+def test_two_processes_that_miss_one_library_build_it_once(monkeypatch, tmp_path):
+    """Forked processes (no imports to pay) start together: the one that waits for the other's lock loads its library."""
+    import multiprocessing
+    if ccompile.find_compiler() is None or not hasattr(os, "fork"):
+        pytest.skip("needs a C compiler and fork")
+    source = _fresh(monkeypatch, tmp_path, 14)
+    monkeypatch.setenv("CC", _slow_compiler(tmp_path))
+    ctx = multiprocessing.get_context("fork")
+    barrier, results = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_child, args=(source, barrier, results)) for _ in range(2)]
+    try:
+        for p in procs:
+            p.start()
+        out = sorted(results.get(timeout=120) for _ in procs)
+    finally:  # a child that failed leaves the other at the barrier or in the queue: neither outlives the test
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=10)
+    assert (tmp_path / "runs").read_text().split() == ["run"]  # without the lock: two runs
+    assert out[0][0] == 0.0 and out[1][0] > 1.0 and out[0][1] == out[1][1] == 20.0
+
+
+def test_a_held_lock_delays_a_build_only_until_the_wait_runs_out(monkeypatch, tmp_path):
+    """A holder that never finishes (here: this very process) cannot deadlock a build: after LOCK_WAIT_SECONDS it
+    builds unlocked. The spy on the lock's acquire sees the holder take it and the build give up waiting."""
+    from integrators import ccache
+    source = _fresh(monkeypatch, tmp_path, 15)
+    monkeypatch.setattr(ccache, "LOCK_WAIT_SECONDS", 0.5)
+    taken, real = [], ccache._acquire
+    monkeypatch.setattr(ccache, "_acquire", lambda fd, wait: taken.append((real(fd, wait), wait)) or taken[-1][0])
+    with ccache.building(ccompile.digest_of(source, ccompile.CFLAGS), ccompile.find_compiler()):
+        assert taken == [(True, 0.5)]
+        t0 = time.perf_counter()
+        entry = ccompile.load_library(source)
+        assert taken == [(True, 0.5), (False, 0.5)]  # the build was refused the lock for the whole wait
+        assert time.perf_counter() - t0 >= 0.5 and entry.compile_seconds >= 0.5 and _value(entry) == 21.0
+    ccompile._cache.clear()
+    assert ccompile.load_library(source).compile_seconds == 0.0  # stored all the same
+
+
+def test_a_library_stored_before_the_lock_is_taken_is_not_built_again(monkeypatch, tmp_path):
+    """The look under the lock is taken always, not only after a wait: another process may have stored the library
+    between this one's first look and its lock."""
+    from integrators import ccache
+    source = _fresh(monkeypatch, tmp_path, 17)
+    assert ccompile.load_library(source).compile_seconds > 0
+    ccompile._cache.clear()
+    calls, real = [], ccache.fetch
+    monkeypatch.setattr(ccache, "fetch", lambda digest, cc: calls.append(digest) or (real(digest, cc) if len(calls) > 1
+                                                                                       else None))
+    again = ccompile.load_library(source)
+    assert len(calls) == 2 and again.compile_seconds == 0.0 and _value(again) == 23.0
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie waiting for its reaper counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_compiler_timeout_kills_the_compilers_children_and_is_not_retried(monkeypatch, tmp_path):
+    """A compiler that runs past COMPILE_SECONDS is stopped with the processes it started (as cc1 would be: killing
+    the driver alone left them running), and vectorise=True does not run it again without the vector flags."""
+    if not hasattr(os, "killpg") or not os.path.isdir("/proc/self"):
+        pytest.skip("needs process groups and /proc")
+    source = _fresh(monkeypatch, tmp_path, 16)
+    script, pids = tmp_path / "hangcc", tmp_path / "pids"
+    script.write_text(f"#!/bin/sh\nsh -c 'echo $$ >> {pids}; exec sleep 30' &\nsleep 30\n")
+    script.chmod(0o700)
+    monkeypatch.setenv("CC", str(script))
+    monkeypatch.setattr(ccompile, "COMPILE_SECONDS", 1.0)
+    with pytest.raises(ccompile.CompileError, match="C compiler"):
+        ccompile.load_library(source, vectorise=True)
+    started = [int(p) for p in pids.read_text().split()]
+    try:
+        deadline = time.monotonic() + 5.0  # the orphan is reaped by init, not by this process
+        while any(map(_alive, started)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert started and len(started) == 1 and not any(map(_alive, started))  # one run, its child gone
+    finally:
+        for pid in started:
+            try:
+                os.kill(pid, 9)
+            except OSError:
+                pass
+
+
+def _lock_of(source):
+    from integrators import ccache
+    return ccache._lock_fd(ccompile.digest_of(source, ccompile.CFLAGS), ccompile.find_compiler())
+
+
+def test_no_lock_where_the_cache_cannot_store(monkeypatch, tmp_path):
+    """A cache whose key cannot be read (here a directory in its place) stores nothing: its builds are not serialised,
+    and no lock file is made."""
+    source = _fresh(monkeypatch, tmp_path, 18)
+    (tmp_path / "secret.key").mkdir()
+    assert _lock_of(source) is None and not list(tmp_path.glob("*.lock"))
+    os.rmdir(tmp_path / "secret.key")
+    fd = _lock_of(source)  # the same directory with a usable key is locked
+    assert fd is not None and len(list(tmp_path.glob("*.lock"))) == 1
+    os.close(fd)
+
+
+def test_no_lock_on_a_lock_file_that_is_not_this_users_regular_file(monkeypatch, tmp_path):
+    """Another user's lock file (the owner faked by the effective uid) or a FIFO in its place: built unlocked."""
+    source = _fresh(monkeypatch, tmp_path, 19)
+    fd = _lock_of(source)
+    path = next(tmp_path.glob("*.lock"))
+    os.close(fd)
+    with monkeypatch.context() as m:
+        m.setattr(ccompile.ccache.cache, "_secret", lambda directory, create: b"k" * 32)  # the key is not the subject
+        m.setattr(os, "geteuid", lambda uid=os.geteuid(): uid + 1)
+        assert _lock_of(source) is None
+    os.close(_lock_of(source))  # this user's regular file is locked
+    path.unlink()
+    os.mkfifo(path)
+    assert _lock_of(source) is None

@@ -90,6 +90,40 @@ def test_jet_rows_do_not_depend_on_the_batch():
     assert torch.equal(T[5:], jet(X[5:], 3))
 
 
+def test_the_first_use_policy_of_large_jets_gives_the_same_bits(monkeypatch):
+    """Large jets are built with LARGE_LANES lanes at ccompile.QUICK_LEVEL (issue 28's first-use policy). Neither
+    changes an operation (lanes are computed alone, contraction stays off), so a jet built under the policy (forced
+    here on a small one by lowering its threshold) equals the default build bit for bit; the compiler saw the
+    quick level."""
+    from integrators import ccompile
+    from learners.shadow import compiled_mean
+    ex = _random_expansion(4)
+    X = torch.randn(13, 4, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    monkeypatch.setenv("BEA_C_CACHE", "0")  # every build below runs the compiler
+    monkeypatch.setattr(ccompile, "_cache", type(ccompile._cache)())
+    default = RBFJet(ex)(X, 3)
+    seen, real = [], ccompile.subprocess.Popen
+    monkeypatch.setattr(ccompile.subprocess, "Popen", lambda args, *a, **k: seen.append(args) or real(args, *a, **k))
+    monkeypatch.setattr(compiled_mean, "LARGE_JET_COLUMNS", 1)
+    quick = RBFJet(ex)
+    assert torch.equal(quick(X, 3), default)
+    assert quick._fn(3)[1] == compiled_mean.LARGE_LANES != compiled_mean.LANES
+    assert len(seen) == 1 and ccompile.QUICK_LEVEL in seen[0] and "-O2" not in seen[0]
+
+
+def test_which_jets_the_first_use_policy_takes():
+    """The policy (4 lanes and -O1 together, from 400 columns) covers the jets measured to gain from it (order 5 in 6-8
+    variables, order 4 in 8) and larger ones by their column count; every smaller jet keeps LANES = 8 at -O2 (at 210
+    columns, D = 6, K = 4, the policy ran 2.7x slower; 7:4 has 330). No compiler runs."""
+    from learners.shadow.compiled_mean import LANES, LARGE_LANES, MAX_JET_COLUMNS, jet_build
+    from integrators.codegen import size
+    cases = [(D, K) for D in range(1, 13) for K in range(1, 8) if size(D, K) <= MAX_JET_COLUMNS]
+    large = {(D, K) for D, K in cases if jet_build(D, K) == (LARGE_LANES, True)}
+    assert large == {(6, 5), (7, 5), (8, 5), (8, 4),  # measured (benchmarks/RESULTS_speed.md, Session 19)
+                     (5, 6), (5, 7), (6, 6), (6, 7), (7, 6), (9, 4), (10, 4), (11, 4), (12, 4), (12, 3)}  # 455+ columns
+    assert all(jet_build(D, K) == (LANES, False) for D, K in cases if (D, K) not in large) and LANES == 8
+
+
 def test_jet_lagrangian_to_third_order_and_reuse(model):
     """JetLagrangian: value, gradient, Hessian and a third derivative by autograd equal the autograd mean's;
     the several calls at one batch of states compute one jet (extended once for the third order)."""

@@ -24,12 +24,25 @@ from integrators.compiled import CLagrangian, NotLowerable
 
 from .kernels import AtomExpansion
 
-__all__ = ["c_lagrangian_of_expansion", "rbf_blocks", "mechanical_blocks", "RBFJet", "MAX_JET_COLUMNS"]
+__all__ = ["c_lagrangian_of_expansion", "rbf_blocks", "mechanical_blocks", "RBFJet", "MAX_JET_COLUMNS",
+           "jet_build"]
 
 #: largest number of partial derivatives per state (binom(D + K, K)); beyond it autograd is the better tool
 MAX_JET_COLUMNS = 2000
 #: states per inner loop of :class:`RBFJet`, side by side in vector registers (docs/theory/codegen.md)
 LANES = 8
+#: first-use policy (issue 28): from this many partial derivatives per state (order 5 in 6-8 variables, 4 in 8-9; 6:5,
+#: 8:4 and 8:5 measured) a jet
+#: has LARGE_LANES lanes (half the vector code per statement) and is built at ccompile's QUICK_LEVEL (-O1): 1.3-2x less
+#: compiler CPU, and the code ran within 15% of 8 lanes at -O2 (D = 6, K = 5: 13% slower); at 210 columns 2.7x slower
+LARGE_JET_COLUMNS, LARGE_LANES = 400, 4
+
+
+def jet_build(D: int, K: int) -> "tuple[int, bool]":
+    """The lane count of the jet of order ``K`` in ``D`` variables and whether ccompile's quick level builds it: both
+    from its binom(D + K, K) columns (LARGE_JET_COLUMNS), so that the size policy is decided in one place."""
+    large = size(D, K) >= LARGE_JET_COLUMNS
+    return (LARGE_LANES if large else LANES), large
 
 
 def _gaussian(prog, r):
@@ -189,15 +202,17 @@ class RBFJet:
         return list(monomials(self.D, K))
 
     def _fn(self, K: int):
+        """The loaded ``rbf_jet`` of order ``K`` and its lane count (built on first use)."""
         fn = self._fns.get(K)
         if fn is None:
             if size(self.D, K) > MAX_JET_COLUMNS:
                 raise BeaValueError(f"a jet of order {K} in {self.D} variables has {size(self.D, K)} partial derivatives per "
                                     f"state, more than MAX_JET_COLUMNS = {MAX_JET_COLUMNS}; use autograd for such orders")
             # the sum over atoms in the variables x / ell; _factors turns its coefficients into derivatives in x
-            source = EXP_SOURCE + emit_sum(rbf_blocks(self.D, K), self.D + 1, name="rbf_jet", lanes=LANES)
-            fn = load_library(source, vectorise=True).function("rbf_jet", None, F64P, ctypes.c_long, F64P, F64P)
-            self._fns[K] = fn
+            lanes, quick = jet_build(self.D, K)
+            source = EXP_SOURCE + emit_sum(rbf_blocks(self.D, K), self.D + 1, name="rbf_jet", lanes=lanes)
+            fn = load_library(source, vectorise=True, quick=quick).function("rbf_jet", None, F64P, ctypes.c_long, F64P, F64P)
+            self._fns[K] = fn = fn, lanes
             expo = np.array(monomials(self.D, K), dtype=np.float64)  # Taylor coefficients in x / ell to derivatives in x
             beta = np.array([math.prod(map(math.factorial, m)) for m in monomials(self.D, K)], dtype=np.float64)
             self._factors[K] = torch.from_numpy(self._scale * beta / np.prod(self._ell ** expo, -1))
@@ -208,9 +223,9 @@ class RBFJet:
         :math:`\\alpha_j` the ``j``-th of :meth:`columns`."""
         if X.dim() != 2 or X.shape[1] != self.D:
             raise BeaValueError(f"states must have shape (B, {self.D}), got {tuple(X.shape)}")
-        fn, B = self._fn(K), X.shape[0]
-        # the last group of LANES states padded with zeros: each lane is computed alone
-        x = np.zeros((-(-B // LANES) * LANES, self.D))
+        (fn, lanes), B = self._fn(K), X.shape[0]
+        # the last group of lanes padded with zeros: each lane is computed alone
+        x = np.zeros((-(-B // lanes) * lanes, self.D))
         x[:B] = X.detach().to(torch.float64).cpu().numpy() / self._ell
         out = np.empty((x.shape[0], len(self._factors[K])), dtype=np.float64)
         fn(ptr(x), x.shape[0], ptr(self._params), ptr(out))
