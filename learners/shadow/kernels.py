@@ -309,8 +309,7 @@ class AtomExpansion:
 
 
 def _rbf_terms(X: torch.Tensor, ex: AtomExpansion):
-    """Scaled inputs, the exponentials e_k, P_k (plus u.r, d.r for order-2 atoms), e_k P_k and its sum over k (the
-    value, the gradient and each Hessian-vector product of a pass share them)."""
+    """Scaled inputs, the exponentials e_k, and P_k (plus u.r, d.r for order-2 atoms)."""
     Xs = X / ex._ls
     E = torch.exp(Xs @ ex._Yt - 0.5 * (Xs * Xs).sum(-1, keepdim=True) - ex._ynorm)
     P = Xs @ ex._Vt + ex._const
@@ -319,19 +318,19 @@ def _rbf_terms(X: torch.Tensor, ex: AtomExpansion):
         ur = Xs @ ex._Ut - ex._yu
         dr = Xs @ ex._Dt - ex._yd
         P[:, ex._two] += ex._c2s * ur * dr  # P is this function's own (the sum's output, saved by no node)
-    EP = E * P
-    return Xs, E, P, ur, dr, EP, EP.sum(-1, keepdim=True)
+    return Xs, E, P, ur, dr
 
 
 def _rbf_value(X: torch.Tensor, ex: AtomExpansion, terms=None) -> torch.Tensor:
-    EPs = (terms if terms is not None else _rbf_terms(X, ex))[-1]
-    return ex._scale * EPs[:, 0]
+    _, E, P, _, _ = terms if terms is not None else _rbf_terms(X, ex)
+    return ex._scale * (E * P).sum(-1)
 
 
 def _rbf_gradient(X: torch.Tensor, ex: AtomExpansion, terms=None) -> torch.Tensor:
     r""":math:`\nabla f = \sigma_f^2 \sum_k e_k(\nabla P_k - r_k P_k)/\ell` (differentiable torch operations)."""
-    Xs, E, P, ur, dr, EP, EPs = terms if terms is not None else _rbf_terms(X, ex)
-    g = E @ ex._V - Xs * EPs + EP @ ex._Y
+    Xs, E, P, ur, dr = terms if terms is not None else _rbf_terms(X, ex)
+    EP = E * P
+    g = E @ ex._V - Xs * EP.sum(-1, keepdim=True) + EP @ ex._Y
     if ex._second:
         Ec = E[:, ex._two] * ex._c2s
         g = g + (Ec * dr) @ ex._Us + (Ec * ur) @ ex._Ds
@@ -346,17 +345,18 @@ def _rbf_hvp(X: torch.Tensor, W: torch.Tensor, ex: AtomExpansion, terms=None) ->
               - r_k (g_k\cdot\omega) - P_k\,\omega + P_k\, r_k (r_k\cdot\omega)\big]
 
     (ordinary torch operations: differentiable again)."""
-    Xs, E, P, ur, dr, EP, EPs = terms if terms is not None else _rbf_terms(X, ex)
+    Xs, E, P, ur, dr = terms if terms is not None else _rbf_terms(X, ex)
     Om = W / ex._ls
     rw = (Xs * Om).sum(-1, keepdim=True) - Om @ ex._Yt
     gw = Om @ ex._Vt
     if ex._second:
         uw, dw = Om @ ex._Ut, Om @ ex._Dt
         gw[:, ex._two] += ex._c2s * (uw * dr + dw * ur)  # gw: the product's output, saved by no node
+    EP = E * P
     Erw = E * rw
     Egw = E * gw
     EPrw = EP * rw
-    out = (-(Erw @ ex._V) - Xs * Egw.sum(-1, keepdim=True) + Egw @ ex._Y - Om * EPs
+    out = (-(Erw @ ex._V) - Xs * Egw.sum(-1, keepdim=True) + Egw @ ex._Y - Om * EP.sum(-1, keepdim=True)
            + Xs * EPrw.sum(-1, keepdim=True) - EPrw @ ex._Y)
     if ex._second:
         Ec, rw2 = E[:, ex._two] * ex._c2s, rw[:, ex._two]
