@@ -254,7 +254,8 @@ class AtomExpansion:
     (order 0, 1 and 2 atoms), evaluated as one autograd node whose backward is the analytic gradient
     :math:`\sigma_f^2 \sum_k e_k(\nabla P_k - r_k P_k)/\ell`, itself written in differentiable torch
     operations (so higher derivatives, as :mod:`bea` needs, work). A kernel with an ``expansion(atoms, outputscale)``
-    method supplies its own closed form (the mechanical kernel); other kernels use ``derivative_block``.
+    method supplies its own closed form (the mechanical kernel); other kernels use ``derivative_block``. Its
+    precomputed fields change between versions: pickle a model through its ``save``, never an expansion itself.
     """
 
     def __init__(self, kernel: FunctionalKernel, atoms: Dict[int, AtomSet], differentiable: bool = False):
@@ -285,7 +286,7 @@ class AtomExpansion:
                 c2 = torch.cat(c2)
                 self._const = torch.cat(c0) - (Y * V).sum(-1) - c2 * (U * Dd).sum(-1)
                 self._second = 2 in atoms
-                if self._second:  # order-2 terms on the order-2 atoms' block only: c2, u, d vanish elsewhere (same values)
+                if self._second:  # order-2 terms on the order-2 atoms' block only (c2, u, d vanish elsewhere): equal to rounding
                     self._c2, self._U, self._Dd = c2, U, Dd  # every atom's (compiled_mean)
                     first = sum(len(atoms[m]) for m in list(atoms)[:list(atoms).index(2)])
                     self._two = two = slice(first, first + len(atoms[2]))
