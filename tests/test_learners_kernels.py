@@ -186,3 +186,34 @@ def test_a_solve_is_reused_only_for_the_same_functionals_and_hyperparameters():
     for p in ref.parameters():
         p.requires_grad_(False)
     assert torch.equal(ref.condition(G)._beta, gp._beta)  # the reused solve is the one a fresh GP makes
+
+
+@pytest.mark.parametrize("orders", [(1, 0, 2), (2, 1, 0), (0, 2, 1), (2,), (0, 1)])
+def test_the_fused_expansion_takes_order_two_terms_on_their_atoms_only(orders):
+    """The fused RBF expansion forms the order-2 atoms' terms on their own block of the atoms (wherever the order-2
+    set sits among the orders) and agrees with the generic blocks in value, gradient and Hessian-vector product. Why
+    1e-12 relative to the sum of |coefficients|: each is a sum over the atoms of O(1) terms times them (rounding); a
+    block taken at the wrong offset pairs the order-2 coefficients with other atoms' directions, an O(1) error."""
+    G = _family()
+    gp = FunctionalGP(FunctionalKernel(RBFKernel(ard_num_dims=4)), noise=1e-4)
+    for p in gp.parameters():
+        p.requires_grad_(False)
+    gp.kernel.base_kernel.lengthscale = torch.tensor([[0.8, 1.3, 1.1, 1.7]])
+    gp.condition(G, torch.randn(G.count, generator=torch.Generator().manual_seed(2), dtype=torch.float64))
+    atoms = {m: gp._mean_atoms[m] for m in orders}
+    fast, slow = AtomExpansion(gp.kernel, atoms), AtomExpansion(gp.kernel, atoms)
+    slow.fast = False
+    assert fast.fast and (2 not in atoms or fast._Us.shape[0] == len(atoms[2]) <= sum(len(A) for A in atoms.values()))
+    tol = 1e-12 * sum(float(A.coef.abs().sum()) for A in atoms.values())
+    x = torch.randn(6, 4, generator=torch.Generator().manual_seed(4), dtype=torch.float64).requires_grad_(True)
+    w = torch.randn(6, 4, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    got = []
+    for ex in (fast, slow):
+        f = ex(x)
+        (g,) = torch.autograd.grad(f.sum(), x, create_graph=True)
+        (hw,) = torch.autograd.grad((g * w).sum(), x, create_graph=True)
+        (third,) = torch.autograd.grad((hw * w).sum(), x)  # through the HVP's own graph (the in-place block sums)
+        got.append((f.detach(), g.detach(), hw.detach(), third))
+    for a, b in zip(*got):
+        assert float((a - b).abs().max()) < tol
+    assert float(got[0][2].abs().max()) > 1e3 * tol  # the product is not trivially small

@@ -254,7 +254,8 @@ class AtomExpansion:
     (order 0, 1 and 2 atoms), evaluated as one autograd node whose backward is the analytic gradient
     :math:`\sigma_f^2 \sum_k e_k(\nabla P_k - r_k P_k)/\ell`, itself written in differentiable torch
     operations (so higher derivatives, as :mod:`bea` needs, work). A kernel with an ``expansion(atoms, outputscale)``
-    method supplies its own closed form (the mechanical kernel); other kernels use ``derivative_block``.
+    method supplies its own closed form (the mechanical kernel); other kernels use ``derivative_block``. Its
+    precomputed fields change between versions: pickle a model through its ``save``, never an expansion itself.
     """
 
     def __init__(self, kernel: FunctionalKernel, atoms: Dict[int, AtomSet], differentiable: bool = False):
@@ -271,8 +272,7 @@ class AtomExpansion:
                 D = next(iter(atoms.values())).points.shape[-1]
                 ys, c0, vs, us, ds, c2 = [], [], [], [], [], []
                 for m, A in atoms.items():
-                    K = len(A)
-                    zero = A.points.new_zeros(K, D)
+                    K, zero = len(A), A.points.new_zeros(len(A), D)
                     ys.append(A.points / ls)
                     c0.append(A.coef if m == 0 else A.points.new_zeros(K))
                     vs.append(A.coef[:, None] * A.dirs[:, 0] / ls if m == 1 else zero)
@@ -280,19 +280,19 @@ class AtomExpansion:
                     ds.append(A.dirs[:, 1] / ls if m == 2 else zero)
                     c2.append(A.coef if m == 2 else A.points.new_zeros(K))
                 Y, V, U, Dd = torch.cat(ys), torch.cat(vs), torch.cat(us), torch.cat(ds)
-                self._ls = ls
-                self._scale = kernel.outputscale.detach().clone()
-                self._Y, self._V = Y, V
+                self._ls, self._scale, self._Y, self._V = ls, kernel.outputscale.detach().clone(), Y, V
                 self._Yt, self._Vt = Y.T.contiguous(), V.T.contiguous()
                 self._ynorm = 0.5 * (Y * Y).sum(-1)
                 c2 = torch.cat(c2)
                 self._const = torch.cat(c0) - (Y * V).sum(-1) - c2 * (U * Dd).sum(-1)
                 self._second = 2 in atoms
-                if self._second:
-                    self._c2 = c2
-                    self._U, self._Dd = U, Dd
-                    self._Ut, self._Dt = U.T.contiguous(), Dd.T.contiguous()
-                    self._yu, self._yd = (Y * U).sum(-1), (Y * Dd).sum(-1)
+                if self._second:  # order-2 terms on the order-2 atoms' block only (c2, u, d vanish elsewhere): equal to rounding
+                    self._c2, self._U, self._Dd = c2, U, Dd  # every atom's (compiled_mean)
+                    first = sum(len(atoms[m]) for m in list(atoms)[:list(atoms).index(2)])
+                    self._two = two = slice(first, first + len(atoms[2]))
+                    self._c2s, self._Us, self._Ds = c2[two], U[two], Dd[two]
+                    self._Ut, self._Dt = self._Us.T.contiguous(), self._Ds.T.contiguous()
+                    self._yu, self._yd = (Y[two] * self._Us).sum(-1), (Y[two] * self._Ds).sum(-1)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
@@ -318,7 +318,7 @@ def _rbf_terms(X: torch.Tensor, ex: AtomExpansion):
     if ex._second:
         ur = Xs @ ex._Ut - ex._yu
         dr = Xs @ ex._Dt - ex._yd
-        P = P + ex._c2 * ur * dr
+        P[:, ex._two] += ex._c2s * ur * dr  # P is this function's own (the sum's output, saved by no node)
     return Xs, E, P, ur, dr
 
 
@@ -333,8 +333,8 @@ def _rbf_gradient(X: torch.Tensor, ex: AtomExpansion, terms=None) -> torch.Tenso
     EP = E * P
     g = E @ ex._V - Xs * EP.sum(-1, keepdim=True) + EP @ ex._Y
     if ex._second:
-        Ec = E * ex._c2
-        g = g + (Ec * dr) @ ex._U + (Ec * ur) @ ex._Dd
+        Ec = E[:, ex._two] * ex._c2s
+        g = g + (Ec * dr) @ ex._Us + (Ec * ur) @ ex._Ds
     return ex._scale * g / ex._ls
 
 
@@ -352,7 +352,7 @@ def _rbf_hvp(X: torch.Tensor, W: torch.Tensor, ex: AtomExpansion, terms=None) ->
     gw = Om @ ex._Vt
     if ex._second:
         uw, dw = Om @ ex._Ut, Om @ ex._Dt
-        gw = gw + ex._c2 * (uw * dr + dw * ur)
+        gw[:, ex._two] += ex._c2s * (uw * dr + dw * ur)  # gw: the product's output, saved by no node
     EP = E * P
     Erw = E * rw
     Egw = E * gw
@@ -360,8 +360,8 @@ def _rbf_hvp(X: torch.Tensor, W: torch.Tensor, ex: AtomExpansion, terms=None) ->
     out = (-(Erw @ ex._V) - Xs * Egw.sum(-1, keepdim=True) + Egw @ ex._Y - Om * EP.sum(-1, keepdim=True)
            + Xs * EPrw.sum(-1, keepdim=True) - EPrw @ ex._Y)
     if ex._second:
-        Ec = E * ex._c2
-        out = out + (Ec * dw) @ ex._U + (Ec * uw) @ ex._Dd - (Ec * rw * dr) @ ex._U - (Ec * rw * ur) @ ex._Dd
+        Ec, rw2 = E[:, ex._two] * ex._c2s, rw[:, ex._two]
+        out = out + (Ec * dw) @ ex._Us + (Ec * uw) @ ex._Ds - (Ec * rw2 * dr) @ ex._Us - (Ec * rw2 * ur) @ ex._Ds
     return ex._scale * out / ex._ls
 
 
