@@ -55,6 +55,7 @@ __all__ = [
     "CacheFormatError",
     "cache_dir",
     "entry_path",
+    "can_store",
     "load",
     "save",
     "encode_coeffs",
@@ -228,6 +229,15 @@ def _secret(directory: Path, create: bool) -> Optional[bytes]:
             last = err  # possibly being written by the exclusive-create fallback
             time.sleep(0.05)
     raise last or _Unusable(f"cannot create the key file {path}")
+
+
+def can_store(directory: Path) -> bool:
+    """Whether entries can be stored in ``directory``: it is usable and its key exists or can be created (created
+    here if absent)."""
+    try:
+        return _secret(Path(directory), create=True) is not None
+    except (OSError, _Unusable):
+        return False
 
 
 def _mac(secret: bytes, payload: bytes) -> str:

@@ -121,6 +121,8 @@ def main(argv=None) -> None:
     ap.add_argument("--save", default=None, help="save the fitted (first) model there")
     ap.add_argument("--rows-of-first", type=int, default=1, help="0: no rows for the fitted model (known already)")
     args = ap.parse_args(argv)
+    if args.scales[0] != 0:  # the first fit runs the search (the fitted scale); only later ones are forced
+        ap.error("--scales must start with 0 (the fitted model's own correction scale)")
     root = Path(__file__).resolve().parent
     sys.path[:0] = [str(root), str(root.parent)]
     import identification_acceptance as IA

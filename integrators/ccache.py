@@ -142,10 +142,10 @@ def _lock_fd(digest: str, cc: str) -> Optional[int]:
     path = cache.entry_path(_key(digest, cc), part=PART).with_suffix(".lock")
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if cache._secret(path.parent, create=True) is None:
+        if not cache.can_store(path.parent):  # an unusable directory or key: fetch and store report it
             return None
         fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    except (OSError, cache._Unusable):  # an unusable directory or key: fetch and store report it
+    except OSError:
         return None
     st = os.fstat(fd)
     if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():

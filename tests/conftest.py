@@ -29,8 +29,10 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
 #: notebook alone at the end; each notebook's execution is a unit of its own (they share no fixture). Only the order of
 #: the work depends on this list: a file missing from it, or a stale entry, costs time, never a result.
 LONGEST_FIRST = ("tests/test_notebooks.py::test_notebook_executes[06_identification.ipynb]",
-                 "tests/test_notebooks.py::test_notebook_executes[07_elements.ipynb]",
                  "tests/test_learners_element_kernel.py", "tests/test_learners_rotation.py",
+                 # 07 after 06 has started building the compiled jets both may need (a worker waits on the other's build)
+                 "tests/test_notebooks.py::test_notebook_executes[07_elements.ipynb]",
+                 "tests/test_learners_structure_choice.py",
                  "tests/test_learners_modlanet_experiments.py", "tests/test_learners_shadow_auto.py",
                  "tests/test_notebooks.py::test_notebook_executes[03_pendulum_shadow.ipynb]",
                  "tests/test_element_extension.py", "tests/test_integrators_orders_free.py",
@@ -53,7 +55,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """``--dist loadfile`` with :func:`_work_unit`'s units, handed out in collection order (longest first, above)
-    instead of pytest-xdist's order by number of tests."""
+    instead of pytest-xdist's order by number of tests (the option ``loadscopereorder``: pytest-xdist >= 3.8)."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling

@@ -31,10 +31,10 @@ __all__ = ["c_lagrangian_of_expansion", "rbf_blocks", "mechanical_blocks", "RBFJ
 MAX_JET_COLUMNS = 2000
 #: states per inner loop of :class:`RBFJet`, side by side in vector registers (docs/theory/codegen.md)
 LANES = 8
-#: first-use policy (issue 28): from this many partial derivatives per state (order 5 in 6-8 variables, 4 in 8-9; 6:5,
-#: 8:4 and 8:5 measured) a jet
-#: has LARGE_LANES lanes (half the vector code per statement) and is built at ccompile's QUICK_LEVEL (-O1): 1.3-2x less
-#: compiler CPU, and the code ran within 15% of 8 lanes at -O2 (D = 6, K = 5: 13% slower); at 210 columns 2.7x slower
+#: first-use policy (issue 28): from this many partial derivatives per state (order 3 in 12 variables, 4 in 8-12, 5 in
+#: 6-8, 6-7 in 5-7; 6:5, 8:4, 8:5 and 12:3 measured) a jet has LARGE_LANES lanes (half the vector code per statement)
+#: and is built at ccompile's QUICK_LEVEL (-O1): 1.3-2x less compiler CPU, and the code ran within 17% of 8 lanes at
+#: -O2 (D = 6, K = 5: 13% slower, D = 12, K = 3: 17%); at 210 columns 2.7x slower
 LARGE_JET_COLUMNS, LARGE_LANES = 400, 4
 
 

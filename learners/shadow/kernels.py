@@ -291,8 +291,8 @@ class AtomExpansion:
                     first = sum(len(atoms[m]) for m in list(atoms)[:list(atoms).index(2)])
                     self._two = two = slice(first, first + len(atoms[2]))
                     self._c2s, self._Us, self._Ds = c2[two], U[two], Dd[two]
-                    self._Ut, self._Dt = self._Us.T.contiguous(), self._Ds.T.contiguous()
-                    self._yu, self._yd = (Y[two] * self._Us).sum(-1), (Y[two] * self._Ds).sum(-1)
+                    self._Ut2, self._Dt2 = self._Us.T.contiguous(), self._Ds.T.contiguous()
+                    self._yu2, self._yd2 = (Y[two] * self._Us).sum(-1), (Y[two] * self._Ds).sum(-1)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
@@ -316,8 +316,8 @@ def _rbf_terms(X: torch.Tensor, ex: AtomExpansion):
     P = Xs @ ex._Vt + ex._const
     ur = dr = None
     if ex._second:
-        ur = Xs @ ex._Ut - ex._yu
-        dr = Xs @ ex._Dt - ex._yd
+        ur = Xs @ ex._Ut2 - ex._yu2
+        dr = Xs @ ex._Dt2 - ex._yd2
         P[:, ex._two] += ex._c2s * ur * dr  # P is this function's own (the sum's output, saved by no node)
     return Xs, E, P, ur, dr
 
@@ -351,7 +351,7 @@ def _rbf_hvp(X: torch.Tensor, W: torch.Tensor, ex: AtomExpansion, terms=None) ->
     rw = (Xs * Om).sum(-1, keepdim=True) - Om @ ex._Yt
     gw = Om @ ex._Vt
     if ex._second:
-        uw, dw = Om @ ex._Ut, Om @ ex._Dt
+        uw, dw = Om @ ex._Ut2, Om @ ex._Dt2
         gw[:, ex._two] += ex._c2s * (uw * dr + dw * ur)  # gw: the product's output, saved by no node
     EP = E * P
     Erw = E * rw
