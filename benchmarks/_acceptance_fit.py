@@ -28,6 +28,18 @@ def fitted_system(argv, description: str, *, system=None, kernel: str, order: in
     return args, A, chosen, model
 
 
+def acceptance_system(name: str, h=None):
+    """``(system, h, trajectories)`` of the acceptance system ``name`` (tests/test_learners_shadow_auto.py's and
+    identification_acceptance.py's untuned ones), its step replaced by ``h`` where given (the benchmarks/ folder
+    and the repository root on sys.path)."""
+    import identification_acceptance as IA
+    import tests.test_learners_shadow_auto as A
+
+    systems = {make.__name__: (make, step, T) for make, step, T in A.SYSTEMS + A.UNTUNED + IA.UNTUNED}
+    make, step, T = systems[name]
+    return make(), h or step, T
+
+
 def structure_report(history: dict) -> dict:
     """``kernel="auto"``'s element structures from a fit's ``history``: per structure its screen, refinement, CPU
     seconds, error or reason skipped, and a refined structure's degenerate scales (``DEGENERATE_MARGIN``)."""

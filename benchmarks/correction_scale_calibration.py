@@ -125,15 +125,12 @@ def main(argv=None) -> None:
         ap.error("--scales must start with 0 (the fitted model's own correction scale)")
     root = Path(__file__).resolve().parent
     sys.path[:0] = [str(root), str(root.parent)]
-    import identification_acceptance as IA
     import tests.test_learners_shadow_auto as A
+    from _acceptance_fit import acceptance_system
     from integrators.data import snapshots
     from learners import InverseModifiedLagrangianGP
 
-    systems = {make.__name__: (make, h, T) for make, h, T in A.SYSTEMS + A.UNTUNED + IA.UNTUNED}
-    make, h, T = systems[args.system]
-    h = args.h or h
-    system = make()
+    system, h, T = acceptance_system(args.system, args.h)
     data = snapshots(system, h, T, 5, seed=0)
     rec = _Recorder()
     for s in args.scales:

@@ -38,13 +38,9 @@ def main(argv=None) -> None:
     import torch
 
     import bea
-    import identification_acceptance as IA
-    import tests.test_learners_shadow_auto as A
+    from _acceptance_fit import acceptance_system
 
-    systems = {make.__name__: (make, h) for make, h, _ in A.SYSTEMS + A.UNTUNED + IA.UNTUNED}
-    make, h = systems[args.system]
-    h = args.h or h
-    system = make()
+    system, h, _ = acceptance_system(args.system, args.h)
     n = system.n
     lo = torch.tensor([b[0] for b in system.domain], dtype=torch.float64)
     hi = torch.tensor([b[1] for b in system.domain], dtype=torch.float64)

@@ -32,15 +32,11 @@ def main(argv=None) -> None:
     import torch
 
     import bea
-    import identification_acceptance as IA
-    import tests.test_learners_shadow_auto as A
+    from _acceptance_fit import acceptance_system
     from integrators.data import snapshots
     from learners import InverseModifiedLagrangianGP
 
-    systems = {make.__name__: (make, h, T) for make, h, T in A.SYSTEMS + A.UNTUNED + IA.UNTUNED}
-    make, h, T = systems[args.system]
-    h = args.h or h
-    system = make()
+    system, h, T = acceptance_system(args.system, args.h)
     m = InverseModifiedLagrangianGP.load(args.path)
     n = m.n
     S = torch.as_tensor(snapshots(system, h, T, 5, seed=0))

@@ -68,13 +68,11 @@ def main(argv=None) -> None:
     import torch
 
     import correction_scale_calibration as C
-    import identification_acceptance as IA
     import tests.test_learners_shadow_auto as A
+    from _acceptance_fit import acceptance_system
     from learners import InverseModifiedLagrangianGP
 
-    systems = {make.__name__: (make, h) for make, h, _ in A.SYSTEMS + A.UNTUNED + IA.UNTUNED}
-    make, h = systems[args.system]
-    system = make()
+    system, h, _ = acceptance_system(args.system)
     m = InverseModifiedLagrangianGP.load(args.path)
     print(f"mass_target: {m.history.get('mass_target')}; normalisation functionals {m._norm_count}")
     if args.exact_target:
