@@ -65,13 +65,14 @@ def main(argv=None) -> None:
     gp, n = m.gp, m.n
     F = gp.train_functionals
     base = F.count - m._norm_count
-    found = MT.matrix_conditions(F.subset(torch.arange(base, F.count)))
+    F_norm = F.subset(torch.arange(base, F.count))
+    found = MT.matrix_conditions(F_norm)
     if found is None:
         print("no whole-matrix conditions with a curvature term: nothing to measure")
         return
     owners, ii, jj, x0 = found
     y0 = F.targets.clone()
-    c = float(y0[base + owners][ii == jj].mean())
+    c = MT._diagonal_scale(y0[base:], F_norm)  # the whole matrix's or the trace's (matrix="diagonal") c
     q, v = A.held_out_states(system, 40)
     dE = (system.energy(q, v)[1:] - system.energy(q, v)[:1]).detach()
     rms = lambda t: float(t.pow(2).mean().sqrt())  # noqa: E731
