@@ -86,9 +86,9 @@ def main(argv=None) -> None:
     pts = F.atoms[1].points
     pick = torch.linspace(0, pts.shape[0] - 1, args.states).round().long()
     moves = torch.stack([-_traceless_hessian(rec, pts[p], n)[ii, jj] for p in pick])  # (K, owners)
+    rel = lambda t: [round(float(x), 6) for x in t / c]  # noqa: E731
     print(f"{args.system}: c {c:.4g}; moves at {args.states} data states (relative to c): RMS per entry "
-          f"{[round(float(x), 6) for x in moves.pow(2).mean(0).sqrt() / c]}, mean {[round(float(x), 6) for x in moves.mean(0) / c]}"
-          f" ({time.process_time() - t0:.0f} s CPU)", flush=True)
+          f"{rel(moves.pow(2).mean(0).sqrt())}, mean {rel(moves.mean(0))} ({time.process_time() - t0:.0f} s CPU)", flush=True)
     for N in args.orders:
         t0 = time.process_time()
         mean, std = m.energy(N, return_std=True, reference=(q[0], v[0]))(q[1:], v[1:])
