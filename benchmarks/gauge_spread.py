@@ -45,7 +45,7 @@ def _traceless_hessian(rec, x, n):
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("path")
+    ap.add_argument("path", help="a saved model, or 'fit' for a default fit of --system here")
     ap.add_argument("--system", default="two_body_morse4")
     ap.add_argument("--orders", type=int, nargs="+", default=[2])
     ap.add_argument("--states", type=int, default=40)
@@ -60,8 +60,17 @@ def main(argv=None) -> None:
     from learners import InverseModifiedLagrangianGP
     from learners.shadow import mass_target as MT
 
-    system, h, _ = acceptance_system(args.system)
-    m = InverseModifiedLagrangianGP.load(args.path)
+    system, h, T = acceptance_system(args.system)
+    if args.path == "fit":  # a default fit on the acceptance data (seed 0, 5 steps), not saved
+        import warnings
+
+        from integrators.data import snapshots
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            m = InverseModifiedLagrangianGP(h, progress=False).fit(snapshots(system, h, T, 5, seed=0))
+    else:
+        m = InverseModifiedLagrangianGP.load(args.path)
     gp, n = m.gp, m.n
     F = gp.train_functionals
     base = F.count - m._norm_count
