@@ -41,10 +41,9 @@ def acceptance_system(name: str, h=None):
 
 
 def structure_report(history: dict) -> dict:
-    """``kernel="auto"``'s element structures from a fit's ``history``: per structure its subset grid's lowest value,
-    screen, refinement, CPU seconds, error or reason skipped (before the screen, or its full solve: ``SCREEN_FALL``),
-    and a refined structure's degenerate scales (``DEGENERATE_MARGIN``)."""
-    fields = ("grid", "screen", "refined", "screen_cpu_s", "refine_cpu_s", "error", "skipped", "screen_skipped")
+    """``kernel="auto"``'s element structures from a fit's ``history``: per structure its screen, refinement, CPU
+    seconds, error or reason skipped, and a refined structure's degenerate scales (``DEGENERATE_MARGIN``)."""
+    fields = ("screen", "refined", "screen_cpu_s", "refine_cpu_s", "error", "skipped")
     out = {k: {x: r[x] for x in fields if r.get(x) is not None} for k, r in history.get("structures", {}).items()}
     for k, r in history.get("structures", {}).items():
         if "refined" in r:

@@ -65,21 +65,6 @@ def test_planar_two_body_data_choose_bodies_2_2(two_body_auto, two_body_element_
     assert rel <= 0.2, rel
 
 
-def test_a_structure_far_behind_on_its_subset_grid_gets_no_full_solve(two_body_auto):
-    """The screen's rule (structure_choice.SCREEN_FALL): bodies(2, 2), screened first, has its grid's best point solved
-    with all training functionals; chain(4)'s subset grid is SCREEN_FALL or more above the lower of the default
-    kernels' refined value and bodies(2, 2)'s screen, so it gets no such solve (no screen value, the reason recorded;
-    element_start returns before any): unless its value fell by more than SCREEN_FALL from the subset to all training
-    functionals, it could be neither the lowest screen nor below the default, so the choice is the same. Before
-    Session 20 chain(4) was solved (its "screen" recorded, here about 6 behind bodies(2, 2)'s)."""
-    h = two_body_auto[2].history
-    bodies, chain = h["structures"]["bodies(2, 2)"], h["structures"]["chain(4)"]
-    assert "screen" in bodies and bodies["grid"] < h["default_objective"] + structure_choice.SCREEN_FALL
-    assert chain["grid"] >= min(h["default_objective"], bodies["screen"]) + structure_choice.SCREEN_FALL
-    assert "screen" not in chain and "SCREEN_FALL" in chain["screen_skipped"] and "refined" not in chain
-    assert h["structure_kept"] == "bodies(2, 2)"
-
-
 def test_the_chosen_structure_survives_save_and_load(two_body_auto, tmp_path, monkeypatch):
     """The file records the structure (version 4, which code before the choice refuses rather than building the
     default kernel); the loaded model has it, says it and predicts the same Lagrangian (to rounding). The energy

@@ -173,14 +173,13 @@ def check_scales(model, kernel: ElementKernel, theta: torch.Tensor, scale0: floa
 
 
 def element_start(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0: float, F_norm_alt=None,
-                  basins: int = BASIN_STARTS, screened: Optional[dict] = None, hopeless: float = math.inf) -> tuple:
+                  basins: int = BASIN_STARTS, screened: Optional[dict] = None) -> tuple:
     """Stage 1 (module docstring) for ``model.gp``'s element kernel, the arguments of :func:`search_elements`: the tied
     grid on the subset for each normalisation scored, its ``basins`` lowest basins with all training functionals, the
     lower kept (the whole matrix by MATRIX_MARGIN): ``(ell_q, ell_v, value, F_all, norm, evaluate)``. With
     ``basins=1``, the screen of the element structures that ``kernel="auto"`` scores
     (:mod:`learners.shadow.structure_choice`); ``screened``: that screen's history, whose grids and solved basins
-    are reused (not solved again). ``hopeless``: where every grid's lowest value is at or above it, None, with no
-    solve on all training functionals (the screen's rule, :data:`~learners.shadow.structure_choice.SCREEN_FALL`)."""
+    are reused (not solved again)."""
     from .functionals import Functionals
     from .hyperparameter_search import objective, split_functionals
 
@@ -194,18 +193,13 @@ def element_start(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, sc
     norms = [F_norm] + ([F_norm_alt] if F_norm_alt is not None else [])
     if F_norm_alt is not None and kernel.equal_masses():  # the structure says equal masses: the whole matrix, not scored
         norms = [None, F_norm_alt]
-    grids = {}
     for k, norm in enumerate(norms):
         if norm is None:
             continue
         key = ("grid", "grid_alt")[k]
-        grids[k] = model.history[key] = screened[key] if screened is not None else subset_grid(
+        grid = screened[key] if screened is not None else subset_grid(
             _tied(kernel, objective(gp, "positions", Functionals.cat([F_sub, norm]), F_va, G_va, positions), n), n, scale0)
-    lowest = min((g[2] for grid in grids.values() for g in grid), default=math.inf)  # failures are inf (objective)
-    if math.isfinite(lowest) and lowest >= hopeless:
-        return None
-    for k, grid in grids.items():
-        norm = norms[k]
+        model.history[key] = grid
         if not any(math.isfinite(g[2]) for g in grid):
             continue
         F_all = Functionals.cat([F_train, norm])

@@ -22,11 +22,7 @@ held-out functionals and objective):
    chain(6) at 500 trajectories, bodies(4, 2) at 200), the reason recorded;
 1. **Screen**, each structure: stage 1 of the element search (:func:`~learners.shadow.element_search.element_start`)
    with one basin: the tied grid on the training subset, its best point solved with all training functionals (per
-   normalisation scored; one for a structure of equal masses) -- except where the grid's lowest value is
-   :data:`SCREEN_FALL` or more above the lower of the default's refined value and the screens before it: that
-   structure could be neither the lowest screen nor below the default unless its value fell by more than that with
-   all training functionals (measured falls below), so it is not solved (fpu6: bodies(3, 2) and bodies(2, 3), about
-   9 of the fit's ~180 CPU s);
+   normalisation scored; one for a structure of equal masses);
 2. **Refinement** of the best screened structure only, and only where its screened value is already below the default's
    *refined* value (a structure that cannot beat the default before its refinement is not refined): the opt-in search of
    ``kernel=ElementKernel...`` with that structure (:func:`~learners.shadow.element_search.search_elements`: the grid's
@@ -70,7 +66,7 @@ from bea.errors import BeaError, BeaValueError, BeaWarning
 from .element_kernel import ElementKernel
 from .guards import caller_level
 
-__all__ = ["STRUCTURE_MARGIN", "DEGENERATE_MARGIN", "SCREEN_FALL", "DIMENSIONS",
+__all__ = ["STRUCTURE_MARGIN", "DEGENERATE_MARGIN", "DIMENSIONS",
            "structures", "structure_kernel", "structure_name", "scores_structures",
            "choose_structure"]
 
@@ -90,11 +86,6 @@ STRUCTURE_MARGIN = 1.0
 #: was under the search before Session 13's basin starts; under today's it ends non-degenerate, leads by 8.4 and gives
 #: 5.7e-3 (benchmarks/RESULTS_identification.md, Session 14, fix pass)
 DEGENERATE_MARGIN = 3 * STRUCTURE_MARGIN
-#: how far below its subset grid's lowest value (mean log squared one-step error, the same validation functionals)
-#: a structure's screen may fall with all training functionals, as the screen's rule assumes (:func:`_screen`: a
-#: structure whose grid is this much above the bound gets no full solve). Measured falls (subset grid's lowest minus
-#: the screen at the same point, seed 0, 12 systems, benchmarks/RESULTS_identification.md, Session 20): PLACEHOLDER
-SCREEN_FALL = 5.0
 #: the dimensions of a body that :func:`structures` tries: planar and spatial bodies
 DIMENSIONS = (2, 3)
 
@@ -160,20 +151,16 @@ def _state_entries(gp, args: tuple) -> int:
                if norm is not None)
 
 
-def _screen(model, args: tuple, D: int, records: dict, default: Optional[float] = None) -> list:
+def _screen(model, args: tuple, D: int, records: dict) -> list:
     """Stage 1 for each structure: ``[(value, spec, gp, start, history)]``, finite values only; ``records`` gets each
-    structure's screen value (or its error), its subset grid's lowest value (``"grid"``) and CPU seconds. A structure
-    whose fitted model's energy would need more than :data:`~learners.shadow.element_energy.MAX_STATE_ENTRIES` kernel
-    entries per state (chain(6) at 500 trajectories, bodies(4, 2) at 200) is skipped before its screen, the reason
-    recorded: its energies would be refused. A structure whose subset grid is :data:`SCREEN_FALL` or more above the
-    bound (the lower of ``default``, the default kernels' refined value, and the screens before it) gets no solve
-    with all training functionals (``"screen_skipped"``): its screen could be neither the lowest nor below the default."""
+    structure's screen value (or its error) and CPU seconds. A structure whose fitted model's energy would need more
+    than :data:`~learners.shadow.element_energy.MAX_STATE_ENTRIES` kernel entries per state (chain(6) at 500
+    trajectories, bodies(4, 2) at 200) is skipped before its screen, the reason recorded: its energies would be refused."""
     from . import element_energy
     from .element_search import element_start
 
     out = []
     for spec in structures(D // 2):
-        bound = min([s[0] for s in out] + [default if default is not None and math.isfinite(default) else math.inf])
         started, sub = time.process_time(), {}
         record = records[structure_name(spec)] = {"history": sub}
         try:
@@ -185,12 +172,7 @@ def _screen(model, args: tuple, D: int, records: dict, default: Optional[float] 
                 continue
             with _Scoped(model, gp, sub), warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # a structure's screen warns of nothing the model keeps
-                start = element_start(model, *args, basins=1, hopeless=bound + SCREEN_FALL)
-            record["grid"] = min(g[2] for key in ("grid", "grid_alt") for g in sub.get(key, ()))
-            if start is None:
-                record["screen_skipped"] = (f"subset grid's lowest {record['grid']:.4g} at or above {bound:.4g} + "
-                                            f"SCREEN_FALL {SCREEN_FALL:g}: not solved with all training functionals")
-                continue
+                start = element_start(model, *args, basins=1)
             record["screen"] = start[2]
             if math.isfinite(start[2]):
                 out.append((start[2], spec, gp, start, sub))
@@ -211,7 +193,7 @@ def choose_structure(model, args: tuple, found: tuple) -> tuple:
     history = model.history
     default = history.get("objective")
     records = history["structures"] = {}
-    screened = _screen(model, args, args[0].dim, records, default)
+    screened = _screen(model, args, args[0].dim, records)
     history["structure_kept"], history["default_objective"] = None, default
     if not screened or default is None:
         return found
