@@ -18,7 +18,7 @@ too where the likelihood collapses into it), and so do the two solves after such
 the training functionals (:func:`~learners.shadow.calibration.del_calibration`; where the search's last solve was at
 the point kept, that solve is reused: the assembly is part of :class:`~learners.shadow.gp.FunctionalGP`'s solve key)
 and the final solve on all data: the same footing as the values that chose the point, at about half the assembly
-(fpu6's final solve, 4,828 functionals: 11.6 CPU s with both triangles). Their values move at rounding amplified
+(fpu6's final solve, 4,828 functionals: 10-12 CPU s with both triangles, 6.0-6.4 without). Their values move at rounding amplified
 by the solve, which could only change a search's choice between points that tie to that level. Every other solve
 assembles the full matrix and is bit for bit what it was: the likelihood and held-out objectives (the n <= 2
 defaults) and the calibration and final solves of the fits they search. In the element search's stages 2b-3
