@@ -185,8 +185,8 @@ def del_calibration(model, F_tr, F_va) -> None:
     calibrated Gaussian. (The residuals are heavy-tailed -- largest where validation orbits leave the data -- so
     matching their mean square instead would leave most of them at a fraction of a standard deviation.)"""
     gp = model.gp
-    with torch.no_grad():
-        gp.condition(F_tr)
+    with torch.no_grad():  # a positions search's fit: its solves' symmetric assembly (symmetric_covariance)
+        gp.condition(F_tr, symmetric=getattr(model, "objective_used", None) == "positions")
         gp.variance_scale = 1.0
         mean, var = gp.functional_posterior(F_va)
         ok = var > 0

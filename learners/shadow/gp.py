@@ -238,7 +238,8 @@ class FunctionalGP(gpytorch.Module):
     def _key(self, F: Functionals, symmetric: bool = False):
         r"""What a posterior without gradients depends on: the functionals ``F`` (the object, never changed in
         place), how :math:`\Theta` was assembled (``symmetric``: its entries differ at rounding, so a search's solve
-        is never the fit's) and every hyperparameter's value; None where gradients flow (nothing is reused)."""
+        is the fit's only where both assembled it the same way) and every hyperparameter's value; None where gradients
+        flow (nothing is reused)."""
         params = list(self.parameters())
         if torch.is_grad_enabled() and any(p.requires_grad for p in params):
             return None

@@ -233,8 +233,8 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         :mod:`~learners.shadow.principal` until the search's winner is known), then :func:`check_fitted`."""
         (F_data, F_norm), self._final, gp = self._final, None, self.gp  # the search may have chosen another kernel's GP
         gp.solver = self.final_solver  # the constructor's (None, the default: the dense solve, unchanged)
-        with torch.no_grad():
-            gp.condition(Functionals.cat([F_data, F_norm]))
+        with torch.no_grad():  # a positions search's fit: its solves' symmetric assembly (symmetric_covariance)
+            gp.condition(Functionals.cat([F_data, F_norm]), symmetric=self.objective_used == "positions")
         self._correct_targets(F_norm)
         gp.variance_scale = self._variance_scale
         check_fitted(self, torch.cat([a.points for a in F_data.atoms.values()]))  # never a silent NaN model
