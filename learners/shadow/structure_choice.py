@@ -23,6 +23,13 @@ held-out functionals and objective):
 1. **Screen**, each structure: stage 1 of the element search (:func:`~learners.shadow.element_search.element_start`)
    with one basin: the tied grid on the training subset, its best point solved with all training functionals (per
    normalisation scored; one for a structure of equal masses);
+1b. **Per-body bodies**, where identical bodies ``bodies(k, d)`` screened best (:func:`_per_body`): the same bodies with
+   one element each (``identical=False``, spec ``("bodies", k, d, "unequal")``) and the diagonal mass condition
+   (:class:`~learners.shadow.normalisation.MassNormalisation` ``matrix="diagonal"``, not scored against the trace) are
+   screened too, and take the identical bodies' place only where lower by :data:`BODY_MARGIN`: a shared body element
+   holds equal masses only (two_body_unequal4, masses 1 : 2, energy differences 0.405; two_body_free4, 1 : 1.5 and a
+   free centre of mass, 4.7, with no warning), and the per-body structure leads there by 2.5 / 3.7, while on equal
+   masses (two_body4) it screens 3.3 *behind* (more scales, half the data per element; Session 20);
 2. **Refinement** of the best screened structure only, and only where its screened value is already below the default's
    *refined* value (a structure that cannot beat the default before its refinement is not refined): the opt-in search of
    ``kernel=ElementKernel...`` with that structure (:func:`~learners.shadow.element_search.search_elements`: the grid's
@@ -92,10 +99,10 @@ DIMENSIONS = (2, 3)
 #: the fourth entry of a per-body spec ``("bodies", k, d, UNEQUAL)``: one element per body (``identical=False``)
 UNEQUAL = "unequal"
 #: how much lower (same units as STRUCTURE_MARGIN) the per-body structure's screen must be than the identical bodies'
-#: for it to replace them (:func:`_per_body`): identical bodies are its special case (equal element functions), so its
-#: held-out value is at most a selection's noise lower where the masses are equal. Measured (seed 0, full fits, the
-#: refined values; benchmarks/RESULTS_identification.md, Session 20): the per-body structure led by 3.8 / 3.8 on
-#: two_body_unequal4 / two_body_free4 (masses 1 : 2, 1 : 1.5)
+#: for it to replace them (:func:`_per_body`). Identical bodies are its special case (equal element functions), yet on
+#: equal masses it screened 3.3 *behind* (two_body4: more scales, half the data per element), and on unequal masses
+#: 2.5 / 3.7 *ahead* (two_body_unequal4 / two_body_free4, masses 1 : 2 and 1 : 1.5; seed 0,
+#: benchmarks/RESULTS_identification.md, Session 20): STRUCTURE_MARGIN, a lead that says the shared element misses
 BODY_MARGIN = STRUCTURE_MARGIN
 
 Spec = Tuple
