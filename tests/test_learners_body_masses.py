@@ -2,14 +2,15 @@
 bodies screen best, the same bodies with one element each and the diagonal mass condition are screened too and replace
 them where their held-out value is lower by BODY_MARGIN -- a shared body element cannot hold unequal masses."""
 
+import warnings
+
 import pytest
 import sympy
-import torch
-
 import integrators
 from integrators.data import snapshots
 from learners import InverseModifiedLagrangianGP
 from learners.shadow import structure_choice
+from learners.shadow.guards import IdentifiabilityWarning
 from learners.shadow.element_kernel import ElementKernel
 from learners.shadow.normalisation import MassNormalisation
 from learners.shadow.structure_choice import UNEQUAL, structure_kernel, structure_name
@@ -40,17 +41,22 @@ def test_the_per_body_spec_builds_one_element_per_body():
 
 @pytest.fixture(scope="module")
 def heavy_light_auto():
-    """heavy_light4 at CI size (40 trajectories of 5 steps, h = 0.2), library defaults."""
+    """heavy_light4 at CI size (60 trajectories of 5 steps, h = 0.2), library defaults (about 22 CPU s)."""
     system = heavy_light4()
-    data = snapshots(system, 0.2, 40, 5, seed=0)
-    return system, data, InverseModifiedLagrangianGP(0.2, progress=False).fit(data)
+    data = snapshots(system, 0.2, 60, 5, seed=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = InverseModifiedLagrangianGP(0.2, progress=False).fit(data)
+    return system, model, caught
 
 
 def test_unequal_masses_keep_one_element_per_body(heavy_light_auto):
     """The default keeps bodies(2, 2, identical=False) with the diagonal condition (its final normalisation is the
-    diagonal condition's, not the whole matrix's): its screen led the identical bodies' by more than BODY_MARGIN.
-    Before (identical bodies kept, the whole matrix): energy differences RESULT_BEFORE; bound: see the assertion."""
-    system, data, m = heavy_light_auto
+    diagonal condition's, not the whole matrix's): its screen led the identical bodies' by more than BODY_MARGIN
+    (measured -11.42 against -6.16), and it warns why its energies are less certain. Energy differences 0.115 measured
+    (seed 0); before (no per-body screen: the default kernels kept, identical bodies screened behind them) 1.71. The
+    bound 0.2 is 1.7x the measured value, for rounding across machines, and 8.5x below the value before."""
+    system, m, caught = heavy_light_auto
     h = m.history
     assert m.kernel_structure == ("bodies", 2, 2, UNEQUAL) and h["structure_kept"] == "bodies(2, 2, identical=False)"
     screens = {name: r.get("screen") for name, r in h["structures"].items()}
@@ -58,4 +64,6 @@ def test_unequal_masses_keep_one_element_per_body(heavy_light_auto):
     counts = {matrix: MassNormalisation(matrix=matrix).functionals(4).count for matrix in ("diagonal", True)}
     assert m._norm_count == counts["diagonal"] != counts[True], counts
     rel, _ = energy_differences(m, system, 2, return_std=False)
-    assert rel <= BOUND, rel
+    assert rel <= 0.2, rel
+    said = [str(w.message) for w in caught if issubclass(w.category, IdentifiabilityWarning)]
+    assert any("kept bodies(2, 2, identical=False)" in x and "more trajectories" in x for x in said), said
