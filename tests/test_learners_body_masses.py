@@ -6,6 +6,7 @@ import warnings
 
 import pytest
 import sympy
+import torch
 import integrators
 from integrators.data import snapshots
 from learners import InverseModifiedLagrangianGP
@@ -67,3 +68,16 @@ def test_unequal_masses_keep_one_element_per_body(heavy_light_auto):
     assert rel <= 0.2, rel
     said = [str(w.message) for w in caught if issubclass(w.category, IdentifiabilityWarning)]
     assert any("kept bodies(2, 2, identical=False)" in x and "more trajectories" in x for x in said), said
+
+
+def test_the_per_body_structure_survives_save_and_load(heavy_light_auto, tmp_path, monkeypatch):
+    """The file records the four-entry spec; the loaded model has it and predicts the same Lagrangian (to rounding).
+    The energy calibration a file carries is skipped (its cost; tests/test_learners_structure_choice.py's reason)."""
+    from learners.shadow import calibration
+
+    system, m, _ = heavy_light_auto
+    monkeypatch.setattr(calibration, "ensure_energy_calibration", lambda model: None)
+    back = InverseModifiedLagrangianGP.load(m.save(tmp_path / "per_body.pt"))
+    assert back.kernel_structure == ("bodies", 2, 2, UNEQUAL) and repr(back) == repr(m)
+    q, v = torch.linspace(-0.3, 0.3, 12, dtype=torch.float64).reshape(3, 4), torch.full((3, 4), 0.1, dtype=torch.float64)
+    assert torch.allclose(back.lagrangian(q, v), m.lagrangian(q, v), rtol=1e-10, atol=1e-12)
