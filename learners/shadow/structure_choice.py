@@ -127,7 +127,8 @@ def structure_kernel(spec: Spec) -> ElementKernel:
 
 
 def structure_name(spec: Optional[Spec]) -> Optional[str]:
-    """``"bodies(2, 2)"``, ``"bodies(2, 2, identical=False)"``, ``"chain(6)"`` (``"chain(6, ends='free')"`` for other ends); None for None."""
+    """``"bodies(2, 2)"``, ``"bodies(2, 2, identical=False)"``, ``"chain(6)"`` (``"chain(6, ends='free')"`` for other
+    ends); None for None."""
     if spec is None:
         return None
     if spec[0] == "chain":
