@@ -235,7 +235,7 @@ def _warn_per_body(name: str) -> None:
 
     warnings.warn(f"kernel='auto' kept {name}: the bodies' masses differ, so each body's element learns from its own "
                   "data only and the relative scale of separately conserved parts (centre of mass, relative motion) "
-                  "rests on the diagonal mass condition at one state; measured energy differences 3.5e-3 to 1e-2 "
+                  "rests on the diagonal mass condition at one state; measured energy differences 2.5e-3 to 1e-2 "
                   "relative at 150 trajectories (identical bodies: 3e-4). Remedy: more trajectories, and "
                   "energy(N, return_std=True) for the error bar", IdentifiabilityWarning, stacklevel=caller_level())
 
