@@ -173,13 +173,15 @@ def check_scales(model, kernel: ElementKernel, theta: torch.Tensor, scale0: floa
 
 
 def element_start(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0: float, F_norm_alt=None,
-                  basins: int = BASIN_STARTS, screened: Optional[dict] = None) -> tuple:
+                  basins: int = BASIN_STARTS, screened: Optional[dict] = None, alt_only: bool = False) -> tuple:
     """Stage 1 (module docstring) for ``model.gp``'s element kernel, the arguments of :func:`search_elements`: the tied
     grid on the subset for each normalisation scored, its ``basins`` lowest basins with all training functionals, the
     lower kept (the whole matrix by MATRIX_MARGIN): ``(ell_q, ell_v, value, F_all, norm, evaluate)``. With
     ``basins=1``, the screen of the element structures that ``kernel="auto"`` scores
     (:mod:`learners.shadow.structure_choice`); ``screened``: that screen's history, whose grids and solved basins
-    are reused (not solved again)."""
+    are reused (not solved again); ``alt_only``: ``F_norm_alt`` only, not scored against the trace (the per-body
+    structure's diagonal condition, :mod:`learners.shadow.structure_choice`: the held-out error cannot see the parts'
+    relative scale that it fixes)."""
     from .functionals import Functionals
     from .hyperparameter_search import objective, split_functionals
 
@@ -191,7 +193,7 @@ def element_start(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, sc
     F_train = F_data.subset(tr_all)
     kept = None
     norms = [F_norm] + ([F_norm_alt] if F_norm_alt is not None else [])
-    if F_norm_alt is not None and kernel.equal_masses():  # the structure says equal masses: the whole matrix, not scored
+    if F_norm_alt is not None and (alt_only or kernel.equal_masses()):  # equal masses: the whole matrix, not scored
         norms = [None, F_norm_alt]
     for k, norm in enumerate(norms):
         if norm is None:
