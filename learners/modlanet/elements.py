@@ -32,6 +32,7 @@ from torch import nn
 
 from bea.deprecation import renamed
 from bea.errors import BeaTypeError, BeaValueError
+from integrators._environment import dynamo_imported
 
 from ..neural.mlp import MLP, positive_int
 from ..saving import recorded, register
@@ -91,6 +92,7 @@ class Transform(nn.Module):
 
     def tangent(self, q: torch.Tensor, qdot: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         r""":math:`(T(q), J_T(q)\dot q)` for ``q, qdot`` of shape ``(..., in_dim)``."""
+        dynamo_imported()  # jvp's first decomposition imports torch._dynamo, which writes os.environ (the caller's)
         return torch.func.jvp(self.forward, (q,), (qdot,))
 
 

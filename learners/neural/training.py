@@ -10,19 +10,17 @@ Randomness (split, shuffling) comes from a :class:`torch.Generator` seeded with 
 random state is not touched (model initialisation is seeded separately, see
 :class:`~learners.modlanet.ModLaNet`). The model is left in ``eval()`` mode. Nor is the environment: torch
 imports ``torch._dynamo`` the first time an optimiser is built, and that import writes
-``TORCHINDUCTOR_CACHE_DIR`` into ``os.environ``; :func:`_environment_kept` undoes it.
+``TORCHINDUCTOR_CACHE_DIR`` into ``os.environ``; :func:`integrators._environment.environment_kept` undoes it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
-import os
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterator, List, Optional, Union
+from typing import Callable, Dict, List, Optional, Union
 
 import torch
 from tqdm.auto import tqdm
@@ -30,6 +28,8 @@ from tqdm.auto import tqdm
 import bea
 from bea.errors import BeaError, BeaTypeError, BeaValueError
 from bea.closed_form import midpoint_mod2
+
+from integrators._environment import environment_kept as _environment_kept
 
 from .._checks import as_tensor, check_finite, check_snapshots, check_step
 from ..shadow.functionals import triples_from_snapshots
@@ -167,22 +167,6 @@ def train(model: torch.nn.Module, data, loss: Union[str, Loss] = "acceleration",
         _restoring_on_failure(model, res, lambda: _fit(model, res, batch_loss, evaluate, tr_idx, val_idx, opt, sched, params,
                                                        gen, opts))
     return res
-
-
-@contextlib.contextmanager
-def _environment_kept() -> Iterator[None]:
-    """Undo what torch writes into ``os.environ`` inside the block (see the module docstring): variables it
-    adds are removed, values it changes are put back (the block runs in the caller's thread, so what it changes
-    is torch's doing)."""
-    before = dict(os.environ)
-    try:
-        yield
-    finally:
-        for k in [k for k in os.environ if k not in before]:
-            del os.environ[k]
-        for k, v in before.items():
-            if os.environ.get(k) != v:
-                os.environ[k] = v
 
 
 def _restoring_on_failure(model, res: TrainResult, fit: Callable[[], None]) -> None:

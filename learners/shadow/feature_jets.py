@@ -333,6 +333,9 @@ def _directional(f, y: torch.Tensor, W: torch.Tensor) -> dict:
     """``f(y)`` and its derivatives along the directions ``W`` (P, m, n) (m <= 2), keyed by the set of directions."""
     from torch.func import jvp
 
+    from integrators._environment import dynamo_imported
+
+    dynamo_imported()  # jvp's first decomposition imports torch._dynamo, which writes os.environ (the caller's)
     m = W.shape[1]
     if m == 0:
         return {(): f(y)}
