@@ -61,13 +61,17 @@ def main(argv=None) -> None:
         name, _, step = spec.partition("@")
         make, h, T = systems[name]
         h = float(step) if step else h
-        started = time.process_time()
+        started, before = time.process_time(), len(rows)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
                 InverseModifiedLagrangianGP(h, progress=False).fit(snapshots(make(), h, T, 5, seed=0))
             except _Stop:
                 pass
+        if len(rows) == before:  # the fit never reached the structure choice (n <= 2, or no screens): no row of its own
+            print(f"{spec} ({T} trajectories, h {h}): no structure screens ran, nothing to measure, "
+                  f"CPU s {time.process_time() - started:.0f}")
+            continue
         D, screens, default = rows[-1]
         print(f"{spec} ({T} trajectories, h {h}): D {D:.3f}, CPU s {time.process_time() - started:.0f}")
         bound = D

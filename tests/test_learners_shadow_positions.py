@@ -83,8 +83,10 @@ def test_positions_objective_avoids_the_collapse_in_n4(monkeypatch):
 def test_the_search_solves_each_point_once_and_the_calibration_and_final_solves_symmetrically(monkeypatch):
     """The search's evaluations solve the training functionals with the symmetric assembly (one per candidate --
     trace, whole matrix and, under the default kernel="auto", the mechanical kernel of each degree -- then each
-    refinement's); the DEL calibration then solves the best point with the same symmetric assembly (the search's
-    last solve reused where it was at that point: the assembly is part of the solve's key), and its coefficients are
+    refinement's); the DEL calibration then solves the best point with the same symmetric assembly (the kept GP's
+    last solve in the search reused where it was at that point: the assembly is part of the solve's key; with an
+    element kernel that solve may be a part-by-part one of stages 2b-3, element_gram.reusing_parts, under the same
+    key and equal to this one to rounding only -- not the case here, an RBF fit), and its coefficients are
     bit for bit those of a fresh GP's symmetric solve with the fitted hyperparameters; one more solve with all data,
     symmetric too, ends the fit (symmetric_covariance: about half the assembly of the full matrix). Before Session
     20 both were full assemblies: the flags below were False and the fresh symmetric solve differs from the full
@@ -117,8 +119,12 @@ def test_the_search_solves_each_point_once_and_the_calibration_and_final_solves_
     assert ("search_mechanical" in model.history) != ("search_mechanical_diagonal" in model.history)
     refined = sum(len(v) - 1 for k, v in model.history.items() if k == "search" or k.startswith("search_mechanical"))
     train = [sym for s, sym in sizes if 20 * per_traj < s < 25 * per_traj]  # 20 training trajectories + a normalisation
-    # the search's, then the calibration's unless the search's last solve was at the point kept (reused)
-    assert train in ([True] * (norms + refined), [True] * (norms + refined + 1))
+    # the search's, then the calibration's unless the kept GP's last solve was at the point kept: the kept candidate's
+    # refinement (its trace holds the kept value; each candidate's GP solves last there) ended with its best trial
+    kept = model.history["objective"]
+    trace, = [v for k, v in model.history.items() if (k == "search" or k.startswith("search_mechanical")) and kept in v]
+    reused = trace[-1] == kept  # here not: the RBF's first refinement step is kept, its second trial is worse
+    assert train == [True] * (norms + refined + (not reused))
     assert sizes[-1] == (model.gp.train_functionals.count, True) == (25 * per_traj + model._norm_count, True)
     (F_tr, beta, state), = seen
     fresh = model._make_gp(6)
@@ -127,6 +133,27 @@ def test_the_search_solves_each_point_once_and_the_calibration_and_final_solves_
         p.requires_grad_(False)
     with torch.no_grad():
         assert torch.equal(fresh.condition(F_tr, symmetric=True)._beta, beta)
+
+
+def test_a_refit_with_fixed_hyperparameters_solves_with_the_full_assembly(monkeypatch):
+    """A model fitted by the positions search, then fitted again with its lengthscale fixed: the refit searches
+    nothing, so objective_used is None again (not the first fit's "positions") and its final solve assembles the full
+    matrix, bit for bit the solve of a fixed-hyperparameter fit (symmetric_covariance). A stale objective_used left
+    that solve symmetric."""
+    from learners.shadow.gp import FunctionalGP
+
+    flags = []
+    factor = FunctionalGP.factor
+    monkeypatch.setattr(FunctionalGP, "factor", lambda self, F, *a: (flags.append(bool(a and a[0])), factor(self, F, *a))[1])
+    data = snapshots(integrators.systems.fpu_chain(3, beta=1.0), 0.45, 12, 4, domain=[(-0.6, 0.6)] * 6, seed=0)
+    model = InverseModifiedLagrangianGP(0.45, objective="positions", kernel="rbf", iterations=1, max_train_functionals=60,
+                                        progress=False).fit(data)
+    assert model.objective_used == "positions" and flags[-1] and model.gp._factor_symmetric
+    model.fixed_lengthscale = 1.0
+    flags.clear()
+    model.fit(data)
+    assert model.objective_used is None and "objective_used" not in model.history and model.calibration == {}
+    assert flags == [False] and not model.gp._factor_symmetric  # the final solve alone, full assembly
 
 
 def test_refinement_solves_a_revisited_point_once():

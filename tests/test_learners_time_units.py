@@ -159,8 +159,8 @@ def test_non_finite_fit_raises_with_the_cause(monkeypatch):
     S = snapshots(systems.pendulum(), 0.5, 12, 5, seed=0)
     real = FunctionalGP.condition
 
-    def overflowing(self, F, targets=None):
-        real(self, F, targets)
+    def overflowing(self, F, targets=None, **kw):  # kw: the solve's other options (symmetric=), passed on
+        real(self, F, targets, **kw)
         self._beta = torch.full_like(self._beta, float("nan"))
         return self
 

@@ -237,9 +237,12 @@ class FunctionalGP(gpytorch.Module):
 
     def _key(self, F: Functionals, symmetric: bool = False):
         r"""What a posterior without gradients depends on: the functionals ``F`` (the object, never changed in
-        place), how :math:`\Theta` was assembled (``symmetric``: its entries differ at rounding, so a search's solve
-        is the fit's only where both assembled it the same way) and every hyperparameter's value; None where gradients
-        flow (nothing is reused)."""
+        place), how :math:`\Theta` was assembled (``symmetric``: its entries differ at rounding, so a full assembly's
+        solve never stands for a symmetric one's, nor the reverse) and every hyperparameter's value; None where
+        gradients flow (nothing is reused). An element kernel's part-by-part assembly
+        (:func:`~learners.shadow.element_gram.reusing_parts`, the element search's stages 2b-3) is keyed
+        ``symmetric=True`` too: it and a plain symmetric solve may stand for each other (the calibration after such a
+        search may reuse it), equal to rounding, not bit for bit."""
         params = list(self.parameters())
         if torch.is_grad_enabled() and any(p.requires_grad for p in params):
             return None

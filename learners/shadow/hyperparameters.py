@@ -199,7 +199,7 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
         center = torch.cat([a.points for a in F_data.atoms.values()]).mean(0)
         norm = normalisation or self.normalisation
         F_norm = norm.functionals(D // 2, center)
-        self.kernel_degree = self.kernel_structure = None
+        self.kernel_degree = self.kernel_structure = self.objective_used = None  # set again by a search (_learn)
         self.gp = gp = self._make_gp(D)
         self.history = {}
         self._calibration = {}

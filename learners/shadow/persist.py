@@ -87,6 +87,9 @@ def restore(model, state: Dict[str, Any]) -> None:
     gp = model._make_gp(2 * model.n)
     gp.load_state_dict(state["gp"])
     F = _functionals(state["functionals"])
+    # not restored (nor carried by move): the factor's assembly, gp._factor_symmetric (False here; a positions fit's
+    # factor is symmetric). It only keys a retarget's solve for reuse (FunctionalGP._key), which no loaded or moved
+    # model makes; one by hand would be keyed as a full assembly's, equal to rounding. No number depends on it.
     gp.train_functionals, gp._chol, gp._beta = F, state["chol"], state["beta"]
     gp.info = ConditioningInfo(**state["info"])
     gp.variance_scale = state["variance_scale"]
