@@ -59,7 +59,7 @@ def _candidate(value, spec):
 
 def test_per_body_is_screened_where_bodies_screen_near_the_best(monkeypatch):
     """Identical bodies within STRUCTURE_MARGIN of the best screen (here 0.5 behind a chain) get the per-body screen
-    (on 1 : 3 bodies they led the wrong chain(4) by only 0.4-1.5, RESULTS Session 20 fix pass); farther behind, none."""
+    (at masses 1 : 3 to 1 : 30 they led the wrong chain(4) by only 0.5-1.5, RESULTS Session 20 fix pass); farther behind, none."""
     calls = []
     monkeypatch.setattr(structure_choice, "_screen_spec",
                         lambda model, spec, args, D, records: calls.append(spec) or _candidate(-9.0, spec))

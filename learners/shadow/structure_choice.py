@@ -24,10 +24,10 @@ held-out functionals and objective):
    with one basin: the tied grid on the training subset, its best point solved with all training functionals (per
    normalisation scored; one for a structure of equal masses);
 1b. **Per-body bodies**, where identical bodies ``bodies(k, d)`` screened within :data:`STRUCTURE_MARGIN` of the best
-   screen (:func:`_per_body`; on 1 : 3 bodies they led the wrong chain(4) by only 0.4-1.5): the same bodies with
-   one element each (``identical=False``, spec ``("bodies", k, d, "unequal")``) and the diagonal mass condition
-   (:class:`~learners.shadow.normalisation.MassNormalisation` ``matrix="diagonal"``, not scored against the trace) are
-   screened too, and take the identical bodies' place only where lower by :data:`BODY_MARGIN`: a shared body element
+   screen (:func:`_per_body`; on bodies of masses 1 : 3 to 1 : 30 they led the wrong chain(4) by only 0.5-1.5, Session
+   20 fix pass): the same bodies with one element each (``identical=False``, spec ``("bodies", k, d, "unequal")``)
+   and the diagonal mass condition (:class:`~learners.shadow.normalisation.MassNormalisation` ``matrix="diagonal"``,
+   not scored against the trace) are screened too, and take the identical bodies' place only where lower by :data:`BODY_MARGIN`: a shared body element
    holds equal masses only (two_body_unequal4, masses 1 : 2, energy differences 0.405; two_body_free4, 1 : 1.5 and a
    free centre of mass, 4.7, with no warning), and the per-body structure leads there by 2.5-7.8, while on equal
    masses it screens 1.6-3.3 *behind* (two_body4, two_body_morse4, three_body6: more scales, half the data per
@@ -234,10 +234,10 @@ def _per_body(model, args: tuple, screened: list, records: dict) -> list:
     screened too, and join ``screened`` only where lower than those identical bodies by :data:`BODY_MARGIN`. Why: a
     shared body element holds equal masses only (two_body_unequal4, masses 1 : 2: energy differences 0.405;
     two_body_free4, 1 : 1.5 and a free centre of mass: 4.7, no warning), where identical bodies may lead the wrong
-    chain(4) by little (0.4-1.5 on 1 : 3 bodies) or trail it; and per-body elements leave one scale per separately
-    conserved part free (:math:`aL_{com} + bL_{rel}` has the same motions; the held-out error cannot see :math:`a/b`),
-    which the diagonal condition fixes -- the cross term between the bodies' velocities is zero only at :math:`a = b`
-    -- and the trace does not."""
+    chain(4) by little (0.5-1.5 at masses 1 : 3 to 1 : 30, 0.02 at 40 trajectories) or may trail it; and per-body
+    elements leave one scale per separately conserved part free (:math:`aL_{com} + bL_{rel}` has the same motions; the
+    held-out error cannot see :math:`a/b`), which the diagonal condition fixes -- the cross term between the bodies'
+    velocities is zero only at :math:`a = b` -- and the trace does not."""
     if not screened or getattr(model, "_norm_diagonal", None) is None:
         return screened
     best = min(c[0] for c in screened)
