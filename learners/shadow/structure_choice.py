@@ -25,15 +25,15 @@ held-out functionals and objective):
    normalisation scored; one for a structure of equal masses);
 1b. **Per-body bodies**, where identical bodies ``bodies(k, d)`` screened within :data:`STRUCTURE_MARGIN` of the best
    screen (:func:`_per_body`; on bodies of masses 1 : 3 to 1 : 30 they led the wrong chain(4) by only 0.5-1.5, Session
-   20 fix pass): the same bodies with one element each (``identical=False``, spec ``("bodies", k, d, "unequal")``)
-   and the diagonal mass condition (:class:`~learners.shadow.normalisation.MassNormalisation` ``matrix="diagonal"``,
-   not scored against the trace) are screened too, and take the identical bodies' place only where lower by :data:`BODY_MARGIN`: a shared body element
-   holds equal masses only (two_body_unequal4, masses 1 : 2, energy differences 0.405; two_body_free4, 1 : 1.5 and a
-   free centre of mass, 4.7, with no warning), and the per-body structure leads there by 2.5-7.8, while on equal
-   masses it screens 1.6-3.3 *behind* (two_body4, two_body_morse4, three_body6: more scales, half the data per
-   element; Session 20), and the fit is then the one without it, bit for bit; where it is the best screen but its
-   refinement is not kept (behind the default's by less than the margin, or failed), the best of the other screens is
-   refined and compared instead, as it would have been without it (step 2);
+   20 fix pass): the same bodies with one element each (``identical=False``, spec ``("bodies", k, d, "unequal")``) and
+   the diagonal mass condition (:class:`~learners.shadow.normalisation.MassNormalisation` ``matrix="diagonal"``, not
+   scored against the trace) are screened too, and take the identical bodies' place only where lower by
+   :data:`BODY_MARGIN`: a shared body element holds equal masses only (two_body_unequal4, masses 1 : 2, energy
+   differences 0.405; two_body_free4, 1 : 1.5 and a free centre of mass, 4.7, with no warning), and the per-body
+   structure leads there by 2.5-7.8, while on equal masses it screens 1.6-3.3 *behind* (two_body4, two_body_morse4,
+   three_body6: more scales, half the data per element; Session 20), and the fit is then the one without it, bit for
+   bit; where it is the best screen but its refinement is not kept (behind the default's by less than the margin, or
+   failed), the best of the other screens is refined and compared instead, as it would have been without it (step 2);
 2. **Refinement** of the best screened structure only, and only where its screened value is already below the default's
    *refined* value (a structure that cannot beat the default before its refinement is not refined): the opt-in search of
    ``kernel=ElementKernel...`` with that structure (:func:`~learners.shadow.element_search.search_elements`: the grid's
