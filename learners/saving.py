@@ -56,10 +56,11 @@ FORMAT = "bea.learners.model"
 #: the newest version. 2: the file carries a checksum (version 1 files are refused: save the model again); 3: a GP
 #: model fitted in rotated coordinates (its ``rotation``, :mod:`learners.shadow.units`) -- written only for such a
 #: model, since code that reads version 2 would load it without the rotation and predict wrongly; 4: a GP model whose
-#: ``kernel="auto"`` fit chose an element structure (:mod:`learners.shadow.structure_choice`), likewise only for such a model
-VERSION = 4
+#: ``kernel="auto"`` fit chose an element structure (:mod:`learners.shadow.structure_choice`), likewise only for such a model;
+#: 5: that structure is per-body bodies ``("bodies", k, d, "unequal")``, which code reading version 4 cannot build
+VERSION = 5
 #: the versions this code reads
-VERSIONS = (2, 3, 4)
+VERSIONS = (2, 3, 4, 5)
 
 #: the largest size a model file may declare (a width, a dimension, a number of layers, a list's length)
 MAX_SIZE = 4096

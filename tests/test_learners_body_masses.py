@@ -3,6 +3,7 @@ bodies screen best, the same bodies with one element each and the diagonal mass 
 them where their held-out value is lower by BODY_MARGIN -- a shared body element cannot hold unequal masses."""
 
 import warnings
+from types import SimpleNamespace
 
 import pytest
 import sympy
@@ -10,7 +11,9 @@ import torch
 import integrators
 from integrators.data import snapshots
 from learners import InverseModifiedLagrangianGP
-from learners.shadow import structure_choice
+from bea.errors import BeaRuntimeError
+from learners import saving
+from learners.shadow import element_search, persist, structure_choice
 from learners.shadow.guards import IdentifiabilityWarning
 from learners.shadow.element_kernel import ElementKernel
 from learners.shadow.normalisation import MassNormalisation
@@ -40,9 +43,68 @@ def test_the_per_body_spec_builds_one_element_per_body():
     assert len(per_body.groups) == len(identical.groups) + 1 and not per_body.equal_masses() and identical.equal_masses()
 
 
+def test_a_list_spec_is_per_body_too():
+    """A model file holds the spec as a list: its name, kernel and the diagonal condition in the search's arguments
+    are those of the tuple (a comparison with a tuple slice would read the list as identical bodies)."""
+    spec = ["bodies", 2, 2, UNEQUAL]
+    assert structure_name(spec) == "bodies(2, 2, identical=False)" and not structure_kernel(spec).equal_masses()
+    model, args = SimpleNamespace(_norm_diagonal="diagonal"), tuple(range(9))
+    assert structure_choice._spec_args(model, spec, args)[8] == "diagonal"
+    assert structure_choice._spec_args(model, spec[:3], args) == args
+
+
+def _candidate(value, spec):
+    return (value, tuple(spec), f"gp {structure_name(spec)}", None, {})
+
+
+def test_per_body_is_screened_where_bodies_screen_near_the_best(monkeypatch):
+    """Identical bodies within STRUCTURE_MARGIN of the best screen (here 0.5 behind a chain) get the per-body screen
+    (at masses 1 : 3 to 1 : 30 they led the wrong chain(4) by only 0.5-1.5, RESULTS Session 20 fix pass); farther behind, none."""
+    calls = []
+    monkeypatch.setattr(structure_choice, "_screen_spec",
+                        lambda model, spec, args, D, records: calls.append(spec) or _candidate(-9.0, spec))
+    model, args = SimpleNamespace(_norm_diagonal="diagonal"), (SimpleNamespace(dim=8),)
+    near = [_candidate(-5.0, ("chain", 4, "fixed")), _candidate(-4.5, ("bodies", 2, 2))]
+    out = structure_choice._per_body(model, args, near, {})
+    assert calls == [("bodies", 2, 2, UNEQUAL)] and out[-1][1] == ("bodies", 2, 2, UNEQUAL) and len(out) == 3
+    far = [_candidate(-5.0, ("chain", 4, "fixed")), _candidate(-5.0 + structure_choice.STRUCTURE_MARGIN + 0.1,
+                                                               ("bodies", 2, 2))]
+    assert structure_choice._per_body(model, args, far, {}) == far and len(calls) == 1
+
+
+@pytest.mark.parametrize("per_body", ["behind", "fails"])
+def test_a_per_body_refinement_not_kept_falls_back_to_the_others(monkeypatch, per_body):
+    """The per-body structure screened best but its refinement is not kept (behind the default's by less than the margin,
+    or raising): the best of the others, identical bodies, is refined and kept, as without the per-body screen."""
+    screened = [_candidate(-6.0, ("bodies", 2, 2)), _candidate(-4.0, ("chain", 4, "fixed"))]
+    monkeypatch.setattr(structure_choice, "_per_body",
+                        lambda model, args, s, records: s + [_candidate(-9.0, ("bodies", 2, 2, UNEQUAL))])
+    refined = {"gp bodies(2, 2, identical=False)": -0.5, "gp bodies(2, 2)": -3.0}  # the default's: 0, margin 1
+
+    def search(model, *args, start):
+        if model.gp.endswith("identical=False)") and per_body == "fails":
+            raise BeaRuntimeError("no usable fit")
+        model.history["objective"] = refined[model.gp]
+        return f"result of {model.gp}"
+
+    monkeypatch.setattr(element_search, "element_start", lambda model, *args, **options: None)
+    monkeypatch.setattr(element_search, "search_elements", search)
+    model = SimpleNamespace(history={"objective": 0.0}, gp="default", kernel_structure=None, kernel_degree=2,
+                            _norm_diagonal="diagonal")
+    records = {structure_name(c[1]): {} for c in screened + [_candidate(0, ("bodies", 2, 2, UNEQUAL))]}
+    monkeypatch.setattr(structure_choice, "_screen", lambda model, args, D, r: r.update(records) or screened)
+    out = structure_choice.choose_structure(model, (SimpleNamespace(dim=4),) + (None,) * 8, "found")
+    assert out == "result of gp bodies(2, 2)" and model.kernel_structure == ("bodies", 2, 2), out
+    assert model.history["structure_kept"] == "bodies(2, 2)" and model.history["objective"] == -3.0
+    said = model.history["structures"]["bodies(2, 2, identical=False)"]
+    assert ("error" in said) == (per_body == "fails") and ("refined" in said) == (per_body == "behind")
+
+
 @pytest.fixture(scope="module")
 def heavy_light_auto():
-    """heavy_light4 at CI size (60 trajectories of 5 steps, h = 0.2), library defaults (about 22 CPU s)."""
+    """heavy_light4 at CI size (60 trajectories of 5 steps, h = 0.2), library defaults (27.4 CPU s measured, loaded
+    machine). Not 40: the per-body structure is still kept there (screens -11.45 / -6.07) but its energy differences
+    0.200 equal the default kernels' 0.196 (RESULTS Session 20 fix pass), so the energy bound would not test the change."""
     system = heavy_light4()
     data = snapshots(system, 0.2, 60, 5, seed=0)
     with warnings.catch_warnings(record=True) as caught:
@@ -56,7 +118,8 @@ def test_unequal_masses_keep_one_element_per_body(heavy_light_auto):
     diagonal condition's, not the whole matrix's): its screen led the identical bodies' by more than BODY_MARGIN
     (measured -11.42 against -6.16), and it warns why its energies are less certain. Energy differences 0.115 measured
     (seed 0); before (no per-body screen: the default kernels kept, identical bodies screened behind them) 1.71. The
-    bound 0.2 is 1.7x the measured value, for rounding across machines, and 8.5x below the value before."""
+    bound 0.3: other data give more (seed 2: 0.197; /tmp/review_bodies10/trig.log), so 0.3 leaves room for the draw and
+    rounding across machines, and is still 5.7x below the value before."""
     system, m, caught = heavy_light_auto
     h = m.history
     assert m.kernel_structure == ("bodies", 2, 2, UNEQUAL) and h["structure_kept"] == "bodies(2, 2, identical=False)"
@@ -64,20 +127,30 @@ def test_unequal_masses_keep_one_element_per_body(heavy_light_auto):
     assert screens["bodies(2, 2, identical=False)"] < screens["bodies(2, 2)"] - structure_choice.BODY_MARGIN, screens
     counts = {matrix: MassNormalisation(matrix=matrix).functionals(4).count for matrix in ("diagonal", True)}
     assert m._norm_count == counts["diagonal"] != counts[True], counts
+    searched = h["structures"]["bodies(2, 2, identical=False)"]["history"]  # the refinement's, the screen's inside
+    assert searched["normalisation_candidates"] == searched["screen"]["normalisation_candidates"] == ["diagonal"]
     rel, _ = energy_differences(m, system, 2, return_std=False)
-    assert rel <= 0.2, rel
+    assert rel <= 0.3, rel
     said = [str(w.message) for w in caught if issubclass(w.category, IdentifiabilityWarning)]
     assert any("kept bodies(2, 2, identical=False)" in x and "more trajectories" in x for x in said), said
 
 
 def test_the_per_body_structure_survives_save_and_load(heavy_light_auto, tmp_path, monkeypatch):
-    """The file records the four-entry spec; the loaded model has it and predicts the same Lagrangian (to rounding).
-    The energy calibration a file carries is skipped (its cost; tests/test_learners_structure_choice.py's reason)."""
+    """The file records the four-entry spec as version 5, which code reading up to version 4 (three-entry structures
+    only) refuses; the same state with identical bodies is still version 4. The loaded model has the spec and predicts
+    the same Lagrangian (to rounding). The energy calibration a file carries is skipped (its cost;
+    tests/test_learners_structure_choice.py's reason)."""
     from learners.shadow import calibration
 
     system, m, _ = heavy_light_auto
     monkeypatch.setattr(calibration, "ensure_energy_calibration", lambda model: None)
-    back = InverseModifiedLagrangianGP.load(m.save(tmp_path / "per_body.pt"))
+    path = m.save(tmp_path / "per_body.pt")
+    assert torch.load(path, weights_only=True)["version"] == 5
+    assert persist.file_version(dict(persist.fitted_state(m), kernel_structure=["bodies", 2, 2])) == 4
+    back = InverseModifiedLagrangianGP.load(path)
     assert back.kernel_structure == ("bodies", 2, 2, UNEQUAL) and repr(back) == repr(m)
     q, v = torch.linspace(-0.3, 0.3, 12, dtype=torch.float64).reshape(3, 4), torch.full((3, 4), 0.1, dtype=torch.float64)
     assert torch.allclose(back.lagrangian(q, v), m.lagrangian(q, v), rtol=1e-10, atol=1e-12)
+    monkeypatch.setattr(saving, "VERSIONS", (2, 3, 4))  # code before the per-body structure
+    with pytest.raises(saving.ModelFileError, match="version 5"):
+        InverseModifiedLagrangianGP.load(path)

@@ -173,7 +173,8 @@ def check_scales(model, kernel: ElementKernel, theta: torch.Tensor, scale0: floa
 
 
 def element_start(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0: float, F_norm_alt=None,
-                  basins: int = BASIN_STARTS, screened: Optional[dict] = None, alt_only: bool = False) -> tuple:
+                  basins: int = BASIN_STARTS, screened: Optional[dict] = None, alt_only: bool = False,
+                  alt_name: str = "matrix") -> tuple:
     """Stage 1 (module docstring) for ``model.gp``'s element kernel, the arguments of :func:`search_elements`: the tied
     grid on the subset for each normalisation scored, its ``basins`` lowest basins with all training functionals, the
     lower kept (the whole matrix by MATRIX_MARGIN): ``(ell_q, ell_v, value, F_all, norm, evaluate)``. With
@@ -181,7 +182,8 @@ def element_start(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, sc
     (:mod:`learners.shadow.structure_choice`); ``screened``: that screen's history, whose grids and solved basins
     are reused (not solved again); ``alt_only``: ``F_norm_alt`` only, not scored against the trace (the per-body
     structure's diagonal condition, :mod:`learners.shadow.structure_choice`: the held-out error cannot see the parts'
-    relative scale that it fixes)."""
+    relative scale that it fixes); ``alt_name``: the name ``F_norm_alt`` is recorded under in ``model.history``
+    (``normalisation_candidates``, and the solved basins a refinement reuses): ``"diagonal"`` for that condition."""
     from .functionals import Functionals
     from .hyperparameter_search import objective, split_functionals
 
@@ -206,9 +208,10 @@ def element_start(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, sc
             continue
         F_all = Functionals.cat([F_train, norm])
         evaluate = objective(gp, "positions", F_all, F_va, G_va, positions)
-        lq, lv, full = _start(model, kernel, grid, evaluate, basins, _solved(screened, ("trace", "matrix")[k]))
+        name = ("trace", alt_name)[k]
+        lq, lv, full = _start(model, kernel, grid, evaluate, basins, _solved(screened, name))
         model.history.setdefault("normalisation_values", []).append(full)
-        model.history.setdefault("normalisation_candidates", []).append(("trace", "matrix")[k])
+        model.history.setdefault("normalisation_candidates", []).append(name)
         if kept is None or full < kept[2] - MATRIX_MARGIN:
             kept = (lq, lv, full, F_all, norm, evaluate)
     if kept is None:
@@ -218,7 +221,7 @@ def element_start(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, sc
 
 def _solved(screened: Optional[dict], name: str) -> dict:
     """The basins a screen's history ``screened`` solved with all training functionals under normalisation ``name``
-    (``"trace"``/``"matrix"``), by ``(ell_q, ell_v)``; empty without a screen."""
+    (``"trace"``, ``"matrix"`` or :func:`element_start`'s ``alt_name``), by ``(ell_q, ell_v)``; empty without a screen."""
     if screened is None:
         return {}
     names = screened.get("normalisation_candidates", [])

@@ -63,16 +63,20 @@ def fitted_state(model) -> Dict[str, Any]:
              "kernel_degree": model.kernel_degree, "subclass": model._fitted_extra()}
     if model._rotation is not None:  # only then: the file is version 3 (file_version), which older code refuses
         state["rotation"] = model._rotation
-    if getattr(model, "kernel_structure", None) is not None:  # only then: version 4, which older code refuses
+    if getattr(model, "kernel_structure", None) is not None:  # only then: version 4 (5 per-body), which older code refuses
         state["kernel_structure"] = list(model.kernel_structure)
     return state
 
 
 def file_version(state: Dict[str, Any]) -> int:
-    """The model-file version of a :func:`fitted_state` (:data:`learners.saving.VERSIONS`): 4 with an element structure
-    chosen by ``kernel="auto"`` (code before it would build the default kernel and fail on its scales), 3 with a
-    rotation, else 2."""
-    return 4 if "kernel_structure" in state else 3 if "rotation" in state else 2
+    """The model-file version of a :func:`fitted_state` (:data:`learners.saving.VERSIONS`): 5 with a per-body structure
+    ``("bodies", k, d, "unequal")`` (code that reads version 4 knows only three-entry structures and would refuse the
+    file as edited), 4 with another element structure chosen by ``kernel="auto"`` (code before it would build the
+    default kernel and fail on its scales), 3 with a rotation, else 2."""
+    structure = state.get("kernel_structure")
+    if structure is not None:
+        return 5 if len(structure) == 4 else 4
+    return 3 if "rotation" in state else 2
 
 
 def restore(model, state: Dict[str, Any]) -> None:

@@ -23,14 +23,17 @@ held-out functionals and objective):
 1. **Screen**, each structure: stage 1 of the element search (:func:`~learners.shadow.element_search.element_start`)
    with one basin: the tied grid on the training subset, its best point solved with all training functionals (per
    normalisation scored; one for a structure of equal masses);
-1b. **Per-body bodies**, where identical bodies ``bodies(k, d)`` screened best (:func:`_per_body`): the same bodies with
-   one element each (``identical=False``, spec ``("bodies", k, d, "unequal")``) and the diagonal mass condition
-   (:class:`~learners.shadow.normalisation.MassNormalisation` ``matrix="diagonal"``, not scored against the trace) are
-   screened too, and take the identical bodies' place only where lower by :data:`BODY_MARGIN`: a shared body element
-   holds equal masses only (two_body_unequal4, masses 1 : 2, energy differences 0.405; two_body_free4, 1 : 1.5 and a
-   free centre of mass, 4.7, with no warning), and the per-body structure leads there by 2.5-7.8, while on equal
-   masses it screens 1.6-3.3 *behind* (two_body4, two_body_morse4, three_body6: more scales, half the data per
-   element; Session 20), and the fit is then the one without it, bit for bit;
+1b. **Per-body bodies**, where identical bodies ``bodies(k, d)`` screened within :data:`STRUCTURE_MARGIN` of the best
+   screen (:func:`_per_body`; on bodies of masses 1 : 3 to 1 : 30 they led the wrong chain(4) by only 0.5-1.5, Session
+   20 fix pass): the same bodies with one element each (``identical=False``, spec ``("bodies", k, d, "unequal")``) and
+   the diagonal mass condition (:class:`~learners.shadow.normalisation.MassNormalisation` ``matrix="diagonal"``, not
+   scored against the trace) are screened too, and take the identical bodies' place only where lower by
+   :data:`BODY_MARGIN`: a shared body element holds equal masses only (two_body_unequal4, masses 1 : 2, energy
+   differences 0.405; two_body_free4, 1 : 1.5 and a free centre of mass, 4.7, with no warning), and the per-body
+   structure leads there by 2.5-7.8, while on equal masses it screens 1.6-3.3 *behind* (two_body4, two_body_morse4,
+   three_body6: more scales, half the data per element; Session 20), and the fit is then the one without it, bit for
+   bit; where it is the best screen but its refinement is not kept (behind the default's by less than the margin, or
+   failed), the best of the other screens is refined and compared instead, as it would have been without it (step 2);
 2. **Refinement** of the best screened structure only, and only where its screened value is already below the default's
    *refined* value (a structure that cannot beat the default before its refinement is not refined): the opt-in search of
    ``kernel=ElementKernel...`` with that structure (:func:`~learners.shadow.element_search.search_elements`: the grid's
@@ -117,11 +120,17 @@ def structures(n: int) -> List[Spec]:
     return out + [("chain", n, "fixed")]
 
 
+def _is_per_body(spec: Spec) -> bool:
+    """Whether ``spec`` (a tuple, or a list as a model file holds it) is a per-body spec ``("bodies", k, d, UNEQUAL)``."""
+    spec = tuple(spec)
+    return len(spec) == 4 and spec[0] == "bodies" and spec[3] == UNEQUAL
+
+
 def structure_kernel(spec: Spec) -> ElementKernel:
     """The element kernel template of ``spec`` (default options: identical elements, RBF bases, the correction)."""
     spec = tuple(spec)
-    if len(spec) in (3, 4) and spec[0] == "bodies" and spec[3:] in ((), (UNEQUAL,)):
-        return ElementKernel.bodies(int(spec[1]), int(spec[2]), identical=len(spec) == 3)
+    if (len(spec) == 3 and spec[0] == "bodies") or _is_per_body(spec):
+        return ElementKernel.bodies(int(spec[1]), int(spec[2]), identical=not _is_per_body(spec))
     if len(spec) == 3 and spec[0] == "chain":
         return ElementKernel.chain(int(spec[1]), ends=str(spec[2]))
     raise BeaValueError(f"unknown element structure {spec!r}: expected ('bodies', count, dim[, 'unequal']) or "
@@ -133,9 +142,10 @@ def structure_name(spec: Optional[Spec]) -> Optional[str]:
     ends); None for None."""
     if spec is None:
         return None
+    spec = tuple(spec)
     if spec[0] == "chain":
         return f"chain({spec[1]})" if spec[2] == "fixed" else f"chain({spec[1]}, ends={spec[2]!r})"
-    return f"{spec[0]}({spec[1]}, {spec[2]}" + (", identical=False)" if spec[3:] == (UNEQUAL,) else ")")
+    return f"{spec[0]}({spec[1]}, {spec[2]}" + (", identical=False)" if _is_per_body(spec) else ")")
 
 
 def scores_structures(model, n: int) -> bool:
@@ -182,7 +192,13 @@ def _screen(model, args: tuple, D: int, records: dict) -> list:
 def _spec_args(model, spec: Spec, args: tuple) -> tuple:
     """The search's arguments for ``spec``: a per-body structure's alternative normalisation is the diagonal condition
     (no equal masses assumed), scored alone (``alt_only``)."""
-    return args[:8] + (model._norm_diagonal,) if spec[3:] == (UNEQUAL,) else args
+    return args[:8] + (model._norm_diagonal,) if _is_per_body(spec) else args
+
+
+def _start_options(spec: Spec) -> dict:
+    """:func:`~learners.shadow.element_search.element_start`'s options for ``spec``: a per-body structure's diagonal
+    condition used alone and recorded as ``"diagonal"`` in its history."""
+    return {"alt_only": True, "alt_name": "diagonal"} if _is_per_body(spec) else {}
 
 
 def _screen_spec(model, spec: Spec, args: tuple, D: int, records: dict) -> Optional[tuple]:
@@ -201,7 +217,7 @@ def _screen_spec(model, spec: Spec, args: tuple, D: int, records: dict) -> Optio
             return None
         with _Scoped(model, gp, sub), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a structure's screen warns of nothing the model keeps
-            start = element_start(model, *_spec_args(model, spec, args), basins=1, alt_only=len(spec) == 4)
+            start = element_start(model, *_spec_args(model, spec, args), basins=1, **_start_options(spec))
         record["screen"] = start[2]
         if math.isfinite(start[2]):
             return start[2], spec, gp, start, sub
@@ -213,40 +229,46 @@ def _screen_spec(model, spec: Spec, args: tuple, D: int, records: dict) -> Optio
 
 
 def _per_body(model, args: tuple, screened: list, records: dict) -> list:
-    """Where identical bodies ``("bodies", k, d)`` screened best, the same bodies with one element each
-    (``identical=False``) and the diagonal mass condition are screened too, and join ``screened`` only where lower by
-    :data:`BODY_MARGIN`. Why: a shared body element holds equal masses only (two_body_unequal4, masses 1 : 2: energy
-    differences 0.405; two_body_free4, 1 : 1.5 and a free centre of mass: 4.7, no warning), and per-body elements leave
-    one scale per separately conserved part free (:math:`aL_{com} + bL_{rel}` has the same motions; the held-out error
-    cannot see :math:`a/b`), which the diagonal condition fixes -- the cross term between the bodies' velocities is
-    zero only at :math:`a = b` -- and the trace does not."""
+    """Where identical bodies ``("bodies", k, d)`` screened within :data:`STRUCTURE_MARGIN` of the best screen (the
+    lowest such bodies), the same bodies with one element each (``identical=False``) and the diagonal mass condition are
+    screened too, and join ``screened`` only where lower than those identical bodies by :data:`BODY_MARGIN`. Why: a
+    shared body element holds equal masses only (two_body_unequal4, masses 1 : 2: energy differences 0.405;
+    two_body_free4, 1 : 1.5 and a free centre of mass: 4.7, no warning), where identical bodies may lead the wrong
+    chain(4) by little (0.5-1.5 at masses 1 : 3 to 1 : 30, 0.02 at 40 trajectories) or may trail it; and per-body
+    elements leave one scale per separately conserved part free (:math:`aL_{com} + bL_{rel}` has the same motions; the
+    held-out error cannot see :math:`a/b`), which the diagonal condition fixes -- the cross term between the bodies'
+    velocities is zero only at :math:`a = b` -- and the trace does not."""
     if not screened or getattr(model, "_norm_diagonal", None) is None:
         return screened
-    best = min(screened, key=lambda c: c[0])
-    if best[1][0] != "bodies" or len(best[1]) != 3:
+    best = min(c[0] for c in screened)
+    near = [c for c in screened if c[1][0] == "bodies" and len(c[1]) == 3 and c[0] < best + STRUCTURE_MARGIN]
+    if not near:
         return screened
-    found = _screen_spec(model, tuple(best[1]) + (UNEQUAL,), args, args[0].dim, records)
-    return screened + [found] if found is not None and found[0] < best[0] - BODY_MARGIN else screened
+    bodies = min(near, key=lambda c: c[0])
+    found = _screen_spec(model, tuple(bodies[1]) + (UNEQUAL,), args, args[0].dim, records)
+    return screened + [found] if found is not None and found[0] < bodies[0] - BODY_MARGIN else screened
 
 
 def _warn_per_body(name: str) -> None:
     """The per-body structure kept: why its energies are less certain than identical bodies', and the remedy."""
     from .guards import IdentifiabilityWarning
 
-    warnings.warn(f"kernel='auto' kept {name}: the bodies' masses differ, so each body's element learns from its own "
-                  "data only and the relative scale of separately conserved parts (centre of mass, relative motion) "
-                  "rests on the diagonal mass condition at one state; measured energy differences 2.5e-3 to 1e-2 "
-                  "relative at 150 trajectories (identical bodies: 3e-4). Remedy: more trajectories, and "
-                  "energy(N, return_std=True) for the error bar", IdentifiabilityWarning, stacklevel=caller_level())
+    warnings.warn(f"kernel='auto' kept {name}: its screen led identical bodies' (the data appear to favour unequal "
+                  "masses), so each body's element learns from its own data only and the relative scale of separately "
+                  "conserved parts (centre of mass, relative motion) rests on the diagonal mass condition at one state; "
+                  "measured energy differences 2.5e-3 to 1e-2 relative at 120-150 trajectories (identical bodies: 3e-4), "
+                  "and energy(N, return_std=True) does not bound them (measured ~2.7x too narrow: RMS z 2.7, 65% within "
+                  "2 sigma). Remedy: more trajectories; for a second estimate, kernel='mechanical' (no structure) or "
+                  "another sample of trajectories", IdentifiabilityWarning, stacklevel=caller_level())
 
 
 def choose_structure(model, args: tuple, found: tuple) -> tuple:
     """The module docstring's choice after the default kernels' search, whose result ``found`` = ``(F_all, theta,
     F_norm)`` (``model.gp`` its winner's GP, ``model.history["objective"]`` its refined held-out value); ``args``: the
     search's arguments ``(F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0, F_norm_alt)``. Returns ``found``
-    or the structure's ``(F_all, theta, F_norm)``, with ``model.gp`` and ``model.kernel_structure`` set to it."""
-    from .element_search import DegenerateScalesWarning, element_start, search_elements
-
+    or the structure's ``(F_all, theta, F_norm)``, with ``model.gp`` and ``model.kernel_structure`` set to it. Where
+    the best screen is the per-body structure and it is not kept (its refinement behind, or failed), the best of the
+    others is refined as it would be without the per-body screen."""
     history = model.history
     default = history.get("objective")
     records = history["structures"] = {}
@@ -254,11 +276,25 @@ def choose_structure(model, args: tuple, found: tuple) -> tuple:
     history["structure_kept"], history["default_objective"] = None, default
     if not screened or default is None:
         return found
-    value, spec, gp, start, sub = min(screened, key=lambda s: s[0])
-    name = structure_name(spec)
+    best = min(screened, key=lambda s: s[0])
+    result = _refine(model, args, best, default, records)
+    others = [c for c in screened if not _is_per_body(c[1])]
+    if result is None and _is_per_body(best[1]) and others:
+        result = _refine(model, args, min(others, key=lambda s: s[0]), default, records)
+    return found if result is None else result
+
+
+def _refine(model, args: tuple, candidate: tuple, default: float, records: dict) -> Optional[tuple]:
+    """Steps 2-3 of the module docstring for one screened ``candidate`` ``(value, spec, gp, start, history)``: its
+    refinement's ``(F_all, theta, F_norm)`` with ``model`` set to it where kept, else None (not refined, behind the
+    default kernels' refined value ``default`` by less than the margin, or failed: the reason in ``records``)."""
+    from .element_search import DegenerateScalesWarning, element_start, search_elements
+
+    value, spec, gp, start, sub = candidate
+    history, name = model.history, structure_name(spec)
     record = records[name]
     if math.isfinite(default) and not value < default:  # even the best screen is behind: not refined (module docstring)
-        return found
+        return None
     full = record["history"] = {"screen": sub}  # the refinement's history, the screen's inside it
     started = time.process_time()
     with _Scoped(model, gp, full), warnings.catch_warnings(record=True) as caught:
@@ -266,19 +302,19 @@ def choose_structure(model, args: tuple, found: tuple) -> tuple:
         try:  # the opt-in search's stage 1 (every basin; the screen's grid and solves reused), then stages 2-3
             spec_args = _spec_args(model, spec, args)
             result = search_elements(model, *spec_args, start=element_start(model, *spec_args, screened=sub,
-                                                                            alt_only=len(spec) == 4))
+                                                                            **_start_options(spec)))
         except (BeaError, torch.linalg.LinAlgError) as err:
             record["error"] = f"{type(err).__name__}: {err}"
-            return found
+            return None
         finally:
             record["refine_cpu_s"] = time.process_time() - started
     refined = record["refined"] = full["objective"]
     margin = DEGENERATE_MARGIN if full.get("degenerate_scales") else STRUCTURE_MARGIN
     if not (refined < default - margin or not math.isfinite(default)):
-        return found
+        return None
     history["structure_kept"], history["objective"] = name, refined
     model.gp, model.kernel_structure, model.kernel_degree = gp, tuple(spec), None
-    if spec[3:] == (UNEQUAL,):
+    if _is_per_body(spec):
         _warn_per_body(name)
     for w in caught:  # the kept structure's warnings, as the opt-in fit issues them; the default's user chose no kernel
         message = f"{w.message} (kernel='auto' kept {name}: kernel='mechanical' or kernel='rbf' fit without a structure)"
