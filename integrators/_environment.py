@@ -9,7 +9,6 @@ it (tests/test_reliability2_side_effects.py), so the sites that may trigger the 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import sys
 from typing import Iterator
@@ -36,4 +35,5 @@ def dynamo_imported() -> None:
     """Import ``torch._dynamo`` now, with the environment kept, unless it is loaded already (then nothing happens)."""
     if "torch._dynamo" not in sys.modules:
         with environment_kept():
-            importlib.import_module("torch._dynamo")
+            import torch._dynamo as loaded
+        del loaded  # only the import is wanted: later transforms find the module loaded
