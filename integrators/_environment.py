@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from types import ModuleType
 from typing import Iterator
 
 __all__ = ["environment_kept", "dynamo_imported"]
@@ -31,9 +32,10 @@ def environment_kept() -> Iterator[None]:
                 os.environ[k] = v
 
 
-def dynamo_imported() -> None:
-    """Import ``torch._dynamo`` now, with the environment kept, unless it is loaded already (then nothing happens)."""
+def dynamo_imported() -> ModuleType:
+    """``torch._dynamo``, imported now with the environment kept unless it is loaded already (then only looked up)."""
     if "torch._dynamo" not in sys.modules:
         with environment_kept():
             import torch._dynamo as loaded
-        del loaded  # only the import is wanted: later transforms find the module loaded
+        return loaded
+    return sys.modules["torch._dynamo"]
