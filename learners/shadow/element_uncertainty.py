@@ -22,7 +22,8 @@ per instance instead of :math:`\binom{2n+p}{p}`), and everything below is closed
   at :math:`w_{b,e}` of :math:`\sum_{e'}\Lambda^t k_g(s, t)`, the atoms projected by :math:`e'` (points
   :math:`P_{e'}y + b_{e'}`, directions :math:`P_{e'}u`, as ``derivative_block``; only the (instance, atom) pairs with
   no vanishing direction, as the mean: :func:`~learners.shadow.element_kernel._projected_atoms`):
-  :func:`~learners.shadow.feature_jets._gaussian_section` at unit scales, differentiated along the projected directions;
+  :func:`~learners.shadow.feature_jets._gaussian_section` at unit scales, differentiated along the projected directions
+  (:func:`~learners.shadow.section_jets.gaussian_directional`);
 * *a row's function* (an atom part against a reference's jet part): the same sections, each atom at its own row.
 
 The correction :math:`s_c^2 k_{RBF}(D_c z, D_c z')` keeps the RBF's Gaussian layout on full-dimensional jets
@@ -44,9 +45,10 @@ import torch
 from bea.errors import BeaRuntimeError, BeaTypeError
 
 from .element_kernel import ElementKernel, _projected_atoms
-from .feature_jets import _directional, _gaussian_section, _hermite, _product_over_inputs
+from .feature_jets import _hermite, _product_over_inputs
 from .functionals import AtomSet
 from .kernels import RBFKernel
+from .section_jets import gaussian_directional
 from .uncertainty import PASS_ENTRIES, TABLE_ENTRIES, GaussianFeatures, _Columns, _GaussianMap, _Jets
 
 __all__ = ["ElementLayout", "ElementFeatures", "unsupported", "on_mean", "energies_at", "velocities_at", "SECTION_ENTRIES",
@@ -139,7 +141,7 @@ class _Group:
             for A in pairs:
                 for a in range(0, len(A), step):
                     P = AtomSet(A.points[a:a + step], A.dirs[a:a + step], A.coef[a:a + step], A.owner[a:a + step])
-                    E = _directional(lambda yy: _gaussian_section(w, yy, ones, self.mono.exponents), P.points, P.dirs)
+                    E = gaussian_directional(w, P.points, ones, self.mono.exponents, P.dirs)
                     yield slice(r, r + rows), P, E[tuple(range(A.order))].reshape(-1, m, len(P), self.M)
 
     def sections(self, c: torch.Tensor, x: torch.Tensor, F, entries: int = SECTION_ENTRIES) -> torch.Tensor:

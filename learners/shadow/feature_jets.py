@@ -105,6 +105,10 @@ class _Factor:
     def _table1d(self, z: torch.Tensor, amax: int) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def directional(self, xb: torch.Tensor, y: torch.Tensor, W: torch.Tensor, alphas: torch.Tensor) -> dict:
+        """The section at ``xb`` and its derivatives in ``y`` along ``W`` (:func:`_directional`)."""
+        return _directional(lambda yy: self.section(xb, yy, alphas), y, W)
+
     def table(self, y: torch.Tensor, centres: torch.Tensor, alphas: torch.Tensor) -> torch.Tensor:
         r""":math:`A_{b\alpha\gamma} = \partial_z^\alpha F_\gamma(y_b; c_b)/\sqrt{\alpha!}` for the multi-indices
         ``alphas`` (A, n): (B, A, G)."""
@@ -134,6 +138,11 @@ class GaussianFactor(_Factor):
 
     def section(self, xb, y, alphas):
         return _gaussian_section(xb, y, self.scales, alphas)
+
+    def directional(self, xb, y, W, alphas):
+        from .section_jets import gaussian_directional  # imports this module; closed form (its docstring)
+
+        return gaussian_directional(xb, y, self.scales, alphas, W)
 
 
 class MonomialFactor(_Factor):
@@ -190,8 +199,8 @@ class SplitLayout:
         velocity factors' scaled :math:`x`-derivatives at the rows' states, differentiated along the atoms'
         directions, sum (:math:`\sum_{pairs} E_{bps}P_{bpt}`) to :math:`\Lambda_p^y D^x_{(s,t)} k(x_b, y)`: with
         :math:`k = k_q k_v` and each direction on one factor (the four products for two directions), each factor a
-        closed form (:func:`_gaussian_section`, :func:`_polynomial_section`) differentiated forward-mode
-        (``torch.func.jvp``) along the atom's directions. ``v_count``: the velocity factor's first ``v_count``
+        closed form (:func:`_gaussian_section`, :func:`_polynomial_section`) differentiated along the atom's directions
+        (:meth:`_Factor.directional`: the Gaussian's in closed form, the polynomial's forward-mode, ``torch.func.jvp``). ``v_count``: the velocity factor's first ``v_count``
         multi-indices only (those beyond vanish, :attr:`_Factor.top`)."""
         n, B, S = self.n, x.shape[0], self.half.shape[0]
         for m, A in F.atoms.items():
@@ -199,7 +208,7 @@ class SplitLayout:
             for a in range(0, A.points.shape[0], step):
                 sl = slice(a, a + step)
                 y, W = A.points[sl], A.dirs[sl]
-                parts = [_directional(lambda yy, f=f, xx=xx, al=al: f.section(xx, yy, al), y[:, lo:lo + n], W[:, :, lo:lo + n])
+                parts = [f.directional(xx, y[:, lo:lo + n], W[:, :, lo:lo + n], al)
                          for f, xx, lo, al in ((self.fq, x[:, :n], 0, self.half), (self.fv, x[:, n:], n, self.half[:v_count]))]
                 yield A, sl, list(_leibniz(m, *parts))
 
