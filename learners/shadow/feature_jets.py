@@ -200,8 +200,8 @@ class SplitLayout:
         directions, sum (:math:`\sum_{pairs} E_{bps}P_{bpt}`) to :math:`\Lambda_p^y D^x_{(s,t)} k(x_b, y)`: with
         :math:`k = k_q k_v` and each direction on one factor (the four products for two directions), each factor a
         closed form (:func:`_gaussian_section`, :func:`_polynomial_section`) differentiated along the atom's directions
-        (:meth:`_Factor.directional`: the Gaussian's in closed form, the polynomial's forward-mode, ``torch.func.jvp``). ``v_count``: the velocity factor's first ``v_count``
-        multi-indices only (those beyond vanish, :attr:`_Factor.top`)."""
+        (:meth:`_Factor.directional`: the Gaussian's in closed form, the polynomial's forward-mode, ``torch.func.jvp``).
+        ``v_count``: the velocity factor's first ``v_count`` multi-indices only (those beyond vanish, :attr:`_Factor.top`)."""
         n, B, S = self.n, x.shape[0], self.half.shape[0]
         for m, A in F.atoms.items():
             step = max(1, entries // (B * width * S))
