@@ -59,7 +59,14 @@ def gaussian_directional(xb: torch.Tensor, y: torch.Tensor, scales: torch.Tensor
 
 def _dual_mul(a: list, b: list) -> list:
     """Product of two truncated hyper-dual numbers, components indexed by the bit mask of their directions."""
-    return [sum(a[sub] * b[mask ^ sub] for sub in range(mask + 1) if sub & mask == sub) for mask in range(len(a))]
+    out = []
+    for mask in range(len(a)):
+        subs = [sub for sub in range(mask + 1) if sub & mask == sub]
+        acc = a[subs[0]] * b[mask ^ subs[0]]
+        for sub in subs[1:]:  # out of place: these may be differentiated, also inside torch.func transforms
+            acc = acc + a[sub] * b[mask ^ sub]
+        out.append(acc)
+    return out
 
 
 def _dual_product(h: list, alphas: torch.Tensor) -> list:
