@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Dict, Optional, Tuple
 
@@ -229,20 +230,55 @@ def ensure_energy_calibration(model) -> None:
     floor = model.gp.variance_scale
     failures = CALIBRATION_FAILURES
     values = differences = None
-    try:  # the two calibrations serve different quantities: one failing must not drop the other
-        values = _conservation(model, *pending)
-    except failures as err:
-        model.history["energy_calibration_error"] = repr(err)
+    with _stages(model) as stage:
+        try:  # the two calibrations serve different quantities: one failing must not drop the other
+            stage("energy calibration: conservation")
+            values = _conservation(model, *pending)
+        except failures as err:
+            model.history["energy_calibration_error"] = repr(err)
+        try:
+            stage("energy calibration: differences")
+            differences = difference_calibration(model)
+        except failures as err:
+            model.history["energy_differences_calibration_error"] = repr(err)
+        if differences is not None:
+            model._calibration["energy_differences"] = differences[0]
+        stage("energy calibration: checks")
+        if values is not None:
+            model._calibration["energy"] = summary(*values, max(scale_for(*values), floor))
+            check_orders(model)
+        check_energy(model, pending[1])
+
+
+#: training functionals from which the pending energy calibrations count as long (a bar by default): notebook 07's
+#: bodies2 at 40 trajectories (~650) took 40-80 CPU s, a fresh mass_chain4 fit's model.save over 500 s
+LONG_CALIBRATION = 500
+
+
+@contextmanager
+def _stages(model):
+    """A bar over the three stages of :func:`ensure_energy_calibration` (``model.progress``: True always, False never,
+    None where the model has at least :data:`LONG_CALIBRATION` training functionals; off a terminal, plain lines,
+    :func:`integrators.progress.progress_bar`): ``stage(name)`` ends the previous stage and names the next, so a
+    ``save`` or a first std is not silent for minutes."""
+    from integrators.progress import progress_bar
+
+    F = getattr(model.gp, "train_functionals", None)
+    long = F is not None and F.count >= LONG_CALIBRATION
+    bar = progress_bar(3, "energy calibration", unit="stage", show=getattr(model, "progress", None), long=long)
+    started = []
+
+    def stage(name: str) -> None:
+        if started:
+            bar.update(1)
+        started.append(name)
+        bar.set_description(name, refresh=True)
+
     try:
-        differences = difference_calibration(model)
-    except failures as err:
-        model.history["energy_differences_calibration_error"] = repr(err)
-    if differences is not None:
-        model._calibration["energy_differences"] = differences[0]
-    if values is not None:
-        model._calibration["energy"] = summary(*values, max(scale_for(*values), floor))
-        check_orders(model)
-    check_energy(model, pending[1])
+        yield stage
+    finally:
+        bar.update(3 - bar.n)
+        bar.close()
 
 
 def _conservation(model, F_tr, S: torch.Tensor):

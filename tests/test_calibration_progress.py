@@ -1,0 +1,50 @@
+"""The pending energy calibrations (learners/shadow/calibration.py, ensure_energy_calibration) report their stages on a
+bar that follows the model's ``progress=`` flag: a first std or a ``model.save`` ran for minutes with no line before
+(Session 20: > 500 s at mass_chain4). Stub stages; the bar itself is integrators.progress.progress_bar (off a terminal:
+a line at the start, then at most every 30 s)."""
+
+import types
+
+import pytest
+
+from learners.shadow import calibration as C
+from learners.shadow import identifiability
+
+
+def _model(progress, count):
+    gp = types.SimpleNamespace(require_dense=lambda: None, variance_scale=1.0,
+                               train_functionals=types.SimpleNamespace(count=count))
+    return types.SimpleNamespace(progress=progress, gp=gp, _pending_calibration=(None, None), history={}, _calibration={})
+
+
+@pytest.fixture
+def stages(monkeypatch):
+    seen = []
+    monkeypatch.setattr(C, "_conservation", lambda model, F, S: seen.append("conservation"))
+    monkeypatch.setattr(C, "difference_calibration", lambda model: seen.append("differences"))
+    monkeypatch.setattr(identifiability, "check_energy", lambda model, S: seen.append("checks"))
+    return seen
+
+
+@pytest.mark.parametrize("progress, count, shown", [(True, 10, True), (False, 10 ** 6, False), (None, 10, False),
+                                                    (None, C.LONG_CALIBRATION, True)])
+def test_stages_follow_the_progress_flag(stages, capsys, progress, count, shown):
+    """progress=True: a bar whatever the size; False: none; None: from LONG_CALIBRATION training functionals. The stages
+    run once each, in order, and the calibration is no longer pending."""
+    m = _model(progress, count)
+    C.ensure_energy_calibration(m)
+    err = capsys.readouterr().err
+    assert stages == ["conservation", "differences", "checks"] and m._pending_calibration is None
+    assert ("energy calibration: conservation" in err) is shown, err
+    assert ("energy calibration" in err) is shown
+
+
+def test_a_failing_stage_still_closes_the_bar(stages, capsys, monkeypatch):
+    """A stage failing outside the caught errors (e.g. a KeyboardInterrupt) propagates, and the bar is closed."""
+    def interrupted(model):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(C, "difference_calibration", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        C.ensure_energy_calibration(_model(True, 10))
+    assert "energy calibration: differences" in capsys.readouterr().err
