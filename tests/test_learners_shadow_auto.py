@@ -421,6 +421,25 @@ def test_pair_velocities_from_windows_are_those_of_whole_trajectories(fit, reque
         assert float((windowed - whole).abs().max()) <= 1e-9 * float(whole.abs().max()), (windowed - whole).abs().max()
 
 
+def test_pair_velocities_solve_only_the_chosen_snapshots(henon_rbf, monkeypatch):
+    """The windows' momenta and starting guesses are formed whole, Newton solves only the chosen snapshot of each
+    window: 8 states, not the 40 of 8 windows of 5 (the solves were 1/4 of the first energy std at bodies2,
+    Session 21), with the velocities of the whole windows bit for bit (RBF: its jet's batches round alike)."""
+    import integrators.newton as N
+    from learners.shadow.difference_calibration import _velocities_at
+    from learners.shadow.element_uncertainty import velocities_at
+
+    solved, newton = [], N.newton
+    monkeypatch.setattr(N, "newton", lambda evaluate, x0, *a, **k: solved.append(x0.shape[0]) or newton(evaluate, x0, *a, **k))
+    S = henon_rbf._to_standard(henon_rbf.snapshots).transpose(0, 1)
+    j, t = torch.tensor([1, 2, 3, 4, 1, 4, 2, 3]), torch.tensor([0, 5, 11, 3, 7, 7, 10, 10])
+    windowed = _velocities_at(henon_rbf, S, j, t)
+    assert solved == [8]
+    start = (j - 2).clamp(0, S.shape[0] - 5)
+    whole = velocities_at(henon_rbf, S[start[None] + torch.arange(5)[:, None], t[None]])[j - start, torch.arange(8)]
+    assert torch.equal(windowed, whole)
+
+
 def test_innovations_within_rounding_are_left_out(anharmonic, monkeypatch):
     """A pair whose v_k - v lies within the rounding bounds of the two posterior variances
     (variance_rounding.solve_with_bound) is left out (NaN), never divided by: with every bound raised 1e30-fold,
