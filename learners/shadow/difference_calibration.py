@@ -58,7 +58,7 @@ import bea
 from integrators import modified
 
 from ..saving import ModelFileError
-from .element_uncertainty import on_mean, velocities_at
+from .element_uncertainty import on_mean
 from .uncertainty import LinearisedQuantity, _feature_map, _jet_and_atoms, _kernel
 from .variance_rounding import factorisation_bound, floored, realised_share, solve_with_bound
 
@@ -142,12 +142,11 @@ def _velocities_at(model, S: torch.Tensor, j: torch.Tensor, t: torch.Tensor) -> 
     independent), with :math:`p_j` from :math:`q_{j-1}, q_j` and the starting guess from at most two neighbours
     on each side (:func:`integrators._stepping.velocity_guess`), so a window of 5 snapshots around each (shifted
     inside the trajectory at its ends, where the guess is one-sided in the whole trajectory and in the window
-    alike) gives the same inputs. Where the windows hold more snapshots than the data (few trajectories), the whole
-    data's velocities are computed instead."""
+    alike) gives the same inputs; only the chosen snapshots are solved (:func:`_window_centres`), so the windows cost
+    their momenta and guesses alone even where they hold more snapshots than the data (few trajectories, where the
+    whole data's velocities were solved before)."""
     m, T, _ = S.shape
     W = min(m, 5)
-    if W * j.numel() >= m * T:
-        return velocities_at(model, S)[j, t]
     start = (j - 2).clamp(0, m - W)
     window = S[start[None] + torch.arange(W)[:, None], t[None]]  # (W, B, n)
     return _window_centres(model, window, j - start)
