@@ -519,6 +519,33 @@ def test_velocities_and_energies_in_bounded_chunks(two_body_fit, monkeypatch):
             assert min(t for t, _ in passes) == min(qs.shape[0], max(2, budget))  # windows as long as the bound allows
 
 
+def test_innovation_means_from_the_variances_linearisation(two_body_fit):
+    """The distant-difference calibration takes each posterior's mean differences from its variances' linearisation
+    passes (the quantity at the mean, the columns at weight 0; Session 21) instead of another pass of the mean's Taylor
+    polynomial (_mean_differences): the values of on_mean over the same rows (bit for bit measured; 1e-12 bounds it,
+    while another state's or order's energy is O(1) off). _mean_differences takes both states of every pair in one
+    pass, whose atom sums are grouped by its rows: the mean's sums cancel ~8 digits, so it differs by up to ~5e-9 of
+    the largest difference (measured 1.7e-8 of 3.4): the calibration's innovations move by that rounding."""
+    from learners.shadow.difference_calibration import _mean_differences, _raw_variances, data_pairs
+    from learners.shadow.element_uncertainty import on_mean
+    from learners.shadow.uncertainty import LinearisedQuantity, _feature_map, _kernel
+
+    model = two_body_fit[2]
+    x, x_ref = data_pairs(model)
+    Q, p = model._quantity("energy", 2), model._jet_order("energy", 2)
+    G = LinearisedQuantity(Q, x, 1, p)
+    means = [[]]
+    _raw_variances([model.gp], [torch.arange(model.gp.train_functionals.count)], G, x_ref, means)
+    got = torch.cat(means[0])
+    rows = _feature_map(_kernel(model.gp)[0], x.shape[-1], p).split().chunk_rows(1)
+    assert rows >= x.shape[0]  # one pass of the variances: on_mean over the same rows
+    ref = (on_mean(model.gp, [Q], x, p)[0] - on_mean(model.gp, [Q], x_ref, p)[0])[:, 0]
+    assert got.shape == ref.shape == (x.shape[0],) and float(ref.abs().max()) > 0
+    assert float((got - ref).abs().max()) <= 1e-12 * float(ref.abs().max()), (got - ref).abs().max()
+    together = _mean_differences(model, model.gp, x, x_ref, 2)
+    assert float((got - together).abs().max()) <= 1e-7 * float(ref.abs().max())
+
+
 @pytest.mark.slow
 def test_two_body_acceptance_with_the_element_kernel():
     """Issue 23's bound on the softened two-body problem (150 trajectories, h = 0.2, the acceptance test's data), which the

@@ -215,7 +215,8 @@ def _differences(model, gp, x: torch.Tensor, x_ref: torch.Tensor, order: int) ->
     return _mean_differences(model, gp, x, x_ref, order), _raw_variances([gp], [all_], G, x_ref)[0][0]
 
 
-def _raw_variances(gps: Sequence, subsets: Sequence[torch.Tensor], G: LinearisedQuantity, x_ref: torch.Tensor) -> List[torch.Tensor]:
+def _raw_variances(gps: Sequence, subsets: Sequence[torch.Tensor], G: LinearisedQuantity, x_ref: torch.Tensor,
+                   means: Optional[List[List[torch.Tensor]]] = None) -> List[torch.Tensor]:
     r"""Raw posterior variances (``variance_scale`` 1), their rounding bounds
     (:func:`~learners.shadow.variance_rounding.resolved_variance`) and the worst case of factorising apart
     (:func:`~learners.shadow.variance_rounding.factorisation_bound`: the innovations compare these variances between
@@ -225,7 +226,9 @@ def _raw_variances(gps: Sequence, subsets: Sequence[torch.Tensor], G: Linearised
     :func:`~learners.shadow.uncertainty.posterior_variance` (``Reference(x_ref)``) for each posterior in turn, with its
     dominant cost shared: the kernel sections at the training atoms (:meth:`SplitLayout.sections`) do not depend on
     the posterior, only the jet values they are contracted with do, so every posterior's jet values go through one
-    pass over all atoms and each posterior takes its own columns."""
+    pass over all atoms and each posterior takes its own columns. ``means``: one list per posterior, to which the
+    quantity's differences on that posterior's mean are appended per pass (the linearisation's values, the mean's
+    Taylor polynomial for the element kernel: :func:`_mean_differences`' numbers to rounding)."""
     base, s2 = _kernel(gps[0])
     F = gps[0].train_functionals
     layout = _feature_map(base, G.x.shape[-1], G.p).split()
@@ -234,9 +237,12 @@ def _raw_variances(gps: Sequence, subsets: Sequence[torch.Tensor], G: Linearised
     for a in range(0, G.x.shape[0], chunk):
         x, xr = G.x[a:a + chunk], x_ref[a:a + chunk]
         priors, J_b, J_r = [], [], []
-        for gp in gps:
-            prior_r, _, Jr, c_r, _ = _jet_and_atoms(gp, G, xr, None, layout, s2, with_sections=False)
-            prior_b, _, Jb, _, _ = _jet_and_atoms(gp, G, x, None, layout, s2, with_sections=False)
+        for j, gp in enumerate(gps):
+            values: list = []
+            prior_r, _, Jr, c_r, _ = _jet_and_atoms(gp, G, xr, None, layout, s2, with_sections=False, values=values)
+            prior_b, _, Jb, _, _ = _jet_and_atoms(gp, G, x, None, layout, s2, with_sections=False, values=values)
+            if means is not None:
+                means[j].append((values[1] - values[0])[:, 0])
             cross = s2 * layout.apply_to_sections(Jb, x, xr, c_r[:, 0])[:, 0]  # Cov(T_b, T_ref)
             priors.append((prior_b[:, 0, 0] + prior_r[:, 0, 0] - 2 * cross,
                            prior_b[:, 0, 0].abs() + prior_r[:, 0, 0].abs() + 2 * cross.abs()))
@@ -283,9 +289,13 @@ def innovation_variances(model, order: int = 2) -> Optional[Tuple[torch.Tensor, 
         gps.append(_conditioned(model, F_all.subset(subsets[-1])))
     # the jet order is the quantity's (which derivatives of L it reads), probed once under the final posterior
     G = LinearisedQuantity(model._quantity("energy", order), x, 1, model._jet_order("energy", order))
-    (v, b, f), *folded = _raw_variances(gps, subsets, G, x_ref)
+    # the element kernel: the means' differences from the variances' own linearisation passes (on each posterior's
+    # Taylor polynomial, as _mean_differences; 1/10 of the first energy std at bodies2 when taken again there)
+    means: Optional[List[List[torch.Tensor]]] = [[] for _ in gps] if getattr(model, "_element_entries", lambda: 0)() else None
+    (v, b, f), *folded = _raw_variances(gps, subsets, G, x_ref, means)
     share = _factorisation_share(model, gps[1], G, x_ref, [(v, b, f)] + folded)
-    mean = [_mean_differences(model, gp, x, x_ref, order) for gp in gps]
+    mean = ([torch.cat(m) for m in means] if means is not None else
+            [_mean_differences(model, gp, x, x_ref, order) for gp in gps])
     kept = []
     for v_k, b_k, f_k in folded:
         # v and v_k are each known to their solve bounds, and their difference to both factorisations' (the

@@ -268,9 +268,11 @@ class _Jets(_Columns):
         return self.mono((xp - self.centres) / self.scales)
 
 
-def _linearise(mean: Callable, quantity: Quantity, x: torch.Tensor, columns: Sequence[_Columns], k: int) -> List[torch.Tensor]:
+def _linearise(mean: Callable, quantity: Quantity, x: torch.Tensor, columns: Sequence[_Columns], k: int,
+               values: Optional[list] = None) -> List[torch.Tensor]:
     r"""Per column family, the tensor (B, k, size) of :math:`T_{b,o}[g_c]`: the derivative of output ``o`` of
-    ``quantity(L, q, v)`` at state ``b`` along basis function ``c``, at :math:`L = \bar L` (``mean``)."""
+    ``quantity(L, q, v)`` at state ``b`` along basis function ``c``, at :math:`L = \bar L` (``mean``). ``values``: a list
+    to which the quantity's value there (B, k) is appended (the columns enter with weight 0: the mean's own value)."""
     B, D = x.shape
     n = D // 2
     with torch.enable_grad():
@@ -289,6 +291,8 @@ def _linearise(mean: Callable, quantity: Quantity, x: torch.Tensor, columns: Seq
         q = x[:, :n].detach().clone()
         v = x[:, n:].detach().clone()
         val = quantity(L, q, v).reshape(B, k)
+        if values is not None:
+            values.append(val.detach())
         rows = []
         for o in range(k):
             gs = torch.autograd.grad(val[:, o].sum(), W, retain_graph=o < k - 1, allow_unused=True)
@@ -431,12 +435,12 @@ def posterior_variance(gp, G: LinearisedQuantity, reference: Optional[Reference]
 
 
 def _jet_and_atoms(gp, G: LinearisedQuantity, x: torch.Tensor, atoms: Optional[Functionals], layout: SplitLayout, s2,
-                   extra: Sequence[_Columns] = (), with_sections: bool = True):
+                   extra: Sequence[_Columns] = (), with_sections: bool = True, values: Optional[list] = None):
     r"""Prior covariance (B, k, k), cross-covariance with the training functionals (B, k, F), the jet values
     (B, k, A) and feature coefficients (B, k, M) of the jet part, and the extra columns' blocks. Without
     ``with_sections`` (jet part only, no ``atoms``) the cross-covariance is None: the caller applies
     :meth:`~learners.shadow.feature_jets.SplitLayout.sections` to the jet values itself (e.g. several posteriors'
-    at once, :mod:`learners.shadow.difference_calibration`)."""
+    at once, :mod:`learners.shadow.difference_calibration`). ``values``: as :func:`_linearise`'s."""
     F, k = gp.train_functionals, G.k
     element = _element(gp.kernel.base_kernel)  # learners.shadow.element_uncertainty.ElementLayout: its own mean, prior
     cols: List[_Columns] = [layout.jet_columns(x)]
@@ -444,7 +448,7 @@ def _jet_and_atoms(gp, G: LinearisedQuantity, x: torch.Tensor, atoms: Optional[F
         cols.append(_RowSections(gp, atoms, k))
     cols += list(extra)
     mean = layout.taylor_mean(gp, x) if element else gp.mean  # the element mean's own graph: GBs through mod_N
-    blocks = [None] + _linearise(mean, G.quantity, x, cols, k)  # (no sections column: index 0 unused)
+    blocks = [None] + _linearise(mean, G.quantity, x, cols, k, values)  # (no sections column: index 0 unused)
     J = blocks[1]
     c = layout.coefficients(J, x)
     prior = s2 * layout.gram(c, x) if element else s2 * c @ c.transpose(1, 2)  # ((s2 c) c^T: the RBF's rounding kept)
