@@ -4,7 +4,8 @@ of the first ``energy(2, return_std=True, reference=0)``, and the numbers it rep
 with and without the truncation term, and ``model.calibration``) saved for ``--compare``. ``--noise 1e-15``
 multiplies every Gaussian section component of the jvp route by (1 + noise N(0, 1)) (the rounding-level change
 against which a route's moves are judged, benchmarks/RESULTS_calibration.md, Session 19); ``--route jvp`` takes the
-forward-mode sections in a tree that has the closed form. Case: notebook 07's planar two-body system at CI size
+forward-mode sections in a tree that has the closed form; ``--autograd-pass N`` sets the element energies' states a
+pass (the same numbers grouped otherwise: how far a route's own rounding moves what it reports). Case: notebook 07's planar two-body system at CI size
 (40 trajectories x 6 snapshots, h = 0.2, ElementKernel.bodies(2, 2)).
 
     OMP_NUM_THREADS=1 PYTHONPATH=<tree> python3 benchmarks/first_std_cost.py --save out.pt [--route jvp] [--noise 1e-15]
@@ -63,6 +64,9 @@ def _run(args) -> None:
         model, fit_s = _fit()
         if args.route == "jvp" or args.noise:
             _jvp_route(args.noise)
+        if args.autograd_pass:  # the element energies' states a pass (the old route's own rounding, another grouping)
+            print(f"autograd pass {model._autograd_chunk()} -> {args.autograd_pass} states")
+            model._autograd_chunk = lambda: args.autograd_pass
         zero = torch.zeros(4, dtype=torch.float64)
         g = torch.Generator().manual_seed(1)
         q = 0.5 * torch.rand(20, 4, generator=g, dtype=torch.float64) - 0.25
@@ -94,6 +98,7 @@ def main():
     ap.add_argument("--save")
     ap.add_argument("--route", choices=("default", "jvp"), default="default")
     ap.add_argument("--noise", type=float, default=0.0)
+    ap.add_argument("--autograd-pass", type=int, default=0, help="states per element autograd pass (0: the model's)")
     ap.add_argument("--compare", nargs="+")
     args = ap.parse_args()
     _compare(args.compare) if args.compare else _run(args)
