@@ -5,8 +5,8 @@ with and without the truncation term, and ``model.calibration``) saved for ``--c
 multiplies every Gaussian section component of the jvp route by (1 + noise N(0, 1)) (the rounding-level change
 against which a route's moves are judged, benchmarks/RESULTS_calibration.md, Session 19); ``--route jvp`` takes the
 forward-mode sections in a tree that has the closed form; ``--autograd-pass N`` sets the element energies' states a
-pass (the same numbers grouped otherwise: how far a route's own rounding moves what it reports). Case: notebook 07's planar two-body system at CI size
-(40 trajectories x 6 snapshots, h = 0.2, ElementKernel.bodies(2, 2)).
+pass (the same numbers grouped otherwise: how far a route's own rounding moves what it reports). Case: notebook 07's
+planar two-body system at CI size (40 trajectories x 6 snapshots, h = 0.2, ElementKernel.bodies(2, 2)).
 
     OMP_NUM_THREADS=1 PYTHONPATH=<tree> python3 benchmarks/first_std_cost.py --save out.pt [--route jvp] [--noise 1e-15]
     python3 benchmarks/first_std_cost.py --compare ref.pt other.pt ...
