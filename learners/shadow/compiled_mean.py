@@ -25,7 +25,7 @@ from integrators.compiled import CLagrangian, NotLowerable
 from .kernels import AtomExpansion
 
 __all__ = ["c_lagrangian_of_expansion", "rbf_blocks", "mechanical_blocks", "RBFJet", "MAX_JET_COLUMNS",
-           "jet_build"]
+           "jet_build", "jet_pays", "EAGER_JET_COLUMNS", "EAGER_MAX_STATES", "EAGER_EVALUATIONS_PER_COLUMN"]
 
 #: largest number of partial derivatives per state (binom(D + K, K)); beyond it autograd is the better tool
 MAX_JET_COLUMNS = 2000
@@ -43,6 +43,39 @@ def jet_build(D: int, K: int) -> "tuple[int, bool]":
     from its binom(D + K, K) columns (LARGE_JET_COLUMNS), so that the size policy is decided in one place."""
     large = size(D, K) >= LARGE_JET_COLUMNS
     return (LARGE_LANES if large else LANES), large
+
+
+#: compile-or-not policy (Session 21, :func:`jet_pays`): a jet of fewer partial derivatives per state is always built
+#: (at most ~3 s of compiler CPU: 126 columns 2.1 s, 210 columns 9.2 s, 1287 columns 55 s, cold cache, 2 loaded cores)
+EAGER_JET_COLUMNS = 200
+#: a call at more states than this builds the jet at once: autograd through mod_N takes ~12 MB per state above order 2
+#: (integrators.modified.chunk_for), and a batch this large is the work the jet is for
+EAGER_MAX_STATES = 200
+#: state evaluations (states times calls) on the autograd path before a large jet is built, per column: the
+#: build costs ~0.04 s per column, autograd ~0.01-0.03 s per state evaluation at n = 4 (velocities of 61 states
+#: 1.4 s autograd against 5.4 s compiled, warm cache; of 2400 states 67 s against 19 s): build once autograd has
+#: spent about what the build would (the ski-rental rule: never more than twice the better choice's cost)
+EAGER_EVALUATIONS_PER_COLUMN = 2
+
+
+def jet_pays(D: int, K: int, states: int, evaluations: int = 0) -> bool:
+    """Whether the jet of order ``K`` in ``D`` variables is worth building for a call at ``states`` states after
+    ``evaluations`` state evaluations on the autograd path (the compile-or-not policy, decided here only).
+
+    ``integrators.variational.DEFAULT_EXECUTION`` forces it: ``"compiled"`` always builds, ``"eager"`` never builds a
+    jet beyond :data:`EAGER_JET_COLUMNS` columns. ``"auto"`` (the default): small jets are built, large ones when the
+    call has more than :data:`EAGER_MAX_STATES` states or when the evaluations so far, this call's included, reach
+    :data:`EAGER_EVALUATIONS_PER_COLUMN` per column (a long prediction's velocities and energies get the compiled path,
+    a few hundred states do not wait tens of seconds for the compiler)."""
+    from integrators import variational
+
+    columns = size(D, K)
+    mode = variational.DEFAULT_EXECUTION
+    if mode == "compiled" or columns < EAGER_JET_COLUMNS:
+        return True
+    if mode == "eager":
+        return False
+    return states > EAGER_MAX_STATES or evaluations + states >= EAGER_EVALUATIONS_PER_COLUMN * columns
 
 
 def _gaussian(prog, r):

@@ -20,6 +20,7 @@ from integrators.trajectory import positions
 from .._checks import as_tensor, check_finite, check_order, check_states
 from .calibration import ensure_energy_calibration
 from .kernels import RBFKernel
+from .compiled_mean import jet_pays
 from .rbf_jet import JetLagrangian, RBFJet, jets_fit
 from .references import energies_reference, reference_state
 from .truncation import unit_free_term
@@ -55,6 +56,8 @@ class RecoveryMixin:
             return self._lagrangian_std
         from integrators.ccompile import CompileError
 
+        if not jet_pays(jet.D, order + 1, 0):  # a large jet: built once the work pays for it (compiled_mean.jet_pays)
+            return JetLagrangian(jet, order, eager=self._lagrangian_std)
         try:  # the orders a formula, its energy and Newton take (jets_fit): built now, so a failure shows here
             jet._fn(order + 1)
         except CompileError:  # e.g. the compiler timed out on a loaded machine: autograd gives the same numbers
