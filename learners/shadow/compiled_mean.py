@@ -51,11 +51,12 @@ EAGER_JET_COLUMNS = 200
 #: a call at more states than this builds the jet at once: autograd through mod_N takes ~12 MB per state above order 2
 #: (integrators.modified.chunk_for), and a batch this large is the work the jet is for
 EAGER_MAX_STATES = 200
-#: state evaluations (states times calls) on the autograd path before a large jet is built, per column: the
-#: build costs ~0.04 s per column, autograd ~0.01-0.03 s per state evaluation at n = 4 (velocities of 61 states
-#: 1.4 s autograd against 5.4 s compiled, warm cache; of 2400 states 67 s against 19 s): build once autograd has
-#: spent about what the build would (the ski-rental rule: never more than twice the better choice's cost)
-EAGER_EVALUATIONS_PER_COLUMN = 2
+#: state evaluations (states times calls of the Lagrangian) on the autograd path before a large jet is built, per
+#: column: the ski-rental rule (build once autograd has spent what the build costs; never more than twice the better
+#: choice's time). Measured at n = 4 (the FPU chain of notebook 06, 400 atoms, cold cache, 2 loaded cores): the builds
+#: of orders 5 and 4 (1287 columns) 76 s, ~0.06 s per column; autograd 2.4-2.9 ms per state evaluation in velocities
+#: (61 states: 732 evaluations, 1.7 s), 0.3 ms in energies: 0.06 / 0.0025 ~ 20
+EAGER_EVALUATIONS_PER_COLUMN = 20
 
 
 def jet_pays(D: int, K: int, states: int, evaluations: int = 0) -> bool:
