@@ -48,9 +48,10 @@ def jet_build(D: int, K: int) -> "tuple[int, bool]":
 #: compile-or-not policy (Session 21, :func:`jet_pays`): a jet of fewer partial derivatives per state is always built
 #: (at most ~3 s of compiler CPU: 126 columns 2.1 s, 210 columns 9.2 s, 1287 columns 55 s, cold cache, 2 loaded cores)
 EAGER_JET_COLUMNS = 200
-#: a call at more states than this builds the jet at once: autograd through mod_N takes ~12 MB per state above order 2
-#: (integrators.modified.chunk_for), and a batch this large is the work the jet is for
-EAGER_MAX_STATES = 200
+#: a call of the Lagrangian at more states than this builds the jet at once: the work is large, and autograd's memory
+#: grows with the batch (the formula evaluators call L at several shifted points per state: 600 for the velocities of
+#: 61 states; at order 2 the velocities' chunks of 10,000 states would be 100,000 such points)
+EAGER_MAX_STATES = 2000
 #: state evaluations (states times calls of the Lagrangian) on the autograd path before a large jet is built, per
 #: column: the ski-rental rule (build once autograd has spent what the build costs; never more than twice the better
 #: choice's time). Measured at n = 4 (the FPU chain of notebook 06, 400 atoms, cold cache, 2 loaded cores): the builds
