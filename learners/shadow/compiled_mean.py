@@ -53,7 +53,7 @@ EAGER_JET_COLUMNS = 200
 #: 61 states; at order 2 the velocities' chunks of 10,000 states would be 100,000 such points)
 EAGER_MAX_STATES = 2000
 #: state evaluations (states times calls of the Lagrangian) on the autograd path before a large jet is built, per
-#: column: the ski-rental rule (build once autograd has spent what the build costs; never more than twice the better
+#: column: the ski-rental rule (build once autograd has spent about what the build costs: at most about twice the better
 #: choice's time). Measured at n = 4 (the FPU chain of notebook 06, 400 atoms, cold cache, 2 loaded cores): the builds
 #: of orders 5 and 4 (1287 columns) 76 s, ~0.06 s per column; autograd 2.4-2.9 ms per state evaluation in velocities
 #: (61 states: 732 evaluations, 1.7 s), 0.3 ms in energies: 0.06 / 0.0025 ~ 20
