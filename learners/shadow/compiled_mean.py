@@ -25,7 +25,7 @@ from integrators.compiled import CLagrangian, NotLowerable
 from .kernels import AtomExpansion
 
 __all__ = ["c_lagrangian_of_expansion", "rbf_blocks", "mechanical_blocks", "RBFJet", "MAX_JET_COLUMNS",
-           "jet_build"]
+           "jet_build", "jet_pays", "EAGER_JET_COLUMNS", "EAGER_MAX_STATES", "EAGER_EVALUATIONS_PER_COLUMN"]
 
 #: largest number of partial derivatives per state (binom(D + K, K)); beyond it autograd is the better tool
 MAX_JET_COLUMNS = 2000
@@ -43,6 +43,41 @@ def jet_build(D: int, K: int) -> "tuple[int, bool]":
     from its binom(D + K, K) columns (LARGE_JET_COLUMNS), so that the size policy is decided in one place."""
     large = size(D, K) >= LARGE_JET_COLUMNS
     return (LARGE_LANES if large else LANES), large
+
+
+#: compile-or-not policy (Session 21, :func:`jet_pays`): a jet of fewer partial derivatives per state is always built
+#: (at most ~3 s of compiler CPU: 126 columns 2.1 s, 210 columns 9.2 s, 1287 columns 55 s, cold cache, 2 loaded cores)
+EAGER_JET_COLUMNS = 200
+#: a call of the Lagrangian at more states than this builds the jet at once: the work is large, and autograd's memory
+#: grows with the batch (the formula evaluators call L at several shifted points per state: 600 for the velocities of
+#: 61 states; at order 2 the velocities' chunks of 10,000 states would be 100,000 such points)
+EAGER_MAX_STATES = 2000
+#: state evaluations (states times calls of the Lagrangian) on the autograd path before a large jet is built, per
+#: column: the ski-rental rule (build once autograd has spent about what the build costs: at most about twice the better
+#: choice's time). Measured at n = 4 (the FPU chain of notebook 06, 400 atoms, cold cache, 2 loaded cores): the builds
+#: of orders 5 and 4 (1287 columns) 76 s, ~0.06 s per column; autograd 2.4-2.9 ms per state evaluation in velocities
+#: (61 states: 732 evaluations, 1.7 s), 0.3 ms in energies: 0.06 / 0.0025 ~ 20
+EAGER_EVALUATIONS_PER_COLUMN = 20
+
+
+def jet_pays(D: int, K: int, states: int, evaluations: int = 0) -> bool:
+    """Whether the jet of order ``K`` in ``D`` variables is worth building for a call at ``states`` states after
+    ``evaluations`` state evaluations on the autograd path (the compile-or-not policy, decided here only).
+
+    ``integrators.variational.DEFAULT_EXECUTION`` forces it: ``"compiled"`` always builds, ``"eager"`` never builds a
+    jet beyond :data:`EAGER_JET_COLUMNS` columns. ``"auto"`` (the default): small jets are built, large ones when the
+    call has more than :data:`EAGER_MAX_STATES` states or when the evaluations so far, this call's included, reach
+    :data:`EAGER_EVALUATIONS_PER_COLUMN` per column (a long prediction's velocities and energies get the compiled path,
+    a few hundred states do not wait tens of seconds for the compiler)."""
+    from integrators import variational
+
+    columns = size(D, K)
+    mode = variational.DEFAULT_EXECUTION
+    if mode == "compiled" or columns < EAGER_JET_COLUMNS:
+        return True
+    if mode == "eager":
+        return False
+    return states > EAGER_MAX_STATES or evaluations + states >= EAGER_EVALUATIONS_PER_COLUMN * columns
 
 
 def _gaussian(prog, r):

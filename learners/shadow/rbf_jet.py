@@ -32,16 +32,19 @@ demand.
 
 from __future__ import annotations
 
+import logging
 import math
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import torch
 
 from bea.errors import BeaValueError
 
-from .compiled_mean import MAX_JET_COLUMNS, RBFJet
+from .compiled_mean import MAX_JET_COLUMNS, RBFJet, jet_pays
 
 __all__ = ["RBFJet", "JetLagrangian", "multi_indices", "MAX_JET_COLUMNS", "jets_fit"]
+
+_log = logging.getLogger(__name__)
 
 MultiIndex = Tuple[int, ...]
 
@@ -116,13 +119,19 @@ class JetLagrangian:
     batch of states cost one pass over the atoms. Derivatives beyond the computed order extend the jet.
     Results are differentiable in ``q`` and ``v`` (not in the hyperparameters)."""
 
-    def __init__(self, jet: RBFJet, order: int = 2):
+    def __init__(self, jet: RBFJet, order: int = 2, eager: Optional[Callable] = None):
         if jet.D % 2:
             raise BeaValueError(f"a Lagrangian lives on (q, v): the expansion's dimension {jet.D} must be even")
         self.jet = jet
         self.n = jet.D // 2
         self.order = int(order)
         self._last: Optional[_Table] = None
+        #: the same Lagrangian by autograd, taken while the jet's build does not pay (compiled_mean.jet_pays)
+        self.eager = eager
+        #: ``"compiled"`` (the jet) or ``"eager"`` (autograd, until the evaluations pay for the build): the policy's choice
+        self.execution = "eager" if eager is not None else "compiled"
+        self.evaluations = 0  #: state evaluations on the autograd path so far
+        self._build_failed = False
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -132,8 +141,29 @@ class JetLagrangian:
     def __call__(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if q.shape != v.shape or q.shape[-1] != self.n:
             raise BeaValueError(f"q and v must have the same shape (..., {self.n}), got {tuple(q.shape)} and {tuple(v.shape)}")
+        if self.execution == "eager" and not self._compiles(q.numel() // self.n):
+            return self.eager(q, v)
         X = torch.cat([q, v], -1).detach().reshape(-1, 2 * self.n).to(torch.float64)
         return self._table_for(X).node(q, v, (0,) * (2 * self.n))
+
+    def _compiles(self, states: int) -> bool:
+        """Whether this call at ``states`` states takes the jet: builds it once :func:`jet_pays` says so (a failed
+        build keeps autograd for good, which gives the same values to rounding)."""
+        from integrators.ccompile import CompileError
+
+        if self._build_failed or not jet_pays(self.jet.D, self.order + 1, states, self.evaluations):
+            self.evaluations += states
+            return False
+        try:
+            self.jet._fn(self.order + 1)
+        except CompileError as err:
+            _log.debug("jet of order %d in %d variables: build failed (%s), autograd kept", self.order + 1, self.jet.D, err)
+            self._build_failed = True
+            return False
+        _log.debug("jet of order %d in %d variables built after %d state evaluations on autograd (call at %d states)",
+                   self.order + 1, self.jet.D, self.evaluations, states)
+        self.execution = "compiled"
+        return True
 
     #: the table of one batch of states (a subclass may share its nodes: :mod:`learners.shadow.taylor_jet`)
     _table_type = _Table

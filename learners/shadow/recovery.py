@@ -20,7 +20,7 @@ from integrators.trajectory import positions
 from .._checks import as_tensor, check_finite, check_order, check_states
 from .calibration import ensure_energy_calibration
 from .kernels import RBFKernel
-from .rbf_jet import JetLagrangian, RBFJet, jets_fit
+from .rbf_jet import JetLagrangian, RBFJet, jet_pays, jets_fit
 from .references import energies_reference, reference_state
 from .truncation import unit_free_term
 from .uncertainty import (LinearisedQuantity, Reference, jet_order, momentum_functionals, on_mean_jet, posterior_variance,
@@ -49,12 +49,14 @@ class RecoveryMixin:
     def _mean_std(self, order: int = 2, jets: bool = True) -> TorchLagrangian:
         r""":math:`\bar L'_{inv}` (standardised coordinates) as given to formulas and solvers: with ``jets``, a
         :class:`~learners.shadow.rbf_jet.JetLagrangian` (every derivative closed-form, one pass over the atoms per
-        batch of states, starting at ``order``) where the kernel has one; else the autograd mean."""
+        batch of states, starting at ``order``) where the kernel has one, built now if small, else once the work pays
+        for it (autograd until then: :func:`~learners.shadow.compiled_mean.jet_pays`); else the autograd mean."""
         jet = self._closed_form_jet() if jets else None
         if jet is None:
             return self._lagrangian_std
         from integrators.ccompile import CompileError
-
+        if not jet_pays(jet.D, order + 1, 0):  # a large jet: built once the work pays for it (compiled_mean.jet_pays)
+            return JetLagrangian(jet, order, eager=self._lagrangian_std)
         try:  # the orders a formula, its energy and Newton take (jets_fit): built now, so a failure shows here
             jet._fn(order + 1)
         except CompileError:  # e.g. the compiler timed out on a loaded machine: autograd gives the same numbers
