@@ -257,8 +257,9 @@ def _warn_per_body(name: str) -> None:
                   "masses), so each body's element learns from its own data only and the relative scale of separately "
                   "conserved parts (centre of mass, relative motion) rests on the diagonal mass condition at one state; "
                   "measured energy differences 2.5e-3 to 1e-2 relative at 120-150 trajectories (identical bodies: 3e-4), "
-                  "and energy(N, return_std=True) does not bound them (measured ~2.7x too narrow: RMS z 2.7, 65% within "
-                  "2 sigma). Remedy: more trajectories; for a second estimate, kernel='mechanical' (no structure) or "
+                  "and energy(N, return_std=True) does not bound them (measured RMS z 1.2-2.7 on two-body problems at "
+                  "120-150 trajectories, 12 at 60: up to ~12x too narrow). Remedy: more trajectories; for a second "
+                  "estimate, kernel='mechanical' (no structure) or "
                   "another sample of trajectories", IdentifiabilityWarning, stacklevel=caller_level())
 
 
