@@ -39,12 +39,35 @@ def test_stages_follow_the_progress_flag(stages, capsys, progress, count, shown)
     assert ("energy calibration" in err) is shown
 
 
-def test_a_failing_stage_still_closes_the_bar(stages, capsys, monkeypatch):
-    """A stage failing outside the caught errors (e.g. a KeyboardInterrupt) propagates, and the bar is closed."""
+class _RecordingBar:
+    """Stands in for integrators.progress.progress_bar's tqdm: records the stages named, the count and the close."""
+
+    def __init__(self, total, desc, unit="it", show=None, long=True):
+        self.n, self.names, self.closed = 0, [], False
+
+    def update(self, k=1):
+        self.n += k
+
+    def set_description(self, name, refresh=True):
+        self.names.append(name)
+
+    def close(self):
+        self.closed = True
+
+
+def test_a_failing_stage_still_closes_the_bar(stages, monkeypatch):
+    """A stage failing outside the caught errors (e.g. a KeyboardInterrupt) propagates, and the bar is completed and
+    closed (a bar left open would keep its line on a terminal and tqdm's instance alive)."""
+    import integrators.progress
+
     def interrupted(model):
         raise KeyboardInterrupt
 
+    bars = []
+    monkeypatch.setattr(integrators.progress, "progress_bar", lambda *a, **k: bars.append(_RecordingBar(*a, **k)) or bars[-1])
     monkeypatch.setattr(C, "difference_calibration", interrupted)
     with pytest.raises(KeyboardInterrupt):
         C.ensure_energy_calibration(_model(True, 10))
-    assert "energy calibration: differences" in capsys.readouterr().err
+    (bar,) = bars
+    assert bar.names == ["energy calibration: conservation", "energy calibration: differences"]
+    assert bar.closed and bar.n == 3
