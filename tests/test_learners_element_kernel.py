@@ -531,7 +531,7 @@ def test_innovation_means_from_the_variances_linearisation(two_body_fit):
     from learners.shadow.uncertainty import LinearisedQuantity, _feature_map, _kernel
 
     model = two_body_fit[2]
-    x, x_ref = data_pairs(model)
+    x, x_ref = (z[:8] for z in data_pairs(model))  # a few pairs: no claim depends on their count, the cost does
     Q, p = model._quantity("energy", 2), model._jet_order("energy", 2)
     G = LinearisedQuantity(Q, x, 1, p)
     means = [[]]
@@ -543,6 +543,7 @@ def test_innovation_means_from_the_variances_linearisation(two_body_fit):
     assert got.shape == ref.shape == (x.shape[0],) and float(ref.abs().max()) > 0
     assert float((got - ref).abs().max()) <= 1e-12 * float(ref.abs().max()), (got - ref).abs().max()
     together = _mean_differences(model, model.gp, x, x_ref, 2)
+    print("means vs _mean_differences", float((got - together).abs().max()), float(ref.abs().max()))
     assert float((got - together).abs().max()) <= 1e-7 * float(ref.abs().max())
 
 
