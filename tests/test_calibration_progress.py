@@ -71,3 +71,22 @@ def test_a_failing_stage_still_closes_the_bar(stages, monkeypatch):
     (bar,) = bars
     assert bar.names == ["energy calibration: conservation", "energy calibration: differences"]
     assert bar.closed and bar.n == 3
+
+
+@pytest.mark.parametrize("progress, shown", [(None, True), (False, False)])
+def test_chunked_velocities_follow_the_progress_flag(capsys, progress, shown):
+    """integrators.modified.velocities' bar over its chunks (long: more than two) is silenced by progress=False, which
+    the models pass from their own flag (so a calibration of a progress=False model prints nothing)."""
+    import torch
+
+    from integrators import modified
+    from integrators.variational import VariationalIntegrator
+
+    def L(q, v):
+        return 0.5 * (v ** 2).sum(-1) - 0.5 * (q ** 2).sum(-1)
+
+    qs = torch.cos(0.1 * torch.arange(7, dtype=torch.float64))[:, None]
+    v = modified.velocities(None, qs, 2, 0.1, chunk=2, integrator=VariationalIntegrator(L, 0.1), recovered=L,
+                            progress=progress)
+    assert v.shape == qs.shape and bool(torch.isfinite(v).all())
+    assert ("velocities" in capsys.readouterr().err) is shown
