@@ -170,7 +170,8 @@ def _sibling_defaults():
         "reference_index": (None, [LSI.energies, LGP.energies]),
         "progress": (None, [VariationalIntegrator.__init__, VariationalIntegrator.solve,
                             VariationalIntegrator.solve_from_positions, modified.predict, modified.velocities,
-                            rollout_variational, rollout_ode, TrainOptions, FunctionalLagrangianModel.__init__, pipelines.sweep.run]),
+                            rollout_variational, rollout_ode, TrainOptions, FunctionalLagrangianModel.__init__,
+                            pipelines.sweep.run]),
     }
 
 
