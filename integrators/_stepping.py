@@ -17,9 +17,11 @@ from typing import Optional
 
 import torch
 
-from .newton import ConvergenceError, NewtonResult, batch_index, describe_failure, newton
+from ._checks import check_lagrangian_output
+from .newton import (ConvergenceError, NewtonOptions, NewtonResult, autograd_system, batch_index, describe_failure, newton,
+                     vmap_system)
 
-__all__ = ["extrapolate", "eager_step", "velocity_guess"]
+__all__ = ["extrapolate", "eager_step", "velocity_guess", "velocity_system", "solve_velocities"]
 
 
 def extrapolate(out: torch.Tensor, j: int, rows: Optional[torch.Tensor], order: int = 6) -> torch.Tensor:
@@ -166,3 +168,45 @@ def velocity_guess(qs: torch.Tensor, h: float) -> torch.Tensor:
     if T1 >= 5:
         guess[2:-2] = (8 * (qs[3:-1] - qs[1:-3]) - (qs[4:] - qs[:-4])) / (12 * h)
     return guess
+
+
+def velocity_system(L, jacobian: str):
+    r"""Newton's system for the velocity at a state's position and momentum:
+    :math:`r(v) = \partial_vL(q, v) - p`, Jacobian :math:`\partial_v^2L(q, v)`, batched over the rows of ``q, p``;
+    ``jacobian="vmap"`` differentiates one row with :func:`torch.func.grad` under :func:`torch.func.vmap`
+    (``L`` must be functorch-compatible), otherwise by batched autograd (rows independent)."""
+    if jacobian == "vmap":
+        def single(v, q, p):
+            return torch.func.grad(L, argnums=1)(q, v) - p, None
+        return vmap_system(single)
+
+    def fun(v, q, p):
+        val = check_lagrangian_output(L(q, v), q)
+        (gv,) = torch.autograd.grad(val.sum(), v, create_graph=True)
+        return gv - p, None
+    return autograd_system(fun)
+
+
+def solve_velocities(L, jacobian: str, q: torch.Tensor, p: torch.Tensor, guess: torch.Tensor, options: NewtonOptions,
+                     batch_shape: tuple, where: str = "(time step, batch...)", chunk: Optional[int] = None) -> torch.Tensor:
+    r"""The velocities :math:`v_b` solving :math:`\partial_vL(q_b, v_b) = p_b` (:func:`velocity_system`) from ``guess``,
+    rows (B, n) of ``q, p``, by Newton in passes of ``chunk`` rows (all at once by default; each row's solve is its
+    own, so the pass size changes only the rounding of batched evaluations). Rows that do not converge raise
+    :class:`~integrators.newton.ConvergenceError` with their indices into ``batch_shape`` (named ``where``)."""
+    evaluate = velocity_system(L, jacobian)
+    B = q.shape[0]
+    step = chunk or max(B, 1)
+    parts = [newton(evaluate, guess[a:a + step], (q[a:a + step], p[a:a + step]), options=options)
+             for a in range(0, max(B, 1), step)]
+    if len(parts) == 1:
+        res = parts[0]
+    else:
+        res = NewtonResult(torch.cat([r.x for r in parts]), None, torch.cat([r.converged for r in parts]),
+                           torch.cat([r.failed for r in parts]), torch.cat([r.residual for r in parts]),
+                           torch.cat([r.correction for r in parts]), None, max(r.iterations for r in parts))
+    if not bool(res.converged.all()):
+        idx, _, text = describe_failure(res, batch_shape)
+        raise ConvergenceError(
+            f"could not solve dL/dv(q_j, v) = p_j for the velocity at {len(idx)} of {res.converged.numel()} points "
+            f"{text}, index = {where}. Is the Lagrangian regular (d^2L/dv^2 invertible) there?", indices=idx)
+    return res.x

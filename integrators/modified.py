@@ -134,10 +134,10 @@ def discrete_momenta(model: TorchLagrangian, qs, h: float, scheme="midpoint", ch
 
 def velocities(model: TorchLagrangian, qs, order: int, h: float, scheme="midpoint", chunk: Optional[int] = None, *,
                integrator: Optional[VariationalIntegrator] = None, recovered: Optional[TorchLagrangian] = None,
-               momenta: Optional[torch.Tensor] = None) -> torch.Tensor:
+               momenta: Optional[torch.Tensor] = None, progress: Optional[bool] = None) -> torch.Tensor:
     r"""Velocities along ``qs``: solve :math:`\partial_vL_{rec}(q_j, \dot q_j) = p_j` (batched Newton), :math:`p_j` the
     discrete momenta of the model (or ``momenta`` if given), :math:`L_{rec} = \mathrm{mod}_N(\text{model})` (or
-    ``recovered`` if given)."""
+    ``recovered`` if given). ``progress``: a bar over the chunks (True always, False never, None beyond two chunks)."""
     integ, qs = _integrator(model, h, scheme, integrator), _positions(qs)
     L = recovered if recovered is not None else recovered_lagrangian(model, order, h, scheme)
     chunk = chunk or chunk_for(order)
@@ -147,7 +147,7 @@ def velocities(model: TorchLagrangian, qs, order: int, h: float, scheme="midpoin
         return integ.velocities(qs, lagrangian=L, momenta=p)
     parts = []
     # a long computation (minutes for 10^4 states at order 4): report it, also off a terminal
-    with progress_bar(T1, "velocities", "state", long=T1 > 2 * chunk) as bar:
+    with progress_bar(T1, "velocities", "state", show=progress, long=T1 > 2 * chunk) as bar:
         for a in range(0, T1, chunk):
             b = min(a + chunk, T1)
             lo = a if b - a >= 2 else a - 1  # the velocity solver wants at least two positions

@@ -43,10 +43,10 @@ from bea.errors import BeaTypeError, BeaValueError
 
 from ._admissible import check_regular_at, check_scheme
 from ._checks import as_float64, check_finite, check_lagrangian_output, check_step_size, initial_data
-from ._stepping import eager_step, velocity_guess
+from ._stepping import eager_step, solve_velocities, velocity_guess
 from .compiled_func import func_stepper
 from .compiled_stages import stage_stepper
-from .newton import ConvergenceError, NewtonOptions, autograd_system, describe_failure, newton, vmap_system
+from .newton import ConvergenceError, NewtonOptions, autograd_system, vmap_system
 from .trajectory import Trajectory, positions
 from .progress import progress_bar
 
@@ -367,28 +367,10 @@ class VariationalIntegrator:
         p = self.momenta(qs) if momenta is None else as_float64(momenta, "momenta")
         if p.shape != qs.shape:
             raise BeaValueError(f"momenta must have the shape of qs {tuple(qs.shape)}, got {tuple(p.shape)}")
-        guess = velocity_guess(qs, self.h)
         n = qs.shape[-1]
-        qf, pf, gf = qs.reshape(-1, n), p.reshape(-1, n), guess.reshape(-1, n)
-
-        if self.jacobian == "vmap":
-            def single(v, q, pp):
-                return torch.func.grad(L, argnums=1)(q, v) - pp, None
-            evaluate = vmap_system(single)
-        else:
-            def fun(v, q, pp):
-                val = check_lagrangian_output(L(q, v), q)
-                (gv,) = torch.autograd.grad(val.sum(), v, create_graph=True)
-                return gv - pp, None
-            evaluate = autograd_system(fun)
-        res = newton(evaluate, gf, (qf, pf), options=self.options)
-        if not bool(res.converged.all()):
-            idx, _, text = describe_failure(res, tuple(qs.shape[:-1]))
-            raise ConvergenceError(
-                f"could not solve dL/dv(q_j, v) = p_j for the velocity at {len(idx)} of {res.converged.numel()} points "
-                f"{text}, index = (time step, batch...). Is the Lagrangian regular (d^2L/dv^2 invertible) there?",
-                indices=idx)
-        return res.x.reshape(qs.shape)
+        v = solve_velocities(L, self.jacobian, qs.reshape(-1, n), p.reshape(-1, n), velocity_guess(qs, self.h).reshape(-1, n),
+                             self.options, tuple(qs.shape[:-1]))
+        return v.reshape(qs.shape)
 
     def energies(self, qs, lagrangian: Optional[TorchLagrangian] = None, momenta: Optional[torch.Tensor] = None) -> torch.Tensor:
         r"""Energy :math:`H = p\cdot\dot q - L(q, \dot q)` of ``lagrangian`` (default: the integrated one)

@@ -425,7 +425,7 @@ def test_pair_velocities_solve_only_the_chosen_snapshots(henon_rbf, monkeypatch)
     """The windows' momenta and starting guesses are formed whole, Newton solves only the chosen snapshot of each
     window: 8 states, not the 40 of 8 windows of 5 (the solves were 1/4 of the first energy std at bodies2,
     Session 21), with the velocities of the whole windows bit for bit (RBF: its jet's batches round alike)."""
-    import integrators.newton as N
+    import integrators._stepping as N  # the velocity solver's module (solve_velocities) calls newton from there
     from learners.shadow.difference_calibration import _velocities_at
     from learners.shadow.element_uncertainty import velocities_at
 

@@ -169,8 +169,9 @@ def _sibling_defaults():
         "reference": (None, [LSI.energy, LGP.energy, LSI.energies, LGP.energies]),
         "reference_index": (None, [LSI.energies, LGP.energies]),
         "progress": (None, [VariationalIntegrator.__init__, VariationalIntegrator.solve,
-                            VariationalIntegrator.solve_from_positions, modified.predict, rollout_variational, rollout_ode,
-                            TrainOptions, FunctionalLagrangianModel.__init__, pipelines.sweep.run]),
+                            VariationalIntegrator.solve_from_positions, modified.predict, modified.velocities,
+                            rollout_variational, rollout_ode, TrainOptions, FunctionalLagrangianModel.__init__,
+                            pipelines.sweep.run]),
     }
 
 

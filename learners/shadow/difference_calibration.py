@@ -157,10 +157,9 @@ def _window_centres(model, window: torch.Tensor, rows: torch.Tensor) -> torch.Te
     momenta and Newton's starting guesses (:func:`integrators._stepping.velocity_guess`) of the whole windows, the Newton
     solves at the asked rows only (each solve is its own: the numbers of :meth:`VariationalIntegrator.velocities
     <integrators.variational.VariationalIntegrator.velocities>` over the whole windows, to rounding; 1/W of its solves,
-    which were 1/4 of the first energy std at bodies2). Element models in passes of ``model._velocity_chunk()`` states."""
-    from integrators._checks import check_lagrangian_output
-    from integrators._stepping import velocity_guess
-    from integrators.newton import ConvergenceError, autograd_system, newton, vmap_system
+    which were 1/4 of the first energy std at bodies2), by the integrator's own velocity solver
+    (:func:`integrators._stepping.solve_velocities`). Element models in passes of ``model._velocity_chunk()`` states."""
+    from integrators._stepping import solve_velocities, velocity_guess
 
     from .recovery import _probe_newton_derivatives
     from .rbf_jet import jets_fit
@@ -172,22 +171,8 @@ def _window_centres(model, window: torch.Tensor, rows: torch.Tensor) -> torch.Te
     pick = (rows, torch.arange(B))
     q, p, guess = window[pick], p[pick], velocity_guess(window, integ.h)[pick]
     _probe_newton_derivatives(L, q[:1], p[:1])
-    if integ.jacobian == "vmap":  # VariationalIntegrator.velocities' two residuals (its module is at its line budget)
-        evaluate = vmap_system(lambda v, qq, pp: (torch.func.grad(L, argnums=1)(qq, v) - pp, None))
-    else:
-        def fun(v, qq, pp):
-            (gv,) = torch.autograd.grad(check_lagrangian_output(L(qq, v), qq).sum(), v, create_graph=True)
-            return gv - pp, None
-        evaluate = autograd_system(fun)
-    step = model._velocity_chunk() if getattr(model, "_element_entries", lambda: 0)() else B
-    out = []
-    for a in range(0, B, step):
-        res = newton(evaluate, guess[a:a + step], (q[a:a + step], p[a:a + step]), options=integ.options)
-        if not bool(res.converged.all()):
-            raise ConvergenceError(f"could not solve dL/dv(q, v) = p for the velocity at {int((~res.converged).sum())} "
-                                   f"of the calibration pairs' {B} states: is the recovered Lagrangian regular there?")
-        out.append(res.x)
-    return torch.cat(out)
+    step = model._velocity_chunk() if getattr(model, "_element_entries", lambda: 0)() else None
+    return solve_velocities(L, integ.jacobian, q, p, guess, integ.options, (B,), "(calibration pair state)", step)
 
 
 def _mean_differences(model, gp, x: torch.Tensor, x_ref: torch.Tensor, order: int) -> torch.Tensor:
