@@ -13,7 +13,6 @@ import pickle
 import pytest
 import torch
 
-import bea
 import integrators
 from integrators import variational
 from integrators.ccompile import CompileError
