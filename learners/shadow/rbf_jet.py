@@ -43,7 +43,8 @@ from bea.errors import BeaValueError
 from .compiled_mean import MAX_JET_COLUMNS, RBFJet, jet_pays
 from .kernels import AtomExpansion
 
-__all__ = ["RBFJet", "JetLagrangian", "ExpansionLagrangian", "bulk_path", "multi_indices", "MAX_JET_COLUMNS", "jets_fit"]
+__all__ = ["RBFJet", "JetLagrangian", "ExpansionLagrangian", "bulk_path", "bulk_chunk", "EAGER_PASS_ENTRIES", "multi_indices",
+           "MAX_JET_COLUMNS", "jets_fit"]
 
 _log = logging.getLogger(__name__)
 
@@ -196,6 +197,18 @@ def bulk_path(jet: Optional[RBFJet], K: int, states: Optional[int]) -> Optional[
     if jet is None or states is None or jet_pays(jet.D, K + 1, 0):
         return None
     return jet_pays(jet.D, K + 1, states)
+
+
+#: states x atoms per autograd pass of a bulk call on the policy's autograd path (:func:`bulk_chunk`), orders <= 2: the
+#: velocities of order 2 took ~2 kB per (state, atom) (notebook 06's chain: +3.78 GB in one pass of 1900 states x 1006
+#: atoms, Session 21), so ~0.4 GB a pass; passes of 40,000 (recovery.AUTOGRAD_ENTRIES) made them 5x slower (~0.9 s of
+#: fixed cost per pass); orders above 2 a fifth (modified.chunk_for's ratio)
+EAGER_PASS_ENTRIES = 200_000
+
+
+def bulk_chunk(jet: RBFJet, order: int) -> int:
+    """States per autograd pass of a bulk call of order ``order`` on the mean of ``jet`` (:data:`EAGER_PASS_ENTRIES`)."""
+    return max(1, (EAGER_PASS_ENTRIES if order <= 2 else EAGER_PASS_ENTRIES // 5) // jet.atoms)
 
 
 def jets_fit(n: int, order: int) -> bool:

@@ -20,7 +20,7 @@ from integrators.trajectory import positions
 from .._checks import as_tensor, check_finite, check_order, check_states
 from .calibration import ensure_energy_calibration
 from .kernels import RBFKernel
-from .rbf_jet import ExpansionLagrangian, JetLagrangian, RBFJet, bulk_path, jet_pays, jets_fit
+from .rbf_jet import ExpansionLagrangian, JetLagrangian, RBFJet, bulk_chunk, bulk_path, jet_pays, jets_fit
 from .references import energies_reference, reference_state
 from .truncation import unit_free_term
 from .uncertainty import (LinearisedQuantity, Reference, jet_order, momentum_functionals, on_mean_jet, posterior_variance,
@@ -92,10 +92,10 @@ class RecoveryMixin:
         return self._recovered[key]
 
     def _bulk_chunk(self, qs_std: torch.Tensor, order: int, jets: bool) -> int:
-        """Time rows per chunk along ``qs_std`` (S + 1, batch..., n): the jet's, or autograd's budget (GBs otherwise)."""
+        """Time rows per chunk along ``qs_std`` (S + 1, batch..., n): the jet's, or autograd's (:func:`~.rbf_jet.bulk_chunk`)."""
         jet, states = self._closed_form_jet() if jets and jets_fit(self.n, order) else None, qs_std.numel() // self.n
         if bulk_path(jet, 2 if order == 0 else order + 2, states) is False:
-            return max(1, self._autograd_chunk() * qs_std.shape[0] // states)
+            return max(1, bulk_chunk(jet, order) * qs_std.shape[0] // states)
         return modified.chunk_for(order) if jet is None else (10_000 if order <= 2 else 4000)
 
     def energy(self, order: int = 2, return_std: bool = False, reference=None, truncation: bool = True):
