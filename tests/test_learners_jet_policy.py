@@ -19,7 +19,7 @@ from integrators.ccompile import CompileError
 from integrators.codegen import size
 from integrators.data import snapshots
 from learners import InverseModifiedLagrangianGP
-from learners.shadow import compiled_mean
+from learners.shadow import compiled_mean, rbf_jet
 from learners.shadow.compiled_mean import EAGER_JET_COLUMNS, EAGER_MAX_STATES, RBFJet, jet_pays
 from learners.shadow.functionals import AtomSet
 from learners.shadow.kernels import AtomExpansion, FunctionalKernel, RBFKernel
@@ -149,14 +149,19 @@ def test_recovery_takes_the_policy_with_a_real_jet(pendulum, small_large, monkey
     """Energies and velocities along 61 predicted positions: at most EAGER_MAX_STATES states take autograd on the
     jet's expansion throughout (no jet evaluated), more take the real jet. The velocities agree to 1e-11 relative
     (measured 5.3e-12); the energies (p.v - L, nearly constant along the orbit: the rounding of the larger terms
-    remains) to 1e-10 (measured 4.8e-11)."""
+    remains) to 1e-10 (measured 4.8e-11). In passes of two time rows (the fewest the momenta take) each pass's Newton
+    solve stops on its own states: 1e-8 relative (Newton's tolerance scale; measured 8.6e-10)."""
     qs = pendulum.predict(torch.tensor([[0.3]]), torch.zeros(1, 1), 60).q
     q_std = pendulum._to_standard(qs)
     calls = _jet_calls(monkeypatch)
     monkeypatch.setattr(compiled_mean, "EAGER_MAX_STATES", 1000)
     slow_E, slow_v = pendulum.energies(qs, 2), pendulum._velocities_std(q_std, 4, None)
+    monkeypatch.setattr(rbf_jet, "EAGER_PASS_ENTRIES", 1)  # autograd's passes as small as they go: two time rows
+    assert pendulum._bulk_chunk(q_std, 2, True) == 2
+    chunked = pendulum.energies(qs, 2)
     assert calls == []
     monkeypatch.setattr(compiled_mean, "EAGER_MAX_STATES", 40)
     fast_E, fast_v = pendulum.energies(qs, 2), pendulum._velocities_std(q_std, 4, None)
     assert max(calls) == 61
     assert _rel(fast_v, slow_v) <= 1e-11 and _rel(fast_E, slow_E) <= 1e-10
+    assert _rel(chunked, slow_E) <= 1e-8

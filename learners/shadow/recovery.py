@@ -95,7 +95,7 @@ class RecoveryMixin:
         """Time rows per chunk along ``qs_std`` (S + 1, batch..., n): the jet's, or autograd's (:func:`~.rbf_jet.bulk_chunk`)."""
         jet, states = self._closed_form_jet() if jets and jets_fit(self.n, order) else None, qs_std.numel() // self.n
         if bulk_path(jet, 2 if order == 0 else order + 2, states) is False:
-            return max(1, bulk_chunk(jet, order) * qs_std.shape[0] // states)
+            return max(2, bulk_chunk(jet, order) * qs_std.shape[0] // states)  # the momenta take two rows or more
         return modified.chunk_for(order) if jet is None else (10_000 if order <= 2 else 4000)
 
     def energy(self, order: int = 2, return_std: bool = False, reference=None, truncation: bool = True):
