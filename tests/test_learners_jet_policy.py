@@ -20,7 +20,7 @@ from integrators.codegen import size
 from integrators.data import snapshots
 from learners import InverseModifiedLagrangianGP
 from learners.shadow import compiled_mean, rbf_jet
-from learners.shadow.compiled_mean import EAGER_JET_COLUMNS, EAGER_MAX_STATES, RBFJet, jet_pays
+from learners.shadow.compiled_mean import EAGER_JET_COLUMNS, EAGER_MAX_ENTRIES, EAGER_MAX_STATES, RBFJet, jet_pays
 from learners.shadow.functionals import AtomSet
 from learners.shadow.kernels import AtomExpansion, FunctionalKernel, RBFKernel
 from learners.shadow.rbf_jet import ExpansionLagrangian, JetLagrangian
@@ -57,6 +57,8 @@ def test_policy_thresholds():
     assert jet_pays(4, 5, 1)
     assert not jet_pays(4, 6, 61) and not jet_pays(4, 6, EAGER_MAX_STATES)
     assert jet_pays(4, 6, EAGER_MAX_STATES + 1)
+    # a call that autograd would hold in memory in one pass beyond EAGER_MAX_ENTRIES takes the jet at fewer states
+    assert not jet_pays(4, 6, 100, EAGER_MAX_ENTRIES // 100) and jet_pays(4, 6, 100, EAGER_MAX_ENTRIES // 100 + 1)
     for mode, want in (("compiled", True), ("eager", False)):
         old = variational.DEFAULT_EXECUTION
         try:

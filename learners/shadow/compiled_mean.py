@@ -25,7 +25,8 @@ from integrators.compiled import CLagrangian, NotLowerable
 from .kernels import AtomExpansion
 
 __all__ = ["c_lagrangian_of_expansion", "rbf_blocks", "mechanical_blocks", "RBFJet", "MAX_JET_COLUMNS",
-           "jet_build", "jet_pays", "EAGER_JET_COLUMNS", "EAGER_MAX_STATES"]
+           "jet_build", "jet_pays", "EAGER_JET_COLUMNS", "EAGER_MAX_STATES",
+           "EAGER_MAX_ENTRIES"]
 
 #: largest number of partial derivatives per state (binom(D + K, K)); beyond it autograd is the better tool
 MAX_JET_COLUMNS = 2000
@@ -58,15 +59,20 @@ EAGER_JET_COLUMNS = 200
 #: (ski rental, at most ~2x the better choice's time for velocities; energies cost ~0.3 ms per state and call, so an
 #: energy-only call just above it pays a build that autograd would not have needed)
 EAGER_MAX_STATES = 2000
+#: states x atoms above which a call takes the jet whatever its number of states: one autograd pass holds ~2 kB per
+#: (state, atom) at order 2 (notebook 06's chain: +3.78 GB for 1900 states x 1006 atoms, Session 21), so a call of a
+#: public handle (which cannot be chunked: its caller differentiates the result) stays within ~1 GB
+EAGER_MAX_ENTRIES = 500_000
 
 
-def jet_pays(D: int, K: int, states: int) -> bool:
+def jet_pays(D: int, K: int, states: int, atoms: int = 0) -> bool:
     """Whether a call at ``states`` states takes the jet of order ``K`` in ``D`` variables (building it if it is not
     loaded yet) rather than autograd: the compile-or-not policy, decided here only, from the call alone.
 
     ``integrators.variational.DEFAULT_EXECUTION`` forces it: ``"compiled"`` always builds, ``"eager"`` never builds a
     jet beyond :data:`EAGER_JET_COLUMNS` columns. ``"auto"`` (the default): small jets always, large ones for calls at
-    more than :data:`EAGER_MAX_STATES` states. Neither the calls made so far nor whether the library is already built
+    more than :data:`EAGER_MAX_STATES` states or at more than :data:`EAGER_MAX_ENTRIES` states x ``atoms`` (the
+    autograd pass's memory). Neither the calls made so far nor whether the library is already built
     (in this process or in the C cache) enters: a warm cache still takes autograd for small calls, so that the same
     call gives the same bits whatever ran before it."""
     from integrators import variational
@@ -77,7 +83,7 @@ def jet_pays(D: int, K: int, states: int) -> bool:
         return True
     if mode == "eager":
         return False
-    return states > EAGER_MAX_STATES
+    return states > EAGER_MAX_STATES or states * atoms > EAGER_MAX_ENTRIES
 
 
 def _gaussian(prog, r):

@@ -169,7 +169,7 @@ class JetLagrangian:
 
         if self.eager is None:
             return True
-        if self._build_failed or not jet_pays(self.jet.D, self.order + 1, states):
+        if self._build_failed or not jet_pays(self.jet.D, self.order + 1, states, self.jet.atoms):
             return False
         try:
             self.jet._fn(self.order + 1)
@@ -196,7 +196,7 @@ def bulk_path(jet: Optional[RBFJet], K: int, states: Optional[int]) -> Optional[
     where the jet is large; None where there is no choice to make (no jet, no bulk call, or a small jet)."""
     if jet is None or states is None or jet_pays(jet.D, K + 1, 0):
         return None
-    return jet_pays(jet.D, K + 1, states)
+    return jet_pays(jet.D, K + 1, states)  # no memory bound: a bulk call on autograd is chunked (bulk_chunk)
 
 
 #: states x atoms per autograd pass of a bulk call on the policy's autograd path (:func:`bulk_chunk`), orders <= 2: the
