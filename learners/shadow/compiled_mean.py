@@ -25,7 +25,8 @@ from integrators.compiled import CLagrangian, NotLowerable
 from .kernels import AtomExpansion
 
 __all__ = ["c_lagrangian_of_expansion", "rbf_blocks", "mechanical_blocks", "RBFJet", "MAX_JET_COLUMNS",
-           "jet_build", "jet_pays", "EAGER_JET_COLUMNS", "EAGER_MAX_STATES", "EAGER_EVALUATIONS_PER_COLUMN"]
+           "jet_build", "jet_pays", "EAGER_JET_COLUMNS", "EAGER_MAX_STATES",
+           "EAGER_MAX_ENTRIES"]
 
 #: largest number of partial derivatives per state (binom(D + K, K)); beyond it autograd is the better tool
 MAX_JET_COLUMNS = 2000
@@ -48,27 +49,32 @@ def jet_build(D: int, K: int) -> "tuple[int, bool]":
 #: compile-or-not policy (Session 21, :func:`jet_pays`): a jet of fewer partial derivatives per state is always built
 #: (at most ~3 s of compiler CPU: 126 columns 2.1 s, 210 columns 9.2 s, 1287 columns 55 s, cold cache, 2 loaded cores)
 EAGER_JET_COLUMNS = 200
-#: a call of the Lagrangian at more states than this builds the jet at once: the work is large, and autograd's memory
-#: grows with the batch (the formula evaluators call L at several shifted points per state: 600 for the velocities of
-#: 61 states; at order 2 the velocities' chunks of 10,000 states would be 100,000 such points)
+#: a call at more states than this takes a large jet (built at its first such call), a call at fewer takes autograd.
+#: Why a rule on the call's size alone: a call's values then do not depend on what was computed before it (the two
+#: paths differ by ~4e-12 relative, Session 21), and autograd was measured only 2-4x slower per state than the jet at
+#: these sizes (notebook 06's chain, n = 4, 1006 atoms, warm cache, 2 loaded cores: velocities of order 2 at 1900 states
+#: 55.7 s against 28.0 s, ~29 against ~15 ms per state; ~2.5 ms per state and call of the Lagrangian), so many small
+#: calls lose at most that factor, while the build (order 5 in 8 variables, 1287 columns: 55 s; with order 4, 1782
+#: columns: 76 s) is paid only by a call whose autograd time would be about as large: 2000 states x ~29 ms ~ 58 s
+#: (ski rental, at most ~2x the better choice's time for velocities; energies cost ~0.3 ms per state and call, so an
+#: energy-only call just above it pays a build that autograd would not have needed)
 EAGER_MAX_STATES = 2000
-#: state evaluations (states times calls of the Lagrangian) on the autograd path before a large jet is built, per
-#: column: the ski-rental rule (build once autograd has spent about what the build costs: at most about twice the better
-#: choice's time). Measured at n = 4 (the FPU chain of notebook 06, 400 atoms, cold cache, 2 loaded cores): the builds
-#: of orders 5 and 4 (1287 columns) 76 s, ~0.06 s per column; autograd 2.4-2.9 ms per state evaluation in velocities
-#: (61 states: 732 evaluations, 1.7 s), 0.3 ms in energies: 0.06 / 0.0025 ~ 20
-EAGER_EVALUATIONS_PER_COLUMN = 20
+#: states x atoms above which a call takes the jet whatever its number of states: one autograd pass holds ~2 kB per
+#: (state, atom) at order 2 (notebook 06's chain: +3.78 GB for 1900 states x 1006 atoms, Session 21), so a call of a
+#: public handle (which cannot be chunked: its caller differentiates the result) stays within ~1 GB
+EAGER_MAX_ENTRIES = 500_000
 
 
-def jet_pays(D: int, K: int, states: int, evaluations: int = 0) -> bool:
-    """Whether the jet of order ``K`` in ``D`` variables is worth building for a call at ``states`` states after
-    ``evaluations`` state evaluations on the autograd path (the compile-or-not policy, decided here only).
+def jet_pays(D: int, K: int, states: int, atoms: int = 0) -> bool:
+    """Whether a call at ``states`` states takes the jet of order ``K`` in ``D`` variables (building it if it is not
+    loaded yet) rather than autograd: the compile-or-not policy, decided here only, from the call alone.
 
     ``integrators.variational.DEFAULT_EXECUTION`` forces it: ``"compiled"`` always builds, ``"eager"`` never builds a
-    jet beyond :data:`EAGER_JET_COLUMNS` columns. ``"auto"`` (the default): small jets are built, large ones when the
-    call has more than :data:`EAGER_MAX_STATES` states or when the evaluations so far, this call's included, reach
-    :data:`EAGER_EVALUATIONS_PER_COLUMN` per column (a long prediction's velocities and energies get the compiled path,
-    a few hundred states do not wait tens of seconds for the compiler)."""
+    jet beyond :data:`EAGER_JET_COLUMNS` columns. ``"auto"`` (the default): small jets always, large ones for calls at
+    more than :data:`EAGER_MAX_STATES` states or at more than :data:`EAGER_MAX_ENTRIES` states x ``atoms`` (the
+    autograd pass's memory). Neither the calls made so far nor whether the library is already built
+    (in this process or in the C cache) enters: a warm cache still takes autograd for small calls, so that the same
+    call gives the same bits whatever ran before it."""
     from integrators import variational
 
     columns = size(D, K)
@@ -77,7 +83,7 @@ def jet_pays(D: int, K: int, states: int, evaluations: int = 0) -> bool:
         return True
     if mode == "eager":
         return False
-    return states > EAGER_MAX_STATES or evaluations + states >= EAGER_EVALUATIONS_PER_COLUMN * columns
+    return states > EAGER_MAX_STATES or states * atoms > EAGER_MAX_ENTRIES
 
 
 def _gaussian(prog, r):
@@ -224,6 +230,7 @@ class RBFJet:
         self._ell = self._params[2:2 + self.D].copy()
         self._scale = float(self._params[2 + self.D])
         self.atoms = int(ex._Y.shape[0])
+        self.expansion = ex  #: the expansion tabulated (frozen: its fast path holds copies), for autograd on the same f
         self._fns: Dict[int, object] = {}
         self._factors: Dict[int, torch.Tensor] = {}
 

@@ -41,8 +41,10 @@ import torch
 from bea.errors import BeaValueError
 
 from .compiled_mean import MAX_JET_COLUMNS, RBFJet, jet_pays
+from .kernels import AtomExpansion
 
-__all__ = ["RBFJet", "JetLagrangian", "multi_indices", "MAX_JET_COLUMNS", "jets_fit"]
+__all__ = ["RBFJet", "JetLagrangian", "ExpansionLagrangian", "bulk_path", "bulk_chunk", "EAGER_PASS_ENTRIES", "multi_indices",
+           "MAX_JET_COLUMNS", "jets_fit"]
 
 _log = logging.getLogger(__name__)
 
@@ -109,6 +111,19 @@ class _JetNode(torch.autograd.Function):
         return out[0], out[1], None, None
 
 
+class ExpansionLagrangian:
+    r"""The Lagrangian :math:`L(q, v) = f(x)`, :math:`x = (q, v)`, of one (frozen) posterior mean expansion ``ex`` by
+    autograd: the function a :class:`RBFJet` of ``ex`` tabulates (the jet copies ``ex``'s atoms and parameters, and so
+    does the fast expansion itself), so that both paths of :class:`JetLagrangian` evaluate one function even after the
+    model that gave ``ex`` is refitted or moved. Pickles the expansion only, not the model."""
+
+    def __init__(self, ex: AtomExpansion):
+        self.ex = ex
+
+    def __call__(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return self.ex(torch.cat([q, v], -1))
+
+
 class JetLagrangian:
     r"""The RBF posterior mean as a torch Lagrangian ``L(q, v)`` (``x = (q, v)``, shapes ``(..., n)``)
     whose derivatives of every order come from :class:`RBFJet` instead of autograd through the atom sums.
@@ -117,7 +132,11 @@ class JetLagrangian:
     far, at least ``order`` given here); later calls at the same states (compared by value) reuse it,
     so the several evaluations of :math:`L` that a :mod:`bea` formula and Newton's method make at one
     batch of states cost one pass over the atoms. Derivatives beyond the computed order extend the jet.
-    Results are differentiable in ``q`` and ``v`` (not in the hyperparameters)."""
+    Results are differentiable in ``q`` and ``v`` (not in the hyperparameters).
+
+    With ``eager`` (an :class:`ExpansionLagrangian` of the jet's expansion), each call takes the jet or ``eager``
+    by :func:`~learners.shadow.compiled_mean.jet_pays` from its own number of states alone (the two agree to ~4e-12
+    relative); a build that fails keeps ``eager`` in this process (not carried by pickling)."""
 
     def __init__(self, jet: RBFJet, order: int = 2, eager: Optional[Callable] = None):
         if jet.D % 2:
@@ -126,33 +145,31 @@ class JetLagrangian:
         self.n = jet.D // 2
         self.order = int(order)
         self._last: Optional[_Table] = None
-        #: the same Lagrangian by autograd, taken while the jet's build does not pay (compiled_mean.jet_pays)
+        #: the same Lagrangian by autograd, for the calls too small for the jet's build (compiled_mean.jet_pays)
         self.eager = eager
-        #: ``"compiled"`` (the jet) or ``"eager"`` (autograd, until the evaluations pay for the build): the policy's choice
-        self.execution = "eager" if eager is not None else "compiled"
-        self.evaluations = 0  #: state evaluations on the autograd path so far
         self._build_failed = False
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        state["_last"] = None
+        state["_last"], state["_build_failed"] = None, False  # another process may have a compiler that works
         return state
 
     def __call__(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if q.shape != v.shape or q.shape[-1] != self.n:
             raise BeaValueError(f"q and v must have the same shape (..., {self.n}), got {tuple(q.shape)} and {tuple(v.shape)}")
-        if self.execution == "eager" and not self._compiles(q.numel() // self.n):
+        if self.eager is not None and not self.compiles(q.numel() // self.n):
             return self.eager(q, v)
         X = torch.cat([q, v], -1).detach().reshape(-1, 2 * self.n).to(torch.float64)
         return self._table_for(X).node(q, v, (0,) * (2 * self.n))
 
-    def _compiles(self, states: int) -> bool:
-        """Whether this call at ``states`` states takes the jet: builds it once :func:`jet_pays` says so (a failed
-        build keeps autograd for good, which gives the same values to rounding)."""
+    def compiles(self, states: int) -> bool:
+        """Whether a call at ``states`` states takes the jet (built now if it is not loaded): by :func:`jet_pays` on
+        the call alone; False after a failed build (autograd then gives the same values to ~4e-12 relative)."""
         from integrators.ccompile import CompileError
 
-        if self._build_failed or not jet_pays(self.jet.D, self.order + 1, states, self.evaluations):
-            self.evaluations += states
+        if self.eager is None:
+            return True
+        if self._build_failed or not jet_pays(self.jet.D, self.order + 1, states, self.jet.atoms):
             return False
         try:
             self.jet._fn(self.order + 1)
@@ -160,9 +177,6 @@ class JetLagrangian:
             _log.debug("jet of order %d in %d variables: build failed (%s), autograd kept", self.order + 1, self.jet.D, err)
             self._build_failed = True
             return False
-        _log.debug("jet of order %d in %d variables built after %d state evaluations on autograd (call at %d states)",
-                   self.order + 1, self.jet.D, self.evaluations, states)
-        self.execution = "compiled"
         return True
 
     #: the table of one batch of states (a subclass may share its nodes: :mod:`learners.shadow.taylor_jet`)
@@ -174,6 +188,27 @@ class JetLagrangian:
         if table is None or table.X.shape != X.shape or not torch.equal(table.X, X):
             table = self._last = self._table_type(self, X.clone(), self.order)
         return table
+
+
+def bulk_path(jet: Optional[RBFJet], K: int, states: Optional[int]) -> Optional[bool]:
+    """For a bulk call at ``states`` states on the mean's derivatives to order ``K`` (the jet's ``K + 1``), chosen once
+    for the whole call, so that its chunks (autograd's, smaller) all take one path: True (the jet) or False (autograd)
+    where the jet is large; None where there is no choice to make (no jet, no bulk call, or a small jet)."""
+    if jet is None or states is None or jet_pays(jet.D, K + 1, 0):
+        return None
+    return jet_pays(jet.D, K + 1, states)  # no memory bound: a bulk call on autograd is chunked (bulk_chunk)
+
+
+#: states x atoms per autograd pass of a bulk call on the policy's autograd path (:func:`bulk_chunk`), orders <= 2: the
+#: velocities of order 2 took ~2 kB per (state, atom) (notebook 06's chain: +3.78 GB in one pass of 1900 states x 1006
+#: atoms, Session 21), so ~0.4 GB a pass; passes of 40,000 (recovery.AUTOGRAD_ENTRIES) made them 5x slower (~0.9 s of
+#: fixed cost per pass); orders above 2 a fifth (modified.chunk_for's ratio)
+EAGER_PASS_ENTRIES = 200_000
+
+
+def bulk_chunk(jet: RBFJet, order: int) -> int:
+    """States per autograd pass of a bulk call of order ``order`` on the mean of ``jet`` (:data:`EAGER_PASS_ENTRIES`)."""
+    return max(1, (EAGER_PASS_ENTRIES if order <= 2 else EAGER_PASS_ENTRIES // 5) // jet.atoms)
 
 
 def jets_fit(n: int, order: int) -> bool:

@@ -20,7 +20,7 @@ from integrators.trajectory import positions
 from .._checks import as_tensor, check_finite, check_order, check_states
 from .calibration import ensure_energy_calibration
 from .kernels import RBFKernel
-from .rbf_jet import JetLagrangian, RBFJet, jet_pays, jets_fit
+from .rbf_jet import ExpansionLagrangian, JetLagrangian, RBFJet, bulk_chunk, bulk_path, jet_pays, jets_fit
 from .references import energies_reference, reference_state
 from .truncation import unit_free_term
 from .uncertainty import (LinearisedQuantity, Reference, jet_order, momentum_functionals, on_mean_jet, posterior_variance,
@@ -37,7 +37,6 @@ class RecoveryMixin:
         (a kernel other than the RBF, or no C compiler): autograd through the atom sums is used then."""
         if getattr(self, "_jet", None) is None:  # (models saved before this attribute existed)
             from integrators.ccompile import CompileError
-
             try:
                 jet = RBFJet(self.gp._mean_fn)
                 jet._fn(2)  # builds the library now, so that a missing compiler shows here
@@ -46,17 +45,18 @@ class RecoveryMixin:
                 self._jet = False
         return self._jet or None
 
-    def _mean_std(self, order: int = 2, jets: bool = True) -> TorchLagrangian:
+    def _mean_std(self, order: int = 2, jets: bool = True, states: Optional[int] = None) -> TorchLagrangian:
         r""":math:`\bar L'_{inv}` (standardised coordinates) as given to formulas and solvers: with ``jets``, a
         :class:`~learners.shadow.rbf_jet.JetLagrangian` (every derivative closed-form, one pass over the atoms per
-        batch of states, starting at ``order``) where the kernel has one, built now if small, else once the work pays
-        for it (autograd until then: :func:`~learners.shadow.compiled_mean.jet_pays`); else the autograd mean."""
+        batch of states, starting at ``order``) where the kernel has one, built now if small; a large one by
+        :func:`~learners.shadow.rbf_jet.bulk_path` for a bulk call at ``states`` states, else per call; else autograd."""
         jet = self._closed_form_jet() if jets else None
         if jet is None:
             return self._lagrangian_std
         from integrators.ccompile import CompileError
-        if not jet_pays(jet.D, order + 1, 0):  # a large jet: built once the work pays for it (compiled_mean.jet_pays)
-            return JetLagrangian(jet, order, eager=self._lagrangian_std)
+        if bulk_path(jet, order, states) is False or (states is None and not jet_pays(jet.D, order + 1, 0)):
+            eager = ExpansionLagrangian(jet.expansion)  # the jet's own f: the paths agree whatever the model does next
+            return eager if states is not None else JetLagrangian(jet, order, eager=eager)
         try:  # the orders a formula, its energy and Newton take (jets_fit): built now, so a failure shows here
             jet._fn(order + 1)
         except CompileError:  # e.g. the compiler timed out on a loaded machine: autograd gives the same numbers
@@ -77,20 +77,26 @@ class RecoveryMixin:
             self._recovered[N] = L_rec
         return self._recovered[N]
 
-    def _recovered_std(self, order: int, jets: bool = True) -> TorchLagrangian:
+    def _recovered_std(self, order: int, jets: bool = True, states: Optional[int] = None) -> TorchLagrangian:
         r""":math:`\mathrm{mod}_N(\bar L'_{inv})` in the standardised coordinates; ``jets``: derivatives of
-        :math:`\bar L'_{inv}` from its closed-form jet (:meth:`_mean_std`; same values to rounding)."""
+        :math:`\bar L'_{inv}` from its closed-form jet (:meth:`_mean_std`; same values to ~4e-12 relative); ``states``:
+        the size of the bulk call it serves (the jet's path chosen once for it: :func:`~.rbf_jet.bulk_path`)."""
         N = check_order(order, self.scheme.symmetric)
         jets = jets and jets_fit(self.n, N)
-        key = ("std", N, jets)
-        if N == 0:
-            if key not in self._recovered:
-                self._recovered[key] = self._mean_std(2, jets)
-            return self._recovered[key]
+        K = 2 if N == 0 else N + 2  # N + 2: the derivatives Newton on d/dv mod_N asks for (fewer jet builds)
+        path = bulk_path(self._closed_form_jet() if jets else None, K, states)
+        key = ("std", N, jets) if path is None else ("std", N, jets, path)
         if key not in self._recovered:
-            # N + 2: the derivatives Newton on d/dv mod_N asks for (fewer jet builds)
-            self._recovered[key] = modified.recovered_lagrangian(self._mean_std(N + 2, jets), N, self._h_std, self.scheme)
+            L = self._mean_std(K, jets, states)
+            self._recovered[key] = L if N == 0 else modified.recovered_lagrangian(L, N, self._h_std, self.scheme)
         return self._recovered[key]
+
+    def _bulk_chunk(self, qs_std: torch.Tensor, order: int, jets: bool) -> int:
+        """Time rows per chunk along ``qs_std`` (S + 1, batch..., n): the jet's, or autograd's (:func:`~.rbf_jet.bulk_chunk`)."""
+        jet, states = self._closed_form_jet() if jets and jets_fit(self.n, order) else None, qs_std.numel() // self.n
+        if bulk_path(jet, 2 if order == 0 else order + 2, states) is False:
+            return max(2, bulk_chunk(jet, order) * qs_std.shape[0] // states)  # the momenta take two rows or more
+        return modified.chunk_for(order) if jet is None else (10_000 if order <= 2 else 4000)
 
     def energy(self, order: int = 2, return_std: bool = False, reference=None, truncation: bool = True):
         r"""The recovered energy :math:`H_{rec}[N] = \partial_vL_{rec}\cdot v - L_{rec}` (``order=0``: the
@@ -299,8 +305,8 @@ class RecoveryMixin:
 
     def _velocities_std(self, qs_std: torch.Tensor, order: int, chunk: Optional[int], jets: bool = True) -> torch.Tensor:
         deep = jets and jets_fit(self.n, order)  # momenta need first derivatives only: the jet always serves them
-        chunk = chunk or _chunk(order, deep and self._closed_form_jet() is not None)
-        L = self._recovered_std(order, deep)
+        chunk = chunk or self._bulk_chunk(qs_std, order, jets)
+        L = self._recovered_std(order, deep, qs_std.numel() // self.n)
         p = modified.momenta(None, qs_std, self._h_std, self.scheme, chunk, integrator=self._momentum_integrator(jets))
         _probe_newton_derivatives(L, qs_std[0].reshape(-1, self.n)[:1], p[0].reshape(-1, self.n)[:1])
         quiet = False if getattr(self, "progress", None) is False else None  # progress=False silences this bar too
@@ -327,11 +333,11 @@ class RecoveryMixin:
             raise BeaValueError("energies(..., return_std=True) measures from a time index (reference_index=); the std "
                                 "of differences to a state (reference=) is given at states by energy(order, "
                                 "return_std=True, reference=state)(q, v)")
-        chunk = chunk or _chunk(order, self._closed_form_jet() is not None and jets_fit(self.n, order))
         q_std = self._to_standard(qs)
+        chunk = chunk or self._bulk_chunk(q_std, order, True)
         v_std = self._velocities_std(q_std, order, chunk)
-        H = bea.energy(self._recovered_std(order))
-        E = self._speed ** 2 * torch.cat([H(q_std[a:a + chunk], v_std[a:a + chunk]).detach() for a in range(0, q_std.shape[0], chunk)])
+        H = bea.energy(self._recovered_std(order, states=q_std.numel() // self.n))
+        E = self._speed ** 2 * _in_chunks(H, q_std, v_std, chunk)  # chunk time rows at a time
         if reference is not None:
             E = E - E[reference]
         if state is not None:
@@ -369,17 +375,11 @@ def _in_chunks(H: TorchLagrangian, q: torch.Tensor, v: torch.Tensor, chunk: int)
     return torch.cat([H(q[a:a + chunk], v[a:a + chunk]).detach() for a in range(0, q.shape[0], chunk)])
 
 
-def _chunk(order: int, jets: bool = False) -> int:
-    if jets:
-        return 10_000 if order <= 2 else 4000
-    return modified.chunk_for(order)
-
-
 def _probe_newton_derivatives(L, q: torch.Tensor, p: torch.Tensor) -> None:
     r"""Take, at one state, the derivatives that Newton's method on :math:`\partial_vL = p` takes (value,
-    gradient in ``v``, its Jacobian), so that a :class:`~learners.shadow.rbf_jet.JetLagrangian` inside ``L``
-    learns the order it needs before the whole batch (otherwise it would extend the batch's jet order by
-    order). The velocity used is ``p`` itself (any state will do); failures are left to the real solve."""
+    gradient in ``v``, its Jacobian), so that a :class:`~learners.shadow.rbf_jet.JetLagrangian` inside ``L`` learns the
+    order it needs before the whole batch (else it extends the batch's jet order by order). The velocity used is ``p``
+    itself (any state will do); failures are left to the real solve."""
     try:
         with torch.enable_grad():
             v = p.detach().clone().requires_grad_(True)
