@@ -15,30 +15,13 @@ import copy
 import time
 import warnings
 
-import sympy
 import torch
 
-import integrators
-from integrators.data import snapshots
-from learners import InverseModifiedLagrangianGP
-from learners.shadow import ElementKernel
+from benchmarks.first_std_cost import _fit, _states
 from learners.shadow import element_uncertainty as EU
 from learners.shadow import feature_jets as FJ
 
 CLOSED = (EU.gaussian_directional, FJ.GaussianFactor.directional)
-
-
-def _fit():
-    q_ = sympy.symbols("x1 y1 x2 y2", real=True)
-    v_ = sympy.symbols("u1 w1 u2 w2", real=True)
-    r2 = (q_[0] - q_[2]) ** 2 + (q_[1] - q_[3]) ** 2 + sympy.Rational(1, 2)
-    V = -1 / (2 * sympy.sqrt(r2)) + sum(x ** 2 for x in q_) / 8
-    system = integrators.systems.from_sympy(sum(x ** 2 for x in v_) / 2 - V, q_, v_, "bodies2",
-                                            domain=[(-0.8, 0.8)] * 4 + [(-0.4, 0.4)] * 4)
-    t = time.process_time()
-    model = InverseModifiedLagrangianGP(0.2, kernel=ElementKernel.bodies(2, 2), progress=False)
-    model.fit(snapshots(system, 0.2, 40, 5, seed=0))
-    return model, time.process_time() - t
 
 
 def _jvp(xb, y, scales, alphas, W, noise):
@@ -58,10 +41,7 @@ def _route(mode):
 def _run(model, mode):
     _route(mode)
     m = copy.deepcopy(model)
-    zero = torch.zeros(4, dtype=torch.float64)
-    g = torch.Generator().manual_seed(1)
-    q = 0.5 * torch.rand(20, 4, generator=g, dtype=torch.float64) - 0.25
-    v = 0.3 * torch.rand(20, 4, generator=g, dtype=torch.float64) - 0.15
+    zero, q, v = _states()
     t = time.process_time()
     H = m.energy(2, return_std=True, reference=(zero, zero))
     seconds = time.process_time() - t

@@ -38,6 +38,15 @@ def _fit():
     return model, time.process_time() - t
 
 
+def _states():
+    """The reference state (zero) and the 20 states (q, v) at which the first std is asked."""
+    zero = torch.zeros(4, dtype=torch.float64)
+    g = torch.Generator().manual_seed(1)
+    q = 0.5 * torch.rand(20, 4, generator=g, dtype=torch.float64) - 0.25
+    v = 0.3 * torch.rand(20, 4, generator=g, dtype=torch.float64) - 0.15
+    return zero, q, v
+
+
 def _jvp_route(noise: float) -> None:
     """The forward-mode sections (main's route before Session 21), optionally with relative noise on each component."""
     from learners.shadow import element_uncertainty as EU
@@ -67,10 +76,7 @@ def _run(args) -> None:
         if args.autograd_pass:  # the element energies' states a pass (the old route's own rounding, another grouping)
             print(f"autograd pass {model._autograd_chunk()} -> {args.autograd_pass} states")
             model._autograd_chunk = lambda: args.autograd_pass
-        zero = torch.zeros(4, dtype=torch.float64)
-        g = torch.Generator().manual_seed(1)
-        q = 0.5 * torch.rand(20, 4, generator=g, dtype=torch.float64) - 0.25
-        v = 0.3 * torch.rand(20, 4, generator=g, dtype=torch.float64) - 0.15
+        zero, q, v = _states()
         t = time.process_time()
         H = model.energy(2, return_std=True, reference=(zero, zero))
         seconds = time.process_time() - t
