@@ -1,4 +1,4 @@
-"""The compile-or-not policy of the RBF posterior mean's jets (learners.shadow.compiled_mean.jet_pays, Session 21): a
+"""The compile-or-not policy of the RBF posterior mean's jets (learners.shadow.jet_policy.jet_pays, Session 21): a
 large jet (tens of seconds of compiler CPU) is taken only by calls at more than EAGER_MAX_STATES states, decided from
 the call alone; smaller calls evaluate, by autograd, the expansion the jet was built from. The stub tests run no
 compiler; the model tests force the policy onto the pendulum's small jets (21 columns at order 5, built in ~1 s) by
@@ -19,8 +19,9 @@ from integrators.ccompile import CompileError
 from integrators.codegen import size
 from integrators.data import snapshots
 from learners import InverseModifiedLagrangianGP
-from learners.shadow import compiled_mean, rbf_jet
-from learners.shadow.compiled_mean import EAGER_JET_COLUMNS, EAGER_MAX_ENTRIES, EAGER_MAX_STATES, RBFJet, jet_pays
+from learners.shadow import jet_policy, rbf_jet
+from learners.shadow.compiled_mean import RBFJet
+from learners.shadow.jet_policy import EAGER_JET_COLUMNS, EAGER_MAX_ENTRIES, EAGER_MAX_STATES, jet_pays
 from learners.shadow.functionals import AtomSet
 from learners.shadow.kernels import AtomExpansion, FunctionalKernel, RBFKernel
 from learners.shadow.rbf_jet import ExpansionLagrangian, JetLagrangian
@@ -120,8 +121,8 @@ def pendulum():
 @pytest.fixture
 def small_large(monkeypatch):
     """Every jet counts as large, and calls beyond 40 states take it."""
-    monkeypatch.setattr(compiled_mean, "EAGER_JET_COLUMNS", 1)
-    monkeypatch.setattr(compiled_mean, "EAGER_MAX_STATES", 40)
+    monkeypatch.setattr(jet_policy, "EAGER_JET_COLUMNS", 1)
+    monkeypatch.setattr(jet_policy, "EAGER_MAX_STATES", 40)
 
 
 def test_a_handle_keeps_its_function_across_a_refit(pendulum, small_large):
@@ -156,13 +157,13 @@ def test_recovery_takes_the_policy_with_a_real_jet(pendulum, small_large, monkey
     qs = pendulum.predict(torch.tensor([[0.3]]), torch.zeros(1, 1), 60).q
     q_std = pendulum._to_standard(qs)
     calls = _jet_calls(monkeypatch)
-    monkeypatch.setattr(compiled_mean, "EAGER_MAX_STATES", 1000)
+    monkeypatch.setattr(jet_policy, "EAGER_MAX_STATES", 1000)
     slow_E, slow_v = pendulum.energies(qs, 2), pendulum._velocities_std(q_std, 4, None)
     monkeypatch.setattr(rbf_jet, "EAGER_PASS_ENTRIES", 1)  # autograd's passes as small as they go: two time rows
     assert pendulum._bulk_chunk(q_std, 2, True) == 2
     chunked = pendulum.energies(qs, 2)
     assert calls == []
-    monkeypatch.setattr(compiled_mean, "EAGER_MAX_STATES", 40)
+    monkeypatch.setattr(jet_policy, "EAGER_MAX_STATES", 40)
     fast_E, fast_v = pendulum.energies(qs, 2), pendulum._velocities_std(q_std, 4, None)
     assert max(calls) == 61
     assert _rel(fast_v, slow_v) <= 1e-11 and _rel(fast_E, slow_E) <= 1e-10

@@ -61,6 +61,8 @@ def test_lsi_velocities_in_chunks_report_progress_and_agree(monkeypatch):
     whole = model.velocities(qs, chunk=1000)
     out = _Pipe()
     monkeypatch.setattr("sys.stderr", out)
+    assert model.velocities(qs, chunk=3).shape == whole.shape and out.getvalue() == ""  # the model's progress=False
+    model.progress = None                             # the default: long runs are reported
     parts = model.velocities(qs, chunk=3)             # 10 states in chunks of 3: a "long" run, reported
     assert out.getvalue().startswith("velocities:") and "0/10" in out.getvalue()
     # the same Newton solves on other batches, hence other rounding: measured difference 3e-11 (at the velocity

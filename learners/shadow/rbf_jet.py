@@ -40,7 +40,8 @@ import torch
 
 from bea.errors import BeaValueError
 
-from .compiled_mean import MAX_JET_COLUMNS, RBFJet, jet_pays
+from .compiled_mean import MAX_JET_COLUMNS, RBFJet
+from .jet_policy import jet_pays
 from .kernels import AtomExpansion
 
 __all__ = ["RBFJet", "JetLagrangian", "ExpansionLagrangian", "bulk_path", "bulk_chunk", "EAGER_PASS_ENTRIES", "multi_indices",
@@ -135,7 +136,7 @@ class JetLagrangian:
     Results are differentiable in ``q`` and ``v`` (not in the hyperparameters).
 
     With ``eager`` (an :class:`ExpansionLagrangian` of the jet's expansion), each call takes the jet or ``eager``
-    by :func:`~learners.shadow.compiled_mean.jet_pays` from its own number of states alone (the two agree to ~4e-12
+    by :func:`~learners.shadow.jet_policy.jet_pays` from its own number of states alone (the two agree to ~4e-12
     relative); a build that fails keeps ``eager`` in this process (not carried by pickling)."""
 
     def __init__(self, jet: RBFJet, order: int = 2, eager: Optional[Callable] = None):
@@ -145,7 +146,7 @@ class JetLagrangian:
         self.n = jet.D // 2
         self.order = int(order)
         self._last: Optional[_Table] = None
-        #: the same Lagrangian by autograd, for the calls too small for the jet's build (compiled_mean.jet_pays)
+        #: the same Lagrangian by autograd, for the calls too small for the jet's build (jet_policy.jet_pays)
         self.eager = eager
         self._build_failed = False
 

@@ -309,9 +309,8 @@ class RecoveryMixin:
         L = self._recovered_std(order, deep, qs_std.numel() // self.n)
         p = modified.momenta(None, qs_std, self._h_std, self.scheme, chunk, integrator=self._momentum_integrator(jets))
         _probe_newton_derivatives(L, qs_std[0].reshape(-1, self.n)[:1], p[0].reshape(-1, self.n)[:1])
-        quiet = False if getattr(self, "progress", None) is False else None  # progress=False silences this bar too
         return modified.velocities(None, qs_std, order, self._h_std, self.scheme, chunk, integrator=self._integrator_std(),
-                                   recovered=L, momenta=p, progress=quiet)
+                                   recovered=L, momenta=p, progress=False if getattr(self, "progress", None) is False else None)
 
     def energies(self, qs, order: int = 2, chunk: Optional[int] = None, return_std: bool = False, std_every: int = 1,
                  reference=None, truncation: bool = True, *, reference_index: Optional[int] = None):
