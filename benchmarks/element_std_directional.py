@@ -12,12 +12,11 @@ CI size (40 trajectories x 6 snapshots, h = 0.2, ElementKernel.bodies(2, 2)).
 
 import argparse
 import copy
-import time
 import warnings
 
 import torch
 
-from benchmarks.first_std_cost import _fit, _states
+from benchmarks.first_std_cost import _fit, first_std
 from learners.shadow import element_uncertainty as EU
 from learners.shadow import feature_jets as FJ
 
@@ -41,12 +40,7 @@ def _route(mode):
 def _run(model, mode):
     _route(mode)
     m = copy.deepcopy(model)
-    zero, q, v = _states()
-    t = time.process_time()
-    H = m.energy(2, return_std=True, reference=(zero, zero))
-    seconds = time.process_time() - t
-    E, sd = H(q, v)
-    _, sd_gp = m.energy(2, return_std=True, reference=(zero, zero), truncation=False)(q, v)
+    seconds, E, sd, sd_gp = first_std(m)
     cal = [c.as_dict()[f] for _, c in sorted(m.calibration.items()) for f in ("scale", "rms_z", "coverage")]
     _route("closed")
     return seconds, E, sd, sd_gp, torch.tensor(cal, dtype=torch.float64)

@@ -47,6 +47,18 @@ def _states():
     return zero, q, v
 
 
+def first_std(model):
+    """CPU seconds of the model's first energy std (N = 2, reference 0), its energies, stds and GP-only stds at
+    :func:`_states`."""
+    zero, q, v = _states()
+    t = time.process_time()
+    H = model.energy(2, return_std=True, reference=(zero, zero))
+    seconds = time.process_time() - t
+    E, sd = H(q, v)
+    _, sd_gp = model.energy(2, return_std=True, reference=(zero, zero), truncation=False)(q, v)
+    return seconds, E, sd, sd_gp
+
+
 def _jvp_route(noise: float) -> None:
     """The forward-mode sections (main's route before Session 21), optionally with relative noise on each component."""
     from learners.shadow import element_uncertainty as EU
@@ -76,12 +88,7 @@ def _run(args) -> None:
         if args.autograd_pass:  # the element energies' states a pass (the old route's own rounding, another grouping)
             print(f"autograd pass {model._autograd_chunk()} -> {args.autograd_pass} states")
             model._autograd_chunk = lambda: args.autograd_pass
-        zero, q, v = _states()
-        t = time.process_time()
-        H = model.energy(2, return_std=True, reference=(zero, zero))
-        seconds = time.process_time() - t
-        E, sd = H(q, v)
-        _, sd_gp = model.energy(2, return_std=True, reference=(zero, zero), truncation=False)(q, v)
+        seconds, E, sd, sd_gp = first_std(model)
     cal = {k: c.as_dict() for k, c in model.calibration.items()}
     print(f"fit {fit_s:.1f} s CPU, first std {seconds:.1f} s CPU")
     torch.save({"E": E, "sd": sd, "sd_gp": sd_gp, "cal": cal, "seconds": seconds, "fit": fit_s}, args.save)
