@@ -237,10 +237,12 @@ def test_cli_derive_formats(capsys):
     assert code == 0 and "h^1" in out
 
 
-def test_cli_errors():
+def test_cli_errors(capsys):
+    """Bad input: exit status 2 and one line naming the problem on stderr. The first through a subprocess (the status
+    the shell sees), the others through ``bea.cli.main`` in this process (as in test_cli_derive_formats)."""
+    from bea.cli import main
+
     r = _cli("derive", "--scheme", "nope")
     assert r.returncode == 2 and "unknown scheme 'nope'" in r.stderr
-    r = _cli("derive", "--order", "-1")
-    assert r.returncode == 2 and "order must be >= 0" in r.stderr
-    r = _cli("derive", "--n", "0")
-    assert r.returncode == 2 and "n must be >= 1" in r.stderr
+    assert main(["derive", "--order", "-1"]) == 2 and "order must be >= 0" in capsys.readouterr().err
+    assert main(["derive", "--n", "0"]) == 2 and "n must be >= 1" in capsys.readouterr().err
