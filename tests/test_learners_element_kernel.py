@@ -443,9 +443,10 @@ def test_saving_velocities_and_the_std(two_body_fit, tmp_path):
         assert 0.5 <= calibration[name].rms_z <= 1.5, (name, calibration[name])
     _, std = model.energy(2, return_std=True, reference=(q[0], v[0]))(q[1:], v[1:])
     # the velocities with their std: the mean is the one a call without the std returns (the same solve, then the
-    # std's passes), so one call checks both (the chunked velocities' own test covers the call without it)
+    # std's passes; the chunked velocities' test runs at order 0, so order 2 without the std is checked here)
     vel, vstd = model.velocities(data[0], 2, return_std=True)
     assert vel.shape == vstd.shape == data[0].shape and bool(torch.isfinite(vel).all())
+    assert torch.equal(vel, model.velocities(data[0], 2))
     assert bool(torch.isfinite(std).all() and (std > 0).all() and torch.isfinite(vstd).all() and (vstd > 0).all())
     assert set(model.hyperparameters["lengthscale"]) == set(model.gp.kernel.base_kernel.parameter_names())
 
@@ -493,18 +494,19 @@ def test_velocities_and_energies_in_bounded_chunks(two_body_fit, monkeypatch):
     steps, one trajectory; 13: whole trajectories, two at a time, then the third alone; the fit's own), equal to one
     pass over all steps to 1e-7 of their size (each state's solve is its own, but the mean rounds differently in
     batches of other sizes, as in test_energies_in_bounded_chunks: measured up to 4.8e-9 for the velocities, 1.3e-8 for
-    the energies over windows of 2 to 6 steps and 1 to 4 trajectories; a state dropped or shifted by a step or a
-    trajectory moves a velocity by O(0.1) and an energy by its spread, ~1e-4 of it). Three trajectories since
-    Session 18 (four before; the cost is per state): the budget of 13 then leaves a remainder group of one; measured
-    at this size up to 4.8e-9 for the velocities and 1.0e-8 for the energies, 10x below the bound. At order 0 since
-    Session 22: the passes are the same at every order (the order is only passed through: every pass is checked to
-    get 0, not the default), while order 2's nested derivatives made this test ~25x dearer (47 s of the CI run);
+    the energies over windows of 2 to 6 steps and 1 to 4 trajectories at order 2, before Session 22; a state dropped or
+    shifted by a step or a trajectory moves a velocity by O(0.1) and an energy by its spread). Three trajectories
+    since Session 18: the budget of 13 then leaves a remainder group of one. At order 0 since Session 22: the passes
+    are the same at every order while the element kernel has no closed-form jet (asserted: a jet could make passes
+    of other sizes take another path at order 2 only; the order is only passed through, and every pass is checked
+    to get 0, not the default), while order 2's nested derivatives made this test ~25x dearer (47 s of the CI run);
     measured at order 0 up to 2.7e-9 for the velocities and 1.6e-8 for the energies (budget 3), 6x below
     the bound. The energies H(L_inv) vary by 1.1e-2 of their size along a trajectory
     (O(h^2), not conserved as H_rec[2] is), so a shifted state fails by far more."""
     from learners.shadow.recovery import RecoveryMixin
 
     _, data, model = two_body_fit
+    assert model._closed_form_jet() is None  # the order-0 premise above
     qs = data[:3].transpose(0, 1)  # (6 snapshots, 3 trajectories, n)
     whole = {f: f(qs, 0, chunk=qs.shape[0]) for f in (model.velocities, model.energies)}
     passes, orders = [], set()
