@@ -24,10 +24,10 @@ id-auto) before any fit of them was run, to recheck the acceptance where nobody 
 three coupled systems with unequal masses: cubic oscillators, an alternating FPU chain, a position-dependent-mass
 chain; session 11's branch alt a Morse chain and coupled pendula with unequal masses, to validate its fix; branch six
 the first n = 6 systems: cubic oscillators, a position-dependent-mass chain, three softened bodies in a trap, and
-the README's FPU chain at h = 0.3; session 22's branch sweep12 four more, _systems12.NEW12, with ``--units``;
-session 12's branch cal a ring of four unequal masses, to check a calibration
-rule; session 13's branch elsearch two bodies in 3-d with a Morse bond, to check the element search's fix). The last
-column is the process's peak RSS (data, fit, std).
+the README's FPU chain at h = 0.3; session 12's branch cal a ring of four unequal masses, to check a calibration
+rule; session 13's branch elsearch two bodies in 3-d with a Morse bond, to check the element search's fix; session
+22's branch sweep12 four more in _systems12.NEW12, and ``--units A C``: positions x A, the step x C). The last column
+is the process's peak RSS (data, fit, std).
 
 (``--orders``: the header keeps the N = 2, 4 columns; with one order the row has the first four: dE, RMS z, 2σ, max |z|.)
 """
