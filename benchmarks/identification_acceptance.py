@@ -25,8 +25,9 @@ three coupled systems with unequal masses: cubic oscillators, an alternating FPU
 chain; session 11's branch alt a Morse chain and coupled pendula with unequal masses, to validate its fix; branch six
 the first n = 6 systems: cubic oscillators, a position-dependent-mass chain, three softened bodies in a trap, and
 the README's FPU chain at h = 0.3; session 12's branch cal a ring of four unequal masses, to check a calibration
-rule; session 13's branch elsearch two bodies in 3-d with a Morse bond, to check the element search's fix). The last
-column is the process's peak RSS (data, fit, std).
+rule; session 13's branch elsearch two bodies in 3-d with a Morse bond, to check the element search's fix; session
+22's branch sweep12 four more in _systems12.NEW12, and ``--units A C``: positions x A, the step x C). The last column
+is the process's peak RSS (data, fit, std).
 
 (``--orders``: the header keeps the N = 2, 4 columns; with one order the row has the first four: dE, RMS z, 2σ, max |z|.)
 """
@@ -329,6 +330,8 @@ def _arguments(argv, systems):
     ap.add_argument("--seed", type=int, default=0, help="data seed (the tests': 0)")
     ap.add_argument("--h", type=float, default=None, help="step (default: the system's; a diagnostic)")
     ap.add_argument("--steps", type=int, default=5, help="steps per trajectory (the tests': 5)")
+    ap.add_argument("--units", type=float, nargs=2, default=None, metavar=("A", "C"),
+                    help="positions x A, the step x C (benchmarks/_systems12.rescaled: the same physical data and states)")
     ap.add_argument("--orders", type=int, nargs="+", default=[2, 4], help="orders N of the energy differences")
     ap.add_argument("--without-differences", action="store_true",
                     help="calibrate the energy std without the distant differences (the method before them)")
@@ -445,11 +448,15 @@ def main(argv=None) -> None:
     from learners.shadow.hyperparameters import IdentifiabilityWarning
 
     systems = {make.__name__: (make, h, T) for make, h, T in A.SYSTEMS}
-    systems.update({make.__name__: (make, h, T) for make, h, T in A.UNTUNED + UNTUNED})
+    from _systems12 import NEW12, rescaled
+
+    systems.update({make.__name__: (make, h, T) for make, h, T in A.UNTUNED + UNTUNED + NEW12})
     args = _arguments(argv, systems)
     make, h, T = systems[args.system]
     h = args.h or h
     system = make()
+    if args.units is not None:  # the same motion in other units: positions x a, the step x c
+        system, h = rescaled(system, *args.units), h * args.units[1]
     data = snapshots(system, h, args.traj or T, args.steps, seed=args.seed)
     kw = _model_options(args)
     t, c = time.perf_counter(), time.process_time()
