@@ -256,11 +256,12 @@ def _warn_per_body(name: str) -> None:
     warnings.warn(f"kernel='auto' kept {name}: its screen led identical bodies' (the data appear to favour unequal "
                   "masses), so each body's element learns from its own data only and the relative scale of separately "
                   "conserved parts (centre of mass, relative motion) rests on the diagonal mass condition at one state; "
-                  "measured energy differences 2.5e-3 to 1e-2 relative at 120-150 trajectories (identical bodies: 3e-4), "
-                  "and energy(N, return_std=True) does not bound them (measured RMS z 1.2-2.7 on two-body problems at "
-                  "120-150 trajectories, 12 at 60: up to ~12x too narrow). Remedy: more trajectories; for a second "
-                  "estimate, kernel='mechanical' (no structure) or "
-                  "another sample of trajectories", IdentifiabilityWarning, stacklevel=caller_level())
+                  "measured on four two-body problems at 120-150 trajectories: energy differences 3.8e-4 to 0.36 "
+                  "relative (identical bodies: 3e-4), and energy(N, return_std=True) missed them both ways (RMS z "
+                  "0.4-2.7; 12 at 60 trajectories). Check model.calibration; remedy: more trajectories, a smaller step "
+                  "h where a pair's oscillation is fast for it (0.36 -> 0.027 at half the step), and for a second "
+                  "estimate kernel='mechanical' (no structure) or another sample of trajectories",
+                  IdentifiabilityWarning, stacklevel=caller_level())
 
 
 def choose_structure(model, args: tuple, found: tuple) -> tuple:
