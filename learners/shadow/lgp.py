@@ -35,6 +35,7 @@ from integrators import Trajectory
 from integrators.trajectory import positions
 
 from .._checks import as_tensor, check_finite, check_order, check_snapshots, check_states, check_step
+from .handles import GuardedState, check_current, snapshot, stamp
 from .hyperparameters import FunctionalLagrangianModel
 from .retry import solve_with_retry
 from .functionals import Functionals, euler_lagrange_residuals, gradient_evaluations
@@ -60,7 +61,7 @@ def finite_differences(snapshots: torch.Tensor, h: float):
     return q, v, a
 
 
-class LagrangianGP(FunctionalLagrangianModel):
+class LagrangianGP(GuardedState, FunctionalLagrangianModel):
     r"""GP Lagrangian from the continuous EL equation (LGP / LGPExact baselines).
 
     Parameters
@@ -151,10 +152,11 @@ class LagrangianGP(FunctionalLagrangianModel):
     def recovered_lagrangian(self, order: int = 2) -> TorchLagrangian:
         """The learned Lagrangian itself, at every ``order``: LGP learns :math:`L`, not :math:`L_{inv}`, so there is
         no series to truncate. ``order`` (default 2, as for :class:`~learners.InverseModifiedLagrangianGP`) is
-        checked as there, so that both GP models are called the same way."""
+        checked as there, so that both GP models are called the same way. A snapshot of the model as it is now
+        (:mod:`learners.shadow.handles`: a later fit leaves it as it is)."""
         self._require_fit()
         check_order(order, self.scheme.symmetric)
-        return self.lagrangian
+        return snapshot(self).lagrangian
 
     def energy(self, order: int = 2, return_std: bool = False, reference=None):
         r"""Energy :math:`H = \partial_vL\cdot v - L` of the learned Lagrangian, a torch callable ``H(q, v)``
@@ -164,8 +166,9 @@ class LagrangianGP(FunctionalLagrangianModel):
         ``reference=(q_ref, v_ref)`` (one state) gives :math:`H(q, v) - H(q_{ref}, v_{ref})`; ``return_std=True``
         makes ``H`` return ``(mean, std)``, the std of the GP posterior of :math:`H`, which is linear in
         :math:`L` (exact, no linearisation), in the data's units. It is not calibrated on held-out data (LSI's
-        ``"energy"`` calibration) and knows nothing of the finite-difference error of :meth:`fit`."""
-        H_mean = bea.energy(self.recovered_lagrangian(order))
+        ``"energy"`` calibration) and knows nothing of the finite-difference error of :meth:`fit`. The means alone are a
+        snapshot; with ``return_std`` or ``reference``, ``H`` refuses after a refit (:mod:`learners.shadow.handles`)."""
+        H_mean, taken = bea.energy(self.recovered_lagrangian(order)), stamp(self)
         ref = None if reference is None else reference_state(reference, self.n)
         if not return_std and ref is None:
             return H_mean
@@ -173,6 +176,7 @@ class LagrangianGP(FunctionalLagrangianModel):
         G_of = None if not return_std else self._energy_quantity()
 
         def H(q, v):
+            check_current(self, taken, f"energy({order}, ...) with its std or a reference")
             q, v = check_states(q, v, self.n)
             lead = q.shape[:-1]
             qf, vf = q.detach().reshape(-1, self.n), v.detach().reshape(-1, self.n)
@@ -215,7 +219,8 @@ class LagrangianGP(FunctionalLagrangianModel):
         from integrators import VariationalIntegrator
 
         self._require_fit()
-        return VariationalIntegrator(self, self.h, self.scheme, **{**DEFAULT_NEWTON, **newton})  # the model: C form of the mean
+        # a snapshot of the model (learners.shadow.handles), with its C form of the mean
+        return VariationalIntegrator(snapshot(self), self.h, self.scheme, **{**DEFAULT_NEWTON, **newton})
     def predict(self, q0, qdot0, steps: int, order: int = 2, *, on_extrapolation: str = "warn", **newton) -> Trajectory:
         """The scheme on the learned :math:`L` from ``(q0, qdot0)``, :math:`p_0 = \\partial_vL(q_0, \\dot q_0)`:
         a :class:`~integrators.Trajectory` (positions ``q``, ``(steps + 1, batch..., n)``; times ``t``).
