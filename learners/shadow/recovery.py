@@ -21,6 +21,7 @@ from .._checks import as_tensor, check_finite, check_order, check_states
 from .calibration import ensure_energy_calibration
 from .handles import check_current, posterior_mean, snapshot, stamp
 from .kernels import RBFKernel
+from .newton_inputs import newton_inputs
 from .rbf_jet import ExpansionLagrangian, JetLagrangian, RBFJet, bulk_chunk, bulk_path, jet_pays, jets_fit
 from .references import energies_reference, reference_state
 from .truncation import unit_free_term
@@ -304,11 +305,8 @@ class RecoveryMixin:
         return self._vector_from_standard(v_std), self._speed * std
 
     def _velocities_std(self, qs_std: torch.Tensor, order: int, chunk: Optional[int], jets: bool = True) -> torch.Tensor:
-        deep = jets and jets_fit(self.n, order)  # momenta need first derivatives only: the jet always serves them
         chunk = chunk or self._bulk_chunk(qs_std, order, jets)
-        L = self._recovered_std(order, deep, qs_std.numel() // self.n)
-        p = modified.momenta(None, qs_std, self._h_std, self.scheme, chunk, integrator=self._momentum_integrator(jets))
-        _probe_newton_derivatives(L, qs_std[0].reshape(-1, self.n)[:1], p[0].reshape(-1, self.n)[:1])
+        L, p = newton_inputs(self, qs_std, order, chunk, qs_std.numel() // self.n, jets)
         return modified.velocities(None, qs_std, order, self._h_std, self.scheme, chunk, integrator=self._integrator_std(),
                                    recovered=L, momenta=p, progress=False if getattr(self, "progress", None) is False else None)
 
@@ -372,21 +370,6 @@ AUTOGRAD_ENTRIES = 40_000
 def _in_chunks(H: TorchLagrangian, q: torch.Tensor, v: torch.Tensor, chunk: int) -> torch.Tensor:
     """``H(q, v)`` (B, n) -> (B,), detached, ``chunk`` states at a time."""
     return torch.cat([H(q[a:a + chunk], v[a:a + chunk]).detach() for a in range(0, q.shape[0], chunk)])
-
-
-def _probe_newton_derivatives(L, q: torch.Tensor, p: torch.Tensor) -> None:
-    r"""Take, at one state, the derivatives that Newton's method on :math:`\partial_vL = p` takes (value,
-    gradient in ``v``, its Jacobian), so that a :class:`~learners.shadow.rbf_jet.JetLagrangian` inside ``L`` learns the
-    order it needs before the whole batch (else it extends the batch's jet order by order). The velocity used is ``p``
-    itself (any state will do); failures are left to the real solve."""
-    try:
-        with torch.enable_grad():
-            v = p.detach().clone().requires_grad_(True)
-            (g,) = torch.autograd.grad(L(q, v).sum(), v, create_graph=True)
-            for i in range(g.shape[-1]):
-                torch.autograd.grad(g[..., i].sum(), v, retain_graph=True, allow_unused=True)
-    except (ValueError, RuntimeError, ArithmeticError):
-        pass
 
 
 def next_order(order: int, scheme) -> int:
