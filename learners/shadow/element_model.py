@@ -10,12 +10,10 @@ refused) and its calibration is the source's, run on the source's held-back data
 
 from __future__ import annotations
 
-import copy
-
 from bea.errors import BeaTypeError
 
 from .calibration import ensure_energy_calibration
-from .handles import bookkeeping, check_current, stamp
+from .handles import check_current, own_bookkeeping, stamp
 from .lsi import InverseModifiedLagrangianGP
 
 __all__ = ["ElementExtension"]
@@ -30,8 +28,7 @@ class ElementExtension(InverseModifiedLagrangianGP):
         # the source's settings as they are (h, scheme, normalisation, options), with module dicts of its own, so that
         # the GP set here is this model's only; the constructor's fresh state would be a model without a fit
         self.__dict__.update(source.__dict__)
-        for name in bookkeeping(source):  # in __dict__ itself: Module.__setattr__ would not replace them
-            self.__dict__[name] = copy.copy(source.__dict__[name])
+        own_bookkeeping(self, source)
         self.__dict__["_source"] = source  # a plain reference, not a submodule (saving is refused)
         self.__dict__["_source_fit"] = stamp(source)  # its posterior now: the std refuses once it is fitted again
         level = source.data_level()  # the data's DEL std level: predict's extrapolation test compares with it

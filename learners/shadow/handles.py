@@ -2,27 +2,32 @@ r"""What the objects a fitted GP model hands out read, once the model is fitted 
 
 *A handle is a snapshot.* A callable or object returned by a fitted
 :class:`~learners.InverseModifiedLagrangianGP` or :class:`~learners.LagrangianGP` and evaluated later --
-``recovered_lagrangian(N)`` at every order (0 included), ``energy(N)``, ``integrator()`` -- is a pure function of the
-model as it was when the handle was taken: the posterior (weights, atoms, kernel and its hyperparameters, the
-closed-form jet), the units (centre :math:`\bar q`, scale :math:`\sigma`, time unit :math:`\tau`, rotation :math:`R`;
-:mod:`learners.shadow.units`) and the step :math:`h'` are all frozen at creation. After ``model.fit(other)``,
-``model.to(...)``/``model.double()`` or a new model loaded from a file, the handle gives the same bits as before;
-take the handle again for the new fit. How: a fit, a move and a load each build a new
+``recovered_lagrangian(N)`` at every order (0 included), ``energy(N)`` (with or without ``reference``), ``integrator()``
+-- is a pure function of the model as it was when the handle was taken: the posterior mean (atoms, weights, kernel
+hyperparameters, the closed-form jet), the units (centre :math:`\bar q`, scale :math:`\sigma`, time unit :math:`\tau`,
+rotation :math:`R`; :mod:`learners.shadow.units`) and the step :math:`h'` are all frozen at creation. After
+``model.fit(other)``, ``model.to(...)``/``model.double()`` or a new model loaded from a file, the handle gives the same
+bits as before; take the handle again for the new fit. How: a fit, a move and a load each build a new
 :class:`~learners.shadow.gp.FunctionalGP` and assign new unit tensors (none is changed in place), so a handle keeps
-the old ones alive by reference (:func:`snapshot`, :func:`frozen_units`); nothing is copied.
+the mean's :class:`~learners.shadow.kernels.AtomExpansion` by reference; the units are copied
+(``StandardUnits._frozen_units``: the centre and rotation cloned). A handle holds only what the mean needs
+(:class:`FrozenMean`, :func:`posterior_mean`), not the posterior's factor, functionals or data, so an old fit's
+:math:`M\times M` Cholesky factor is freed after a refit whatever handles are held.
 
-*Where a snapshot would be costly, the handle refuses.* The std of ``energy(N, return_std=True)`` (and of an
-``energy`` with ``reference``) reads the model's calibration, posterior factor and data, and an element extension
-(``model.extend(...)``, :class:`~learners.shadow.element_model.ElementExtension`) reads its source's calibration, run
-on the source's held-back data on first demand: freezing them would mean running the calibration eagerly. Such a
-handle records the posterior it was taken from (:func:`stamp`) and, called after the model was fitted again, moved
-or loaded, raises :class:`bea.errors.StaleHandleError` naming the handle and the fix (take it again) -- never a number
-that mixes two fits.
+*Where a snapshot would be costly, the handle refuses.* The std of ``energy(N, return_std=True)`` reads the model's
+calibration, posterior factor and data, and an element extension (``model.extend(...)``,
+:class:`~learners.shadow.element_model.ElementExtension`) reads its source's calibration, run on the source's
+held-back data on first demand: freezing them would mean running the calibration eagerly (and keeping the factor).
+Such a handle records the posterior it was taken from (:func:`stamp`) and, called after the model was fitted again,
+moved or loaded, raises :class:`bea.errors.StaleHandleError` naming the handle and the fix (take it again) -- never a
+number that mixes two fits.
 
-*The model's own methods are live*: ``model.lagrangian``, ``model(q, v)``, ``model.energies(qs)``, ... evaluate the
-model as it is when called. ``load_state_dict`` on a fitted model would change its kernel hyperparameters but not the
-posterior conditioned on them (a model that gives numbers of neither state): it is refused unless the state is the
-model's own (:class:`GuardedState`); a saved model is read with ``load``.
+*The model's own methods are live*: ``model.lagrangian``, ``model(q, v)``, ``model.energies(qs)``, the older hook
+``model.c_lagrangian``, ... evaluate the model as it is when called (each is consistent: one fit, never two).
+``load_state_dict`` on a fitted model would change its kernel hyperparameters but not the posterior conditioned on them
+(a model that gives numbers of neither state): a conditioned :class:`~learners.shadow.gp.FunctionalGP` refuses any load
+that changes one of its values (``FunctionalGP._load_from_state_dict``), whether it is loaded through the model, a parent
+module or ``model.gp``; a saved model is read with ``load``.
 """
 
 from __future__ import annotations
@@ -32,9 +37,13 @@ import weakref
 
 import torch
 
-from bea.errors import BeaRuntimeError, StaleHandleError
+from bea.errors import StaleHandleError
 
-__all__ = ["snapshot", "stamp", "check_current", "GuardedState", "bookkeeping", "posterior_mean"]
+from .._checks import check_states
+from .units import StandardUnits, data_units_form
+
+__all__ = ["own_bookkeeping", "stamp", "check_current", "bookkeeping", "posterior_mean", "FrozenMean"]
+
 
 
 def bookkeeping(module) -> list:
@@ -47,20 +56,20 @@ def bookkeeping(module) -> list:
     return fresh + [name for name in extra if isinstance(module.__dict__.get(name), (dict, set))]
 
 
-def snapshot(model):
-    """A frozen view of the fitted ``model``: a shallow copy with Module containers of its own, so that a later fit,
-    move or load of ``model`` (which assign a new GP, units and caches rather than change them in place) leaves it
-    as it is now. Its methods are the model's own code, so its numbers are the model's, bit for bit."""
-    view = copy.copy(model)
-    for name in bookkeeping(model):  # in __dict__ itself: Module.__setattr__ would not replace them
-        view.__dict__[name] = copy.copy(model.__dict__[name])
-    return view
+def own_bookkeeping(dst, src) -> None:
+    """Give ``dst``, a shallow copy of ``src``, Module containers of its own, so that what is registered on one does not
+    reach the other."""
+    for name in bookkeeping(src):  # in __dict__ itself: Module.__setattr__ would not replace them
+        dst.__dict__[name] = copy.copy(src.__dict__[name])
 
 
 def posterior_mean(gp):
-    r""":math:`\bar L'(q, v)` of the posterior ``gp`` in the standardised coordinates, bound to this posterior (the
-    model's ``_lagrangian_std`` reads whichever posterior the model holds when called)."""
-    return lambda q, v: gp.mean(torch.cat([q, v], -1))
+    r""":math:`\bar L'(q, v)` of the posterior ``gp`` in the standardised coordinates, bound to its mean as it is now
+    (the model's ``_lagrangian_std`` reads whichever posterior the model holds when called); it holds the mean's atoms
+    and weights, not the posterior's factor."""
+    gp._require()
+    mean_fn = gp._mean_fn
+    return lambda q, v: mean_fn(torch.cat([q, v], -1))
 
 
 def stamp(model) -> weakref.ref:
@@ -76,17 +85,37 @@ def check_current(model, taken: weakref.ref, what: str) -> None:
                                "(learners.shadow.handles)")
 
 
-class GuardedState:
-    """``load_state_dict`` of a fitted GP model refused unless it changes nothing (module docstring)."""
+class FrozenMean(StandardUnits):
+    r"""The posterior mean of a fitted ``model`` in the data's units, :math:`L(q, v) = s^2\,\bar L'(q'(q), v'(v))`, as
+    it is now: the mean's expansion (atoms, weights, kernel hyperparameters) and a copy of the units, nothing else --
+    the same operations as ``model.lagrangian``, so the same bits; with the C form of the mean
+    (:func:`~learners.shadow.units.data_units_form`), so that an integrator on it steps in C."""
 
-    def load_state_dict(self, state_dict, *args, **kwargs):
-        gp = getattr(self, "gp", None)
-        if gp is not None and getattr(gp, "_beta", None) is not None:
-            own = self.state_dict()
-            same = set(own) == set(state_dict) and all(
-                torch.equal(own[k], torch.as_tensor(state_dict[k]).to(own[k])) for k in own)
-            if not same:
-                raise BeaRuntimeError(f"load_state_dict would change the kernel hyperparameters of a fitted "
-                                      f"{type(self).__name__} but not its posterior (weights and factor conditioned on "
-                                      "the old ones): read a saved model with load(path), or fit again")
-        return super().load_state_dict(state_dict, *args, **kwargs)
+    def __init__(self, model):
+        model._require_fit()
+        self.__dict__.update(vars(model._frozen_units()))
+        self.n, self.gp = model.n, _Mean(model.gp._mean_fn)
+
+    def lagrangian(self, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        q, v = check_states(q, v, self.n)
+        return self._speed ** 2 * self.gp.mean(self._standard_state(q, v))
+
+    __call__ = lagrangian
+
+    def compiled_form(self, n: int):
+        return data_units_form(self, n)
+
+    def _standardised_c_lagrangian(self):
+        from .compiled_mean import c_lagrangian_of_expansion
+
+        return c_lagrangian_of_expansion(self.gp._mean_fn, self.n)
+
+
+class _Mean:
+    """The posterior mean alone, read as ``gp.mean`` (:class:`~learners.shadow.units.StandardisedMean`)."""
+
+    def __init__(self, mean_fn):
+        self._mean_fn = mean_fn
+
+    def mean(self, x: torch.Tensor) -> torch.Tensor:
+        return self._mean_fn(x)

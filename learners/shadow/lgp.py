@@ -35,7 +35,7 @@ from integrators import Trajectory
 from integrators.trajectory import positions
 
 from .._checks import as_tensor, check_finite, check_order, check_snapshots, check_states, check_step
-from .handles import GuardedState, check_current, snapshot, stamp
+from .handles import FrozenMean, check_current, stamp
 from .hyperparameters import FunctionalLagrangianModel
 from .retry import solve_with_retry
 from .functionals import Functionals, euler_lagrange_residuals, gradient_evaluations
@@ -61,7 +61,7 @@ def finite_differences(snapshots: torch.Tensor, h: float):
     return q, v, a
 
 
-class LagrangianGP(GuardedState, FunctionalLagrangianModel):
+class LagrangianGP(FunctionalLagrangianModel):
     r"""GP Lagrangian from the continuous EL equation (LGP / LGPExact baselines).
 
     Parameters
@@ -156,7 +156,7 @@ class LagrangianGP(GuardedState, FunctionalLagrangianModel):
         (:mod:`learners.shadow.handles`: a later fit leaves it as it is)."""
         self._require_fit()
         check_order(order, self.scheme.symmetric)
-        return snapshot(self).lagrangian
+        return FrozenMean(self)
 
     def energy(self, order: int = 2, return_std: bool = False, reference=None):
         r"""Energy :math:`H = \partial_vL\cdot v - L` of the learned Lagrangian, a torch callable ``H(q, v)``
@@ -167,7 +167,7 @@ class LagrangianGP(GuardedState, FunctionalLagrangianModel):
         makes ``H`` return ``(mean, std)``, the std of the GP posterior of :math:`H`, which is linear in
         :math:`L` (exact, no linearisation), in the data's units. It is not calibrated on held-out data (LSI's
         ``"energy"`` calibration) and knows nothing of the finite-difference error of :meth:`fit`. The means alone are a
-        snapshot; with ``return_std`` or ``reference``, ``H`` refuses after a refit (:mod:`learners.shadow.handles`)."""
+        snapshot (with ``reference`` too); with ``return_std``, ``H`` refuses after a refit (:mod:`learners.shadow.handles`)."""
         H_mean, taken = bea.energy(self.recovered_lagrangian(order)), stamp(self)
         ref = None if reference is None else reference_state(reference, self.n)
         if not return_std and ref is None:
@@ -176,13 +176,13 @@ class LagrangianGP(GuardedState, FunctionalLagrangianModel):
         G_of = None if not return_std else self._energy_quantity()
 
         def H(q, v):
-            check_current(self, taken, f"energy({order}, ...) with its std or a reference")
             q, v = check_states(q, v, self.n)
             lead = q.shape[:-1]
             qf, vf = q.detach().reshape(-1, self.n), v.detach().reshape(-1, self.n)
             mean = H_mean(qf, vf).detach() - (0.0 if H_ref is None else H_ref)
-            if G_of is None:
+            if G_of is None:  # the means alone: H_mean and H_ref are frozen, a snapshot
                 return mean.reshape(lead)
+            check_current(self, taken, f"energy({order}, return_std=True)")
             x = self._standard_state(qf, vf)
             R = None if ref is None else Reference(self._standard_state(ref[0], ref[1]).expand_as(x))
             var = self._speed ** 4 * self._variance_factor("energy_differences") * posterior_variance(self.gp, G_of(x), R)[:, 0, 0]
@@ -219,8 +219,8 @@ class LagrangianGP(GuardedState, FunctionalLagrangianModel):
         from integrators import VariationalIntegrator
 
         self._require_fit()
-        # a snapshot of the model (learners.shadow.handles), with its C form of the mean
-        return VariationalIntegrator(snapshot(self), self.h, self.scheme, **{**DEFAULT_NEWTON, **newton})
+        # the mean as it is now (learners.shadow.handles), with its C form
+        return VariationalIntegrator(FrozenMean(self), self.h, self.scheme, **{**DEFAULT_NEWTON, **newton})
     def predict(self, q0, qdot0, steps: int, order: int = 2, *, on_extrapolation: str = "warn", **newton) -> Trajectory:
         """The scheme on the learned :math:`L` from ``(q0, qdot0)``, :math:`p_0 = \\partial_vL(q_0, \\dot q_0)`:
         a :class:`~integrators.Trajectory` (positions ``q``, ``(steps + 1, batch..., n)``; times ``t``).

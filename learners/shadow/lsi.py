@@ -66,7 +66,7 @@ from .position_objective import position_objective
 from .principal import fit_with_candidate
 from .step_resolution import check_step_resolution
 from .structure_choice import structure_name
-from .handles import GuardedState, snapshot
+from .handles import FrozenMean
 from .recovery import RecoveryMixin
 from .element_search import ElementHooks
 from .rbf_jet import RBFJet
@@ -111,7 +111,7 @@ CHECK_CHUNK = 4096
 CHECK_POINTS = 256
 
 
-class InverseModifiedLagrangianGP(GuardedState, ElementHooks, RecoveryMixin, FunctionalLagrangianModel):
+class InverseModifiedLagrangianGP(ElementHooks, RecoveryMixin, FunctionalLagrangianModel):
     r"""GP model of the inverse modified Lagrangian of ``scheme`` at step ``h`` (Lagrangian Shadow
     Integration), learned from position snapshots.
 
@@ -295,7 +295,7 @@ class InverseModifiedLagrangianGP(GuardedState, ElementHooks, RecoveryMixin, Fun
         """:class:`integrators.VariationalIntegrator` of the scheme on :math:`\bar L_{inv}` (data's units), on a snapshot."""
         self._require_fit()
         opts = {**DEFAULT_NEWTON, **newton}
-        return VariationalIntegrator(snapshot(self), self.h, self.scheme, **opts)  # C form: units.data_units_form
+        return VariationalIntegrator(FrozenMean(self), self.h, self.scheme, **opts)  # C form: units.data_units_form
 
     def _integrator_std(self, **newton):
         opts = {**DEFAULT_NEWTON, **newton}

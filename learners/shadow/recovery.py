@@ -19,7 +19,7 @@ from integrators.trajectory import positions
 
 from .._checks import as_tensor, check_finite, check_order, check_states
 from .calibration import ensure_energy_calibration
-from .handles import check_current, posterior_mean, snapshot, stamp
+from .handles import FrozenMean, check_current, posterior_mean, stamp
 from .kernels import RBFKernel
 from .newton_inputs import newton_inputs
 from .rbf_jet import ExpansionLagrangian, JetLagrangian, RBFJet, bulk_chunk, bulk_path, jet_pays, jets_fit
@@ -73,7 +73,7 @@ class RecoveryMixin:
         self._require_fit()
         N = check_order(order, self.scheme.symmetric)
         if N == 0:
-            return snapshot(self).lagrangian
+            return FrozenMean(self)
         if N not in self._recovered:
             self._recovered[N] = L_rec = self._in_data_units(self._recovered_std(N))
             L_rec.order = N  # type: ignore[attr-defined]
@@ -121,16 +121,16 @@ class RecoveryMixin:
         call. Fewer states, or a batch without energy spread (one state repeated, one orbit), use the fit on the
         data's states, and so do energies without ``reference`` (a fit on the batch was not measured there).
 
-        Means alone: a snapshot; with ``return_std``/``reference``, refused after a refit (:mod:`learners.shadow.handles`)."""
+        Means (with ``reference`` too): a snapshot; with ``return_std``, refused after a refit (:mod:`learners.shadow.handles`)."""
         H_mean = bea.energy(self.recovered_lagrangian(order))
-        if not return_std and reference is None:
-            return H_mean
-        ensure_energy_calibration(self) if return_std else None
-        N, taken = check_order(order, self.scheme.symmetric), stamp(self)
         ref = None if reference is None else reference_state(reference, self.n)
+        if not return_std:
+            return H_mean if ref is None else _minus_reference(H_mean, ref, self.n, self._autograd_chunk())
+        ensure_energy_calibration(self)
+        N, taken = check_order(order, self.scheme.symmetric), stamp(self)
 
         def H(q, v):
-            check_current(self, taken, f"energy({order}, ...) with its std or a reference")
+            check_current(self, taken, f"energy({order}, return_std=True)")
             q, v = check_states(q, v, self.n)
             lead = q.shape[:-1]
             qf, vf = q.detach().reshape(-1, self.n), v.detach().reshape(-1, self.n)
@@ -145,8 +145,7 @@ class RecoveryMixin:
             var = factor * posterior_variance(self.gp, G, R)[:, 0, 0].clamp_min(0)
             if truncation:
                 var = var + self._truncation_term(N, qf, vf, ref, mean) ** 2
-            std = var.sqrt()
-            return (mean.reshape(lead), std.reshape(lead)) if return_std else mean.reshape(lead)
+            return mean.reshape(lead), var.sqrt().reshape(lead)
 
         return H
 
@@ -370,6 +369,17 @@ AUTOGRAD_ENTRIES = 40_000
 def _in_chunks(H: TorchLagrangian, q: torch.Tensor, v: torch.Tensor, chunk: int) -> torch.Tensor:
     """``H(q, v)`` (B, n) -> (B,), detached, ``chunk`` states at a time."""
     return torch.cat([H(q[a:a + chunk], v[a:a + chunk]).detach() for a in range(0, q.shape[0], chunk)])
+
+
+def _minus_reference(H_mean: TorchLagrangian, ref, n: int, chunk: int) -> TorchLagrangian:
+    """``H(q, v) - H(q_ref, v_ref)`` of the means alone, as ``energy``'s std path computes its mean (the same bits): a
+    snapshot, reading only ``H_mean`` (itself one) and the reference."""
+    def H(q, v):
+        q, v = check_states(q, v, n)
+        qf, vf = q.detach().reshape(-1, n), v.detach().reshape(-1, n)
+        return (_in_chunks(H_mean, qf, vf, chunk) - H_mean(ref[0][None], ref[1][None]).detach()).reshape(q.shape[:-1])
+
+    return H
 
 
 def next_order(order: int, scheme) -> int:
