@@ -53,9 +53,10 @@ def test_lagrangians_energies_and_integrators_are_snapshots(kind):
     a refit. Failed on main (max difference over max value): LSI recovered_lagrangian(2) 3.96, (0) 1.0, energy(N) 1.0,
     the integrator's positions 7.1; LGP every handle 1.0, its integrator's solve diverged; the mechanical kernel (no
     closed-form jet) failed on main and with the autograd path bound to the live model (handles.posterior_mean reverted:
-    recovered_lagrangian(2) and energy(2) off by 1.0 relative). The handles hold the mean (atoms, weights, units), not the posterior's Cholesky factor: it is freed after
-    the refit while they live (an M x M matrix per held fit; the branch's first version, a snapshot of the whole model,
-    kept it alive for recovered_lagrangian(0), energy(0) and integrator())."""
+    recovered_lagrangian(2) and energy(2) off by 1.0 relative). The handles hold the mean (atoms, weights, units), not
+    the posterior's Cholesky factor: it is freed after the refit while they live (an M x M matrix per held fit; the
+    branch's first version, a snapshot of the whole model, kept it alive for recovered_lagrangian(0), energy(0) and
+    integrator())."""
     model = _model(kind)
     handles = {("L", N): model.recovered_lagrangian(N) for N in (0, 2)}
     handles.update({("E", N): model.energy(N) for N in (0, 2)})

@@ -121,7 +121,7 @@ class RecoveryMixin:
         call. Fewer states, or a batch without energy spread (one state repeated, one orbit), use the fit on the
         data's states, and so do energies without ``reference`` (a fit on the batch was not measured there).
 
-        Means (with ``reference`` too): a snapshot; with ``return_std``, refused after a refit (:mod:`learners.shadow.handles`)."""
+        Means (with ``reference`` too): a snapshot; with ``return_std``: refused after a refit (:mod:`.handles`)."""
         H_mean = bea.energy(self.recovered_lagrangian(order))
         ref = None if reference is None else reference_state(reference, self.n)
         if not return_std:
