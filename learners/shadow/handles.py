@@ -45,7 +45,6 @@ from .units import StandardUnits, data_units_form
 __all__ = ["own_bookkeeping", "stamp", "check_current", "bookkeeping", "posterior_mean", "FrozenMean"]
 
 
-
 def bookkeeping(module) -> list:
     """The names of ``module``'s Module bookkeeping containers (submodules, parameters, buffers, hooks, and GPyTorch's
     priors, constraints, loss terms where it has them): every dict or set a fresh :class:`torch.nn.Module` holds in its
