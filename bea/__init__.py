@@ -14,7 +14,7 @@ from .autodiff import acceleration, energy, momentum
 from .closed_form import midpoint_inv2, midpoint_mod2
 from .errors import (BeaError, BeaFileNotFoundError, BeaIsADirectoryError, BeaOSError, BeaRuntimeError, BeaTypeError,
                      BeaValueError, CacheFormatError, InconsistentSchemeError, InternalError, MissingDependencyError,
-                     NotRegularError, NotRegularFileError, SeriesError, UnsupportedSchemeError, BeaWarning,
+                     NotRegularError, NotRegularFileError, SeriesError, StaleHandleError, UnsupportedSchemeError, BeaWarning,
                      UnverifiedSchemeWarning, DuplicateNameError, PluginLoadError)
 from .schemes import (CustomScheme, GeneralisedMidpoint, Midpoint, Scheme, Trapezoidal, available_schemes, exact, get_scheme,
                       register_scheme)
@@ -64,6 +64,7 @@ __all__ = [
     "CacheFormatError",
     "InternalError",
     "BeaRuntimeError",
+    "StaleHandleError",
     "BeaOSError",
     "BeaFileNotFoundError",
     "BeaIsADirectoryError",

@@ -30,6 +30,7 @@ __all__ = [
     "CacheFormatError",
     "InternalError",
     "BeaRuntimeError",
+    "StaleHandleError",
     "BeaOSError",
     "BeaFileNotFoundError",
     "BeaIsADirectoryError",
@@ -86,6 +87,12 @@ class InternalError(BeaValueError):
 class BeaRuntimeError(BeaError, RuntimeError):
     """A call that cannot proceed in the object's present state (not fitted yet, its structure changed
     after it was compiled, no candidate on a search grid gave a usable fit)."""
+
+
+class StaleHandleError(BeaRuntimeError):
+    """A handle a fitted model handed out (an energy with its std, an element extension's std) was called after the
+    model it reads was fitted again, loaded or moved: it would mix the old and the new state, so it refuses; take the
+    handle again from the model (:mod:`learners.shadow.handles`)."""
 
 
 class BeaOSError(BeaError, OSError):

@@ -207,6 +207,13 @@ def test_one_root_and_one_class_per_condition():
         assert issubclass(cls, BeaError) and issubclass(cls, ValueError), cls  # except ValueError keeps working
 
 
+def test_every_class_of_bea_errors_is_exported_as_bea_name():
+    """``bea.X`` for every name of ``bea.errors.__all__`` (StaleHandleError was missing when it was added)."""
+    import bea.errors
+
+    assert [n for n in bea.errors.__all__ if n not in bea.__all__ or getattr(bea, n, None) is not getattr(bea.errors, n)] == []
+
+
 def test_the_integrators_errors_are_caught_as_bea_errors():
     """Before issue 29, ``except bea.NotRegularError`` missed a singular L in the integrator."""
     singular = integrators.VariationalIntegrator(lambda q, v: (q * v - q**2).sum(-1), 0.1)

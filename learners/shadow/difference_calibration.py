@@ -55,7 +55,6 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 
 import bea
-from integrators import modified
 
 from ..saving import ModelFileError
 from .element_uncertainty import on_mean
@@ -161,24 +160,26 @@ def _window_centres(model, window: torch.Tensor, rows: torch.Tensor) -> torch.Te
     (:func:`integrators._stepping.solve_velocities`). Element models in passes of ``model._velocity_chunk()`` states."""
     from integrators._stepping import solve_velocities, velocity_guess
 
-    from .recovery import _probe_newton_derivatives
-    from .rbf_jet import jets_fit
+    from .newton_inputs import newton_inputs
 
     W, B, n = window.shape
-    L = model._recovered_std(2, jets_fit(n, 2))  # as RecoveryMixin._velocities_std at order 2
+    L, p = newton_inputs(model, window, 2, W, probe_row=int(rows[0]))  # RecoveryMixin._velocities_std's, at order 2
     integ = model._integrator_std()
-    p = modified.momenta(None, window, model._h_std, model.scheme, W, integrator=model._momentum_integrator())
     pick = (rows, torch.arange(B))
     q, p, guess = window[pick], p[pick], velocity_guess(window, integ.h)[pick]
-    _probe_newton_derivatives(L, q[:1], p[:1])
-    step = model._velocity_chunk() if getattr(model, "_element_entries", lambda: 0)() else None
+    step = model._velocity_chunk() if _is_element(model) else None
     return solve_velocities(L, integ.jacobian, q, p, guess, integ.options, (B,), "(calibration pair state)", step)
+
+
+def _is_element(model) -> bool:
+    """Whether ``model`` has the element kernel (:mod:`~learners.shadow.element_energy`'s entries count, 0 otherwise)."""
+    return bool(getattr(model, "_element_entries", lambda: 0)())
 
 
 def _mean_differences(model, gp, x: torch.Tensor, x_ref: torch.Tensor, order: int) -> torch.Tensor:
     r"""Posterior mean of :math:`H_{rec}[N](x) - H_{rec}[N](x_{ref})` under ``gp`` (standardised units); the model's own
     posterior is restored afterwards."""
-    if getattr(model, "_element_entries", lambda: 0)():  # the element kernel: on the mean's Taylor polynomial (exact)
+    if _is_element(model):  # the element kernel: on the mean's Taylor polynomial (exact)
         Q, p = model._quantity("energy", order), model._jet_order("energy", order)
         H = on_mean(gp, [Q], torch.cat([x, x_ref]), p)[0][:, 0]
         return H[:x.shape[0]] - H[x.shape[0]:]
@@ -276,7 +277,7 @@ def innovation_variances(model, order: int = 2) -> Optional[Tuple[torch.Tensor, 
     G = LinearisedQuantity(model._quantity("energy", order), x, 1, model._jet_order("energy", order))
     # the element kernel: the means' differences from the variances' own linearisation passes (on each posterior's
     # Taylor polynomial, as _mean_differences; 1/10 of the first energy std at bodies2 when taken again there)
-    means: Optional[List[List[torch.Tensor]]] = [[] for _ in gps] if getattr(model, "_element_entries", lambda: 0)() else None
+    means: Optional[List[List[torch.Tensor]]] = [[] for _ in gps] if _is_element(model) else None
     (v, b, f), *folded = _raw_variances(gps, subsets, G, x_ref, means)
     share = _factorisation_share(model, gps[1], G, x_ref, [(v, b, f)] + folded)
     mean = ([torch.cat(m) for m in means] if means is not None else

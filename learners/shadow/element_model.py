@@ -10,26 +10,13 @@ refused) and its calibration is the source's, run on the source's held-back data
 
 from __future__ import annotations
 
-import copy
-
-import torch
-
 from bea.errors import BeaTypeError
 
 from .calibration import ensure_energy_calibration
+from .handles import check_current, own_bookkeeping, stamp
 from .lsi import InverseModifiedLagrangianGP
 
 __all__ = ["ElementExtension"]
-
-
-def _bookkeeping(module) -> list:
-    """The names of ``module``'s Module bookkeeping containers (submodules, parameters, buffers, hooks, and GPyTorch's
-    priors, constraints, loss terms where it has them): every dict or set a fresh :class:`torch.nn.Module` holds in its
-    ``__dict__``, plus those of ``module``'s own that are private dicts or sets -- copied for an extension, so that what
-    is registered on it does not reach its source."""
-    fresh = [name for name, value in vars(torch.nn.Module()).items() if isinstance(value, (dict, set))]
-    extra = ("_priors", "_constraints", "_added_loss_terms")
-    return fresh + [name for name in extra if isinstance(module.__dict__.get(name), (dict, set))]
 
 
 class ElementExtension(InverseModifiedLagrangianGP):
@@ -41,9 +28,9 @@ class ElementExtension(InverseModifiedLagrangianGP):
         # the source's settings as they are (h, scheme, normalisation, options), with module dicts of its own, so that
         # the GP set here is this model's only; the constructor's fresh state would be a model without a fit
         self.__dict__.update(source.__dict__)
-        for name in _bookkeeping(source):  # in __dict__ itself: Module.__setattr__ would not replace them
-            self.__dict__[name] = copy.copy(source.__dict__[name])
+        own_bookkeeping(self, source)
         self.__dict__["_source"] = source  # a plain reference, not a submodule (saving is refused)
+        self.__dict__["_source_fit"] = stamp(source)  # its posterior now: the std refuses once it is fitted again
         level = source.data_level()  # the data's DEL std level: predict's extrapolation test compares with it
         self.gp, self.n = gp, n
         self._set_units(center, source._unit, source._step, device=source._units_device, rotation=rotation)
@@ -60,7 +47,10 @@ class ElementExtension(InverseModifiedLagrangianGP):
 
     @property
     def _calibration(self):
-        """The source's calibration scales, its pending energy calibrations run first (on its own held-back data)."""
+        """The source's calibration scales, its pending energy calibrations run first (on its own held-back data); the
+        extension's means are a snapshot of the source, its stds refuse after the source is fitted again
+        (:mod:`learners.shadow.handles`: the calibration is run on first demand, on the source's data of then)."""
+        check_current(self._source, self._source_fit, "this ElementExtension's std (model.extend(...))")
         ensure_energy_calibration(self._source)
         return self._source._calibration
 

@@ -95,6 +95,22 @@ class FunctionalGP(gpytorch.Module):
         # float64 whatever the caller's default dtype (GPyTorch creates its parameters in the default)
         self.to(torch.float64)
 
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        """A load into a conditioned GP (:attr:`_beta` set) is refused unless every value it gives equals this GP's own:
+        it would change the hyperparameters but not the weights and factor conditioned on them (a posterior of neither
+        state). Here rather than on the model, so that loads through a parent module or ``model.gp`` are refused too;
+        the library's loads target fresh GPs (persist, calibration)."""
+        if self._beta is not None:
+            own = self.state_dict()
+            given = [k for k in own if prefix + k in state_dict]  # strict=False: a subset equal to our own values is fine
+            if any(not torch.equal(own[k], torch.as_tensor(state_dict[prefix + k]).to(own[k])) for k in given):
+                raise BeaRuntimeError("load_state_dict would change the kernel hyperparameters of a fitted GP model but "
+                                      "not its posterior (weights and factor conditioned on the old ones): read a saved "
+                                      "model with load(path), or fit again (learners.shadow.handles)")
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+
     @property
     def noise(self) -> torch.Tensor:
         return self.likelihood.noise.reshape(())

@@ -378,7 +378,7 @@ class FunctionalLagrangianModel(StandardUnits, gpytorch.Module):
 
         return data_units_form(self, n)
 
-    c_lagrangian = property(lambda self: lambda: self.compiled_form(self.n))  # the older hook
+    c_lagrangian = property(lambda self: lambda: self.compiled_form(self.n))  # the older hook: live (learners.shadow.handles)
 
     def _standardised_c_lagrangian(self):
         from .compiled_mean import c_lagrangian_of_expansion

@@ -35,6 +35,7 @@ from integrators import Trajectory
 from integrators.trajectory import positions
 
 from .._checks import as_tensor, check_finite, check_order, check_snapshots, check_states, check_step
+from .handles import FrozenMean, check_current, stamp
 from .hyperparameters import FunctionalLagrangianModel
 from .retry import solve_with_retry
 from .functionals import Functionals, euler_lagrange_residuals, gradient_evaluations
@@ -151,10 +152,11 @@ class LagrangianGP(FunctionalLagrangianModel):
     def recovered_lagrangian(self, order: int = 2) -> TorchLagrangian:
         """The learned Lagrangian itself, at every ``order``: LGP learns :math:`L`, not :math:`L_{inv}`, so there is
         no series to truncate. ``order`` (default 2, as for :class:`~learners.InverseModifiedLagrangianGP`) is
-        checked as there, so that both GP models are called the same way."""
+        checked as there, so that both GP models are called the same way. A snapshot of the model as it is now
+        (:mod:`learners.shadow.handles`: a later fit leaves it as it is)."""
         self._require_fit()
         check_order(order, self.scheme.symmetric)
-        return self.lagrangian
+        return FrozenMean(self)
 
     def energy(self, order: int = 2, return_std: bool = False, reference=None):
         r"""Energy :math:`H = \partial_vL\cdot v - L` of the learned Lagrangian, a torch callable ``H(q, v)``
@@ -164,8 +166,9 @@ class LagrangianGP(FunctionalLagrangianModel):
         ``reference=(q_ref, v_ref)`` (one state) gives :math:`H(q, v) - H(q_{ref}, v_{ref})`; ``return_std=True``
         makes ``H`` return ``(mean, std)``, the std of the GP posterior of :math:`H`, which is linear in
         :math:`L` (exact, no linearisation), in the data's units. It is not calibrated on held-out data (LSI's
-        ``"energy"`` calibration) and knows nothing of the finite-difference error of :meth:`fit`."""
-        H_mean = bea.energy(self.recovered_lagrangian(order))
+        ``"energy"`` calibration) and knows nothing of the finite-difference error of :meth:`fit`. The means alone are a
+        snapshot (with ``reference`` too); with ``return_std``, ``H`` refuses after a refit (:mod:`learners.shadow.handles`)."""
+        H_mean, taken = bea.energy(self.recovered_lagrangian(order)), stamp(self)
         ref = None if reference is None else reference_state(reference, self.n)
         if not return_std and ref is None:
             return H_mean
@@ -177,8 +180,9 @@ class LagrangianGP(FunctionalLagrangianModel):
             lead = q.shape[:-1]
             qf, vf = q.detach().reshape(-1, self.n), v.detach().reshape(-1, self.n)
             mean = H_mean(qf, vf).detach() - (0.0 if H_ref is None else H_ref)
-            if G_of is None:
+            if G_of is None:  # the means alone: H_mean and H_ref are frozen, a snapshot
                 return mean.reshape(lead)
+            check_current(self, taken, f"energy({order}, return_std=True)")
             x = self._standard_state(qf, vf)
             R = None if ref is None else Reference(self._standard_state(ref[0], ref[1]).expand_as(x))
             var = self._speed ** 4 * self._variance_factor("energy_differences") * posterior_variance(self.gp, G_of(x), R)[:, 0, 0]
@@ -215,7 +219,8 @@ class LagrangianGP(FunctionalLagrangianModel):
         from integrators import VariationalIntegrator
 
         self._require_fit()
-        return VariationalIntegrator(self, self.h, self.scheme, **{**DEFAULT_NEWTON, **newton})  # the model: C form of the mean
+        # the mean as it is now (learners.shadow.handles), with its C form
+        return VariationalIntegrator(FrozenMean(self), self.h, self.scheme, **{**DEFAULT_NEWTON, **newton})
     def predict(self, q0, qdot0, steps: int, order: int = 2, *, on_extrapolation: str = "warn", **newton) -> Trajectory:
         """The scheme on the learned :math:`L` from ``(q0, qdot0)``, :math:`p_0 = \\partial_vL(q_0, \\dot q_0)`:
         a :class:`~integrators.Trajectory` (positions ``q``, ``(steps + 1, batch..., n)``; times ``t``).

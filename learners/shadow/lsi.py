@@ -66,12 +66,12 @@ from .position_objective import position_objective
 from .principal import fit_with_candidate
 from .step_resolution import check_step_resolution
 from .structure_choice import structure_name
-from .units import position_units, standard_step
+from .handles import FrozenMean
 from .recovery import RecoveryMixin
 from .element_search import ElementHooks
 from .rbf_jet import RBFJet
 from .stage_lsi import accepted_scheme, check_stage_objective, fit_stages, linear_scheme
-from .units import StandardisedMean  # noqa: F401  (re-exported: importable from lsi, as before)
+from .units import StandardisedMean, position_units, standard_step  # noqa: F401  (StandardisedMean: re-exported)
 
 __all__ = ["InverseModifiedLagrangianGP", "DEFAULT_NEWTON", "SEARCH_ITERATIONS", "ExtrapolationWarning", "ExtrapolationError", "EXTRAPOLATION_FACTOR"]
 
@@ -292,10 +292,10 @@ class InverseModifiedLagrangianGP(ElementHooks, RecoveryMixin, FunctionalLagrang
         return self._data_level
 
     def integrator(self, **newton):
-        """The :class:`integrators.VariationalIntegrator` of the scheme on :math:`\bar L_{inv}` (data's units)."""
+        """:class:`integrators.VariationalIntegrator` of the scheme on :math:`\bar L_{inv}` (data's units), on a snapshot."""
         self._require_fit()
         opts = {**DEFAULT_NEWTON, **newton}
-        return VariationalIntegrator(self, self.h, self.scheme, **opts)  # C form: units.data_units_form
+        return VariationalIntegrator(FrozenMean(self), self.h, self.scheme, **opts)  # C form: units.data_units_form
 
     def _integrator_std(self, **newton):
         opts = {**DEFAULT_NEWTON, **newton}

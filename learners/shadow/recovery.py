@@ -19,7 +19,9 @@ from integrators.trajectory import positions
 
 from .._checks import as_tensor, check_finite, check_order, check_states
 from .calibration import ensure_energy_calibration
+from .handles import FrozenMean, check_current, posterior_mean, stamp
 from .kernels import RBFKernel
+from .newton_inputs import newton_inputs
 from .rbf_jet import ExpansionLagrangian, JetLagrangian, RBFJet, bulk_chunk, bulk_path, jet_pays, jets_fit
 from .references import energies_reference, reference_state
 from .truncation import unit_free_term
@@ -51,8 +53,8 @@ class RecoveryMixin:
         batch of states, starting at ``order``) where the kernel has one, built now if small; a large one by
         :func:`~learners.shadow.rbf_jet.bulk_path` for a bulk call at ``states`` states, else per call; else autograd."""
         jet = self._closed_form_jet() if jets else None
-        if jet is None:
-            return self._lagrangian_std
+        if jet is None:  # bound to this posterior: a handle built on it is a snapshot (learners.shadow.handles)
+            return posterior_mean(self.gp)
         from integrators.ccompile import CompileError
         if bulk_path(jet, order, states) is False or (states is None and not jet_pays(jet.D, order + 1, 0)):
             eager = ExpansionLagrangian(jet.expansion)  # the jet's own f: the paths agree whatever the model does next
@@ -60,21 +62,21 @@ class RecoveryMixin:
         try:  # the orders a formula, its energy and Newton take (jets_fit): built now, so a failure shows here
             jet._fn(order + 1)
         except CompileError:  # e.g. the compiler timed out on a loaded machine: autograd gives the same numbers
-            return self._lagrangian_std
+            return posterior_mean(self.gp)
         return JetLagrangian(jet, order)
 
     def recovered_lagrangian(self, order: int = 2) -> TorchLagrangian:
         r""":math:`L_{rec} = \mathrm{mod}_N(\bar L_{inv})` truncated at :math:`h^N` (``order`` = N; 0 gives
         :math:`\bar L_{inv}` itself), from :func:`bea.compile_torch` (derived once, cached on disk), in the
-        data's units (:math:`s^2\,\mathrm{mod}_N(\bar L'_{inv})` at the step :math:`h'`, :mod:`learners.shadow.units`)."""
+        data's units (:math:`s^2\,\mathrm{mod}_N(\bar L'_{inv})` at the step :math:`h'`, :mod:`learners.shadow.units`).
+        A snapshot of the model as it is now (:mod:`learners.shadow.handles`): a later fit leaves it as it is."""
         self._require_fit()
         N = check_order(order, self.scheme.symmetric)
         if N == 0:
-            return self.lagrangian
+            return FrozenMean(self)
         if N not in self._recovered:
-            L_rec = self._in_data_units(self._recovered_std(N))
+            self._recovered[N] = L_rec = self._in_data_units(self._recovered_std(N))
             L_rec.order = N  # type: ignore[attr-defined]
-            self._recovered[N] = L_rec
         return self._recovered[N]
 
     def _recovered_std(self, order: int, jets: bool = True, states: Optional[int] = None) -> TorchLagrangian:
@@ -117,33 +119,33 @@ class RecoveryMixin:
         or more states in one call, spread in energy, that part is fitted on them (the comparison fits its scale on exactly this
         batch), so a state's std depends on the batch it is reported with: pass the whole comparison set in one
         call. Fewer states, or a batch without energy spread (one state repeated, one orbit), use the fit on the
-        data's states, and so do energies without ``reference`` (a fit on the batch was not measured there)."""
+        data's states, and so do energies without ``reference`` (a fit on the batch was not measured there).
+
+        Means (with ``reference`` too): a snapshot; with ``return_std``: refused after a refit (:mod:`.handles`)."""
         H_mean = bea.energy(self.recovered_lagrangian(order))
-        if not return_std and reference is None:
-            return H_mean
-        if return_std:
-            ensure_energy_calibration(self)
-        N = check_order(order, self.scheme.symmetric)
         ref = None if reference is None else reference_state(reference, self.n)
+        if not return_std:
+            return H_mean if ref is None else _minus_reference(H_mean, ref, self.n, self._autograd_chunk())
+        ensure_energy_calibration(self)
+        N, taken = check_order(order, self.scheme.symmetric), stamp(self)
 
         def H(q, v):
+            check_current(self, taken, f"energy({order}, return_std=True)")
             q, v = check_states(q, v, self.n)
             lead = q.shape[:-1]
             qf, vf = q.detach().reshape(-1, self.n), v.detach().reshape(-1, self.n)
             mean = _in_chunks(H_mean, qf, vf, self._autograd_chunk())
             x = self._standard_state(qf, vf)
             G = LinearisedQuantity(self._quantity("energy", N), x, 1, self._jet_order("energy", N))
-            R = None
+            R = None if ref is None else Reference(self._standard_state(ref[0], ref[1]).expand_as(x))
             if ref is not None:
                 mean = mean - H_mean(ref[0][None], ref[1][None]).detach()
-                R = Reference(self._standard_state(ref[0], ref[1]).expand_as(x))
             # states given with their velocities: the distant-difference scale (learners.shadow.calibration)
             factor = self._speed ** 4 * self._variance_factor("energy_differences")
             var = factor * posterior_variance(self.gp, G, R)[:, 0, 0].clamp_min(0)
             if truncation:
                 var = var + self._truncation_term(N, qf, vf, ref, mean) ** 2
-            std = var.sqrt()
-            return (mean.reshape(lead), std.reshape(lead)) if return_std else mean.reshape(lead)
+            return mean.reshape(lead), var.sqrt().reshape(lead)
 
         return H
 
@@ -156,9 +158,8 @@ class RecoveryMixin:
         spread in energy, else on the data's pairs; both energies of the term from one table of the mean's jet).
         ``n <= 2`` keeps the whole term: the likelihood's path, whose README numbers are kept bit for bit, and where
         the rule was not measured."""
-        if self.n < UNIT_FREE_MIN_N:
-            return self._next_energy(N, q, v, ref) - mean
-        return unit_free_term(self, N, q, v, ref, mean, SMALL_BATCH)
+        return (self._next_energy(N, q, v, ref) - mean if self.n < UNIT_FREE_MIN_N
+                else unit_free_term(self, N, q, v, ref, mean, SMALL_BATCH))
 
     def _next_energy(self, N: int, q: torch.Tensor, v: torch.Tensor, ref=None) -> torch.Tensor:
         r""":math:`H_{rec}[N']` (:func:`next_order`) at the states (data units), minus its value at ``ref`` if given: the
@@ -272,7 +273,6 @@ class RecoveryMixin:
         return self._vector_from_standard(modified.momenta(None, self._to_standard(qs), self._h_std, self.scheme, chunk,
                                                            integrator=self._momentum_integrator()))
 
-
     def velocities(self, qs, order: int = 2, chunk: Optional[int] = None, return_std: bool = False, std_every: int = 1,
                    truncation: bool = True):
         r"""Velocities along positions ``qs`` ``(steps + 1, batch..., n)`` (e.g. from :meth:`predict` or the
@@ -304,11 +304,8 @@ class RecoveryMixin:
         return self._vector_from_standard(v_std), self._speed * std
 
     def _velocities_std(self, qs_std: torch.Tensor, order: int, chunk: Optional[int], jets: bool = True) -> torch.Tensor:
-        deep = jets and jets_fit(self.n, order)  # momenta need first derivatives only: the jet always serves them
         chunk = chunk or self._bulk_chunk(qs_std, order, jets)
-        L = self._recovered_std(order, deep, qs_std.numel() // self.n)
-        p = modified.momenta(None, qs_std, self._h_std, self.scheme, chunk, integrator=self._momentum_integrator(jets))
-        _probe_newton_derivatives(L, qs_std[0].reshape(-1, self.n)[:1], p[0].reshape(-1, self.n)[:1])
+        L, p = newton_inputs(self, qs_std, order, chunk, qs_std.numel() // self.n, jets)
         return modified.velocities(None, qs_std, order, self._h_std, self.scheme, chunk, integrator=self._integrator_std(),
                                    recovered=L, momenta=p, progress=False if getattr(self, "progress", None) is False else None)
 
@@ -374,19 +371,15 @@ def _in_chunks(H: TorchLagrangian, q: torch.Tensor, v: torch.Tensor, chunk: int)
     return torch.cat([H(q[a:a + chunk], v[a:a + chunk]).detach() for a in range(0, q.shape[0], chunk)])
 
 
-def _probe_newton_derivatives(L, q: torch.Tensor, p: torch.Tensor) -> None:
-    r"""Take, at one state, the derivatives that Newton's method on :math:`\partial_vL = p` takes (value,
-    gradient in ``v``, its Jacobian), so that a :class:`~learners.shadow.rbf_jet.JetLagrangian` inside ``L`` learns the
-    order it needs before the whole batch (else it extends the batch's jet order by order). The velocity used is ``p``
-    itself (any state will do); failures are left to the real solve."""
-    try:
-        with torch.enable_grad():
-            v = p.detach().clone().requires_grad_(True)
-            (g,) = torch.autograd.grad(L(q, v).sum(), v, create_graph=True)
-            for i in range(g.shape[-1]):
-                torch.autograd.grad(g[..., i].sum(), v, retain_graph=True, allow_unused=True)
-    except (ValueError, RuntimeError, ArithmeticError):
-        pass
+def _minus_reference(H_mean: TorchLagrangian, ref, n: int, chunk: int) -> TorchLagrangian:
+    """``H(q, v) - H(q_ref, v_ref)`` of the means alone, as ``energy``'s std path computes its mean (the same bits): a
+    snapshot, reading only ``H_mean`` (itself one) and the reference."""
+    def H(q, v):
+        q, v = check_states(q, v, n)
+        qf, vf = q.detach().reshape(-1, n), v.detach().reshape(-1, n)
+        return (_in_chunks(H_mean, qf, vf, chunk) - H_mean(ref[0][None], ref[1][None]).detach()).reshape(q.shape[:-1])
+
+    return H
 
 
 def next_order(order: int, scheme) -> int:

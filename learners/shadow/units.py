@@ -165,8 +165,18 @@ class StandardUnits:
     def _in_data_units(self, L_std: Callable) -> Callable:
         r"""A Lagrangian of the GP's coordinates as one of the data's: :math:`L(q, v) = s^2 L'(q'(q), v'(v))`
         (energies scale as :math:`s^2`)."""
-        s2, to_std, vec_to_std = self._speed ** 2, self._to_standard, self._vector_to_standard
+        frozen = self._frozen_units()  # the units of now, whatever the model is fitted on next (learners.shadow.handles)
+        s2, to_std, vec_to_std = frozen._speed ** 2, frozen._to_standard, frozen._vector_to_standard
         return lambda q, v: s2 * L_std(to_std(q), vec_to_std(v))
+
+    def _frozen_units(self) -> "StandardUnits":
+        """A copy of these units alone (the tensors cloned): what a handle of the model reads."""
+        u = StandardUnits()
+        u.h, u._step, u._unit = self.h, self._step, self._unit
+        u._center = None if self._center is None else self._center.clone()
+        u._rotation = None if self._rotation is None else self._rotation.clone()
+        u._data_device = self._units_device
+        return u
 
     def _vector_from_standard(self, v: torch.Tensor) -> torch.Tensor:
         """A velocity, momentum or DEL residual of the GP's coordinates in the data's units, :math:`s R v'` (module
