@@ -39,6 +39,7 @@ from .functionals import AtomSet, Functionals, point_evaluations
 from .kernels import AtomExpansion, FunctionalKernel
 from .lowrank_solve import DENSE_ROUTE
 from .symmetric_covariance import symmetric_covariance
+from .transpose_sum import symmetrise_
 
 __all__ = ["FunctionalGP", "ConditioningInfo", "MAX_JITTER"]
 
@@ -108,8 +109,7 @@ class FunctionalGP(gpytorch.Module):
         if symmetric and not (torch.is_grad_enabled() and any(p.requires_grad for p in self.kernel.parameters())):
             K = symmetric_covariance(self.kernel, F)
         else:
-            K = self.kernel.forward(F, F)
-            K = 0.5 * (K + K.T)
+            K = symmetrise_(self.kernel.forward(F, F))  # a fresh matrix: in place where autograd does not record it
         diag_mean = float(torch.diagonal(K).mean().detach())
         scale = diag_mean if diag_mean > 0 else 1.0
         A = K

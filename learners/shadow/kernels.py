@@ -42,6 +42,7 @@ from bea.errors import BeaTypeError, BeaValueError
 
 from .functionals import AtomSet, Functionals
 from .rbf_block import first_order_block, usable
+from .transpose_sum import add_transpose_
 
 __all__ = ["SmoothKernel", "RBFKernel", "FunctionalKernel", "AtomExpansion"]
 
@@ -64,9 +65,9 @@ class SmoothKernel(gpytorch.kernels.Kernel):
         return self.pointwise(xs.reshape(-1, x1.shape[-1]), ys.reshape(-1, x2.shape[-1])).reshape(*x1.shape[:-2], A, B)
 
     def derivative_block(self, X: torch.Tensor, U: torch.Tensor, Y: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
-        r"""Matrix (A, B) of :math:`\partial_{t_1..t_a}\partial_{s_1..s_b} k(x + \sum t u, y + \sum s v)|_0`
-        for atoms ``X`` (A, D) with directions ``U`` (A, a, D) and ``Y`` (B, D), ``V`` (B, b, D), by
-        nested autograd on per-pair leaves (generic; subclasses may override with a closed form)."""
+        r"""Matrix (A, B) of :math:`\partial_{t_1..t_a}\partial_{s_1..s_b} k(x + \sum t u, y + \sum s v)|_0` for atoms
+        ``X`` (A, D) with directions ``U`` (A, a, D) and ``Y`` (B, D), ``V`` (B, b, D), by nested autograd on per-pair
+        leaves (generic; subclasses may override with a closed form, a fresh matrix: the caller may modify it)."""
         return _autograd_block(self, X, U, Y, V)
 
 
@@ -122,10 +123,10 @@ class RBFKernel(SmoothKernel):
 
 
 def quadratic_pairs(U: torch.Tensor, V: torch.Tensor, a: int):
-    r"""The second derivatives :math:`Q_{ij}` of :math:`Q = \tfrac12\|r + \sum_r t_r u_r - \sum_r s_r v_r\|^2`
-    between the leaves, ``pair(i, j)`` for ``i < j``, leaves ``0..a-1`` the :math:`t_r` (directions ``U`` (A, a, D))
-    and ``a..`` the :math:`s_r` (``V`` (B, b, D)): a (A, 1), (1, B) or (A, B) matrix. Shared by every kernel
-    built on a scaled squared distance (:class:`RBFKernel`, the position factor of the mechanical kernel)."""
+    r"""The second derivatives :math:`Q_{ij}` of :math:`Q = \tfrac12\|r + \sum_r t_r u_r - \sum_r s_r v_r\|^2` between
+    the leaves, ``pair(i, j)`` for ``i < j``, leaves ``0..a-1`` the :math:`t_r` (directions ``U`` (A, a, D)) and ``a..``
+    the :math:`s_r` (``V`` (B, b, D)): a (A, 1), (1, B) or (A, B) matrix. Shared by every kernel built on a scaled
+    squared distance (:class:`RBFKernel`, the position factor of the mechanical kernel)."""
 
     def pair(i: int, j: int) -> torch.Tensor:
         if i < a and j < a:
@@ -151,15 +152,14 @@ def _partition_sum(idx: List[int], first: List[torch.Tensor], pair) -> torch.Ten
 
 
 class FunctionalKernel(gpytorch.kernels.Kernel):
-    r"""The covariance :math:`\Theta = \sigma_f^2\,\Lambda\Lambda'^\top k` of two families of linear
-    functionals under :math:`L \sim \mathcal{GP}(0, \sigma_f^2 k)`, for a :class:`SmoothKernel` ``k``.
+    r"""The covariance :math:`\Theta = \sigma_f^2\,\Lambda\Lambda'^\top k` of two families of linear functionals under
+    :math:`L \sim \mathcal{GP}(0, \sigma_f^2 k)`, for a :class:`SmoothKernel` ``k``.
 
-    ``forward(F1, F2)`` takes :class:`~learners.shadow.functionals.Functionals` (not tensors: call it
-    directly, not through ``__call__``) and returns the dense (F1.count, F2.count) matrix. The
-    outputscale :math:`\sigma_f^2` is a GPyTorch parameter with a positivity constraint.
-    ``closed_form=False`` forces the generic autograd path. ``forward(F, F, symmetric=True)`` (no gradients): each
-    atom pair once (:mod:`~learners.shadow.symmetric_covariance`).
-    """
+    ``forward(F1, F2)`` takes :class:`~learners.shadow.functionals.Functionals` (not tensors: call it directly, not
+    through ``__call__``) and returns the dense (F1.count, F2.count) matrix. The outputscale :math:`\sigma_f^2` is a
+    GPyTorch parameter with a positivity constraint. ``closed_form=False`` forces the generic autograd path.
+    ``forward(F, F, symmetric=True)`` (no gradients): each atom pair once (:mod:`~learners.shadow.symmetric_covariance`;
+    :math:`U + U^\top` by :func:`~learners.shadow.transpose_sum.add_transpose_`). A block is the caller's to modify."""
 
     def __init__(self, base_kernel: Optional[SmoothKernel] = None, closed_form: bool = True, **kwargs):
         super().__init__(**kwargs)
@@ -169,8 +169,7 @@ class FunctionalKernel(gpytorch.kernels.Kernel):
                             f"got {type(base_kernel).__name__}")
         self.base_kernel = base_kernel
         self.closed_form = closed_form
-        # made on the default device like GPyTorch's own parameters; the model moves it with .to()
-        self.register_parameter("raw_outputscale", torch.nn.Parameter(torch.zeros((), dtype=torch.float64)))
+        self.register_parameter("raw_outputscale", torch.nn.Parameter(torch.zeros((), dtype=torch.float64)))  # moved by .to()
         self.register_constraint("raw_outputscale", Positive())
 
     @property
@@ -204,7 +203,7 @@ class FunctionalKernel(gpytorch.kernels.Kernel):
             for i, A1 in enumerate(sets):  # symmetric: the pairs of orders m <= m' (U of symmetric_covariance)
                 for k, A2 in enumerate(sets[i:] if symmetric else F2.atoms.values()):
                     self._pair_into(A1, A2, out, upper=symmetric and k == 0)
-            return (out.add_(out.T.clone()) if symmetric else out).mul_(self.outputscale)  # symmetric: U + U^T
+            return (add_transpose_(out) if symmetric else out).mul_(self.outputscale)  # symmetric: U + U^T, tile by tile
         parts = [self._pair(A1, A2, F1.count, F2.count) for A1 in F1.atoms.values() for A2 in F2.atoms.values()]
         return self.outputscale * sum(parts, torch.zeros(F1.count, F2.count, dtype=torch.float64, device=F1.device))
 
@@ -220,13 +219,15 @@ class FunctionalKernel(gpytorch.kernels.Kernel):
         # atoms are summed into functionals by index_add on dense chunks: torch's sparse products were 3/4 of the cost of a
         # covariance, and chunks of CHUNK_ATOMS**2 entries stay in cache (n = 6, 4,800 functionals: 25 s -> 8 s at load 9)
         step = max(16, CHUNK_ATOMS * CHUNK_ATOMS // max(1, len(A2)))  # >= 16 rows: bounded Python overhead
+        ones = [not A.coef.requires_grad and bool((A.coef == 1).all()) for A in (A1, A2)]  # the DEL atoms' coefficients
         for s in range(0, len(A1), step):
             sl, tail = slice(s, s + step), slice(s if upper else 0, None)
-            phi = self.block(A1.points[sl], A1.dirs[sl], A2.points[tail], A2.dirs[tail]) * A2.coef[tail]  # (a, A2)
+            phi = self.block(A1.points[sl], A1.dirs[sl], A2.points[tail], A2.dirs[tail])  # (a, A2)
+            phi = phi if ones[1] and not phi.requires_grad else phi * A2.coef[tail]  # x * 1 is x: no pass
             if upper:  # the pairs within the chunk: both orders are here, each counts half
                 phi[:, : phi.shape[0]].mul_(0.5)
             cols = phi.new_zeros(phi.shape[0], out.shape[1]).index_add_(1, A2.owner[tail], phi)  # (a, n2)
-            out.index_add_(0, A1.owner[sl], cols * A1.coef[sl, None])
+            out.index_add_(0, A1.owner[sl], cols if ones[0] else cols * A1.coef[sl, None])
 
     def diagonal(self, F: Functionals, chunk: int = 512) -> torch.Tensor:
         r"""Prior variances :math:`\Theta_{ii}` of the functionals ``F`` (blocks of ``chunk`` functionals,
@@ -242,20 +243,19 @@ class AtomExpansion:
     r"""A fixed function :math:`f(x) = \sigma_f^2 \sum_k c_k\, \partial_{v_{k,1}}\cdots\partial_{v_{k,m}} k(x, y_k)`
     (derivatives on the second argument): the posterior mean of a functional GP.
 
-    Hyperparameters are frozen at construction (detached), so repeated evaluation, e.g. inside an
-    integrator, costs only a few dense products with the atoms. For :class:`RBFKernel` (atoms of
-    order <= 2) the scaled atoms are precomputed and, with :math:`r_k = \tilde x - \tilde y_k` (tilde:
-    divided by the lengthscales) and :math:`e_k = e^{-\|r_k\|^2/2}`,
+    Hyperparameters are frozen at construction (detached), so repeated evaluation, e.g. inside an integrator, costs only a few
+    dense products with the atoms. For :class:`RBFKernel` (atoms of order <= 2) the scaled atoms are precomputed and, with
+    :math:`r_k = \tilde x - \tilde y_k` (tilde: divided by the lengthscales) and :math:`e_k = e^{-\|r_k\|^2/2}`,
 
     .. math::  f(x) = \sigma_f^2 \sum_k e_k P_k(r_k), \qquad
                P_k(r) = c^0_k + \tilde v_k\cdot r
                + c^2_k\big[(\tilde u_k\cdot r)(\tilde d_k\cdot r) - \tilde u_k\cdot\tilde d_k\big]
 
-    (order 0, 1 and 2 atoms), evaluated as one autograd node whose backward is the analytic gradient
-    :math:`\sigma_f^2 \sum_k e_k(\nabla P_k - r_k P_k)/\ell`, itself written in differentiable torch
-    operations (so higher derivatives, as :mod:`bea` needs, work). A kernel with an ``expansion(atoms, outputscale)``
-    method supplies its own closed form (the mechanical kernel); other kernels use ``derivative_block``. Its
-    precomputed fields change between versions: pickle a model through its ``save``, never an expansion itself.
+    (order 0, 1 and 2 atoms), evaluated as one autograd node whose backward is the analytic gradient :math:`\sigma_f^2 \sum_k
+    e_k(\nabla P_k - r_k P_k)/\ell`, itself written in differentiable torch operations (so higher derivatives, as :mod:`bea`
+    needs, work). A kernel with an ``expansion(atoms, outputscale)`` method supplies its own closed form (the mechanical
+    kernel); other kernels use ``derivative_block``. Its precomputed fields change between versions: pickle a model through
+    its ``save``, never an expansion itself.
     """
 
     def __init__(self, kernel: FunctionalKernel, atoms: Dict[int, AtomSet], differentiable: bool = False):
