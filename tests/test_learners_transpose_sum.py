@@ -21,10 +21,22 @@ def test_the_tiled_sum_is_the_whole_matrix_sum_bit_for_bit(n, tile):
 
 
 def test_a_recorded_matrix_keeps_its_graph():
-    M = torch.randn(5, 5, dtype=torch.float64, requires_grad=True)
-    S = symmetrise_(M * 1.0)  # out of place: a tile write through a view would add nodes (and M * 1.0 stays as it was)
-    S.sum().backward()
-    assert torch.equal(M.grad, torch.ones(5, 5, dtype=torch.float64))
+    """Where autograd records the matrix, the whole-matrix forms: tiles written through views would make the graph a
+    chain of CopySlices nodes, one per tile (several tiles here)."""
+    n = 2 * transpose_sum.TILE + 3
+    M = torch.randn(n, n, dtype=torch.float64, requires_grad=True)
+    for f in (add_transpose_, symmetrise_):
+        S = f(M * 1.0)
+        assert type(S.grad_fn).__name__ != "CopySlices", type(S.grad_fn).__name__
+        S.sum().backward()
+        assert torch.equal(M.grad, torch.full((n, n), 2.0 if f is add_transpose_ else 1.0, dtype=torch.float64))
+        M.grad = None
+
+
+def test_a_matrix_that_is_not_square_is_refused():
+    from bea.errors import BeaValueError
+    with pytest.raises(BeaValueError, match="square"):
+        add_transpose_(torch.zeros(3, 4, dtype=torch.float64))
 
 
 def _rbf():
@@ -53,6 +65,27 @@ def test_atom_coefficients_still_scale_the_covariance():
     fk = _rbf()
     with torch.no_grad():
         one, two = (symmetric_covariance(fk, Functionals(4, 5, {1: a})) for a in (A, twice))
-        cross = fk.forward(Functionals(4, 5, {1: A}), Functionals(4, 5, {1: twice}))
-    assert torch.allclose(two, 4.0 * one, rtol=1e-14, atol=0) and torch.allclose(cross, 2.0 * one, rtol=1e-14, atol=0)
+        cross, full = (fk.forward(Functionals(4, 5, {1: A}), Functionals(4, 5, {1: a})) for a in (twice, A))
+    assert torch.equal(two, 4.0 * one) and torch.equal(cross, 2.0 * full)  # scaling by powers of 2 is exact
     assert float(one.abs().max()) > 0.1  # not a vacuous zero matrix
+
+
+class _Memoising(RBFKernel):
+    """A user kernel that caches its blocks (not marked fresh_block: the assembly must not modify what it returns)."""
+
+    def derivative_block(self, X, U, Y, V):
+        key = (X.data_ptr(), Y.data_ptr(), X.shape, Y.shape)
+        cache = self.__dict__.setdefault("_blocks", {})
+        if key not in cache:
+            cache[key] = super().derivative_block(X, U, Y, V)
+        return cache[key]
+
+
+def test_a_user_kernel_that_memoises_its_blocks_gets_the_same_covariance_twice():
+    gen = torch.Generator().manual_seed(3)
+    F = snapshot_functionals(0.3 * torch.randn(12, 6, 2, generator=gen, dtype=torch.float64).cumsum(1), 0.2, "midpoint")[0]
+    kern = _Memoising(ard_num_dims=4).to(torch.float64)
+    kern.lengthscale = torch.tensor([0.7, 1.1, 0.9, 1.3], dtype=torch.float64)
+    fk = FunctionalKernel(kern.requires_grad_(False)).requires_grad_(False)
+    first, again = symmetric_covariance(fk, F), symmetric_covariance(fk, F)
+    assert torch.equal(first, again) and torch.equal(first, symmetric_covariance(_rbf(), F))

@@ -48,6 +48,7 @@ from .element_blocks import ColumnCache, active_atoms, even_base, group_block, n
 from .element_structure import body_groups, chain_groups, check_groups
 from .kernels import RBFKernel, SmoothKernel
 from .mechanical import MechanicalKernel
+from .transpose_sum import fresh_block
 
 __all__ = ["ElementKernel", "ElementExpansion"]
 
@@ -281,6 +282,7 @@ class ElementKernel(SmoothKernel):
         """The posterior mean over ``atoms`` (orders <= 2) in closed form, hyperparameters frozen."""
         return ElementExpansion(self, atoms, outputscale)
 
+    @fresh_block
     def derivative_block(self, X, U, Y, V) -> torch.Tensor:
         r"""The functional block of the module docstring: per group, the active (instance, atom) pairs of both sides
         in one base call, one orientation of a negation-closed group, one triangle of the same atoms

@@ -109,7 +109,8 @@ class FunctionalGP(gpytorch.Module):
         if symmetric and not (torch.is_grad_enabled() and any(p.requires_grad for p in self.kernel.parameters())):
             K = symmetric_covariance(self.kernel, F)
         else:
-            K = symmetrise_(self.kernel.forward(F, F))  # a fresh matrix: in place where autograd does not record it
+            K = self.kernel.forward(F, F)  # the library's forward returns a new matrix: symmetrised in place
+            K = symmetrise_(K) if type(self.kernel).forward is FunctionalKernel.forward else 0.5 * (K + K.T)
         diag_mean = float(torch.diagonal(K).mean().detach())
         scale = diag_mean if diag_mean > 0 else 1.0
         A = K

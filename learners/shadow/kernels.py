@@ -12,10 +12,9 @@ its distance uses a norm, whose derivative is undefined at coincident points).
            \partial_{t_1}\cdots\partial_{t_a}\,\partial_{s_1}\cdots\partial_{s_b}\,
            k\big(x_k + \textstyle\sum t_r u_{k,r},\; y_l + \sum s_r u'_{l,r}\big)\Big|_{t = s = 0}.
 
-*Generic path* (any :class:`SmoothKernel`): every pair of atoms gets its own scalar leaves
-:math:`t_r, s_r`; the pairwise kernel is differentiated by nested ``torch.autograd.grad`` calls, and
-since pair ``p`` depends only on its own leaves, each gradient is the whole matrix of pairwise
-derivatives.
+*Generic path* (any :class:`SmoothKernel`): every pair of atoms gets its own scalar leaves :math:`t_r, s_r`; the
+pairwise kernel is differentiated by nested ``torch.autograd.grad`` calls, and since pair ``p`` depends only on its own
+leaves, each gradient is the whole matrix of pairwise derivatives.
 
 *Closed form* (:class:`RBFKernel`): :math:`k = \exp(-Q)` with
 :math:`Q = \tfrac12\|\tilde r + \sum_r t_r\tilde u_r - \sum_r s_r\tilde u'_r\|^2` quadratic in the
@@ -25,9 +24,8 @@ over partitions of the variables into singletons and pairs,
 .. math::  \partial_{z_1}\cdots\partial_{z_m} e^{-Q}\big|_0 = e^{-Q_0}
            \sum_{\pi} \prod_{\{i\} \in \pi} (-Q_i) \prod_{\{i,j\} \in \pi} (-Q_{ij}),
 
-with :math:`Q_i = \partial_{z_i} Q|_0` and :math:`Q_{ij} = \partial_{z_i}\partial_{z_j}Q`: a few
-dense matrix products per block, differentiable in the hyperparameters. The two paths agree to
-rounding (tested).
+with :math:`Q_i = \partial_{z_i} Q|_0` and :math:`Q_{ij} = \partial_{z_i}\partial_{z_j}Q`: a few dense matrix products
+per block, differentiable in the hyperparameters. The two paths agree to rounding (tested).
 """
 
 from __future__ import annotations
@@ -42,7 +40,7 @@ from bea.errors import BeaTypeError, BeaValueError
 
 from .functionals import AtomSet, Functionals
 from .rbf_block import first_order_block, usable
-from .transpose_sum import add_transpose_
+from .transpose_sum import add_transpose_, fresh_block, unit_coefficients
 
 __all__ = ["SmoothKernel", "RBFKernel", "FunctionalKernel", "AtomExpansion"]
 
@@ -67,7 +65,8 @@ class SmoothKernel(gpytorch.kernels.Kernel):
     def derivative_block(self, X: torch.Tensor, U: torch.Tensor, Y: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
         r"""Matrix (A, B) of :math:`\partial_{t_1..t_a}\partial_{s_1..s_b} k(x + \sum t u, y + \sum s v)|_0` for atoms
         ``X`` (A, D) with directions ``U`` (A, a, D) and ``Y`` (B, D), ``V`` (B, b, D), by nested autograd on per-pair
-        leaves (generic; subclasses may override with a closed form, a fresh matrix: the caller may modify it)."""
+        leaves (generic; subclasses may override with a closed form: one marked ``@fresh_block`` returns a new float64
+        matrix, which the assembly may modify in place, :mod:`~learners.shadow.transpose_sum`)."""
         return _autograd_block(self, X, U, Y, V)
 
 
@@ -102,6 +101,7 @@ class RBFKernel(SmoothKernel):
         ls = self.lengthscale.reshape(-1)
         return torch.exp(-0.5 * (((x - y) / ls) ** 2).sum(-1))
 
+    @fresh_block
     def derivative_block(self, X, U, Y, V) -> torch.Tensor:
         """First-order atoms without gradients: in a few passes over one buffer (:mod:`~learners.shadow.rbf_block`)."""
         ls = self.lengthscale.reshape(-1)
@@ -169,7 +169,8 @@ class FunctionalKernel(gpytorch.kernels.Kernel):
                             f"got {type(base_kernel).__name__}")
         self.base_kernel = base_kernel
         self.closed_form = closed_form
-        self.register_parameter("raw_outputscale", torch.nn.Parameter(torch.zeros((), dtype=torch.float64)))  # moved by .to()
+        # made on the default device like GPyTorch's own parameters; the model moves it with .to()
+        self.register_parameter("raw_outputscale", torch.nn.Parameter(torch.zeros((), dtype=torch.float64)))
         self.register_constraint("raw_outputscale", Positive())
 
     @property
@@ -219,7 +220,7 @@ class FunctionalKernel(gpytorch.kernels.Kernel):
         # atoms are summed into functionals by index_add on dense chunks: torch's sparse products were 3/4 of the cost of a
         # covariance, and chunks of CHUNK_ATOMS**2 entries stay in cache (n = 6, 4,800 functionals: 25 s -> 8 s at load 9)
         step = max(16, CHUNK_ATOMS * CHUNK_ATOMS // max(1, len(A2)))  # >= 16 rows: bounded Python overhead
-        ones = [not A.coef.requires_grad and bool((A.coef == 1).all()) for A in (A1, A2)]  # the DEL atoms' coefficients
+        ones = unit_coefficients(self, A1, A2)  # the DEL atoms' coefficients, from a kernel whose blocks are fresh float64
         for s in range(0, len(A1), step):
             sl, tail = slice(s, s + step), slice(s if upper else 0, None)
             phi = self.block(A1.points[sl], A1.dirs[sl], A2.points[tail], A2.dirs[tail])  # (a, A2)
@@ -263,9 +264,8 @@ class AtomExpansion:
         self.atoms = atoms
         self.fast = isinstance(kernel.base_kernel, RBFKernel) and set(atoms) <= {0, 1, 2} and not differentiable
         # another kernel's own closed form of the mean (learners.shadow.mechanical.MechanicalExpansion), if it has one
-        self._custom = None
-        if not self.fast and not differentiable and atoms and hasattr(kernel.base_kernel, "expansion") and set(atoms) <= {0, 1, 2}:
-            self._custom = kernel.base_kernel.expansion(atoms, kernel.outputscale)
+        own = not self.fast and not differentiable and atoms and hasattr(kernel.base_kernel, "expansion")
+        self._custom = kernel.base_kernel.expansion(atoms, kernel.outputscale) if own and set(atoms) <= {0, 1, 2} else None
         if self.fast:
             with torch.no_grad():
                 ls = kernel.base_kernel.lengthscale.reshape(-1).detach().clone()
