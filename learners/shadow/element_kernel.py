@@ -48,6 +48,7 @@ from .element_blocks import ColumnCache, active_atoms, even_base, group_block, n
 from .element_structure import body_groups, chain_groups, check_groups
 from .kernels import RBFKernel, SmoothKernel
 from .mechanical import MechanicalKernel
+from .transpose_sum import fresh_block
 
 __all__ = ["ElementKernel", "ElementExpansion"]
 
@@ -281,6 +282,7 @@ class ElementKernel(SmoothKernel):
         """The posterior mean over ``atoms`` (orders <= 2) in closed form, hyperparameters frozen."""
         return ElementExpansion(self, atoms, outputscale)
 
+    @fresh_block
     def derivative_block(self, X, U, Y, V) -> torch.Tensor:
         r"""The functional block of the module docstring: per group, the active (instance, atom) pairs of both sides
         in one base call, one orientation of a negation-closed group, one triangle of the same atoms
@@ -288,17 +290,17 @@ class ElementKernel(SmoothKernel):
         every instance of a ``"swap"`` group (its halving is the closed-form mean's only, :meth:`_rows`)."""
         groups, corr = self._layout()
         part = getattr(self, "_part", None)  # one part alone at unit variance (element_gram.part_covariance), else all
-        total = X.new_zeros(X.shape[0], Y.shape[0])
+        total = None  # the first term alone, not added to zeros (0 + x is x): one pass and one matrix less a chunk
         for i, (scales, var) in enumerate(groups):
             if part is None or part == i:
                 M, b = self._projected(i, scales)
                 block = group_block(self._bases[i], M, b, self._half(i), X, U, Y, V, self._column_cache(i))
-                total = total + var * block if part is None else block  # a part alone: its block itself, no copy
+                total = block if part is not None else var * block if total is None else total + var * block
         if corr is not None and part in (None, len(groups)):
             s = corr[0]
             block = self._bases[-1].derivative_block(X / s, U / s, Y / s, V / s)
-            total = total + corr[1] * block if part is None else block
-        return total
+            total = block if part is not None else corr[1] * block if total is None else total + corr[1] * block
+        return X.new_zeros(X.shape[0], Y.shape[0]) if total is None else total
 
 
 class ElementExpansion:

@@ -39,6 +39,7 @@ from .functionals import AtomSet, Functionals, point_evaluations
 from .kernels import AtomExpansion, FunctionalKernel
 from .lowrank_solve import DENSE_ROUTE
 from .symmetric_covariance import symmetric_covariance
+from .transpose_sum import symmetrise_
 
 __all__ = ["FunctionalGP", "ConditioningInfo", "MAX_JITTER"]
 
@@ -124,8 +125,8 @@ class FunctionalGP(gpytorch.Module):
         if symmetric and not (torch.is_grad_enabled() and any(p.requires_grad for p in self.kernel.parameters())):
             K = symmetric_covariance(self.kernel, F)
         else:
-            K = self.kernel.forward(F, F)
-            K = 0.5 * (K + K.T)
+            K = self.kernel.forward(F, F)  # the library's forward returns a new matrix: symmetrised in place
+            K = symmetrise_(K) if type(self.kernel).forward is FunctionalKernel.forward else 0.5 * (K + K.T)
         diag_mean = float(torch.diagonal(K).mean().detach())
         scale = diag_mean if diag_mean > 0 else 1.0
         A = K

@@ -12,10 +12,9 @@ its distance uses a norm, whose derivative is undefined at coincident points).
            \partial_{t_1}\cdots\partial_{t_a}\,\partial_{s_1}\cdots\partial_{s_b}\,
            k\big(x_k + \textstyle\sum t_r u_{k,r},\; y_l + \sum s_r u'_{l,r}\big)\Big|_{t = s = 0}.
 
-*Generic path* (any :class:`SmoothKernel`): every pair of atoms gets its own scalar leaves
-:math:`t_r, s_r`; the pairwise kernel is differentiated by nested ``torch.autograd.grad`` calls, and
-since pair ``p`` depends only on its own leaves, each gradient is the whole matrix of pairwise
-derivatives.
+*Generic path* (any :class:`SmoothKernel`): every pair of atoms gets its own scalar leaves :math:`t_r, s_r`; the
+pairwise kernel is differentiated by nested ``torch.autograd.grad`` calls, and since pair ``p`` depends only on its own
+leaves, each gradient is the whole matrix of pairwise derivatives.
 
 *Closed form* (:class:`RBFKernel`): :math:`k = \exp(-Q)` with
 :math:`Q = \tfrac12\|\tilde r + \sum_r t_r\tilde u_r - \sum_r s_r\tilde u'_r\|^2` quadratic in the
@@ -25,9 +24,8 @@ over partitions of the variables into singletons and pairs,
 .. math::  \partial_{z_1}\cdots\partial_{z_m} e^{-Q}\big|_0 = e^{-Q_0}
            \sum_{\pi} \prod_{\{i\} \in \pi} (-Q_i) \prod_{\{i,j\} \in \pi} (-Q_{ij}),
 
-with :math:`Q_i = \partial_{z_i} Q|_0` and :math:`Q_{ij} = \partial_{z_i}\partial_{z_j}Q`: a few
-dense matrix products per block, differentiable in the hyperparameters. The two paths agree to
-rounding (tested).
+with :math:`Q_i = \partial_{z_i} Q|_0` and :math:`Q_{ij} = \partial_{z_i}\partial_{z_j}Q`: a few dense matrix products
+per block, differentiable in the hyperparameters. The two paths agree to rounding (tested).
 """
 
 from __future__ import annotations
@@ -42,6 +40,7 @@ from bea.errors import BeaTypeError, BeaValueError
 
 from .functionals import AtomSet, Functionals
 from .rbf_block import first_order_block, usable
+from .transpose_sum import add_transpose_, fresh_block, unit_coefficients
 
 __all__ = ["SmoothKernel", "RBFKernel", "FunctionalKernel", "AtomExpansion"]
 
@@ -64,9 +63,10 @@ class SmoothKernel(gpytorch.kernels.Kernel):
         return self.pointwise(xs.reshape(-1, x1.shape[-1]), ys.reshape(-1, x2.shape[-1])).reshape(*x1.shape[:-2], A, B)
 
     def derivative_block(self, X: torch.Tensor, U: torch.Tensor, Y: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
-        r"""Matrix (A, B) of :math:`\partial_{t_1..t_a}\partial_{s_1..s_b} k(x + \sum t u, y + \sum s v)|_0`
-        for atoms ``X`` (A, D) with directions ``U`` (A, a, D) and ``Y`` (B, D), ``V`` (B, b, D), by
-        nested autograd on per-pair leaves (generic; subclasses may override with a closed form)."""
+        r"""Matrix (A, B) of :math:`\partial_{t_1..t_a}\partial_{s_1..s_b} k(x + \sum t u, y + \sum s v)|_0` for atoms
+        ``X`` (A, D) with directions ``U`` (A, a, D) and ``Y`` (B, D), ``V`` (B, b, D), by nested autograd on per-pair
+        leaves (generic; subclasses may override with a closed form: one marked ``@fresh_block`` returns a new float64
+        matrix, which the assembly may modify in place, :mod:`~learners.shadow.transpose_sum`)."""
         return _autograd_block(self, X, U, Y, V)
 
 
@@ -101,6 +101,7 @@ class RBFKernel(SmoothKernel):
         ls = self.lengthscale.reshape(-1)
         return torch.exp(-0.5 * (((x - y) / ls) ** 2).sum(-1))
 
+    @fresh_block
     def derivative_block(self, X, U, Y, V) -> torch.Tensor:
         """First-order atoms without gradients: in a few passes over one buffer (:mod:`~learners.shadow.rbf_block`)."""
         ls = self.lengthscale.reshape(-1)
@@ -122,10 +123,10 @@ class RBFKernel(SmoothKernel):
 
 
 def quadratic_pairs(U: torch.Tensor, V: torch.Tensor, a: int):
-    r"""The second derivatives :math:`Q_{ij}` of :math:`Q = \tfrac12\|r + \sum_r t_r u_r - \sum_r s_r v_r\|^2`
-    between the leaves, ``pair(i, j)`` for ``i < j``, leaves ``0..a-1`` the :math:`t_r` (directions ``U`` (A, a, D))
-    and ``a..`` the :math:`s_r` (``V`` (B, b, D)): a (A, 1), (1, B) or (A, B) matrix. Shared by every kernel
-    built on a scaled squared distance (:class:`RBFKernel`, the position factor of the mechanical kernel)."""
+    r"""The second derivatives :math:`Q_{ij}` of :math:`Q = \tfrac12\|r + \sum_r t_r u_r - \sum_r s_r v_r\|^2` between
+    the leaves, ``pair(i, j)`` for ``i < j``, leaves ``0..a-1`` the :math:`t_r` (directions ``U`` (A, a, D)) and ``a..``
+    the :math:`s_r` (``V`` (B, b, D)): a (A, 1), (1, B) or (A, B) matrix. Shared by every kernel built on a scaled
+    squared distance (:class:`RBFKernel`, the position factor of the mechanical kernel)."""
 
     def pair(i: int, j: int) -> torch.Tensor:
         if i < a and j < a:
@@ -151,15 +152,14 @@ def _partition_sum(idx: List[int], first: List[torch.Tensor], pair) -> torch.Ten
 
 
 class FunctionalKernel(gpytorch.kernels.Kernel):
-    r"""The covariance :math:`\Theta = \sigma_f^2\,\Lambda\Lambda'^\top k` of two families of linear
-    functionals under :math:`L \sim \mathcal{GP}(0, \sigma_f^2 k)`, for a :class:`SmoothKernel` ``k``.
+    r"""The covariance :math:`\Theta = \sigma_f^2\,\Lambda\Lambda'^\top k` of two families of linear functionals under
+    :math:`L \sim \mathcal{GP}(0, \sigma_f^2 k)`, for a :class:`SmoothKernel` ``k``.
 
-    ``forward(F1, F2)`` takes :class:`~learners.shadow.functionals.Functionals` (not tensors: call it
-    directly, not through ``__call__``) and returns the dense (F1.count, F2.count) matrix. The
-    outputscale :math:`\sigma_f^2` is a GPyTorch parameter with a positivity constraint.
-    ``closed_form=False`` forces the generic autograd path. ``forward(F, F, symmetric=True)`` (no gradients): each
-    atom pair once (:mod:`~learners.shadow.symmetric_covariance`).
-    """
+    ``forward(F1, F2)`` takes :class:`~learners.shadow.functionals.Functionals` (not tensors: call it directly, not
+    through ``__call__``) and returns the dense (F1.count, F2.count) matrix. The outputscale :math:`\sigma_f^2` is a
+    GPyTorch parameter with a positivity constraint. ``closed_form=False`` forces the generic autograd path.
+    ``forward(F, F, symmetric=True)`` (no gradients): each atom pair once (:mod:`~learners.shadow.symmetric_covariance`;
+    :math:`U + U^\top` by :func:`~learners.shadow.transpose_sum.add_transpose_`). A block is the caller's to modify."""
 
     def __init__(self, base_kernel: Optional[SmoothKernel] = None, closed_form: bool = True, **kwargs):
         super().__init__(**kwargs)
@@ -204,7 +204,7 @@ class FunctionalKernel(gpytorch.kernels.Kernel):
             for i, A1 in enumerate(sets):  # symmetric: the pairs of orders m <= m' (U of symmetric_covariance)
                 for k, A2 in enumerate(sets[i:] if symmetric else F2.atoms.values()):
                     self._pair_into(A1, A2, out, upper=symmetric and k == 0)
-            return (out.add_(out.T.clone()) if symmetric else out).mul_(self.outputscale)  # symmetric: U + U^T
+            return (add_transpose_(out) if symmetric else out).mul_(self.outputscale)  # symmetric: U + U^T, tile by tile
         parts = [self._pair(A1, A2, F1.count, F2.count) for A1 in F1.atoms.values() for A2 in F2.atoms.values()]
         return self.outputscale * sum(parts, torch.zeros(F1.count, F2.count, dtype=torch.float64, device=F1.device))
 
@@ -220,13 +220,15 @@ class FunctionalKernel(gpytorch.kernels.Kernel):
         # atoms are summed into functionals by index_add on dense chunks: torch's sparse products were 3/4 of the cost of a
         # covariance, and chunks of CHUNK_ATOMS**2 entries stay in cache (n = 6, 4,800 functionals: 25 s -> 8 s at load 9)
         step = max(16, CHUNK_ATOMS * CHUNK_ATOMS // max(1, len(A2)))  # >= 16 rows: bounded Python overhead
+        ones = unit_coefficients(self, A1, A2)  # the DEL atoms' coefficients, from a kernel whose blocks are fresh float64
         for s in range(0, len(A1), step):
             sl, tail = slice(s, s + step), slice(s if upper else 0, None)
-            phi = self.block(A1.points[sl], A1.dirs[sl], A2.points[tail], A2.dirs[tail]) * A2.coef[tail]  # (a, A2)
+            phi = self.block(A1.points[sl], A1.dirs[sl], A2.points[tail], A2.dirs[tail])  # (a, A2)
+            phi = phi if ones[1] and not phi.requires_grad else phi * A2.coef[tail]  # x * 1 is x: no pass
             if upper:  # the pairs within the chunk: both orders are here, each counts half
                 phi[:, : phi.shape[0]].mul_(0.5)
             cols = phi.new_zeros(phi.shape[0], out.shape[1]).index_add_(1, A2.owner[tail], phi)  # (a, n2)
-            out.index_add_(0, A1.owner[sl], cols * A1.coef[sl, None])
+            out.index_add_(0, A1.owner[sl], cols if ones[0] else cols * A1.coef[sl, None])
 
     def diagonal(self, F: Functionals, chunk: int = 512) -> torch.Tensor:
         r"""Prior variances :math:`\Theta_{ii}` of the functionals ``F`` (blocks of ``chunk`` functionals,
@@ -242,20 +244,19 @@ class AtomExpansion:
     r"""A fixed function :math:`f(x) = \sigma_f^2 \sum_k c_k\, \partial_{v_{k,1}}\cdots\partial_{v_{k,m}} k(x, y_k)`
     (derivatives on the second argument): the posterior mean of a functional GP.
 
-    Hyperparameters are frozen at construction (detached), so repeated evaluation, e.g. inside an
-    integrator, costs only a few dense products with the atoms. For :class:`RBFKernel` (atoms of
-    order <= 2) the scaled atoms are precomputed and, with :math:`r_k = \tilde x - \tilde y_k` (tilde:
-    divided by the lengthscales) and :math:`e_k = e^{-\|r_k\|^2/2}`,
+    Hyperparameters are frozen at construction (detached), so repeated evaluation, e.g. inside an integrator, costs only a few
+    dense products with the atoms. For :class:`RBFKernel` (atoms of order <= 2) the scaled atoms are precomputed and, with
+    :math:`r_k = \tilde x - \tilde y_k` (tilde: divided by the lengthscales) and :math:`e_k = e^{-\|r_k\|^2/2}`,
 
     .. math::  f(x) = \sigma_f^2 \sum_k e_k P_k(r_k), \qquad
                P_k(r) = c^0_k + \tilde v_k\cdot r
                + c^2_k\big[(\tilde u_k\cdot r)(\tilde d_k\cdot r) - \tilde u_k\cdot\tilde d_k\big]
 
-    (order 0, 1 and 2 atoms), evaluated as one autograd node whose backward is the analytic gradient
-    :math:`\sigma_f^2 \sum_k e_k(\nabla P_k - r_k P_k)/\ell`, itself written in differentiable torch
-    operations (so higher derivatives, as :mod:`bea` needs, work). A kernel with an ``expansion(atoms, outputscale)``
-    method supplies its own closed form (the mechanical kernel); other kernels use ``derivative_block``. Its
-    precomputed fields change between versions: pickle a model through its ``save``, never an expansion itself.
+    (order 0, 1 and 2 atoms), evaluated as one autograd node whose backward is the analytic gradient :math:`\sigma_f^2 \sum_k
+    e_k(\nabla P_k - r_k P_k)/\ell`, itself written in differentiable torch operations (so higher derivatives, as :mod:`bea`
+    needs, work). A kernel with an ``expansion(atoms, outputscale)`` method supplies its own closed form (the mechanical
+    kernel); other kernels use ``derivative_block``. Its precomputed fields change between versions: pickle a model through
+    its ``save``, never an expansion itself.
     """
 
     def __init__(self, kernel: FunctionalKernel, atoms: Dict[int, AtomSet], differentiable: bool = False):
@@ -263,9 +264,8 @@ class AtomExpansion:
         self.atoms = atoms
         self.fast = isinstance(kernel.base_kernel, RBFKernel) and set(atoms) <= {0, 1, 2} and not differentiable
         # another kernel's own closed form of the mean (learners.shadow.mechanical.MechanicalExpansion), if it has one
-        self._custom = None
-        if not self.fast and not differentiable and atoms and hasattr(kernel.base_kernel, "expansion") and set(atoms) <= {0, 1, 2}:
-            self._custom = kernel.base_kernel.expansion(atoms, kernel.outputscale)
+        own = not self.fast and not differentiable and atoms and hasattr(kernel.base_kernel, "expansion")
+        self._custom = kernel.base_kernel.expansion(atoms, kernel.outputscale) if own and set(atoms) <= {0, 1, 2} else None
         if self.fast:
             with torch.no_grad():
                 ls = kernel.base_kernel.lengthscale.reshape(-1).detach().clone()

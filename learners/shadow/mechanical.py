@@ -63,6 +63,7 @@ from .feature_jets import GaussianFactor, MonomialFactor, SplitLayout
 from .kernels import SmoothKernel, quadratic_pairs
 from .rbf_block import mechanical_first_order_block, usable
 from .uncertainty import GaussianFeatures
+from .transpose_sum import fresh_block
 
 __all__ = ["MechanicalKernel", "MechanicalFeatures", "MechanicalExpansion", "DEFAULT_DEGREE"]
 
@@ -117,6 +118,7 @@ class MechanicalKernel(SmoothKernel):
         E = torch.exp(-0.5 * (((x[..., :n] - y[..., :n]) / lq) ** 2).sum(-1))
         return E * (1 + ((x[..., n:] / lv) * (y[..., n:] / lv)).sum(-1)) ** self.degree
 
+    @fresh_block
     def derivative_block(self, X, U, Y, V) -> torch.Tensor:
         A, B, D = X.shape[0], Y.shape[0], X.shape[1]
         n = D // 2
