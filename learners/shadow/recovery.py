@@ -134,12 +134,10 @@ class RecoveryMixin:
             q, v = check_states(q, v, self.n)
             lead = q.shape[:-1]
             qf, vf = q.detach().reshape(-1, self.n), v.detach().reshape(-1, self.n)
-            mean = _in_chunks(H_mean, qf, vf, self._autograd_chunk())
+            mean = _flat_mean(H_mean, qf, vf, ref, self._autograd_chunk())
             x = self._standard_state(qf, vf)
             G = LinearisedQuantity(self._quantity("energy", N), x, 1, self._jet_order("energy", N))
             R = None if ref is None else Reference(self._standard_state(ref[0], ref[1]).expand_as(x))
-            if ref is not None:
-                mean = mean - H_mean(ref[0][None], ref[1][None]).detach()
             # states given with their velocities: the distant-difference scale (learners.shadow.calibration)
             factor = self._speed ** 4 * self._variance_factor("energy_differences")
             var = factor * posterior_variance(self.gp, G, R)[:, 0, 0].clamp_min(0)
@@ -377,9 +375,15 @@ def _minus_reference(H_mean: TorchLagrangian, ref, n: int, chunk: int) -> TorchL
     def H(q, v):
         q, v = check_states(q, v, n)
         qf, vf = q.detach().reshape(-1, n), v.detach().reshape(-1, n)
-        return (_in_chunks(H_mean, qf, vf, chunk) - H_mean(ref[0][None], ref[1][None]).detach()).reshape(q.shape[:-1])
+        return _flat_mean(H_mean, qf, vf, ref, chunk).reshape(q.shape[:-1])
 
     return H
+
+
+def _flat_mean(H_mean: TorchLagrangian, qf: torch.Tensor, vf: torch.Tensor, ref, chunk: int) -> torch.Tensor:
+    """``H_mean`` at the flat states ``(qf, vf)`` in passes of ``chunk``, less its value at ``ref`` if given."""
+    mean = _in_chunks(H_mean, qf, vf, chunk)
+    return mean if ref is None else mean - H_mean(ref[0][None], ref[1][None]).detach()
 
 
 def next_order(order: int, scheme) -> int:
