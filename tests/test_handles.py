@@ -4,7 +4,9 @@ extension's std), raise StaleHandleError; another model's state is refused. Neve
 this rule recovered_lagrangian(2) read the new fit's units through the old jet (off by 3.96 relative here, 7.3e7 in a
 reviewer's case)."""
 
+import copy
 import gc
+import io
 import warnings
 import weakref
 
@@ -14,6 +16,7 @@ import torch
 import integrators as I
 from bea.errors import BeaRuntimeError, StaleHandleError
 from learners import InverseModifiedLagrangianGP, LagrangianGP
+from learners.shadow.gp import FunctionalGP
 
 H = 0.5
 #: states inside the first data's box (the pendulum at h = 0.5)
@@ -91,14 +94,19 @@ def test_a_fitted_gp_refuses_another_models_state_by_every_route():
     """A load would set another fit's kernel hyperparameters under this fit's posterior weights: refused whether it goes
     through the model, a module holding it, or model.gp. On main all three were accepted, and the last two went around
     the first guard, which sat on the model: energy(2)'s std then went from [0.0270, 0.0518] to [2.2e-5, 1.1e-5] (0.99979
-    relative) with the means bit-equal, numbers of neither model. The model's own
-    state, whole or a strict=False subset, is accepted; a refused load leaves the model's state as it was."""
+    relative) with the means bit-equal, numbers of neither model. Straight into a part (the kernel, the likelihood, a
+    fresh GP sharing the kernel object) too: those went around the GP's own check until the parts carried it. The model's
+    own state, whole or a strict=False subset, is accepted; a refused load leaves the model's state as it was."""
     model = _model("lsi")
     other = InverseModifiedLagrangianGP(H, lengthscale=2.0, noise=1e-10, progress=False).fit(_data(1))
     before = {k: t.clone() for k, t in model.state_dict().items()}
     routes = [lambda: model.load_state_dict(other.state_dict()),
               lambda: torch.nn.ModuleDict({"m": model}).load_state_dict(torch.nn.ModuleDict({"m": other}).state_dict()),
-              lambda: model.gp.load_state_dict(other.gp.state_dict())]
+              lambda: model.gp.load_state_dict(other.gp.state_dict()),
+              lambda: model.gp.kernel.load_state_dict(other.gp.kernel.state_dict()),
+              lambda: model.gp.likelihood.load_state_dict({k: t + 1.0 for k, t in model.gp.likelihood.state_dict().items()}),
+              # a fresh GP sharing the fitted one's kernel object would change the fitted GP's hyperparameters too
+              lambda: FunctionalGP(model.gp.kernel).load_state_dict(other.gp.state_dict(), strict=False)]
     for load in routes:
         with pytest.raises(BeaRuntimeError, match="load_state_dict.*load\\(path\\), or fit again"):
             load()
@@ -106,6 +114,16 @@ def test_a_fitted_gp_refuses_another_models_state_by_every_route():
     key = "gp.kernel.base_kernel.raw_lengthscale"
     model.load_state_dict({key: model.state_dict()[key].clone()}, strict=False)
     assert all(torch.equal(t, before[k]) for k, t in model.state_dict().items())  # nothing of a refused load stayed
+    # a copy (pickle, deepcopy) guards its own parts again; a GP's replaced kernel is free again
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    for twin in (torch.load(buffer, weights_only=False), copy.deepcopy(model)):
+        with pytest.raises(BeaRuntimeError, match="load_state_dict"):
+            twin.gp.kernel.load_state_dict(other.gp.kernel.state_dict())
+    kernel = model.gp.kernel
+    model.gp.kernel = copy.deepcopy(kernel)
+    kernel.load_state_dict(other.gp.kernel.state_dict())
 
 
 def test_an_element_extension_is_a_snapshot_of_its_source():

@@ -26,6 +26,7 @@ reported in :attr:`FunctionalGP.info`.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Dict, Optional
 
@@ -101,16 +102,31 @@ class FunctionalGP(gpytorch.Module):
         """A load into a conditioned GP (:attr:`_beta` set) is refused unless every value it gives equals this GP's own:
         it would change the hyperparameters but not the weights and factor conditioned on them (a posterior of neither
         state). Here rather than on the model, so that loads through a parent module or ``model.gp`` are refused too;
-        the library's loads target fresh GPs (persist, calibration)."""
+        loads straight into a part (``model.gp.kernel.load_state_dict``, a kernel shared with a fresh GP) meet the same
+        check through :meth:`_guard_parts`. The library's loads target fresh GPs (persist, calibration)."""
         if self._beta is not None:
-            own = self.state_dict()
-            given = [k for k in own if prefix + k in state_dict]  # strict=False: a subset equal to our own values is fine
-            if any(not torch.equal(own[k], torch.as_tensor(state_dict[prefix + k]).to(own[k])) for k in given):
-                raise BeaRuntimeError("load_state_dict would change the kernel hyperparameters of a fitted GP model but "
-                                      "not its posterior (weights and factor conditioned on the old ones): read a saved "
-                                      "model with load(path), or fit again (learners.shadow.handles)")
+            _refuse_change(self, state_dict, prefix)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                                       error_msgs)
+
+    def _guard_parts(self) -> None:
+        """Give every part of this GP (kernel, likelihood and theirs) the load check of :meth:`_load_from_state_dict`,
+        for as long as this GP is alive, conditioned and holds the part; called wherever a posterior is set. The guard
+        holds the GP weakly (a kernel shared between fits keeps no old factor alive)."""
+        guarded = self.__dict__.setdefault("_guarded_parts", weakref.WeakSet())
+        for part in self.modules():
+            if part is not self and part not in guarded:
+                guarded.add(part)
+                part.register_load_state_dict_pre_hook(_PartGuard(self))
+
+    def __getstate__(self):
+        state = super().__getstate__()  # pickle and deepcopy: the weak set is rebuilt by __setstate__
+        return {k: v for k, v in state.items() if k != "_guarded_parts"}
+
+    def __setstate__(self, state) -> None:
+        super().__setstate__(state)
+        if self._beta is not None:
+            self._guard_parts()
 
     @property
     def noise(self) -> torch.Tensor:
@@ -185,6 +201,7 @@ class FunctionalGP(gpytorch.Module):
         beta = torch.cholesky_solve(y[:, None].to(R.dtype), R)[:, 0]
         self._lowrank = None
         self.train_functionals, self._chol, self._beta, self.info, self._factor_symmetric = F, R, beta, info, symmetric
+        self._guard_parts()
         self._mean_atoms = _merge_atoms(F, beta)
         self._mean_fn = AtomExpansion(self.kernel, self._mean_atoms, differentiable=beta.requires_grad)
         self._conditioned = key
@@ -210,6 +227,7 @@ class FunctionalGP(gpytorch.Module):
                                        "residual_over_noise": float(post.factor.residual.sum()) / noise})
         self._chol, self._factor_symmetric = None, False
         self.train_functionals, self._beta, self.info, self._lowrank = F, beta, info, post
+        self._guard_parts()
         self._mean_atoms = _merge_atoms(post.functionals, post.alpha)
         self._mean_fn = AtomExpansion(self.kernel, self._mean_atoms)
         self._conditioned = key
@@ -250,6 +268,7 @@ class FunctionalGP(gpytorch.Module):
         gp.train_functionals, gp.info, gp._chol, gp._beta = self.train_functionals, self.info, self._chol, self._beta
         gp._mean_atoms, gp._factor_symmetric = self._mean_atoms, self._factor_symmetric
         gp._mean_fn = AtomExpansion(kernel, gp._mean_atoms)
+        gp._guard_parts()
         return gp
 
     def _key(self, F: Functionals, symmetric: bool = False):
@@ -327,3 +346,31 @@ def _merge_atoms(F: Functionals, beta: torch.Tensor) -> Dict[int, AtomSet]:
         else:
             out[m] = AtomSet(A.points, A.dirs, w, A.owner.new_zeros(len(A)))
     return out
+
+
+def _refuse_change(module: torch.nn.Module, state_dict, prefix: str) -> None:
+    """Raise where ``state_dict`` gives ``module`` (under ``prefix``) a value other than its own (strict=False: a
+    subset equal to its own values is fine)."""
+    own = module.state_dict()
+    given = [k for k in own if prefix + k in state_dict]
+    if any(not torch.equal(own[k], torch.as_tensor(state_dict[prefix + k]).to(own[k])) for k in given):
+        raise BeaRuntimeError("load_state_dict would change the kernel hyperparameters of a fitted GP model but "
+                              "not its posterior (weights and factor conditioned on the old ones): read a saved "
+                              "model with load(path), or fit again (learners.shadow.handles)")
+
+
+class _PartGuard:
+    """The load pre-hook :meth:`FunctionalGP._guard_parts` puts on a part: the GP's check, while the GP is alive,
+    conditioned, and still holds the part (a kernel replaced before a fit is free again). A copy (pickle, deepcopy)
+    guards nothing: the copied GP guards its own copied parts again."""
+
+    def __init__(self, gp: Optional["FunctionalGP"] = None) -> None:
+        self._gp = None if gp is None else weakref.ref(gp)
+
+    def __reduce__(self):
+        return (_PartGuard, ())
+
+    def __call__(self, part, state_dict, prefix, *_) -> None:
+        gp = None if self._gp is None else self._gp()
+        if gp is not None and gp._beta is not None and any(part is m for m in gp.modules()):
+            _refuse_change(part, state_dict, prefix)

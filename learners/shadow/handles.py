@@ -27,7 +27,9 @@ number that mixes two fits.
 ``load_state_dict`` on a fitted model would change its kernel hyperparameters but not the posterior conditioned on them
 (a model that gives numbers of neither state): a conditioned :class:`~learners.shadow.gp.FunctionalGP` refuses any load
 that changes one of its values (``FunctionalGP._load_from_state_dict``), whether it is loaded through the model, a parent
-module or ``model.gp``; a saved model is read with ``load``.
+module, ``model.gp``, or straight into a part (``model.gp.kernel``, the likelihood, a GP sharing the kernel object:
+``FunctionalGP._guard_parts``); a saved model is read with ``load``. Parameters changed in place by hand are not
+detected.
 """
 
 from __future__ import annotations

@@ -95,6 +95,7 @@ def restore(model, state: Dict[str, Any]) -> None:
     # factor is symmetric). It only keys a retarget's solve for reuse (FunctionalGP._key), which no loaded or moved
     # model makes; one by hand would be keyed as a full assembly's, equal to rounding. No number depends on it.
     gp.train_functionals, gp._chol, gp._beta = F, state["chol"], state["beta"]
+    gp._guard_parts()
     gp.info = ConditioningInfo(**state["info"])
     gp.variance_scale = state["variance_scale"]
     gp._mean_atoms = _merge_atoms(F, gp._beta)
