@@ -467,7 +467,9 @@ def main(argv=None) -> None:
         print(f"matrix target moves (relative, before each): {m.history.get('mass_target')}")
         print(f"fitted: {fit_s:.0f} s wall, {cpu_s:.0f} s cpu, peak RSS {_peak_rss_mib():.0f} MiB, objective {m.objective_used}, "
               f"normalisation conditions "
-              f"{m._norm_count}, kernel degree {m.kernel_degree} ({m.history.get('mechanical_kept_name')}), "
+              f"{m._norm_count}, kernel degree {m.kernel_degree} (kept: "
+              f"{m.history.get('mechanical_kept_name') if m.kernel_degree is not None else 'RBF'}; best mechanical "
+              f"candidate {m.history.get('mechanical_kept_name')}), "
               f"the default kernels' held-out "
               f"{dict(zip(m.history.get('normalisation_candidates', []), m.history.get('normalisation_values', [])))}",
               flush=True)
