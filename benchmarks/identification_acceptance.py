@@ -465,11 +465,12 @@ def main(argv=None) -> None:
         m = InverseModifiedLagrangianGP(h, progress=False, **kw).fit(data)
         fit_s, cpu_s = time.perf_counter() - t, time.process_time() - c
         print(f"matrix target moves (relative, before each): {m.history.get('mass_target')}")
+        kept = (m.history.get('mechanical_kept_name') if m.kernel_degree is not None
+                else 'RBF' if getattr(m, 'kernel_structure', None) is None else 'element')
         print(f"fitted: {fit_s:.0f} s wall, {cpu_s:.0f} s cpu, peak RSS {_peak_rss_mib():.0f} MiB, objective {m.objective_used}, "
               f"normalisation conditions "
               f"{m._norm_count}, kernel degree {m.kernel_degree} (kept: "
-              f"{m.history.get('mechanical_kept_name') if m.kernel_degree is not None else 'RBF'}; best mechanical "
-              f"candidate {m.history.get('mechanical_kept_name')}), "
+              f"{kept}; best mechanical candidate {m.history.get('mechanical_kept_name')}), "
               f"the default kernels' held-out "
               f"{dict(zip(m.history.get('normalisation_candidates', []), m.history.get('normalisation_values', [])))}",
               flush=True)
