@@ -163,7 +163,8 @@ class CompiledStepper:
         self._refresh = clag.refresh
         self.auto_max_batch = clag.auto_max_batch
         self.cost = max(1, int(clag.cost)) * self.points.shape[0]
-        lib = load_library(march_source(clag.source, n, inline=inline_lagrangian(n, clag.cost, clag.source)), vectorise=clag.vectorise)
+        inline = inline_lagrangian(n, clag.cost, clag.source)
+        lib = load_library(march_source(clag.source, n, inline=inline), vectorise=clag.vectorise)
         self.lower_seconds = time.perf_counter() - t0 - lib.compile_seconds
         self.compile_seconds = lib.compile_seconds
         i, d = ctypes.c_int, ctypes.c_double
