@@ -228,6 +228,16 @@ BEA_FLATTEN int bea_march(int B, int n_in, int j0, int j_end, double *out, long 
 #: largest CLagrangian.cost inlined into the march, at n = 1 only (measured: docs/theory/codegen.md)
 INLINE_MAX_COST = 8
 
+#: longest ``lag_derivs`` source (characters) inlined into the march: flattening a longer one (a lowered series' Taylor
+#: program, ~20,000 characters) took gcc 13 s more for no faster step (docs/theory/codegen.md, Session 23)
+INLINE_MAX_SOURCE = 12_000
+
+
+def inline_lagrangian(n: int, cost: int, source: str) -> bool:
+    """Whether ``lag_derivs`` is inlined into the march (``march_source(..., inline=True)``): at n = 1, for a
+    Lagrangian of ``cost`` at most :data:`INLINE_MAX_COST` whose source is at most :data:`INLINE_MAX_SOURCE` long."""
+    return n == 1 and cost <= INLINE_MAX_COST and len(source) <= INLINE_MAX_SOURCE
+
 
 def march_source(lagrangian: str, n: int, inline: bool = False) -> str:
     """The C source of the march for the ``lag_derivs`` source ``lagrangian`` and ``n`` coordinates (a constant there);

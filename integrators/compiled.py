@@ -19,7 +19,7 @@ import torch
 
 from bea.deprecation import h_before_scheme
 from bea.errors import BeaError, BeaRuntimeError, BeaValueError
-from ._march_c import INLINE_MAX_COST, march_source
+from ._march_c import inline_lagrangian, march_source
 from .ccompile import F64P, I32P, I64P, load_library, ptr
 from .newton import STALL_FACTOR, NewtonOptions
 
@@ -163,7 +163,8 @@ class CompiledStepper:
         self._refresh = clag.refresh
         self.auto_max_batch = clag.auto_max_batch
         self.cost = max(1, int(clag.cost)) * self.points.shape[0]
-        lib = load_library(march_source(clag.source, n, inline=n == 1 and clag.cost <= INLINE_MAX_COST), vectorise=clag.vectorise)
+        inline = inline_lagrangian(n, clag.cost, clag.source)
+        lib = load_library(march_source(clag.source, n, inline=inline), vectorise=clag.vectorise)
         self.lower_seconds = time.perf_counter() - t0 - lib.compile_seconds
         self.compile_seconds = lib.compile_seconds
         i, d = ctypes.c_int, ctypes.c_double

@@ -69,6 +69,28 @@ def test_inverse_lagrangian_derivatives_equal_autograd(name):
     assert float((Hc[0] - H0).abs().max()) > 1e-5
 
 
+def test_a_lowered_series_is_not_flattened_into_the_march(monkeypatch):
+    """At n = 1 a small Lagrangian is inlined into the march (BEA_FLATTEN), a long one is not: inv_2 of the one-link
+    ModLaNet (its Taylor program, ~19,500 characters of lag_derivs) flattened took gcc 13 CPU s more for no faster
+    step (integrators._march_c.INLINE_MAX_SOURCE); the System pendulum's (~8,600) is still flattened. The sources are
+    recorded where they would be compiled, and nothing is built."""
+    import integrators.compiled as CC
+    from integrators import systems
+    from integrators.ccompile import CompileError
+
+    first_lines = []
+
+    def record(source, vectorise=False, quick=False):
+        first_lines.append(source.splitlines()[1])
+        raise CompileError("recorded, not built")
+
+    monkeypatch.setattr(CC, "load_library", record)
+    for L, h in ((inverse_lagrangian(_frozen(MODELS["pendulum-softplus"]()), 2, 0.5), 0.5), (systems.pendulum(), 0.05)):
+        with pytest.raises(CompileError, match="recorded"):
+            CompiledStepper(L, h, bea.get_scheme("midpoint"), 1)
+    assert first_lines == ["#define BEA_FLATTEN ", "#define BEA_FLATTEN __attribute__((flatten))"]
+
+
 @pytest.mark.parametrize("kind,scheme", [("modified", "midpoint"), ("inverse", "trapezoidal")])
 def test_other_series_equal_autograd(kind, scheme):
     """Any series of bea with a C form: mod_2 (midpoint) and inv_2 (trapezoidal) of the learned-transform model,
