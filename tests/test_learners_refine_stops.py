@@ -1,13 +1,10 @@
-"""The element search's two stops (Session 23, issue 23 item 5): the tied refinement ends at its first failing trial
-after an improvement, the correction's scan at its first scale not lower than the one before. Synthetic objectives,
-no fit (well under a second)."""
+"""The element search's tied refinement ends at its first failing trial after an improvement (Session 23, issue 23
+item 5). Synthetic objectives, no fit (well under a second)."""
 
 import math
 
 import torch
 
-from learners.shadow.element_kernel import ElementKernel
-from learners.shadow.element_search import CORRECTION_SCALES, correction_scan, element_theta
 from learners.shadow.position_search import refine
 
 
@@ -38,19 +35,3 @@ def test_the_tied_refinement_without_an_improvement_searches_as_before():
     def flat(theta):
         return float(theta[:2].pow(2).sum())  # the start (0, 0) is the minimum
     assert refine(flat, 1, 1.0, 1.0, 6, start=0.0, first_failure=True) == refine(flat, 1, 1.0, 1.0, 6, start=0.0)
-
-
-def test_the_correction_scan_stops_at_its_first_scale_not_lower():
-    kernel = ElementKernel.bodies(2, 2)
-    values = {1e-3: -2.0, 1e-2: -1.5, 1e-1: -3.0}  # a later scale lower again: only the scan without the stop finds it
-    seen = []
-
-    def evaluate(theta):
-        c = next(math.exp(float(x)) for name, x in zip(kernel.parameter_names(), theta)
-                 if name == "correction:scale")
-        seen.append(c)
-        return next(v for k, v in values.items() if math.isclose(c, k, rel_tol=1e-12))
-    theta0 = element_theta(kernel, 1.0, 2.0)
-    val, theta, scan = correction_scan(evaluate, kernel, 1.0, 2.0, -1.0, theta0)
-    assert scan == [-1.0, -2.0, -1.5] and len(seen) == 2 and val == -2.0  # 1e-1 (-3.0) not scored
-    assert torch.equal(theta, element_theta(kernel, 1.0, 2.0, CORRECTION_SCALES[1]))

@@ -22,9 +22,9 @@ kernel's parameters :math:`(\ell_g, \lambda_g, s_g)_g, (\ell_c, \lambda_c, s_c)`
    preferred, -12.87 against -11.41).
 2. **Tied refinement** with all training functionals (:func:`~learners.shadow.position_search.refine`), ended by its
    first failing trial after an improvement (stage 3 then moves each scale from there; fpu6: the 4 tied trials after
-   the first improvement all failed, 3 solves), then (2b) the correction's scale: :data:`CORRECTION_SCALES` scored in
-   increasing order while each is lower than the one before, the lowest held-out error kept (Session 23, branch
-   speed13: the stops take a prefix of the same path; benchmarks/refinement_whatif.py reads them off a fit).
+   the first improvement all failed, 3 solves; Session 23, branch speed13, benchmarks/refinement_whatif.py), then
+   (2b) the correction's scale: each of :data:`CORRECTION_SCALES` scored there, the lowest held-out error kept (not
+   stopped at the first scale that fails: mass_chain4's scan fell at 0.1 after rising at 1e-3 and 1e-2).
 3. **Untied coordinate search** with all training functionals: every log-parameter but the first group's scale (the
    overall scale, which the positions objective does not see) -- the correction's scale included, so stage 2b's
    choice is refined further and may leave :data:`CORRECTION_SCALES`' range (two_body4's CI fit, 30 trajectories:
@@ -69,7 +69,7 @@ from .objectives import Auto
 from .position_search import MATRIX_MARGIN, NUGGET, REFINE_EVALUATIONS, SCALES, VELOCITY_FACTORS, refine, subset_grid
 
 __all__ = ["search_elements", "element_start", "ElementHooks", "CORRECTION_SCALES", "UNTIED_EVALUATIONS", "BASIN_STARTS",
-           "DEGENERATE_LENGTHSCALE", "DegenerateScalesWarning", "grid_basins", "check_scales", "correction_scan"]
+           "DEGENERATE_LENGTHSCALE", "DegenerateScalesWarning", "grid_basins", "check_scales"]
 
 #: the correction's scales relative to the groups' that stage 2b scores (stages 1 and 2 run at the first, nearly off).
 #: Why not start at 0.1: on two_body4 (150 trajectories, RBF bases, whole matrix), whose h^2 terms are element-additive,
@@ -126,21 +126,6 @@ def untied_search(evaluate: Callable, theta: torch.Tensor, best: float, free: Li
         if not improved:
             step /= 2
     return theta, best, trace
-
-
-def correction_scan(evaluate: Callable, kernel: ElementKernel, ell_q: float, ell_v: float, best: float,
-                    theta: torch.Tensor) -> tuple:
-    """Stage 2b (module docstring) at the tied point ``(ell_q, ell_v)``, whose value ``best`` (at ``theta``, the
-    correction at the first of :data:`CORRECTION_SCALES`) is known: the next scales in increasing order while each
-    is lower than the one before. Returns the lowest's theta and value, and the values scored (``best`` first)."""
-    scores = [(best, theta)]
-    for c in CORRECTION_SCALES[1:]:
-        trial = element_theta(kernel, ell_q, ell_v, c)
-        scores.append((evaluate(trial), trial))
-        if not scores[-1][0] < scores[-2][0]:
-            break
-    val, theta = min(scores, key=lambda x: x[0])
-    return val, theta, [x for x, _ in scores]
 
 
 def grid_basins(grid: List[tuple], count: int = BASIN_STARTS) -> List[tuple]:
@@ -267,8 +252,11 @@ def search_elements(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, 
     theta = element_theta(kernel, lq, lv)
     with reusing_parts(kernel) as grams:  # stages 2b and 3 move one parameter a trial: the other parts' Grams are reused
         evaluate = grams.keeping(evaluate, val)  # the same values; the Grams of the point moved from are kept
-        if kernel.correction:  # stage 2b: the correction's scale, from nearly off up, while it improves
-            val, theta, model.history["correction_scan"] = correction_scan(evaluate, kernel, lq, lv, val, theta)
+        if kernel.correction:  # stage 2b: the correction's scale, from nearly off up
+            scores = [(val, theta)] + [(evaluate(element_theta(kernel, lq, lv, c)), element_theta(kernel, lq, lv, c))
+                                       for c in CORRECTION_SCALES[1:]]
+            model.history["correction_scan"] = [x for x, _ in scores]
+            val, theta = min(scores, key=lambda x: x[0])
         budget = UNTIED_EVALUATIONS if model.iterations is None else model.iterations
         theta, val, model.history["search_untied"] = untied_search(evaluate, theta, val, free, budget)
     if not math.isfinite(val):
