@@ -20,11 +20,8 @@ kernel's parameters :math:`(\ell_g, \lambda_g, s_g)_g, (\ell_c, \lambda_c, s_c)`
    whole matrix, which fixes the scales of separately conserved parts that the trace leaves free (two_body4, correction
    held at 0.1: 1.15e-2 with the matrix against 2.72e-2 with the trace, which the held-out error at the grid point
    preferred, -12.87 against -11.41).
-2. **Tied refinement** with all training functionals (:func:`~learners.shadow.position_search.refine`), ended by its
-   first failing trial after an improvement (stage 3 then moves each scale from there; fpu6: the 4 tied trials after
-   the first improvement all failed, 3 solves; Session 23, branch speed13, benchmarks/refinement_whatif.py), then
-   (2b) the correction's scale: each of :data:`CORRECTION_SCALES` scored there, the lowest held-out error kept (not
-   stopped at the first scale that fails: mass_chain4's scan fell at 0.1 after rising at 1e-3 and 1e-2).
+2. **Tied refinement** with all training functionals (:func:`~learners.shadow.position_search.refine`), then (2b) the
+   correction's scale: each of :data:`CORRECTION_SCALES` scored there, the lowest held-out error kept.
 3. **Untied coordinate search** with all training functionals: every log-parameter but the first group's scale (the
    overall scale, which the positions objective does not see) -- the correction's scale included, so stage 2b's
    choice is refined further and may leave :data:`CORRECTION_SCALES`' range (two_body4's CI fit, 30 trajectories:
@@ -244,8 +241,7 @@ def search_elements(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, 
                                                          scale0, F_norm_alt)
     lq, lv, full, F_all, norm, evaluate = kept
     budget = REFINE_EVALUATIONS if model.iterations is None else model.iterations
-    lq, lv, val, model.history["search"] = refine(_tied(kernel, evaluate, n), n, lq, lv, budget, start=full,
-                                                  first_failure=True)
+    lq, lv, val, model.history["search"] = refine(_tied(kernel, evaluate, n), n, lq, lv, budget, start=full)
     names = kernel.parameter_names()
     overall = next(j for j, name in enumerate(names) if name.endswith(":scale"))  # the first group's: fixed at 1
     free = [i for i in range(len(names)) if i != overall]

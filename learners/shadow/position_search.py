@@ -154,13 +154,11 @@ def subset_grid(evaluate: Objective, n: int, scale0: float) -> List[tuple]:
 
 
 def refine(evaluate: Objective, n: int, ell_q: float, ell_v: float, evaluations: int,
-           start: Optional[float] = None, first_failure: bool = False) -> Tuple[float, float, float, List[float]]:
+           start: Optional[float] = None) -> Tuple[float, float, float, List[float]]:
     r"""Stage 2 (module docstring) from ``(ell_q, ell_v)``: returns the best ``(ell_q, ell_v, objective)`` and the
     trace of values (the first is the start, re-evaluated on all training functionals unless its value ``start``
     is given). A point met again (the step back from an improving move is the point it came from) takes its value
-    from the trace instead of a second solve, and still counts as an evaluation: the same path, fewer solves.
-    ``first_failure``: once a trial has improved, the first one that does not ends the search (the element search,
-    whose untied stage follows; :mod:`~learners.shadow.element_search`): a prefix of the same path."""
+    from the trace instead of a second solve, and still counts as an evaluation: the same path, fewer solves."""
     x = torch.tensor([math.log(ell_q), math.log(ell_v)], dtype=torch.float64, device="cpu")
     best = evaluate(tied_theta(ell_q, ell_v, n)) if start is None else start
     trace = [best]
@@ -178,8 +176,6 @@ def refine(evaluate: Objective, n: int, ell_q: float, ell_v: float, evaluations:
             if val is None:
                 val = seen[key] = evaluate(tied_theta(math.exp(float(trial[0])), math.exp(float(trial[1])), n))
             trace.append(val)  # a revisited point counts as an evaluation, so the path is the one without the memo
-            if first_failure and best < trace[0] and not val < best:  # moved before, and this trial failed
-                return math.exp(float(x[0])), math.exp(float(x[1])), best, trace
             if val < best:
                 best, x, improved = val, trial, True
                 directions.insert(0, directions.pop(k))  # the next sweep starts in the direction that improved
