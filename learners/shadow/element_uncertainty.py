@@ -28,10 +28,11 @@ per instance instead of :math:`\binom{2n+p}{p}`), and everything below is closed
 
 The correction :math:`s_c^2 k_{RBF}(D_c z, D_c z')` keeps the RBF's Gaussian layout on full-dimensional jets
 (:class:`~learners.shadow.feature_jets.SplitLayout`): :math:`\binom{2n+p}{p}` columns (1,287 at :math:`n = 4`,
-:math:`p = 5`; 20,349 at :math:`n = 8`: the RBF default's own cost). The linearisation pass and the values on the mean
-(the truncation term's next order, :func:`~learners.shadow.uncertainty.on_mean_jet`) evaluate :math:`\mathrm{mod}_N` on
+:math:`p = 5`; 20,349 at :math:`n = 8`: the RBF default's own cost). The linearisation pass evaluates :math:`\mathrm{mod}_N` on
 the mean's Taylor polynomial of order :math:`p` at each state (:meth:`ElementLayout.taylor_mean`: exact, and its graph
-is that of the monomials, not of every training atom per instance pair).
+is that of the monomials, not of every training atom per instance pair); the values on the mean (the truncation term's
+next order, :func:`~learners.shadow.uncertainty.on_mean_jet`; :func:`on_mean`) read the same jet as a table
+(:mod:`learners.shadow.element_jet`).
 Mechanical base kernels (``degree=``) are refused (their velocity polynomial needs its own :math:`H`).
 """
 
@@ -51,8 +52,8 @@ from .kernels import RBFKernel
 from .section_jets import gaussian_directional
 from .uncertainty import PASS_ENTRIES, TABLE_ENTRIES, GaussianFeatures, _Columns, _GaussianMap, _Jets
 
-__all__ = ["ElementLayout", "ElementFeatures", "unsupported", "on_mean", "on_taylor_mean", "energies_at", "velocities_at", "SECTION_ENTRIES",
-           "MAX_STATE_TABLE", "VELOCITY_ENTRIES"]
+__all__ = ["ElementLayout", "ElementFeatures", "unsupported", "on_mean", "on_taylor_mean", "energies_at", "velocities_at",
+           "SECTION_ENTRIES", "MAX_STATE_TABLE", "VELOCITY_ENTRIES"]
 
 #: rows x atoms x element monomials per pass of the sections (~16 MB per tensor)
 SECTION_ENTRIES = 2_000_000
