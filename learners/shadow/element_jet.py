@@ -43,9 +43,9 @@ from .uncertainty import GaussianFeatures
 __all__ = ["ElementTaylorJet", "COMPOSE_ENTRIES"]
 
 #: most entries of the maps :math:`T_e` of one order (all groups, instances and degrees; ~0.2 GB): above, the table is
-#: not built and :func:`~learners.shadow.element_uncertainty.on_mean` keeps the Taylor polynomial. 6.5 M at
-#: ``bodies(2, 2)``, n = 4, order 7 (two groups of one instance, 330 monomials each, 6,435 columns); chains with many
-#: instances at n = 8 and order 7 would need GBs
+#: not built and :func:`~learners.shadow.element_uncertainty.on_mean` keeps the Taylor polynomial. 1.2 M at
+#: ``bodies(2, 2, identical=False)``, n = 4, order 7 (two groups of one instance, 330 monomials each, 6,435 columns);
+#: 6.1 M for six pair instances at n = 8, order 5; 156 M (1.3 GB) for those at order 7, which keep the polynomial
 COMPOSE_ENTRIES = 25_000_000
 
 
