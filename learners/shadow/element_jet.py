@@ -68,8 +68,8 @@ def _maps(group, alpha: torch.Tensor) -> List[torch.Tensor]:
     for d in range(1, group.p + 1):
         lo, hi = starts[d - 1], starts[d]  # the columns of degree d - 1
         up = order[torch.searchsorted(keys[order], keys[lo:hi, None] + base)] - starts[d]  # (columns, D): alpha + e_j
-        par, var = group.mono._parents[d - 1], group.mono._vars[d - 1]
-        beta = group.mono.exponents[group.mono.degree == d]
+        up, par, var = (i.to(P.device) for i in (up, group.mono._parents[d - 1], group.mono._vars[d - 1]))
+        beta = group.mono.exponents[group.mono.degree == d].to(P.device)
         scale = 1 / beta.gather(1, var[:, None])[:, 0].to(P.dtype).sqrt()  # m_beta = m_parent w_var / sqrt(beta_var)
         prev = out[-1][:, par]  # (m, n_beta, columns of degree d - 1)
         new = P.new_zeros(group.m, len(par), starts[d + 1] - starts[d])
@@ -108,7 +108,7 @@ class ElementTaylorJet:
             with torch.no_grad():
                 layout = self._layout(K)
                 alpha = GaussianFeatures(self.D, K, gaussian=False).exponents
-                log_fact = torch.lgamma(alpha.double() + 1).sum(-1)
+                log_fact = torch.lgamma(alpha.double() + 1).sum(-1).to(self.s2.device)
                 corr = None
                 if layout.corr is not None and layout.corr_atoms:
                     s = torch.cat([layout.corr.fq.scales, layout.corr.fv.scales])
