@@ -5,6 +5,7 @@ identity element."""
 import pytest
 import torch
 
+import bea
 from bea.errors import BeaRuntimeError, BeaTypeError
 from learners.shadow import ElementKernel
 from learners.shadow import uncertainty as U
@@ -217,3 +218,36 @@ def test_a_table_above_the_bound_at_one_state_is_refused(monkeypatch):
     monkeypatch.setattr(E, "MAX_STATE_TABLE", 287)
     with pytest.raises(BeaRuntimeError, match=r"needs 288 entries \(3 instances.*return_std=True"):
         layout.chunk_rows(2)
+
+
+def test_the_element_means_jet_table_is_its_taylor_polynomials_jet(monkeypatch):
+    r"""element_uncertainty.on_mean reads :math:`\mathrm{mod}_N`'s derivatives from the element mean's jet table
+    (element_jet.ElementTaylorJet: the instances' Taylor coefficients through their maps, plus the correction's jet)
+    instead of nested autograd on the mean's Taylor polynomial (ElementLayout.taylor_mean, made to raise here, so this
+    fails where on_mean still takes it). Both exact, the same jet: the energy of mod_2 (jet order 5, unequal-mass
+    bodies with the correction, n = 4) and an order-3 quantity with two outputs agree with the polynomial
+    (on_taylor_mean) to 1e-12 relative (measured 9.8e-16 and 1.6e-16; a wrong map or factorial is O(1)). Above COMPOSE_ENTRIES
+    on_mean keeps the polynomial: bit for bit."""
+    from integrators import modified
+    from learners.shadow import element_jet
+    from learners.shadow.element_uncertainty import ElementLayout, on_mean, on_taylor_mean
+
+    gen = _gen(5)
+    kern = ElementKernel.bodies(2, 2, identical=False).to(torch.float64)
+    kern.lengthscale = torch.rand(kern.raw_lengthscale.shape[-1], generator=gen, dtype=torch.float64) + 0.7
+    kern.requires_grad_(False)
+    D = kern.dim
+    gp = _gp(kern, _functionals(D, 10, 8, gen), torch.randn(8, generator=gen, dtype=torch.float64))
+    x = 0.5 * torch.randn(3, D, generator=gen, dtype=torch.float64)
+    energy = lambda L, q, v: bea.energy(modified.recovered_lagrangian(L, 2, 0.3, "midpoint"))(q, v)  # noqa: E731
+    two = lambda L, q, v: torch.stack([_quantity(L, q, v), L(q, v)], -1)  # noqa: E731
+    cases = [(energy, 5, 1), (two, 3, 2)]
+    refs = [on_taylor_mean(gp, [f], x, p, k)[0] for f, p, k in cases]
+    with monkeypatch.context() as patch:
+        patch.setattr(ElementLayout, "taylor_mean", lambda *a: (_ for _ in ()).throw(AssertionError("polynomial taken")))
+        got = [on_mean(gp, [f], x, p, k)[0] for f, p, k in cases]
+    for g, r, (_, _, k) in zip(got, refs, cases):
+        assert g.shape == r.shape == (3, k) and float(r.abs().min()) > 1e-3
+        assert float(((g - r) / r).abs().max()) <= 1e-12
+    monkeypatch.setattr(element_jet, "COMPOSE_ENTRIES", 0)
+    assert torch.equal(on_mean(gp, [cases[1][0]], x, 3, 2)[0], refs[1])

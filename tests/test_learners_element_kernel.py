@@ -533,13 +533,14 @@ def test_velocities_and_energies_in_bounded_chunks(two_body_fit, monkeypatch):
 def test_innovation_means_from_the_variances_linearisation(two_body_fit):
     """The distant-difference calibration takes each posterior's mean differences from its variances' linearisation
     passes (the quantity at the mean, the columns at weight 0; Session 21) instead of another pass of the mean's Taylor
-    polynomial (_mean_differences): the values of on_mean over the same rows (bit for bit measured; 1e-12 bounds it,
+    polynomial (_mean_differences): the values of on_taylor_mean (that polynomial; on_mean now reads the mean's jet
+    table, its atom sums grouped by its own passes) over the same rows (bit for bit measured; 1e-12 bounds it,
     while another state's or order's energy is O(1) off). _mean_differences takes both states of every pair in one
     pass, whose atom sums are grouped by its rows: the mean's sums cancel ~8 digits, so it differs by up to ~5e-9 of
     the largest difference (measured 1.7e-8 of 3.4 over all 60 pairs; 8.9e-16 of 2.1 over the 8 pairs here): the
     calibration's innovations move by that rounding. 8 pairs: no claim depends on their count (10.8 -> 1.0 s)."""
     from learners.shadow.difference_calibration import _mean_differences, _raw_variances, data_pairs
-    from learners.shadow.element_uncertainty import on_mean
+    from learners.shadow.element_uncertainty import on_taylor_mean
     from learners.shadow.uncertainty import LinearisedQuantity, _feature_map, _kernel
 
     model = two_body_fit[2]
@@ -551,7 +552,7 @@ def test_innovation_means_from_the_variances_linearisation(two_body_fit):
     got = torch.cat(means[0])
     rows = _feature_map(_kernel(model.gp)[0], x.shape[-1], p).split().chunk_rows(1)
     assert rows >= x.shape[0]  # one pass of the variances: on_mean over the same rows
-    ref = (on_mean(model.gp, [Q], x, p)[0] - on_mean(model.gp, [Q], x_ref, p)[0])[:, 0]
+    ref = (on_taylor_mean(model.gp, [Q], x, p)[0] - on_taylor_mean(model.gp, [Q], x_ref, p)[0])[:, 0]
     assert got.shape == ref.shape == (x.shape[0],) and float(ref.abs().max()) > 0
     assert float((got - ref).abs().max()) <= 1e-12 * float(ref.abs().max()), (got - ref).abs().max()
     together = _mean_differences(model, model.gp, x, x_ref, 2)

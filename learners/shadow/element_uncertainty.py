@@ -28,10 +28,11 @@ per instance instead of :math:`\binom{2n+p}{p}`), and everything below is closed
 
 The correction :math:`s_c^2 k_{RBF}(D_c z, D_c z')` keeps the RBF's Gaussian layout on full-dimensional jets
 (:class:`~learners.shadow.feature_jets.SplitLayout`): :math:`\binom{2n+p}{p}` columns (1,287 at :math:`n = 4`,
-:math:`p = 5`; 20,349 at :math:`n = 8`: the RBF default's own cost). The linearisation pass and the values on the mean
-(the truncation term's next order, :func:`~learners.shadow.uncertainty.on_mean_jet`) evaluate :math:`\mathrm{mod}_N` on
+:math:`p = 5`; 20,349 at :math:`n = 8`: the RBF default's own cost). The linearisation pass evaluates :math:`\mathrm{mod}_N` on
 the mean's Taylor polynomial of order :math:`p` at each state (:meth:`ElementLayout.taylor_mean`: exact, and its graph
-is that of the monomials, not of every training atom per instance pair).
+is that of the monomials, not of every training atom per instance pair); the values on the mean (the truncation term's
+next order, :func:`~learners.shadow.uncertainty.on_mean_jet`; :func:`on_mean`) read the same jet as a table
+(:mod:`learners.shadow.element_jet`).
 Mechanical base kernels (``degree=``) are refused (their velocity polynomial needs its own :math:`H`).
 """
 
@@ -51,8 +52,8 @@ from .kernels import RBFKernel
 from .section_jets import gaussian_directional
 from .uncertainty import PASS_ENTRIES, TABLE_ENTRIES, GaussianFeatures, _Columns, _GaussianMap, _Jets
 
-__all__ = ["ElementLayout", "ElementFeatures", "unsupported", "on_mean", "energies_at", "velocities_at", "SECTION_ENTRIES",
-           "MAX_STATE_TABLE", "VELOCITY_ENTRIES"]
+__all__ = ["ElementLayout", "ElementFeatures", "unsupported", "on_mean", "on_taylor_mean", "energies_at", "velocities_at",
+           "SECTION_ENTRIES", "MAX_STATE_TABLE", "VELOCITY_ENTRIES"]
 
 #: rows x atoms x element monomials per pass of the sections (~16 MB per tensor)
 SECTION_ENTRIES = 2_000_000
@@ -309,9 +310,22 @@ class ElementFeatures:
 
 def on_mean(gp, quantities: Sequence, x: torch.Tensor, p: int, k: int = 1) -> List[torch.Tensor]:
     r"""Each quantity ``quantity(L, q, v)`` (jet order at most ``p``) of ``gp``'s posterior mean at the states ``x``
-    (B, D): (B, k) each, on the mean's Taylor polynomial of order ``p`` at each state (:meth:`ElementLayout.taylor_mean`;
-    exact, as :func:`~learners.shadow.uncertainty.on_mean_jet` for the other kernels), states in passes of
-    :data:`~learners.shadow.uncertainty.MEAN_JET_ENTRIES` over the polynomial's monomials."""
+    (B, D): (B, k) each, on the mean's jet table of order ``p`` (:class:`~learners.shadow.element_jet.ElementTaylorJet`,
+    :func:`~learners.shadow.taylor_jet.on_table`: every derivative a table entry), or where its maps exceed
+    :data:`~learners.shadow.element_jet.COMPOSE_ENTRIES` on the mean's Taylor polynomial (:func:`on_taylor_mean`).
+    Both exact, the same jet: equal to rounding (measured ~1e-15 relative at magnetic4; tests/test_element_uncertainty.py)."""
+    from .element_jet import ElementTaylorJet
+    from .taylor_jet import on_table
+
+    jet = ElementTaylorJet(gp, x.shape[-1])
+    return on_table(jet, quantities, x, p, k) if jet.fits(p) else on_taylor_mean(gp, quantities, x, p, k)
+
+
+def on_taylor_mean(gp, quantities: Sequence, x: torch.Tensor, p: int, k: int = 1) -> List[torch.Tensor]:
+    r""":func:`on_mean` by nested autograd on the mean's Taylor polynomial of order ``p`` at each state
+    (:meth:`ElementLayout.taylor_mean`; exact, as :func:`~learners.shadow.uncertainty.on_mean_jet` for the other
+    kernels), states in passes of :data:`~learners.shadow.uncertainty.MEAN_JET_ENTRIES` over the polynomial's monomials:
+    each intermediate tensor of the quantity is as wide as the polynomial (the table's are one entry wide)."""
     from .uncertainty import MEAN_JET_ENTRIES
 
     n = x.shape[-1] // 2

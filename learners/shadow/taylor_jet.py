@@ -31,7 +31,7 @@ import torch
 from .rbf_jet import JetLagrangian, _Table
 from .uncertainty import _element, _feature_map, _kernel
 
-__all__ = ["MeanTaylorJet", "SharedJetLagrangian", "on_jet_table", "TAYLOR_TABLE_ENTRIES", "TABLE_STATES"]
+__all__ = ["MeanTaylorJet", "SharedJetLagrangian", "on_jet_table", "on_table", "TAYLOR_TABLE_ENTRIES", "TABLE_STATES"]
 
 #: states x (position jet entries)^2 per pass of :meth:`MeanTaylorJet.__call__` (the (B, S, S) product of
 #: :meth:`~learners.shadow.feature_jets.SplitLayout.function_jet`: 330^2 per state at n = 4, K = 7, so ~55 MB a pass)
@@ -138,11 +138,18 @@ def on_jet_table(gp, quantities: Sequence, x: torch.Tensor, p: int) -> List[torc
     :func:`~learners.shadow.uncertainty.on_mean_jet` (the same jet of order ``p``, differentiated exactly instead of
     through its Taylor polynomial); the quantities share one table, :data:`TABLE_STATES` states a pass."""
     element = _element(gp.kernel.base_kernel)
-    if element:  # the element kernel: its mean's Taylor polynomial (learners.shadow.element_uncertainty.on_mean)
+    if element:  # the element kernel: its own jet table (learners.shadow.element_uncertainty.on_mean)
         return [v[:, 0] for v in element.on_mean(gp, quantities, x, p)]
-    jet, n = MeanTaylorJet(gp, x.shape[-1]), x.shape[-1] // 2
+    return [v[:, 0] for v in on_table(MeanTaylorJet(gp, x.shape[-1]), quantities, x, p)]
+
+
+def on_table(jet, quantities: Sequence, x: torch.Tensor, p: int, k: int = 1) -> List[torch.Tensor]:
+    r"""Each of ``quantities`` (``quantity(L, q, v)``, ``k`` outputs per state, jet order at most ``p``) of the function
+    whose jet ``jet`` tabulates (:class:`MeanTaylorJet`'s interface), at the states ``x`` (B, D): a list of (B, k), on
+    one :class:`SharedJetLagrangian` per :data:`TABLE_STATES` states."""
+    n = x.shape[-1] // 2
     if x.shape[0] == 0:
-        return [x.new_zeros(0) for _ in quantities]
+        return [x.new_zeros(0, k) for _ in quantities]
     out: List[List[torch.Tensor]] = [[] for _ in quantities]
     for a in range(0, x.shape[0], TABLE_STATES):
         xb = x[a:a + TABLE_STATES]
@@ -151,7 +158,7 @@ def on_jet_table(gp, quantities: Sequence, x: torch.Tensor, p: int) -> List[torc
             with torch.enable_grad():
                 q, v = xb[:, :n].detach().clone(), xb[:, n:].detach().clone()
                 for values, quantity in zip(out, quantities):
-                    values.append(quantity(L, q, v).reshape(-1).detach())
+                    values.append(quantity(L, q, v).reshape(-1, k).detach())
         finally:  # else each pass's graph (~20 MB at n = 3, 200 states) outlives it: a reference cycle
             L.release()
     return [torch.cat(values) for values in out]
