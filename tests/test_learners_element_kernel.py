@@ -383,7 +383,7 @@ def test_hyperparameters_of_a_fit_read_without_warnings(two_body_fit):
 
 
 def test_mean_differences_on_the_taylor_mean_equal_the_mod_n_mean(two_body_fit, monkeypatch):
-    """The distant-difference calibration's means for an element model (on the mean's Taylor polynomial at each state,
+    """The distant-difference calibration's means for an element model (on the mean's jet table at each state,
     element_uncertainty.on_mean) equal the path they replace (bea.energy of mod_N of the mean itself) at a few random
     standardised pairs: both exact, so to rounding -- measured 1.7e-9 of the largest difference (mod_N's nested
     derivatives of the mean's cancelling atom sums); 1e-7 leaves room for other BLAS orders, while the values of a jet

@@ -179,7 +179,7 @@ def _is_element(model) -> bool:
 def _mean_differences(model, gp, x: torch.Tensor, x_ref: torch.Tensor, order: int) -> torch.Tensor:
     r"""Posterior mean of :math:`H_{rec}[N](x) - H_{rec}[N](x_{ref})` under ``gp`` (standardised units); the model's own
     posterior is restored afterwards."""
-    if _is_element(model):  # the element kernel: on the mean's Taylor polynomial (exact)
+    if _is_element(model):  # the element kernel: on the mean's jet table (exact; element_uncertainty.on_mean)
         Q, p = model._quantity("energy", order), model._jet_order("energy", order)
         H = on_mean(gp, [Q], torch.cat([x, x_ref]), p)[0][:, 0]
         return H[:x.shape[0]] - H[x.shape[0]:]

@@ -43,9 +43,10 @@ from .uncertainty import GaussianFeatures
 __all__ = ["ElementTaylorJet", "COMPOSE_ENTRIES"]
 
 #: most entries of the maps :math:`T_e` of one order (all groups, instances and degrees; ~0.2 GB): above, the table is
-#: not built and :func:`~learners.shadow.element_uncertainty.on_mean` keeps the Taylor polynomial. 1.2 M at
-#: ``bodies(2, 2, identical=False)``, n = 4, order 7 (two groups of one instance, 330 monomials each, 6,435 columns);
-#: 6.1 M for six pair instances at n = 8, order 5; 156 M (1.3 GB) for those at order 7, which keep the polynomial
+#: not built and :func:`~learners.shadow.element_uncertainty.on_mean` keeps the Taylor polynomial. 2.5 M at
+#: ``bodies(2, 2, identical=False)``, n = 4, order 7 (three groups of 1, 1 and 2 instances, 330
+#: monomials each, 6,435 columns: ``_entries``); 16.3 M for ``bodies(4, 2)``'s 12 pair instances at n = 8, order 5;
+#: 417 M at order 7, which keeps the polynomial
 COMPOSE_ENTRIES = 25_000_000
 
 
@@ -61,13 +62,13 @@ def _maps(group, alpha: torch.Tensor) -> List[torch.Tensor]:
     P = group.Mt.transpose(1, 2)  # (m, k, D): w_e = P_e x + b_e
     D, deg = alpha.shape[1], alpha.sum(-1)
     starts = [0] + torch.bincount(deg, minlength=group.p + 1).cumsum(0).tolist()
-    base = (group.p + 2) ** torch.arange(D)  # alpha -> one integer (entries <= p + 1), to find alpha + e_j by search
-    keys = (alpha * base).sum(-1)
-    order = torch.argsort(keys)
+    rows = alpha.tolist()
+    index = {tuple(a): i for i, a in enumerate(rows)}  # alpha + e_j by lookup: no integer key that overflows at large D
+    plus = torch.tensor([[index.get(tuple(a[:j] + [a[j] + 1] + a[j + 1:]), -1) for j in range(D)] for a in rows])
     out = [P.new_ones(group.m, 1, 1)]
     for d in range(1, group.p + 1):
         lo, hi = starts[d - 1], starts[d]  # the columns of degree d - 1
-        up = order[torch.searchsorted(keys[order], keys[lo:hi, None] + base)] - starts[d]  # (columns, D): alpha + e_j
+        up = plus[lo:hi] - starts[d]  # (columns of degree d - 1, D): alpha + e_j among the columns of degree d
         up, par, var = (i.to(P.device) for i in (up, group.mono._parents[d - 1], group.mono._vars[d - 1]))
         beta = group.mono.exponents[group.mono.degree == d].to(P.device)
         scale = 1 / beta.gather(1, var[:, None])[:, 0].to(P.dtype).sqrt()  # m_beta = m_parent w_var / sqrt(beta_var)
@@ -123,10 +124,13 @@ class ElementTaylorJet:
 
     def __call__(self, X: torch.Tensor, K: int) -> torch.Tensor:
         layout, alpha, fact, corr, maps = self._order(K)
-        S = math.comb(self.D // 2 + K, K)  # the correction's (B, S, S) product per state, as MeanTaylorJet's
-        chunk = max(1, TAYLOR_TABLE_ENTRIES // (S * S))
-        return torch.cat([self._rows(X[a:a + chunk], layout, alpha, fact, corr, maps)
-                          for a in range(0, X.shape[0], chunk)])
+        # per state: the table's row, and the correction's (S, S) product as MeanTaylorJet's where there is one
+        S = math.comb(self.D // 2 + K, K) if corr is not None else 0
+        chunk = max(1, TAYLOR_TABLE_ENTRIES // (S * S + alpha.shape[0]))
+        out = X.new_empty(X.shape[0], alpha.shape[0])  # filled in place: no second copy of the table
+        for a in range(0, X.shape[0], chunk):
+            out[a:a + chunk] = self._rows(X[a:a + chunk], layout, alpha, fact, corr, maps)
+        return out
 
     def _rows(self, X, layout, alpha, fact, corr, maps) -> torch.Tensor:
         deg = alpha.sum(-1)

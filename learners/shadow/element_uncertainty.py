@@ -313,7 +313,9 @@ def on_mean(gp, quantities: Sequence, x: torch.Tensor, p: int, k: int = 1) -> Li
     (B, D): (B, k) each, on the mean's jet table of order ``p`` (:class:`~learners.shadow.element_jet.ElementTaylorJet`,
     :func:`~learners.shadow.taylor_jet.on_table`: every derivative a table entry), or where its maps exceed
     :data:`~learners.shadow.element_jet.COMPOSE_ENTRIES` on the mean's Taylor polynomial (:func:`on_taylor_mean`).
-    Both exact, the same jet: equal to rounding (measured ~1e-15 relative at magnetic4; tests/test_element_uncertainty.py)."""
+    Both exact, the same jet: equal to rounding (measured 1e-15 relative on the tests' synthetic GPs,
+    tests/test_element_uncertainty.py; 2.0e-8 of the largest H_rec[4], H_rec[6] on a magnetic4 fit, as main's own pass
+    size moves it: benchmarks/RESULTS_calibration.md, Session 23)."""
     from .element_jet import ElementTaylorJet
     from .taylor_jet import on_table
 
