@@ -346,6 +346,10 @@ def _arguments(argv, systems):
     ap.add_argument("--diagonal", action="store_true",
                     help='normalisation=MassNormalisation(matrix="diagonal"): no equal masses assumed (the remedy)')
     ap.add_argument("--matrix", action="store_true", help='normalisation=MassNormalisation(matrix=True): the whole matrix fixed')
+    ap.add_argument("--trace", action="store_true",
+                    help="with --degree: normalisation=MassNormalisation(matrix=False), the trace alone (only the scale)")
+    ap.add_argument("--no-mechanical-trace", action="store_true",
+                    help="position_search.MECHANICAL_TRACE = False (this process only: the default before session 23)")
     ap.add_argument("--searched-diagonal", action="store_true",
                     help='normalisation.SEARCHED_MATRIX = "diagonal" (this process only): the default scores the diagonal '
                          "condition, not the whole matrix, against the trace")
@@ -359,6 +363,10 @@ def _arguments(argv, systems):
         import learners.shadow.position_search as S
 
         S.DIAGONAL_RBF_MARGIN = args.diagonal_rbf_margin
+    if args.no_mechanical_trace:
+        import learners.shadow.position_search as S
+
+        S.MECHANICAL_TRACE = False
     if args.folds is not None:
         import learners.shadow.difference_calibration as D
 
@@ -393,8 +401,9 @@ def _model_options(args) -> dict:
         from learners.shadow.mechanical import MechanicalKernel
 
         kw["kernel"] = MechanicalKernel(degree=args.degree)
-        args.kernel = f"mechanical{args.degree}+" + ("diagonal" if args.diagonal else "matrix")
-        kw["normalisation"] = MassNormalisation(matrix="diagonal" if args.diagonal else True)
+        matrix = "diagonal" if args.diagonal else (False if args.trace else True)
+        args.kernel = f"mechanical{args.degree}+" + {"diagonal": "diagonal", False: "trace", True: "matrix"}[matrix]
+        kw["normalisation"] = MassNormalisation(matrix=matrix)
     elif args.matrix:
         kw["normalisation"] = MassNormalisation(matrix=True)
         args.kernel = f"{args.kernel or 'default'}+matrix"
