@@ -348,8 +348,6 @@ def _arguments(argv, systems):
     ap.add_argument("--matrix", action="store_true", help='normalisation=MassNormalisation(matrix=True): the whole matrix fixed')
     ap.add_argument("--trace", action="store_true",
                     help="with --degree: normalisation=MassNormalisation(matrix=False), the trace alone (only the scale)")
-    ap.add_argument("--no-mechanical-trace", action="store_true",
-                    help="position_search.MECHANICAL_TRACE = False (this process only: the default before session 23)")
     ap.add_argument("--searched-diagonal", action="store_true",
                     help='normalisation.SEARCHED_MATRIX = "diagonal" (this process only): the default scores the diagonal '
                          "condition, not the whole matrix, against the trace")
@@ -363,10 +361,6 @@ def _arguments(argv, systems):
         import learners.shadow.position_search as S
 
         S.DIAGONAL_RBF_MARGIN = args.diagonal_rbf_margin
-    if args.no_mechanical_trace:
-        import learners.shadow.position_search as S
-
-        S.MECHANICAL_TRACE = False
     if args.folds is not None:
         import learners.shadow.difference_calibration as D
 
@@ -392,8 +386,8 @@ def _arguments(argv, systems):
 
 def _model_options(args) -> dict:
     """The model's keyword arguments: ``--kernel``, or ``--degree`` (which also names the row's kernel), with the whole
-    mass matrix fixed or, with ``--diagonal``, ``MassNormalisation(matrix="diagonal")``; ``args.kernel`` becomes the
-    row's kernel column (``+diagonal`` where given)."""
+    mass matrix fixed or, with ``--diagonal``, ``MassNormalisation(matrix="diagonal")``, with ``--trace`` the trace alone
+    (``matrix=False``); ``args.kernel`` becomes the row's kernel column (``+diagonal`` / ``+trace`` where given)."""
     from learners.shadow.normalisation import MassNormalisation
 
     kw = {} if args.kernel is None else {"kernel": _element_kernel(args) if args.kernel == "element" else args.kernel}

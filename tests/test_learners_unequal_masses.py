@@ -157,7 +157,6 @@ def test_without_the_diagonal_candidate_the_rbf_is_left(monkeypatch):
     rejected, so nothing wrong is kept silently, but the RBF's 1.95e-3 is what is left: between the bound above (1e-3)
     and the issue's 3e-3."""
     monkeypatch.setattr(position_search, "MECHANICAL_DIAGONAL", False)
-    monkeypatch.setattr(position_search, "MECHANICAL_TRACE", False)  # the trace's candidate came later (Session 23)
     system = unequal_chain3()
     m = _fit(system)
     vals = dict(zip(m.history["normalisation_candidates"], m.history["normalisation_values"]))
