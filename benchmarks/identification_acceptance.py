@@ -346,6 +346,7 @@ def _arguments(argv, systems):
     ap.add_argument("--diagonal", action="store_true",
                     help='normalisation=MassNormalisation(matrix="diagonal"): no equal masses assumed (the remedy)')
     ap.add_argument("--matrix", action="store_true", help='normalisation=MassNormalisation(matrix=True): the whole matrix fixed')
+    ap.add_argument("--iterations", type=int, default=None, help="iterations= of the model: refinement solves (a diagnostic)")
     ap.add_argument("--trace", action="store_true",
                     help="with --degree: normalisation=MassNormalisation(matrix=False), the trace alone (only the scale)")
     ap.add_argument("--searched-diagonal", action="store_true",
@@ -391,6 +392,8 @@ def _model_options(args) -> dict:
     from learners.shadow.normalisation import MassNormalisation
 
     kw = {} if args.kernel is None else {"kernel": _element_kernel(args) if args.kernel == "element" else args.kernel}
+    if args.iterations is not None:
+        kw["iterations"] = args.iterations
     if args.degree is not None:
         from learners.shadow.mechanical import MechanicalKernel
 
