@@ -32,7 +32,12 @@ def main(argv=None) -> None:
     from learners.shadow.normalisation import MassNormalisation
     from learners.shadow.position_search import SCALES, VELOCITY_FACTORS
 
+    from tests.test_learners_normalisation_choice import skew_mass3
+    from tests.test_learners_unequal_masses import unequal_chain3
+
     systems = {make.__name__: (make, h, T) for make, h, T in A.SYSTEMS + A.UNTUNED + IA.UNTUNED + NEW12 + NEW23}
+    # the choice tests' systems with a mass matrix not proportional to I, at those tests' step and size
+    systems.update({make.__name__: (make, 0.2, 40) for make in (skew_mass3, unequal_chain3)})
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--system", choices=sorted(systems), required=True)
     ap.add_argument("--degree", type=int, default=8, help="mechanical kernel's degree in v; 0: the RBF")
