@@ -205,20 +205,25 @@ def test_the_diagonal_condition_replaces_the_whole_matrix_only_by_the_margin():
     added where that one was not usable (the whole matrix's degree 4 stays either way); _names gives each its keys."""
     from learners.shadow import position_search as PS
 
-    def entry(full, degree, diagonal):
-        name, _, key = PS._names(2, degree, diagonal)
-        return (1.0, 2.0, full, full, None, None, None, None, degree), name, key, diagonal
+    def entry(full, degree, condition):
+        name, _, key = PS._names(2, degree, condition)
+        return (1.0, 2.0, full, full, None, None, None, None, degree), name, key, condition
 
     m = PS.MATRIX_MARGIN
-    whole2, whole4 = entry(-10.0, 2, False), entry(-10.5, 4, False)
+    whole2, whole4 = entry(-10.0, 2, "matrix"), entry(-10.5, 4, "matrix")
     mechs = PS._with_mechanical(PS._with_mechanical([], whole2), whole4)
     assert mechs == [whole2, whole4]
-    level = entry(-10.0 - 0.9 * m, 2, True)
+    level = entry(-10.0 - 0.9 * m, 2, "diagonal")
     assert PS._with_mechanical(mechs, level) == [whole2, whole4]  # ahead, but by less than the margin
-    better = entry(-10.0 - 1.1 * m, 2, True)
+    better = entry(-10.0 - 1.1 * m, 2, "diagonal")
     assert PS._with_mechanical(mechs, better) == [whole4, better]
     assert PS._with_mechanical([whole4], level) == [whole4, level]  # degree 2 with the whole matrix was not usable
     assert [e[1:3] for e in (whole2, whole4, better)] == [("mechanical2", "search_mechanical"),
                                                          ("mechanical4", "search_mechanical4"),
                                                          ("mechanical2_diagonal", "search_mechanical_diagonal")]
-    assert PS._names(0, None, False) == ("trace", "grid", "search") and PS._names(1, None, False)[:2] == ("matrix", "grid_alt")
+    assert PS._names(0, None, None) == ("trace", "grid", "search") and PS._names(1, None, None)[:2] == ("matrix", "grid_alt")
+    # the trace's candidate (MECHANICAL_TRACE, degree TRACE_DEGREE = 4) against the whole matrix's of its degree
+    trace = entry(whole4[0][3] - 1.1 * m, 4, "trace")
+    assert PS._with_mechanical([better, whole4], entry(whole4[0][3] - 0.9 * m, 4, "trace")) == [better, whole4]
+    assert PS._with_mechanical([better, whole4], trace) == [better, trace]
+    assert trace[1:3] == ("mechanical4_trace", "search_mechanical4_trace")
