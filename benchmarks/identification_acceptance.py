@@ -347,6 +347,8 @@ def _arguments(argv, systems):
                     help='normalisation=MassNormalisation(matrix="diagonal"): no equal masses assumed (the remedy)')
     ap.add_argument("--matrix", action="store_true", help='normalisation=MassNormalisation(matrix=True): the whole matrix fixed')
     ap.add_argument("--iterations", type=int, default=None, help="iterations= of the model: refinement solves (a diagnostic)")
+    ap.add_argument("--no-mechanical-trace", action="store_true",
+                    help="position_search.MECHANICAL_TRACE = False (this process only: the default before session 23)")
     ap.add_argument("--trace", action="store_true",
                     help="with --degree: normalisation=MassNormalisation(matrix=False), the trace alone (only the scale)")
     ap.add_argument("--searched-diagonal", action="store_true",
@@ -362,6 +364,10 @@ def _arguments(argv, systems):
         import learners.shadow.position_search as S
 
         S.DIAGONAL_RBF_MARGIN = args.diagonal_rbf_margin
+    if args.no_mechanical_trace:
+        import learners.shadow.position_search as S
+
+        S.MECHANICAL_TRACE = False
     if args.folds is not None:
         import learners.shadow.difference_calibration as D
 

@@ -227,3 +227,34 @@ def test_the_diagonal_condition_replaces_the_whole_matrix_only_by_the_margin():
     assert PS._with_mechanical([better, whole4], entry(whole4[0][3] - 0.9 * m, 4, "trace")) == [better, whole4]
     assert PS._with_mechanical([better, whole4], trace) == [better, trace]
     assert trace[1:3] == ("mechanical4_trace", "search_mechanical4_trace")
+
+
+def test_the_trace_candidate_is_offered_at_degree_4_and_scored_only_where_the_matrix_is_contradicted():
+    """position_search (Session 23, MECHANICAL_TRACE): with ``kernel="auto"`` and the diagonal condition available (n >= 3)
+    the candidates end with the mechanical kernel of TRACE_DEGREE = 4 on the trace's normalisation (a q-dependent,
+    coupled mass matrix makes the whole matrix and the diagonal false, and L_inv is quartic in v there); it is scored
+    only where the RBF's whole matrix is worse than its trace by more than MATRIX_MARGIN (``contradicted``), so fits
+    with a mass matrix proportional to I are unchanged, and refined with TRACE_EVALUATIONS = 20 solves."""
+    from types import SimpleNamespace
+
+    from learners.shadow import position_search as PS
+    from learners.shadow.mechanical import MechanicalKernel
+
+    trace, whole, diagonal = (SimpleNamespace(dim=6, name=k) for k in ("trace", "matrix", "diagonal"))
+    model = SimpleNamespace(gp=object(), _kernel_auto=True, _norm_diagonal=diagonal, ard=False, _units_device="cpu")
+    cands = PS._candidates(model, trace, whole)
+    assert [(c[1].name, c[2], c[3]) for c in cands] == [("trace", None, None), ("matrix", None, None), ("matrix", 2, "matrix"),
+                                                       ("matrix", 4, "matrix"), ("diagonal", 2, "diagonal"),
+                                                       ("trace", 4, "trace")]
+    base = cands[-1][0].kernel.base_kernel
+    assert isinstance(base, MechanicalKernel) and base.degree == 4 == PS.TRACE_DEGREE and PS.TRACE_EVALUATIONS == 20
+    model._norm_diagonal = None  # n <= 2 or a normalisation given: no matrix choice, no trace candidate
+    assert [c[3] for c in PS._candidates(model, trace, whole)] == [None, None, "matrix", "matrix"]
+    m = PS.MATRIX_MARGIN
+
+    def history(t, w):
+        return {"normalisation_candidates": ["trace", "matrix"], "normalisation_values": [t, w]}
+    # triple_pendulum3 seed 0 (-15.18 / -7.35) is contradicted; anharmonic3's level pair (-22.01 / -22.03) is not
+    assert PS.contradicted(history(-15.18, -7.35)) and not PS.contradicted(history(-22.01, -22.03))
+    assert PS.contradicted(history(-10.0, -10.0 + 1.01 * m)) and not PS.contradicted(history(-10.0, -10.0 + 0.99 * m))
+    assert not PS.contradicted(history(-10.0, float("inf"))) and not PS.contradicted({})
