@@ -140,7 +140,7 @@ def test_the_margin_decides_at_the_measured_lead(monkeypatch):
         monkeypatch.setattr(position_search, "DIAGONAL_RBF_MARGIN", margin)
         history = _history(-16.34, -8.03)
         rbf, mech = (None, None, rbf_value, None, None), (None, None, mech_value, None, 2)
-        return position_search._choose(history, rbf, [(mech, "mechanical2_diagonal", True)]) is mech, history
+        return position_search._choose(history, rbf, [(mech, "mechanical2_diagonal", "diagonal")]) is mech, history
 
     for margin, mech_kept in ((lead - 0.01, False), (lead + 0.01, True), (0.0, False), (0.5, True)):
         kept, history = choose(margin)
@@ -148,7 +148,7 @@ def test_the_margin_decides_at_the_measured_lead(monkeypatch):
         assert history["rbf_margin_decided"] is mech_kept and history["mechanical_kept_diagonal"] is True
     history = _history(-16.34, float("inf"))  # a failed whole-matrix solve: the margin stays off, the RBF is kept
     rbf, mech = (None, None, rbf_value, None, None), (None, None, mech_value, None, 2)
-    assert position_search._choose(history, rbf, [(mech, "mechanical2_diagonal", True)]) is rbf
+    assert position_search._choose(history, rbf, [(mech, "mechanical2_diagonal", "diagonal")]) is rbf
     assert history["rbf_margin"] == 0.0 and history["rbf_margin_decided"] is False
 
 
