@@ -346,6 +346,11 @@ def _arguments(argv, systems):
     ap.add_argument("--diagonal", action="store_true",
                     help='normalisation=MassNormalisation(matrix="diagonal"): no equal masses assumed (the remedy)')
     ap.add_argument("--matrix", action="store_true", help='normalisation=MassNormalisation(matrix=True): the whole matrix fixed')
+    ap.add_argument("--iterations", type=int, default=None, help="iterations= of the model: refinement solves (a diagnostic)")
+    ap.add_argument("--no-mechanical-trace", action="store_true",
+                    help="position_search.MECHANICAL_TRACE = False (this process only: the default before session 23)")
+    ap.add_argument("--trace", action="store_true",
+                    help="with --degree: normalisation=MassNormalisation(matrix=False), the trace alone (only the scale)")
     ap.add_argument("--searched-diagonal", action="store_true",
                     help='normalisation.SEARCHED_MATRIX = "diagonal" (this process only): the default scores the diagonal '
                          "condition, not the whole matrix, against the trace")
@@ -359,6 +364,10 @@ def _arguments(argv, systems):
         import learners.shadow.position_search as S
 
         S.DIAGONAL_RBF_MARGIN = args.diagonal_rbf_margin
+    if args.no_mechanical_trace:
+        import learners.shadow.position_search as S
+
+        S.MECHANICAL_TRACE = False
     if args.folds is not None:
         import learners.shadow.difference_calibration as D
 
@@ -384,17 +393,20 @@ def _arguments(argv, systems):
 
 def _model_options(args) -> dict:
     """The model's keyword arguments: ``--kernel``, or ``--degree`` (which also names the row's kernel), with the whole
-    mass matrix fixed or, with ``--diagonal``, ``MassNormalisation(matrix="diagonal")``; ``args.kernel`` becomes the
-    row's kernel column (``+diagonal`` where given)."""
+    mass matrix fixed or, with ``--diagonal``, ``MassNormalisation(matrix="diagonal")``, with ``--trace`` the trace alone
+    (``matrix=False``); ``args.kernel`` becomes the row's kernel column (``+diagonal`` / ``+trace`` where given)."""
     from learners.shadow.normalisation import MassNormalisation
 
     kw = {} if args.kernel is None else {"kernel": _element_kernel(args) if args.kernel == "element" else args.kernel}
+    if args.iterations is not None:
+        kw["iterations"] = args.iterations
     if args.degree is not None:
         from learners.shadow.mechanical import MechanicalKernel
 
         kw["kernel"] = MechanicalKernel(degree=args.degree)
-        args.kernel = f"mechanical{args.degree}+" + ("diagonal" if args.diagonal else "matrix")
-        kw["normalisation"] = MassNormalisation(matrix="diagonal" if args.diagonal else True)
+        matrix = "diagonal" if args.diagonal else (False if args.trace else True)
+        args.kernel = f"mechanical{args.degree}+" + {"diagonal": "diagonal", False: "trace", True: "matrix"}[matrix]
+        kw["normalisation"] = MassNormalisation(matrix=matrix)
     elif args.matrix:
         kw["normalisation"] = MassNormalisation(matrix=True)
         args.kernel = f"{args.kernel or 'default'}+matrix"
@@ -449,8 +461,9 @@ def main(argv=None) -> None:
 
     systems = {make.__name__: (make, h, T) for make, h, T in A.SYSTEMS}
     from _systems12 import NEW12, rescaled
+    from _systems23 import NEW23
 
-    systems.update({make.__name__: (make, h, T) for make, h, T in A.UNTUNED + UNTUNED + NEW12})
+    systems.update({make.__name__: (make, h, T) for make, h, T in A.UNTUNED + UNTUNED + NEW12 + NEW23})
     args = _arguments(argv, systems)
     make, h, T = systems[args.system]
     h = args.h or h

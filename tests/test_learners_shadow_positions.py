@@ -205,20 +205,56 @@ def test_the_diagonal_condition_replaces_the_whole_matrix_only_by_the_margin():
     added where that one was not usable (the whole matrix's degree 4 stays either way); _names gives each its keys."""
     from learners.shadow import position_search as PS
 
-    def entry(full, degree, diagonal):
-        name, _, key = PS._names(2, degree, diagonal)
-        return (1.0, 2.0, full, full, None, None, None, None, degree), name, key, diagonal
+    def entry(full, degree, condition):
+        name, _, key = PS._names(2, degree, condition)
+        return (1.0, 2.0, full, full, None, None, None, None, degree), name, key, condition
 
     m = PS.MATRIX_MARGIN
-    whole2, whole4 = entry(-10.0, 2, False), entry(-10.5, 4, False)
+    whole2, whole4 = entry(-10.0, 2, "matrix"), entry(-10.5, 4, "matrix")
     mechs = PS._with_mechanical(PS._with_mechanical([], whole2), whole4)
     assert mechs == [whole2, whole4]
-    level = entry(-10.0 - 0.9 * m, 2, True)
+    level = entry(-10.0 - 0.9 * m, 2, "diagonal")
     assert PS._with_mechanical(mechs, level) == [whole2, whole4]  # ahead, but by less than the margin
-    better = entry(-10.0 - 1.1 * m, 2, True)
+    better = entry(-10.0 - 1.1 * m, 2, "diagonal")
     assert PS._with_mechanical(mechs, better) == [whole4, better]
     assert PS._with_mechanical([whole4], level) == [whole4, level]  # degree 2 with the whole matrix was not usable
     assert [e[1:3] for e in (whole2, whole4, better)] == [("mechanical2", "search_mechanical"),
                                                          ("mechanical4", "search_mechanical4"),
                                                          ("mechanical2_diagonal", "search_mechanical_diagonal")]
-    assert PS._names(0, None, False) == ("trace", "grid", "search") and PS._names(1, None, False)[:2] == ("matrix", "grid_alt")
+    assert PS._names(0, None, None) == ("trace", "grid", "search") and PS._names(1, None, None)[:2] == ("matrix", "grid_alt")
+    # the trace's candidate (MECHANICAL_TRACE, degree TRACE_DEGREE = 4) against the whole matrix's of its degree
+    trace = entry(whole4[0][3] - 1.1 * m, 4, "trace")
+    assert PS._with_mechanical([better, whole4], entry(whole4[0][3] - 0.9 * m, 4, "trace")) == [better, whole4]
+    assert PS._with_mechanical([better, whole4], trace) == [better, trace]
+    assert trace[1:3] == ("mechanical4_trace", "search_mechanical4_trace")
+
+
+def test_the_trace_candidate_is_offered_at_degree_4_and_scored_only_where_the_matrix_is_contradicted():
+    """position_search (Session 23, MECHANICAL_TRACE): with ``kernel="auto"`` and the diagonal condition available (n >= 3)
+    the candidates end with the mechanical kernel of TRACE_DEGREE = 4 on the trace's normalisation (a q-dependent,
+    coupled mass matrix makes the whole matrix and the diagonal false, and L_inv is quartic in v there); it is scored
+    only where the RBF's whole matrix is worse than its trace by more than MATRIX_MARGIN (``contradicted``), so fits
+    with a mass matrix proportional to I are unchanged, and refined with TRACE_EVALUATIONS = 20 solves."""
+    from types import SimpleNamespace
+
+    from learners.shadow import position_search as PS
+    from learners.shadow.mechanical import MechanicalKernel
+
+    trace, whole, diagonal = (SimpleNamespace(dim=6, name=k) for k in ("trace", "matrix", "diagonal"))
+    model = SimpleNamespace(gp=object(), _kernel_auto=True, _norm_diagonal=diagonal, ard=False, _units_device="cpu")
+    cands = PS._candidates(model, trace, whole)
+    assert [(c[1].name, c[2], c[3]) for c in cands] == [("trace", None, None), ("matrix", None, None), ("matrix", 2, "matrix"),
+                                                       ("matrix", 4, "matrix"), ("diagonal", 2, "diagonal"),
+                                                       ("trace", 4, "trace")]
+    base = cands[-1][0].kernel.base_kernel
+    assert isinstance(base, MechanicalKernel) and base.degree == 4 == PS.TRACE_DEGREE and PS.TRACE_EVALUATIONS == 20
+    model._norm_diagonal = None  # n <= 2 or a normalisation given: no matrix choice, no trace candidate
+    assert [c[3] for c in PS._candidates(model, trace, whole)] == [None, None, "matrix", "matrix"]
+    m = PS.MATRIX_MARGIN
+
+    def history(t, w):
+        return {"normalisation_candidates": ["trace", "matrix"], "normalisation_values": [t, w]}
+    # triple_pendulum3 seed 0 (-15.18 / -7.35) is contradicted; anharmonic3's level pair (-22.01 / -22.03) is not
+    assert PS.contradicted(history(-15.18, -7.35)) and not PS.contradicted(history(-22.01, -22.03))
+    assert PS.contradicted(history(-10.0, -10.0 + 1.01 * m)) and not PS.contradicted(history(-10.0, -10.0 + 0.99 * m))
+    assert not PS.contradicted(history(-10.0, float("inf"))) and not PS.contradicted({})

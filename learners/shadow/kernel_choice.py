@@ -5,7 +5,9 @@ r"""The ``kernel=`` option of the GP Lagrangian models: which kernel, and whethe
   diagonal where that predicts held-out positions better by MATRIX_MARGIN:
   position_search.MECHANICAL_DIAGONAL) against it by the same held-out one-step
   error and keeps the lower (``model.kernel_degree`` records the choice; degree 4 is scored too and replaces degree 2
-  where lower by ``position_search.DEGREE_MARGIN``, Session 10);
+  where lower by ``position_search.DEGREE_MARGIN``, Session 10; where the data contradict a mass matrix proportional to
+  I, degree 4 with the trace alone too, ``position_search.MECHANICAL_TRACE``, Session 23: a mass matrix that depends on
+  q and couples the coordinates, as a pendulum's, makes the whole matrix and the diagonal false);
   elsewhere (``n <= 2``, the likelihood) the RBF exactly. Why the default (benchmarks/RESULTS_identification.md,
   Session 8, eight systems at n = 3, 4, ten data sets; Session 9 for the cost): it is more accurate than the RBF on
   all ten (energy differences 1.1-25x at N = 2, 1.6-114x at N = 4; two_body4 misses 3e-3 with both kernels), and

@@ -72,8 +72,8 @@ import torch
 from bea.errors import BeaRuntimeError
 
 __all__ = ["search_positions", "SCALES", "VELOCITY_FACTORS", "REFINE_EVALUATIONS", "NUGGET", "MATRIX_MARGIN", "MECHANICAL_DEGREE",
-           "MECHANICAL_DEGREES", "DEGREE_MARGIN", "MECHANICAL_DIAGONAL", "DIAGONAL_RBF_MARGIN",
-           "by_degree", "subset_grid", "refine", "tied_theta"]
+           "MECHANICAL_DEGREES", "DEGREE_MARGIN", "MECHANICAL_DIAGONAL", "MECHANICAL_TRACE", "TRACE_DEGREE",
+           "TRACE_EVALUATIONS", "DIAGONAL_RBF_MARGIN", "by_degree", "subset_grid", "refine", "tied_theta"]
 
 #: position lengthscales of the grid, relative to the RMS spread of the data's atoms (factor 2 apart: the
 #: refinement closes the gaps)
@@ -116,6 +116,17 @@ DEGREE_MARGIN = 0.2
 #: the whole matrix fixes the parts' scales and the two are level (benchmarks/RESULTS_identification.md, Session 10,
 #: idmass). Cost: 30 subset solves and one full solve
 MECHANICAL_DIAGONAL = True
+
+#: whether the default search also scores the mechanical kernel of degree 4 with the trace alone where the data
+#: contradict a mass matrix proportional to I at their centre (:func:`contradicted`), kept over the degree-4 candidate
+#: with the whole matrix only where lower by :data:`MATRIX_MARGIN`, refined with :data:`TRACE_EVALUATIONS` solves: a
+#: mass matrix that depends on q and couples the coordinates (pendulums, arms) makes the whole matrix and the diagonal
+#: false, only the overall scale is a gauge, and L_inv's O(h^2) term is quartic in v there (degree 2 too low).
+#: Measured (benchmarks/RESULTS_identification.md, Session 23, tp13): triple pendulum seeds 0 / 2 and a cart with a
+#: double pendulum 4.7e-3 / 6.6e-3 / 6.4e-3 (the RBF kept) -> 1.6e-3 / 1.3e-3 / 1.1e-3 (3.3e-3 / 1.4e-3 / 3.2e-3 with
+#: 6 solves). Cost where contradicted: 30 subset and 21 full solves; elsewhere none
+MECHANICAL_TRACE = True
+TRACE_DEGREE, TRACE_EVALUATIONS = 4, 20
 
 #: how much lower the RBF's refined held-out error must be than the mechanical kernel's with the diagonal condition for
 #: the RBF to be kept, where the data contradict a mass matrix proportional to I at their centre (the RBF's whole-matrix
@@ -192,27 +203,30 @@ def _lattice_key(x: torch.Tensor) -> tuple:
 
 
 def _candidates(model, F_norm, F_norm_alt) -> list:
-    """``(gp, normalisation, kernel degree or None, diagonal)`` to score: the model's GP with ``F_norm`` and, where the
+    """``(gp, normalisation, kernel degree or None, condition)`` to score: the model's GP with ``F_norm`` and, where the
     normalisation is chosen by the search, with ``F_norm_alt``; where the kernel is also chosen (``kernel="auto"``),
     a fresh GP with the mechanical kernel of each degree of :data:`MECHANICAL_DEGREES` with ``F_norm_alt`` (module
-    docstring: it needs the whole mass matrix) and, with :data:`MECHANICAL_DIAGONAL`, degree 2 with the diagonal
-    condition (``diagonal`` True)."""
+    docstring: it needs the whole mass matrix; condition ``"matrix"``), with :data:`MECHANICAL_DIAGONAL` degree 2 with
+    the diagonal condition (``"diagonal"``) and with :data:`MECHANICAL_TRACE` :data:`TRACE_DEGREE` with ``F_norm`` (``"trace"``;
+    scored only where :func:`contradicted`). Non-mechanical candidates have the condition None."""
     from .kernel_choice import new_gp
     from .mechanical import MechanicalKernel
 
-    out = [(model.gp, F_norm, None, False)]
+    out = [(model.gp, F_norm, None, None)]
     if F_norm_alt is not None:
-        out.append((model.gp, F_norm_alt, None, False))
+        out.append((model.gp, F_norm_alt, None, None))
         if getattr(model, "_kernel_auto", False):
-            mechanical = [(F_norm_alt, degree, False) for degree in MECHANICAL_DEGREES]
+            mechanical = [(F_norm_alt, degree, "matrix") for degree in MECHANICAL_DEGREES]
             diagonal = getattr(model, "_norm_diagonal", None)
             if MECHANICAL_DIAGONAL and diagonal is not None:  # unequal masses: the same kernel, no equal masses assumed
-                mechanical.append((diagonal, MECHANICAL_DEGREE, True))
-            for norm, degree, is_diagonal in mechanical:
+                mechanical.append((diagonal, MECHANICAL_DEGREE, "diagonal"))
+            if MECHANICAL_TRACE and diagonal is not None:  # a mass matrix neither ~I nor diagonal: the scale alone
+                mechanical.append((F_norm, TRACE_DEGREE, "trace"))
+            for norm, degree, condition in mechanical:
                 gp = new_gp(None, MechanicalKernel(degree), norm.dim, model.ard, model._units_device)
                 for p in gp.parameters():
                     p.requires_grad_(False)
-                out.append((gp, norm, degree, is_diagonal))
+                out.append((gp, norm, degree, condition))
     return out
 
 
@@ -222,32 +236,33 @@ def _key(name: str, degree: Optional[int]) -> str:
     return name if degree in (None, MECHANICAL_DEGREE) else f"{name}{degree}"
 
 
-def _refined(model, n: int, cand: tuple) -> tuple:
-    """``cand`` after the refinement (stage 2): its objective value is the refined one."""
+def _refined(model, n: int, cand: tuple, default: int = REFINE_EVALUATIONS) -> tuple:
+    """``cand`` after the refinement (stage 2; ``default`` solves unless the model sets them): its value the refined one."""
     lq, lv, val, full, F_all, norm, evaluate, gp, degree = cand
-    evaluations = REFINE_EVALUATIONS if model.iterations is None else model.iterations
+    evaluations = default if model.iterations is None else model.iterations
     trace, val = [full], val if full is None else full
     if evaluations > 0:
         lq, lv, val, trace = refine(evaluate, n, lq, lv, evaluations, start=full)
     return (lq, lv, val, full, F_all, norm, evaluate, gp, degree), trace
 
 
-def _names(k: int, degree: Optional[int], diagonal: bool) -> Tuple[str, str, str]:
+def _names(k: int, degree: Optional[int], condition: Optional[str]) -> Tuple[str, str, str]:
     """The ``k``-th candidate's name (``history["normalisation_candidates"]``), grid key and refinement key. The
-    keys of degree 2 with the whole matrix keep the spelling they had before Session 10 (:func:`_key`)."""
+    keys of degree 2 with the whole matrix keep the spelling they had before Session 10 (:func:`_key`); the other
+    conditions add ``_diagonal`` / ``_trace``."""
     if degree is None:
         return ("trace", "matrix")[k], ("grid", "grid_alt")[k], "search"
-    suffix = "_diagonal" if diagonal else ""
+    suffix = "" if condition == "matrix" else f"_{condition}"
     return (f"mechanical{degree}{suffix}", _key("grid_mechanical", degree) + suffix,
             _key("search_mechanical", degree) + suffix)
 
 
 def _with_mechanical(mechs: list, entry: tuple) -> list:
-    """``mechs`` with ``entry`` = ``(cand, name, refinement key, diagonal)`` of a scored mechanical candidate (``cand``'s
-    unrefined held-out value at index 3, its degree last): a whole-matrix candidate is added; the diagonal
-    condition's replaces the whole matrix's of its degree only where lower by :data:`MATRIX_MARGIN`
-    (:data:`MECHANICAL_DIAGONAL`), and is added where that one was not usable."""
-    if not entry[3]:
+    """``mechs`` with ``entry`` = ``(cand, name, refinement key, condition)`` of a scored mechanical candidate (``cand``'s
+    unrefined held-out value at index 3, its degree last): a whole-matrix candidate is added; the diagonal condition's
+    or the trace's replaces the candidate kept of its degree only where lower by :data:`MATRIX_MARGIN`
+    (:data:`MECHANICAL_DIAGONAL`, :data:`MECHANICAL_TRACE`), and is added where none was usable."""
+    if entry[3] == "matrix":
         return mechs + [entry]
     degree = entry[0][-1]
     same = [e for e in mechs if e[0][-1] == degree]
@@ -268,22 +283,26 @@ def by_degree(candidates: list) -> Optional[tuple]:
     return kept
 
 
-def rbf_margin(history: dict) -> float:
-    """How much lower the RBF's refined held-out value must be than the mechanical candidate kept for the RBF to win:
-    :data:`DIAGONAL_RBF_MARGIN` where that candidate has the diagonal condition (``history["mechanical_kept_diagonal"]``)
-    and the held-out values in ``history`` contradict a mass matrix proportional to I at the data's centre (the RBF's
-    ``"matrix"`` worse than its ``"trace"`` by more than :data:`MATRIX_MARGIN`, both finite), else 0 (the lower value
-    wins)."""
+def contradicted(history: dict) -> bool:
+    """Whether the held-out values in ``history`` contradict a mass matrix proportional to I at the data's centre: the
+    RBF's ``"matrix"`` worse than its ``"trace"`` by more than :data:`MATRIX_MARGIN`, both finite."""
     seen = dict(zip(history.get("normalisation_candidates", []), history.get("normalisation_values", [])))
     trace, matrix = seen.get("trace"), seen.get("matrix")
     finite = all(x is not None and math.isfinite(x) for x in (trace, matrix))  # a failed solve (inf, NaN) says nothing
-    contradicted = finite and matrix > trace + MATRIX_MARGIN
-    return DIAGONAL_RBF_MARGIN if contradicted and history.get("mechanical_kept_diagonal", False) else 0.0
+    return finite and matrix > trace + MATRIX_MARGIN
+
+
+def rbf_margin(history: dict) -> float:
+    """How much lower the RBF's refined held-out value must be than the mechanical candidate kept for the RBF to win:
+    :data:`DIAGONAL_RBF_MARGIN` where that candidate has the diagonal condition (``history["mechanical_kept_diagonal"]``)
+    and the held-out values in ``history`` contradict a mass matrix proportional to I at the data's centre
+    (:func:`contradicted`), else 0 (the lower value wins)."""
+    return DIAGONAL_RBF_MARGIN if contradicted(history) and history.get("mechanical_kept_diagonal", False) else 0.0
 
 
 def _choose(history: dict, rbf: Optional[tuple], refined: list) -> tuple:
     """The candidate kept between the RBF's refined ``rbf`` (None: none usable) and the refined mechanical candidates
-    ``refined`` = ``[(cand, name, diagonal)]``: :func:`by_degree`'s, where its refined held-out value is lower than the
+    ``refined`` = ``[(cand, name, condition)]``: :func:`by_degree`'s, where its refined held-out value is lower than the
     RBF's plus :func:`rbf_margin`. ``history`` records the mechanical candidate by_degree kept, kept or not
     (``mechanical_kept``: its degree; ``mechanical_kept_name``; ``mechanical_kept_diagonal``: its condition), the margin
     applied (``rbf_margin``, 0 where one side is missing) and ``rbf_margin_decided``: whether the choice with it differs
@@ -291,7 +310,7 @@ def _choose(history: dict, rbf: Optional[tuple], refined: list) -> tuple:
     mech = by_degree([cand for cand, _, _ in refined])
     history["mechanical_kept"] = None if mech is None else mech[-1]
     history["mechanical_kept_name"], history["mechanical_kept_diagonal"] = next(
-        ((name, diagonal) for cand, name, diagonal in refined if cand is mech), (None, False))
+        ((name, condition == "diagonal") for cand, name, condition in refined if cand is mech), (None, False))
     both = mech is not None and rbf is not None
     margin = history["rbf_margin"] = rbf_margin(history) if both else 0.0
     history["rbf_margin_decided"] = both and (mech[2] < rbf[2] + margin) != (mech[2] < rbf[2])
@@ -326,10 +345,12 @@ def search_positions(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions,
     F_train = F_data.subset(tr_all)
     candidates = _candidates(model, F_norm, F_norm_alt)
     rbf, mechs = None, []
-    for k, (gp, norm, degree, is_diagonal) in enumerate(candidates):
+    for k, (gp, norm, degree, condition) in enumerate(candidates):
+        if condition == "trace" and not contradicted(model.history):  # I at the centre not refuted: not scored
+            continue
         grid = subset_grid(_shifted(objective(gp, "positions", Functionals.cat([F_sub, norm]), F_va, G_va, positions), offset),
                            n, scale0)
-        name, grid_key, search_key = _names(k, degree, is_diagonal)
+        name, grid_key, search_key = _names(k, degree, condition)
         model.history[grid_key] = grid
         lq, lv, val = min(grid, key=lambda g: g[2])
         if not math.isfinite(val):
@@ -341,16 +362,17 @@ def search_positions(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions,
         model.history.setdefault("normalisation_candidates", []).append(name)  # which value is whose
         cand = (lq, lv, val, full, F_all, norm, evaluate, gp, degree)
         if degree is not None and math.isfinite(full):
-            mechs = _with_mechanical(mechs, (cand, name, search_key, is_diagonal))
+            mechs = _with_mechanical(mechs, (cand, name, search_key, condition))
         elif degree is None and (rbf is None or (full is not None and full < rbf[3] - MATRIX_MARGIN)):
             rbf = cand  # the whole matrix only where it predicts clearly better (MATRIX_MARGIN)
     if rbf is None and not mechs:
         raise BeaRuntimeError("no hyperparameters on the grid gave a usable fit; fix them with lengthscale= and noise=")
     best, model.history["search"] = _refined(model, n, rbf) if rbf is not None else (None, [])
     refined = []
-    for cand, name, search_key, is_diagonal in mechs:
-        cand, model.history[search_key] = _refined(model, n, cand)
-        refined.append((cand, name, is_diagonal))
+    for cand, name, search_key, condition in mechs:
+        solves = TRACE_EVALUATIONS if condition == "trace" else REFINE_EVALUATIONS
+        cand, model.history[search_key] = _refined(model, n, cand, solves)
+        refined.append((cand, name, condition))
     best = _choose(model.history, best, refined)
     lq, lv, val, _, F_all, F_norm, evaluate, model.gp, model.kernel_degree = best
     model.history["objective"] = val
