@@ -233,8 +233,9 @@ def test_the_trace_candidate_is_offered_at_degree_4_and_scored_only_where_the_ma
     """position_search (Session 23, MECHANICAL_TRACE): with ``kernel="auto"`` and the diagonal condition available (n >= 3)
     the candidates end with the mechanical kernel of TRACE_DEGREE = 4 on the trace's normalisation (a q-dependent,
     coupled mass matrix makes the whole matrix and the diagonal false, and L_inv is quartic in v there); it is scored
-    only where the RBF's whole matrix is worse than its trace by more than MATRIX_MARGIN (``contradicted``), so fits
-    with a mass matrix proportional to I are unchanged, and refined with TRACE_EVALUATIONS = 20 solves."""
+    only where the RBF's whole matrix AND the diagonal candidate are worse than the RBF's trace by more than MATRIX_MARGIN
+    (``contradicted``), so fits with a mass matrix proportional to I or diagonal are unchanged, and refined with
+    TRACE_EVALUATIONS = 20 solves."""
     from types import SimpleNamespace
 
     from learners.shadow import position_search as PS
@@ -258,3 +259,10 @@ def test_the_trace_candidate_is_offered_at_degree_4_and_scored_only_where_the_ma
     assert PS.contradicted(history(-15.18, -7.35)) and not PS.contradicted(history(-22.01, -22.03))
     assert PS.contradicted(history(-10.0, -10.0 + 1.01 * m)) and not PS.contradicted(history(-10.0, -10.0 + 0.99 * m))
     assert not PS.contradicted(history(-10.0, float("inf"))) and not PS.contradicted({})
+    # the diagonal's test, the second gate: triple_pendulum3 seed 0's diagonal candidate (-9.67 against the RBF's
+    # -15.18) is refuted; mass_chain_unequal4's (-17.65 against -17.71; its M is diagonal) is not, so the trace's
+    # candidate is not scored there (scored, it was kept at 4.9e-3 against the diagonal's 4.6e-4)
+    diag = PS._names(0, PS.MECHANICAL_DEGREE, "diagonal")[0]
+    assert diag == "mechanical2_diagonal"
+    assert PS.contradicted({"normalisation_candidates": ["trace", diag], "normalisation_values": [-15.18, -9.67]}, diag)
+    assert not PS.contradicted({"normalisation_candidates": ["trace", diag], "normalisation_values": [-17.71, -17.65]}, diag)

@@ -57,9 +57,9 @@ by the margin too: skew_mass3 in tests/test_learners_normalisation_choice.py, wh
 8.3). Requiring the diagonal candidate also to beat the RBF's whole-matrix value would not exclude that case (there -9.77
 against -8.28 at the grid points) and was not added.
 
-One position and one velocity lengthscale (not one per input): the data are standardised with one scale for
-all coordinates (:mod:`learners.shadow.lsi`), and per-input lengthscales doubled the cost of every refinement
-sweep without a better held-out error on the systems tried.
+One position and one velocity lengthscale (not one per input): the data are standardised with one scale for all
+coordinates (:mod:`learners.shadow.lsi`), and per-input lengthscales doubled the cost of every refinement sweep without
+a better held-out error on the systems tried.
 """
 
 from __future__ import annotations
@@ -117,14 +117,14 @@ DEGREE_MARGIN = 0.2
 #: idmass). Cost: 30 subset solves and one full solve
 MECHANICAL_DIAGONAL = True
 
-#: whether the default search also scores the mechanical kernel of degree 4 with the trace alone where the data
-#: contradict a mass matrix proportional to I at their centre (:func:`contradicted`), kept over the degree-4 candidate
-#: with the whole matrix only where lower by :data:`MATRIX_MARGIN`, refined with :data:`TRACE_EVALUATIONS` solves: a
-#: mass matrix that depends on q and couples the coordinates (pendulums, arms) makes the whole matrix and the diagonal
-#: false, only the overall scale is a gauge, and L_inv's O(h^2) term is quartic in v there (degree 2 too low).
-#: Measured (benchmarks/RESULTS_identification.md, Session 23, tp13): triple pendulum seeds 0 / 2 and a cart with a
-#: double pendulum 4.7e-3 / 6.6e-3 / 6.4e-3 (the RBF kept) -> 1.6e-3 / 1.3e-3 / 1.1e-3 (3.3e-3 / 1.4e-3 / 3.2e-3 with
-#: 6 solves). Cost where contradicted: 30 subset and 21 full solves; elsewhere none
+#: whether the default search also scores the mechanical kernel of degree 4 with the trace alone where the data refute
+#: both a mass matrix ~ I and a diagonal one at their centre (:func:`contradicted`), kept over the degree-4 candidate with
+#: the whole matrix only where lower by :data:`MATRIX_MARGIN`, refined with :data:`TRACE_EVALUATIONS` solves: a mass
+#: matrix that depends on q and couples the coordinates (pendulums, arms) makes both false, only the overall scale is a
+#: gauge, and L_inv's O(h^2) term is quartic in v there (degree 2 too low). Measured (RESULTS_identification.md, Session
+#: 23, tp13): triple pendulum seeds 0 / 2 and a cart with a double pendulum 4.7e-3 / 6.6e-3 / 6.4e-3 (the RBF kept) ->
+#: 1.6e-3 / 1.3e-3 / 1.1e-3. Without the diagonal's gate mass_chain_unequal4 (diagonal M: -17.65 against the RBF's
+#: -17.71) kept it at 4.9e-3 (4.6e-4 before). Cost where scored: 30 subset and 21 full solves; elsewhere none
 MECHANICAL_TRACE = True
 TRACE_DEGREE, TRACE_EVALUATIONS = 4, 20
 
@@ -148,8 +148,7 @@ Objective = Callable[[torch.Tensor], float]
 
 
 def tied_theta(ell_q: float, ell_v: float, n: int) -> torch.Tensor:
-    r""":math:`\theta = (\log\ell_1..\log\ell_{2n}, \log\rho)` with ``ell_q`` on the positions and ``ell_v`` on
-    the velocities."""
+    r""":math:`\theta = (\log\ell_1..\log\ell_{2n}, \log\rho)`: ``ell_q`` on the positions, ``ell_v`` on the velocities."""
     return torch.tensor([math.log(ell_q)] * n + [math.log(ell_v)] * n + [math.log(NUGGET)], dtype=torch.float64,
                         device="cpu")  # the search's few numbers stay on the CPU
 
@@ -283,11 +282,12 @@ def by_degree(candidates: list) -> Optional[tuple]:
     return kept
 
 
-def contradicted(history: dict) -> bool:
-    """Whether the held-out values in ``history`` contradict a mass matrix proportional to I at the data's centre: the
-    RBF's ``"matrix"`` worse than its ``"trace"`` by more than :data:`MATRIX_MARGIN`, both finite."""
+def contradicted(history: dict, name: str = "matrix") -> bool:
+    """Whether the held-out values in ``history`` contradict a mass matrix proportional to I (``name``: the RBF's
+    ``"matrix"``) or a diagonal one (``"mechanical2_diagonal"``) at the data's centre: that candidate worse than the
+    RBF's ``"trace"`` by more than :data:`MATRIX_MARGIN`, both finite."""
     seen = dict(zip(history.get("normalisation_candidates", []), history.get("normalisation_values", [])))
-    trace, matrix = seen.get("trace"), seen.get("matrix")
+    trace, matrix = seen.get("trace"), seen.get(name)
     finite = all(x is not None and math.isfinite(x) for x in (trace, matrix))  # a failed solve (inf, NaN) says nothing
     return finite and matrix > trace + MATRIX_MARGIN
 
@@ -344,10 +344,10 @@ def search_positions(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions,
     tr_all, _ = split_functionals(groups, F_data.count)
     F_train = F_data.subset(tr_all)
     candidates = _candidates(model, F_norm, F_norm_alt)
-    rbf, mechs = None, []
+    rbf, mechs, diagonal_name = None, [], _names(0, MECHANICAL_DEGREE, "diagonal")[0]
     for k, (gp, norm, degree, condition) in enumerate(candidates):
-        if condition == "trace" and not contradicted(model.history):  # I at the centre not refuted: not scored
-            continue
+        if condition == "trace" and not (contradicted(model.history) and contradicted(model.history, diagonal_name)):
+            continue  # the scale alone only where the data refute both I and a diagonal at the centre
         grid = subset_grid(_shifted(objective(gp, "positions", Functionals.cat([F_sub, norm]), F_va, G_va, positions), offset),
                            n, scale0)
         name, grid_key, search_key = _names(k, degree, condition)
