@@ -225,12 +225,9 @@ BEA_FLATTEN int bea_march(int B, int n_in, int j0, int j_end, double *out, long 
 """
 
 
-#: largest CLagrangian.cost inlined into the march, at n = 1 only (measured: docs/theory/codegen.md)
-INLINE_MAX_COST = 8
-
-#: longest ``lag_derivs`` source (characters) inlined into the march: flattening a longer one (a lowered series' Taylor
-#: program, ~20,000 characters) took gcc 13 s more for no faster step (docs/theory/codegen.md, Session 23)
-INLINE_MAX_SOURCE = 12_000
+#: largest CLagrangian.cost and ``lag_derivs`` source (characters) inlined into the march, at n = 1 only: flattening a
+#: lowered series' Taylor program (~20,000 characters) took gcc 13 s more for no faster step (docs/theory/codegen.md)
+INLINE_MAX_COST, INLINE_MAX_SOURCE = 8, 12_000
 
 
 def inline_lagrangian(n: int, cost: int, source: str) -> bool:
