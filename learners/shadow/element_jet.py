@@ -37,7 +37,7 @@ from typing import Dict, List, Tuple
 import torch
 
 from .element_uncertainty import ElementLayout
-from .taylor_jet import ATOM_ENTRIES, TAYLOR_TABLE_ENTRIES
+from .taylor_jet import ATOM_ENTRIES, TAYLOR_TABLE_ENTRIES, split_factor
 from .uncertainty import GaussianFeatures
 
 __all__ = ["ElementTaylorJet", "COMPOSE_ENTRIES"]
@@ -110,10 +110,7 @@ class ElementTaylorJet:
                 layout = self._layout(K)
                 alpha = GaussianFeatures(self.D, K, gaussian=False).exponents
                 log_fact = torch.lgamma(alpha.double() + 1).sum(-1).to(self.s2.device)
-                corr = None
-                if layout.corr is not None and layout.corr_atoms:
-                    s = torch.cat([layout.corr.fq.scales, layout.corr.fv.scales])
-                    corr = torch.exp(0.5 * log_fact) / (s ** alpha.to(s.device)).prod(-1)
+                corr = split_factor(layout.corr, alpha) if layout.corr is not None and layout.corr_atoms else None
                 maps = [_maps(g, alpha) for g in layout.groups]
             self._orders[K] = (layout, alpha, torch.exp(log_fact), corr, maps)
         return self._orders[K]

@@ -31,7 +31,8 @@ import torch
 from .rbf_jet import JetLagrangian, _Table
 from .uncertainty import _element, _feature_map, _kernel
 
-__all__ = ["MeanTaylorJet", "SharedJetLagrangian", "on_jet_table", "on_table", "TAYLOR_TABLE_ENTRIES", "TABLE_STATES"]
+__all__ = ["MeanTaylorJet", "SharedJetLagrangian", "on_jet_table", "on_table", "split_factor", "TAYLOR_TABLE_ENTRIES",
+           "TABLE_STATES"]
 
 #: states x (position jet entries)^2 per pass of :meth:`MeanTaylorJet.__call__` (the (B, S, S) product of
 #: :meth:`~learners.shadow.feature_jets.SplitLayout.function_jet`: 330^2 per state at n = 4, K = 7, so ~55 MB a pass)
@@ -54,10 +55,7 @@ class MeanTaylorJet:
         """The split layout of order ``K`` and the factor :math:`\\sqrt{\\alpha!}/s^\\alpha` of each column."""
         if K not in self._layouts:
             layout = _feature_map(self.base, self.D, K).split()
-            scales = torch.cat([layout.fq.scales, layout.fv.scales])
-            alpha = layout.jets.to(scales.device)
-            factor = torch.exp(0.5 * torch.lgamma(alpha.double() + 1).sum(-1)) / (scales ** alpha).prod(-1)
-            self._layouts[K] = (layout, factor)
+            self._layouts[K] = (layout, split_factor(layout, layout.jets))
         return self._layouts[K]
 
     def columns(self, K: int) -> List[Tuple[int, ...]]:
@@ -70,6 +68,13 @@ class MeanTaylorJet:
         chunk = max(1, TAYLOR_TABLE_ENTRIES // (S * S))
         out = [layout.function_jet(X[a:a + chunk], self.atoms, ATOM_ENTRIES) for a in range(0, X.shape[0], chunk)]
         return self.s2 * torch.cat(out) * factor
+
+
+def split_factor(layout, alpha: torch.Tensor) -> torch.Tensor:
+    r""":math:`\sqrt{\alpha!}/s^\alpha` per column ``alpha`` (A, D): a split layout's scaled derivatives to plain ones."""
+    scales = torch.cat([layout.fq.scales, layout.fv.scales])
+    alpha = alpha.to(scales.device)
+    return torch.exp(0.5 * torch.lgamma(alpha.double() + 1).sum(-1)) / (scales ** alpha).prod(-1)
 
 
 class _SharedTable(_Table):
