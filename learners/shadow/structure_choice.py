@@ -76,6 +76,7 @@ from bea.errors import BeaError, BeaValueError, BeaWarning
 
 from .element_kernel import ElementKernel
 from .guards import caller_level
+from .normalisation import at_data_states
 
 __all__ = ["STRUCTURE_MARGIN", "DEGENERATE_MARGIN", "BODY_MARGIN", "UNEQUAL", "DIMENSIONS",
            "structures", "structure_kernel", "structure_name", "scores_structures",
@@ -192,7 +193,7 @@ def _screen(model, args: tuple, D: int, records: dict) -> list:
 def _spec_args(model, spec: Spec, args: tuple) -> tuple:
     """The search's arguments for ``spec``: a per-body structure's alternative normalisation is the diagonal condition
     (no equal masses assumed), scored alone (``alt_only``)."""
-    return args[:8] + (model._norm_diagonal,) if _is_per_body(spec) else args
+    return args[:8] + (at_data_states(model._norm_diagonal, args[0]),) if _is_per_body(spec) else args
 
 
 def _start_options(spec: Spec) -> dict:
