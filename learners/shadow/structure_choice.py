@@ -27,7 +27,8 @@ held-out functionals and objective):
    screen (:func:`_per_body`; on bodies of masses 1 : 3 to 1 : 30 they led the wrong chain(4) by only 0.5-1.5, Session
    20 fix pass): the same bodies with one element each (``identical=False``, spec ``("bodies", k, d, "unequal")``) and
    the diagonal mass condition (:class:`~learners.shadow.normalisation.MassNormalisation` ``matrix="diagonal"``, not
-   scored against the trace) are screened too, and take the identical bodies' place only where lower by
+   scored against the trace; its zero entries also at data states, :func:`~learners.shadow.normalisation.at_data_states`)
+   are screened too, and take the identical bodies' place only where lower by
    :data:`BODY_MARGIN`: a shared body element holds equal masses only (two_body_unequal4, masses 1 : 2, energy
    differences 0.405; two_body_free4, 1 : 1.5 and a free centre of mass, 4.7, with no warning), and the per-body
    structure leads there by 2.5-7.8, while on equal masses it screens 1.6-3.3 *behind* (two_body4, two_body_morse4,
@@ -238,7 +239,10 @@ def _per_body(model, args: tuple, screened: list, records: dict) -> list:
     chain(4) by little (0.5-1.5 at masses 1 : 3 to 1 : 30, 0.02 at 40 trajectories) or may trail it; and per-body
     elements leave one scale per separately conserved part free (:math:`aL_{com} + bL_{rel}` has the same motions; the
     held-out error cannot see :math:`a/b`), which the diagonal condition fixes -- the cross term between the bodies'
-    velocities is zero only at :math:`a = b` -- and the trace does not."""
+    velocities is zero only at :math:`a = b` -- and the trace does not. The condition is set at the data's centre and at
+    :data:`~learners.shadow.normalisation.BODY_STATES` data states (:func:`~learners.shadow.normalisation.at_data_states`):
+    at one state the pair element's velocity curvature, a state-dependent :math:`a/b`, stayed free elsewhere
+    (two_body_unequal4 9.8e-3 -> 2.6e-4, Session 24)."""
     if not screened or getattr(model, "_norm_diagonal", None) is None:
         return screened
     best = min(c[0] for c in screened)
