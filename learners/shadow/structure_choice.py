@@ -77,7 +77,7 @@ from bea.errors import BeaError, BeaValueError, BeaWarning
 
 from .element_kernel import ElementKernel
 from .guards import caller_level
-from .normalisation import at_data_states
+from .normalisation import BODY_STATES, at_data_states
 
 __all__ = ["STRUCTURE_MARGIN", "DEGENERATE_MARGIN", "BODY_MARGIN", "UNEQUAL", "DIMENSIONS",
            "structures", "structure_kernel", "structure_name", "scores_structures",
@@ -260,11 +260,13 @@ def _warn_per_body(name: str) -> None:
 
     warnings.warn(f"kernel='auto' kept {name}: its screen led identical bodies' (the data appear to favour unequal "
                   "masses), so each body's element learns from its own data only and the relative scale of separately "
-                  "conserved parts (centre of mass, relative motion) rests on the diagonal mass condition at one state; "
-                  "measured on four two-body problems at 120-150 trajectories: energy differences 3.8e-4 to 0.36 "
-                  "relative (identical bodies: 3e-4), and energy(N, return_std=True) missed them both ways (RMS z "
-                  "0.4-2.7; 12 at 60 trajectories). Check model.calibration; remedy: more trajectories, a smaller step "
-                  "h where a pair's oscillation is fast for it (0.36 -> 0.027 at half the step), and for a second "
+                  "conserved parts (centre of mass, relative motion) rests on the diagonal mass condition (no velocity "
+                  f"coupling between coordinates) at the data's centre and {BODY_STATES} data states; measured on five "
+                  "two-body "
+                  "problems at 120-150 trajectories: energy differences 2.5e-4 to 2.5e-3 relative (identical bodies: "
+                  "3e-4); energy(N, return_std=True) missed them both ways before that condition (RMS z 0.4-2.7; 12 at "
+                  "60 trajectories). Check model.calibration; remedy: more trajectories, a smaller step h where a "
+                  "pair's oscillation is fast for it, and for a second "
                   "estimate kernel='mechanical' (no structure) or another sample of trajectories",
                   IdentifiabilityWarning, stacklevel=caller_level())
 
