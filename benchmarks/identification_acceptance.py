@@ -462,8 +462,9 @@ def main(argv=None) -> None:
     systems = {make.__name__: (make, h, T) for make, h, T in A.SYSTEMS}
     from _systems12 import NEW12, rescaled
     from _systems23 import NEW23
+    from _systems24 import NEW24
 
-    systems.update({make.__name__: (make, h, T) for make, h, T in A.UNTUNED + UNTUNED + NEW12 + NEW23})
+    systems.update({make.__name__: (make, h, T) for make, h, T in A.UNTUNED + UNTUNED + NEW12 + NEW23 + NEW24})
     args = _arguments(argv, systems)
     make, h, T = systems[args.system]
     h = args.h or h

@@ -44,7 +44,9 @@ directions, and a fit in turned coordinates (:mod:`learners.shadow.principal`) t
 where the masses differ (bodies of masses 1 and 2 in Cartesian positions), where the whole matrix does not, and it
 still fixes the parts' relative scales of the two-body problem: the centre of mass and the relative motion
 each carry the off-diagonal entries :math:`\pm\mu` between a body's x (or y) and the other's, which cancel only at
-equal factors. Measured (benchmarks/RESULTS_identification.md, session 10): two_body4 (equal masses) 2.48e-2 against
+equal factors. A per-body fit (one element per body, :mod:`learners.shadow.structure_choice`) sets these zero entries
+also at :data:`BODY_STATES` data states (:func:`at_data_states`): there the factors' ratio can vary with the state
+through the pair element, and at one state only it did (two_body_unequal4: 9.8e-3 -> 2.6e-4, Session 24). Measured (benchmarks/RESULTS_identification.md, session 10): two_body4 (equal masses) 2.48e-2 against
 the whole matrix's 2.14e-2, so it is not the default; on the unequal-mass variant with 150 trajectories 0.162 against
 0.259, a fit still too poorly determined (one-step errors 11-17% of a step) to tell what the assumption costs.
 
@@ -80,7 +82,7 @@ from bea.errors import BeaValueError
 from .functionals import AtomSet, Functionals
 
 __all__ = ["Normalisation", "VertexNormalisation", "MassNormalisation", "get_normalisation", "inverse_curvature",
-           "in_standard_units", "SEARCHED_MATRIX"]
+           "in_standard_units", "SEARCHED_MATRIX", "BODY_STATES", "at_data_states"]
 
 #: the matrix condition that the default (``matrix=None``) scores against the trace at ``n >= 3`` and that the
 #: principal-direction candidate fixes (:mod:`learners.shadow.position_search`, :mod:`learners.shadow.principal`):
@@ -231,6 +233,35 @@ class MassNormalisation(Normalisation):
             dirs = torch.cat([dirs, torch.stack([torch.cat([a[i], zero], 1), torch.cat([a[j], zero], 1)], 1)])
             coef, owner = torch.cat([coef, torch.full((P,), -self.curvature, **f64)]), owner.repeat(2)
         return AtomSet(x0.expand(owner.numel(), 2 * n), dirs, coef, owner)
+
+
+#: data states (besides :math:`x_0`) at which a per-body fit's diagonal condition also sets the entries above the
+#: diagonal to zero (:func:`at_data_states`); Session 24 (benchmarks/RESULTS_identification.md)
+BODY_STATES = 16
+
+
+def at_data_states(F_diag: Functionals, F_data: Functionals, count: Optional[int] = None) -> Functionals:
+    r"""``F_diag`` (``matrix="diagonal"``'s functionals at :math:`x_0`) with its conditions on the entries above the
+    diagonal repeated at ``count`` (default :data:`BODY_STATES`) of the data's states (atoms' points of ``F_data``, evenly spaced in their order).
+    Why: with one element per body, :math:`aL + (b - a)L_{rel}` moves only the pair element (its inputs
+    :math:`q_i - q_j, v_i - v_j`), and at one state the pair's velocity curvature is free to vary away from it; every
+    per-body Lagrangian with Cartesian masses has no velocity coupling at any state, and the exact :math:`L_{inv}`
+    meets the condition with the curvature term to :math:`O(h^4)` everywhere (the :math:`v_r^\top V''(r)\,v_r` term
+    of :math:`\mathrm{inv}_2` is what the curvature term removes)."""
+    n, D = F_diag.dim // 2, F_diag.dim
+    count = BODY_STATES if count is None else count
+    off = torch.arange(n + 2, F_diag.count, device=F_diag.device)
+    points = torch.cat([a.points for a in F_data.atoms.values()])
+    if off.numel() == 0 or count <= 0 or points.shape[0] == 0:
+        return F_diag
+    pick = torch.linspace(0, points.shape[0] - 1, min(count, points.shape[0]), device=points.device).round().long()
+    part = F_diag.subset(off)
+    parts = [F_diag]
+    for x in points[pick]:
+        atoms = {m: AtomSet(x.reshape(1, D).expand(a.points.shape[0], D), a.dirs, a.coef, a.owner)
+                 for m, a in part.atoms.items()}
+        parts.append(Functionals(D, part.count, atoms, part.targets))
+    return Functionals.cat(parts)
 
 
 #: how far ``axes @ axes.T`` may be from the identity (largest entry): float64 rounding of a computed rotation is

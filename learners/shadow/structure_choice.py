@@ -27,7 +27,8 @@ held-out functionals and objective):
    screen (:func:`_per_body`; on bodies of masses 1 : 3 to 1 : 30 they led the wrong chain(4) by only 0.5-1.5, Session
    20 fix pass): the same bodies with one element each (``identical=False``, spec ``("bodies", k, d, "unequal")``) and
    the diagonal mass condition (:class:`~learners.shadow.normalisation.MassNormalisation` ``matrix="diagonal"``, not
-   scored against the trace) are screened too, and take the identical bodies' place only where lower by
+   scored against the trace; its zero entries also at data states, :func:`~learners.shadow.normalisation.at_data_states`)
+   are screened too, and take the identical bodies' place only where lower by
    :data:`BODY_MARGIN`: a shared body element holds equal masses only (two_body_unequal4, masses 1 : 2, energy
    differences 0.405; two_body_free4, 1 : 1.5 and a free centre of mass, 4.7, with no warning), and the per-body
    structure leads there by 2.5-7.8, while on equal masses it screens 1.6-3.3 *behind* (two_body4, two_body_morse4,
@@ -76,6 +77,7 @@ from bea.errors import BeaError, BeaValueError, BeaWarning
 
 from .element_kernel import ElementKernel
 from .guards import caller_level
+from .normalisation import BODY_STATES, at_data_states
 
 __all__ = ["STRUCTURE_MARGIN", "DEGENERATE_MARGIN", "BODY_MARGIN", "UNEQUAL", "DIMENSIONS",
            "structures", "structure_kernel", "structure_name", "scores_structures",
@@ -192,7 +194,7 @@ def _screen(model, args: tuple, D: int, records: dict) -> list:
 def _spec_args(model, spec: Spec, args: tuple) -> tuple:
     """The search's arguments for ``spec``: a per-body structure's alternative normalisation is the diagonal condition
     (no equal masses assumed), scored alone (``alt_only``)."""
-    return args[:8] + (model._norm_diagonal,) if _is_per_body(spec) else args
+    return args[:8] + (at_data_states(model._norm_diagonal, args[0]),) if _is_per_body(spec) else args
 
 
 def _start_options(spec: Spec) -> dict:
@@ -237,7 +239,10 @@ def _per_body(model, args: tuple, screened: list, records: dict) -> list:
     chain(4) by little (0.5-1.5 at masses 1 : 3 to 1 : 30, 0.02 at 40 trajectories) or may trail it; and per-body
     elements leave one scale per separately conserved part free (:math:`aL_{com} + bL_{rel}` has the same motions; the
     held-out error cannot see :math:`a/b`), which the diagonal condition fixes -- the cross term between the bodies'
-    velocities is zero only at :math:`a = b` -- and the trace does not."""
+    velocities is zero only at :math:`a = b` -- and the trace does not. The condition is set at the data's centre and at
+    :data:`~learners.shadow.normalisation.BODY_STATES` data states (:func:`~learners.shadow.normalisation.at_data_states`):
+    at one state the pair element's velocity curvature, a state-dependent :math:`a/b`, stayed free elsewhere
+    (two_body_unequal4 9.8e-3 -> 2.6e-4, Session 24)."""
     if not screened or getattr(model, "_norm_diagonal", None) is None:
         return screened
     best = min(c[0] for c in screened)
@@ -260,8 +265,9 @@ def _warn_per_body(name: str, screens: Tuple[float, Optional[float]], refined: f
     warnings.warn(f"kernel='auto' kept {name} (held-out {refined:.3g}; the default kernels' {default:.3g}): its screen "
                   f"led identical bodies'{led}, so the data appear to favour unequal masses. Each body's element learns "
                   "from its own data only, and the relative scale of separately conserved parts (centre of mass, "
-                  "relative motion) rests on the diagonal mass condition at one state; every calibration fold shares "
-                  "that condition, so the std of energy(N, return_std=True), calibrated on pairs of data states "
+                  "relative motion) rests on the diagonal mass condition (no velocity coupling between coordinates) at "
+                  f"the data's centre and {BODY_STATES} data states; every calibration fold shares that condition, so "
+                  "the std of energy(N, return_std=True), calibrated on pairs of data states "
                   "(model.calibration['energy_differences']), cannot see an error of that scale and is not checked "
                   "against held-out energy differences: it may be too narrow or too wide. Remedy: more trajectories, a "
                   "smaller step h where a pair's oscillation is fast for it, and for a second estimate "
