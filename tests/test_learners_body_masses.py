@@ -68,7 +68,8 @@ def test_the_diagonal_condition_is_set_at_data_states_too():
                                             torch.ones(20, dtype=torch.float64), torch.arange(20))})
     F = normalisation.at_data_states(F_diag, F_data, count)
     first = F_diag.count
-    assert F.count == first + 6 * count and bool((F.targets[first:] == 0).all()) and torch.equal(F.targets[:first], F_diag.targets)
+    assert F.count == first + 6 * count and bool((F.targets[first:] == 0).all())
+    assert torch.equal(F.targets[:first], F_diag.targets)
     extra = F.atoms[2].owner >= first
     assert all(bool((points == x).all(-1).any()) for x in F.atoms[2].points[extra])
 
@@ -85,6 +86,24 @@ def test_the_diagonal_condition_is_set_at_data_states_too():
     assert float(F.apply(per_body)[torch.cat([off, torch.arange(first, F.count)])].abs().max()) < 1e-12
     moved = F.apply(coupled)
     assert float(moved[off].abs().max()) < 1e-12 and float(moved[first:].abs().max()) > 1e-2
+
+    # with the curvature term (the fits' kappa = h^2/12 in standard units) the conditions at the data's states carry
+    # their q-atoms too: bodies in separate traps plus a coupling a (|v_r|^2 / 2 + |r|^2 / (2 kappa)) have
+    # d2L/dv2 - kappa d2L/dq2 diagonal at every state, and meet every condition only with them (a copy without them
+    # leaves -a at each state)
+    kappa, a = 0.3, 0.2
+    norm_k = MassNormalisation(matrix="diagonal", curvature=kappa)
+    F_k = normalisation.at_data_states(norm_k.functionals(4, torch.zeros(D, dtype=torch.float64)),
+                                       F_data, count)
+
+    def balanced(x):
+        q_r, v_r = x[..., :2] - x[..., 2:4], x[..., 4:6] - x[..., 6:]
+        separate = (x[..., 4:6].pow(2).sum(-1) + 3 * x[..., 6:].pow(2).sum(-1)) / 2 - x[..., :4].pow(4).sum(-1) / 6
+        return separate + a * (v_r.pow(2).sum(-1) / 2 + q_r.pow(2).sum(-1) / (2 * kappa))
+
+    assert F_k.count == F.count
+    assert float(F_k.apply(balanced)[torch.cat([off, torch.arange(first, F_k.count)])].abs().max()) < 1e-12
+    assert float(F.apply(balanced)[first:].abs().max()) > 0.1  # without the curvature term: the coupling a is seen
 
 
 def _candidate(value, spec):

@@ -46,8 +46,8 @@ still fixes the parts' relative scales of the two-body problem: the centre of ma
 each carry the off-diagonal entries :math:`\pm\mu` between a body's x (or y) and the other's, which cancel only at
 equal factors. A per-body fit (one element per body, :mod:`learners.shadow.structure_choice`) sets these zero entries
 also at :data:`BODY_STATES` data states (:func:`at_data_states`): there the factors' ratio can vary with the state
-through the pair element, and at one state only it did (two_body_unequal4: 9.8e-3 -> 2.6e-4, Session 24). Measured (benchmarks/RESULTS_identification.md, session 10): two_body4 (equal masses) 2.48e-2 against
-the whole matrix's 2.14e-2, so it is not the default; on the unequal-mass variant with 150 trajectories 0.162 against
+through the pair element, and at one state only it did (two_body_unequal4: 9.8e-3 -> 2.6e-4, Session 24). Measured
+(benchmarks/RESULTS_identification.md, session 10): two_body4 (equal masses) 2.48e-2 against the whole matrix's 2.14e-2, so it is not the default; on the unequal-mass variant with 150 trajectories 0.162 against
 0.259, a fit still too poorly determined (one-step errors 11-17% of a step) to tell what the assumption costs.
 
 The matrix is an assumption -- equal masses in the standardised coordinates at :math:`x_0` -- about :math:`L`, not
@@ -242,7 +242,8 @@ BODY_STATES = 16
 
 def at_data_states(F_diag: Functionals, F_data: Functionals, count: Optional[int] = None) -> Functionals:
     r"""``F_diag`` (``matrix="diagonal"``'s functionals at :math:`x_0`) with its conditions on the entries above the
-    diagonal repeated at ``count`` (default :data:`BODY_STATES`) of the data's states (atoms' points of ``F_data``, evenly spaced in their order).
+    diagonal repeated at ``count`` (default :data:`BODY_STATES`) of the data's states (atoms' points of ``F_data``,
+    evenly spaced in their order).
     Why: with one element per body, :math:`aL + (b - a)L_{rel}` moves only the pair element (its inputs
     :math:`q_i - q_j, v_i - v_j`), and at one state the pair's velocity curvature is free to vary away from it; every
     per-body Lagrangian with Cartesian masses has no velocity coupling at any state, and the exact :math:`L_{inv}`
