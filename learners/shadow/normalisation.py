@@ -48,7 +48,8 @@ equal factors. A per-body fit (one element per body, :mod:`learners.shadow.struc
 also at :data:`BODY_STATES` data states (:func:`at_data_states`): there the factors' ratio can vary with the state
 through the pair element, and at one state only it did (two_body_unequal4: 9.8e-3 -> 2.6e-4, Session 24). Measured
 (benchmarks/RESULTS_identification.md, session 10): two_body4 (equal masses) 2.48e-2 against the whole matrix's 2.14e-2,
-so it is not the default; on the unequal-mass variant with 150 trajectories 0.162 against 0.259, a fit still too poorly determined (one-step errors 11-17% of a step) to tell what the assumption costs.
+so it is not the default; on the unequal-mass variant with 150 trajectories 0.162 against 0.259, a fit still too poorly
+determined (one-step errors 11-17% of a step) to tell what the assumption costs.
 
 The matrix is an assumption -- equal masses in the standardised coordinates at :math:`x_0` -- about :math:`L`, not
 about the :math:`L_{inv}` the GP learns, whose mass matrix carries the potential's Hessian at :math:`O(h^2)`
