@@ -37,7 +37,8 @@ def _body_system(name, m, pair, trap):
 
 def morse_unequal4():
     """The reviewer's: masses 1 : 5, softened Morse pair (a = 3/2, rest 1/2), anisotropic trap x^2/8 + y^2/5."""
-    return _body_system("morse_unequal4", (1, 1, 5, 5), lambda r: (1 - sympy.exp(-sympy.Rational(3, 2) * (r - sympy.Rational(1, 2))))**2,
+    half, a = sympy.Rational(1, 2), sympy.Rational(3, 2)
+    return _body_system("morse_unequal4", (1, 1, 5, 5), lambda r: (1 - sympy.exp(-a * (r - half)))**2,
                         lambda q: sum(q[2 * i]**2 / 8 + q[2 * i + 1]**2 / 5 for i in range(2)))
 
 
