@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sympy
 
-__all__ = ["plummer_unequal4", "NEW24"]
+__all__ = ["plummer_unequal4", "lj_unequal4", "NEW24"]
 
 
 def plummer_unequal4():
@@ -29,4 +29,21 @@ def plummer_unequal4():
     return integrators.systems.from_sympy(T - V, q, v, "plummer_unequal4", domain=[(-0.7, 0.7)] * 4 + [(-0.35, 0.35)] * 4)
 
 
-NEW24 = [(plummer_unequal4, 0.2, 150)]
+def lj_unequal4():
+    """Session 24 (branch pick14), written before any fit: two bodies in the plane, masses 1 and 2, a softened
+    Lennard-Jones-like (4-2) pair ``(s^-2 / 16 - s^-1 / 2) / 2`` with ``s = r^2 + 1/4`` (minimum at ``r = 1/2``, depth
+    1/2, repulsive inside), in the same quartic trap for both, ``(x^2 + y^2) / 10 + (x^4 + y^4) / 8`` per body (not
+    proportional to the masses: centre of mass and relative motion coupled)."""
+    import integrators
+
+    q = sympy.symbols("x1 y1 x2 y2", real=True)
+    v = sympy.symbols("u1 w1 u2 w2", real=True)
+    m = (1, 1, 2, 2)
+    s = (q[0] - q[2])**2 + (q[1] - q[3])**2 + sympy.Rational(1, 4)
+    pair = (1 / (16 * s**2) - 1 / (2 * s)) / 2
+    trap = sum(x**2 / 10 + x**4 / 8 for x in q)
+    T = sum(mi * x**2 for mi, x in zip(m, v)) / 2
+    return integrators.systems.from_sympy(T - pair - trap, q, v, "lj_unequal4", domain=[(-0.7, 0.7)] * 4 + [(-0.35, 0.35)] * 4)
+
+
+NEW24 = [(plummer_unequal4, 0.2, 150), (lj_unequal4, 0.2, 150)]
