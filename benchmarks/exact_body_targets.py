@@ -74,10 +74,9 @@ def patch(make, h, mode):
         F, Fd = new[8], model._norm_diagonal
         n = Fd.dim // 2
         P, (i, j) = n * (n - 1) // 2, torch.triu_indices(n, n, 1)
-        pts = torch.cat([a.points for a in args[0].atoms.values()])
-        pick = torch.linspace(0, pts.shape[0] - 1, min(nm.BODY_STATES, pts.shape[0])).round().long()
-        assert (F.count - Fd.count) // P == pick.numel()
-        Cs = _remainders(model, Linv, h, [Fd.atoms[0].points[0]] + list(pts[pick]), n)
+        states = nm.data_states(args[0])  # the library's own picks
+        assert (F.count - Fd.count) // P == states.shape[0]
+        Cs = _remainders(model, Linv, h, [Fd.atoms[0].points[0]] + list(states), n)
         lam = Fd.targets[n + 1] / Cs[0][1].diagonal().sum()  # the trace condition's scale, at x0
         t = F.targets.clone()
         for s, (C, _) in enumerate(Cs):

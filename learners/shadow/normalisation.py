@@ -83,7 +83,7 @@ from bea.errors import BeaValueError
 from .functionals import AtomSet, Functionals
 
 __all__ = ["Normalisation", "VertexNormalisation", "MassNormalisation", "get_normalisation", "inverse_curvature",
-           "in_standard_units", "SEARCHED_MATRIX", "BODY_STATES", "at_data_states"]
+           "in_standard_units", "SEARCHED_MATRIX", "BODY_STATES", "data_states", "at_data_states"]
 
 #: the matrix condition that the default (``matrix=None``) scores against the trace at ``n >= 3`` and that the
 #: principal-direction candidate fixes (:mod:`learners.shadow.position_search`, :mod:`learners.shadow.principal`):
@@ -241,6 +241,16 @@ class MassNormalisation(Normalisation):
 BODY_STATES = 16
 
 
+def data_states(F_data: Functionals, count: Optional[int] = None) -> torch.Tensor:
+    """The ``count`` (default :data:`BODY_STATES`) data states of :func:`at_data_states`: atoms' points of ``F_data``,
+    evenly spaced in their order, shape ``(min(count, points), D)``."""
+    count = BODY_STATES if count is None else count
+    points = torch.cat([a.points for a in F_data.atoms.values()])
+    if count <= 0 or points.shape[0] == 0:
+        return points[:0]
+    return points[torch.linspace(0, points.shape[0] - 1, min(count, points.shape[0]), device=points.device).round().long()]
+
+
 def at_data_states(F_diag: Functionals, F_data: Functionals, count: Optional[int] = None) -> Functionals:
     r"""``F_diag`` (``matrix="diagonal"``'s functionals at :math:`x_0`) with its conditions on the entries above the
     diagonal repeated at ``count`` (default :data:`BODY_STATES`) of the data's states (atoms' points of ``F_data``,
@@ -251,15 +261,13 @@ def at_data_states(F_diag: Functionals, F_data: Functionals, count: Optional[int
     meets the condition with the curvature term to :math:`O(h^4)` everywhere (the :math:`v_r^\top V''(r)\,v_r` term
     of :math:`\mathrm{inv}_2` is what the curvature term removes)."""
     n, D = F_diag.dim // 2, F_diag.dim
-    count = BODY_STATES if count is None else count
     off = torch.arange(n + 2, F_diag.count, device=F_diag.device)
-    points = torch.cat([a.points for a in F_data.atoms.values()])
-    if off.numel() == 0 or count <= 0 or points.shape[0] == 0:
+    states = data_states(F_data, count)
+    if off.numel() == 0 or states.shape[0] == 0:
         return F_diag
-    pick = torch.linspace(0, points.shape[0] - 1, min(count, points.shape[0]), device=points.device).round().long()
     part = F_diag.subset(off)
     parts = [F_diag]
-    for x in points[pick]:
+    for x in states:
         atoms = {m: AtomSet(x.reshape(1, D).expand(a.points.shape[0], D), a.dirs, a.coef, a.owner)
                  for m, a in part.atoms.items()}
         parts.append(Functionals(D, part.count, atoms, part.targets))
