@@ -211,15 +211,15 @@ def _screen_spec(model, spec: Spec, args: tuple, D: int, records: dict) -> Optio
     started, sub = time.process_time(), {}
     record = records[structure_name(spec)] = {"history": sub}
     try:
-        gp = model._structure_gp(spec, D)
-        entries = _state_entries(gp, _spec_args(model, spec, args))
+        gp, spec_args = model._structure_gp(spec, D), _spec_args(model, spec, args)
+        entries = _state_entries(gp, spec_args)
         if entries > element_energy.MAX_STATE_ENTRIES:
             record["skipped"] = (f"{entries:,} kernel entries per state, above the energy's bound "
                                  f"{element_energy.MAX_STATE_ENTRIES:,}: not screened")
             return None
         with _Scoped(model, gp, sub), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a structure's screen warns of nothing the model keeps
-            start = element_start(model, *_spec_args(model, spec, args), basins=1, **_start_options(spec))
+            start = element_start(model, *spec_args, basins=1, **_start_options(spec))
         record["screen"] = start[2]
         if math.isfinite(start[2]):
             return start[2], spec, gp, start, sub
