@@ -482,7 +482,8 @@ def main(argv=None) -> None:
         fit_s, cpu_s = time.perf_counter() - t, time.process_time() - c
         print(f"matrix target moves (relative, before each): {m.history.get('mass_target')}")
         kept = (m.history.get('mechanical_kept_name') if m.kernel_degree is not None
-                else 'RBF' if getattr(m, 'kernel_structure', None) is None else 'element')
+                else 'element' if getattr(m, 'kernel_structure', None) is not None
+                else 'RBF' if m._kernel_template is None else type(m._kernel_template).__name__)  # None: the default's RBF
         print(f"fitted: {fit_s:.0f} s wall, {cpu_s:.0f} s cpu, peak RSS {_peak_rss_mib():.0f} MiB, objective {m.objective_used}, "
               f"normalisation conditions "
               f"{m._norm_count}, kernel degree {m.kernel_degree} (kept: "
