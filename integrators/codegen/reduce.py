@@ -8,6 +8,7 @@ the coefficients that can be nonzero, ``exp`` of a sum of one-variable functions
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Dict, List
 
@@ -51,19 +52,24 @@ class Block:
 
 
 ONCE, ATOM, INNER = 0, 1, 2  # where an instruction runs: once, per atom, per atom and state
+#: a product of at least this many terms per state is a loop over an index table (data), not straight-line code
+TABLE_TERMS = 256
+_ROW = re.compile(r"(s\d+_\d+)\[(\d+)\]\[w\]")
 
 
 class _Block:
     """The C of one block: every jet as ``{coefficient: C name or literal}``, every line in its section."""
 
-    def __init__(self, blk: Block, b: int, exp: str):
-        self.b, self.exp, self.K = b, exp, blk.prog.K
+    def __init__(self, blk: Block, b: int, exp: str, lanes: int = 0):
+        self.b, self.exp, self.K, self.lanes, self.big = b, exp, blk.prog.K, lanes, False
         self.mons = monomials(blk.prog.D, self.K)
         self.index = {m: k for k, m in enumerate(self.mons)}
         self.coef: Dict[int, Dict[int, str]] = {}
         self.names: Dict[int, str] = {}
         self.place: Dict[int, int] = {}
         self.sections: Dict[int, List[str]] = {ONCE: [], ATOM: [], INNER: []}
+        self.tables: List[str] = []
+        self.now = ONCE
 
     def _where(self, a) -> int:
         if isinstance(a, (Jet, Val)) and id(a) in self.place:
@@ -80,21 +86,27 @@ class _Block:
         """Each expression a named constant (literals stay literals)."""
         out = {}
         for k, e in exprs.items():
-            out[k] = e if e in ("0.0", "1.0") else f"{tag}_{k}"
-            if out[k] != e:
-                self.sections[where].append(f"const double {out[k]} = {e};")
+            out[k] = e if e in ("0.0", "1.0") or _ROW.fullmatch(e) else self.let(f"{tag}_{k}", e, where)
         return out
+
+    def let(self, name: str, e: str, where: int) -> str:
+        """``name`` = ``e``; with tables (``lanes``) a value per state is a row of lanes: it outlives its lane loop."""
+        if where == INNER and self.lanes:
+            self.sections[ATOM].append(f"double {name}[{self.lanes}];")
+            self.sections[INNER].append(f"{name}[w] = {e};")
+            return f"{name}[w]"
+        self.sections[where].append(f"const double {name} = {e};")
+        return name
 
     def run(self, code: List[tuple]) -> None:
         for ins in code:
             op, out, args = ins[0], ins[1], ins[2:]
             where = max([self._where(a) for a in args] + [INNER if isinstance(out, Jet) else ONCE])
-            self.place[id(out)] = where
+            self.place[id(out)], self.now = where, where
             if isinstance(out, Jet):
                 self.coef[id(out)] = self.named(f"j{self.b}_{out.k}", self._jet(op, out, args), where)
                 continue
-            name = self.names[id(out)] = f"v{self.b}_{out.name}"
-            self.sections[where] += [f"double {name};", f"{name} = {args[0].format(*[self.val(x) for x in args[1:]])};"]
+            self.names[id(out)] = self.let(f"v{self.b}_{out.name}", args[0].format(*[self.val(x) for x in args[1:]]), where)
 
     def _jet(self, op: str, out: Jet, a) -> Dict[int, str]:
         J = self.coef
@@ -123,13 +135,68 @@ class _Block:
 
     def _mul(self, x: Dict[int, str], y: Dict[int, str]) -> Dict[int, str]:
         """The runtime's truncated product (pairs in its order), over the nonzero coefficients only."""
-        terms: Dict[int, List[str]] = {}
+        pairs: Dict[int, List[tuple]] = {}
         for i, ei in x.items():
             for j, ej in y.items():
                 m = tuple(p + q for p, q in zip(self.mons[i], self.mons[j]))
-                if sum(m) <= self.K:  # (a factor 1.0 dropped: the same number)
-                    terms.setdefault(self.index[m], []).append(ej if ei == "1.0" else ei if ej == "1.0" else f"{ei} * {ej}")
+                if sum(m) <= self.K:
+                    pairs.setdefault(self.index[m], []).append((i, j))
+        if self.now == INNER and sum(map(len, pairs.values())) >= TABLE_TERMS:
+            self.big = True
+            if self.lanes:
+                return self._table(x, y, pairs)
+        terms = {k: [y[j] if x[i] == "1.0" else x[i] if y[j] == "1.0" else f"{x[i]} * {y[j]}" for i, j in t]
+                 for k, t in pairs.items()}  # (a factor 1.0 dropped: the same number)
         return {k: " + ".join(t) for k, t in sorted(terms.items())}
+
+    def _array(self, x: Dict[int, str]) -> "tuple[str, Dict[int, int]]":
+        """``x`` as one array of rows of lanes: its name and each coefficient's row (copied unless it is one)."""
+        rows = [_ROW.fullmatch(e) for e in x.values()]
+        if all(rows) and len({r.group(1) for r in rows}) == 1:
+            return rows[0].group(1), {k: int(r.group(2)) for k, r in zip(x, rows)}
+        name = self._rows(len(x))
+        self.sections[INNER] += [f"{name}[{r}][w] = {e};" for r, e in enumerate(x.values())]
+        return name, {k: r for r, k in enumerate(x)}
+
+    def _rows(self, n: int) -> str:
+        name = f"s{self.b}_{len(self.tables)}"
+        self.tables.append("")
+        self.sections[ATOM].append(f"cg_v{self.lanes} {name}[{n}];")
+        return name
+
+    def _loop(self, body: str) -> None:
+        """``body`` over all lanes, between two lane loops of the straight-line code."""
+        self.sections[INNER].append(f"}}\n{body}\nfor (int w = 0; w < {self.lanes}; w++) {{")
+
+    def _table(self, x, y, pairs) -> Dict[int, str]:
+        r"""The product as loops over an index table, :math:`\sum_t X_{i_t} Y_{j_t}` in the straight-line sum's order (a
+        factor 1.0 is exact: the same bits). The coefficients with the same term count ``n`` are one group, ``[m, n,
+        then for each u < n the m pairs (i, j) of term u]``: the m sums advance together, each in its own row."""
+        (X, rx), (Y, ry) = self._array(x), self._array(y)
+        keys = sorted(pairs, key=lambda k: (len(pairs[k]), k))
+        out, tab = self._rows(len(keys)), f"cg_t{self.b}_{len(self.tables)}"
+        data, groups = [], {}
+        for k in keys:
+            groups.setdefault(len(pairs[k]), []).append(pairs[k])
+        for n, g in groups.items():
+            data += [len(g), n] + [r for u in range(n) for t in g for r in (rx[t[u][0]], ry[t[u][1]])]
+        self.tables[-1] = f"static const unsigned short {tab}[{len(data)}] = {{{', '.join(map(str, data))}}};"
+        self._loop(f"for (int g = 0, t = 0, c0 = 0; g < {len(groups)}; g++) {{ const int m = {tab}[t], n = {tab}[t + 1]; t += 2; "
+                   f"for (int c = c0; c < c0 + m; c++, t += 2) {out}[c] = {X}[{tab}[t]] * {Y}[{tab}[t + 1]]; "
+                   f"for (int u = 1; u < n; u++) for (int c = c0; c < c0 + m; c++, t += 2) {out}[c] += {X}[{tab}[t]] * {Y}[{tab}[t + 1]]; "
+                   f"c0 += m; }}")
+        return {k: f"{out}[{c}][w]" for c, k in sorted(enumerate(keys), key=lambda ck: ck[1])}
+
+    def total(self, res: Dict[int, str]) -> List[str]:
+        """``acc += `` the atom's term: straight-line, or, for the rows of one array, a loop over their columns."""
+        rows = [_ROW.fullmatch(e) for e in res.values()]
+        if not (self.lanes and all(rows) and len({r.group(1) for r in rows}) == 1):
+            return [f"acc[{c}][w] += {e};" for c, e in res.items()]
+        cols = dict(sorted((int(r.group(2)), c) for c, r in zip(res, rows)))
+        self.tables.append(f"static const unsigned short cg_a{self.b}[{len(cols)}] = {{{', '.join(map(str, cols.values()))}}};")
+        self._loop(f"for (int r = 0; r < {len(cols)}; r++) for (int w = 0; w < {self.lanes}; w++) "
+                   f"acc[cg_a{self.b}[r]][w] += {rows[0].group(1)}[r][w];")
+        return []
 
     def _exp(self, x: Dict[int, str], out: Jet) -> Dict[int, str]:
         r""":math:`e^{a} = e^{a_0} \prod_v \sum_q \delta_v^q/q!`, :math:`\delta = a - a_0 = \sum_v \delta_v` grouped by the
@@ -142,7 +209,7 @@ class _Block:
         if -1 in groups:
             groups = {0: {k: e for k, e in x.items() if k}}
         tag, prod = f"p{self.b}_{out.k}", {0: "1.0"}
-        self.sections[INNER].append(f"const double {tag}_e = {self.exp}({x.get(0, '0.0')});")
+        e0 = self.let(f"{tag}_e", f"{self.exp}({x.get(0, '0.0')})", INNER)
         for v, delta in sorted(groups.items()):
             powers, series = delta, {0: ["1.0"], **{k: [e] for k, e in delta.items()}}
             for q in range(2, self.K + 1):
@@ -151,7 +218,13 @@ class _Block:
                     series.setdefault(k, []).append(f"{1.0 / math.factorial(q)!r} * {e}")
             factor = self.named(f"{tag}_v{v}_s", {k: " + ".join(t) for k, t in sorted(series.items())}, INNER)
             prod = self.named(f"{tag}_v{v}_x", self._mul(prod, factor), INNER)
-        return {k: f"{tag}_e" if e == "1.0" else f"{tag}_e * {e}" for k, e in prod.items()}
+        rows = [_ROW.fullmatch(e) for e in prod.values()]
+        if all(rows) and len({r.group(1) for r in rows}) == 1 and len(rows) > 1:  # scaled in one loop
+            name, src = self._rows(len(rows)), rows[0].group(1)
+            self._loop(f"for (int c = 0; c < {len(rows)}; c++) for (int w = 0; w < {self.lanes}; w++) "
+                       f"{name}[c][w] = {tag}_e[w] * {src}[c][w];")
+            return {k: f"{name}[{r.group(2)}][w]" for k, r in zip(prod, rows)}
+        return {k: e0 if e == "1.0" else f"{e0} * {e}" for k, e in prod.items()}
 
 
 def emit_sum(blocks: List[Block], n_shared: int, *, name: str = "atom_sum", lanes: int = 8, exp: str = "cg_exp") -> str:
@@ -162,13 +235,18 @@ def emit_sum(blocks: List[Block], n_shared: int, *, name: str = "atom_sum", lane
     if any((b.prog.D, b.prog.K) != (D, K) for b in blocks):
         raise InternalError("the blocks of one sum must share D and K")
     M, nb = size(D, K), len(blocks)
-    parts = [_Block(blk, b, exp) for b, blk in enumerate(blocks)]
-    for p, blk in zip(parts, blocks):
+    parts = []
+    for b, blk in enumerate(blocks):
         if blk.prog.guards:  # a guard hands a state back to the eager path, which a sum over atoms cannot do
             raise NotLowerable("a guarded program cannot be a term of a sum over atoms")
-        p.run(_live(blk.prog, [blk.result]))
-    lines = [f"void {name}(const double *X, long N, const double *P, double *T) {{", f"    const double *G = P + {nb}; (void)G;"]
-    lines += ["    " + s for p in parts for s in p.sections[ONCE]]
+        parts.append(_Block(blk, b, exp))
+        parts[-1].run(_live(blk.prog, [blk.result]))
+        if parts[-1].big:  # again with index tables for its large products
+            parts[-1] = _Block(blk, b, exp, lanes)
+            parts[-1].run(_live(blk.prog, [blk.result]))
+    lines = [f"typedef double cg_v{lanes} __attribute__((vector_size({8 * lanes})));"] * any(p.lanes for p in parts)
+    lines += [f"void {name}(const double *X, long N, const double *P, double *T) {{", f"    const double *G = P + {nb}; (void)G;"]
+    lines += ["    " + s for p in parts for s in p.sections[ONCE]]  # (the tables: inserted below, once all are known)
     lines += [f"    for (long b0 = 0; b0 < N; b0 += {lanes}) {{", f"        double acc[{M}][{lanes}];",
               f"        for (int c = 0; c < {M}; c++) for (int w = 0; w < {lanes}; w++) acc[c][w] = 0.0;",
               f"        double xs[{D}][{lanes}]; /* the states by variable: the lanes of one variable side by side */",
@@ -176,10 +254,10 @@ def emit_sum(blocks: List[Block], n_shared: int, *, name: str = "atom_sum", lane
               f"        const double *A = P + {nb + n_shared};"]
     for b, (p, blk) in enumerate(zip(parts, blocks)):
         lines += [f"        for (long k = 0; k < (long)P[{b}]; k++, A += {blk.width}) {{"]
+        total = p.total(p.coef[id(blk.result)])
         lines += ["            " + s for s in p.sections[ATOM]] + [f"            for (int w = 0; w < {lanes}; w++) {{"]
-        lines += ["                " + s for s in p.sections[INNER]]
-        lines += [f"                acc[{c}][w] += {e};" for c, e in p.coef[id(blk.result)].items()]
+        lines += ["                " + s for s in p.sections[INNER] + total]
         lines += ["            }", "        }"]
     lines += [f"        for (int w = 0; w < {lanes}; w++)",
               f"            for (int c = 0; c < {M}; c++) T[(b0 + w) * {M} + c] = acc[c][w];", "    }", "}", ""]
-    return "\n".join(lines)
+    return "\n".join([t for p in parts for t in p.tables if t] + lines)
