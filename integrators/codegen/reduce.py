@@ -52,24 +52,23 @@ class Block:
 
 
 ONCE, ATOM, INNER = 0, 1, 2  # where an instruction runs: once, per atom, per atom and state
-#: a product of at least this many terms per state is a loop over an index table (data), not straight-line code
-TABLE_TERMS = 256
-_ROW = re.compile(r"(s\d+_\d+)\[(\d+)\]\[w\]")
+#: from TABLE_COLUMNS coefficients, a product of TABLE_TERMS terms or more is a loop over an index table, not code
+#: (the lane loop no longer vectorised, and compiled slowly: docs/theory/codegen.md, "Index tables")
+TABLE_COLUMNS, TABLE_TERMS = 700, 256
+_ROW = re.compile(r"(s\d+_\d+)\[(\d+)\]\[w\]")  # a coefficient in a row of an array (see _Block._rows)
 
 
 class _Block:
     """The C of one block: every jet as ``{coefficient: C name or literal}``, every line in its section."""
 
-    def __init__(self, blk: Block, b: int, exp: str, lanes: int = 0):
-        self.b, self.exp, self.K, self.lanes, self.big = b, exp, blk.prog.K, lanes, False
+    def __init__(self, blk: Block, b: int, exp: str, lanes: int):
+        self.b, self.exp, self.K, self.lanes, self.tables = b, exp, blk.prog.K, lanes, []
         self.mons = monomials(blk.prog.D, self.K)
         self.index = {m: k for k, m in enumerate(self.mons)}
         self.coef: Dict[int, Dict[int, str]] = {}
         self.names: Dict[int, str] = {}
         self.place: Dict[int, int] = {}
         self.sections: Dict[int, List[str]] = {ONCE: [], ATOM: [], INNER: []}
-        self.tables: List[str] = []
-        self.now = ONCE
 
     def _where(self, a) -> int:
         if isinstance(a, (Jet, Val)) and id(a) in self.place:
@@ -90,7 +89,7 @@ class _Block:
         return out
 
     def let(self, name: str, e: str, where: int) -> str:
-        """``name`` = ``e``; with tables (``lanes``) a value per state is a row of lanes: it outlives its lane loop."""
+        """``name = e``; with tables (``lanes``) a value per state is a row of lanes, which outlives its lane loop."""
         if where == INNER and self.lanes:
             self.sections[ATOM].append(f"double {name}[{self.lanes}];")
             self.sections[INNER].append(f"{name}[w] = {e};")
@@ -102,11 +101,13 @@ class _Block:
         for ins in code:
             op, out, args = ins[0], ins[1], ins[2:]
             where = max([self._where(a) for a in args] + [INNER if isinstance(out, Jet) else ONCE])
-            self.place[id(out)], self.now = where, where
+            self.place[id(out)] = where
             if isinstance(out, Jet):
                 self.coef[id(out)] = self.named(f"j{self.b}_{out.k}", self._jet(op, out, args), where)
                 continue
-            self.names[id(out)] = self.let(f"v{self.b}_{out.name}", args[0].format(*[self.val(x) for x in args[1:]]), where)
+            name, e = f"v{self.b}_{out.name}", args[0].format(*[self.val(x) for x in args[1:]])
+            self.names[id(out)] = self.let(name, e, where) if self.lanes and where == INNER else name
+            self.sections[where] += [f"double {name};", f"{name} = {e};"] * (self.names[id(out)] == name)
 
     def _jet(self, op: str, out: Jet, a) -> Dict[int, str]:
         J = self.coef
@@ -136,21 +137,29 @@ class _Block:
     def _mul(self, x: Dict[int, str], y: Dict[int, str]) -> Dict[int, str]:
         """The runtime's truncated product (pairs in its order), over the nonzero coefficients only."""
         pairs: Dict[int, List[tuple]] = {}
-        for i, ei in x.items():
-            for j, ej in y.items():
+        for i in x:
+            for j in y:
                 m = tuple(p + q for p, q in zip(self.mons[i], self.mons[j]))
                 if sum(m) <= self.K:
                     pairs.setdefault(self.index[m], []).append((i, j))
-        if self.now == INNER and sum(map(len, pairs.values())) >= TABLE_TERMS:
-            self.big = True
-            if self.lanes:
-                return self._table(x, y, pairs)
+        if self.lanes and sum(map(len, pairs.values())) >= TABLE_TERMS:
+            return self._table(x, y, pairs)
         terms = {k: [y[j] if x[i] == "1.0" else x[i] if y[j] == "1.0" else f"{x[i]} * {y[j]}" for i, j in t]
                  for k, t in pairs.items()}  # (a factor 1.0 dropped: the same number)
         return {k: " + ".join(t) for k, t in sorted(terms.items())}
 
+    def _rows(self, n: int, loop: str = "", table: str = "") -> str:
+        """A new array ``@`` of ``n`` rows of lanes (vectors); ``loop`` runs over all lanes between two lane loops of the
+        straight-line code; ``table`` is its index table (``#``) at file scope."""
+        name, tab = f"s{self.b}_{len(self.tables)}", f"cg_t{self.b}_{len(self.tables)}"
+        self.tables.append(table.replace("#", tab))
+        self.sections[ATOM] += [f"cg_v{self.lanes} {name}[{n}];"] * (n > 0)
+        if loop:
+            self.sections[INNER].append(f"}}\n{loop.replace('@', name).replace('#', tab)}\nfor (int w = 0; w < {self.lanes}; w++) {{")
+        return name
+
     def _array(self, x: Dict[int, str]) -> "tuple[str, Dict[int, int]]":
-        """``x`` as one array of rows of lanes: its name and each coefficient's row (copied unless it is one)."""
+        """``x`` in the rows of one array: its name and each coefficient's row (copied there unless it is already)."""
         rows = [_ROW.fullmatch(e) for e in x.values()]
         if all(rows) and len({r.group(1) for r in rows}) == 1:
             return rows[0].group(1), {k: int(r.group(2)) for k, r in zip(x, rows)}
@@ -158,45 +167,22 @@ class _Block:
         self.sections[INNER] += [f"{name}[{r}][w] = {e};" for r, e in enumerate(x.values())]
         return name, {k: r for r, k in enumerate(x)}
 
-    def _rows(self, n: int) -> str:
-        name = f"s{self.b}_{len(self.tables)}"
-        self.tables.append("")
-        self.sections[ATOM].append(f"cg_v{self.lanes} {name}[{n}];")
-        return name
-
-    def _loop(self, body: str) -> None:
-        """``body`` over all lanes, between two lane loops of the straight-line code."""
-        self.sections[INNER].append(f"}}\n{body}\nfor (int w = 0; w < {self.lanes}; w++) {{")
-
-    def _table(self, x, y, pairs) -> Dict[int, str]:
+    def _table(self, x: Dict[int, str], y: Dict[int, str], pairs) -> Dict[int, str]:
         r"""The product as loops over an index table, :math:`\sum_t X_{i_t} Y_{j_t}` in the straight-line sum's order (a
-        factor 1.0 is exact: the same bits). The coefficients with the same term count ``n`` are one group, ``[m, n,
-        then for each u < n the m pairs (i, j) of term u]``: the m sums advance together, each in its own row."""
+        factor 1.0 is exact: the same bits). The coefficients with ``n`` terms are one group, ``[m, n, for each u < n
+        the m pairs (i, j) of term u]``: their m sums advance together (no chain of dependent adds, no branch per sum)."""
         (X, rx), (Y, ry) = self._array(x), self._array(y)
-        keys = sorted(pairs, key=lambda k: (len(pairs[k]), k))
-        out, tab = self._rows(len(keys)), f"cg_t{self.b}_{len(self.tables)}"
-        data, groups = [], {}
+        keys, groups, data = sorted(pairs, key=lambda k: (len(pairs[k]), k)), {}, []
         for k in keys:
             groups.setdefault(len(pairs[k]), []).append(pairs[k])
         for n, g in groups.items():
             data += [len(g), n] + [r for u in range(n) for t in g for r in (rx[t[u][0]], ry[t[u][1]])]
-        self.tables[-1] = f"static const unsigned short {tab}[{len(data)}] = {{{', '.join(map(str, data))}}};"
-        self._loop(f"for (int g = 0, t = 0, c0 = 0; g < {len(groups)}; g++) {{ const int m = {tab}[t], n = {tab}[t + 1]; t += 2; "
-                   f"for (int c = c0; c < c0 + m; c++, t += 2) {out}[c] = {X}[{tab}[t]] * {Y}[{tab}[t + 1]]; "
-                   f"for (int u = 1; u < n; u++) for (int c = c0; c < c0 + m; c++, t += 2) {out}[c] += {X}[{tab}[t]] * {Y}[{tab}[t + 1]]; "
-                   f"c0 += m; }}")
+        term = f"{X}[#[t]] * {Y}[#[t + 1]]; "
+        out = self._rows(len(keys), f"for (int g = 0, t = 0, c0 = 0; g < {len(groups)}; g++) {{ const int m = #[t], n = #[t + 1]; "
+                         f"t += 2; for (int c = c0; c < c0 + m; c++, t += 2) @[c] = {term}for (int u = 1; u < n; u++) "
+                         f"for (int c = c0; c < c0 + m; c++, t += 2) @[c] += {term}c0 += m; }}",
+                         f"static const unsigned short #[{len(data)}] = {{{', '.join(map(str, data))}}};")
         return {k: f"{out}[{c}][w]" for c, k in sorted(enumerate(keys), key=lambda ck: ck[1])}
-
-    def total(self, res: Dict[int, str]) -> List[str]:
-        """``acc += `` the atom's term: straight-line, or, for the rows of one array, a loop over their columns."""
-        rows = [_ROW.fullmatch(e) for e in res.values()]
-        if not (self.lanes and all(rows) and len({r.group(1) for r in rows}) == 1):
-            return [f"acc[{c}][w] += {e};" for c, e in res.items()]
-        cols = dict(sorted((int(r.group(2)), c) for c, r in zip(res, rows)))
-        self.tables.append(f"static const unsigned short cg_a{self.b}[{len(cols)}] = {{{', '.join(map(str, cols.values()))}}};")
-        self._loop(f"for (int r = 0; r < {len(cols)}; r++) for (int w = 0; w < {self.lanes}; w++) "
-                   f"acc[cg_a{self.b}[r]][w] += {rows[0].group(1)}[r][w];")
-        return []
 
     def _exp(self, x: Dict[int, str], out: Jet) -> Dict[int, str]:
         r""":math:`e^{a} = e^{a_0} \prod_v \sum_q \delta_v^q/q!`, :math:`\delta = a - a_0 = \sum_v \delta_v` grouped by the
@@ -218,12 +204,11 @@ class _Block:
                     series.setdefault(k, []).append(f"{1.0 / math.factorial(q)!r} * {e}")
             factor = self.named(f"{tag}_v{v}_s", {k: " + ".join(t) for k, t in sorted(series.items())}, INNER)
             prod = self.named(f"{tag}_v{v}_x", self._mul(prod, factor), INNER)
-        rows = [_ROW.fullmatch(e) for e in prod.values()]
-        if all(rows) and len({r.group(1) for r in rows}) == 1 and len(rows) > 1:  # scaled in one loop
-            name, src = self._rows(len(rows)), rows[0].group(1)
-            self._loop(f"for (int c = 0; c < {len(rows)}; c++) for (int w = 0; w < {self.lanes}; w++) "
-                       f"{name}[c][w] = {tag}_e[w] * {src}[c][w];")
-            return {k: f"{name}[{r.group(2)}][w]" for k, r in zip(prod, rows)}
+        if self.lanes:  # (the rows of a table's product)
+            src, rows = self._array(prod)
+            name = self._rows(len(rows), f"for (int c = 0; c < {len(rows)}; c++) for (int w = 0; w < {self.lanes}; w++) "
+                              f"@[c][w] = {e0.replace('[w]', '')}[w] * {src}[c][w];")
+            return {k: f"{name}[{r}][w]" for k, r in rows.items()}
         return {k: e0 if e == "1.0" else f"{e0} * {e}" for k, e in prod.items()}
 
 
@@ -235,28 +220,30 @@ def emit_sum(blocks: List[Block], n_shared: int, *, name: str = "atom_sum", lane
     if any((b.prog.D, b.prog.K) != (D, K) for b in blocks):
         raise InternalError("the blocks of one sum must share D and K")
     M, nb = size(D, K), len(blocks)
-    parts = []
-    for b, blk in enumerate(blocks):
+    parts = [_Block(blk, b, exp, lanes if M >= TABLE_COLUMNS else 0) for b, blk in enumerate(blocks)]
+    for p, blk in zip(parts, blocks):
         if blk.prog.guards:  # a guard hands a state back to the eager path, which a sum over atoms cannot do
             raise NotLowerable("a guarded program cannot be a term of a sum over atoms")
-        parts.append(_Block(blk, b, exp))
-        parts[-1].run(_live(blk.prog, [blk.result]))
-        if parts[-1].big:  # again with index tables for its large products
-            parts[-1] = _Block(blk, b, exp, lanes)
-            parts[-1].run(_live(blk.prog, [blk.result]))
-    lines = [f"typedef double cg_v{lanes} __attribute__((vector_size({8 * lanes})));"] * any(p.lanes for p in parts)
+        p.run(_live(blk.prog, [blk.result]))
+    lines = [f"typedef double cg_v{lanes} __attribute__((vector_size({8 * lanes})));"] * (M >= TABLE_COLUMNS)
     lines += [f"void {name}(const double *X, long N, const double *P, double *T) {{", f"    const double *G = P + {nb}; (void)G;"]
-    lines += ["    " + s for p in parts for s in p.sections[ONCE]]  # (the tables: inserted below, once all are known)
+    lines += ["    " + s for p in parts for s in p.sections[ONCE]]
     lines += [f"    for (long b0 = 0; b0 < N; b0 += {lanes}) {{", f"        double acc[{M}][{lanes}];",
               f"        for (int c = 0; c < {M}; c++) for (int w = 0; w < {lanes}; w++) acc[c][w] = 0.0;",
               f"        double xs[{D}][{lanes}]; /* the states by variable: the lanes of one variable side by side */",
               f"        for (int i = 0; i < {D}; i++) for (int w = 0; w < {lanes}; w++) xs[i][w] = X[(b0 + w) * {D} + i];",
               f"        const double *A = P + {nb + n_shared};"]
     for b, (p, blk) in enumerate(zip(parts, blocks)):
+        res = p.coef[id(blk.result)]
+        if p.lanes:  # the term's rows added to their columns by an index table
+            src, rows = p._array(res)
+            p._rows(0, f"for (int r = 0; r < {len(rows)}; r++) for (int w = 0; w < {lanes}; w++) acc[#[r]][w] += {src}[r][w];",
+                    f"static const unsigned short #[{len(rows)}] = {{{', '.join(map(str, sorted(rows, key=rows.get)))}}};")
+            res = {}
         lines += [f"        for (long k = 0; k < (long)P[{b}]; k++, A += {blk.width}) {{"]
-        total = p.total(p.coef[id(blk.result)])
         lines += ["            " + s for s in p.sections[ATOM]] + [f"            for (int w = 0; w < {lanes}; w++) {{"]
-        lines += ["                " + s for s in p.sections[INNER] + total]
+        lines += ["                " + s for s in p.sections[INNER]]
+        lines += [f"                acc[{c}][w] += {e};" for c, e in res.items()]
         lines += ["            }", "        }"]
     lines += [f"        for (int w = 0; w < {lanes}; w++)",
               f"            for (int c = 0; c < {M}; c++) T[(b0 + w) * {M} + c] = acc[c][w];", "    }", "}", ""]
