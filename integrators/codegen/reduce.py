@@ -155,7 +155,7 @@ class _Block:
         self.tables.append(table.replace("#", tab))
         self.sections[ATOM] += [f"cg_v{self.lanes} {name}[{n}];"] * (n > 0)
         if loop:
-            self.sections[INNER].append(f"}}\n{loop.replace('@', name).replace('#', tab)}\nfor (int w = 0; w < {self.lanes}; w++) {{")
+            self.sections[INNER] += [f"}}\n{loop.replace('@', name).replace('#', tab)}\nfor (int w = 0; w < {self.lanes}; w++) {{"]
         return name
 
     def _array(self, x: Dict[int, str]) -> "tuple[str, Dict[int, int]]":
@@ -178,8 +178,8 @@ class _Block:
         for n, g in groups.items():
             data += [len(g), n] + [r for u in range(n) for t in g for r in (rx[t[u][0]], ry[t[u][1]])]
         term = f"{X}[#[t]] * {Y}[#[t + 1]]; "
-        out = self._rows(len(keys), f"for (int g = 0, t = 0, c0 = 0; g < {len(groups)}; g++) {{ const int m = #[t], n = #[t + 1]; "
-                         f"t += 2; for (int c = c0; c < c0 + m; c++, t += 2) @[c] = {term}for (int u = 1; u < n; u++) "
+        out = self._rows(len(keys), f"for (int g = 0, t = 0, c0 = 0; g < {len(groups)}; g++) {{ const int m = #[t], n = "
+                         f"#[t + 1]; t += 2; for (int c = c0; c < c0 + m; c++, t += 2) @[c] = {term}for (int u = 1; u < n; u++) "
                          f"for (int c = c0; c < c0 + m; c++, t += 2) @[c] += {term}c0 += m; }}",
                          f"static const unsigned short #[{len(data)}] = {{{', '.join(map(str, data))}}};")
         return {k: f"{out}[{c}][w]" for c, k in sorted(enumerate(keys), key=lambda ck: ck[1])}
