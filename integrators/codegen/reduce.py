@@ -90,12 +90,10 @@ class _Block:
 
     def let(self, name: str, e: str, where: int) -> str:
         """``name = e``; with tables (``lanes``) a value per state is a row of lanes, which outlives its lane loop."""
-        if where == INNER and self.lanes:
-            self.sections[ATOM].append(f"double {name}[{self.lanes}];")
-            self.sections[INNER].append(f"{name}[w] = {e};")
-            return f"{name}[w]"
-        self.sections[where].append(f"const double {name} = {e};")
-        return name
+        row = where == INNER and self.lanes
+        self.sections[ATOM] += [f"double {name}[{self.lanes}];"] * bool(row)
+        self.sections[where].append(f"{name}[w] = {e};" if row else f"const double {name} = {e};")
+        return f"{name}[w]" if row else name
 
     def run(self, code: List[tuple]) -> None:
         for ins in code:
@@ -144,9 +142,8 @@ class _Block:
                     pairs.setdefault(self.index[m], []).append((i, j))
         if self.lanes and sum(map(len, pairs.values())) >= TABLE_TERMS:
             return self._table(x, y, pairs)
-        terms = {k: [y[j] if x[i] == "1.0" else x[i] if y[j] == "1.0" else f"{x[i]} * {y[j]}" for i, j in t]
-                 for k, t in pairs.items()}  # (a factor 1.0 dropped: the same number)
-        return {k: " + ".join(t) for k, t in sorted(terms.items())}
+        return {k: " + ".join(y[j] if x[i] == "1.0" else x[i] if y[j] == "1.0" else f"{x[i]} * {y[j]}" for i, j in t)
+                for k, t in sorted(pairs.items())}  # (a factor 1.0 dropped: the same number)
 
     def _rows(self, n: int, loop: str = "", table: str = "") -> str:
         """A new array ``@`` of ``n`` rows of lanes (vectors); ``loop`` runs over all lanes between two lane loops of the
@@ -155,7 +152,7 @@ class _Block:
         self.tables.append(table.replace("#", tab))
         self.sections[ATOM] += [f"cg_v{self.lanes} {name}[{n}];"] * (n > 0)
         if loop:
-            self.sections[INNER] += [f"}}\n{loop.replace('@', name).replace('#', tab)}\nfor (int w = 0; w < {self.lanes}; w++) {{"]
+            self.sections[INNER] += ["}", loop.replace("@", name).replace("#", tab), f"for (int w = 0; w < {self.lanes}; w++) {{"]
         return name
 
     def _array(self, x: Dict[int, str]) -> "tuple[str, Dict[int, int]]":
@@ -168,9 +165,8 @@ class _Block:
         return name, {k: r for r, k in enumerate(x)}
 
     def _table(self, x: Dict[int, str], y: Dict[int, str], pairs) -> Dict[int, str]:
-        r"""The product as loops over an index table, :math:`\sum_t X_{i_t} Y_{j_t}` in the straight-line sum's order (a
-        factor 1.0 is exact: the same bits). The coefficients with ``n`` terms are one group, ``[m, n, for each u < n
-        the m pairs (i, j) of term u]``: their m sums advance together (no chain of dependent adds, no branch per sum)."""
+        r"""The product as loops over an index table: :math:`\sum_t X_{i_t} Y_{j_t}` in the straight-line order (the same
+        bits), each group of m sums of n terms ``[m, n, for each u < n the m pairs (i, j) of term u]`` side by side."""
         (X, rx), (Y, ry) = self._array(x), self._array(y)
         keys, groups, data = sorted(pairs, key=lambda k: (len(pairs[k]), k)), {}, []
         for k in keys:
@@ -204,11 +200,8 @@ class _Block:
                     series.setdefault(k, []).append(f"{1.0 / math.factorial(q)!r} * {e}")
             factor = self.named(f"{tag}_v{v}_s", {k: " + ".join(t) for k, t in sorted(series.items())}, INNER)
             prod = self.named(f"{tag}_v{v}_x", self._mul(prod, factor), INNER)
-        if self.lanes:  # (the rows of a table's product)
-            src, rows = self._array(prod)
-            name = self._rows(len(rows), f"for (int c = 0; c < {len(rows)}; c++) for (int w = 0; w < {self.lanes}; w++) "
-                              f"@[c][w] = {e0.replace('[w]', '')}[w] * {src}[c][w];")
-            return {k: f"{name}[{r}][w]" for k, r in rows.items()}
+        if self.lanes:  # a table of one term each (a product commutes exactly)
+            return self._mul(prod, {0: e0})
         return {k: e0 if e == "1.0" else f"{e0} * {e}" for k, e in prod.items()}
 
 
