@@ -296,6 +296,7 @@ def test_index_tables_give_the_straight_line_bits(monkeypatch, terms):
     X = np.ascontiguousarray(0.6 * torch.randn(8, D, generator=gen, dtype=torch.float64).numpy())
     plain = reduce.emit_sum(blocks, 1, name="s8") + reduce.emit_sum(blocks, 1, name="s1", lanes=1)
     monkeypatch.setattr(reduce, "TABLE_COLUMNS", 0)
+    monkeypatch.setattr(reduce, "TABLE_ORDER", 0)
     monkeypatch.setattr(reduce, "TABLE_TERMS", terms)
     tabled = reduce.emit_sum(blocks, 1, name="t8") + reduce.emit_sum(blocks, 1, name="t1", lanes=1).replace("cg_t", "cg_u")
     assert "cg_t0_" in tabled and "cg_t" not in plain

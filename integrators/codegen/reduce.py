@@ -52,9 +52,9 @@ class Block:
 
 
 ONCE, ATOM, INNER = 0, 1, 2  # where an instruction runs: once, per atom, per atom and state
-#: from TABLE_COLUMNS coefficients, a product of TABLE_TERMS terms or more is a loop over an index table, not code
-#: (the lane loop no longer vectorised, and compiled slowly: docs/theory/codegen.md, "Index tables")
-TABLE_COLUMNS, TABLE_TERMS = 700, 256
+#: from TABLE_COLUMNS coefficients and order TABLE_ORDER, a product of TABLE_TERMS terms or more is a loop over an index
+#: table, not code (the lane loop no longer vectorised, and compiled slowly: docs/theory/codegen.md, "Index tables")
+TABLE_COLUMNS, TABLE_ORDER, TABLE_TERMS = 700, 4, 256
 _ROW = re.compile(r"(s\d+_\d+)\[(\d+)\]\[w\]")  # a coefficient in a row of an array (see _Block._rows)
 
 
@@ -212,13 +212,13 @@ def emit_sum(blocks: List[Block], n_shared: int, *, name: str = "atom_sum", lane
     D, K = blocks[0].prog.D, blocks[0].prog.K
     if any((b.prog.D, b.prog.K) != (D, K) for b in blocks):
         raise InternalError("the blocks of one sum must share D and K")
-    M, nb = size(D, K), len(blocks)
-    parts = [_Block(blk, b, exp, lanes if M >= TABLE_COLUMNS else 0) for b, blk in enumerate(blocks)]
+    M, nb, tables = size(D, K), len(blocks), size(D, K) >= TABLE_COLUMNS and K >= TABLE_ORDER
+    parts = [_Block(blk, b, exp, lanes if tables else 0) for b, blk in enumerate(blocks)]
     for p, blk in zip(parts, blocks):
         if blk.prog.guards:  # a guard hands a state back to the eager path, which a sum over atoms cannot do
             raise NotLowerable("a guarded program cannot be a term of a sum over atoms")
         p.run(_live(blk.prog, [blk.result]))
-    lines = [f"typedef double cg_v{lanes} __attribute__((vector_size({8 * lanes})));"] * (M >= TABLE_COLUMNS)
+    lines = [f"typedef double cg_v{lanes} __attribute__((vector_size({8 * lanes})));"] * tables
     lines += [f"void {name}(const double *X, long N, const double *P, double *T) {{", f"    const double *G = P + {nb}; (void)G;"]
     lines += ["    " + s for p in parts for s in p.sections[ONCE]]
     lines += [f"    for (long b0 = 0; b0 < N; b0 += {lanes}) {{", f"        double acc[{M}][{lanes}];",
