@@ -82,11 +82,8 @@ class _Block:
         return self.names.get(id(a), a.name) if isinstance(a, Val) else _number(a)
 
     def named(self, tag: str, exprs: Dict[int, str], where: int) -> Dict[int, str]:
-        """Each expression a named constant (literals stay literals)."""
-        out = {}
-        for k, e in exprs.items():
-            out[k] = e if e in ("0.0", "1.0") or _ROW.fullmatch(e) else self.let(f"{tag}_{k}", e, where)
-        return out
+        """Each expression a named constant (literals and rows of arrays stay as they are)."""
+        return {k: e if e in ("0.0", "1.0") or _ROW.fullmatch(e) else self.let(f"{tag}_{k}", e, where) for k, e in exprs.items()}
 
     def let(self, name: str, e: str, where: int) -> str:
         """``name = e``; with tables (``lanes``) a value per state is a row of lanes, which outlives its lane loop."""
