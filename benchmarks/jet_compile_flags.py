@@ -1,7 +1,12 @@
-"""First-use cost of the RBF jet library (learners.shadow.compiled_mean.RBFJet) under several flag sets: compile
-seconds, evaluation seconds (best of repeats) and whether the outputs are bit-identical to the -O2 build.
+"""First-use cost of the RBF jet library (learners.shadow.compiled_mean.RBFJet) under several flag sets and both C
+forms of reduce.emit_sum (``JET_FORMS``: ``code``, every product straight-line, the source before index tables;
+``tables``, the library's, index tables from reduce.TABLE_COLUMNS coefficients): compile seconds (wall and the
+compiler's CPU), evaluation seconds (best of repeats), its ratio to the first build and whether the outputs are
+bit-identical to it.
 
     PYTHONPATH=$PWD OMP_NUM_THREADS=1 python3 benchmarks/jet_compile_flags.py 8:5 8:4 4:5
+    PYTHONPATH=$PWD OMP_NUM_THREADS=1 JET_LANES=4 JET_OPT=O1 JET_FORMS="code tables code tables" python3 \
+        benchmarks/jet_compile_flags.py 8:5
 """
 
 from __future__ import annotations
@@ -16,8 +21,7 @@ os.environ["BEA_C_CACHE"] = "0"  # every build is a cold build
 import numpy as np  # noqa: E402
 
 from integrators import ccompile  # noqa: E402
-from integrators.codegen import size  # noqa: E402
-from integrators.codegen.reduce import EXP_SOURCE, emit_sum  # noqa: E402
+from integrators.codegen import reduce, size  # noqa: E402
 from learners.shadow.compiled_mean import LANES, rbf_blocks  # noqa: E402
 
 REPEATS = int(os.environ.get("JET_REPEATS", "3"))
@@ -40,15 +44,19 @@ def params(D: int, atoms: int, rng) -> np.ndarray:
 def main(cases):
     """Each (D, K) under every lane count of ``JET_LANES`` (default 8) and flag set; bits compared with the first build."""
     rng = np.random.default_rng(0)
-    print("| D | K | lines | lanes | flags | compile s (wall) | compile s (CPU) | eval s (256 states, 200 atoms, best of "
-          "JET_REPEATS) | bit-identical to the first |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| D | K | form | lines | lanes | flags | compile s (wall) | compile s (CPU) | eval s (256 states, 200 atoms, best "
+          "of JET_REPEATS) | eval / first | bit-identical to the first | load (1 min) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    columns = reduce.TABLE_COLUMNS
     for D, K in cases:
         P, X = params(D, 100, rng), np.ascontiguousarray(rng.normal(size=(256, D)) * 0.7)
-        ref = None
-        for lanes, (tag, flags) in ((la, f) for la in map(int, os.environ.get("JET_LANES", str(LANES)).split())
-                                    for f in FLAG_SETS.items()):
-            source = EXP_SOURCE + emit_sum(rbf_blocks(D, K), D + 1, name="rbf_jet", lanes=lanes)
+        ref = first = None
+        for form, lanes, (tag, flags) in ((fo, la, f) for fo in os.environ.get("JET_FORMS", "code tables").split()
+                                          for la in map(int, os.environ.get("JET_LANES", str(LANES)).split())
+                                          for f in FLAG_SETS.items()):
+            reduce.TABLE_COLUMNS = columns if form == "tables" else 10 ** 9
+            source = reduce.EXP_SOURCE + reduce.emit_sum(rbf_blocks(D, K), D + 1, name="rbf_jet", lanes=lanes)
+            ccompile._cache.clear()  # a repeated source is built again, not taken from the in-process LRU
             cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             lib = ccompile._load(source, flags)
             cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -60,10 +68,11 @@ def main(cases):
                 t0 = time.perf_counter()
                 fn(ccompile.ptr(X), X.shape[0], ccompile.ptr(P), ccompile.ptr(out))
                 best = min(best, time.perf_counter() - t0)
-            ref = out.copy() if ref is None else ref
+            ref, first = (out.copy(), best) if ref is None else (ref, first)
             same = bool(np.array_equal(out.view(np.int64), ref.view(np.int64)))
-            print(f"| {D} | {K} | {source.count(chr(10))} | {lanes} | {tag} | {lib.compile_seconds:.1f} | {cpu:.1f} | "
-                  f"{best:.4f} | {same} |", flush=True)
+            print(f"| {D} | {K} | {form} | {source.count(chr(10))} | {lanes} | {tag} | {lib.compile_seconds:.1f} | {cpu:.1f} | "
+                  f"{best:.4f} | {best / first:.2f} | {same} | {os.getloadavg()[0]:.1f} |", flush=True)
+    reduce.TABLE_COLUMNS = columns
 
 
 if __name__ == "__main__":

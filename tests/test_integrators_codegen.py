@@ -283,6 +283,34 @@ def test_sum_over_atoms_against_autograd():
         emit_sum([bad], 0)
 
 
+@pytest.mark.parametrize("terms", [1, 3, 40])
+def test_index_tables_give_the_straight_line_bits(monkeypatch, terms):
+    """reduce's index tables (jets of TABLE_COLUMNS coefficients or more: their products of TABLE_TERMS terms or more,
+    both lowered here so that the small sum of the test above takes them) add the same products in the same order as
+    the straight-line code: the same bits, at 8 lanes and one state at a time (one-lane vectors)."""
+    from integrators.codegen import reduce
+
+    D, K, gen = 3, 4, torch.Generator().manual_seed(1)
+    blocks = _atom_sum_blocks(D, K)
+    P = np.concatenate([[4.0, 3.0, 0.7], torch.randn(4 * (D + 3) + 3 * 2, generator=gen, dtype=torch.float64).numpy()])
+    X = np.ascontiguousarray(0.6 * torch.randn(8, D, generator=gen, dtype=torch.float64).numpy())
+    plain = reduce.emit_sum(blocks, 1, name="s8") + reduce.emit_sum(blocks, 1, name="s1", lanes=1)
+    monkeypatch.setattr(reduce, "TABLE_COLUMNS", 0)
+    monkeypatch.setattr(reduce, "TABLE_ORDER", 0)
+    monkeypatch.setattr(reduce, "TABLE_TERMS", terms)
+    tabled = reduce.emit_sum(blocks, 1, name="t8") + reduce.emit_sum(blocks, 1, name="t1", lanes=1).replace("cg_t", "cg_u")
+    assert "cg_t0_" in tabled and "cg_t" not in plain
+    lib = load_library("#include <math.h>\n" + reduce.EXP_SOURCE + plain + tabled, vectorise=True).lib
+    f64p, out = ctypes.POINTER(ctypes.c_double), {}
+    for fn in ("s8", "s1", "t8", "t1"):
+        out[fn] = np.empty((8, len(monomials(D, K))))
+        for b in range(0, 8, 1 if fn.endswith("1") else 8):
+            getattr(lib, fn)(X[b:].ctypes.data_as(f64p), 1 if fn.endswith("1") else 8, P.ctypes.data_as(f64p),
+                             out[fn][b:].ctypes.data_as(f64p))
+    for fn in ("s1", "t8", "t1"):
+        assert np.array_equal(out[fn].view(np.int64), out["s8"].view(np.int64)), fn
+
+
 def test_the_one_binding_refuses_arrays_the_c_side_would_overrun():
     from bea.errors import InternalError
     from integrators.ccompile import I32P, ptr

@@ -8,6 +8,7 @@ the coefficients that can be nonzero, ``exp`` of a sum of one-variable functions
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Dict, List
 
@@ -51,13 +52,17 @@ class Block:
 
 
 ONCE, ATOM, INNER = 0, 1, 2  # where an instruction runs: once, per atom, per atom and state
+#: from TABLE_COLUMNS coefficients and order TABLE_ORDER, a product of TABLE_TERMS terms or more is a loop over an index
+#: table, not code (the lane loop no longer vectorised, and compiled slowly: docs/theory/codegen.md, "Index tables")
+TABLE_COLUMNS, TABLE_ORDER, TABLE_TERMS = 700, 4, 256
+_ROW = re.compile(r"(s\d+_\d+)\[(\d+)\]\[w\]")  # a coefficient in a row of an array (see _Block._rows)
 
 
 class _Block:
     """The C of one block: every jet as ``{coefficient: C name or literal}``, every line in its section."""
 
-    def __init__(self, blk: Block, b: int, exp: str):
-        self.b, self.exp, self.K = b, exp, blk.prog.K
+    def __init__(self, blk: Block, b: int, exp: str, lanes: int):
+        self.b, self.exp, self.K, self.lanes, self.tables = b, exp, blk.prog.K, lanes, []
         self.mons = monomials(blk.prog.D, self.K)
         self.index = {m: k for k, m in enumerate(self.mons)}
         self.coef: Dict[int, Dict[int, str]] = {}
@@ -77,13 +82,15 @@ class _Block:
         return self.names.get(id(a), a.name) if isinstance(a, Val) else _number(a)
 
     def named(self, tag: str, exprs: Dict[int, str], where: int) -> Dict[int, str]:
-        """Each expression a named constant (literals stay literals)."""
-        out = {}
-        for k, e in exprs.items():
-            out[k] = e if e in ("0.0", "1.0") else f"{tag}_{k}"
-            if out[k] != e:
-                self.sections[where].append(f"const double {out[k]} = {e};")
-        return out
+        """Each expression a named constant (literals and rows of arrays stay as they are)."""
+        return {k: e if e in ("0.0", "1.0") or _ROW.fullmatch(e) else self.let(f"{tag}_{k}", e, where) for k, e in exprs.items()}
+
+    def let(self, name: str, e: str, where: int) -> str:
+        """``name = e``; with tables (``lanes``) a value per state is a row of lanes, which outlives its lane loop."""
+        row = where == INNER and self.lanes
+        self.sections[ATOM] += [f"double {name}[{self.lanes}];"] * bool(row)
+        self.sections[where].append(f"{name}[w] = {e};" if row else f"const double {name} = {e};")
+        return f"{name}[w]" if row else name
 
     def run(self, code: List[tuple]) -> None:
         for ins in code:
@@ -93,8 +100,9 @@ class _Block:
             if isinstance(out, Jet):
                 self.coef[id(out)] = self.named(f"j{self.b}_{out.k}", self._jet(op, out, args), where)
                 continue
-            name = self.names[id(out)] = f"v{self.b}_{out.name}"
-            self.sections[where] += [f"double {name};", f"{name} = {args[0].format(*[self.val(x) for x in args[1:]])};"]
+            name, e = f"v{self.b}_{out.name}", args[0].format(*[self.val(x) for x in args[1:]])
+            self.names[id(out)] = self.let(name, e, where) if self.lanes and where == INNER else name
+            self.sections[where] += [f"double {name};", f"{name} = {e};"] * (self.names[id(out)] == name)
 
     def _jet(self, op: str, out: Jet, a) -> Dict[int, str]:
         J = self.coef
@@ -123,13 +131,51 @@ class _Block:
 
     def _mul(self, x: Dict[int, str], y: Dict[int, str]) -> Dict[int, str]:
         """The runtime's truncated product (pairs in its order), over the nonzero coefficients only."""
-        terms: Dict[int, List[str]] = {}
-        for i, ei in x.items():
-            for j, ej in y.items():
+        pairs: Dict[int, List[tuple]] = {}
+        for i in x:
+            for j in y:
                 m = tuple(p + q for p, q in zip(self.mons[i], self.mons[j]))
-                if sum(m) <= self.K:  # (a factor 1.0 dropped: the same number)
-                    terms.setdefault(self.index[m], []).append(ej if ei == "1.0" else ei if ej == "1.0" else f"{ei} * {ej}")
-        return {k: " + ".join(t) for k, t in sorted(terms.items())}
+                if sum(m) <= self.K:
+                    pairs.setdefault(self.index[m], []).append((i, j))
+        if self.lanes and sum(map(len, pairs.values())) >= TABLE_TERMS:
+            return self._table(x, y, pairs)
+        return {k: " + ".join(y[j] if x[i] == "1.0" else x[i] if y[j] == "1.0" else f"{x[i]} * {y[j]}" for i, j in t)
+                for k, t in sorted(pairs.items())}  # (a factor 1.0 dropped: the same number)
+
+    def _rows(self, n: int, loop: str = "", table: str = "") -> str:
+        """A new array ``@`` of ``n`` rows of lanes (vectors); ``loop`` runs over all lanes between two lane loops of the
+        straight-line code; ``table`` is its index table (``#``) at file scope."""
+        name, tab = f"s{self.b}_{len(self.tables)}", f"cg_t{self.b}_{len(self.tables)}"
+        self.tables.append(table.replace("#", tab))
+        self.sections[ATOM] += [f"cg_v{self.lanes} {name}[{n}];"] * (n > 0)
+        if loop:
+            self.sections[INNER] += ["}", loop.replace("@", name).replace("#", tab), f"for (int w = 0; w < {self.lanes}; w++) {{"]
+        return name
+
+    def _array(self, x: Dict[int, str]) -> "tuple[str, Dict[int, int]]":
+        """``x`` in the rows of one array: its name and each coefficient's row (copied there unless it is already)."""
+        rows = [_ROW.fullmatch(e) for e in x.values()]
+        if all(rows) and len({r.group(1) for r in rows}) == 1:
+            return rows[0].group(1), {k: int(r.group(2)) for k, r in zip(x, rows)}
+        name = self._rows(len(x))
+        self.sections[INNER] += [f"{name}[{r}][w] = {e};" for r, e in enumerate(x.values())]
+        return name, {k: r for r, k in enumerate(x)}
+
+    def _table(self, x: Dict[int, str], y: Dict[int, str], pairs) -> Dict[int, str]:
+        r"""The product as loops over an index table: :math:`\sum_t X_{i_t} Y_{j_t}` in the straight-line order (the same
+        bits), each group of m sums of n terms ``[m, n, for each u < n the m pairs (i, j) of term u]`` side by side."""
+        (X, rx), (Y, ry) = self._array(x), self._array(y)
+        keys, groups, data = sorted(pairs, key=lambda k: (len(pairs[k]), k)), {}, []
+        for k in keys:
+            groups.setdefault(len(pairs[k]), []).append(pairs[k])
+        for n, g in groups.items():
+            data += [len(g), n] + [r for u in range(n) for t in g for r in (rx[t[u][0]], ry[t[u][1]])]
+        term = f"{X}[#[t]] * {Y}[#[t + 1]]; "
+        out = self._rows(len(keys), f"for (int g = 0, t = 0, c0 = 0; g < {len(groups)}; g++) {{ const int m = #[t], n = "
+                         f"#[t + 1]; t += 2; for (int c = c0; c < c0 + m; c++, t += 2) @[c] = {term}for (int u = 1; u < n; u++) "
+                         f"for (int c = c0; c < c0 + m; c++, t += 2) @[c] += {term}c0 += m; }}",
+                         f"static const unsigned short #[{len(data)}] = {{{', '.join(map(str, data))}}};")
+        return {k: f"{out}[{c}][w]" for c, k in sorted(enumerate(keys), key=lambda ck: ck[1])}
 
     def _exp(self, x: Dict[int, str], out: Jet) -> Dict[int, str]:
         r""":math:`e^{a} = e^{a_0} \prod_v \sum_q \delta_v^q/q!`, :math:`\delta = a - a_0 = \sum_v \delta_v` grouped by the
@@ -142,7 +188,7 @@ class _Block:
         if -1 in groups:
             groups = {0: {k: e for k, e in x.items() if k}}
         tag, prod = f"p{self.b}_{out.k}", {0: "1.0"}
-        self.sections[INNER].append(f"const double {tag}_e = {self.exp}({x.get(0, '0.0')});")
+        e0 = self.let(f"{tag}_e", f"{self.exp}({x.get(0, '0.0')})", INNER)
         for v, delta in sorted(groups.items()):
             powers, series = delta, {0: ["1.0"], **{k: [e] for k, e in delta.items()}}
             for q in range(2, self.K + 1):
@@ -151,7 +197,9 @@ class _Block:
                     series.setdefault(k, []).append(f"{1.0 / math.factorial(q)!r} * {e}")
             factor = self.named(f"{tag}_v{v}_s", {k: " + ".join(t) for k, t in sorted(series.items())}, INNER)
             prod = self.named(f"{tag}_v{v}_x", self._mul(prod, factor), INNER)
-        return {k: f"{tag}_e" if e == "1.0" else f"{tag}_e * {e}" for k, e in prod.items()}
+        if self.lanes:  # a table of one term each (a product commutes exactly)
+            return self._mul(prod, {0: e0})
+        return {k: e0 if e == "1.0" else f"{e0} * {e}" for k, e in prod.items()}
 
 
 def emit_sum(blocks: List[Block], n_shared: int, *, name: str = "atom_sum", lanes: int = 8, exp: str = "cg_exp") -> str:
@@ -161,13 +209,14 @@ def emit_sum(blocks: List[Block], n_shared: int, *, name: str = "atom_sum", lane
     D, K = blocks[0].prog.D, blocks[0].prog.K
     if any((b.prog.D, b.prog.K) != (D, K) for b in blocks):
         raise InternalError("the blocks of one sum must share D and K")
-    M, nb = size(D, K), len(blocks)
-    parts = [_Block(blk, b, exp) for b, blk in enumerate(blocks)]
+    M, nb, tables = size(D, K), len(blocks), size(D, K) >= TABLE_COLUMNS and K >= TABLE_ORDER
+    parts = [_Block(blk, b, exp, lanes if tables else 0) for b, blk in enumerate(blocks)]
     for p, blk in zip(parts, blocks):
         if blk.prog.guards:  # a guard hands a state back to the eager path, which a sum over atoms cannot do
             raise NotLowerable("a guarded program cannot be a term of a sum over atoms")
         p.run(_live(blk.prog, [blk.result]))
-    lines = [f"void {name}(const double *X, long N, const double *P, double *T) {{", f"    const double *G = P + {nb}; (void)G;"]
+    lines = [f"typedef double cg_v{lanes} __attribute__((vector_size({8 * lanes})));"] * tables
+    lines += [f"void {name}(const double *X, long N, const double *P, double *T) {{", f"    const double *G = P + {nb}; (void)G;"]
     lines += ["    " + s for p in parts for s in p.sections[ONCE]]
     lines += [f"    for (long b0 = 0; b0 < N; b0 += {lanes}) {{", f"        double acc[{M}][{lanes}];",
               f"        for (int c = 0; c < {M}; c++) for (int w = 0; w < {lanes}; w++) acc[c][w] = 0.0;",
@@ -175,11 +224,17 @@ def emit_sum(blocks: List[Block], n_shared: int, *, name: str = "atom_sum", lane
               f"        for (int i = 0; i < {D}; i++) for (int w = 0; w < {lanes}; w++) xs[i][w] = X[(b0 + w) * {D} + i];",
               f"        const double *A = P + {nb + n_shared};"]
     for b, (p, blk) in enumerate(zip(parts, blocks)):
+        res = p.coef[id(blk.result)]
+        if p.lanes:  # the term's rows added to their columns by an index table
+            src, rows = p._array(res)
+            p._rows(0, f"for (int r = 0; r < {len(rows)}; r++) for (int w = 0; w < {lanes}; w++) acc[#[r]][w] += {src}[r][w];",
+                    f"static const unsigned short #[{len(rows)}] = {{{', '.join(map(str, sorted(rows, key=rows.get)))}}};")
+            res = {}
         lines += [f"        for (long k = 0; k < (long)P[{b}]; k++, A += {blk.width}) {{"]
         lines += ["            " + s for s in p.sections[ATOM]] + [f"            for (int w = 0; w < {lanes}; w++) {{"]
         lines += ["                " + s for s in p.sections[INNER]]
-        lines += [f"                acc[{c}][w] += {e};" for c, e in p.coef[id(blk.result)].items()]
+        lines += [f"                acc[{c}][w] += {e};" for c, e in res.items()]
         lines += ["            }", "        }"]
     lines += [f"        for (int w = 0; w < {lanes}; w++)",
               f"            for (int c = 0; c < {M}; c++) T[(b0 + w) * {M} + c] = acc[c][w];", "    }", "}", ""]
-    return "\n".join(lines)
+    return "\n".join([t for p in parts for t in p.tables if t] + lines)
