@@ -465,8 +465,10 @@ def main(argv=None) -> None:
     from _systems23 import NEW23
     from _systems24 import NEW24
     from _systems24b import NEW24B
+    from _systems25w import NEW25W
 
-    systems.update({make.__name__: (make, h, T) for make, h, T in A.UNTUNED + UNTUNED + NEW12 + NEW23 + NEW24 + NEW24B})
+    systems.update({make.__name__: (make, h, T)
+                    for make, h, T in A.UNTUNED + UNTUNED + NEW12 + NEW23 + NEW24 + NEW24B + NEW25W})
     args = _arguments(argv, systems)
     make, h, T = systems[args.system]
     h = args.h or h
