@@ -209,7 +209,7 @@ def emit_sum(blocks: List[Block], n_shared: int, *, name: str = "atom_sum", lane
     D, K = blocks[0].prog.D, blocks[0].prog.K
     if any((b.prog.D, b.prog.K) != (D, K) for b in blocks):
         raise InternalError("the blocks of one sum must share D and K")
-    M, nb, tables = size(D, K), len(blocks), size(D, K) >= TABLE_COLUMNS and K >= TABLE_ORDER
+    M, nb, tables = size(D, K), len(blocks), TABLE_COLUMNS <= size(D, K) < 2**16 and K >= TABLE_ORDER  # entries <= M: 16 bits
     parts = [_Block(blk, b, exp, lanes if tables else 0) for b, blk in enumerate(blocks)]
     for p, blk in zip(parts, blocks):
         if blk.prog.guards:  # a guard hands a state back to the eager path, which a sum over atoms cannot do
