@@ -287,7 +287,9 @@ class RecoveryMixin:
         \partial_v\,\delta L_{rec}(q_j, \dot q_j))`, both terms linear in :math:`\delta L_{inv}`
         (:mod:`learners.shadow.uncertainty`); at every ``std_every``-th time step only (NaN elsewhere), as it costs
         more than the velocities. ``truncation``: add the first omitted term of the series in quadrature, as
-        in :meth:`energy` (the velocities of the next order, at the same rows)."""
+        in :meth:`energy` (the velocities of the next order, at the same rows). The GP part's scale is the
+        ``"energy"`` one: positions alone give no velocity reference to check it (benchmarks/RESULTS_calibration.md,
+        Session 25: right on data-like states, 5-9x narrow at a long orbit's close passes with a per-body kernel)."""
         qs = self._positions(qs)
         q_std = self._to_standard(qs)
         v_std = self._velocities_std(q_std, order, chunk)
