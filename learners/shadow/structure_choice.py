@@ -315,7 +315,8 @@ def _refine(model, args: tuple, candidate: tuple, default: float, records: dict)
         try:  # the opt-in search's stage 1 (every basin; the screen's grid and solves reused), then stages 2-3
             spec_args = _spec_args(model, spec, args)
             result = search_elements(model, *spec_args, start=element_start(model, *spec_args, screened=sub,
-                                                                            **_start_options(spec)))
+                                                                            **_start_options(spec)),
+                                     group_scan=_is_per_body(spec))
         except (BeaError, torch.linalg.LinAlgError) as err:
             record["error"] = f"{type(err).__name__}: {err}"
             return None
