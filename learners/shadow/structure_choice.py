@@ -41,7 +41,8 @@ held-out functionals and objective):
    other basins, then stages 2-3; the per-body structure also stage 2c, each group's own lengthscale,
    :func:`~learners.shadow.element_search.scan_groups`: 4 solves a group), the screen's grid and solves reused -- the
    same fit, the same numbers. At most 27 solves with all training functionals (2 further basins, 6 tied, 3 correction
-   scales, 16 untied; 2 more where both normalisations are scored; 12 more for two per-body bodies), 28 with the screen's: 174-179 s of CPU for chain(6) at n = 6, 132-151 s (h 0.3 / 0.45; 103-115 s at h 0.3
+   scales, 16 untied; 2 more where both normalisations are scored; 12 more for two per-body bodies), 28 with the
+   screen's: 174-179 s of CPU for chain(6) at n = 6, 132-151 s (h 0.3 / 0.45; 103-115 s at h 0.3
    re-measured quietly) since stages 2b-3 reuse the parts' Grams (:mod:`~learners.shadow.element_gram`);
 3. the structure is **kept** only where its refined value is lower than the default's by :data:`STRUCTURE_MARGIN`, or
    by :data:`DEGENERATE_MARGIN` where its scales ended degenerate (:func:`~learners.shadow.element_search.check_scales`:
