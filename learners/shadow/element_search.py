@@ -25,7 +25,9 @@ kernel's parameters :math:`(\ell_g, \lambda_g, s_g)_g, (\ell_c, \lambda_c, s_c)`
 2c. (``kernel="auto"``'s per-body structure only, :mod:`~learners.shadow.structure_choice`) **each group's position
    lengthscale** in turn times :data:`GROUP_FACTORS` (:func:`scan_groups`): the tied grid gives every group one
    lengthscale, which a pair with a short-range feature next to smooth bodies cannot share (lj_unequal4: held-out
-   -11.18 -> -13.5, energy differences 7.6e-2 -> 1.2e-3; benchmarks/RESULTS_identification.md, Session 25).
+   -11.18 -> -15.96, energy differences 7.6e-2 -> 5.8e-4; benchmarks/RESULTS_identification.md, Session 25). Not
+   free: held-out values improve on every draw measured, energies on most, but yukawa4 s1 2.9e-3 -> 3.4e-3 and
+   spring10_unequal4 1.3e-3 -> 2.3e-3 (the one-step objective does not rank energies at that level).
 3. **Untied coordinate search** with all training functionals: every log-parameter but the first group's scale (the
    overall scale, which the positions objective does not see) -- the correction's scale included, so stage 2b's
    choice is refined further and may leave :data:`CORRECTION_SCALES`' range (two_body4's CI fit, 30 trajectories:
@@ -138,7 +140,7 @@ def scan_groups(evaluate: Callable, theta: torch.Tensor, best: float, names: Lis
     ``(theta, value, trace)``. Why: the tied grid gives every group one lengthscale, and stage 3's steps of 1.5 cannot
     part them by the factor 4-16 that a pair with a short-range feature needs next to smooth bodies (lj_unequal4, a
     pair force peaking at r = 1/2 in a quartic trap: pair 8 data spreads, held-out -11.18, energy differences 7.6e-2;
-    with the scan pair 2 and bodies 16 spreads, benchmarks/RESULTS_identification.md, Session 25)."""
+    with the scan -15.96 and 5.8e-4, the bodies at 24 spreads; benchmarks/RESULTS_identification.md, Session 25)."""
     trace = []
     for c, name in enumerate(names):
         if not name.endswith(":lengthscale") or name.startswith("correction:"):
