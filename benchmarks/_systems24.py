@@ -31,9 +31,11 @@ def plummer_unequal4():
 
 def lj_unequal4():
     """Session 24 (branch pick14), written before any fit: two bodies in the plane, masses 1 and 2, a softened
-    Lennard-Jones-like (4-2) pair ``(s^-2 / 16 - s^-1 / 2) / 2`` with ``s = r^2 + 1/4`` (minimum at ``r = 1/2``, depth
-    1/2, repulsive inside), in the same quartic trap for both, ``(x^2 + y^2) / 10 + (x^4 + y^4) / 8`` per body (not
-    proportional to the masses: centre of mass and relative motion coupled)."""
+    Lennard-Jones-like (4-2) pair ``(s^-2 / 16 - s^-1 / 2) / 2`` with ``s = r^2 + 1/4`` (session 24 wrote "minimum
+    at ``r = 1/2``, repulsive inside"; session 25: its minimum is at ``r = 0``, depth 1/2, a flat quartic bottom
+    ``-1/2 + 8 r^4``, the force ``r^3 / (2 s^3)`` largest at ``r = 1/2``, then falling as ``r^-3``), in the same
+    quartic trap for both, ``(x^2 + y^2) / 10 + (x^4 + y^4) / 8`` per body (not proportional to the masses: centre
+    of mass and relative motion coupled)."""
     import integrators
 
     q = sympy.symbols("x1 y1 x2 y2", real=True)

@@ -11,41 +11,18 @@ gives when the conditions are true to O(h^6). Library untouched; the patch lives
     PYTHONPATH=$PWD OMP_NUM_THREADS=1 python3 benchmarks/exact_body_targets.py --system S [--seed k] --no-std
     environment: EXACT=1 (default) the picked states only, EXACT=2 also x0, EXACT=0 no patch; BODY_STATES=B the count;
     ORDER=N the order of L_inv (default 4).
-Systems: the acceptance runner's, plus the session 24 reviewer's morse_unequal4 and spring10_unequal4 (below).
+Systems: the acceptance runner's, plus the session 24 reviewer's morse_unequal4 and spring10_unequal4 (benchmarks/_systems25.py).
 """
 
 import os
 import sys
 
-import sympy
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _systems24  # noqa: E402
+from _systems25 import morse_unequal4, spring10_unequal4  # noqa: E402,F401
 import identification_acceptance as I  # noqa: E402
-
-
-def _body_system(name, m, pair, trap):
-    import integrators
-
-    q = sympy.symbols("x1 y1 x2 y2", real=True)
-    v = sympy.symbols("u1 w1 u2 w2", real=True)
-    r = sympy.sqrt((q[0] - q[2])**2 + (q[1] - q[3])**2 + sympy.Rational(1, 10))
-    T = sum(mi * x**2 for mi, x in zip(m, v)) / 2
-    return integrators.systems.from_sympy(T - pair(r) - trap(q), q, v, name, domain=[(-0.7, 0.7)] * 4 + [(-0.35, 0.35)] * 4)
-
-
-def morse_unequal4():
-    """The reviewer's: masses 1 : 5, softened Morse pair (a = 3/2, rest 1/2), anisotropic trap x^2/8 + y^2/5."""
-    half, a = sympy.Rational(1, 2), sympy.Rational(3, 2)
-    return _body_system("morse_unequal4", (1, 1, 5, 5), lambda r: (1 - sympy.exp(-a * (r - half)))**2,
-                        lambda q: sum(q[2 * i]**2 / 8 + q[2 * i + 1]**2 / 5 for i in range(2)))
-
-
-def spring10_unequal4():
-    """The reviewer's: masses 1 : 3, softened spring k = 10 (rest 1/2), trap |q|^2 / 10 per body."""
-    return _body_system("spring10_unequal4", (1, 1, 3, 3), lambda r: 10 * (r - sympy.Rational(1, 2))**2 / 2,
-                        lambda q: sum(x**2 for x in q) / 10)
 
 
 def _remainders(model, Linv, h, xs, n):

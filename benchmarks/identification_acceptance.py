@@ -27,7 +27,8 @@ the first n = 6 systems: cubic oscillators, a position-dependent-mass chain, thr
 the README's FPU chain at h = 0.3; session 12's branch cal a ring of four unequal masses, to check a calibration
 rule; session 13's branch elsearch two bodies in 3-d with a Morse bond, to check the element search's fix; session
 22's branch sweep12 four more in _systems12.NEW12, and ``--units A C``: positions x A, the step x C; session 24's
-branch sweep14 three more in _systems24b.NEW24B). The last column
+branch sweep14 three more in _systems24b.NEW24B; session 25's branch pair15 _systems25.NEW25: the session 24
+reviewer's two per-body systems and a softened Coulomb repulsion, masses 1 : 4). The last column
 is the process's peak RSS (data, fit, std).
 
 (``--orders``: the header keeps the N = 2, 4 columns; with one order the row has the first four: dE, RMS z, 2σ, max |z|.)
@@ -465,10 +466,11 @@ def main(argv=None) -> None:
     from _systems23 import NEW23
     from _systems24 import NEW24
     from _systems24b import NEW24B
+    from _systems25 import NEW25
     from _systems25w import NEW25W
 
     systems.update({make.__name__: (make, h, T)
-                    for make, h, T in A.UNTUNED + UNTUNED + NEW12 + NEW23 + NEW24 + NEW24B + NEW25W})
+                    for make, h, T in A.UNTUNED + UNTUNED + NEW12 + NEW23 + NEW24 + NEW24B + NEW25 + NEW25W})
     args = _arguments(argv, systems)
     make, h, T = systems[args.system]
     h = args.h or h

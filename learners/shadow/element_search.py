@@ -22,13 +22,19 @@ kernel's parameters :math:`(\ell_g, \lambda_g, s_g)_g, (\ell_c, \lambda_c, s_c)`
    preferred, -12.87 against -11.41).
 2. **Tied refinement** with all training functionals (:func:`~learners.shadow.position_search.refine`), then (2b) the
    correction's scale: each of :data:`CORRECTION_SCALES` scored there, the lowest held-out error kept.
+2c. (``kernel="auto"``'s per-body structure only, :mod:`~learners.shadow.structure_choice`) **each group's position
+   lengthscale** in turn times :data:`GROUP_FACTORS` (:func:`scan_groups`): the tied grid gives every group one
+   lengthscale, which a pair with a short-range feature next to smooth bodies cannot share (lj_unequal4: held-out
+   -11.18 -> -15.96, energy differences 7.6e-2 -> 5.8e-4; benchmarks/RESULTS_identification.md, Session 25). Not
+   free: held-out values improve on every draw measured, energies on most, but yukawa4 s1 2.9e-3 -> 3.4e-3 and
+   spring10_unequal4 1.3e-3 -> 2.3e-3 (the one-step objective does not rank energies at that level).
 3. **Untied coordinate search** with all training functionals: every log-parameter but the first group's scale (the
    overall scale, which the positions objective does not see) -- the correction's scale included, so stage 2b's
    choice is refined further and may leave :data:`CORRECTION_SCALES`' range (two_body4's CI fit, 30 trajectories:
    6.7e-5) --, steps of a factor 1.5 halved when none improves, at most :data:`UNTIED_EVALUATIONS` solves
    (``iterations=`` overrides both stages' budgets).
 
-Stages 2b and 3 move one parameter a trial, so their covariances are assembled part by part (the groups and the
+Stages 2b, 2c and 3 move one parameter a trial, so their covariances are assembled part by part (the groups and the
 correction), a part's Gram reused while its own scales stay (:mod:`~learners.shadow.element_gram`; equal to rounding):
 a trial that moves a scale :math:`s_g, s_c` assembles nothing, one that moves a group's lengthscales that group only.
 
@@ -75,6 +81,9 @@ __all__ = ["search_elements", "element_start", "ElementHooks", "CORRECTION_SCALE
 CORRECTION_SCALES = (1e-4, 1e-3, 1e-2, 1e-1)
 #: most solves of the untied coordinate search (stage 3)
 UNTIED_EVALUATIONS = 16
+#: the factors stage 2c (:func:`scan_groups`) tries on each group's position lengthscale: the grid's steps of 2,
+#: up to 8 down (a short-range pair next to smooth bodies) and one up
+GROUP_FACTORS = (0.125, 0.25, 0.5, 2.0)
 #: most local minima of the tied grid scored with all training functionals (stage 1, :func:`grid_basins`)
 BASIN_STARTS = 3
 #: a group's position lengthscale at or above this many data spreads (the tied grid's top, ``SCALES[-1]``) warns
@@ -122,6 +131,28 @@ def untied_search(evaluate: Callable, theta: torch.Tensor, best: float, free: Li
                     break
         if not improved:
             step /= 2
+    return theta, best, trace
+
+
+def scan_groups(evaluate: Callable, theta: torch.Tensor, best: float, names: List[str]) -> tuple:
+    r"""Stage 2c (module docstring): each group's position lengthscale in turn (groups in the kernel's order, the
+    correction's not), times each of :data:`GROUP_FACTORS`, the lowest held-out value kept before the next group:
+    ``(theta, value, trace)``. Why: the tied grid gives every group one lengthscale, and stage 3's steps of 1.5 cannot
+    part them by the factor 4-16 that a pair with a short-range feature needs next to smooth bodies (lj_unequal4, a
+    pair force peaking at r = 1/2 in a quartic trap: pair 8 data spreads, held-out -11.18, energy differences 7.6e-2;
+    with the scan -15.96 and 5.8e-4, the bodies at 24 spreads; benchmarks/RESULTS_identification.md, Session 25)."""
+    trace = []
+    for c, name in enumerate(names):
+        if not name.endswith(":lengthscale") or name.startswith("correction:"):
+            continue
+        base = theta
+        for f in GROUP_FACTORS:
+            trial = base.clone()
+            trial[c] += math.log(f)
+            val = evaluate(trial)
+            trace.append(val)
+            if val < best:
+                best, theta = val, trial
     return theta, best, trace
 
 
@@ -230,11 +261,12 @@ def _solved(screened: Optional[dict], name: str) -> dict:
 
 
 def search_elements(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, scale0: float, F_norm_alt=None,
-                    start: tuple = None):
+                    start: tuple = None, group_scan: bool = False):
     """The three stages for ``model`` (whose GP has an element kernel), the signature of
     :func:`~learners.shadow.position_search.search_positions`: returns the training functionals, the best theta and the
     normalisation kept; grids, held-out values and traces go to ``model.history``. ``start``: stage 1's result
-    (:func:`element_start`) where it was already run (the screen of ``kernel="auto"``)."""
+    (:func:`element_start`) where it was already run (the screen of ``kernel="auto"``); ``group_scan``: stage 2c
+    (:func:`scan_groups`; ``kernel="auto"``'s per-body refinement)."""
     n = F_data.dim // 2
     kernel = model.gp.kernel.base_kernel
     kept = start if start is not None else element_start(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions,
@@ -246,13 +278,15 @@ def search_elements(model, F_data, groups, F_tr, F_va, P_va, F_norm, positions, 
     overall = next(j for j, name in enumerate(names) if name.endswith(":scale"))  # the first group's: fixed at 1
     free = [i for i in range(len(names)) if i != overall]
     theta = element_theta(kernel, lq, lv)
-    with reusing_parts(kernel) as grams:  # stages 2b and 3 move one parameter a trial: the other parts' Grams are reused
+    with reusing_parts(kernel) as grams:  # stages 2b-3 move one parameter a trial: the other parts' Grams are reused
         evaluate = grams.keeping(evaluate, val)  # the same values; the Grams of the point moved from are kept
         if kernel.correction:  # stage 2b: the correction's scale, from nearly off up
             scores = [(val, theta)] + [(evaluate(element_theta(kernel, lq, lv, c)), element_theta(kernel, lq, lv, c))
                                        for c in CORRECTION_SCALES[1:]]
             model.history["correction_scan"] = [x for x, _ in scores]
             val, theta = min(scores, key=lambda x: x[0])
+        if group_scan:  # stage 2c: each group's own position lengthscale, in large steps (module docstring)
+            theta, val, model.history["group_scan"] = scan_groups(evaluate, theta, val, names)
         budget = UNTIED_EVALUATIONS if model.iterations is None else model.iterations
         theta, val, model.history["search_untied"] = untied_search(evaluate, theta, val, free, budget)
     if not math.isfinite(val):

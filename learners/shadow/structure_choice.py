@@ -38,9 +38,11 @@ held-out functionals and objective):
 2. **Refinement** of the best screened structure only, and only where its screened value is already below the default's
    *refined* value (a structure that cannot beat the default before its refinement is not refined): the opt-in search of
    ``kernel=ElementKernel...`` with that structure (:func:`~learners.shadow.element_search.search_elements`: the grid's
-   other basins, then stages 2-3), the screen's grid and solves reused -- the same fit, the same numbers. At most 27
-   solves with all training functionals (2 further basins, 6 tied, 3 correction scales, 16 untied; 2 more where both
-   normalisations are scored), 28 with the screen's: 174-179 s of CPU for chain(6) at n = 6, 132-151 s (h 0.3 / 0.45; 103-115 s at h 0.3
+   other basins, then stages 2-3; the per-body structure also stage 2c, each group's own lengthscale,
+   :func:`~learners.shadow.element_search.scan_groups`: 4 solves a group), the screen's grid and solves reused -- the
+   same fit, the same numbers. At most 27 solves with all training functionals (2 further basins, 6 tied, 3 correction
+   scales, 16 untied; 2 more where both normalisations are scored; 12 more for two per-body bodies), 28 with the
+   screen's: 174-179 s of CPU for chain(6) at n = 6, 132-151 s (h 0.3 / 0.45; 103-115 s at h 0.3
    re-measured quietly) since stages 2b-3 reuse the parts' Grams (:mod:`~learners.shadow.element_gram`);
 3. the structure is **kept** only where its refined value is lower than the default's by :data:`STRUCTURE_MARGIN`, or
    by :data:`DEGENERATE_MARGIN` where its scales ended degenerate (:func:`~learners.shadow.element_search.check_scales`:
@@ -315,7 +317,8 @@ def _refine(model, args: tuple, candidate: tuple, default: float, records: dict)
         try:  # the opt-in search's stage 1 (every basin; the screen's grid and solves reused), then stages 2-3
             spec_args = _spec_args(model, spec, args)
             result = search_elements(model, *spec_args, start=element_start(model, *spec_args, screened=sub,
-                                                                            **_start_options(spec)))
+                                                                            **_start_options(spec)),
+                                     group_scan=_is_per_body(spec))
         except (BeaError, torch.linalg.LinAlgError) as err:
             record["error"] = f"{type(err).__name__}: {err}"
             return None
