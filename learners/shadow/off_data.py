@@ -18,6 +18,8 @@ import warnings
 
 import torch
 
+from bea.errors import BeaTypeError
+
 from .guards import ExtrapolationWarning, caller_level
 
 __all__ = ["VELOCITY_FACTOR", "warn_off_data"]
@@ -33,13 +35,16 @@ def warn_off_data(model, q_std: torch.Tensor) -> None:
     r"""An :class:`~learners.shadow.guards.ExtrapolationWarning` naming the first interior position of ``q_std``
     ``(steps + 1, batch..., n)`` (standardised) where the posterior std of the DEL residual exceeds
     :data:`VELOCITY_FACTOR` times :meth:`data_level`, and how many do (at up to ``CHECK_POINTS`` positions per
-    trajectory, as ``predict`` checks). Skipped where the model gives no such std (no ``_check_extrapolation``, or
-    a low-rank final solve)."""
+    trajectory, as ``predict`` checks). Skipped where the model gives no such std (no ``_check_extrapolation``, a
+    low-rank final solve, a kernel that raises ``BeaTypeError`` for it)."""
     check = getattr(model, "_check_extrapolation", None)
     if check is None or getattr(model.gp, "_lowrank", None) is not None or q_std.shape[0] < 3:
         return
     level = model.data_level()
-    ratio = check(q_std, "ignore", every=True).amax(-1) / level if level > 0 else None
+    try:
+        ratio = check(q_std, "ignore", every=True).amax(-1) / level if level > 0 else None
+    except BeaTypeError:  # a kernel without the DEL residual's std: nothing to compare, as under the low-rank solve
+        return
     bad = None if ratio is None else ratio > VELOCITY_FACTOR  # NaN (ends, unchecked rows) is not flagged
     if bad is None or not bool(bad.any()):
         return
