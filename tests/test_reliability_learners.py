@@ -112,6 +112,21 @@ def test_prediction_inside_the_data_is_quiet_and_reports_a_small_std(lsi, refere
     assert torch.equal(q, lsi.predict(q0, v0, STEPS).q)  # the check does not change the prediction
 
 
+def test_velocities_beyond_the_data_warn_and_inside_are_quiet(lsi, reference):
+    """Issue 23 (Session 25, vsolve15): velocities(q) solves the model's momentum equation, which is sound wherever the
+    model's L is -- beyond the data it returns wrong velocities silently. Positions 12 + 0.3 j (data |q| <= 7.7, finite
+    differences 0.6): the returned interior velocities are 1.34-1.47 and the DEL std 4.4e4x its data level (threshold
+    1000x), so velocities warns at the 4 interior positions; along the reference orbits inside the data the ratio is
+    <= 0.04 and velocities stays quiet. Without the check (off_data.warn_off_data a no-op) no warning is issued."""
+    far = 12.0 + 0.3 * torch.arange(6, dtype=torch.float64)[:, None, None]
+    with pytest.warns(ExtrapolationWarning, match=r"velocities: at 4 of the positions .* index \(step, batch...\) = \(1, 0\)"):
+        v = lsi.velocities(far, 2)
+    assert float((v[1:-1] - 0.6).abs().min()) > 0.5  # what the warning is for: the velocities there are far off
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ExtrapolationWarning)
+        lsi.velocities(reference[2], 2)
+
+
 def test_returned_std_scales_with_the_units(lsi, data):
     m = InverseModifiedLagrangianGP(H, **FAST).fit(data * 1e3)
     s1 = lsi.predict([[0.3]], [[0.0]], 20, return_std=True).std

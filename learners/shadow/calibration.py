@@ -53,7 +53,7 @@ import torch
 import bea
 
 from .functionals import Functionals
-from .guards import StaleCalibrationWarning, caller_level
+from .guards import ExtrapolationWarning, StaleCalibrationWarning, caller_level
 from .variance_rounding import VARIANCE_RULE
 
 __all__ = ["ensure_energy_calibration", "del_calibration", "calibration_state", "restore_calibration", "restored_calibration", "Calibration", "conservation_values", "summary", "difference_calibration", "TARGET_Z", "TARGET_COVERAGE", "CALIBRATION_TRAJECTORIES", "scale_for", "energy_calibration",
@@ -116,7 +116,9 @@ def conservation_values(model, qs: torch.Tensor, order: int = 2):
 
     # the velocities solved once, for the energies, their std and the next order's energy alike (energies(...,
     # return_std=True) solved them again, in the energies' smaller passes: 1/4 of this function's cost at bodies2)
-    q_std, v_std = model._to_standard(qs), model._vector_to_standard(model.velocities(qs, order))
+    with warnings.catch_warnings():  # held-back orbits may leave the data (module docstring): no user's call to warn
+        warnings.simplefilter("ignore", ExtrapolationWarning)
+        q_std, v_std = model._to_standard(qs), model._vector_to_standard(model.velocities(qs, order))
     H = energies_at(model, bea.energy(model._recovered_std(order)), q_std, v_std)
     E = model._speed ** 2 * (H - H[0])  # energies scale as (sigma / tau)^2
     sd = model._speed ** 2 * model._along_positions_std(q_std, v_std, order, "lagrangian", 1, 0)

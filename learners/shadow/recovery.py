@@ -22,6 +22,7 @@ from .calibration import ensure_energy_calibration
 from .handles import FrozenMean, check_current, posterior_mean, stamp
 from .kernels import RBFKernel
 from .newton_inputs import newton_inputs
+from .off_data import warn_off_data
 from .rbf_jet import ExpansionLagrangian, JetLagrangian, RBFJet, bulk_chunk, bulk_path, jet_pays, jets_fit
 from .references import energies_reference, reference_state
 from .truncation import unit_free_term
@@ -273,14 +274,13 @@ class RecoveryMixin:
 
     def velocities(self, qs, order: int = 2, chunk: Optional[int] = None, return_std: bool = False, std_every: int = 1,
                    truncation: bool = True):
-        r"""Velocities along positions ``qs`` ``(steps + 1, batch..., n)`` (e.g. from :meth:`predict` or the
-        data, time first): solve :math:`\partial_vL_{rec}(q_j, \dot q_j) = p_j` with :math:`p_j` the
-        discrete momenta of :math:`\bar L_{inv}` (batched Newton over ``chunk`` time steps at a time).
-        With the RBF kernel the derivatives of :math:`\bar L_{inv}` that :math:`\mathrm{mod}_N` and Newton
-        need come from its closed-form jet (:mod:`learners.shadow.rbf_jet`: one pass over the atoms per Newton
-        iteration; default ``chunk`` 10,000 for ``order <= 2``, 4,000 above); otherwise by autograd
-        (default ``chunk`` 1000 for ``order <= 2`` and 200 above, where the nested derivatives of
-        ``mod_N`` take about 12 MB per position).
+        r"""Velocities along positions ``qs`` ``(steps + 1, batch..., n)`` (e.g. from :meth:`predict` or the data, time first):
+        solve :math:`\partial_vL_{rec}(q_j, \dot q_j) = p_j`, :math:`p_j` the discrete momenta of :math:`\bar L_{inv}` (batched
+        Newton over ``chunk`` time steps at a time). With the RBF kernel the derivatives of :math:`\bar L_{inv}` that
+        :math:`\mathrm{mod}_N` and Newton need come from its closed-form jet (:mod:`learners.shadow.rbf_jet`: one pass over the
+        atoms per Newton iteration; default ``chunk`` 10,000 for ``order <= 2``, 4,000 above); otherwise by autograd (default
+        ``chunk`` 1000 for ``order <= 2`` and 200 above, where the nested derivatives of ``mod_N`` take about 12 MB per position).
+        Off-data positions warn (:mod:`~learners.shadow.off_data`).
 
         ``return_std=True`` also returns the posterior std of each component (same shape), by linearising
         :math:`\partial_vL_{rec}(q_j, \dot q_j) = p_j`: :math:`\delta\dot q_j = M_{rec}^{-1}(\delta p_j -
@@ -293,6 +293,7 @@ class RecoveryMixin:
         qs = self._positions(qs)
         q_std = self._to_standard(qs)
         v_std = self._velocities_std(q_std, order, chunk)
+        warn_off_data(self, q_std)
         if not return_std:
             return self._vector_from_standard(v_std)
         ensure_energy_calibration(self)
