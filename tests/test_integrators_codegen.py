@@ -50,7 +50,7 @@ CODEGEN_FILES = (
 #: compiled_mean's 4 lanes for large jets) -> 2,990 (its fix pass: the compiler's process group killed on a timeout and
 #: no retry after one, +26 in ccompile; jet_build deciding lanes and level together, +10 in compiled_mean)
 #: -> 3,054 (session 25 cg15: the large RBF jets' products as loops over index tables in reduce.py; the D = 8, K = 5
-#: jet's compile 41 s -> 1.5 s of CPU, the same bits: a bound raised for the issue's compile-time target)
+#: jet's compile 12-14 s -> 1.5 s of compiler CPU, the same bits: a bound raised for the issue's compile-time target)
 CODEGEN_LINES = 3060
 
 
